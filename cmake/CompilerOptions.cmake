@@ -1,0 +1,30 @@
+# Warnings, ccache, sanitizers.
+find_program(CCACHE_PROGRAM ccache)
+if(CCACHE_PROGRAM)
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+  # PCH + ccache need these to hit.
+  set(ENV{CCACHE_SLOPPINESS} "pch_defines,time_macros,include_file_mtime,include_file_ctime")
+endif()
+
+# Flags for our own targets only (third-party headers are included as SYSTEM).
+add_library(srformer_warnings INTERFACE)
+target_compile_options(srformer_warnings INTERFACE -Wall -Wextra -Wno-unused-parameter)
+if(SRFORMER_WERROR)
+  target_compile_options(srformer_warnings INTERFACE -Werror)
+endif()
+
+if(SRFORMER_SANITIZE STREQUAL "address")
+  add_compile_options(-fsanitize=address -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address)
+elseif(SRFORMER_SANITIZE STREQUAL "undefined")
+  add_compile_options(-fsanitize=undefined -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=undefined)
+elseif(SRFORMER_SANITIZE STREQUAL "thread")
+  add_compile_options(-fsanitize=thread)
+  add_link_options(-fsanitize=thread)
+elseif(NOT SRFORMER_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "SRFORMER_SANITIZE must be address, undefined or thread (got '${SRFORMER_SANITIZE}')")
+endif()
+if(NOT SRFORMER_SANITIZE STREQUAL "")
+  add_compile_definitions(SRFORMER_SANITIZER=1)
+endif()

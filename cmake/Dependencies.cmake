@@ -1,0 +1,33 @@
+# Every third-party dependency, found once here. Install them with deploy/setup-deps.sh.
+set(_hint "Run deploy/setup-deps.sh (as root) to install the dependencies.")
+
+find_package(Threads REQUIRED)
+find_package(Torch REQUIRED)
+# Torch's exported flags add -D_GLIBCXX_USE_CXX11_ABI etc.; its include dirs are marked SYSTEM below.
+find_package(Protobuf REQUIRED)
+find_package(gRPC CONFIG REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(prometheus-cpp CONFIG REQUIRED)
+find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+
+# SentencePiece is only ever linked into our isolated plugin (see model/tokenizer/).
+find_path(SENTENCEPIECE_INCLUDE_DIR sentencepiece_processor.h)
+find_library(SENTENCEPIECE_LIBRARY sentencepiece)
+find_library(SENTENCEPIECE_TRAIN_LIBRARY sentencepiece_train)
+if(NOT SENTENCEPIECE_INCLUDE_DIR OR NOT SENTENCEPIECE_LIBRARY OR NOT SENTENCEPIECE_TRAIN_LIBRARY)
+  message(FATAL_ERROR "sentencepiece not found. ${_hint}")
+endif()
+
+if(SRFORMER_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+
+# One imported target for LibTorch with SYSTEM includes, so -Wall stays about our code.
+add_library(srformer_torch INTERFACE)
+target_link_libraries(srformer_torch INTERFACE ${TORCH_LIBRARIES})
+target_include_directories(srformer_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+if(TORCH_CXX_FLAGS)
+  separate_arguments(_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+  target_compile_options(srformer_torch INTERFACE ${_torch_flags})
+endif()

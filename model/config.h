@@ -1,0 +1,95 @@
+#pragma once
+// Model configuration read from a Hugging Face config.json plus our "srformer" block.
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace srformer {
+
+enum class Architecture { kBart, kT5 };
+
+// Cross-attention variants (paper §4.2-4.3). All share one interface (attention/cross_attention.h).
+enum class CrossAttentionKind {
+  kFull,          // standard softmax over all keys
+  kSegmented,     // softmax over segment i only
+  kSrformer,      // segmented + RAF recurrent term (q R)/||K||
+  kAblationI,     // only the recurrent term
+  kAblationII,    // no division by ||K||
+  kAblationIII,   // no RAF: P used directly
+  kAblationIV,    // RAF on K_i^T V_i instead of P
+  kXlMemory,      // Transformer-XL style: segment i plus segment i-1
+  kGlobalTokens,  // LongT5 style: segment i plus one mean-pooled key/value per segment
+};
+
+const char* to_string(CrossAttentionKind kind);
+CrossAttentionKind cross_attention_from_string(const std::string& name);  // throws on unknown
+const char* to_string(Architecture arch);
+
+struct SrformerConfig {
+  CrossAttentionKind cross_attention = CrossAttentionKind::kFull;
+  int64_t segment_size = 0;                  // s; 0 for full
+  std::optional<double> kv_clamp;            // BART: 2.0; T5: none
+  double raf_init_threshold = 0.1;
+  double raf_init_leak = 0.5;
+  int64_t expected_length = 128;             // default L for generation
+  // True when the cross-attention variant carries RAF parameters/state.
+  bool uses_raf() const;
+  // True when the variant reads segments (everything but full).
+  bool segmented() const { return cross_attention != CrossAttentionKind::kFull; }
+};
+
+struct ModelConfig {
+  Architecture arch = Architecture::kBart;
+  int64_t vocab_size = 0;
+  int64_t d_model = 0;
+  int64_t num_heads = 0;        // same in encoder and decoder
+  int64_t head_dim = 0;         // d_kv (T5) or d_model / heads (BART)
+  int64_t d_ff = 0;
+  int64_t encoder_layers = 0;
+  int64_t decoder_layers = 0;
+  int64_t pad_token_id = 0;
+  int64_t eos_token_id = 1;
+  std::optional<int64_t> bos_token_id;
+  int64_t decoder_start_token_id = 0;
+  std::optional<int64_t> forced_bos_token_id;
+  std::optional<int64_t> forced_eos_token_id;
+  bool tie_word_embeddings = true;
+  double layer_norm_eps = 1e-5;
+
+  // BART
+  int64_t max_position_embeddings = 1024;
+  bool scale_embedding = false;
+  bool normalize_before = false;   // mBART-style pre-LN; BART is post-LN (false)
+  std::string activation = "gelu"; // BART activation_function / T5 dense act ("relu", "gelu_new")
+
+  // T5
+  bool gated_ffn = false;          // feed_forward_proj "gated-*"
+  int64_t relative_attention_num_buckets = 32;
+  int64_t relative_attention_max_distance = 128;
+
+  // Generation defaults from config.json (HF meanings); absent -> std::nullopt.
+  std::optional<int64_t> max_length;
+  std::optional<int64_t> min_length;
+  std::optional<int64_t> num_beams;
+  std::optional<double> length_penalty;
+  std::optional<bool> early_stopping;
+  std::optional<int64_t> no_repeat_ngram_size;
+  std::optional<std::string> summarization_prefix;  // task_specific_params.summarization.prefix
+
+  // Longest input the model accepts (BART: max_position_embeddings; T5: unbounded -> a sane cap).
+  int64_t max_input_tokens = 1024;
+
+  SrformerConfig srformer;
+
+  int64_t inner_dim() const { return num_heads * head_dim; }
+
+  static ModelConfig from_json(const nlohmann::json& j);          // throws ConfigError
+  static ModelConfig load(const std::filesystem::path& config_json);
+  // Writes the config back in Hugging Face form (original keys kept when `original` is given).
+  nlohmann::json to_json(const nlohmann::json* original = nullptr) const;
+};
+
+}  // namespace srformer

@@ -1,0 +1,52 @@
+#pragma once
+// Per-row decoder state for a batch of independent sequences. Every tensor has the row as its
+// first dimension, so that rows can be selected (leave/reorder) and appended (join) in one op each.
+#include <cstdint>
+#include <vector>
+
+#include <torch/types.h>
+
+namespace srformer {
+
+struct LayerState {
+  // Self-attention cache: [B, H, T, d]. Slots are shared across rows; a row's valid slots are
+  // marked in DecoderState::self_valid (rows that joined later have invalid leading slots).
+  torch::Tensor self_k, self_v;
+  // Cross-attention keys/values over the encoder output: [B, H, k, d] (padded to the batch's max k).
+  torch::Tensor cross_k, cross_v;
+  // SRformer (fp32): K^T V [B,H,d,d] (clamped for BART), ||K|| [B,H,d], membrane [B,H,d,d],
+  // current recurrent term R [B,H,d,d]. Undefined for variants without RAF.
+  torch::Tensor kv, knorm, mem, recur;
+  // LongT5-style global tokens: mean-pooled K/V per segment [B, H, m, d]; undefined otherwise.
+  torch::Tensor global_k, global_v;
+};
+
+class DecoderState {
+ public:
+  std::vector<LayerState> layers;
+  torch::Tensor self_valid;    // [B, T] bool: slot holds a real past token of this row
+  torch::Tensor self_pos;      // [B, T] int64: decoder position of each slot (T5 relative bias)
+  torch::Tensor cross_valid;   // [B, k] bool: key is a real encoder position
+  torch::Tensor enc_len;       // [B] int64: real encoder length k_b
+  torch::Tensor step;          // [B] int64: t, the position of the next token
+  torch::Tensor expected_len;  // [B] int64: L (segment schedule)
+  torch::Tensor num_segments;  // [B] int64: m_b = ceil(k_b / s) (1 for full attention)
+  torch::Tensor segment;       // [B] int64: segment used at the last step (-1 before the first)
+  torch::Tensor raf_fired;     // [B] float64: membrane elements that fired, summed over RAF steps
+  torch::Tensor raf_total;     // [B] float64: membrane elements updated, summed over RAF steps
+  torch::Tensor segment_switches;  // [B] int64: RAF steps taken
+
+  int64_t batch_size() const { return step.defined() ? step.size(0) : 0; }
+
+  // Keeps rows `rows` (int64 [N], indices into the current rows, repeats allowed) in that order.
+  void select(const torch::Tensor& rows);
+  // Appends the rows of `other` after this state's rows (pads cross keys / self slots as needed).
+  void append(DecoderState&& other);
+  // Drops leading self-attention slots that no row uses any more.
+  void compact();
+  // Bytes held for row b (its share of every tensor, padding included), and in total.
+  int64_t row_bytes(int64_t b) const;
+  int64_t bytes() const;
+};
+
+}  // namespace srformer

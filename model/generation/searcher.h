@@ -1,0 +1,57 @@
+#pragma once
+// Per-request decoding strategies (greedy, sampling, beam search). A Searcher owns the decisions
+// of one request; the caller owns the model and its batched DecoderState. Each step the caller
+// runs the model on all rows of all requests, hands each Searcher the logits of its own rows,
+// and applies the returned row reordering to the state. This keeps continuous batching (server)
+// and offline generation on the same code.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "model/generation/options.h"
+
+namespace srformer {
+
+enum class FinishReason { kNone, kEos, kLength, kCancelled };
+const char* to_string(FinishReason reason);
+
+struct Hypothesis {
+  std::vector<int64_t> tokens;  // new tokens, decoder_start excluded, EOS included when emitted
+  double score = 0.0;           // beam: HF sequences_scores; greedy/sampling: sum of log-probs
+  FinishReason finish_reason = FinishReason::kNone;
+};
+
+struct SearchStep {
+  // For each of the searcher's rows after this step: the token to feed next step [rows] int64 (CPU).
+  torch::Tensor next_tokens;
+  // For each row after this step: which of the searcher's rows (before the step) it continues
+  // [rows] int64 (CPU). Identity for greedy/sampling; beam search reorders.
+  torch::Tensor parent_rows;
+  // Tokens that became final this step, for streaming (greedy/sampling: the chosen token of the
+  // single row; beam search: empty until done, then the best hypothesis).
+  std::vector<int64_t> emitted;
+  bool done = false;
+};
+
+class Searcher {
+ public:
+  virtual ~Searcher() = default;
+  // Rows this request occupies in the batch (1, or num_beams for beam search). Constant.
+  virtual int64_t num_rows() const = 0;
+  // logits: [num_rows, vocab] float32 for this request's rows, on any device.
+  virtual SearchStep advance(const torch::Tensor& logits) = 0;
+  virtual bool done() const = 0;
+  // Final hypotheses, best first (num_return_sequences of them). Valid once done().
+  virtual std::vector<Hypothesis> results() const = 0;
+  // Number of steps taken (new tokens decided per row).
+  virtual int64_t steps() const = 0;
+};
+
+// Creates the searcher the options ask for (validates them first).
+std::unique_ptr<Searcher> make_searcher(const GenerationOptions& options);
+
+}  // namespace srformer

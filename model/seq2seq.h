@@ -1,0 +1,59 @@
+#pragma once
+// The model library's public API: encode a batch, then decode it incrementally (one token per row
+// per step) or teacher-forced. Rows are independent sequences: each has its own length, step t,
+// expected length L, SRformer segment and RAF membrane, and rows can join, leave or be reordered
+// between steps (continuous batching, beam search).
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "model/config.h"
+#include "model/decoder_state.h"
+
+namespace srformer {
+
+struct EncoderOutput {
+  torch::Tensor hidden;  // [B, k, d_model], model dtype
+  torch::Tensor mask;    // [B, k] bool, true = real token (padding only at the end of a row)
+};
+
+struct LoadOptions {
+  torch::Device device = torch::kCPU;
+  torch::ScalarType dtype = torch::kFloat32;  // fp16/bf16 only on CUDA; RAF/K^TV stay fp32
+};
+
+class Seq2SeqModel {
+ public:
+  virtual ~Seq2SeqModel() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual torch::Device device() const = 0;
+  virtual torch::ScalarType dtype() const = 0;
+
+  // input_ids [B,k] int64; attention_mask [B,k] (int or bool, 1 = real).
+  virtual EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) = 0;
+
+  // Builds the per-row decoder state from encoder output: cross K/V for every layer, and for
+  // segmented variants K^T V, ||K|| and a zero RAF membrane. expected_length: [B] int64 (L per row).
+  virtual DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length) = 0;
+
+  // One decoding step for every row: tokens [B] int64 (the previous token of each row, the first
+  // being decoder_start_token_id). Returns logits [B, vocab] float32 and advances every row's t.
+  virtual torch::Tensor step(DecoderState& state, const torch::Tensor& tokens) = 0;
+
+  // Teacher-forced forward over the whole decoder input [B,q] (used for checks and training).
+  // expected_length [B] defaults to q for every row. Returns logits [B,q,vocab] float32.
+  virtual torch::Tensor forward(const EncoderOutput& enc, const torch::Tensor& decoder_input_ids,
+                                const std::optional<torch::Tensor>& expected_length = std::nullopt) = 0;
+
+  // Number of parameters.
+  virtual int64_t parameter_count() const = 0;
+};
+
+// Loads a Hugging Face model directory (config.json + model.safetensors | sharded | pytorch_model.bin).
+std::unique_ptr<Seq2SeqModel> load_model(const std::filesystem::path& dir, const LoadOptions& options = {});
+
+}  // namespace srformer

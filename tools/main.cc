@@ -1,0 +1,38 @@
+// `srformer`: the offline tool. Each subcommand lives in its own file (tools/cmd_*.cc).
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "tools/commands.h"
+
+namespace {
+
+void usage(std::ostream& os) {
+  os << "usage: srformer <command> [options]\n\ncommands:\n";
+  for (const auto& c : srformer::tools::commands()) os << "  " << c.name << std::string(16 - std::min<size_t>(15, c.name.size()), ' ') << c.summary << "\n";
+  os << "\nRun `srformer <command> --help` for a command's options.\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    usage(std::cout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string name = argv[1];
+  for (const auto& c : srformer::tools::commands()) {
+    if (c.name == name) {
+      std::vector<std::string> args(argv + 2, argv + argc);
+      try {
+        return c.run(args);
+      } catch (const std::exception& e) {
+        std::cerr << "srformer " << name << ": " << e.what() << "\n";
+        return 1;
+      }
+    }
+  }
+  std::cerr << "srformer: unknown command '" << name << "'\n";
+  usage(std::cerr);
+  return 2;
+}
