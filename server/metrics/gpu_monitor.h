@@ -1,0 +1,69 @@
+#pragma once
+// GPU gauges from NVML, loaded with dlopen at run time (no build or link dependency on the NVIDIA driver).
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/metrics/periodic_sampler.h"
+
+namespace srformer::server {
+
+// The few NVML calls we use; a fake implements this in tests. Device indices are 0..device_count()-1.
+class NvmlApi {
+ public:
+  struct Memory {
+    double used_bytes = 0;
+    double total_bytes = 0;
+  };
+  virtual ~NvmlApi() = default;
+  // Initializes NVML. Returns "" on success, else why it is unavailable (library missing, no driver, ...).
+  virtual std::string init() = 0;
+  virtual unsigned device_count() = 0;
+  // Each reading is nullopt when the device does not support it (e.g. power on some boards).
+  virtual std::optional<double> utilization_ratio(unsigned index) = 0;  // 0..1, GPU busy fraction
+  virtual std::optional<Memory> memory(unsigned index) = 0;
+  virtual std::optional<double> power_watts(unsigned index) = 0;
+  virtual std::optional<double> temperature_celsius(unsigned index) = 0;
+  virtual std::optional<double> sm_clock_hertz(unsigned index) = 0;
+};
+
+// NVML through dlopen("libnvidia-ml.so.1"); init() reports the dlopen/dlsym/nvmlInit error if any.
+std::unique_ptr<NvmlApi> load_nvml();
+
+// Registers srformer_gpu_* gauges{gpu="<index>"} and refreshes them every interval; if NVML fails to
+// initialize, logs the reason once and registers nothing.
+class GpuMonitor {
+ public:
+  GpuMonitor(prometheus::Registry& registry, std::unique_ptr<NvmlApi> nvml, std::chrono::milliseconds interval);
+  ~GpuMonitor();
+  GpuMonitor(const GpuMonitor&) = delete;
+  GpuMonitor& operator=(const GpuMonitor&) = delete;
+
+  // Whether NVML initialized and the gauges exist.
+  bool active() const { return active_; }
+  // Reads every device once and updates the gauges (also called by the sampler thread).
+  void sample();
+
+ private:
+  struct DeviceGauges {
+    prometheus::Gauge* utilization;
+    prometheus::Gauge* memory_used;
+    prometheus::Gauge* memory_total;
+    prometheus::Gauge* power;
+    prometheus::Gauge* temperature;
+    prometheus::Gauge* sm_clock;
+  };
+
+  std::unique_ptr<NvmlApi> nvml_;
+  bool active_ = false;
+  std::vector<DeviceGauges> devices_;
+  std::unique_ptr<PeriodicSampler> sampler_;  // last: stops before the gauges it writes go away
+};
+
+}  // namespace srformer::server

@@ -1,0 +1,178 @@
+#pragma once
+// Prometheus metrics of srformer-server: one registry, an optional HTTP exposer (/metrics), per-model handles,
+// and background samplers for the process and (when NVML loads) the GPUs. No CUDA/LibTorch dependency.
+//
+// Label values are bounded: model names, RPC method names, gRPC status code names, fixed reason strings and
+// layer indices. Never put request ids or free text in a label.
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace prometheus {
+class Exposer;
+}
+
+namespace srformer::server {
+
+class GpuMonitor;
+class NvmlApi;
+class ProcessMonitor;
+class TorchMemorySampler;
+
+// Why a request was refused before it reached the engine (label `reason` of srformer_requests_rejected_total).
+enum class RejectReason { kQueueFull, kShuttingDown, kInvalid };
+// Why a row left the running batch (label `reason` of srformer_rows_left_total).
+enum class LeaveReason { kEos, kLength, kCancelled, kError };
+
+const char* to_string(RejectReason reason);
+const char* to_string(LeaveReason reason);
+// gRPC status code number (grpc::StatusCode) -> canonical name ("OK", "RESOURCE_EXHAUSTED", ...); "UNKNOWN" if out of range.
+const char* grpc_code_name(int code);
+
+// One LibTorch CUDA caching-allocator reading, provided by the engine (keeps this library free of CUDA).
+struct TorchCudaMemory {
+  int device = 0;
+  double allocated_bytes = 0;
+  double reserved_bytes = 0;
+};
+using TorchCudaMemorySource = std::function<std::vector<TorchCudaMemory>()>;
+
+class Metrics;
+
+// Handles of one model's series. Obtained from Metrics::model(); lives as long as the Metrics. All methods are
+// thread-safe and cheap (atomic ops; dynamic label lookups take the prometheus family's own mutex).
+class ModelMetrics {
+ public:
+  ModelMetrics(Metrics& metrics, const std::string& model);
+  ModelMetrics(const ModelMetrics&) = delete;
+  ModelMetrics& operator=(const ModelMetrics&) = delete;
+
+  const std::string& name() const { return model_; }
+
+  // --- request lifecycle (service) ---
+  // A request was accepted by the service: srformer_requests_in_flight += 1.
+  void on_request_start();
+  // A request finished (any outcome): requests_total{method,code} += 1, request_duration{method} observes
+  // `seconds`, in_flight -= 1. `method`: RPC name (Summarize|SummarizeStream|SummarizeBatch); `code`: grpc_code_name().
+  void on_request_end(const std::string& method, const std::string& code, double seconds);
+  // A request was refused before queueing (also count it with on_request_end if it had started).
+  void on_rejected(RejectReason reason);
+  // Current number of requests waiting in this model's queue.
+  void set_queue_depth(double depth);
+  // Time a request spent queued before its encoder ran.
+  void observe_queue_wait(double seconds);
+  // Encoder forward time of one request (or of the batch it was encoded in).
+  void observe_encode(double seconds);
+  // Time from request acceptance to its first generated token.
+  void observe_time_to_first_token(double seconds);
+  // Time between two consecutive tokens of one request.
+  void observe_inter_token(double seconds);
+  // Per finished request: prompt length and generated length in tokens.
+  void observe_request_tokens(std::uint64_t input_tokens, std::uint64_t generated_tokens);
+
+  // --- engine (continuous batcher) ---
+  // One decode step over `batch_size` rows took `seconds` and produced `tokens` new tokens.
+  void on_step(std::uint64_t batch_size, double seconds, std::uint64_t tokens);
+  // `n` rows joined the running batch.
+  void on_rows_joined(std::uint64_t n = 1);
+  // `n` rows left the running batch for `reason`.
+  void on_rows_left(LeaveReason reason, std::uint64_t n = 1);
+  // Bytes of per-request decoder state (self-attention caches, RAF state) currently held.
+  void set_state_bytes(double bytes);
+
+  // --- SRformer cross-attention ---
+  // Running fraction (0..1) of RAF membrane elements that fired in decoder layer `layer`.
+  void set_raf_fired_ratio(int layer, double ratio);
+  // `n` RAF state updates (one per row, layer and step).
+  void on_raf_updates(std::uint64_t n);
+  // `n` segment switches (a row's decoder moved on to the next encoder segment).
+  void on_segment_switches(std::uint64_t n);
+  // Key/value elements read by cross-attention vs what full attention would have read for the same steps.
+  void on_cross_attention_kv(std::uint64_t read, std::uint64_t full_equivalent);
+
+  // Typed handles for anything the methods above do not cover.
+  prometheus::Gauge& in_flight() { return in_flight_; }
+  prometheus::Gauge& queue_depth() { return queue_depth_; }
+  prometheus::Gauge& state_bytes() { return state_bytes_; }
+  prometheus::Counter& generated_tokens_total() { return generated_tokens_total_; }
+
+ private:
+  Metrics& metrics_;
+  const std::string model_;
+  prometheus::Gauge& in_flight_;
+  prometheus::Gauge& queue_depth_;
+  prometheus::Histogram& queue_wait_;
+  prometheus::Histogram& encode_;
+  prometheus::Histogram& ttft_;
+  prometheus::Histogram& inter_token_;
+  prometheus::Histogram& generated_tokens_;
+  prometheus::Histogram& input_tokens_;
+  prometheus::Histogram& batch_size_;
+  prometheus::Counter& decode_steps_total_;
+  prometheus::Counter& generated_tokens_total_;
+  prometheus::Counter& rows_joined_total_;
+  prometheus::Gauge& state_bytes_;
+  prometheus::Histogram& decode_step_;
+  prometheus::Counter& raf_updates_total_;
+  prometheus::Counter& segment_switches_total_;
+  prometheus::Counter& kv_read_total_;
+  prometheus::Counter& kv_full_total_;
+};
+
+// The process-wide metrics: registry, exposer, per-model handles, samplers.
+class Metrics {
+ public:
+  // listen_address "HOST:PORT" (e.g. "0.0.0.0:9464"; port 0 = ephemeral) starts an HTTP exposer serving
+  // /metrics; "" = no exposer (tests, embedding). Process metrics are sampled every `sample_interval`.
+  // Throws std::runtime_error if the address cannot be bound.
+  explicit Metrics(const std::string& listen_address,
+                   std::chrono::milliseconds sample_interval = std::chrono::milliseconds(5000));
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // The handles of model `name`, created on first use (stable reference).
+  ModelMetrics& model(const std::string& name);
+
+  // Starts sampling GPU gauges via NVML (nullptr = load libnvidia-ml.so.1 at run time). If NVML is unavailable,
+  // logs once why and registers no GPU series. Returns whether GPU sampling runs.
+  bool start_gpu_monitor(std::unique_ptr<NvmlApi> nvml = nullptr);
+  // Registers srformer_torch_cuda_{allocated,reserved}_bytes{device}, sampled from `source` at the sample interval.
+  void set_torch_cuda_memory_source(TorchCudaMemorySource source);
+  // Samples process, GPU and torch sources right now (tests; scrapes otherwise see values <= one interval old).
+  void sample_now();
+
+  // Text exposition format of everything registered (same bytes a scrape gets).
+  std::string scrape_text() const;
+  // Ports the exposer listens on (empty without exposer); resolves port 0.
+  std::vector<int> listening_ports() const;
+  prometheus::Registry& registry() { return *registry_; }
+  std::chrono::milliseconds sample_interval() const { return sample_interval_; }
+
+ private:
+  friend class ModelMetrics;
+  struct Families;
+
+  const std::chrono::milliseconds sample_interval_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<Families> families_;
+  std::mutex mutex_;  // guards models_, gpu_monitor_, torch sampling setup
+  std::map<std::string, std::unique_ptr<ModelMetrics>> models_;
+  std::unique_ptr<ProcessMonitor> process_monitor_;
+  std::unique_ptr<GpuMonitor> gpu_monitor_;
+  std::unique_ptr<TorchMemorySampler> torch_sampler_;
+  std::unique_ptr<prometheus::Exposer> exposer_;  // last: destroyed first, stops serving before metrics go
+};
+
+}  // namespace srformer::server
