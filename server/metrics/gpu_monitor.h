@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,6 +61,7 @@ class GpuMonitor {
     prometheus::Gauge* sm_clock;
   };
 
+  std::mutex mutex_;  // sample() runs from the sampler thread and from Metrics::sample_now()
   std::unique_ptr<NvmlApi> nvml_;
   bool active_ = false;
   std::vector<DeviceGauges> devices_;

@@ -1,0 +1,172 @@
+#include "server/metrics/gpu_monitor.h"
+
+#include <dlfcn.h>
+#include <spdlog/spdlog.h>
+
+#include <string>
+#include <type_traits>
+
+namespace srformer::server {
+namespace {
+
+// The subset of nvml.h we call, declared here so the build needs no NVIDIA headers (ABI stable since NVML 5).
+using nvmlReturn_t = int;
+using nvmlDevice_t = struct nvmlDevice_st*;
+struct nvmlUtilization_t {
+  unsigned int gpu;
+  unsigned int memory;
+};
+struct nvmlMemory_t {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+constexpr nvmlReturn_t kNvmlSuccess = 0;
+constexpr int kNvmlTemperatureGpu = 0;  // NVML_TEMPERATURE_GPU
+constexpr int kNvmlClockSm = 1;         // NVML_CLOCK_SM
+
+class DlopenNvml final : public NvmlApi {
+ public:
+  ~DlopenNvml() override {
+    if (initialized_ && shutdown_) shutdown_();
+    if (handle_) dlclose(handle_);
+  }
+
+  std::string init() override {
+    handle_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!handle_) {
+      const char* err = dlerror();
+      return std::string("cannot load libnvidia-ml.so.1 (no NVIDIA driver on this machine?): ") +
+             (err ? err : "unknown error");
+    }
+    std::string missing;
+    const auto sym = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(handle_, name));
+      if (!fn) missing += std::string(missing.empty() ? "" : ", ") + name;
+    };
+    sym(init_, "nvmlInit_v2");
+    sym(shutdown_, "nvmlShutdown");
+    sym(error_string_, "nvmlErrorString");
+    sym(count_, "nvmlDeviceGetCount_v2");
+    sym(handle_by_index_, "nvmlDeviceGetHandleByIndex_v2");
+    sym(utilization_, "nvmlDeviceGetUtilizationRates");
+    sym(memory_, "nvmlDeviceGetMemoryInfo");
+    sym(power_, "nvmlDeviceGetPowerUsage");
+    sym(temperature_, "nvmlDeviceGetTemperature");
+    sym(clock_, "nvmlDeviceGetClockInfo");
+    if (!missing.empty()) return "libnvidia-ml.so.1 lacks " + missing + " (driver too old?)";
+    const nvmlReturn_t rc = init_();
+    if (rc != kNvmlSuccess) return std::string("nvmlInit failed: ") + error_string_(rc);
+    initialized_ = true;
+    return "";
+  }
+
+  unsigned device_count() override {
+    unsigned n = 0;
+    return count_(&n) == kNvmlSuccess ? n : 0;
+  }
+
+  std::optional<double> utilization_ratio(unsigned index) override {
+    nvmlUtilization_t u{};
+    if (!device(index) || utilization_(dev_, &u) != kNvmlSuccess) return std::nullopt;
+    return u.gpu / 100.0;
+  }
+
+  std::optional<Memory> memory(unsigned index) override {
+    nvmlMemory_t m{};
+    if (!device(index) || memory_(dev_, &m) != kNvmlSuccess) return std::nullopt;
+    return Memory{static_cast<double>(m.used), static_cast<double>(m.total)};
+  }
+
+  std::optional<double> power_watts(unsigned index) override {
+    unsigned mw = 0;
+    if (!device(index) || power_(dev_, &mw) != kNvmlSuccess) return std::nullopt;
+    return mw / 1000.0;
+  }
+
+  std::optional<double> temperature_celsius(unsigned index) override {
+    unsigned c = 0;
+    if (!device(index) || temperature_(dev_, kNvmlTemperatureGpu, &c) != kNvmlSuccess) return std::nullopt;
+    return static_cast<double>(c);
+  }
+
+  std::optional<double> sm_clock_hertz(unsigned index) override {
+    unsigned mhz = 0;
+    if (!device(index) || clock_(dev_, kNvmlClockSm, &mhz) != kNvmlSuccess) return std::nullopt;
+    return mhz * 1e6;
+  }
+
+ private:
+  // Resolves the handle of `index` into dev_ (callers are serialized by GpuMonitor::sample's single thread).
+  bool device(unsigned index) { return handle_by_index_(index, &dev_) == kNvmlSuccess; }
+
+  void* handle_ = nullptr;
+  bool initialized_ = false;
+  nvmlDevice_t dev_ = nullptr;
+  nvmlReturn_t (*init_)() = nullptr;
+  nvmlReturn_t (*shutdown_)() = nullptr;
+  const char* (*error_string_)(nvmlReturn_t) = nullptr;
+  nvmlReturn_t (*count_)(unsigned*) = nullptr;
+  nvmlReturn_t (*handle_by_index_)(unsigned, nvmlDevice_t*) = nullptr;
+  nvmlReturn_t (*utilization_)(nvmlDevice_t, nvmlUtilization_t*) = nullptr;
+  nvmlReturn_t (*memory_)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
+  nvmlReturn_t (*power_)(nvmlDevice_t, unsigned*) = nullptr;
+  nvmlReturn_t (*temperature_)(nvmlDevice_t, int, unsigned*) = nullptr;
+  nvmlReturn_t (*clock_)(nvmlDevice_t, int, unsigned*) = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<NvmlApi> load_nvml() { return std::make_unique<DlopenNvml>(); }
+
+GpuMonitor::GpuMonitor(prometheus::Registry& registry, std::unique_ptr<NvmlApi> nvml,
+                       std::chrono::milliseconds interval)
+    : nvml_(std::move(nvml)) {
+  const std::string error = nvml_ ? nvml_->init() : "no NVML implementation given";
+  if (!error.empty()) {
+    spdlog::info("metrics: GPU metrics disabled: {}", error);
+    return;
+  }
+  const unsigned count = nvml_->device_count();
+  if (count == 0) {
+    spdlog::info("metrics: GPU metrics disabled: NVML sees no GPU");
+    return;
+  }
+  const auto gauge = [&](const char* name, const char* help) -> prometheus::Family<prometheus::Gauge>& {
+    return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+  };
+  auto& util = gauge("srformer_gpu_utilization_ratio", "Fraction of the last sample period the GPU was busy.");
+  auto& used = gauge("srformer_gpu_memory_used_bytes", "GPU memory in use (all processes).");
+  auto& total = gauge("srformer_gpu_memory_total_bytes", "GPU memory installed.");
+  auto& power = gauge("srformer_gpu_power_watts", "GPU board power draw.");
+  auto& temp = gauge("srformer_gpu_temperature_celsius", "GPU core temperature.");
+  auto& clock = gauge("srformer_gpu_sm_clock_hertz", "GPU SM clock.");
+  for (unsigned i = 0; i < count; ++i) {
+    const prometheus::Labels l{{"gpu", std::to_string(i)}};
+    devices_.push_back({&util.Add(l), &used.Add(l), &total.Add(l), &power.Add(l), &temp.Add(l), &clock.Add(l)});
+  }
+  active_ = true;
+  spdlog::info("metrics: sampling {} GPU(s) via NVML every {} ms", count, interval.count());
+  sample();
+  if (interval.count() > 0) sampler_ = std::make_unique<PeriodicSampler>(interval, [this] { sample(); });
+}
+
+GpuMonitor::~GpuMonitor() { sampler_.reset(); }
+
+void GpuMonitor::sample() {
+  if (!active_) return;
+  const std::lock_guard<std::mutex> lock(mutex_);
+  for (unsigned i = 0; i < devices_.size(); ++i) {
+    const DeviceGauges& g = devices_[i];
+    if (const auto v = nvml_->utilization_ratio(i)) g.utilization->Set(*v);
+    if (const auto m = nvml_->memory(i)) {
+      g.memory_used->Set(m->used_bytes);
+      g.memory_total->Set(m->total_bytes);
+    }
+    if (const auto v = nvml_->power_watts(i)) g.power->Set(*v);
+    if (const auto v = nvml_->temperature_celsius(i)) g.temperature->Set(*v);
+    if (const auto v = nvml_->sm_clock_hertz(i)) g.sm_clock->Set(*v);
+  }
+}
+
+}  // namespace srformer::server

@@ -1,0 +1,341 @@
+#include "server/metrics/metrics.h"
+
+#include <prometheus/exposer.h>
+#include <prometheus/text_serializer.h>
+#include <spdlog/spdlog.h>
+
+#include <sstream>
+#include <stdexcept>
+
+#include "server/metrics/gpu_monitor.h"
+#include "server/metrics/process_monitor.h"
+#include "server/metrics/torch_memory_sampler.h"
+
+namespace srformer::server {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::Histogram;
+
+// Latencies from 1 ms (a cached short request) to a minute (a long document on CPU).
+const Histogram::BucketBoundaries& latency_buckets() {
+  static const Histogram::BucketBoundaries b{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                             0.5,   1,      2.5,   5,    10,    30,   60};
+  return b;
+}
+// Per-step / per-token times: sub-millisecond on GPU up to a second on a loaded CPU.
+const Histogram::BucketBoundaries& step_buckets() {
+  static const Histogram::BucketBoundaries b{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                             0.05,   0.1,   0.25,   0.5,   1,    2.5};
+  return b;
+}
+const Histogram::BucketBoundaries& token_buckets() {
+  static const Histogram::BucketBoundaries b{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+  return b;
+}
+const Histogram::BucketBoundaries& batch_buckets() {
+  static const Histogram::BucketBoundaries b{1, 2, 4, 8, 16, 32, 64, 128, 256};
+  return b;
+}
+
+}  // namespace
+
+const char* to_string(RejectReason reason) {
+  switch (reason) {
+    case RejectReason::kQueueFull: return "queue_full";
+    case RejectReason::kShuttingDown: return "shutting_down";
+    case RejectReason::kInvalid: return "invalid";
+  }
+  return "invalid";
+}
+
+const char* to_string(LeaveReason reason) {
+  switch (reason) {
+    case LeaveReason::kEos: return "eos";
+    case LeaveReason::kLength: return "length";
+    case LeaveReason::kCancelled: return "cancelled";
+    case LeaveReason::kError: return "error";
+  }
+  return "error";
+}
+
+const char* grpc_code_name(int code) {
+  // Order of grpc::StatusCode / google.rpc.Code (stable since gRPC 1.0).
+  static const char* const names[] = {"OK",
+                                      "CANCELLED",
+                                      "UNKNOWN",
+                                      "INVALID_ARGUMENT",
+                                      "DEADLINE_EXCEEDED",
+                                      "NOT_FOUND",
+                                      "ALREADY_EXISTS",
+                                      "PERMISSION_DENIED",
+                                      "RESOURCE_EXHAUSTED",
+                                      "FAILED_PRECONDITION",
+                                      "ABORTED",
+                                      "OUT_OF_RANGE",
+                                      "UNIMPLEMENTED",
+                                      "INTERNAL",
+                                      "UNAVAILABLE",
+                                      "DATA_LOSS",
+                                      "UNAUTHENTICATED"};
+  if (code < 0 || code >= static_cast<int>(std::size(names))) return "UNKNOWN";
+  return names[code];
+}
+
+// Every per-model family, registered once per Metrics.
+struct Metrics::Families {
+  explicit Families(prometheus::Registry& r)
+      : requests(BuildCounter()
+                     .Name("srformer_requests_total")
+                     .Help("Finished requests by RPC method and gRPC status code.")
+                     .Register(r)),
+        in_flight(BuildGauge()
+                      .Name("srformer_requests_in_flight")
+                      .Help("Requests accepted and not yet finished.")
+                      .Register(r)),
+        queue_depth(BuildGauge().Name("srformer_queue_depth").Help("Requests waiting in the queue.").Register(r)),
+        rejected(BuildCounter()
+                     .Name("srformer_requests_rejected_total")
+                     .Help("Requests refused before queueing (queue_full|shutting_down|invalid).")
+                     .Register(r)),
+        queue_wait(BuildHistogram()
+                       .Name("srformer_queue_wait_seconds")
+                       .Help("Time a request waited in the queue.")
+                       .Register(r)),
+        encode(BuildHistogram().Name("srformer_encode_seconds").Help("Encoder forward time.").Register(r)),
+        ttft(BuildHistogram()
+                 .Name("srformer_time_to_first_token_seconds")
+                 .Help("Time from acceptance to the first generated token.")
+                 .Register(r)),
+        inter_token(BuildHistogram()
+                        .Name("srformer_inter_token_seconds")
+                        .Help("Time between consecutive tokens of a request.")
+                        .Register(r)),
+        request_duration(BuildHistogram()
+                             .Name("srformer_request_duration_seconds")
+                             .Help("Time from acceptance to completion, by RPC method.")
+                             .Register(r)),
+        generated_tokens(BuildHistogram()
+                             .Name("srformer_generated_tokens")
+                             .Help("Tokens generated per finished request.")
+                             .Register(r)),
+        input_tokens(BuildHistogram()
+                         .Name("srformer_input_tokens")
+                         .Help("Input (document) tokens per finished request.")
+                         .Register(r)),
+        batch_size(BuildHistogram()
+                       .Name("srformer_batch_size")
+                       .Help("Rows in the running batch, per decode step.")
+                       .Register(r)),
+        decode_steps(BuildCounter().Name("srformer_decode_steps_total").Help("Batched decode steps.").Register(r)),
+        generated_tokens_total(BuildCounter()
+                                   .Name("srformer_generated_tokens_total")
+                                   .Help("Tokens generated over all requests.")
+                                   .Register(r)),
+        rows_joined(BuildCounter()
+                        .Name("srformer_rows_joined_total")
+                        .Help("Rows (requests) that joined the running batch.")
+                        .Register(r)),
+        rows_left(BuildCounter()
+                      .Name("srformer_rows_left_total")
+                      .Help("Rows that left the running batch (eos|length|cancelled|error).")
+                      .Register(r)),
+        state_bytes(BuildGauge()
+                        .Name("srformer_state_bytes")
+                        .Help("Bytes of per-request decoder state currently held.")
+                        .Register(r)),
+        decode_step(BuildHistogram()
+                        .Name("srformer_decode_step_seconds")
+                        .Help("Wall time of one batched decode step.")
+                        .Register(r)),
+        raf_fired(BuildGauge()
+                      .Name("srformer_raf_fired_ratio")
+                      .Help("Running fraction of RAF membrane elements that fired, per decoder layer.")
+                      .Register(r)),
+        raf_updates(BuildCounter()
+                        .Name("srformer_raf_updates_total")
+                        .Help("RAF state updates (row x layer x step).")
+                        .Register(r)),
+        segment_switches(BuildCounter()
+                             .Name("srformer_segment_switches_total")
+                             .Help("Times a row moved on to the next encoder segment.")
+                             .Register(r)),
+        kv_read(BuildCounter()
+                    .Name("srformer_cross_attention_kv_read_total")
+                    .Help("Cross-attention key/value elements actually read.")
+                    .Register(r)),
+        kv_full(BuildCounter()
+                    .Name("srformer_cross_attention_kv_full_equivalent_total")
+                    .Help("Key/value elements full cross-attention would have read for the same steps.")
+                    .Register(r)) {}
+
+  prometheus::Family<prometheus::Counter>& requests;
+  prometheus::Family<prometheus::Gauge>& in_flight;
+  prometheus::Family<prometheus::Gauge>& queue_depth;
+  prometheus::Family<prometheus::Counter>& rejected;
+  prometheus::Family<prometheus::Histogram>& queue_wait;
+  prometheus::Family<prometheus::Histogram>& encode;
+  prometheus::Family<prometheus::Histogram>& ttft;
+  prometheus::Family<prometheus::Histogram>& inter_token;
+  prometheus::Family<prometheus::Histogram>& request_duration;
+  prometheus::Family<prometheus::Histogram>& generated_tokens;
+  prometheus::Family<prometheus::Histogram>& input_tokens;
+  prometheus::Family<prometheus::Histogram>& batch_size;
+  prometheus::Family<prometheus::Counter>& decode_steps;
+  prometheus::Family<prometheus::Counter>& generated_tokens_total;
+  prometheus::Family<prometheus::Counter>& rows_joined;
+  prometheus::Family<prometheus::Counter>& rows_left;
+  prometheus::Family<prometheus::Gauge>& state_bytes;
+  prometheus::Family<prometheus::Histogram>& decode_step;
+  prometheus::Family<prometheus::Gauge>& raf_fired;
+  prometheus::Family<prometheus::Counter>& raf_updates;
+  prometheus::Family<prometheus::Counter>& segment_switches;
+  prometheus::Family<prometheus::Counter>& kv_read;
+  prometheus::Family<prometheus::Counter>& kv_full;
+};
+
+ModelMetrics::ModelMetrics(Metrics& metrics, const std::string& model)
+    : metrics_(metrics),
+      model_(model),
+      in_flight_(metrics.families_->in_flight.Add({{"model", model}})),
+      queue_depth_(metrics.families_->queue_depth.Add({{"model", model}})),
+      queue_wait_(metrics.families_->queue_wait.Add({{"model", model}}, latency_buckets())),
+      encode_(metrics.families_->encode.Add({{"model", model}}, latency_buckets())),
+      ttft_(metrics.families_->ttft.Add({{"model", model}}, latency_buckets())),
+      inter_token_(metrics.families_->inter_token.Add({{"model", model}}, step_buckets())),
+      generated_tokens_(metrics.families_->generated_tokens.Add({{"model", model}}, token_buckets())),
+      input_tokens_(metrics.families_->input_tokens.Add({{"model", model}}, token_buckets())),
+      batch_size_(metrics.families_->batch_size.Add({{"model", model}}, batch_buckets())),
+      decode_steps_total_(metrics.families_->decode_steps.Add({{"model", model}})),
+      generated_tokens_total_(metrics.families_->generated_tokens_total.Add({{"model", model}})),
+      rows_joined_total_(metrics.families_->rows_joined.Add({{"model", model}})),
+      state_bytes_(metrics.families_->state_bytes.Add({{"model", model}})),
+      decode_step_(metrics.families_->decode_step.Add({{"model", model}}, step_buckets())),
+      raf_updates_total_(metrics.families_->raf_updates.Add({{"model", model}})),
+      segment_switches_total_(metrics.families_->segment_switches.Add({{"model", model}})),
+      kv_read_total_(metrics.families_->kv_read.Add({{"model", model}})),
+      kv_full_total_(metrics.families_->kv_full.Add({{"model", model}})) {
+  // Pre-create the bounded reason series so rate() queries see zeros instead of absent series.
+  for (const auto reason : {RejectReason::kQueueFull, RejectReason::kShuttingDown, RejectReason::kInvalid}) {
+    metrics.families_->rejected.Add({{"model", model}, {"reason", to_string(reason)}});
+  }
+  for (const auto reason : {LeaveReason::kEos, LeaveReason::kLength, LeaveReason::kCancelled, LeaveReason::kError}) {
+    metrics.families_->rows_left.Add({{"model", model}, {"reason", to_string(reason)}});
+  }
+}
+
+void ModelMetrics::on_request_start() { in_flight_.Increment(); }
+
+void ModelMetrics::on_request_end(const std::string& method, const std::string& code, double seconds) {
+  auto& f = *metrics_.families_;
+  f.requests.Add({{"model", model_}, {"method", method}, {"code", code}}).Increment();
+  f.request_duration.Add({{"model", model_}, {"method", method}}, latency_buckets()).Observe(seconds);
+  in_flight_.Decrement();
+}
+
+void ModelMetrics::on_rejected(RejectReason reason) {
+  metrics_.families_->rejected.Add({{"model", model_}, {"reason", to_string(reason)}}).Increment();
+}
+
+void ModelMetrics::set_queue_depth(double depth) { queue_depth_.Set(depth); }
+void ModelMetrics::observe_queue_wait(double seconds) { queue_wait_.Observe(seconds); }
+void ModelMetrics::observe_encode(double seconds) { encode_.Observe(seconds); }
+void ModelMetrics::observe_time_to_first_token(double seconds) { ttft_.Observe(seconds); }
+void ModelMetrics::observe_inter_token(double seconds) { inter_token_.Observe(seconds); }
+
+void ModelMetrics::observe_request_tokens(std::uint64_t input_tokens, std::uint64_t generated_tokens) {
+  input_tokens_.Observe(static_cast<double>(input_tokens));
+  generated_tokens_.Observe(static_cast<double>(generated_tokens));
+}
+
+void ModelMetrics::on_step(std::uint64_t batch_size, double seconds, std::uint64_t tokens) {
+  batch_size_.Observe(static_cast<double>(batch_size));
+  decode_step_.Observe(seconds);
+  decode_steps_total_.Increment();
+  generated_tokens_total_.Increment(static_cast<double>(tokens));
+}
+
+void ModelMetrics::on_rows_joined(std::uint64_t n) { rows_joined_total_.Increment(static_cast<double>(n)); }
+
+void ModelMetrics::on_rows_left(LeaveReason reason, std::uint64_t n) {
+  metrics_.families_->rows_left.Add({{"model", model_}, {"reason", to_string(reason)}})
+      .Increment(static_cast<double>(n));
+}
+
+void ModelMetrics::set_state_bytes(double bytes) { state_bytes_.Set(bytes); }
+
+void ModelMetrics::set_raf_fired_ratio(int layer, double ratio) {
+  metrics_.families_->raf_fired.Add({{"model", model_}, {"layer", std::to_string(layer)}}).Set(ratio);
+}
+
+void ModelMetrics::on_raf_updates(std::uint64_t n) { raf_updates_total_.Increment(static_cast<double>(n)); }
+void ModelMetrics::on_segment_switches(std::uint64_t n) {
+  segment_switches_total_.Increment(static_cast<double>(n));
+}
+
+void ModelMetrics::on_cross_attention_kv(std::uint64_t read, std::uint64_t full_equivalent) {
+  kv_read_total_.Increment(static_cast<double>(read));
+  kv_full_total_.Increment(static_cast<double>(full_equivalent));
+}
+
+Metrics::Metrics(const std::string& listen_address, std::chrono::milliseconds sample_interval)
+    : sample_interval_(sample_interval),
+      registry_(std::make_shared<prometheus::Registry>()),
+      families_(std::make_unique<Families>(*registry_)),
+      process_monitor_(std::make_unique<ProcessMonitor>(*registry_, sample_interval)) {
+  if (listen_address.empty()) return;
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(listen_address, /*num_threads=*/2);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot serve metrics on '" + listen_address + "' (" + e.what() +
+                             "); pass a free HOST:PORT with --metrics-listen");
+  }
+  exposer_->RegisterCollectable(registry_);
+  spdlog::info("metrics: serving Prometheus /metrics on {}", listen_address);
+}
+
+Metrics::~Metrics() {
+  exposer_.reset();  // stop scrapes before the samplers and families go away
+}
+
+ModelMetrics& Metrics::model(const std::string& name) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  auto it = models_.find(name);
+  if (it == models_.end()) it = models_.emplace(name, std::make_unique<ModelMetrics>(*this, name)).first;
+  return *it->second;
+}
+
+bool Metrics::start_gpu_monitor(std::unique_ptr<NvmlApi> nvml) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  if (gpu_monitor_) return gpu_monitor_->active();
+  if (!nvml) nvml = load_nvml();
+  gpu_monitor_ = std::make_unique<GpuMonitor>(*registry_, std::move(nvml), sample_interval_);
+  return gpu_monitor_->active();
+}
+
+void Metrics::set_torch_cuda_memory_source(TorchCudaMemorySource source) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  torch_sampler_.reset();  // one source at a time; families stay registered
+  torch_sampler_ = std::make_unique<TorchMemorySampler>(*registry_, std::move(source), sample_interval_);
+}
+
+void Metrics::sample_now() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  process_monitor_->sample();
+  if (gpu_monitor_) gpu_monitor_->sample();
+  if (torch_sampler_) torch_sampler_->sample();
+}
+
+std::string Metrics::scrape_text() const {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  return out.str();
+}
+
+std::vector<int> Metrics::listening_ports() const {
+  return exposer_ ? exposer_->GetListeningPorts() : std::vector<int>{};
+}
+
+}  // namespace srformer::server
