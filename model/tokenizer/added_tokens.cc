@@ -1,0 +1,75 @@
+#include "model/tokenizer/added_tokens.h"
+
+#include <algorithm>
+
+#include "model/tokenizer/utf8.h"
+
+namespace srformer {
+
+namespace {
+
+// Length of the whitespace run that ends at `end` (not reaching before `begin`).
+size_t whitespace_before(std::string_view s, size_t begin, size_t end) {
+  size_t pos = end;
+  while (pos > begin) {
+    size_t start = pos - 1;
+    while (start > begin && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+    const size_t len = pos - start;
+    if (utf8::sequence_length(s, start) != len || !utf8::is_whitespace(utf8::decode_at(s, start, len))) break;
+    pos = start;
+  }
+  return end - pos;
+}
+
+size_t whitespace_after(std::string_view s, size_t begin) {
+  size_t pos = begin;
+  while (pos < s.size()) {
+    const size_t len = utf8::sequence_length(s, pos);
+    if (len == 0 || !utf8::is_whitespace(utf8::decode_at(s, pos, len))) break;
+    pos += len;
+  }
+  return pos - begin;
+}
+
+}  // namespace
+
+AddedTokenSplitter::AddedTokenSplitter(std::vector<AddedToken> tokens) : tokens_(std::move(tokens)) {
+  tokens_.erase(std::remove_if(tokens_.begin(), tokens_.end(), [](const AddedToken& t) { return t.content.empty(); }),
+                tokens_.end());
+  std::stable_sort(tokens_.begin(), tokens_.end(),
+                   [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    by_first_[static_cast<unsigned char>(tokens_[i].content[0])].push_back(i);
+  }
+}
+
+std::vector<AddedTokenSplitter::Segment> AddedTokenSplitter::split(std::string_view text) const {
+  std::vector<Segment> out;
+  size_t plain_begin = 0;  // start of the pending plain segment
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const auto& candidates = by_first_[static_cast<unsigned char>(text[pos])];
+    const AddedToken* match = nullptr;
+    for (const size_t i : candidates) {
+      if (text.compare(pos, tokens_[i].content.size(), tokens_[i].content) == 0) {
+        match = &tokens_[i];
+        break;  // longest first
+      }
+    }
+    if (match == nullptr) {
+      ++pos;
+      continue;
+    }
+    size_t plain_end = pos;
+    if (match->lstrip) plain_end -= whitespace_before(text, plain_begin, pos);
+    if (plain_end > plain_begin) out.push_back({text.substr(plain_begin, plain_end - plain_begin), std::nullopt});
+    out.push_back({{}, match->id});
+    pos += match->content.size();
+    if (match->rstrip) pos += whitespace_after(text, pos);
+    plain_begin = pos;
+  }
+  if (plain_begin < text.size()) out.push_back({text.substr(plain_begin), std::nullopt});
+  return out;
+}
+
+}  // namespace srformer

@@ -1,0 +1,43 @@
+#pragma once
+// Literal matching of added/special tokens ("</s>", "<mask>", "<extra_id_7>") in input text, the way
+// Hugging Face tokenizers split them out before the model sees the text: leftmost match, longest
+// token first, optional stripping of the whitespace around a token.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace srformer {
+
+struct AddedToken {
+  std::string content;
+  int64_t id = 0;
+  bool special = true;
+  bool lstrip = false;  // swallow whitespace just before the token
+  bool rstrip = false;  // swallow whitespace just after the token
+};
+
+class AddedTokenSplitter {
+ public:
+  struct Segment {
+    std::string_view text;      // plain text to tokenize (when !id)
+    std::optional<int64_t> id;  // a matched added token
+  };
+
+  AddedTokenSplitter() = default;
+  explicit AddedTokenSplitter(std::vector<AddedToken> tokens);
+
+  // Splits text (valid UTF-8) into plain segments and matched tokens, in order. Empty plain
+  // segments are dropped.
+  std::vector<Segment> split(std::string_view text) const;
+
+  const std::vector<AddedToken>& tokens() const { return tokens_; }
+
+ private:
+  std::vector<AddedToken> tokens_;                 // sorted by descending length
+  std::array<std::vector<size_t>, 256> by_first_;  // indices into tokens_, per first byte
+};
+
+}  // namespace srformer

@@ -1,0 +1,285 @@
+#include "model/tokenizer/byte_level_bpe.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <array>
+#include <climits>
+#include <mutex>
+#include <stdexcept>
+
+#include "model/tokenizer/utf8.h"
+
+namespace srformer {
+
+namespace {
+
+// GPT-2's pre-tokenization: contractions, letter runs, digit runs, other-symbol runs (each with one
+// optional leading space), then whitespace (a run before a non-space keeps its last space for the word).
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+constexpr size_t kCacheLimit = 1 << 16;
+
+struct CodeDeleter {
+  void operator()(pcre2_code* c) const { pcre2_code_free(c); }
+};
+struct MatchDataDeleter {
+  void operator()(pcre2_match_data* m) const { pcre2_match_data_free(m); }
+};
+
+// GPT-2's reversible byte -> code point map: printable Latin-1 bytes map to themselves, the rest to
+// U+0100 onwards, so every byte string becomes printable text without spaces or control characters.
+std::array<char32_t, 256> byte_to_code_point() {
+  std::array<char32_t, 256> map{};
+  std::array<bool, 256> direct{};
+  for (int b = 0; b < 256; ++b) direct[b] = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+  char32_t next = 256;
+  for (int b = 0; b < 256; ++b) map[b] = direct[b] ? static_cast<char32_t>(b) : next++;
+  return map;
+}
+
+uint64_t pair_key(int64_t a, int64_t b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); }
+
+}  // namespace
+
+struct ByteLevelBpeTokenizer::Impl {
+  std::unordered_map<std::string, int64_t> vocab;
+  std::vector<std::string> id_to_token;
+  std::vector<bool> literal;  // added tokens: decoded as their content, not through the byte map
+  std::vector<bool> special;
+  std::array<std::string, 256> byte_symbol;  // byte -> its code point, UTF-8 encoded
+  std::array<int64_t, 256> byte_id{};
+  std::array<int16_t, 324> code_point_byte{};                        // inverse map, -1 when not a byte symbol
+  std::unordered_map<uint64_t, std::pair<int32_t, int64_t>> merges;  // (left, right) -> (rank, merged id)
+  std::unique_ptr<pcre2_code, CodeDeleter> regex;
+  AddedTokenSplitter splitter;
+  std::optional<int64_t> bos, eos, pad, unk;
+  bool add_prefix_space = false;
+  bool add_bos_eos = true;
+
+  mutable std::mutex cache_mutex;
+  mutable std::unordered_map<std::string, std::vector<int64_t>> cache;
+
+  std::vector<int64_t> bpe(std::string_view word) const;
+  void encode_plain(std::string_view text, pcre2_match_data* md, TokenIds& out) const;
+  std::optional<int64_t> find(const std::string& token) const {
+    const auto it = vocab.find(token);
+    return it == vocab.end() ? std::nullopt : std::optional<int64_t>(it->second);
+  }
+};
+
+std::vector<int64_t> ByteLevelBpeTokenizer::Impl::bpe(std::string_view word) const {
+  std::vector<int64_t> syms;
+  syms.reserve(word.size());
+  for (const char c : word) syms.push_back(byte_id[static_cast<unsigned char>(c)]);
+  std::vector<int64_t> next;
+  while (syms.size() > 1) {
+    int32_t best_rank = INT32_MAX;
+    uint64_t best_key = 0;
+    int64_t merged = 0;
+    for (size_t i = 0; i + 1 < syms.size(); ++i) {
+      const auto it = merges.find(pair_key(syms[i], syms[i + 1]));
+      if (it != merges.end() && it->second.first < best_rank) {
+        best_rank = it->second.first;
+        best_key = it->first;
+        merged = it->second.second;
+      }
+    }
+    if (best_rank == INT32_MAX) break;
+    // Merge every occurrence of the best pair, left to right.
+    next.clear();
+    for (size_t i = 0; i < syms.size();) {
+      if (i + 1 < syms.size() && pair_key(syms[i], syms[i + 1]) == best_key) {
+        next.push_back(merged);
+        i += 2;
+      } else {
+        next.push_back(syms[i++]);
+      }
+    }
+    syms.swap(next);
+  }
+  return syms;
+}
+
+void ByteLevelBpeTokenizer::Impl::encode_plain(std::string_view text, pcre2_match_data* md, TokenIds& out) const {
+  std::string prefixed;
+  if (add_prefix_space && !text.empty() && text.front() != ' ') {
+    prefixed = " " + std::string(text);
+    text = prefixed;
+  }
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  size_t offset = 0;
+  while (offset < text.size()) {
+    // Valid UTF-8 was checked once by the caller; re-checking per match would make this quadratic.
+    const int rc = pcre2_match(regex.get(), subject, text.size(), offset, PCRE2_NO_UTF_CHECK, md, nullptr);
+    if (rc < 0) {
+      if (rc == PCRE2_ERROR_NOMATCH) break;
+      std::array<PCRE2_UCHAR, 256> msg{};
+      pcre2_get_error_message(rc, msg.data(), msg.size());
+      throw std::runtime_error(std::string("byte-level BPE pre-tokenizer failed: ") +
+                               reinterpret_cast<const char*>(msg.data()));
+    }
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    const size_t begin = ov[0], end = ov[1];
+    if (end <= begin) {  // cannot happen with this pattern; guard against an endless loop
+      ++offset;
+      continue;
+    }
+    const std::string word(text.substr(begin, end - begin));
+    offset = end;
+    {
+      std::lock_guard<std::mutex> lock(cache_mutex);
+      if (const auto it = cache.find(word); it != cache.end()) {
+        out.insert(out.end(), it->second.begin(), it->second.end());
+        continue;
+      }
+    }
+    auto ids = bpe(word);
+    out.insert(out.end(), ids.begin(), ids.end());
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    if (cache.size() >= kCacheLimit) cache.clear();
+    cache.emplace(word, std::move(ids));
+  }
+}
+
+ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(ByteLevelBpeConfig config) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.vocab = std::move(config.vocab);
+  m.add_prefix_space = config.add_prefix_space;
+  for (const auto& t : config.added_tokens) m.vocab.emplace(t.content, t.id);
+  int64_t size = 0;
+  for (const auto& [token, id] : m.vocab) {
+    if (id < 0 || id > INT32_MAX) {
+      throw std::invalid_argument("token '" + token + "' has id " + std::to_string(id) + ", outside [0, 2^31)");
+    }
+    size = std::max(size, id + 1);
+  }
+  m.id_to_token.resize(static_cast<size_t>(size));
+  m.literal.assign(static_cast<size_t>(size), false);
+  m.special.assign(static_cast<size_t>(size), false);
+  for (const auto& [token, id] : m.vocab) m.id_to_token[static_cast<size_t>(id)] = token;
+  for (const auto& t : config.added_tokens) {
+    m.literal[static_cast<size_t>(t.id)] = true;
+    m.special[static_cast<size_t>(t.id)] = t.special;
+  }
+
+  const auto cps = byte_to_code_point();
+  m.code_point_byte.fill(-1);
+  for (int b = 0; b < 256; ++b) {
+    utf8::append(m.byte_symbol[b], cps[b]);
+    m.code_point_byte[cps[b]] = static_cast<int16_t>(b);
+    const auto id = m.find(m.byte_symbol[b]);
+    if (!id) {
+      throw std::invalid_argument("the vocabulary lacks the byte-level symbol for byte " + std::to_string(b) + " ('" +
+                                  m.byte_symbol[b] + "'): it is not a GPT-2 style byte-level BPE vocabulary");
+    }
+    m.byte_id[b] = *id;
+  }
+
+  m.merges.reserve(config.merges.size());
+  for (size_t rank = 0; rank < config.merges.size(); ++rank) {
+    const auto& [left, right] = config.merges[rank];
+    const auto a = m.find(left), b = m.find(right), merged = m.find(left + right);
+    if (!a || !b || !merged) {
+      throw std::invalid_argument("merge " + std::to_string(rank + 1) + " ('" + left + " " + right +
+                                  "') uses a token missing from the vocabulary");
+    }
+    m.merges.emplace(pair_key(*a, *b), std::make_pair(static_cast<int32_t>(rank), *merged));
+  }
+
+  int err = 0;
+  PCRE2_SIZE err_offset = 0;
+  m.regex.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+                              &err, &err_offset, nullptr));
+  if (!m.regex)
+    throw std::runtime_error("cannot compile the GPT-2 pre-tokenization regex (PCRE2 error " + std::to_string(err) +
+                             ")");
+  pcre2_jit_compile(m.regex.get(), PCRE2_JIT_COMPLETE);  // best effort: falls back to the interpreter
+
+  m.bos = m.find(config.bos_token);
+  m.eos = m.find(config.eos_token);
+  m.pad = m.find(config.pad_token);
+  m.unk = m.find(config.unk_token);
+  m.add_bos_eos = config.add_bos_eos && m.bos && m.eos;
+  m.splitter = AddedTokenSplitter(std::move(config.added_tokens));
+}
+
+ByteLevelBpeTokenizer::~ByteLevelBpeTokenizer() = default;
+
+TokenIds ByteLevelBpeTokenizer::encode(std::string_view text) const {
+  const Impl& m = *impl_;
+  std::string repaired;
+  if (!utf8::is_valid(text)) {
+    repaired = utf8::to_valid(text);
+    text = repaired;
+  }
+  const std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(
+      pcre2_match_data_create_from_pattern(m.regex.get(), nullptr));
+  if (!md) throw std::bad_alloc();
+  TokenIds ids;
+  ids.reserve(text.size() / 3 + 2);
+  if (m.add_bos_eos) ids.push_back(*m.bos);
+  for (const auto& seg : m.splitter.split(text)) {
+    if (seg.id) {
+      ids.push_back(*seg.id);
+    } else {
+      m.encode_plain(seg.text, md.get(), ids);
+    }
+  }
+  if (m.add_bos_eos) ids.push_back(*m.eos);
+  return ids;
+}
+
+std::string ByteLevelBpeTokenizer::decode(const TokenIds& ids, bool skip_special) const {
+  const Impl& m = *impl_;
+  std::string bytes;
+  for (const int64_t id : ids) {
+    check_id(id);
+    const auto i = static_cast<size_t>(id);
+    const std::string& token = m.id_to_token[i];
+    if (m.special[i] && skip_special) continue;
+    if (m.literal[i]) {
+      bytes += token;
+      continue;
+    }
+    for (size_t pos = 0; pos < token.size();) {
+      const size_t len = utf8::sequence_length(token, pos);
+      const char32_t cp = len == 0 ? 0xFFFD : utf8::decode_at(token, pos, len);
+      if (cp < m.code_point_byte.size() && m.code_point_byte[cp] >= 0) {
+        bytes.push_back(static_cast<char>(m.code_point_byte[cp]));
+      } else {
+        bytes.append(token, pos, std::max<size_t>(len, 1));  // not a byte symbol: keep as is
+      }
+      pos += std::max<size_t>(len, 1);
+    }
+  }
+  return utf8::is_valid(bytes) ? bytes : utf8::to_valid(bytes);
+}
+
+int64_t ByteLevelBpeTokenizer::vocab_size() const { return static_cast<int64_t>(impl_->id_to_token.size()); }
+
+std::optional<int64_t> ByteLevelBpeTokenizer::token_to_id(std::string_view token) const {
+  return impl_->find(std::string(token));
+}
+
+void ByteLevelBpeTokenizer::check_id(int64_t id) const {
+  if (id < 0 || id >= vocab_size()) {
+    throw std::invalid_argument("token id " + std::to_string(id) + " is outside the tokenizer vocabulary [0, " +
+                                std::to_string(vocab_size()) + ")");
+  }
+}
+
+std::string ByteLevelBpeTokenizer::id_to_token(int64_t id) const {
+  check_id(id);
+  return impl_->id_to_token[static_cast<size_t>(id)];
+}
+
+bool ByteLevelBpeTokenizer::is_special(int64_t id) const {
+  return id >= 0 && id < vocab_size() && impl_->special[static_cast<size_t>(id)];
+}
+
+std::optional<int64_t> ByteLevelBpeTokenizer::bos_id() const { return impl_->bos; }
+std::optional<int64_t> ByteLevelBpeTokenizer::eos_id() const { return impl_->eos; }
+std::optional<int64_t> ByteLevelBpeTokenizer::pad_id() const { return impl_->pad; }
+
+}  // namespace srformer

@@ -1,0 +1,54 @@
+#pragma once
+// Byte-level BPE (GPT-2 / RoBERTa / BART): bytes mapped to printable code points, GPT-2's
+// pre-tokenization regex, merges applied by rank. Encode wraps the ids in <s> ... </s> (BART).
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "model/tokenizer/added_tokens.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace srformer {
+
+struct ByteLevelBpeConfig {
+  std::unordered_map<std::string, int64_t> vocab;           // byte-level token string -> id
+  std::vector<std::pair<std::string, std::string>> merges;  // in rank order
+  // Tokens matched literally in text (specials and other added tokens); their ids may extend the vocab.
+  std::vector<AddedToken> added_tokens;
+  std::string bos_token = "<s>", eos_token = "</s>", pad_token = "<pad>", unk_token = "<unk>";
+  bool add_prefix_space = false;
+  bool add_bos_eos = true;
+};
+
+class ByteLevelBpeTokenizer final : public Tokenizer {
+ public:
+  // Loads vocab.json + merges.txt from model_dir, plus (when present) added_tokens.json,
+  // special_tokens_map.json, tokenizer_config.json and tokenizer.json for added/special tokens.
+  static std::unique_ptr<ByteLevelBpeTokenizer> load(const std::filesystem::path& model_dir);
+
+  explicit ByteLevelBpeTokenizer(ByteLevelBpeConfig config);
+  ~ByteLevelBpeTokenizer() override;
+
+  TokenIds encode(std::string_view text) const override;
+  std::string decode(const TokenIds& ids, bool skip_special = true) const override;
+
+  int64_t vocab_size() const override;
+  std::optional<int64_t> token_to_id(std::string_view token) const override;
+  std::string id_to_token(int64_t id) const override;
+  bool is_special(int64_t id) const override;
+
+  std::optional<int64_t> bos_id() const override;
+  std::optional<int64_t> eos_id() const override;
+  std::optional<int64_t> pad_id() const override;
+
+ private:
+  void check_id(int64_t id) const;
+
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace srformer

@@ -1,0 +1,29 @@
+#include <filesystem>
+
+#include "model/tokenizer/byte_level_bpe.h"
+#include "model/tokenizer/sentencepiece_tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
+#include "model/tokenizer/tokenizer_error.h"
+
+namespace srformer {
+
+namespace fs = std::filesystem;
+
+std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& model_dir) {
+  if (!fs::is_directory(model_dir)) {
+    throw TokenizerLoadError("tokenizer directory " + model_dir.string() + " does not exist or is not a directory");
+  }
+  if (fs::exists(model_dir / "spiece.model")) return SentencePieceTokenizer::load(model_dir);
+  const bool has_vocab = fs::exists(model_dir / "vocab.json"), has_merges = fs::exists(model_dir / "merges.txt");
+  if (has_vocab && has_merges) return ByteLevelBpeTokenizer::load(model_dir);
+  if (has_vocab != has_merges) {
+    throw TokenizerLoadError("incomplete byte-level BPE tokenizer in " + model_dir.string() + ": found " +
+                             (has_vocab ? "vocab.json but not merges.txt" : "merges.txt but not vocab.json") +
+                             "; copy both files from the model's repository");
+  }
+  throw TokenizerLoadError("no tokenizer in " + model_dir.string() +
+                           ": looked for spiece.model (SentencePiece, T5) and vocab.json + merges.txt "
+                           "(byte-level BPE, BART); copy the tokenizer files from the model's repository");
+}
+
+}  // namespace srformer

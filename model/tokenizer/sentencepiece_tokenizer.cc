@@ -1,0 +1,177 @@
+#include "model/tokenizer/sentencepiece_tokenizer.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <stdexcept>
+
+#include "model/tokenizer/tokenizer_error.h"
+
+namespace srformer {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's whitespace symbol
+
+std::optional<nlohmann::json> read_json_if_present(const fs::path& file) {
+  if (!fs::exists(file)) return std::nullopt;
+  std::ifstream in(file);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw TokenizerLoadError(file.string() + " is not valid JSON (" + e.what() + "); restore it from the model");
+  }
+}
+
+// Highest N + 1 over the <extra_id_N> strings found anywhere in j (keys or values), 0 when none.
+int64_t count_extra_ids(const nlohmann::json& j) {
+  static const std::regex kExtra(R"(<extra_id_(\d+)>)");
+  int64_t best = 0;
+  const auto consider = [&](const std::string& s) {
+    std::smatch m;
+    if (std::regex_match(s, m, kExtra)) best = std::max<int64_t>(best, std::stoll(m[1].str()) + 1);
+  };
+  if (j.is_string()) {
+    consider(j.get<std::string>());
+  } else if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      consider(key);
+      best = std::max(best, count_extra_ids(value));
+    }
+  } else if (j.is_array()) {
+    for (const auto& value : j) best = std::max(best, count_extra_ids(value));
+  }
+  return best;
+}
+
+std::optional<int64_t> valid_id(int32_t id) { return id >= 0 ? std::optional<int64_t>(id) : std::nullopt; }
+
+}  // namespace
+
+std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::path& model_dir) {
+  const auto model_file = model_dir / "spiece.model";
+  if (!fs::exists(model_file)) {
+    throw TokenizerLoadError("no SentencePiece model: " + model_file.string() + " does not exist");
+  }
+  std::optional<int64_t> extra_ids;
+  int64_t listed = 0;
+  if (const auto config = read_json_if_present(model_dir / "tokenizer_config.json")) {
+    if (config->contains("extra_ids") && (*config)["extra_ids"].is_number_integer()) {
+      extra_ids = (*config)["extra_ids"].get<int64_t>();
+    }
+    listed = std::max(listed, count_extra_ids(*config));
+  }
+  for (const char* name : {"special_tokens_map.json", "added_tokens.json"}) {
+    if (const auto j = read_json_if_present(model_dir / name)) listed = std::max(listed, count_extra_ids(*j));
+  }
+  int64_t n = kDefaultExtraIds;
+  if (extra_ids && *extra_ids > 0) {
+    n = std::max(*extra_ids, listed);
+  } else if (listed > 0) {
+    n = listed;
+  } else if (extra_ids) {
+    n = 0;
+  }
+  try {
+    return std::make_unique<SentencePieceTokenizer>(SentencePieceProcessor::load(model_file), n);
+  } catch (const TokenizerLoadError&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    throw TokenizerLoadError("cannot load SentencePiece model " + model_file.string() + ": " + e.what());
+  }
+}
+
+SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids)
+    : sp_(std::move(sp)), sp_size_(sp_.vocab_size()), extra_ids_(extra_ids) {
+  if (extra_ids_ < 0) throw std::invalid_argument("extra_ids must be >= 0, got " + std::to_string(extra_ids_));
+  bos_ = valid_id(sp_.bos_id());
+  eos_ = valid_id(sp_.eos_id());
+  pad_ = valid_id(sp_.pad_id());
+  std::vector<AddedToken> specials;
+  for (int32_t id = 0; id < sp_size_; ++id) {
+    if (sp_.is_control(id) || sp_.is_unknown(id)) specials.push_back({sp_.id_to_piece(id), id});
+  }
+  for (int64_t id = sp_size_; id < vocab_size(); ++id) specials.push_back({id_to_token(id), id});
+  splitter_ = AddedTokenSplitter(std::move(specials));
+}
+
+TokenIds SentencePieceTokenizer::encode(std::string_view text) const {
+  TokenIds ids;
+  for (const auto& seg : splitter_.split(text)) {
+    if (seg.id) {
+      ids.push_back(*seg.id);
+      continue;
+    }
+    for (const int32_t id : sp_.encode(seg.text)) ids.push_back(id);
+  }
+  if (eos_) ids.push_back(*eos_);
+  return ids;
+}
+
+void SentencePieceTokenizer::check_id(int64_t id) const {
+  if (id < 0 || id >= vocab_size()) {
+    throw std::invalid_argument("token id " + std::to_string(id) + " is outside the tokenizer vocabulary [0, " +
+                                std::to_string(vocab_size()) + ")");
+  }
+}
+
+std::string SentencePieceTokenizer::decode_run(const std::vector<int32_t>& run, bool at_start) const {
+  std::string text = sp_.decode(run);
+  if (at_start) return text;
+  // SentencePiece drops one leading U+2581 of each piece until it has produced some text.
+  std::string spaces;
+  for (const int32_t id : run) {
+    if (sp_.is_control(id)) continue;
+    if (sp_.is_byte(id) || sp_.is_unknown(id)) break;
+    const std::string piece = sp_.id_to_piece(id);
+    if (piece.compare(0, kSpace.size(), kSpace) != 0) break;
+    spaces.push_back(' ');
+    if (piece.size() > kSpace.size()) break;
+  }
+  return spaces + text;
+}
+
+std::string SentencePieceTokenizer::decode(const TokenIds& ids, bool skip_special) const {
+  std::string out;
+  std::vector<int32_t> run;
+  for (const int64_t id : ids) {
+    check_id(id);
+    if (is_special(id)) {
+      if (skip_special) continue;
+      if (!run.empty()) out += decode_run(run, out.empty());
+      run.clear();
+      out += id_to_token(id);
+      continue;
+    }
+    run.push_back(static_cast<int32_t>(id));
+  }
+  if (!run.empty()) out += decode_run(run, out.empty());
+  return out;
+}
+
+std::optional<int64_t> SentencePieceTokenizer::token_to_id(std::string_view token) const {
+  static const std::regex kExtra(R"(<extra_id_(\d{1,9})>)");
+  std::match_results<std::string_view::const_iterator> m;
+  if (std::regex_match(token.begin(), token.end(), m, kExtra)) {
+    const int64_t n = std::stoll(m[1].str());
+    if (n < extra_ids_) return vocab_size() - 1 - n;
+  }
+  const int32_t id = sp_.piece_to_id(token);
+  if (id == sp_.unk_id() && sp_.id_to_piece(id) != token) return std::nullopt;
+  return id;
+}
+
+std::string SentencePieceTokenizer::id_to_token(int64_t id) const {
+  check_id(id);
+  if (is_extra(id)) return "<extra_id_" + std::to_string(vocab_size() - 1 - id) + ">";
+  return sp_.id_to_piece(static_cast<int32_t>(id));
+}
+
+bool SentencePieceTokenizer::is_special(int64_t id) const {
+  if (id < 0 || id >= vocab_size()) return false;
+  return is_extra(id) || sp_.is_control(static_cast<int32_t>(id));
+}
+
+}  // namespace srformer

