@@ -141,10 +141,7 @@ GpuMonitor::GpuMonitor(prometheus::Registry& registry, std::unique_ptr<NvmlApi> 
   auto& power = gauge("srformer_gpu_power_watts", "GPU board power draw.");
   auto& temp = gauge("srformer_gpu_temperature_celsius", "GPU core temperature.");
   auto& clock = gauge("srformer_gpu_sm_clock_hertz", "GPU SM clock.");
-  for (unsigned i = 0; i < count; ++i) {
-    const prometheus::Labels l{{"gpu", std::to_string(i)}};
-    devices_.push_back({&util.Add(l), &used.Add(l), &total.Add(l), &power.Add(l), &temp.Add(l), &clock.Add(l)});
-  }
+  devices_.assign(count, DeviceGauges{{&util}, {&used}, {&total}, {&power}, {&temp}, {&clock}});
   active_ = true;
   spdlog::info("metrics: sampling {} GPU(s) via NVML every {} ms", count, interval.count());
   sample();
@@ -153,19 +150,24 @@ GpuMonitor::GpuMonitor(prometheus::Registry& registry, std::unique_ptr<NvmlApi> 
 
 GpuMonitor::~GpuMonitor() { sampler_.reset(); }
 
+void GpuMonitor::LazyGauge::set(unsigned device, double value) {
+  if (!gauge) gauge = &family->Add({{"gpu", std::to_string(device)}});
+  gauge->Set(value);
+}
+
 void GpuMonitor::sample() {
   if (!active_) return;
   const std::lock_guard<std::mutex> lock(mutex_);
   for (unsigned i = 0; i < devices_.size(); ++i) {
-    const DeviceGauges& g = devices_[i];
-    if (const auto v = nvml_->utilization_ratio(i)) g.utilization->Set(*v);
+    DeviceGauges& g = devices_[i];
+    if (const auto v = nvml_->utilization_ratio(i)) g.utilization.set(i, *v);
     if (const auto m = nvml_->memory(i)) {
-      g.memory_used->Set(m->used_bytes);
-      g.memory_total->Set(m->total_bytes);
+      g.memory_used.set(i, m->used_bytes);
+      g.memory_total.set(i, m->total_bytes);
     }
-    if (const auto v = nvml_->power_watts(i)) g.power->Set(*v);
-    if (const auto v = nvml_->temperature_celsius(i)) g.temperature->Set(*v);
-    if (const auto v = nvml_->sm_clock_hertz(i)) g.sm_clock->Set(*v);
+    if (const auto v = nvml_->power_watts(i)) g.power.set(i, *v);
+    if (const auto v = nvml_->temperature_celsius(i)) g.temperature.set(i, *v);
+    if (const auto v = nvml_->sm_clock_hertz(i)) g.sm_clock.set(i, *v);
   }
 }
 

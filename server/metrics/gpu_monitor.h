@@ -52,13 +52,15 @@ class GpuMonitor {
   void sample();
 
  private:
+  using GaugeFamily = prometheus::Family<prometheus::Gauge>;
+  // A device's gauge, added on its first successful reading so unsupported readings export no series.
+  struct LazyGauge {
+    GaugeFamily* family = nullptr;
+    prometheus::Gauge* gauge = nullptr;
+    void set(unsigned device, double value);
+  };
   struct DeviceGauges {
-    prometheus::Gauge* utilization;
-    prometheus::Gauge* memory_used;
-    prometheus::Gauge* memory_total;
-    prometheus::Gauge* power;
-    prometheus::Gauge* temperature;
-    prometheus::Gauge* sm_clock;
+    LazyGauge utilization, memory_used, memory_total, power, temperature, sm_clock;
   };
 
   std::mutex mutex_;  // sample() runs from the sampler thread and from Metrics::sample_now()

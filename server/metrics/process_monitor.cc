@@ -21,13 +21,14 @@ std::string read_file(const char* path) {
   return ss.str();
 }
 
-// Value of "Key:" in a /proc status-style file, as the first number after it; -1 if absent.
-double status_field(const std::string& text, const std::string& key) {
-  const auto pos = text.find("\n" + key + ":");
-  if (pos == std::string::npos) return -1;
-  std::istringstream in(text.substr(pos + key.size() + 2));
-  double v = -1;
-  in >> v;
+// The number after "\n<key><separator>" in a /proc file ("VmRSS:" in status, "btime " in /proc/stat).
+double proc_field(const std::string& text, const std::string& key, char separator) {
+  const std::string needle = "\n" + key + separator;
+  const auto pos = text.find(needle);
+  if (pos == std::string::npos) throw std::runtime_error("no " + key + " field in /proc");
+  std::istringstream in(text.substr(pos + needle.size()));
+  double v = 0;
+  if (!(in >> v)) throw std::runtime_error("unreadable " + key + " field in /proc");
   return v;
 }
 
@@ -48,9 +49,9 @@ ProcessStats read_process_stats() {
   ProcessStats s;
   s.cpu_seconds = (field(14) + field(15)) / ticks;  // utime + stime
   const std::string status = "\n" + read_file("/proc/self/status");
-  s.resident_bytes = status_field(status, "VmRSS") * 1024.0;  // reported in kB
-  s.threads = status_field(status, "Threads");
-  const double boot_time = status_field("\n" + read_file("/proc/stat"), "btime");
+  s.resident_bytes = proc_field(status, "VmRSS", ':') * 1024.0;  // reported in kB
+  s.threads = proc_field(status, "Threads", ':');
+  const double boot_time = proc_field("\n" + read_file("/proc/stat"), "btime", ' ');
   s.start_time_seconds = boot_time + field(22) / ticks;  // starttime is in ticks since boot
   return s;
 }

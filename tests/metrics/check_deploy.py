@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Consistency checks of the shipped deployment files (no Docker engine or cluster needed).
+
+usage: check_deploy.py --root SRC --metrics TYPES_FILE [--dashboard JSON] [--alerts YAML]
+TYPES_FILE holds "name type" lines: the metric families a fully populated srformer Metrics registers
+(written by tests/metrics/deploy_files_test.cc). Prints one line per problem; exit 1 if any.
+"""
+import argparse
+import json
+import os
+import re
+import sys
+
+import yaml
+
+problems = []
+
+
+def check(cond, msg):
+    if not cond:
+        problems.append(msg)
+    return cond
+
+
+# ---------------------------------------------------------------- PromQL metric names
+PROMQL_WORDS = {
+    "sum", "avg", "min", "max", "count", "stddev", "stdvar", "topk", "bottomk", "quantile", "count_values",
+    "group", "by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
+    "offset", "rate", "irate", "increase", "delta", "idelta", "deriv", "histogram_quantile", "abs", "ceil",
+    "floor", "round", "clamp", "clamp_min", "clamp_max", "scalar", "vector", "time", "absent", "label_replace",
+    "label_join", "avg_over_time", "max_over_time", "min_over_time", "sum_over_time", "count_over_time",
+    "quantile_over_time", "last_over_time", "changes", "resets", "predict_linear", "sort", "sort_desc", "inf",
+    "nan", "le",
+}
+
+
+def metric_names(expr):
+    """Metric names referenced by a PromQL expression (or a Grafana label_values(...) query)."""
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', '""', expr)  # string literals
+    expr = re.sub(r"label_values\(([^,)]*)(,[^)]*)?\)", r"(\1)", expr)  # keep the series selector only
+    expr = re.sub(r"\{[^}]*\}", "", expr)  # label matchers (and Grafana $vars inside them)
+    expr = re.sub(r"\[[^\]]*\]", "", expr)  # range selectors
+    expr = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
+    expr = re.sub(r"\$\w+", "", expr)
+    names = re.findall(r"(?<![\w.$])[a-zA-Z_:][a-zA-Z0-9_:]*", expr)
+    return {n for n in names if n not in PROMQL_WORDS}
+
+
+def load_registered(path):
+    """Series names a scrape can contain: families, plus _bucket/_sum/_count of histograms."""
+    names = set()
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            name, kind = line.split()
+            names.add(name)
+            if kind == "histogram":
+                names.update({name + "_bucket", name + "_sum", name + "_count"})
+    return names
+
+
+# ---------------------------------------------------------------- files
+def load_yaml(root, rel, multi=False):
+    path = os.path.join(root, rel)
+    if not check(os.path.isfile(path), f"{rel}: missing"):
+        return [] if multi else {}
+    try:
+        with open(path) as f:
+            return [d for d in yaml.safe_load_all(f) if d] if multi else (yaml.safe_load(f) or {})
+    except yaml.YAMLError as e:
+        check(False, f"{rel}: not valid YAML: {e}")
+        return [] if multi else {}
+
+
+def flag_value(args, flag):
+    args = [str(a) for a in args or []]
+    return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else None
+
+
+def port_of(address):
+    return int(str(address).rsplit(":", 1)[1])
+
+
+def check_compose(root, grpc_port, metrics_port):
+    compose = load_yaml(root, "docker-compose.yml")
+    services = compose.get("services", {})
+    for name in ("srformer", "prometheus", "grafana"):
+        check(name in services, f"docker-compose.yml: no service '{name}'")
+    srf = services.get("srformer", {})
+    check(srf.get("build", {}).get("target") == "cpu", "docker-compose.yml: srformer must build the Dockerfile's cpu target")
+    cmd = srf.get("command", [])
+    check(flag_value(cmd, "--listen") and port_of(flag_value(cmd, "--listen")) == grpc_port,
+          f"docker-compose.yml: srformer --listen must use port {grpc_port}")
+    check(flag_value(cmd, "--metrics-listen") and port_of(flag_value(cmd, "--metrics-listen")) == metrics_port,
+          f"docker-compose.yml: srformer --metrics-listen must use port {metrics_port}")
+    published = {int(str(p).split(":")[-1]) for p in srf.get("ports", [])}
+    check({grpc_port, metrics_port} <= published, f"docker-compose.yml: srformer must publish {grpc_port} and {metrics_port}")
+    check(any(str(v).endswith(":/models:ro") for v in srf.get("volumes", [])),
+          "docker-compose.yml: srformer needs the models volume at /models (read-only)")
+
+    mounts = {}  # container path -> host path, for every ./ bind mount of every service
+    for sname, svc in services.items():
+        for v in svc.get("volumes", []):
+            parts = str(v).split(":")
+            if parts[0].startswith("./"):
+                check(os.path.exists(os.path.join(root, parts[0])), f"docker-compose.yml: {sname} mounts missing {parts[0]}")
+                mounts[parts[1]] = parts[0]
+
+    # Prometheus: config mounted, its rule files mounted beside it, and it scrapes the srformer service.
+    prom_cmd = services.get("prometheus", {}).get("command", [])
+    cfg_in_container = next((a.split("=", 1)[1] for a in prom_cmd if str(a).startswith("--config.file=")),
+                            "/etc/prometheus/prometheus.yml")
+    check(cfg_in_container in mounts, f"docker-compose.yml: prometheus config {cfg_in_container} is not mounted")
+    prom = load_yaml(root, "deploy/prometheus/prometheus.yml")
+    for rule in prom.get("rule_files", []):
+        target = os.path.join(os.path.dirname(cfg_in_container), rule)
+        check(target in mounts, f"docker-compose.yml: rule file {target} (prometheus.yml rule_files) is not mounted")
+    targets = [t for sc in prom.get("scrape_configs", []) if sc.get("job_name") == "srformer"
+               for st in sc.get("static_configs", []) for t in st.get("targets", [])]
+    check(f"srformer:{metrics_port}" in targets, f"prometheus.yml: job srformer must scrape srformer:{metrics_port}")
+
+    # Grafana: provisioning mounted; dashboards provider path is where the dashboards dir is mounted.
+    gsvc = services.get("grafana", {})
+    env = gsvc.get("environment", {})
+    check(str(env.get("GF_AUTH_ANONYMOUS_ENABLED")).lower() == "true" and env.get("GF_AUTH_ANONYMOUS_ORG_ROLE") == "Viewer",
+          "docker-compose.yml: grafana must allow anonymous viewers")
+    check(mounts.get("/etc/grafana/provisioning") == "./deploy/grafana/provisioning",
+          "docker-compose.yml: grafana must mount deploy/grafana/provisioning at /etc/grafana/provisioning")
+    prov = load_yaml(root, "deploy/grafana/provisioning/dashboards/srformer.yml")
+    for p in prov.get("providers", []):
+        path = p.get("options", {}).get("path")
+        check(path in mounts and os.path.isdir(os.path.join(root, mounts.get(path, ""))),
+              f"grafana dashboards provider path {path} is not a mounted directory")
+    home = env.get("GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH")
+    if home:
+        d, f = os.path.split(home)
+        check(d in mounts and os.path.isfile(os.path.join(root, mounts[d], f)), f"grafana home dashboard {home} is not mounted")
+    ds = load_yaml(root, "deploy/grafana/provisioning/datasources/prometheus.yml").get("datasources", [])
+    prom_ports = {int(str(p).split(":")[-1]) for p in services.get("prometheus", {}).get("ports", [])}
+    check(any(d.get("url") in {f"http://prometheus:{p}" for p in prom_ports} for d in ds),
+          "grafana datasource must point at the prometheus service's port")
+
+    gpu = load_yaml(root, "docker-compose.gpu.yml")
+    gsrf = gpu.get("services", {}).get("srformer", {})
+    check(gsrf.get("build", {}).get("target") == "cuda", "docker-compose.gpu.yml: srformer must build the cuda target")
+    devices = gsrf.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
+    check(any(d.get("driver") == "nvidia" and "gpu" in d.get("capabilities", []) for d in devices),
+          "docker-compose.gpu.yml: srformer must reserve an nvidia gpu device")
+    return [d.get("uid") for d in ds]
+
+
+def check_dockerfile(root, grpc_port, metrics_port):
+    path = os.path.join(root, "Dockerfile")
+    if not check(os.path.isfile(path), "Dockerfile: missing"):
+        return
+    text = open(path).read()
+    stages = re.findall(r"^FROM\s+\S+\s+AS\s+(\S+)", text, re.M | re.I)
+    check("cpu" in stages and "cuda" in stages, f"Dockerfile: needs stages cpu and cuda, has {stages}")
+    check(stages and stages[-1] == "cpu", "Dockerfile: the cpu stage must be last (the default target)")
+    check(re.search(r"RUN bash \S*deploy/setup-deps\.sh\s*(&&|$)", text, re.M), "Dockerfile: build stage must run deploy/setup-deps.sh")
+    check("setup-deps.sh --runtime" in text, "Dockerfile: runtime stage must run setup-deps.sh --runtime")
+    check("deploy/gpu/fetch-debs.sh" in text and "deploy/gpu/build.sh" in text, "Dockerfile: cuda stages must use deploy/gpu scripts")
+    for src in re.findall(r"^COPY\s+(?!--from)(\S+)\s", text, re.M):
+        check(os.path.exists(os.path.join(root, src)), f"Dockerfile: COPY source {src} does not exist")
+    for stage in ("cpu", "cuda"):
+        m = re.search(rf"^FROM\s+\S+\s+AS\s+{stage}\s*$(.*?)(?=^FROM|\Z)", text, re.M | re.S)
+        body = m.group(1) if m else ""
+        users = re.findall(r"^USER\s+(\S+)", body, re.M)
+        check(users and users[-1] not in ("0", "root"), f"Dockerfile: stage {stage} must run as a non-root USER")
+        exposed = {int(p) for line in re.findall(r"^EXPOSE\s+(.*)$", body, re.M) for p in line.split()}
+        check({grpc_port, metrics_port} <= exposed, f"Dockerfile: stage {stage} must EXPOSE {grpc_port} {metrics_port}")
+        check(re.search(r"^VOLUME\s+.*/models", body, re.M), f"Dockerfile: stage {stage} needs VOLUME /models")
+        check(re.search(r"^HEALTHCHECK\s.*--health", body, re.M | re.S), f"Dockerfile: stage {stage} needs a gRPC HEALTHCHECK")
+
+
+def check_dashboard(path, registered, datasource_uids):
+    try:
+        dash = json.load(open(path))
+    except (OSError, ValueError) as e:
+        check(False, f"{path}: not valid JSON: {e}")
+        return
+    used = set()
+    ids = []
+    for panel in dash.get("panels", []):
+        ids.append(panel.get("id"))
+        if panel.get("type") == "row":
+            continue
+        title = panel.get("title")
+        targets = panel.get("targets", [])
+        check(targets, f"dashboard panel '{title}': no queries")
+        uid = panel.get("datasource", {}).get("uid")
+        check(uid in datasource_uids, f"dashboard panel '{title}': datasource uid {uid} is not provisioned")
+        for t in targets:
+            names = metric_names(t.get("expr", ""))
+            check(names, f"dashboard panel '{title}': query names no metric: {t.get('expr')}")
+            for n in names:
+                check(n in registered, f"dashboard panel '{title}': metric {n} is not registered by Metrics")
+            used |= names
+    check(len(ids) == len(set(ids)), "dashboard: panel ids are not unique")
+    for var in dash.get("templating", {}).get("list", []):
+        q = var.get("query", {})
+        for n in metric_names(q.get("query", "") if isinstance(q, dict) else str(q)):
+            check(n in registered, f"dashboard variable '{var.get('name')}': metric {n} is not registered")
+    for required in ("srformer_generated_tokens_total", "srformer_requests_total",
+                     "srformer_time_to_first_token_seconds_bucket", "srformer_inter_token_seconds_bucket",
+                     "srformer_request_duration_seconds_bucket", "srformer_queue_depth", "srformer_batch_size_count",
+                     "srformer_state_bytes", "srformer_gpu_utilization_ratio", "srformer_gpu_memory_used_bytes",
+                     "srformer_gpu_power_watts", "srformer_raf_fired_ratio", "srformer_cross_attention_kv_read_total",
+                     "srformer_cross_attention_kv_full_equivalent_total"):
+        check(required in used, f"dashboard: no panel shows {required}")
+
+
+def check_alerts(path, registered):
+    data = yaml.safe_load(open(path)) or {}
+    for group in data.get("groups", []):
+        for rule in group.get("rules", []):
+            for n in metric_names(rule.get("expr", "")):
+                check(n in registered or n == "up", f"alert {rule.get('alert')}: metric {n} is not registered")
+
+
+def check_k8s(root, registered, grpc_port, metrics_port):
+    docs = []
+    for rel in ("deploy/k8s/deployment.yaml", "deploy/k8s/service.yaml", "deploy/k8s/hpa.yaml",
+                "deploy/k8s/prometheus-adapter.yaml"):
+        docs += load_yaml(root, rel, multi=True)
+    by_kind = {}
+    for d in docs:
+        by_kind.setdefault(d.get("kind"), []).append(d)
+    deps = by_kind.get("Deployment", [])
+    if not check(len(deps) == 1, "k8s: expected one Deployment"):
+        return
+    dep = deps[0]
+    pod = dep["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    check(dep["spec"]["selector"]["matchLabels"].items() <= labels.items(), "k8s: Deployment selector does not match its pods")
+    c = pod["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+    check(ports.get("grpc") == grpc_port and ports.get("metrics") == metrics_port,
+          f"k8s: container ports must be grpc={grpc_port}, metrics={metrics_port}")
+    check(port_of(flag_value(c.get("args"), "--listen") or ":0") == grpc_port, "k8s: --listen port differs from the grpc port")
+    check(port_of(flag_value(c.get("args"), "--metrics-listen") or ":0") == metrics_port,
+          "k8s: --metrics-listen port differs from the metrics port")
+    res = c.get("resources", {})
+    check(str(res.get("requests", {}).get("nvidia.com/gpu")) == "1" and str(res.get("limits", {}).get("nvidia.com/gpu")) == "1",
+          "k8s: container must request and limit nvidia.com/gpu: 1")
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        check(c.get(probe, {}).get("grpc", {}).get("port") == grpc_port, f"k8s: {probe} must be a grpc probe on {grpc_port}")
+    ann = pod["metadata"].get("annotations", {})
+    check(ann.get("prometheus.io/port") == str(metrics_port), "k8s: prometheus.io/port annotation differs from metrics port")
+    check(pod["spec"].get("securityContext", {}).get("runAsNonRoot") is True, "k8s: pod must run as non-root")
+    claims = {v.get("persistentVolumeClaim", {}).get("claimName") for v in pod["spec"].get("volumes", [])}
+    pvcs = {d["metadata"]["name"] for d in by_kind.get("PersistentVolumeClaim", [])}
+    check(claims - {None} <= pvcs, "k8s: Deployment uses a PVC that is not defined")
+
+    services = by_kind.get("Service", [])
+    check(any(s["spec"].get("clusterIP") == "None" for s in services), "k8s: needs a headless Service (clusterIP: None)")
+    for s in services:
+        check(s["spec"]["selector"].items() <= labels.items(), f"k8s: Service {s['metadata']['name']} selects no pod")
+        for p in s["spec"]["ports"]:
+            check(p.get("targetPort") in ports or p.get("targetPort") in ports.values(),
+                  f"k8s: Service {s['metadata']['name']} targets unknown port {p.get('targetPort')}")
+    for hpa in by_kind.get("HorizontalPodAutoscaler", []):
+        check(hpa["spec"]["scaleTargetRef"]["name"] == dep["metadata"]["name"], "k8s: HPA targets another Deployment")
+        for m in hpa["spec"].get("metrics", []):
+            name = m.get("pods", {}).get("metric", {}).get("name")
+            check(name in registered, f"k8s: HPA metric {name} is not registered by Metrics")
+    for cm in by_kind.get("ConfigMap", []):
+        for rule in yaml.safe_load(cm["data"]["config.yaml"]).get("rules", []):
+            for n in metric_names(rule.get("seriesQuery", "")):
+                check(n in registered, f"k8s: prometheus-adapter rule names unregistered metric {n}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--metrics", required=True)
+    ap.add_argument("--dashboard")
+    ap.add_argument("--alerts")
+    a = ap.parse_args()
+    registered = load_registered(a.metrics)
+    grpc_port, metrics_port = 50051, 9464  # srformer-server defaults (server/config.h)
+    uids = check_compose(a.root, grpc_port, metrics_port)
+    check_dockerfile(a.root, grpc_port, metrics_port)
+    check_dashboard(a.dashboard or os.path.join(a.root, "deploy/grafana/dashboards/srformer.json"), registered, uids)
+    check_alerts(a.alerts or os.path.join(a.root, "deploy/prometheus/alerts.yml"), registered)
+    check_k8s(a.root, registered, grpc_port, metrics_port)
+    for p in problems:
+        print(p)
+    print(f"check_deploy: {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

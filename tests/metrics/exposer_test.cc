@@ -1,0 +1,80 @@
+// The exposer serves /metrics over real HTTP; a taken port fails with an actionable message.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "server/metrics/metrics.h"
+#include "tests/metrics/scrape.h"
+
+namespace srformer::server {
+namespace {
+
+// Minimal HTTP/1.0 GET against 127.0.0.1:port; returns the whole response (status line, headers, body).
+std::string http_get(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw std::runtime_error("socket() failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) response.append(buf, static_cast<size_t>(n));
+    }
+  }
+  close(fd);
+  return response;
+}
+
+// "200" from "HTTP/1.x 200 OK..."; "" when the response is not HTTP.
+std::string status_code(const std::string& response) {
+  return response.rfind("HTTP/1.", 0) == 0 && response.size() >= 12 ? response.substr(9, 3) : "";
+}
+
+TEST(Exposer, ServesMetricsOverHttp) {
+  Metrics metrics("127.0.0.1:0");  // port 0: the kernel picks a free port
+  const auto ports = metrics.listening_ports();
+  ASSERT_EQ(ports.size(), 1u);
+  ASSERT_GT(ports[0], 0);
+  metrics.model("bart").on_request_end("Summarize", "OK", 0.1);
+
+  const std::string response = http_get(ports[0], "/metrics");
+  ASSERT_EQ(status_code(response), "200") << response.substr(0, 200);
+  EXPECT_NE(response.find("text/plain"), std::string::npos);
+  const std::string body = response.substr(response.find("\r\n\r\n") + 4);
+  EXPECT_EQ(testing::sample(body, "srformer_requests_total", {{"model", "bart"}, {"code", "OK"}}), 1.0);
+  EXPECT_TRUE(testing::sample(body, "process_resident_memory_bytes").has_value());
+}
+
+TEST(Exposer, UnknownPathIsNotFound) {
+  Metrics metrics("127.0.0.1:0");
+  const std::string response = http_get(metrics.listening_ports().at(0), "/nope");
+  EXPECT_EQ(status_code(response), "404") << response.substr(0, 200);
+}
+
+TEST(Exposer, TakenPortThrowsWithHint) {
+  Metrics first("127.0.0.1:0");
+  const std::string taken = "127.0.0.1:" + std::to_string(first.listening_ports().at(0));
+  try {
+    Metrics second(taken);
+    FAIL() << "binding a taken port must throw";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("--metrics-listen"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Exposer, NoAddressNoListener) {
+  Metrics metrics("");
+  EXPECT_TRUE(metrics.listening_ports().empty());
+}
+
+}  // namespace
+}  // namespace srformer::server

@@ -1,0 +1,188 @@
+// Metrics/ModelMetrics: each call moves exactly the series it documents, with bounded labels.
+#include "server/metrics/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "tests/metrics/scrape.h"
+
+namespace srformer::server {
+namespace {
+
+using testing::sample;
+
+TEST(Metrics, ModelHandleIsStablePerName) {
+  Metrics metrics("");
+  ModelMetrics& a = metrics.model("bart");
+  EXPECT_EQ(&a, &metrics.model("bart"));
+  EXPECT_NE(&a, &metrics.model("t5"));
+  EXPECT_EQ(a.name(), "bart");
+}
+
+TEST(Metrics, RequestLifecycleMovesCountersGaugesAndHistograms) {
+  Metrics metrics("");
+  ModelMetrics& m = metrics.model("bart");
+  m.on_request_start();
+  m.on_request_start();
+  EXPECT_EQ(sample(metrics.scrape_text(), "srformer_requests_in_flight", {{"model", "bart"}}), 2.0);
+
+  m.on_request_end("Summarize", grpc_code_name(0), 0.3);
+  m.on_request_end("SummarizeStream", grpc_code_name(8), 2.0);
+  const std::string text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_requests_in_flight", {{"model", "bart"}}), 0.0);
+  EXPECT_EQ(sample(text, "srformer_requests_total", {{"model", "bart"}, {"method", "Summarize"}, {"code", "OK"}}), 1.0);
+  EXPECT_EQ(sample(text, "srformer_requests_total",
+                   {{"model", "bart"}, {"method", "SummarizeStream"}, {"code", "RESOURCE_EXHAUSTED"}}),
+            1.0);
+  EXPECT_EQ(sample(text, "srformer_request_duration_seconds_count", {{"method", "SummarizeStream"}}), 1.0);
+  EXPECT_DOUBLE_EQ(*sample(text, "srformer_request_duration_seconds_sum", {{"method", "SummarizeStream"}}), 2.0);
+  // 0.3 s falls in the 0.5 bucket but not in the 0.25 one.
+  EXPECT_EQ(sample(text, "srformer_request_duration_seconds_bucket", {{"method", "Summarize"}, {"le", "0.25"}}), 0.0);
+  EXPECT_EQ(sample(text, "srformer_request_duration_seconds_bucket", {{"method", "Summarize"}, {"le", "0.5"}}), 1.0);
+}
+
+TEST(Metrics, RejectionAndLeaveReasonsExistAtZeroAndCount) {
+  Metrics metrics("");
+  ModelMetrics& m = metrics.model("t5");
+  std::string text = metrics.scrape_text();
+  for (const char* r : {"queue_full", "shutting_down", "invalid"}) {
+    EXPECT_EQ(sample(text, "srformer_requests_rejected_total", {{"model", "t5"}, {"reason", r}}), 0.0) << r;
+  }
+  for (const char* r : {"eos", "length", "cancelled", "error"}) {
+    EXPECT_EQ(sample(text, "srformer_rows_left_total", {{"model", "t5"}, {"reason", r}}), 0.0) << r;
+  }
+  m.on_rejected(RejectReason::kQueueFull);
+  m.on_rejected(RejectReason::kQueueFull);
+  m.on_rejected(RejectReason::kShuttingDown);
+  m.on_rows_left(LeaveReason::kEos, 3);
+  m.on_rows_left(LeaveReason::kCancelled);
+  text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_requests_rejected_total", {{"reason", "queue_full"}}), 2.0);
+  EXPECT_EQ(sample(text, "srformer_requests_rejected_total", {{"reason", "shutting_down"}}), 1.0);
+  EXPECT_EQ(sample(text, "srformer_requests_rejected_total", {{"reason", "invalid"}}), 0.0);
+  EXPECT_EQ(sample(text, "srformer_rows_left_total", {{"reason", "eos"}}), 3.0);
+  EXPECT_EQ(sample(text, "srformer_rows_left_total", {{"reason", "cancelled"}}), 1.0);
+}
+
+TEST(Metrics, EngineStepsAndTokens) {
+  Metrics metrics("");
+  ModelMetrics& m = metrics.model("bart");
+  m.on_rows_joined(4);
+  m.on_step(4, 0.02, 4);
+  m.on_step(3, 0.01, 3);
+  m.observe_request_tokens(700, 56);
+  m.set_state_bytes(123456);
+  m.set_queue_depth(7);
+  const std::string text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_rows_joined_total"), 4.0);
+  EXPECT_EQ(sample(text, "srformer_decode_steps_total"), 2.0);
+  EXPECT_EQ(sample(text, "srformer_generated_tokens_total"), 7.0);
+  EXPECT_EQ(sample(text, "srformer_batch_size_count"), 2.0);
+  EXPECT_EQ(sample(text, "srformer_batch_size_sum"), 7.0);
+  EXPECT_EQ(sample(text, "srformer_batch_size_bucket", {{"le", "2"}}), 0.0);
+  EXPECT_EQ(sample(text, "srformer_batch_size_bucket", {{"le", "4"}}), 2.0);
+  EXPECT_DOUBLE_EQ(*sample(text, "srformer_decode_step_seconds_sum"), 0.03);
+  EXPECT_EQ(sample(text, "srformer_input_tokens_sum"), 700.0);
+  EXPECT_EQ(sample(text, "srformer_generated_tokens_sum"), 56.0);
+  EXPECT_EQ(sample(text, "srformer_generated_tokens_bucket", {{"le", "32"}}), 0.0);
+  EXPECT_EQ(sample(text, "srformer_generated_tokens_bucket", {{"le", "64"}}), 1.0);
+  EXPECT_EQ(sample(text, "srformer_state_bytes"), 123456.0);
+  EXPECT_EQ(sample(text, "srformer_queue_depth"), 7.0);
+}
+
+TEST(Metrics, LatencyHistogramsObserveTheirOwnSeries) {
+  Metrics metrics("");
+  ModelMetrics& m = metrics.model("bart");
+  m.observe_queue_wait(0.5);
+  m.observe_encode(0.25);
+  m.observe_encode(0.75);
+  m.observe_time_to_first_token(1.5);
+  m.observe_inter_token(0.004);
+  const std::string text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_queue_wait_seconds_sum"), 0.5);
+  EXPECT_EQ(sample(text, "srformer_encode_seconds_count"), 2.0);
+  EXPECT_EQ(sample(text, "srformer_encode_seconds_sum"), 1.0);
+  EXPECT_EQ(sample(text, "srformer_time_to_first_token_seconds_sum"), 1.5);
+  EXPECT_EQ(sample(text, "srformer_inter_token_seconds_bucket", {{"le", "0.0025"}}), 0.0);
+  EXPECT_EQ(sample(text, "srformer_inter_token_seconds_bucket", {{"le", "0.005"}}), 1.0);
+}
+
+TEST(Metrics, SrformerAttentionSeries) {
+  Metrics metrics("");
+  ModelMetrics& m = metrics.model("bart");
+  m.set_raf_fired_ratio(0, 0.25);
+  m.set_raf_fired_ratio(5, 0.75);
+  m.on_raf_updates(12);
+  m.on_segment_switches(2);
+  m.on_cross_attention_kv(100, 400);
+  m.on_cross_attention_kv(50, 400);
+  const std::string text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_raf_fired_ratio", {{"layer", "0"}}), 0.25);
+  EXPECT_EQ(sample(text, "srformer_raf_fired_ratio", {{"layer", "5"}}), 0.75);
+  EXPECT_FALSE(sample(text, "srformer_raf_fired_ratio", {{"layer", "1"}}).has_value());
+  EXPECT_EQ(sample(text, "srformer_raf_updates_total"), 12.0);
+  EXPECT_EQ(sample(text, "srformer_segment_switches_total"), 2.0);
+  EXPECT_EQ(sample(text, "srformer_cross_attention_kv_read_total"), 150.0);
+  EXPECT_EQ(sample(text, "srformer_cross_attention_kv_full_equivalent_total"), 800.0);
+}
+
+TEST(Metrics, ConcurrentUpdatesAreNotLost) {
+  Metrics metrics("");
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&metrics, t] {
+      // Half the threads race on model() creation and dynamic-label lookups of a shared model.
+      ModelMetrics& m = metrics.model(t % 2 ? "shared" : "m" + std::to_string(t));
+      for (int i = 0; i < kPerThread; ++i) {
+        m.on_request_start();
+        m.on_request_end("Summarize", "OK", 0.001);
+        m.on_rows_left(LeaveReason::kLength);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  const std::string text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_requests_total", {{"model", "shared"}}), kThreads / 2 * kPerThread);
+  EXPECT_EQ(sample(text, "srformer_rows_left_total", {{"model", "shared"}, {"reason", "length"}}),
+            kThreads / 2 * kPerThread);
+  EXPECT_EQ(sample(text, "srformer_requests_total", {{"model", "m0"}}), kPerThread);
+  EXPECT_EQ(sample(text, "srformer_requests_in_flight", {{"model", "shared"}}), 0.0);
+}
+
+TEST(Metrics, GrpcCodeNames) {
+  EXPECT_STREQ(grpc_code_name(0), "OK");
+  EXPECT_STREQ(grpc_code_name(3), "INVALID_ARGUMENT");
+  EXPECT_STREQ(grpc_code_name(8), "RESOURCE_EXHAUSTED");
+  EXPECT_STREQ(grpc_code_name(14), "UNAVAILABLE");
+  EXPECT_STREQ(grpc_code_name(16), "UNAUTHENTICATED");
+  EXPECT_STREQ(grpc_code_name(17), "UNKNOWN");
+  EXPECT_STREQ(grpc_code_name(-1), "UNKNOWN");
+}
+
+TEST(Metrics, TorchCudaMemoryFromEngineCallback) {
+  Metrics metrics("");
+  std::atomic<double> allocated{1000};  // the sampler thread may read it
+  metrics.set_torch_cuda_memory_source([&allocated] {
+    return std::vector<TorchCudaMemory>{{0, allocated.load(), 4096}, {1, 7, 8}};
+  });
+  std::string text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_torch_cuda_allocated_bytes", {{"device", "0"}}), 1000.0);
+  EXPECT_EQ(sample(text, "srformer_torch_cuda_reserved_bytes", {{"device", "1"}}), 8.0);
+  allocated = 2000;
+  metrics.sample_now();
+  text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_torch_cuda_allocated_bytes", {{"device", "0"}}), 2000.0);
+}
+
+TEST(Metrics, NoTorchSeriesWithoutSource) {
+  Metrics metrics("");
+  EXPECT_EQ(metrics.scrape_text().find("srformer_torch_cuda"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace srformer::server

@@ -1,0 +1,139 @@
+#pragma once
+// Test helpers: read series out of Prometheus text exposition, run shell commands, fake NVML.
+#include <sys/wait.h>
+
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "server/metrics/gpu_monitor.h"
+
+namespace srformer::server::testing {
+
+using LabelSet = std::map<std::string, std::string>;
+
+// Parses one sample line "name{k="v",...} value" (no escapes in our label values); false for comments.
+inline bool parse_sample(const std::string& line, std::string& name, LabelSet& labels, double& value) {
+  if (line.empty() || line[0] == '#') return false;
+  labels.clear();
+  size_t pos = line.find_first_of("{ ");
+  if (pos == std::string::npos) return false;
+  name = line.substr(0, pos);
+  if (line[pos] == '{') {
+    const size_t end = line.find('}', pos);
+    std::string body = line.substr(pos + 1, end - pos - 1);
+    while (!body.empty()) {
+      const size_t eq = body.find('=');
+      const size_t q2 = body.find('"', eq + 2);
+      labels[body.substr(0, eq)] = body.substr(eq + 2, q2 - eq - 2);
+      body = q2 + 1 < body.size() ? body.substr(q2 + 2) : "";
+    }
+    pos = end + 1;
+  }
+  value = std::stod(line.substr(pos + 1));
+  return true;
+}
+
+// Value of the series `name` whose labels include `labels`; nullopt if no such series.
+inline std::optional<double> sample(const std::string& text, const std::string& name, const LabelSet& want = {}) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::string n;
+    LabelSet l;
+    double v = 0;
+    if (!parse_sample(line, n, l, v) || n != name) continue;
+    bool match = true;
+    for (const auto& [k, val] : want) match = match && l.count(k) && l.at(k) == val;
+    if (match) return v;
+  }
+  return std::nullopt;
+}
+
+// Names of the metric families in the text (from "# TYPE" lines).
+inline std::set<std::string> family_names(const std::string& text) {
+  std::set<std::string> names;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("# TYPE ", 0) == 0) names.insert(line.substr(7, line.find(' ', 7) - 7));
+  }
+  return names;
+}
+
+// Runs `command` through /bin/sh, returning its exit status and stdout+stderr.
+inline int run_command(const std::string& command, std::string& output) {
+  output.clear();
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return -1;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) output.append(buf, n);
+  const int status = pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+inline bool have_program(const std::string& name) {
+  std::string out;
+  return run_command("command -v " + name, out) == 0;
+}
+
+// An NVML with fixed, settable readings for `devices` GPUs; power unsupported on device 1 when there are two.
+class FakeNvml : public NvmlApi {
+ public:
+  struct Shared {
+    std::string init_error;
+    unsigned devices = 1;
+    // Atomic: tests change readings while a sampler thread reads them.
+    std::atomic<double> utilization{0.5}, used{1e9}, total{8e9}, watts{150}, celsius{60}, hertz{1.4e9};
+  };
+  explicit FakeNvml(std::shared_ptr<Shared> s) : s_(std::move(s)) {}
+  std::string init() override { return s_->init_error; }
+  unsigned device_count() override { return s_->devices; }
+  std::optional<double> utilization_ratio(unsigned i) override { return s_->utilization + 0.1 * i; }
+  std::optional<Memory> memory(unsigned i) override { return Memory{s_->used + i, s_->total}; }
+  std::optional<double> power_watts(unsigned i) override {
+    if (i == 1) return std::nullopt;
+    return s_->watts;
+  }
+  std::optional<double> temperature_celsius(unsigned) override { return s_->celsius; }
+  std::optional<double> sm_clock_hertz(unsigned) override { return s_->hertz; }
+
+ private:
+  std::shared_ptr<Shared> s_;
+};
+
+}  // namespace srformer::server::testing
+
+#include "server/metrics/metrics.h"
+
+namespace srformer::server::testing {
+
+// Gives every family Metrics can register at least one series: a model with activity, a fake GPU, a torch source.
+inline void populate_every_family(Metrics& metrics) {
+  auto gpu = std::make_shared<FakeNvml::Shared>();
+  metrics.start_gpu_monitor(std::make_unique<FakeNvml>(gpu));
+  metrics.set_torch_cuda_memory_source([] { return std::vector<TorchCudaMemory>{{0, 1e6, 2e6}}; });
+  ModelMetrics& m = metrics.model("bart-large-cnn");
+  m.on_request_start();
+  m.on_request_end("Summarize", "OK", 0.4);
+  m.on_rejected(RejectReason::kQueueFull);
+  m.set_queue_depth(2);
+  m.observe_queue_wait(0.01);
+  m.observe_encode(0.05);
+  m.observe_time_to_first_token(0.08);
+  m.observe_inter_token(0.01);
+  m.observe_request_tokens(900, 60);
+  m.on_rows_joined(1);
+  m.on_step(1, 0.01, 1);
+  m.on_rows_left(LeaveReason::kEos);
+  m.set_state_bytes(1 << 20);
+  m.set_raf_fired_ratio(0, 0.3);
+  m.on_raf_updates(6);
+  m.on_segment_switches(1);
+  m.on_cross_attention_kv(64, 1024);
+}
+
+}  // namespace srformer::server::testing
