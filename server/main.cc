@@ -1,15 +1,89 @@
-// srformer-server entry point (the serving engine lands with the serving issue).
-#include <cstring>
+// srformer-server: loads the models, serves srformer.v1.Summarizer until SIGTERM/SIGINT, then drains.
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <csignal>
 #include <iostream>
+#include <thread>
+
+#include "server/config.h"
+#include "server/logging.h"
+#include "server/metrics/gpu_monitor.h"
+#include "server/metrics/metrics.h"
+#include "server/server.h"
+
+namespace {
+
+using srformer::server::ServerConfig;
+
+int run(const ServerConfig& config) {
+  // Signals are taken synchronously by sigwait below; every thread created from here inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  std::unique_ptr<srformer::server::Metrics> metrics;
+  metrics = std::make_unique<srformer::server::Metrics>(config.metrics_listen);
+  if (!config.metrics_listen.empty()) {
+    const auto ports = metrics->listening_ports();
+    spdlog::info("metrics on {}/metrics", config.metrics_listen.substr(0, config.metrics_listen.rfind(':')) + ":" +
+                                              (ports.empty() ? std::string("?") : std::to_string(ports.front())));
+  }
+  if (srformer::server::parse_device(config.device).is_cuda()) metrics->start_gpu_monitor();
+
+  std::vector<srformer::server::LoadedModel> models;
+  for (const auto& spec : config.models) {
+    const auto t0 = std::chrono::steady_clock::now();
+    models.push_back(srformer::server::load_model_dir(spec, config.device, config.dtype));
+    const auto& c = models.back().model->config();
+    spdlog::info("model {}: {} {} from {} ({} parameters, {:.0f} ms)", spec.name, srformer::to_string(c.arch),
+                 srformer::to_string(c.srformer.cross_attention), spec.dir, models.back().model->parameter_count(),
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  srformer::server::Server server(config, std::move(models), metrics.get());
+  server.start();
+  spdlog::info("listening on {}", server.address());
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("received {}; draining (grace {} ms)", sig == SIGTERM ? "SIGTERM" : "SIGINT", config.shutdown_grace_ms);
+  std::thread drain([&] { server.shutdown(std::chrono::milliseconds(config.shutdown_grace_ms)); });
+  // A second signal skips the rest of the grace period.
+  std::atomic<bool> drained{false};
+  std::thread second([&] {
+    const timespec tick{0, 200 * 1000 * 1000};
+    while (!drained.load()) {
+      if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+        spdlog::warn("second signal: cancelling in-flight requests now");
+        server.models().cancel_all();
+      }
+    }
+  });
+  drain.join();
+  drained.store(true);
+  second.join();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::cout << "usage: srformer-server --model NAME=DIR [--model NAME=DIR ...] [--listen HOST:PORT]\n"
-                   "                       [--metrics-listen HOST:PORT] [--device cpu|cuda[:N]] [--config FILE]\n";
-      return 0;
-    }
+  ServerConfig config;
+  try {
+    if (!srformer::server::parse_server_args(argc, argv, config)) return 0;
+    srformer::server::validate(config);
+    srformer::server::init_logging(config.log_level, config.log_json);
+  } catch (const std::exception& e) {
+    std::cerr << "srformer-server: " << e.what() << "\n";
+    return 2;
   }
-  std::cerr << "srformer-server: the serving engine is not built yet; see --help\n";
-  return 2;
+  try {
+    return run(config);
+  } catch (const std::exception& e) {
+    spdlog::critical("srformer-server: {}", e.what());
+    return 1;
+  }
 }

@@ -1,0 +1,241 @@
+#include "server/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+namespace srformer::server {
+
+namespace {
+
+int64_t to_int(const std::string& flag, const std::string& value, int64_t min) {
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || value.empty()) throw ConfigError(flag + " needs an integer, got '" + value + "'");
+  if (v < min) throw ConfigError(flag + " must be >= " + std::to_string(min) + ", got " + value);
+  return v;
+}
+
+bool to_bool(const std::string& flag, const std::string& value) {
+  if (value == "true" || value == "1" || value == "yes") return true;
+  if (value == "false" || value == "0" || value == "no") return false;
+  throw ConfigError(flag + " needs true or false, got '" + value + "'");
+}
+
+ModelSpec parse_model(const std::string& value) {
+  const auto eq = value.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == value.size()) {
+    throw ConfigError("--model needs NAME=DIR (e.g. --model bart=/models/bart-srformer), got '" + value + "'");
+  }
+  return {value.substr(0, eq), value.substr(eq + 1)};
+}
+
+// Sets one option by its flag name (without dashes). Returns false for an unknown name.
+bool set_option(ServerConfig& c, const std::string& name, const std::string& value) {
+  const std::string flag = "--" + name;
+  if (name == "model") {
+    c.models.push_back(parse_model(value));
+  } else if (name == "listen") {
+    c.listen = value;
+  } else if (name == "metrics-listen") {
+    c.metrics_listen = value;
+  } else if (name == "device") {
+    c.device = value;
+  } else if (name == "dtype") {
+    c.dtype = value;
+  } else if (name == "threads") {
+    c.threads = static_cast<int>(to_int(flag, value, 0));
+  } else if (name == "max-batch-rows") {
+    c.max_batch_rows = to_int(flag, value, 1);
+  } else if (name == "max-queue") {
+    c.max_queue = to_int(flag, value, 1);
+  } else if (name == "max-input-tokens") {
+    c.max_input_tokens = to_int(flag, value, 0);
+  } else if (name == "max-new-tokens-cap") {
+    c.max_new_tokens_cap = to_int(flag, value, 1);
+  } else if (name == "max-beams") {
+    c.max_beams = to_int(flag, value, 1);
+  } else if (name == "max-tokens-in-flight") {
+    c.max_tokens_in_flight = to_int(flag, value, 0);
+  } else if (name == "max-message-bytes") {
+    c.max_message_bytes = to_int(flag, value, 1024);
+  } else if (name == "shutdown-grace-ms") {
+    c.shutdown_grace_ms = to_int(flag, value, 0);
+  } else if (name == "log-level") {
+    c.log_level = value;
+  } else if (name == "log-json") {
+    c.log_json = to_bool(flag, value);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::string normalise(std::string name) {
+  std::replace(name.begin(), name.end(), '_', '-');
+  return name;
+}
+
+}  // namespace
+
+std::string server_usage() {
+  return R"(usage: srformer-server --model NAME=DIR [--model NAME=DIR ...] [options]
+
+Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.health.v1, reflection).
+
+  --model NAME=DIR            a Hugging Face model directory (config.json, weights, tokenizer); repeatable
+  --config FILE               JSON file with the same options as keys (flags override it)
+  --listen HOST:PORT          gRPC address (default 0.0.0.0:50051; port 0 picks a free port)
+  --metrics-listen HOST:PORT  Prometheus /metrics address (default 0.0.0.0:9464; "" disables)
+  --device cpu|cuda[:N]       where the models run (default cpu)
+  --dtype fp32|fp16|bf16      weights dtype (default fp32 on CPU, fp16 on CUDA; fp16/bf16 need CUDA)
+  --threads N                 torch intra-op threads per model engine (default: cores / models)
+  --max-batch-rows N          rows (beams count) decoded together per model (default 64)
+  --max-queue N               requests waiting per model before RESOURCE_EXHAUSTED (default 256)
+  --max-input-tokens N        input token limit (default: each model's own)
+  --max-new-tokens-cap N      largest max_new_tokens a request may ask for (default 512)
+  --max-beams N               largest num_beams a request may ask for (default 8)
+  --max-tokens-in-flight N    admission budget: sum of rows*(input+max_new_tokens) (default unlimited)
+  --max-message-bytes N       largest request message accepted (default 4194304)
+  --shutdown-grace-ms N       on SIGTERM/SIGINT, time given to in-flight requests (default 10000)
+  --log-level LEVEL           trace|debug|info|warn|error (default info)
+  --log-json                  one JSON object per log line
+  --help                      this text
+)";
+}
+
+void apply_config_file(const std::string& path, ServerConfig& config) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("cannot open config file '" + path + "'; check the --config path");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    throw ConfigError("config file '" + path + "' is not valid JSON: " + e.what());
+  }
+  if (!j.is_object()) throw ConfigError("config file '" + path + "' must hold a JSON object");
+  for (const auto& [key, value] : j.items()) {
+    const std::string name = normalise(key);
+    if (name == "model" || name == "models") {
+      if (value.is_object()) {
+        for (const auto& [n, dir] : value.items()) config.models.push_back({n, dir.get<std::string>()});
+      } else if (value.is_array()) {
+        for (const auto& v : value) config.models.push_back(parse_model(v.get<std::string>()));
+      } else {
+        throw ConfigError("config key '" + key + "' must be {\"name\": \"dir\"} or [\"name=dir\"]");
+      }
+      continue;
+    }
+    std::string text;
+    if (value.is_string()) {
+      text = value.get<std::string>();
+    } else if (value.is_boolean()) {
+      text = value.get<bool>() ? "true" : "false";
+    } else if (value.is_number_integer()) {
+      text = std::to_string(value.get<int64_t>());
+    } else {
+      throw ConfigError("config key '" + key + "' must be a string, integer or boolean");
+    }
+    if (!set_option(config, name, text)) {
+      throw ConfigError("unknown config key '" + key + "' in '" + path + "' (see srformer-server --help)");
+    }
+  }
+}
+
+bool parse_server_args(int argc, const char* const* argv, ServerConfig& config) {
+  // Two passes: the config file first, then every flag on top of it.
+  std::vector<std::pair<std::string, std::string>> flags;
+  bool file_models = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::cout << server_usage();
+      return false;
+    }
+    if (arg.rfind("--", 0) != 0) throw ConfigError("unexpected argument '" + arg + "' (see --help)");
+    std::string name = arg.substr(2);
+    std::string value;
+    const auto eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else if (name == "log-json") {
+      value = "true";
+    } else {
+      if (i + 1 >= argc) throw ConfigError("--" + name + " needs a value (see --help)");
+      value = argv[++i];
+    }
+    flags.emplace_back(name, value);
+  }
+  for (const auto& [name, value] : flags) {
+    if (name == "config") {
+      apply_config_file(value, config);
+      file_models = !config.models.empty();
+    }
+  }
+  bool cli_models = false;
+  for (const auto& [name, value] : flags) {
+    if (name == "config") continue;
+    if (name == "model" && !cli_models && file_models) {
+      config.models.clear();  // --model on the command line replaces the file's list
+    }
+    if (name == "model") cli_models = true;
+    if (!set_option(config, name, value)) throw ConfigError("unknown flag --" + name + " (see --help)");
+  }
+  return true;
+}
+
+torch::Device parse_device(const std::string& device) {
+  if (device == "cpu") return torch::kCPU;
+  if (device == "cuda") return {torch::kCUDA, 0};
+  if (device.rfind("cuda:", 0) == 0) {
+    const auto index = to_int("--device", device.substr(5), 0);
+    return {torch::kCUDA, static_cast<c10::DeviceIndex>(index)};
+  }
+  throw ConfigError("--device must be cpu, cuda or cuda:N, got '" + device + "'");
+}
+
+torch::ScalarType parse_dtype(const std::string& dtype, const torch::Device& device) {
+  if (dtype.empty()) return device.is_cuda() ? torch::kFloat16 : torch::kFloat32;
+  if (dtype == "fp32" || dtype == "float32") return torch::kFloat32;
+  torch::ScalarType t;
+  if (dtype == "fp16" || dtype == "float16") {
+    t = torch::kFloat16;
+  } else if (dtype == "bf16" || dtype == "bfloat16") {
+    t = torch::kBFloat16;
+  } else {
+    throw ConfigError("--dtype must be fp32, fp16 or bf16, got '" + dtype + "'");
+  }
+  if (!device.is_cuda()) throw ConfigError("--dtype " + dtype + " needs --device cuda; use fp32 on CPU");
+  return t;
+}
+
+void validate(const ServerConfig& c) {
+  if (c.models.empty()) throw ConfigError("no model given; pass --model NAME=DIR (see --help)");
+  for (size_t i = 0; i < c.models.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (c.models[i].name == c.models[j].name) {
+        throw ConfigError("model name '" + c.models[i].name + "' is given twice; each --model needs its own NAME");
+      }
+    }
+  }
+  if (c.listen.find(':') == std::string::npos) throw ConfigError("--listen needs HOST:PORT, got '" + c.listen + "'");
+  if (!c.metrics_listen.empty() && c.metrics_listen.find(':') == std::string::npos) {
+    throw ConfigError("--metrics-listen needs HOST:PORT (or \"\" to disable), got '" + c.metrics_listen + "'");
+  }
+  parse_dtype(c.dtype, parse_device(c.device));
+  if (c.max_beams > c.max_batch_rows) {
+    throw ConfigError("--max-beams (" + std::to_string(c.max_beams) + ") cannot exceed --max-batch-rows (" +
+                      std::to_string(c.max_batch_rows) + ")");
+  }
+}
+
+}  // namespace srformer::server

@@ -1,0 +1,53 @@
+#pragma once
+// srformer-server configuration: command-line flags and an optional JSON file (flags override the file).
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+namespace srformer::server {
+
+class ConfigError : public std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+struct ModelSpec {
+  std::string name;
+  std::string dir;
+};
+
+struct ServerConfig {
+  std::vector<ModelSpec> models;
+  std::string listen = "0.0.0.0:50051";
+  std::string metrics_listen = "0.0.0.0:9464";  // empty disables the /metrics endpoint
+  std::string device = "cpu";                   // cpu | cuda | cuda:N
+  std::string dtype;                            // fp32 | fp16 | bf16; empty = fp32 on CPU, fp16 on CUDA
+  int threads = 0;                              // torch intra-op threads per engine; 0 = cores / models
+  int64_t max_batch_rows = 64;
+  int64_t max_queue = 256;
+  int64_t max_input_tokens = 0;  // 0 = each model's own limit
+  int64_t max_new_tokens_cap = 512;
+  int64_t max_beams = 8;
+  int64_t max_tokens_in_flight = 0;  // 0 = unlimited
+  int64_t max_message_bytes = 4 << 20;
+  int64_t shutdown_grace_ms = 10000;
+  std::string log_level = "info";
+  bool log_json = false;
+};
+
+// Parses argv. Returns false when --help was asked for (usage already printed to stdout).
+// Throws ConfigError with a message that names the flag and what it accepts.
+bool parse_server_args(int argc, const char* const* argv, ServerConfig& config);
+// Applies a JSON config file ({"model": {"name": "dir"} | ["name=dir"], "listen": ..., "max-batch-rows": ...}).
+void apply_config_file(const std::string& path, ServerConfig& config);
+// Checks ranges and combinations; throws ConfigError.
+void validate(const ServerConfig& config);
+std::string server_usage();
+
+torch::Device parse_device(const std::string& device);
+// dtype for a device ("" picks the default); throws ConfigError for fp16/bf16 on CPU.
+torch::ScalarType parse_dtype(const std::string& dtype, const torch::Device& device);
+
+}  // namespace srformer::server

@@ -1,0 +1,540 @@
+#include "server/engine/engine.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "server/metrics/metrics.h"
+
+namespace srformer::server {
+
+namespace {
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+LeaveReason leave_reason(RequestOutcome outcome, FinishReason reason) {
+  if (outcome == RequestOutcome::kError) return LeaveReason::kError;
+  if (outcome != RequestOutcome::kOk) return LeaveReason::kCancelled;
+  return reason == FinishReason::kEos ? LeaveReason::kEos : LeaveReason::kLength;
+}
+
+}  // namespace
+
+// A request in the running batch: its searcher, its rows' next tokens, and its streaming state.
+struct Engine::Slot {
+  Slot(Pending p, const Tokenizer& tokenizer)
+      : request(std::move(p.request)), searcher(std::move(p.searcher)), detok(tokenizer), rows(searcher->num_rows()) {}
+
+  std::shared_ptr<Request> request;
+  std::unique_ptr<Searcher> searcher;
+  IncrementalDetokenizer detok;
+  const int64_t rows;
+  int64_t budget = 0;
+  torch::Tensor next_tokens;       // [rows] int64, CPU
+  std::vector<int64_t> streamed;   // tokens emitted so far
+  std::vector<int32_t> segments;   // segment of each decoder step (same for all rows of a request)
+  Clock::time_point admitted_at;
+  Clock::time_point decode_start;
+  Clock::time_point last_token;
+  double encode_ms = 0.0;
+};
+
+Engine::Engine(std::string name, std::unique_ptr<Seq2SeqModel> model, std::shared_ptr<const Tokenizer> tokenizer,
+               EngineLimits limits, ModelMetrics* metrics, SearcherFactory searcher_factory)
+    : name_(std::move(name)),
+      model_(std::move(model)),
+      tokenizer_(std::move(tokenizer)),
+      config_(model_->config()),
+      device_(model_->device()),
+      dtype_(model_->dtype()),
+      parameters_(model_->parameter_count()),
+      limits_(limits),
+      metrics_(metrics),
+      searcher_factory_(std::move(searcher_factory)) {
+  if (limits_.max_batch_rows < 1) throw std::invalid_argument("max_batch_rows must be >= 1");
+  if (limits_.max_queue < 1) throw std::invalid_argument("max_queue must be >= 1");
+  thread_ = std::thread([this] { run(); });
+}
+
+Engine::~Engine() { stop(); }
+
+void Engine::submit(std::shared_ptr<Request> request) {
+  if (!request || !request->on_finish) throw std::invalid_argument("request needs an on_finish callback");
+  Pending pending{request, searcher_factory_(request->options)};  // validates the options
+  if (pending.searcher->num_rows() > limits_.max_batch_rows) {
+    throw std::invalid_argument("the request needs " + std::to_string(pending.searcher->num_rows()) +
+                                " rows (beams) but the model's batch holds at most " +
+                                std::to_string(limits_.max_batch_rows) + "; use fewer beams");
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (!accepting_) throw ShuttingDownError("the server is shutting down; retry on another replica");
+    if (static_cast<int64_t>(queue_.size()) >= limits_.max_queue) {
+      throw QueueFullError("model '" + name_ + "' has " + std::to_string(queue_.size()) +
+                           " requests waiting (the queue limit); retry later with backoff, or raise --max-queue");
+    }
+    queue_.push_back(std::move(pending));
+    stats_.queued = static_cast<int64_t>(queue_.size());
+    if (metrics_) metrics_->set_queue_depth(static_cast<double>(queue_.size()));
+  }
+  wake_.notify_one();
+}
+
+void Engine::stop_accepting() {
+  std::lock_guard lock(mu_);
+  accepting_ = false;
+}
+
+bool Engine::wait_idle(Clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  return idle_cv_.wait_until(lock, deadline, [&] { return stats_.queued == 0 && stats_.live_requests == 0; });
+}
+
+void Engine::cancel_all() {
+  {
+    std::lock_guard lock(mu_);
+    cancel_all_ = true;
+  }
+  wake_.notify_one();
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard lock(mu_);
+    accepting_ = false;
+    stop_ = true;
+    cancel_all_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+int64_t Engine::budget_of(const Pending& p) const {
+  return p.searcher->num_rows() *
+         (static_cast<int64_t>(p.request->input_ids.size()) + p.request->options.max_new_tokens);
+}
+
+void Engine::run() {
+  if (limits_.threads > 0) at::set_num_threads(limits_.threads);  // per thread with OpenMP
+  c10::InferenceMode inference_mode;
+  while (true) {
+    std::vector<Pending> admitted;
+    std::vector<Pending> dropped;  // cancelled or expired while queued
+    bool shutdown_now = false;
+    {
+      std::unique_lock lock(mu_);
+      wake_.wait(lock, [&] { return stop_ || cancel_all_ || !queue_.empty() || !slots_.empty(); });
+      if (cancel_all_) {
+        shutdown_now = true;
+        cancel_all_ = false;
+        for (auto& p : queue_) dropped.push_back(std::move(p));
+        queue_.clear();
+      } else {
+        const auto now = Clock::now();
+        for (auto it = queue_.begin(); it != queue_.end();) {
+          if (it->request->cancelled() || it->request->expired(now)) {
+            dropped.push_back(std::move(*it));
+            it = queue_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        int64_t rows = state_.batch_size();
+        int64_t tokens = tokens_in_flight_;
+        while (!queue_.empty()) {
+          const Pending& next = queue_.front();
+          const int64_t r = next.searcher->num_rows();
+          const int64_t b = budget_of(next);
+          const bool empty_batch = slots_.empty() && admitted.empty();
+          if (!empty_batch && rows + r > limits_.max_batch_rows) break;
+          if (!empty_batch && limits_.max_tokens_in_flight > 0 && tokens + b > limits_.max_tokens_in_flight) break;
+          rows += r;
+          tokens += b;
+          admitted.push_back(std::move(queue_.front()));
+          queue_.pop_front();
+        }
+      }
+      stats_.queued = static_cast<int64_t>(queue_.size());
+      if (metrics_) metrics_->set_queue_depth(static_cast<double>(queue_.size()));
+      if (stop_ && queue_.empty() && slots_.empty() && admitted.empty() && dropped.empty() && !shutdown_now) break;
+    }
+
+    const auto now = Clock::now();
+    for (auto& p : dropped) {
+      RequestResult result;
+      result.outcome = shutdown_now                   ? RequestOutcome::kShutdown
+                       : p.request->expired(now)      ? RequestOutcome::kDeadlineExceeded
+                                                      : RequestOutcome::kCancelled;
+      result.finish_reason = FinishReason::kCancelled;
+      result.usage = p.request->usage;
+      result.usage.queue_ms = ms_between(p.request->accepted_at, now);
+      if (metrics_ && shutdown_now) metrics_->on_rejected(RejectReason::kShuttingDown);
+      try {
+        p.request->on_finish(std::move(result));
+      } catch (const std::exception& e) {
+        spdlog::error("request {}: on_finish failed: {}", p.request->id, e.what());
+      }
+    }
+    if (shutdown_now) {
+      for (auto& slot : slots_) slot->request->cancel();
+      drop_dead_slots();  // finishes them all as kShutdown (see finish outcome below)
+    }
+    if (!admitted.empty()) admit(std::move(admitted));
+    drop_dead_slots();
+    if (!slots_.empty()) step();
+    publish_stats();
+  }
+  publish_stats();
+}
+
+void Engine::admit(std::vector<Pending> batch) {
+  const auto start = Clock::now();
+  const int64_t n = static_cast<int64_t>(batch.size());
+  int64_t kmax = 1;
+  for (const auto& p : batch) kmax = std::max<int64_t>(kmax, static_cast<int64_t>(p.request->input_ids.size()));
+  auto ids = torch::full({n, kmax}, config_.pad_token_id, torch::kInt64);
+  auto mask = torch::zeros({n, kmax}, torch::kInt64);
+  auto expected = torch::empty({n}, torch::kInt64);
+  std::vector<int64_t> expand;
+  {
+    auto ida = ids.accessor<int64_t, 2>();
+    auto ma = mask.accessor<int64_t, 2>();
+    auto ea = expected.accessor<int64_t, 1>();
+    for (int64_t i = 0; i < n; ++i) {
+      const auto& in = batch[i].request->input_ids;
+      for (size_t j = 0; j < in.size(); ++j) {
+        ida[i][static_cast<int64_t>(j)] = in[j];
+        ma[i][static_cast<int64_t>(j)] = 1;
+      }
+      ea[i] = batch[i].request->expected_length;
+      for (int64_t r = 0; r < batch[i].searcher->num_rows(); ++r) expand.push_back(i);
+    }
+  }
+  DecoderState joined;
+  try {
+    const EncoderOutput enc = model_->encode(ids.to(device_), mask.to(device_));
+    joined = model_->start(enc, expected.to(device_));
+    if (static_cast<int64_t>(expand.size()) != n) {
+      joined.select(torch::tensor(expand, torch::kInt64).to(device_));
+    }
+  } catch (const std::exception& e) {
+    spdlog::error("model '{}': encoding a batch of {} failed: {}", name_, n, e.what());
+    for (auto& p : batch) {
+      RequestResult result;
+      result.outcome = RequestOutcome::kError;
+      result.error = std::string("encoder failed: ") + e.what();
+      result.usage = p.request->usage;
+      p.request->on_finish(std::move(result));
+    }
+    return;
+  }
+  const auto encoded = Clock::now();
+  const double encode_ms = ms_between(start, encoded);
+  try {
+    if (state_.batch_size() == 0) {
+      state_ = std::move(joined);
+    } else {
+      state_.append(std::move(joined));
+    }
+  } catch (const std::exception& e) {
+    // The running batch may be inconsistent now: fail everything rather than decode garbage.
+    for (auto& p : batch) slots_.push_back(std::make_unique<Slot>(std::move(p), *tokenizer_));
+    fail_all(std::string("joining the batch failed: ") + e.what());
+    return;
+  }
+  int64_t rows = 0;
+  for (auto& p : batch) {
+    auto slot = std::make_unique<Slot>(std::move(p), *tokenizer_);
+    slot->budget = slot->rows * (static_cast<int64_t>(slot->request->input_ids.size()) +
+                                 slot->request->options.max_new_tokens);
+    slot->next_tokens = torch::full({slot->rows}, slot->request->options.decoder_start_token_id, torch::kInt64);
+    slot->admitted_at = start;
+    slot->decode_start = encoded;
+    slot->last_token = encoded;
+    slot->encode_ms = encode_ms;
+    tokens_in_flight_ += slot->budget;
+    rows += slot->rows;
+    if (metrics_) metrics_->observe_queue_wait(ms_between(slot->request->accepted_at, start) / 1000.0);
+    spdlog::debug("request {}: admitted to '{}' ({} input tokens, {} rows)", slot->request->id, name_,
+                  slot->request->input_ids.size(), slot->rows);
+    slots_.push_back(std::move(slot));
+  }
+  if (metrics_) {
+    metrics_->observe_encode(encode_ms / 1000.0);
+    metrics_->on_rows_joined(static_cast<uint64_t>(rows));
+  }
+}
+
+void Engine::drop_dead_slots() {
+  const auto now = Clock::now();
+  bool shutting_down = false;
+  {
+    std::lock_guard lock(mu_);
+    shutting_down = stop_ || !accepting_;
+  }
+  std::vector<int64_t> keep;
+  std::vector<std::unique_ptr<Slot>> kept;
+  int64_t offset = 0;
+  bool dropped = false;
+  for (auto& slot : slots_) {
+    const int64_t rows = slot->rows;
+    const auto& req = *slot->request;
+    if (req.cancelled() || req.expired(now)) {
+      const RequestOutcome outcome = req.expired(now)                      ? RequestOutcome::kDeadlineExceeded
+                                     : (shutting_down && req.cancelled()) ? RequestOutcome::kShutdown
+                                                                          : RequestOutcome::kCancelled;
+      finish_slot(*slot, offset, outcome, FinishReason::kCancelled);
+      dropped = true;
+    } else {
+      for (int64_t r = 0; r < slot->rows; ++r) keep.push_back(offset + r);
+      kept.push_back(std::move(slot));
+    }
+    offset += rows;
+  }
+  slots_ = std::move(kept);
+  if (!dropped) return;
+  if (keep.empty()) {
+    state_ = DecoderState{};
+  } else {
+    state_.select(torch::tensor(keep, torch::kInt64).to(device_));
+    state_.compact();
+  }
+}
+
+void Engine::step() {
+  const auto start = Clock::now();
+  std::vector<torch::Tensor> inputs;
+  inputs.reserve(slots_.size());
+  for (const auto& slot : slots_) inputs.push_back(slot->next_tokens);
+  torch::Tensor logits;
+  torch::Tensor segment;
+  try {
+    logits = model_->step(state_, torch::cat(inputs).to(device_));
+    segment = state_.segment.defined() ? state_.segment.to(torch::kCPU) : torch::Tensor();
+  } catch (const std::exception& e) {
+    spdlog::error("model '{}': decoder step over {} rows failed: {}", name_, state_.batch_size(), e.what());
+    fail_all(std::string("decoder step failed: ") + e.what());
+    return;
+  }
+
+  std::vector<torch::Tensor> index;
+  std::vector<std::unique_ptr<Slot>> kept;
+  int64_t offset = 0;
+  int64_t new_tokens = 0;
+  bool reordered = false;
+  const int64_t rows_before = state_.batch_size();
+  for (auto& slot : slots_) {
+    Slot& s = *slot;
+    SearchStep result;
+    try {
+      result = s.searcher->advance(logits.narrow(0, offset, s.rows));
+    } catch (const std::exception& e) {
+      spdlog::error("request {}: search failed: {}", s.request->id, e.what());
+      RequestResult failed;
+      failed.outcome = RequestOutcome::kError;
+      failed.error = std::string("search failed: ") + e.what();
+      failed.usage = s.request->usage;
+      s.request->on_finish(std::move(failed));
+      tokens_in_flight_ -= s.budget;
+      if (metrics_) metrics_->on_rows_left(LeaveReason::kError, static_cast<uint64_t>(s.rows));
+      offset += s.rows;
+      reordered = true;
+      continue;
+    }
+    const int32_t seg = segment.defined() ? static_cast<int32_t>(segment[offset].item<int64_t>()) : -1;
+    s.segments.push_back(seg);
+    std::vector<TokenEvent> events;
+    const auto now = Clock::now();
+    for (const int64_t token : result.emitted) {
+      TokenEvent ev;
+      ev.token_id = token;
+      ev.step = static_cast<int32_t>(s.streamed.size());
+      ev.segment = ev.step < static_cast<int32_t>(s.segments.size()) ? s.segments[ev.step] : seg;
+      ev.text = s.detok.push(token);
+      if (metrics_) {
+        if (s.streamed.empty()) {
+          metrics_->observe_time_to_first_token(ms_between(s.request->accepted_at, now) / 1000.0);
+        } else {
+          metrics_->observe_inter_token(ms_between(s.last_token, now) / 1000.0);
+        }
+      }
+      s.streamed.push_back(token);
+      s.last_token = now;
+      events.push_back(std::move(ev));
+    }
+    new_tokens += static_cast<int64_t>(result.emitted.size());
+    if (result.done) {
+      std::string tail = s.detok.finish();
+      if (!tail.empty()) {
+        if (events.empty()) {
+          TokenEvent ev;
+          ev.token_id = s.streamed.empty() ? config_.eos_token_id : s.streamed.back();
+          ev.step = static_cast<int32_t>(s.streamed.size()) - 1;
+          ev.segment = seg;
+          events.push_back(std::move(ev));
+        }
+        events.back().text += tail;
+      }
+    }
+    if (!events.empty() && s.request->on_tokens) {
+      try {
+        s.request->on_tokens(std::move(events));
+      } catch (const std::exception& e) {
+        spdlog::error("request {}: on_tokens failed: {}", s.request->id, e.what());
+      }
+    }
+    if (result.done) {
+      const auto hyps = s.searcher->results();
+      const FinishReason reason = hyps.empty() ? FinishReason::kLength : hyps.front().finish_reason;
+      finish_slot(s, offset, RequestOutcome::kOk, reason);
+      reordered = true;
+    } else {
+      index.push_back(result.parent_rows.to(torch::kInt64) + offset);
+      s.next_tokens = result.next_tokens.to(torch::kCPU, torch::kInt64);
+      kept.push_back(std::move(slot));
+    }
+    offset += s.rows;
+  }
+  slots_ = std::move(kept);
+  if (slots_.empty()) {
+    state_ = DecoderState{};
+  } else {
+    const auto global = torch::cat(index);
+    if (reordered || !global.equal(torch::arange(rows_before, torch::kInt64))) {
+      state_.select(global.to(device_));
+      if (reordered) state_.compact();
+    }
+  }
+  if (metrics_) {
+    metrics_->on_step(static_cast<uint64_t>(rows_before), ms_between(start, Clock::now()) / 1000.0,
+                      static_cast<uint64_t>(new_tokens));
+  }
+  std::lock_guard lock(mu_);
+  ++stats_.steps;
+}
+
+void Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome outcome, FinishReason reason) {
+  Request& req = *slot.request;
+  RequestResult result;
+  result.outcome = outcome;
+  result.finish_reason = reason;
+  result.usage = req.usage;
+  const auto now = Clock::now();
+  try {
+    if (outcome == RequestOutcome::kOk) {
+      const auto hyps = slot.searcher->results();
+      if (!hyps.empty()) {
+        result.token_ids = hyps.front().tokens;
+        result.score = hyps.front().score;
+      }
+    } else {
+      result.token_ids = slot.streamed;
+    }
+    result.summary = tokenizer_->decode(result.token_ids, /*skip_special=*/true);
+    auto& u = result.usage;
+    u.output_tokens = static_cast<int64_t>(result.token_ids.size());
+    u.queue_ms = ms_between(req.accepted_at, slot.admitted_at);
+    u.encode_ms = slot.encode_ms;
+    u.decode_ms = ms_between(slot.decode_start, now);
+    if (state_.num_segments.defined()) u.segments = state_.num_segments[row_offset].item<int64_t>();
+    if (state_.raf_fired.defined() && state_.raf_total.defined()) {
+      // raf_fired is [B, layers] (or [B]); raf_total [B] counts elements per layer.
+      const auto fired_rows = state_.raf_fired.narrow(0, row_offset, slot.rows);
+      const double layers = fired_rows.dim() == 2 ? static_cast<double>(fired_rows.size(1)) : 1.0;
+      const double fired = fired_rows.sum().item<double>();
+      const double total = state_.raf_total.narrow(0, row_offset, slot.rows).sum().item<double>() * layers;
+      u.raf_firing_rate = total > 0 ? fired / total : 0.0;
+    }
+    int64_t bytes = 0;
+    for (int64_t r = 0; r < slot.rows; ++r) bytes += state_.row_bytes(row_offset + r);
+    u.state_bytes = bytes;
+  } catch (const std::exception& e) {
+    result.outcome = RequestOutcome::kError;
+    result.error = std::string("collecting the result failed: ") + e.what();
+  }
+  tokens_in_flight_ -= slot.budget;
+  if (metrics_) {
+    if (config_.srformer.segmented() && state_.enc_len.defined()) {
+      // Cross-attention reads s keys per step instead of k (the paper's saving), for every row.
+      const auto k = static_cast<uint64_t>(state_.enc_len[row_offset].item<int64_t>());
+      const auto s = std::min<uint64_t>(k, static_cast<uint64_t>(std::max<int64_t>(1, config_.srformer.segment_size)));
+      const auto steps = static_cast<uint64_t>(slot.segments.size()) * static_cast<uint64_t>(slot.rows);
+      metrics_->on_cross_attention_kv(steps * s, steps * k);
+    }
+    if (state_.segment_switches.defined()) {
+      metrics_->on_segment_switches(static_cast<uint64_t>(state_.segment_switches[row_offset].item<int64_t>()));
+    }
+    metrics_->on_rows_left(leave_reason(result.outcome, reason), static_cast<uint64_t>(slot.rows));
+    metrics_->observe_request_tokens(static_cast<uint64_t>(result.usage.input_tokens),
+                                     static_cast<uint64_t>(result.usage.output_tokens));
+  }
+  spdlog::debug("request {}: finished ({}, {} tokens, {:.1f} ms decode)", req.id, to_string(reason),
+                result.usage.output_tokens, result.usage.decode_ms);
+  try {
+    req.on_finish(std::move(result));
+  } catch (const std::exception& e) {
+    spdlog::error("request {}: on_finish failed: {}", req.id, e.what());
+  }
+}
+
+void Engine::fail_all(const std::string& error) {
+  for (auto& slot : slots_) {
+    RequestResult result;
+    result.outcome = RequestOutcome::kError;
+    result.error = error;
+    result.usage = slot->request->usage;
+    result.token_ids = slot->streamed;
+    tokens_in_flight_ -= slot->budget;
+    if (metrics_) metrics_->on_rows_left(LeaveReason::kError, static_cast<uint64_t>(slot->rows));
+    try {
+      slot->request->on_finish(std::move(result));
+    } catch (const std::exception& e) {
+      spdlog::error("request {}: on_finish failed: {}", slot->request->id, e.what());
+    }
+  }
+  slots_.clear();
+  state_ = DecoderState{};
+  tokens_in_flight_ = 0;
+}
+
+void Engine::publish_stats() {
+  int64_t rows = 0;
+  for (const auto& slot : slots_) rows += slot->rows;
+  const int64_t bytes = state_.batch_size() > 0 ? state_.bytes() : 0;
+  if (metrics_) {
+    metrics_->set_state_bytes(static_cast<double>(bytes));
+    // Per-layer RAF firing ratio over the live rows (raf_fired [B, layers], raf_total [B] per layer).
+    if (state_.batch_size() > 0 && state_.raf_fired.defined() && state_.raf_fired.dim() == 2 &&
+        state_.raf_total.defined()) {
+      const double total = state_.raf_total.sum().item<double>();
+      if (total > 0) {
+        const auto per_layer = (state_.raf_fired.sum(0) / total).to(torch::kCPU, torch::kFloat64);
+        for (int64_t l = 0; l < per_layer.size(0); ++l) {
+          metrics_->set_raf_fired_ratio(static_cast<int>(l), per_layer[l].item<double>());
+        }
+      }
+    }
+  }
+  bool idle = false;
+  {
+    std::lock_guard lock(mu_);
+    stats_.live_requests = static_cast<int64_t>(slots_.size());
+    stats_.live_rows = rows;
+    stats_.max_live_rows = std::max(stats_.max_live_rows, rows);
+    stats_.state_bytes = bytes;
+    idle = stats_.queued == 0 && slots_.empty();
+  }
+  if (idle) idle_cv_.notify_all();
+}
+
+}  // namespace srformer::server

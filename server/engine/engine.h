@@ -1,0 +1,129 @@
+#pragma once
+// The serving engine of one model: a bounded queue and ONE decode thread that owns the model and the
+// batched DecoderState. Each loop iteration admits waiting requests (one batched encode), runs one
+// decoder step over every live row, lets each request's Searcher pick its tokens, streams the new
+// text, and reorders/drops rows with a single DecoderState::select. RPC threads never touch tensors.
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/decoder_state.h"
+#include "model/generation/searcher.h"
+#include "model/seq2seq.h"
+#include "model/tokenizer/tokenizer.h"
+#include "server/engine/request.h"
+
+namespace srformer::server {
+
+class ModelMetrics;
+
+struct EngineLimits {
+  int64_t max_batch_rows = 64;       // rows (beams count) decoded together
+  int64_t max_tokens_in_flight = 0;  // sum over live requests of rows * (input + max_new_tokens); 0 = no limit
+  int64_t max_queue = 256;           // requests waiting to be admitted
+  int threads = 0;                   // torch intra-op threads of the decode thread; 0 = leave as is
+};
+
+struct EngineStats {
+  int64_t queued = 0;
+  int64_t live_requests = 0;
+  int64_t live_rows = 0;
+  int64_t state_bytes = 0;  // DecoderState bytes held after the last iteration
+  int64_t steps = 0;        // decoder steps run so far
+  int64_t max_live_rows = 0;
+};
+
+// Thrown by submit(); the service maps them to RESOURCE_EXHAUSTED / UNAVAILABLE.
+class QueueFullError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+class ShuttingDownError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+using SearcherFactory = std::function<std::unique_ptr<Searcher>(const GenerationOptions&)>;
+
+class Engine {
+ public:
+  // The engine takes the model; the tokenizer is shared with the service (tokenizing on RPC threads).
+  Engine(std::string name, std::unique_ptr<Seq2SeqModel> model, std::shared_ptr<const Tokenizer> tokenizer,
+         EngineLimits limits, ModelMetrics* metrics = nullptr, SearcherFactory searcher_factory = make_searcher);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. Creates its Searcher here, so invalid options throw std::invalid_argument on the
+  // caller's thread. Throws QueueFullError / ShuttingDownError when refused (callbacks then never run).
+  void submit(std::shared_ptr<Request> request);
+
+  // Refuses new requests from now on; queued and running ones continue.
+  void stop_accepting();
+  // Blocks until nothing is queued or running, or until `deadline`; returns whether it drained.
+  bool wait_idle(Clock::time_point deadline);
+  // Cancels every queued and running request (they finish with outcome kShutdown).
+  void cancel_all();
+  // Cancels everything and joins the decode thread. Idempotent.
+  void stop();
+
+  EngineStats stats() const;
+  const std::string& name() const { return name_; }
+  const ModelConfig& config() const { return config_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const EngineLimits& limits() const { return limits_; }
+  torch::Device device() const { return device_; }
+  torch::ScalarType dtype() const { return dtype_; }
+  int64_t parameter_count() const { return parameters_; }
+
+ private:
+  struct Slot;
+  struct Pending {
+    std::shared_ptr<Request> request;
+    std::unique_ptr<Searcher> searcher;
+  };
+
+  void run();
+  void admit(std::vector<Pending> batch);
+  void drop_dead_slots();
+  void step();
+  void finish_slot(Slot& slot, int64_t row_offset, RequestOutcome outcome, FinishReason reason);
+  void fail_all(const std::string& error);
+  void publish_stats();
+  int64_t budget_of(const Pending& p) const;
+
+  const std::string name_;
+  std::unique_ptr<Seq2SeqModel> model_;
+  const std::shared_ptr<const Tokenizer> tokenizer_;
+  const ModelConfig config_;
+  const torch::Device device_;
+  const torch::ScalarType dtype_;
+  const int64_t parameters_;
+  const EngineLimits limits_;
+  ModelMetrics* const metrics_;
+  const SearcherFactory searcher_factory_;
+
+  // Shared with submitting threads.
+  mutable std::mutex mu_;
+  std::condition_variable wake_;     // decode thread: work or stop
+  std::condition_variable idle_cv_;  // wait_idle
+  std::deque<Pending> queue_;
+  bool accepting_ = true;
+  bool stop_ = false;
+  bool cancel_all_ = false;
+  EngineStats stats_;
+
+  // Decode-thread only.
+  std::vector<std::unique_ptr<Slot>> slots_;  // in row order
+  DecoderState state_;
+  int64_t tokens_in_flight_ = 0;
+
+  std::thread thread_;
+};
+
+}  // namespace srformer::server

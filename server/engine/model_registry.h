@@ -1,0 +1,34 @@
+#pragma once
+// The models a server holds, by name, each with its own engine (and decode thread).
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/engine/engine.h"
+
+namespace srformer::server {
+
+class ModelRegistry {
+ public:
+  // Throws std::invalid_argument when the name is taken.
+  void add(std::unique_ptr<Engine> engine);
+  // `name` empty = the first model added. nullptr when unknown.
+  Engine* find(const std::string& name) const;
+  // "a, b" for error messages.
+  std::string names() const;
+  const std::vector<std::unique_ptr<Engine>>& engines() const { return engines_; }
+
+  void stop_accepting();
+  // Waits for every engine to drain until `deadline`; returns whether all drained.
+  bool wait_idle(Clock::time_point deadline);
+  void cancel_all();
+  void stop();
+
+ private:
+  std::vector<std::unique_ptr<Engine>> engines_;
+};
+
+// "fp32" | "fp16" | "bf16" (what --dtype accepts).
+std::string dtype_name(torch::ScalarType dtype);
+
+}  // namespace srformer::server

@@ -1,0 +1,74 @@
+#pragma once
+// One summarization request as the engine sees it: token ids and options in, token events and one
+// result out. Built and validated by the service; owned jointly by the service call and the engine.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/generation/options.h"
+#include "model/generation/searcher.h"
+
+namespace srformer::server {
+
+using Clock = std::chrono::steady_clock;
+
+// A newly final token, for streaming.
+struct TokenEvent {
+  int64_t token_id = 0;
+  std::string text;  // newly final text (may be empty while a character is incomplete)
+  int32_t step = 0;
+  int32_t segment = -1;
+};
+
+struct RequestUsage {
+  int64_t input_tokens = 0;
+  int64_t original_input_tokens = 0;
+  bool truncated = false;
+  int64_t output_tokens = 0;
+  int64_t segments = 0;
+  double raf_firing_rate = 0.0;
+  int64_t state_bytes = 0;  // peak bytes of this request's decoder state
+  double queue_ms = 0.0;
+  double encode_ms = 0.0;
+  double decode_ms = 0.0;
+};
+
+enum class RequestOutcome { kOk, kCancelled, kDeadlineExceeded, kShutdown, kError };
+
+struct RequestResult {
+  RequestOutcome outcome = RequestOutcome::kOk;
+  std::string error;  // kError: what failed
+  std::string summary;
+  std::vector<int64_t> token_ids;
+  FinishReason finish_reason = FinishReason::kNone;
+  double score = 0.0;
+  RequestUsage usage;
+};
+
+struct Request {
+  std::string id;
+  std::vector<int64_t> input_ids;  // already truncated to the limit
+  GenerationOptions options;
+  int64_t expected_length = 128;  // SRformer L
+  std::optional<Clock::time_point> deadline;
+  RequestUsage usage;  // input side filled by the service
+  Clock::time_point accepted_at = Clock::now();
+
+  // Both run on the engine thread and must not block. on_finish runs exactly once, last.
+  std::function<void(std::vector<TokenEvent>)> on_tokens;  // optional (streaming)
+  std::function<void(RequestResult)> on_finish;
+
+  // Thread-safe; the row leaves the batch within one decode step.
+  void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+  bool expired(Clock::time_point now) const { return deadline && now >= *deadline; }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace srformer::server

@@ -1,0 +1,102 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include <thread>
+
+#include "server/metrics/metrics.h"
+
+namespace srformer::server {
+
+LoadedModel load_model_dir(const ModelSpec& spec, const std::string& device, const std::string& dtype) {
+  LoadOptions options;
+  options.device = parse_device(device);
+  options.dtype = parse_dtype(dtype, options.device);
+  LoadedModel loaded;
+  loaded.name = spec.name;
+  loaded.model = load_model(spec.dir, options);
+  loaded.tokenizer = load_tokenizer(spec.dir);
+  return loaded;
+}
+
+Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metrics* metrics,
+               SearcherFactory searcher_factory)
+    : config_(config) {
+  EngineLimits limits;
+  limits.max_batch_rows = config.max_batch_rows;
+  limits.max_queue = config.max_queue;
+  limits.max_tokens_in_flight = config.max_tokens_in_flight;
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  limits.threads = config.threads > 0 ? config.threads
+                                      : std::max(1, cores / std::max(1, static_cast<int>(models.size())));
+  for (auto& m : models) {
+    ModelMetrics* mm = metrics ? &metrics->model(m.name) : nullptr;
+    models_.add(std::make_unique<Engine>(m.name, std::move(m.model), std::move(m.tokenizer), limits, mm,
+                                         searcher_factory));
+  }
+  ServiceLimits service_limits;
+  service_limits.max_input_tokens = config.max_input_tokens;
+  service_limits.max_new_tokens_cap = config.max_new_tokens_cap;
+  service_limits.max_beams = config.max_beams;
+  service_ = std::make_unique<SummarizerService>(models_, service_limits, metrics);
+}
+
+Server::~Server() {
+  shutdown(std::chrono::milliseconds(0));
+  models_.stop();
+}
+
+void Server::start() {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config_.listen, grpc::InsecureServerCredentials(), &port_);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) {
+    throw std::runtime_error("cannot listen on " + config_.listen +
+                             "; is the port in use or the address wrong? (--listen HOST:PORT)");
+  }
+  server_->GetHealthCheckService()->SetServingStatus(true);
+}
+
+std::string Server::address() const {
+  const auto colon = config_.listen.rfind(':');
+  return config_.listen.substr(0, colon) + ":" + std::to_string(port_);
+}
+
+void Server::shutdown(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard lock(mu_);
+    if (shutting_down_) return;
+    shutting_down_ = true;
+  }
+  service_->begin_shutdown();
+  models_.stop_accepting();
+  if (server_) server_->GetHealthCheckService()->SetServingStatus(false);
+  if (!models_.wait_idle(Clock::now() + grace)) {
+    spdlog::warn("shutdown: requests still running after the {} ms grace period; cancelling them", grace.count());
+    models_.cancel_all();
+    models_.wait_idle(Clock::now() + std::chrono::seconds(10));
+  }
+  if (server_) {
+    // Calls still open (e.g. a stream whose client stopped reading) are cancelled after a short wait.
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_->Wait();
+  }
+  {
+    std::lock_guard lock(mu_);
+    done_ = true;
+  }
+  done_cv_.notify_all();
+}
+
+void Server::wait() {
+  std::unique_lock lock(mu_);
+  done_cv_.wait(lock, [&] { return done_; });
+}
+
+}  // namespace srformer::server

@@ -1,0 +1,65 @@
+#pragma once
+// An srformer gRPC server: one engine per model, the Summarizer service, health and reflection.
+// main.cc wires it to flags and signals; tests run it in-process on a loopback port.
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "server/config.h"
+#include "server/engine/model_registry.h"
+#include "server/service/summarizer_service.h"
+
+namespace srformer::server {
+
+class Metrics;
+
+struct LoadedModel {
+  std::string name;
+  std::unique_ptr<Seq2SeqModel> model;
+  std::shared_ptr<const Tokenizer> tokenizer;
+};
+
+// Loads a model directory (weights + tokenizer) for the given device/dtype strings.
+LoadedModel load_model_dir(const ModelSpec& spec, const std::string& device, const std::string& dtype);
+
+class Server {
+ public:
+  // metrics may be null. Engines start at once; call start() to listen.
+  Server(const ServerConfig& config, std::vector<LoadedModel> models, Metrics* metrics = nullptr,
+         SearcherFactory searcher_factory = make_searcher);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds config.listen and starts serving (health SERVING). Throws std::runtime_error when it cannot bind.
+  void start();
+  // The bound port (resolves port 0).
+  int port() const { return port_; }
+  // "HOST:PORT" actually listened on.
+  std::string address() const;
+
+  // Graceful shutdown: new calls get UNAVAILABLE and health NOT_SERVING; in-flight requests get `grace`
+  // to finish, then are cancelled; then gRPC stops. Idempotent; safe from any thread but a reactor's.
+  void shutdown(std::chrono::milliseconds grace);
+  // Blocks until shutdown() has completed.
+  void wait();
+
+  ModelRegistry& models() { return models_; }
+  SummarizerService& service() { return *service_; }
+
+ private:
+  const ServerConfig config_;
+  ModelRegistry models_;
+  std::unique_ptr<SummarizerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::mutex mu_;
+  std::condition_variable done_cv_;
+  bool shutting_down_ = false;
+  bool done_ = false;
+};
+
+}  // namespace srformer::server

@@ -1,0 +1,246 @@
+#include "server/service/request_builder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+namespace srformer::server {
+
+namespace {
+
+[[noreturn]] void invalid(const std::string& message) {
+  throw RequestError(grpc::StatusCode::INVALID_ARGUMENT, message);
+}
+
+bool is_space(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200B) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+         cp == 0x3000 || cp == 0xFEFF;
+}
+
+// Decodes one code point at text[i]; returns its length, or 0 if malformed.
+size_t decode_utf8(std::string_view text, size_t i, uint32_t& cp) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(text[i + k]); };
+  const unsigned char c = b(0);
+  size_t len = 0;
+  uint32_t min = 0;
+  if (c < 0x80) {
+    cp = c;
+    return 1;
+  } else if ((c & 0xE0) == 0xC0) {
+    len = 2, cp = c & 0x1F, min = 0x80;
+  } else if ((c & 0xF0) == 0xE0) {
+    len = 3, cp = c & 0x0F, min = 0x800;
+  } else if ((c & 0xF8) == 0xF0) {
+    len = 4, cp = c & 0x07, min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (i + len > text.size()) return 0;
+  for (size_t k = 1; k < len; ++k) {
+    if ((b(k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b(k) & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return len;
+}
+
+template <typename T>
+std::string str(T v) {
+  return std::to_string(v);
+}
+
+}  // namespace
+
+bool is_valid_utf8(std::string_view text) {
+  uint32_t cp = 0;
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = decode_utf8(text, i, cp);
+    if (n == 0) return false;
+    i += n;
+  }
+  return true;
+}
+
+std::string sanitize_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  uint32_t cp = 0;
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = decode_utf8(text, i, cp);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(text.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
+void validate_document(std::string_view document) {
+  if (document.empty()) invalid("document is empty; send the text to summarize in the 'document' field");
+  bool blank = true;
+  uint32_t cp = 0;
+  for (size_t i = 0; i < document.size();) {
+    const size_t n = decode_utf8(document, i, cp);
+    if (n == 0) {
+      invalid("document is not valid UTF-8 (bad byte sequence at byte offset " + str(i) +
+              "); re-encode the text as UTF-8");
+    }
+    if (!is_space(cp)) blank = false;
+    i += n;
+  }
+  if (blank) invalid("document contains only whitespace; send the text to summarize");
+}
+
+int64_t effective_max_input_tokens(const ModelConfig& config, const ServiceLimits& limits) {
+  int64_t limit = config.max_input_tokens > 0 ? config.max_input_tokens : limits.max_input_tokens;
+  if (limits.max_input_tokens > 0) limit = std::min(limit, limits.max_input_tokens);
+  return limit;
+}
+
+ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfig& config,
+                                const ServiceLimits& limits) {
+  ResolvedOptions r;
+  GenerationOptions& o = r.options;
+  o.decoder_start_token_id = config.decoder_start_token_id;
+  o.eos_token_id = config.eos_token_id;
+  o.pad_token_id = config.pad_token_id;
+  o.forced_bos_token_id = config.forced_bos_token_id;
+  o.forced_eos_token_id = config.forced_eos_token_id;
+
+  // HF max_length/min_length count the decoder start token; new tokens are one fewer.
+  const int64_t default_max_new =
+      std::min(config.max_length ? std::max<int64_t>(1, *config.max_length - 1) : 128, limits.max_new_tokens_cap);
+  if (p.has_max_new_tokens()) {
+    if (p.max_new_tokens() < 1) {
+      invalid("max_new_tokens must be at least 1 (got " + str(p.max_new_tokens()) +
+              "); leave it unset for the model default (" + str(default_max_new) + ")");
+    }
+    if (p.max_new_tokens() > limits.max_new_tokens_cap) {
+      invalid("max_new_tokens " + str(p.max_new_tokens()) + " is over the server cap of " +
+              str(limits.max_new_tokens_cap) + "; ask for at most " + str(limits.max_new_tokens_cap));
+    }
+    o.max_new_tokens = p.max_new_tokens();
+  } else {
+    o.max_new_tokens = default_max_new;
+  }
+  if (p.has_min_new_tokens()) {
+    if (p.min_new_tokens() < 0 || p.min_new_tokens() > o.max_new_tokens) {
+      invalid("min_new_tokens must be between 0 and max_new_tokens (" + str(o.max_new_tokens) + "), got " +
+              str(p.min_new_tokens()));
+    }
+    o.min_new_tokens = p.min_new_tokens();
+  } else {
+    o.min_new_tokens = std::min(o.max_new_tokens, config.min_length ? std::max<int64_t>(0, *config.min_length - 1) : 0);
+  }
+  o.do_sample = p.has_do_sample() ? p.do_sample() : false;
+  if (p.has_num_beams()) {
+    if (p.num_beams() < 1 || p.num_beams() > limits.max_beams) {
+      invalid("num_beams must be between 1 and " + str(limits.max_beams) + " (the server cap), got " +
+              str(p.num_beams()));
+    }
+    o.num_beams = p.num_beams();
+  } else {
+    o.num_beams = o.do_sample ? 1 : std::clamp<int64_t>(config.num_beams.value_or(1), 1, limits.max_beams);
+  }
+  if (o.do_sample && o.num_beams > 1) {
+    invalid("beam sampling is not supported: use do_sample=true with num_beams=1, or num_beams>1 without sampling");
+  }
+  if (p.has_length_penalty()) {
+    if (!std::isfinite(p.length_penalty())) invalid("length_penalty must be a finite number");
+    o.length_penalty = p.length_penalty();
+  } else {
+    o.length_penalty = config.length_penalty.value_or(1.0);
+  }
+  o.early_stopping = p.has_early_stopping() ? p.early_stopping() : config.early_stopping.value_or(false);
+  if (p.has_temperature()) {
+    if (!std::isfinite(p.temperature()) || (o.do_sample && p.temperature() <= 0)) {
+      invalid("temperature must be a finite number > 0 when do_sample is true (got " + str(p.temperature()) +
+              "); use do_sample=false for deterministic output");
+    }
+    o.temperature = p.temperature();
+  }
+  if (p.has_top_k()) {
+    if (p.top_k() < 0) invalid("top_k must be >= 0 (0 disables it), got " + str(p.top_k()));
+    o.top_k = p.top_k();
+  }
+  if (p.has_top_p()) {
+    if (!(p.top_p() > 0.0f && p.top_p() <= 1.0f)) {
+      invalid("top_p must be in (0, 1] (1 disables it), got " + str(p.top_p()));
+    }
+    o.top_p = p.top_p();
+  }
+  if (p.has_seed()) o.seed = p.seed();
+  if (p.has_no_repeat_ngram_size()) {
+    if (p.no_repeat_ngram_size() < 0) {
+      invalid("no_repeat_ngram_size must be >= 0 (0 disables it), got " + str(p.no_repeat_ngram_size()));
+    }
+    o.no_repeat_ngram_size = p.no_repeat_ngram_size();
+  } else {
+    o.no_repeat_ngram_size = config.no_repeat_ngram_size.value_or(0);
+  }
+  if (p.has_repetition_penalty()) {
+    if (!std::isfinite(p.repetition_penalty()) || p.repetition_penalty() <= 0) {
+      invalid("repetition_penalty must be > 0 (1 disables it; values > 1 discourage repeats), got " +
+              str(p.repetition_penalty()));
+    }
+    o.repetition_penalty = p.repetition_penalty();
+  }
+  const int64_t max_l = limits.max_expected_length > 0 ? limits.max_expected_length : 4 * limits.max_new_tokens_cap;
+  if (p.has_expected_length()) {
+    if (p.expected_length() < 1 || p.expected_length() > max_l) {
+      invalid("expected_length must be between 1 and " + str(max_l) + ", got " + str(p.expected_length()) +
+              "; leave it unset to use max_new_tokens");
+    }
+    r.expected_length = p.expected_length();
+  } else {
+    r.expected_length = o.max_new_tokens;
+  }
+  try {
+    validate(o);
+  } catch (const std::invalid_argument& e) {
+    invalid(e.what());
+  }
+  return r;
+}
+
+std::shared_ptr<Request> build_request(const v1::SummarizeRequest& in, const Engine& engine,
+                                       const ServiceLimits& limits, std::optional<Clock::time_point> deadline) {
+  validate_document(in.document());
+  const ModelConfig& config = engine.config();
+  ResolvedOptions resolved = resolve_options(in.options(), config, limits);
+
+  auto req = std::make_shared<Request>();
+  req->id = in.request_id();
+  req->options = resolved.options;
+  req->expected_length = resolved.expected_length;
+  req->deadline = deadline;
+  const std::string text = config.summarization_prefix ? *config.summarization_prefix + in.document() : in.document();
+  req->input_ids = engine.tokenizer().encode(text);
+  const int64_t limit = effective_max_input_tokens(config, limits);
+  const int64_t n = static_cast<int64_t>(req->input_ids.size());
+  req->usage.original_input_tokens = n;
+  if (n > limit) {
+    if (in.truncation() == v1::TRUNCATION_POLICY_TRUNCATE) {
+      // Keep the leading tokens and the closing special token (EOS / </s>) the model expects.
+      const int64_t last = req->input_ids.back();
+      const bool keep_last = engine.tokenizer().is_special(last) && limit > 1;
+      req->input_ids.resize(static_cast<size_t>(keep_last ? limit - 1 : limit));
+      if (keep_last) req->input_ids.push_back(last);
+      req->usage.truncated = true;
+    } else {
+      throw RequestError(grpc::StatusCode::INVALID_ARGUMENT,
+                         "document is " + str(n) + " tokens, over the limit of " + str(limit) + " for model '" +
+                             engine.name() +
+                             "'; shorten it, or set truncation=TRUNCATION_POLICY_TRUNCATE to keep the first " +
+                             str(limit) + " tokens");
+    }
+  }
+  req->usage.input_tokens = static_cast<int64_t>(req->input_ids.size());
+  return req;
+}
+
+}  // namespace srformer::server

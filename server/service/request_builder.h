@@ -1,0 +1,62 @@
+#pragma once
+// Turns an API request into an engine Request: validates the document and every option, applies the
+// model config's generation defaults, tokenizes (with the T5 task prefix) and applies the
+// truncation policy. Every error says what to fix.
+#include <grpcpp/support/status.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "model/config.h"
+#include "server/engine/engine.h"
+#include "srformer/v1/summarizer.pb.h"
+
+namespace srformer::server {
+
+struct ServiceLimits {
+  int64_t max_input_tokens = 0;       // 0 = each model's own limit
+  int64_t max_new_tokens_cap = 1024;  // largest max_new_tokens a request may ask for
+  int64_t max_beams = 8;
+  int64_t max_expected_length = 0;    // 0 = 4 * max_new_tokens_cap
+};
+
+// An error to return to the client with this status code.
+class RequestError : public std::runtime_error {
+ public:
+  RequestError(grpc::StatusCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  grpc::StatusCode code() const { return code_; }
+  grpc::Status status() const { return grpc::Status(code_, what()); }
+
+ private:
+  grpc::StatusCode code_;
+};
+
+struct ResolvedOptions {
+  GenerationOptions options;
+  int64_t expected_length = 0;
+};
+
+// Throws RequestError(INVALID_ARGUMENT) for an empty, whitespace-only or non-UTF-8 document.
+void validate_document(std::string_view document);
+// True when `text` is well-formed UTF-8 (no overlongs, surrogates or code points over U+10FFFF).
+bool is_valid_utf8(std::string_view text);
+
+// Applies the model config's defaults to unset fields and checks every option against the caps.
+ResolvedOptions resolve_options(const v1::GenerationOptions& proto, const ModelConfig& config,
+                                const ServiceLimits& limits);
+
+// The input limit in force for a model: the smaller of the model's and the server's.
+int64_t effective_max_input_tokens(const ModelConfig& config, const ServiceLimits& limits);
+
+// `text` with every malformed sequence replaced by U+FFFD (protobuf string fields must be UTF-8).
+std::string sanitize_utf8(std::string_view text);
+
+// Full request: document checks, options, tokenization, truncation policy. Callbacks are left unset.
+std::shared_ptr<Request> build_request(const v1::SummarizeRequest& request, const Engine& engine,
+                                       const ServiceLimits& limits, std::optional<Clock::time_point> deadline);
+
+}  // namespace srformer::server

@@ -1,0 +1,442 @@
+#include "server/service/summarizer_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include "server/metrics/metrics.h"
+
+namespace srformer::server {
+
+namespace {
+
+v1::FinishReason to_proto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kCancelled:
+      return v1::FINISH_REASON_CANCELLED;
+    default:
+      return v1::FINISH_REASON_UNSPECIFIED;
+  }
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Per-call bookkeeping for metrics and the one log line per request.
+class CallRecord {
+ public:
+  CallRecord(Metrics* metrics, std::string method) : metrics_(metrics), method_(std::move(method)) {}
+  void started(const std::string& model) {
+    model_ = model;
+    if (metrics_) metrics_->model(model).on_request_start();
+  }
+  void rejected(RejectReason reason) {
+    if (metrics_ && !model_.empty()) metrics_->model(model_).on_rejected(reason);
+  }
+  void ended(const grpc::Status& status) {
+    if (metrics_ && !model_.empty()) {
+      metrics_->model(model_).on_request_end(method_, grpc_code_name(status.error_code()), seconds_since(start_));
+    }
+  }
+  const std::string& method() const { return method_; }
+
+ private:
+  Metrics* metrics_;
+  std::string method_;
+  std::string model_;
+  Clock::time_point start_ = Clock::now();
+};
+
+void log_result(const std::string& method, const Request& req, const std::string& model, const RequestResult& r,
+                const grpc::Status& status) {
+  if (status.ok()) {
+    spdlog::info("request {}: {} model={} in={} out={} finish={} queue_ms={:.1f} encode_ms={:.1f} decode_ms={:.1f}",
+                 req.id, method, model, r.usage.input_tokens, r.usage.output_tokens, to_string(r.finish_reason),
+                 r.usage.queue_ms, r.usage.encode_ms, r.usage.decode_ms);
+  } else {
+    spdlog::info("request {}: {} model={} ended with {}: {}", req.id, method, model,
+                 grpc_code_name(status.error_code()), status.error_message());
+  }
+}
+
+// Summarize: one request, one response.
+class SummarizeCall final : public grpc::ServerUnaryReactor {
+ public:
+  SummarizeCall(SummarizerService& service, grpc::CallbackServerContext* context, const v1::SummarizeRequest* in,
+                v1::SummarizeResponse* out)
+      : record_(service.metrics(), "Summarize") {
+    SummarizerService::Prepared prepared;
+    try {
+      prepared = service.prepare(*in, context);
+    } catch (const RequestError& e) {
+      finish(e.status());
+      return;
+    }
+    record_.started(prepared.engine->name());
+    request_ = prepared.request;
+    const std::string model = prepared.engine->name();
+    request_->on_finish = [this, out, model](RequestResult result) {
+      const grpc::Status status = result_status(result);
+      if (status.ok()) fill_response(result, *request_, model, out);
+      log_result(record_.method(), *request_, model, result, status);
+      finish(status);  // last use of this
+    };
+    try {
+      service.submit(prepared);
+    } catch (const RequestError& e) {
+      record_.rejected(e.code() == grpc::StatusCode::RESOURCE_EXHAUSTED ? RejectReason::kQueueFull
+                       : e.code() == grpc::StatusCode::UNAVAILABLE      ? RejectReason::kShuttingDown
+                                                                        : RejectReason::kInvalid);
+      finish(e.status());
+    }
+  }
+  void OnCancel() override {
+    if (request_) request_->cancel();
+  }
+  void OnDone() override { delete this; }  // gRPC's reactor lifetime: the reactor owns itself
+
+ private:
+  void finish(const grpc::Status& status) {
+    record_.ended(status);
+    Finish(status);
+  }
+  CallRecord record_;
+  std::shared_ptr<Request> request_;
+};
+
+// SummarizeStream: token messages as they are decided, then the final response.
+class StreamCall final : public grpc::ServerWriteReactor<v1::SummarizeStreamResponse> {
+ public:
+  StreamCall(SummarizerService& service, grpc::CallbackServerContext* context, const v1::SummarizeRequest* in)
+      : record_(service.metrics(), "SummarizeStream") {
+    SummarizerService::Prepared prepared;
+    try {
+      prepared = service.prepare(*in, context);
+    } catch (const RequestError& e) {
+      end(e.status());
+      return;
+    }
+    record_.started(prepared.engine->name());
+    request_ = prepared.request;
+    const std::string model = prepared.engine->name();
+    request_->on_tokens = [this](std::vector<TokenEvent> events) {
+      std::vector<v1::SummarizeStreamResponse> msgs(events.size());
+      for (size_t i = 0; i < events.size(); ++i) {
+        auto* t = msgs[i].mutable_token();
+        t->set_token_id(events[i].token_id);
+        t->set_text(is_valid_utf8(events[i].text) ? std::move(events[i].text) : sanitize_utf8(events[i].text));
+        t->set_step(events[i].step);
+        t->set_segment(events[i].segment);
+      }
+      enqueue(std::move(msgs), std::nullopt);
+    };
+    request_->on_finish = [this, model](RequestResult result) {
+      const grpc::Status status = result_status(result);
+      log_result(record_.method(), *request_, model, result, status);
+      std::vector<v1::SummarizeStreamResponse> msgs;
+      if (status.ok()) {
+        msgs.emplace_back();
+        fill_response(result, *request_, model, msgs.back().mutable_final());
+      }
+      enqueue(std::move(msgs), status);  // last use of this from the engine
+    };
+    try {
+      service.submit(prepared);
+    } catch (const RequestError& e) {
+      record_.rejected(e.code() == grpc::StatusCode::RESOURCE_EXHAUSTED ? RejectReason::kQueueFull
+                       : e.code() == grpc::StatusCode::UNAVAILABLE      ? RejectReason::kShuttingDown
+                                                                        : RejectReason::kInvalid);
+      end(e.status());
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    const v1::SummarizeStreamResponse* next = nullptr;
+    std::optional<grpc::Status> finish;
+    {
+      std::lock_guard lock(mu_);
+      pending_.pop_front();
+      if (!ok) {  // the client is gone: stop generating, drop what is queued
+        if (request_) request_->cancel();
+        pending_.clear();
+      }
+      if (!pending_.empty()) {
+        next = &pending_.front();
+      } else {
+        writing_ = false;
+        if (status_ && !finished_) {
+          finished_ = true;
+          finish = status_;
+        }
+      }
+    }
+    if (next) StartWrite(next);
+    if (finish) end(*finish);
+  }
+  void OnCancel() override {
+    if (request_) request_->cancel();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  // Appends messages (and the final status once known); starts a write when none is in flight.
+  void enqueue(std::vector<v1::SummarizeStreamResponse> msgs, std::optional<grpc::Status> status) {
+    const v1::SummarizeStreamResponse* first = nullptr;
+    std::optional<grpc::Status> finish;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& m : msgs) pending_.push_back(std::move(m));
+      if (status) status_ = status;
+      if (!writing_ && !pending_.empty()) {
+        writing_ = true;
+        first = &pending_.front();
+      } else if (!writing_ && status_ && !finished_) {
+        finished_ = true;
+        finish = status_;
+      }
+    }
+    if (first) StartWrite(first);
+    if (finish) end(*finish);
+  }
+  void end(const grpc::Status& status) {
+    record_.ended(status);
+    Finish(status);
+  }
+
+  CallRecord record_;
+  std::shared_ptr<Request> request_;
+  std::mutex mu_;
+  std::deque<v1::SummarizeStreamResponse> pending_;  // front = being written (deque keeps references)
+  bool writing_ = false;
+  bool finished_ = false;
+  std::optional<grpc::Status> status_;
+};
+
+// SummarizeBatch: all requests queued together, one response in request order.
+class BatchCall final : public grpc::ServerUnaryReactor {
+ public:
+  BatchCall(SummarizerService& service, grpc::CallbackServerContext* context, const v1::SummarizeBatchRequest* in,
+            v1::SummarizeBatchResponse* out)
+      : record_(service.metrics(), "SummarizeBatch"), out_(out) {
+    const int n = in->requests_size();
+    if (n == 0) {
+      end(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "requests is empty; send at least one request"));
+      return;
+    }
+    std::vector<SummarizerService::Prepared> prepared(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      try {
+        prepared[i] = service.prepare(in->requests(i), context);
+      } catch (const RequestError& e) {
+        end(grpc::Status(e.code(), "requests[" + std::to_string(i) + "]: " + e.what()));
+        return;
+      }
+    }
+    record_.started(prepared.front().engine->name());
+    results_.resize(static_cast<size_t>(n));
+    models_.resize(static_cast<size_t>(n));
+    remaining_ = n;
+    for (int i = 0; i < n; ++i) {
+      models_[i] = prepared[i].engine->name();
+      requests_.push_back(prepared[i].request);
+      prepared[i].request->on_finish = [this, i](RequestResult result) { done(i, std::move(result)); };
+    }
+    for (int i = 0; i < n; ++i) {
+      try {
+        service.submit(prepared[i]);
+      } catch (const RequestError& e) {
+        // Refuse the whole batch: cancel what was queued, report why once all of it has come back.
+        std::unique_lock lock(mu_);
+        error_ = grpc::Status(e.code(), "requests[" + std::to_string(i) + "]: " + e.what());
+        for (int j = 0; j < i; ++j) requests_[j]->cancel();
+        remaining_ -= n - i;
+        const bool last = remaining_ == 0;
+        lock.unlock();
+        if (last) complete();
+        return;
+      }
+    }
+  }
+  void OnCancel() override {
+    std::lock_guard lock(mu_);
+    for (auto& r : requests_) r->cancel();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void done(int i, RequestResult result) {
+    std::unique_lock lock(mu_);
+    results_[i] = std::move(result);
+    const bool last = --remaining_ == 0;
+    lock.unlock();
+    if (last) complete();
+  }
+  void complete() {
+    grpc::Status status = error_;
+    if (status.ok()) {
+      for (size_t i = 0; i < results_.size(); ++i) {
+        const grpc::Status s = result_status(results_[i]);
+        if (!s.ok()) {
+          status = grpc::Status(s.error_code(), "requests[" + std::to_string(i) + "]: " + s.error_message());
+          break;
+        }
+      }
+    }
+    if (status.ok()) {
+      for (size_t i = 0; i < results_.size(); ++i) {
+        fill_response(results_[i], *requests_[i], models_[i], out_->add_responses());
+      }
+    }
+    spdlog::info("batch of {} requests ended with {}", results_.size(), grpc_code_name(status.error_code()));
+    end(status);
+  }
+  void end(const grpc::Status& status) {
+    record_.ended(status);
+    Finish(status);
+  }
+
+  CallRecord record_;
+  v1::SummarizeBatchResponse* out_;
+  std::mutex mu_;
+  std::vector<std::shared_ptr<Request>> requests_;
+  std::vector<RequestResult> results_;
+  std::vector<std::string> models_;
+  int remaining_ = 0;
+  grpc::Status error_;
+};
+
+}  // namespace
+
+SummarizerService::SummarizerService(ModelRegistry& models, ServiceLimits limits, Metrics* metrics)
+    : models_(models), limits_(limits), metrics_(metrics) {}
+
+std::string SummarizerService::next_request_id() { return "req-" + std::to_string(next_id_.fetch_add(1)); }
+
+SummarizerService::Prepared SummarizerService::prepare(const v1::SummarizeRequest& in,
+                                                       grpc::CallbackServerContext* context) {
+  if (shutting_down()) {
+    throw RequestError(grpc::StatusCode::UNAVAILABLE, "the server is shutting down; retry on another replica");
+  }
+  Prepared p;
+  p.engine = models_.find(in.model());
+  if (!p.engine) {
+    throw RequestError(grpc::StatusCode::NOT_FOUND,
+                       "unknown model '" + in.model() + "'; this server holds: " + models_.names());
+  }
+  std::optional<Clock::time_point> deadline;
+  const auto wall_deadline = context->deadline();
+  if (wall_deadline != std::chrono::system_clock::time_point::max()) {
+    const auto left = wall_deadline - std::chrono::system_clock::now();
+    if (left <= std::chrono::system_clock::duration::zero()) {
+      throw RequestError(grpc::StatusCode::DEADLINE_EXCEEDED,
+                         "the deadline expired before the request was queued; allow more time");
+    }
+    deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
+  }
+  try {
+    p.request = build_request(in, *p.engine, limits_, deadline);
+  } catch (const RequestError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw RequestError(grpc::StatusCode::INVALID_ARGUMENT, std::string("cannot prepare the request: ") + e.what());
+  }
+  if (p.request->id.empty()) p.request->id = next_request_id();
+  return p;
+}
+
+void SummarizerService::submit(const Prepared& prepared) {
+  try {
+    prepared.engine->submit(prepared.request);
+  } catch (const QueueFullError& e) {
+    throw RequestError(grpc::StatusCode::RESOURCE_EXHAUSTED, e.what());
+  } catch (const ShuttingDownError& e) {
+    throw RequestError(grpc::StatusCode::UNAVAILABLE, e.what());
+  } catch (const std::invalid_argument& e) {
+    throw RequestError(grpc::StatusCode::INVALID_ARGUMENT, e.what());
+  }
+}
+
+grpc::ServerUnaryReactor* SummarizerService::Summarize(grpc::CallbackServerContext* context,
+                                                       const v1::SummarizeRequest* request,
+                                                       v1::SummarizeResponse* response) {
+  return new SummarizeCall(*this, context, request, response);
+}
+
+grpc::ServerWriteReactor<v1::SummarizeStreamResponse>* SummarizerService::SummarizeStream(
+    grpc::CallbackServerContext* context, const v1::SummarizeRequest* request) {
+  return new StreamCall(*this, context, request);
+}
+
+grpc::ServerUnaryReactor* SummarizerService::SummarizeBatch(grpc::CallbackServerContext* context,
+                                                            const v1::SummarizeBatchRequest* request,
+                                                            v1::SummarizeBatchResponse* response) {
+  return new BatchCall(*this, context, request, response);
+}
+
+grpc::ServerUnaryReactor* SummarizerService::ListModels(grpc::CallbackServerContext* context,
+                                                        const v1::ListModelsRequest*,
+                                                        v1::ListModelsResponse* response) {
+  for (const auto& e : models_.engines()) {
+    const ModelConfig& c = e->config();
+    auto* m = response->add_models();
+    m->set_name(e->name());
+    m->set_architecture(to_string(c.arch));
+    m->set_cross_attention(to_string(c.srformer.cross_attention));
+    m->set_segment_size(static_cast<int32_t>(c.srformer.segment_size));
+    m->set_max_input_tokens(static_cast<int32_t>(effective_max_input_tokens(c, limits_)));
+    m->set_device(e->device().str());
+    m->set_dtype(dtype_name(e->dtype()));
+    m->set_parameters(e->parameter_count());
+    m->set_default_expected_length(static_cast<int32_t>(c.srformer.expected_length));
+  }
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+void fill_response(const RequestResult& r, const Request& req, const std::string& model, v1::SummarizeResponse* out) {
+  out->set_summary(is_valid_utf8(r.summary) ? r.summary : sanitize_utf8(r.summary));
+  for (const int64_t id : r.token_ids) out->add_token_ids(id);
+  out->set_finish_reason(to_proto(r.finish_reason));
+  out->set_model(model);
+  out->set_request_id(req.id);
+  out->set_score(static_cast<float>(r.score));
+  auto* u = out->mutable_usage();
+  u->set_input_tokens(static_cast<int32_t>(r.usage.input_tokens));
+  u->set_output_tokens(static_cast<int32_t>(r.usage.output_tokens));
+  u->set_segments(static_cast<int32_t>(r.usage.segments));
+  u->set_raf_firing_rate(r.usage.raf_firing_rate);
+  u->set_state_bytes(r.usage.state_bytes);
+  u->set_queue_ms(r.usage.queue_ms);
+  u->set_encode_ms(r.usage.encode_ms);
+  u->set_decode_ms(r.usage.decode_ms);
+  u->set_truncated(r.usage.truncated);
+  u->set_original_input_tokens(static_cast<int32_t>(r.usage.original_input_tokens));
+}
+
+grpc::Status result_status(const RequestResult& r) {
+  switch (r.outcome) {
+    case RequestOutcome::kOk:
+      return grpc::Status::OK;
+    case RequestOutcome::kCancelled:
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the request was cancelled");
+    case RequestOutcome::kDeadlineExceeded:
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          "the deadline expired before the summary was complete; allow more time or ask for fewer "
+                          "tokens (max_new_tokens)");
+    case RequestOutcome::kShutdown:
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the server shut down before the summary was complete; retry on another replica");
+    case RequestOutcome::kError:
+      return grpc::Status(grpc::StatusCode::INTERNAL, "generation failed: " + r.error);
+  }
+  return grpc::Status(grpc::StatusCode::UNKNOWN, "unknown outcome");
+}
+
+}  // namespace srformer::server

@@ -1,0 +1,61 @@
+#pragma once
+// The srformer.v1.Summarizer gRPC service on the callback API (reactors, no thread per call). It only
+// translates between protobuf messages and engine requests; the engines do the work.
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <string>
+
+#include "server/engine/model_registry.h"
+#include "server/service/request_builder.h"
+#include "srformer/v1/summarizer.grpc.pb.h"
+
+namespace srformer::server {
+
+class Metrics;
+
+class SummarizerService final : public v1::Summarizer::CallbackService {
+ public:
+  // metrics may be null.
+  SummarizerService(ModelRegistry& models, ServiceLimits limits, Metrics* metrics);
+
+  // From now on every new call is refused with UNAVAILABLE; calls in flight continue.
+  void begin_shutdown() { shutting_down_.store(true); }
+  bool shutting_down() const { return shutting_down_.load(); }
+
+  grpc::ServerUnaryReactor* Summarize(grpc::CallbackServerContext* context, const v1::SummarizeRequest* request,
+                                      v1::SummarizeResponse* response) override;
+  grpc::ServerWriteReactor<v1::SummarizeStreamResponse>* SummarizeStream(
+      grpc::CallbackServerContext* context, const v1::SummarizeRequest* request) override;
+  grpc::ServerUnaryReactor* SummarizeBatch(grpc::CallbackServerContext* context,
+                                           const v1::SummarizeBatchRequest* request,
+                                           v1::SummarizeBatchResponse* response) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context, const v1::ListModelsRequest* request,
+                                       v1::ListModelsResponse* response) override;
+
+  // Shared by the call reactors (see summarizer_service.cc).
+  struct Prepared {
+    Engine* engine = nullptr;
+    std::shared_ptr<Request> request;
+  };
+  // Finds the model, checks deadline and shutdown, builds the request. Throws RequestError.
+  Prepared prepare(const v1::SummarizeRequest& request, grpc::CallbackServerContext* context);
+  // Queues it; throws RequestError (RESOURCE_EXHAUSTED, UNAVAILABLE, INVALID_ARGUMENT).
+  void submit(const Prepared& prepared);
+  Metrics* metrics() const { return metrics_; }
+  std::string next_request_id();
+
+ private:
+  ModelRegistry& models_;
+  const ServiceLimits limits_;
+  Metrics* const metrics_;
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<uint64_t> next_id_{1};
+};
+
+// Result -> response message, and the call's status for a result.
+void fill_response(const RequestResult& result, const Request& request, const std::string& model,
+                   v1::SummarizeResponse* out);
+grpc::Status result_status(const RequestResult& result);
+
+}  // namespace srformer::server
