@@ -32,8 +32,8 @@ class DecoderState {
   torch::Tensor expected_len;  // [B] int64: L (segment schedule)
   torch::Tensor num_segments;  // [B] int64: m_b = ceil(k_b / s) (1 for full attention)
   torch::Tensor segment;       // [B] int64: segment used at the last step (-1 before the first)
-  torch::Tensor raf_fired;     // [B] float64: membrane elements that fired, summed over RAF steps
-  torch::Tensor raf_total;     // [B] float64: membrane elements updated, summed over RAF steps
+  torch::Tensor raf_fired;     // [B, layers] float64: membrane elements that fired, summed over RAF steps
+  torch::Tensor raf_total;     // [B] float64: membrane elements updated per layer, summed over RAF steps
   torch::Tensor segment_switches;  // [B] int64: RAF steps taken
 
   int64_t batch_size() const { return step.defined() ? step.size(0) : 0; }

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/types.h>
@@ -24,6 +26,12 @@ struct EncoderOutput {
 struct LoadOptions {
   torch::Device device = torch::kCPU;
   torch::ScalarType dtype = torch::kFloat32;  // fp16/bf16 only on CUDA; RAF/K^TV stay fp32
+  // Replaces the checkpoint's "srformer" block (e.g. serve a plain checkpoint segmented).
+  std::optional<SrformerConfig> srformer;
+  // Creates RAF parameters the checkpoint lacks with the authors' initial values (conversion of a
+  // plain BART/T5 checkpoint into an SRformer one); otherwise their absence is a load error.
+  bool init_missing_raf = false;
+  uint64_t seed = 0;  // for initialised RAF weights
 };
 
 class Seq2SeqModel {
@@ -51,9 +59,17 @@ class Seq2SeqModel {
 
   // Number of parameters.
   virtual int64_t parameter_count() const = 0;
+  // Every parameter under its Hugging Face name (tied tensors once).
+  virtual const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters() const = 0;
 };
 
 // Loads a Hugging Face model directory (config.json + model.safetensors | sharded | pytorch_model.bin).
 std::unique_ptr<Seq2SeqModel> load_model(const std::filesystem::path& dir, const LoadOptions& options = {});
+
+// Writes a model back as a Hugging Face directory (config.json keeping the original's other keys,
+// model.safetensors in float32 with tied tensors stored once). Tokenizer files of `source_dir`
+// (when given) are copied along. The directory reloads to identical outputs.
+void save_model(const Seq2SeqModel& model, const std::filesystem::path& dir,
+                const std::filesystem::path& source_dir = {});
 
 }  // namespace srformer

@@ -3,9 +3,13 @@
 namespace srformer::tools {
 
 // Each command is defined in its own file (tools/cmd_*.cc).
+int run_check_fixture(const std::vector<std::string>& args);
+int run_inspect(const std::vector<std::string>& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
+      {"check-fixture", "replay a reference fixture directory and compare (JSON line last)", run_check_fixture},
+      {"inspect", "print a model's config, parameter count and per-request state bytes", run_inspect},
   };
   return list;
 }

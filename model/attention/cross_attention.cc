@@ -1,0 +1,201 @@
+#include "model/attention/cross_attention.h"
+
+#include <torch/torch.h>
+
+#include "model/attention/segments.h"
+#include "model/attention/self_attention.h"
+
+namespace srformer {
+
+namespace {
+
+bool is_kind(CrossAttentionKind k, std::initializer_list<CrossAttentionKind> ks) {
+  for (auto x : ks) {
+    if (x == k) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool CrossAttention::recurrent() const {
+  return is_kind(kind, {CrossAttentionKind::kSrformer, CrossAttentionKind::kAblationI, CrossAttentionKind::kAblationII,
+                        CrossAttentionKind::kAblationIII, CrossAttentionKind::kAblationIV});
+}
+
+bool CrossAttention::has_softmax() const { return kind != CrossAttentionKind::kAblationI; }
+
+int64_t CrossAttention::keys_read_per_step(int64_t enc_len) const {
+  const int64_t s = segment_size;
+  switch (kind) {
+    case CrossAttentionKind::kFull:
+      return enc_len;
+    case CrossAttentionKind::kAblationI:
+      return 0;
+    case CrossAttentionKind::kXlMemory:
+      return std::min(enc_len, 2 * s);
+    case CrossAttentionKind::kGlobalTokens:
+      return std::min(enc_len, s) + (enc_len + s - 1) / s;
+    default:
+      return std::min(enc_len, s);
+  }
+}
+
+void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tensor& enc_mask, const torch::Tensor& m,
+                             LayerState& ls) const {
+  ls.cross_k = split_heads(k(enc_hidden), heads).contiguous();
+  ls.cross_v = split_heads(v(enc_hidden), heads).contiguous();
+  if (recurrent()) {
+    // K^T V and ||K|| over real positions only, in fp32 (DESIGN.md: padding is masked everywhere).
+    const auto w = enc_mask.to(torch::kFloat32).view({enc_mask.size(0), 1, -1, 1});
+    const auto kf = ls.cross_k.to(torch::kFloat32) * w;
+    const auto vf = ls.cross_v.to(torch::kFloat32) * w;
+    auto kv = torch::matmul(kf.transpose(-1, -2), vf);
+    if (kv_clamp) kv = kv.clamp(-*kv_clamp, *kv_clamp);
+    ls.kv = kv;
+    ls.knorm = kf.pow(2).sum(2).sqrt();
+    ls.mem = torch::zeros_like(kv);
+    ls.recur = torch::zeros_like(kv);
+  }
+  if (kind == CrossAttentionKind::kGlobalTokens) {
+    // One mean-pooled key/value per segment (LongT5-style global tokens).
+    const int64_t kmax = enc_mask.size(1);
+    const int64_t mmax = (kmax + segment_size - 1) / segment_size;
+    const auto key_seg = torch::div(torch::arange(kmax, m.options()), segment_size, "floor");
+    const auto member = key_seg.view({1, 1, -1}).eq(torch::arange(mmax, m.options()).view({1, -1, 1}))
+                            .logical_and(enc_mask.unsqueeze(1));  // [B, mmax, k]
+    const auto weights = member.to(ls.cross_k.scalar_type());
+    const auto counts = weights.sum(-1, true).clamp_min(1).unsqueeze(1);  // [B,1,mmax,1]
+    ls.global_k = torch::matmul(weights.unsqueeze(1), ls.cross_k) / counts;
+    ls.global_v = torch::matmul(weights.unsqueeze(1), ls.cross_v) / counts;
+  }
+}
+
+CrossAttention::Recurrent CrossAttention::recurrent_update(const torch::Tensor& kv, const torch::Tensor& keys,
+                                                           const torch::Tensor& values, const torch::Tensor& mem,
+                                                           const torch::Tensor& seg, const torch::Tensor& enc_len) const {
+  const auto win = segment_window(seg, enc_len, segment_size, 0, segment_size, keys.size(2));
+  const auto w = win.valid.to(torch::kFloat32).view({seg.size(0), 1, -1, 1});
+  const auto ki = gather_rows(keys, win.idx).to(torch::kFloat32) * w;
+  const auto vi = gather_rows(values, win.idx).to(torch::kFloat32) * w;
+  auto ksvs = torch::matmul(ki.transpose(-1, -2), vi);
+  if (kv_clamp) ksvs = ksvs.clamp(-*kv_clamp, *kv_clamp);
+  const auto p = kv - ksvs;
+  if (kind == CrossAttentionKind::kAblationIII) {  // no RAF: P feeds the output directly
+    return {mem, p, torch::zeros({seg.size(0)}, seg.options().dtype(torch::kFloat64))};
+  }
+  const auto r = raf_step(raf, mem, kind == CrossAttentionKind::kAblationIV ? ksvs : p);
+  return {r.mem, r.out, r.fired.sum({1, 2, 3}).to(torch::kFloat64)};
+}
+
+torch::Tensor CrossAttention::combine(const torch::Tensor& attn, const torch::Tensor& qr, const LayerState& ls) const {
+  if (!recurrent()) return attn;
+  auto rec = qr;
+  if (kind != CrossAttentionKind::kAblationII) rec = rec / ls.knorm.unsqueeze(2);
+  if (!has_softmax()) return rec.to(attn.scalar_type());
+  return (attn.to(torch::kFloat32) + rec).to(attn.scalar_type());
+}
+
+torch::Tensor CrossAttention::forward(const torch::Tensor& x, const LayerState& ls, const torch::Tensor& enc_mask,
+                                      const torch::Tensor& enc_len, const torch::Tensor& m, const torch::Tensor& seg,
+                                      const torch::Tensor& changed, torch::Tensor* fired) const {
+  auto qh = split_heads(q(x), heads);
+  if (scale != 1.0) qh = qh * scale;
+  const int64_t B = x.size(0);
+  const int64_t Q = x.size(1);
+  const int64_t kmax = enc_mask.size(1);
+
+  torch::Tensor attn;
+  if (kind == CrossAttentionKind::kFull) {
+    attn = attend(qh, ls.cross_k, ls.cross_v, additive_mask(enc_mask.view({B, 1, 1, kmax}), qh.scalar_type()));
+  } else if (has_softmax()) {
+    // Parallel form: each position attends over the full key range masked to its segment(s).
+    const auto key_seg = torch::div(torch::arange(kmax, seg.options()), segment_size, "floor").view({1, 1, kmax});
+    auto allowed = key_seg.eq(seg.unsqueeze(2));
+    if (kind == CrossAttentionKind::kXlMemory) allowed = allowed.logical_or(key_seg.eq(seg.unsqueeze(2) - 1));
+    allowed = allowed.logical_and(enc_mask.view({B, 1, kmax}));
+    auto keys = ls.cross_k;
+    auto values = ls.cross_v;
+    if (kind == CrossAttentionKind::kGlobalTokens) {
+      const int64_t mmax = ls.global_k.size(2);
+      const auto g_ok = torch::arange(mmax, m.options()).view({1, 1, mmax}).lt(m.view({B, 1, 1})).expand({B, Q, mmax});
+      allowed = torch::cat({allowed, g_ok}, 2);
+      keys = torch::cat({keys, ls.global_k}, 2);
+      values = torch::cat({values, ls.global_v}, 2);
+    }
+    attn = attend(qh, keys, values, additive_mask(allowed.unsqueeze(1), qh.scalar_type()));
+  } else {
+    attn = torch::zeros_like(qh);
+  }
+
+  torch::Tensor qr;
+  if (recurrent()) {
+    // The recurrence runs over decoder positions; RAF steps only where the segment changes.
+    auto mem = ls.mem;
+    auto recur = ls.recur;
+    std::vector<torch::Tensor> terms;
+    terms.reserve(static_cast<size_t>(Q));
+    const auto qf = qh.to(torch::kFloat32);
+    for (int64_t t = 0; t < Q; ++t) {
+      const auto ch = changed.select(1, t);
+      if (ch.any().item<bool>()) {
+        const auto upd = recurrent_update(ls.kv, ls.cross_k, ls.cross_v, mem, seg.select(1, t), enc_len);
+        const auto sel = ch.view({B, 1, 1, 1});
+        mem = torch::where(sel, upd.mem, mem);
+        recur = torch::where(sel, upd.out, recur);
+        if (fired != nullptr) *fired = *fired + torch::where(ch, upd.fired_count, torch::zeros_like(upd.fired_count));
+      }
+      terms.push_back(torch::matmul(qf.narrow(2, t, 1), recur));
+    }
+    qr = torch::cat(terms, 2);
+  }
+  return o(merge_heads(combine(attn, qr, ls)));
+}
+
+torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const torch::Tensor& enc_mask,
+                                   const torch::Tensor& enc_len, const torch::Tensor& m, const torch::Tensor& seg,
+                                   const torch::Tensor& changed, torch::Tensor* fired) const {
+  auto qh = split_heads(q(x), heads);
+  if (scale != 1.0) qh = qh * scale;
+  const int64_t B = x.size(0);
+  const int64_t kmax = enc_mask.size(1);
+
+  torch::Tensor attn;
+  if (kind == CrossAttentionKind::kFull) {
+    attn = attend(qh, ls.cross_k, ls.cross_v, additive_mask(enc_mask.view({B, 1, 1, kmax}), qh.scalar_type()));
+  } else if (has_softmax()) {
+    // Read only the rows of segment i (and i-1 / global tokens): s keys per step instead of k.
+    const bool xl = kind == CrossAttentionKind::kXlMemory;
+    const auto win = segment_window(seg, enc_len, segment_size, xl ? -1 : 0, xl ? 2 * segment_size : segment_size, kmax);
+    auto keys = gather_rows(ls.cross_k, win.idx);
+    auto values = gather_rows(ls.cross_v, win.idx);
+    auto allowed = win.valid;
+    if (kind == CrossAttentionKind::kGlobalTokens) {
+      const int64_t mmax = ls.global_k.size(2);
+      allowed = torch::cat({allowed, torch::arange(mmax, m.options()).view({1, mmax}).lt(m.view({B, 1}))}, 1);
+      keys = torch::cat({keys, ls.global_k}, 2);
+      values = torch::cat({values, ls.global_v}, 2);
+    }
+    attn = attend(qh, keys, values, additive_mask(allowed.view({B, 1, 1, -1}), qh.scalar_type()));
+  } else {
+    attn = torch::zeros_like(qh);
+  }
+
+  torch::Tensor qr;
+  if (recurrent()) {
+    const auto rows = changed.nonzero().view(-1);
+    if (rows.numel() > 0) {
+      // Only rows whose segment changed pay for K_i^T V_i and the RAF step.
+      const auto upd = recurrent_update(ls.kv.index_select(0, rows), ls.cross_k.index_select(0, rows),
+                                        ls.cross_v.index_select(0, rows), ls.mem.index_select(0, rows),
+                                        seg.index_select(0, rows), enc_len.index_select(0, rows));
+      ls.mem = ls.mem.index_copy(0, rows, upd.mem);
+      ls.recur = ls.recur.index_copy(0, rows, upd.out);
+      if (fired != nullptr) *fired = fired->index_add(0, rows, upd.fired_count);
+    }
+    qr = torch::matmul(qh.to(torch::kFloat32), ls.recur);
+  }
+  return o(merge_heads(combine(attn, qr, ls)));
+}
+
+}  // namespace srformer

@@ -1,0 +1,62 @@
+#pragma once
+// Encoder-decoder attention with every variant of the paper behind one module (config.h lists
+// them): full softmax, segmented softmax over segment i, and SRformer's recurrent term
+//   O = softmax(q K_i^T + mask_i) V_i + (q R) / ||K||,   R = RAF(K^T V - K_i^T V_i)
+// with ablations and baselines. Each has a teacher-forced form (all decoder positions at once,
+// differentiable, for checks and training) and a one-step form (generation) that agree.
+#include <optional>
+
+#include <torch/types.h>
+
+#include "model/attention/raf.h"
+#include "model/config.h"
+#include "model/decoder_state.h"
+#include "model/layers.h"
+
+namespace srformer {
+
+struct CrossAttention {
+  Linear q, k, v, o;
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+  double scale = 1.0;  // BART scales the query (and so both terms); T5 does not
+  CrossAttentionKind kind = CrossAttentionKind::kFull;
+  int64_t segment_size = 0;
+  std::optional<double> kv_clamp;
+  RafParams raf;  // defined when the variant uses RAF
+
+  bool recurrent() const;  // variant has the (q R)/||K|| term
+
+  // Fills the layer's cross K/V (and K^T V, ||K||, zero membrane, global tokens) from the encoder.
+  // enc_mask [B,k] bool; m [B] segments per row.
+  void prepare(const torch::Tensor& enc_hidden, const torch::Tensor& enc_mask, const torch::Tensor& m,
+               LayerState& ls) const;
+
+  // Teacher-forced: x [B,q,D]; seg/changed [B,q] (segment per position; whether RAF steps there).
+  // fired (optional, [B] float64) accumulates the number of membrane elements that fired.
+  torch::Tensor forward(const torch::Tensor& x, const LayerState& ls, const torch::Tensor& enc_mask,
+                        const torch::Tensor& enc_len, const torch::Tensor& m, const torch::Tensor& seg,
+                        const torch::Tensor& changed, torch::Tensor* fired) const;
+
+  // One step: x [B,1,D]; seg/changed [B]. Updates the membrane and R of the changed rows in ls.
+  torch::Tensor step(const torch::Tensor& x, LayerState& ls, const torch::Tensor& enc_mask,
+                     const torch::Tensor& enc_len, const torch::Tensor& m, const torch::Tensor& seg,
+                     const torch::Tensor& changed, torch::Tensor* fired) const;
+
+  // Key/value rows one decoder step reads (per row): k (full), s, 2s (xl) or s + m (global).
+  int64_t keys_read_per_step(int64_t enc_len) const;
+
+ private:
+  struct Recurrent {
+    torch::Tensor mem, out, fired_count;  // fired_count [n] float64
+  };
+  // RAF update for rows whose segment is seg (kv [n,H,d,d], K/V [n,H,k,d], mem [n,H,d,d]).
+  Recurrent recurrent_update(const torch::Tensor& kv, const torch::Tensor& keys, const torch::Tensor& values,
+                             const torch::Tensor& mem, const torch::Tensor& seg, const torch::Tensor& enc_len) const;
+  // attn [B,H,q,d] (model dtype), qr = q R [B,H,q,d] fp32 -> the variant's output [B,H,q,d].
+  torch::Tensor combine(const torch::Tensor& attn, const torch::Tensor& qr, const LayerState& ls) const;
+  // Softmax part over the variant's keys; allowed [B,q,W] with keys/values [B,H,W,d].
+  bool has_softmax() const;
+};
+
+}  // namespace srformer

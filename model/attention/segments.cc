@@ -1,0 +1,31 @@
+#include "model/attention/segments.h"
+
+#include <torch/torch.h>
+
+namespace srformer {
+
+torch::Tensor num_segments(const torch::Tensor& enc_len, int64_t segment_size) {
+  if (segment_size <= 0) return torch::ones_like(enc_len);
+  return torch::div(enc_len + (segment_size - 1), segment_size, "floor").clamp_min(1);
+}
+
+torch::Tensor segment_schedule(const torch::Tensor& t, const torch::Tensor& m, const torch::Tensor& L) {
+  return torch::minimum(torch::div(t * m, L, "floor"), m - 1);
+}
+
+SegmentWindow segment_window(const torch::Tensor& seg, const torch::Tensor& enc_len, int64_t segment_size,
+                             int64_t first_segment_offset, int64_t width, int64_t kmax) {
+  const auto base = (seg + first_segment_offset) * segment_size;
+  const auto idx = base.unsqueeze(1) + torch::arange(width, seg.options()).unsqueeze(0);
+  const auto valid = idx.ge(0).logical_and(idx.lt(enc_len.unsqueeze(1)));
+  return {idx.clamp(0, kmax - 1), valid};
+}
+
+torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& idx) {
+  const auto n = x.size(0);
+  const auto h = x.size(1);
+  const auto d = x.size(3);
+  return x.gather(2, idx.view({n, 1, -1, 1}).expand({n, h, idx.size(1), d}));
+}
+
+}  // namespace srformer

@@ -1,0 +1,25 @@
+#pragma once
+// Segment bookkeeping for segmented cross-attention: which decoder step reads which segment, and
+// which encoder rows a segment holds, per row of the batch (rows have their own k, m and L).
+#include <torch/types.h>
+
+namespace srformer {
+
+// m_b = ceil(k_b / s) (at least 1).
+torch::Tensor num_segments(const torch::Tensor& enc_len, int64_t segment_size);
+
+// i = min(floor(t * m / L), m - 1) elementwise (all int64, broadcastable).
+torch::Tensor segment_schedule(const torch::Tensor& t, const torch::Tensor& m, const torch::Tensor& L);
+
+// Encoder row indices of a window of `width` rows starting at segment (seg + first_segment_offset):
+// idx [n, width] (clamped into [0, kmax)), valid [n, width] (inside [0, k_b)).
+struct SegmentWindow {
+  torch::Tensor idx, valid;
+};
+SegmentWindow segment_window(const torch::Tensor& seg, const torch::Tensor& enc_len, int64_t segment_size,
+                             int64_t first_segment_offset, int64_t width, int64_t kmax);
+
+// Rows idx of x [n,H,k,d] per batch row -> [n,H,W,d].
+torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& idx);
+
+}  // namespace srformer

@@ -1,0 +1,45 @@
+#include "model/attention/self_attention.h"
+
+#include <torch/torch.h>
+
+#include <limits>
+
+namespace srformer {
+
+torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& bias) {
+  auto scores = torch::matmul(q, k.transpose(-1, -2));
+  if (bias.defined()) scores = scores + bias;
+  const auto probs = torch::softmax(scores.to(torch::kFloat32), -1).to(v.scalar_type());
+  return torch::matmul(probs, v);
+}
+
+torch::Tensor additive_mask(const torch::Tensor& allowed, torch::ScalarType dtype) {
+  return torch::zeros(allowed.sizes(), allowed.options().dtype(dtype))
+      .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+}
+
+torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor& bias) const {
+  return forward(x, bias, nullptr, nullptr);
+}
+
+torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor* keys,
+                                     torch::Tensor* values) const {
+  auto qh = split_heads(q(x), heads);
+  if (scale != 1.0) qh = qh * scale;
+  const auto kh = split_heads(k(x), heads);
+  const auto vh = split_heads(v(x), heads);
+  if (keys != nullptr) *keys = kh;
+  if (values != nullptr) *values = vh;
+  return o(merge_heads(attend(qh, kh, vh, bias)));
+}
+
+torch::Tensor SelfAttention::step(const torch::Tensor& x, torch::Tensor& cache_k, torch::Tensor& cache_v,
+                                  const torch::Tensor& bias) const {
+  auto qh = split_heads(q(x), heads);
+  if (scale != 1.0) qh = qh * scale;
+  cache_k = torch::cat({cache_k, split_heads(k(x), heads)}, 2);
+  cache_v = torch::cat({cache_v, split_heads(v(x), heads)}, 2);
+  return o(merge_heads(attend(qh, cache_k, cache_v, bias)));
+}
+
+}  // namespace srformer

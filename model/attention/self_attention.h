@@ -1,0 +1,32 @@
+#pragma once
+// Multi-head self-attention with an incremental (cached) form. Position information (T5's
+// relative bias) and masks arrive as one additive bias, so BART and T5 share the module.
+#include <torch/types.h>
+
+#include "model/layers.h"
+
+namespace srformer {
+
+struct SelfAttention {
+  Linear q, k, v, o;
+  int64_t heads = 0;
+  double scale = 1.0;  // BART: head_dim^-0.5 on the query; T5: 1
+
+  // x [B,T,D]; bias additive, broadcastable to [B,H,T,T] (masks and position bias). Returns [B,T,D].
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias) const;
+  // Same, also returning the keys/values [B,H,T,d] to seed a cache.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor* keys,
+                        torch::Tensor* values) const;
+  // One new position per row: x [B,1,D]. Appends its key/value to cache_k/cache_v ([B,H,T,d] ->
+  // [B,H,T+1,d]) and attends over all slots with bias [B,H|1,1,T+1]. Returns [B,1,D].
+  torch::Tensor step(const torch::Tensor& x, torch::Tensor& cache_k, torch::Tensor& cache_v,
+                     const torch::Tensor& bias) const;
+};
+
+// softmax(q k^T + bias) v with the softmax in fp32 (as Hugging Face does for half precision).
+torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& bias);
+
+// Additive mask value: -inf where `allowed` is false, 0 elsewhere, in dtype.
+torch::Tensor additive_mask(const torch::Tensor& allowed, torch::ScalarType dtype);
+
+}  // namespace srformer

@@ -1,0 +1,177 @@
+#include "model/bart.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "model/io/weight_binder.h"
+
+namespace srformer {
+
+namespace {
+
+struct BartEncoderLayer {
+  SelfAttention self_attn;
+  LayerNorm self_attn_norm, final_norm;
+  FeedForward ffn;
+};
+
+struct BartDecoderLayer {
+  SelfAttention self_attn;
+  CrossAttention cross_attn;
+  LayerNorm self_attn_norm, cross_attn_norm, final_norm;
+  FeedForward ffn;
+};
+
+class BartModel final : public EncoderDecoderModel {
+ public:
+  BartModel(const ModelConfig& config, const CheckpointReader& ckpt, const LoadOptions& options) {
+    config_ = config;
+    device_ = options.device;
+    dtype_ = options.dtype;
+    WeightBinder binder(ckpt, dtype_, device_);
+    ParamBinder w(binder, options.init_missing_raf);
+    const auto& c = config_;
+    const int64_t D = c.d_model;
+    shared_ = w.take("model.shared.weight", {c.vocab_size, D},
+                     {"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"});
+    binder.ignore("model\\.(encoder|decoder)\\.embed_tokens\\.weight");
+    if (c.tie_word_embeddings) {
+      binder.ignore("lm_head\\.weight");
+      lm_head_ = shared_;
+    } else {
+      lm_head_ = w.take("lm_head.weight", {c.vocab_size, D});
+    }
+    const auto flb = binder.take_optional("final_logits_bias", {1, c.vocab_size});
+    final_logits_bias_ = w.record("final_logits_bias", flb ? *flb : torch::zeros({1, c.vocab_size},
+                                                                                torch::TensorOptions().dtype(dtype_).device(device_)));
+    const int64_t P = c.max_position_embeddings + 2;
+    enc_pos_ = w.take("model.encoder.embed_positions.weight", {P, D});
+    dec_pos_ = w.take("model.decoder.embed_positions.weight", {P, D});
+    enc_ln_emb_ = LayerNorm::bind(w, "model.encoder.layernorm_embedding", D, c.layer_norm_eps, false);
+    dec_ln_emb_ = LayerNorm::bind(w, "model.decoder.layernorm_embedding", D, c.layer_norm_eps, false);
+    embed_scale_ = c.scale_embedding ? std::sqrt(static_cast<double>(D)) : 1.0;
+    const auto act = activation_from_string(c.activation);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+
+    auto attention = [&](const std::string& p) {
+      SelfAttention a;
+      a.q = Linear::bind(w, p + "q_proj", c.inner_dim(), D, true);
+      a.k = Linear::bind(w, p + "k_proj", c.inner_dim(), D, true);
+      a.v = Linear::bind(w, p + "v_proj", c.inner_dim(), D, true);
+      a.o = Linear::bind(w, p + "out_proj", D, c.inner_dim(), true);
+      a.heads = c.num_heads;
+      a.scale = scale;
+      return a;
+    };
+    auto ffn = [&](const std::string& p) {
+      FeedForward f;
+      f.in = Linear::bind(w, p + "fc1", c.d_ff, D, true);
+      f.out = Linear::bind(w, p + "fc2", D, c.d_ff, true);
+      f.act = act;
+      return f;
+    };
+    for (int64_t i = 0; i < c.encoder_layers; ++i) {
+      const auto p = "model.encoder.layers." + std::to_string(i) + ".";
+      BartEncoderLayer l;
+      l.self_attn = attention(p + "self_attn.");
+      l.self_attn_norm = LayerNorm::bind(w, p + "self_attn_layer_norm", D, c.layer_norm_eps, false);
+      l.ffn = ffn(p);
+      l.final_norm = LayerNorm::bind(w, p + "final_layer_norm", D, c.layer_norm_eps, false);
+      encoder_.push_back(std::move(l));
+    }
+    for (int64_t i = 0; i < c.decoder_layers; ++i) {
+      const auto p = "model.decoder.layers." + std::to_string(i) + ".";
+      BartDecoderLayer l;
+      l.self_attn = attention(p + "self_attn.");
+      l.self_attn_norm = LayerNorm::bind(w, p + "self_attn_layer_norm", D, c.layer_norm_eps, false);
+      const auto x = attention(p + "encoder_attn.");
+      CrossAttention& ca = l.cross_attn;
+      ca.q = x.q;
+      ca.k = x.k;
+      ca.v = x.v;
+      ca.o = x.o;
+      ca.heads = c.num_heads;
+      ca.head_dim = c.head_dim;
+      ca.scale = scale;
+      ca.kind = c.srformer.cross_attention;
+      ca.segment_size = c.srformer.segment_size;
+      ca.kv_clamp = c.srformer.kv_clamp;
+      if (c.srformer.uses_raf()) {
+        ca.raf = bind_raf(w, p + "encoder_attn.", c.head_dim, c.srformer, options.seed + static_cast<uint64_t>(i));
+      } else {
+        binder.ignore("model\\.decoder\\.layers\\.\\d+\\.encoder_attn\\.(SNN_kv\\.weight|threshold|leak)");
+      }
+      l.cross_attn_norm = LayerNorm::bind(w, p + "encoder_attn_layer_norm", D, c.layer_norm_eps, false);
+      l.ffn = ffn(p);
+      l.final_norm = LayerNorm::bind(w, p + "final_layer_norm", D, c.layer_norm_eps, false);
+      cross_.push_back(l.cross_attn);
+      decoder_.push_back(std::move(l));
+    }
+    binder.finish();
+    params_ = w.take_params();
+  }
+
+  EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) override {
+    torch::NoGradGuard no_grad;
+    return encode_impl(input_ids, attention_mask);
+  }
+
+  EncoderOutput encode_impl(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) {
+    check_tokens(input_ids, "input_ids");
+    const auto ids = input_ids.to(device_, torch::kLong);
+    const int64_t k = ids.size(1);
+    if (k > config_.max_position_embeddings) {
+      throw std::out_of_range("input of " + std::to_string(k) + " tokens exceeds this BART model's " +
+                              std::to_string(config_.max_position_embeddings) + " positions; truncate it");
+    }
+    const auto mask = mask_of(attention_mask, ids);
+    auto h = torch::embedding(shared_, ids) * embed_scale_ + enc_pos_.narrow(0, 2, k).unsqueeze(0);
+    h = enc_ln_emb_(h);
+    const auto bias = additive_mask(mask.view({ids.size(0), 1, 1, k}), dtype_);
+    for (const auto& l : encoder_) {
+      h = l.self_attn_norm(h + l.self_attn.forward(h, bias));
+      h = l.final_norm(h + l.ffn(h));
+    }
+    return {h, mask};
+  }
+
+  torch::Tensor run_decoder(const torch::Tensor& tokens, DecodeContext& ctx) override {
+    const auto& pos = ctx.query_positions();
+    const int64_t max_pos = config_.max_position_embeddings;
+    if (pos.numel() > 0 && pos.max().item<int64_t>() >= max_pos) {
+      throw std::out_of_range("decoder position exceeds this BART model's " + std::to_string(max_pos) +
+                              " positions; lower max_new_tokens");
+    }
+    auto h = torch::embedding(shared_, tokens) * embed_scale_ + torch::embedding(dec_pos_, pos + 2);
+    h = dec_ln_emb_(h);
+    const auto bias = additive_mask(ctx.self_allowed().unsqueeze(1), dtype_);
+    for (size_t i = 0; i < decoder_.size(); ++i) {
+      const auto& l = decoder_[i];
+      h = l.self_attn_norm(h + ctx.self_attention(i, l.self_attn, h, bias));
+      h = l.cross_attn_norm(h + ctx.cross_attention(i, l.cross_attn, h));
+      h = l.final_norm(h + l.ffn(h));
+    }
+    return (torch::linear(h, lm_head_) + final_logits_bias_).to(torch::kFloat32);
+  }
+
+  const std::vector<CrossAttention>& cross_layers() const override { return cross_; }
+
+ private:
+  torch::Tensor shared_, lm_head_, final_logits_bias_, enc_pos_, dec_pos_;
+  LayerNorm enc_ln_emb_, dec_ln_emb_;
+  double embed_scale_ = 1.0;
+  std::vector<BartEncoderLayer> encoder_;
+  std::vector<BartDecoderLayer> decoder_;
+  std::vector<CrossAttention> cross_;
+};
+
+}  // namespace
+
+std::unique_ptr<EncoderDecoderModel> load_bart(const ModelConfig& config, const CheckpointReader& ckpt,
+                                               const LoadOptions& options) {
+  return std::make_unique<BartModel>(config, ckpt, options);
+}
+
+}  // namespace srformer

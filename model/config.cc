@@ -1,0 +1,284 @@
+#include "model/config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace srformer {
+
+namespace {
+
+struct KindName {
+  CrossAttentionKind kind;
+  const char* name;
+};
+constexpr KindName kKinds[] = {
+    {CrossAttentionKind::kFull, "full"},           {CrossAttentionKind::kSegmented, "segmented"},
+    {CrossAttentionKind::kSrformer, "srformer"},   {CrossAttentionKind::kAblationI, "ablation_i"},
+    {CrossAttentionKind::kAblationII, "ablation_ii"}, {CrossAttentionKind::kAblationIII, "ablation_iii"},
+    {CrossAttentionKind::kAblationIV, "ablation_iv"}, {CrossAttentionKind::kXlMemory, "xl_memory"},
+    {CrossAttentionKind::kGlobalTokens, "global_tokens"},
+};
+
+[[noreturn]] void config_error(const std::string& what) {
+  throw std::invalid_argument("config.json: " + what);
+}
+
+template <typename T>
+std::optional<T> opt(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    config_error(std::string("key '") + key + "' has the wrong type (" + it->type_name() + ")");
+  }
+}
+
+template <typename T>
+T req(const nlohmann::json& j, const char* key) {
+  auto v = opt<T>(j, key);
+  if (!v) config_error(std::string("missing required key '") + key + "'");
+  return *v;
+}
+
+void require_positive(int64_t v, const char* key) {
+  if (v <= 0) config_error(std::string("'") + key + "' must be positive, got " + std::to_string(v));
+}
+
+void parse_srformer(const nlohmann::json& j, ModelConfig& c) {
+  SrformerConfig& s = c.srformer;
+  // Authors' defaults per architecture (DESIGN.md: threshold 0.1; leak 0.1 T5, 0.5 BART; clamp 2.0 BART).
+  s.raf_init_threshold = 0.1;
+  s.raf_init_leak = c.arch == Architecture::kT5 ? 0.1 : 0.5;
+  s.kv_clamp = c.arch == Architecture::kBart ? std::optional<double>(2.0) : std::nullopt;
+  s.expected_length = c.max_length.value_or(128);
+  if (s.expected_length > 1) s.expected_length = s.expected_length - 1;  // HF max_length counts the start token
+
+  const auto it = j.find("srformer");
+  if (it == j.end() || it->is_null()) return;  // plain checkpoint: full attention
+  const auto& b = *it;
+  if (!b.is_object()) config_error("'srformer' must be an object");
+  static const char* kKnown[] = {"cross_attention", "segment_size", "kv_clamp", "raf_init", "expected_length"};
+  for (const auto& [key, value] : b.items()) {
+    if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }) == std::end(kKnown)) {
+      config_error("unknown key 'srformer." + key + "' (known: cross_attention, segment_size, kv_clamp, raf_init, expected_length)");
+    }
+  }
+  s.cross_attention = cross_attention_from_string(opt<std::string>(b, "cross_attention").value_or("full"));
+  const auto seg = opt<int64_t>(b, "segment_size");
+  if (s.segmented()) {
+    if (!seg) config_error(std::string("srformer.segment_size is required for cross_attention '") + to_string(s.cross_attention) + "'");
+    if (*seg <= 0) config_error("srformer.segment_size must be positive, got " + std::to_string(*seg));
+    s.segment_size = *seg;
+  } else if (seg && *seg != 0) {
+    config_error("srformer.segment_size is set but cross_attention is 'full'; remove it or pick a segmented variant");
+  }
+  if (b.contains("kv_clamp")) {
+    s.kv_clamp = opt<double>(b, "kv_clamp");
+    if (s.kv_clamp && *s.kv_clamp <= 0) config_error("srformer.kv_clamp must be positive or null");
+  }
+  if (const auto r = b.find("raf_init"); r != b.end() && r->is_object()) {
+    s.raf_init_threshold = opt<double>(*r, "threshold").value_or(s.raf_init_threshold);
+    s.raf_init_leak = opt<double>(*r, "leak").value_or(s.raf_init_leak);
+    if (s.raf_init_threshold <= 0) config_error("srformer.raf_init.threshold must be positive");
+  }
+  if (const auto L = opt<int64_t>(b, "expected_length")) {
+    if (*L <= 0) config_error("srformer.expected_length must be positive");
+    s.expected_length = *L;
+  }
+}
+
+}  // namespace
+
+const char* to_string(CrossAttentionKind kind) {
+  for (const auto& k : kKinds) {
+    if (k.kind == kind) return k.name;
+  }
+  return "unknown";
+}
+
+CrossAttentionKind cross_attention_from_string(const std::string& name) {
+  for (const auto& k : kKinds) {
+    if (name == k.name) return k.kind;
+  }
+  std::string known;
+  for (const auto& k : kKinds) known += std::string(known.empty() ? "" : ", ") + k.name;
+  throw std::invalid_argument("unknown cross_attention '" + name + "' (known: " + known + ")");
+}
+
+const char* to_string(Architecture arch) { return arch == Architecture::kBart ? "bart" : "t5"; }
+
+bool SrformerConfig::uses_raf() const {
+  switch (cross_attention) {
+    case CrossAttentionKind::kSrformer:
+    case CrossAttentionKind::kAblationI:
+    case CrossAttentionKind::kAblationII:
+    case CrossAttentionKind::kAblationIV:
+      return true;
+    default:
+      return false;
+  }
+}
+
+ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
+  if (!j.is_object()) config_error("top level must be a JSON object");
+  ModelConfig c;
+  const auto type = opt<std::string>(j, "model_type").value_or("");
+  if (type == "bart") {
+    c.arch = Architecture::kBart;
+  } else if (type == "t5") {
+    c.arch = Architecture::kT5;
+  } else {
+    config_error("model_type '" + type + "' is not supported (supported: bart, t5)");
+  }
+  c.vocab_size = req<int64_t>(j, "vocab_size");
+  c.d_model = req<int64_t>(j, "d_model");
+  c.pad_token_id = opt<int64_t>(j, "pad_token_id").value_or(c.arch == Architecture::kBart ? 1 : 0);
+  c.eos_token_id = opt<int64_t>(j, "eos_token_id").value_or(c.arch == Architecture::kBart ? 2 : 1);
+  c.bos_token_id = opt<int64_t>(j, "bos_token_id");
+  c.decoder_start_token_id =
+      opt<int64_t>(j, "decoder_start_token_id").value_or(c.arch == Architecture::kBart ? c.eos_token_id : c.pad_token_id);
+  c.forced_bos_token_id = opt<int64_t>(j, "forced_bos_token_id");
+  c.forced_eos_token_id = opt<int64_t>(j, "forced_eos_token_id");
+  c.tie_word_embeddings = opt<bool>(j, "tie_word_embeddings").value_or(true);
+
+  if (c.arch == Architecture::kBart) {
+    const auto enc_heads = req<int64_t>(j, "encoder_attention_heads");
+    const auto dec_heads = opt<int64_t>(j, "decoder_attention_heads").value_or(enc_heads);
+    if (enc_heads != dec_heads) config_error("encoder and decoder attention heads differ; not supported");
+    c.num_heads = enc_heads;
+    require_positive(c.num_heads, "encoder_attention_heads");
+    if (c.d_model % c.num_heads != 0) config_error("d_model must be divisible by the number of heads");
+    c.head_dim = c.d_model / c.num_heads;
+    c.d_ff = req<int64_t>(j, "encoder_ffn_dim");
+    if (opt<int64_t>(j, "decoder_ffn_dim").value_or(c.d_ff) != c.d_ff) config_error("encoder_ffn_dim != decoder_ffn_dim; not supported");
+    c.encoder_layers = req<int64_t>(j, "encoder_layers");
+    c.decoder_layers = req<int64_t>(j, "decoder_layers");
+    c.max_position_embeddings = req<int64_t>(j, "max_position_embeddings");
+    c.scale_embedding = opt<bool>(j, "scale_embedding").value_or(false);
+    c.normalize_before = opt<bool>(j, "normalize_before").value_or(false);
+    if (c.normalize_before) config_error("normalize_before (mBART-style pre-LN) is not supported yet");
+    c.activation = opt<std::string>(j, "activation_function").value_or("gelu");
+    c.layer_norm_eps = 1e-5;
+    c.max_input_tokens = c.max_position_embeddings;
+  } else {
+    c.num_heads = req<int64_t>(j, "num_heads");
+    c.head_dim = req<int64_t>(j, "d_kv");
+    c.d_ff = req<int64_t>(j, "d_ff");
+    c.encoder_layers = req<int64_t>(j, "num_layers");
+    c.decoder_layers = opt<int64_t>(j, "num_decoder_layers").value_or(c.encoder_layers);
+    c.layer_norm_eps = opt<double>(j, "layer_norm_epsilon").value_or(1e-6);
+    c.relative_attention_num_buckets = opt<int64_t>(j, "relative_attention_num_buckets").value_or(32);
+    c.relative_attention_max_distance = opt<int64_t>(j, "relative_attention_max_distance").value_or(128);
+    const auto ff = opt<std::string>(j, "feed_forward_proj").value_or("relu");
+    if (ff == "relu") {
+      c.activation = "relu";
+    } else if (ff == "gated-gelu") {
+      c.activation = "gelu_new";
+      c.gated_ffn = true;
+    } else if (ff == "gated-relu") {
+      c.activation = "relu";
+      c.gated_ffn = true;
+    } else if (ff == "gelu") {
+      c.activation = "gelu_new";
+    } else {
+      config_error("feed_forward_proj '" + ff + "' is not supported (relu, gelu, gated-gelu, gated-relu)");
+    }
+    c.max_input_tokens = opt<int64_t>(j, "n_positions").value_or(16384);
+  }
+  if (c.activation != "gelu" && c.activation != "relu" && c.activation != "gelu_new") {
+    config_error("activation '" + c.activation + "' is not supported (gelu, gelu_new, relu)");
+  }
+  require_positive(c.vocab_size, "vocab_size");
+  require_positive(c.d_model, "d_model");
+  require_positive(c.head_dim, "head_dim");
+  require_positive(c.d_ff, "d_ff");
+  require_positive(c.encoder_layers, "encoder layers");
+  require_positive(c.decoder_layers, "decoder layers");
+  for (const auto id : {c.pad_token_id, c.eos_token_id, c.decoder_start_token_id}) {
+    if (id < 0 || id >= c.vocab_size) config_error("special token id " + std::to_string(id) + " outside the vocabulary");
+  }
+
+  c.max_length = opt<int64_t>(j, "max_length");
+  c.min_length = opt<int64_t>(j, "min_length");
+  c.num_beams = opt<int64_t>(j, "num_beams");
+  c.length_penalty = opt<double>(j, "length_penalty");
+  c.early_stopping = opt<bool>(j, "early_stopping");
+  c.no_repeat_ngram_size = opt<int64_t>(j, "no_repeat_ngram_size");
+  if (const auto tsp = j.find("task_specific_params"); tsp != j.end() && tsp->is_object()) {
+    if (const auto s = tsp->find("summarization"); s != tsp->end() && s->is_object()) {
+      c.summarization_prefix = opt<std::string>(*s, "prefix");
+      // HF applies task-specific generation settings for summarization pipelines.
+      if (auto v = opt<int64_t>(*s, "max_length")) c.max_length = v;
+      if (auto v = opt<int64_t>(*s, "min_length")) c.min_length = v;
+      if (auto v = opt<int64_t>(*s, "num_beams")) c.num_beams = v;
+      if (auto v = opt<double>(*s, "length_penalty")) c.length_penalty = v;
+      if (auto v = opt<bool>(*s, "early_stopping")) c.early_stopping = v;
+      if (auto v = opt<int64_t>(*s, "no_repeat_ngram_size")) c.no_repeat_ngram_size = v;
+    }
+  }
+  parse_srformer(j, c);
+  return c;
+}
+
+ModelConfig ModelConfig::load(const std::filesystem::path& config_json) {
+  std::ifstream in(config_json);
+  if (!in) throw std::runtime_error("cannot open " + config_json.string() + ": is this a Hugging Face model directory?");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument(config_json.string() + ": not valid JSON: " + e.what());
+  }
+  try {
+    return from_json(j);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(config_json.string() + ": " + e.what());
+  }
+}
+
+nlohmann::json ModelConfig::to_json(const nlohmann::json* original) const {
+  nlohmann::json j = original != nullptr ? *original : nlohmann::json::object();
+  j["model_type"] = to_string(arch);
+  j["vocab_size"] = vocab_size;
+  j["d_model"] = d_model;
+  j["pad_token_id"] = pad_token_id;
+  j["eos_token_id"] = eos_token_id;
+  j["decoder_start_token_id"] = decoder_start_token_id;
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  if (bos_token_id) j["bos_token_id"] = *bos_token_id;
+  if (arch == Architecture::kBart) {
+    j["encoder_attention_heads"] = num_heads;
+    j["decoder_attention_heads"] = num_heads;
+    j["encoder_ffn_dim"] = d_ff;
+    j["decoder_ffn_dim"] = d_ff;
+    j["encoder_layers"] = encoder_layers;
+    j["decoder_layers"] = decoder_layers;
+    j["max_position_embeddings"] = max_position_embeddings;
+    j["scale_embedding"] = scale_embedding;
+    j["activation_function"] = activation;
+  } else {
+    j["num_heads"] = num_heads;
+    j["d_kv"] = head_dim;
+    j["d_ff"] = d_ff;
+    j["num_layers"] = encoder_layers;
+    j["num_decoder_layers"] = decoder_layers;
+    j["layer_norm_epsilon"] = layer_norm_eps;
+    j["relative_attention_num_buckets"] = relative_attention_num_buckets;
+    j["relative_attention_max_distance"] = relative_attention_max_distance;
+    j["feed_forward_proj"] = gated_ffn ? (activation == "relu" ? "gated-relu" : "gated-gelu") : (activation == "relu" ? "relu" : "gelu");
+  }
+  if (srformer.cross_attention != CrossAttentionKind::kFull || (original != nullptr && original->contains("srformer"))) {
+    nlohmann::json s;
+    s["cross_attention"] = to_string(srformer.cross_attention);
+    s["segment_size"] = srformer.segmented() ? nlohmann::json(srformer.segment_size) : nlohmann::json(nullptr);
+    s["kv_clamp"] = srformer.kv_clamp ? nlohmann::json(*srformer.kv_clamp) : nlohmann::json(nullptr);
+    s["raf_init"] = {{"threshold", srformer.raf_init_threshold}, {"leak", srformer.raf_init_leak}};
+    s["expected_length"] = srformer.expected_length;
+    j["srformer"] = s;
+  }
+  return j;
+}
+
+}  // namespace srformer

@@ -1,0 +1,140 @@
+#include "model/decoder_state.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace srformer {
+
+namespace {
+
+// Applies fn to every per-row tensor of the state (defined ones only).
+template <typename State, typename Fn>
+void for_each_tensor(State& s, Fn&& fn) {
+  for (auto* t : {&s.self_valid, &s.self_pos, &s.cross_valid, &s.enc_len, &s.step, &s.expected_len,
+                  &s.num_segments, &s.segment, &s.raf_fired, &s.raf_total, &s.segment_switches}) {
+    fn(*t);
+  }
+  for (auto& l : s.layers) {
+    for (auto* t : {&l.self_k, &l.self_v, &l.cross_k, &l.cross_v, &l.kv, &l.knorm, &l.mem, &l.recur, &l.global_k,
+                    &l.global_v}) {
+      fn(*t);
+    }
+  }
+}
+
+torch::Tensor select_rows(const torch::Tensor& t, const torch::Tensor& rows) {
+  return t.defined() ? t.index_select(0, rows.to(t.device())) : t;
+}
+
+// Pads dimension `dim` of `t` to `size`, at the front (self-attention slots are right-aligned so
+// that every row writes its next token into the same last slot) or at the back (encoder keys).
+torch::Tensor pad_dim(const torch::Tensor& t, int64_t dim, int64_t size, bool front, double value = 0.0) {
+  const int64_t have = t.size(dim);
+  if (have == size) return t;
+  auto shape = t.sizes().vec();
+  shape[dim] = size - have;
+  const auto pad = torch::full(shape, value, t.options());
+  return front ? torch::cat({pad, t}, dim) : torch::cat({t, pad}, dim);
+}
+
+int64_t tensor_bytes(const torch::Tensor& t) {
+  return t.defined() ? static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()) : 0;
+}
+
+}  // namespace
+
+void DecoderState::select(const torch::Tensor& rows) {
+  const auto idx = rows.to(torch::kLong);
+  if (idx.numel() > 0) {
+    const auto n = batch_size();
+    const auto lo = idx.min().item<int64_t>();
+    const auto hi = idx.max().item<int64_t>();
+    if (lo < 0 || hi >= n) {
+      throw std::out_of_range("DecoderState::select: row index outside [0, " + std::to_string(n) + ")");
+    }
+  }
+  for_each_tensor(*this, [&](torch::Tensor& t) { t = select_rows(t, idx); });
+}
+
+void DecoderState::append(DecoderState&& other) {
+  if (other.batch_size() == 0) return;
+  if (batch_size() == 0) {
+    *this = std::move(other);
+    return;
+  }
+  if (layers.size() != other.layers.size()) throw std::invalid_argument("DecoderState::append: layer count differs");
+  // Self-attention slots: pad the shorter one at the front with invalid slots.
+  const int64_t slots = std::max(self_valid.size(1), other.self_valid.size(1));
+  const int64_t keys = std::max(cross_valid.size(1), other.cross_valid.size(1));
+  auto align = [&](DecoderState& s) {
+    s.self_valid = pad_dim(s.self_valid, 1, slots, true, 0);
+    s.self_pos = pad_dim(s.self_pos, 1, slots, true, 0);
+    s.cross_valid = pad_dim(s.cross_valid, 1, keys, false, 0);
+    for (auto& l : s.layers) {
+      if (l.self_k.defined()) {
+        l.self_k = pad_dim(l.self_k, 2, slots, true);
+        l.self_v = pad_dim(l.self_v, 2, slots, true);
+      }
+      l.cross_k = pad_dim(l.cross_k, 2, keys, false);
+      l.cross_v = pad_dim(l.cross_v, 2, keys, false);
+    }
+  };
+  align(*this);
+  align(other);
+  // Global tokens: pad the segment dimension at the back (masked by num_segments).
+  for (size_t i = 0; i < layers.size(); ++i) {
+    auto& a = layers[i];
+    auto& b = other.layers[i];
+    if (a.global_k.defined()) {
+      const int64_t m = std::max(a.global_k.size(2), b.global_k.size(2));
+      a.global_k = pad_dim(a.global_k, 2, m, false);
+      a.global_v = pad_dim(a.global_v, 2, m, false);
+      b.global_k = pad_dim(b.global_k, 2, m, false);
+      b.global_v = pad_dim(b.global_v, 2, m, false);
+    }
+  }
+  // Concatenate every tensor pairwise, in the same traversal order.
+  std::vector<torch::Tensor*> mine;
+  std::vector<torch::Tensor*> theirs;
+  for_each_tensor(*this, [&](torch::Tensor& t) { mine.push_back(&t); });
+  for_each_tensor(other, [&](torch::Tensor& t) { theirs.push_back(&t); });
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (mine[i]->defined() != theirs[i]->defined()) {
+      throw std::invalid_argument("DecoderState::append: states of different models or variants");
+    }
+    if (mine[i]->defined()) *mine[i] = torch::cat({*mine[i], *theirs[i]}, 0);
+  }
+  other = DecoderState{};
+}
+
+void DecoderState::compact() {
+  if (batch_size() == 0 || !self_valid.defined() || self_valid.size(1) == 0) return;
+  const auto used = self_valid.any(0);  // [T]
+  const auto nz = used.nonzero();
+  const int64_t first = nz.numel() == 0 ? self_valid.size(1) : nz[0].item<int64_t>();
+  if (first == 0) return;
+  const int64_t keep = self_valid.size(1) - first;
+  self_valid = self_valid.narrow(1, first, keep).contiguous();
+  self_pos = self_pos.narrow(1, first, keep).contiguous();
+  for (auto& l : layers) {
+    if (!l.self_k.defined()) continue;
+    l.self_k = l.self_k.narrow(2, first, keep).contiguous();
+    l.self_v = l.self_v.narrow(2, first, keep).contiguous();
+  }
+}
+
+int64_t DecoderState::bytes() const {
+  int64_t total = 0;
+  for_each_tensor(const_cast<DecoderState&>(*this), [&](torch::Tensor& t) { total += tensor_bytes(t); });
+  return total;
+}
+
+int64_t DecoderState::row_bytes(int64_t b) const {
+  const auto n = batch_size();
+  if (b < 0 || b >= n) throw std::out_of_range("DecoderState::row_bytes: no row " + std::to_string(b));
+  return bytes() / n;  // every tensor is [B, ...]: each row holds an equal share (padding included)
+}
+
+}  // namespace srformer

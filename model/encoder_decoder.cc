@@ -1,0 +1,196 @@
+#include "model/encoder_decoder.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "model/attention/segments.h"
+
+namespace srformer {
+
+DecodeContext::DecodeContext(const EncoderOutput& enc, std::vector<LayerState>& layers, torch::Tensor enc_len,
+                             torch::Tensor m, torch::Tensor seg, torch::Tensor changed)
+    : layers_(&layers),
+      enc_mask_(enc.mask),
+      enc_len_(std::move(enc_len)),
+      m_(std::move(m)),
+      seg_(std::move(seg)),
+      changed_(std::move(changed)) {
+  const int64_t B = seg_.size(0);
+  const int64_t q = seg_.size(1);
+  const auto pos = torch::arange(q, seg_.options());
+  query_pos_ = pos.view({1, q}).expand({B, q});
+  relative_ = (pos.view({1, 1, q}) - pos.view({1, q, 1})).expand({B, q, q});
+  self_allowed_ = relative_.le(0);
+  fired_.assign(layers.size(), torch::zeros({B}, seg_.options().dtype(torch::kFloat64)));
+}
+
+DecodeContext::DecodeContext(DecoderState& state, torch::Tensor seg, torch::Tensor changed)
+    : state_(&state),
+      enc_mask_(state.cross_valid),
+      enc_len_(state.enc_len),
+      m_(state.num_segments),
+      seg_(std::move(seg)),
+      changed_(std::move(changed)) {
+  const int64_t B = state.batch_size();
+  query_pos_ = state.step.view({B, 1});
+  relative_ = (state.self_pos - query_pos_).unsqueeze(1);  // [B,1,T]
+  self_allowed_ = state.self_valid.unsqueeze(1);
+  fired_.assign(state.layers.size(), torch::zeros({B}, seg_.options().dtype(torch::kFloat64)));
+}
+
+torch::Tensor DecodeContext::self_attention(size_t layer, const SelfAttention& attn, const torch::Tensor& x,
+                                            const torch::Tensor& bias) {
+  if (!incremental()) return attn.forward(x, bias);
+  auto& ls = state_->layers[layer];
+  return attn.step(x, ls.self_k, ls.self_v, bias);
+}
+
+torch::Tensor DecodeContext::cross_attention(size_t layer, const CrossAttention& attn, const torch::Tensor& x) {
+  if (!incremental()) {
+    return attn.forward(x, (*layers_)[layer], enc_mask_, enc_len_, m_, seg_, changed_, &fired_[layer]);
+  }
+  return attn.step(x, state_->layers[layer], enc_mask_, enc_len_, m_, seg_, changed_, &fired_[layer]);
+}
+
+torch::Tensor EncoderDecoderModel::mask_of(const torch::Tensor& attention_mask, const torch::Tensor& input_ids) const {
+  if (!attention_mask.defined()) return torch::ones(input_ids.sizes(), input_ids.options().dtype(torch::kBool));
+  if (attention_mask.sizes() != input_ids.sizes()) {
+    throw std::invalid_argument("attention_mask shape differs from input_ids shape");
+  }
+  return attention_mask.to(device_).ne(0);
+}
+
+void EncoderDecoderModel::check_tokens(const torch::Tensor& ids, const char* what) const {
+  if (ids.dim() != 2) throw std::invalid_argument(std::string(what) + " must be [batch, length]");
+  if (ids.numel() == 0) return;
+  const auto lo = ids.min().item<int64_t>();
+  const auto hi = ids.max().item<int64_t>();
+  if (lo < 0 || hi >= config_.vocab_size) {
+    throw std::out_of_range(std::string(what) + " holds token id " + std::to_string(lo < 0 ? lo : hi) +
+                            " outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")");
+  }
+}
+
+DecoderState EncoderDecoderModel::start(const EncoderOutput& enc, const torch::Tensor& expected_length) {
+  torch::NoGradGuard no_grad;
+  const int64_t B = enc.hidden.size(0);
+  const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device_);
+  DecoderState st;
+  st.cross_valid = enc.mask;
+  st.enc_len = enc.mask.sum(1).to(torch::kLong);
+  st.num_segments = config_.srformer.segmented() ? num_segments(st.enc_len, config_.srformer.segment_size)
+                                                 : torch::ones({B}, long_opts);
+  st.expected_len = expected_length.to(long_opts).view({B}).clamp_min(1);
+  st.step = torch::zeros({B}, long_opts);
+  st.segment = torch::full({B}, -1, long_opts);
+  st.segment_switches = torch::zeros({B}, long_opts);
+  st.raf_fired = torch::zeros({B, config_.decoder_layers}, long_opts.dtype(torch::kFloat64));
+  st.raf_total = torch::zeros({B}, long_opts.dtype(torch::kFloat64));
+  st.self_valid = torch::zeros({B, 0}, long_opts.dtype(torch::kBool));
+  st.self_pos = torch::zeros({B, 0}, long_opts);
+  const auto& cross = cross_layers();
+  st.layers.resize(cross.size());
+  for (size_t l = 0; l < cross.size(); ++l) {
+    auto& ls = st.layers[l];
+    cross[l].prepare(enc.hidden, enc.mask, st.num_segments, ls);
+    ls.self_k = torch::zeros({B, config_.num_heads, 0, config_.head_dim}, enc.hidden.options());
+    ls.self_v = torch::zeros_like(ls.self_k);
+  }
+  return st;
+}
+
+torch::Tensor EncoderDecoderModel::step(DecoderState& st, const torch::Tensor& tokens) {
+  torch::NoGradGuard no_grad;
+  const int64_t B = st.batch_size();
+  if (tokens.dim() != 1 || tokens.size(0) != B) {
+    throw std::invalid_argument("step: tokens must be [" + std::to_string(B) + "], one per row");
+  }
+  if (B == 0) return torch::zeros({0, config_.vocab_size}, torch::TensorOptions().device(device_));
+  const auto tok = tokens.to(device_, torch::kLong).view({B, 1});
+  check_tokens(tok, "step tokens");
+  const auto seg = config_.srformer.segmented() ? segment_schedule(st.step, st.num_segments, st.expected_len)
+                                                : torch::zeros_like(st.step);
+  const auto changed = seg.ne(st.segment);
+  // The new position occupies a new slot (right-aligned: every row writes the same last slot).
+  st.self_valid = torch::cat({st.self_valid, torch::ones({B, 1}, st.self_valid.options())}, 1);
+  st.self_pos = torch::cat({st.self_pos, st.step.view({B, 1})}, 1);
+  DecodeContext ctx(st, seg, changed);
+  auto logits = run_decoder(tok, ctx).select(1, 0);
+  if (config_.srformer.uses_raf() || config_.srformer.cross_attention == CrossAttentionKind::kAblationIII) {
+    st.raf_fired = st.raf_fired + torch::stack(ctx.fired(), 1);
+    st.raf_total = st.raf_total + changed.to(torch::kFloat64) * static_cast<double>(config_.num_heads * config_.head_dim *
+                                                                                    config_.head_dim);
+  }
+  if (config_.srformer.segmented()) st.segment_switches = st.segment_switches + changed.to(torch::kLong);
+  st.segment = seg;
+  st.step = st.step + 1;
+  return logits;
+}
+
+torch::Tensor EncoderDecoderModel::forward(const EncoderOutput& enc, const torch::Tensor& decoder_input_ids,
+                                           const std::optional<torch::Tensor>& expected_length) {
+  check_tokens(decoder_input_ids, "decoder_input_ids");
+  const auto ids = decoder_input_ids.to(device_, torch::kLong);
+  const int64_t B = ids.size(0);
+  const int64_t q = ids.size(1);
+  const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device_);
+  const auto enc_len = enc.mask.sum(1).to(torch::kLong);
+  const auto m = config_.srformer.segmented() ? num_segments(enc_len, config_.srformer.segment_size)
+                                              : torch::ones({B}, long_opts);
+  const auto L = expected_length ? expected_length->to(long_opts).view({B}).clamp_min(1) : torch::full({B}, q, long_opts);
+  const auto t = torch::arange(q, long_opts).view({1, q});
+  const auto seg = config_.srformer.segmented() ? segment_schedule(t, m.view({B, 1}), L.view({B, 1}))
+                                                : torch::zeros({B, q}, long_opts);
+  const auto prev = torch::cat({torch::full({B, 1}, -1, long_opts), seg.narrow(1, 0, q - 1)}, 1);
+  const auto changed = seg.ne(prev);
+  std::vector<LayerState> layers(cross_layers().size());
+  for (size_t l = 0; l < layers.size(); ++l) cross_layers()[l].prepare(enc.hidden, enc.mask, m, layers[l]);
+  DecodeContext ctx(enc, layers, enc_len, m, seg, changed);
+  return run_decoder(ids, ctx);
+}
+
+int64_t EncoderDecoderModel::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : params_) n += t.numel();
+  return n;
+}
+
+RafParams bind_raf(ParamBinder& w, const std::string& prefix, int64_t head_dim, const SrformerConfig& cfg,
+                   uint64_t seed) {
+  RafParams p;
+  p.weight = w.take_raf(prefix + "SNN_kv.weight", {head_dim, head_dim}, [&] {
+    // nn.Linear default: kaiming_uniform(a=sqrt(5)) == U(-1/sqrt(in), 1/sqrt(in)).
+    auto gen = at::detail::createCPUGenerator(seed);
+    const double bound = 1.0 / std::sqrt(static_cast<double>(head_dim));
+    return torch::empty({head_dim, head_dim}, torch::kFloat32).uniform_(-bound, bound, gen);
+  });
+  p.threshold = w.take_raf(prefix + "threshold", {1}, [&] { return torch::full({1}, cfg.raf_init_threshold); });
+  p.leak = w.take_raf(prefix + "leak", {1}, [&] { return torch::full({1}, cfg.raf_init_leak); });
+  return p;
+}
+
+torch::Tensor relative_position_bucket(const torch::Tensor& relative, bool bidirectional, int64_t num_buckets,
+                                       int64_t max_distance) {
+  auto buckets = torch::zeros_like(relative);
+  auto rel = relative;
+  if (bidirectional) {
+    num_buckets /= 2;
+    buckets = buckets + rel.gt(0).to(torch::kLong) * num_buckets;
+    rel = rel.abs();
+  } else {
+    rel = -torch::minimum(rel, torch::zeros_like(rel));
+  }
+  const int64_t max_exact = num_buckets / 2;
+  const auto is_small = rel.lt(max_exact);
+  auto large = max_exact + (torch::log(rel.to(torch::kFloat32) / static_cast<float>(max_exact)) /
+                            std::log(static_cast<double>(max_distance) / static_cast<double>(max_exact)) *
+                            static_cast<double>(num_buckets - max_exact))
+                               .to(torch::kLong);
+  large = torch::minimum(large, torch::full_like(large, num_buckets - 1));
+  return buckets + torch::where(is_small, rel, large);
+}
+
+}  // namespace srformer

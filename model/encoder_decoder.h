@@ -1,0 +1,84 @@
+#pragma once
+// Shared machinery of BART and T5: the decoder-state life cycle (start / step / teacher-forced
+// forward) and the segment schedule. A model only wires its layers, through DecodeContext, which
+// hides whether the decoder runs over all positions at once or one cached step.
+#include <optional>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "model/attention/cross_attention.h"
+#include "model/attention/self_attention.h"
+#include "model/param_binder.h"
+#include "model/seq2seq.h"
+
+namespace srformer {
+
+class DecodeContext {
+ public:
+  // Teacher-forced over q positions.
+  DecodeContext(const EncoderOutput& enc, std::vector<LayerState>& layers, torch::Tensor enc_len, torch::Tensor m,
+                torch::Tensor seg, torch::Tensor changed);
+  // One step over a batched state (whose self slots already include the new position).
+  DecodeContext(DecoderState& state, torch::Tensor seg, torch::Tensor changed);
+
+  bool incremental() const { return state_ != nullptr; }
+  // Absolute decoder positions of the queries [B,q] (int64).
+  const torch::Tensor& query_positions() const { return query_pos_; }
+  // Self-attention: which keys each query may see [B,q,T] and their relative positions (key - query).
+  const torch::Tensor& self_allowed() const { return self_allowed_; }
+  const torch::Tensor& relative_positions() const { return relative_; }
+
+  torch::Tensor self_attention(size_t layer, const SelfAttention& attn, const torch::Tensor& x,
+                               const torch::Tensor& bias);
+  torch::Tensor cross_attention(size_t layer, const CrossAttention& attn, const torch::Tensor& x);
+
+  // Fired membrane elements per row, per layer ([B] float64 each).
+  const std::vector<torch::Tensor>& fired() const { return fired_; }
+
+ private:
+  DecoderState* state_ = nullptr;
+  std::vector<LayerState>* layers_ = nullptr;
+  torch::Tensor enc_mask_, enc_len_, m_, seg_, changed_;
+  torch::Tensor query_pos_, self_allowed_, relative_;
+  std::vector<torch::Tensor> fired_;
+};
+
+class EncoderDecoderModel : public Seq2SeqModel {
+ public:
+  const ModelConfig& config() const override { return config_; }
+  torch::Device device() const override { return device_; }
+  torch::ScalarType dtype() const override { return dtype_; }
+
+  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length) override;
+  torch::Tensor step(DecoderState& state, const torch::Tensor& tokens) override;
+  torch::Tensor forward(const EncoderOutput& enc, const torch::Tensor& decoder_input_ids,
+                        const std::optional<torch::Tensor>& expected_length) override;
+
+  // Decoder stack + LM head over tokens [B,q] -> logits [B,q,V] (float32).
+  virtual torch::Tensor run_decoder(const torch::Tensor& tokens, DecodeContext& ctx) = 0;
+  virtual const std::vector<CrossAttention>& cross_layers() const = 0;
+  // Every parameter under its Hugging Face name (tied tensors once), for saving and counting.
+  const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters() const override { return params_; }
+  int64_t parameter_count() const override;
+
+ protected:
+  ModelConfig config_;
+  torch::Device device_ = torch::kCPU;
+  torch::ScalarType dtype_ = torch::kFloat32;
+  std::vector<std::pair<std::string, torch::Tensor>> params_;
+
+  torch::Tensor mask_of(const torch::Tensor& attention_mask, const torch::Tensor& input_ids) const;
+  void check_tokens(const torch::Tensor& ids, const char* what) const;
+};
+
+// T5's relative-position buckets (bidirectional for the encoder, causal for the decoder).
+// RAF parameters of one cross-attention module (prefix ends in "." ), created with the authors'
+// initial values when converting a plain checkpoint (DESIGN.md: SNN_kv is nn.Linear's default init).
+RafParams bind_raf(ParamBinder& w, const std::string& prefix, int64_t head_dim, const SrformerConfig& cfg,
+                   uint64_t seed);
+
+torch::Tensor relative_position_bucket(const torch::Tensor& relative, bool bidirectional, int64_t num_buckets,
+                                       int64_t max_distance);
+
+}  // namespace srformer

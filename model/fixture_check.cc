@@ -1,0 +1,170 @@
+#include "model/fixture_check.h"
+
+#include <torch/torch.h>
+
+#include <fstream>
+
+#include "model/generation/generate.h"
+#include "model/io/safetensors.h"
+#include "model/seq2seq.h"
+
+namespace srformer {
+
+namespace {
+
+struct Comparison {
+  double max_abs = 0;
+  double worst_excess = 0;
+};
+
+Comparison compare(const torch::Tensor& actual, const torch::Tensor& expected, double atol, double rtol,
+                   const torch::Tensor& where = {}) {
+  auto diff = (actual.to(torch::kFloat64) - expected.to(torch::kFloat64)).abs();
+  auto excess = diff - (atol + rtol * expected.to(torch::kFloat64).abs());
+  if (where.defined()) {
+    diff = diff.masked_select(where);
+    excess = excess.masked_select(where);
+  }
+  if (diff.numel() == 0) return {};
+  return {diff.max().item<double>(), excess.max().item<double>()};
+}
+
+// ids [B][len] from JSON, each starting with decoder_start; compare to our new tokens padded with pad.
+bool ids_match(const nlohmann::json& expected, const std::vector<std::vector<int64_t>>& ours, int64_t start,
+               int64_t pad, std::string& detail, const char* what) {
+  bool ok = expected.size() == ours.size();
+  for (size_t b = 0; ok && b < ours.size(); ++b) {
+    std::vector<int64_t> row{start};
+    row.insert(row.end(), ours[b].begin(), ours[b].end());
+    const auto want = expected[b].get<std::vector<int64_t>>();
+    while (row.size() < want.size()) row.push_back(pad);
+    if (row != want) {
+      ok = false;
+      detail += std::string(what) + " row " + std::to_string(b) + " differs; ";
+    }
+  }
+  return ok;
+}
+
+GenerationOptions options_from(const nlohmann::json& rec, const ModelConfig& cfg) {
+  const auto& s = rec.at("settings");
+  GenerationOptions o;
+  o.max_new_tokens = rec.at("max_new_tokens").get<int64_t>();
+  o.num_beams = s.value("num_beams", 1);
+  o.length_penalty = s.value("length_penalty", 1.0);
+  o.early_stopping = s.value("early_stopping", false);
+  o.min_new_tokens = std::max<int64_t>(0, s.value("min_length", 0) - 1);
+  o.no_repeat_ngram_size = s.value("no_repeat_ngram_size", 0);
+  o.repetition_penalty = s.value("repetition_penalty", 1.0);
+  o.num_return_sequences = s.value("num_return_sequences", 1);
+  return with_model_tokens(o, cfg);
+}
+
+}  // namespace
+
+nlohmann::json FixtureReport::to_json() const {
+  nlohmann::json j;
+  j["fixture"] = fixture;
+  j["max_abs_diff_logits"] = max_abs_diff_logits;
+  j["max_abs_diff_encoder"] = max_abs_diff_encoder;
+  j["greedy_match"] = greedy_match ? nlohmann::json(*greedy_match) : nlohmann::json(nullptr);
+  j["beam_match"] = beam_match ? nlohmann::json(*beam_match) : nlohmann::json(nullptr);
+  if (max_abs_diff_beam_scores) j["max_abs_diff_beam_scores"] = *max_abs_diff_beam_scores;
+  if (greedy_step_logits_ok) j["max_abs_diff_greedy_step_logits"] = max_abs_diff_greedy_step_logits;
+  j["atol"] = atol;
+  j["rtol"] = rtol;
+  j["ok"] = ok;
+  if (!detail.empty()) j["detail"] = detail;
+  return j;
+}
+
+FixtureReport check_fixture(const std::filesystem::path& dir) {
+  FixtureReport r;
+  r.fixture = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
+  nlohmann::json meta;
+  {
+    std::ifstream in(dir / "case.json");
+    if (!in) throw std::runtime_error("no case.json in " + dir.string() + ": not a fixture directory");
+    in >> meta;
+  }
+  r.atol = meta.value("atol", 1e-4);
+  r.rtol = meta.value("rtol", 1e-4);
+  auto model = load_model(dir / "model");
+  const auto& cfg = model->config();
+  const auto data = SafetensorsFile::open(dir / "case.safetensors");
+  const auto input_ids = data.tensor("input_ids");
+  const auto mask = data.tensor("attention_mask");
+  const auto dec = data.tensor("decoder_input_ids");
+
+  torch::NoGradGuard no_grad;
+  const auto enc = model->encode(input_ids, mask);
+  const auto real = mask.ne(0).unsqueeze(-1).expand_as(enc.hidden);
+  const auto ce = compare(enc.hidden, data.tensor("encoder_hidden"), r.atol, r.rtol, real);
+  r.max_abs_diff_encoder = ce.max_abs;
+  r.worst_excess_encoder = ce.worst_excess;
+  const auto logits = model->forward(enc, dec);
+  const auto cl = compare(logits, data.tensor("logits"), r.atol, r.rtol);
+  r.max_abs_diff_logits = cl.max_abs;
+  r.worst_excess_logits = cl.worst_excess;
+  bool ok = ce.worst_excess <= 0 && cl.worst_excess <= 0;
+  if (ce.worst_excess > 0) r.detail += "encoder_hidden outside tolerance; ";
+  if (cl.worst_excess > 0) r.detail += "logits outside tolerance; ";
+
+  if (meta.contains("generate_greedy") && !meta["generate_greedy"].is_null()) {
+    const auto& rec = meta["generate_greedy"];
+    const auto opts = options_from(rec, cfg);
+    const auto res = generate(*model, input_ids, mask, opts);
+    std::vector<std::vector<int64_t>> ours;
+    for (const auto& g : res) ours.push_back(g.hypotheses.at(0).tokens);
+    r.greedy_match = ids_match(rec["ids"], ours, cfg.decoder_start_token_id, cfg.pad_token_id, r.detail, "greedy");
+    ok = ok && *r.greedy_match;
+    // Per-step logits of the cached decoder, while each row is unfinished.
+    if (std::filesystem::exists(dir / "generate.safetensors")) {
+      const auto gen = SafetensorsFile::open(dir / "generate.safetensors");
+      const auto want = gen.tensor("greedy_step_logits");
+      const auto ids = gen.tensor("greedy_ids");
+      const int64_t B = want.size(0);
+      const int64_t steps = want.size(1);
+      auto state = model->start(enc, torch::full({B}, opts.max_new_tokens, torch::kLong));
+      double worst = -1e30;
+      for (int64_t s = 0; s < steps; ++s) {
+        const auto step_logits = model->step(state, ids.select(1, s));
+        for (int64_t b = 0; b < B; ++b) {
+          const auto prev = ids[b].narrow(0, 1, s);
+          if (prev.eq(cfg.eos_token_id).any().item<bool>()) continue;
+          const auto c = compare(step_logits[b], want[b][s], r.atol, r.rtol);
+          r.max_abs_diff_greedy_step_logits = std::max(r.max_abs_diff_greedy_step_logits, c.max_abs);
+          worst = std::max(worst, c.worst_excess);
+        }
+      }
+      r.greedy_step_logits_ok = worst <= 0;
+      if (!*r.greedy_step_logits_ok) r.detail += "greedy step logits outside tolerance; ";
+      ok = ok && *r.greedy_step_logits_ok;
+    }
+  }
+  if (meta.contains("generate_beam") && !meta["generate_beam"].is_null()) {
+    const auto& rec = meta["generate_beam"];
+    const auto res = generate(*model, input_ids, mask, options_from(rec, cfg));
+    std::vector<std::vector<int64_t>> ours;
+    double worst = 0;
+    for (size_t b = 0; b < res.size(); ++b) {
+      ours.push_back(res[b].hypotheses.at(0).tokens);
+      if (rec.contains("sequences_scores")) {
+        worst = std::max(worst, std::abs(res[b].hypotheses.at(0).score - rec["sequences_scores"][b].get<double>()));
+      }
+    }
+    r.beam_match = ids_match(rec["ids"], ours, cfg.decoder_start_token_id, cfg.pad_token_id, r.detail, "beam");
+    ok = ok && *r.beam_match;
+    if (rec.contains("sequences_scores")) {
+      r.max_abs_diff_beam_scores = worst;
+      if (worst > r.atol + 1e-4) {
+        ok = false;
+        r.detail += "beam sequences_scores outside tolerance; ";
+      }
+    }
+  }
+  r.ok = ok;
+  return r;
+}
+
+}  // namespace srformer

@@ -1,0 +1,41 @@
+#pragma once
+// Small building blocks shared by BART and T5: projections, norms, activations, feed-forward.
+#include <string>
+
+#include <torch/types.h>
+
+namespace srformer {
+
+class ParamBinder;
+
+struct Linear {
+  torch::Tensor weight;  // [out, in]
+  torch::Tensor bias;    // [out] or undefined
+  torch::Tensor operator()(const torch::Tensor& x) const;
+  static Linear bind(ParamBinder& w, const std::string& prefix, int64_t out, int64_t in, bool bias);
+};
+
+struct LayerNorm {
+  torch::Tensor weight, bias;  // bias undefined for T5's RMS norm
+  double eps = 1e-5;
+  bool rms = false;  // T5: scale only, no mean, variance in fp32
+  torch::Tensor operator()(const torch::Tensor& x) const;
+  static LayerNorm bind(ParamBinder& w, const std::string& prefix, int64_t dim, double eps, bool rms);
+};
+
+enum class Activation { kRelu, kGelu, kGeluTanh };
+Activation activation_from_string(const std::string& name);
+torch::Tensor activate(const torch::Tensor& x, Activation act);
+
+// BART: fc2(act(fc1 x)); T5: wo(act(wi x)) or gated wo(act(wi_0 x) * wi_1 x).
+struct FeedForward {
+  Linear in, gate, out;  // gate defined only when gated
+  Activation act = Activation::kRelu;
+  torch::Tensor operator()(const torch::Tensor& x) const;
+};
+
+// [B, T, H*d] <-> [B, H, T, d]
+torch::Tensor split_heads(const torch::Tensor& x, int64_t heads);
+torch::Tensor merge_heads(const torch::Tensor& x);
+
+}  // namespace srformer

@@ -1,0 +1,52 @@
+#include <torch/torch.h>
+
+#include "model/bart.h"
+#include "model/io/checkpoint.h"
+#include "model/io/safetensors.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include "model/seq2seq.h"
+#include "model/t5.h"
+
+namespace srformer {
+
+std::unique_ptr<Seq2SeqModel> load_model(const std::filesystem::path& dir, const LoadOptions& options) {
+  auto config = ModelConfig::load(dir / "config.json");
+  if (options.srformer) config.srformer = *options.srformer;
+  if (options.device.is_cpu() && options.dtype != torch::kFloat32) {
+    throw std::invalid_argument("fp16/bf16 are for CUDA devices; use fp32 on CPU");
+  }
+  const auto ckpt = CheckpointReader::open_dir(dir);
+  if (config.arch == Architecture::kBart) return load_bart(config, ckpt, options);
+  return load_t5(config, ckpt, options);
+}
+
+}  // namespace srformer
+
+namespace srformer {
+
+void save_model(const Seq2SeqModel& model, const std::filesystem::path& dir, const std::filesystem::path& source_dir) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  nlohmann::json original;
+  if (!source_dir.empty() && fs::exists(source_dir / "config.json")) {
+    std::ifstream in(source_dir / "config.json");
+    in >> original;
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  for (const auto& [name, t] : model.named_parameters()) {
+    tensors.emplace_back(name, t.detach().to(torch::kCPU, t.is_floating_point() ? torch::kFloat32 : t.scalar_type()));
+  }
+  save_safetensors(dir / "model.safetensors", tensors);
+  const auto json = model.config().to_json(original.is_object() ? &original : nullptr);
+  std::ofstream(dir / "config.json") << json.dump(2) << "\n";
+  if (!source_dir.empty() && fs::absolute(source_dir) != fs::absolute(dir)) {
+    for (const char* f : {"spiece.model", "vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json",
+                          "special_tokens_map.json", "added_tokens.json", "generation_config.json"}) {
+      if (fs::exists(source_dir / f)) fs::copy_file(source_dir / f, dir / f, fs::copy_options::overwrite_existing);
+    }
+  }
+}
+
+}  // namespace srformer

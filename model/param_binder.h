@@ -1,0 +1,49 @@
+#pragma once
+// Binds parameters from a checkpoint and remembers them under their Hugging Face names, so that a
+// loaded model can list (count, save) exactly what it holds.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "model/io/weight_binder.h"
+
+namespace srformer {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+class ParamBinder {
+ public:
+  ParamBinder(WeightBinder& binder, bool init_missing_raf) : binder_(binder), init_missing_raf_(init_missing_raf) {}
+
+  torch::Tensor take(const std::string& name, const std::vector<int64_t>& shape,
+                     const std::vector<std::string>& aliases = {}) {
+    return record(name, binder_.take(name, shape, aliases));
+  }
+  torch::Tensor take_fp32(const std::string& name, const std::vector<int64_t>& shape) {
+    return record(name, binder_.take_fp32(name, shape));
+  }
+  // RAF parameter: from the checkpoint, or (when converting a plain checkpoint) `init()`.
+  template <typename Init>
+  torch::Tensor take_raf(const std::string& name, const std::vector<int64_t>& shape, Init&& init) {
+    if (init_missing_raf_) {
+      if (auto t = binder_.take_optional(name, shape)) return record(name, t->to(torch::kFloat32));
+      return record(name, init());
+    }
+    return record(name, binder_.take_fp32(name, shape));
+  }
+  torch::Tensor record(const std::string& name, torch::Tensor t) {
+    params_.emplace_back(name, t);
+    return t;
+  }
+  WeightBinder& raw() { return binder_; }
+  NamedTensors take_params() { return std::move(params_); }
+
+ private:
+  WeightBinder& binder_;
+  bool init_missing_raf_;
+  NamedTensors params_;
+};
+
+}  // namespace srformer

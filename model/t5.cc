@@ -1,0 +1,172 @@
+#include "model/t5.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "model/io/weight_binder.h"
+
+namespace srformer {
+
+namespace {
+
+struct T5EncoderLayer {
+  SelfAttention self_attn;
+  LayerNorm self_attn_norm, ffn_norm;
+  FeedForward ffn;
+};
+
+struct T5DecoderLayer {
+  SelfAttention self_attn;
+  CrossAttention cross_attn;
+  LayerNorm self_attn_norm, cross_attn_norm, ffn_norm;
+  FeedForward ffn;
+};
+
+class T5Model final : public EncoderDecoderModel {
+ public:
+  T5Model(const ModelConfig& config, const CheckpointReader& ckpt, const LoadOptions& options) {
+    config_ = config;
+    device_ = options.device;
+    dtype_ = options.dtype;
+    WeightBinder binder(ckpt, dtype_, device_);
+    ParamBinder w(binder, options.init_missing_raf);
+    const auto& c = config_;
+    const int64_t D = c.d_model;
+    const int64_t I = c.inner_dim();
+    shared_ = w.take("shared.weight", {c.vocab_size, D}, {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"});
+    binder.ignore("(encoder|decoder)\\.embed_tokens\\.weight");
+    if (c.tie_word_embeddings) {
+      binder.ignore("lm_head\\.weight");
+      lm_head_ = shared_;
+    } else {
+      lm_head_ = w.take("lm_head.weight", {c.vocab_size, D});
+    }
+    const auto act = activation_from_string(c.activation);
+    auto attention = [&](const std::string& p) {
+      SelfAttention a;
+      a.q = Linear::bind(w, p + "q", I, D, false);
+      a.k = Linear::bind(w, p + "k", I, D, false);
+      a.v = Linear::bind(w, p + "v", I, D, false);
+      a.o = Linear::bind(w, p + "o", D, I, false);
+      a.heads = c.num_heads;
+      a.scale = 1.0;
+      return a;
+    };
+    auto ffn = [&](const std::string& p) {
+      FeedForward f;
+      if (c.gated_ffn) {
+        f.in = Linear::bind(w, p + "wi_0", c.d_ff, D, false);
+        f.gate = Linear::bind(w, p + "wi_1", c.d_ff, D, false);
+      } else {
+        f.in = Linear::bind(w, p + "wi", c.d_ff, D, false);
+      }
+      f.out = Linear::bind(w, p + "wo", D, c.d_ff, false);
+      f.act = act;
+      return f;
+    };
+    auto norm = [&](const std::string& p) { return LayerNorm::bind(w, p, D, c.layer_norm_eps, true); };
+    const int64_t nb = c.relative_attention_num_buckets;
+    enc_rel_bias_ = w.take("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", {nb, c.num_heads});
+    dec_rel_bias_ = w.take("decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", {nb, c.num_heads});
+    for (int64_t i = 0; i < c.encoder_layers; ++i) {
+      const auto p = "encoder.block." + std::to_string(i) + ".";
+      T5EncoderLayer l;
+      l.self_attn = attention(p + "layer.0.SelfAttention.");
+      l.self_attn_norm = norm(p + "layer.0.layer_norm");
+      l.ffn = ffn(p + "layer.1.DenseReluDense.");
+      l.ffn_norm = norm(p + "layer.1.layer_norm");
+      encoder_.push_back(std::move(l));
+    }
+    enc_final_norm_ = norm("encoder.final_layer_norm");
+    for (int64_t i = 0; i < c.decoder_layers; ++i) {
+      const auto p = "decoder.block." + std::to_string(i) + ".";
+      T5DecoderLayer l;
+      l.self_attn = attention(p + "layer.0.SelfAttention.");
+      l.self_attn_norm = norm(p + "layer.0.layer_norm");
+      const auto x = attention(p + "layer.1.EncDecAttention.");
+      CrossAttention& ca = l.cross_attn;
+      ca.q = x.q;
+      ca.k = x.k;
+      ca.v = x.v;
+      ca.o = x.o;
+      ca.heads = c.num_heads;
+      ca.head_dim = c.head_dim;
+      ca.scale = 1.0;
+      ca.kind = c.srformer.cross_attention;
+      ca.segment_size = c.srformer.segment_size;
+      ca.kv_clamp = c.srformer.kv_clamp;
+      if (c.srformer.uses_raf()) {
+        ca.raf = bind_raf(w, p + "layer.1.EncDecAttention.", c.head_dim, c.srformer, options.seed + static_cast<uint64_t>(i));
+      } else {
+        binder.ignore("decoder\\.block\\.\\d+\\.layer\\.1\\.EncDecAttention\\.(SNN_kv\\.weight|threshold|leak)");
+      }
+      l.cross_attn_norm = norm(p + "layer.1.layer_norm");
+      l.ffn = ffn(p + "layer.2.DenseReluDense.");
+      l.ffn_norm = norm(p + "layer.2.layer_norm");
+      cross_.push_back(l.cross_attn);
+      decoder_.push_back(std::move(l));
+    }
+    dec_final_norm_ = norm("decoder.final_layer_norm");
+    binder.finish();
+    params_ = w.take_params();
+  }
+
+  EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) override {
+    torch::NoGradGuard no_grad;
+    check_tokens(input_ids, "input_ids");
+    const auto ids = input_ids.to(device_, torch::kLong);
+    const int64_t B = ids.size(0);
+    const int64_t k = ids.size(1);
+    const auto mask = mask_of(attention_mask, ids);
+    auto h = torch::embedding(shared_, ids);
+    const auto pos = torch::arange(k, ids.options());
+    const auto bias = position_bias(enc_rel_bias_, pos.view({1, 1, k}) - pos.view({1, k, 1}), true) +
+                      additive_mask(mask.view({B, 1, 1, k}), dtype_);
+    for (const auto& l : encoder_) {
+      h = h + l.self_attn.forward(l.self_attn_norm(h), bias);
+      h = h + l.ffn(l.ffn_norm(h));
+    }
+    return {enc_final_norm_(h), mask};
+  }
+
+  torch::Tensor run_decoder(const torch::Tensor& tokens, DecodeContext& ctx) override {
+    auto h = torch::embedding(shared_, tokens);
+    const auto bias = position_bias(dec_rel_bias_, ctx.relative_positions(), false) +
+                      additive_mask(ctx.self_allowed().unsqueeze(1), dtype_);
+    for (size_t i = 0; i < decoder_.size(); ++i) {
+      const auto& l = decoder_[i];
+      h = h + ctx.self_attention(i, l.self_attn, l.self_attn_norm(h), bias);
+      h = h + ctx.cross_attention(i, l.cross_attn, l.cross_attn_norm(h));
+      h = h + l.ffn(l.ffn_norm(h));
+    }
+    h = dec_final_norm_(h);
+    if (config_.tie_word_embeddings) h = h * std::pow(static_cast<double>(config_.d_model), -0.5);
+    return torch::linear(h, lm_head_).to(torch::kFloat32);
+  }
+
+  const std::vector<CrossAttention>& cross_layers() const override { return cross_; }
+
+ private:
+  // relative [B|1, q, T] (key - query) -> additive bias [B|1, H, q, T].
+  torch::Tensor position_bias(const torch::Tensor& table, const torch::Tensor& relative, bool bidirectional) const {
+    const auto buckets = relative_position_bucket(relative, bidirectional, config_.relative_attention_num_buckets,
+                                                  config_.relative_attention_max_distance);
+    return torch::embedding(table, buckets).permute({0, 3, 1, 2});
+  }
+
+  torch::Tensor shared_, lm_head_, enc_rel_bias_, dec_rel_bias_;
+  LayerNorm enc_final_norm_, dec_final_norm_;
+  std::vector<T5EncoderLayer> encoder_;
+  std::vector<T5DecoderLayer> decoder_;
+  std::vector<CrossAttention> cross_;
+};
+
+}  // namespace
+
+std::unique_ptr<EncoderDecoderModel> load_t5(const ModelConfig& config, const CheckpointReader& ckpt,
+                                             const LoadOptions& options) {
+  return std::make_unique<T5Model>(config, ckpt, options);
+}
+
+}  // namespace srformer

@@ -1,0 +1,67 @@
+// `srformer inspect DIR [--input-tokens K]`: configuration, parameter count, per-request state bytes.
+#include <torch/torch.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/seq2seq.h"
+
+namespace srformer::tools {
+
+int run_inspect(const std::vector<std::string>& args) {
+  std::string dir;
+  int64_t k = 512;
+  int64_t new_tokens = 128;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--help" || args[i] == "-h") {
+      std::cout << "usage: srformer inspect DIR [--input-tokens K] [--new-tokens N]\n"
+                   "  Prints the model's configuration, parameter count and the decoder state one request\n"
+                   "  holds for K input tokens after N generated tokens (JSON).\n";
+      return 0;
+    }
+    if (args[i] == "--input-tokens" && i + 1 < args.size()) {
+      k = std::stoll(args[++i]);
+    } else if (args[i] == "--new-tokens" && i + 1 < args.size()) {
+      new_tokens = std::stoll(args[++i]);
+    } else if (dir.empty()) {
+      dir = args[i];
+    } else {
+      throw std::invalid_argument("unexpected argument '" + args[i] + "'");
+    }
+  }
+  if (dir.empty()) throw std::invalid_argument("missing model directory (see --help)");
+  auto model = load_model(dir);
+  const auto& c = model->config();
+  k = std::min(k, c.max_input_tokens);
+  torch::NoGradGuard no_grad;
+  const auto ids = torch::full({1, k}, c.eos_token_id, torch::kLong);
+  const auto enc = model->encode(ids, torch::ones({1, k}, torch::kLong));
+  auto state = model->start(enc, torch::full({1}, new_tokens, torch::kLong));
+  const int64_t start_bytes = state.bytes();
+  auto tok = torch::full({1}, c.decoder_start_token_id, torch::kLong);
+  const int64_t steps = c.arch == Architecture::kBart ? std::min(new_tokens, c.max_position_embeddings) : new_tokens;
+  for (int64_t t = 0; t < steps; ++t) tok = model->step(state, tok).argmax(-1);
+  nlohmann::json j;
+  j["model"] = dir;
+  j["architecture"] = to_string(c.arch);
+  j["cross_attention"] = to_string(c.srformer.cross_attention);
+  j["segment_size"] = c.srformer.segment_size;
+  j["d_model"] = c.d_model;
+  j["heads"] = c.num_heads;
+  j["head_dim"] = c.head_dim;
+  j["layers"] = {c.encoder_layers, c.decoder_layers};
+  j["vocab_size"] = c.vocab_size;
+  j["parameters"] = model->parameter_count();
+  j["max_input_tokens"] = c.max_input_tokens;
+  j["state"] = {{"input_tokens", k},
+                {"segments", state.num_segments[0].item<int64_t>()},
+                {"bytes_at_start", start_bytes},
+                {"bytes_after_new_tokens", state.bytes()},
+                {"new_tokens", steps}};
+  std::cout << j.dump(2) << std::endl;
+  return 0;
+}
+
+}  // namespace srformer::tools
