@@ -1,0 +1,45 @@
+#!/usr/bin/env node
+// Summarize a file with srformer-server from Node.js (@grpc/grpc-js + @grpc/proto-loader).
+//   npm install && node summarize.js --target localhost:50051 [--stream] [--model NAME] FILE
+'use strict';
+const fs = require('fs');
+const path = require('path');
+const grpc = require('@grpc/grpc-js');
+const protoLoader = require('@grpc/proto-loader');
+
+const args = process.argv.slice(2);
+const flag = (name, dflt) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args.splice(i, 2)[1] : dflt;
+};
+const target = flag('--target', 'localhost:50051');
+const model = flag('--model', '');
+const stream = args.includes('--stream');
+const file = args.filter((a) => a !== '--stream')[0];
+if (!file) {
+  console.error('usage: node summarize.js [--target HOST:PORT] [--model NAME] [--stream] FILE');
+  process.exit(2);
+}
+
+const def = protoLoader.loadSync(path.join(__dirname, '../../proto/srformer/v1/summarizer.proto'), {
+  keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true,
+});
+const {Summarizer} = grpc.loadPackageDefinition(def).srformer.v1;
+const client = new Summarizer(target, grpc.credentials.createInsecure());
+// document is bytes on the wire: send the UTF-8 encoding of the text.
+const request = {model, document: fs.readFileSync(file), options: {max_new_tokens: 64}};
+
+if (stream) {
+  const call = client.SummarizeStream(request);
+  call.on('data', (msg) => {
+    if (msg.event === 'token') process.stdout.write(msg.token.text);
+    else console.log('\n' + JSON.stringify(msg.final.usage));
+  });
+  call.on('error', (e) => { console.error(`error: ${e.code} ${e.details}`); process.exit(1); });
+} else {
+  client.Summarize(request, (err, resp) => {
+    if (err) { console.error(`error: ${err.code} ${err.details}`); process.exit(1); }
+    console.log(resp.summary);
+    console.log(JSON.stringify(resp.usage));
+  });
+}

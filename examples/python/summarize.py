@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Summarize a file with srformer-server from Python (grpcio + protobuf).
+
+Message classes come from the .proto with `protoc --python_out` (Debian: protobuf-compiler); the
+calls use grpcio's generic stubs, so the gRPC Python code generator is not needed.
+
+  python3 examples/python/summarize.py --target localhost:50051 [--stream] [--model NAME] FILE
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import grpc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROTO_ROOT = os.path.join(HERE, "..", "..", "proto")
+
+
+def load_messages():
+    out = tempfile.mkdtemp(prefix="srformer_pb_")
+    subprocess.run(["protoc", "--proto_path=" + PROTO_ROOT, "--python_out=" + out, "srformer/v1/summarizer.proto"],
+                   check=True)
+    sys.path.insert(0, out)
+    from srformer.v1 import summarizer_pb2  # noqa: E402  (generated above)
+    return summarizer_pb2
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", default="localhost:50051")
+    ap.add_argument("--model", default="")
+    ap.add_argument("--stream", action="store_true")
+    ap.add_argument("--max-new-tokens", type=int)
+    ap.add_argument("--num-beams", type=int)
+    ap.add_argument("file")
+    args = ap.parse_args()
+
+    pb = load_messages()
+    channel = grpc.insecure_channel(args.target)
+    req = pb.SummarizeRequest(model=args.model, document=open(args.file, "rb").read())  # bytes: UTF-8 text
+    if args.max_new_tokens:
+        req.options.max_new_tokens = args.max_new_tokens
+    if args.num_beams:
+        req.options.num_beams = args.num_beams
+
+    try:
+        if args.stream:
+            call = channel.unary_stream("/srformer.v1.Summarizer/SummarizeStream",
+                                        request_serializer=pb.SummarizeRequest.SerializeToString,
+                                        response_deserializer=pb.SummarizeStreamResponse.FromString)
+            for msg in call(req, timeout=120):
+                if msg.HasField("token"):
+                    print(msg.token.text, end="", flush=True)
+                else:
+                    print()
+                    print("usage:", msg.final.usage, file=sys.stderr)
+        else:
+            call = channel.unary_unary("/srformer.v1.Summarizer/Summarize",
+                                       request_serializer=pb.SummarizeRequest.SerializeToString,
+                                       response_deserializer=pb.SummarizeResponse.FromString)
+            resp = call(req, timeout=120)
+            print(resp.summary)
+            print("usage:", resp.usage, file=sys.stderr)
+    except grpc.RpcError as e:
+        print("error: %s: %s" % (e.code().name, e.details()), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
