@@ -84,6 +84,35 @@ TEST(IncrementalDetokenizer, SentencePieceLeadingSpacesAndByteFallback) {
   check_texts_and_random_ids(*tok, 3);
 }
 
+TEST(IncrementalDetokenizer, SentencePieceRunsOfInvisiblePieces) {
+  // Lone "▁" pieces and skipped specials decode to nothing at the start of a text but to spaces (or
+  // nothing) later: long runs of them must not shift the deltas, however the window is cut.
+  const auto tok = SentencePieceTokenizer::load(test::t5_style_spm_dir());
+  const auto space = tok->token_to_id("\xE2\x96\x81");
+  ASSERT_TRUE(space.has_value()) << "the test model should have a lone U+2581 piece";
+  const auto word = tok->encode("dog");
+  const TokenIds pool = {*space,
+                         *space,
+                         *space,
+                         word.front(),
+                         *tok->token_to_id("</s>"),
+                         *tok->token_to_id("<pad>"),
+                         *tok->token_to_id("<extra_id_5>"),
+                         *tok->token_to_id("<0xE6>"),
+                         *tok->token_to_id("<0x97>"),
+                         *tok->token_to_id("<0xA5>")};
+  std::mt19937 rng(17);
+  for (int trial = 0; trial < 400; ++trial) {
+    TokenIds ids(1 + rng() % 80);
+    for (auto& id : ids) id = pool[rng() % pool.size()];
+    stream(*tok, ids, trial % 2 == 0);
+  }
+  TokenIds spaces_then_word(30, *space);
+  spaces_then_word.insert(spaces_then_word.begin(), word.front());
+  spaces_then_word.push_back(word.front());
+  stream(*tok, spaces_then_word, true);
+}
+
 TEST(IncrementalDetokenizer, LongSequenceStaysExact) {
   const auto tok = SentencePieceTokenizer::load(test::t5_style_spm_dir());
   test::TextGenerator gen(9);
