@@ -1,0 +1,147 @@
+#include "model/io/checkpoint.h"
+
+#include <torch/torch.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/io/load_error.h"
+#include "model/io/pytorch_bin.h"
+
+namespace srformer {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Hugging Face's file names, in the order we prefer them (safetensors first: no pickle, zero-copy).
+constexpr const char* kSingleSafetensors = "model.safetensors";
+constexpr const char* kShardedSafetensors = "model.safetensors.index.json";
+constexpr const char* kSingleBin = "pytorch_model.bin";
+constexpr const char* kShardedBin = "pytorch_model.bin.index.json";
+
+// Shard name -> tensor names it holds, from an index file's "weight_map".
+std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& index) {
+  const auto fail = [&](const std::string& what) { return LoadError(index.string() + ": " + what); };
+  std::ifstream in(index);
+  if (!in) throw fail("cannot open");
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw fail(std::string("not valid JSON: ") + e.what());
+  }
+  const auto map = json.is_object() ? json.find("weight_map") : json.end();
+  if (map == json.end() || !map->is_object()) throw fail("expected an object with a \"weight_map\" object");
+  std::map<std::string, std::vector<std::string>> shards;
+  for (const auto& [name, shard] : map->items()) {
+    if (!shard.is_string()) throw fail("weight_map entry '" + name + "' must name a shard file");
+    const fs::path file = shard.get<std::string>();
+    // Shards sit beside the index; refuse anything that would read elsewhere.
+    if (file.empty() || file.is_absolute() || file.has_parent_path()) {
+      throw fail("weight_map entry '" + name + "' names shard '" + file.string() +
+                 "'; shards must be plain file names in the same directory");
+    }
+    shards[file.string()].push_back(name);
+  }
+  return shards;
+}
+
+}  // namespace
+
+CheckpointReader CheckpointReader::open_dir(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw LoadError(dir.string() + ": not a directory; pass the model directory holding " + kSingleSafetensors);
+  }
+  CheckpointReader reader;
+  reader.dir_ = dir;
+  for (const std::string name : {kSingleSafetensors, kShardedSafetensors, kSingleBin, kShardedBin}) {
+    const fs::path file = dir / name;
+    if (!fs::exists(file, ec)) continue;
+    reader.source_ = name;
+    if (name == kSingleSafetensors || name == kSingleBin) {
+      reader.add_file(file, nullptr);
+      return reader;
+    }
+    for (const auto& [shard, names] : read_weight_map(file)) {
+      if (!fs::exists(dir / shard, ec)) {
+        throw LoadError(file.string() + ": shard " + shard + " (" + std::to_string(names.size()) +
+                        " tensors) is missing from " + dir.string());
+      }
+      reader.add_file(dir / shard, &names);
+    }
+    return reader;
+  }
+  throw LoadError(dir.string() + ": no weights found; looked for " + kSingleSafetensors + ", " + kShardedSafetensors +
+                  ", " + kSingleBin + " and " + kShardedBin);
+}
+
+void CheckpointReader::add_file(const fs::path& file, const std::vector<std::string>* only) {
+  const auto check_has = [&](const std::string& name, bool has) {
+    if (!has) {
+      throw LoadError((dir_ / source_).string() + ": weight_map puts '" + name + "' in " + file.filename().string() +
+                      ", which does not hold it");
+    }
+  };
+  ++file_count_;
+  if (file.extension() == ".safetensors") {
+    shards_.push_back(SafetensorsFile::open(file));
+    const SafetensorsFile& shard = shards_.back();
+    const int index = static_cast<int>(shards_.size()) - 1;
+    if (only == nullptr) {
+      for (const TensorInfo& info : shard.tensors()) entries_[info.name] = {index, {}};
+    } else {
+      for (const std::string& name : *only) {
+        check_has(name, shard.find(name) != nullptr);
+        entries_[name] = {index, {}};
+      }
+    }
+  } else if (file.extension() == ".bin") {
+    auto tensors = load_pytorch_bin(file);
+    if (only == nullptr) {
+      for (auto& [name, tensor] : tensors) entries_[name] = {-1, std::move(tensor)};
+    } else {
+      for (const std::string& name : *only) {
+        const auto it = tensors.find(name);
+        check_has(name, it != tensors.end());
+        entries_[name] = {-1, it->second};
+      }
+    }
+  } else {
+    throw LoadError((dir_ / source_).string() + ": shard " + file.filename().string() +
+                    " is neither .safetensors nor .bin");
+  }
+}
+
+const CheckpointReader::Entry& CheckpointReader::entry(const std::string& name) const {
+  const auto it = entries_.find(name);
+  if (it == entries_.end()) throw LoadError(dir_.string() + ": " + describe() + " has no tensor named '" + name + "'");
+  return it->second;
+}
+
+std::vector<std::string> CheckpointReader::names() const {
+  std::vector<std::string> out;
+  out.reserve(entries_.size());
+  for (const auto& [name, entry] : entries_) out.push_back(name);
+  return out;
+}
+
+bool CheckpointReader::contains(const std::string& name) const { return entries_.count(name) > 0; }
+
+std::vector<int64_t> CheckpointReader::shape(const std::string& name) const {
+  const Entry& e = entry(name);
+  return e.shard >= 0 ? shards_[e.shard].find(name)->shape : e.tensor.sizes().vec();
+}
+
+torch::Tensor CheckpointReader::get(const std::string& name) const {
+  const Entry& e = entry(name);
+  return e.shard >= 0 ? shards_[e.shard].tensor(name) : e.tensor;
+}
+
+std::string CheckpointReader::describe() const {
+  std::string out = source_ + " (";
+  if (source_ == kShardedSafetensors || source_ == kShardedBin) out += std::to_string(file_count_) + " shards, ";
+  return out + std::to_string(entries_.size()) + " tensors)";
+}
+
+}  // namespace srformer

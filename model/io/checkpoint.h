@@ -1,0 +1,46 @@
+#pragma once
+// All weights of a Hugging Face model directory, whatever file layout holds them.
+#include <torch/types.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/io/safetensors.h"
+
+namespace srformer {
+
+class CheckpointReader {
+ public:
+  // Looks, in this order, for model.safetensors, model.safetensors.index.json (shards named by its
+  // "weight_map"), pytorch_model.bin and pytorch_model.bin.index.json. Throws LoadError listing those names
+  // when none exists, or naming the file and fault when one cannot be read.
+  static CheckpointReader open_dir(const std::filesystem::path& dir);
+
+  std::vector<std::string> names() const;  // sorted
+  bool contains(const std::string& name) const;
+  std::vector<int64_t> shape(const std::string& name) const;  // throws LoadError if absent
+  // CPU tensor in its stored dtype; safetensors tensors are zero-copy views. Throws LoadError if absent.
+  torch::Tensor get(const std::string& name) const;
+  std::string describe() const;  // e.g. "model.safetensors (123 tensors)"
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  struct Entry {
+    int shard = -1;        // index into shards_, or -1 when `tensor` holds the data (pytorch .bin)
+    torch::Tensor tensor;  // only for .bin checkpoints
+  };
+
+  CheckpointReader() = default;
+  void add_file(const std::filesystem::path& file, const std::vector<std::string>* only);
+  const Entry& entry(const std::string& name) const;
+
+  std::filesystem::path dir_;
+  std::string source_;     // the file (or index) we read
+  size_t file_count_ = 0;  // files read (shards, or 1)
+  std::vector<SafetensorsFile> shards_;
+  std::map<std::string, Entry> entries_;
+};
+
+}  // namespace srformer

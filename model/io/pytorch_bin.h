@@ -1,0 +1,19 @@
+#pragma once
+// Best-effort reader for PyTorch `torch.save` state dicts (pytorch_model.bin), via LibTorch's unpickler.
+#include <torch/types.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+namespace srformer {
+
+// How to turn a .bin checkpoint into safetensors; appended to every failure below.
+std::string pytorch_bin_conversion_hint(const std::filesystem::path& bin);
+
+// Reads a zip-format torch.save file holding a flat {name: tensor} dict. Tensors are CPU, in their stored
+// dtype. Throws LoadError (with the conversion hint) for anything LibTorch cannot read cleanly, such as
+// legacy (pre-1.6) files or Python OrderedDicts on LibTorch 1.x.
+std::map<std::string, torch::Tensor> load_pytorch_bin(const std::filesystem::path& bin);
+
+}  // namespace srformer

@@ -1,0 +1,113 @@
+#include "model/io/weight_binder.h"
+
+#include <torch/torch.h>
+
+#include <sstream>
+#include <stdexcept>
+
+#include "model/io/load_error.h"
+
+namespace srformer {
+namespace {
+
+// Past this many lines per category the message says "... and N more": a wrong architecture would
+// otherwise list every tensor.
+constexpr size_t kMaxListed = 20;
+
+std::string shape_string(c10::IntArrayRef shape) {
+  std::ostringstream out;
+  out << shape;
+  return out.str();
+}
+
+void list(std::ostringstream& out, const char* title, const std::vector<std::string>& items) {
+  if (items.empty()) return;
+  out << "\n  " << title << " (" << items.size() << "):";
+  for (size_t i = 0; i < items.size() && i < kMaxListed; ++i) out << "\n    " << items[i];
+  if (items.size() > kMaxListed) out << "\n    ... and " << items.size() - kMaxListed << " more";
+}
+
+}  // namespace
+
+WeightBinder::WeightBinder(const CheckpointReader& ckpt, torch::ScalarType dtype, torch::Device device)
+    : ckpt_(ckpt), dtype_(dtype), device_(device) {}
+
+torch::Tensor WeightBinder::take(const std::string& name, const std::vector<int64_t>& shape,
+                                 const std::vector<std::string>& aliases) {
+  return bind(name, shape, aliases, dtype_, true);
+}
+
+torch::Tensor WeightBinder::take_fp32(const std::string& name, const std::vector<int64_t>& shape,
+                                      const std::vector<std::string>& aliases) {
+  return bind(name, shape, aliases, torch::kFloat32, true);
+}
+
+std::optional<torch::Tensor> WeightBinder::take_optional(const std::string& name, const std::vector<int64_t>& shape) {
+  if (!ckpt_.contains(name)) return std::nullopt;
+  const size_t problems = mismatched_.size();
+  torch::Tensor tensor = bind(name, shape, {}, dtype_, false);
+  if (mismatched_.size() != problems) return std::nullopt;
+  return tensor;
+}
+
+torch::Tensor WeightBinder::bind(const std::string& name, const std::vector<int64_t>& shape,
+                                 const std::vector<std::string>& aliases, torch::ScalarType dtype, bool required) {
+  const std::string* found = ckpt_.contains(name) ? &name : nullptr;
+  for (size_t i = 0; found == nullptr && i < aliases.size(); ++i) {
+    if (ckpt_.contains(aliases[i])) found = &aliases[i];
+  }
+  const auto placeholder = [&] { return torch::zeros(shape, torch::TensorOptions().dtype(dtype).device(device_)); };
+  if (found == nullptr) {
+    std::string line = name;
+    for (size_t i = 0; i < aliases.size(); ++i) line += (i ? ", " : " (also tried ") + aliases[i];
+    if (!aliases.empty()) line += ")";
+    if (required) missing_.push_back(line + ": expected " + shape_string(shape));
+    return placeholder();
+  }
+  mark_used(*found);
+  const std::vector<int64_t> stored = ckpt_.shape(*found);
+  if (stored != shape) {
+    const std::string via = *found == name ? "" : " (via " + *found + ")";
+    mismatched_.push_back(name + via + ": expected " + shape_string(shape) + ", file has " + shape_string(stored));
+    return placeholder();
+  }
+  torch::Tensor tensor = ckpt_.get(*found);
+  const auto target = tensor.is_floating_point() ? dtype : tensor.scalar_type();
+  return tensor.to(device_, target).contiguous();
+}
+
+void WeightBinder::mark_used(const std::string& name) {
+  if (used_set_.insert(name).second) used_.push_back(name);
+}
+
+void WeightBinder::ignore(const std::string& name_regex) {
+  try {
+    ignored_.emplace_back(name_regex, std::regex(name_regex));
+  } catch (const std::regex_error& e) {
+    throw std::invalid_argument("WeightBinder::ignore: bad regex '" + name_regex + "': " + e.what());
+  }
+}
+
+void WeightBinder::finish() const {
+  std::vector<std::string> unexpected;
+  for (const std::string& name : ckpt_.names()) {
+    if (used_set_.count(name) > 0) continue;
+    bool ignored = false;
+    for (const auto& [source, regex] : ignored_) ignored = ignored || std::regex_match(name, regex);
+    if (!ignored) unexpected.push_back(name);
+  }
+  if (missing_.empty() && mismatched_.empty() && unexpected.empty()) return;
+
+  std::ostringstream out;
+  out << "cannot load weights from " << (ckpt_.dir() / ckpt_.describe()).string() << ": " << missing_.size()
+      << " missing, " << mismatched_.size() << " with the wrong shape, " << unexpected.size() << " unexpected";
+  list(out, "missing", missing_);
+  list(out, "wrong shape", mismatched_);
+  list(out, "unexpected (in the file, used by nothing)", unexpected);
+  out << "\nhint: check that config.json describes these weights (architecture, d_model, heads, layers, "
+         "vocab_size) and that the checkpoint is a BART/T5 model in Hugging Face naming; wrong shapes usually "
+         "mean a config mismatch, many missing plus many unexpected names a different model family or prefix.";
+  throw LoadError(out.str());
+}
+
+}  // namespace srformer

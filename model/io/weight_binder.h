@@ -1,0 +1,56 @@
+#pragma once
+// Hands named parameters from a checkpoint to a model under construction. Problems (missing tensors, wrong
+// shapes, tensors nobody asked for) are collected, so one failed load reports all of them at once.
+#include <torch/types.h>
+
+#include <optional>
+#include <regex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/io/checkpoint.h"
+
+namespace srformer {
+
+class WeightBinder {
+ public:
+  // `ckpt` must outlive the binder. Floating-point tensors are converted to `dtype`; every tensor goes to
+  // `device`.
+  WeightBinder(const CheckpointReader& ckpt, torch::ScalarType dtype, torch::Device device);
+
+  // Required tensor `name`, or else the first of `aliases` present (tied weights stored once, e.g.
+  // "lm_head.weight" -> "shared.weight"). When none is present or the shape differs, records the problem
+  // and returns zeros of `shape`, so construction can go on until finish().
+  torch::Tensor take(const std::string& name, const std::vector<int64_t>& shape,
+                     const std::vector<std::string>& aliases = {});
+  // As take(), but floating-point data stays float32 whatever the binder dtype (RAF parameters, norms).
+  torch::Tensor take_fp32(const std::string& name, const std::vector<int64_t>& shape,
+                          const std::vector<std::string>& aliases = {});
+  // nullopt when absent (not a problem); a wrong shape is recorded and also gives nullopt.
+  std::optional<torch::Tensor> take_optional(const std::string& name, const std::vector<int64_t>& shape);
+  // Checkpoint names (whole-name ECMAScript regex) allowed to stay unused, e.g. tied copies or buffers.
+  // Throws std::invalid_argument for a bad regex.
+  void ignore(const std::string& name_regex);
+
+  // Throws LoadError listing every missing tensor, every shape mismatch and every unused, not ignored
+  // checkpoint tensor. Call once after construction.
+  void finish() const;
+  const std::vector<std::string>& used() const { return used_; }  // checkpoint names taken, first use first
+
+ private:
+  torch::Tensor bind(const std::string& name, const std::vector<int64_t>& shape,
+                     const std::vector<std::string>& aliases, torch::ScalarType dtype, bool required);
+  void mark_used(const std::string& name);
+
+  const CheckpointReader& ckpt_;
+  torch::ScalarType dtype_;
+  torch::Device device_;
+  std::vector<std::string> used_;
+  std::set<std::string> used_set_;
+  std::vector<std::pair<std::string, std::regex>> ignored_;
+  std::vector<std::string> missing_, mismatched_;
+};
+
+}  // namespace srformer

@@ -1,0 +1,205 @@
+// CheckpointReader: single files, sharded directories, pytorch_model.bin, and the errors for each.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include "model/io/checkpoint.h"
+#include "model/io/load_error.h"
+#include "model/io/safetensors.h"
+#include "tests/model/io_test_util.h"
+
+namespace srformer {
+namespace {
+
+using ::testing::ElementsAre;
+using testing::fixtures_dir;
+using ::testing::HasSubstr;
+using testing::ScratchDir;
+using testing::write_bytes;
+
+std::string load_error(const std::filesystem::path& dir) {
+  try {
+    CheckpointReader::open_dir(dir);
+  } catch (const LoadError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "open_dir(" << dir << ") succeeded";
+  return "";
+}
+
+const char* kIndex = R"({
+  "metadata": {"total_size": 28},
+  "weight_map": {
+    "a": "model-00001-of-00002.safetensors",
+    "b": "model-00001-of-00002.safetensors",
+    "c": "model-00002-of-00002.safetensors"
+  }
+})";
+
+void write_sharded(const ScratchDir& dir) {
+  save_safetensors(dir / "model-00001-of-00002.safetensors",
+                   {{"a", torch::tensor({1.0f, 2.0f})}, {"b", torch::tensor({3.0f, 4.0f, 5.0f}).reshape({3, 1})}});
+  // "stray" is in the shard but not in weight_map: the index is authoritative.
+  save_safetensors(dir / "model-00002-of-00002.safetensors",
+                   {{"c", torch::tensor({int64_t{6}})}, {"stray", torch::tensor({0.0f})}});
+  write_bytes(dir / "model.safetensors.index.json", kIndex);
+}
+
+TEST(CheckpointReader, ReadsASingleSafetensorsFile) {
+  const ScratchDir dir;
+  save_safetensors(dir / "model.safetensors", {{"z.weight", torch::ones({2, 2})}, {"a.bias", torch::tensor({7.0f})}});
+  const CheckpointReader ckpt = CheckpointReader::open_dir(dir.path());
+  EXPECT_THAT(ckpt.names(), ElementsAre("a.bias", "z.weight"));
+  EXPECT_TRUE(ckpt.contains("z.weight"));
+  EXPECT_FALSE(ckpt.contains("z"));
+  EXPECT_THAT(ckpt.shape("z.weight"), ElementsAre(2, 2));
+  EXPECT_EQ(ckpt.get("a.bias").item<float>(), 7.0f);
+  EXPECT_EQ(ckpt.describe(), "model.safetensors (2 tensors)");
+  EXPECT_THROW(ckpt.get("nope"), LoadError);
+  EXPECT_THROW(ckpt.shape("nope"), LoadError);
+}
+
+TEST(CheckpointReader, ReadsShardsNamedByTheIndex) {
+  const ScratchDir dir;
+  write_sharded(dir);
+  const CheckpointReader ckpt = CheckpointReader::open_dir(dir.path());
+  EXPECT_THAT(ckpt.names(), ElementsAre("a", "b", "c"));
+  EXPECT_FALSE(ckpt.contains("stray"));
+  EXPECT_THAT(ckpt.shape("b"), ElementsAre(3, 1));
+  EXPECT_TRUE(torch::equal(ckpt.get("a"), torch::tensor({1.0f, 2.0f})));
+  EXPECT_TRUE(torch::equal(ckpt.get("b").flatten(), torch::tensor({3.0f, 4.0f, 5.0f})));
+  EXPECT_EQ(ckpt.get("c").scalar_type(), torch::kInt64);
+  EXPECT_EQ(ckpt.get("c").item<int64_t>(), 6);
+  EXPECT_EQ(ckpt.describe(), "model.safetensors.index.json (2 shards, 3 tensors)");
+}
+
+TEST(CheckpointReader, PrefersSafetensorsOverPytorchBin) {
+  const ScratchDir dir;
+  save_safetensors(dir / "model.safetensors", {{"w", torch::ones({1})}});
+  write_bytes(dir / "pytorch_model.bin", "not a pickle");
+  EXPECT_EQ(CheckpointReader::open_dir(dir.path()).describe(), "model.safetensors (1 tensors)");
+}
+
+TEST(CheckpointReader, EmptyDirectoryListsTheFilesItLookedFor) {
+  const ScratchDir dir;
+  const std::string message = load_error(dir.path());
+  EXPECT_THAT(message, HasSubstr(dir.path().string()));
+  EXPECT_THAT(message, HasSubstr("no weights found"));
+  for (const char* name :
+       {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"}) {
+    EXPECT_THAT(message, HasSubstr(name));
+  }
+}
+
+TEST(CheckpointReader, MissingDirectoryIsALoadError) {
+  const ScratchDir dir;
+  EXPECT_THAT(load_error(dir / "absent"), HasSubstr("not a directory"));
+}
+
+TEST(CheckpointReader, CorruptSingleFileNamesTheFile) {
+  const ScratchDir dir;
+  write_bytes(dir / "model.safetensors", "abc");
+  const std::string message = load_error(dir.path());
+  EXPECT_THAT(message, HasSubstr((dir / "model.safetensors").string()));
+  EXPECT_THAT(message, HasSubstr("too short"));
+}
+
+TEST(CheckpointReader, ShardErrorsNameTheShard) {
+  {
+    const ScratchDir dir;
+    write_sharded(dir);
+    std::filesystem::remove(dir / "model-00002-of-00002.safetensors");
+    const std::string message = load_error(dir.path());
+    EXPECT_THAT(message, HasSubstr("shard model-00002-of-00002.safetensors (1 tensors) is missing"));
+  }
+  {
+    const ScratchDir dir;
+    write_sharded(dir);
+    save_safetensors(dir / "model-00002-of-00002.safetensors", {{"d", torch::ones({1})}});
+    EXPECT_THAT(load_error(dir.path()),
+                HasSubstr("weight_map puts 'c' in model-00002-of-00002.safetensors, which does not hold it"));
+  }
+  {
+    const ScratchDir dir;
+    write_bytes(dir / "model.safetensors.index.json", R"({"weight_map": {"a": "../elsewhere.safetensors"}})");
+    EXPECT_THAT(load_error(dir.path()), HasSubstr("shards must be plain file names"));
+  }
+  {
+    const ScratchDir dir;
+    write_bytes(dir / "model.safetensors.index.json", R"({"weight_map": {"a": "/tmp/x.safetensors"}})");
+    EXPECT_THAT(load_error(dir.path()), HasSubstr("shards must be plain file names"));
+  }
+  {
+    const ScratchDir dir;
+    write_bytes(dir / "model.safetensors.index.json", R"({"weight_map": [1]})");
+    EXPECT_THAT(load_error(dir.path()), HasSubstr("\"weight_map\" object"));
+  }
+  {
+    const ScratchDir dir;
+    write_bytes(dir / "model.safetensors.index.json", R"({"weight_map": {"a": 3}})");
+    EXPECT_THAT(load_error(dir.path()), HasSubstr("must name a shard file"));
+  }
+  {
+    const ScratchDir dir;
+    write_bytes(dir / "model.safetensors.index.json", "{\"weight_map\": ");
+    EXPECT_THAT(load_error(dir.path()), HasSubstr("not valid JSON"));
+  }
+}
+
+TEST(CheckpointReader, UnreadablePytorchBinExplainsHowToConvert) {
+  for (const std::string& bytes : {std::string("\x80\x02}q\x00.", 6), std::string("PK\x03\x04garbage-zip", 15)}) {
+    const ScratchDir dir;
+    write_bytes(dir / "pytorch_model.bin", bytes);
+    const std::string message = load_error(dir.path());
+    EXPECT_THAT(message, HasSubstr((dir / "pytorch_model.bin").string()));
+    EXPECT_THAT(message, HasSubstr("python -c"));
+    EXPECT_THAT(message, HasSubstr("save_file"));
+    EXPECT_THAT(message, HasSubstr("srformer convert"));
+  }
+}
+
+// A zip-format pickle of a plain {name: tensor} dict, as LibTorch's own pickle_save writes it (the same
+// container torch.save uses).
+TEST(CheckpointReader, ReadsAZipFormatPytorchBin) {
+  const ScratchDir dir;
+  c10::Dict<std::string, torch::Tensor> dict;
+  dict.insert("encoder.w", torch::tensor({1.0f, 2.0f, 3.0f}).reshape({3, 1}));
+  dict.insert("ids", torch::tensor({int64_t{4}, int64_t{5}}));
+  const std::vector<char> bytes = torch::pickle_save(torch::IValue(dict));
+  write_bytes(dir / "pytorch_model.bin", std::string(bytes.begin(), bytes.end()));
+
+  const CheckpointReader ckpt = CheckpointReader::open_dir(dir.path());
+  EXPECT_EQ(ckpt.describe(), "pytorch_model.bin (2 tensors)");
+  EXPECT_THAT(ckpt.names(), ElementsAre("encoder.w", "ids"));
+  EXPECT_THAT(ckpt.shape("encoder.w"), ElementsAre(3, 1));
+  EXPECT_TRUE(torch::equal(ckpt.get("encoder.w").flatten(), torch::tensor({1.0f, 2.0f, 3.0f})));
+  EXPECT_EQ(ckpt.get("ids").scalar_type(), torch::kInt64);
+}
+
+TEST(CheckpointReader, PytorchBinThatIsNotATensorDictIsRefused) {
+  const ScratchDir dir;
+  const std::vector<char> bytes = torch::pickle_save(torch::IValue(int64_t{3}));
+  write_bytes(dir / "pytorch_model.bin", std::string(bytes.begin(), bytes.end()));
+  EXPECT_THAT(load_error(dir.path()), HasSubstr("expected a {name: tensor} dict"));
+}
+
+TEST(CheckpointReader, ReadsTheFixtureModels) {
+  struct Expected {
+    const char* fixture;
+    size_t tensors;  // counted from the file header with Python's json module
+    const char* shared;
+  };
+  for (const Expected& e :
+       {Expected{"t5-full", 56, "shared.weight"}, Expected{"bart-full", 101, "model.shared.weight"}}) {
+    const auto dir = fixtures_dir() / e.fixture / "model";
+    if (!std::filesystem::is_directory(dir)) GTEST_SKIP() << "fixture directory " << dir << " is absent";
+    const CheckpointReader ckpt = CheckpointReader::open_dir(dir);
+    EXPECT_EQ(ckpt.describe(), "model.safetensors (" + std::to_string(e.tensors) + " tensors)");
+    EXPECT_TRUE(ckpt.contains(e.shared)) << e.fixture;
+    EXPECT_EQ(ckpt.get(e.shared).scalar_type(), torch::kFloat32);
+  }
+}
+
+}  // namespace
+}  // namespace srformer

@@ -1,0 +1,145 @@
+// WeightBinder: shapes, dtype conversion, aliases, and one error that lists every problem.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "model/io/checkpoint.h"
+#include "model/io/load_error.h"
+#include "model/io/safetensors.h"
+#include "model/io/weight_binder.h"
+#include "tests/model/io_test_util.h"
+
+namespace srformer {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::ScratchDir;
+
+class WeightBinderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    save_safetensors(dir_ / "model.safetensors",
+                     {{"shared.weight", torch::tensor({1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f}).reshape({3, 2})},
+                      {"enc.norm.weight", torch::tensor({0.5f, 0.25f})},
+                      {"enc.fc.weight", torch::zeros({4, 2})},
+                      {"enc.position_ids", torch::tensor({int64_t{0}, int64_t{1}})},
+                      {"dec.raf.threshold", torch::tensor({0.125f})},
+                      {"extra.one", torch::ones({1})},
+                      {"extra.two", torch::ones({1})}});
+    ckpt_ = std::make_unique<CheckpointReader>(CheckpointReader::open_dir(dir_.path()));
+  }
+
+  static std::string finish_error(const WeightBinder& binder) {
+    try {
+      binder.finish();
+    } catch (const LoadError& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "finish() did not throw";
+    return "";
+  }
+
+  ScratchDir dir_;
+  std::unique_ptr<CheckpointReader> ckpt_;
+};
+
+TEST_F(WeightBinderTest, BindsEverythingAndConvertsFloatingPointDtypes) {
+  WeightBinder binder(*ckpt_, torch::kFloat16, torch::kCPU);
+  const torch::Tensor shared = binder.take("shared.weight", {3, 2});
+  EXPECT_EQ(shared.scalar_type(), torch::kFloat16);
+  EXPECT_TRUE(torch::equal(shared.to(torch::kFloat32).flatten(), torch::tensor({1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f})));
+  EXPECT_EQ(binder.take("enc.norm.weight", {2}).scalar_type(), torch::kFloat16);
+  EXPECT_EQ(binder.take("enc.fc.weight", {4, 2}).scalar_type(), torch::kFloat16);
+  // take_fp32 keeps float32; integer buffers keep their dtype.
+  const torch::Tensor threshold = binder.take_fp32("dec.raf.threshold", {1});
+  EXPECT_EQ(threshold.scalar_type(), torch::kFloat32);
+  EXPECT_EQ(threshold.item<float>(), 0.125f);
+  const torch::Tensor ids = binder.take("enc.position_ids", {2});
+  EXPECT_EQ(ids.scalar_type(), torch::kInt64);
+  EXPECT_EQ(ids[1].item<int64_t>(), 1);
+  binder.ignore("extra\\..*");
+  EXPECT_NO_THROW(binder.finish());
+  EXPECT_THAT(binder.used(), ElementsAre("shared.weight", "enc.norm.weight", "enc.fc.weight", "dec.raf.threshold",
+                                         "enc.position_ids"));
+}
+
+TEST_F(WeightBinderTest, CollectsMissingMisshapedAndUnexpectedIntoOneError) {
+  WeightBinder binder(*ckpt_, torch::kFloat32, torch::kCPU);
+  const torch::Tensor missing = binder.take("dec.fc.weight", {5, 2});
+  EXPECT_THAT(missing.sizes().vec(), ElementsAre(5, 2));
+  EXPECT_TRUE(missing.eq(0).all().item<bool>());
+  const torch::Tensor wrong = binder.take("shared.weight", {2, 3});
+  EXPECT_THAT(wrong.sizes().vec(), ElementsAre(2, 3));
+  EXPECT_TRUE(wrong.eq(0).all().item<bool>());
+  binder.take_fp32("dec.raf.threshold", {1});
+  binder.take("enc.norm.weight", {2});
+  binder.take("enc.position_ids", {2});
+  binder.ignore("extra\\.one");
+
+  const std::string message = finish_error(binder);
+  EXPECT_THAT(message, HasSubstr((dir_ / "model.safetensors (7 tensors)").string()));
+  EXPECT_THAT(message, HasSubstr("1 missing, 1 with the wrong shape, 2 unexpected"));
+  EXPECT_THAT(message, HasSubstr("dec.fc.weight: expected [5, 2]"));
+  EXPECT_THAT(message, HasSubstr("shared.weight: expected [2, 3], file has [3, 2]"));
+  EXPECT_THAT(message, AllOf(HasSubstr("enc.fc.weight"), HasSubstr("extra.two"), Not(HasSubstr("extra.one"))));
+  EXPECT_THAT(message, HasSubstr("hint: check that config.json"));
+}
+
+TEST_F(WeightBinderTest, ResolvesAliasesInOrder) {
+  WeightBinder binder(*ckpt_, torch::kFloat32, torch::kCPU);
+  const torch::Tensor head = binder.take("lm_head.weight", {3, 2}, {"model.shared.weight", "shared.weight"});
+  EXPECT_EQ(head[2][1].item<float>(), 6.0f);
+  // The name itself wins over an alias when present.
+  EXPECT_EQ(binder.take("enc.norm.weight", {2}, {"shared.weight"})[0].item<float>(), 0.5f);
+  EXPECT_THAT(binder.used(), ElementsAre("shared.weight", "enc.norm.weight"));
+
+  binder.take("dec.embed_tokens.weight", {3, 2}, {"decoder.embed_tokens.weight", "model.shared.weight"});
+  binder.take("lm_head.bias", {2}, {"shared.weight"});
+  const std::string message = finish_error(binder);
+  EXPECT_THAT(message, HasSubstr("dec.embed_tokens.weight (also tried decoder.embed_tokens.weight, "
+                                 "model.shared.weight): expected [3, 2]"));
+  EXPECT_THAT(message, HasSubstr("lm_head.bias (via shared.weight): expected [2], file has [3, 2]"));
+}
+
+TEST_F(WeightBinderTest, OptionalTensors) {
+  WeightBinder binder(*ckpt_, torch::kFloat32, torch::kCPU);
+  EXPECT_FALSE(binder.take_optional("final_logits_bias", {1, 3}).has_value());
+  const auto norm = binder.take_optional("enc.norm.weight", {2});
+  ASSERT_TRUE(norm.has_value());
+  EXPECT_EQ((*norm)[1].item<float>(), 0.25f);
+  EXPECT_FALSE(binder.take_optional("enc.fc.weight", {2, 4}).has_value());
+  binder.ignore(".*");
+  const std::string message = finish_error(binder);
+  EXPECT_THAT(message, HasSubstr("0 missing, 1 with the wrong shape, 0 unexpected"));
+  EXPECT_THAT(message, HasSubstr("enc.fc.weight: expected [2, 4], file has [4, 2]"));
+  EXPECT_THAT(message, Not(HasSubstr("final_logits_bias")));
+}
+
+TEST_F(WeightBinderTest, BadIgnoreRegexIsInvalidArgument) {
+  WeightBinder binder(*ckpt_, torch::kFloat32, torch::kCPU);
+  EXPECT_THROW(binder.ignore("extra.(one"), std::invalid_argument);
+}
+
+TEST(WeightBinder, ShortensVeryLongLists) {
+  const ScratchDir dir;
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  for (int i = 0; i < 25; ++i) tensors.emplace_back("layer." + std::to_string(100 + i), torch::ones({1}));
+  save_safetensors(dir / "model.safetensors", tensors);
+  const CheckpointReader ckpt = CheckpointReader::open_dir(dir.path());
+  const WeightBinder binder(ckpt, torch::kFloat32, torch::kCPU);
+  try {
+    binder.finish();
+    FAIL();
+  } catch (const LoadError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("25 unexpected"));
+    EXPECT_THAT(e.what(), HasSubstr("layer.119"));
+    EXPECT_THAT(e.what(), Not(HasSubstr("layer.120")));
+    EXPECT_THAT(e.what(), HasSubstr("... and 5 more"));
+  }
+}
+
+}  // namespace
+}  // namespace srformer
