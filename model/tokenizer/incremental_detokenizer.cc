@@ -19,7 +19,13 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool 
 
 std::string IncrementalDetokenizer::push(int64_t id) {
   ids_.push_back(id);
-  const std::string text = tokenizer_.decode(ids_, skip_special_);
+  std::string text;
+  try {
+    text = tokenizer_.decode(ids_, skip_special_);
+  } catch (...) {
+    ids_.pop_back();  // an invalid id must not poison later pushes
+    throw;
+  }
   // A trailing U+FFFD may be an incomplete character whose remaining bytes are still to come.
   const size_t held = utf8::trailing_replacement_bytes(text);
   const size_t stable = text.size() - held;

@@ -134,7 +134,9 @@ TEST(ByteLevelBpe, EncodesThousandsOfStringsPerSecond) {
   for (const auto& t : texts) n_ids += tok->encode(t).size();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << "[ speed  ] byte-level BPE: " << texts.size() / secs << " strings/s, " << n_ids / secs << " ids/s\n";
+#ifdef NDEBUG  // optimized builds only: unoptimized or sanitizer builds are legitimately slower
   EXPECT_GT(texts.size() / secs, 2000.0);
+#endif
 }
 
 TEST(ByteLevelBpe, RejectsBrokenFiles) {

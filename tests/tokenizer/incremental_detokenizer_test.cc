@@ -113,6 +113,18 @@ TEST(IncrementalDetokenizer, SentencePieceRunsOfInvisiblePieces) {
   stream(*tok, spaces_then_word, true);
 }
 
+TEST(IncrementalDetokenizer, RejectsAnInvalidIdAndCarriesOn) {
+  TempDir dir("detok-invalid");
+  test::write_tiny_bpe_dir(dir.path());
+  const auto tok = ByteLevelBpeTokenizer::load(dir.path());
+  IncrementalDetokenizer detok(*tok);
+  EXPECT_EQ(detok.push(261), "low");
+  EXPECT_THROW(detok.push(100000), std::invalid_argument);
+  EXPECT_EQ(detok.push(4 + ' '), " ");
+  EXPECT_EQ(detok.push(261), "low");
+  EXPECT_EQ(detok.finish(), "");
+}
+
 TEST(IncrementalDetokenizer, LongSequenceStaysExact) {
   const auto tok = SentencePieceTokenizer::load(test::t5_style_spm_dir());
   test::TextGenerator gen(9);
