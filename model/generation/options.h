@@ -5,6 +5,10 @@
 
 namespace srformer {
 
+// Limits enforced by validate() (the server may apply tighter ones of its own).
+inline constexpr int64_t kMaxNewTokensLimit = 4096;
+inline constexpr int64_t kMaxNumBeams = 64;
+
 struct GenerationOptions {
   int64_t max_new_tokens = 128;     // tokens after decoder_start (HF max_length - 1)
   int64_t min_new_tokens = 0;       // EOS is suppressed before this many new tokens

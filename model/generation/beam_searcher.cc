@@ -1,0 +1,124 @@
+#include "model/generation/beam_searcher.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace srformer {
+
+BeamSearcher::BeamSearcher(const GenerationOptions& options)
+    : options_(options),
+      beams_(static_cast<size_t>(options.num_beams), TokenHistory{options.decoder_start_token_id}),
+      beam_scores_(static_cast<size_t>(options.num_beams), -1e9f) {
+  validate(options_);
+  if (options_.do_sample) throw std::invalid_argument("BeamSearcher does not sample; set do_sample=false");
+  // Only the first beam is live at the start; the others cannot win a top-k slot from it.
+  beam_scores_[0] = 0.0f;
+}
+
+SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
+  if (done_) throw std::logic_error("Searcher::advance called after the search finished");
+  const int64_t num_beams = options_.num_beams;
+  const auto scores = scores_from_logits(logits, num_beams, options_).log_softmax(-1);
+  const int64_t vocab = scores.size(1);
+  // HF applies the processors to the log-probabilities here (unlike greedy search and sampling).
+  process_logits(options_, beams_, scores);
+  scores.add_(torch::from_blob(beam_scores_.data(), {num_beams, 1}, torch::kFloat32));
+  const int64_t candidates = std::min(2 * num_beams, num_beams * vocab);
+  const auto [top_scores, top_indices] = scores.view({-1}).topk(candidates, -1, /*largest=*/true, /*sorted=*/true);
+  const auto* top_score = top_scores.data_ptr<float>();
+  const auto* top_index = top_indices.data_ptr<int64_t>();
+
+  const auto cur_len = static_cast<int64_t>(beams_.front().size());
+  std::vector<TokenHistory> next_beams;
+  std::vector<float> next_scores;
+  std::vector<int64_t> next_tokens, parents;
+  for (int64_t rank = 0; rank < candidates && static_cast<int64_t>(next_beams.size()) < num_beams; ++rank) {
+    const int64_t parent = top_index[rank] / vocab;
+    const int64_t token = top_index[rank] % vocab;
+    if (token == options_.eos_token_id) {
+      // An EOS candidate outside the first num_beams ranks is dropped, not finished.
+      if (rank < num_beams) add_hypothesis(beams_[static_cast<size_t>(parent)], top_score[rank], FinishReason::kEos);
+      continue;
+    }
+    next_beams.push_back(beams_[static_cast<size_t>(parent)]);
+    next_beams.back().push_back(token);
+    next_scores.push_back(top_score[rank]);
+    next_tokens.push_back(token);
+    parents.push_back(parent);
+  }
+  if (static_cast<int64_t>(next_beams.size()) < num_beams) {
+    throw std::runtime_error("beam search found fewer than num_beams=" + std::to_string(num_beams) +
+                             " continuations that are not EOS; the vocabulary (" + std::to_string(vocab) +
+                             " tokens) is too small for this many beams");
+  }
+  done_ = hypotheses_done(top_score[0], cur_len);
+  beams_ = std::move(next_beams);
+  beam_scores_ = std::move(next_scores);
+  ++steps_;
+  if (!done_ && steps_ >= options_.max_new_tokens) {
+    // BeamSearchScorer.finalize: the running beams compete with the finished hypotheses.
+    for (size_t b = 0; b < beams_.size(); ++b) add_hypothesis(beams_[b], beam_scores_[b], FinishReason::kLength);
+    done_ = true;
+  }
+
+  SearchStep step;
+  step.next_tokens = torch::tensor(next_tokens, torch::kInt64);
+  step.parent_rows = torch::tensor(parents, torch::kInt64);
+  step.done = done_;
+  if (done_) step.emitted = results().front().tokens;
+  return step;
+}
+
+void BeamSearcher::add_hypothesis(const TokenHistory& tokens, float sum_logprobs, FinishReason reason) {
+  const double score =
+      static_cast<double>(sum_logprobs) / std::pow(static_cast<double>(tokens.size()), options_.length_penalty);
+  if (static_cast<int64_t>(finished_.size()) < options_.num_beams || score > worst_score_) {
+    finished_.push_back({score, tokens, reason});
+    if (static_cast<int64_t>(finished_.size()) > options_.num_beams) {
+      // Drop the worst (the earliest among equals); the worst score becomes the second worst's.
+      std::vector<size_t> order(finished_.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(), [this](size_t a, size_t b) {
+        return finished_[a].score != finished_[b].score ? finished_[a].score < finished_[b].score : a < b;
+      });
+      worst_score_ = finished_[order[1]].score;
+      finished_.erase(finished_.begin() + static_cast<std::ptrdiff_t>(order[0]));
+    } else {
+      worst_score_ = std::min(score, worst_score_);
+    }
+  }
+}
+
+bool BeamSearcher::hypotheses_done(float best_sum_logprobs, int64_t cur_len) const {
+  if (static_cast<int64_t>(finished_.size()) < options_.num_beams) return false;
+  if (options_.early_stopping) return true;
+  const double best_possible =
+      static_cast<double>(best_sum_logprobs) / std::pow(static_cast<double>(cur_len), options_.length_penalty);
+  return worst_score_ >= best_possible;
+}
+
+std::vector<Hypothesis> BeamSearcher::results() const {
+  if (!done_) return {};
+  // HF sorts ascending (stable) and pops from the end: among equal scores the later one wins.
+  std::vector<const Finished*> sorted;
+  for (const auto& f : finished_) sorted.push_back(&f);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const Finished* a, const Finished* b) { return a->score < b->score; });
+  std::vector<Hypothesis> out;
+  for (auto it = sorted.rbegin();
+       it != sorted.rend() && static_cast<int64_t>(out.size()) < options_.num_return_sequences; ++it) {
+    Hypothesis h;
+    h.tokens.assign((*it)->tokens.begin() + 1, (*it)->tokens.end());
+    if ((*it)->reason == FinishReason::kEos) h.tokens.push_back(options_.eos_token_id);
+    h.score = static_cast<float>((*it)->score);  // HF returns sequences_scores as float32
+    h.finish_reason = (*it)->reason;
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+}  // namespace srformer

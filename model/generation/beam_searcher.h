@@ -1,0 +1,46 @@
+#pragma once
+// Beam search with exactly the decisions of Hugging Face transformers 4.11 beam_search() and
+// BeamSearchScorer / BeamHypotheses (one request = one HF batch row).
+#include <cstdint>
+#include <vector>
+
+#include "model/generation/logits_processors.h"
+#include "model/generation/searcher.h"
+
+namespace srformer {
+
+class BeamSearcher : public Searcher {
+ public:
+  // Any num_beams >= 1 (HF uses greedy search for 1; this class then gives the same tokens).
+  explicit BeamSearcher(const GenerationOptions& options);
+
+  int64_t num_rows() const override { return options_.num_beams; }
+  // Per step: scores = processors(log_softmax(logits)) + beam score; the top 2*num_beams of all
+  // beams' candidates, best first, are taken in order: an EOS candidate ranked among the first
+  // num_beams becomes a finished hypothesis, other candidates fill the next beams.
+  SearchStep advance(const torch::Tensor& logits) override;
+  bool done() const override { return done_; }
+  std::vector<Hypothesis> results() const override;
+  int64_t steps() const override { return steps_; }
+
+ private:
+  struct Finished {
+    double score;         // sum_logprobs / len(tokens) ** length_penalty
+    TokenHistory tokens;  // decoder start included, EOS excluded
+    FinishReason reason;
+  };
+  // BeamHypotheses.add: keeps the num_beams best finished hypotheses.
+  void add_hypothesis(const TokenHistory& tokens, float sum_logprobs, FinishReason reason);
+  // BeamHypotheses.is_done.
+  bool hypotheses_done(float best_sum_logprobs, int64_t cur_len) const;
+
+  const GenerationOptions options_;
+  std::vector<TokenHistory> beams_;  // HF input_ids of each running beam
+  std::vector<float> beam_scores_;   // sum of log-probs of each running beam (float32 as in HF)
+  std::vector<Finished> finished_;   // in insertion order, as HF's list (order breaks ties)
+  double worst_score_ = 1e9;
+  int64_t steps_ = 0;
+  bool done_ = false;
+};
+
+}  // namespace srformer

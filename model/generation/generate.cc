@@ -1,0 +1,101 @@
+#include "model/generation/generate.h"
+
+#include <torch/torch.h>
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace srformer {
+
+GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig& config) {
+  options.decoder_start_token_id = config.decoder_start_token_id;
+  options.eos_token_id = config.eos_token_id;
+  options.pad_token_id = config.pad_token_id;
+  if (!options.forced_bos_token_id) options.forced_bos_token_id = config.forced_bos_token_id;
+  if (!options.forced_eos_token_id) options.forced_eos_token_id = config.forced_eos_token_id;
+  return options;
+}
+
+std::vector<GenerateResult> generate(Seq2SeqModel& model, const torch::Tensor& input_ids,
+                                     const torch::Tensor& attention_mask, const GenerationOptions& options,
+                                     const std::optional<torch::Tensor>& expected_length,
+                                     const std::function<void(int64_t, int64_t)>& on_token) {
+  validate(options);
+  if (input_ids.dim() != 2 || attention_mask.sizes() != input_ids.sizes()) {
+    throw std::invalid_argument("generate() expects input_ids [B, k] and an attention_mask of the same shape");
+  }
+  const int64_t batch = input_ids.size(0);
+  std::vector<GenerateResult> results(static_cast<size_t>(batch));
+  if (batch == 0) return results;
+  torch::Tensor lengths;
+  if (expected_length && expected_length->defined()) {
+    if (expected_length->dim() != 1 || expected_length->size(0) != batch) {
+      throw std::invalid_argument("expected_length must be [B] = [" + std::to_string(batch) + "], one L per row");
+    }
+    lengths = expected_length->to(torch::kInt64);
+    if (lengths.min().item<int64_t>() < 1) throw std::invalid_argument("expected_length values must be >= 1");
+  } else {
+    lengths = torch::full({batch}, options.max_new_tokens, torch::kInt64);
+  }
+
+  torch::NoGradGuard no_grad;
+  const auto device = model.device();
+  const auto encoded = model.encode(input_ids.to(device), attention_mask.to(device));
+  DecoderState state = model.start(encoded, lengths.to(device));
+
+  // One searcher per request; each request's row is repeated once per row it needs (beams).
+  struct Live {
+    int64_t request;
+    std::unique_ptr<Searcher> searcher;
+  };
+  std::vector<Live> live;
+  std::vector<int64_t> rows;
+  for (int64_t b = 0; b < batch; ++b) {
+    live.push_back({b, make_searcher(options)});
+    rows.insert(rows.end(), static_cast<size_t>(live.back().searcher->num_rows()), b);
+  }
+  if (static_cast<int64_t>(rows.size()) != batch) state.select(torch::tensor(rows, torch::kInt64));
+  std::vector<int64_t> tokens(rows.size(), options.decoder_start_token_id);
+
+  while (!live.empty()) {
+    // One device-to-host copy per step for the whole batch; the searchers slice it.
+    const auto logits = model.step(state, torch::tensor(tokens, torch::kInt64).to(device)).to(torch::kCPU);
+    std::vector<Live> still_live;
+    std::vector<int64_t> keep, next_tokens;
+    int64_t offset = 0;
+    for (auto& request : live) {
+      const int64_t n = request.searcher->num_rows();
+      const SearchStep step = request.searcher->advance(logits.narrow(0, offset, n));
+      if (on_token) {
+        for (const int64_t token : step.emitted) on_token(request.request, token);
+      }
+      if (step.done) {
+        auto& result = results[static_cast<size_t>(request.request)];
+        result.hypotheses = request.searcher->results();
+        result.steps = request.searcher->steps();
+      } else {
+        const auto parents = step.parent_rows.accessor<int64_t, 1>();
+        const auto chosen = step.next_tokens.accessor<int64_t, 1>();
+        for (int64_t i = 0; i < n; ++i) {
+          keep.push_back(offset + parents[i]);
+          next_tokens.push_back(chosen[i]);
+        }
+        still_live.push_back(std::move(request));
+      }
+      offset += n;
+    }
+    live = std::move(still_live);
+    if (live.empty()) break;
+    bool identity = static_cast<int64_t>(keep.size()) == offset;
+    for (size_t i = 0; identity && i < keep.size(); ++i) identity = keep[i] == static_cast<int64_t>(i);
+    if (!identity) {
+      state.select(torch::tensor(keep, torch::kInt64));
+      if (static_cast<int64_t>(keep.size()) < offset) state.compact();
+    }
+    tokens = std::move(next_tokens);
+  }
+  return results;
+}
+
+}  // namespace srformer

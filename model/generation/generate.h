@@ -1,0 +1,36 @@
+#pragma once
+// Offline generation over a Seq2SeqModel: the whole batch is encoded once and decoded together, one
+// model step per iteration over every live row; finished requests leave the batch.
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "model/config.h"
+#include "model/generation/options.h"
+#include "model/generation/searcher.h"
+#include "model/seq2seq.h"
+
+namespace srformer {
+
+struct GenerateResult {
+  std::vector<Hypothesis> hypotheses;  // best first, options.num_return_sequences of them
+  int64_t steps = 0;                   // decoding steps this request took
+};
+
+// Copies the model's token ids (decoder start, EOS, pad, and forced BOS/EOS unless `options` already
+// sets them) into `options`.
+GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig& config);
+
+// input_ids [B,k] int64, attention_mask [B,k]. expected_length: [B] int64 (the SRformer L per row);
+// empty -> options.max_new_tokens for every row. on_token(row, token) is called for every token a
+// searcher emits (greedy/sampling: each step; beam search: the best hypothesis once it is done).
+// Every row uses `options` with its own searcher (sampling rows share options.seed).
+std::vector<GenerateResult> generate(Seq2SeqModel& model, const torch::Tensor& input_ids,
+                                     const torch::Tensor& attention_mask, const GenerationOptions& options,
+                                     const std::optional<torch::Tensor>& expected_length = std::nullopt,
+                                     const std::function<void(int64_t, int64_t)>& on_token = {});
+
+}  // namespace srformer

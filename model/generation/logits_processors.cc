@@ -1,0 +1,135 @@
+#include "model/generation/logits_processors.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace srformer {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+void check_scores(const torch::Tensor& scores, size_t rows) {
+  if (scores.dim() != 2 || scores.scalar_type() != torch::kFloat32 || !scores.device().is_cpu() ||
+      static_cast<size_t>(scores.size(0)) != rows) {
+    throw std::invalid_argument("logits processors take CPU float32 scores [rows, vocab] with one history per row");
+  }
+}
+
+}  // namespace
+
+torch::Tensor scores_from_logits(const torch::Tensor& logits, int64_t rows, const GenerationOptions& options) {
+  if (!logits.defined() || logits.dim() != 2 || logits.size(0) != rows || logits.size(1) < 1) {
+    throw std::invalid_argument("a searcher expects logits [" + std::to_string(rows) + ", vocab], got " +
+                                (logits.defined() ? std::to_string(logits.dim()) + "-d tensor" : "none"));
+  }
+  const int64_t vocab = logits.size(1);
+  const auto check = [vocab](const char* name, int64_t id) {
+    if (id >= vocab) {
+      throw std::invalid_argument(std::string(name) + " " + std::to_string(id) + " is outside the vocabulary (" +
+                                  std::to_string(vocab) + " tokens); set it from the model's config");
+    }
+  };
+  check("eos_token_id", options.eos_token_id);
+  check("decoder_start_token_id", options.decoder_start_token_id);
+  if (options.forced_bos_token_id) check("forced_bos_token_id", *options.forced_bos_token_id);
+  if (options.forced_eos_token_id) check("forced_eos_token_id", *options.forced_eos_token_id);
+  // clone(): the processors work in place and must not touch the caller's batch logits.
+  return logits.to(torch::kCPU, torch::kFloat32).contiguous().clone();
+}
+
+void apply_repetition_penalty(const torch::Tensor& scores, const std::vector<TokenHistory>& histories, double penalty) {
+  check_scores(scores, histories.size());
+  if (histories.empty() || histories.front().empty()) return;
+  const auto cur_len = static_cast<int64_t>(histories.front().size());
+  auto index = torch::empty({static_cast<int64_t>(histories.size()), cur_len}, torch::kInt64);
+  auto* out = index.data_ptr<int64_t>();
+  for (const auto& history : histories) {
+    if (static_cast<int64_t>(history.size()) != cur_len) {
+      throw std::invalid_argument("all rows of a searcher must have the same history length");
+    }
+    out = std::copy(history.begin(), history.end(), out);
+  }
+  // Same gather/where/scatter as HF: repeated tokens are penalised once.
+  const auto score = scores.gather(1, index);
+  scores.scatter_(1, index, torch::where(score < 0, score * penalty, score / penalty));
+}
+
+std::vector<int64_t> banned_ngram_tokens(const TokenHistory& history, int64_t ngram_size) {
+  const auto cur_len = static_cast<int64_t>(history.size());
+  if (ngram_size <= 0 || cur_len + 1 < ngram_size) return {};
+  // The last n-1 tokens; every earlier occurrence of them bans the token that followed.
+  const auto prefix_begin = history.begin() + (cur_len - (ngram_size - 1));
+  std::vector<int64_t> banned;
+  for (int64_t start = 0; start + ngram_size <= cur_len; ++start) {
+    const auto ngram = history.begin() + start;
+    if (std::equal(prefix_begin, history.end(), ngram)) banned.push_back(ngram[ngram_size - 1]);
+  }
+  return banned;
+}
+
+void apply_no_repeat_ngram(const torch::Tensor& scores, const std::vector<TokenHistory>& histories,
+                           int64_t ngram_size) {
+  check_scores(scores, histories.size());
+  auto rows = scores.accessor<float, 2>();
+  for (size_t r = 0; r < histories.size(); ++r) {
+    for (const int64_t token : banned_ngram_tokens(histories[r], ngram_size)) {
+      rows[static_cast<int64_t>(r)][token] = kNegInf;
+    }
+  }
+}
+
+void apply_min_length(const torch::Tensor& scores, int64_t cur_len, int64_t min_length, int64_t eos_token_id) {
+  if (cur_len < min_length) scores.select(1, eos_token_id).fill_(kNegInf);
+}
+
+void apply_forced_token(const torch::Tensor& scores, int64_t token) {
+  scores.fill_(kNegInf);
+  scores.select(1, token).fill_(0.0f);
+}
+
+void apply_temperature(const torch::Tensor& scores, double temperature) { scores.div_(temperature); }
+
+void apply_top_k(const torch::Tensor& scores, int64_t top_k, int64_t min_tokens_to_keep) {
+  const int64_t k = std::min(std::max(top_k, min_tokens_to_keep), scores.size(-1));
+  const auto kth = std::get<0>(scores.topk(k, -1)).narrow(-1, k - 1, 1);
+  scores.masked_fill_(scores < kth, kNegInf);
+}
+
+void apply_top_p(const torch::Tensor& scores, double top_p, int64_t min_tokens_to_keep) {
+  const auto [sorted, order] = scores.sort(-1, /*descending=*/true);
+  const auto cumulative = sorted.softmax(-1).cumsum(-1);
+  auto remove = cumulative > top_p;
+  if (min_tokens_to_keep > 1) remove.narrow(-1, 0, std::min(min_tokens_to_keep - 1, remove.size(-1))).fill_(false);
+  // Shift right: the token that crosses top_p is kept, and so is the most probable one.
+  auto shifted = torch::zeros_like(remove);
+  const int64_t vocab = remove.size(-1);
+  if (vocab > 1) shifted.narrow(-1, 1, vocab - 1).copy_(remove.narrow(-1, 0, vocab - 1));
+  scores.masked_fill_(shifted.scatter(1, order, shifted), kNegInf);
+}
+
+void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
+                    const torch::Tensor& scores) {
+  check_scores(scores, histories.size());
+  if (histories.empty()) return;
+  const auto cur_len = static_cast<int64_t>(histories.front().size());
+  const int64_t max_length = options.max_new_tokens + 1;
+  if (options.repetition_penalty != 1.0) apply_repetition_penalty(scores, histories, options.repetition_penalty);
+  if (options.no_repeat_ngram_size > 0) apply_no_repeat_ngram(scores, histories, options.no_repeat_ngram_size);
+  apply_min_length(scores, cur_len, options.min_new_tokens + 1, options.eos_token_id);
+  if (options.forced_bos_token_id && cur_len == 1) apply_forced_token(scores, *options.forced_bos_token_id);
+  if (options.forced_eos_token_id && cur_len == max_length - 1) {
+    apply_forced_token(scores, *options.forced_eos_token_id);
+  }
+}
+
+void warp_logits(const GenerationOptions& options, const torch::Tensor& scores) {
+  if (options.temperature != 1.0) apply_temperature(scores, options.temperature);
+  if (options.top_k != 0) apply_top_k(scores, options.top_k);
+  if (options.top_p < 1.0) apply_top_p(scores, options.top_p);
+}
+
+}  // namespace srformer

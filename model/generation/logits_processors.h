@@ -1,0 +1,51 @@
+#pragma once
+// Logits processors and warpers with Hugging Face transformers 4.11 semantics. Every function takes
+// scores [rows, vocab] float32 on the CPU and modifies them in place. A row's history is HF's
+// `input_ids`: decoder_start_token_id followed by the tokens generated so far, so cur_len (the
+// history length) counts the start token.
+#include <torch/types.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "model/generation/options.h"
+
+namespace srformer {
+
+using TokenHistory = std::vector<int64_t>;
+
+// A CPU float32 copy of a searcher's logits [rows, vocab] that the processors may modify. Throws
+// std::invalid_argument when the shape is wrong or a token id of `options` is outside the vocabulary.
+torch::Tensor scores_from_logits(const torch::Tensor& logits, int64_t rows, const GenerationOptions& options);
+
+// RepetitionPenaltyLogitsProcessor: for every token in the row's history, a negative score is
+// multiplied by `penalty` and a non-negative one divided by it.
+void apply_repetition_penalty(const torch::Tensor& scores, const std::vector<TokenHistory>& histories, double penalty);
+
+// Tokens that would complete an n-gram already present in `history` (NoRepeatNGramLogitsProcessor).
+std::vector<int64_t> banned_ngram_tokens(const TokenHistory& history, int64_t ngram_size);
+void apply_no_repeat_ngram(const torch::Tensor& scores, const std::vector<TokenHistory>& histories, int64_t ngram_size);
+
+// MinLengthLogitsProcessor: EOS gets -inf while cur_len < min_length (HF lengths, start token included).
+void apply_min_length(const torch::Tensor& scores, int64_t cur_len, int64_t min_length, int64_t eos_token_id);
+
+// ForcedBOS/ForcedEOS: every token but `token` gets -inf, `token` gets 0.
+void apply_forced_token(const torch::Tensor& scores, int64_t token);
+
+// Warpers (sampling only), in the order HF applies them: temperature, top-k, top-p.
+void apply_temperature(const torch::Tensor& scores, double temperature);
+// Keeps the tokens scoring at least the k-th best score (ties at the boundary survive).
+void apply_top_k(const torch::Tensor& scores, int64_t top_k, int64_t min_tokens_to_keep = 1);
+// Keeps, in order of decreasing probability, every token up to and including the first one at which
+// the cumulative probability exceeds top_p (HF 4.11 TopPLogitsWarper); at least min_tokens_to_keep.
+void apply_top_p(const torch::Tensor& scores, double top_p, int64_t min_tokens_to_keep = 1);
+
+// The processors HF generate() builds from `options`, applied in its order: repetition penalty,
+// no-repeat n-gram, min length (HF min_length = min_new_tokens + 1), forced BOS (at cur_len 1),
+// forced EOS (at cur_len max_length - 1, max_length = max_new_tokens + 1). All rows share cur_len.
+void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
+                    const torch::Tensor& scores);
+// The warpers HF sample() applies after the processors.
+void warp_logits(const GenerationOptions& options, const torch::Tensor& scores);
+
+}  // namespace srformer

@@ -1,0 +1,62 @@
+#include "model/generation/options.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace srformer {
+namespace {
+
+[[noreturn]] void reject(const std::string& what) {
+  throw std::invalid_argument("invalid generation options: " + what);
+}
+
+}  // namespace
+
+void validate(const GenerationOptions& o) {
+  using std::to_string;
+  if (o.max_new_tokens < 1 || o.max_new_tokens > kMaxNewTokensLimit) {
+    reject("max_new_tokens is " + to_string(o.max_new_tokens) + "; set it between 1 and " +
+           to_string(kMaxNewTokensLimit));
+  }
+  if (o.min_new_tokens < 0 || o.min_new_tokens > o.max_new_tokens) {
+    reject("min_new_tokens is " + to_string(o.min_new_tokens) + "; set it between 0 and max_new_tokens (" +
+           to_string(o.max_new_tokens) + ")");
+  }
+  if (o.num_beams < 1 || o.num_beams > kMaxNumBeams) {
+    reject("num_beams is " + to_string(o.num_beams) + "; set it between 1 and " + to_string(kMaxNumBeams));
+  }
+  if (o.do_sample && o.num_beams > 1) {
+    reject(
+        "sampling with num_beams > 1 (beam sampling) is not supported; set do_sample=false for beam search or "
+        "num_beams=1 for sampling");
+  }
+  if (o.num_return_sequences < 1 || o.num_return_sequences > o.num_beams) {
+    reject("num_return_sequences is " + to_string(o.num_return_sequences) + "; set it between 1 and num_beams (" +
+           to_string(o.num_beams) + ")" + (o.num_beams == 1 ? "; greedy search and sampling return one sequence" : ""));
+  }
+  if (!std::isfinite(o.length_penalty)) reject("length_penalty must be a finite number");
+  if (o.do_sample && !(o.temperature > 0.0 && std::isfinite(o.temperature))) {
+    reject("temperature is " + to_string(o.temperature) + "; it must be > 0 (and finite) when do_sample is true");
+  }
+  if (!(o.top_p > 0.0 && o.top_p <= 1.0)) {
+    reject("top_p is " + to_string(o.top_p) + "; set it in (0, 1] (1 disables nucleus filtering)");
+  }
+  if (o.top_k < 0) reject("top_k is " + to_string(o.top_k) + "; set it >= 0 (0 disables top-k filtering)");
+  if (!(o.repetition_penalty > 0.0 && std::isfinite(o.repetition_penalty))) {
+    reject("repetition_penalty is " + to_string(o.repetition_penalty) + "; set it > 0 (1 disables it)");
+  }
+  if (o.no_repeat_ngram_size < 0) {
+    reject("no_repeat_ngram_size is " + to_string(o.no_repeat_ngram_size) + "; set it >= 0 (0 disables it)");
+  }
+  const auto check_token = [](const char* name, int64_t id) {
+    if (id < 0) reject(std::string(name) + " is " + to_string(id) + "; token ids must be >= 0");
+  };
+  check_token("decoder_start_token_id", o.decoder_start_token_id);
+  check_token("eos_token_id", o.eos_token_id);
+  check_token("pad_token_id", o.pad_token_id);
+  if (o.forced_bos_token_id) check_token("forced_bos_token_id", *o.forced_bos_token_id);
+  if (o.forced_eos_token_id) check_token("forced_eos_token_id", *o.forced_eos_token_id);
+}
+
+}  // namespace srformer

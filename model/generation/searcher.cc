@@ -1,0 +1,31 @@
+#include "model/generation/searcher.h"
+
+#include "model/generation/beam_searcher.h"
+#include "model/generation/single_row_searcher.h"
+
+namespace srformer {
+
+const char* to_string(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
+std::unique_ptr<Searcher> make_searcher(const GenerationOptions& options) {
+  validate(options);
+  if (options.do_sample) return std::make_unique<SamplingSearcher>(options);
+  // HF generate() runs greedy search for one beam; BeamSearcher would pick the same tokens but
+  // score them as beam search does (length-normalised).
+  if (options.num_beams == 1) return std::make_unique<GreedySearcher>(options);
+  return std::make_unique<BeamSearcher>(options);
+}
+
+}  // namespace srformer

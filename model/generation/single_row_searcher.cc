@@ -1,0 +1,82 @@
+#include "model/generation/single_row_searcher.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <stdexcept>
+
+namespace srformer {
+
+GreedySearcher::GreedySearcher(const GenerationOptions& options)
+    : options_(options), history_{options.decoder_start_token_id} {
+  validate(options_);
+}
+
+SearchStep GreedySearcher::advance(const torch::Tensor& logits) {
+  if (done()) throw std::logic_error("Searcher::advance called after the search finished");
+  const auto scores = scores_from_logits(logits, 1, options_);
+  process_logits(options_, {history_}, scores);
+  double logprob = 0.0;
+  const int64_t token = choose(scores, logprob);
+  score_ += logprob;
+  history_.push_back(token);
+  if (token == options_.eos_token_id) {
+    finish_reason_ = FinishReason::kEos;
+  } else if (steps() >= options_.max_new_tokens) {
+    finish_reason_ = FinishReason::kLength;
+  }
+  SearchStep step;
+  step.next_tokens = torch::full({1}, token, torch::kInt64);
+  step.parent_rows = torch::zeros({1}, torch::kInt64);
+  step.emitted = {token};
+  step.done = done();
+  return step;
+}
+
+int64_t GreedySearcher::choose(const torch::Tensor& scores, double& logprob) {
+  const int64_t token = scores[0].argmax().item<int64_t>();
+  logprob = scores[0].log_softmax(-1)[token].item<double>();
+  return token;
+}
+
+std::vector<Hypothesis> GreedySearcher::results() const {
+  Hypothesis hypothesis;
+  hypothesis.tokens.assign(history_.begin() + 1, history_.end());
+  hypothesis.score = score_;
+  hypothesis.finish_reason = finish_reason_;
+  return {hypothesis};
+}
+
+SamplingSearcher::SamplingSearcher(const GenerationOptions& options) : GreedySearcher(options), rng_(options.seed) {
+  if (!options.do_sample) throw std::invalid_argument("SamplingSearcher needs do_sample=true");
+}
+
+int64_t SamplingSearcher::choose(const torch::Tensor& scores, double& logprob) {
+  warp_logits(options_, scores);
+  const auto logprobs = scores[0].log_softmax(-1);
+  const auto* lp = logprobs.data_ptr<float>();
+  const int64_t vocab = logprobs.size(0);
+  // Inverse-CDF draw in double precision; 53 random bits make u uniform in [0, 1).
+  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+  double total = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(lp[i]));
+  if (!(total > 0.0) || !std::isfinite(total)) {
+    throw std::runtime_error(
+        "sampling found no token with a positive probability (every token was filtered out "
+        "or the logits hold NaN); check the logits processors' options");
+  }
+  const double target = u * total;
+  double cumulative = 0.0;
+  int64_t token = -1;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double p = std::exp(static_cast<double>(lp[i]));
+    if (p <= 0.0) continue;
+    token = i;  // the last token with mass, should rounding leave target above the final sum
+    cumulative += p;
+    if (cumulative > target) break;
+  }
+  logprob = lp[token];
+  return token;
+}
+
+}  // namespace srformer

@@ -1,0 +1,50 @@
+#pragma once
+// Greedy search and multinomial sampling: one row per request, one token decided per step.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "model/generation/logits_processors.h"
+#include "model/generation/searcher.h"
+
+namespace srformer {
+
+// HF 4.11 greedy_search(): processors on the raw logits, then argmax (the first on ties). Stops on
+// EOS or after max_new_tokens. Score: sum of log_softmax(processed logits) of the chosen tokens.
+class GreedySearcher : public Searcher {
+ public:
+  explicit GreedySearcher(const GenerationOptions& options);
+
+  int64_t num_rows() const override { return 1; }
+  SearchStep advance(const torch::Tensor& logits) override;
+  bool done() const override { return finish_reason_ != FinishReason::kNone; }
+  std::vector<Hypothesis> results() const override;
+  int64_t steps() const override { return static_cast<int64_t>(history_.size()) - 1; }
+
+ protected:
+  // Picks the next token from processed scores [1, vocab] (may modify them); sets its log-probability.
+  virtual int64_t choose(const torch::Tensor& scores, double& logprob);
+  const GenerationOptions options_;
+
+ private:
+  TokenHistory history_;  // decoder start + generated tokens (HF input_ids)
+  double score_ = 0.0;
+  FinishReason finish_reason_ = FinishReason::kNone;
+};
+
+// HF 4.11 sample() for num_beams == 1: processors, then warpers (temperature, top-k, top-p), then one
+// draw from the resulting distribution. Each searcher owns a generator seeded from options.seed, so
+// a request's tokens depend only on its seed and its logits, not on the other requests in the batch.
+// Score: sum of the log-probabilities of the drawn tokens under the distribution they were drawn from.
+class SamplingSearcher : public GreedySearcher {
+ public:
+  explicit SamplingSearcher(const GenerationOptions& options);
+
+ protected:
+  int64_t choose(const torch::Tensor& scores, double& logprob) override;
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+}  // namespace srformer

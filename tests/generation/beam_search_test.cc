@@ -1,0 +1,192 @@
+// Beam search against hand-worked examples of HF 4.11 BeamSearchScorer. Vocabulary: 0 = decoder
+// start, 1 = EOS, 2 = A, 3 = B; two beams. Each script gives next-token probabilities per history.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <stdexcept>
+#include <vector>
+
+#include "model/generation/beam_searcher.h"
+#include "scripted_model.h"
+
+namespace srformer {
+namespace {
+
+using testing::drive;
+using testing::log_probs;
+using History = std::vector<int64_t>;
+
+constexpr int64_t kEos = 1, kA = 2, kB = 3;
+
+testing::Script table(const std::map<History, std::vector<double>>& probs) {
+  return [probs](const History& history) {
+    const auto it = probs.find(history);
+    if (it == probs.end()) throw std::runtime_error("the script has no entry for this history");
+    return log_probs(it->second);
+  };
+}
+
+GenerationOptions beam_options(int64_t max_new_tokens, double length_penalty, bool early_stopping) {
+  GenerationOptions options;
+  options.decoder_start_token_id = 0;
+  options.eos_token_id = kEos;
+  options.num_beams = 2;
+  options.num_return_sequences = 2;
+  options.max_new_tokens = max_new_tokens;
+  options.length_penalty = length_penalty;
+  options.early_stopping = early_stopping;
+  return options;
+}
+
+const std::vector<double> kFirst{0.05, 0.15, 0.5, 0.3};  // after the start token: A 0.5, B 0.3
+
+// Step 1: beams "A" (0.5) and "B" (0.3); the EOS candidate (rank 2) is never reached.
+// Step 2 candidates: A EOS 0.30, B B 0.225, A A 0.10, A B 0.075, ... -> finished "A" (len 2),
+// beams "B B" (parent 1) and "A A" (parent 0). Then the length limit adds both beams (len 3).
+const auto kLengthScript = table({{{0}, kFirst}, {{0, kA}, {0.05, 0.6, 0.2, 0.15}}, {{0, kB}, {0.05, 0.1, 0.1, 0.75}}});
+
+TEST(BeamSearchTest, HandWorkedExampleWithLengthPenaltyOne) {
+  BeamSearcher searcher(beam_options(2, 1.0, false));
+  const auto run = drive(searcher, kLengthScript, 0);
+  EXPECT_EQ(run.steps, 2);
+  EXPECT_EQ(run.next_tokens[0], (std::vector<int64_t>{kA, kB}));
+  EXPECT_EQ(run.parent_rows[0], (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(run.next_tokens[1], (std::vector<int64_t>{kB, kA}));
+  EXPECT_EQ(run.parent_rows[1], (std::vector<int64_t>{1, 0}));
+  // Scores: "B B" log(.225)/3 = -0.497 beats "A EOS" log(.3)/2 = -0.602; "A A" log(.1)/3 = -0.768 is out.
+  ASSERT_EQ(run.results.size(), 2u);
+  EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kB, kB}));
+  EXPECT_EQ(run.results[0].finish_reason, FinishReason::kLength);
+  EXPECT_NEAR(run.results[0].score, std::log(0.3 * 0.75) / 3, 1e-6);
+  EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kA, kEos}));
+  EXPECT_EQ(run.results[1].finish_reason, FinishReason::kEos);
+  EXPECT_NEAR(run.results[1].score, std::log(0.5 * 0.6) / 2, 1e-6);
+  EXPECT_EQ(run.emitted, (std::vector<int64_t>{kB, kB}));  // the best hypothesis, once done
+}
+
+TEST(BeamSearchTest, LengthPenaltyZeroPrefersTheShortHypothesis) {
+  BeamSearcher searcher(beam_options(2, 0.0, false));
+  const auto run = drive(searcher, kLengthScript, 0);
+  ASSERT_EQ(run.results.size(), 2u);
+  EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kA, kEos}));
+  EXPECT_NEAR(run.results[0].score, std::log(0.3), 1e-6);
+  EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kB, kB}));
+  EXPECT_NEAR(run.results[1].score, std::log(0.225), 1e-6);
+}
+
+TEST(BeamSearchTest, LengthPenaltyTwoLetsALongBeamReplaceAFinishedHypothesis) {
+  // "A EOS" log(.3)/2^2 = -0.301 enters first; at the limit "B B" log(.225)/3^2 = -0.166 joins and
+  // "A A" log(.1)/9 = -0.256 beats the worst (-0.301), which is dropped.
+  BeamSearcher searcher(beam_options(2, 2.0, false));
+  const auto run = drive(searcher, kLengthScript, 0);
+  ASSERT_EQ(run.results.size(), 2u);
+  EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kB, kB}));
+  EXPECT_NEAR(run.results[0].score, std::log(0.225) / 9, 1e-6);
+  EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kA, kA}));
+  EXPECT_NEAR(run.results[1].score, std::log(0.1) / 9, 1e-6);
+  EXPECT_EQ(run.results[1].finish_reason, FinishReason::kLength);
+}
+
+TEST(BeamSearchTest, NumReturnSequencesOne) {
+  auto options = beam_options(2, 1.0, false);
+  options.num_return_sequences = 1;
+  BeamSearcher searcher(options);
+  const auto run = drive(searcher, kLengthScript, 0);
+  ASSERT_EQ(run.results.size(), 1u);
+  EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kB, kB}));
+}
+
+TEST(BeamSearchTest, MinNewTokensKeepsEosOut) {
+  auto options = beam_options(2, 1.0, false);
+  options.min_new_tokens = 2;
+  BeamSearcher searcher(options);
+  const auto run = drive(searcher, kLengthScript, 0);
+  // Step 2 without EOS: B B .225, A A .10 are the beams, and become the hypotheses.
+  ASSERT_EQ(run.results.size(), 2u);
+  EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kB, kB}));
+  EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kA, kA}));
+  // The -inf on EOS is applied to log-probs and not renormalised (HF order: log_softmax, processors).
+  EXPECT_NEAR(run.results[1].score, std::log(0.1) / 3, 1e-6);
+}
+
+// Step 2 candidates: B EOS .27, A EOS .17, A A .165, A B .16 -> two finished hypotheses,
+// "B" log(.27)/2 = -0.655 and "A" log(.17)/2 = -0.886; beams "A A" and "A B".
+std::map<History, std::vector<double>> two_finished_after_step_two() {
+  return {{{0}, kFirst}, {{0, kA}, {0.01, 0.34, 0.33, 0.32}}, {{0, kB}, {0.01, 0.9, 0.05, 0.04}}};
+}
+
+TEST(BeamSearchTest, EarlyStoppingStopsOnceNumBeamsHypothesesAreFinished) {
+  BeamSearcher searcher(beam_options(3, 1.0, true));
+  const auto run = drive(searcher, table(two_finished_after_step_two()), 0);
+  EXPECT_EQ(run.steps, 2);
+  ASSERT_EQ(run.results.size(), 2u);
+  EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kB, kEos}));
+  EXPECT_NEAR(run.results[0].score, std::log(0.27) / 2, 1e-6);
+  EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kA, kEos}));
+  EXPECT_NEAR(run.results[1].score, std::log(0.17) / 2, 1e-6);
+}
+
+TEST(BeamSearchTest, WithoutEarlyStoppingRunningBeamsCanStillWin) {
+  // After step 2 the best candidate score, log(.27)/cur_len 2 = -0.655, beats the worst finished
+  // (-0.886): go on. Step 3: "A A A" .16005 and "A B B" .1552 (log(.16005)/3 = -0.61 still beats
+  // -0.886); at the length limit both beams enter with len 4 and push both EOS hypotheses out.
+  auto probs = two_finished_after_step_two();
+  probs[{0, kA, kA}] = {0.01, 0.01, 0.97, 0.01};
+  probs[{0, kA, kB}] = {0.01, 0.01, 0.01, 0.97};
+  BeamSearcher searcher(beam_options(3, 1.0, false));
+  const auto run = drive(searcher, table(probs), 0);
+  EXPECT_EQ(run.steps, 3);
+  ASSERT_EQ(run.results.size(), 2u);
+  EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kA, kA, kA}));
+  EXPECT_NEAR(run.results[0].score, std::log(0.5 * 0.33 * 0.97) / 4, 1e-6);
+  EXPECT_EQ(run.results[0].finish_reason, FinishReason::kLength);
+  EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kA, kB, kB}));
+  EXPECT_NEAR(run.results[1].score, std::log(0.5 * 0.32 * 0.97) / 4, 1e-6);
+}
+
+TEST(BeamSearchTest, WithoutEarlyStoppingDoneWhenNoBeamCanBeatTheWorstFinished) {
+  // Step 3 candidates: A A A .066, A B B .056, ...; log(.066) / cur_len 3 = -0.906 <= -0.886, so the
+  // search ends at step 3 although max_new_tokens is 5. (cur_len counts the start token and not the
+  // token being chosen: with 4 it would be -0.68 and the search would go on.)
+  auto probs = two_finished_after_step_two();
+  probs[{0, kA, kA}] = {0.1, 0.2, 0.4, 0.3};
+  probs[{0, kA, kB}] = {0.1, 0.25, 0.3, 0.35};
+  BeamSearcher searcher(beam_options(5, 1.0, false));
+  const auto run = drive(searcher, table(probs), 0);
+  EXPECT_EQ(run.steps, 3);
+  ASSERT_EQ(run.results.size(), 2u);
+  EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kB, kEos}));
+  EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kA, kEos}));
+}
+
+TEST(BeamSearchTest, EosRankedBelowNumBeamsIsNotFinished) {
+  // Step 2 candidates: A A .30, A EOS .15 (rank 1: finished), B EOS .135 (rank 2: dropped), B A .105.
+  // With early stopping, counting the dropped one would end the search at step 2.
+  // Step 3: A A A .12, A A B .09; at the limit they push "A EOS" (log(.15)/2 = -0.949) out.
+  const auto script = table({{{0}, kFirst},
+                             {{0, kA}, {0.01, 0.3, 0.6, 0.09}},
+                             {{0, kB}, {0.01, 0.45, 0.35, 0.19}},
+                             {{0, kA, kA}, {0.1, 0.2, 0.4, 0.3}},
+                             {{0, kB, kA}, {0.1, 0.25, 0.3, 0.35}}});
+  BeamSearcher searcher(beam_options(3, 1.0, true));
+  const auto run = drive(searcher, script, 0);
+  EXPECT_EQ(run.steps, 3);
+  EXPECT_EQ(run.next_tokens[1], (std::vector<int64_t>{kA, kA}));
+  EXPECT_EQ(run.parent_rows[1], (std::vector<int64_t>{0, 1}));
+  ASSERT_EQ(run.results.size(), 2u);
+  EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kA, kA, kA}));
+  EXPECT_NEAR(run.results[0].score, std::log(0.5 * 0.6 * 0.4) / 4, 1e-6);
+  EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kA, kA, kB}));
+  EXPECT_NEAR(run.results[1].score, std::log(0.5 * 0.6 * 0.3) / 4, 1e-6);
+}
+
+TEST(BeamSearchTest, RejectsLogitsOfTheWrongShape) {
+  BeamSearcher searcher(beam_options(3, 1.0, false));
+  EXPECT_THROW(searcher.advance(torch::zeros({1, 4})), std::invalid_argument);
+  EXPECT_FALSE(searcher.done());
+  EXPECT_TRUE(searcher.results().empty());
+}
+
+}  // namespace
+}  // namespace srformer

@@ -1,0 +1,170 @@
+// generate() over a fake Seq2SeqModel whose logits depend on (document id, row history): the batched
+// driver must give every request exactly what its searcher gives when run alone.
+#include "model/generation/generate.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/generation/beam_searcher.h"
+#include "model/generation/single_row_searcher.h"
+#include "scripted_model.h"
+
+namespace srformer {
+namespace {
+
+constexpr int64_t kVocab = 12, kEos = 1, kStart = 0;
+
+testing::Script document_script(int64_t document) {
+  return testing::random_script(kVocab, 1000 + document, kEos, 1.5f);
+}
+
+// The document id is the first input token; the decoder history lives in state.self_pos.
+class FakeModel : public Seq2SeqModel {
+ public:
+  FakeModel() { config_.vocab_size = kVocab; }
+  const ModelConfig& config() const override { return config_; }
+  torch::Device device() const override { return torch::kCPU; }
+  torch::ScalarType dtype() const override { return torch::kFloat32; }
+  EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) override {
+    return {input_ids.to(torch::kFloat32).unsqueeze(-1), attention_mask.to(torch::kBool)};
+  }
+  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length) override {
+    const int64_t batch = enc.hidden.size(0);
+    expected_lengths.push_back(expected_length.clone());
+    DecoderState state;
+    state.enc_len = enc.hidden.select(1, 0).squeeze(-1).to(torch::kInt64);
+    state.expected_len = expected_length;
+    state.step = torch::zeros({batch}, torch::kInt64);
+    state.self_pos = torch::empty({batch, 0}, torch::kInt64);
+    state.self_valid = torch::empty({batch, 0}, torch::kBool);
+    return state;
+  }
+  torch::Tensor step(DecoderState& state, const torch::Tensor& tokens) override {
+    const int64_t batch = state.batch_size();
+    batch_sizes.push_back(batch);
+    state.self_pos = torch::cat({state.self_pos, tokens.view({batch, 1})}, 1);
+    state.self_valid = torch::cat({state.self_valid, torch::ones({batch, 1}, torch::kBool)}, 1);
+    state.step += 1;
+    auto logits = torch::empty({batch, kVocab});
+    for (int64_t b = 0; b < batch; ++b) {
+      const auto row = state.self_pos[b].contiguous();
+      const std::vector<int64_t> history(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
+      logits[b] = torch::tensor(document_script(state.enc_len[b].item<int64_t>())(history));
+    }
+    return logits;
+  }
+  torch::Tensor forward(const EncoderOutput&, const torch::Tensor&, const std::optional<torch::Tensor>&) override {
+    throw std::logic_error("not used");
+  }
+  int64_t parameter_count() const override { return 0; }
+  const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters() const override { return parameters_; }
+
+  std::vector<int64_t> batch_sizes;
+  std::vector<torch::Tensor> expected_lengths;
+
+ private:
+  ModelConfig config_;
+  std::vector<std::pair<std::string, torch::Tensor>> parameters_;
+};
+
+GenerationOptions options_for(int64_t num_beams) {
+  GenerationOptions options;
+  options.decoder_start_token_id = kStart;
+  options.eos_token_id = kEos;
+  options.max_new_tokens = 10;
+  options.num_beams = num_beams;
+  options.num_return_sequences = num_beams;
+  return options;
+}
+
+// Documents 3, 5, 8, 13 (first token), padded inputs of length 4.
+const auto kInputs = torch::tensor({3, 7, 7, 7, 5, 7, 7, 0, 8, 7, 0, 0, 13, 7, 7, 7}, torch::kInt64).view({4, 4});
+const auto kMask = torch::tensor({1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 0, 0, 1, 1, 1, 1}, torch::kInt64).view({4, 4});
+const std::vector<int64_t> kDocuments{3, 5, 8, 13};
+
+template <typename MakeSearcher>
+void expect_same_as_alone(const std::vector<GenerateResult>& batched, MakeSearcher make) {
+  ASSERT_EQ(batched.size(), kDocuments.size());
+  for (size_t i = 0; i < kDocuments.size(); ++i) {
+    auto searcher = make();
+    const auto alone = testing::drive(*searcher, document_script(kDocuments[i]), kStart);
+    EXPECT_EQ(batched[i].steps, alone.steps) << "row " << i;
+    ASSERT_EQ(batched[i].hypotheses.size(), alone.results.size()) << "row " << i;
+    for (size_t h = 0; h < alone.results.size(); ++h) {
+      EXPECT_EQ(batched[i].hypotheses[h].tokens, alone.results[h].tokens) << "row " << i << " hyp " << h;
+      EXPECT_EQ(batched[i].hypotheses[h].score, alone.results[h].score) << "row " << i << " hyp " << h;
+      EXPECT_EQ(batched[i].hypotheses[h].finish_reason, alone.results[h].finish_reason);
+    }
+  }
+}
+
+TEST(GenerateTest, GreedyBatchMatchesEachRequestAloneAndStreamsTokens) {
+  FakeModel model;
+  const auto options = options_for(1);
+  std::map<int64_t, std::vector<int64_t>> streamed;
+  const auto results = generate(model, kInputs, kMask, options, std::nullopt,
+                                [&](int64_t row, int64_t token) { streamed[row].push_back(token); });
+  expect_same_as_alone(results, [&] { return std::make_unique<GreedySearcher>(options); });
+  for (size_t i = 0; i < results.size(); ++i) {
+    EXPECT_EQ(streamed[static_cast<int64_t>(i)], results[i].hypotheses[0].tokens);
+  }
+  // One model step per iteration; finished requests leave the batch.
+  int64_t longest = 0;
+  for (const auto& r : results) longest = std::max(longest, r.steps);
+  ASSERT_EQ(static_cast<int64_t>(model.batch_sizes.size()), longest);
+  for (size_t s = 0; s < model.batch_sizes.size(); ++s) {
+    int64_t live = 0;
+    for (const auto& r : results) live += r.steps > static_cast<int64_t>(s) ? 1 : 0;
+    EXPECT_EQ(model.batch_sizes[s], live) << "step " << s;
+  }
+  // Default expected length L = max_new_tokens for every row.
+  ASSERT_EQ(model.expected_lengths.size(), 1u);
+  EXPECT_TRUE(model.expected_lengths[0].equal(torch::full({4}, options.max_new_tokens, torch::kInt64)));
+}
+
+TEST(GenerateTest, BeamBatchMatchesEachRequestAlone) {
+  FakeModel model;
+  const auto options = options_for(3);
+  std::map<int64_t, std::vector<int64_t>> streamed;
+  const auto results = generate(model, kInputs, kMask, options, torch::tensor({4, 5, 6, 7}, torch::kInt64),
+                                [&](int64_t row, int64_t token) { streamed[row].push_back(token); });
+  expect_same_as_alone(results, [&] { return std::make_unique<BeamSearcher>(options); });
+  for (size_t i = 0; i < results.size(); ++i) {
+    EXPECT_EQ(streamed[static_cast<int64_t>(i)], results[i].hypotheses[0].tokens);
+  }
+  EXPECT_EQ(model.batch_sizes.front(), 12);  // 4 requests x 3 beams
+  ASSERT_EQ(model.expected_lengths.size(), 1u);
+  EXPECT_TRUE(model.expected_lengths[0].equal(torch::tensor({4, 5, 6, 7}, torch::kInt64)));
+}
+
+TEST(GenerateTest, RejectsMismatchedInputs) {
+  FakeModel model;
+  EXPECT_THROW(generate(model, kInputs, kMask.narrow(0, 0, 2), options_for(1)), std::invalid_argument);
+  EXPECT_THROW(generate(model, kInputs, kMask, options_for(1), torch::tensor({4, 5}, torch::kInt64)),
+               std::invalid_argument);
+}
+
+TEST(GenerateTest, WithModelTokensCopiesTheConfigIds) {
+  ModelConfig config;
+  config.decoder_start_token_id = 2;
+  config.eos_token_id = 2;
+  config.pad_token_id = 1;
+  config.forced_eos_token_id = 2;
+  GenerationOptions options;
+  options.forced_bos_token_id = 0;
+  const auto o = with_model_tokens(options, config);
+  EXPECT_EQ(o.decoder_start_token_id, 2);
+  EXPECT_EQ(o.eos_token_id, 2);
+  EXPECT_EQ(o.pad_token_id, 1);
+  EXPECT_EQ(o.forced_bos_token_id, 0);
+  EXPECT_EQ(o.forced_eos_token_id, 2);
+}
+
+}  // namespace
+}  // namespace srformer

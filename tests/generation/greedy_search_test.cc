@@ -1,0 +1,146 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "model/generation/beam_searcher.h"
+#include "model/generation/single_row_searcher.h"
+#include "scripted_model.h"
+
+namespace srformer {
+namespace {
+
+using testing::drive;
+using testing::log_probs;
+
+// Vocabulary: 0 = decoder start/pad, 1 = EOS, 2.. = words.
+GenerationOptions base_options() {
+  GenerationOptions options;
+  options.decoder_start_token_id = 0;
+  options.eos_token_id = 1;
+  options.max_new_tokens = 10;
+  return options;
+}
+
+// Next token is the history length + 1 (2, 3, 4, ...) with probability 0.7; EOS once the history
+// holds `eos_after` tokens.
+testing::Script counting_script(size_t eos_after, int64_t vocab = 16) {
+  return [=](const std::vector<int64_t>& history) {
+    std::vector<double> p(static_cast<size_t>(vocab), 0.3 / static_cast<double>(vocab - 1));
+    const size_t favourite = history.size() >= eos_after ? 1 : history.size() + 1;
+    p[favourite] = 0.7;
+    return log_probs(p);
+  };
+}
+
+TEST(GreedySearchTest, PicksTheArgmaxAndStopsOnEos) {
+  GreedySearcher searcher(base_options());
+  const auto run = drive(searcher, counting_script(4), 0);
+  ASSERT_EQ(run.results.size(), 1u);
+  EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{2, 3, 4, 1}));
+  EXPECT_EQ(run.results[0].finish_reason, FinishReason::kEos);
+  EXPECT_EQ(run.steps, 4);
+  EXPECT_EQ(run.emitted, (std::vector<int64_t>{2, 3, 4, 1}));
+  EXPECT_NEAR(run.results[0].score, 4 * std::log(0.7), 1e-5);
+  for (const auto& parents : run.parent_rows) EXPECT_EQ(parents, (std::vector<int64_t>{0}));
+}
+
+TEST(GreedySearchTest, StopsAtMaxNewTokens) {
+  auto options = base_options();
+  options.max_new_tokens = 3;
+  GreedySearcher searcher(options);
+  const auto run = drive(searcher, counting_script(100), 0);
+  EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_EQ(run.results[0].finish_reason, FinishReason::kLength);
+  EXPECT_EQ(run.steps, 3);
+  EXPECT_TRUE(searcher.done());
+  EXPECT_THROW(searcher.advance(torch::zeros({1, 16})), std::logic_error);
+}
+
+TEST(GreedySearchTest, FirstIndexWinsTies) {
+  GreedySearcher searcher(base_options());
+  const auto step = searcher.advance(torch::tensor({0.0f, 0.0f, 5.0f, 5.0f}).view({1, 4}));
+  EXPECT_EQ(step.next_tokens.item<int64_t>(), 2);
+}
+
+TEST(GreedySearchTest, MinNewTokensSuppressesEos) {
+  auto options = base_options();
+  options.min_new_tokens = 3;
+  GreedySearcher searcher(options);
+  // EOS is the favourite from the start; the runner-up is token 5.
+  const auto run = drive(
+      searcher,
+      [](const std::vector<int64_t>&) {
+        return log_probs({0.05, 0.6, 0.05, 0.05, 0.05, 0.2});
+      },
+      0);
+  EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{5, 5, 5, 1}));
+  EXPECT_EQ(run.results[0].finish_reason, FinishReason::kEos);
+  // Score: log-softmax of the processed logits (EOS removed) for the first three tokens.
+  EXPECT_NEAR(run.results[0].score, 3 * std::log(0.2 / 0.4) + std::log(0.6), 1e-5);
+}
+
+TEST(GreedySearchTest, ForcedBosAndForcedEos) {
+  auto options = base_options();
+  options.max_new_tokens = 4;
+  options.forced_bos_token_id = 7;
+  options.forced_eos_token_id = 1;
+  GreedySearcher searcher(options);
+  const auto run = drive(searcher, counting_script(100), 0);
+  // Forced 7 first; then the script's favourites for histories of length 2 and 3; EOS forced last.
+  EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{7, 3, 4, 1}));
+  EXPECT_EQ(run.results[0].finish_reason, FinishReason::kEos);
+  EXPECT_NEAR(run.results[0].score, 2 * std::log(0.7), 1e-5);  // forced tokens have log-prob 0
+}
+
+TEST(GreedySearchTest, NoRepeatNGramAndRepetitionPenaltyChangeTheChoice) {
+  // Always prefers token 2, then 3: plain greedy repeats 2.
+  const auto script = [](const std::vector<int64_t>&) { return log_probs({0.01, 0.01, 0.5, 0.3, 0.18}); };
+  auto options = base_options();
+  options.max_new_tokens = 4;
+  {
+    GreedySearcher plain(options);
+    EXPECT_EQ(drive(plain, script, 0).results[0].tokens, (std::vector<int64_t>{2, 2, 2, 2}));
+  }
+  {
+    auto o = options;
+    o.no_repeat_ngram_size = 2;  // bigrams (incl. the start token 0) may not repeat
+    GreedySearcher searcher(o);
+    // 0 -> 2; "2 2" not seen yet -> 2; "2 2" seen -> 3; nothing followed 3 yet -> 2.
+    EXPECT_EQ(drive(searcher, script, 0).results[0].tokens, (std::vector<int64_t>{2, 2, 3, 2}));
+  }
+  {
+    auto o = options;
+    o.repetition_penalty = 1.2;  // log-probs: 2 -> log(.5)*1.2 = -0.83 > log(.3) = -1.20; stays 2
+    GreedySearcher mild(o);
+    EXPECT_EQ(drive(mild, script, 0).results[0].tokens, (std::vector<int64_t>{2, 2, 2, 2}));
+    // Once 2 was generated: log(.5)*1.9 = -1.32 < log(.3) = -1.20 -> 3; once 3 was too: 2 (-1.32) beats
+    // 3 (-2.29) and 4 (log(.18) = -1.71) again.
+    o.repetition_penalty = 1.9;
+    GreedySearcher strong(o);
+    EXPECT_EQ(drive(strong, script, 0).results[0].tokens, (std::vector<int64_t>{2, 3, 2, 2}));
+  }
+}
+
+TEST(GreedySearchTest, BeamSearchWithOneBeamPicksTheSameTokens) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    auto options = base_options();
+    options.max_new_tokens = 12;
+    const auto script = testing::random_script(9, seed, options.eos_token_id, 1.0f);
+    GreedySearcher greedy(options);
+    BeamSearcher beam(options);
+    const auto g = drive(greedy, script, 0);
+    const auto b = drive(beam, script, 0);
+    ASSERT_EQ(b.results.size(), 1u);
+    EXPECT_EQ(g.results[0].tokens, b.results[0].tokens) << "seed " << seed;
+    EXPECT_EQ(g.results[0].finish_reason, b.results[0].finish_reason) << "seed " << seed;
+    EXPECT_EQ(g.steps, b.steps) << "seed " << seed;
+    // Beam search divides the same sum of log-probs by the length (start token included, EOS not).
+    const auto& tokens = b.results[0].tokens;
+    const double length = 1.0 + static_cast<double>(tokens.size()) - (tokens.back() == 1 ? 1.0 : 0.0);
+    EXPECT_NEAR(b.results[0].score, g.results[0].score / length, 1e-5) << "seed " << seed;
+  }
+}
+
+}  // namespace
+}  // namespace srformer

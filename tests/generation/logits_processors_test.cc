@@ -1,0 +1,195 @@
+#include "model/generation/logits_processors.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace srformer {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+torch::Tensor row(const std::vector<float>& values) { return torch::tensor(values).view({1, -1}); }
+
+std::vector<float> values(const torch::Tensor& t) {
+  const auto c = t.contiguous();
+  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
+}
+
+std::vector<float> log_of(const std::vector<double>& p) {
+  std::vector<float> out;
+  for (const double v : p) out.push_back(static_cast<float>(std::log(v)));
+  return out;
+}
+
+// The tokens a filter left finite.
+std::vector<int64_t> kept(const torch::Tensor& t) {
+  std::vector<int64_t> out;
+  const auto v = values(t);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (std::isfinite(v[i])) out.push_back(static_cast<int64_t>(i));
+  }
+  return out;
+}
+
+TEST(RepetitionPenaltyTest, DividesPositiveAndMultipliesNegativeScoresOfSeenTokensOnce) {
+  const auto scores = row({2.0f, -1.0f, 0.5f, -3.0f, 1.0f});
+  // Token 1 appears twice but is penalised once; token 0 is the decoder start and counts.
+  apply_repetition_penalty(scores, {{0, 1, 1, 3}}, 2.0);
+  EXPECT_EQ(values(scores), (std::vector<float>{1.0f, -2.0f, 0.5f, -6.0f, 1.0f}));
+}
+
+TEST(RepetitionPenaltyTest, AppliesPerRow) {
+  const auto scores = torch::tensor({1.0f, 1.0f, 1.0f, 1.0f}).view({2, 2});
+  apply_repetition_penalty(scores, {{0, 0}, {1, 1}}, 4.0);
+  EXPECT_EQ(values(scores), (std::vector<float>{0.25f, 1.0f, 1.0f, 0.25f}));
+}
+
+TEST(NoRepeatNGramTest, BansTheTokenThatWouldRepeatAnNGram) {
+  // History (decoder start 0 included): 0 5 6 7 5 6.
+  const std::vector<int64_t> history{0, 5, 6, 7, 5, 6};
+  EXPECT_EQ(banned_ngram_tokens(history, 3), (std::vector<int64_t>{7}));  // "5 6 7" seen
+  EXPECT_EQ(banned_ngram_tokens(history, 2), (std::vector<int64_t>{7}));  // "6 7" seen
+  EXPECT_EQ(banned_ngram_tokens(history, 4), (std::vector<int64_t>{}));   // "7 5 6 ?" new
+  EXPECT_EQ(banned_ngram_tokens(history, 1), (std::vector<int64_t>{0, 5, 6, 7, 5, 6}));
+  EXPECT_EQ(banned_ngram_tokens({0}, 3), (std::vector<int64_t>{}));
+  EXPECT_EQ(banned_ngram_tokens({0, 5}, 3), (std::vector<int64_t>{}));
+  // The decoder start token takes part in n-grams, as in HF (input_ids include it).
+  EXPECT_EQ(banned_ngram_tokens({2, 9, 2}, 2), (std::vector<int64_t>{9}));
+}
+
+TEST(NoRepeatNGramTest, SetsBannedScoresToMinusInfinity) {
+  const auto scores = torch::zeros({2, 8});
+  apply_no_repeat_ngram(scores, {{0, 5, 6, 7, 5, 6}, {0, 1, 2, 3, 4, 1}}, 2);
+  EXPECT_EQ(kept(scores[0].view({1, -1})), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(kept(scores[1].view({1, -1})), (std::vector<int64_t>{0, 1, 3, 4, 5, 6, 7}));
+}
+
+TEST(ProcessLogitsTest, MinNewTokensSuppressesEosUntilEnoughTokens) {
+  GenerationOptions options;
+  options.eos_token_id = 1;
+  options.min_new_tokens = 2;  // HF min_length 3
+  for (int64_t generated = 0; generated <= 3; ++generated) {
+    std::vector<int64_t> history(static_cast<size_t>(generated + 1), 2);
+    const auto scores = row({0.0f, 5.0f, 1.0f});
+    process_logits(options, {history}, scores);
+    EXPECT_EQ(std::isinf(values(scores)[1]), generated < 2) << generated;
+    EXPECT_EQ(values(scores)[2], 1.0f);
+  }
+}
+
+TEST(ProcessLogitsTest, ForcedBosAtTheFirstStepOnly) {
+  GenerationOptions options;
+  options.forced_bos_token_id = 3;
+  const auto first = row({1.0f, 2.0f, 3.0f, -1.0f});
+  process_logits(options, {{0}}, first);
+  EXPECT_EQ(values(first), (std::vector<float>{-kInf, -kInf, -kInf, 0.0f}));
+  const auto second = row({1.0f, 2.0f, 3.0f, -1.0f});
+  process_logits(options, {{0, 3}}, second);
+  EXPECT_EQ(values(second), (std::vector<float>{1.0f, 2.0f, 3.0f, -1.0f}));
+}
+
+TEST(ProcessLogitsTest, ForcedEosAtTheLastStepOnlyAndOverMinLength) {
+  GenerationOptions options;
+  options.max_new_tokens = 4;  // HF max_length 5: forced at cur_len 4, i.e. for the 4th new token
+  options.min_new_tokens = 4;  // would ban EOS, but forced EOS comes later in HF's order
+  options.eos_token_id = 1;
+  options.forced_eos_token_id = 1;
+  const auto before = row({1.0f, 2.0f, 3.0f});
+  process_logits(options, {{0, 2, 2}}, before);
+  EXPECT_EQ(values(before), (std::vector<float>{1.0f, -kInf, 3.0f}));
+  const auto last = row({1.0f, 2.0f, 3.0f});
+  process_logits(options, {{0, 2, 2, 2}}, last);
+  EXPECT_EQ(values(last), (std::vector<float>{-kInf, 0.0f, -kInf}));
+}
+
+TEST(ProcessLogitsTest, RepetitionPenaltyThenNoRepeatNGram) {
+  GenerationOptions options;
+  options.repetition_penalty = 2.0;
+  options.no_repeat_ngram_size = 2;
+  options.eos_token_id = 7;
+  const auto scores = row({4.0f, 4.0f, -4.0f, 4.0f, 4.0f, 4.0f, 4.0f, 4.0f});
+  process_logits(options, {{0, 5, 6, 5, 2}}, scores);
+  // Penalised: 0, 2, 5, 6. No ban: the last token (2) has not been followed by anything yet.
+  EXPECT_EQ(values(scores), (std::vector<float>{2.0f, 4.0f, -8.0f, 4.0f, 4.0f, 2.0f, 2.0f, 4.0f}));
+  const auto again = row({4.0f, 4.0f, -4.0f, 4.0f, 4.0f, 4.0f, 4.0f, 4.0f});
+  process_logits(options, {{0, 5, 6, 5}}, again);  // "5 6" seen: 6 banned
+  EXPECT_EQ(values(again), (std::vector<float>{2.0f, 4.0f, -4.0f, 4.0f, 4.0f, 2.0f, -kInf, 4.0f}));
+}
+
+TEST(WarpersTest, TemperatureDividesLogits) {
+  const auto scores = row({2.0f, -4.0f});
+  apply_temperature(scores, 0.5);
+  EXPECT_EQ(values(scores), (std::vector<float>{4.0f, -8.0f}));
+}
+
+TEST(WarpersTest, TopKKeepsTheKBestAndTiesAtTheBoundary) {
+  const auto a = row({1.0f, 3.0f, 2.0f, 3.0f, 0.0f});
+  apply_top_k(a, 2);
+  EXPECT_EQ(kept(a), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(values(a)[1], 3.0f);  // kept scores are unchanged
+  const auto b = row({1.0f, 3.0f, 2.0f, 3.0f, 0.0f});
+  apply_top_k(b, 3);
+  EXPECT_EQ(kept(b), (std::vector<int64_t>{1, 2, 3}));
+  const auto c = row({1.0f, 3.0f, 3.0f, 3.0f});
+  apply_top_k(c, 2);
+  EXPECT_EQ(kept(c), (std::vector<int64_t>{1, 2, 3}));
+  const auto d = row({1.0f, 2.0f});
+  apply_top_k(d, 10);  // k above the vocabulary keeps everything
+  EXPECT_EQ(kept(d), (std::vector<int64_t>{0, 1}));
+}
+
+TEST(WarpersTest, TopPKeepsTokensUpToTheOneThatCrossesTheThreshold) {
+  // Probabilities by token: 0.15, 0.5, 0.1, 0.25 (sorted: 0.5, 0.25, 0.15, 0.1; cumulative 0.5, 0.75, 0.9, 1).
+  const auto p = log_of({0.15, 0.5, 0.1, 0.25});
+  const auto cases = std::vector<std::pair<double, std::vector<int64_t>>>{
+      {0.4, {1}}, {0.7, {1, 3}}, {0.8, {0, 1, 3}}, {0.85, {0, 1, 3}}, {0.95, {0, 1, 2, 3}}, {1.0, {0, 1, 2, 3}}};
+  for (const auto& [top_p, expected] : cases) {
+    const auto scores = row(p);
+    apply_top_p(scores, top_p);
+    EXPECT_EQ(kept(scores), expected) << "top_p " << top_p;
+    EXPECT_EQ(values(scores)[1], p[1]);
+  }
+}
+
+TEST(WarpersTest, TopPKeepsAtLeastMinTokens) {
+  const auto scores = row(log_of({0.9, 0.05, 0.05}));
+  apply_top_p(scores, 0.5, /*min_tokens_to_keep=*/2);
+  EXPECT_EQ(kept(scores).size(), 2u);
+}
+
+TEST(WarpLogitsTest, AppliesTemperatureBeforeTopP) {
+  // p = 0.6 / 0.4; at temperature 0.5 it becomes 0.36/0.52 = 0.69 / 0.31, so top_p 0.65 keeps one token
+  // (it would keep both without the temperature, 0.6 < 0.65).
+  GenerationOptions options;
+  options.do_sample = true;
+  options.top_p = 0.65;
+  const auto plain = row(log_of({0.6, 0.4}));
+  warp_logits(options, plain);
+  EXPECT_EQ(kept(plain), (std::vector<int64_t>{0, 1}));
+  options.temperature = 0.5;
+  const auto sharpened = row(log_of({0.6, 0.4}));
+  warp_logits(options, sharpened);
+  EXPECT_EQ(kept(sharpened), (std::vector<int64_t>{0}));
+}
+
+TEST(ScoresFromLogitsTest, RejectsBadShapesAndTokenIdsOutsideTheVocabulary) {
+  GenerationOptions options;
+  options.eos_token_id = 1;
+  EXPECT_THROW(scores_from_logits(torch::zeros({2, 4}), 1, options), std::invalid_argument);
+  EXPECT_THROW(scores_from_logits(torch::zeros({4}), 1, options), std::invalid_argument);
+  options.eos_token_id = 4;
+  EXPECT_THROW(scores_from_logits(torch::zeros({1, 4}), 1, options), std::invalid_argument);
+  options.eos_token_id = 3;
+  const auto logits = torch::zeros({1, 4}, torch::kFloat64);
+  const auto scores = scores_from_logits(logits, 1, options);
+  EXPECT_EQ(scores.scalar_type(), torch::kFloat32);
+  scores.fill_(1.0f);
+  EXPECT_EQ(logits.sum().item<double>(), 0.0);  // a copy: the caller's logits stay untouched
+}
+
+}  // namespace
+}  // namespace srformer

@@ -1,0 +1,121 @@
+#include "model/generation/options.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "model/generation/searcher.h"
+
+namespace srformer {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Expects validate() to reject the options with a message naming `field`.
+void expect_rejected(const std::function<void(GenerationOptions&)>& edit, const std::string& field) {
+  GenerationOptions options;
+  edit(options);
+  try {
+    validate(options);
+    ADD_FAILURE() << "validate() accepted a bad " << field;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr(field));
+  }
+  EXPECT_THROW(make_searcher(options), std::invalid_argument) << field;
+}
+
+TEST(ValidateTest, AcceptsDefaultsAndTypicalSettings) {
+  EXPECT_NO_THROW(validate(GenerationOptions{}));
+  GenerationOptions beam;
+  beam.num_beams = 4;
+  beam.num_return_sequences = 4;
+  beam.length_penalty = 2.0;
+  beam.early_stopping = true;
+  beam.no_repeat_ngram_size = 3;
+  beam.min_new_tokens = 128;
+  EXPECT_NO_THROW(validate(beam));
+  GenerationOptions sample;
+  sample.do_sample = true;
+  sample.temperature = 0.7;
+  sample.top_k = 50;
+  sample.top_p = 0.9;
+  sample.repetition_penalty = 1.2;
+  EXPECT_NO_THROW(validate(sample));
+}
+
+TEST(ValidateTest, RejectsEachBadOptionWithItsName) {
+  expect_rejected([](auto& o) { o.max_new_tokens = 0; }, "max_new_tokens");
+  expect_rejected([](auto& o) { o.max_new_tokens = kMaxNewTokensLimit + 1; }, "max_new_tokens");
+  expect_rejected([](auto& o) { o.min_new_tokens = -1; }, "min_new_tokens");
+  expect_rejected([](auto& o) { o.min_new_tokens = o.max_new_tokens + 1; }, "min_new_tokens");
+  expect_rejected([](auto& o) { o.num_beams = 0; }, "num_beams");
+  expect_rejected([](auto& o) { o.num_beams = kMaxNumBeams + 1; }, "num_beams");
+  expect_rejected([](auto& o) { o.num_return_sequences = 0; }, "num_return_sequences");
+  expect_rejected([](auto& o) { o.num_return_sequences = 2; }, "num_return_sequences");
+  expect_rejected(
+      [](auto& o) {
+        o.num_beams = 3;
+        o.num_return_sequences = 4;
+      },
+      "num_return_sequences");
+  expect_rejected(
+      [](auto& o) {
+        o.do_sample = true;
+        o.num_return_sequences = 2;
+      },
+      "num_return_sequences");
+  expect_rejected(
+      [](auto& o) {
+        o.do_sample = true;
+        o.temperature = 0.0;
+      },
+      "temperature");
+  expect_rejected(
+      [](auto& o) {
+        o.do_sample = true;
+        o.temperature = -1.0;
+      },
+      "temperature");
+  expect_rejected([](auto& o) { o.top_p = 0.0; }, "top_p");
+  expect_rejected([](auto& o) { o.top_p = 1.5; }, "top_p");
+  expect_rejected([](auto& o) { o.top_k = -1; }, "top_k");
+  expect_rejected([](auto& o) { o.repetition_penalty = 0.0; }, "repetition_penalty");
+  expect_rejected([](auto& o) { o.length_penalty = std::numeric_limits<double>::infinity(); }, "length_penalty");
+  expect_rejected([](auto& o) { o.length_penalty = std::numeric_limits<double>::quiet_NaN(); }, "length_penalty");
+  expect_rejected([](auto& o) { o.no_repeat_ngram_size = -2; }, "no_repeat_ngram_size");
+  expect_rejected([](auto& o) { o.eos_token_id = -1; }, "eos_token_id");
+  expect_rejected([](auto& o) { o.forced_bos_token_id = -3; }, "forced_bos_token_id");
+}
+
+TEST(ValidateTest, RejectsBeamSamplingAsUnsupported) {
+  GenerationOptions options;
+  options.do_sample = true;
+  options.num_beams = 4;
+  try {
+    validate(options);
+    FAIL() << "beam sampling accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("not supported"));
+    EXPECT_THAT(e.what(), HasSubstr("num_beams"));
+  }
+}
+
+TEST(ValidateTest, TemperatureOnlyMattersWhenSampling) {
+  GenerationOptions options;
+  options.temperature = 0.0;  // ignored by greedy search, as in HF
+  EXPECT_NO_THROW(validate(options));
+}
+
+TEST(FinishReasonTest, Names) {
+  EXPECT_STREQ(to_string(FinishReason::kEos), "eos");
+  EXPECT_STREQ(to_string(FinishReason::kLength), "length");
+  EXPECT_STREQ(to_string(FinishReason::kCancelled), "cancelled");
+  EXPECT_STREQ(to_string(FinishReason::kNone), "none");
+}
+
+}  // namespace
+}  // namespace srformer
