@@ -31,8 +31,12 @@ TEST(Fixtures, EveryFixtureMatchesTheAuthorsOutputs) {
     EXPECT_TRUE(r.ok) << r.to_json().dump();
     EXPECT_LE(r.worst_excess_logits, 0.0);
     EXPECT_LE(r.worst_excess_encoder, 0.0);
-    if (r.greedy_match) EXPECT_TRUE(*r.greedy_match);
-    if (r.beam_match) EXPECT_TRUE(*r.beam_match);
+    if (r.greedy_match) {
+      EXPECT_TRUE(*r.greedy_match);
+    }
+    if (r.beam_match) {
+      EXPECT_TRUE(*r.beam_match);
+    }
   }
   // All four reference fixtures are expected when shared/ is present.
   EXPECT_GE(dirs.size(), 4u);

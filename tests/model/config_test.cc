@@ -1,0 +1,81 @@
+// Configuration parsing: HF configs, the "srformer" block, and clear errors.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+
+namespace srformer {
+namespace {
+
+nlohmann::json t5_json() {
+  return {{"model_type", "t5"}, {"vocab_size", 64}, {"d_model", 32}, {"d_kv", 8},  {"num_heads", 4},
+          {"d_ff", 64},         {"num_layers", 2},   {"pad_token_id", 0}, {"eos_token_id", 1}};
+}
+
+std::string error_of(const nlohmann::json& j) {
+  try {
+    (void)ModelConfig::from_json(j);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, PlainCheckpointLoadsAsFullAttention) {
+  const auto c = ModelConfig::from_json(t5_json());
+  EXPECT_EQ(c.srformer.cross_attention, CrossAttentionKind::kFull);
+  EXPECT_EQ(c.decoder_layers, 2);  // num_decoder_layers defaults to num_layers
+  EXPECT_FALSE(c.srformer.kv_clamp);
+  EXPECT_DOUBLE_EQ(c.srformer.raf_init_leak, 0.1);
+}
+
+TEST(Config, T5V11GatedGeluAndUntiedHeadAndInnerDimDifferentFromDModel) {
+  auto j = t5_json();
+  j["feed_forward_proj"] = "gated-gelu";
+  j["tie_word_embeddings"] = false;
+  j["d_kv"] = 16;  // 4 * 16 = 64 != d_model 32
+  const auto c = ModelConfig::from_json(j);
+  EXPECT_TRUE(c.gated_ffn);
+  EXPECT_EQ(c.activation, "gelu_new");
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.inner_dim(), 64);
+}
+
+TEST(Config, SrformerBlock) {
+  auto j = t5_json();
+  j["srformer"] = {{"cross_attention", "srformer"}, {"segment_size", 16}, {"expected_length", 100}};
+  const auto c = ModelConfig::from_json(j);
+  EXPECT_EQ(c.srformer.cross_attention, CrossAttentionKind::kSrformer);
+  EXPECT_EQ(c.srformer.segment_size, 16);
+  EXPECT_EQ(c.srformer.expected_length, 100);
+  EXPECT_TRUE(c.srformer.uses_raf());
+  // Round trip through to_json.
+  const auto again = ModelConfig::from_json(c.to_json());
+  EXPECT_EQ(again.srformer.segment_size, 16);
+  EXPECT_EQ(again.srformer.cross_attention, CrossAttentionKind::kSrformer);
+}
+
+TEST(Config, ClearErrors) {
+  auto j = t5_json();
+  j["srformer"] = {{"cross_attention", "sparse"}, {"segment_size", 4}};
+  EXPECT_NE(error_of(j).find("unknown cross_attention 'sparse'"), std::string::npos) << error_of(j);
+  j["srformer"] = {{"cross_attention", "srformer"}};
+  EXPECT_NE(error_of(j).find("segment_size is required"), std::string::npos) << error_of(j);
+  j["srformer"] = {{"cross_attention", "full"}, {"segment_size", 8}};
+  EXPECT_NE(error_of(j).find("cross_attention is 'full'"), std::string::npos) << error_of(j);
+  j["srformer"] = {{"cross_attention", "srformer"}, {"segment_size", 8}, {"segmnet", 1}};
+  EXPECT_NE(error_of(j).find("unknown key 'srformer.segmnet'"), std::string::npos) << error_of(j);
+  auto k = t5_json();
+  k["model_type"] = "gpt2";
+  EXPECT_NE(error_of(k).find("not supported"), std::string::npos);
+  k = t5_json();
+  k.erase("d_model");
+  EXPECT_NE(error_of(k).find("missing required key 'd_model'"), std::string::npos);
+  k = t5_json();
+  k["eos_token_id"] = 999;
+  EXPECT_NE(error_of(k).find("outside the vocabulary"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace srformer

@@ -1,0 +1,99 @@
+// Loading whole model directories: errors name what is wrong; save + reload is identical.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fstream>
+
+#include "model/io/safetensors.h"
+#include "model/random_model.h"
+#include "model/seq2seq.h"
+#include "tests/support/temp_dir.h"
+
+namespace srformer {
+namespace {
+
+using testing::TempDir;
+
+std::string load_error(const std::filesystem::path& dir, const LoadOptions& o = {}) {
+  try {
+    (void)load_model(dir, o);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Rewrites model.safetensors through `edit`.
+template <typename Edit>
+void edit_weights(const std::filesystem::path& dir, Edit edit) {
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  {
+    const auto f = SafetensorsFile::open(dir / "model.safetensors");
+    for (const auto& info : f.tensors()) tensors.emplace_back(info.name, f.tensor(info.name).clone());
+  }
+  edit(tensors);
+  save_safetensors(dir / "model.safetensors", tensors);
+}
+
+TEST(LoadModel, MissingAndMisshapedTensorsAreNamedTogether) {
+  TempDir d("load");
+  write_random_model(d.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4), 1);
+  edit_weights(d.path(), [](auto& t) {
+    for (auto it = t.begin(); it != t.end();) {
+      if (it->first == "model.decoder.layers.1.fc2.bias") {
+        it = t.erase(it);
+      } else {
+        if (it->first == "model.encoder.layers.0.fc1.weight") it->second = torch::zeros({3, 3});
+        ++it;
+      }
+    }
+    t.emplace_back("model.decoder.unexpected.weight", torch::zeros({2}));
+  });
+  const auto err = load_error(d.path());
+  EXPECT_NE(err.find("model.decoder.layers.1.fc2.bias"), std::string::npos) << err;
+  EXPECT_NE(err.find("model.encoder.layers.0.fc1.weight"), std::string::npos) << err;
+  EXPECT_NE(err.find("model.decoder.unexpected.weight"), std::string::npos) << err;
+}
+
+TEST(LoadModel, PlainCheckpointServedAsSrformerNeedsConversion) {
+  TempDir d("plain");
+  write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kFull, 0), 2);
+  LoadOptions o;
+  o.srformer = tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4).srformer;
+  const auto err = load_error(d.path(), o);
+  EXPECT_NE(err.find("SNN_kv.weight"), std::string::npos) << err;
+  // Conversion initialises RAF parameters with the authors' values.
+  o.init_missing_raf = true;
+  auto model = load_model(d.path(), o);
+  bool found = false;
+  for (const auto& [name, t] : model->named_parameters()) {
+    if (name == "decoder.block.0.layer.1.EncDecAttention.threshold") {
+      EXPECT_FLOAT_EQ(t.item<float>(), 0.1f);
+      found = true;
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(LoadModel, SaveThenReloadGivesIdenticalLogits) {
+  TempDir a("src"), b("dst");
+  write_random_model(a.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4), 3);
+  auto m1 = load_model(a.path());
+  save_model(*m1, b.path(), a.path());
+  auto m2 = load_model(b.path());
+  torch::manual_seed(0);
+  const auto ids = torch::randint(3, 96, {1, 10}, torch::kLong);
+  const auto dec = torch::randint(3, 96, {1, 5}, torch::kLong);
+  const auto one = torch::ones({1, 10}, torch::kLong);
+  EXPECT_TRUE(torch::equal(m1->forward(m1->encode(ids, one), dec), m2->forward(m2->encode(ids, one), dec)));
+  EXPECT_EQ(m2->config().srformer.segment_size, 4);
+}
+
+TEST(LoadModel, NotAModelDirectory) {
+  TempDir d("empty");
+  const auto err = load_error(d.path());
+  EXPECT_NE(err.find("config.json"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace srformer

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The README's main command: installs, builds, starts the server on the default model, sends a
+# document with the client and prints the streamed summary.
+#   bash tools/demo.sh [DOCUMENT]     (as root on Debian bookworm)
+# Env: MODEL_DIR (default: the demo model, created on first run), PORT (50051), METRICS_PORT (9464).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash deploy/setup-deps.sh
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build --target srformer srformer-server srformer-client
+
+port=${PORT:-50051}
+metrics_port=${METRICS_PORT:-9464}
+model=${MODEL_DIR:-build/demo-model}
+doc=${1:-docs/example-document.txt}
+
+if [ ! -f "$model/config.json" ]; then
+  # No trained model ships yet (see docs/DEMO.md): an untrained SRformer-T5 with a real tokenizer.
+  corpus=$(mktemp)
+  cat README.md docs/*.md > "$corpus"
+  build/bin/srformer init-model --corpus "$corpus" --vocab 1000 --segment-size 16 "$model"
+  rm -f "$corpus"
+fi
+
+log=$(mktemp)
+build/bin/srformer-server --model "default=$model" --listen "127.0.0.1:$port" \
+  --metrics-listen "127.0.0.1:$metrics_port" >"$log" 2>&1 &
+server=$!
+trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -f "$log"' EXIT
+for _ in $(seq 1 120); do
+  grep -q "listening on" "$log" && break
+  kill -0 "$server" 2>/dev/null || { cat "$log" >&2; echo "demo: the server exited" >&2; exit 1; }
+  sleep 0.5
+done
+grep -q "listening on" "$log" || { cat "$log" >&2; echo "demo: the server did not come up" >&2; exit 1; }
+
+echo "== document: $doc"
+echo "== streamed summary (model: $model; see docs/DEMO.md for what it is):"
+build/bin/srformer-client --target "127.0.0.1:$port" --model default --stream --max-new-tokens 40 "$doc"
+echo "== metrics: curl -s http://127.0.0.1:$metrics_port/metrics | grep ^srformer_ (while a server runs)"
