@@ -1,14 +1,226 @@
-// srformer-client entry point (the client lands with the serving issue).
-#include <cstring>
-#include <iostream>
+// srformer-client: summarize documents with an srformer-server, check its health, list its models,
+// or generate load.
+#include <grpcpp/grpcpp.h>
 
-int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::cout << "usage: srformer-client --target HOST:PORT --model NAME [--stream] [--json] [options] [FILE|-]\n";
-      return 0;
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
+#include "client/client_options.h"
+#include "client/grpc_health.h"
+#include "client/load_generator.h"
+#include "srformer/v1/summarizer.grpc.pb.h"
+
+namespace {
+
+using srformer::client::ClientOptions;
+namespace v1 = srformer::v1;
+
+std::string read_input(const std::string& path) {
+  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read '" + path + "'");
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& o) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  if (!o.tls) return grpc::CreateCustomChannel(o.target, grpc::InsecureChannelCredentials(), args);
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = read_input(o.ca_file);
+  return grpc::CreateCustomChannel(o.target, grpc::SslCredentials(ssl), args);
+}
+
+const char* finish_name(v1::FinishReason r) {
+  switch (r) {
+    case v1::FINISH_REASON_EOS:
+      return "eos";
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    case v1::FINISH_REASON_CANCELLED:
+      return "cancelled";
+    default:
+      return "unspecified";
+  }
+}
+
+nlohmann::json to_json(const v1::SummarizeResponse& r) {
+  const auto& u = r.usage();
+  return {{"summary", r.summary()},
+          {"token_ids", std::vector<int64_t>(r.token_ids().begin(), r.token_ids().end())},
+          {"finish_reason", finish_name(r.finish_reason())},
+          {"model", r.model()},
+          {"request_id", r.request_id()},
+          {"score", r.score()},
+          {"usage",
+           {{"input_tokens", u.input_tokens()},
+            {"output_tokens", u.output_tokens()},
+            {"segments", u.segments()},
+            {"raf_firing_rate", u.raf_firing_rate()},
+            {"state_bytes", u.state_bytes()},
+            {"queue_ms", u.queue_ms()},
+            {"encode_ms", u.encode_ms()},
+            {"decode_ms", u.decode_ms()},
+            {"truncated", u.truncated()},
+            {"original_input_tokens", u.original_input_tokens()}}}};
+}
+
+int fail(const grpc::Status& s) {
+  std::cerr << "srformer-client: " << s.error_code() << " " << s.error_message() << "\n";
+  return 1;
+}
+
+void set_deadline(grpc::ClientContext& ctx, const ClientOptions& o) {
+  if (o.deadline_ms > 0) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o.deadline_ms));
+}
+
+v1::SummarizeRequest make_request(const ClientOptions& o, const std::string& doc) {
+  v1::SummarizeRequest req;
+  req.set_model(o.model);
+  req.set_document(doc);
+  *req.mutable_options() = o.generation;
+  req.set_truncation(o.truncation);
+  req.set_request_id(o.request_id);
+  return req;
+}
+
+int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
+  const std::string doc = read_input(o.inputs.empty() ? "-" : o.inputs.front());
+  grpc::ClientContext ctx;
+  set_deadline(ctx, o);
+  const auto req = make_request(o, doc);
+  if (!o.stream) {
+    v1::SummarizeResponse resp;
+    const auto st = stub.Summarize(&ctx, req, &resp);
+    if (!st.ok()) return fail(st);
+    if (o.json) {
+      std::cout << to_json(resp).dump() << "\n";
+    } else {
+      std::cout << resp.summary() << "\n";
+    }
+    return 0;
+  }
+  auto reader = stub.SummarizeStream(&ctx, req);
+  v1::SummarizeStreamResponse msg;
+  v1::SummarizeResponse final;
+  nlohmann::json tokens = nlohmann::json::array();
+  while (reader->Read(&msg)) {
+    if (msg.has_token()) {
+      if (o.json) {
+        tokens.push_back({{"token_id", msg.token().token_id()},
+                          {"text", msg.token().text()},
+                          {"step", msg.token().step()},
+                          {"segment", msg.token().segment()}});
+      } else {
+        std::cout << msg.token().text() << std::flush;
+      }
+    } else if (msg.has_final()) {
+      final = msg.final();
     }
   }
-  std::cerr << "srformer-client: not built yet; see --help\n";
-  return 2;
+  const auto st = reader->Finish();
+  if (!st.ok()) {
+    if (!o.json) std::cout << "\n";
+    return fail(st);
+  }
+  if (o.json) {
+    auto j = to_json(final);
+    j["stream"] = tokens;
+    std::cout << j.dump() << "\n";
+  } else {
+    std::cout << "\n";
+  }
+  return 0;
+}
+
+int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub) {
+  v1::SummarizeBatchRequest batch;
+  for (const auto& path : o.inputs) *batch.add_requests() = make_request(o, read_input(path));
+  grpc::ClientContext ctx;
+  set_deadline(ctx, o);
+  v1::SummarizeBatchResponse resp;
+  const auto st = stub.SummarizeBatch(&ctx, batch, &resp);
+  if (!st.ok()) return fail(st);
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& r : resp.responses()) {
+    if (o.json) {
+      all.push_back(to_json(r));
+    } else {
+      std::cout << r.summary() << "\n";
+    }
+  }
+  if (o.json) std::cout << all.dump() << "\n";
+  return 0;
+}
+
+int list_models(const ClientOptions& o, v1::Summarizer::Stub& stub) {
+  grpc::ClientContext ctx;
+  set_deadline(ctx, o);
+  v1::ListModelsResponse resp;
+  const auto st = stub.ListModels(&ctx, {}, &resp);
+  if (!st.ok()) return fail(st);
+  nlohmann::json all = nlohmann::json::array();
+  for (const auto& m : resp.models()) {
+    if (o.json) {
+      all.push_back({{"name", m.name()},
+                     {"architecture", m.architecture()},
+                     {"cross_attention", m.cross_attention()},
+                     {"segment_size", m.segment_size()},
+                     {"max_input_tokens", m.max_input_tokens()},
+                     {"device", m.device()},
+                     {"dtype", m.dtype()},
+                     {"parameters", m.parameters()},
+                     {"default_expected_length", m.default_expected_length()}});
+    } else {
+      std::cout << m.name() << "\t" << m.architecture() << "\t" << m.cross_attention() << "\ts=" << m.segment_size()
+                << "\tmax_input=" << m.max_input_tokens() << "\t" << m.device() << "/" << m.dtype() << "\t"
+                << m.parameters() << " params\n";
+    }
+  }
+  if (o.json) std::cout << all.dump() << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ClientOptions o;
+  try {
+    if (!srformer::client::parse_client_args(argc, argv, o)) return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "srformer-client: " << e.what() << "\n";
+    return 2;
+  }
+  try {
+    const auto channel = make_channel(o);
+    if (o.health) {
+      std::string error;
+      const auto status = srformer::client::check_health(
+          channel, "", std::chrono::milliseconds(o.deadline_ms > 0 ? o.deadline_ms : 3000), &error);
+      const char* names[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
+      if (status == srformer::client::HealthStatus::kError) {
+        std::cerr << "srformer-client: health check failed: " << error << "\n";
+        return 1;
+      }
+      std::cout << names[static_cast<int>(status)] << "\n";
+      return status == srformer::client::HealthStatus::kServing ? 0 : 1;
+    }
+    auto stub = v1::Summarizer::NewStub(channel);
+    if (o.list_models) return list_models(o, *stub);
+    if (o.load) {
+      std::vector<std::string> docs;
+      for (const auto& p : o.inputs) docs.push_back(read_input(p));
+      const auto report = srformer::client::run_load(channel, o, docs);
+      return report["requests_failed"].get<int64_t>() == 0 ? 0 : 1;
+    }
+    if (o.batch) return summarize_batch(o, *stub);
+    return summarize(o, *stub);
+  } catch (const std::exception& e) {
+    std::cerr << "srformer-client: " << e.what() << "\n";
+    return 1;
+  }
 }

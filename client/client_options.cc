@@ -1,0 +1,159 @@
+#include "client/client_options.h"
+
+#include <iostream>
+#include <stdexcept>
+
+namespace srformer::client {
+
+namespace {
+
+int64_t to_int(const std::string& flag, const std::string& v) {
+  size_t used = 0;
+  int64_t x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (v.empty() || used != v.size()) throw std::invalid_argument(flag + " needs an integer, got '" + v + "'");
+  return x;
+}
+
+double to_double(const std::string& flag, const std::string& v) {
+  size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (v.empty() || used != v.size()) throw std::invalid_argument(flag + " needs a number, got '" + v + "'");
+  return x;
+}
+
+}  // namespace
+
+std::string client_usage() {
+  return R"(usage: srformer-client --target HOST:PORT [--model NAME] [options] [FILE|-]...
+
+Summarizes FILE (or stdin) with an srformer-server.
+  --target HOST:PORT       server address (default localhost:50051)
+  --model NAME             model to use (default: the server's first)
+  --stream                 print the summary as tokens arrive (SummarizeStream)
+  --json                   print one JSON object (summary, token_ids, finish_reason, usage, ...)
+  --batch                  send every FILE in one SummarizeBatch call
+  --deadline-ms N          per-call deadline
+  --tls --ca FILE          TLS with this CA bundle | --insecure (default) plaintext
+  --request-id ID          id echoed in server logs and the response
+  --health                 check grpc.health.v1; exit 0 if SERVING, 1 otherwise
+  --list-models            print the server's models
+generation options (unset = the model's defaults):
+  --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X --early-stopping
+  --do-sample --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N
+  --repetition-penalty X --expected-length N --truncate (cut over-long input instead of failing)
+load generator:
+  --load --concurrency N (--requests M | --duration S) FILE...
+      streams requests over the FILEs round-robin; prints throughput (tokens/s, requests/s),
+      time to first token and inter-token latency p50/p90/p99 (with --json: one JSON object)
+)";
+}
+
+bool parse_client_args(int argc, char** argv, ClientOptions& o) {
+  auto& g = o.generation;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    bool has_value = false;
+    if (arg.rfind("--", 0) == 0) {
+      const auto eq = arg.find('=');
+      if (eq != std::string::npos) {
+        value = arg.substr(eq + 1);
+        arg = arg.substr(0, eq);
+        has_value = true;
+      }
+    }
+    const auto next = [&]() -> std::string {
+      if (has_value) return value;
+      if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value (see --help)");
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::cout << client_usage();
+      return false;
+    } else if (arg == "--target") {
+      o.target = next();
+    } else if (arg == "--model") {
+      o.model = next();
+    } else if (arg == "--stream") {
+      o.stream = true;
+    } else if (arg == "--json") {
+      o.json = true;
+    } else if (arg == "--batch") {
+      o.batch = true;
+    } else if (arg == "--deadline-ms") {
+      o.deadline_ms = to_int(arg, next());
+    } else if (arg == "--tls") {
+      o.tls = true;
+    } else if (arg == "--ca") {
+      o.ca_file = next();
+      o.tls = true;
+    } else if (arg == "--insecure") {
+      o.tls = false;
+    } else if (arg == "--request-id") {
+      o.request_id = next();
+    } else if (arg == "--health") {
+      o.health = true;
+    } else if (arg == "--list-models") {
+      o.list_models = true;
+    } else if (arg == "--max-new-tokens") {
+      g.set_max_new_tokens(static_cast<int32_t>(to_int(arg, next())));
+    } else if (arg == "--min-new-tokens") {
+      g.set_min_new_tokens(static_cast<int32_t>(to_int(arg, next())));
+    } else if (arg == "--num-beams") {
+      g.set_num_beams(static_cast<int32_t>(to_int(arg, next())));
+    } else if (arg == "--length-penalty") {
+      g.set_length_penalty(static_cast<float>(to_double(arg, next())));
+    } else if (arg == "--early-stopping") {
+      g.set_early_stopping(true);
+    } else if (arg == "--do-sample") {
+      g.set_do_sample(true);
+    } else if (arg == "--temperature") {
+      g.set_temperature(static_cast<float>(to_double(arg, next())));
+    } else if (arg == "--top-k") {
+      g.set_top_k(static_cast<int32_t>(to_int(arg, next())));
+    } else if (arg == "--top-p") {
+      g.set_top_p(static_cast<float>(to_double(arg, next())));
+    } else if (arg == "--seed") {
+      g.set_seed(static_cast<uint64_t>(to_int(arg, next())));
+    } else if (arg == "--no-repeat-ngram-size") {
+      g.set_no_repeat_ngram_size(static_cast<int32_t>(to_int(arg, next())));
+    } else if (arg == "--repetition-penalty") {
+      g.set_repetition_penalty(static_cast<float>(to_double(arg, next())));
+    } else if (arg == "--expected-length") {
+      g.set_expected_length(static_cast<int32_t>(to_int(arg, next())));
+    } else if (arg == "--truncate") {
+      o.truncation = v1::TRUNCATION_POLICY_TRUNCATE;
+    } else if (arg == "--load") {
+      o.load = true;
+    } else if (arg == "--concurrency") {
+      o.concurrency = static_cast<int>(to_int(arg, next()));
+      if (o.concurrency < 1) throw std::invalid_argument("--concurrency must be >= 1");
+    } else if (arg == "--requests") {
+      o.requests = to_int(arg, next());
+    } else if (arg == "--duration") {
+      o.duration_s = to_double(arg, next());
+    } else if (arg == "-" || arg.rfind("--", 0) != 0) {
+      o.inputs.push_back(arg);
+    } else {
+      throw std::invalid_argument("unknown flag " + arg + " (see --help)");
+    }
+  }
+  if (o.tls && o.ca_file.empty()) throw std::invalid_argument("--tls needs --ca FILE (the CA bundle to trust)");
+  if (o.load && o.requests <= 0 && o.duration_s <= 0) {
+    throw std::invalid_argument("--load needs --requests M or --duration S");
+  }
+  if (o.load && o.inputs.empty()) throw std::invalid_argument("--load needs at least one input FILE");
+  return true;
+}
+
+}  // namespace srformer::client

@@ -1,0 +1,38 @@
+#pragma once
+// srformer-client command line.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "srformer/v1/summarizer.pb.h"
+
+namespace srformer::client {
+
+struct ClientOptions {
+  std::string target = "localhost:50051";
+  std::string model;
+  bool stream = false;
+  bool json = false;
+  int64_t deadline_ms = 0;  // 0 = none
+  bool tls = false;
+  std::string ca_file;
+  bool health = false;
+  bool list_models = false;
+  bool batch = false;  // every input file in one SummarizeBatch call
+  v1::GenerationOptions generation;
+  v1::TruncationPolicy truncation = v1::TRUNCATION_POLICY_UNSPECIFIED;
+  std::string request_id;
+  // Load generator.
+  bool load = false;
+  int concurrency = 1;
+  int64_t requests = 0;    // total requests (0 = use duration)
+  double duration_s = 0;   // seconds (0 = use requests)
+  std::vector<std::string> inputs;  // files; "-" = stdin
+};
+
+// Returns false after printing usage for --help. Throws std::invalid_argument for bad flags.
+bool parse_client_args(int argc, char** argv, ClientOptions& options);
+std::string client_usage();
+
+}  // namespace srformer::client

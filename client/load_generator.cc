@@ -1,0 +1,128 @@
+#include "client/load_generator.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "srformer/v1/summarizer.grpc.pb.h"
+
+namespace srformer::client {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+nlohmann::json percentiles(std::vector<double> v) {
+  if (v.empty()) return {{"p50", nullptr}, {"p90", nullptr}, {"p99", nullptr}, {"count", 0}};
+  std::sort(v.begin(), v.end());
+  const auto at = [&](double q) { return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))]; };
+  return {{"p50", at(0.5)}, {"p90", at(0.9)}, {"p99", at(0.99)}, {"count", v.size()}};
+}
+
+struct Totals {
+  std::mutex mu;
+  std::vector<double> ttft_ms, itl_ms, latency_ms;
+  int64_t ok = 0, tokens = 0;
+  std::map<std::string, int64_t> errors;
+};
+
+}  // namespace
+
+nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const ClientOptions& o,
+                        const std::vector<std::string>& documents) {
+  auto stub = v1::Summarizer::NewStub(channel);
+  Totals totals;
+  std::atomic<int64_t> issued{0};
+  const auto start = Clock::now();
+  const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration_s));
+  const auto worker = [&] {
+    while (true) {
+      const int64_t n = issued.fetch_add(1);
+      if (o.requests > 0 && n >= o.requests) break;
+      if (o.duration_s > 0 && Clock::now() >= end) break;
+      v1::SummarizeRequest req;
+      req.set_model(o.model);
+      req.set_document(documents[static_cast<size_t>(n) % documents.size()]);
+      *req.mutable_options() = o.generation;
+      req.set_truncation(o.truncation);
+      grpc::ClientContext ctx;
+      if (o.deadline_ms > 0) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o.deadline_ms));
+      const auto t0 = Clock::now();
+      auto reader = stub->SummarizeStream(&ctx, req);
+      v1::SummarizeStreamResponse msg;
+      std::vector<double> gaps;
+      double ttft = -1;
+      int64_t tokens = 0;
+      auto last = t0;
+      while (reader->Read(&msg)) {
+        if (!msg.has_token()) continue;
+        const auto now = Clock::now();
+        if (ttft < 0) {
+          ttft = ms(now - t0);
+        } else {
+          gaps.push_back(ms(now - last));
+        }
+        last = now;
+        ++tokens;
+      }
+      const auto status = reader->Finish();
+      std::lock_guard lock(totals.mu);
+      if (status.ok()) {
+        ++totals.ok;
+        totals.tokens += tokens;
+        if (ttft >= 0) totals.ttft_ms.push_back(ttft);
+        totals.itl_ms.insert(totals.itl_ms.end(), gaps.begin(), gaps.end());
+        totals.latency_ms.push_back(ms(Clock::now() - t0));
+      } else {
+        ++totals.errors[std::to_string(status.error_code()) + " " + status.error_message().substr(0, 80)];
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < o.concurrency; ++i) threads.emplace_back(worker);
+  for (auto& t : threads) t.join();
+  const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+  int64_t failed = 0;
+  for (const auto& [k, v] : totals.errors) failed += v;
+  nlohmann::json report = {
+      {"concurrency", o.concurrency},
+      {"requests_ok", totals.ok},
+      {"requests_failed", failed},
+      {"errors", totals.errors},
+      {"wall_s", wall_s},
+      {"output_tokens", totals.tokens},
+      {"tokens_per_s", wall_s > 0 ? static_cast<double>(totals.tokens) / wall_s : 0.0},
+      {"requests_per_s", wall_s > 0 ? static_cast<double>(totals.ok) / wall_s : 0.0},
+      {"ttft_ms", percentiles(totals.ttft_ms)},
+      {"inter_token_ms", percentiles(totals.itl_ms)},
+      {"latency_ms", percentiles(totals.latency_ms)},
+  };
+  if (o.json) {
+    std::cout << report.dump() << "\n";
+  } else {
+    const auto pct = [](const nlohmann::json& p) {
+      if (p["p50"].is_null()) return std::string("n/a");
+      char buf[128];
+      std::snprintf(buf, sizeof buf, "p50 %.1f  p90 %.1f  p99 %.1f ms", p["p50"].get<double>(),
+                    p["p90"].get<double>(), p["p99"].get<double>());
+      return std::string(buf);
+    };
+    std::printf("requests: %lld ok, %lld failed in %.2f s (concurrency %d)\n", static_cast<long long>(totals.ok),
+                static_cast<long long>(failed), wall_s, o.concurrency);
+    std::printf("throughput: %.1f tokens/s, %.2f requests/s\n", report["tokens_per_s"].get<double>(),
+                report["requests_per_s"].get<double>());
+    std::printf("time to first token: %s\n", pct(report["ttft_ms"]).c_str());
+    std::printf("inter-token latency: %s\n", pct(report["inter_token_ms"]).c_str());
+    std::printf("request latency:     %s\n", pct(report["latency_ms"]).c_str());
+    for (const auto& [k, v] : totals.errors) std::printf("error x%lld: %s\n", static_cast<long long>(v), k.c_str());
+  }
+  return report;
+}
+
+}  // namespace srformer::client

@@ -1,0 +1,18 @@
+#pragma once
+// Closed-loop load generator: N concurrent streaming clients over a set of documents.
+#include <grpcpp/grpcpp.h>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "client/client_options.h"
+
+namespace srformer::client {
+
+// Runs the load described by `options` against `channel`; returns the report (also printed).
+nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const ClientOptions& options,
+                        const std::vector<std::string>& documents);
+
+}  // namespace srformer::client
