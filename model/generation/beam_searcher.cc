@@ -6,8 +6,36 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace srformer {
+namespace {
+
+using Candidate = std::pair<float, int64_t>;  // score, index into [num_beams * vocab]
+
+// The `count` best of `values`, best first: what torch::topk(sorted=true) returns (HF uses it), with
+// ties ordered by index. One pass with a small heap instead of topk, which costs ~1 ms on 4 x 50k.
+std::vector<Candidate> top_candidates(const float* values, int64_t n, int64_t count) {
+  const auto better = [](const Candidate& a, const Candidate& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  std::vector<Candidate> heap;  // a heap under `better`: its front is the worst candidate kept
+  heap.reserve(static_cast<size_t>(count));
+  for (int64_t i = 0; i < n; ++i) {
+    if (static_cast<int64_t>(heap.size()) < count) {
+      heap.emplace_back(values[i], i);
+      std::push_heap(heap.begin(), heap.end(), better);
+    } else if (values[i] > heap.front().first) {
+      std::pop_heap(heap.begin(), heap.end(), better);
+      heap.back() = {values[i], i};
+      std::push_heap(heap.begin(), heap.end(), better);
+    }
+  }
+  std::sort(heap.begin(), heap.end(), better);
+  return heap;
+}
+
+}  // namespace
 
 BeamSearcher::BeamSearcher(const GenerationOptions& options)
     : options_(options),
@@ -28,25 +56,24 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
   process_logits(options_, beams_, scores);
   scores.add_(torch::from_blob(beam_scores_.data(), {num_beams, 1}, torch::kFloat32));
   const int64_t candidates = std::min(2 * num_beams, num_beams * vocab);
-  const auto [top_scores, top_indices] = scores.view({-1}).topk(candidates, -1, /*largest=*/true, /*sorted=*/true);
-  const auto* top_score = top_scores.data_ptr<float>();
-  const auto* top_index = top_indices.data_ptr<int64_t>();
+  const auto top = top_candidates(scores.data_ptr<float>(), num_beams * vocab, candidates);
 
   const auto cur_len = static_cast<int64_t>(beams_.front().size());
   std::vector<TokenHistory> next_beams;
   std::vector<float> next_scores;
   std::vector<int64_t> next_tokens, parents;
   for (int64_t rank = 0; rank < candidates && static_cast<int64_t>(next_beams.size()) < num_beams; ++rank) {
-    const int64_t parent = top_index[rank] / vocab;
-    const int64_t token = top_index[rank] % vocab;
+    const auto [score, index] = top[static_cast<size_t>(rank)];
+    const int64_t parent = index / vocab;
+    const int64_t token = index % vocab;
     if (token == options_.eos_token_id) {
       // An EOS candidate outside the first num_beams ranks is dropped, not finished.
-      if (rank < num_beams) add_hypothesis(beams_[static_cast<size_t>(parent)], top_score[rank], FinishReason::kEos);
+      if (rank < num_beams) add_hypothesis(beams_[static_cast<size_t>(parent)], score, FinishReason::kEos);
       continue;
     }
     next_beams.push_back(beams_[static_cast<size_t>(parent)]);
     next_beams.back().push_back(token);
-    next_scores.push_back(top_score[rank]);
+    next_scores.push_back(score);
     next_tokens.push_back(token);
     parents.push_back(parent);
   }
@@ -55,7 +82,7 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
                              " continuations that are not EOS; the vocabulary (" + std::to_string(vocab) +
                              " tokens) is too small for this many beams");
   }
-  done_ = hypotheses_done(top_score[0], cur_len);
+  done_ = hypotheses_done(top.front().first, cur_len);
   beams_ = std::move(next_beams);
   beam_scores_ = std::move(next_scores);
   ++steps_;

@@ -100,15 +100,36 @@ void apply_top_k(const torch::Tensor& scores, int64_t top_k, int64_t min_tokens_
 }
 
 void apply_top_p(const torch::Tensor& scores, double top_p, int64_t min_tokens_to_keep) {
-  const auto [sorted, order] = scores.sort(-1, /*descending=*/true);
-  const auto cumulative = sorted.softmax(-1).cumsum(-1);
-  auto remove = cumulative > top_p;
-  if (min_tokens_to_keep > 1) remove.narrow(-1, 0, std::min(min_tokens_to_keep - 1, remove.size(-1))).fill_(false);
-  // Shift right: the token that crosses top_p is kept, and so is the most probable one.
-  auto shifted = torch::zeros_like(remove);
-  const int64_t vocab = remove.size(-1);
-  if (vocab > 1) shifted.narrow(-1, 1, vocab - 1).copy_(remove.narrow(-1, 0, vocab - 1));
-  scores.masked_fill_(shifted.scatter(1, order, shifted), kNegInf);
+  // HF sorts the whole vocabulary; the tokens kept are a prefix of that order, so a top-k of growing
+  // k (until its cumulative probability passes top_p) finds the same prefix without a full sort.
+  const int64_t vocab = scores.size(-1);
+  const float threshold = static_cast<float>(top_p);  // HF compares float32 probabilities with it
+  const int64_t min_keep = std::min(std::max<int64_t>(min_tokens_to_keep, 1), vocab);
+  const auto probs = scores.softmax(-1);
+  for (int64_t r = 0; r < scores.size(0); ++r) {
+    int64_t k = std::min<int64_t>(vocab, std::max<int64_t>(64, min_keep));
+    torch::Tensor order, cumulative;
+    while (true) {
+      auto [values, indices] = probs[r].topk(k);
+      cumulative = values.cumsum(0);
+      order = indices;
+      if (k == vocab || cumulative[k - 1].item<float>() > threshold) break;
+      k = std::min(vocab, 2 * k);
+    }
+    // Keep every token up to and including the first whose cumulative probability exceeds top_p.
+    const auto* cum = cumulative.data_ptr<float>();
+    int64_t keep = k;
+    for (int64_t i = 0; i < k; ++i) {
+      if (cum[i] > threshold) {
+        keep = i + 1;
+        break;
+      }
+    }
+    keep = std::max(keep, min_keep);
+    auto remove = torch::ones({vocab}, torch::kBool);
+    remove.index_fill_(0, order.narrow(0, 0, keep), false);
+    scores[r].masked_fill_(remove, kNegInf);
+  }
 }
 
 void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,

@@ -53,29 +53,27 @@ SamplingSearcher::SamplingSearcher(const GenerationOptions& options) : GreedySea
 
 int64_t SamplingSearcher::choose(const torch::Tensor& scores, double& logprob) {
   warp_logits(options_, scores);
-  const auto logprobs = scores[0].log_softmax(-1);
-  const auto* lp = logprobs.data_ptr<float>();
-  const int64_t vocab = logprobs.size(0);
-  // Inverse-CDF draw in double precision; 53 random bits make u uniform in [0, 1).
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+  const auto probs = scores[0].softmax(-1);
+  const auto* p = probs.data_ptr<float>();
+  const int64_t vocab = probs.size(0);
   double total = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(lp[i]));
+  for (int64_t i = 0; i < vocab; ++i) total += p[i];
   if (!(total > 0.0) || !std::isfinite(total)) {
     throw std::runtime_error(
         "sampling found no token with a positive probability (every token was filtered out "
         "or the logits hold NaN); check the logits processors' options");
   }
-  const double target = u * total;
+  // Inverse-CDF draw in double precision; 53 random bits make u uniform in [0, 1).
+  const double target = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
   double cumulative = 0.0;
   int64_t token = -1;
   for (int64_t i = 0; i < vocab; ++i) {
-    const double p = std::exp(static_cast<double>(lp[i]));
-    if (p <= 0.0) continue;
+    if (p[i] <= 0.0f) continue;
     token = i;  // the last token with mass, should rounding leave target above the final sum
-    cumulative += p;
+    cumulative += p[i];
     if (cumulative > target) break;
   }
-  logprob = lp[token];
+  logprob = std::log(static_cast<double>(p[token]) / total);
   return token;
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -152,6 +153,34 @@ TEST(WarpersTest, TopPKeepsTokensUpToTheOneThatCrossesTheThreshold) {
     apply_top_p(scores, top_p);
     EXPECT_EQ(kept(scores), expected) << "top_p " << top_p;
     EXPECT_EQ(values(scores)[1], p[1]);
+  }
+}
+
+TEST(WarpersTest, TopPOnALargeFlatVocabularyMatchesAFullSort) {
+  // Many tokens are needed to reach top_p here (more than the first top-k the filter tries).
+  const int64_t vocab = 3000;
+  std::vector<float> logits(vocab);
+  for (int64_t i = 0; i < vocab; ++i) logits[i] = static_cast<float>(std::sin(0.37 * i) + 0.001 * i);
+  for (const double top_p : {0.3, 0.9, 0.999}) {
+    // Reference: probabilities in double, sorted, cut after the first cumulative value above top_p.
+    std::vector<double> p(vocab);
+    double z = 0;
+    for (int64_t i = 0; i < vocab; ++i) z += p[i] = std::exp(static_cast<double>(logits[i]));
+    std::vector<int64_t> order(vocab);
+    for (int64_t i = 0; i < vocab; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[a] > p[b]; });
+    std::vector<int64_t> expected;
+    double cumulative = 0;
+    for (const int64_t t : order) {
+      expected.push_back(t);
+      cumulative += p[t] / z;
+      if (cumulative > top_p) break;
+    }
+    std::sort(expected.begin(), expected.end());
+    ASSERT_GT(expected.size(), 64u);
+    const auto scores = row(logits);
+    apply_top_p(scores, top_p);
+    EXPECT_EQ(kept(scores), expected) << "top_p " << top_p;
   }
 }
 
