@@ -1,0 +1,193 @@
+// `srformer bench`: model-level figures on random weights in BART-base and T5-small shapes,
+// printed side by side in one run (figures, never assertions: machines are shared and noisy).
+#include <torch/torch.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include "model/attention/cross_attention.h"
+#include "model/attention/segments.h"
+#include "model/random_model.h"
+#include "model/seq2seq.h"
+
+namespace srformer::tools {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchOptions {
+  bool json = false;
+  int threads = 0;
+  int64_t steps = 16;
+  std::vector<int64_t> batches{1, 8, 32};
+  std::vector<int64_t> cross_lengths{1024, 4096, 16384};
+  int64_t segment_size = 64;
+  int64_t bart_input = 1024;
+  bool quick = false;
+  std::filesystem::path cache = std::filesystem::temp_directory_path() / "srformer-bench-models";
+};
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+void emit(const BenchOptions& o, const nlohmann::json& j, const std::string& human) {
+  if (o.json) {
+    std::cout << j.dump() << std::endl;
+  } else {
+    std::cout << human << std::endl;
+  }
+}
+
+std::filesystem::path ensure_model(const BenchOptions& o, const std::string& name, const ModelConfig& c) {
+  const auto dir = o.cache / name;
+  if (!std::filesystem::exists(dir / "model.safetensors")) {
+    std::cerr << "writing random " << name << " weights to " << dir << " (once)\n";
+    write_random_model(dir, c, 1234, 0.02);
+  }
+  return dir;
+}
+
+void bench_model(const BenchOptions& o, const std::string& name, const ModelConfig& c, int64_t k) {
+  auto model = load_model(ensure_model(o, name, c));
+  torch::NoGradGuard no_grad;
+  for (const int64_t B : o.batches) {
+    const auto ids = torch::randint(3, c.vocab_size, {B, k}, torch::kLong);
+    const auto mask = torch::ones({B, k}, torch::kLong);
+    auto t0 = Clock::now();
+    const auto enc = model->encode(ids, mask);
+    const double enc_ms = ms_since(t0);
+    auto st = model->start(enc, torch::full({B}, 128, torch::kLong));
+    auto tok = torch::full({B}, c.decoder_start_token_id, torch::kLong);
+    tok = model->step(st, tok).argmax(-1);  // warm-up
+    t0 = Clock::now();
+    for (int64_t s = 0; s < o.steps; ++s) tok = model->step(st, tok).argmax(-1);
+    const double step_ms = ms_since(t0) / static_cast<double>(o.steps);
+    const double tps = 1000.0 * static_cast<double>(B) / step_ms;
+    nlohmann::json j{{"bench", "decode"}, {"model", name}, {"cross_attention", to_string(c.srformer.cross_attention)},
+                     {"input_tokens", k}, {"batch", B}, {"encode_ms", enc_ms}, {"step_ms", step_ms},
+                     {"tokens_per_s", tps}, {"state_bytes_per_request", st.bytes() / B}};
+    std::ostringstream h;
+    h << std::fixed << std::setprecision(2) << std::left << std::setw(26) << name << " k=" << std::setw(6) << k
+      << " batch=" << std::setw(3) << B << " encode " << std::setw(9) << enc_ms << " ms  step " << std::setw(8)
+      << step_ms << " ms  " << std::setw(8) << tps << " tok/s  state/request " << (st.bytes() / B) / 1024 << " KiB";
+    emit(o, j, h.str());
+  }
+}
+
+CrossAttention random_cross(CrossAttentionKind kind, int64_t D, int64_t H, int64_t d, int64_t s) {
+  CrossAttention a;
+  auto lin = [&](int64_t out, int64_t in) { return Linear{torch::randn({out, in}) * 0.02, {}}; };
+  a.q = lin(H * d, D);
+  a.k = lin(H * d, D);
+  a.v = lin(H * d, D);
+  a.o = lin(D, H * d);
+  a.heads = H;
+  a.head_dim = d;
+  a.kind = kind;
+  a.segment_size = kind == CrossAttentionKind::kFull ? 0 : s;
+  a.raf = {torch::randn({d, d}) * 0.1, torch::full({1}, 0.1), torch::full({1}, 0.5)};
+  return a;
+}
+
+// Per-step cross-attention time of one layer (T5-small shape) as k grows; RAF steps at the
+// schedule's rate (one segment switch every L/m steps, L = 128).
+void bench_cross(const BenchOptions& o) {
+  const int64_t D = 512, H = 8, d = 64, s = o.segment_size, L = 128, q = 128;
+  for (const int64_t k : o.cross_lengths) {
+    const auto enc = torch::randn({1, k, D});
+    const auto mask = torch::ones({1, k}, torch::kBool);
+    const auto enc_len = torch::full({1}, k, torch::kLong);
+    const auto m = num_segments(enc_len, s);
+    nlohmann::json row{{"bench", "cross_attention_step"}, {"k", k}, {"segment_size", s}};
+    std::ostringstream h;
+    h << std::fixed << std::setprecision(3) << "cross-attention step (T5-small layer) k=" << std::setw(6) << k;
+    for (const auto kind : {CrossAttentionKind::kFull, CrossAttentionKind::kSegmented, CrossAttentionKind::kSrformer}) {
+      const auto a = random_cross(kind, D, H, d, s);
+      LayerState ls;
+      torch::NoGradGuard no_grad;
+      a.prepare(enc, mask, kind == CrossAttentionKind::kFull ? torch::ones({1}, torch::kLong) : m, ls);
+      const auto x = torch::randn({1, 1, D});
+      auto prev = torch::full({1}, -1, torch::kLong);
+      const int64_t steps = o.quick ? 16 : 64;
+      const auto t0 = Clock::now();
+      for (int64_t t = 0; t < steps; ++t) {
+        const auto seg = segment_schedule(torch::full({1}, t, torch::kLong), m, torch::full({1}, L, torch::kLong));
+        (void)a.step(x, ls, mask, enc_len, m, seg, seg.ne(prev), nullptr);
+        prev = seg;
+      }
+      const double us = 1000.0 * ms_since(t0) / static_cast<double>(steps);
+      row[std::string(to_string(kind)) + "_us"] = us;
+      h << "  " << to_string(kind) << " " << std::setw(9) << us << " us";
+    }
+    // Paper Table 1 (per head, q queries): full qkd, segmented qsd, SRformer qsd + kd^2.
+    const double full = static_cast<double>(q * k * d);
+    const double seg = static_cast<double>(q * s * d);
+    const double sr = seg + static_cast<double>(k * d * d);
+    row["table1_madds_full"] = full;
+    row["table1_madds_segmented"] = seg;
+    row["table1_madds_srformer"] = sr;
+    row["table1_ratio_srformer_over_full"] = sr / full;
+    row["measured_ratio_srformer_over_full"] = row["srformer_us"].get<double>() / row["full_us"].get<double>();
+    h << "  | srformer/full measured " << row["measured_ratio_srformer_over_full"].get<double>()
+      << " vs Table 1 (q=128, incl. K^T V) " << sr / full;
+    emit(o, row, h.str());
+  }
+}
+
+}  // namespace
+
+int run_bench(const std::vector<std::string>& args) {
+  BenchOptions o;
+  std::string only;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto& a = args[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
+      return args[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::cout << "usage: srformer bench [--json] [--threads N] [--steps N] [--only decode|cross] [--quick]\n"
+                   "  Random weights in BART-base and T5-small shapes (cached under /tmp). Prints encoder time,\n"
+                   "  decode step time and tokens/s at batch 1/8/32, per-step cross-attention time of full,\n"
+                   "  segmented and srformer as k grows (1k/4k/16k) beside the paper's Table 1 ratio, and the\n"
+                   "  bytes of per-request state. --json: one JSON object per measurement.\n";
+      return 0;
+    }
+    if (a == "--json") {
+      o.json = true;
+    } else if (a == "--threads") {
+      o.threads = std::stoi(next());
+    } else if (a == "--steps") {
+      o.steps = std::stoll(next());
+    } else if (a == "--only") {
+      only = next();
+    } else if (a == "--quick") {
+      o.quick = true;
+      o.batches = {1, 8};
+      o.steps = 4;
+    } else {
+      throw std::invalid_argument("unknown option '" + a + "' (see --help)");
+    }
+  }
+  at::set_num_threads(o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency()));
+  std::cerr << "intra-op threads: " << at::get_num_threads() << "\n";
+  torch::manual_seed(0);
+  if (only.empty() || only == "decode") {
+    bench_model(o, "bart-base-srformer-s64", bart_base_config(CrossAttentionKind::kSrformer, 64), o.bart_input);
+    bench_model(o, "bart-base-full", bart_base_config(CrossAttentionKind::kFull, 0), o.bart_input);
+    bench_model(o, "t5-small-srformer-s64", t5_small_config(CrossAttentionKind::kSrformer, 64), 1024);
+  }
+  if (only.empty() || only == "cross") bench_cross(o);
+  return 0;
+}
+
+}  // namespace srformer::tools

@@ -1,0 +1,166 @@
+// `srformer summarize --model DIR [options] [FILE|-]`: offline summary through the same model,
+// tokenizer and generation code the server uses.
+#include <torch/torch.h>
+
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "model/generation/generate.h"
+#include "model/seq2seq.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace srformer::tools {
+
+namespace {
+
+const char* kUsage =
+    "usage: srformer summarize --model DIR [options] [FILE|-]\n"
+    "  --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X --early-stopping\n"
+    "  --do-sample --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N\n"
+    "  --repetition-penalty X --expected-length L (SRformer schedule; default max-new-tokens)\n"
+    "  --truncate (cut over-long input instead of failing) --threads N --json --stream\n"
+    "  Defaults come from the model's config.json (max_length, num_beams, ...), as in the server.\n";
+
+std::string read_input(const std::string& path) {
+  if (path.empty() || path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+int run_summarize(const std::vector<std::string>& args) {
+  std::string model_dir, input_path;
+  bool json = false, stream = false, truncate = false;
+  int threads = 0;
+  std::optional<int64_t> max_new, min_new, beams, no_repeat, top_k, expected;
+  std::optional<double> length_penalty, temperature, top_p, rep;
+  std::optional<bool> early;
+  bool sample = false;
+  uint64_t seed = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto& a = args[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
+      return args[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::cout << kUsage;
+      return 0;
+    } else if (a == "--model") {
+      model_dir = next();
+    } else if (a == "--max-new-tokens") {
+      max_new = std::stoll(next());
+    } else if (a == "--min-new-tokens") {
+      min_new = std::stoll(next());
+    } else if (a == "--num-beams") {
+      beams = std::stoll(next());
+    } else if (a == "--length-penalty") {
+      length_penalty = std::stod(next());
+    } else if (a == "--early-stopping") {
+      early = true;
+    } else if (a == "--do-sample") {
+      sample = true;
+    } else if (a == "--temperature") {
+      temperature = std::stod(next());
+    } else if (a == "--top-k") {
+      top_k = std::stoll(next());
+    } else if (a == "--top-p") {
+      top_p = std::stod(next());
+    } else if (a == "--seed") {
+      seed = std::stoull(next());
+    } else if (a == "--no-repeat-ngram-size") {
+      no_repeat = std::stoll(next());
+    } else if (a == "--repetition-penalty") {
+      rep = std::stod(next());
+    } else if (a == "--expected-length") {
+      expected = std::stoll(next());
+    } else if (a == "--truncate") {
+      truncate = true;
+    } else if (a == "--threads") {
+      threads = std::stoi(next());
+    } else if (a == "--json") {
+      json = true;
+    } else if (a == "--stream") {
+      stream = true;
+    } else if (!a.empty() && a[0] == '-' && a != "-") {
+      throw std::invalid_argument("unknown option '" + a + "' (see --help)");
+    } else {
+      input_path = a;
+    }
+  }
+  if (model_dir.empty()) throw std::invalid_argument("--model DIR is required (see --help)");
+  if (threads > 0) at::set_num_threads(threads);
+  auto model = load_model(model_dir);
+  const auto tokenizer = load_tokenizer(model_dir);
+  const auto& c = model->config();
+
+  std::string text = read_input(input_path);
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw std::invalid_argument("the document is empty");
+  if (c.summarization_prefix) text = *c.summarization_prefix + text;
+  auto ids = tokenizer->encode(text);
+  const int64_t original = static_cast<int64_t>(ids.size());
+  bool truncated = false;
+  if (original > c.max_input_tokens) {
+    if (!truncate) {
+      throw std::invalid_argument("the document has " + std::to_string(original) + " tokens, over the model's limit of " +
+                                  std::to_string(c.max_input_tokens) + "; pass --truncate to cut it");
+    }
+    const auto last = ids.back();
+    ids.resize(static_cast<size_t>(c.max_input_tokens));
+    ids.back() = last;  // keep the closing EOS the tokenizer appended
+    truncated = true;
+  }
+
+  GenerationOptions o;
+  o.max_new_tokens = max_new.value_or(c.max_length ? std::max<int64_t>(1, *c.max_length - 1) : 128);
+  o.min_new_tokens = min_new.value_or(std::min(o.max_new_tokens, c.min_length ? std::max<int64_t>(0, *c.min_length - 1) : 0));
+  o.num_beams = beams.value_or(c.num_beams.value_or(1));
+  o.length_penalty = length_penalty.value_or(c.length_penalty.value_or(1.0));
+  o.early_stopping = early.value_or(c.early_stopping.value_or(false));
+  o.no_repeat_ngram_size = no_repeat.value_or(c.no_repeat_ngram_size.value_or(0));
+  o.do_sample = sample;
+  o.temperature = temperature.value_or(1.0);
+  o.top_k = top_k.value_or(0);
+  o.top_p = top_p.value_or(1.0);
+  o.seed = seed;
+  o.repetition_penalty = rep.value_or(1.0);
+  o = with_model_tokens(o, c);
+  validate(o);
+
+  const auto input = torch::tensor(ids, torch::kLong).view({1, -1});
+  const auto mask = torch::ones_like(input);
+  const int64_t L = expected.value_or(o.max_new_tokens);
+  IncrementalDetokenizer detok(*tokenizer);
+  const auto res = generate(*model, input, mask, o, torch::full({1}, L, torch::kLong), [&](int64_t, int64_t tok) {
+    if (!stream) return;
+    std::cout << detok.push(tok) << std::flush;
+  });
+  const auto& best = res.at(0).hypotheses.at(0);
+  const auto summary = tokenizer->decode(best.tokens);
+  if (stream) std::cout << detok.finish() << std::endl;
+  if (json) {
+    nlohmann::json j;
+    j["summary"] = summary;
+    j["token_ids"] = best.tokens;
+    j["finish_reason"] = to_string(best.finish_reason);
+    j["score"] = best.score;
+    j["usage"] = {{"input_tokens", static_cast<int64_t>(ids.size())},
+                  {"original_input_tokens", original},
+                  {"truncated", truncated},
+                  {"output_tokens", static_cast<int64_t>(best.tokens.size())},
+                  {"expected_length", L}};
+    std::cout << j.dump() << std::endl;
+  } else if (!stream) {
+    std::cout << summary << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace srformer::tools
