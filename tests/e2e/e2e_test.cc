@@ -1,0 +1,180 @@
+// End to end: the srformer-server binary with a real tiny SRformer T5, driven by the srformer-client
+// binary and by an independent Python grpcio client through server reflection.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+
+#include "model/generation/generate.h"
+#include "model/seq2seq.h"
+#include "model/tokenizer/tokenizer.h"
+#include "tests/e2e/process.h"
+#include "tests/server/tiny_real_model.h"
+
+namespace srformer::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+const std::string kServer = std::string(SRFORMER_BIN_DIR) + "/srformer-server";
+const std::string kClient = std::string(SRFORMER_BIN_DIR) + "/srformer-client";
+
+class EndToEnd : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    work_ = new fs::path(fs::temp_directory_path() / "srformer_e2e");
+    fs::create_directories(*work_);
+    model_dir_ = new fs::path(make_tiny_t5_srformer(*work_ / "t5"));
+    for (int i = 0; i < 4; ++i) std::ofstream(*work_ / ("doc" + std::to_string(i) + ".txt")) << synthetic_text(2 + i, 50 + i);
+  }
+  void SetUp() override {
+    if (model_dir_->empty()) GTEST_SKIP() << "fixture t5-srformer not found";
+  }
+  std::unique_ptr<ServerProcess> start(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--model", "tiny=" + model_dir_->string(), "--listen", "127.0.0.1:0",
+                                     "--metrics-listen", ""};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<ServerProcess>(kServer, args, (*work_ / "server.log").string());
+  }
+  static std::string doc(int i) { return (*work_ / ("doc" + std::to_string(i) + ".txt")).string(); }
+
+  static inline fs::path* work_ = nullptr;
+  static inline fs::path* model_dir_ = nullptr;
+};
+
+std::vector<int64_t> offline(const fs::path& dir, const std::string& text, int max_new, int beams) {
+  auto model = load_model(dir);
+  auto tok = load_tokenizer(dir);
+  const auto ids = tok->encode(text);
+  const auto input = torch::tensor(ids, torch::kInt64).unsqueeze(0);
+  GenerationOptions o;
+  o.max_new_tokens = max_new;
+  o.num_beams = beams;
+  o = with_model_tokens(o, model->config());
+  return generate(*model, input, torch::ones_like(input), o, torch::full({1}, int64_t{max_new}, torch::kInt64))
+      .at(0)
+      .hypotheses.at(0)
+      .tokens;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
+  auto server = start();
+  const std::string t = " --target " + server->target();
+  // Exactly one "listening on" line, at info.
+  const std::string log = server->log();
+  EXPECT_EQ(log.find("listening on"), log.rfind("listening on"));
+
+  auto health = run_command(kClient + t + " --health");
+  EXPECT_EQ(health.exit_code, 0);
+  EXPECT_EQ(health.out, "SERVING\n");
+
+  auto models = run_command(kClient + t + " --list-models --json");
+  ASSERT_EQ(models.exit_code, 0);
+  const auto mj = nlohmann::json::parse(models.out);
+  ASSERT_EQ(mj.size(), 1u);
+  EXPECT_EQ(mj[0]["name"], "tiny");
+  EXPECT_EQ(mj[0]["cross_attention"], "srformer");
+  EXPECT_EQ(mj[0]["segment_size"], 4);
+
+  for (const int beams : {1, 3}) {
+    const std::string opts = " --model tiny --max-new-tokens 20 --num-beams " + std::to_string(beams) + " ";
+    auto unary = run_command(kClient + t + opts + "--json " + doc(1));
+    ASSERT_EQ(unary.exit_code, 0) << unary.out;
+    const auto j = nlohmann::json::parse(unary.out);
+    const auto ref = offline(*model_dir_, read(doc(1)), 20, beams);
+    EXPECT_EQ(j["token_ids"].get<std::vector<int64_t>>(), ref);
+    EXPECT_TRUE(j["finish_reason"] == "eos" || j["finish_reason"] == "length");
+    EXPECT_GT(j["usage"]["input_tokens"].get<int>(), 0);
+    EXPECT_EQ(j["usage"]["output_tokens"].get<size_t>(), ref.size());
+
+    auto streamed = run_command(kClient + t + opts + "--stream " + doc(1));
+    ASSERT_EQ(streamed.exit_code, 0);
+    EXPECT_EQ(streamed.out, j["summary"].get<std::string>() + "\n");
+  }
+  // stdin input and a bad request: exit code 1 with the server's message.
+  auto piped = run_command("printf '   ' | " + kClient + t + " -");
+  EXPECT_EQ(piped.exit_code, 1);
+}
+
+TEST_F(EndToEnd, LoadGeneratorReportsThroughputAndLatency) {
+  auto server = start();
+  auto r = run_command(kClient + " --target " + server->target() + " --load --concurrency 4 --requests 24 --json" +
+                       " --max-new-tokens 16 " + doc(0) + " " + doc(1) + " " + doc(2) + " " + doc(3));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["requests_ok"], 24);
+  EXPECT_EQ(j["requests_failed"], 0);
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0.0);
+  EXPECT_GT(j["requests_per_s"].get<double>(), 0.0);
+  EXPECT_GT(j["ttft_ms"]["p50"].get<double>(), 0.0);
+  EXPECT_LE(j["ttft_ms"]["p50"].get<double>(), j["ttft_ms"]["p99"].get<double>());
+  EXPECT_GT(j["inter_token_ms"]["count"].get<int>(), 0);
+}
+
+TEST_F(EndToEnd, SigtermDrainsInFlightRequestsAndExitsZero) {
+  auto server = start({"--shutdown-grace-ms", "20000", "--max-batch-rows", "2"});
+  // Enough queued work that some is in flight when the signal arrives.
+  const std::string cmd = kClient + " --target " + server->target() +
+                          " --load --concurrency 8 --requests 400 --json --max-new-tokens 64 --min-new-tokens 64 " +
+                          doc(3);
+  auto load = std::async(std::launch::async, [&] { return run_command(cmd); });
+  std::this_thread::sleep_for(300ms);
+  server->signal(SIGTERM);
+  EXPECT_EQ(server->wait(60s), 0) << server->log();
+  const auto r = load.get();
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["requests_ok"].get<int>() + j["requests_failed"].get<int>(), 400);
+  EXPECT_GT(j["requests_ok"].get<int>(), 0) << r.out;
+  for (const auto& [msg, n] : j["errors"].items()) {
+    EXPECT_EQ(msg.rfind("14 ", 0), 0u) << "only UNAVAILABLE is acceptable after SIGTERM: " << msg;
+  }
+  const std::string log = server->log();
+  EXPECT_NE(log.find("received SIGTERM"), std::string::npos);
+  EXPECT_NE(log.find("stopped"), std::string::npos);
+  // The health check now fails (nothing listens).
+  EXPECT_NE(run_command(kClient + " --target " + server->target() + " --health --deadline-ms 500").exit_code, 0);
+}
+
+TEST_F(EndToEnd, PythonGrpcioClientThroughReflection) {
+  if (run_command("/usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null").exit_code != 0) {
+    GTEST_SKIP() << "python3-grpcio / python3-protobuf not installed (deploy/setup-deps.sh)";
+  }
+  auto server = start();
+  auto r = run_command("/usr/bin/python3 " + std::string(SRFORMER_SOURCE_DIR) + "/tests/e2e/python_reflection_client.py " +
+                       server->target() + " " + doc(2));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto services = j["services"].get<std::vector<std::string>>();
+  EXPECT_NE(std::find(services.begin(), services.end(), "srformer.v1.Summarizer"), services.end());
+  EXPECT_NE(std::find(services.begin(), services.end(), "grpc.health.v1.Health"), services.end());
+  EXPECT_EQ(j["models"], nlohmann::json::array({"tiny"}));
+  const auto ref = offline(*model_dir_, read(doc(2)), 16, 1);
+  EXPECT_EQ(j["unary"]["token_ids"].get<std::vector<int64_t>>(), ref);
+  EXPECT_EQ(j["stream"]["token_ids"].get<std::vector<int64_t>>(), ref);
+  EXPECT_EQ(j["stream"]["text"], j["unary"]["summary"]);
+  EXPECT_EQ(j["stream"]["final_summary"], j["unary"]["summary"]);
+  EXPECT_EQ(j["whitespace_error"]["code"], "INVALID_ARGUMENT");
+}
+
+TEST_F(EndToEnd, BadFlagsExplainThemselves) {
+  auto r = run_command(kServer + " --model nodir 2>&1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("NAME=DIR"), std::string::npos);
+  r = run_command(kServer + " --model x=/nonexistent/dir --metrics-listen '' --listen 127.0.0.1:0 2>&1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("/nonexistent/dir"), std::string::npos) << r.out;
+  EXPECT_EQ(run_command(kServer + " --help").exit_code, 0);
+  EXPECT_EQ(run_command(kClient + " --help").exit_code, 0);
+}
+
+}  // namespace
+}  // namespace srformer::testing

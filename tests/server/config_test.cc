@@ -1,0 +1,74 @@
+// srformer-server flags and config file: flags override the file, errors name what to fix.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "server/config.h"
+
+namespace srformer::server {
+namespace {
+
+bool parse(std::vector<std::string> args, ServerConfig& c) {
+  args.insert(args.begin(), "srformer-server");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  return parse_server_args(static_cast<int>(argv.size()), argv.data(), c);
+}
+
+TEST(ServerConfig, FlagsOverrideTheFile) {
+  const auto path = std::filesystem::temp_directory_path() / "srformer_server_config_test.json";
+  std::ofstream(path) << R"({"model": {"a": "/models/a"}, "listen": "127.0.0.1:1234", "max_batch_rows": 16,
+                             "max-queue": 9, "log-json": true})";
+  ServerConfig c;
+  ASSERT_TRUE(parse({"--config", path.string(), "--max-batch-rows=32", "--device", "cpu"}, c));
+  ASSERT_EQ(c.models.size(), 1u);
+  EXPECT_EQ(c.models[0].name, "a");
+  EXPECT_EQ(c.models[0].dir, "/models/a");
+  EXPECT_EQ(c.listen, "127.0.0.1:1234");
+  EXPECT_EQ(c.max_batch_rows, 32);
+  EXPECT_EQ(c.max_queue, 9);
+  EXPECT_TRUE(c.log_json);
+  validate(c);
+
+  ServerConfig d;
+  ASSERT_TRUE(parse({"--config", path.string(), "--model", "b=/m/b", "--model", "c=/m/c", "--metrics-listen", ""}, d));
+  ASSERT_EQ(d.models.size(), 2u);  // --model replaces the file's list
+  EXPECT_EQ(d.models[1].name, "c");
+  EXPECT_EQ(d.metrics_listen, "");
+  std::filesystem::remove(path);
+}
+
+TEST(ServerConfig, ErrorsSayWhatToFix) {
+  const auto message = [](std::vector<std::string> args) {
+    ServerConfig c;
+    try {
+      parse(args, c);
+      validate(c);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({"--model", "nodir"}).find("NAME=DIR"), std::string::npos);
+  EXPECT_NE(message({}).find("--model"), std::string::npos);
+  EXPECT_NE(message({"--model", "a=/x", "--max-batch-rows", "zero"}).find("integer"), std::string::npos);
+  EXPECT_NE(message({"--model", "a=/x", "--dtype", "fp16"}).find("needs --device cuda"), std::string::npos);
+  EXPECT_NE(message({"--model", "a=/x", "--device", "tpu"}).find("cpu, cuda or cuda:N"), std::string::npos);
+  EXPECT_NE(message({"--model", "a=/x", "--model", "a=/y"}).find("twice"), std::string::npos);
+  EXPECT_NE(message({"--model", "a=/x", "--bogus", "1"}).find("unknown flag --bogus"), std::string::npos);
+  EXPECT_NE(message({"--config", "/nonexistent.json"}).find("cannot open"), std::string::npos);
+  ServerConfig c;
+  EXPECT_FALSE(parse({"--help"}, c));
+}
+
+TEST(ServerConfig, DeviceAndDtype) {
+  EXPECT_TRUE(parse_device("cpu").is_cpu());
+  EXPECT_EQ(parse_device("cuda:1").index(), 1);
+  EXPECT_EQ(parse_dtype("", parse_device("cpu")), torch::kFloat32);
+  EXPECT_EQ(parse_dtype("", parse_device("cuda")), torch::kFloat16);
+  EXPECT_EQ(parse_dtype("bf16", parse_device("cuda")), torch::kBFloat16);
+}
+
+}  // namespace
+}  // namespace srformer::server

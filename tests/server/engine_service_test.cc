@@ -1,0 +1,390 @@
+// The engine behind a real gRPC server (loopback) with fake deterministic models: results equal the
+// offline generate() driver, stay identical under concurrency, stream incrementally, and free their
+// state when cancelled; queue limits, shutdown, health and reflection behave as documented.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <random>
+
+#include "client/grpc_health.h"
+#include "model/generation/generate.h"
+#include "tests/server/test_server.h"
+
+namespace srformer::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// What the offline driver produces for one document on a fresh fake model.
+Hypothesis offline(const std::string& doc, int max_new, int beams, FakeModelOptions mo = {}) {
+  FakeModel model(mo);
+  FakeTokenizer tok;
+  const auto ids = tok.encode(doc);
+  const auto input = torch::tensor(ids, torch::kInt64).unsqueeze(0);
+  GenerationOptions o;
+  o.max_new_tokens = max_new;
+  o.num_beams = beams;
+  o = with_model_tokens(o, model.config());
+  const auto results =
+      generate(model, input, torch::ones_like(input), o, torch::full({1}, static_cast<int64_t>(max_new), torch::kInt64));
+  return results.at(0).hypotheses.at(0);
+}
+
+v1::SummarizeRequest request(const std::string& doc, int max_new, int beams) {
+  auto r = make_request(doc);
+  r.mutable_options()->set_max_new_tokens(max_new);
+  r.mutable_options()->set_num_beams(beams);
+  return r;
+}
+
+std::string doc_of(int i) {
+  std::string d = "document number " + std::to_string(i) + ":";
+  for (int j = 0; j < i % 7; ++j) d += " more words here";
+  return d;
+}
+
+std::vector<int64_t> ids_of(const v1::SummarizeResponse& r) { return {r.token_ids().begin(), r.token_ids().end()}; }
+
+TEST(EngineService, UnaryGreedyAndBeamEqualOfflineGenerate) {
+  TestServer server;
+  for (const int beams : {1, 3}) {
+    for (const int i : {0, 3, 5}) {
+      grpc::ClientContext ctx;
+      v1::SummarizeResponse resp;
+      const auto status = server.stub().Summarize(&ctx, request(doc_of(i), 24, beams), &resp);
+      ASSERT_TRUE(status.ok()) << status.error_message();
+      const Hypothesis ref = offline(doc_of(i), 24, beams);
+      EXPECT_EQ(ids_of(resp), ref.tokens) << "beams=" << beams << " doc " << i;
+      EXPECT_EQ(resp.summary(), FakeTokenizer().decode(ref.tokens));
+      EXPECT_FALSE(resp.summary().empty());
+      EXPECT_EQ(resp.model(), "fake");
+      const auto& u = resp.usage();
+      EXPECT_EQ(u.input_tokens(), static_cast<int>(doc_of(i).size()) + 1);
+      EXPECT_EQ(u.output_tokens(), resp.token_ids_size());
+      EXPECT_EQ(u.segments(), (u.input_tokens() + 3) / 4);
+      EXPECT_GT(u.state_bytes(), 0);
+      EXPECT_GT(u.raf_firing_rate(), 0.0);
+      EXPECT_LT(u.raf_firing_rate(), 1.0);
+      EXPECT_EQ(resp.finish_reason(), ref.finish_reason == FinishReason::kEos ? v1::FINISH_REASON_EOS
+                                                                               : v1::FINISH_REASON_LENGTH);
+    }
+  }
+}
+
+TEST(EngineService, SameResultAloneAndAmong32ConcurrentRequests) {
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 2ms}}};
+  TestServer server(so);
+  struct Case {
+    v1::SummarizeRequest req;
+    std::vector<int64_t> alone;
+  };
+  std::vector<Case> cases;
+  for (int i = 0; i < 32; ++i) {
+    auto r = request(doc_of(i) + std::string(static_cast<size_t>(i * 3), 'x'), 8 + (i * 5) % 30, 1 + i % 3);
+    if (i % 4 == 1) r.mutable_options()->set_no_repeat_ngram_size(2);
+    if (i % 5 == 2) r.mutable_options()->set_expected_length(40);
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    ASSERT_TRUE(server.stub().Summarize(&ctx, r, &resp).ok());
+    cases.push_back({r, ids_of(resp)});
+  }
+  std::vector<std::future<std::pair<grpc::Status, v1::SummarizeResponse>>> futures;
+  for (auto& c : cases) {
+    futures.push_back(std::async(std::launch::async, [&server, &c] {
+      grpc::ClientContext ctx;
+      v1::SummarizeResponse resp;
+      auto st = server.stub().Summarize(&ctx, c.req, &resp);
+      return std::make_pair(st, resp);
+    }));
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    auto [status, resp] = futures[i].get();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(ids_of(resp), cases[i].alone) << "request " << i;
+  }
+  EXPECT_GT(server.engine().stats().max_live_rows, 8) << "requests were not batched together";
+  EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 0 && s.state_bytes == 0; }));
+}
+
+TEST(EngineService, StreamingIsIncrementalAndConcatenatesToTheSummary) {
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 15ms}}};
+  TestServer server(so);
+  grpc::ClientContext ctx;
+  auto reader = server.stub().SummarizeStream(&ctx, request(doc_of(4), 20, 1));
+  v1::SummarizeStreamResponse msg;
+  std::string text;
+  std::vector<int64_t> ids;
+  std::vector<std::chrono::steady_clock::time_point> arrivals;
+  v1::SummarizeResponse final;
+  bool got_final = false;
+  while (reader->Read(&msg)) {
+    ASSERT_FALSE(got_final) << "message after the final one";
+    if (msg.has_token()) {
+      EXPECT_EQ(msg.token().step(), static_cast<int>(ids.size()));
+      EXPECT_GE(msg.token().segment(), 0);
+      text += msg.token().text();
+      ids.push_back(msg.token().token_id());
+      arrivals.push_back(std::chrono::steady_clock::now());
+    } else {
+      final = msg.final();
+      got_final = true;
+    }
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_TRUE(got_final);
+  EXPECT_EQ(ids, ids_of(final));
+  EXPECT_EQ(text, final.summary());
+  ASSERT_GE(arrivals.size(), 5u);
+  // One step takes >= 15 ms: tokens must not all arrive at once at the end.
+  EXPECT_GT(arrivals.back() - arrivals.front(), 15ms * static_cast<int>(arrivals.size() - 2));
+  EXPECT_EQ(ids, offline(doc_of(4), 20, 1).tokens);
+}
+
+TEST(EngineService, BeamStreamEmitsTheBestHypothesisOnce) {
+  TestServer server;
+  grpc::ClientContext ctx;
+  auto reader = server.stub().SummarizeStream(&ctx, request(doc_of(2), 16, 4));
+  v1::SummarizeStreamResponse msg;
+  std::string text;
+  v1::SummarizeResponse final;
+  while (reader->Read(&msg)) {
+    if (msg.has_token()) text += msg.token().text();
+    if (msg.has_final()) final = msg.final();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(text, final.summary());
+  EXPECT_EQ(ids_of(final), offline(doc_of(2), 16, 4).tokens);
+}
+
+TEST(EngineService, CancellationFreesTheRowWithinAStep) {
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
+  so.config.max_new_tokens_cap = 1000;
+  TestServer server(so);
+  auto req = request(std::string(200, 'q'), 1000, 2);  // EOS only after many steps
+  req.mutable_options()->set_min_new_tokens(1000);
+  grpc::ClientContext ctx;
+  auto reader = server.stub().SummarizeStream(&ctx, req);
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_rows == 2 && s.state_bytes > 0; }));
+  const int steps_before = server.engine().stats().steps;
+  ctx.TryCancel();
+  v1::SummarizeStreamResponse msg;
+  while (reader->Read(&msg)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_rows == 0 && s.state_bytes == 0; }, 2s));
+  EXPECT_LE(server.engine().stats().steps - steps_before, 3);
+}
+
+TEST(EngineService, DeadlineEndsTheRequestAndFreesItsState) {
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
+  so.config.max_new_tokens_cap = 1000;
+  TestServer server(so);
+  auto req = request(std::string(100, 'q'), 1000, 1);
+  req.mutable_options()->set_min_new_tokens(1000);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 300ms);
+  v1::SummarizeResponse resp;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(server.stub().Summarize(&ctx, req, &resp).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_rows == 0 && s.state_bytes == 0; }, 2s));
+}
+
+TEST(EngineService, QueueFullIsResourceExhausted) {
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
+  so.config.max_batch_rows = 1;
+  so.config.max_beams = 1;
+  so.config.max_queue = 2;
+  so.config.max_new_tokens_cap = 1000;
+  TestServer server(so);
+  auto slow = request(std::string(50, 'q'), 1000, 1);
+  slow.mutable_options()->set_min_new_tokens(1000);
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::SummarizeStreamResponse>>> readers;
+  for (int i = 0; i < 3; ++i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    readers.push_back(server.stub().SummarizeStream(ctxs.back().get(), slow));
+    ASSERT_TRUE(server.wait_for([i](const server::EngineStats& s) { return s.live_requests + s.queued == i + 1; }));
+  }
+  grpc::ClientContext ctx;
+  v1::SummarizeResponse resp;
+  const auto status = server.stub().Summarize(&ctx, request("hello", 4, 1), &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(status.error_message().find("--max-queue"), std::string::npos) << status.error_message();
+  for (auto& c : ctxs) c->TryCancel();
+  v1::SummarizeStreamResponse msg;
+  for (auto& r : readers) {
+    while (r->Read(&msg)) {
+    }
+    EXPECT_EQ(r->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.queued == 0 && s.live_rows == 0; }));
+}
+
+TEST(EngineService, GracefulShutdownFinishesInFlightAndRefusesNew) {
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 10ms}}};
+  TestServer server(so);
+  std::vector<std::future<std::pair<grpc::Status, v1::SummarizeResponse>>> inflight;
+  for (int i = 0; i < 3; ++i) {
+    inflight.push_back(std::async(std::launch::async, [&server, i] {
+      grpc::ClientContext ctx;
+      v1::SummarizeResponse resp;
+      auto st = server.stub().Summarize(&ctx, request(doc_of(i), 30, 1), &resp);
+      return std::make_pair(st, resp);
+    }));
+  }
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 3; }));
+  std::thread stopper([&] { server.server().shutdown(10s); });
+  ASSERT_TRUE(server.wait_for([&](const server::EngineStats&) { return server.server().service().shutting_down(); }));
+  {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    const auto st = server.stub().Summarize(&ctx, request("late", 4, 1), &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+  }
+  for (int i = 0; i < 3; ++i) {
+    auto [status, resp] = inflight[i].get();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(ids_of(resp), offline(doc_of(i), 30, 1).tokens);
+  }
+  stopper.join();
+}
+
+TEST(EngineService, ShutdownCancelsWhatOutlivesTheGracePeriod) {
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
+  so.config.max_new_tokens_cap = 1000;
+  TestServer server(so);
+  auto slow = request(std::string(40, 'q'), 1000, 1);
+  slow.mutable_options()->set_min_new_tokens(1000);
+  auto fut = std::async(std::launch::async, [&] {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    return server.stub().Summarize(&ctx, slow, &resp);
+  });
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
+  const auto t0 = std::chrono::steady_clock::now();
+  server.server().shutdown(200ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  EXPECT_EQ(fut.get().error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST(EngineService, BatchKeepsOrderAndEqualsUnary) {
+  TestServer server;
+  v1::SummarizeBatchRequest batch;
+  for (int i = 0; i < 6; ++i) *batch.add_requests() = request(doc_of(i), 12, 1 + i % 2);
+  grpc::ClientContext ctx;
+  v1::SummarizeBatchResponse resp;
+  ASSERT_TRUE(server.stub().SummarizeBatch(&ctx, batch, &resp).ok());
+  ASSERT_EQ(resp.responses_size(), 6);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(ids_of(resp.responses(i)), offline(doc_of(i), 12, 1 + i % 2).tokens);
+
+  *batch.add_requests() = make_request("");
+  grpc::ClientContext ctx2;
+  const auto st = server.stub().SummarizeBatch(&ctx2, batch, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("requests[6]"), std::string::npos) << st.error_message();
+}
+
+TEST(EngineService, SeveralModelsByNameAndListModels) {
+  FakeServerOptions so;
+  so.models = {{"alpha", FakeModelOptions{}}, {"beta", FakeModelOptions{32, 8}}};
+  TestServer server(so);
+  grpc::ClientContext ctx;
+  v1::ListModelsResponse models;
+  ASSERT_TRUE(server.stub().ListModels(&ctx, {}, &models).ok());
+  ASSERT_EQ(models.models_size(), 2);
+  EXPECT_EQ(models.models(0).name(), "alpha");
+  EXPECT_EQ(models.models(1).name(), "beta");
+  EXPECT_EQ(models.models(1).segment_size(), 8);
+  EXPECT_EQ(models.models(1).max_input_tokens(), 32);
+  EXPECT_EQ(models.models(0).device(), "cpu");
+  EXPECT_EQ(models.models(0).dtype(), "fp32");
+  EXPECT_EQ(models.models(0).architecture(), "bart");
+  for (const std::string name : {"alpha", "beta", ""}) {
+    grpc::ClientContext c;
+    v1::SummarizeResponse resp;
+    ASSERT_TRUE(server.stub().Summarize(&c, make_request("some text", name), &resp).ok());
+    EXPECT_EQ(resp.model(), name.empty() ? "alpha" : name);
+  }
+  grpc::ClientContext c;
+  v1::SummarizeResponse resp;
+  const auto st = server.stub().Summarize(&c, make_request("some text", "gamma"), &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(st.error_message().find("alpha, beta"), std::string::npos) << st.error_message();
+}
+
+TEST(EngineService, ModelDefaultsPrefixAndTruncation) {
+  FakeServerOptions so;
+  FakeModelOptions mo;
+  mo.max_input_tokens = 20;
+  mo.max_length = 7;  // HF max_length counts decoder start: 6 new tokens
+  mo.prefix = "summarize: ";
+  so.models = {{"fake", mo}};
+  TestServer server(so);
+  {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    ASSERT_TRUE(server.stub().Summarize(&ctx, make_request("abc"), &resp).ok());
+    EXPECT_EQ(resp.usage().input_tokens(), 11 + 3 + 1);
+    EXPECT_LE(resp.token_ids_size(), 6);
+  }
+  const std::string longdoc(40, 'z');
+  {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    const auto st = server.stub().Summarize(&ctx, make_request(longdoc), &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("TRUNCATION_POLICY_TRUNCATE"), std::string::npos) << st.error_message();
+  }
+  {
+    auto req = make_request(longdoc);
+    req.set_truncation(v1::TRUNCATION_POLICY_TRUNCATE);
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    ASSERT_TRUE(server.stub().Summarize(&ctx, req, &resp).ok());
+    EXPECT_TRUE(resp.usage().truncated());
+    EXPECT_EQ(resp.usage().input_tokens(), 20);
+    EXPECT_EQ(resp.usage().original_input_tokens(), 11 + 40 + 1);
+  }
+}
+
+TEST(EngineService, MessageOverTheSizeLimitIsRefused) {
+  FakeServerOptions so;
+  so.config.max_message_bytes = 64 * 1024;
+  TestServer server(so);
+  grpc::ClientContext ctx;
+  v1::SummarizeResponse resp;
+  const auto st = server.stub().Summarize(&ctx, make_request(std::string(100 * 1024, 'a')), &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  grpc::ClientContext ok_ctx;
+  EXPECT_TRUE(server.stub().Summarize(&ok_ctx, make_request("still alive"), &resp).ok());
+}
+
+TEST(EngineService, HealthIsServingAtOnceAndNotServingDuringShutdown) {
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 10ms}}};
+  TestServer server(so);
+  EXPECT_EQ(client::check_health(server.channel(), "", 2s), client::HealthStatus::kServing);
+  auto fut = std::async(std::launch::async, [&] {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    return server.stub().Summarize(&ctx, request(doc_of(3), 30, 1), &resp);
+  });
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
+  std::thread stopper([&] { server.server().shutdown(10s); });
+  ASSERT_TRUE(server.wait_for([&](const server::EngineStats&) { return server.server().service().shutting_down(); }));
+  EXPECT_EQ(client::check_health(server.channel(), "", 2s), client::HealthStatus::kNotServing);
+  EXPECT_TRUE(fut.get().ok());
+  stopper.join();
+}
+
+}  // namespace
+}  // namespace srformer::testing

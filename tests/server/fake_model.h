@@ -1,0 +1,151 @@
+#pragma once
+// Deterministic stand-ins for a Seq2SeqModel and a Tokenizer, for engine/service tests that must not
+// depend on real weights. The fake model's next token is a fixed function of the row's encoder input,
+// its step t and its previous token, so any mix-up of rows (select/append/beam reordering) changes
+// the output. Tokens map to lowercase letters and spaces; EOS comes at a document-dependent length.
+#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "model/seq2seq.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace srformer::testing {
+
+// Bytes: id = byte + 3; 0 pad, 1 eos, 2 decoder start. encode() appends EOS.
+class FakeTokenizer : public Tokenizer {
+ public:
+  TokenIds encode(std::string_view text) const override {
+    TokenIds ids;
+    for (const unsigned char c : text) ids.push_back(static_cast<int64_t>(c) + 3);
+    ids.push_back(1);
+    return ids;
+  }
+  std::string decode(const TokenIds& ids, bool skip_special = true) const override {
+    std::string out;
+    for (const int64_t id : ids) {
+      if (id >= 3) out.push_back(static_cast<char>(id - 3));
+    }
+    return out;
+  }
+  int64_t vocab_size() const override { return 259; }
+  std::optional<int64_t> token_to_id(std::string_view token) const override {
+    if (token.size() == 1) return static_cast<unsigned char>(token[0]) + 3;
+    return std::nullopt;
+  }
+  std::string id_to_token(int64_t id) const override { return id >= 3 ? std::string(1, static_cast<char>(id - 3)) : ""; }
+  bool is_special(int64_t id) const override { return id < 3; }
+  std::optional<int64_t> bos_id() const override { return std::nullopt; }
+  std::optional<int64_t> eos_id() const override { return 1; }
+  std::optional<int64_t> pad_id() const override { return 0; }
+};
+
+struct FakeModelOptions {
+  FakeModelOptions(int64_t max_input = 256, int64_t segment = 4,
+                   std::chrono::milliseconds delay = std::chrono::milliseconds(0))
+      : max_input_tokens(max_input), segment_size(segment), step_delay(delay) {}
+  int64_t max_input_tokens;
+  int64_t segment_size;
+  std::chrono::milliseconds step_delay;  // makes requests long-lived for cancellation tests
+  std::optional<int64_t> max_length;       // config generation defaults
+  std::optional<int64_t> num_beams;
+  std::optional<std::string> prefix;
+};
+
+class FakeModel : public Seq2SeqModel {
+ public:
+  explicit FakeModel(FakeModelOptions o = {}) : options_(o) {
+    config_.arch = Architecture::kBart;
+    config_.vocab_size = 259;
+    config_.pad_token_id = 0;
+    config_.eos_token_id = 1;
+    config_.decoder_start_token_id = 2;
+    config_.max_input_tokens = o.max_input_tokens;
+    config_.srformer.cross_attention = CrossAttentionKind::kSrformer;
+    config_.srformer.segment_size = o.segment_size;
+    config_.max_length = o.max_length;
+    config_.num_beams = o.num_beams;
+    config_.summarization_prefix = o.prefix;
+  }
+  const ModelConfig& config() const override { return config_; }
+  torch::Device device() const override { return torch::kCPU; }
+  torch::ScalarType dtype() const override { return torch::kFloat32; }
+  int64_t parameter_count() const override { return 42; }
+  const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters() const override { return params_; }
+
+  EncoderOutput encode(const torch::Tensor& ids, const torch::Tensor& mask) override {
+    encode_calls++;
+    return {ids.to(torch::kFloat32).unsqueeze(-1), mask.to(torch::kBool)};
+  }
+
+  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length) override {
+    const int64_t b = enc.hidden.size(0);
+    DecoderState s;
+    LayerState layer;
+    layer.cross_k = enc.hidden.unsqueeze(1);  // [B,1,k,1]
+    layer.cross_v = enc.hidden.unsqueeze(1);
+    s.layers.push_back(layer);
+    s.self_valid = torch::zeros({b, 0}, torch::kBool);
+    s.self_pos = torch::zeros({b, 0}, torch::kInt64);
+    s.cross_valid = enc.mask;
+    s.enc_len = enc.mask.sum(1).to(torch::kInt64);
+    s.step = torch::zeros({b}, torch::kInt64);
+    s.expected_len = expected_length.to(torch::kInt64);
+    s.num_segments = (s.enc_len + options_.segment_size - 1).div(options_.segment_size, "floor");
+    s.segment = torch::full({b}, -1, torch::kInt64);
+    s.raf_fired = torch::zeros({b, 1}, torch::kFloat64);  // [B, layers]
+    s.raf_total = torch::zeros({b}, torch::kFloat64);
+    s.segment_switches = torch::zeros({b}, torch::kInt64);
+    return s;
+  }
+
+  torch::Tensor step(DecoderState& s, const torch::Tensor& tokens) override {
+    if (options_.step_delay.count() > 0) std::this_thread::sleep_for(options_.step_delay);
+    steps++;
+    const int64_t b = s.batch_size();
+    const auto k = s.cross_valid.size(1);
+    const auto ids = s.layers[0].cross_k.index({torch::indexing::Slice(), 0, torch::indexing::Slice(), 0});
+    const auto weights = torch::arange(1, k + 1, torch::kFloat32);
+    const auto sig = ((ids * s.cross_valid.to(torch::kFloat32) * weights).sum(1).to(torch::kInt64)) % 997;
+    auto logits = torch::full({b, 259}, -10.0f);
+    auto la = logits.accessor<float, 2>();
+    const auto sa = sig.accessor<int64_t, 1>();
+    const auto ta = s.step.accessor<int64_t, 1>();
+    const auto pa = tokens.accessor<int64_t, 1>();
+    for (int64_t r = 0; r < b; ++r) {
+      const int64_t t = ta[r];
+      const int64_t x = sa[r] * 31 + t * 17 + pa[r] * 7;
+      const int64_t letter = (t % 5 == 4) ? ' ' : 'a' + x % 26;
+      const int64_t alt = 'a' + (x / 26) % 26;
+      la[r][letter + 3] = 5.0f;
+      la[r][alt + 3] = std::max(la[r][alt + 3], 3.5f);
+      la[r][1] = t >= 5 + sa[r] % 12 ? 8.0f : -5.0f;
+    }
+    // Self cache grows one slot per step (so state bytes grow); segment follows t * m / L.
+    s.self_valid = torch::cat({s.self_valid, torch::ones({b, 1}, torch::kBool)}, 1);
+    s.self_pos = torch::cat({s.self_pos, s.step.unsqueeze(1)}, 1);
+    s.segment = torch::minimum(torch::div(s.step * s.num_segments, s.expected_len.clamp_min(1), "floor"),
+                               s.num_segments - 1);
+    s.raf_total += 10.0;
+    s.raf_fired += ((sig + s.step) % 3).to(torch::kFloat64).unsqueeze(1);
+    s.step += 1;
+    return logits;
+  }
+
+  torch::Tensor forward(const EncoderOutput&, const torch::Tensor&, const std::optional<torch::Tensor>&) override {
+    throw std::logic_error("FakeModel::forward is not used by the engine");
+  }
+
+  std::atomic<int> encode_calls{0};
+  std::atomic<int> steps{0};
+
+ private:
+  FakeModelOptions options_;
+  ModelConfig config_;
+  std::vector<std::pair<std::string, torch::Tensor>> params_;
+};
+
+}  // namespace srformer::testing

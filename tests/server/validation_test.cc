@@ -1,0 +1,147 @@
+// Every bad input gets the right status code and a message that says what to fix; the server stays up.
+#include <gtest/gtest.h>
+
+#include "server/service/request_builder.h"
+#include "tests/server/test_server.h"
+
+namespace srformer::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct BadCase {
+  const char* name;
+  std::function<void(v1::SummarizeRequest&)> edit;
+  grpc::StatusCode code;
+  const char* hint;  // must appear in the message
+};
+
+TEST(Validation, EveryBadInputIsRefusedWithAHelpfulMessage) {
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{64}}};
+  so.config.max_new_tokens_cap = 100;
+  so.config.max_beams = 4;
+  TestServer server(so);
+  using SC = grpc::StatusCode;
+  const std::vector<BadCase> cases = {
+      {"empty document", [](auto& r) { r.set_document(""); }, SC::INVALID_ARGUMENT, "document is empty"},
+      {"whitespace only", [](auto& r) { r.set_document(" \n\t \xC2\xA0 "); }, SC::INVALID_ARGUMENT, "whitespace"},
+      {"invalid UTF-8", [](auto& r) { r.set_document("abc \xFF def"); }, SC::INVALID_ARGUMENT,
+       "not valid UTF-8 (bad byte sequence at byte offset 4)"},
+      {"over the input limit", [](auto& r) { r.set_document(std::string(100, 'a')); }, SC::INVALID_ARGUMENT,
+       "over the limit of 64"},
+      {"unknown model", [](auto& r) { r.set_model("nope"); }, SC::NOT_FOUND, "holds: fake"},
+      {"max_new_tokens 0", [](auto& r) { r.mutable_options()->set_max_new_tokens(0); }, SC::INVALID_ARGUMENT,
+       "max_new_tokens must be at least 1"},
+      {"max_new_tokens absurd", [](auto& r) { r.mutable_options()->set_max_new_tokens(1000000); },
+       SC::INVALID_ARGUMENT, "at most 100"},
+      {"min over max",
+       [](auto& r) {
+         r.mutable_options()->set_max_new_tokens(5);
+         r.mutable_options()->set_min_new_tokens(6);
+       },
+       SC::INVALID_ARGUMENT, "min_new_tokens"},
+      {"num_beams 0", [](auto& r) { r.mutable_options()->set_num_beams(0); }, SC::INVALID_ARGUMENT,
+       "num_beams must be between 1 and 4"},
+      {"num_beams over cap", [](auto& r) { r.mutable_options()->set_num_beams(5); }, SC::INVALID_ARGUMENT,
+       "num_beams must be between 1 and 4"},
+      {"temperature 0 with sampling",
+       [](auto& r) {
+         r.mutable_options()->set_do_sample(true);
+         r.mutable_options()->set_temperature(0);
+       },
+       SC::INVALID_ARGUMENT, "temperature"},
+      {"top_p 0", [](auto& r) { r.mutable_options()->set_top_p(0); }, SC::INVALID_ARGUMENT, "top_p must be in (0, 1]"},
+      {"top_p over 1", [](auto& r) { r.mutable_options()->set_top_p(1.5f); }, SC::INVALID_ARGUMENT, "top_p"},
+      {"negative top_k", [](auto& r) { r.mutable_options()->set_top_k(-1); }, SC::INVALID_ARGUMENT, "top_k"},
+      {"negative repetition penalty", [](auto& r) { r.mutable_options()->set_repetition_penalty(-1); },
+       SC::INVALID_ARGUMENT, "repetition_penalty must be > 0"},
+      {"negative no_repeat_ngram_size", [](auto& r) { r.mutable_options()->set_no_repeat_ngram_size(-2); },
+       SC::INVALID_ARGUMENT, "no_repeat_ngram_size"},
+      {"expected_length 0", [](auto& r) { r.mutable_options()->set_expected_length(0); }, SC::INVALID_ARGUMENT,
+       "expected_length must be between 1 and 400"},
+      {"expected_length huge", [](auto& r) { r.mutable_options()->set_expected_length(401); },
+       SC::INVALID_ARGUMENT, "expected_length"},
+      {"beam sampling",
+       [](auto& r) {
+         r.mutable_options()->set_do_sample(true);
+         r.mutable_options()->set_num_beams(2);
+       },
+       SC::INVALID_ARGUMENT, "beam sampling"},
+  };
+  for (const auto& c : cases) {
+    auto req = make_request("a perfectly fine document");
+    c.edit(req);
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    const auto st = server.stub().Summarize(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), c.code) << c.name << ": " << st.error_message();
+    EXPECT_NE(st.error_message().find(c.hint), std::string::npos) << c.name << ": " << st.error_message();
+    // The streaming call validates the same way.
+    grpc::ClientContext sctx;
+    auto reader = server.stub().SummarizeStream(&sctx, req);
+    v1::SummarizeStreamResponse msg;
+    EXPECT_FALSE(reader->Read(&msg)) << c.name;
+    EXPECT_EQ(reader->Finish().error_code(), c.code) << c.name;
+  }
+  // Deadline already expired when the call is made.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() - 1s);
+  v1::SummarizeResponse resp;
+  EXPECT_EQ(server.stub().Summarize(&ctx, make_request("fine"), &resp).error_code(), SC::DEADLINE_EXCEEDED);
+  // And the server still works.
+  grpc::ClientContext ok;
+  EXPECT_TRUE(server.stub().Summarize(&ok, make_request("fine"), &resp).ok());
+}
+
+TEST(Validation, Utf8Checker) {
+  using server::is_valid_utf8;
+  EXPECT_TRUE(is_valid_utf8("plain ascii"));
+  EXPECT_TRUE(is_valid_utf8("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"));
+  EXPECT_FALSE(is_valid_utf8("\xFF"));
+  EXPECT_FALSE(is_valid_utf8("\xC3"));              // truncated
+  EXPECT_FALSE(is_valid_utf8("\xC0\xAF"));          // overlong '/'
+  EXPECT_FALSE(is_valid_utf8("\xED\xA0\x80"));      // surrogate
+  EXPECT_FALSE(is_valid_utf8("\xF4\x90\x80\x80"));  // > U+10FFFF
+  EXPECT_THROW(server::validate_document("ok \xFF"), server::RequestError);
+  try {
+    server::validate_document("ok \xFF");
+  } catch (const server::RequestError& e) {
+    EXPECT_EQ(e.code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find("byte offset 3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Validation, DefaultsComeFromTheModelConfig) {
+  ModelConfig config;
+  config.max_length = 62;
+  config.min_length = 11;
+  config.num_beams = 4;
+  config.length_penalty = 2.0;
+  config.no_repeat_ngram_size = 3;
+  config.early_stopping = true;
+  config.decoder_start_token_id = 2;
+  config.eos_token_id = 1;
+  server::ServiceLimits limits;
+  const auto r = server::resolve_options({}, config, limits);
+  EXPECT_EQ(r.options.max_new_tokens, 61);
+  EXPECT_EQ(r.options.min_new_tokens, 10);
+  EXPECT_EQ(r.options.num_beams, 4);
+  EXPECT_DOUBLE_EQ(r.options.length_penalty, 2.0);
+  EXPECT_EQ(r.options.no_repeat_ngram_size, 3);
+  EXPECT_TRUE(r.options.early_stopping);
+  EXPECT_EQ(r.options.decoder_start_token_id, 2);
+  EXPECT_EQ(r.expected_length, 61);
+  v1::GenerationOptions p;
+  p.set_num_beams(1);
+  p.set_max_new_tokens(20);
+  p.set_expected_length(50);
+  const auto q = server::resolve_options(p, config, limits);
+  EXPECT_EQ(q.options.num_beams, 1);
+  EXPECT_EQ(q.options.max_new_tokens, 20);
+  EXPECT_EQ(q.options.min_new_tokens, 10);
+  EXPECT_EQ(q.expected_length, 50);
+}
+
+}  // namespace
+}  // namespace srformer::testing
