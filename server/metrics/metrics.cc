@@ -1,6 +1,5 @@
 #include "server/metrics/metrics.h"
 
-#include <prometheus/exposer.h>
 #include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
 
@@ -8,6 +7,7 @@
 #include <stdexcept>
 
 #include "server/metrics/gpu_monitor.h"
+#include "server/metrics/http_exporter.h"
 #include "server/metrics/process_monitor.h"
 #include "server/metrics/torch_memory_sampler.h"
 
@@ -287,12 +287,11 @@ Metrics::Metrics(const std::string& listen_address, std::chrono::milliseconds sa
       process_monitor_(std::make_unique<ProcessMonitor>(*registry_, sample_interval)) {
   if (listen_address.empty()) return;
   try {
-    exposer_ = std::make_unique<prometheus::Exposer>(listen_address, /*num_threads=*/2);
+    exposer_ = std::make_unique<HttpExporter>(listen_address, [this] { return scrape_text(); });
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot serve metrics on '" + listen_address + "' (" + e.what() +
                              "); pass a free HOST:PORT with --metrics-listen");
   }
-  exposer_->RegisterCollectable(registry_);
   spdlog::info("metrics: serving Prometheus /metrics on {}", listen_address);
 }
 
@@ -335,7 +334,7 @@ std::string Metrics::scrape_text() const {
 }
 
 std::vector<int> Metrics::listening_ports() const {
-  return exposer_ ? exposer_->GetListeningPorts() : std::vector<int>{};
+  return exposer_ ? std::vector<int>{exposer_->port()} : std::vector<int>{};
 }
 
 }  // namespace srformer::server

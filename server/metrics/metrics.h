@@ -19,13 +19,10 @@
 #include <string>
 #include <vector>
 
-namespace prometheus {
-class Exposer;
-}
-
 namespace srformer::server {
 
 class GpuMonitor;
+class HttpExporter;
 class NvmlApi;
 class ProcessMonitor;
 class TorchMemorySampler;
@@ -172,7 +169,7 @@ class Metrics {
   std::unique_ptr<ProcessMonitor> process_monitor_;
   std::unique_ptr<GpuMonitor> gpu_monitor_;
   std::unique_ptr<TorchMemorySampler> torch_sampler_;
-  std::unique_ptr<prometheus::Exposer> exposer_;  // last: destroyed first, stops serving before metrics go
+  std::unique_ptr<HttpExporter> exposer_;  // last: destroyed first, stops serving before metrics go
 };
 
 }  // namespace srformer::server
