@@ -73,11 +73,13 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
 
 CrossAttention::Recurrent CrossAttention::recurrent_update(const torch::Tensor& kv, const torch::Tensor& keys,
                                                            const torch::Tensor& values, const torch::Tensor& mem,
-                                                           const torch::Tensor& seg, const torch::Tensor& enc_len) const {
+                                                           const torch::Tensor& seg, const torch::Tensor& enc_len,
+                                                           const torch::Tensor& rows) const {
   const auto win = segment_window(seg, enc_len, segment_size, 0, segment_size, keys.size(2));
   const auto w = win.valid.to(torch::kFloat32).view({seg.size(0), 1, -1, 1});
-  const auto ki = gather_rows(keys, win.idx).to(torch::kFloat32) * w;
-  const auto vi = gather_rows(values, win.idx).to(torch::kFloat32) * w;
+  // Read only the s rows of segment i of each changed row (never a copy of all k keys).
+  const auto ki = gather_rows(keys, win.idx, rows).to(torch::kFloat32) * w;
+  const auto vi = gather_rows(values, win.idx, rows).to(torch::kFloat32) * w;
   auto ksvs = torch::matmul(ki.transpose(-1, -2), vi);
   if (kv_clamp) ksvs = ksvs.clamp(-*kv_clamp, *kv_clamp);
   const auto p = kv - ksvs;
@@ -139,7 +141,7 @@ torch::Tensor CrossAttention::forward(const torch::Tensor& x, const LayerState& 
     for (int64_t t = 0; t < Q; ++t) {
       const auto ch = changed.select(1, t);
       if (ch.any().item<bool>()) {
-        const auto upd = recurrent_update(ls.kv, ls.cross_k, ls.cross_v, mem, seg.select(1, t), enc_len);
+        const auto upd = recurrent_update(ls.kv, ls.cross_k, ls.cross_v, mem, seg.select(1, t), enc_len, {});
         const auto sel = ch.view({B, 1, 1, 1});
         mem = torch::where(sel, upd.mem, mem);
         recur = torch::where(sel, upd.out, recur);
@@ -186,9 +188,9 @@ torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const
     const auto rows = changed.nonzero().view(-1);
     if (rows.numel() > 0) {
       // Only rows whose segment changed pay for K_i^T V_i and the RAF step.
-      const auto upd = recurrent_update(ls.kv.index_select(0, rows), ls.cross_k.index_select(0, rows),
-                                        ls.cross_v.index_select(0, rows), ls.mem.index_select(0, rows),
-                                        seg.index_select(0, rows), enc_len.index_select(0, rows));
+      const auto upd = recurrent_update(ls.kv.index_select(0, rows), ls.cross_k, ls.cross_v,
+                                        ls.mem.index_select(0, rows), seg.index_select(0, rows),
+                                        enc_len.index_select(0, rows), rows);
       ls.mem = ls.mem.index_copy(0, rows, upd.mem);
       ls.recur = ls.recur.index_copy(0, rows, upd.out);
       if (fired != nullptr) *fired = fired->index_add(0, rows, upd.fired_count);

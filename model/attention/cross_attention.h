@@ -50,9 +50,11 @@ struct CrossAttention {
   struct Recurrent {
     torch::Tensor mem, out, fired_count;  // fired_count [n] float64
   };
-  // RAF update for rows whose segment is seg (kv [n,H,d,d], K/V [n,H,k,d], mem [n,H,d,d]).
+  // RAF update of n rows whose segment is seg (kv, mem [n,H,d,d]); keys/values [B,H,k,d] hold every
+  // row of the batch and `rows` [n] picks the n (undefined: all rows, n == B).
   Recurrent recurrent_update(const torch::Tensor& kv, const torch::Tensor& keys, const torch::Tensor& values,
-                             const torch::Tensor& mem, const torch::Tensor& seg, const torch::Tensor& enc_len) const;
+                             const torch::Tensor& mem, const torch::Tensor& seg, const torch::Tensor& enc_len,
+                             const torch::Tensor& rows) const;
   // attn [B,H,q,d] (model dtype), qr = q R [B,H,q,d] fp32 -> the variant's output [B,H,q,d].
   torch::Tensor combine(const torch::Tensor& attn, const torch::Tensor& qr, const LayerState& ls) const;
   // Softmax part over the variant's keys; allowed [B,q,W] with keys/values [B,H,W,d].

@@ -21,7 +21,16 @@ SegmentWindow segment_window(const torch::Tensor& seg, const torch::Tensor& enc_
   return {idx.clamp(0, kmax - 1), valid};
 }
 
-torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& idx) {
+torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& batch_rows) {
+  if (batch_rows.defined()) {
+    // Flat row numbers into x viewed as [B*H*k, d]: one index_select reads exactly n*H*W rows.
+    const int64_t H = x.size(1);
+    const int64_t k = x.size(2);
+    const int64_t d = x.size(3);
+    const auto bh = batch_rows.view({-1, 1}) * H + torch::arange(H, batch_rows.options()).view({1, H});  // [n,H]
+    const auto flat = (bh * k).unsqueeze(2) + idx.unsqueeze(1);                                          // [n,H,W]
+    return x.contiguous().view({-1, d}).index_select(0, flat.view(-1)).view({flat.size(0), H, idx.size(1), d});
+  }
   const auto n = x.size(0);
   const auto h = x.size(1);
   const auto d = x.size(3);

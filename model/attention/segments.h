@@ -19,7 +19,8 @@ struct SegmentWindow {
 SegmentWindow segment_window(const torch::Tensor& seg, const torch::Tensor& enc_len, int64_t segment_size,
                              int64_t first_segment_offset, int64_t width, int64_t kmax);
 
-// Rows idx of x [n,H,k,d] per batch row -> [n,H,W,d].
-torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& idx);
+// Rows idx of x [n,H,k,d] per batch row -> [n,H,W,d]. With `batch_rows` [n] (defined), x is
+// [B,H,k,d] and row j of the result reads batch row batch_rows[j], touching only W keys.
+torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& batch_rows = {});
 
 }  // namespace srformer
