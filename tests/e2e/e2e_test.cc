@@ -121,7 +121,7 @@ TEST_F(EndToEnd, LoadGeneratorReportsThroughputAndLatency) {
 }
 
 TEST_F(EndToEnd, SigtermDrainsInFlightRequestsAndExitsZero) {
-  auto server = start({"--shutdown-grace-ms", "20000", "--max-batch-rows", "2"});
+  auto server = start({"--shutdown-grace-ms", "20000", "--max-batch-rows", "2", "--max-beams", "2"});
   // Enough queued work that some is in flight when the signal arrives.
   const std::string cmd = kClient + " --target " + server->target() +
                           " --load --concurrency 8 --requests 400 --json --max-new-tokens 64 --min-new-tokens 64 " +
