@@ -26,8 +26,8 @@ struct ClientOptions {
   // Load generator.
   bool load = false;
   int concurrency = 1;
-  int64_t requests = 0;    // total requests (0 = use duration)
-  double duration_s = 0;   // seconds (0 = use requests)
+  int64_t requests = 0;             // total requests (0 = use duration)
+  double duration_s = 0;            // seconds (0 = use requests)
   std::vector<std::string> inputs;  // files; "-" = stdin
 };
 

@@ -52,7 +52,8 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
       *req.mutable_options() = o.generation;
       req.set_truncation(o.truncation);
       grpc::ClientContext ctx;
-      if (o.deadline_ms > 0) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o.deadline_ms));
+      if (o.deadline_ms > 0)
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o.deadline_ms));
       const auto t0 = Clock::now();
       auto reader = stub->SummarizeStream(&ctx, req);
       v1::SummarizeStreamResponse msg;
@@ -109,8 +110,8 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
     const auto pct = [](const nlohmann::json& p) {
       if (p["p50"].is_null()) return std::string("n/a");
       char buf[128];
-      std::snprintf(buf, sizeof buf, "p50 %.1f  p90 %.1f  p99 %.1f ms", p["p50"].get<double>(),
-                    p["p90"].get<double>(), p["p99"].get<double>());
+      std::snprintf(buf, sizeof buf, "p50 %.1f  p90 %.1f  p99 %.1f ms", p["p50"].get<double>(), p["p90"].get<double>(),
+                    p["p99"].get<double>());
       return std::string(buf);
     };
     std::printf("requests: %lld ok, %lld failed in %.2f s (concurrency %d)\n", static_cast<long long>(totals.ok),

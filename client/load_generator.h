@@ -3,7 +3,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 #include <vector>
 

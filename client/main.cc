@@ -2,11 +2,10 @@
 // or generate load.
 #include <grpcpp/grpcpp.h>
 
-#include <nlohmann/json.hpp>
-
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "client/client_options.h"

@@ -1,11 +1,11 @@
 #pragma once
 // srformer-server configuration: command-line flags and an optional JSON file (flags override the file).
+#include <torch/types.h>
+
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include <torch/types.h>
 
 namespace srformer::server {
 

@@ -29,12 +29,12 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
   limits.max_queue = config.max_queue;
   limits.max_tokens_in_flight = config.max_tokens_in_flight;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  limits.threads = config.threads > 0 ? config.threads
-                                      : std::max(1, cores / std::max(1, static_cast<int>(models.size())));
+  limits.threads =
+      config.threads > 0 ? config.threads : std::max(1, cores / std::max(1, static_cast<int>(models.size())));
   for (auto& m : models) {
     ModelMetrics* mm = metrics ? &metrics->model(m.name) : nullptr;
-    models_.add(std::make_unique<Engine>(m.name, std::move(m.model), std::move(m.tokenizer), limits, mm,
-                                         searcher_factory));
+    models_.add(
+        std::make_unique<Engine>(m.name, std::move(m.model), std::move(m.tokenizer), limits, mm, searcher_factory));
   }
   ServiceLimits service_limits;
   service_limits.max_input_tokens = config.max_input_tokens;

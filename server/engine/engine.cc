@@ -35,9 +35,9 @@ struct Engine::Slot {
   IncrementalDetokenizer detok;
   const int64_t rows;
   int64_t budget = 0;
-  torch::Tensor next_tokens;       // [rows] int64, CPU
-  std::vector<int64_t> streamed;   // tokens emitted so far
-  std::vector<int32_t> segments;   // segment of each decoder step (same for all rows of a request)
+  torch::Tensor next_tokens;      // [rows] int64, CPU
+  std::vector<int64_t> streamed;  // tokens emitted so far
+  std::vector<int32_t> segments;  // segment of each decoder step (same for all rows of a request)
   Clock::time_point admitted_at;
   Clock::time_point decode_start;
   Clock::time_point last_token;
@@ -172,9 +172,9 @@ void Engine::run() {
     const auto now = Clock::now();
     for (auto& p : dropped) {
       RequestResult result;
-      result.outcome = shutdown_now                   ? RequestOutcome::kShutdown
-                       : p.request->expired(now)      ? RequestOutcome::kDeadlineExceeded
-                                                      : RequestOutcome::kCancelled;
+      result.outcome = shutdown_now              ? RequestOutcome::kShutdown
+                       : p.request->expired(now) ? RequestOutcome::kDeadlineExceeded
+                                                 : RequestOutcome::kCancelled;
       result.finish_reason = FinishReason::kCancelled;
       result.usage = p.request->usage;
       result.usage.queue_ms = ms_between(p.request->accepted_at, now);
@@ -255,8 +255,8 @@ void Engine::admit(std::vector<Pending> batch) {
   int64_t rows = 0;
   for (auto& p : batch) {
     auto slot = std::make_unique<Slot>(std::move(p), *tokenizer_);
-    slot->budget = slot->rows * (static_cast<int64_t>(slot->request->input_ids.size()) +
-                                 slot->request->options.max_new_tokens);
+    slot->budget =
+        slot->rows * (static_cast<int64_t>(slot->request->input_ids.size()) + slot->request->options.max_new_tokens);
     slot->next_tokens = torch::full({slot->rows}, slot->request->options.decoder_start_token_id, torch::kInt64);
     slot->admitted_at = start;
     slot->decode_start = encoded;
@@ -290,7 +290,7 @@ void Engine::drop_dead_slots() {
     const int64_t rows = slot->rows;
     const auto& req = *slot->request;
     if (req.cancelled() || req.expired(now)) {
-      const RequestOutcome outcome = req.expired(now)                      ? RequestOutcome::kDeadlineExceeded
+      const RequestOutcome outcome = req.expired(now)                     ? RequestOutcome::kDeadlineExceeded
                                      : (shutting_down && req.cancelled()) ? RequestOutcome::kShutdown
                                                                           : RequestOutcome::kCancelled;
       finish_slot(*slot, offset, outcome, FinishReason::kCancelled);

@@ -21,7 +21,7 @@ struct ServiceLimits {
   int64_t max_input_tokens = 0;       // 0 = each model's own limit
   int64_t max_new_tokens_cap = 1024;  // largest max_new_tokens a request may ask for
   int64_t max_beams = 8;
-  int64_t max_expected_length = 0;    // 0 = 4 * max_new_tokens_cap
+  int64_t max_expected_length = 0;  // 0 = 4 * max_new_tokens_cap
 };
 
 // An error to return to the client with this status code.

@@ -25,8 +25,8 @@ class SummarizerService final : public v1::Summarizer::CallbackService {
 
   grpc::ServerUnaryReactor* Summarize(grpc::CallbackServerContext* context, const v1::SummarizeRequest* request,
                                       v1::SummarizeResponse* response) override;
-  grpc::ServerWriteReactor<v1::SummarizeStreamResponse>* SummarizeStream(
-      grpc::CallbackServerContext* context, const v1::SummarizeRequest* request) override;
+  grpc::ServerWriteReactor<v1::SummarizeStreamResponse>* SummarizeStream(grpc::CallbackServerContext* context,
+                                                                         const v1::SummarizeRequest* request) override;
   grpc::ServerUnaryReactor* SummarizeBatch(grpc::CallbackServerContext* context,
                                            const v1::SummarizeBatchRequest* request,
                                            v1::SummarizeBatchResponse* response) override;

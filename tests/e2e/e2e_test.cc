@@ -2,11 +2,10 @@
 // binary and by an independent Python grpcio client through server reflection.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <nlohmann/json.hpp>
 
 #include "model/generation/generate.h"
 #include "model/seq2seq.h"
@@ -29,14 +28,15 @@ class EndToEnd : public ::testing::Test {
     work_ = new fs::path(fs::temp_directory_path() / "srformer_e2e");
     fs::create_directories(*work_);
     model_dir_ = new fs::path(make_tiny_t5_srformer(*work_ / "t5"));
-    for (int i = 0; i < 4; ++i) std::ofstream(*work_ / ("doc" + std::to_string(i) + ".txt")) << synthetic_text(2 + i, 50 + i);
+    for (int i = 0; i < 4; ++i)
+      std::ofstream(*work_ / ("doc" + std::to_string(i) + ".txt")) << synthetic_text(2 + i, 50 + i);
   }
   void SetUp() override {
     if (model_dir_->empty()) GTEST_SKIP() << "fixture t5-srformer not found";
   }
   std::unique_ptr<ServerProcess> start(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--model", "tiny=" + model_dir_->string(), "--listen", "127.0.0.1:0",
-                                     "--metrics-listen", ""};
+    std::vector<std::string> args = {
+        "--model", "tiny=" + model_dir_->string(), "--listen", "127.0.0.1:0", "--metrics-listen", ""};
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<ServerProcess>(kServer, args, (*work_ / "server.log").string());
   }
@@ -149,8 +149,8 @@ TEST_F(EndToEnd, PythonGrpcioClientThroughReflection) {
     GTEST_SKIP() << "python3-grpcio / python3-protobuf not installed (deploy/setup-deps.sh)";
   }
   auto server = start();
-  auto r = run_command("/usr/bin/python3 " + std::string(SRFORMER_SOURCE_DIR) + "/tests/e2e/python_reflection_client.py " +
-                       server->target() + " " + doc(2));
+  auto r = run_command("/usr/bin/python3 " + std::string(SRFORMER_SOURCE_DIR) +
+                       "/tests/e2e/python_reflection_client.py " + server->target() + " " + doc(2));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   const auto services = j["services"].get<std::vector<std::string>>();

@@ -1,10 +1,10 @@
 // srformer-server flags and config file: flags override the file, errors name what to fix.
+#include "server/config.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include "server/config.h"
 
 namespace srformer::server {
 namespace {

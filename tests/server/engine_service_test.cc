@@ -26,8 +26,8 @@ Hypothesis offline(const std::string& doc, int max_new, int beams, FakeModelOpti
   o.max_new_tokens = max_new;
   o.num_beams = beams;
   o = with_model_tokens(o, model.config());
-  const auto results =
-      generate(model, input, torch::ones_like(input), o, torch::full({1}, static_cast<int64_t>(max_new), torch::kInt64));
+  const auto results = generate(model, input, torch::ones_like(input), o,
+                                torch::full({1}, static_cast<int64_t>(max_new), torch::kInt64));
   return results.at(0).hypotheses.at(0);
 }
 
@@ -66,8 +66,8 @@ TEST(EngineService, UnaryGreedyAndBeamEqualOfflineGenerate) {
       EXPECT_GT(u.state_bytes(), 0);
       EXPECT_GT(u.raf_firing_rate(), 0.0);
       EXPECT_LT(u.raf_firing_rate(), 1.0);
-      EXPECT_EQ(resp.finish_reason(), ref.finish_reason == FinishReason::kEos ? v1::FINISH_REASON_EOS
-                                                                               : v1::FINISH_REASON_LENGTH);
+      EXPECT_EQ(resp.finish_reason(),
+                ref.finish_reason == FinishReason::kEos ? v1::FINISH_REASON_EOS : v1::FINISH_REASON_LENGTH);
     }
   }
 }

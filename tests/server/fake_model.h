@@ -36,7 +36,9 @@ class FakeTokenizer : public Tokenizer {
     if (token.size() == 1) return static_cast<unsigned char>(token[0]) + 3;
     return std::nullopt;
   }
-  std::string id_to_token(int64_t id) const override { return id >= 3 ? std::string(1, static_cast<char>(id - 3)) : ""; }
+  std::string id_to_token(int64_t id) const override {
+    return id >= 3 ? std::string(1, static_cast<char>(id - 3)) : "";
+  }
   bool is_special(int64_t id) const override { return id < 3; }
   std::optional<int64_t> bos_id() const override { return std::nullopt; }
   std::optional<int64_t> eos_id() const override { return 1; }
@@ -50,7 +52,7 @@ struct FakeModelOptions {
   int64_t max_input_tokens;
   int64_t segment_size;
   std::chrono::milliseconds step_delay;  // makes requests long-lived for cancellation tests
-  std::optional<int64_t> max_length;       // config generation defaults
+  std::optional<int64_t> max_length;     // config generation defaults
   std::optional<int64_t> num_beams;
   std::optional<std::string> prefix;
 };
@@ -127,8 +129,8 @@ class FakeModel : public Seq2SeqModel {
     // Self cache grows one slot per step (so state bytes grow); segment follows t * m / L.
     s.self_valid = torch::cat({s.self_valid, torch::ones({b, 1}, torch::kBool)}, 1);
     s.self_pos = torch::cat({s.self_pos, s.step.unsqueeze(1)}, 1);
-    s.segment = torch::minimum(torch::div(s.step * s.num_segments, s.expected_len.clamp_min(1), "floor"),
-                               s.num_segments - 1);
+    s.segment =
+        torch::minimum(torch::div(s.step * s.num_segments, s.expected_len.clamp_min(1), "floor"), s.num_segments - 1);
     s.raf_total += 10.0;
     s.raf_fired += ((sig + s.step) % 3).to(torch::kFloat64).unsqueeze(1);
     s.step += 1;

@@ -45,7 +45,8 @@ class TestServer {
 
   // Waits (up to `timeout`) until `pred(engine stats)` holds.
   template <typename Pred>
-  bool wait_for(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(10), const std::string& model = "") {
+  bool wait_for(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(10),
+                const std::string& model = "") {
     const auto end = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < end) {
       if (pred(engine(model).stats())) return true;

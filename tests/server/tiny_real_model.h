@@ -12,8 +12,8 @@
 namespace srformer::testing {
 
 inline std::string synthetic_text(int sentences, uint32_t seed) {
-  static const char* words[] = {"the", "cat", "sat", "on", "mat", "a", "dog", "ran", "to", "park", "red", "sun",
-                                "is", "hot", "and", "big", "tree", "fell", "in", "rain", "it", "was", "not", "old"};
+  static const char* words[] = {"the", "cat", "sat", "on",  "mat",  "a",    "dog", "ran",  "to", "park", "red", "sun",
+                                "is",  "hot", "and", "big", "tree", "fell", "in",  "rain", "it", "was",  "not", "old"};
   std::mt19937 rng(seed);
   std::string out;
   for (int s = 0; s < sentences; ++s) {

@@ -33,8 +33,8 @@ TEST(Validation, EveryBadInputIsRefusedWithAHelpfulMessage) {
       {"unknown model", [](auto& r) { r.set_model("nope"); }, SC::NOT_FOUND, "holds: fake"},
       {"max_new_tokens 0", [](auto& r) { r.mutable_options()->set_max_new_tokens(0); }, SC::INVALID_ARGUMENT,
        "max_new_tokens must be at least 1"},
-      {"max_new_tokens absurd", [](auto& r) { r.mutable_options()->set_max_new_tokens(1000000); },
-       SC::INVALID_ARGUMENT, "at most 100"},
+      {"max_new_tokens absurd", [](auto& r) { r.mutable_options()->set_max_new_tokens(1000000); }, SC::INVALID_ARGUMENT,
+       "at most 100"},
       {"min over max",
        [](auto& r) {
          r.mutable_options()->set_max_new_tokens(5);
@@ -60,8 +60,8 @@ TEST(Validation, EveryBadInputIsRefusedWithAHelpfulMessage) {
        SC::INVALID_ARGUMENT, "no_repeat_ngram_size"},
       {"expected_length 0", [](auto& r) { r.mutable_options()->set_expected_length(0); }, SC::INVALID_ARGUMENT,
        "expected_length must be between 1 and 400"},
-      {"expected_length huge", [](auto& r) { r.mutable_options()->set_expected_length(401); },
-       SC::INVALID_ARGUMENT, "expected_length"},
+      {"expected_length huge", [](auto& r) { r.mutable_options()->set_expected_length(401); }, SC::INVALID_ARGUMENT,
+       "expected_length"},
       {"beam sampling",
        [](auto& r) {
          r.mutable_options()->set_do_sample(true);
