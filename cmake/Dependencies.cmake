@@ -2,6 +2,9 @@
 set(_hint "Run deploy/setup-deps.sh (as root) to install the dependencies.")
 
 find_package(Threads REQUIRED)
+# gRPC and GTest compile their users with -pthread (_REENTRANT); glibc needs no flag, so Threads::Threads
+# adds none. Use it everywhere so the shared precompiled header matches every target.
+add_compile_options(-pthread)
 find_package(Torch REQUIRED)
 # Torch's exported flags add -D_GLIBCXX_USE_CXX11_ABI etc.; its include dirs are marked SYSTEM below.
 find_package(Protobuf REQUIRED)

@@ -8,12 +8,14 @@ int run_inspect(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);
 int run_init_model(const std::vector<std::string>& args);
 int run_summarize(const std::vector<std::string>& args);
+int run_convert(const std::vector<std::string>& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
       {"check-fixture", "replay a reference fixture directory and compare (JSON line last)", run_check_fixture},
       {"inspect", "print a model's config, parameter count and per-request state bytes", run_inspect},
       {"summarize", "summarize a document offline (same code path as the server)", run_summarize},
+      {"convert", "plain BART/T5 -> SRformer, or any model -> Hugging Face directory", run_convert},
       {"init-model", "write a random SRformer model with a SentencePiece tokenizer trained on a corpus",
        run_init_model},
       {"bench", "model benchmarks: encode/decode speed, cross-attention cost vs input length", run_bench},
