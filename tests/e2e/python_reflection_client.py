@@ -58,13 +58,13 @@ def read_varint(buf, i):
 
 def reflect(channel, requests):
     call = channel.stream_stream(REFLECTION, request_serializer=lambda b: b, response_deserializer=lambda b: b)
-    return list(call(iter(requests), timeout=10))
+    return list(call(iter(requests), timeout=60))
 
 
 def main():
     target, doc_file = sys.argv[1], sys.argv[2]
     channel = grpc.insecure_channel(target)
-    grpc.channel_ready_future(channel).result(timeout=10)
+    grpc.channel_ready_future(channel).result(timeout=60)  # generous: CI machines are shared
 
     # list_services (field 7) and file_containing_symbol (field 4).
     responses = reflect(channel, [field_bytes(7, b""), field_bytes(4, b"srformer.v1.Summarizer")])
