@@ -46,7 +46,9 @@ TEST(Raf, MatchesElementwiseTranscriptionOverSeveralSteps) {
       ASSERT_EQ(f.data_ptr<bool>()[i] ? 1 : 0, ref_fired[static_cast<size_t>(i)]);
       fired_count += ref_fired[static_cast<size_t>(i)];
     }
-    if (step > 0) EXPECT_GT(fired_count, 0) << "the test should exercise firing";
+    if (step > 0) {
+      EXPECT_GT(fired_count, 0) << "the test should exercise firing";
+    }
   }
 }
 
