@@ -25,7 +25,8 @@ const std::string kClient = std::string(SRFORMER_BIN_DIR) + "/srformer-client";
 class EndToEnd : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    work_ = new fs::path(fs::temp_directory_path() / "srformer_e2e");
+    // Per process: ctest runs these tests in parallel processes, each with its own server log.
+    work_ = new fs::path(fs::temp_directory_path() / ("srformer_e2e_" + std::to_string(::getpid())));
     fs::create_directories(*work_);
     model_dir_ = new fs::path(make_tiny_t5_srformer(*work_ / "t5"));
     for (int i = 0; i < 4; ++i)

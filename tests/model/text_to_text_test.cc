@@ -27,7 +27,7 @@ TEST(TextToText, TokenizeGenerateDetokenizeWithARealTokenizer) {
     }
   }
   train_sentencepiece("--input=" + corpus.string() + " --model_prefix=" + (dir.path() / "spiece").string() +
-                      " --vocab_size=200 --model_type=unigram --character_coverage=1.0 --pad_id=0 --eos_id=1"
+                      " --vocab_size=400 --hard_vocab_limit=false --model_type=unigram --character_coverage=1.0 --pad_id=0 --eos_id=1"
                       " --unk_id=2 --bos_id=-1 --byte_fallback=true --minloglevel=2");
   const auto tokenizer_probe = SentencePieceProcessor::load(dir.path() / "spiece.model");
   write_random_model(dir.path(),
