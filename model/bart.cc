@@ -18,8 +18,7 @@ struct BartEncoderLayer {
 };
 
 struct BartDecoderLayer {
-  SelfAttention self_attn;
-  CrossAttention cross_attn;
+  SelfAttention self_attn;  // cross-attention lives in cross_[i] (cross_layers())
   LayerNorm self_attn_norm, cross_attn_norm, final_norm;
   FeedForward ffn;
 };
@@ -87,7 +86,7 @@ class BartModel final : public EncoderDecoderModel {
       l.self_attn = attention(p + "self_attn.");
       l.self_attn_norm = LayerNorm::bind(w, p + "self_attn_layer_norm", D, c.layer_norm_eps, false);
       const auto x = attention(p + "encoder_attn.");
-      CrossAttention& ca = l.cross_attn;
+      CrossAttention ca;
       ca.q = x.q;
       ca.k = x.k;
       ca.v = x.v;
@@ -106,7 +105,7 @@ class BartModel final : public EncoderDecoderModel {
       l.cross_attn_norm = LayerNorm::bind(w, p + "encoder_attn_layer_norm", D, c.layer_norm_eps, false);
       l.ffn = ffn(p);
       l.final_norm = LayerNorm::bind(w, p + "final_layer_norm", D, c.layer_norm_eps, false);
-      cross_.push_back(l.cross_attn);
+      cross_.push_back(std::move(ca));
       decoder_.push_back(std::move(l));
     }
     binder.finish();
@@ -115,10 +114,6 @@ class BartModel final : public EncoderDecoderModel {
 
   EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) override {
     torch::NoGradGuard no_grad;
-    return encode_impl(input_ids, attention_mask);
-  }
-
-  EncoderOutput encode_impl(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) {
     check_tokens(input_ids, "input_ids");
     const auto ids = input_ids.to(device_, torch::kLong);
     const int64_t k = ids.size(1);
@@ -150,7 +145,7 @@ class BartModel final : public EncoderDecoderModel {
     for (size_t i = 0; i < decoder_.size(); ++i) {
       const auto& l = decoder_[i];
       h = l.self_attn_norm(h + ctx.self_attention(i, l.self_attn, h, bias));
-      h = l.cross_attn_norm(h + ctx.cross_attention(i, l.cross_attn, h));
+      h = l.cross_attn_norm(h + ctx.cross_attention(i, cross_[i], h));
       h = l.final_norm(h + l.ffn(h));
     }
     return (torch::linear(h, lm_head_) + final_logits_bias_).to(torch::kFloat32);

@@ -17,8 +17,7 @@ struct T5EncoderLayer {
 };
 
 struct T5DecoderLayer {
-  SelfAttention self_attn;
-  CrossAttention cross_attn;
+  SelfAttention self_attn;  // cross-attention lives in cross_[i] (cross_layers())
   LayerNorm self_attn_norm, cross_attn_norm, ffn_norm;
   FeedForward ffn;
 };
@@ -85,7 +84,7 @@ class T5Model final : public EncoderDecoderModel {
       l.self_attn = attention(p + "layer.0.SelfAttention.");
       l.self_attn_norm = norm(p + "layer.0.layer_norm");
       const auto x = attention(p + "layer.1.EncDecAttention.");
-      CrossAttention& ca = l.cross_attn;
+      CrossAttention ca;
       ca.q = x.q;
       ca.k = x.k;
       ca.v = x.v;
@@ -104,7 +103,7 @@ class T5Model final : public EncoderDecoderModel {
       l.cross_attn_norm = norm(p + "layer.1.layer_norm");
       l.ffn = ffn(p + "layer.2.DenseReluDense.");
       l.ffn_norm = norm(p + "layer.2.layer_norm");
-      cross_.push_back(l.cross_attn);
+      cross_.push_back(std::move(ca));
       decoder_.push_back(std::move(l));
     }
     dec_final_norm_ = norm("decoder.final_layer_norm");
@@ -137,7 +136,7 @@ class T5Model final : public EncoderDecoderModel {
     for (size_t i = 0; i < decoder_.size(); ++i) {
       const auto& l = decoder_[i];
       h = h + ctx.self_attention(i, l.self_attn, l.self_attn_norm(h), bias);
-      h = h + ctx.cross_attention(i, l.cross_attn, l.cross_attn_norm(h));
+      h = h + ctx.cross_attention(i, cross_[i], l.cross_attn_norm(h));
       h = h + l.ffn(l.ffn_norm(h));
     }
     h = dec_final_norm_(h);

@@ -57,8 +57,7 @@ struct CrossAttention {
                              const torch::Tensor& rows) const;
   // attn [B,H,q,d] (model dtype), qr = q R [B,H,q,d] fp32 -> the variant's output [B,H,q,d].
   torch::Tensor combine(const torch::Tensor& attn, const torch::Tensor& qr, const LayerState& ls) const;
-  // Softmax part over the variant's keys; allowed [B,q,W] with keys/values [B,H,W,d].
-  bool has_softmax() const;
+  bool has_softmax() const;  // false only for ablation I (recurrent term alone)
 };
 
 }  // namespace srformer
