@@ -148,7 +148,7 @@ class BartModel final : public EncoderDecoderModel {
       h = l.cross_attn_norm(h + ctx.cross_attention(i, cross_[i], h));
       h = l.final_norm(h + l.ffn(h));
     }
-    return (torch::linear(h, lm_head_) + final_logits_bias_).to(torch::kFloat32);
+    return (srformer::linear(h, lm_head_) + final_logits_bias_).to(torch::kFloat32);
   }
 
   const std::vector<CrossAttention>& cross_layers() const override { return cross_; }

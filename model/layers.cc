@@ -8,7 +8,17 @@
 
 namespace srformer {
 
-torch::Tensor Linear::operator()(const torch::Tensor& x) const { return torch::linear(x, weight, bias); }
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  const int64_t in = x.size(-1);
+  if (x.numel() != in || !x.device().is_cpu()) return torch::linear(x, weight, bias);
+  auto y = torch::mv(weight, x.reshape({in}));
+  if (bias.defined()) y = y + bias;
+  auto shape = x.sizes().vec();
+  shape.back() = weight.size(0);
+  return y.view(shape);
+}
+
+torch::Tensor Linear::operator()(const torch::Tensor& x) const { return linear(x, weight, bias); }
 
 Linear Linear::bind(ParamBinder& w, const std::string& prefix, int64_t out, int64_t in, bool with_bias) {
   Linear l;

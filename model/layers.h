@@ -1,12 +1,17 @@
 #pragma once
 // Small building blocks shared by BART and T5: projections, norms, activations, feed-forward.
-#include <string>
-
 #include <torch/types.h>
+
+#include <string>
 
 namespace srformer {
 
 class ParamBinder;
+
+// y = x Wᵀ + b. One row on the CPU (a batch-1 decode step) goes through a matrix-vector product:
+// OpenBLAS 0.3.21's sgemm packs the whole weight matrix on every call even for one row, which
+// doubles the memory traffic of a step that is memory-bound anyway.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
 
 struct Linear {
   torch::Tensor weight;  // [out, in]

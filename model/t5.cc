@@ -141,7 +141,7 @@ class T5Model final : public EncoderDecoderModel {
     }
     h = dec_final_norm_(h);
     if (config_.tie_word_embeddings) h = h * std::pow(static_cast<double>(config_.d_model), -0.5);
-    return torch::linear(h, lm_head_).to(torch::kFloat32);
+    return srformer::linear(h, lm_head_).to(torch::kFloat32);
   }
 
   const std::vector<CrossAttention>& cross_layers() const override { return cross_; }

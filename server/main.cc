@@ -6,6 +6,7 @@
 #include <iostream>
 #include <thread>
 
+#include "model/openmp_env.h"
 #include "server/config.h"
 #include "server/logging.h"
 #include "server/metrics/gpu_monitor.h"
@@ -44,7 +45,7 @@ int run(const ServerConfig& config) {
   }
   srformer::server::Server server(config, std::move(models), metrics.get());
   server.start();
-  spdlog::info("listening on {}", server.address());
+  spdlog::info("listening on {} (OpenMP wait policy: {})", server.address(), srformer::openmp_wait_policy());
 
   int sig = 0;
   sigwait(&signals, &sig);
@@ -71,6 +72,7 @@ int run(const ServerConfig& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  srformer::reexec_with_passive_openmp(argv);
   ServerConfig config;
   try {
     if (!srformer::server::parse_server_args(argc, argv, config)) return 0;

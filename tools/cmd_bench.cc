@@ -8,12 +8,13 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "model/attention/cross_attention.h"
 #include "model/attention/segments.h"
+#include "model/openmp_env.h"
 #include "model/random_model.h"
 #include "model/seq2seq.h"
 
@@ -32,12 +33,11 @@ struct BenchOptions {
   int64_t segment_size = 64;
   int64_t bart_input = 1024;
   bool quick = false;
+  std::string model;  // empty: all three decode models
   std::filesystem::path cache = std::filesystem::temp_directory_path() / "srformer-bench-models";
 };
 
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 void emit(const BenchOptions& o, const nlohmann::json& j, const std::string& human) {
   if (o.json) {
@@ -57,6 +57,7 @@ std::filesystem::path ensure_model(const BenchOptions& o, const std::string& nam
 }
 
 void bench_model(const BenchOptions& o, const std::string& name, const ModelConfig& c, int64_t k) {
+  if (!o.model.empty() && o.model != name) return;
   auto model = load_model(ensure_model(o, name, c));
   torch::NoGradGuard no_grad;
   for (const int64_t B : o.batches) {
@@ -72,9 +73,10 @@ void bench_model(const BenchOptions& o, const std::string& name, const ModelConf
     for (int64_t s = 0; s < o.steps; ++s) tok = model->step(st, tok).argmax(-1);
     const double step_ms = ms_since(t0) / static_cast<double>(o.steps);
     const double tps = 1000.0 * static_cast<double>(B) / step_ms;
-    nlohmann::json j{{"bench", "decode"}, {"model", name}, {"cross_attention", to_string(c.srformer.cross_attention)},
-                     {"input_tokens", k}, {"batch", B}, {"encode_ms", enc_ms}, {"step_ms", step_ms},
-                     {"tokens_per_s", tps}, {"state_bytes_per_request", st.bytes() / B}};
+    nlohmann::json j{
+        {"bench", "decode"},  {"model", name},       {"cross_attention", to_string(c.srformer.cross_attention)},
+        {"input_tokens", k},  {"batch", B},          {"encode_ms", enc_ms},
+        {"step_ms", step_ms}, {"tokens_per_s", tps}, {"state_bytes_per_request", st.bytes() / B}};
     std::ostringstream h;
     h << std::fixed << std::setprecision(2) << std::left << std::setw(26) << name << " k=" << std::setw(6) << k
       << " batch=" << std::setw(3) << B << " encode " << std::setw(9) << enc_ms << " ms  step " << std::setw(8)
@@ -156,6 +158,8 @@ int run_bench(const std::vector<std::string>& args) {
     };
     if (a == "--help" || a == "-h") {
       std::cout << "usage: srformer bench [--json] [--threads N] [--steps N] [--only decode|cross] [--quick]\n"
+                   "                       [--batch N[,N...]] [--model bart-base-srformer-s64|bart-base-full|\n"
+                   "                        t5-small-srformer-s64]\n"
                    "  Random weights in BART-base and T5-small shapes (cached under /tmp). Prints encoder time,\n"
                    "  decode step time and tokens/s at batch 1/8/32, per-step cross-attention time of full,\n"
                    "  segmented and srformer as k grows (1k/4k/16k) beside the paper's Table 1 ratio, and the\n"
@@ -174,12 +178,19 @@ int run_bench(const std::vector<std::string>& args) {
       o.quick = true;
       o.batches = {1, 8};
       o.steps = 4;
+    } else if (a == "--batch") {
+      o.batches.clear();
+      std::istringstream list(next());
+      for (std::string b; std::getline(list, b, ',');) o.batches.push_back(std::stoll(b));
+    } else if (a == "--model") {
+      o.model = next();
     } else {
       throw std::invalid_argument("unknown option '" + a + "' (see --help)");
     }
   }
   at::set_num_threads(o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency()));
-  std::cerr << "intra-op threads: " << at::get_num_threads() << "\n";
+  std::cerr << "intra-op threads: " << at::get_num_threads() << ", OpenMP wait policy: " << openmp_wait_policy()
+            << "\n";
   torch::manual_seed(0);
   if (only.empty() || only == "decode") {
     bench_model(o, "bart-base-srformer-s64", bart_base_config(CrossAttentionKind::kSrformer, 64), o.bart_input);

@@ -3,19 +3,22 @@
 #include <string>
 #include <vector>
 
+#include "model/openmp_env.h"
 #include "tools/commands.h"
 
 namespace {
 
 void usage(std::ostream& os) {
   os << "usage: srformer <command> [options]\n\ncommands:\n";
-  for (const auto& c : srformer::tools::commands()) os << "  " << c.name << std::string(16 - std::min<size_t>(15, c.name.size()), ' ') << c.summary << "\n";
+  for (const auto& c : srformer::tools::commands())
+    os << "  " << c.name << std::string(16 - std::min<size_t>(15, c.name.size()), ' ') << c.summary << "\n";
   os << "\nRun `srformer <command> --help` for a command's options.\n";
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  srformer::reexec_with_passive_openmp(argv);
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     usage(std::cout);
     return argc < 2 ? 2 : 0;

@@ -1,0 +1,46 @@
+// srformer::linear takes a matrix-vector path for one row on the CPU; it must agree with the
+// plain matrix product (computed here element by element in double) for every shape it sees.
+#include "model/layers.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace {
+
+torch::Tensor reference(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  auto y = torch::matmul(x.to(torch::kFloat64), w.to(torch::kFloat64).t());
+  if (b.defined()) y = y + b.to(torch::kFloat64);
+  return y;
+}
+
+TEST(Linear, OneRowMatchesMatrixProductInEveryShape) {
+  torch::manual_seed(3);
+  const auto w = torch::randn({37, 19});
+  const auto b = torch::randn({37});
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{19}, {1, 19}, {1, 1, 19}, {1, 1, 1, 19}}) {
+    const auto x = torch::randn(shape);
+    for (const bool with_bias : {false, true}) {
+      const auto bias = with_bias ? b : torch::Tensor();
+      const auto y = srformer::linear(x, w, bias);
+      auto expected_shape = shape;
+      expected_shape.back() = 37;
+      EXPECT_EQ(y.sizes().vec(), expected_shape);
+      EXPECT_TRUE(torch::allclose(y.to(torch::kFloat64), reference(x, w, bias), 1e-5, 1e-5));
+    }
+  }
+}
+
+TEST(Linear, ManyRowsAndNonContiguousInput) {
+  torch::manual_seed(4);
+  const auto w = torch::randn({11, 8});
+  const auto b = torch::randn({11});
+  const auto x = torch::randn({3, 5, 8});
+  EXPECT_TRUE(torch::allclose(srformer::linear(x, w, b).to(torch::kFloat64), reference(x, w, b), 1e-5, 1e-5));
+  // One row picked out of a larger tensor with a stride: the matrix-vector path must not read past it.
+  const auto wide = torch::randn({8, 4});
+  const auto col = wide.slice(1, 2, 3).t();  // [1, 8], stride 4
+  ASSERT_FALSE(col.is_contiguous());
+  EXPECT_TRUE(torch::allclose(srformer::linear(col, w, b).to(torch::kFloat64), reference(col, w, b), 1e-5, 1e-5));
+}
+
+}  // namespace
