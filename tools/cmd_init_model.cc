@@ -1,17 +1,42 @@
 // `srformer init-model`: writes a randomly initialised SRformer BART/T5 directory with a real
 // SentencePiece tokenizer trained on a corpus: the starting point for training, tests and the demo.
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "model/random_model.h"
+#include "model/tokenizer/byte_level_bpe.h"
 #include "model/tokenizer/sentencepiece_library.h"
 
 namespace srformer::tools {
 
+namespace {
+
+// A byte-level BPE tokenizer for a BART-shaped random model: BART's four specials, the 256 byte
+// symbols, no merges (every byte is a token), filler tokens up to vocab_size - 1 so that any id the
+// random LM head picks decodes, and <mask> last as in BART.
+void write_byte_level_tokenizer(const std::string& dir, int64_t vocab_size) {
+  nlohmann::json vocab = {{"<s>", 0}, {"<pad>", 1}, {"</s>", 2}, {"<unk>", 3}};
+  const auto symbols = byte_level_symbols();
+  int64_t id = 4;
+  for (const auto& sym : symbols) vocab[sym] = id++;
+  for (size_t a = 0; a < symbols.size() && id < vocab_size - 1; ++a) {
+    for (size_t b = 0; b < symbols.size() && id < vocab_size - 1; ++b) {
+      vocab[symbols[a] + symbols[b]] = id++;
+    }
+  }
+  vocab["<mask>"] = id;
+  std::ofstream(dir + "/vocab.json") << vocab.dump() << "\n";
+  std::ofstream(dir + "/merges.txt") << "#version: 0.2\n";
+}
+
+}  // namespace
+
 int run_init_model(const std::vector<std::string>& args) {
-  std::string out, corpus, arch = "t5", kind = "srformer";
+  std::string out, corpus, arch = "t5", kind = "srformer", shape = "tiny";
   int64_t segment = 16, vocab = 2000, seed = 1;
   int64_t d_model = 0;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -22,9 +47,12 @@ int run_init_model(const std::vector<std::string>& args) {
     };
     if (a == "--help" || a == "-h") {
       std::cout << "usage: srformer init-model --corpus TEXT_FILE [--arch t5] [--cross-attention srformer]\n"
-                   "                           [--segment-size 16] [--vocab 2000] [--d-model 32] [--seed 1] OUT_DIR\n"
+                   "                           [--segment-size 16] [--vocab 2000] [--d-model 32] [--seed 1]\n"
+                   "                           [--shape tiny|t5-small|bart-base] OUT_DIR\n"
                    "  Trains a SentencePiece tokenizer on TEXT_FILE (T5 conventions: pad 0, eos 1, unk 2) and\n"
-                   "  writes random weights: an untrained model whose output is not a summary.\n";
+                   "  writes random weights: an untrained model whose output is not a summary.\n"
+                   "  --shape t5-small / bart-base: the paper's base shapes (for load benchmarks); bart-base writes\n"
+                   "  a byte-level BPE tokenizer without merges (one token per byte) and needs no corpus.\n";
       return 0;
     }
     if (a == "--corpus") {
@@ -39,6 +67,8 @@ int run_init_model(const std::vector<std::string>& args) {
       vocab = std::stoll(next());
     } else if (a == "--d-model") {
       d_model = std::stoll(next());
+    } else if (a == "--shape") {
+      shape = next();
     } else if (a == "--seed") {
       seed = std::stoll(next());
     } else if (out.empty()) {
@@ -47,6 +77,19 @@ int run_init_model(const std::vector<std::string>& args) {
       throw std::invalid_argument("unexpected argument '" + a + "'");
     }
   }
+  if (shape != "tiny" && shape != "t5-small" && shape != "bart-base") {
+    throw std::invalid_argument("--shape must be tiny, t5-small or bart-base");
+  }
+  if (shape == "bart-base") {
+    if (out.empty()) throw std::invalid_argument("need OUT_DIR (see --help)");
+    std::filesystem::create_directories(out);
+    const auto c = bart_base_config(cross_attention_from_string(kind), segment);
+    write_byte_level_tokenizer(out, c.vocab_size);
+    write_random_model(out, c, static_cast<uint64_t>(seed));
+    std::cout << "wrote " << out << " (BART-base shape, vocab " << c.vocab_size << ", "
+              << to_string(c.srformer.cross_attention) << ", segment " << segment << ")\n";
+    return 0;
+  }
   if (out.empty() || corpus.empty()) throw std::invalid_argument("need --corpus FILE and OUT_DIR (see --help)");
   if (arch != "t5") throw std::invalid_argument("init-model writes T5-style models (SentencePiece); use --arch t5");
   std::filesystem::create_directories(out);
@@ -54,14 +97,19 @@ int run_init_model(const std::vector<std::string>& args) {
                       " --model_type=unigram --character_coverage=1.0 --pad_id=0 --eos_id=1 --unk_id=2 --bos_id=-1"
                       " --hard_vocab_limit=false --minloglevel=2");
   const auto sp = SentencePieceProcessor::load(out + "/spiece.model");
-  auto c = tiny_config(Architecture::kT5, cross_attention_from_string(kind), segment, sp.vocab_size() + 100);
+  auto c = shape == "t5-small" ? t5_small_config(cross_attention_from_string(kind), segment)
+                               : tiny_config(Architecture::kT5, cross_attention_from_string(kind), segment);
+  // + T5's <extra_id_N> sentinels; the t5-small shape keeps T5's 32128 embedding rows (the LM head's
+  // real cost) even past a smaller tokenizer, whose vocabulary bounds generation.
+  c.vocab_size = std::max<int64_t>(sp.vocab_size() + 100, shape == "t5-small" ? c.vocab_size : 0);
   if (d_model > 0) {
     c.d_model = d_model;
     c.head_dim = d_model / c.num_heads;
     c.d_ff = 2 * d_model;
   }
   write_random_model(out, c, static_cast<uint64_t>(seed));
-  std::ofstream(out + "/tokenizer_config.json") << R"({"extra_ids": 100, "model_max_length": 16384})" << "\n";
+  std::ofstream(out + "/tokenizer_config.json") << R"({"extra_ids": 100, "model_max_length": 16384})"
+                                                << "\n";
   std::cout << "wrote " << out << " (vocab " << c.vocab_size << ", " << to_string(c.srformer.cross_attention)
             << ", segment " << segment << ")\n";
   return 0;

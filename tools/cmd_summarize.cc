@@ -109,8 +109,9 @@ int run_summarize(const std::vector<std::string>& args) {
   bool truncated = false;
   if (original > c.max_input_tokens) {
     if (!truncate) {
-      throw std::invalid_argument("the document has " + std::to_string(original) + " tokens, over the model's limit of " +
-                                  std::to_string(c.max_input_tokens) + "; pass --truncate to cut it");
+      throw std::invalid_argument("the document has " + std::to_string(original) +
+                                  " tokens, over the model's limit of " + std::to_string(c.max_input_tokens) +
+                                  "; pass --truncate to cut it");
     }
     const auto last = ids.back();
     ids.resize(static_cast<size_t>(c.max_input_tokens));
@@ -120,7 +121,8 @@ int run_summarize(const std::vector<std::string>& args) {
 
   GenerationOptions o;
   o.max_new_tokens = max_new.value_or(c.max_length ? std::max<int64_t>(1, *c.max_length - 1) : 128);
-  o.min_new_tokens = min_new.value_or(std::min(o.max_new_tokens, c.min_length ? std::max<int64_t>(0, *c.min_length - 1) : 0));
+  o.min_new_tokens =
+      min_new.value_or(std::min(o.max_new_tokens, c.min_length ? std::max<int64_t>(0, *c.min_length - 1) : 0));
   o.num_beams = beams.value_or(c.num_beams.value_or(1));
   o.length_penalty = length_penalty.value_or(c.length_penalty.value_or(1.0));
   o.early_stopping = early.value_or(c.early_stopping.value_or(false));
@@ -132,6 +134,7 @@ int run_summarize(const std::vector<std::string>& args) {
   o.seed = seed;
   o.repetition_penalty = rep.value_or(1.0);
   o = with_model_tokens(o, c);
+  o.vocab_limit = tokenizer->vocab_size();
   validate(o);
 
   const auto input = torch::tensor(ids, torch::kLong).view({1, -1});

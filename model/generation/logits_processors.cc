@@ -141,6 +141,9 @@ void process_logits(const GenerationOptions& options, const std::vector<TokenHis
   if (options.repetition_penalty != 1.0) apply_repetition_penalty(scores, histories, options.repetition_penalty);
   if (options.no_repeat_ngram_size > 0) apply_no_repeat_ngram(scores, histories, options.no_repeat_ngram_size);
   apply_min_length(scores, cur_len, options.min_new_tokens + 1, options.eos_token_id);
+  if (options.vocab_limit > 0 && options.vocab_limit < scores.size(1)) {
+    scores.narrow(1, options.vocab_limit, scores.size(1) - options.vocab_limit).fill_(kNegInf);
+  }
   if (options.forced_bos_token_id && cur_len == 1) apply_forced_token(scores, *options.forced_bos_token_id);
   if (options.forced_eos_token_id && cur_len == max_length - 1) {
     apply_forced_token(scores, *options.forced_eos_token_id);

@@ -19,6 +19,10 @@ void validate(const GenerationOptions& o) {
     reject("max_new_tokens is " + to_string(o.max_new_tokens) + "; set it between 1 and " +
            to_string(kMaxNewTokensLimit));
   }
+  if (o.vocab_limit < 0 || (o.vocab_limit > 0 && o.eos_token_id >= o.vocab_limit)) {
+    reject("vocab_limit is " + to_string(o.vocab_limit) + " but EOS is id " + to_string(o.eos_token_id) +
+           "; the tokenizer does not match the model");
+  }
   if (o.min_new_tokens < 0 || o.min_new_tokens > o.max_new_tokens) {
     reject("min_new_tokens is " + to_string(o.min_new_tokens) + "; set it between 0 and max_new_tokens (" +
            to_string(o.max_new_tokens) + ")");

@@ -10,16 +10,16 @@ inline constexpr int64_t kMaxNewTokensLimit = 4096;
 inline constexpr int64_t kMaxNumBeams = 64;
 
 struct GenerationOptions {
-  int64_t max_new_tokens = 128;     // tokens after decoder_start (HF max_length - 1)
-  int64_t min_new_tokens = 0;       // EOS is suppressed before this many new tokens
+  int64_t max_new_tokens = 128;  // tokens after decoder_start (HF max_length - 1)
+  int64_t min_new_tokens = 0;    // EOS is suppressed before this many new tokens
   int64_t num_beams = 1;
   double length_penalty = 1.0;
   bool early_stopping = false;
   int64_t num_return_sequences = 1;
   bool do_sample = false;
   double temperature = 1.0;
-  int64_t top_k = 0;                // 0 = off
-  double top_p = 1.0;               // 1 = off
+  int64_t top_k = 0;   // 0 = off
+  double top_p = 1.0;  // 1 = off
   uint64_t seed = 0;
   int64_t no_repeat_ngram_size = 0;
   double repetition_penalty = 1.0;
@@ -30,6 +30,9 @@ struct GenerationOptions {
   int64_t decoder_start_token_id = 0;
   int64_t eos_token_id = 1;
   int64_t pad_token_id = 0;
+  // Ids at or above this are never generated (0 = no limit): the tokenizer's vocabulary size, since a
+  // model's embedding may have rows past it that no text stands for (T5: 32128 rows, 32100 tokens).
+  int64_t vocab_limit = 0;
 };
 
 // Throws std::invalid_argument with a message that says what to fix.

@@ -27,6 +27,10 @@ struct MatchDataDeleter {
   void operator()(pcre2_match_data* m) const { pcre2_match_data_free(m); }
 };
 
+uint64_t pair_key(int64_t a, int64_t b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); }
+
+}  // namespace
+
 // GPT-2's reversible byte -> code point map: printable Latin-1 bytes map to themselves, the rest to
 // U+0100 onwards, so every byte string becomes printable text without spaces or control characters.
 std::array<char32_t, 256> byte_to_code_point() {
@@ -38,9 +42,12 @@ std::array<char32_t, 256> byte_to_code_point() {
   return map;
 }
 
-uint64_t pair_key(int64_t a, int64_t b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); }
-
-}  // namespace
+std::array<std::string, 256> byte_level_symbols() {
+  const auto cps = byte_to_code_point();
+  std::array<std::string, 256> symbols;
+  for (int b = 0; b < 256; ++b) utf8::append(symbols[b], cps[b]);
+  return symbols;
+}
 
 struct ByteLevelBpeTokenizer::Impl {
   std::unordered_map<std::string, int64_t> vocab;

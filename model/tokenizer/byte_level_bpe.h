@@ -1,6 +1,7 @@
 #pragma once
 // Byte-level BPE (GPT-2 / RoBERTa / BART): bytes mapped to printable code points, GPT-2's
 // pre-tokenization regex, merges applied by rank. Encode wraps the ids in <s> ... </s> (BART).
+#include <array>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -12,6 +13,11 @@
 #include "model/tokenizer/tokenizer.h"
 
 namespace srformer {
+
+// GPT-2's reversible byte -> code point map (printable Latin-1 bytes stand for themselves, the
+// rest move to U+0100 onwards), and each byte's symbol as UTF-8 text: the alphabet of vocab.json.
+std::array<char32_t, 256> byte_to_code_point();
+std::array<std::string, 256> byte_level_symbols();
 
 struct ByteLevelBpeConfig {
   std::unordered_map<std::string, int64_t> vocab;           // byte-level token string -> id

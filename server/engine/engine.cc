@@ -111,7 +111,15 @@ void Engine::stop() {
     cancel_all_ = true;
   }
   wake_.notify_one();
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  thread_.join();
+  const EngineStats s = stats();
+  if (s.steps > 0 && s.step_seconds > 0) {
+    spdlog::info(
+        "model '{}': {} decode steps, {:.3f} s in steps, {:.3f} s in the model's step: engine overhead {:.2f}% "
+        "of step time",
+        name_, s.steps, s.step_seconds, s.model_seconds, 100.0 * (s.step_seconds - s.model_seconds) / s.step_seconds);
+  }
 }
 
 EngineStats Engine::stats() const {
@@ -318,9 +326,11 @@ void Engine::step() {
   for (const auto& slot : slots_) inputs.push_back(slot->next_tokens);
   torch::Tensor logits;
   torch::Tensor segment;
+  double model_seconds = 0;
   try {
     logits = model_->step(state_, torch::cat(inputs).to(device_));
-    segment = state_.segment.defined() ? state_.segment.to(torch::kCPU) : torch::Tensor();
+    segment = state_.segment.defined() ? state_.segment.to(torch::kCPU) : torch::Tensor();  // syncs the device
+    model_seconds = ms_between(start, Clock::now()) / 1000.0;
   } catch (const std::exception& e) {
     spdlog::error("model '{}': decoder step over {} rows failed: {}", name_, state_.batch_size(), e.what());
     fail_all(std::string("decoder step failed: ") + e.what());
@@ -415,12 +425,12 @@ void Engine::step() {
       if (reordered) state_.compact();
     }
   }
-  if (metrics_) {
-    metrics_->on_step(static_cast<uint64_t>(rows_before), ms_between(start, Clock::now()) / 1000.0,
-                      static_cast<uint64_t>(new_tokens));
-  }
+  const double step_seconds = ms_between(start, Clock::now()) / 1000.0;
+  if (metrics_) metrics_->on_step(static_cast<uint64_t>(rows_before), step_seconds, static_cast<uint64_t>(new_tokens));
   std::lock_guard lock(mu_);
   ++stats_.steps;
+  stats_.step_seconds += step_seconds;
+  stats_.model_seconds += model_seconds;
 }
 
 void Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome outcome, FinishReason reason) {

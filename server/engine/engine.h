@@ -38,6 +38,10 @@ struct EngineStats {
   int64_t state_bytes = 0;  // DecoderState bytes held after the last iteration
   int64_t steps = 0;        // decoder steps run so far
   int64_t max_live_rows = 0;
+  // Wall time of decode iterations, and the part of it spent in the model's step (the rest is
+  // the engine's own per-step work: search, streaming, state reordering).
+  double step_seconds = 0;
+  double model_seconds = 0;
 };
 
 // Thrown by submit(); the service maps them to RESOURCE_EXHAUSTED / UNAVAILABLE.

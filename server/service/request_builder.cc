@@ -220,6 +220,7 @@ std::shared_ptr<Request> build_request(const v1::SummarizeRequest& in, const Eng
   req->deadline = deadline;
   const std::string text = config.summarization_prefix ? *config.summarization_prefix + in.document() : in.document();
   req->input_ids = engine.tokenizer().encode(text);
+  req->options.vocab_limit = engine.tokenizer().vocab_size();
   const int64_t limit = effective_max_input_tokens(config, limits);
   const int64_t n = static_cast<int64_t>(req->input_ids.size());
   req->usage.original_input_tokens = n;

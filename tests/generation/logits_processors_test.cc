@@ -82,6 +82,20 @@ TEST(ProcessLogitsTest, MinNewTokensSuppressesEosUntilEnoughTokens) {
   }
 }
 
+TEST(ProcessLogitsTest, IdsPastTheTokenizerVocabularyAreNeverChosen) {
+  GenerationOptions options;
+  options.vocab_limit = 6;  // a model with 8 embedding rows, a tokenizer with 6 tokens
+  auto scores = torch::tensor({{0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 9.0f, 8.0f}});
+  process_logits(options, {{0}}, scores);
+  EXPECT_EQ(scores.argmax(-1).item<int64_t>(), 5);
+  EXPECT_TRUE(std::isinf(scores[0][6].item<float>()) && std::isinf(scores[0][7].item<float>()));
+  EXPECT_FLOAT_EQ(scores[0][5].item<float>(), 0.6f);
+  auto same = torch::tensor({{0.1f, 9.0f}});
+  options.vocab_limit = 2;  // no rows past the vocabulary: nothing changes
+  process_logits(options, {{0}}, same);
+  EXPECT_FLOAT_EQ(same[0][1].item<float>(), 9.0f);
+}
+
 TEST(ProcessLogitsTest, ForcedBosAtTheFirstStepOnly) {
   GenerationOptions options;
   options.forced_bos_token_id = 3;

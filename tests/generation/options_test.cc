@@ -49,6 +49,8 @@ TEST(ValidateTest, AcceptsDefaultsAndTypicalSettings) {
 
 TEST(ValidateTest, RejectsEachBadOptionWithItsName) {
   expect_rejected([](auto& o) { o.max_new_tokens = 0; }, "max_new_tokens");
+  expect_rejected([](auto& o) { o.vocab_limit = -1; }, "vocab_limit");
+  expect_rejected([](auto& o) { o.vocab_limit = 1; }, "vocab_limit");  // EOS (id 1) would be banned
   expect_rejected([](auto& o) { o.max_new_tokens = kMaxNewTokensLimit + 1; }, "max_new_tokens");
   expect_rejected([](auto& o) { o.min_new_tokens = -1; }, "min_new_tokens");
   expect_rejected([](auto& o) { o.min_new_tokens = o.max_new_tokens + 1; }, "min_new_tokens");

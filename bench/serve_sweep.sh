@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Serving benchmark, side by side in one run: random-weight models in T5-small and BART-base shapes
+# (written once under $CACHE), each served by srformer-server and loaded by srformer-client --load at
+# 1/4/16/32/64 concurrent streams. Prints one JSON line per level, the throughput ratio of each level
+# to one stream, and the engine's per-step overhead outside the model (from the server's shutdown log).
+#   bench/serve_sweep.sh [BUILD_DIR]   env: LEVELS="1 4 16 32 64" REQUESTS=32 NEW_TOKENS=32 THREADS=2
+#                                           SHAPES="t5-small bart-base" DOC=FILE (default: the first
+#                                           1500 bytes of docs/ARCHITECTURE.md; over-long input is truncated)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+cache=${CACHE:-/tmp/srformer-serve-bench}
+levels=${LEVELS:-1 4 16 32 64}
+mkdir -p "$cache"
+doc=${DOC:-$cache/document.txt}
+[ -n "${DOC:-}" ] || head -c 1500 "$root/docs/ARCHITECTURE.md" >"$doc"
+for shape in ${SHAPES:-t5-small bart-base}; do
+  model=$cache/$shape
+  if [ ! -f "$model/model.safetensors" ]; then
+    "$build/bin/srformer" init-model --shape "$shape" --corpus "$root/README.md" --vocab 8000 "$model" >&2
+  fi
+  log=$(mktemp)
+  "$build/bin/srformer-server" --model "$shape=$model" --listen 127.0.0.1:0 --metrics-listen "" \
+    --threads "${THREADS:-2}" --max-batch-rows 64 --max-queue 256 2>"$log" &
+  pid=$!
+  for _ in $(seq 600); do
+    grep -q "listening on" "$log" && break
+    kill -0 $pid 2>/dev/null || { cat "$log" >&2; exit 1; }
+    sleep 0.1
+  done
+  target=$(grep -o 'listening on [^ ]*' "$log" | awk '{print $3}')
+  single=""
+  for c in $levels; do
+    n=$(( c > ${REQUESTS:-32} ? c : ${REQUESTS:-32} ))
+    line=$("$build/bin/srformer-client" --target "$target" --model "$shape" --load --json --concurrency "$c" \
+      --requests "$n" --max-new-tokens "${NEW_TOKENS:-32}" --min-new-tokens "${NEW_TOKENS:-32}" --truncate "$doc")
+    tps=$(printf '%s' "$line" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens_per_s"])')
+    [ -n "$single" ] || single=$tps
+    ratio=$(/usr/bin/python3 -c "print(round($tps / $single, 2))")
+    echo "{\"model\": \"$shape\", \"vs_one_stream\": $ratio, \"load\": $line}"
+  done
+  kill -TERM $pid
+  wait $pid || true
+  grep -o "decode steps.*" "$log" | sed "s/^/$shape: /"
+  rm -f "$log"
+done
