@@ -17,7 +17,9 @@ doc=${DOC:-$cache/document.txt}
 for shape in ${SHAPES:-t5-small bart-base}; do
   model=$cache/$shape
   if [ ! -f "$model/model.safetensors" ]; then
-    "$build/bin/srformer" init-model --shape "$shape" --corpus "$root/README.md" --vocab 8000 "$model" >&2
+    cat "$root/README.md" "$root"/docs/*.md >"$cache/corpus.txt"
+    "$build/bin/srformer" init-model --shape "$shape" --corpus "$cache/corpus.txt" --vocab 4000 \
+      --segment-size 64 "$model" >&2
   fi
   log=$(mktemp)
   "$build/bin/srformer-server" --model "$shape=$model" --listen 127.0.0.1:0 --metrics-listen "" \

@@ -6,11 +6,13 @@
 #include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "model/generation/generate.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tests/e2e/process.h"
+#include "tests/metrics/scrape.h"
 #include "tests/server/tiny_real_model.h"
 
 namespace srformer::testing {
@@ -164,6 +166,126 @@ TEST_F(EndToEnd, PythonGrpcioClientThroughReflection) {
   EXPECT_EQ(j["stream"]["text"], j["unary"]["summary"]);
   EXPECT_EQ(j["stream"]["final_summary"], j["unary"]["summary"]);
   EXPECT_EQ(j["whitespace_error"]["code"], "INVALID_ARGUMENT");
+}
+
+// The metrics port the server logged ("metrics on HOST:PORT/metrics"); 0 when absent.
+int metrics_port(const ServerProcess& server) {
+  std::smatch m;
+  const std::string log = server.log();
+  static const std::regex re("metrics on [^ ]*:([0-9]+)/metrics");
+  return std::regex_search(log, m, re) ? std::stoi(m[1]) : 0;
+}
+
+// A free loopback port (bound, read, released).
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  close(fd);
+  return ok ? ntohs(addr.sin_port) : 0;
+}
+
+// Polls `probe` every 100 ms until it returns true or `timeout` passes.
+template <typename Probe>
+bool eventually(Probe probe, std::chrono::seconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (probe()) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return probe();
+}
+
+TEST_F(EndToEnd, MetricsOfARunningServerFollowRealRequests) {
+  namespace scrape = server::testing;
+  auto server = start({"--metrics-listen", "127.0.0.1:0"});
+  const int port = metrics_port(*server);
+  ASSERT_GT(port, 0) << server->log();
+  const scrape::LabelSet ok{{"model", "tiny"}, {"method", "SummarizeStream"}, {"code", "OK"}};
+  const scrape::LabelSet tiny{{"model", "tiny"}};
+  auto body = [&] { return scrape::http_body(scrape::http_get(port, "/metrics")); };
+  EXPECT_EQ(scrape::sample(body(), "srformer_requests_total", ok).value_or(0), 0);
+
+  // Six streamed requests of exactly 8 tokens each (min = max new tokens).
+  auto r = run_command(kClient + " --target " + server->target() + " --load --concurrency 3 --requests 6 --json" +
+                       " --max-new-tokens 8 --min-new-tokens 8 " + doc(0) + " " + doc(1));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_EQ(nlohmann::json::parse(r.out)["requests_ok"], 6);
+  std::string text;
+  ASSERT_TRUE(eventually(
+      [&] {
+        text = body();
+        return scrape::sample(text, "srformer_requests_total", ok).value_or(0) == 6;
+      },
+      10s))
+      << text;
+  EXPECT_EQ(scrape::sample(text, "srformer_generated_tokens_total", tiny), 48);
+  EXPECT_EQ(scrape::sample(text, "srformer_time_to_first_token_seconds_count", tiny), 6);
+  EXPECT_EQ(scrape::sample(text, "srformer_input_tokens_count", tiny), 6);
+  EXPECT_GT(scrape::sample(text, "srformer_decode_steps_total", tiny).value_or(0), 8);
+  // Every request has left: nothing in flight, per-request state back to its baseline of zero.
+  EXPECT_TRUE(eventually(
+      [&] {
+        text = body();
+        return scrape::sample(text, "srformer_requests_in_flight", tiny) == 0 &&
+               scrape::sample(text, "srformer_state_bytes", tiny) == 0;
+      },
+      10s))
+      << text;
+  std::string out;
+  if (scrape::have_program("promtool")) {
+    const auto file = *work_ / "scrape.prom";
+    std::ofstream(file) << text;
+    EXPECT_EQ(scrape::run_command("promtool check metrics < " + file.string(), out), 0) << out;
+  }
+}
+
+TEST_F(EndToEnd, RealPrometheusScrapesTheServer) {
+  namespace scrape = server::testing;
+  if (!scrape::have_program("prometheus")) {
+    GTEST_SKIP() << "prometheus not installed (Debian package `prometheus`, see deploy/setup-deps.sh)";
+  }
+  auto server = start({"--metrics-listen", "127.0.0.1:0"});
+  const int port = metrics_port(*server);
+  ASSERT_GT(port, 0) << server->log();
+  auto r = run_command(kClient + " --target " + server->target() + " --max-new-tokens 4 " + doc(3));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+
+  const auto dir = *work_ / "prometheus";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "prometheus.yml") << "global:\n  scrape_interval: 1s\nscrape_configs:\n"
+                                        << "  - job_name: srformer\n    static_configs:\n"
+                                        << "      - targets: ['127.0.0.1:" << port << "']\n";
+  const int web = free_port();
+  ASSERT_GT(web, 0);
+  // Prometheus logs to stderr; ServerProcess waits for a "listening on" line, so start it by hand.
+  const std::string cmd = "prometheus --config.file=" + (dir / "prometheus.yml").string() +
+                          " --storage.tsdb.path=" + (dir / "data").string() +
+                          " --web.listen-address=127.0.0.1:" + std::to_string(web) + " >" + (dir / "log").string() +
+                          " 2>&1 & echo $!";
+  const auto started = run_command(cmd);
+  const int pid = std::stoi(started.out);
+  auto query = [&](const std::string& q) {
+    return scrape::http_body(scrape::http_get(web, "/api/v1/query?query=" + q));
+  };
+  std::string answer;
+  // The server's unary request is counted; Prometheus sees the target up and the series with its labels.
+  const bool seen = eventually(
+      [&] {
+        answer = query("srformer_requests_total%7Bmethod%3D%22Summarize%22%2Ccode%3D%22OK%22%7D");
+        return answer.find("\"value\":[") != std::string::npos && answer.find("\"1\"]") != std::string::npos;
+      },
+      60s);
+  const std::string up = query("up%7Bjob%3D%22srformer%22%7D");
+  kill(pid, SIGTERM);  // not our child (started through the shell): wait until it is gone
+  eventually([&] { return kill(pid, 0) != 0; }, 10s);
+  EXPECT_TRUE(seen) << answer << "\n" << read((dir / "log").string());
+  EXPECT_NE(up.find("\"1\"]"), std::string::npos) << up;
 }
 
 TEST_F(EndToEnd, BadFlagsExplainThemselves) {
