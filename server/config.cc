@@ -64,6 +64,8 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
     c.max_beams = to_int(flag, value, 1);
   } else if (name == "max-tokens-in-flight") {
     c.max_tokens_in_flight = to_int(flag, value, 0);
+  } else if (name == "max-encode-tokens") {
+    c.max_encode_tokens = to_int(flag, value, 0);
   } else if (name == "max-message-bytes") {
     c.max_message_bytes = to_int(flag, value, 1024);
   } else if (name == "shutdown-grace-ms") {
@@ -103,6 +105,8 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
   --max-new-tokens-cap N      largest max_new_tokens a request may ask for (default 512)
   --max-beams N               largest num_beams a request may ask for (default 8)
   --max-tokens-in-flight N    admission budget: sum of rows*(input+max_new_tokens) (default unlimited)
+  --max-encode-tokens N       input tokens encoded per iteration while others decode; bounds the stall
+                              a burst of arrivals puts on running streams (default 2048; 0 = unlimited)
   --max-message-bytes N       largest request message accepted (default 4194304)
   --shutdown-grace-ms N       on SIGTERM/SIGINT, time given to in-flight requests (default 10000)
   --log-level LEVEL           trace|debug|info|warn|error (default info)

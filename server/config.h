@@ -31,6 +31,7 @@ struct ServerConfig {
   int64_t max_new_tokens_cap = 512;
   int64_t max_beams = 8;
   int64_t max_tokens_in_flight = 0;  // 0 = unlimited
+  int64_t max_encode_tokens = 2048;  // input tokens encoded per engine iteration; 0 = unlimited
   int64_t max_message_bytes = 4 << 20;
   int64_t shutdown_grace_ms = 10000;
   std::string log_level = "info";

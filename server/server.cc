@@ -28,6 +28,7 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
   limits.max_batch_rows = config.max_batch_rows;
   limits.max_queue = config.max_queue;
   limits.max_tokens_in_flight = config.max_tokens_in_flight;
+  limits.max_encode_tokens = config.max_encode_tokens;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   limits.threads =
       config.threads > 0 ? config.threads : std::max(1, cores / std::max(1, static_cast<int>(models.size())));

@@ -159,6 +159,7 @@ void Engine::run() {
         }
         int64_t rows = state_.batch_size();
         int64_t tokens = tokens_in_flight_;
+        int64_t encode_tokens = 0;
         while (!queue_.empty()) {
           const Pending& next = queue_.front();
           const int64_t r = next.searcher->num_rows();
@@ -166,8 +167,12 @@ void Engine::run() {
           const bool empty_batch = slots_.empty() && admitted.empty();
           if (!empty_batch && rows + r > limits_.max_batch_rows) break;
           if (!empty_batch && limits_.max_tokens_in_flight > 0 && tokens + b > limits_.max_tokens_in_flight) break;
+          const int64_t e = r * static_cast<int64_t>(next.request->input_ids.size());
+          if (!admitted.empty() && limits_.max_encode_tokens > 0 && encode_tokens + e > limits_.max_encode_tokens)
+            break;
           rows += r;
           tokens += b;
+          encode_tokens += e;
           admitted.push_back(std::move(queue_.front()));
           queue_.pop_front();
         }
@@ -231,6 +236,11 @@ void Engine::admit(std::vector<Pending> batch) {
   DecoderState joined;
   try {
     const EncoderOutput enc = model_->encode(ids.to(device_), mask.to(device_));
+    {
+      std::lock_guard lock(mu_);
+      ++stats_.encodes;
+      stats_.max_encoded_tokens = std::max(stats_.max_encoded_tokens, mask.sum().item<int64_t>());
+    }
     joined = model_->start(enc, expected.to(device_));
     if (static_cast<int64_t>(expand.size()) != n) {
       joined.select(torch::tensor(expand, torch::kInt64).to(device_));

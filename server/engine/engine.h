@@ -28,7 +28,11 @@ struct EngineLimits {
   int64_t max_batch_rows = 64;       // rows (beams count) decoded together
   int64_t max_tokens_in_flight = 0;  // sum over live requests of rows * (input + max_new_tokens); 0 = no limit
   int64_t max_queue = 256;           // requests waiting to be admitted
-  int threads = 0;                   // torch intra-op threads of the decode thread; 0 = leave as is
+  // Input tokens (rows * input length) encoded per iteration while other rows decode; an encoder
+  // call stalls every running stream, so a burst of arrivals is admitted over several steps.
+  // 0 = no limit. A request longer than this still gets in, alone.
+  int64_t max_encode_tokens = 0;
+  int threads = 0;  // torch intra-op threads of the decode thread; 0 = leave as is
 };
 
 struct EngineStats {
@@ -42,6 +46,8 @@ struct EngineStats {
   // the engine's own per-step work: search, streaming, state reordering).
   double step_seconds = 0;
   double model_seconds = 0;
+  int64_t encodes = 0;             // encoder calls (one per admitted batch)
+  int64_t max_encoded_tokens = 0;  // the largest encoder call, in input tokens (rows * length)
 };
 
 // Thrown by submit(); the service maps them to RESOURCE_EXHAUSTED / UNAVAILABLE.

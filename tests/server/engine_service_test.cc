@@ -234,6 +234,37 @@ TEST(EngineService, QueueFullIsResourceExhausted) {
   EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.queued == 0 && s.live_rows == 0; }));
 }
 
+TEST(EngineService, ABurstIsEncodedInChunksWhileOthersDecode) {
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 50ms}}};
+  so.config.max_encode_tokens = 50;  // two 19-token documents per encoder call, not three
+  TestServer server(so);
+  auto running = std::async(std::launch::async, [&server] {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    return server.stub().Summarize(&ctx, request(doc_of(7), 20, 1), &resp);
+  });
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
+  std::vector<std::future<std::pair<grpc::Status, v1::SummarizeResponse>>> burst;
+  for (int i = 0; i < 6; ++i) {
+    burst.push_back(std::async(std::launch::async, [&server, i] {
+      grpc::ClientContext ctx;
+      v1::SummarizeResponse resp;
+      auto st = server.stub().Summarize(&ctx, request("document number " + std::to_string(i) + ":", 6, 1), &resp);
+      return std::make_pair(st, resp);
+    }));
+  }
+  for (int i = 0; i < 6; ++i) {
+    auto [status, resp] = burst[i].get();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(ids_of(resp), offline("document number " + std::to_string(i) + ":", 6, 1).tokens);
+  }
+  EXPECT_TRUE(running.get().ok());
+  const auto stats = server.engine().stats();
+  EXPECT_LE(stats.max_encoded_tokens, 50);
+  EXPECT_GE(stats.encodes, 1 + 3);  // the running request, then at most two of the six per call
+}
+
 TEST(EngineService, GracefulShutdownFinishesInFlightAndRefusesNew) {
   FakeServerOptions so;
   so.models = {{"fake", FakeModelOptions{256, 4, 10ms}}};
