@@ -492,7 +492,12 @@ void Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome outcome,
       metrics_->on_cross_attention_kv(steps * s, steps * k);
     }
     if (state_.segment_switches.defined()) {
-      metrics_->on_segment_switches(static_cast<uint64_t>(state_.segment_switches[row_offset].item<int64_t>()));
+      const auto switches = static_cast<uint64_t>(state_.segment_switches[row_offset].item<int64_t>());
+      metrics_->on_segment_switches(switches);
+      // Each switch runs the RAF neuron once in every decoder layer.
+      if (config_.srformer.uses_raf()) {
+        metrics_->on_raf_updates(switches * static_cast<uint64_t>(std::max<int64_t>(0, config_.decoder_layers)));
+      }
     }
     metrics_->on_rows_left(leave_reason(result.outcome, reason), static_cast<uint64_t>(slot.rows));
     metrics_->observe_request_tokens(static_cast<uint64_t>(result.usage.input_tokens),

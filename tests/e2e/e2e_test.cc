@@ -227,6 +227,11 @@ TEST_F(EndToEnd, MetricsOfARunningServerFollowRealRequests) {
   EXPECT_EQ(scrape::sample(text, "srformer_time_to_first_token_seconds_count", tiny), 6);
   EXPECT_EQ(scrape::sample(text, "srformer_input_tokens_count", tiny), 6);
   EXPECT_GT(scrape::sample(text, "srformer_decode_steps_total", tiny).value_or(0), 8);
+  // Every segment switch runs the RAF neuron once per decoder layer.
+  const double switches = scrape::sample(text, "srformer_segment_switches_total", tiny).value_or(-1);
+  EXPECT_GT(switches, 0);
+  const auto layers = static_cast<double>(load_model(*model_dir_)->config().decoder_layers);
+  EXPECT_EQ(scrape::sample(text, "srformer_raf_updates_total", tiny), switches * layers);
   // Every request has left: nothing in flight, per-request state back to its baseline of zero.
   EXPECT_TRUE(eventually(
       [&] {
