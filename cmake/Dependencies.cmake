@@ -30,6 +30,11 @@ endif()
 add_library(srformer_torch INTERFACE)
 target_link_libraries(srformer_torch INTERFACE ${TORCH_LIBRARIES})
 target_include_directories(srformer_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+# A CUDA LibTorch (PyTorch's, on GPU machines) sets TORCH_CUDA_LIBRARIES; Debian's ships c10/cuda
+# headers without CUDA, so the headers alone say nothing.
+if(TORCH_CUDA_LIBRARIES)
+  target_compile_definitions(srformer_torch INTERFACE SRFORMER_TORCH_CUDA=1)
+endif()
 if(TORCH_CXX_FLAGS)
   separate_arguments(_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
   target_compile_options(srformer_torch INTERFACE ${_torch_flags})

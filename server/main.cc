@@ -8,6 +8,7 @@
 
 #include "model/openmp_env.h"
 #include "server/config.h"
+#include "server/engine/cuda_memory.h"
 #include "server/logging.h"
 #include "server/metrics/gpu_monitor.h"
 #include "server/metrics/metrics.h"
@@ -32,7 +33,10 @@ int run(const ServerConfig& config) {
     spdlog::info("metrics on {}/metrics", config.metrics_listen.substr(0, config.metrics_listen.rfind(':')) + ":" +
                                               (ports.empty() ? std::string("?") : std::to_string(ports.front())));
   }
-  if (srformer::server::parse_device(config.device).is_cuda()) metrics->start_gpu_monitor();
+  if (srformer::server::parse_device(config.device).is_cuda()) {
+    metrics->start_gpu_monitor();
+    metrics->set_torch_cuda_memory_source(srformer::server::torch_cuda_memory);
+  }
 
   std::vector<srformer::server::LoadedModel> models;
   for (const auto& spec : config.models) {

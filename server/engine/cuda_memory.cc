@@ -1,0 +1,25 @@
+#include "server/engine/cuda_memory.h"
+
+#include <torch/cuda.h>
+
+#if defined(SRFORMER_TORCH_CUDA)  // set by cmake/Dependencies.cmake for a CUDA LibTorch
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace srformer::server {
+
+std::vector<TorchCudaMemory> torch_cuda_memory() {
+  std::vector<TorchCudaMemory> out;
+#if defined(SRFORMER_TORCH_CUDA)
+  const auto devices = static_cast<int>(torch::cuda::device_count());
+  for (int d = 0; d < devices; ++d) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(d));
+    // Index 0 is StatType::AGGREGATE (all pools); the enum moved namespaces between LibTorch 1.13 and 2.x.
+    out.push_back({d, static_cast<double>(stats.allocated_bytes[0].current),
+                   static_cast<double>(stats.reserved_bytes[0].current)});
+  }
+#endif
+  return out;
+}
+
+}  // namespace srformer::server
