@@ -9,6 +9,7 @@ int run_bench(const std::vector<std::string>& args);
 int run_init_model(const std::vector<std::string>& args);
 int run_summarize(const std::vector<std::string>& args);
 int run_convert(const std::vector<std::string>& args);
+int run_eval(const std::vector<std::string>& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
@@ -18,6 +19,7 @@ const std::vector<Command>& commands() {
       {"convert", "plain BART/T5 -> SRformer, or any model -> Hugging Face directory", run_convert},
       {"init-model", "write a random SRformer model with a SentencePiece tokenizer trained on a corpus",
        run_init_model},
+      {"eval", "ROUGE-1/2/L/Lsum of a model (or of given predictions) on a JSONL split", run_eval},
       {"bench", "model benchmarks: encode/decode speed, cross-attention cost vs input length", run_bench},
   };
   return list;

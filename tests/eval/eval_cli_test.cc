@@ -1,0 +1,279 @@
+// `srformer eval` through the built binary: --predictions mode on hand-made files with known ROUGE, error
+// messages, and model mode on a real tiny model (batched == unbatched == offline generate()).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/generation/generate.h"
+#include "model/seq2seq.h"
+#include "model/tokenizer/tokenizer.h"
+#include "tests/server/tiny_real_model.h"
+#include "tests/support/temp_dir.h"
+
+namespace srformer {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+Result run_eval(const fs::path& work, const std::vector<std::string>& args) {
+  std::string cmd = std::string(SRFORMER_BIN_DIR) + "/srformer eval";
+  for (const auto& a : args) cmd += " '" + a + "'";
+  cmd += " >'" + (work / "stdout").string() + "' 2>'" + (work / "stderr").string() + "'";
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(work / "stdout");
+  r.err = slurp(work / "stderr");
+  return r;
+}
+
+void write_jsonl(const fs::path& p, const std::vector<json>& lines) {
+  std::ofstream f(p);
+  for (const auto& j : lines) f << j.dump() << "\n";
+}
+
+std::vector<json> read_jsonl(const fs::path& p) {
+  std::vector<json> out;
+  std::ifstream in(p);
+  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+  return out;
+}
+
+const char* kTypes[] = {"rouge1", "rouge2", "rougeL", "rougeLsum"};
+
+// The scores.json means are the means of the per-pair F1s in predictions.jsonl.
+void expect_means_match(const fs::path& out_dir) {
+  const auto pairs = read_jsonl(out_dir / "predictions.jsonl");
+  const auto scores = json::parse(slurp(out_dir / "scores.json"));
+  ASSERT_EQ(scores["n"].get<size_t>(), pairs.size());
+  for (const char* t : kTypes) {
+    double sum = 0;
+    for (const auto& p : pairs) sum += p[t].get<double>();
+    EXPECT_NEAR(scores["rouge"][t]["mean_f1"].get<double>(), sum / static_cast<double>(pairs.size()), 1e-12) << t;
+    const auto& f = scores["rouge"][t]["fmeasure"];
+    EXPECT_LE(f["low"].get<double>(), f["mid"].get<double>()) << t;
+    EXPECT_LE(f["mid"].get<double>(), f["high"].get<double>()) << t;
+  }
+}
+
+class EvalPredictionsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    write_jsonl(data_, {{{"id", "same"}, {"document", "d1"}, {"summary", "the cat sat on the mat"}},
+                        {{"id", "disjoint"}, {"document", "d2"}, {"summary", "alpha beta"}},
+                        {{"id", "hand"}, {"document", "d3"}, {"summary", "the cat was found under the bed"}}});
+    write_jsonl(pred_, {{{"id", "hand"}, {"prediction", "the cat was under the bed"}},
+                        {{"id", "disjoint"}, {"prediction", "gamma delta"}},
+                        {{"id", "same"}, {"prediction", "The cat sat on the mat."}}});
+  }
+  testing::TempDir dir_{"evalcli"};
+  fs::path data_ = dir_.path() / "data.jsonl", pred_ = dir_.path() / "pred.jsonl";
+};
+
+TEST_F(EvalPredictionsTest, KnownScoresAndOutputFiles) {
+  const fs::path out = dir_.path() / "out";
+  const auto r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string(), "--out", out.string(),
+                                        "--bootstrap", "200", "--split-name", "hand"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto pairs = read_jsonl(out / "predictions.jsonl");
+  ASSERT_EQ(pairs.size(), 3u);
+  const std::vector<std::string> ids{"same", "disjoint", "hand"};  // data order
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    EXPECT_EQ(pairs[i]["id"], ids[i]);
+    for (const char* k : {"id", "document", "reference", "prediction"}) EXPECT_TRUE(pairs[i][k].is_string()) << k;
+  }
+  EXPECT_EQ(pairs[2]["reference"], "the cat was found under the bed");
+  EXPECT_EQ(pairs[2]["prediction"], "the cat was under the bed");
+  EXPECT_EQ(pairs[1]["document"], "d2");
+  for (const char* t : kTypes) {
+    EXPECT_DOUBLE_EQ(pairs[0][t].get<double>(), 1.0) << t;
+    EXPECT_DOUBLE_EQ(pairs[1][t].get<double>(), 0.0) << t;
+  }
+  // Reference 7 tokens, prediction 6, all 6 in the reference in order: P = 1, R = 6/7, F = 12/13.
+  // Bigrams: 4 of the prediction's 5 in the reference's 6: P = 4/5, R = 4/6, F = 8/11.
+  EXPECT_NEAR(pairs[2]["rouge1"].get<double>(), 12.0 / 13, 1e-12);
+  EXPECT_NEAR(pairs[2]["rouge2"].get<double>(), 8.0 / 11, 1e-12);
+  EXPECT_NEAR(pairs[2]["rougeL"].get<double>(), 12.0 / 13, 1e-12);
+  EXPECT_NEAR(pairs[2]["rougeLsum"].get<double>(), 12.0 / 13, 1e-12);
+
+  const auto scores = json::parse(slurp(out / "scores.json"));
+  EXPECT_EQ(scores["split"], "hand");
+  EXPECT_EQ(scores["n"], 3);
+  EXPECT_EQ(scores["options"]["bootstrap"], 200);
+  EXPECT_NEAR(scores["rouge"]["rouge2"]["mean_f1"].get<double>(), (1.0 + 8.0 / 11) / 3, 1e-12);
+  for (const char* part : {"precision", "recall", "fmeasure"}) {
+    for (const char* q : {"low", "mid", "high"}) EXPECT_TRUE(scores["rouge"]["rouge1"][part][q].is_number());
+  }
+  expect_means_match(out);
+  EXPECT_NE(r.out.find("ROUGE-Lsum"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("n = 3"), std::string::npos) << r.out;
+}
+
+TEST_F(EvalPredictionsTest, DefaultOutputDirIsNextToPredictions) {
+  const auto r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string(), "--limit", "2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(read_jsonl(dir_.path() / "pred.eval" / "predictions.jsonl").size(), 2u);
+  EXPECT_NE(r.err.find("ignored 1 prediction"), std::string::npos) << r.err;
+}
+
+TEST_F(EvalPredictionsTest, MissingPredictionIsNamed) {
+  write_jsonl(pred_, {{{"id", "same"}, {"prediction", "x"}}});
+  const auto r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string()});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("2 id(s)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("'disjoint'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("'hand'"), std::string::npos) << r.err;
+}
+
+TEST_F(EvalPredictionsTest, MalformedLinesNameFileAndLine) {
+  std::ofstream(data_, std::ios::app) << "{\"id\": \"x\", \"document\": \"d\"\n";
+  auto r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string()});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("data.jsonl:4: not valid JSON"), std::string::npos) << r.err;
+
+  write_jsonl(data_, {{{"id", "a"}, {"document", "d"}}});
+  r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string()});
+  EXPECT_NE(r.err.find("data.jsonl:1: missing field \"summary\""), std::string::npos) << r.err;
+
+  write_jsonl(data_, {{{"id", "a"}, {"document", "d"}, {"summary", "s"}}});
+  std::ofstream(pred_) << "{\"id\": \"a\", \"prediction\": \"p\"}\n\n[1, 2]\n";
+  r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string()});
+  EXPECT_NE(r.err.find("pred.jsonl:3: expected a JSON object"), std::string::npos) << r.err;
+}
+
+TEST_F(EvalPredictionsTest, BadInvocationsSayWhatToFix) {
+  const auto p = pred_.string(), d = data_.string();
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--predictions", p, d, "--bootstrap", "0"}, "--bootstrap needs an integer >= 1, got '0'"},
+      {{"--predictions", p, d, "--limit", "x"}, "--limit needs an integer >= 1, got 'x'"},
+      {{"--predictions", p, d, "--frobnicate"}, "unknown option '--frobnicate'"},
+      {{"--predictions", p, d, "--num-beams", "4"}, "--num-beams is a generation option"},
+      {{"--predictions", p}, "expected only DATA.jsonl"},
+      {{d}, "expected MODEL_DIR and DATA.jsonl"},
+      {{"--predictions", p, (dir_.path() / "nope.jsonl").string()}, "nope.jsonl': no such file"},
+      {{"--predictions", p, d, "--seed"}, "--seed needs a value"},
+      {{dir_.path().string(), d, "--batch", "0"}, "--batch needs an integer >= 1, got '0'"},
+      {{(dir_.path() / "no-model").string(), d}, "model directory"},
+  };
+  for (const auto& [args, message] : cases) {
+    const auto r = run_eval(dir_.path(), args);
+    EXPECT_EQ(r.code, 1) << message;
+    EXPECT_NE(r.err.find(message), std::string::npos) << "want '" << message << "', got: " << r.err;
+  }
+  std::ofstream(data_, std::ios::trunc) << "\n";
+  const auto r = run_eval(dir_.path(), {"--predictions", p, d});
+  EXPECT_NE(r.err.find("has no examples"), std::string::npos) << r.err;
+}
+
+class EvalModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = testing::make_tiny_t5_srformer(dir_.path() / "model");
+    if (model_.empty()) GTEST_SKIP() << "fixture t5-srformer missing";
+    std::vector<json> lines;
+    const int sentences[] = {5, 1, 7, 2, 6, 3, 4};  // unsorted lengths, so batching reorders
+    for (int i = 0; i < 7; ++i) {
+      lines.push_back({{"id", "doc" + std::to_string(i)},
+                       {"document", testing::synthetic_text(sentences[i], 100 + i)},
+                       {"summary", testing::synthetic_text(1, 200 + i)}});
+      documents_.push_back(lines.back()["document"]);
+    }
+    write_jsonl(data_, lines);
+  }
+
+  std::vector<std::string> predictions(const fs::path& out_dir) {
+    std::vector<std::string> out;
+    for (const auto& j : read_jsonl(out_dir / "predictions.jsonl")) out.push_back(j["prediction"]);
+    return out;
+  }
+
+  testing::TempDir dir_{"evalmodel"};
+  fs::path model_, data_ = dir_.path() / "test.jsonl";
+  std::vector<std::string> documents_;
+  const std::vector<std::string> gen_ = {"--max-new-tokens",       "12", "--min-new-tokens", "0",   "--num-beams", "1",
+                                         "--no-repeat-ngram-size", "0",  "--bootstrap",      "100", "--threads",   "1"};
+};
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST_F(EvalModelTest, BatchedEqualsUnbatchedEqualsOfflineGenerate) {
+  const fs::path out3 = dir_.path() / "b3", out1 = dir_.path() / "b1";
+  auto r =
+      run_eval(dir_.path(), concat({model_.string(), data_.string(), "--batch", "3", "--out", out3.string()}, gen_));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("batch 3/3"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
+  r = run_eval(dir_.path(), concat({model_.string(), data_.string(), "--batch", "1", "--out", out1.string()}, gen_));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto batched = predictions(out3), alone = predictions(out1);
+  ASSERT_EQ(batched.size(), documents_.size());
+  EXPECT_EQ(batched, alone);
+
+  // Each document on its own through generate(), with the options the flags above ask for.
+  auto model = load_model(model_);
+  const auto tokenizer = load_tokenizer(model_);
+  GenerationOptions o;
+  o.max_new_tokens = 12;
+  o = with_model_tokens(o, model->config());
+  o.vocab_limit = tokenizer->vocab_size();
+  size_t non_empty = 0;
+  for (size_t i = 0; i < documents_.size(); ++i) {
+    const auto ids = tokenizer->encode(documents_[i]);
+    const auto input = torch::tensor(ids, torch::kLong).view({1, -1});
+    const auto res = generate(*model, input, torch::ones_like(input), o);
+    const auto expected = tokenizer->decode(res.at(0).hypotheses.at(0).tokens);
+    EXPECT_EQ(batched[i], expected) << "document " << i;
+    non_empty += expected.empty() ? 0 : 1;
+  }
+  EXPECT_GT(non_empty, 0u);
+  expect_means_match(out3);
+  const auto scores = json::parse(slurp(out3 / "scores.json"));
+  EXPECT_EQ(scores["split"], "test");
+  EXPECT_EQ(scores["model"], model_.string());
+  EXPECT_EQ(scores["options"]["batch"], 3);
+  EXPECT_EQ(scores["options"]["max_new_tokens"], 12);
+  EXPECT_EQ(scores["generation"]["truncated_documents"], 0);
+  EXPECT_GT(scores["generation"]["generated_tokens"].get<int64_t>(), 0);
+  EXPECT_GT(scores["generation"]["tokens_per_second"].get<double>(), 0.0);
+}
+
+TEST_F(EvalModelTest, TruncatesToMaxInputTokensAndSaysHowMany) {
+  auto tokenizer = load_tokenizer(model_);
+  size_t over = 0;
+  for (const auto& d : documents_) over += tokenizer->encode(d).size() > 20 ? 1 : 0;
+  ASSERT_GT(over, 0u);
+  ASSERT_LT(over, documents_.size());
+  const auto r = run_eval(dir_.path(), concat({model_.string(), data_.string(), "--max-input-tokens", "20"}, gen_));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find(std::to_string(over) + " of 7 documents truncated to 20 tokens"), std::string::npos) << r.err;
+  const auto scores = json::parse(slurp(dir_.path() / "test.eval" / "scores.json"));
+  EXPECT_EQ(scores["generation"]["truncated_documents"].get<size_t>(), over);
+  EXPECT_EQ(scores["options"]["max_input_tokens"], 20);
+  const auto bad = run_eval(dir_.path(), {model_.string(), data_.string(), "--max-input-tokens", "999999"});
+  EXPECT_NE(bad.err.find("over the model's limit"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace srformer

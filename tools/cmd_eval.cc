@@ -1,0 +1,456 @@
+// `srformer eval MODEL_DIR DATA.jsonl` / `srformer eval --predictions PRED.jsonl DATA.jsonl`: summarize a
+// dataset split (or take existing predictions) and score it with ROUGE-1/2/L/Lsum (model/eval/rouge.h),
+// writing every prediction next to the scores.
+//
+// Generation goes through model/generation generate(), not the server's Engine: generate() drives the
+// same Seq2SeqModel encode/start/step code and the same searchers the Engine does (one model step per
+// iteration over every live row), without linking the server library (gRPC, Prometheus) into the tool.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "model/eval/rouge.h"
+#include "model/generation/generate.h"
+#include "model/seq2seq.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace srformer::tools {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+const char* kUsage =
+    "usage: srformer eval MODEL_DIR DATA.jsonl [options]\n"
+    "       srformer eval --predictions PRED.jsonl DATA.jsonl [options]\n"
+    "  DATA.jsonl: {\"id\", \"document\", \"summary\"} per line; PRED.jsonl: {\"id\", \"prediction\"} per line.\n"
+    "  --split-name NAME   label in scores.json (default: DATA's file name without extension)\n"
+    "  --limit N           score only the first N examples of DATA\n"
+    "  --out DIR           output directory (default: DATA-stem.eval/ next to DATA, or PRED-stem.eval/\n"
+    "                      next to PRED): predictions.jsonl and scores.json\n"
+    "  --stem              Porter-stem tokens (rouge-score's use_stemmer)\n"
+    "  --bootstrap N       bootstrap resamples for the 95% intervals (default 1000)  --seed N (default 0)\n"
+    "  generation (model mode only; defaults from the model's config.json, as in `summarize`):\n"
+    "  --batch N (default 8) --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X\n"
+    "  --no-repeat-ngram-size N --max-input-tokens N (truncate documents to N tokens; default and\n"
+    "  upper bound: the model's limit) --threads N\n";
+
+struct Example {
+  std::string id, document, summary;
+};
+
+struct Args {
+  std::vector<std::string> positional;
+  std::string predictions_path, split_name, out_dir;
+  std::optional<int64_t> limit, max_new, min_new, beams, no_repeat, max_input;
+  std::optional<double> length_penalty;
+  int64_t batch = 8;
+  int threads = 0;
+  bool stem = false;
+  int bootstrap = 1000;
+  uint64_t seed = 0;
+  std::vector<std::string> generation_flags;  // given generation options (an error in predictions mode)
+};
+
+int64_t parse_int(const std::string& flag, const std::string& value, int64_t min) {
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size() || v < min) {
+    throw std::invalid_argument(flag + " needs an integer >= " + std::to_string(min) + ", got '" + value + "'");
+  }
+  return v;
+}
+
+double parse_double(const std::string& flag, const std::string& value) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != value.size()) throw std::invalid_argument(flag + " needs a number, got '" + value + "'");
+  return v;
+}
+
+// Returns std::nullopt for --help.
+std::optional<Args> parse_args(const std::vector<std::string>& args) {
+  Args a;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto& f = args[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw std::invalid_argument(f + " needs a value");
+      return args[++i];
+    };
+    auto gen = [&] { a.generation_flags.push_back(f); };
+    if (f == "--help" || f == "-h") {
+      std::cout << kUsage;
+      return std::nullopt;
+    } else if (f == "--predictions") {
+      a.predictions_path = next();
+    } else if (f == "--split-name") {
+      a.split_name = next();
+    } else if (f == "--limit") {
+      a.limit = parse_int(f, next(), 1);
+    } else if (f == "--out") {
+      a.out_dir = next();
+    } else if (f == "--stem") {
+      a.stem = true;
+    } else if (f == "--bootstrap") {
+      a.bootstrap = static_cast<int>(parse_int(f, next(), 1));
+    } else if (f == "--seed") {
+      a.seed = static_cast<uint64_t>(parse_int(f, next(), 0));
+    } else if (f == "--batch") {
+      gen();
+      a.batch = parse_int(f, next(), 1);
+    } else if (f == "--max-new-tokens") {
+      gen();
+      a.max_new = parse_int(f, next(), 1);
+    } else if (f == "--min-new-tokens") {
+      gen();
+      a.min_new = parse_int(f, next(), 0);
+    } else if (f == "--num-beams") {
+      gen();
+      a.beams = parse_int(f, next(), 1);
+    } else if (f == "--length-penalty") {
+      gen();
+      a.length_penalty = parse_double(f, next());
+    } else if (f == "--no-repeat-ngram-size") {
+      gen();
+      a.no_repeat = parse_int(f, next(), 0);
+    } else if (f == "--max-input-tokens") {
+      gen();
+      a.max_input = parse_int(f, next(), 1);
+    } else if (f == "--threads") {
+      gen();
+      a.threads = static_cast<int>(parse_int(f, next(), 1));
+    } else if (!f.empty() && f[0] == '-') {
+      throw std::invalid_argument("unknown option '" + f + "' (see --help)");
+    } else {
+      a.positional.push_back(f);
+    }
+  }
+  const size_t want = a.predictions_path.empty() ? 2 : 1;
+  if (a.positional.size() != want) {
+    throw std::invalid_argument(a.predictions_path.empty()
+                                    ? "expected MODEL_DIR and DATA.jsonl (or --predictions PRED.jsonl DATA.jsonl)"
+                                    : "with --predictions, expected only DATA.jsonl besides the options");
+  }
+  if (!a.predictions_path.empty() && !a.generation_flags.empty()) {
+    throw std::invalid_argument(a.generation_flags.front() +
+                                " is a generation option; --predictions scores existing outputs without a model");
+  }
+  return a;
+}
+
+// Calls fn(object, "file:line") for every non-blank line, which must be a JSON object.
+template <typename Fn>
+void for_each_jsonl(const std::string& path, Fn fn) {
+  if (!fs::is_regular_file(path)) throw std::invalid_argument("cannot read '" + path + "': no such file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::invalid_argument("cannot read '" + path + "'");
+  std::string line;
+  for (int64_t n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(n);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw std::invalid_argument(where + ": not valid JSON (" + e.what() + ")");
+    }
+    if (!j.is_object()) throw std::invalid_argument(where + ": expected a JSON object per line");
+    fn(j, where);
+  }
+}
+
+std::string string_field(const nlohmann::json& j, const char* key, const std::string& where) {
+  const auto it = j.find(key);
+  if (it == j.end()) throw std::invalid_argument(where + ": missing field \"" + key + "\"");
+  if (!it->is_string()) throw std::invalid_argument(where + ": field \"" + key + "\" must be a string");
+  return it->get<std::string>();
+}
+
+std::vector<Example> read_data(const std::string& path, std::optional<int64_t> limit) {
+  std::vector<Example> out;
+  std::map<std::string, std::string> seen;  // id -> where
+  for_each_jsonl(path, [&](const nlohmann::json& j, const std::string& where) {
+    Example e{string_field(j, "id", where), string_field(j, "document", where), string_field(j, "summary", where)};
+    const auto [it, fresh] = seen.emplace(e.id, where);
+    if (!fresh) throw std::invalid_argument(where + ": duplicate id '" + e.id + "' (first at " + it->second + ")");
+    out.push_back(std::move(e));
+  });
+  if (out.empty())
+    throw std::invalid_argument("'" + path + "' has no examples (expected {\"id\", \"document\", \"summary\"} lines)");
+  if (limit && static_cast<int64_t>(out.size()) > *limit) out.resize(static_cast<size_t>(*limit));
+  return out;
+}
+
+std::vector<std::string> read_predictions(const std::string& path, const std::vector<Example>& data) {
+  std::map<std::string, std::string> by_id;
+  std::map<std::string, std::string> where_of;
+  for_each_jsonl(path, [&](const nlohmann::json& j, const std::string& where) {
+    auto id = string_field(j, "id", where);
+    const auto [it, fresh] = where_of.emplace(id, where);
+    if (!fresh) throw std::invalid_argument(where + ": duplicate id '" + id + "' (first at " + it->second + ")");
+    by_id[std::move(id)] = string_field(j, "prediction", where);
+  });
+  std::vector<std::string> out, missing;
+  for (const auto& e : data) {
+    const auto it = by_id.find(e.id);
+    if (it == by_id.end()) {
+      missing.push_back(e.id);
+      continue;
+    }
+    out.push_back(it->second);
+    by_id.erase(it);
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (size_t i = 0; i < missing.size() && i < 10; ++i) list += (i ? ", '" : "'") + missing[i] + "'";
+    if (missing.size() > 10) list += ", ...";
+    throw std::invalid_argument("'" + path + "' has no prediction for " + std::to_string(missing.size()) +
+                                " id(s) of the data: " + list);
+  }
+  if (!by_id.empty()) std::cerr << "note: ignored " << by_id.size() << " prediction(s) whose id is not in the data\n";
+  return out;
+}
+
+struct GenerationRun {
+  std::vector<std::string> predictions;  // in data order
+  int64_t input_tokens = 0, generated_tokens = 0, truncated = 0, max_input_tokens = 0;
+  double seconds = 0.0;
+  nlohmann::json options;
+};
+
+GenerationOptions generation_options(const Args& a, const ModelConfig& c, const Tokenizer& tokenizer) {
+  GenerationOptions o;  // defaults exactly as `srformer summarize`
+  o.max_new_tokens = a.max_new.value_or(c.max_length ? std::max<int64_t>(1, *c.max_length - 1) : 128);
+  o.min_new_tokens =
+      a.min_new.value_or(std::min(o.max_new_tokens, c.min_length ? std::max<int64_t>(0, *c.min_length - 1) : 0));
+  o.num_beams = a.beams.value_or(c.num_beams.value_or(1));
+  o.length_penalty = a.length_penalty.value_or(c.length_penalty.value_or(1.0));
+  o.early_stopping = c.early_stopping.value_or(false);
+  o.no_repeat_ngram_size = a.no_repeat.value_or(c.no_repeat_ngram_size.value_or(0));
+  o = with_model_tokens(o, c);
+  o.vocab_limit = tokenizer.vocab_size();
+  validate(o);
+  return o;
+}
+
+// Documents sorted by token length into batches (right-padded, with an attention mask), generated with
+// expected length L = max_new_tokens, and put back in data order.
+GenerationRun generate_all(const Args& a, const std::string& model_dir, const std::vector<Example>& data) {
+  if (!fs::is_directory(model_dir)) throw std::invalid_argument("model directory '" + model_dir + "' not found");
+  if (a.threads > 0) at::set_num_threads(a.threads);
+  auto model = load_model(model_dir);
+  const auto tokenizer = load_tokenizer(model_dir);
+  const auto& c = model->config();
+  const auto o = generation_options(a, c, *tokenizer);
+
+  GenerationRun run;
+  run.max_input_tokens = a.max_input.value_or(c.max_input_tokens);
+  if (run.max_input_tokens > c.max_input_tokens) {
+    throw std::invalid_argument("--max-input-tokens " + std::to_string(run.max_input_tokens) +
+                                " is over the model's limit of " + std::to_string(c.max_input_tokens));
+  }
+  std::vector<TokenIds> ids;
+  for (const auto& e : data) {
+    auto t = tokenizer->encode(c.summarization_prefix ? *c.summarization_prefix + e.document : e.document);
+    if (static_cast<int64_t>(t.size()) > run.max_input_tokens) {
+      const auto last = t.back();
+      t.resize(static_cast<size_t>(run.max_input_tokens));
+      t.back() = last;  // keep the closing EOS the tokenizer appended, as `summarize --truncate`
+      ++run.truncated;
+    }
+    run.input_tokens += static_cast<int64_t>(t.size());
+    ids.push_back(std::move(t));
+  }
+  if (run.truncated > 0) {
+    std::cerr << run.truncated << " of " << data.size() << " documents truncated to " << run.max_input_tokens
+              << " tokens\n";
+  }
+
+  std::vector<size_t> order(data.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return ids[x].size() < ids[y].size(); });
+  run.predictions.resize(data.size());
+  const size_t batch = static_cast<size_t>(a.batch), batches = (data.size() + batch - 1) / batch;
+  const auto start = Clock::now();
+  auto last_report = start;
+  for (size_t b = 0; b < batches; ++b) {
+    const size_t first = b * batch, n = std::min(batch, data.size() - first);
+    size_t width = 0;
+    for (size_t r = 0; r < n; ++r) width = std::max(width, ids[order[first + r]].size());
+    auto input = torch::full({static_cast<int64_t>(n), static_cast<int64_t>(width)}, c.pad_token_id, torch::kLong);
+    auto mask = torch::zeros_like(input);
+    for (size_t r = 0; r < n; ++r) {
+      const auto& t = ids[order[first + r]];
+      const auto len = static_cast<int64_t>(t.size());
+      input[static_cast<int64_t>(r)].narrow(0, 0, len).copy_(torch::tensor(t, torch::kLong));
+      mask[static_cast<int64_t>(r)].narrow(0, 0, len).fill_(1);
+    }
+    const auto results = generate(*model, input, mask, o);
+    for (size_t r = 0; r < n; ++r) {
+      const auto& best = results.at(r).hypotheses.at(0);
+      run.generated_tokens += static_cast<int64_t>(best.tokens.size());
+      run.predictions[order[first + r]] = tokenizer->decode(best.tokens);
+    }
+    const auto now = Clock::now();
+    if (now - last_report >= std::chrono::seconds(1) || b + 1 == batches) {
+      const double s = std::chrono::duration<double>(now - start).count();
+      std::cerr << "batch " << b + 1 << "/" << batches << ", " << std::fixed << std::setprecision(1)
+                << static_cast<double>(first + n) / std::max(s, 1e-9) << " docs/s\n";
+      last_report = now;
+    }
+  }
+  run.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  run.options = {{"batch", a.batch},
+                 {"max_new_tokens", o.max_new_tokens},
+                 {"min_new_tokens", o.min_new_tokens},
+                 {"num_beams", o.num_beams},
+                 {"length_penalty", o.length_penalty},
+                 {"early_stopping", o.early_stopping},
+                 {"no_repeat_ngram_size", o.no_repeat_ngram_size},
+                 {"expected_length", o.max_new_tokens},
+                 {"max_input_tokens", run.max_input_tokens},
+                 {"summarization_prefix", c.summarization_prefix ? nlohmann::json(*c.summarization_prefix) : nullptr},
+                 {"threads", at::get_num_threads()}};
+  return run;
+}
+
+nlohmann::json interval_json(const eval::Interval& i) { return {{"low", i.low}, {"mid", i.mid}, {"high", i.high}}; }
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::ostringstream s;
+  s << std::put_time(&tm, "%Y-%m-%dT%H:%M:%SZ");
+  return s.str();
+}
+
+fs::path default_out_dir(const Args& a) {
+  const fs::path source = a.predictions_path.empty() ? fs::path(a.positional.back()) : fs::path(a.predictions_path);
+  return source.parent_path() / (source.stem().string() + ".eval");
+}
+
+}  // namespace
+
+int run_eval(const std::vector<std::string>& args) {
+  const auto parsed = parse_args(args);
+  if (!parsed) return 0;
+  const Args& a = *parsed;
+  const auto started = Clock::now();
+  const std::string data_path = a.positional.back();
+  const auto data = read_data(data_path, a.limit);
+
+  std::optional<GenerationRun> run;
+  std::vector<std::string> predictions;
+  if (a.predictions_path.empty()) {
+    run = generate_all(a, a.positional.front(), data);
+    predictions = run->predictions;
+  } else {
+    predictions = read_predictions(a.predictions_path, data);
+  }
+
+  std::vector<std::string> references;
+  for (const auto& e : data) references.push_back(e.summary);
+  const auto corpus = eval::score_corpus(predictions, references, {a.stem}, {a.bootstrap, 0.95, a.seed});
+
+  const fs::path out = a.out_dir.empty() ? default_out_dir(a) : fs::path(a.out_dir);
+  fs::create_directories(out);
+  {
+    std::ofstream f(out / "predictions.jsonl", std::ios::binary);
+    for (size_t i = 0; i < data.size(); ++i) {
+      nlohmann::json j = {{"id", data[i].id},
+                          {"document", data[i].document},
+                          {"reference", data[i].summary},
+                          {"prediction", predictions[i]}};
+      for (const auto t : eval::kRougeTypes) j[eval::rouge_type_name(t)] = corpus.per_pair[i][t].fmeasure;
+      f << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    }
+    if (!f) throw std::runtime_error("cannot write " + (out / "predictions.jsonl").string());
+  }
+
+  nlohmann::json scores;
+  scores["split"] = a.split_name.empty() ? fs::path(data_path).stem().string() : a.split_name;
+  scores["data"] = data_path;
+  scores["n"] = data.size();
+  if (run) {
+    scores["model"] = a.positional.front();
+  } else {
+    scores["predictions"] = a.predictions_path;
+  }
+  nlohmann::json options = run ? run->options : nlohmann::json::object();
+  options["stem"] = a.stem;
+  options["bootstrap"] = a.bootstrap;
+  options["confidence"] = 0.95;
+  options["seed"] = a.seed;
+  if (a.limit) options["limit"] = *a.limit;
+  scores["options"] = options;
+  for (const auto t : eval::kRougeTypes) {
+    const auto& agg = corpus[t];
+    scores["rouge"][eval::rouge_type_name(t)] = {
+        {"mean_f1", corpus.mean[t].fmeasure},   {"mean_precision", corpus.mean[t].precision},
+        {"mean_recall", corpus.mean[t].recall}, {"precision", interval_json(agg.precision)},
+        {"recall", interval_json(agg.recall)},  {"fmeasure", interval_json(agg.fmeasure)}};
+  }
+  if (run) {
+    scores["generation"] = {
+        {"seconds", run->seconds},
+        {"documents_per_second", static_cast<double>(data.size()) / std::max(run->seconds, 1e-9)},
+        {"input_tokens", run->input_tokens},
+        {"truncated_documents", run->truncated},
+        {"generated_tokens", run->generated_tokens},
+        {"tokens_per_second", static_cast<double>(run->generated_tokens) / std::max(run->seconds, 1e-9)}};
+  }
+  scores["created"] = utc_now();
+  scores["elapsed_seconds"] = std::chrono::duration<double>(Clock::now() - started).count();
+  {
+    std::ofstream f(out / "scores.json", std::ios::binary);
+    f << scores.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    if (!f) throw std::runtime_error("cannot write " + (out / "scores.json").string());
+  }
+
+  std::cout << "split " << scores["split"].get<std::string>() << ", n = " << data.size() << (a.stem ? ", stemmed" : "")
+            << "\n"
+            << "            F1 x100   95% CI (" << a.bootstrap << " resamples)\n"
+            << std::fixed << std::setprecision(2);
+  static const char* kLabels[] = {"ROUGE-1", "ROUGE-2", "ROUGE-L", "ROUGE-Lsum"};
+  for (const auto t : eval::kRougeTypes) {
+    const auto& f = corpus[t].fmeasure;
+    std::cout << std::left << std::setw(10) << kLabels[static_cast<size_t>(t)] << std::right << std::setw(9)
+              << 100 * corpus.mean[t].fmeasure << "   [" << 100 * f.low << ", " << 100 * f.high << "]\n";
+  }
+  if (run) {
+    std::cout << std::setprecision(1) << "generation: " << run->seconds << " s, "
+              << scores["generation"]["documents_per_second"].get<double>() << " docs/s, "
+              << scores["generation"]["tokens_per_second"].get<double>() << " tokens/s (" << run->generated_tokens
+              << " tokens, batch " << a.batch << ", " << run->truncated << " documents truncated)\n";
+  }
+  std::cout << "wrote " << (out / "predictions.jsonl").string() << " and " << (out / "scores.json").string()
+            << std::endl;
+  return 0;
+}
+
+}  // namespace srformer::tools
