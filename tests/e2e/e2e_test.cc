@@ -293,6 +293,34 @@ TEST_F(EndToEnd, RealPrometheusScrapesTheServer) {
   EXPECT_NE(up.find("\"1\"]"), std::string::npos) << up;
 }
 
+TEST_F(EndToEnd, NodeGrpcJsExampleClient) {
+  // examples/node/summarize.js with @grpc/grpc-js + @grpc/proto-loader from tests/reference
+  // (installed by tests/reference/install.sh): the proto alone is enough for another language.
+  const std::string src = SRFORMER_SOURCE_DIR;
+  const std::string modules = src + "/tests/reference/node_modules";
+  if (run_command("command -v node").exit_code != 0 || !fs::exists(modules + "/@grpc/grpc-js")) {
+    GTEST_SKIP() << "node or @grpc/grpc-js missing (tests/reference/install.sh installs them)";
+  }
+  auto server = start();
+  const std::string node =
+      "NODE_PATH=" + modules + " node " + src + "/examples/node/summarize.js --target " + server->target() + " ";
+  auto unary = run_command(node + doc(2));
+  ASSERT_EQ(unary.exit_code, 0) << unary.out;
+  auto stream = run_command(node + "--stream " + doc(2));
+  ASSERT_EQ(stream.exit_code, 0) << stream.out;
+  // The example asks for 64 new tokens; our own client gives the reference answer.
+  auto ours = run_command(kClient + " --target " + server->target() + " --max-new-tokens 64 --json " + doc(2));
+  ASSERT_EQ(ours.exit_code, 0) << ours.out;
+  const auto ref = nlohmann::json::parse(ours.out);
+  const std::string summary = ref["summary"];
+  ASSERT_FALSE(summary.empty());
+  // Unary prints the summary, then the usage as JSON; streaming prints the text deltas, then usage.
+  EXPECT_EQ(unary.out.substr(0, summary.size() + 1), summary + "\n") << unary.out;
+  EXPECT_EQ(stream.out.substr(0, summary.size() + 1), summary + "\n") << stream.out;
+  const auto usage = nlohmann::json::parse(unary.out.substr(unary.out.rfind('{')));
+  EXPECT_EQ(std::to_string(ref["usage"]["output_tokens"].get<int64_t>()), usage["output_tokens"].dump());
+}
+
 TEST_F(EndToEnd, BadFlagsExplainThemselves) {
   auto r = run_command(kServer + " --model nodir 2>&1");
   EXPECT_EQ(r.exit_code, 2);
