@@ -25,7 +25,7 @@ build_pkgs=(
 )
 # Independent reference implementations and real peers used by the test suite.
 test_pkgs=(
-  python3 python3-sentencepiece python3-grpcio python3-protobuf python3-yaml python3-nltk wamerican prometheus
+  python3 python3-sentencepiece python3-grpcio python3-protobuf python3-yaml python3-nltk wamerican prometheus openssl
 )
 # Node.js + npm (for the npm reference implementations); a machine may already carry a non-Debian build.
 command -v npm >/dev/null 2>&1 || test_pkgs+=(nodejs npm)

@@ -46,6 +46,12 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
     c.listen = value;
   } else if (name == "metrics-listen") {
     c.metrics_listen = value;
+  } else if (name == "tls-cert") {
+    c.tls_cert = value;
+  } else if (name == "tls-key") {
+    c.tls_key = value;
+  } else if (name == "tls-client-ca") {
+    c.tls_client_ca = value;
   } else if (name == "device") {
     c.device = value;
   } else if (name == "dtype") {
@@ -96,6 +102,9 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
   --config FILE               JSON file with the same options as keys (flags override it)
   --listen HOST:PORT          gRPC address (default 0.0.0.0:50051; port 0 picks a free port)
   --metrics-listen HOST:PORT  Prometheus /metrics address (default 0.0.0.0:9464; "" disables)
+  --tls-cert FILE --tls-key FILE
+                              serve gRPC over TLS with this PEM certificate chain and key (default plaintext)
+  --tls-client-ca FILE        with TLS: require client certificates signed by this PEM CA (mutual TLS)
   --device cpu|cuda[:N]       where the models run (default cpu)
   --dtype fp32|fp16|bf16      weights dtype (default fp32 on CPU, fp16 on CUDA; fp16/bf16 need CUDA)
   --threads N                 torch intra-op threads per model engine (default: cores / models)
@@ -233,6 +242,12 @@ void validate(const ServerConfig& c) {
   if (c.listen.find(':') == std::string::npos) throw ConfigError("--listen needs HOST:PORT, got '" + c.listen + "'");
   if (!c.metrics_listen.empty() && c.metrics_listen.find(':') == std::string::npos) {
     throw ConfigError("--metrics-listen needs HOST:PORT (or \"\" to disable), got '" + c.metrics_listen + "'");
+  }
+  if (c.tls_cert.empty() != c.tls_key.empty()) {
+    throw ConfigError("TLS needs both --tls-cert and --tls-key (PEM files); give both, or neither for plaintext");
+  }
+  if (!c.tls_client_ca.empty() && c.tls_cert.empty()) {
+    throw ConfigError("--tls-client-ca needs TLS: give --tls-cert and --tls-key too");
   }
   parse_dtype(c.dtype, parse_device(c.device));
   if (c.max_beams > c.max_batch_rows) {

@@ -22,6 +22,8 @@ struct ServerConfig {
   std::vector<ModelSpec> models;
   std::string listen = "0.0.0.0:50051";
   std::string metrics_listen = "0.0.0.0:9464";  // empty disables the /metrics endpoint
+  std::string tls_cert, tls_key;                // PEM files; both set = TLS on the gRPC port
+  std::string tls_client_ca;                    // PEM CA bundle; set = clients must present a cert it signed
   std::string device = "cpu";                   // cpu | cuda | cuda:N
   std::string dtype;                            // fp32 | fp16 | bf16; empty = fp32 on CPU, fp16 on CUDA
   int threads = 0;                              // torch intra-op threads per engine; 0 = cores / models

@@ -4,6 +4,8 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "server/metrics/metrics.h"
@@ -49,11 +51,30 @@ Server::~Server() {
   models_.stop();
 }
 
+std::shared_ptr<grpc::ServerCredentials> Server::credentials() const {
+  if (config_.tls_cert.empty()) return grpc::InsecureServerCredentials();
+  const auto read = [](const std::string& path, const char* flag) {
+    std::ifstream in(path, std::ios::binary);
+    const std::string pem(std::istreambuf_iterator<char>(in), {});
+    if (pem.find("-----BEGIN") == std::string::npos) {
+      throw std::runtime_error("cannot read a PEM file from '" + path + "' (" + flag + "); check the path and format");
+    }
+    return pem;
+  };
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({read(config_.tls_key, "--tls-key"), read(config_.tls_cert, "--tls-cert")});
+  if (!config_.tls_client_ca.empty()) {
+    ssl.pem_root_certs = read(config_.tls_client_ca, "--tls-client-ca");
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
 void Server::start() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config_.listen, grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(config_.listen, credentials(), &port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();

@@ -51,6 +51,8 @@ class Server {
   SummarizerService& service() { return *service_; }
 
  private:
+  // Plaintext, or TLS (optionally mutual) from the configured PEM files; throws with the flag to fix.
+  std::shared_ptr<grpc::ServerCredentials> credentials() const;
   const ServerConfig config_;
   ModelRegistry models_;
   std::unique_ptr<SummarizerService> service_;

@@ -321,6 +321,37 @@ TEST_F(EndToEnd, NodeGrpcJsExampleClient) {
   EXPECT_EQ(std::to_string(ref["usage"]["output_tokens"].get<int64_t>()), usage["output_tokens"].dump());
 }
 
+TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
+  if (run_command("command -v openssl").exit_code != 0) GTEST_SKIP() << "openssl not installed (setup-deps.sh)";
+  const auto dir = *work_ / "tls";
+  fs::create_directories(dir);
+  const std::string cert = (dir / "cert.pem").string(), key = (dir / "key.pem").string();
+  auto made = run_command(
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -addext "
+      "subjectAltName=IP:127.0.0.1,DNS:localhost -keyout " +
+      key + " -out " + cert + " 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  auto server = start({"--tls-cert", cert, "--tls-key", key});
+  const std::string t = " --target " + server->target();
+  auto health = run_command(kClient + t + " --tls --ca " + cert + " --health");
+  EXPECT_EQ(health.exit_code, 0) << health.out;
+  EXPECT_EQ(health.out, "SERVING\n");
+  auto unary = run_command(kClient + t + " --tls --ca " + cert + " --max-new-tokens 12 --json " + doc(0));
+  ASSERT_EQ(unary.exit_code, 0) << unary.out;
+  EXPECT_EQ(nlohmann::json::parse(unary.out)["token_ids"].get<std::vector<int64_t>>(),
+            offline(*model_dir_, read(doc(0)), 12, 1));
+  // A plaintext client cannot talk to it.
+  EXPECT_NE(run_command(kClient + t + " --health --deadline-ms 3000 2>&1").exit_code, 0);
+  // Half a TLS configuration, or a file that is not PEM, is refused with the flag to fix.
+  auto half = run_command(kServer + " --model tiny=" + model_dir_->string() + " --tls-cert " + cert + " 2>&1");
+  EXPECT_EQ(half.exit_code, 2);
+  EXPECT_NE(half.out.find("--tls-key"), std::string::npos) << half.out;
+  auto bad = run_command(kServer + " --model tiny=" + model_dir_->string() + " --metrics-listen '' --listen " +
+                         "127.0.0.1:0 --tls-cert " + doc(0) + " --tls-key " + key + " 2>&1");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.out.find("--tls-cert"), std::string::npos) << bad.out;
+}
+
 TEST_F(EndToEnd, BadFlagsExplainThemselves) {
   auto r = run_command(kServer + " --model nodir 2>&1");
   EXPECT_EQ(r.exit_code, 2);
