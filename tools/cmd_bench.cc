@@ -17,6 +17,7 @@
 #include "model/openmp_env.h"
 #include "model/random_model.h"
 #include "model/seq2seq.h"
+#include "tools/arg_reader.h"
 
 namespace srformer::tools {
 
@@ -150,12 +151,8 @@ void bench_cross(const BenchOptions& o) {
 int run_bench(const std::vector<std::string>& args) {
   BenchOptions o;
   std::string only;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const auto& a = args[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
-      return args[++i];
-    };
+  for (ArgReader r(args); r.next();) {
+    const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
       std::cout << "usage: srformer bench [--json] [--threads N] [--steps N] [--only decode|cross] [--quick]\n"
                    "                       [--batch N[,N...]] [--model bart-base-srformer-s64|bart-base-full|\n"
@@ -169,21 +166,21 @@ int run_bench(const std::vector<std::string>& args) {
     if (a == "--json") {
       o.json = true;
     } else if (a == "--threads") {
-      o.threads = std::stoi(next());
+      o.threads = std::stoi(r.value());
     } else if (a == "--steps") {
-      o.steps = std::stoll(next());
+      o.steps = std::stoll(r.value());
     } else if (a == "--only") {
-      only = next();
+      only = r.value();
     } else if (a == "--quick") {
       o.quick = true;
       o.batches = {1, 8};
       o.steps = 4;
     } else if (a == "--batch") {
       o.batches.clear();
-      std::istringstream list(next());
+      std::istringstream list(r.value());
       for (std::string b; std::getline(list, b, ',');) o.batches.push_back(std::stoll(b));
     } else if (a == "--model") {
-      o.model = next();
+      o.model = r.value();
     } else {
       throw std::invalid_argument("unknown option '" + a + "' (see --help)");
     }

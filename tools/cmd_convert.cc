@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/seq2seq.h"
+#include "tools/arg_reader.h"
 
 namespace srformer::tools {
 
@@ -13,12 +14,8 @@ int run_convert(const std::vector<std::string>& args) {
   std::string src, dst, kind;
   int64_t segment = 0;
   uint64_t seed = 0;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const auto& a = args[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
-      return args[++i];
-    };
+  for (ArgReader r(args); r.next();) {
+    const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
       std::cout << "usage: srformer convert SRC_DIR DST_DIR [--cross-attention srformer --segment-size S] [--seed N]\n"
                    "  Loads SRC (safetensors, shards or pytorch_model.bin) and writes DST as config.json +\n"
@@ -27,11 +24,11 @@ int run_convert(const std::vector<std::string>& args) {
       return 0;
     }
     if (a == "--cross-attention") {
-      kind = next();
+      kind = r.value();
     } else if (a == "--segment-size") {
-      segment = std::stoll(next());
+      segment = std::stoll(r.value());
     } else if (a == "--seed") {
-      seed = std::stoull(next());
+      seed = std::stoull(r.value());
     } else if (src.empty()) {
       src = a;
     } else if (dst.empty()) {

@@ -26,6 +26,7 @@
 #include "model/generation/generate.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/tokenizer.h"
+#include "tools/arg_reader.h"
 
 namespace srformer::tools {
 
@@ -95,54 +96,50 @@ double parse_double(const std::string& flag, const std::string& value) {
 // Returns std::nullopt for --help.
 std::optional<Args> parse_args(const std::vector<std::string>& args) {
   Args a;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const auto& f = args[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw std::invalid_argument(f + " needs a value");
-      return args[++i];
-    };
+  for (ArgReader r(args); r.next();) {
+    const auto& f = r.arg();
     auto gen = [&] { a.generation_flags.push_back(f); };
     if (f == "--help" || f == "-h") {
       std::cout << kUsage;
       return std::nullopt;
     } else if (f == "--predictions") {
-      a.predictions_path = next();
+      a.predictions_path = r.value();
     } else if (f == "--split-name") {
-      a.split_name = next();
+      a.split_name = r.value();
     } else if (f == "--limit") {
-      a.limit = parse_int(f, next(), 1);
+      a.limit = parse_int(f, r.value(), 1);
     } else if (f == "--out") {
-      a.out_dir = next();
+      a.out_dir = r.value();
     } else if (f == "--stem") {
       a.stem = true;
     } else if (f == "--bootstrap") {
-      a.bootstrap = static_cast<int>(parse_int(f, next(), 1));
+      a.bootstrap = static_cast<int>(parse_int(f, r.value(), 1));
     } else if (f == "--seed") {
-      a.seed = static_cast<uint64_t>(parse_int(f, next(), 0));
+      a.seed = static_cast<uint64_t>(parse_int(f, r.value(), 0));
     } else if (f == "--batch") {
       gen();
-      a.batch = parse_int(f, next(), 1);
+      a.batch = parse_int(f, r.value(), 1);
     } else if (f == "--max-new-tokens") {
       gen();
-      a.max_new = parse_int(f, next(), 1);
+      a.max_new = parse_int(f, r.value(), 1);
     } else if (f == "--min-new-tokens") {
       gen();
-      a.min_new = parse_int(f, next(), 0);
+      a.min_new = parse_int(f, r.value(), 0);
     } else if (f == "--num-beams") {
       gen();
-      a.beams = parse_int(f, next(), 1);
+      a.beams = parse_int(f, r.value(), 1);
     } else if (f == "--length-penalty") {
       gen();
-      a.length_penalty = parse_double(f, next());
+      a.length_penalty = parse_double(f, r.value());
     } else if (f == "--no-repeat-ngram-size") {
       gen();
-      a.no_repeat = parse_int(f, next(), 0);
+      a.no_repeat = parse_int(f, r.value(), 0);
     } else if (f == "--max-input-tokens") {
       gen();
-      a.max_input = parse_int(f, next(), 1);
+      a.max_input = parse_int(f, r.value(), 1);
     } else if (f == "--threads") {
       gen();
-      a.threads = static_cast<int>(parse_int(f, next(), 1));
+      a.threads = static_cast<int>(parse_int(f, r.value(), 1));
     } else if (!f.empty() && f[0] == '-') {
       throw std::invalid_argument("unknown option '" + f + "' (see --help)");
     } else {

@@ -10,6 +10,7 @@
 #include "model/random_model.h"
 #include "model/tokenizer/byte_level_bpe.h"
 #include "model/tokenizer/sentencepiece_library.h"
+#include "tools/arg_reader.h"
 
 namespace srformer::tools {
 
@@ -39,12 +40,8 @@ int run_init_model(const std::vector<std::string>& args) {
   std::string out, corpus, arch = "t5", kind = "srformer", shape = "tiny";
   int64_t segment = 16, vocab = 2000, seed = 1;
   int64_t d_model = 0;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const auto& a = args[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
-      return args[++i];
-    };
+  for (ArgReader r(args); r.next();) {
+    const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
       std::cout << "usage: srformer init-model --corpus TEXT_FILE [--arch t5] [--cross-attention srformer]\n"
                    "                           [--segment-size 16] [--vocab 2000] [--d-model 32] [--seed 1]\n"
@@ -56,21 +53,21 @@ int run_init_model(const std::vector<std::string>& args) {
       return 0;
     }
     if (a == "--corpus") {
-      corpus = next();
+      corpus = r.value();
     } else if (a == "--arch") {
-      arch = next();
+      arch = r.value();
     } else if (a == "--cross-attention") {
-      kind = next();
+      kind = r.value();
     } else if (a == "--segment-size") {
-      segment = std::stoll(next());
+      segment = std::stoll(r.value());
     } else if (a == "--vocab") {
-      vocab = std::stoll(next());
+      vocab = std::stoll(r.value());
     } else if (a == "--d-model") {
-      d_model = std::stoll(next());
+      d_model = std::stoll(r.value());
     } else if (a == "--shape") {
-      shape = next();
+      shape = r.value();
     } else if (a == "--seed") {
-      seed = std::stoll(next());
+      seed = std::stoll(r.value());
     } else if (out.empty()) {
       out = a;
     } else {

@@ -13,6 +13,7 @@
 #include "model/generation/generate.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/tokenizer.h"
+#include "tools/arg_reader.h"
 
 namespace srformer::tools {
 
@@ -44,47 +45,43 @@ int run_summarize(const std::vector<std::string>& args) {
   std::optional<bool> early;
   bool sample = false;
   uint64_t seed = 0;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const auto& a = args[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
-      return args[++i];
-    };
+  for (ArgReader r(args); r.next();) {
+    const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
       std::cout << kUsage;
       return 0;
     } else if (a == "--model") {
-      model_dir = next();
+      model_dir = r.value();
     } else if (a == "--max-new-tokens") {
-      max_new = std::stoll(next());
+      max_new = std::stoll(r.value());
     } else if (a == "--min-new-tokens") {
-      min_new = std::stoll(next());
+      min_new = std::stoll(r.value());
     } else if (a == "--num-beams") {
-      beams = std::stoll(next());
+      beams = std::stoll(r.value());
     } else if (a == "--length-penalty") {
-      length_penalty = std::stod(next());
+      length_penalty = std::stod(r.value());
     } else if (a == "--early-stopping") {
       early = true;
     } else if (a == "--do-sample") {
       sample = true;
     } else if (a == "--temperature") {
-      temperature = std::stod(next());
+      temperature = std::stod(r.value());
     } else if (a == "--top-k") {
-      top_k = std::stoll(next());
+      top_k = std::stoll(r.value());
     } else if (a == "--top-p") {
-      top_p = std::stod(next());
+      top_p = std::stod(r.value());
     } else if (a == "--seed") {
-      seed = std::stoull(next());
+      seed = std::stoull(r.value());
     } else if (a == "--no-repeat-ngram-size") {
-      no_repeat = std::stoll(next());
+      no_repeat = std::stoll(r.value());
     } else if (a == "--repetition-penalty") {
-      rep = std::stod(next());
+      rep = std::stod(r.value());
     } else if (a == "--expected-length") {
-      expected = std::stoll(next());
+      expected = std::stoll(r.value());
     } else if (a == "--truncate") {
       truncate = true;
     } else if (a == "--threads") {
-      threads = std::stoi(next());
+      threads = std::stoi(r.value());
     } else if (a == "--json") {
       json = true;
     } else if (a == "--stream") {

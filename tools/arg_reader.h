@@ -1,0 +1,27 @@
+#pragma once
+// Walks a subcommand's arguments one at a time; a flag's value is taken on demand, with an error
+// naming the flag when it is missing. Shared by the tools/cmd_*.cc parsers.
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace srformer::tools {
+
+class ArgReader {
+ public:
+  explicit ArgReader(const std::vector<std::string>& args) : args_(args) {}
+  // Moves to the next argument; false when there is none.
+  bool next() { return ++at_ < args_.size(); }
+  const std::string& arg() const { return args_[at_]; }
+  // The argument after the current one (the current flag's value).
+  const std::string& value() {
+    if (at_ + 1 >= args_.size()) throw std::invalid_argument(args_[at_] + " needs a value");
+    return args_[++at_];
+  }
+
+ private:
+  const std::vector<std::string>& args_;
+  size_t at_ = static_cast<size_t>(-1);  // before the first argument
+};
+
+}  // namespace srformer::tools
