@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -15,8 +16,10 @@ namespace {
 class Writer {
  public:
   Writer(uint64_t seed, double std) : gen_(at::detail::createCPUGenerator(seed)), std_(std) {}
-  void normal(const std::string& name, std::vector<int64_t> shape) {
-    out.emplace_back(name, torch::empty(shape).normal_(0.0, std_, gen_));
+  // With a fixed std, every matrix uses it; otherwise (Hugging Face's schemes) `hf_std`.
+  void normal(const std::string& name, std::vector<int64_t> shape, double hf_std = 0.0) {
+    const double std = std_ > 0 || hf_std <= 0 ? std_ : hf_std;
+    out.emplace_back(name, torch::empty(shape).normal_(0.0, std, gen_));
   }
   void fill(const std::string& name, std::vector<int64_t> shape, double v) { out.emplace_back(name, torch::full(shape, v)); }
   void uniform(const std::string& name, std::vector<int64_t> shape, double lo, double hi) {
@@ -73,8 +76,10 @@ void bart(Writer& w, const ModelConfig& c) {
 void t5(Writer& w, const ModelConfig& c) {
   const int64_t D = c.d_model;
   const int64_t I = c.inner_dim();
-  w.normal("shared.weight", {c.vocab_size, D});
-  if (!c.tie_word_embeddings) w.normal("lm_head.weight", {c.vocab_size, D});
+  // Hugging Face's T5PreTrainedModel._init_weights (factor 1) when no fixed std is given.
+  const auto inv_sqrt = [](int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); };
+  w.normal("shared.weight", {c.vocab_size, D}, 1.0);
+  if (!c.tie_word_embeddings) w.normal("lm_head.weight", {c.vocab_size, D}, 1.0);
   for (const std::string s : {"encoder", "decoder"}) {
     const int64_t layers = s == "encoder" ? c.encoder_layers : c.decoder_layers;
     for (int64_t i = 0; i < layers; ++i) {
@@ -82,20 +87,25 @@ void t5(Writer& w, const ModelConfig& c) {
       std::vector<std::string> attns{"0.SelfAttention"};
       if (s == "decoder") attns.emplace_back("1.EncDecAttention");
       for (const auto& a : attns) {
-        for (const std::string proj : {"q", "k", "v"}) w.normal(p + a + "." + proj + ".weight", {I, D});
-        w.normal(p + a + ".o.weight", {D, I});
+        w.normal(p + a + ".q.weight", {I, D}, inv_sqrt(D * c.head_dim));
+        w.normal(p + a + ".k.weight", {I, D}, inv_sqrt(D));
+        w.normal(p + a + ".v.weight", {I, D}, inv_sqrt(D));
+        w.normal(p + a + ".o.weight", {D, I}, inv_sqrt(I));
         w.fill(p + a.substr(0, 1) + ".layer_norm.weight", {D}, 1.0);
       }
-      if (i == 0) w.normal(p + "0.SelfAttention.relative_attention_bias.weight", {c.relative_attention_num_buckets, c.num_heads});
+      if (i == 0) {
+        w.normal(p + "0.SelfAttention.relative_attention_bias.weight", {c.relative_attention_num_buckets, c.num_heads},
+                 inv_sqrt(D));
+      }
       if (s == "decoder" && c.srformer.uses_raf()) raf(w, p + "1.EncDecAttention.", c.head_dim);
       const auto f = p + (s == "decoder" ? "2" : "1");
       if (c.gated_ffn) {
-        w.normal(f + ".DenseReluDense.wi_0.weight", {c.d_ff, D});
-        w.normal(f + ".DenseReluDense.wi_1.weight", {c.d_ff, D});
+        w.normal(f + ".DenseReluDense.wi_0.weight", {c.d_ff, D}, inv_sqrt(D));
+        w.normal(f + ".DenseReluDense.wi_1.weight", {c.d_ff, D}, inv_sqrt(D));
       } else {
-        w.normal(f + ".DenseReluDense.wi.weight", {c.d_ff, D});
+        w.normal(f + ".DenseReluDense.wi.weight", {c.d_ff, D}, inv_sqrt(D));
       }
-      w.normal(f + ".DenseReluDense.wo.weight", {D, c.d_ff});
+      w.normal(f + ".DenseReluDense.wo.weight", {D, c.d_ff}, inv_sqrt(c.d_ff));
       w.fill(f + ".layer_norm.weight", {D}, 1.0);
     }
     w.fill(s + ".final_layer_norm.weight", {D}, 1.0);
@@ -106,7 +116,8 @@ void t5(Writer& w, const ModelConfig& c) {
 
 void write_random_model(const std::filesystem::path& dir, const ModelConfig& config, uint64_t seed, double std) {
   std::filesystem::create_directories(dir);
-  Writer w(seed, std);
+  // BART's Hugging Face scheme is one std (init_std 0.02) for every matrix.
+  Writer w(seed, std > 0 || config.arch == Architecture::kT5 ? std : 0.02);
   if (config.arch == Architecture::kBart) {
     bart(w, config);
   } else {

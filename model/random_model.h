@@ -9,7 +9,9 @@
 namespace srformer {
 
 // Every parameter the loader expects, under Hugging Face names, seeded and deterministic.
-// `std` scales the weight matrices (norm weights are 1, biases 0, RAF thresholds/leaks plausible).
+// `std` > 0 scales every weight matrix alike; `std` <= 0 uses Hugging Face's initialisation (T5: per
+// projection, embeddings N(0,1); BART: 0.02), the right start for training from scratch. Norm
+// weights are 1, biases 0, RAF parameters the authors' initial values.
 void write_random_model(const std::filesystem::path& dir, const ModelConfig& config, uint64_t seed, double std = 0.1);
 
 // Small configurations for tests: d_model 32, 4 heads, 2+2 layers.

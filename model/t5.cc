@@ -111,8 +111,8 @@ class T5Model final : public EncoderDecoderModel {
     params_ = w.take_params();
   }
 
+  // Differentiable (training); inference callers hold a no-grad or inference-mode guard.
   EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) override {
-    torch::NoGradGuard no_grad;
     check_tokens(input_ids, "input_ids");
     const auto ids = input_ids.to(device_, torch::kLong);
     const int64_t B = ids.size(0);

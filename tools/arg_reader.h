@@ -1,6 +1,7 @@
 #pragma once
 // Walks a subcommand's arguments one at a time; a flag's value is taken on demand, with an error
 // naming the flag when it is missing. Shared by the tools/cmd_*.cc parsers.
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -17,6 +18,36 @@ class ArgReader {
   const std::string& value() {
     if (at_ + 1 >= args_.size()) throw std::invalid_argument(args_[at_] + " needs a value");
     return args_[++at_];
+  }
+  // The value as an integer >= min, or an error naming the flag.
+  int64_t int_value(int64_t min) {
+    const auto& flag = arg();
+    const auto& v = value();
+    size_t used = 0;
+    int64_t n = 0;
+    try {
+      n = std::stoll(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != v.size() || n < min) {
+      throw std::invalid_argument(flag + " needs an integer >= " + std::to_string(min) + ", got '" + v + "'");
+    }
+    return n;
+  }
+  // The value as a number, or an error naming the flag.
+  double number_value() {
+    const auto& flag = arg();
+    const auto& v = value();
+    size_t used = 0;
+    double x = 0;
+    try {
+      x = std::stod(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != v.size()) throw std::invalid_argument(flag + " needs a number, got '" + v + "'");
+    return x;
   }
 
  private:

@@ -16,12 +16,13 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "model/data/examples.h"
+#include "model/eval/batch_summarize.h"
 #include "model/eval/rouge.h"
 #include "model/generation/generate.h"
 #include "model/seq2seq.h"
@@ -34,6 +35,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using data::Example;
+using data::for_each_jsonl;
+using data::read_examples;
+using data::string_field;
 
 const char* kUsage =
     "usage: srformer eval MODEL_DIR DATA.jsonl [options]\n"
@@ -50,10 +55,6 @@ const char* kUsage =
     "  --no-repeat-ngram-size N --max-input-tokens N (truncate documents to N tokens; default and\n"
     "  upper bound: the model's limit) --threads N\n";
 
-struct Example {
-  std::string id, document, summary;
-};
-
 struct Args {
   std::vector<std::string> positional;
   std::string predictions_path, split_name, out_dir;
@@ -66,32 +67,6 @@ struct Args {
   uint64_t seed = 0;
   std::vector<std::string> generation_flags;  // given generation options (an error in predictions mode)
 };
-
-int64_t parse_int(const std::string& flag, const std::string& value, int64_t min) {
-  size_t used = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != value.size() || v < min) {
-    throw std::invalid_argument(flag + " needs an integer >= " + std::to_string(min) + ", got '" + value + "'");
-  }
-  return v;
-}
-
-double parse_double(const std::string& flag, const std::string& value) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != value.size()) throw std::invalid_argument(flag + " needs a number, got '" + value + "'");
-  return v;
-}
 
 // Returns std::nullopt for --help.
 std::optional<Args> parse_args(const std::vector<std::string>& args) {
@@ -107,39 +82,39 @@ std::optional<Args> parse_args(const std::vector<std::string>& args) {
     } else if (f == "--split-name") {
       a.split_name = r.value();
     } else if (f == "--limit") {
-      a.limit = parse_int(f, r.value(), 1);
+      a.limit = r.int_value(1);
     } else if (f == "--out") {
       a.out_dir = r.value();
     } else if (f == "--stem") {
       a.stem = true;
     } else if (f == "--bootstrap") {
-      a.bootstrap = static_cast<int>(parse_int(f, r.value(), 1));
+      a.bootstrap = static_cast<int>(r.int_value(1));
     } else if (f == "--seed") {
-      a.seed = static_cast<uint64_t>(parse_int(f, r.value(), 0));
+      a.seed = static_cast<uint64_t>(r.int_value(0));
     } else if (f == "--batch") {
       gen();
-      a.batch = parse_int(f, r.value(), 1);
+      a.batch = r.int_value(1);
     } else if (f == "--max-new-tokens") {
       gen();
-      a.max_new = parse_int(f, r.value(), 1);
+      a.max_new = r.int_value(1);
     } else if (f == "--min-new-tokens") {
       gen();
-      a.min_new = parse_int(f, r.value(), 0);
+      a.min_new = r.int_value(0);
     } else if (f == "--num-beams") {
       gen();
-      a.beams = parse_int(f, r.value(), 1);
+      a.beams = r.int_value(1);
     } else if (f == "--length-penalty") {
       gen();
-      a.length_penalty = parse_double(f, r.value());
+      a.length_penalty = r.number_value();
     } else if (f == "--no-repeat-ngram-size") {
       gen();
-      a.no_repeat = parse_int(f, r.value(), 0);
+      a.no_repeat = r.int_value(0);
     } else if (f == "--max-input-tokens") {
       gen();
-      a.max_input = parse_int(f, r.value(), 1);
+      a.max_input = r.int_value(1);
     } else if (f == "--threads") {
       gen();
-      a.threads = static_cast<int>(parse_int(f, r.value(), 1));
+      a.threads = static_cast<int>(r.int_value(1));
     } else if (!f.empty() && f[0] == '-') {
       throw std::invalid_argument("unknown option '" + f + "' (see --help)");
     } else {
@@ -157,49 +132,6 @@ std::optional<Args> parse_args(const std::vector<std::string>& args) {
                                 " is a generation option; --predictions scores existing outputs without a model");
   }
   return a;
-}
-
-// Calls fn(object, "file:line") for every non-blank line, which must be a JSON object.
-template <typename Fn>
-void for_each_jsonl(const std::string& path, Fn fn) {
-  if (!fs::is_regular_file(path)) throw std::invalid_argument("cannot read '" + path + "': no such file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::invalid_argument("cannot read '" + path + "'");
-  std::string line;
-  for (int64_t n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(n);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw std::invalid_argument(where + ": not valid JSON (" + e.what() + ")");
-    }
-    if (!j.is_object()) throw std::invalid_argument(where + ": expected a JSON object per line");
-    fn(j, where);
-  }
-}
-
-std::string string_field(const nlohmann::json& j, const char* key, const std::string& where) {
-  const auto it = j.find(key);
-  if (it == j.end()) throw std::invalid_argument(where + ": missing field \"" + key + "\"");
-  if (!it->is_string()) throw std::invalid_argument(where + ": field \"" + key + "\" must be a string");
-  return it->get<std::string>();
-}
-
-std::vector<Example> read_data(const std::string& path, std::optional<int64_t> limit) {
-  std::vector<Example> out;
-  std::map<std::string, std::string> seen;  // id -> where
-  for_each_jsonl(path, [&](const nlohmann::json& j, const std::string& where) {
-    Example e{string_field(j, "id", where), string_field(j, "document", where), string_field(j, "summary", where)};
-    const auto [it, fresh] = seen.emplace(e.id, where);
-    if (!fresh) throw std::invalid_argument(where + ": duplicate id '" + e.id + "' (first at " + it->second + ")");
-    out.push_back(std::move(e));
-  });
-  if (out.empty())
-    throw std::invalid_argument("'" + path + "' has no examples (expected {\"id\", \"document\", \"summary\"} lines)");
-  if (limit && static_cast<int64_t>(out.size()) > *limit) out.resize(static_cast<size_t>(*limit));
-  return out;
 }
 
 std::vector<std::string> read_predictions(const std::string& path, const std::vector<Example>& data) {
@@ -254,8 +186,7 @@ GenerationOptions generation_options(const Args& a, const ModelConfig& c, const 
   return o;
 }
 
-// Documents sorted by token length into batches (right-padded, with an attention mask), generated with
-// expected length L = max_new_tokens, and put back in data order.
+// Generated with expected length L = max_new_tokens, in data order (model/eval/batch_summarize.h).
 GenerationRun generate_all(const Args& a, const std::string& model_dir, const std::vector<Example>& data) {
   if (!fs::is_directory(model_dir)) throw std::invalid_argument("model directory '" + model_dir + "' not found");
   if (a.threads > 0) at::set_num_threads(a.threads);
@@ -270,57 +201,25 @@ GenerationRun generate_all(const Args& a, const std::string& model_dir, const st
     throw std::invalid_argument("--max-input-tokens " + std::to_string(run.max_input_tokens) +
                                 " is over the model's limit of " + std::to_string(c.max_input_tokens));
   }
-  std::vector<TokenIds> ids;
-  for (const auto& e : data) {
-    auto t = tokenizer->encode(c.summarization_prefix ? *c.summarization_prefix + e.document : e.document);
-    if (static_cast<int64_t>(t.size()) > run.max_input_tokens) {
-      const auto last = t.back();
-      t.resize(static_cast<size_t>(run.max_input_tokens));
-      t.back() = last;  // keep the closing EOS the tokenizer appended, as `summarize --truncate`
-      ++run.truncated;
-    }
-    run.input_tokens += static_cast<int64_t>(t.size());
-    ids.push_back(std::move(t));
-  }
-  if (run.truncated > 0) {
-    std::cerr << run.truncated << " of " << data.size() << " documents truncated to " << run.max_input_tokens
+  std::vector<std::string> documents;
+  for (const auto& e : data) documents.push_back(e.document);
+  auto last_report = Clock::now();
+  auto s = eval::summarize_all(*model, *tokenizer, documents, o, a.batch, run.max_input_tokens,
+                               [&](size_t done, size_t total) {
+                                 const auto now = Clock::now();
+                                 if (now - last_report < std::chrono::seconds(1) && done != total) return;
+                                 std::cerr << done << "/" << total << " documents\n";
+                                 last_report = now;
+                               });
+  if (s.truncated > 0) {
+    std::cerr << s.truncated << " of " << data.size() << " documents truncated to " << run.max_input_tokens
               << " tokens\n";
   }
-
-  std::vector<size_t> order(data.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return ids[x].size() < ids[y].size(); });
-  run.predictions.resize(data.size());
-  const size_t batch = static_cast<size_t>(a.batch), batches = (data.size() + batch - 1) / batch;
-  const auto start = Clock::now();
-  auto last_report = start;
-  for (size_t b = 0; b < batches; ++b) {
-    const size_t first = b * batch, n = std::min(batch, data.size() - first);
-    size_t width = 0;
-    for (size_t r = 0; r < n; ++r) width = std::max(width, ids[order[first + r]].size());
-    auto input = torch::full({static_cast<int64_t>(n), static_cast<int64_t>(width)}, c.pad_token_id, torch::kLong);
-    auto mask = torch::zeros_like(input);
-    for (size_t r = 0; r < n; ++r) {
-      const auto& t = ids[order[first + r]];
-      const auto len = static_cast<int64_t>(t.size());
-      input[static_cast<int64_t>(r)].narrow(0, 0, len).copy_(torch::tensor(t, torch::kLong));
-      mask[static_cast<int64_t>(r)].narrow(0, 0, len).fill_(1);
-    }
-    const auto results = generate(*model, input, mask, o);
-    for (size_t r = 0; r < n; ++r) {
-      const auto& best = results.at(r).hypotheses.at(0);
-      run.generated_tokens += static_cast<int64_t>(best.tokens.size());
-      run.predictions[order[first + r]] = tokenizer->decode(best.tokens);
-    }
-    const auto now = Clock::now();
-    if (now - last_report >= std::chrono::seconds(1) || b + 1 == batches) {
-      const double s = std::chrono::duration<double>(now - start).count();
-      std::cerr << "batch " << b + 1 << "/" << batches << ", " << std::fixed << std::setprecision(1)
-                << static_cast<double>(first + n) / std::max(s, 1e-9) << " docs/s\n";
-      last_report = now;
-    }
-  }
-  run.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  run.predictions = std::move(s.predictions);
+  run.input_tokens = s.input_tokens;
+  run.generated_tokens = s.generated_tokens;
+  run.truncated = s.truncated;
+  run.seconds = s.seconds;
   run.options = {{"batch", a.batch},
                  {"max_new_tokens", o.max_new_tokens},
                  {"min_new_tokens", o.min_new_tokens},
@@ -359,7 +258,7 @@ int run_eval(const std::vector<std::string>& args) {
   const Args& a = *parsed;
   const auto started = Clock::now();
   const std::string data_path = a.positional.back();
-  const auto data = read_data(data_path, a.limit);
+  const auto data = read_examples(data_path, a.limit);
 
   std::optional<GenerationRun> run;
   std::vector<std::string> predictions;

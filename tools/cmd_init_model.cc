@@ -39,15 +39,19 @@ void write_byte_level_tokenizer(const std::string& dir, int64_t vocab_size) {
 int run_init_model(const std::vector<std::string>& args) {
   std::string out, corpus, arch = "t5", kind = "srformer", shape = "tiny";
   int64_t segment = 16, vocab = 2000, seed = 1;
-  int64_t d_model = 0;
+  int64_t d_model = 0, layers = 0, heads = 0, d_ff = 0;
+  double init_std = 0.0;
   for (ArgReader r(args); r.next();) {
     const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
       std::cout << "usage: srformer init-model --corpus TEXT_FILE [--arch t5] [--cross-attention srformer]\n"
                    "                           [--segment-size 16] [--vocab 2000] [--d-model 32] [--seed 1]\n"
-                   "                           [--shape tiny|t5-small|bart-base] OUT_DIR\n"
+                   "                           [--shape tiny|t5-small|bart-base] [--layers N] [--heads N]\n"
+                   "                           [--d-ff N] [--init-std X] OUT_DIR\n"
                    "  Trains a SentencePiece tokenizer on TEXT_FILE (T5 conventions: pad 0, eos 1, unk 2) and\n"
-                   "  writes random weights: an untrained model whose output is not a summary.\n"
+                   "  writes random weights: an untrained model whose output is not a summary (the start of\n"
+                   "  `srformer train` from scratch). Weights follow Hugging Face's initialisation unless\n"
+                   "  --init-std X > 0 gives every matrix N(0, X). --layers N sets encoder and decoder depth.\n"
                    "  --shape t5-small / bart-base: the paper's base shapes (for load benchmarks); bart-base writes\n"
                    "  a byte-level BPE tokenizer without merges (one token per byte) and needs no corpus.\n";
       return 0;
@@ -64,6 +68,14 @@ int run_init_model(const std::vector<std::string>& args) {
       vocab = std::stoll(r.value());
     } else if (a == "--d-model") {
       d_model = std::stoll(r.value());
+    } else if (a == "--layers") {
+      layers = r.int_value(1);
+    } else if (a == "--heads") {
+      heads = r.int_value(1);
+    } else if (a == "--d-ff") {
+      d_ff = r.int_value(1);
+    } else if (a == "--init-std") {
+      init_std = r.number_value();
     } else if (a == "--shape") {
       shape = r.value();
     } else if (a == "--seed") {
@@ -82,7 +94,7 @@ int run_init_model(const std::vector<std::string>& args) {
     std::filesystem::create_directories(out);
     const auto c = bart_base_config(cross_attention_from_string(kind), segment);
     write_byte_level_tokenizer(out, c.vocab_size);
-    write_random_model(out, c, static_cast<uint64_t>(seed));
+    write_random_model(out, c, static_cast<uint64_t>(seed), init_std);
     std::cout << "wrote " << out << " (BART-base shape, vocab " << c.vocab_size << ", "
               << to_string(c.srformer.cross_attention) << ", segment " << segment << ")\n";
     return 0;
@@ -99,12 +111,18 @@ int run_init_model(const std::vector<std::string>& args) {
   // + T5's <extra_id_N> sentinels; the t5-small shape keeps T5's 32128 embedding rows (the LM head's
   // real cost) even past a smaller tokenizer, whose vocabulary bounds generation.
   c.vocab_size = std::max<int64_t>(sp.vocab_size() + 100, shape == "t5-small" ? c.vocab_size : 0);
+  if (heads > 0) c.num_heads = heads;
   if (d_model > 0) {
     c.d_model = d_model;
-    c.head_dim = d_model / c.num_heads;
     c.d_ff = 2 * d_model;
   }
-  write_random_model(out, c, static_cast<uint64_t>(seed));
+  if (d_model > 0 || heads > 0) {
+    if (c.d_model % c.num_heads != 0) throw std::invalid_argument("--d-model must be a multiple of --heads");
+    c.head_dim = c.d_model / c.num_heads;
+  }
+  if (d_ff > 0) c.d_ff = d_ff;
+  if (layers > 0) c.encoder_layers = c.decoder_layers = layers;
+  write_random_model(out, c, static_cast<uint64_t>(seed), init_std);
   std::ofstream(out + "/tokenizer_config.json") << R"({"extra_ids": 100, "model_max_length": 16384})"
                                                 << "\n";
   std::cout << "wrote " << out << " (vocab " << c.vocab_size << ", " << to_string(c.srformer.cross_attention)

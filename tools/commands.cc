@@ -10,6 +10,7 @@ int run_init_model(const std::vector<std::string>& args);
 int run_summarize(const std::vector<std::string>& args);
 int run_convert(const std::vector<std::string>& args);
 int run_eval(const std::vector<std::string>& args);
+int run_train(const std::vector<std::string>& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> list = {
@@ -20,6 +21,7 @@ const std::vector<Command>& commands() {
       {"init-model", "write a random SRformer model with a SentencePiece tokenizer trained on a corpus",
        run_init_model},
       {"eval", "ROUGE-1/2/L/Lsum of a model (or of given predictions) on a JSONL split", run_eval},
+      {"train", "fine-tune a model on a JSONL split (AdamW, checkpoints with optimizer state, resume)", run_train},
       {"bench", "model benchmarks: encode/decode speed, cross-attention cost vs input length", run_bench},
   };
   return list;

@@ -1,0 +1,48 @@
+#include "model/data/encode.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace srformer::data {
+
+TokenIds encode_truncated(const Tokenizer& tokenizer, std::string_view text, int64_t max_tokens, bool* truncated) {
+  if (max_tokens < 1) throw std::invalid_argument("max_tokens must be >= 1");
+  auto t = tokenizer.encode(text);
+  const bool cut = static_cast<int64_t>(t.size()) > max_tokens;
+  if (cut) {
+    const auto last = t.back();
+    t.resize(static_cast<size_t>(max_tokens));
+    t.back() = last;
+  }
+  if (truncated) *truncated = cut;
+  return t;
+}
+
+TokenIds encode_document(const Tokenizer& tokenizer, const ModelConfig& config, std::string_view document,
+                         int64_t max_tokens, bool* truncated) {
+  if (!config.summarization_prefix) return encode_truncated(tokenizer, document, max_tokens, truncated);
+  return encode_truncated(tokenizer, *config.summarization_prefix + std::string(document), max_tokens, truncated);
+}
+
+PaddedBatch pad_rows(const std::vector<const TokenIds*>& rows, int64_t pad) {
+  size_t width = 1;
+  for (const auto* r : rows) width = std::max(width, r->size());
+  const auto n = static_cast<int64_t>(rows.size());
+  PaddedBatch b{torch::full({n, static_cast<int64_t>(width)}, pad, torch::kLong),
+                torch::zeros({n, static_cast<int64_t>(width)}, torch::kLong)};
+  auto ids = b.ids.accessor<int64_t, 2>();
+  auto mask = b.mask.accessor<int64_t, 2>();
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& r = *rows[static_cast<size_t>(i)];
+    for (size_t j = 0; j < r.size(); ++j) {
+      ids[i][static_cast<int64_t>(j)] = r[j];
+      mask[i][static_cast<int64_t>(j)] = 1;
+    }
+  }
+  return b;
+}
+
+}  // namespace srformer::data

@@ -1,0 +1,32 @@
+#pragma once
+// Text -> model inputs as training and evaluation need them: documents with the model's summarization
+// prefix, truncated keeping the tokenizer's closing EOS, and right-padded batches with a mask.
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "model/config.h"
+#include "model/tokenizer/tokenizer.h"
+
+namespace srformer::data {
+
+// tokenizer.encode(text), cut to max_tokens (> 0) with its last token (the EOS it appended) kept last.
+// Sets *truncated when it was cut.
+TokenIds encode_truncated(const Tokenizer& tokenizer, std::string_view text, int64_t max_tokens,
+                          bool* truncated = nullptr);
+
+// A document as the model reads it: config.summarization_prefix (T5's "summarize: ") + text.
+TokenIds encode_document(const Tokenizer& tokenizer, const ModelConfig& config, std::string_view document,
+                         int64_t max_tokens, bool* truncated = nullptr);
+
+struct PaddedBatch {
+  torch::Tensor ids;   // [B, width] int64, `pad` after each row's end
+  torch::Tensor mask;  // [B, width] int64, 1 = real token
+};
+
+// Rows right-padded to the longest (at least 1 wide).
+PaddedBatch pad_rows(const std::vector<const TokenIds*>& rows, int64_t pad);
+
+}  // namespace srformer::data

@@ -1,0 +1,54 @@
+#include "model/data/examples.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace srformer::data {
+
+void for_each_jsonl(const std::string& path,
+                    const std::function<void(const nlohmann::json&, const std::string&)>& fn) {
+  if (!std::filesystem::is_regular_file(path)) throw std::invalid_argument("cannot read '" + path + "': no such file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::invalid_argument("cannot read '" + path + "'");
+  std::string line;
+  for (int64_t n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(n);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw std::invalid_argument(where + ": not valid JSON (" + e.what() + ")");
+    }
+    if (!j.is_object()) throw std::invalid_argument(where + ": expected a JSON object per line");
+    fn(j, where);
+  }
+}
+
+std::string string_field(const nlohmann::json& j, const char* key, const std::string& where) {
+  const auto it = j.find(key);
+  if (it == j.end()) throw std::invalid_argument(where + ": missing field \"" + key + "\"");
+  if (!it->is_string()) throw std::invalid_argument(where + ": field \"" + key + "\" must be a string");
+  return it->get<std::string>();
+}
+
+std::vector<Example> read_examples(const std::string& path, std::optional<int64_t> limit) {
+  std::vector<Example> out;
+  std::map<std::string, std::string> seen;  // id -> where
+  for_each_jsonl(path, [&](const nlohmann::json& j, const std::string& where) {
+    Example e{string_field(j, "id", where), string_field(j, "document", where), string_field(j, "summary", where)};
+    const auto [it, fresh] = seen.emplace(e.id, where);
+    if (!fresh) throw std::invalid_argument(where + ": duplicate id '" + e.id + "' (first at " + it->second + ")");
+    out.push_back(std::move(e));
+  });
+  if (out.empty()) {
+    throw std::invalid_argument("'" + path + "' has no examples (expected {\"id\", \"document\", \"summary\"} lines)");
+  }
+  if (limit && static_cast<int64_t>(out.size()) > *limit) out.resize(static_cast<size_t>(*limit));
+  return out;
+}
+
+}  // namespace srformer::data

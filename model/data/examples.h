@@ -1,0 +1,28 @@
+#pragma once
+// Summarization examples in JSONL ({"id", "document", "summary"} per line): the format of
+// tools/data/build_dataset.py, read by `srformer eval` and `srformer train`.
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace srformer::data {
+
+struct Example {
+  std::string id, document, summary;
+};
+
+// Calls fn(object, "file:line") for every non-blank line, which must be a JSON object.
+// Throws std::invalid_argument naming the file and line of the first bad one.
+void for_each_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, const std::string&)>& fn);
+
+// The string field `key` of `j`; throws std::invalid_argument naming `where` when missing or not a string.
+std::string string_field(const nlohmann::json& j, const char* key, const std::string& where);
+
+// Every example of `path` (ids must be unique), at most `limit` of them. Throws std::invalid_argument
+// for a missing file, bad lines, duplicate ids or an empty file.
+std::vector<Example> read_examples(const std::string& path, std::optional<int64_t> limit = std::nullopt);
+
+}  // namespace srformer::data

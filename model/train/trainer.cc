@@ -1,0 +1,464 @@
+#include "model/train/trainer.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "model/data/encode.h"
+#include "model/data/examples.h"
+#include "model/eval/batch_summarize.h"
+#include "model/eval/rouge.h"
+#include "model/generation/generate.h"
+#include "model/seq2seq.h"
+#include "model/train/batch_plan.h"
+#include "model/train/loss.h"
+
+namespace srformer::train {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using Params = std::vector<std::pair<std::string, torch::Tensor>>;
+
+constexpr const char* kCheckpointPrefix = "checkpoint-";
+constexpr const char* kStateFile = "trainer_state.json";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kLogFile = "train_log.jsonl";
+
+void check(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument(message);
+}
+
+void validate(const TrainOptions& o) {
+  check(!o.model_dir.empty(), "a model directory is required");
+  check(!o.train_file.empty(), "a training file is required");
+  check(!o.out_dir.empty(), "an output directory is required");
+  check(o.steps >= 1, "steps must be >= 1");
+  check(o.batch_size >= 1, "batch size must be >= 1");
+  check(o.grad_accum >= 1, "gradient accumulation must be >= 1");
+  check(o.lr > 0 && std::isfinite(o.lr), "learning rate must be a positive number");
+  check(o.warmup_steps >= -1, "warm-up steps must be >= 0");
+  check(o.clip_norm >= 0, "the clipping norm must be >= 0 (0 = off)");
+  check(o.label_smoothing >= 0 && o.label_smoothing < 1, "label smoothing must be in [0, 1)");
+  check(o.adam.beta1 >= 0 && o.adam.beta1 < 1 && o.adam.beta2 >= 0 && o.adam.beta2 < 1, "Adam betas must be in [0, 1)");
+  check(o.adam.eps > 0 && o.adam.weight_decay >= 0, "Adam eps must be > 0 and weight decay >= 0");
+  check(o.max_input_tokens >= 2, "max input tokens must be >= 2");
+  check(o.max_target_tokens >= 1, "max target tokens must be >= 1");
+  check(!o.train_limit || *o.train_limit >= 1, "the training limit must be >= 1");
+  check(o.log_every >= 1, "log every must be >= 1");
+  check(o.eval_every >= 0 && o.save_every >= 0, "eval/save intervals must be >= 0");
+  check(o.keep_checkpoints >= 1, "keep at least one checkpoint");
+  check(o.eval_examples >= 0 && o.eval_batch >= 1, "eval examples must be >= 0 and the eval batch >= 1");
+}
+
+// What must match for a resumed run to continue the interrupted one exactly.
+nlohmann::json options_json(const TrainOptions& o) {
+  return {{"model_dir", o.model_dir.string()},
+          {"train_file", o.train_file.string()},
+          {"validation_file", o.validation_file.string()},
+          {"steps", o.steps},
+          {"batch_size", o.batch_size},
+          {"grad_accum", o.grad_accum},
+          {"lr", o.lr},
+          {"warmup_steps", o.warmup_steps},
+          {"beta1", o.adam.beta1},
+          {"beta2", o.adam.beta2},
+          {"eps", o.adam.eps},
+          {"weight_decay", o.adam.weight_decay},
+          {"clip_norm", o.clip_norm},
+          {"label_smoothing", o.label_smoothing},
+          {"max_input_tokens", o.max_input_tokens},
+          {"max_target_tokens", o.max_target_tokens},
+          {"train_limit", o.train_limit ? nlohmann::json(*o.train_limit) : nlohmann::json()},
+          {"seed", o.seed}};
+}
+
+std::vector<TokenizedExample> tokenize(const std::vector<data::Example>& examples, const Tokenizer& tok,
+                                       const ModelConfig& c, const TrainOptions& o, int64_t* truncated) {
+  std::vector<TokenizedExample> out;
+  out.reserve(examples.size());
+  for (const auto& e : examples) {
+    bool cut = false;
+    TokenizedExample t{data::encode_document(tok, c, e.document, o.max_input_tokens, &cut),
+                       data::encode_truncated(tok, e.summary, o.max_target_tokens)};
+    if (truncated && cut) ++*truncated;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// Teacher-forced loss of one batch: decoder input = decoder_start + labels shifted right; L = the
+// target length limit for every row (the L generation uses).
+LossTerms batch_loss(Seq2SeqModel& model, const std::vector<TokenizedExample>& set, const std::vector<size_t>& rows,
+                     const TrainOptions& o, int64_t classes) {
+  const auto& c = model.config();
+  std::vector<const TokenIds*> inputs;
+  size_t width = 1;
+  for (const auto r : rows) {
+    inputs.push_back(&set[r].input);
+    width = std::max(width, set[r].labels.size());
+  }
+  const auto B = static_cast<int64_t>(rows.size());
+  const auto q = static_cast<int64_t>(width);
+  auto labels = torch::full({B, q}, kIgnoreLabel, torch::kLong);
+  auto dec_in = torch::full({B, q}, c.pad_token_id, torch::kLong);
+  auto la = labels.accessor<int64_t, 2>();
+  auto da = dec_in.accessor<int64_t, 2>();
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& l = set[rows[static_cast<size_t>(b)]].labels;
+    da[b][0] = c.decoder_start_token_id;
+    for (size_t j = 0; j < l.size(); ++j) {
+      la[b][static_cast<int64_t>(j)] = l[j];
+      if (j + 1 < l.size()) da[b][static_cast<int64_t>(j) + 1] = l[j];
+    }
+  }
+  const auto padded = data::pad_rows(inputs, c.pad_token_id);
+  const auto dev = model.device();
+  const auto enc = model.encode(padded.ids.to(dev), padded.mask.to(dev));
+  const auto L = torch::full({B}, o.max_target_tokens, torch::TensorOptions().dtype(torch::kLong).device(dev));
+  const auto logits = model.forward(enc, dec_in.to(dev), L);
+  return token_cross_entropy(logits, labels.to(dev), o.label_smoothing, classes);
+}
+
+struct Validation {
+  double loss = 0.0;
+  std::optional<eval::RougeScores> rouge;
+  double seconds = 0.0;
+};
+
+Validation validate_model(Seq2SeqModel& model, const Tokenizer& tok, const std::vector<data::Example>& raw,
+                          const std::vector<TokenizedExample>& set, const TrainOptions& o, int64_t classes) {
+  const auto start = Clock::now();
+  torch::NoGradGuard no_grad;
+  Validation v;
+  double nll = 0.0;
+  int64_t tokens = 0;
+  for (size_t first = 0; first < set.size(); first += static_cast<size_t>(o.eval_batch)) {
+    std::vector<size_t> rows;
+    for (size_t i = first; i < std::min(set.size(), first + static_cast<size_t>(o.eval_batch)); ++i) rows.push_back(i);
+    const auto t = batch_loss(model, set, rows, o, classes);
+    nll += t.nll_sum;
+    tokens += t.tokens;
+  }
+  v.loss = nll / static_cast<double>(std::max<int64_t>(tokens, 1));
+
+  GenerationOptions g;
+  g.max_new_tokens = o.max_target_tokens;
+  g = with_model_tokens(g, model.config());
+  g.vocab_limit = tok.vocab_size();
+  std::vector<std::string> docs, refs;
+  for (const auto& e : raw) {
+    docs.push_back(e.document);
+    refs.push_back(e.summary);
+  }
+  const auto s = eval::summarize_all(model, tok, docs, g, o.eval_batch, o.max_input_tokens);
+  v.rouge = eval::score_corpus(s.predictions, refs, {}, {1, 0.95, 0}).mean;
+  v.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return v;
+}
+
+// Sets the saved config's generation defaults to the training target length, so that serving
+// decodes with the L the model was trained with.
+void set_generation_defaults(const fs::path& dir, int64_t max_target_tokens) {
+  nlohmann::json j;
+  {
+    std::ifstream in(dir / "config.json");
+    in >> j;
+  }
+  j["max_length"] = max_target_tokens + 1;
+  if (j.contains("srformer") && j["srformer"].is_object()) j["srformer"]["expected_length"] = max_target_tokens;
+  std::ofstream(dir / "config.json") << j.dump(2) << "\n";
+}
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<int64_t>(std::max(0.0, seconds));
+  std::ostringstream o;
+  if (s >= 3600) o << s / 3600 << "h";
+  o << std::setw(s >= 3600 ? 2 : 1) << std::setfill('0') << (s / 60) % 60 << "m" << std::setw(2) << s % 60 << "s";
+  return o.str();
+}
+
+std::vector<std::pair<int64_t, fs::path>> checkpoints(const fs::path& out_dir) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  if (!fs::is_directory(out_dir)) return found;
+  for (const auto& entry : fs::directory_iterator(out_dir)) {
+    const auto name = entry.path().filename().string();
+    if (name.rfind(kCheckpointPrefix, 0) != 0 || !fs::exists(entry.path() / kStateFile)) continue;
+    const auto digits = name.substr(std::string(kCheckpointPrefix).size());
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    found.emplace_back(std::stoll(digits), entry.path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+// Rewrites the log keeping only entries up to `step` (a resumed run redoes what followed).
+void truncate_log(const fs::path& log, int64_t step) {
+  if (!fs::exists(log)) return;
+  std::vector<std::string> kept;
+  {
+    std::ifstream in(log);
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.value("step", int64_t{0}) <= step) kept.push_back(line);
+    }
+  }
+  std::ofstream out(log, std::ios::trunc);
+  for (const auto& l : kept) out << l << "\n";
+}
+
+class Run {
+ public:
+  Run(const TrainOptions& o, std::ostream& console) : o_(o), console_(console) {}
+
+  TrainResult go() {
+    validate(o_);
+    fs::create_directories(o_.out_dir);
+    torch::manual_seed(o_.seed);
+    load();
+    prepare_data();
+    const int64_t warmup = o_.warmup_steps >= 0 ? o_.warmup_steps : o_.steps / 20;
+    const auto log_path = o_.out_dir / kLogFile;
+    truncate_log(log_path, start_step_);
+    log_.open(log_path, std::ios::app);
+    if (!log_) throw std::runtime_error("cannot write " + log_path.string());
+
+    TrainResult result;
+    const auto started = Clock::now();
+    auto interval_start = started;
+    double interval_nll = 0.0, interval_norm = 0.0;
+    int64_t interval_tokens = 0, interval_updates = 0;
+    for (int64_t step = start_step_; step < o_.steps; ++step) {
+      const double lr = linear_schedule(o_.lr, step, warmup, o_.steps);
+      int64_t group_tokens = 0;
+      std::vector<std::vector<size_t>> group;  // copies: the plan changes when the group spans epochs
+      for (int64_t a = 0; a < o_.grad_accum; ++a) {
+        group.push_back(micro_batch(step * o_.grad_accum + a));
+        for (const auto r : group.back()) group_tokens += static_cast<int64_t>(train_[r].labels.size());
+      }
+      for (const auto& rows : group) {
+        const auto t = batch_loss(*model_, train_, rows, o_, classes_);
+        (t.loss_sum / static_cast<double>(group_tokens)).backward();
+        interval_nll += t.nll_sum;
+        interval_tokens += t.tokens;
+      }
+      interval_norm += o_.clip_norm > 0 ? clip_grad_norm(params_, o_.clip_norm) : clip_grad_norm(params_, 1e30);
+      optimizer_->step(lr);
+      optimizer_->zero_grad();
+      ++interval_updates;
+      result.tokens += group_tokens;
+
+      const int64_t done = step + 1;
+      if (done % o_.log_every == 0 || done == o_.steps) {
+        const auto now = Clock::now();
+        const double secs = std::chrono::duration<double>(now - interval_start).count();
+        const double elapsed = elapsed_before_ + std::chrono::duration<double>(now - started).count();
+        result.last_loss = interval_nll / static_cast<double>(std::max<int64_t>(interval_tokens, 1));
+        const double tps = static_cast<double>(interval_tokens) / std::max(secs, 1e-9);
+        const double eta = static_cast<double>(o_.steps - done) * secs / static_cast<double>(interval_updates);
+        write_log({{"step", done},
+                   {"epoch", static_cast<double>(done * o_.grad_accum) / static_cast<double>(batches_per_epoch_)},
+                   {"loss", result.last_loss},
+                   {"lr", lr},
+                   {"grad_norm", interval_norm / static_cast<double>(interval_updates)},
+                   {"tokens", interval_tokens},
+                   {"tokens_per_second", tps},
+                   {"elapsed_seconds", elapsed}});
+        progress(done, result.last_loss, lr, tps, eta);
+        interval_start = now;
+        interval_nll = interval_norm = 0.0;
+        interval_tokens = interval_updates = 0;
+      }
+      const bool last = done == o_.steps;
+      if (!validation_.empty() && (last || (o_.eval_every > 0 && done % o_.eval_every == 0))) {
+        const auto v = validate_model(*model_, *tokenizer_, validation_raw_, validation_, o_, classes_);
+        nlohmann::json entry = {{"step", done}, {"validation_loss", v.loss}, {"validation_seconds", v.seconds}};
+        for (const auto t : eval::kRougeTypes) entry[eval::rouge_type_name(t)] = 100 * (*v.rouge)[t].fmeasure;
+        write_log(entry);
+        end_line();
+        console_ << "step " << done << ": validation loss " << std::fixed << std::setprecision(4) << v.loss
+                 << ", ROUGE-1/2/L " << std::setprecision(2) << entry["rouge1"].get<double>() << "/"
+                 << entry["rouge2"].get<double>() << "/" << entry["rougeL"].get<double>() << " on "
+                 << validation_.size() << " examples (" << std::setprecision(1) << v.seconds << " s)" << std::endl;
+        if (last) {
+          result.validation_loss = v.loss;
+          result.rouge1 = entry["rouge1"].get<double>();
+          result.rouge2 = entry["rouge2"].get<double>();
+          result.rougeL = entry["rougeL"].get<double>();
+          result.rougeLsum = entry["rougeLsum"].get<double>();
+        }
+      }
+      if (last || (o_.save_every > 0 && done % o_.save_every == 0)) {
+        save_checkpoint(done, elapsed_before_ + std::chrono::duration<double>(Clock::now() - started).count());
+      }
+    }
+    end_line();
+    save_model(*model_, o_.out_dir, load_dir_);
+    set_generation_defaults(o_.out_dir, o_.max_target_tokens);
+    result.steps = o_.steps;
+    result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    console_ << "wrote the trained model to " << o_.out_dir.string() << " (log: " << log_path.string() << ")"
+             << std::endl;
+    return result;
+  }
+
+ private:
+  void load() {
+    load_dir_ = o_.model_dir;
+    if (o_.resume) {
+      const auto ckpt = latest_checkpoint(o_.out_dir);
+      if (ckpt.empty()) {
+        throw std::invalid_argument("--resume: no checkpoint-N directory with " + std::string(kStateFile) + " in " +
+                                    o_.out_dir.string());
+      }
+      nlohmann::json state;
+      std::ifstream(ckpt / kStateFile) >> state;
+      const auto saved = state.at("options");
+      const auto now = options_json(o_);
+      for (const auto& [key, value] : now.items()) {
+        if (saved.contains(key) && saved[key] != value) {
+          console_ << "warning: " << key << " was " << saved[key].dump() << " when the checkpoint was written, now "
+                   << value.dump() << ": the resumed run will differ from an uninterrupted one" << std::endl;
+        }
+      }
+      start_step_ = state.at("step").get<int64_t>();
+      elapsed_before_ = state.value("elapsed_seconds", 0.0);
+      load_dir_ = ckpt;
+    }
+    LoadOptions lo;
+    model_ = load_model(load_dir_, lo);
+    tokenizer_ = load_tokenizer(load_dir_);
+    classes_ = std::min(tokenizer_->vocab_size(), model_->config().vocab_size);
+    for (const auto& [name, p] : model_->named_parameters()) {
+      if (!p.is_floating_point()) continue;
+      p.requires_grad_(true);  // the loader's tensors are leaves made without grad
+      params_.emplace_back(name, p);
+    }
+    optimizer_ = std::make_unique<AdamW>(params_, o_.adam);
+    if (o_.resume) {
+      optimizer_->load(load_dir_ / kOptimizerFile);
+      if (optimizer_->steps() != start_step_) {
+        throw std::runtime_error((load_dir_ / kOptimizerFile).string() + " is at step " +
+                                 std::to_string(optimizer_->steps()) + " but " + kStateFile + " says " +
+                                 std::to_string(start_step_));
+      }
+      console_ << "resuming from " << load_dir_.string() << " at step " << start_step_ << std::endl;
+    }
+  }
+
+  void prepare_data() {
+    const auto train_raw = data::read_examples(o_.train_file.string(), o_.train_limit);
+    int64_t truncated = 0;
+    train_ = tokenize(train_raw, *tokenizer_, model_->config(), o_, &truncated);
+    batches_per_epoch_ = (static_cast<int64_t>(train_.size()) + o_.batch_size - 1) / o_.batch_size;
+    int64_t target_tokens = 0, input_tokens = 0;
+    for (const auto& e : train_) {
+      target_tokens += static_cast<int64_t>(e.labels.size());
+      input_tokens += static_cast<int64_t>(e.input.size());
+    }
+    console_ << "training on " << train_.size() << " examples (" << input_tokens << " input / " << target_tokens
+             << " target tokens; " << truncated << " documents truncated to " << o_.max_input_tokens << " tokens), "
+             << batches_per_epoch_ << " batches of " << o_.batch_size << " per epoch; " << o_.steps << " updates = "
+             << std::setprecision(3)
+             << static_cast<double>(o_.steps * o_.grad_accum) / static_cast<double>(batches_per_epoch_) << " epochs"
+             << std::endl;
+    if (!o_.validation_file.empty()) {
+      validation_raw_ = data::read_examples(
+          o_.validation_file.string(), o_.eval_examples > 0 ? std::optional<int64_t>(o_.eval_examples) : std::nullopt);
+      validation_ = tokenize(validation_raw_, *tokenizer_, model_->config(), o_, nullptr);
+    }
+  }
+
+  const std::vector<size_t>& micro_batch(int64_t index) {
+    const int64_t epoch = index / batches_per_epoch_;
+    if (epoch != plan_epoch_) {
+      plan_ = epoch_batches(train_, o_.batch_size, o_.seed, epoch);
+      plan_epoch_ = epoch;
+    }
+    return plan_[static_cast<size_t>(index % batches_per_epoch_)];
+  }
+
+  void save_checkpoint(int64_t step, double elapsed) {
+    const auto dir = o_.out_dir / (kCheckpointPrefix + std::to_string(step));
+    const auto tmp = o_.out_dir / (kCheckpointPrefix + std::to_string(step) + ".tmp");
+    fs::remove_all(tmp);
+    save_model(*model_, tmp, load_dir_);
+    set_generation_defaults(tmp, o_.max_target_tokens);
+    optimizer_->save(tmp / kOptimizerFile);
+    const nlohmann::json state = {{"step", step}, {"elapsed_seconds", elapsed}, {"options", options_json(o_)}};
+    std::ofstream(tmp / kStateFile) << state.dump(2) << "\n";
+    fs::remove_all(dir);
+    fs::rename(tmp, dir);  // a checkpoint is complete or absent
+    auto all = checkpoints(o_.out_dir);
+    while (static_cast<int64_t>(all.size()) > o_.keep_checkpoints) {
+      fs::remove_all(all.front().second);
+      all.erase(all.begin());
+    }
+  }
+
+  void write_log(const nlohmann::json& entry) {
+    log_ << entry.dump() << "\n";
+    log_.flush();
+  }
+
+  void progress(int64_t done, double loss, double lr, double tps, double eta) {
+    std::ostringstream line;
+    const int width = 24;
+    const auto filled = static_cast<int>(width * done / o_.steps);
+    line << "step " << done << "/" << o_.steps << " [" << std::string(static_cast<size_t>(filled), '=')
+         << std::string(static_cast<size_t>(width - filled), ' ') << "] loss " << std::fixed << std::setprecision(4)
+         << loss << " lr " << std::scientific << std::setprecision(2) << lr << std::fixed << std::setprecision(0) << " "
+         << tps << " tok/s ETA " << format_duration(eta);
+    if (o_.progress_bar) {
+      console_ << "\r" << line.str() << "   " << std::flush;
+      bar_open_ = true;
+    } else {
+      console_ << line.str() << std::endl;
+    }
+  }
+
+  void end_line() {
+    if (bar_open_) console_ << std::endl;
+    bar_open_ = false;
+  }
+
+  const TrainOptions& o_;
+  std::ostream& console_;
+  fs::path load_dir_;
+  std::unique_ptr<Seq2SeqModel> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  Params params_;
+  std::unique_ptr<AdamW> optimizer_;
+  int64_t classes_ = 0, start_step_ = 0, batches_per_epoch_ = 1, plan_epoch_ = -1;
+  double elapsed_before_ = 0.0;
+  std::vector<TokenizedExample> train_, validation_;
+  std::vector<data::Example> validation_raw_;
+  std::vector<std::vector<size_t>> plan_;
+  std::ofstream log_;
+  bool bar_open_ = false;
+};
+
+}  // namespace
+
+fs::path latest_checkpoint(const fs::path& out_dir) {
+  const auto all = checkpoints(out_dir);
+  return all.empty() ? fs::path() : all.back().second;
+}
+
+TrainResult train(const TrainOptions& options, std::ostream& console) { return Run(options, console).go(); }
+
+}  // namespace srformer::train

@@ -1,0 +1,64 @@
+#pragma once
+// `srformer train`'s engine: teacher-forced fine-tuning of any loaded model (BART/T5, any
+// cross-attention variant; gradients flow through the RAF recurrence over segments) with AdamW,
+// linear warm-up/decay, gradient clipping and accumulation, optional label smoothing. Seeded and
+// reproducible: a run resumed from a checkpoint repeats the uninterrupted run's losses exactly.
+#include <cstdint>
+#include <filesystem>
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+#include "model/train/adamw.h"
+
+namespace srformer::train {
+
+struct TrainOptions {
+  std::filesystem::path model_dir;        // Hugging Face directory with its tokenizer (the starting point)
+  std::filesystem::path train_file;       // JSONL {"id", "document", "summary"}
+  std::filesystem::path validation_file;  // optional: validation loss and ROUGE
+  std::filesystem::path out_dir;          // checkpoints, train_log.jsonl, the final model
+
+  int64_t steps = 1000;  // optimizer updates
+  int64_t batch_size = 16;
+  int64_t grad_accum = 1;  // micro-batches per update; the loss is averaged over all their tokens
+  double lr = 5e-4;
+  int64_t warmup_steps = -1;  // -1: 5% of steps
+  AdamWOptions adam;
+  double clip_norm = 1.0;  // 0 = no clipping
+  double label_smoothing = 0.0;
+  int64_t max_input_tokens = 512;
+  // Summaries are cut to this many tokens; it is also SRformer's expected length L in training, and
+  // the saved model's generation default (max_length) so that serving uses the same L.
+  int64_t max_target_tokens = 64;
+  std::optional<int64_t> train_limit;  // use only the first N training examples
+
+  int64_t log_every = 10;      // updates between log lines (and progress refreshes)
+  int64_t eval_every = 0;      // updates between validations; 0 = at the end only
+  int64_t save_every = 0;      // updates between checkpoints; 0 = at the end only
+  int64_t keep_checkpoints = 2;
+  int64_t eval_examples = 100;  // validation examples for loss and ROUGE (0 = all)
+  int64_t eval_batch = 16;
+
+  uint64_t seed = 0;
+  bool resume = false;        // continue from the newest out_dir/checkpoint-N
+  bool progress_bar = false;  // redraw one line (a terminal) instead of printing a line per log interval
+};
+
+struct TrainResult {
+  int64_t steps = 0;
+  double last_loss = 0.0;  // mean NLL per token over the last log interval
+  std::optional<double> validation_loss;
+  std::optional<double> rouge1, rouge2, rougeL, rougeLsum;  // F1 x100 on the validation examples
+  double seconds = 0.0;
+  int64_t tokens = 0;  // target tokens trained on in this run
+};
+
+// Throws std::invalid_argument for bad options or data, std::runtime_error for I/O failures.
+// Progress (a bar on a terminal, lines otherwise) goes to `console`.
+TrainResult train(const TrainOptions& options, std::ostream& console);
+
+// The newest out_dir/checkpoint-N holding trainer_state.json; empty path when none.
+std::filesystem::path latest_checkpoint(const std::filesystem::path& out_dir);
+
+}  // namespace srformer::train
