@@ -29,7 +29,9 @@ const char* kUsage =
     "                          training and the saved model's default for generation\n"
     "  --limit N               train on the first N examples only\n"
     "  --log-every N (10) --eval-every N (0 = at the end) --save-every N (0 = at the end) --keep N (2)\n"
-    "  --eval-batch N (16) --seed N (0) --threads N --resume (continue from DIR's newest checkpoint)\n";
+    "  --eval-batch N (16) --seed N (0) --threads N --resume (continue from DIR's newest checkpoint)\n"
+    "  --stop-after N          end this run after update N with a checkpoint (the schedule stays that of\n"
+    "                          --steps); continue later with --resume\n";
 
 }  // namespace
 
@@ -89,6 +91,8 @@ int run_train(const std::vector<std::string>& args) {
       o.seed = static_cast<uint64_t>(r.int_value(0));
     } else if (f == "--threads") {
       at::set_num_threads(static_cast<int>(r.int_value(1)));
+    } else if (f == "--stop-after") {
+      o.stop_after = r.int_value(1);
     } else if (f == "--resume") {
       o.resume = true;
     } else if (!f.empty() && f[0] == '-') {
@@ -103,6 +107,7 @@ int run_train(const std::vector<std::string>& args) {
   o.train_file = positional[1];
   o.progress_bar = isatty(STDERR_FILENO) != 0;
   const auto r = train::train(o, std::cerr);
+  if (r.steps < o.steps) return 0;  // --stop-after: the trainer said where it stopped
   std::cout << std::fixed << std::setprecision(4) << "trained " << r.steps << " steps in " << std::setprecision(1)
             << r.seconds << " s (" << r.tokens << " target tokens); last loss " << std::setprecision(4) << r.last_loss;
   if (r.validation_loss) {

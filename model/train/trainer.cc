@@ -61,6 +61,7 @@ void validate(const TrainOptions& o) {
   check(o.log_every >= 1, "log every must be >= 1");
   check(o.eval_every >= 0 && o.save_every >= 0, "eval/save intervals must be >= 0");
   check(o.keep_checkpoints >= 1, "keep at least one checkpoint");
+  check(o.stop_after >= 0, "stop-after must be >= 0");
   check(o.eval_examples >= 0 && o.eval_batch >= 1, "eval examples must be >= 0 and the eval batch >= 1");
 }
 
@@ -139,11 +140,8 @@ struct Validation {
   double seconds = 0.0;
 };
 
-Validation validate_model(Seq2SeqModel& model, const Tokenizer& tok, const std::vector<data::Example>& raw,
-                          const std::vector<TokenizedExample>& set, const TrainOptions& o, int64_t classes) {
-  const auto start = Clock::now();
+double mean_loss(Seq2SeqModel& model, const std::vector<TokenizedExample>& set, const TrainOptions& o, int64_t classes) {
   torch::NoGradGuard no_grad;
-  Validation v;
   double nll = 0.0;
   int64_t tokens = 0;
   for (size_t first = 0; first < set.size(); first += static_cast<size_t>(o.eval_batch)) {
@@ -153,7 +151,15 @@ Validation validate_model(Seq2SeqModel& model, const Tokenizer& tok, const std::
     nll += t.nll_sum;
     tokens += t.tokens;
   }
-  v.loss = nll / static_cast<double>(std::max<int64_t>(tokens, 1));
+  return nll / static_cast<double>(std::max<int64_t>(tokens, 1));
+}
+
+Validation validate_model(Seq2SeqModel& model, const Tokenizer& tok, const std::vector<data::Example>& raw,
+                          const std::vector<TokenizedExample>& set, const TrainOptions& o, int64_t classes) {
+  const auto start = Clock::now();
+  torch::NoGradGuard no_grad;
+  Validation v;
+  v.loss = mean_loss(model, set, o, classes);
 
   GenerationOptions g;
   g.max_new_tokens = o.max_target_tokens;
@@ -284,6 +290,7 @@ class Run {
         interval_tokens = interval_updates = 0;
       }
       const bool last = done == o_.steps;
+      const bool stopping = !last && done == o_.stop_after;
       if (!validation_.empty() && (last || (o_.eval_every > 0 && done % o_.eval_every == 0))) {
         const auto v = validate_model(*model_, *tokenizer_, validation_raw_, validation_, o_, classes_);
         nlohmann::json entry = {{"step", done}, {"validation_loss", v.loss}, {"validation_seconds", v.seconds}};
@@ -302,8 +309,16 @@ class Run {
           result.rougeLsum = entry["rougeLsum"].get<double>();
         }
       }
-      if (last || (o_.save_every > 0 && done % o_.save_every == 0)) {
+      if (last || stopping || (o_.save_every > 0 && done % o_.save_every == 0)) {
         save_checkpoint(done, elapsed_before_ + std::chrono::duration<double>(Clock::now() - started).count());
+      }
+      if (stopping) {
+        end_line();
+        console_ << "stopped after update " << done << " of " << o_.steps << " (--stop-after); continue with --resume"
+                 << std::endl;
+        result.steps = done;
+        result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+        return result;
       }
     }
     end_line();
@@ -453,6 +468,12 @@ class Run {
 };
 
 }  // namespace
+
+double validation_loss(Seq2SeqModel& model, const Tokenizer& tokenizer, const std::vector<data::Example>& examples,
+                       const TrainOptions& options) {
+  const auto set = tokenize(examples, tokenizer, model.config(), options, nullptr);
+  return mean_loss(model, set, options, std::min(tokenizer.vocab_size(), model.config().vocab_size));
+}
 
 fs::path latest_checkpoint(const fs::path& out_dir) {
   const auto all = checkpoints(out_dir);

@@ -8,7 +8,11 @@
 #include <iosfwd>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "model/data/examples.h"
+#include "model/seq2seq.h"
+#include "model/tokenizer/tokenizer.h"
 #include "model/train/adamw.h"
 
 namespace srformer::train {
@@ -40,6 +44,10 @@ struct TrainOptions {
   int64_t eval_examples = 100;  // validation examples for loss and ROUGE (0 = all)
   int64_t eval_batch = 16;
 
+  // Ends this run after update N (0 = run to `steps`) with a checkpoint, keeping the learning-rate
+  // schedule of `steps`: for time-boxed or preemptible jobs that continue with `resume`.
+  int64_t stop_after = 0;
+
   uint64_t seed = 0;
   bool resume = false;        // continue from the newest out_dir/checkpoint-N
   bool progress_bar = false;  // redraw one line (a terminal) instead of printing a line per log interval
@@ -57,6 +65,11 @@ struct TrainResult {
 // Throws std::invalid_argument for bad options or data, std::runtime_error for I/O failures.
 // Progress (a bar on a terminal, lines otherwise) goes to `console`.
 TrainResult train(const TrainOptions& options, std::ostream& console);
+
+// Mean NLL per target token of `examples` under teacher forcing, as training computes it (documents cut to
+// options.max_input_tokens, summaries to options.max_target_tokens, L = max_target_tokens).
+double validation_loss(Seq2SeqModel& model, const Tokenizer& tokenizer, const std::vector<data::Example>& examples,
+                       const TrainOptions& options);
 
 // The newest out_dir/checkpoint-N holding trainer_state.json; empty path when none.
 std::filesystem::path latest_checkpoint(const std::filesystem::path& out_dir);

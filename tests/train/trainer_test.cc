@@ -1,0 +1,188 @@
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "model/data/encode.h"
+#include "model/random_model.h"
+#include "model/seq2seq.h"
+#include "model/tokenizer/sentencepiece_library.h"
+#include "model/train/trainer.h"
+#include "tests/support/temp_dir.h"
+
+namespace srformer::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kWords[] = {"red", "cat", "sat", "on", "mat", "blue", "dog", "ran", "to", "park", "big", "sun"};
+
+// Documents of random words; the summary is the first three words (a task a tiny model learns fast).
+void write_data(const fs::path& file, int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::ofstream out(file);
+  for (int i = 0; i < n; ++i) {
+    std::string doc, sum;
+    const int len = 6 + static_cast<int>(rng() % 6);
+    for (int w = 0; w < len; ++w) {
+      const std::string word = kWords[rng() % 12];
+      doc += (w ? " " : "") + word;
+      if (w < 3) sum += (w ? " " : "") + word;
+    }
+    out << nlohmann::json{{"id", "ex" + std::to_string(i)}, {"document", doc}, {"summary", sum}}.dump() << "\n";
+  }
+}
+
+// A tiny SRformer-T5 (segment 4) with a SentencePiece tokenizer over the words above.
+fs::path make_model(const fs::path& dir) {
+  fs::create_directories(dir);
+  {
+    std::ofstream corpus(dir / "corpus.txt");
+    for (int r = 0; r < 50; ++r) {
+      for (const auto* w : kWords) corpus << w << " ";
+      corpus << "\n";
+    }
+  }
+  train_sentencepiece("--input=" + (dir / "corpus.txt").string() + " --model_prefix=" + (dir / "spiece").string() +
+                      " --vocab_size=30 --model_type=word --pad_id=0 --eos_id=1 --unk_id=2 --bos_id=-1"
+                      " --hard_vocab_limit=false --minloglevel=2");
+  fs::remove(dir / "corpus.txt");
+  std::ofstream(dir / "tokenizer_config.json") << R"({"extra_ids": 0})";
+  auto c = tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4, 32);
+  write_random_model(dir, c, 3, 0.0);
+  return dir;
+}
+
+struct Fixture : ::testing::Test {
+  testing::TempDir tmp{"train"};
+  fs::path model, train_file, valid_file;
+  void SetUp() override {
+    model = make_model(tmp.path() / "init");
+    train_file = tmp.path() / "train.jsonl";
+    valid_file = tmp.path() / "valid.jsonl";
+    write_data(train_file, 24, 1);
+    write_data(valid_file, 8, 2);
+  }
+  TrainOptions options(const std::string& out) const {
+    TrainOptions o;
+    o.model_dir = model;
+    o.train_file = train_file;
+    o.out_dir = tmp.path() / out;
+    o.steps = 12;
+    o.batch_size = 6;
+    o.lr = 1e-2;
+    o.warmup_steps = 2;
+    o.max_input_tokens = 16;
+    o.max_target_tokens = 6;
+    o.log_every = 1;
+    o.eval_batch = 4;
+    return o;
+  }
+};
+
+std::vector<double> logged_losses(const fs::path& out) {
+  std::vector<double> losses;
+  std::ifstream in(out / "train_log.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
+  }
+  return losses;
+}
+
+TEST_F(Fixture, LossFallsAndTheSavedModelReloadsToTheSameLoss) {
+  auto o = options("run");
+  o.steps = 40;
+  o.grad_accum = 2;
+  o.validation_file = valid_file;
+  std::ostringstream console;
+  const auto r = train(o, console);
+  const auto losses = logged_losses(o.out_dir);
+  ASSERT_EQ(losses.size(), 40u);
+  EXPECT_LT(losses.back(), 0.5 * losses.front()) << console.str();
+  ASSERT_TRUE(r.validation_loss.has_value());
+  ASSERT_TRUE(r.rouge1.has_value());
+
+  // The final directory is a complete model: it reloads to the validation loss training measured on it.
+  auto reloaded = load_model(o.out_dir);
+  const auto tok = load_tokenizer(o.out_dir);
+  const auto valid = data::read_examples(valid_file.string());
+  EXPECT_EQ(validation_loss(*reloaded, *tok, valid, o), *r.validation_loss);
+  // ... and the last checkpoint holds the same weights.
+  const auto ckpt = latest_checkpoint(o.out_dir);
+  EXPECT_EQ(ckpt.filename(), "checkpoint-40");
+  auto from_ckpt = load_model(ckpt);
+  const auto ids = torch::tensor({{5, 6, 7, 1}}, torch::kLong);
+  const auto enc1 = reloaded->encode(ids, torch::ones_like(ids));
+  const auto enc2 = from_ckpt->encode(ids, torch::ones_like(ids));
+  const auto dec = torch::tensor({{0, 5, 6}}, torch::kLong);
+  EXPECT_TRUE(torch::equal(reloaded->forward(enc1, dec), from_ckpt->forward(enc2, dec)));
+
+  // Serving uses the L the model was trained with.
+  nlohmann::json config;
+  std::ifstream(o.out_dir / "config.json") >> config;
+  EXPECT_EQ(config["max_length"], 7);
+  EXPECT_EQ(config["srformer"]["expected_length"], 6);
+}
+
+TEST_F(Fixture, ResumeContinuesExactlyAsAnUninterruptedRun) {
+  std::ostringstream console;
+  const auto whole = options("whole");
+  train(whole, console);
+
+  auto first = options("pieces");
+  first.stop_after = 5;
+  const auto r1 = train(first, console);
+  EXPECT_EQ(r1.steps, 5);
+  EXPECT_TRUE(fs::exists(first.out_dir / "checkpoint-5" / "optimizer.safetensors"));
+  EXPECT_FALSE(fs::exists(first.out_dir / "model.safetensors"));  // no final model yet
+  auto second = options("pieces");
+  second.resume = true;
+  train(second, console);
+  EXPECT_NE(console.str().find("resuming from"), std::string::npos);
+
+  const auto a = logged_losses(whole.out_dir), b = logged_losses(second.out_dir);
+  ASSERT_EQ(a.size(), 12u);
+  ASSERT_EQ(b.size(), 12u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "update " << i + 1;
+}
+
+TEST_F(Fixture, CheckpointsRotate) {
+  auto o = options("rot");
+  o.save_every = 3;
+  o.keep_checkpoints = 2;
+  std::ostringstream console;
+  train(o, console);
+  EXPECT_FALSE(fs::exists(o.out_dir / "checkpoint-3"));
+  EXPECT_FALSE(fs::exists(o.out_dir / "checkpoint-6"));
+  EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-9"));
+  EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-12" / "trainer_state.json"));
+}
+
+TEST_F(Fixture, ClearErrors) {
+  std::ostringstream console;
+  auto o = options("err");
+  o.resume = true;
+  try {
+    train(o, console);
+    FAIL() << "resume without a checkpoint";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("no checkpoint"), std::string::npos) << e.what();
+  }
+  o = options("err");
+  o.train_file = tmp.path() / "missing.jsonl";
+  EXPECT_THROW(train(o, console), std::invalid_argument);
+  o = options("err");
+  o.label_smoothing = 1.0;
+  EXPECT_THROW(train(o, console), std::invalid_argument);
+  o = options("err");
+  o.max_target_tokens = 0;
+  EXPECT_THROW(train(o, console), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace srformer::train
