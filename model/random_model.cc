@@ -21,7 +21,9 @@ class Writer {
     const double std = std_ > 0 || hf_std <= 0 ? std_ : hf_std;
     out.emplace_back(name, torch::empty(shape).normal_(0.0, std, gen_));
   }
-  void fill(const std::string& name, std::vector<int64_t> shape, double v) { out.emplace_back(name, torch::full(shape, v)); }
+  void fill(const std::string& name, std::vector<int64_t> shape, double v) {
+    out.emplace_back(name, torch::full(shape, v));
+  }
   void uniform(const std::string& name, std::vector<int64_t> shape, double lo, double hi) {
     out.emplace_back(name, torch::empty(shape).uniform_(lo, hi, gen_));
   }

@@ -203,14 +203,20 @@ GenerationRun generate_all(const Args& a, const std::string& model_dir, const st
   }
   std::vector<std::string> documents;
   for (const auto& e : data) documents.push_back(e.document);
-  auto last_report = Clock::now();
-  auto s = eval::summarize_all(*model, *tokenizer, documents, o, a.batch, run.max_input_tokens,
-                               [&](size_t done, size_t total) {
-                                 const auto now = Clock::now();
-                                 if (now - last_report < std::chrono::seconds(1) && done != total) return;
-                                 std::cerr << done << "/" << total << " documents\n";
-                                 last_report = now;
-                               });
+  const auto started = Clock::now();
+  auto last_report = started;
+  const auto batches = [&](size_t docs) {
+    return (docs + static_cast<size_t>(a.batch) - 1) / static_cast<size_t>(a.batch);
+  };
+  auto s = eval::summarize_all(
+      *model, *tokenizer, documents, o, a.batch, run.max_input_tokens, [&](size_t done, size_t total) {
+        const auto now = Clock::now();
+        if (now - last_report < std::chrono::seconds(1) && done != total) return;
+        const double secs = std::chrono::duration<double>(now - started).count();
+        std::cerr << "batch " << batches(done) << "/" << batches(total) << ", " << std::fixed << std::setprecision(1)
+                  << static_cast<double>(done) / std::max(secs, 1e-9) << " docs/s\n";
+        last_report = now;
+      });
   if (s.truncated > 0) {
     std::cerr << s.truncated << " of " << data.size() << " documents truncated to " << run.max_input_tokens
               << " tokens\n";

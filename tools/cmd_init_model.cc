@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "model/data/examples.h"
 #include "model/random_model.h"
 #include "model/tokenizer/byte_level_bpe.h"
 #include "model/tokenizer/sentencepiece_library.h"
@@ -44,16 +45,17 @@ int run_init_model(const std::vector<std::string>& args) {
   for (ArgReader r(args); r.next();) {
     const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
-      std::cout << "usage: srformer init-model --corpus TEXT_FILE [--arch t5] [--cross-attention srformer]\n"
-                   "                           [--segment-size 16] [--vocab 2000] [--d-model 32] [--seed 1]\n"
-                   "                           [--shape tiny|t5-small|bart-base] [--layers N] [--heads N]\n"
-                   "                           [--d-ff N] [--init-std X] OUT_DIR\n"
-                   "  Trains a SentencePiece tokenizer on TEXT_FILE (T5 conventions: pad 0, eos 1, unk 2) and\n"
-                   "  writes random weights: an untrained model whose output is not a summary (the start of\n"
-                   "  `srformer train` from scratch). Weights follow Hugging Face's initialisation unless\n"
-                   "  --init-std X > 0 gives every matrix N(0, X). --layers N sets encoder and decoder depth.\n"
-                   "  --shape t5-small / bart-base: the paper's base shapes (for load benchmarks); bart-base writes\n"
-                   "  a byte-level BPE tokenizer without merges (one token per byte) and needs no corpus.\n";
+      std::cout
+          << "usage: srformer init-model --corpus TEXT_FILE|SPLIT.jsonl [--arch t5] [--cross-attention srformer]\n"
+             "                           [--segment-size 16] [--vocab 2000] [--d-model 32] [--seed 1]\n"
+             "                           [--shape tiny|t5-small|bart-base] [--layers N] [--heads N]\n"
+             "                           [--d-ff N] [--init-std X] OUT_DIR\n"
+             "  Trains a SentencePiece tokenizer on TEXT_FILE (T5 conventions: pad 0, eos 1, unk 2) and\n"
+             "  writes random weights: an untrained model whose output is not a summary (the start of\n"
+             "  `srformer train` from scratch). Weights follow Hugging Face's initialisation unless\n"
+             "  --init-std X > 0 gives every matrix N(0, X). --layers N sets encoder and decoder depth.\n"
+             "  --shape t5-small / bart-base: the paper's base shapes (for load benchmarks); bart-base writes\n"
+             "  a byte-level BPE tokenizer without merges (one token per byte) and needs no corpus.\n";
       return 0;
     }
     if (a == "--corpus") {
@@ -102,9 +104,18 @@ int run_init_model(const std::vector<std::string>& args) {
   if (out.empty() || corpus.empty()) throw std::invalid_argument("need --corpus FILE and OUT_DIR (see --help)");
   if (arch != "t5") throw std::invalid_argument("init-model writes T5-style models (SentencePiece); use --arch t5");
   std::filesystem::create_directories(out);
-  train_sentencepiece("--input=" + corpus + " --model_prefix=" + out + "/spiece --vocab_size=" + std::to_string(vocab) +
+  std::filesystem::path text_corpus = corpus;
+  if (std::filesystem::path(corpus).extension() == ".jsonl") {
+    // A dataset split ({"document", "summary"} lines): the tokenizer learns from both sides.
+    text_corpus = std::filesystem::path(out) / "corpus.txt";
+    std::ofstream text(text_corpus);
+    for (const auto& e : data::read_examples(corpus)) text << e.document << "\n" << e.summary << "\n";
+  }
+  train_sentencepiece("--input=" + text_corpus.string() + " --model_prefix=" + out +
+                      "/spiece --vocab_size=" + std::to_string(vocab) +
                       " --model_type=unigram --character_coverage=1.0 --pad_id=0 --eos_id=1 --unk_id=2 --bos_id=-1"
                       " --hard_vocab_limit=false --minloglevel=2");
+  if (text_corpus != corpus) std::filesystem::remove(text_corpus);
   const auto sp = SentencePieceProcessor::load(out + "/spiece.model");
   auto c = shape == "t5-small" ? t5_small_config(cross_attention_from_string(kind), segment)
                                : tiny_config(Architecture::kT5, cross_attention_from_string(kind), segment);

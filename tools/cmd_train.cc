@@ -29,6 +29,7 @@ const char* kUsage =
     "                          training and the saved model's default for generation\n"
     "  --limit N               train on the first N examples only\n"
     "  --log-every N (10) --eval-every N (0 = at the end) --save-every N (0 = at the end) --keep N (2)\n"
+    "  --device cpu|cuda[:N] (cpu; fp32)\n"
     "  --eval-batch N (16) --seed N (0) --threads N --resume (continue from DIR's newest checkpoint)\n"
     "  --stop-after N          end this run after update N with a checkpoint (the schedule stays that of\n"
     "                          --steps); continue later with --resume\n";
@@ -91,6 +92,8 @@ int run_train(const std::vector<std::string>& args) {
       o.seed = static_cast<uint64_t>(r.int_value(0));
     } else if (f == "--threads") {
       at::set_num_threads(static_cast<int>(r.int_value(1)));
+    } else if (f == "--device") {
+      o.device = r.value();
     } else if (f == "--stop-after") {
       o.stop_after = r.int_value(1);
     } else if (f == "--resume") {

@@ -2,7 +2,8 @@
 # The README's main command: installs, builds, starts the server on the default model, sends a
 # document with the client and prints the streamed summary.
 #   bash tools/demo.sh [DOCUMENT]     (as root on Debian bookworm)
-# Env: MODEL_DIR (default: the demo model, created on first run), PORT (50051), METRICS_PORT (9464).
+# Env: MODEL_DIR (default: models/debian-synopsis-t5, the small model trained by our own tools that ships
+# in the repo; see its README.md), PORT (50051), METRICS_PORT (9464).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,16 +13,9 @@ cmake --build build --target srformer srformer-server srformer-client
 
 port=${PORT:-50051}
 metrics_port=${METRICS_PORT:-9464}
-model=${MODEL_DIR:-build/demo-model}
-doc=${1:-docs/example-document.txt}
-
-if [ ! -f "$model/config.json" ]; then
-  # No trained model ships yet (see docs/DEMO.md): an untrained SRformer-T5 with a real tokenizer.
-  corpus=$(mktemp)
-  cat README.md docs/*.md > "$corpus"
-  build/bin/srformer init-model --corpus "$corpus" --vocab 1000 --segment-size 16 "$model"
-  rm -f "$corpus"
-fi
+model=${MODEL_DIR:-models/debian-synopsis-t5}
+doc=${1:-docs/example-package-description.txt}
+[ -f "$model/config.json" ] || { echo "demo: no model in '$model' (MODEL_DIR: a Hugging Face BART/T5 directory)" >&2; exit 1; }
 
 log=$(mktemp)
 build/bin/srformer-server --model "default=$model" --listen "127.0.0.1:$port" \
@@ -37,5 +31,5 @@ grep -q "listening on" "$log" || { cat "$log" >&2; echo "demo: the server did no
 
 echo "== document: $doc"
 echo "== streamed summary (model: $model; see docs/DEMO.md for what it is):"
-build/bin/srformer-client --target "127.0.0.1:$port" --model default --stream --max-new-tokens 40 "$doc"
+build/bin/srformer-client --target "127.0.0.1:$port" --model default --stream "$doc"
 echo "== metrics: curl -s http://127.0.0.1:$metrics_port/metrics | grep ^srformer_ (while a server runs)"

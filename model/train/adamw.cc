@@ -62,8 +62,9 @@ void AdamW::load(const std::filesystem::path& file) {
   if (!meta.contains("step")) throw std::runtime_error(file.string() + ": no \"step\" in the metadata");
   const auto expected = 2 * slots_.size();
   if (f.tensors().size() != expected) {
-    throw std::runtime_error(file.string() + " holds " + std::to_string(f.tensors().size()) + " tensors; this model's " +
-                             "optimizer has " + std::to_string(expected) + " (a checkpoint of another model?)");
+    throw std::runtime_error(file.string() + " holds " + std::to_string(f.tensors().size()) +
+                             " tensors; this model's " + "optimizer has " + std::to_string(expected) +
+                             " (a checkpoint of another model?)");
   }
   torch::NoGradGuard no_grad;
   for (auto& s : slots_) {

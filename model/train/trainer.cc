@@ -84,7 +84,8 @@ nlohmann::json options_json(const TrainOptions& o) {
           {"max_input_tokens", o.max_input_tokens},
           {"max_target_tokens", o.max_target_tokens},
           {"train_limit", o.train_limit ? nlohmann::json(*o.train_limit) : nlohmann::json()},
-          {"seed", o.seed}};
+          {"seed", o.seed},
+          {"device", o.device}};
 }
 
 std::vector<TokenizedExample> tokenize(const std::vector<data::Example>& examples, const Tokenizer& tok,
@@ -140,7 +141,8 @@ struct Validation {
   double seconds = 0.0;
 };
 
-double mean_loss(Seq2SeqModel& model, const std::vector<TokenizedExample>& set, const TrainOptions& o, int64_t classes) {
+double mean_loss(Seq2SeqModel& model, const std::vector<TokenizedExample>& set, const TrainOptions& o,
+                 int64_t classes) {
   torch::NoGradGuard no_grad;
   double nll = 0.0;
   int64_t tokens = 0;
@@ -355,6 +357,14 @@ class Run {
       load_dir_ = ckpt;
     }
     LoadOptions lo;
+    try {
+      lo.device = torch::Device(o_.device);
+    } catch (const std::exception&) {
+      throw std::invalid_argument("device must be cpu or cuda[:N], got '" + o_.device + "'");
+    }
+    if (lo.device.is_cuda() && !torch::cuda::is_available()) {
+      throw std::invalid_argument("device " + o_.device + ": this build or machine has no CUDA; use --device cpu");
+    }
     model_ = load_model(load_dir_, lo);
     tokenizer_ = load_tokenizer(load_dir_);
     classes_ = std::min(tokenizer_->vocab_size(), model_->config().vocab_size);
@@ -387,8 +397,8 @@ class Run {
     }
     console_ << "training on " << train_.size() << " examples (" << input_tokens << " input / " << target_tokens
              << " target tokens; " << truncated << " documents truncated to " << o_.max_input_tokens << " tokens), "
-             << batches_per_epoch_ << " batches of " << o_.batch_size << " per epoch; " << o_.steps << " updates = "
-             << std::setprecision(3)
+             << batches_per_epoch_ << " batches of " << o_.batch_size << " per epoch; " << o_.steps
+             << " updates = " << std::setprecision(3)
              << static_cast<double>(o_.steps * o_.grad_accum) / static_cast<double>(batches_per_epoch_) << " epochs"
              << std::endl;
     if (!o_.validation_file.empty()) {

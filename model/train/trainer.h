@@ -22,6 +22,7 @@ struct TrainOptions {
   std::filesystem::path train_file;       // JSONL {"id", "document", "summary"}
   std::filesystem::path validation_file;  // optional: validation loss and ROUGE
   std::filesystem::path out_dir;          // checkpoints, train_log.jsonl, the final model
+  std::string device = "cpu";             // "cpu" or "cuda[:N]" (fp32 on either)
 
   int64_t steps = 1000;  // optimizer updates
   int64_t batch_size = 16;
@@ -37,9 +38,9 @@ struct TrainOptions {
   int64_t max_target_tokens = 64;
   std::optional<int64_t> train_limit;  // use only the first N training examples
 
-  int64_t log_every = 10;      // updates between log lines (and progress refreshes)
-  int64_t eval_every = 0;      // updates between validations; 0 = at the end only
-  int64_t save_every = 0;      // updates between checkpoints; 0 = at the end only
+  int64_t log_every = 10;  // updates between log lines (and progress refreshes)
+  int64_t eval_every = 0;  // updates between validations; 0 = at the end only
+  int64_t save_every = 0;  // updates between checkpoints; 0 = at the end only
   int64_t keep_checkpoints = 2;
   int64_t eval_examples = 100;  // validation examples for loss and ROUGE (0 = all)
   int64_t eval_batch = 16;

@@ -1,9 +1,9 @@
+#include "model/train/batch_plan.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
-
-#include "model/train/batch_plan.h"
 
 namespace srformer::train {
 namespace {

@@ -1,9 +1,9 @@
+#include "model/train/loss.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
-
-#include "model/train/loss.h"
 
 namespace srformer::train {
 namespace {

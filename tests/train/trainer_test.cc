@@ -1,3 +1,5 @@
+#include "model/train/trainer.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -10,7 +12,6 @@
 #include "model/random_model.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/sentencepiece_library.h"
-#include "model/train/trainer.h"
 #include "tests/support/temp_dir.h"
 
 namespace srformer::train {
@@ -181,6 +182,9 @@ TEST_F(Fixture, ClearErrors) {
   EXPECT_THROW(train(o, console), std::invalid_argument);
   o = options("err");
   o.max_target_tokens = 0;
+  EXPECT_THROW(train(o, console), std::invalid_argument);
+  o = options("err");
+  o.device = "gpu";
   EXPECT_THROW(train(o, console), std::invalid_argument);
 }
 

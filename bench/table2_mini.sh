@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# A miniature of the paper's Table 2 / Figure 4 on our own data: one small T5 shape, one initialisation,
+# trained the same number of updates with full, segmented and srformer cross-attention at several segment
+# sizes, then scored with ROUGE (95% bootstrap intervals) on the test split. Prints a Markdown table.
+#   bash bench/table2_mini.sh [BUILD_DIR]
+# Env: DATA (data/debian: tools/data/build_dataset.py output), OUT (out/table2), STEPS (600), BATCH (16),
+#      LR (3e-3), D_MODEL (64), LAYERS (2), VOCAB (2000), TEST_N (500), THREADS (2),
+#      VARIANTS ("full:0 segmented:8 srformer:8 segmented:16 srformer:16 srformer:64").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+bin="$build/bin/srformer"
+data=${DATA:-data/debian}
+out=${OUT:-out/table2}
+steps=${STEPS:-600}
+variants=${VARIANTS:-"full:0 segmented:8 srformer:8 segmented:16 srformer:16 srformer:64"}
+[ -x "$bin" ] || { echo "table2_mini: build $bin first" >&2; exit 1; }
+[ -f "$data/train.jsonl" ] || { echo "table2_mini: no $data/train.jsonl; run tools/data/build_dataset.py" >&2; exit 1; }
+mkdir -p "$out"
+
+# One initialisation for every variant: a plain (full) model, converted per variant (the RAF parameters of
+# the srformer variants get the authors' initial values, the same for every segment size).
+if [ ! -f "$out/init/config.json" ]; then
+  "$bin" init-model --corpus "$data/train.jsonl" --vocab "${VOCAB:-2000}" --cross-attention full \
+    --d-model "${D_MODEL:-64}" --heads 4 --layers "${LAYERS:-2}" "$out/init" >/dev/null 2>&1
+fi
+rows=()
+for v in $variants; do
+  kind=${v%%:*} seg=${v##*:}
+  name=$kind
+  [ "$seg" = 0 ] || name=$kind-$seg
+  if [ ! -f "$out/$name/model.safetensors" ]; then
+    if [ "$kind" = full ]; then
+      "$bin" convert "$out/init" "$out/$name-init" >/dev/null
+    else
+      "$bin" convert "$out/init" "$out/$name-init" --cross-attention "$kind" --segment-size "$seg" >/dev/null
+    fi
+    start=$(date +%s)
+    "$bin" train "$out/$name-init" "$data/train.jsonl" --out "$out/$name" --steps "$steps" --batch "${BATCH:-16}" \
+      --lr "${LR:-3e-3}" --max-input-tokens 256 --max-target-tokens 32 --log-every 50 --threads "${THREADS:-2}" \
+      >"$out/$name.train.log" 2>&1
+    echo "$(( $(date +%s) - start ))" > "$out/$name.seconds"
+  fi
+  if [ ! -f "$out/$name.eval/scores.json" ]; then
+    "$bin" eval "$out/$name" "$data/test.jsonl" --limit "${TEST_N:-500}" --batch 32 --out "$out/$name.eval" \
+      --threads "${THREADS:-2}" >/dev/null 2>&1
+  fi
+  rows+=("$name $kind $seg")
+done
+
+/usr/bin/python3 - "$out" "${rows[@]}" <<'PY'
+import json, sys
+out = sys.argv[1]
+print("| cross-attention | segment | train loss (last 50 updates) | train time | ROUGE-1 | ROUGE-2 | ROUGE-L |")
+print("|---|---|---|---|---|---|---|")
+for row in sys.argv[2:]:
+    name, kind, seg = row.split()
+    log = [json.loads(l) for l in open(f"{out}/{name}/train_log.jsonl")]
+    loss = [e["loss"] for e in log if "loss" in e][-1]
+    secs = open(f"{out}/{name}.seconds").read().strip()
+    s = json.load(open(f"{out}/{name}.eval/scores.json"))["rouge"]
+    cell = lambda t: "%.2f [%.2f, %.2f]" % tuple(100 * s[t]["fmeasure"][k] for k in ("mid", "low", "high"))
+    print(f"| {kind} | {seg if seg != '0' else '-'} | {loss:.3f} | {secs} s | {cell('rouge1')} | {cell('rouge2')} | {cell('rougeL')} |")
+PY
