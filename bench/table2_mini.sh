@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# A miniature of the paper's Table 2 / Figure 4 on our own data: one small T5 shape, one initialisation,
-# trained the same number of updates with full, segmented and srformer cross-attention at several segment
-# sizes, then scored with ROUGE (95% bootstrap intervals) on the test split. Prints a Markdown table.
+# A miniature of the paper's Table 2 / Figure 4 on our own data: one model, fine-tuned the same number of
+# updates with full, segmented and srformer cross-attention at several segment sizes, then scored with
+# ROUGE (95% bootstrap intervals) on the test split. Prints a Markdown table.
 #   bash bench/table2_mini.sh [BUILD_DIR]
-# Env: DATA (data/debian: tools/data/build_dataset.py output), OUT (out/table2), STEPS (600), BATCH (16),
-#      LR (3e-3), D_MODEL (64), LAYERS (2), VOCAB (2000), TEST_N (500), THREADS (2),
+# As in the paper, every variant starts from the same pretrained model: BASE (a model directory, e.g. one
+# trained with full attention by `srformer train`); without BASE, from one random initialisation.
+# Env: BASE, DATA (data/debian: tools/data/build_dataset.py output), OUT (out/table2), STEPS (600), BATCH (16),
+#      LR (3e-3), WARMUP (0), D_MODEL (64), LAYERS (2), VOCAB (2000), TEST_N (500), THREADS (2),
 #      VARIANTS ("full:0 segmented:8 srformer:8 segmented:16 srformer:16 srformer:64").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,9 +22,10 @@ mkdir -p "$out"
 
 # One initialisation for every variant: a plain (full) model, converted per variant (the RAF parameters of
 # the srformer variants get the authors' initial values, the same for every segment size).
-if [ ! -f "$out/init/config.json" ]; then
+init=${BASE:-$out/init}
+if [ ! -f "$init/config.json" ]; then
   "$bin" init-model --corpus "$data/train.jsonl" --vocab "${VOCAB:-2000}" --cross-attention full \
-    --d-model "${D_MODEL:-64}" --heads 4 --layers "${LAYERS:-2}" "$out/init" >/dev/null 2>&1
+    --d-model "${D_MODEL:-64}" --heads 4 --layers "${LAYERS:-2}" "$init" >/dev/null 2>&1
 fi
 rows=()
 for v in $variants; do
@@ -31,13 +34,13 @@ for v in $variants; do
   [ "$seg" = 0 ] || name=$kind-$seg
   if [ ! -f "$out/$name/model.safetensors" ]; then
     if [ "$kind" = full ]; then
-      "$bin" convert "$out/init" "$out/$name-init" >/dev/null
+      "$bin" convert "$init" "$out/$name-init" --cross-attention full >/dev/null
     else
-      "$bin" convert "$out/init" "$out/$name-init" --cross-attention "$kind" --segment-size "$seg" >/dev/null
+      "$bin" convert "$init" "$out/$name-init" --cross-attention "$kind" --segment-size "$seg" >/dev/null
     fi
     start=$(date +%s)
     "$bin" train "$out/$name-init" "$data/train.jsonl" --out "$out/$name" --steps "$steps" --batch "${BATCH:-16}" \
-      --lr "${LR:-3e-3}" --max-input-tokens 256 --max-target-tokens 32 --log-every 50 --threads "${THREADS:-2}" \
+      --lr "${LR:-3e-3}" --warmup "${WARMUP:-0}" --max-input-tokens 256 --max-target-tokens 32 --log-every 50 --threads "${THREADS:-2}" \
       >"$out/$name.train.log" 2>&1
     echo "$(( $(date +%s) - start ))" > "$out/$name.seconds"
   fi

@@ -190,3 +190,25 @@ TEST_F(Fixture, ClearErrors) {
 
 }  // namespace
 }  // namespace srformer::train
+
+namespace srformer::train {
+namespace {
+
+// Teacher forcing must reach every parameter: the encoder, both decoder attentions, the RAF recurrence
+// (SNN_kv, threshold, leak) and the tied embedding.
+TEST_F(Fixture, EveryParameterGetsAGradient) {
+  auto m = load_model(model);
+  for (const auto& [name, p] : m->named_parameters()) p.requires_grad_(true);
+  const auto ids = torch::tensor({{5, 6, 7, 8, 9, 10, 11, 12, 13, 5, 6, 1}, {7, 8, 9, 10, 11, 1, 0, 0, 0, 0, 0, 0}});
+  const auto mask = ids.ne(0).to(torch::kLong);
+  const auto enc = m->encode(ids, mask);
+  const auto dec = torch::tensor({{0, 5, 6, 7, 8, 9}, {0, 9, 8, 7, 6, 5}});
+  m->forward(enc, dec, torch::full({2}, 4, torch::kLong)).logsumexp(-1).sum().backward();
+  for (const auto& [name, p] : m->named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+    EXPECT_GT(p.grad().abs().max().item<double>(), 0.0) << name;
+  }
+}
+
+}  // namespace
+}  // namespace srformer::train
