@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "model/data/encode.h"
 #include "model/generation/generate.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/tokenizer.h"
@@ -110,10 +111,7 @@ int run_summarize(const std::vector<std::string>& args) {
                                   " tokens, over the model's limit of " + std::to_string(c.max_input_tokens) +
                                   "; pass --truncate to cut it");
     }
-    const auto last = ids.back();
-    ids.resize(static_cast<size_t>(c.max_input_tokens));
-    ids.back() = last;  // keep the closing EOS the tokenizer appended
-    truncated = true;
+    truncated = data::truncate_keeping_last(ids, c.max_input_tokens);
   }
 
   GenerationOptions o;

@@ -8,15 +8,19 @@
 
 namespace srformer::data {
 
+bool truncate_keeping_last(TokenIds& ids, int64_t max_tokens) {
+  if (max_tokens < 1) throw std::invalid_argument("max_tokens must be >= 1");
+  if (static_cast<int64_t>(ids.size()) <= max_tokens) return false;
+  const auto last = ids.back();
+  ids.resize(static_cast<size_t>(max_tokens));
+  ids.back() = last;
+  return true;
+}
+
 TokenIds encode_truncated(const Tokenizer& tokenizer, std::string_view text, int64_t max_tokens, bool* truncated) {
   if (max_tokens < 1) throw std::invalid_argument("max_tokens must be >= 1");
   auto t = tokenizer.encode(text);
-  const bool cut = static_cast<int64_t>(t.size()) > max_tokens;
-  if (cut) {
-    const auto last = t.back();
-    t.resize(static_cast<size_t>(max_tokens));
-    t.back() = last;
-  }
+  const bool cut = truncate_keeping_last(t, max_tokens);
   if (truncated) *truncated = cut;
   return t;
 }

@@ -12,6 +12,9 @@
 
 namespace srformer::data {
 
+// Cuts `ids` to max_tokens (> 0) keeping its last token (the tokenizer's closing EOS) last; true when cut.
+bool truncate_keeping_last(TokenIds& ids, int64_t max_tokens);
+
 // tokenizer.encode(text), cut to max_tokens (> 0) with its last token (the EOS it appended) kept last.
 // Sets *truncated when it was cut.
 TokenIds encode_truncated(const Tokenizer& tokenizer, std::string_view text, int64_t max_tokens,

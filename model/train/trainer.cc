@@ -159,7 +159,6 @@ double mean_loss(Seq2SeqModel& model, const std::vector<TokenizedExample>& set, 
 Validation validate_model(Seq2SeqModel& model, const Tokenizer& tok, const std::vector<data::Example>& raw,
                           const std::vector<TokenizedExample>& set, const TrainOptions& o, int64_t classes) {
   const auto start = Clock::now();
-  torch::NoGradGuard no_grad;
   Validation v;
   v.loss = mean_loss(model, set, o, classes);
 
