@@ -4,13 +4,52 @@
 
 #include <stdexcept>
 
+#include "model/kernels/avx2.h"
+#include "model/kernels/few_rows_linear.h"
 #include "model/param_binder.h"
 
 namespace srformer {
 
+namespace {
+
+bool is_plain_float(const torch::Tensor& t) {
+  return !t.defined() || (t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous() &&
+                          !(torch::GradMode::is_enabled() && t.requires_grad()));
+}
+
+// Up to this many rows the weight-streaming kernel beats OpenBLAS's sgemm here (`srformer bench
+// --only linear` prints both side by side). Autograd and non-fp32 tensors take LibTorch's path.
+constexpr int64_t kFewRowsMax = 16;
+
+bool use_few_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, int64_t rows) {
+  return rows >= 1 && rows <= kFewRowsMax && x.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
+         !(torch::GradMode::is_enabled() && x.requires_grad()) && is_plain_float(weight) && is_plain_float(bias) &&
+         kernels::use_cpu_kernels();
+}
+
+torch::Tensor few_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, int64_t rows) {
+  const int64_t in = x.size(-1);
+  const int64_t out = weight.size(0);
+  const auto xc = x.reshape({rows, in}).contiguous();
+  auto y = torch::empty({rows, out}, xc.options());
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = weight.data_ptr<float>();
+  const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  kernels::few_rows_linear(xp, rows, in, wp, out, bp, yp, at::get_num_threads());
+  auto shape = x.sizes().vec();
+  shape.back() = out;
+  return y.view(shape);
+}
+
+}  // namespace
+
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   const int64_t in = x.size(-1);
-  if (x.numel() != in || !x.device().is_cpu()) return torch::linear(x, weight, bias);
+  if (weight.size(1) != in) return torch::linear(x, weight, bias);  // LibTorch's error message
+  const int64_t rows = in > 0 ? x.numel() / in : 0;
+  if (use_few_rows(x, weight, bias, rows)) return few_rows(x, weight, bias, rows);
+  if (rows != 1 || !x.device().is_cpu()) return torch::linear(x, weight, bias);
   auto y = torch::mv(weight, x.reshape({in}));
   if (bias.defined()) y = y + bias;
   auto shape = x.sizes().vec();

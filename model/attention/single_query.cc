@@ -1,0 +1,47 @@
+#include "model/attention/single_query.h"
+
+#include <torch/torch.h>
+
+#include "model/kernels/avx2.h"
+#include "model/kernels/single_query_attention.h"
+
+namespace srformer {
+
+namespace {
+
+bool plain_cpu_float(const torch::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == torch::kFloat32 &&
+         !(torch::GradMode::is_enabled() && t.requires_grad());
+}
+
+// One query per group, the same groups on both sides, a's last size matching b's size `b_inner`.
+bool single_query(const torch::Tensor& a, const torch::Tensor& b, int64_t b_inner) {
+  return a.dim() == 4 && b.dim() == 4 && a.size(2) == 1 && a.size(0) == b.size(0) && a.size(1) == b.size(1) &&
+         a.size(3) == b.size(b_inner) && plain_cpu_float(a) && plain_cpu_float(b) && kernels::use_cpu_kernels();
+}
+
+}  // namespace
+
+torch::Tensor query_key_product(const torch::Tensor& q, const torch::Tensor& k) {
+  if (!single_query(q, k, 3)) return torch::matmul(q, k.transpose(-1, -2));
+  const auto qc = q.contiguous();
+  const auto kc = k.contiguous();
+  const int64_t B = q.size(0), H = q.size(1), T = k.size(2), d = k.size(3);
+  auto scores = torch::empty({B, H, 1, T}, qc.options());
+  kernels::query_key_scores(qc.data_ptr<float>(), kc.data_ptr<float>(), B * H, T, d, scores.data_ptr<float>(),
+                            at::get_num_threads());
+  return scores;
+}
+
+torch::Tensor weights_value_product(const torch::Tensor& p, const torch::Tensor& v) {
+  if (!single_query(p, v, 2)) return torch::matmul(p, v);
+  const auto pc = p.contiguous();
+  const auto vc = v.contiguous();
+  const int64_t B = p.size(0), H = p.size(1), T = v.size(2), d = v.size(3);
+  auto out = torch::empty({B, H, 1, d}, pc.options());
+  kernels::weighted_value_sum(pc.data_ptr<float>(), vc.data_ptr<float>(), B * H, T, d, out.data_ptr<float>(),
+                              at::get_num_threads());
+  return out;
+}
+
+}  // namespace srformer

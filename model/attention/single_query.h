@@ -1,0 +1,14 @@
+#pragma once
+// The products of attention over [B, H, T, d] operands: q Kᵀ and p V. With one query per (row, head)
+// (an incremental decode step) on the CPU in fp32 without autograd, they run as kernels::
+// loops over the B*H groups (LibTorch's bmm makes one BLAS call per group there); otherwise matmul.
+#include <torch/types.h>
+
+namespace srformer {
+
+// q [B, H, Tq, d] · k [B, H, T, d]ᵀ -> [B, H, Tq, T]
+torch::Tensor query_key_product(const torch::Tensor& q, const torch::Tensor& k);
+// p [B, H, Tq, T] · v [B, H, T, d] -> [B, H, Tq, d]
+torch::Tensor weights_value_product(const torch::Tensor& p, const torch::Tensor& v);
+
+}  // namespace srformer

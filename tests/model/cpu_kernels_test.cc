@@ -1,0 +1,151 @@
+// The hand-written CPU kernels (model/kernels/) against products computed in double, over shapes that
+// reach every remainder path (inner sizes not a multiple of 8, more than one 512-column pass, output
+// counts not a multiple of 4, more than one 32-row group), and the property the server relies on: a
+// row's result does not depend on which other rows share the call.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "model/attention/single_query.h"
+#include "model/kernels/avx2.h"
+#include "model/kernels/few_rows_linear.h"
+#include "model/kernels/single_query_attention.h"
+#include "model/layers.h"
+
+namespace {
+
+using srformer::kernels::avx2_fma_available;
+
+#define SKIP_WITHOUT_AVX2()                                          \
+  if (!avx2_fma_available())                                         \
+  GTEST_SKIP() << "this CPU has no AVX2+FMA: the kernels never run " \
+                  "here and LibTorch's path is tested elsewhere"
+
+torch::Tensor run_few_rows(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, int threads) {
+  auto y = torch::empty({x.size(0), w.size(0)});
+  srformer::kernels::few_rows_linear(x.data_ptr<float>(), x.size(0), x.size(1), w.data_ptr<float>(), w.size(0),
+                                     b.defined() ? b.data_ptr<float>() : nullptr, y.data_ptr<float>(), threads);
+  return y;
+}
+
+torch::Tensor reference_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  auto y = torch::matmul(x.to(torch::kFloat64), w.to(torch::kFloat64).t());
+  return b.defined() ? y + b.to(torch::kFloat64) : y;
+}
+
+TEST(FewRowsLinear, MatchesDoublePrecisionProductInEveryRemainderPath) {
+  SKIP_WITHOUT_AVX2();
+  torch::manual_seed(11);
+  for (const int64_t in : {3, 8, 19, 520, 1030}) {
+    for (const int64_t out : {1, 4, 7, 37}) {
+      const auto w = torch::randn({out, in});
+      const auto b = torch::randn({out});
+      for (const int64_t rows : {1, 2, 3, 5, 16, 33}) {
+        const auto x = torch::randn({rows, in});
+        for (const int threads : {1, 2}) {
+          for (const bool with_bias : {false, true}) {
+            const auto bias = with_bias ? b : torch::Tensor();
+            const auto y = run_few_rows(x, w, bias, threads);
+            const double tol = 1e-5 * static_cast<double>(in);
+            EXPECT_TRUE(torch::allclose(y.to(torch::kFloat64), reference_linear(x, w, bias), tol, tol))
+                << "in=" << in << " out=" << out << " rows=" << rows << " threads=" << threads;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(FewRowsLinear, EachRowIsBitIdenticalAloneAndInAnyBatch) {
+  SKIP_WITHOUT_AVX2();
+  torch::manual_seed(12);
+  const auto w = torch::randn({45, 777});
+  const auto b = torch::randn({45});
+  const auto x = torch::randn({40, 777});
+  const auto together = run_few_rows(x, w, b, 2);
+  for (int64_t r = 0; r < x.size(0); ++r) {
+    const auto alone = run_few_rows(x.narrow(0, r, 1).contiguous(), w, b, 1);
+    ASSERT_TRUE(torch::equal(alone[0], together[r])) << "row " << r;
+  }
+  // A different neighbourhood: rows 7..9 on their own.
+  const auto three = run_few_rows(x.narrow(0, 7, 3).contiguous(), w, b, 2);
+  EXPECT_TRUE(torch::equal(three, together.narrow(0, 7, 3)));
+}
+
+TEST(FewRowsLinear, ModelLinearUsesItForDecodeRowsAndStaysDifferentiableForTraining) {
+  SKIP_WITHOUT_AVX2();
+  torch::manual_seed(13);
+  auto w = torch::randn({24, 40});
+  const auto b = torch::randn({24});
+  const auto x = torch::randn({6, 1, 40});
+  {
+    torch::NoGradGuard no_grad;
+    const auto batch = srformer::linear(x, w, b);
+    ASSERT_EQ(batch.sizes().vec(), (std::vector<int64_t>{6, 1, 24}));
+    for (int64_t r = 0; r < 6; ++r) EXPECT_TRUE(torch::equal(srformer::linear(x[r], w, b), batch[r]));
+    // LibTorch's path gives the same numbers to rounding.
+    srformer::kernels::set_cpu_kernels(false);
+    const auto blas = srformer::linear(x, w, b);
+    srformer::kernels::set_cpu_kernels(true);
+    EXPECT_FALSE(torch::equal(blas, batch)) << "the switch did not change the path taken";
+    EXPECT_TRUE(torch::allclose(blas, batch, 1e-5, 1e-5));
+  }
+  w.set_requires_grad(true);
+  srformer::linear(x, w, b).sum().backward();
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_TRUE(torch::allclose(w.grad(), x.view({6, 40}).sum(0).expand({24, 40}), 1e-5, 1e-5));
+}
+
+TEST(SingleQueryAttention, ProductsMatchDoublePrecisionMatmul) {
+  SKIP_WITHOUT_AVX2();
+  torch::manual_seed(14);
+  for (const int64_t d : {5, 8, 32, 64, 72, 130}) {
+    for (const int64_t T : {1, 7, 64}) {
+      const auto q = torch::randn({3, 2, 1, d});
+      const auto k = torch::randn({3, 2, T, d});
+      const auto v = torch::randn({3, 2, T, d});
+      const auto p = torch::softmax(torch::randn({3, 2, 1, T}), -1);
+      const auto scores = srformer::query_key_product(q, k);
+      const auto out = srformer::weights_value_product(p, v);
+      const auto ref_scores = torch::matmul(q.to(torch::kFloat64), k.to(torch::kFloat64).transpose(-1, -2));
+      const auto ref_out = torch::matmul(p.to(torch::kFloat64), v.to(torch::kFloat64));
+      ASSERT_EQ(scores.sizes().vec(), ref_scores.sizes().vec());
+      ASSERT_EQ(out.sizes().vec(), ref_out.sizes().vec());
+      EXPECT_TRUE(torch::allclose(scores.to(torch::kFloat64), ref_scores, 1e-4, 1e-4)) << "d=" << d << " T=" << T;
+      EXPECT_TRUE(torch::allclose(out.to(torch::kFloat64), ref_out, 1e-5, 1e-5)) << "d=" << d << " T=" << T;
+    }
+  }
+}
+
+TEST(SingleQueryAttention, StridedViewsAndSeveralQueriesGiveTheMatmulResult) {
+  torch::manual_seed(15);
+  // Keys as a transposed view (heads split from [B, T, H*d]), as split_heads produces them.
+  const auto k = torch::randn({2, 9, 3 * 16}).view({2, 9, 3, 16}).transpose(1, 2);
+  const auto q = torch::randn({2, 1, 3 * 16}).view({2, 1, 3, 16}).transpose(1, 2);
+  ASSERT_FALSE(k.is_contiguous());
+  EXPECT_TRUE(torch::allclose(srformer::query_key_product(q, k), torch::matmul(q, k.transpose(-1, -2)), 1e-5, 1e-5));
+  // Two queries per group (teacher forcing) take LibTorch's matmul.
+  const auto q2 = torch::randn({2, 3, 2, 16});
+  EXPECT_TRUE(torch::allclose(srformer::query_key_product(q2, k), torch::matmul(q2, k.transpose(-1, -2))));
+  const auto p2 = torch::softmax(torch::randn({2, 3, 2, 9}), -1);
+  const auto v = torch::randn({2, 3, 9, 16});
+  EXPECT_TRUE(torch::allclose(srformer::weights_value_product(p2, v), torch::matmul(p2, v)));
+}
+
+TEST(SingleQueryAttention, EachGroupIsIndependentOfTheOthers) {
+  SKIP_WITHOUT_AVX2();
+  torch::manual_seed(16);
+  const auto q = torch::randn({5, 4, 1, 64});
+  const auto k = torch::randn({5, 4, 33, 64});
+  const auto all = srformer::query_key_product(q, k);
+  const auto p = torch::softmax(all, -1);
+  const auto out = srformer::weights_value_product(p, k);
+  for (int64_t b = 0; b < 5; ++b) {
+    const auto row = torch::indexing::Slice(b, b + 1);
+    EXPECT_TRUE(torch::equal(srformer::query_key_product(q.index({row}), k.index({row})), all.index({row})));
+    EXPECT_TRUE(torch::equal(srformer::weights_value_product(p.index({row}), k.index({row})), out.index({row})));
+  }
+}
+
+}  // namespace
