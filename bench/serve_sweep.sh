@@ -6,6 +6,8 @@
 #   bench/serve_sweep.sh [BUILD_DIR]   env: LEVELS="1 4 16 32 64" REQUESTS=32 NEW_TOKENS=32 THREADS=2
 #                                           SHAPES="t5-small bart-base" DOC=FILE (default: the first
 #                                           1500 bytes of docs/ARCHITECTURE.md; over-long input is truncated)
+#                                           KERNELS="on" ("off on": each shape served twice, without and
+#                                           with our CPU kernels, SRFORMER_CPU_KERNELS=0/1)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -21,28 +23,31 @@ for shape in ${SHAPES:-t5-small bart-base}; do
     "$build/bin/srformer" init-model --shape "$shape" --corpus "$cache/corpus.txt" --vocab 4000 \
       --segment-size 64 "$model" >&2
   fi
-  log=$(mktemp)
-  "$build/bin/srformer-server" --model "$shape=$model" --listen 127.0.0.1:0 --metrics-listen "" \
-    --threads "${THREADS:-2}" --max-batch-rows 64 --max-queue 256 2>"$log" &
-  pid=$!
-  for _ in $(seq 600); do
-    grep -q "listening on" "$log" && break
-    kill -0 $pid 2>/dev/null || { cat "$log" >&2; exit 1; }
-    sleep 0.1
+  for kernels in ${KERNELS:-on}; do
+    log=$(mktemp)
+    kernel_env=$([ "$kernels" = off ] && echo 0 || echo 1)
+    SRFORMER_CPU_KERNELS=$kernel_env "$build/bin/srformer-server" --model "$shape=$model" --listen 127.0.0.1:0 \
+      --metrics-listen "" --threads "${THREADS:-2}" --max-batch-rows 64 --max-queue 256 2>"$log" &
+    pid=$!
+    for _ in $(seq 600); do
+      grep -q "listening on" "$log" && break
+      kill -0 $pid 2>/dev/null || { cat "$log" >&2; exit 1; }
+      sleep 0.1
+    done
+    target=$(grep -o 'listening on [^ ]*' "$log" | awk '{print $3}')
+    single=""
+    for c in $levels; do
+      n=$(( c > ${REQUESTS:-32} ? c : ${REQUESTS:-32} ))
+      line=$("$build/bin/srformer-client" --target "$target" --model "$shape" --load --json --concurrency "$c" \
+        --requests "$n" --max-new-tokens "${NEW_TOKENS:-32}" --min-new-tokens "${NEW_TOKENS:-32}" --truncate "$doc")
+      tps=$(printf '%s' "$line" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens_per_s"])')
+      [ -n "$single" ] || single=$tps
+      ratio=$(/usr/bin/python3 -c "print(round($tps / $single, 2))")
+      echo "{\"model\": \"$shape\", \"cpu_kernels\": \"$kernels\", \"vs_one_stream\": $ratio, \"load\": $line}"
+    done
+    kill -TERM $pid
+    wait $pid || true
+    grep -o "decode steps.*" "$log" | sed "s/^/$shape (kernels $kernels): /"
+    rm -f "$log"
   done
-  target=$(grep -o 'listening on [^ ]*' "$log" | awk '{print $3}')
-  single=""
-  for c in $levels; do
-    n=$(( c > ${REQUESTS:-32} ? c : ${REQUESTS:-32} ))
-    line=$("$build/bin/srformer-client" --target "$target" --model "$shape" --load --json --concurrency "$c" \
-      --requests "$n" --max-new-tokens "${NEW_TOKENS:-32}" --min-new-tokens "${NEW_TOKENS:-32}" --truncate "$doc")
-    tps=$(printf '%s' "$line" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens_per_s"])')
-    [ -n "$single" ] || single=$tps
-    ratio=$(/usr/bin/python3 -c "print(round($tps / $single, 2))")
-    echo "{\"model\": \"$shape\", \"vs_one_stream\": $ratio, \"load\": $line}"
-  done
-  kill -TERM $pid
-  wait $pid || true
-  grep -o "decode steps.*" "$log" | sed "s/^/$shape: /"
-  rm -f "$log"
 done

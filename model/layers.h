@@ -8,7 +8,7 @@ namespace srformer {
 
 class ParamBinder;
 
-// y = x Wᵀ + b. Up to 16 rows on the CPU in fp32 without autograd (a decode step) go through
+// y = x Wᵀ + b. Up to 32 rows on the CPU in fp32 without autograd (a decode step) go through
 // kernels::few_rows_linear, which reads W once for all rows; OpenBLAS 0.3.21's sgemm packs all of W on
 // every call, which doubles or worse the memory traffic of a step that is memory-bound anyway.
 // Without the AVX2 kernels one row takes a matrix-vector product, more rows LibTorch's linear.

@@ -126,45 +126,57 @@ CrossAttention random_cross(CrossAttentionKind kind, int64_t D, int64_t H, int64
 // schedule's rate (one segment switch every L/m steps, L = 128).
 void bench_cross(const BenchOptions& o) {
   const int64_t D = 512, H = 8, d = 64, s = o.segment_size, L = 128, q = 128;
-  for (const int64_t k : o.cross_lengths) {
-    const auto enc = torch::randn({1, k, D});
-    const auto mask = torch::ones({1, k}, torch::kBool);
-    const auto enc_len = torch::full({1}, k, torch::kLong);
-    const auto m = num_segments(enc_len, s);
-    nlohmann::json row{{"bench", "cross_attention_step"}, {"k", k}, {"segment_size", s}};
-    std::ostringstream h;
-    h << std::fixed << std::setprecision(3) << "cross-attention step (T5-small layer) k=" << std::setw(6) << k;
-    for (const auto kind : {CrossAttentionKind::kFull, CrossAttentionKind::kSegmented, CrossAttentionKind::kSrformer}) {
-      const auto a = random_cross(kind, D, H, d, s);
-      LayerState ls;
-      torch::NoGradGuard no_grad;
-      a.prepare(enc, mask, kind == CrossAttentionKind::kFull ? torch::ones({1}, torch::kLong) : m, ls);
-      const auto x = torch::randn({1, 1, D});
-      auto prev = torch::full({1}, -1, torch::kLong);
-      const int64_t steps = o.quick ? 16 : 64;
-      const auto t0 = Clock::now();
-      for (int64_t t = 0; t < steps; ++t) {
-        const auto seg = segment_schedule(torch::full({1}, t, torch::kLong), m, torch::full({1}, L, torch::kLong));
-        (void)a.step(x, ls, mask, enc_len, m, seg, seg.ne(prev), nullptr);
-        prev = seg;
+  for (const bool kernels_on : o.kernel_settings) {
+    kernels::set_cpu_kernels(kernels_on);
+    for (const int64_t k : o.cross_lengths) {
+      const auto enc = torch::randn({1, k, D});
+      const auto mask = torch::ones({1, k}, torch::kBool);
+      const auto enc_len = torch::full({1}, k, torch::kLong);
+      const auto m = num_segments(enc_len, s);
+      const bool used = kernels_on && kernels::avx2_fma_available();
+      nlohmann::json row{{"bench", "cross_attention_step"}, {"k", k}, {"segment_size", s}, {"cpu_kernels", used}};
+      std::ostringstream h;
+      h << std::fixed << std::setprecision(3) << "cross-attention step (T5-small layer, kernels "
+        << (used ? "on" : "off") << ") k=" << std::setw(6) << k;
+      for (const auto kind :
+           {CrossAttentionKind::kFull, CrossAttentionKind::kSegmented, CrossAttentionKind::kSrformer}) {
+        const auto a = random_cross(kind, D, H, d, s);
+        LayerState ls;
+        torch::NoGradGuard no_grad;
+        a.prepare(enc, mask, kind == CrossAttentionKind::kFull ? torch::ones({1}, torch::kLong) : m, ls);
+        const auto x = torch::randn({1, 1, D});
+        auto prev = torch::full({1}, -1, torch::kLong);
+        const int64_t steps = o.quick ? 16 : 64;
+        std::optional<torch::autograd::profiler::RecordProfile> profile;
+        if (!o.trace.empty()) {
+          profile.emplace(o.trace + ".cross." + to_string(kind) + ".k" + std::to_string(k) + ".json");
+        }
+        const auto t0 = Clock::now();
+        for (int64_t t = 0; t < steps; ++t) {
+          const auto seg = segment_schedule(torch::full({1}, t, torch::kLong), m, torch::full({1}, L, torch::kLong));
+          (void)a.step(x, ls, mask, enc_len, m, seg, seg.ne(prev), nullptr);
+          prev = seg;
+        }
+        const double us = 1000.0 * ms_since(t0) / static_cast<double>(steps);
+        profile.reset();
+        row[std::string(to_string(kind)) + "_us"] = us;
+        h << "  " << to_string(kind) << " " << std::setw(9) << us << " us";
       }
-      const double us = 1000.0 * ms_since(t0) / static_cast<double>(steps);
-      row[std::string(to_string(kind)) + "_us"] = us;
-      h << "  " << to_string(kind) << " " << std::setw(9) << us << " us";
+      // Paper Table 1 (per head, q queries): full qkd, segmented qsd, SRformer qsd + kd^2.
+      const double full = static_cast<double>(q * k * d);
+      const double seg = static_cast<double>(q * s * d);
+      const double sr = seg + static_cast<double>(k * d * d);
+      row["table1_madds_full"] = full;
+      row["table1_madds_segmented"] = seg;
+      row["table1_madds_srformer"] = sr;
+      row["table1_ratio_srformer_over_full"] = sr / full;
+      row["measured_ratio_srformer_over_full"] = row["srformer_us"].get<double>() / row["full_us"].get<double>();
+      h << "  | srformer/full measured " << row["measured_ratio_srformer_over_full"].get<double>()
+        << " vs Table 1 (q=128, incl. K^T V) " << sr / full;
+      emit(o, row, h.str());
     }
-    // Paper Table 1 (per head, q queries): full qkd, segmented qsd, SRformer qsd + kd^2.
-    const double full = static_cast<double>(q * k * d);
-    const double seg = static_cast<double>(q * s * d);
-    const double sr = seg + static_cast<double>(k * d * d);
-    row["table1_madds_full"] = full;
-    row["table1_madds_segmented"] = seg;
-    row["table1_madds_srformer"] = sr;
-    row["table1_ratio_srformer_over_full"] = sr / full;
-    row["measured_ratio_srformer_over_full"] = row["srformer_us"].get<double>() / row["full_us"].get<double>();
-    h << "  | srformer/full measured " << row["measured_ratio_srformer_over_full"].get<double>()
-      << " vs Table 1 (q=128, incl. K^T V) " << sr / full;
-    emit(o, row, h.str());
   }
+  kernels::set_cpu_kernels(true);
 }
 
 // The projections of a decode step: LibTorch's linear (OpenBLAS sgemm; matrix-vector for one row)

@@ -2,9 +2,9 @@
 
 #include <torch/torch.h>
 
+#include "model/attention/products.h"
 #include "model/attention/segments.h"
 #include "model/attention/self_attention.h"
-#include "model/attention/single_query.h"
 
 namespace srformer {
 
@@ -51,7 +51,7 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
     const auto w = enc_mask.to(torch::kFloat32).view({enc_mask.size(0), 1, -1, 1});
     const auto kf = ls.cross_k.to(torch::kFloat32) * w;
     const auto vf = ls.cross_v.to(torch::kFloat32) * w;
-    auto kv = torch::matmul(kf.transpose(-1, -2), vf);
+    auto kv = keys_values_product(kf, vf);
     if (kv_clamp) kv = kv.clamp(-*kv_clamp, *kv_clamp);
     ls.kv = kv;
     ls.knorm = kf.pow(2).sum(2).sqrt();
@@ -82,7 +82,7 @@ CrossAttention::Recurrent CrossAttention::recurrent_update(const torch::Tensor& 
   // Read only the s rows of segment i of each changed row (never a copy of all k keys).
   const auto ki = gather_rows(keys, win.idx, rows).to(torch::kFloat32) * w;
   const auto vi = gather_rows(values, win.idx, rows).to(torch::kFloat32) * w;
-  auto ksvs = torch::matmul(ki.transpose(-1, -2), vi);
+  auto ksvs = keys_values_product(ki, vi);
   if (kv_clamp) ksvs = ksvs.clamp(-*kv_clamp, *kv_clamp);
   const auto p = kv - ksvs;
   if (kind == CrossAttentionKind::kAblationIII) {  // no RAF: P feeds the output directly

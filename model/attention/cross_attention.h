@@ -4,9 +4,9 @@
 //   O = softmax(q K_i^T + mask_i) V_i + (q R) / ||K||,   R = RAF(K^T V - K_i^T V_i)
 // with ablations and baselines. Each has a teacher-forced form (all decoder positions at once,
 // differentiable, for checks and training) and a one-step form (generation) that agree.
-#include <optional>
-
 #include <torch/types.h>
+
+#include <optional>
 
 #include "model/attention/raf.h"
 #include "model/config.h"

@@ -4,7 +4,7 @@
 
 #include <limits>
 
-#include "model/attention/single_query.h"
+#include "model/attention/products.h"
 
 namespace srformer {
 

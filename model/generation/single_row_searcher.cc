@@ -34,8 +34,10 @@ SearchStep GreedySearcher::advance(const torch::Tensor& logits) {
 }
 
 int64_t GreedySearcher::choose(const torch::Tensor& scores, double& logprob) {
-  const int64_t token = scores[0].argmax().item<int64_t>();
-  logprob = scores[0].log_softmax(-1)[token].item<double>();
+  const auto row = scores[0];
+  const int64_t token = row.argmax().item<int64_t>();
+  // log_softmax at one index: no vocabulary-sized tensor for a single number.
+  logprob = (row[token] - row.logsumexp(0)).item<double>();
   return token;
 }
 

@@ -339,7 +339,8 @@ void Engine::step() {
   double model_seconds = 0;
   try {
     logits = model_->step(state_, torch::cat(inputs).to(device_));
-    segment = state_.segment.defined() ? state_.segment.to(torch::kCPU) : torch::Tensor();  // syncs the device
+    segment =
+        state_.segment.defined() ? state_.segment.to(torch::kCPU).contiguous() : torch::Tensor();  // syncs the device
     model_seconds = ms_between(start, Clock::now()) / 1000.0;
   } catch (const std::exception& e) {
     spdlog::error("model '{}': decoder step over {} rows failed: {}", name_, state_.batch_size(), e.what());
@@ -347,7 +348,10 @@ void Engine::step() {
     return;
   }
 
-  std::vector<torch::Tensor> index;
+  // Rows kept for the next step, as indices into this step's rows (plain integers: per-slot tensor
+  // ops would cost more than the bookkeeping they do).
+  std::vector<int64_t> index;
+  index.reserve(static_cast<size_t>(state_.batch_size()));
   std::vector<std::unique_ptr<Slot>> kept;
   int64_t offset = 0;
   int64_t new_tokens = 0;
@@ -371,7 +375,7 @@ void Engine::step() {
       reordered = true;
       continue;
     }
-    const int32_t seg = segment.defined() ? static_cast<int32_t>(segment[offset].item<int64_t>()) : -1;
+    const int32_t seg = segment.defined() ? static_cast<int32_t>(segment.data_ptr<int64_t>()[offset]) : -1;
     s.segments.push_back(seg);
     std::vector<TokenEvent> events;
     const auto now = Clock::now();
@@ -419,7 +423,9 @@ void Engine::step() {
       finish_slot(s, offset, RequestOutcome::kOk, reason);
       reordered = true;
     } else {
-      index.push_back(result.parent_rows.to(torch::kInt64) + offset);
+      const auto parents = result.parent_rows.to(torch::kCPU, torch::kInt64).contiguous();
+      const int64_t* parent = parents.data_ptr<int64_t>();
+      for (int64_t r = 0; r < parents.numel(); ++r) index.push_back(parent[r] + offset);
       s.next_tokens = result.next_tokens.to(torch::kCPU, torch::kInt64);
       kept.push_back(std::move(slot));
     }
@@ -429,9 +435,10 @@ void Engine::step() {
   if (slots_.empty()) {
     state_ = DecoderState{};
   } else {
-    const auto global = torch::cat(index);
-    if (reordered || !global.equal(torch::arange(rows_before, torch::kInt64))) {
-      state_.select(global.to(device_));
+    bool identity = static_cast<int64_t>(index.size()) == rows_before;
+    for (size_t r = 0; identity && r < index.size(); ++r) identity = index[r] == static_cast<int64_t>(r);
+    if (reordered || !identity) {
+      state_.select(torch::tensor(index, torch::kInt64).to(device_));
       if (reordered) state_.compact();
     }
   }

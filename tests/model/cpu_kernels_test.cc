@@ -7,10 +7,10 @@
 
 #include <vector>
 
-#include "model/attention/single_query.h"
+#include "model/attention/products.h"
+#include "model/kernels/attention_products.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/few_rows_linear.h"
-#include "model/kernels/single_query_attention.h"
 #include "model/layers.h"
 
 namespace {
@@ -114,6 +114,22 @@ TEST(SingleQueryAttention, ProductsMatchDoublePrecisionMatmul) {
       ASSERT_EQ(out.sizes().vec(), ref_out.sizes().vec());
       EXPECT_TRUE(torch::allclose(scores.to(torch::kFloat64), ref_scores, 1e-4, 1e-4)) << "d=" << d << " T=" << T;
       EXPECT_TRUE(torch::allclose(out.to(torch::kFloat64), ref_out, 1e-5, 1e-5)) << "d=" << d << " T=" << T;
+    }
+  }
+}
+
+TEST(SingleQueryAttention, SegmentKeysTimesValuesMatchDoublePrecision) {
+  SKIP_WITHOUT_AVX2();
+  torch::manual_seed(17);
+  for (const int64_t d : {5, 32, 64, 72}) {
+    for (const int64_t T : {1, 16, 64, 600}) {  // 600: past the kernel's limit, LibTorch's matmul
+      const auto k = torch::randn({2, 3, T, d});
+      const auto v = torch::randn({2, 3, T, d});
+      const auto kv = srformer::keys_values_product(k, v);
+      const auto ref = torch::matmul(k.to(torch::kFloat64).transpose(-1, -2), v.to(torch::kFloat64));
+      ASSERT_EQ(kv.sizes().vec(), ref.sizes().vec());
+      const double tol = 1e-5 * static_cast<double>(T);
+      EXPECT_TRUE(torch::allclose(kv.to(torch::kFloat64), ref, tol, tol)) << "d=" << d << " T=" << T;
     }
   }
 }

@@ -1,9 +1,9 @@
-#include "model/attention/single_query.h"
+#include "model/attention/products.h"
 
 #include <torch/torch.h>
 
+#include "model/kernels/attention_products.h"
 #include "model/kernels/avx2.h"
-#include "model/kernels/single_query_attention.h"
 
 namespace srformer {
 
@@ -21,6 +21,21 @@ bool single_query(const torch::Tensor& a, const torch::Tensor& b, int64_t b_inne
 }
 
 }  // namespace
+
+torch::Tensor keys_values_product(const torch::Tensor& k, const torch::Tensor& v) {
+  // Over a whole document (T in the thousands) one BLAS call per group costs little next to its work.
+  constexpr int64_t kMaxKernelRows = 512;
+  const bool kernel = k.dim() == 4 && k.sizes() == v.sizes() && k.size(2) <= kMaxKernelRows && plain_cpu_float(k) &&
+                      plain_cpu_float(v) && kernels::use_cpu_kernels();
+  if (!kernel) return torch::matmul(k.transpose(-1, -2), v);
+  const auto kc = k.contiguous();
+  const auto vc = v.contiguous();
+  const int64_t B = k.size(0), H = k.size(1), T = k.size(2), d = k.size(3);
+  auto out = torch::empty({B, H, d, d}, kc.options());
+  kernels::key_value_outer_sum(kc.data_ptr<float>(), vc.data_ptr<float>(), B * H, T, d, out.data_ptr<float>(),
+                               at::get_num_threads());
+  return out;
+}
 
 torch::Tensor query_key_product(const torch::Tensor& q, const torch::Tensor& k) {
   if (!single_query(q, k, 3)) return torch::matmul(q, k.transpose(-1, -2));
