@@ -12,11 +12,14 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "model/attention/cross_attention.h"
 #include "model/attention/segments.h"
+#include "model/generation/searcher.h"
 #include "model/kernels/avx2.h"
+#include "model/kernels/serial_region.h"
 #include "model/layers.h"
 #include "model/openmp_env.h"
 #include "model/random_model.h"
@@ -219,6 +222,35 @@ void bench_linear(const BenchOptions& o) {
   }
 }
 
+// The engine's per-request work after a decode step, per row: a greedy decision (logits copy,
+// processors, argmax, log-prob) with and without a no-repeat-ngram rule, and a 4-beam step.
+void bench_search(const BenchOptions& o) {
+  for (const int64_t vocab : {32128, 50265}) {
+    for (const auto& [label, beams, ngram] : std::vector<std::tuple<std::string, int64_t, int64_t>>{
+             {"greedy", 1, 0}, {"greedy+ngram3", 1, 3}, {"beam4", 4, 0}}) {
+      GenerationOptions g;
+      g.max_new_tokens = kMaxNewTokensLimit;
+      g.num_beams = beams;
+      g.no_repeat_ngram_size = ngram;
+      g.min_new_tokens = kMaxNewTokensLimit;  // never finishes early
+      auto searcher = make_searcher(g);
+      const int64_t steps = o.quick ? 32 : 1024;
+      std::vector<torch::Tensor> logits;
+      for (int i = 0; i < 8; ++i) logits.push_back(torch::randn({beams, vocab}) * 3.0);
+      const kernels::SerialRegion serial;  // as the engine and generate() run it
+      for (int64_t s = 0; s < 16; ++s) (void)searcher->advance(logits[static_cast<size_t>(s % 8)]);  // warm-up
+      const auto t0 = Clock::now();
+      for (int64_t s = 0; s < steps; ++s) (void)searcher->advance(logits[static_cast<size_t>(s % 8)]);
+      const double us = 1000.0 * ms_since(t0) / static_cast<double>(steps);
+      nlohmann::json j{{"bench", "search_step"}, {"vocab", vocab}, {"search", label}, {"us_per_request", us}};
+      std::ostringstream h;
+      h << std::fixed << std::setprecision(1) << "search step " << std::left << std::setw(14) << label << " vocab "
+        << std::setw(6) << vocab << " " << us << " us per request";
+      emit(o, j, h.str());
+    }
+  }
+}
+
 }  // namespace
 
 int run_bench(const std::vector<std::string>& args) {
@@ -227,16 +259,17 @@ int run_bench(const std::vector<std::string>& args) {
   for (ArgReader r(args); r.next();) {
     const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
-      std::cout << "usage: srformer bench [--json] [--threads N] [--steps N] [--only decode|cross|linear] [--quick]\n"
-                   "                       [--batch N[,N...]] [--model bart-base-srformer-s64|bart-base-full|\n"
-                   "                        t5-small-srformer-s64] [--trace PREFIX] [--kernels on|off|both]\n"
-                   "  Random weights in BART-base and T5-small shapes (cached under /tmp). Prints encoder time,\n"
-                   "  decode step time and tokens/s at batch 1/8/32, per-step cross-attention time of full,\n"
-                   "  segmented and srformer as k grows (1k/4k/16k) beside the paper's Table 1 ratio, and the\n"
-                   "  bytes of per-request state; the decode step's projections through LibTorch and through\n"
-                   "  our few-rows kernel. --json: one JSON object per measurement. --trace PREFIX: LibTorch profiler\n"
-                   "  trace of the timed decode steps, PREFIX.<model>.b<batch>.json (chrome://tracing). --kernels:\n"
-                   "  decode steps with our AVX2 CPU kernels (on, the default), through LibTorch only, or both.\n";
+      std::cout
+          << "usage: srformer bench [--json] [--threads N] [--steps N] [--only decode|cross|linear|search] [--quick]\n"
+             "                       [--batch N[,N...]] [--model bart-base-srformer-s64|bart-base-full|\n"
+             "                        t5-small-srformer-s64] [--trace PREFIX] [--kernels on|off|both]\n"
+             "  Random weights in BART-base and T5-small shapes (cached under /tmp). Prints encoder time,\n"
+             "  decode step time and tokens/s at batch 1/8/32, per-step cross-attention time of full,\n"
+             "  segmented and srformer as k grows (1k/4k/16k) beside the paper's Table 1 ratio, and the\n"
+             "  bytes of per-request state; the decode step's projections through LibTorch and through\n"
+             "  our few-rows kernel. --json: one JSON object per measurement. --trace PREFIX: LibTorch profiler\n"
+             "  trace of the timed decode steps, PREFIX.<model>.b<batch>.json (chrome://tracing). --kernels:\n"
+             "  decode steps with our AVX2 CPU kernels (on, the default), through LibTorch only, or both.\n";
       return 0;
     }
     if (a == "--json") {
@@ -278,6 +311,7 @@ int run_bench(const std::vector<std::string>& args) {
   }
   if (only.empty() || only == "cross") bench_cross(o);
   if (only.empty() || only == "linear") bench_linear(o);
+  if (only.empty() || only == "search") bench_search(o);
   return 0;
 }
 

@@ -6,6 +6,8 @@
 #include <string>
 #include <utility>
 
+#include "model/kernels/serial_region.h"
+
 namespace srformer {
 
 GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig& config) {
@@ -64,6 +66,7 @@ std::vector<GenerateResult> generate(Seq2SeqModel& model, const torch::Tensor& i
     std::vector<Live> still_live;
     std::vector<int64_t> keep, next_tokens;
     int64_t offset = 0;
+    const kernels::SerialRegion serial;  // many small ops per request: one thread is faster
     for (auto& request : live) {
       const int64_t n = request.searcher->num_rows();
       const SearchStep step = request.searcher->advance(logits.narrow(0, offset, n));
