@@ -17,10 +17,10 @@ bool is_plain_float(const torch::Tensor& t) {
                           !(torch::GradMode::is_enabled() && t.requires_grad()));
 }
 
-// Up to 16 rows the weight-streaming kernel is 1.5-6x faster than OpenBLAS's sgemm here, at 32 rows
-// about as fast (`srformer bench --only linear` prints both side by side); up to 32 rows a decode
-// batch thus gets projections that do not depend on its other rows. Autograd and non-fp32 tensors
-// take LibTorch's path.
+// Up to 8 rows the weight-streaming kernel is 3-10x faster than OpenBLAS's sgemm here, at 32 rows
+// 1.4-1.8x with AVX-512 (`srformer bench --only linear` prints both side by side); up to 32 rows a
+// decode batch also gets projections that do not depend on its other rows. Autograd and non-fp32
+// tensors take LibTorch's path.
 constexpr int64_t kFewRowsMax = 32;
 
 bool use_few_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, int64_t rows) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "model/kernels/avx2.h"
+#include "model/kernels/few_rows_linear_avx512.h"
 
 namespace srformer::kernels {
 
@@ -82,6 +83,10 @@ SRFORMER_AVX2 void rows_block(const float* x, int64_t rows, int64_t in, const fl
 
 void few_rows_linear(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, const float* bias, float* y,
                      int threads) {
+  if (use_avx512()) {
+    few_rows_linear_avx512(x, rows, in, w, out, bias, y, threads);
+    return;
+  }
   const int64_t blocks = out / 4;
   const bool parallel = threads > 1 && out * in >= kParallelMinWork;
   (void)parallel;

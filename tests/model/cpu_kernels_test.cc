@@ -22,6 +22,22 @@ using srformer::kernels::avx2_fma_available;
   GTEST_SKIP() << "this CPU has no AVX2+FMA: the kernels never run " \
                   "here and LibTorch's path is tested elsewhere"
 
+// The instruction sets this CPU can run the projection kernel with (AVX2, and AVX-512 where present).
+std::vector<bool> avx512_settings() {
+  return srformer::kernels::avx512_available() ? std::vector<bool>{false, true} : std::vector<bool>{false};
+}
+
+// Runs `body` once per instruction set, leaving the default (AVX-512 where present) afterwards.
+template <typename F>
+void for_each_isa(F&& body) {
+  for (const bool wide : avx512_settings()) {
+    srformer::kernels::set_avx512(wide);
+    SCOPED_TRACE(wide ? "AVX-512" : "AVX2");
+    body();
+  }
+  srformer::kernels::set_avx512(true);
+}
+
 torch::Tensor run_few_rows(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, int threads) {
   auto y = torch::empty({x.size(0), w.size(0)});
   srformer::kernels::few_rows_linear(x.data_ptr<float>(), x.size(0), x.size(1), w.data_ptr<float>(), w.size(0),
@@ -37,24 +53,26 @@ torch::Tensor reference_linear(const torch::Tensor& x, const torch::Tensor& w, c
 TEST(FewRowsLinear, MatchesDoublePrecisionProductInEveryRemainderPath) {
   SKIP_WITHOUT_AVX2();
   torch::manual_seed(11);
-  for (const int64_t in : {3, 8, 19, 520, 1030}) {
-    for (const int64_t out : {1, 4, 7, 37}) {
-      const auto w = torch::randn({out, in});
-      const auto b = torch::randn({out});
-      for (const int64_t rows : {1, 2, 3, 5, 16, 33}) {
-        const auto x = torch::randn({rows, in});
-        for (const int threads : {1, 2}) {
-          for (const bool with_bias : {false, true}) {
-            const auto bias = with_bias ? b : torch::Tensor();
-            const auto y = run_few_rows(x, w, bias, threads);
-            const double tol = 1e-5 * static_cast<double>(in);
-            EXPECT_TRUE(torch::allclose(y.to(torch::kFloat64), reference_linear(x, w, bias), tol, tol))
-                << "in=" << in << " out=" << out << " rows=" << rows << " threads=" << threads;
+  for_each_isa([] {
+    for (const int64_t in : {3, 8, 19, 24, 520, 1030}) {
+      for (const int64_t out : {1, 4, 7, 37}) {
+        const auto w = torch::randn({out, in});
+        const auto b = torch::randn({out});
+        for (const int64_t rows : {1, 2, 3, 5, 16, 33}) {
+          const auto x = torch::randn({rows, in});
+          for (const int threads : {1, 2}) {
+            for (const bool with_bias : {false, true}) {
+              const auto bias = with_bias ? b : torch::Tensor();
+              const auto y = run_few_rows(x, w, bias, threads);
+              const double tol = 1e-5 * static_cast<double>(in);
+              EXPECT_TRUE(torch::allclose(y.to(torch::kFloat64), reference_linear(x, w, bias), tol, tol))
+                  << "in=" << in << " out=" << out << " rows=" << rows << " threads=" << threads;
+            }
           }
         }
       }
     }
-  }
+  });
 }
 
 TEST(FewRowsLinear, EachRowIsBitIdenticalAloneAndInAnyBatch) {
@@ -63,14 +81,16 @@ TEST(FewRowsLinear, EachRowIsBitIdenticalAloneAndInAnyBatch) {
   const auto w = torch::randn({45, 777});
   const auto b = torch::randn({45});
   const auto x = torch::randn({40, 777});
-  const auto together = run_few_rows(x, w, b, 2);
-  for (int64_t r = 0; r < x.size(0); ++r) {
-    const auto alone = run_few_rows(x.narrow(0, r, 1).contiguous(), w, b, 1);
-    ASSERT_TRUE(torch::equal(alone[0], together[r])) << "row " << r;
-  }
-  // A different neighbourhood: rows 7..9 on their own.
-  const auto three = run_few_rows(x.narrow(0, 7, 3).contiguous(), w, b, 2);
-  EXPECT_TRUE(torch::equal(three, together.narrow(0, 7, 3)));
+  for_each_isa([&] {
+    const auto together = run_few_rows(x, w, b, 2);
+    for (int64_t r = 0; r < x.size(0); ++r) {
+      const auto alone = run_few_rows(x.narrow(0, r, 1).contiguous(), w, b, 1);
+      ASSERT_TRUE(torch::equal(alone[0], together[r])) << "row " << r;
+    }
+    // Different neighbourhoods: rows 7..9 and rows 3..13 on their own.
+    EXPECT_TRUE(torch::equal(run_few_rows(x.narrow(0, 7, 3).contiguous(), w, b, 2), together.narrow(0, 7, 3)));
+    EXPECT_TRUE(torch::equal(run_few_rows(x.narrow(0, 3, 11).contiguous(), w, b, 2), together.narrow(0, 3, 11)));
+  });
 }
 
 TEST(FewRowsLinear, ModelLinearUsesItForDecodeRowsAndStaysDifferentiableForTraining) {
