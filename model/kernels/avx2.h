@@ -25,6 +25,12 @@ inline bool avx2_fma_available() {
 #endif
 }
 
+// An on/off environment switch: on unless set to "0".
+inline bool env_not_zero(const char* name) {
+  const char* env = std::getenv(name);
+  return env == nullptr || std::strcmp(env, "0") != 0;
+}
+
 // True when this CPU also has AVX-512F (the projection kernel then uses 512-bit registers).
 inline bool avx512_available() {
 #ifdef SRFORMER_HAVE_AVX2_KERNELS
@@ -38,10 +44,7 @@ inline bool avx512_available() {
 // Whether the projection kernel may use AVX-512 where the CPU has it: yes unless the environment
 // says SRFORMER_CPU_AVX512=0 or set_avx512(false) was called (tests run both instruction sets).
 inline std::atomic<bool>& avx512_switch() {
-  static std::atomic<bool> on{[] {
-    const char* env = std::getenv("SRFORMER_CPU_AVX512");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }()};
+  static std::atomic<bool> on{env_not_zero("SRFORMER_CPU_AVX512")};
   return on;
 }
 inline void set_avx512(bool on) { avx512_switch().store(on); }
@@ -50,10 +53,7 @@ inline bool use_avx512() { return avx512_available() && avx512_switch().load(std
 // Whether the model layers use the kernels where they apply: on AVX2 + FMA CPUs unless the
 // environment says SRFORMER_CPU_KERNELS=0, or set_cpu_kernels(false) was called (benchmarks compare both).
 inline std::atomic<bool>& cpu_kernels_switch() {
-  static std::atomic<bool> on{[] {
-    const char* env = std::getenv("SRFORMER_CPU_KERNELS");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }()};
+  static std::atomic<bool> on{env_not_zero("SRFORMER_CPU_KERNELS")};
   return on;
 }
 inline void set_cpu_kernels(bool on) { cpu_kernels_switch().store(on); }
