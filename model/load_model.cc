@@ -1,11 +1,11 @@
 #include <torch/torch.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "model/bart.h"
 #include "model/io/checkpoint.h"
 #include "model/io/safetensors.h"
-
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include "model/seq2seq.h"
 #include "model/t5.h"
 
@@ -26,8 +26,12 @@ std::unique_ptr<Seq2SeqModel> load_model(const std::filesystem::path& dir, const
 
 namespace srformer {
 
-void save_model(const Seq2SeqModel& model, const std::filesystem::path& dir, const std::filesystem::path& source_dir) {
+void save_model(const Seq2SeqModel& model, const std::filesystem::path& dir, const std::filesystem::path& source_dir,
+                torch::ScalarType storage) {
   namespace fs = std::filesystem;
+  if (storage != torch::kFloat32 && storage != torch::kFloat16 && storage != torch::kBFloat16) {
+    throw std::invalid_argument("weights can be stored as float32, float16 or bfloat16");
+  }
   fs::create_directories(dir);
   nlohmann::json original;
   if (!source_dir.empty() && fs::exists(source_dir / "config.json")) {
@@ -36,7 +40,7 @@ void save_model(const Seq2SeqModel& model, const std::filesystem::path& dir, con
   }
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   for (const auto& [name, t] : model.named_parameters()) {
-    tensors.emplace_back(name, t.detach().to(torch::kCPU, t.is_floating_point() ? torch::kFloat32 : t.scalar_type()));
+    tensors.emplace_back(name, t.detach().to(torch::kCPU, t.is_floating_point() ? storage : t.scalar_type()));
   }
   save_safetensors(dir / "model.safetensors", tensors);
   const auto json = model.config().to_json(original.is_object() ? &original : nullptr);

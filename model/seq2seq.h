@@ -3,6 +3,8 @@
 // per step) or teacher-forced. Rows are independent sequences: each has its own length, step t,
 // expected length L, SRformer segment and RAF membrane, and rows can join, leave or be reordered
 // between steps (continuous batching, beam search).
+#include <torch/types.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -10,8 +12,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <torch/types.h>
 
 #include "model/config.h"
 #include "model/decoder_state.h"
@@ -67,9 +67,11 @@ class Seq2SeqModel {
 std::unique_ptr<Seq2SeqModel> load_model(const std::filesystem::path& dir, const LoadOptions& options = {});
 
 // Writes a model back as a Hugging Face directory (config.json keeping the original's other keys,
-// model.safetensors in float32 with tied tensors stored once). Tokenizer files of `source_dir`
-// (when given) are copied along. The directory reloads to identical outputs.
+// model.safetensors with tied tensors stored once). Tokenizer files of `source_dir` (when given) are
+// copied along. Floating-point tensors are stored as `storage` (float32, float16 or bfloat16): in
+// float32 the directory reloads to identical outputs; the 16-bit forms halve the file and reload to
+// the rounded weights (computation stays float32 on the CPU).
 void save_model(const Seq2SeqModel& model, const std::filesystem::path& dir,
-                const std::filesystem::path& source_dir = {});
+                const std::filesystem::path& source_dir = {}, torch::ScalarType storage = torch::kFloat32);
 
 }  // namespace srformer

@@ -14,13 +14,17 @@ int run_convert(const std::vector<std::string>& args) {
   std::string src, dst, kind;
   int64_t segment = 0;
   uint64_t seed = 0;
+  torch::ScalarType storage = torch::kFloat32;
   for (ArgReader r(args); r.next();) {
     const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
       std::cout << "usage: srformer convert SRC_DIR DST_DIR [--cross-attention srformer --segment-size S] [--seed N]\n"
+                   "                        [--dtype f32|f16|bf16]\n"
                    "  Loads SRC (safetensors, shards or pytorch_model.bin) and writes DST as config.json +\n"
                    "  model.safetensors (+ tokenizer files). With --cross-attention the model's variant changes;\n"
-                   "  RAF parameters it lacks are created with the authors' initial values (SNN_kv seeded).\n";
+                   "  RAF parameters it lacks are created with the authors' initial values (SNN_kv seeded).\n"
+                   "  --dtype: how the weights are stored (default f32; f16/bf16 halve the file, and the model\n"
+                   "  then computes with the rounded weights).\n";
       return 0;
     }
     if (a == "--cross-attention") {
@@ -29,6 +33,17 @@ int run_convert(const std::vector<std::string>& args) {
       segment = std::stoll(r.value());
     } else if (a == "--seed") {
       seed = std::stoull(r.value());
+    } else if (a == "--dtype") {
+      const auto v = r.value();
+      if (v == "f32" || v == "float32") {
+        storage = torch::kFloat32;
+      } else if (v == "f16" || v == "float16") {
+        storage = torch::kFloat16;
+      } else if (v == "bf16" || v == "bfloat16") {
+        storage = torch::kBFloat16;
+      } else {
+        throw std::invalid_argument("--dtype takes f32, f16 or bf16, not '" + v + "'");
+      }
     } else if (src.empty()) {
       src = a;
     } else if (dst.empty()) {
@@ -49,7 +64,7 @@ int run_convert(const std::vector<std::string>& args) {
     o.init_missing_raf = true;
   }
   const auto model = load_model(src, o);
-  save_model(*model, dst, src);
+  save_model(*model, dst, src, storage);
   std::cout << "wrote " << dst << " (" << to_string(model->config().srformer.cross_attention) << ", "
             << model->parameter_count() << " parameters)\n";
   return 0;

@@ -89,6 +89,34 @@ TEST(LoadModel, SaveThenReloadGivesIdenticalLogits) {
   EXPECT_EQ(m2->config().srformer.segment_size, 4);
 }
 
+TEST(LoadModel, SavedInHalfPrecisionReloadsToTheRoundedWeightsInHalfTheBytes) {
+  TempDir a("src"), f32("f32"), f16("f16"), bf16("bf16");
+  write_random_model(a.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 5);
+  auto m = load_model(a.path());
+  save_model(*m, f32.path(), a.path());
+  save_model(*m, f16.path(), a.path(), torch::kFloat16);
+  save_model(*m, bf16.path(), a.path(), torch::kBFloat16);
+  const auto size = [](const TempDir& d) { return std::filesystem::file_size(d.path() / "model.safetensors"); };
+  EXPECT_LT(size(f16), size(f32) * 6 / 10);
+  EXPECT_LT(size(bf16), size(f32) * 6 / 10);
+  for (const auto& [dir, dtype] : {std::pair{&f16, torch::kFloat16}, std::pair{&bf16, torch::kBFloat16}}) {
+    auto reloaded = load_model(dir->path());
+    EXPECT_EQ(reloaded->dtype(), torch::kFloat32);  // CPU computes in float32 whatever the storage
+    const auto original = m->named_parameters();
+    const auto rounded = reloaded->named_parameters();
+    ASSERT_EQ(original.size(), rounded.size());
+    bool changed = false;
+    for (size_t i = 0; i < original.size(); ++i) {
+      ASSERT_EQ(original[i].first, rounded[i].first);
+      EXPECT_TRUE(torch::equal(rounded[i].second, original[i].second.to(dtype).to(torch::kFloat32)))
+          << original[i].first;
+      changed = changed || !torch::equal(rounded[i].second, original[i].second);
+    }
+    EXPECT_TRUE(changed) << "random weights survive a 16-bit round trip unchanged?";
+  }
+  EXPECT_THROW(save_model(*m, f32.path(), a.path(), torch::kInt32), std::invalid_argument);
+}
+
 TEST(LoadModel, NotAModelDirectory) {
   TempDir d("empty");
   const auto err = load_error(d.path());
