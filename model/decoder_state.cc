@@ -12,13 +12,13 @@ namespace {
 // Applies fn to every per-row tensor of the state (defined ones only).
 template <typename State, typename Fn>
 void for_each_tensor(State& s, Fn&& fn) {
-  for (auto* t : {&s.self_valid, &s.self_pos, &s.cross_valid, &s.enc_len, &s.step, &s.expected_len,
-                  &s.num_segments, &s.segment, &s.raf_fired, &s.raf_total, &s.segment_switches}) {
+  for (auto* t : {&s.self_valid, &s.self_pos, &s.cross_valid, &s.enc_len, &s.step, &s.expected_len, &s.num_segments,
+                  &s.segment, &s.raf_fired, &s.raf_total, &s.segment_switches}) {
     fn(*t);
   }
   for (auto& l : s.layers) {
-    for (auto* t : {&l.self_k, &l.self_v, &l.cross_k, &l.cross_v, &l.kv, &l.knorm, &l.mem, &l.recur, &l.global_k,
-                    &l.global_v}) {
+    for (auto* t :
+         {&l.self_k, &l.self_v, &l.cross_k, &l.cross_v, &l.kv, &l.knorm, &l.mem, &l.recur, &l.global_k, &l.global_v}) {
       fn(*t);
     }
   }
@@ -107,6 +107,15 @@ void DecoderState::append(DecoderState&& other) {
     if (mine[i]->defined()) *mine[i] = torch::cat({*mine[i], *theirs[i]}, 0);
   }
   other = DecoderState{};
+}
+
+void DecoderState::retain(const std::vector<int64_t>& rows) {
+  const int64_t before = batch_size();
+  bool identity = static_cast<int64_t>(rows.size()) == before;
+  for (size_t i = 0; identity && i < rows.size(); ++i) identity = rows[i] == static_cast<int64_t>(i);
+  if (identity) return;
+  select(torch::tensor(rows, torch::kInt64));
+  if (static_cast<int64_t>(rows.size()) < before) compact();
 }
 
 void DecoderState::compact() {

@@ -1,10 +1,10 @@
 #pragma once
 // Per-row decoder state for a batch of independent sequences. Every tensor has the row as its
 // first dimension, so that rows can be selected (leave/reorder) and appended (join) in one op each.
+#include <torch/types.h>
+
 #include <cstdint>
 #include <vector>
-
-#include <torch/types.h>
 
 namespace srformer {
 
@@ -24,16 +24,16 @@ struct LayerState {
 class DecoderState {
  public:
   std::vector<LayerState> layers;
-  torch::Tensor self_valid;    // [B, T] bool: slot holds a real past token of this row
-  torch::Tensor self_pos;      // [B, T] int64: decoder position of each slot (T5 relative bias)
-  torch::Tensor cross_valid;   // [B, k] bool: key is a real encoder position
-  torch::Tensor enc_len;       // [B] int64: real encoder length k_b
-  torch::Tensor step;          // [B] int64: t, the position of the next token
-  torch::Tensor expected_len;  // [B] int64: L (segment schedule)
-  torch::Tensor num_segments;  // [B] int64: m_b = ceil(k_b / s) (1 for full attention)
-  torch::Tensor segment;       // [B] int64: segment used at the last step (-1 before the first)
-  torch::Tensor raf_fired;     // [B, layers] float64: membrane elements that fired, summed over RAF steps
-  torch::Tensor raf_total;     // [B] float64: membrane elements updated per layer, summed over RAF steps
+  torch::Tensor self_valid;        // [B, T] bool: slot holds a real past token of this row
+  torch::Tensor self_pos;          // [B, T] int64: decoder position of each slot (T5 relative bias)
+  torch::Tensor cross_valid;       // [B, k] bool: key is a real encoder position
+  torch::Tensor enc_len;           // [B] int64: real encoder length k_b
+  torch::Tensor step;              // [B] int64: t, the position of the next token
+  torch::Tensor expected_len;      // [B] int64: L (segment schedule)
+  torch::Tensor num_segments;      // [B] int64: m_b = ceil(k_b / s) (1 for full attention)
+  torch::Tensor segment;           // [B] int64: segment used at the last step (-1 before the first)
+  torch::Tensor raf_fired;         // [B, layers] float64: membrane elements that fired, summed over RAF steps
+  torch::Tensor raf_total;         // [B] float64: membrane elements updated per layer, summed over RAF steps
   torch::Tensor segment_switches;  // [B] int64: RAF steps taken
 
   int64_t batch_size() const { return step.defined() ? step.size(0) : 0; }
@@ -44,6 +44,9 @@ class DecoderState {
   void append(DecoderState&& other);
   // Drops leading self-attention slots that no row uses any more.
   void compact();
+  // After a decode step: keeps `rows` (indices into the current rows, in order) like select(), from
+  // plain integers. Does nothing when they are 0..B-1; compacts when rows were dropped.
+  void retain(const std::vector<int64_t>& rows);
   // Bytes held for row b (its share of every tensor, padding included), and in total.
   int64_t row_bytes(int64_t b) const;
   int64_t bytes() const;

@@ -90,12 +90,7 @@ std::vector<GenerateResult> generate(Seq2SeqModel& model, const torch::Tensor& i
     }
     live = std::move(still_live);
     if (live.empty()) break;
-    bool identity = static_cast<int64_t>(keep.size()) == offset;
-    for (size_t i = 0; identity && i < keep.size(); ++i) identity = keep[i] == static_cast<int64_t>(i);
-    if (!identity) {
-      state.select(torch::tensor(keep, torch::kInt64));
-      if (static_cast<int64_t>(keep.size()) < offset) state.compact();
-    }
+    state.retain(keep);
     tokens = std::move(next_tokens);
   }
   return results;

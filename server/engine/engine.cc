@@ -327,8 +327,7 @@ void Engine::drop_dead_slots() {
   if (keep.empty()) {
     state_ = DecoderState{};
   } else {
-    state_.select(torch::tensor(keep, torch::kInt64).to(device_));
-    state_.compact();
+    state_.retain(keep);
   }
 }
 
@@ -358,7 +357,6 @@ void Engine::step() {
   std::vector<std::unique_ptr<Slot>> kept;
   int64_t offset = 0;
   int64_t new_tokens = 0;
-  bool reordered = false;
   const int64_t rows_before = state_.batch_size();
   double reorder_seconds = 0;
   std::optional<kernels::SerialRegion> serial{std::in_place};  // per-request search: many small ops
@@ -377,7 +375,6 @@ void Engine::step() {
       tokens_in_flight_ -= s.budget;
       if (metrics_) metrics_->on_rows_left(LeaveReason::kError, static_cast<uint64_t>(s.rows));
       offset += s.rows;
-      reordered = true;
       continue;
     }
     const int32_t seg = segment.defined() ? static_cast<int32_t>(segment.data_ptr<int64_t>()[offset]) : -1;
@@ -426,7 +423,6 @@ void Engine::step() {
       const auto hyps = s.searcher->results();
       const FinishReason reason = hyps.empty() ? FinishReason::kLength : hyps.front().finish_reason;
       finish_slot(s, offset, RequestOutcome::kOk, reason);
-      reordered = true;
     } else {
       const auto parents = result.parent_rows.to(torch::kCPU, torch::kInt64).contiguous();
       const int64_t* parent = parents.data_ptr<int64_t>();
@@ -441,14 +437,9 @@ void Engine::step() {
   if (slots_.empty()) {
     state_ = DecoderState{};
   } else {
-    bool identity = static_cast<int64_t>(index.size()) == rows_before;
-    for (size_t r = 0; identity && r < index.size(); ++r) identity = index[r] == static_cast<int64_t>(r);
-    if (reordered || !identity) {
-      const auto reorder_start = Clock::now();
-      state_.select(torch::tensor(index, torch::kInt64).to(device_));
-      if (reordered) state_.compact();
-      reorder_seconds = ms_between(reorder_start, Clock::now()) / 1000.0;
-    }
+    const auto reorder_start = Clock::now();
+    state_.retain(index);
+    reorder_seconds = ms_between(reorder_start, Clock::now()) / 1000.0;
   }
   const double step_seconds = ms_between(start, Clock::now()) / 1000.0;
   if (metrics_) metrics_->on_step(static_cast<uint64_t>(rows_before), step_seconds, static_cast<uint64_t>(new_tokens));
