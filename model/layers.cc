@@ -10,12 +10,15 @@
 
 namespace srformer {
 
+bool is_cpu_inference_float(const torch::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == torch::kFloat32 &&
+         !(torch::GradMode::is_enabled() && t.requires_grad());
+}
+
 namespace {
 
-bool is_plain_float(const torch::Tensor& t) {
-  return !t.defined() || (t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous() &&
-                          !(torch::GradMode::is_enabled() && t.requires_grad()));
-}
+// Weights and biases are read in place: contiguous, or absent (no bias).
+bool is_plain_float(const torch::Tensor& t) { return !t.defined() || (is_cpu_inference_float(t) && t.is_contiguous()); }
 
 // Up to 8 rows the weight-streaming kernel is 3-10x faster than OpenBLAS's sgemm here, at 32 rows
 // 1.4-1.8x with AVX-512 (`srformer bench --only linear` prints both side by side); up to 32 rows a
@@ -24,9 +27,8 @@ bool is_plain_float(const torch::Tensor& t) {
 constexpr int64_t kFewRowsMax = 32;
 
 bool use_few_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, int64_t rows) {
-  return rows >= 1 && rows <= kFewRowsMax && x.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
-         !(torch::GradMode::is_enabled() && x.requires_grad()) && is_plain_float(weight) && is_plain_float(bias) &&
-         kernels::use_cpu_kernels();
+  return rows >= 1 && rows <= kFewRowsMax && is_cpu_inference_float(x) && is_plain_float(weight) &&
+         is_plain_float(bias) && kernels::use_cpu_kernels();
 }
 
 torch::Tensor few_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, int64_t rows) {

@@ -14,6 +14,9 @@ class ParamBinder;
 // Without the AVX2 kernels one row takes a matrix-vector product, more rows LibTorch's linear.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
 
+// A CPU float32 tensor that autograd does not track: what our CPU kernels (model/kernels/) may take.
+bool is_cpu_inference_float(const torch::Tensor& t);
+
 struct Linear {
   torch::Tensor weight;  // [out, in]
   torch::Tensor bias;    // [out] or undefined

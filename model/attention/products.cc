@@ -4,20 +4,17 @@
 
 #include "model/kernels/attention_products.h"
 #include "model/kernels/avx2.h"
+#include "model/layers.h"
 
 namespace srformer {
 
 namespace {
 
-bool plain_cpu_float(const torch::Tensor& t) {
-  return t.device().is_cpu() && t.scalar_type() == torch::kFloat32 &&
-         !(torch::GradMode::is_enabled() && t.requires_grad());
-}
-
 // One query per group, the same groups on both sides, a's last size matching b's size `b_inner`.
 bool single_query(const torch::Tensor& a, const torch::Tensor& b, int64_t b_inner) {
   return a.dim() == 4 && b.dim() == 4 && a.size(2) == 1 && a.size(0) == b.size(0) && a.size(1) == b.size(1) &&
-         a.size(3) == b.size(b_inner) && plain_cpu_float(a) && plain_cpu_float(b) && kernels::use_cpu_kernels();
+         a.size(3) == b.size(b_inner) && is_cpu_inference_float(a) && is_cpu_inference_float(b) &&
+         kernels::use_cpu_kernels();
 }
 
 }  // namespace
@@ -25,8 +22,8 @@ bool single_query(const torch::Tensor& a, const torch::Tensor& b, int64_t b_inne
 torch::Tensor keys_values_product(const torch::Tensor& k, const torch::Tensor& v) {
   // Over a whole document (T in the thousands) one BLAS call per group costs little next to its work.
   constexpr int64_t kMaxKernelRows = 512;
-  const bool kernel = k.dim() == 4 && k.sizes() == v.sizes() && k.size(2) <= kMaxKernelRows && plain_cpu_float(k) &&
-                      plain_cpu_float(v) && kernels::use_cpu_kernels();
+  const bool kernel = k.dim() == 4 && k.sizes() == v.sizes() && k.size(2) <= kMaxKernelRows &&
+                      is_cpu_inference_float(k) && is_cpu_inference_float(v) && kernels::use_cpu_kernels();
   if (!kernel) return torch::matmul(k.transpose(-1, -2), v);
   const auto kc = k.contiguous();
   const auto vc = v.contiguous();
