@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "model/dtype_name.h"
+
 namespace srformer::server {
 
 namespace {
@@ -217,17 +219,12 @@ torch::Device parse_device(const std::string& device) {
 
 torch::ScalarType parse_dtype(const std::string& dtype, const torch::Device& device) {
   if (dtype.empty()) return device.is_cuda() ? torch::kFloat16 : torch::kFloat32;
-  if (dtype == "fp32" || dtype == "float32") return torch::kFloat32;
-  torch::ScalarType t;
-  if (dtype == "fp16" || dtype == "float16") {
-    t = torch::kFloat16;
-  } else if (dtype == "bf16" || dtype == "bfloat16") {
-    t = torch::kBFloat16;
-  } else {
-    throw ConfigError("--dtype must be fp32, fp16 or bf16, got '" + dtype + "'");
+  const auto t = float_dtype_from_name(dtype);
+  if (!t) throw ConfigError("--dtype must be fp32, fp16 or bf16, got '" + dtype + "'");
+  if (*t != torch::kFloat32 && !device.is_cuda()) {
+    throw ConfigError("--dtype " + dtype + " needs --device cuda; use fp32 on CPU");
   }
-  if (!device.is_cuda()) throw ConfigError("--dtype " + dtype + " needs --device cuda; use fp32 on CPU");
-  return t;
+  return *t;
 }
 
 void validate(const ServerConfig& c) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "model/dtype_name.h"
 #include "model/seq2seq.h"
 #include "tools/arg_reader.h"
 
@@ -19,11 +20,11 @@ int run_convert(const std::vector<std::string>& args) {
     const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
       std::cout << "usage: srformer convert SRC_DIR DST_DIR [--cross-attention srformer --segment-size S] [--seed N]\n"
-                   "                        [--dtype f32|f16|bf16]\n"
+                   "                        [--dtype fp32|fp16|bf16]\n"
                    "  Loads SRC (safetensors, shards or pytorch_model.bin) and writes DST as config.json +\n"
                    "  model.safetensors (+ tokenizer files). With --cross-attention the model's variant changes;\n"
                    "  RAF parameters it lacks are created with the authors' initial values (SNN_kv seeded).\n"
-                   "  --dtype: how the weights are stored (default f32; f16/bf16 halve the file, and the model\n"
+                   "  --dtype: how the weights are stored (default fp32; fp16/bf16 halve the file, and the model\n"
                    "  then computes with the rounded weights).\n";
       return 0;
     }
@@ -35,15 +36,9 @@ int run_convert(const std::vector<std::string>& args) {
       seed = std::stoull(r.value());
     } else if (a == "--dtype") {
       const auto v = r.value();
-      if (v == "f32" || v == "float32") {
-        storage = torch::kFloat32;
-      } else if (v == "f16" || v == "float16") {
-        storage = torch::kFloat16;
-      } else if (v == "bf16" || v == "bfloat16") {
-        storage = torch::kBFloat16;
-      } else {
-        throw std::invalid_argument("--dtype takes f32, f16 or bf16, not '" + v + "'");
-      }
+      const auto t = float_dtype_from_name(v);
+      if (!t) throw std::invalid_argument("--dtype takes fp32, fp16 or bf16, not '" + v + "'");
+      storage = *t;
     } else if (src.empty()) {
       src = a;
     } else if (dst.empty()) {
