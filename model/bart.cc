@@ -43,8 +43,9 @@ class BartModel final : public EncoderDecoderModel {
       lm_head_ = w.take("lm_head.weight", {c.vocab_size, D});
     }
     const auto flb = binder.take_optional("final_logits_bias", {1, c.vocab_size});
-    final_logits_bias_ = w.record("final_logits_bias", flb ? *flb : torch::zeros({1, c.vocab_size},
-                                                                                torch::TensorOptions().dtype(dtype_).device(device_)));
+    final_logits_bias_ =
+        w.record("final_logits_bias",
+                 flb ? *flb : torch::zeros({1, c.vocab_size}, torch::TensorOptions().dtype(dtype_).device(device_)));
     const int64_t P = c.max_position_embeddings + 2;
     enc_pos_ = w.take("model.encoder.embed_positions.weight", {P, D});
     dec_pos_ = w.take("model.decoder.embed_positions.weight", {P, D});
@@ -97,6 +98,7 @@ class BartModel final : public EncoderDecoderModel {
       ca.kind = c.srformer.cross_attention;
       ca.segment_size = c.srformer.segment_size;
       ca.kv_clamp = c.srformer.kv_clamp;
+      ca.precompute_switches = options.precompute_switches;
       if (c.srformer.uses_raf()) {
         ca.raf = bind_raf(w, p + "encoder_attn.", c.head_dim, c.srformer, options.seed + static_cast<uint64_t>(i));
       } else {

@@ -17,8 +17,8 @@ void for_each_tensor(State& s, Fn&& fn) {
     fn(*t);
   }
   for (auto& l : s.layers) {
-    for (auto* t :
-         {&l.self_k, &l.self_v, &l.cross_k, &l.cross_v, &l.kv, &l.knorm, &l.mem, &l.recur, &l.global_k, &l.global_v}) {
+    for (auto* t : {&l.self_k, &l.self_v, &l.cross_k, &l.cross_v, &l.kv, &l.knorm, &l.mem, &l.recur, &l.switch_drive,
+                    &l.global_k, &l.global_v}) {
       fn(*t);
     }
   }
@@ -83,10 +83,15 @@ void DecoderState::append(DecoderState&& other) {
   };
   align(*this);
   align(other);
-  // Global tokens: pad the segment dimension at the back (masked by num_segments).
+  // Switch tables and global tokens: pad at the back (entries past a row's schedule are never read).
   for (size_t i = 0; i < layers.size(); ++i) {
     auto& a = layers[i];
     auto& b = other.layers[i];
+    if (a.switch_drive.defined() && b.switch_drive.defined()) {  // switch tables: pad the entries
+      const int64_t n = std::max(a.switch_drive.size(1), b.switch_drive.size(1));
+      a.switch_drive = pad_dim(a.switch_drive, 1, n, false);
+      b.switch_drive = pad_dim(b.switch_drive, 1, n, false);
+    }
     if (a.global_k.defined()) {
       const int64_t m = std::max(a.global_k.size(2), b.global_k.size(2));
       a.global_k = pad_dim(a.global_k, 2, m, false);

@@ -17,6 +17,9 @@ struct LayerState {
   // SRformer (fp32): K^T V [B,H,d,d] (clamped for BART), ||K|| [B,H,d], membrane [B,H,d,d],
   // current recurrent term R [B,H,d,d]. Undefined for variants without RAF.
   torch::Tensor kv, knorm, mem, recur;
+  // SRformer, precomputed: what each segment switch of the row's schedule feeds the membrane
+  // (P_i Wᵀ), in switch order [B, n, H, d, d] fp32 (n padded to the batch's longest schedule).
+  torch::Tensor switch_drive;
   // LongT5-style global tokens: mean-pooled K/V per segment [B, H, m, d]; undefined otherwise.
   torch::Tensor global_k, global_v;
 };

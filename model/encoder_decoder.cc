@@ -52,7 +52,8 @@ torch::Tensor DecodeContext::cross_attention(size_t layer, const CrossAttention&
   if (!incremental()) {
     return attn.forward(x, (*layers_)[layer], enc_mask_, enc_len_, m_, seg_, changed_, &fired_[layer]);
   }
-  return attn.step(x, state_->layers[layer], enc_mask_, enc_len_, m_, seg_, changed_, &fired_[layer]);
+  return attn.step(x, state_->layers[layer], enc_mask_, enc_len_, m_, seg_, changed_, state_->segment_switches,
+                   &fired_[layer]);
 }
 
 torch::Tensor EncoderDecoderModel::mask_of(const torch::Tensor& attention_mask, const torch::Tensor& input_ids) const {
@@ -95,7 +96,7 @@ DecoderState EncoderDecoderModel::start(const EncoderOutput& enc, const torch::T
   st.layers.resize(cross.size());
   for (size_t l = 0; l < cross.size(); ++l) {
     auto& ls = st.layers[l];
-    cross[l].prepare(enc.hidden, enc.mask, st.num_segments, ls);
+    cross[l].prepare(enc.hidden, enc.mask, st.num_segments, ls, st.expected_len);
     ls.self_k = torch::zeros({B, config_.num_heads, 0, config_.head_dim}, enc.hidden.options());
     ls.self_v = torch::zeros_like(ls.self_k);
   }
@@ -121,8 +122,8 @@ torch::Tensor EncoderDecoderModel::step(DecoderState& st, const torch::Tensor& t
   auto logits = run_decoder(tok, ctx).select(1, 0);
   if (config_.srformer.uses_raf() || config_.srformer.cross_attention == CrossAttentionKind::kAblationIII) {
     st.raf_fired = st.raf_fired + torch::stack(ctx.fired(), 1);
-    st.raf_total = st.raf_total + changed.to(torch::kFloat64) * static_cast<double>(config_.num_heads * config_.head_dim *
-                                                                                    config_.head_dim);
+    st.raf_total = st.raf_total + changed.to(torch::kFloat64) *
+                                      static_cast<double>(config_.num_heads * config_.head_dim * config_.head_dim);
   }
   if (config_.srformer.segmented()) st.segment_switches = st.segment_switches + changed.to(torch::kLong);
   st.segment = seg;
@@ -138,9 +139,10 @@ torch::Tensor EncoderDecoderModel::forward(const EncoderOutput& enc, const torch
   const int64_t q = ids.size(1);
   const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device_);
   const auto enc_len = enc.mask.sum(1).to(torch::kLong);
-  const auto m = config_.srformer.segmented() ? num_segments(enc_len, config_.srformer.segment_size)
-                                              : torch::ones({B}, long_opts);
-  const auto L = expected_length ? expected_length->to(long_opts).view({B}).clamp_min(1) : torch::full({B}, q, long_opts);
+  const auto m =
+      config_.srformer.segmented() ? num_segments(enc_len, config_.srformer.segment_size) : torch::ones({B}, long_opts);
+  const auto L =
+      expected_length ? expected_length->to(long_opts).view({B}).clamp_min(1) : torch::full({B}, q, long_opts);
   const auto t = torch::arange(q, long_opts).view({1, q});
   const auto seg = config_.srformer.segmented() ? segment_schedule(t, m.view({B, 1}), L.view({B, 1}))
                                                 : torch::zeros({B, q}, long_opts);

@@ -32,6 +32,9 @@ struct LoadOptions {
   // plain BART/T5 checkpoint into an SRformer one); otherwise their absence is a load error.
   bool init_missing_raf = false;
   uint64_t seed = 0;  // for initialised RAF weights
+  // SRformer: compute every segment switch's RAF drive when a row starts decoding (flat step time in
+  // the input length, more state per row; CrossAttention::precompute_switches).
+  bool precompute_switches = true;
 };
 
 class Seq2SeqModel {

@@ -33,7 +33,8 @@ class T5Model final : public EncoderDecoderModel {
     const auto& c = config_;
     const int64_t D = c.d_model;
     const int64_t I = c.inner_dim();
-    shared_ = w.take("shared.weight", {c.vocab_size, D}, {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"});
+    shared_ =
+        w.take("shared.weight", {c.vocab_size, D}, {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"});
     binder.ignore("(encoder|decoder)\\.embed_tokens\\.weight");
     if (c.tie_word_embeddings) {
       binder.ignore("lm_head\\.weight");
@@ -95,8 +96,10 @@ class T5Model final : public EncoderDecoderModel {
       ca.kind = c.srformer.cross_attention;
       ca.segment_size = c.srformer.segment_size;
       ca.kv_clamp = c.srformer.kv_clamp;
+      ca.precompute_switches = options.precompute_switches;
       if (c.srformer.uses_raf()) {
-        ca.raf = bind_raf(w, p + "layer.1.EncDecAttention.", c.head_dim, c.srformer, options.seed + static_cast<uint64_t>(i));
+        ca.raf = bind_raf(w, p + "layer.1.EncDecAttention.", c.head_dim, c.srformer,
+                          options.seed + static_cast<uint64_t>(i));
       } else {
         binder.ignore("decoder\\.block\\.\\d+\\.layer\\.1\\.EncDecAttention\\.(SNN_kv\\.weight|threshold|leak)");
       }

@@ -82,6 +82,8 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
     c.log_level = value;
   } else if (name == "log-json") {
     c.log_json = to_bool(flag, value);
+  } else if (name == "precompute-switches") {
+    c.precompute_switches = to_bool(flag, value);
   } else {
     return false;
   }
@@ -118,6 +120,10 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
   --max-tokens-in-flight N    admission budget: sum of rows*(input+max_new_tokens) (default unlimited)
   --max-encode-tokens N       input tokens encoded per iteration while others decode; bounds the stall
                               a burst of arrivals puts on running streams (default 2048; 0 = unlimited)
+  --precompute-switches true|false
+                              SRformer: compute each request's segment-switch inputs (P_i W^T) when it
+                              starts decoding, so a step costs the same at any input length, for
+                              min(m, L+1) x heads x d^2 floats more state per layer (default true)
   --max-message-bytes N       largest request message accepted (default 4194304)
   --shutdown-grace-ms N       on SIGTERM/SIGINT, time given to in-flight requests (default 10000)
   --log-level LEVEL           trace|debug|info|warn|error (default info)

@@ -38,6 +38,7 @@ struct ServerConfig {
   int64_t shutdown_grace_ms = 10000;
   std::string log_level = "info";
   bool log_json = false;
+  bool precompute_switches = true;  // SRformer: switch drives computed when a request starts decoding
 };
 
 // Parses argv. Returns false when --help was asked for (usage already printed to stdout).

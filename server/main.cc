@@ -41,7 +41,7 @@ int run(const ServerConfig& config) {
   std::vector<srformer::server::LoadedModel> models;
   for (const auto& spec : config.models) {
     const auto t0 = std::chrono::steady_clock::now();
-    models.push_back(srformer::server::load_model_dir(spec, config.device, config.dtype));
+    models.push_back(srformer::server::load_model_dir(spec, config));
     const auto& c = models.back().model->config();
     spdlog::info("model {}: {} {} from {} ({} parameters, {:.0f} ms)", spec.name, srformer::to_string(c.arch),
                  srformer::to_string(c.srformer.cross_attention), spec.dir, models.back().model->parameter_count(),

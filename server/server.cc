@@ -12,10 +12,11 @@
 
 namespace srformer::server {
 
-LoadedModel load_model_dir(const ModelSpec& spec, const std::string& device, const std::string& dtype) {
+LoadedModel load_model_dir(const ModelSpec& spec, const ServerConfig& config) {
   LoadOptions options;
-  options.device = parse_device(device);
-  options.dtype = parse_dtype(dtype, options.device);
+  options.device = parse_device(config.device);
+  options.dtype = parse_dtype(config.dtype, options.device);
+  options.precompute_switches = config.precompute_switches;
   LoadedModel loaded;
   loaded.name = spec.name;
   loaded.model = load_model(spec.dir, options);

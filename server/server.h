@@ -23,7 +23,7 @@ struct LoadedModel {
 };
 
 // Loads a model directory (weights + tokenizer) for the given device/dtype strings.
-LoadedModel load_model_dir(const ModelSpec& spec, const std::string& device, const std::string& dtype);
+LoadedModel load_model_dir(const ModelSpec& spec, const ServerConfig& config);
 
 class Server {
  public:

@@ -128,8 +128,19 @@ CrossAttention random_cross(CrossAttentionKind kind, int64_t D, int64_t H, int64
 
 // Per-step cross-attention time of one layer (T5-small shape) as k grows; RAF steps at the
 // schedule's rate (one segment switch every L/m steps, L = 128). Median of 5 whole schedules.
+// SRformer runs twice: switch drives precomputed when the row starts (the default) and computed at
+// each switch; the row's layer state and the start-up (prepare) time of each are reported beside.
 void bench_cross(const BenchOptions& o) {
   const int64_t D = 512, H = 8, d = 64, s = o.segment_size, L = 128, q = 128;
+  struct Variant {
+    const char* name;
+    CrossAttentionKind kind;
+    bool precompute;
+  };
+  const Variant variants[] = {{"full", CrossAttentionKind::kFull, false},
+                              {"segmented", CrossAttentionKind::kSegmented, false},
+                              {"srformer", CrossAttentionKind::kSrformer, true},
+                              {"srformer_on_switch", CrossAttentionKind::kSrformer, false}};
   for (const bool kernels_on : o.kernel_settings) {
     kernels::set_cpu_kernels(kernels_on);
     for (const int64_t k : o.cross_lengths) {
@@ -137,33 +148,44 @@ void bench_cross(const BenchOptions& o) {
       const auto mask = torch::ones({1, k}, torch::kBool);
       const auto enc_len = torch::full({1}, k, torch::kLong);
       const auto m = num_segments(enc_len, s);
+      const auto expected = torch::full({1}, L, torch::kLong);
       const bool used = kernels_on && kernels::avx2_fma_available();
       nlohmann::json row{{"bench", "cross_attention_step"}, {"k", k}, {"segment_size", s}, {"cpu_kernels", used}};
       std::ostringstream h;
       h << std::fixed << std::setprecision(3) << "cross-attention step (T5-small layer, kernels "
         << (used ? "on" : "off") << ") k=" << std::setw(6) << k;
-      for (const auto kind :
-           {CrossAttentionKind::kFull, CrossAttentionKind::kSegmented, CrossAttentionKind::kSrformer}) {
-        const auto a = random_cross(kind, D, H, d, s);
+      for (const auto& v : variants) {
+        if (std::getenv("SRF_ONLY") && std::string(std::getenv("SRF_ONLY")) != v.name) continue;
+        auto a = random_cross(v.kind, D, H, d, s);
+        a.precompute_switches = v.precompute;
         LayerState ls;
         torch::NoGradGuard no_grad;
-        a.prepare(enc, mask, kind == CrossAttentionKind::kFull ? torch::ones({1}, torch::kLong) : m, ls);
+        const auto segments = v.kind == CrossAttentionKind::kFull ? torch::ones({1}, torch::kLong) : m;
+        a.prepare(enc, mask, segments, ls, expected);  // warm-up: first calls of ops pay one-time set-up
+        const auto t_prepare = Clock::now();
+        a.prepare(enc, mask, segments, ls, expected);
+        const double prepare_ms = ms_since(t_prepare);
+        int64_t state_bytes = 0;
+        for (const auto* t : {&ls.cross_k, &ls.cross_v, &ls.kv, &ls.knorm, &ls.mem, &ls.recur, &ls.switch_drive}) {
+          if (t->defined()) state_bytes += static_cast<int64_t>(t->numel() * t->element_size());
+        }
         const auto x = torch::randn({1, 1, D});
         // Whole schedules of L steps (the switch rate depends on t), repeated; the median round is
         // reported because single rounds on this shared machine vary by 2x.
         const int64_t steps = o.quick ? 16 : L;
         const int rounds = o.quick ? 1 : 5;
         std::optional<torch::autograd::profiler::RecordProfile> profile;
-        if (!o.trace.empty()) {
-          profile.emplace(o.trace + ".cross." + to_string(kind) + ".k" + std::to_string(k) + ".json");
-        }
+        if (!o.trace.empty()) profile.emplace(o.trace + ".cross." + v.name + ".k" + std::to_string(k) + ".json");
         std::vector<double> round_us;
         for (int round = 0; round < rounds; ++round) {
           auto prev = torch::full({1}, -1, torch::kLong);
+          auto switches = torch::zeros({1}, torch::kLong);
           const auto t0 = Clock::now();
           for (int64_t t = 0; t < steps; ++t) {
-            const auto seg = segment_schedule(torch::full({1}, t, torch::kLong), m, torch::full({1}, L, torch::kLong));
-            (void)a.step(x, ls, mask, enc_len, m, seg, seg.ne(prev), nullptr);
+            const auto seg = segment_schedule(torch::full({1}, t, torch::kLong), m, expected);
+            const auto changed = seg.ne(prev);
+            (void)a.step(x, ls, mask, enc_len, m, seg, changed, switches, nullptr);
+            switches = switches + changed.to(torch::kLong);
             prev = seg;
           }
           round_us.push_back(1000.0 * ms_since(t0) / static_cast<double>(steps));
@@ -171,8 +193,10 @@ void bench_cross(const BenchOptions& o) {
         std::sort(round_us.begin(), round_us.end());
         const double us = round_us[round_us.size() / 2];
         profile.reset();
-        row[std::string(to_string(kind)) + "_us"] = us;
-        h << "  " << to_string(kind) << " " << std::setw(9) << us << " us";
+        row[std::string(v.name) + "_us"] = us;
+        row[std::string(v.name) + "_prepare_ms"] = prepare_ms;
+        row[std::string(v.name) + "_state_bytes"] = state_bytes;
+        h << "  " << v.name << " " << std::setw(9) << us << " us (state " << state_bytes / (1024 * 1024) << " MiB)";
       }
       // Paper Table 1 (per head, q queries): full qkd, segmented qsd, SRformer qsd + kd^2.
       const double full = static_cast<double>(q * k * d);
@@ -262,6 +286,13 @@ void bench_search(const BenchOptions& o) {
 
 }  // namespace
 
+std::vector<int64_t> int_list(const std::string& csv) {
+  std::vector<int64_t> out;
+  std::istringstream list(csv);
+  for (std::string v; std::getline(list, v, ',');) out.push_back(std::stoll(v));
+  return out;
+}
+
 int run_bench(const std::vector<std::string>& args) {
   BenchOptions o;
   std::string only;
@@ -272,13 +303,15 @@ int run_bench(const std::vector<std::string>& args) {
           << "usage: srformer bench [--json] [--threads N] [--steps N] [--only decode|cross|linear|search] [--quick]\n"
              "                       [--batch N[,N...]] [--model bart-base-srformer-s64|bart-base-full|\n"
              "                        t5-small-srformer-s64] [--trace PREFIX] [--kernels on|off|both]\n"
+             "                       [--lengths K[,K...]]\n"
              "  Random weights in BART-base and T5-small shapes (cached under /tmp). Prints encoder time,\n"
              "  decode step time and tokens/s at batch 1/8/32, per-step cross-attention time of full,\n"
              "  segmented and srformer as k grows (1k/4k/16k) beside the paper's Table 1 ratio, and the\n"
              "  bytes of per-request state; the decode step's projections through LibTorch and through\n"
              "  our few-rows kernel. --json: one JSON object per measurement. --trace PREFIX: LibTorch profiler\n"
              "  trace of the timed decode steps, PREFIX.<model>.b<batch>.json (chrome://tracing). --kernels:\n"
-             "  decode steps with our AVX2 CPU kernels (on, the default), through LibTorch only, or both.\n";
+             "  decode steps with our AVX2 CPU kernels (on, the default), through LibTorch only, or both.\n"
+             "  --lengths: the input lengths of the cross-attention figures (default 1024,4096,16384).\n";
       return 0;
     }
     if (a == "--json") {
@@ -294,9 +327,9 @@ int run_bench(const std::vector<std::string>& args) {
       o.batches = {1, 8};
       o.steps = 4;
     } else if (a == "--batch") {
-      o.batches.clear();
-      std::istringstream list(r.value());
-      for (std::string b; std::getline(list, b, ',');) o.batches.push_back(std::stoll(b));
+      o.batches = int_list(r.value());
+    } else if (a == "--lengths") {
+      o.cross_lengths = int_list(r.value());
     } else if (a == "--model") {
       o.model = r.value();
     } else if (a == "--trace") {

@@ -5,6 +5,9 @@
 #include "model/attention/products.h"
 #include "model/attention/segments.h"
 #include "model/attention/self_attention.h"
+#include "model/kernels/avx2.h"
+#include "model/kernels/raf_update.h"
+#include "model/layers.h"
 
 namespace srformer {
 
@@ -43,7 +46,7 @@ int64_t CrossAttention::keys_read_per_step(int64_t enc_len) const {
 }
 
 void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tensor& enc_mask, const torch::Tensor& m,
-                             LayerState& ls) const {
+                             LayerState& ls, const torch::Tensor& expected_len) const {
   ls.cross_k = split_heads(k(enc_hidden), heads).contiguous();
   ls.cross_v = split_heads(v(enc_hidden), heads).contiguous();
   if (recurrent()) {
@@ -57,6 +60,9 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
     ls.knorm = kf.pow(2).sum(2).sqrt();
     ls.mem = torch::zeros_like(kv);
     ls.recur = torch::zeros_like(kv);
+    if (precompute_switches && expected_len.defined()) {
+      ls.switch_drive = switch_table(ls, enc_mask.sum(1).to(torch::kLong), m, expected_len);
+    }
   }
   if (kind == CrossAttentionKind::kGlobalTokens) {
     // One mean-pooled key/value per segment (LongT5-style global tokens).
@@ -73,10 +79,9 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
   }
 }
 
-CrossAttention::Recurrent CrossAttention::recurrent_update(const torch::Tensor& kv, const torch::Tensor& keys,
-                                                           const torch::Tensor& values, const torch::Tensor& mem,
-                                                           const torch::Tensor& seg, const torch::Tensor& enc_len,
-                                                           const torch::Tensor& rows) const {
+torch::Tensor CrossAttention::switch_drive(const torch::Tensor& kv, const torch::Tensor& keys,
+                                           const torch::Tensor& values, const torch::Tensor& seg,
+                                           const torch::Tensor& enc_len, const torch::Tensor& rows) const {
   const auto win = segment_window(seg, enc_len, segment_size, 0, segment_size, keys.size(2));
   const auto w = win.valid.to(torch::kFloat32).view({seg.size(0), 1, -1, 1});
   // Read only the s rows of segment i of each changed row (never a copy of all k keys).
@@ -84,12 +89,146 @@ CrossAttention::Recurrent CrossAttention::recurrent_update(const torch::Tensor& 
   const auto vi = gather_rows(values, win.idx, rows).to(torch::kFloat32) * w;
   auto ksvs = keys_values_product(ki, vi);
   if (kv_clamp) ksvs = ksvs.clamp(-*kv_clamp, *kv_clamp);
-  const auto p = kv - ksvs;
-  if (kind == CrossAttentionKind::kAblationIII) {  // no RAF: P feeds the output directly
-    return {mem, p, torch::zeros({seg.size(0)}, seg.options().dtype(torch::kFloat64))};
+  if (kind == CrossAttentionKind::kAblationIII) return kv - ksvs;  // no RAF: P is R
+  return torch::matmul(kind == CrossAttentionKind::kAblationIV ? ksvs : kv - ksvs, raf.weight.t());
+}
+
+CrossAttention::Recurrent CrossAttention::recurrent_update(const torch::Tensor& kv, const torch::Tensor& keys,
+                                                           const torch::Tensor& values, const torch::Tensor& mem,
+                                                           const torch::Tensor& seg, const torch::Tensor& enc_len,
+                                                           const torch::Tensor& rows) const {
+  const auto drive = switch_drive(kv, keys, values, seg, enc_len, rows);
+  if (kind == CrossAttentionKind::kAblationIII) {
+    return {mem, drive, torch::zeros({seg.size(0)}, seg.options().dtype(torch::kFloat64))};
   }
-  const auto r = raf_step(raf, mem, kind == CrossAttentionKind::kAblationIV ? ksvs : p);
+  const auto r = raf_fire(raf, mem, drive);
   return {r.mem, r.out, r.fired.sum({1, 2, 3}).to(torch::kFloat64)};
+}
+
+torch::Tensor CrossAttention::switch_table(const LayerState& ls, const torch::Tensor& enc_len, const torch::Tensor& m,
+                                           const torch::Tensor& expected_len) const {
+  const auto m_cpu = m.to(torch::kCPU);
+  const auto L_cpu = expected_len.to(torch::kCPU);
+  const auto k_cpu = enc_len.to(torch::kCPU);
+  const int64_t B = ls.kv.size(0);
+  std::vector<std::vector<int64_t>> segs(static_cast<size_t>(B));
+  int64_t longest = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    segs[b] = visited_segments(m_cpu[b].item<int64_t>(), std::max<int64_t>(1, L_cpu[b].item<int64_t>()));
+    longest = std::max(longest, static_cast<int64_t>(segs[b].size()));
+  }
+  const int64_t H = ls.kv.size(1);
+  const int64_t d = ls.kv.size(2);
+  auto table = torch::empty({B, longest, H, d, d}, ls.kv.options());
+  if (!ls.kv.is_cpu()) {
+    // Accelerators: each row's entries in one batch of ops.
+    for (int64_t b = 0; b < B; ++b) {
+      const auto n = static_cast<int64_t>(segs[b].size());
+      const auto seg = torch::tensor(segs[b], torch::kLong).to(enc_len.device());
+      const auto rows = torch::full({n}, b, seg.options());
+      table[b].narrow(0, 0, n).copy_(switch_drive(ls.kv.narrow(0, b, 1).expand({n, -1, -1, -1}), ls.cross_k, ls.cross_v,
+                                                  seg, enc_len.index_select(0, rows), rows));
+      if (n < longest) table[b].narrow(0, n, longest - n).zero_();
+    }
+    return table;
+  }
+  // CPU: one entry at a time, written straight into the table. Batched ops would allocate several
+  // [n, H, d, d] temporaries, and fresh memory costs ~0.5 ms per MB in page faults on our machines.
+  // Same operations as switch_drive() on the segment's real keys (padding contributed zeros there).
+  const auto w_t = raf.weight.defined() ? raf.weight.t() : torch::Tensor();
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t k_b = k_cpu[b].item<int64_t>();
+    const auto keys = ls.cross_k[b].to(torch::kFloat32);
+    const auto values = ls.cross_v[b].to(torch::kFloat32);
+    const auto kv_b = ls.kv[b];
+    auto row = table[b];
+    for (size_t j = 0; j < segs[b].size(); ++j) {
+      const int64_t first = segs[b][j] * segment_size;
+      const int64_t len = std::min(segment_size, k_b - first);
+      auto ksvs =
+          keys_values_product(keys.narrow(1, first, len).unsqueeze(0), values.narrow(1, first, len).unsqueeze(0))
+              .squeeze(0);
+      if (kv_clamp) ksvs.clamp_(-*kv_clamp, *kv_clamp);
+      if (kind != CrossAttentionKind::kAblationIV) at::sub_out(ksvs, kv_b, ksvs);  // P = K^T V - K_i^T V_i
+      auto entry = row[static_cast<int64_t>(j)];
+      if (kind == CrossAttentionKind::kAblationIII) {
+        entry.copy_(ksvs);
+      } else {
+        auto out = entry.view({H * d, d});
+        at::mm_out(out, ksvs.view({H * d, d}), w_t);
+      }
+    }
+    const auto n = static_cast<int64_t>(segs[b].size());
+    if (n < longest) row.narrow(0, n, longest - n).zero_();
+  }
+  return table;
+}
+
+namespace {
+
+// Copy-on-write for in-place updates: a tensor another state (a copy of this one) may also hold is
+// replaced by its own copy first.
+void make_exclusive(torch::Tensor& t) {
+  if (t.use_count() != 1 || t.storage().use_count() != 1 || !t.is_contiguous()) t = t.clone();
+}
+
+}  // namespace
+
+void CrossAttention::apply_switch_table(LayerState& ls, const torch::Tensor& changed, const torch::Tensor& switches,
+                                        torch::Tensor* fired) const {
+  const int64_t n = ls.switch_drive.size(1);
+  const auto too_many = [] {
+    return std::logic_error("cross-attention: a row switched segments more often than its schedule has switches");
+  };
+  const bool ablation3 = kind == CrossAttentionKind::kAblationIII;
+  if (!ablation3 && is_cpu_inference_float(ls.mem) && kernels::use_cpu_kernels()) {
+    // In place, one pass per changed row, from plain integers: the LibTorch form below costs ~20
+    // small ops, more than the update itself.
+    const auto ch = changed.to(torch::kBool).contiguous();
+    const auto sw = switches.to(torch::kLong).contiguous();
+    const bool* is_changed = ch.data_ptr<bool>();
+    const int64_t* entry = sw.data_ptr<int64_t>();
+    const int64_t B = ch.numel();
+    std::vector<int64_t> rows;
+    for (int64_t b = 0; b < B; ++b) {
+      if (!is_changed[b]) continue;
+      if (entry[b] < 0 || entry[b] >= n) throw too_many();
+      rows.push_back(b);
+    }
+    if (rows.empty()) return;
+    make_exclusive(ls.mem);
+    make_exclusive(ls.recur);
+    const auto table = ls.switch_drive.contiguous();
+    const int64_t block = ls.mem.numel() / B;
+    std::vector<kernels::RafBlock> blocks;
+    blocks.reserve(rows.size());
+    for (const int64_t b : rows) {
+      blocks.push_back({ls.mem.data_ptr<float>() + b * block, ls.recur.data_ptr<float>() + b * block,
+                        table.data_ptr<float>() + (b * n + entry[b]) * block});
+    }
+    std::vector<int64_t> counts(rows.size());
+    kernels::raf_accumulate_fire(blocks.data(), static_cast<int64_t>(blocks.size()), block, raf.leak.item<float>(),
+                                 raf.threshold.item<float>(), counts.data(), at::get_num_threads());
+    if (fired != nullptr) {
+      make_exclusive(*fired);
+      double* f = fired->data_ptr<double>();
+      for (size_t j = 0; j < rows.size(); ++j) f[rows[j]] += static_cast<double>(counts[j]);
+    }
+    return;
+  }
+  const auto rows = changed.nonzero().view(-1);
+  if (rows.numel() == 0) return;
+  const auto entry = switches.index_select(0, rows);
+  if (entry.min().item<int64_t>() < 0 || entry.max().item<int64_t>() >= n) throw too_many();
+  const auto drive = ls.switch_drive.flatten(0, 1).index_select(0, rows * n + entry);
+  if (ablation3) {
+    ls.recur = ls.recur.index_copy(0, rows, drive);
+    return;
+  }
+  const auto r = raf_fire(raf, ls.mem.index_select(0, rows), drive);
+  ls.mem = ls.mem.index_copy(0, rows, r.mem);
+  ls.recur = ls.recur.index_copy(0, rows, r.out);
+  if (fired != nullptr) *fired = fired->index_add(0, rows, r.fired.sum({1, 2, 3}).to(torch::kFloat64));
 }
 
 torch::Tensor CrossAttention::combine(const torch::Tensor& attn, const torch::Tensor& qr, const LayerState& ls) const {
@@ -158,7 +297,8 @@ torch::Tensor CrossAttention::forward(const torch::Tensor& x, const LayerState& 
 
 torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const torch::Tensor& enc_mask,
                                    const torch::Tensor& enc_len, const torch::Tensor& m, const torch::Tensor& seg,
-                                   const torch::Tensor& changed, torch::Tensor* fired) const {
+                                   const torch::Tensor& changed, const torch::Tensor& switches,
+                                   torch::Tensor* fired) const {
   auto qh = split_heads(q(x), heads);
   if (scale != 1.0) qh = qh * scale;
   const int64_t B = x.size(0);
@@ -188,8 +328,9 @@ torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const
 
   torch::Tensor qr;
   if (recurrent()) {
-    const auto rows = changed.nonzero().view(-1);
-    if (rows.numel() > 0) {
+    if (ls.switch_drive.defined()) {
+      apply_switch_table(ls, changed, switches, fired);
+    } else if (const auto rows = changed.nonzero().view(-1); rows.numel() > 0) {
       // Only rows whose segment changed pay for K_i^T V_i and the RAF step.
       const auto upd =
           recurrent_update(ls.kv.index_select(0, rows), ls.cross_k, ls.cross_v, ls.mem.index_select(0, rows),

@@ -24,13 +24,18 @@ struct CrossAttention {
   int64_t segment_size = 0;
   std::optional<double> kv_clamp;
   RafParams raf;  // defined when the variant uses RAF
+  // Compute every switch's RAF drive (P_i Wᵀ) when a row starts decoding, so that a segment switch
+  // costs an element-wise pass instead of K_iᵀV_i and a d x d product per head (flat step time in k,
+  // for min(m, L+1) x heads x d x d fp32 more state per row and layer).
+  bool precompute_switches = true;
 
   bool recurrent() const;  // variant has the (q R)/||K|| term
 
   // Fills the layer's cross K/V (and K^T V, ||K||, zero membrane, global tokens) from the encoder.
-  // enc_mask [B,k] bool; m [B] segments per row.
-  void prepare(const torch::Tensor& enc_hidden, const torch::Tensor& enc_mask, const torch::Tensor& m,
-               LayerState& ls) const;
+  // enc_mask [B,k] bool; m [B] segments per row. With expected_len [B] (L per row, incremental
+  // decoding) and precompute_switches, also the table of switch drives in schedule order.
+  void prepare(const torch::Tensor& enc_hidden, const torch::Tensor& enc_mask, const torch::Tensor& m, LayerState& ls,
+               const torch::Tensor& expected_len = {}) const;
 
   // Teacher-forced: x [B,q,D]; seg/changed [B,q] (segment per position; whether RAF steps there).
   // fired (optional, [B] float64) accumulates the number of membrane elements that fired.
@@ -38,10 +43,11 @@ struct CrossAttention {
                         const torch::Tensor& enc_len, const torch::Tensor& m, const torch::Tensor& seg,
                         const torch::Tensor& changed, torch::Tensor* fired) const;
 
-  // One step: x [B,1,D]; seg/changed [B]. Updates the membrane and R of the changed rows in ls.
+  // One step: x [B,1,D]; seg/changed [B]; switches [B] segment switches each row took before this
+  // step (its entry in the switch table). Updates the membrane and R of the changed rows in ls.
   torch::Tensor step(const torch::Tensor& x, LayerState& ls, const torch::Tensor& enc_mask,
                      const torch::Tensor& enc_len, const torch::Tensor& m, const torch::Tensor& seg,
-                     const torch::Tensor& changed, torch::Tensor* fired) const;
+                     const torch::Tensor& changed, const torch::Tensor& switches, torch::Tensor* fired) const;
 
   // Key/value rows one decoder step reads (per row): k (full), s, 2s (xl) or s + m (global).
   int64_t keys_read_per_step(int64_t enc_len) const;
@@ -55,6 +61,16 @@ struct CrossAttention {
   Recurrent recurrent_update(const torch::Tensor& kv, const torch::Tensor& keys, const torch::Tensor& values,
                              const torch::Tensor& mem, const torch::Tensor& seg, const torch::Tensor& enc_len,
                              const torch::Tensor& rows) const;
+  // What a switch to segment seg feeds the membrane (P_i Wᵀ; K_iᵀV_i Wᵀ for ablation IV), or R
+  // itself for ablation III (no RAF); arguments as for recurrent_update. [n,H,d,d] fp32.
+  torch::Tensor switch_drive(const torch::Tensor& kv, const torch::Tensor& keys, const torch::Tensor& values,
+                             const torch::Tensor& seg, const torch::Tensor& enc_len, const torch::Tensor& rows) const;
+  // ls.switch_drive for every row: the drives of the segments its schedule visits, in order.
+  torch::Tensor switch_table(const LayerState& ls, const torch::Tensor& enc_len, const torch::Tensor& m,
+                             const torch::Tensor& expected_len) const;
+  // Applies the changed rows' precomputed drives (entry `switches` of each row's table) to ls.
+  void apply_switch_table(LayerState& ls, const torch::Tensor& changed, const torch::Tensor& switches,
+                          torch::Tensor* fired) const;
   // attn [B,H,q,d] (model dtype), qr = q R [B,H,q,d] fp32 -> the variant's output [B,H,q,d].
   torch::Tensor combine(const torch::Tensor& attn, const torch::Tensor& qr, const LayerState& ls) const;
   bool has_softmax() const;  // false only for ablation I (recurrent term alone)

@@ -21,4 +21,7 @@ struct RafOutput {
 // x, mem: [..., d, d] fp32.
 RafOutput raf_step(const RafParams& p, const torch::Tensor& mem, const torch::Tensor& x);
 
+// The same step from the linear's output (drive = x Wᵀ), for drives computed ahead of time.
+RafOutput raf_fire(const RafParams& p, const torch::Tensor& mem, const torch::Tensor& drive);
+
 }  // namespace srformer

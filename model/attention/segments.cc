@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 namespace srformer {
 
 torch::Tensor num_segments(const torch::Tensor& enc_len, int64_t segment_size) {
@@ -11,6 +13,17 @@ torch::Tensor num_segments(const torch::Tensor& enc_len, int64_t segment_size) {
 
 torch::Tensor segment_schedule(const torch::Tensor& t, const torch::Tensor& m, const torch::Tensor& L) {
   return torch::minimum(torch::div(t * m, L, "floor"), m - 1);
+}
+
+std::vector<int64_t> visited_segments(int64_t m, int64_t L) {
+  std::vector<int64_t> segs;
+  if (m <= 0 || L <= 0) return segs;
+  for (int64_t t = 0; t <= L; ++t) {
+    const int64_t i = std::min(t * m / L, m - 1);  // segment_schedule, in integers
+    if (segs.empty() || segs.back() != i) segs.push_back(i);
+    if (i == m - 1) break;
+  }
+  return segs;
 }
 
 SegmentWindow segment_window(const torch::Tensor& seg, const torch::Tensor& enc_len, int64_t segment_size,

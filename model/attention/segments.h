@@ -3,6 +3,9 @@
 // which encoder rows a segment holds, per row of the batch (rows have their own k, m and L).
 #include <torch/types.h>
 
+#include <cstdint>
+#include <vector>
+
 namespace srformer {
 
 // m_b = ceil(k_b / s) (at least 1).
@@ -10,6 +13,10 @@ torch::Tensor num_segments(const torch::Tensor& enc_len, int64_t segment_size);
 
 // i = min(floor(t * m / L), m - 1) elementwise (all int64, broadcastable).
 torch::Tensor segment_schedule(const torch::Tensor& t, const torch::Tensor& m, const torch::Tensor& L);
+
+// The segments a row with m segments and expected length L visits, in order (i(t) for t = 0..L;
+// later steps stay in segment m - 1): min(m, L + 1) of them at most.
+std::vector<int64_t> visited_segments(int64_t m, int64_t L);
 
 // Encoder row indices of a window of `width` rows starting at segment (seg + first_segment_offset):
 // idx [n, width] (clamped into [0, kmax)), valid [n, width] (inside [0, k_b)).

@@ -1,8 +1,10 @@
 // RAF against a direct, element-by-element transcription of the paper's Appendix A.2.
+#include "model/attention/raf.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "model/attention/raf.h"
+#include "model/kernels/raf_update.h"
 
 namespace {
 
@@ -58,4 +60,37 @@ TEST(Raf, OutputIsRealValuedNotBinary) {
   // mem = 0.35, y = 0.35/0.1 - 1 = 2.5 -> R = 2.5, mem after reset = 0.25
   EXPECT_NEAR(r.out[0][0].item<float>(), 2.5f, 1e-5);
   EXPECT_NEAR(r.mem[0][0].item<float>(), 0.25f, 1e-6);
+}
+
+// The in-place kernel the decode step uses with precomputed switch drives gives raf_fire's results
+// (same operations in the same order), block by block, whatever the thread count.
+TEST(Raf, InPlaceKernelMatchesRafFire) {
+  torch::manual_seed(11);
+  const int64_t blocks = 5;
+  const int64_t size = 3 * 16 * 16;
+  srformer::RafParams p{torch::Tensor(), torch::full({1}, 0.2), torch::full({1}, 0.7)};
+  for (const int threads : {1, 2}) {
+    auto mem = torch::randn({blocks, size}) * 0.3;
+    auto out = torch::full({blocks, size}, 7.0F);
+    for (int step = 0; step < 4; ++step) {
+      const auto drive = torch::randn({blocks, size}) * 0.4;
+      const auto expected = srformer::raf_fire(p, mem, drive);
+      std::vector<srformer::kernels::RafBlock> b;
+      for (int64_t j = 0; j < blocks; ++j) {
+        b.push_back(
+            {mem.data_ptr<float>() + j * size, out.data_ptr<float>() + j * size, drive.data_ptr<float>() + j * size});
+      }
+      std::vector<int64_t> fired(blocks, -1);
+      srformer::kernels::raf_accumulate_fire(b.data(), blocks, size, 0.7F, 0.2F, fired.data(), threads);
+      EXPECT_TRUE(torch::equal(mem, expected.mem)) << "threads " << threads << " step " << step;
+      EXPECT_TRUE(torch::equal(out, expected.out));
+      const auto per_block = expected.fired.sum(1);
+      int64_t total = 0;
+      for (int64_t j = 0; j < blocks; ++j) {
+        EXPECT_EQ(fired[static_cast<size_t>(j)], per_block[j].item<int64_t>());
+        total += fired[static_cast<size_t>(j)];
+      }
+      EXPECT_GT(total, 0) << "the test should exercise firing";
+    }
+  }
 }

@@ -1,10 +1,13 @@
 // Properties of the incremental decoding API on random tiny models, for every cross-attention
 // variant: incremental == teacher-forced, batching/padding never change a row, one segment == full.
+#include "model/seq2seq.h"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "model/attention/segments.h"
+#include "model/kernels/avx2.h"
 #include "model/random_model.h"
-#include "model/seq2seq.h"
 #include "tests/support/temp_dir.h"
 
 namespace srformer {
@@ -13,9 +16,9 @@ namespace {
 using testing::TempDir;
 
 constexpr CrossAttentionKind kAllKinds[] = {
-    CrossAttentionKind::kFull,        CrossAttentionKind::kSegmented,    CrossAttentionKind::kSrformer,
-    CrossAttentionKind::kAblationI,   CrossAttentionKind::kAblationII,   CrossAttentionKind::kAblationIII,
-    CrossAttentionKind::kAblationIV,  CrossAttentionKind::kXlMemory,     CrossAttentionKind::kGlobalTokens,
+    CrossAttentionKind::kFull,       CrossAttentionKind::kSegmented,  CrossAttentionKind::kSrformer,
+    CrossAttentionKind::kAblationI,  CrossAttentionKind::kAblationII, CrossAttentionKind::kAblationIII,
+    CrossAttentionKind::kAblationIV, CrossAttentionKind::kXlMemory,   CrossAttentionKind::kGlobalTokens,
 };
 
 struct Case {
@@ -125,8 +128,53 @@ TEST_P(Seq2SeqProperties, BeamStyleReorderCarriesTheMembraneAlong) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllVariants, Seq2SeqProperties,
-                         ::testing::ValuesIn([] {
+// Switch drives precomputed at start() (the default) and computed at each switch give the same
+// logits, membranes and firing counts: rows of different k, rows that skip segments (L < m), rows
+// decoded past L, with the CPU kernels on and off.
+TEST_P(Seq2SeqProperties, PrecomputedSwitchDrivesEqualDrivesComputedAtEachSwitch) {
+  LoadOptions o;
+  o.precompute_switches = false;
+  auto on_switch = load_model(dir_.path(), o);
+  auto ids = random_ids(3, 26);
+  auto mask = torch::ones({3, 26}, torch::kLong);
+  mask[1].narrow(0, 19, 7).fill_(0);  // k = 19 -> m = 5 (short last segment)
+  const auto enc = model_->encode(ids, mask);
+  const auto L = torch::tensor({6, 3, 40}, torch::kLong);  // row 0 decodes past L; row 1 skips segments
+  const auto dec = random_ids(3, 10);
+  const bool recurrent = model_->config().srformer.uses_raf() ||
+                         model_->config().srformer.cross_attention == CrossAttentionKind::kAblationIII;
+  for (const bool kernels_on : {true, false}) {
+    srformer::kernels::set_cpu_kernels(kernels_on);
+    SCOPED_TRACE(kernels_on ? "kernels on" : "kernels off");
+    auto a = model_->start(enc, L);
+    auto b = on_switch->start(enc, L);
+    EXPECT_EQ(a.layers[0].switch_drive.defined(), recurrent);
+    EXPECT_FALSE(b.layers[0].switch_drive.defined());
+    if (recurrent) {
+      EXPECT_GT(a.bytes(), b.bytes());
+      // Row 0: m = 7, L = 6 -> segments 0,1,2,3,4,5,6 (7 entries) is the longest schedule.
+      EXPECT_EQ(a.layers[0].switch_drive.size(1), 7);
+    }
+    for (int64_t t = 0; t < dec.size(1); ++t) {
+      const auto x = model_->step(a, dec.select(1, t));
+      const auto y = on_switch->step(b, dec.select(1, t));
+      ASSERT_LE((x - y).abs().max().item<double>(), 1e-6) << "step " << t;
+    }
+    // The table's products run batched over all switches (another summation order): fp32 rounding.
+    const auto close = [](const torch::Tensor& x, const torch::Tensor& y) {
+      return (x - y).abs().max().item<double>() <= 1e-6 * (1.0 + y.abs().max().item<double>());
+    };
+    for (size_t l = 0; l < a.layers.size(); ++l) {
+      if (!a.layers[l].mem.defined()) continue;
+      EXPECT_TRUE(close(a.layers[l].mem, b.layers[l].mem)) << "layer " << l;
+      EXPECT_TRUE(close(a.layers[l].recur, b.layers[l].recur)) << "layer " << l;
+    }
+    EXPECT_TRUE(torch::equal(a.raf_fired, b.raf_fired));
+  }
+  srformer::kernels::set_cpu_kernels(true);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllVariants, Seq2SeqProperties, ::testing::ValuesIn([] {
                            std::vector<Case> cases;
                            for (auto arch : {Architecture::kBart, Architecture::kT5}) {
                              for (auto k : kAllKinds) cases.push_back({arch, k});
@@ -176,6 +224,39 @@ TEST(StateBytes, GrowWithStepsAndShrinkWithRows) {
   EXPECT_NEAR(static_cast<double>(st.bytes()), b1 / 3.0, 1.0);
   EXPECT_EQ(st.row_bytes(0), st.bytes());
   EXPECT_THROW(st.select(torch::tensor({5}, torch::kLong)), std::out_of_range);
+}
+
+// The switch table lists the segments segment_schedule visits, in order, for any m and L.
+TEST(SwitchTable, VisitedSegmentsFollowTheSchedule) {
+  EXPECT_EQ(visited_segments(6, 3), (std::vector<int64_t>{0, 2, 4, 5}));
+  EXPECT_EQ(visited_segments(1, 50), (std::vector<int64_t>{0}));
+  for (int64_t m = 1; m <= 12; ++m) {
+    for (int64_t L = 1; L <= 15; ++L) {
+      const auto t = torch::arange(3 * L + 2, torch::kLong);
+      const auto seg = segment_schedule(t, torch::full_like(t, m), torch::full_like(t, L));
+      std::vector<int64_t> expected;
+      for (int64_t i = 0; i < seg.numel(); ++i) {
+        const int64_t s = seg[i].item<int64_t>();
+        if (expected.empty() || expected.back() != s) expected.push_back(s);
+      }
+      EXPECT_EQ(visited_segments(m, L), expected) << "m " << m << " L " << L;
+    }
+  }
+}
+
+// Stepping a state updates its membranes in place; a copy taken before (value semantics) keeps its own.
+TEST(SwitchTable, SteppingAStateLeavesACopyOfItUntouched) {
+  TempDir d("cow");
+  write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 9);
+  auto model = load_model(d.path());
+  const auto enc = model->encode(torch::randint(3, 96, {2, 12}, torch::kLong), torch::ones({2, 12}, torch::kLong));
+  auto st = model->start(enc, torch::full({2}, 6, torch::kLong));
+  model->step(st, torch::zeros({2}, torch::kLong));
+  const auto copy = st;
+  const auto mem_before = copy.layers[0].mem.clone();
+  for (int t = 0; t < 4; ++t) model->step(st, torch::zeros({2}, torch::kLong));
+  EXPECT_FALSE(torch::equal(st.layers[0].mem, mem_before)) << "the membrane should have moved";
+  EXPECT_TRUE(torch::equal(copy.layers[0].mem, mem_before));
 }
 
 }  // namespace

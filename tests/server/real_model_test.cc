@@ -6,9 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <thread>
-
 #include <future>
+#include <thread>
 
 #include "model/generation/generate.h"
 #include "server/server.h"
@@ -22,8 +21,8 @@ namespace fs = std::filesystem;
 class RealModel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new fs::path(make_tiny_t5_srformer(fs::temp_directory_path() /
-                                                ("srformer_server_real_t5_" + std::to_string(::getpid()))));
+    dir_ = new fs::path(
+        make_tiny_t5_srformer(fs::temp_directory_path() / ("srformer_server_real_t5_" + std::to_string(::getpid()))));
   }
   void SetUp() override {
     if (dir_->empty()) GTEST_SKIP() << "fixture t5-srformer not found under " << fixtures_dir();
@@ -32,7 +31,7 @@ class RealModel : public ::testing::Test {
     config.metrics_listen = "";
     config.max_new_tokens_cap = 64;
     std::vector<server::LoadedModel> models;
-    models.push_back(server::load_model_dir({"t5", dir_->string()}, "cpu", ""));
+    models.push_back(server::load_model_dir({"t5", dir_->string()}, server::ServerConfig{}));
     server_ = std::make_unique<server::Server>(config, std::move(models));
     server_->start();
     stub_ = v1::Summarizer::NewStub(
