@@ -50,7 +50,9 @@ BeamSearcher::BeamSearcher(const GenerationOptions& options)
 SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
   if (done_) throw std::logic_error("Searcher::advance called after the search finished");
   const int64_t num_beams = options_.num_beams;
-  const auto scores = scores_from_logits(logits, num_beams, options_).log_softmax(-1);
+  const auto copied = scores_from_logits(logits, num_beams, options_, logits_);
+  if (!scores_.defined() || scores_.sizes() != copied.sizes()) scores_ = torch::empty_like(copied);
+  const auto& scores = at::log_softmax_out(scores_, copied, -1);
   const int64_t vocab = scores.size(1);
   // HF applies the processors to the log-probabilities here (unlike greedy search and sampling).
   process_logits(options_, beams_, scores);

@@ -21,7 +21,8 @@ void check_scores(const torch::Tensor& scores, size_t rows) {
 
 }  // namespace
 
-torch::Tensor scores_from_logits(const torch::Tensor& logits, int64_t rows, const GenerationOptions& options) {
+torch::Tensor scores_from_logits(const torch::Tensor& logits, int64_t rows, const GenerationOptions& options,
+                                 torch::Tensor& buffer) {
   if (!logits.defined() || logits.dim() != 2 || logits.size(0) != rows || logits.size(1) < 1) {
     throw std::invalid_argument("a searcher expects logits [" + std::to_string(rows) + ", vocab], got " +
                                 (logits.defined() ? std::to_string(logits.dim()) + "-d tensor" : "none"));
@@ -37,8 +38,10 @@ torch::Tensor scores_from_logits(const torch::Tensor& logits, int64_t rows, cons
   check("decoder_start_token_id", options.decoder_start_token_id);
   if (options.forced_bos_token_id) check("forced_bos_token_id", *options.forced_bos_token_id);
   if (options.forced_eos_token_id) check("forced_eos_token_id", *options.forced_eos_token_id);
-  // clone(): the processors work in place and must not touch the caller's batch logits.
-  return logits.to(torch::kCPU, torch::kFloat32).contiguous().clone();
+  // A copy: the processors work in place and must not touch the caller's batch logits.
+  if (!buffer.defined() || buffer.sizes() != logits.sizes()) buffer = torch::empty(logits.sizes(), torch::kFloat32);
+  buffer.copy_(logits);
+  return buffer;
 }
 
 void apply_repetition_penalty(const torch::Tensor& scores, const std::vector<TokenHistory>& histories, double penalty) {

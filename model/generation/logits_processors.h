@@ -14,9 +14,12 @@ namespace srformer {
 
 using TokenHistory = std::vector<int64_t>;
 
-// A CPU float32 copy of a searcher's logits [rows, vocab] that the processors may modify. Throws
-// std::invalid_argument when the shape is wrong or a token id of `options` is outside the vocabulary.
-torch::Tensor scores_from_logits(const torch::Tensor& logits, int64_t rows, const GenerationOptions& options);
+// A CPU float32 copy of a searcher's logits [rows, vocab] that the processors may modify, made in
+// `buffer` (the searcher's own, reused every step: a fresh vocabulary-sized tensor per step costs
+// more in allocation and page faults than the search itself). Throws std::invalid_argument when the
+// shape is wrong or a token id of `options` is outside the vocabulary.
+torch::Tensor scores_from_logits(const torch::Tensor& logits, int64_t rows, const GenerationOptions& options,
+                                 torch::Tensor& buffer);
 
 // RepetitionPenaltyLogitsProcessor: for every token in the row's history, a negative score is
 // multiplied by `penalty` and a non-negative one divided by it.

@@ -5,6 +5,9 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "model/kernels/avx2.h"
+#include "model/kernels/greedy_pick.h"
+
 namespace srformer {
 
 GreedySearcher::GreedySearcher(const GenerationOptions& options)
@@ -14,7 +17,7 @@ GreedySearcher::GreedySearcher(const GenerationOptions& options)
 
 SearchStep GreedySearcher::advance(const torch::Tensor& logits) {
   if (done()) throw std::logic_error("Searcher::advance called after the search finished");
-  const auto scores = scores_from_logits(logits, 1, options_);
+  const auto scores = scores_from_logits(logits, 1, options_, scores_);
   process_logits(options_, {history_}, scores);
   double logprob = 0.0;
   const int64_t token = choose(scores, logprob);
@@ -34,6 +37,12 @@ SearchStep GreedySearcher::advance(const torch::Tensor& logits) {
 }
 
 int64_t GreedySearcher::choose(const torch::Tensor& scores, double& logprob) {
+  if (kernels::use_cpu_kernels()) {  // one pass for the maximum, one for the normaliser
+    if (const auto pick = kernels::greedy_pick(scores.data_ptr<float>(), scores.size(1))) {
+      logprob = pick->logprob;
+      return pick->token;
+    }
+  }
   const auto row = scores[0];
   const int64_t token = row.argmax().item<int64_t>();
   // log_softmax at one index: no vocabulary-sized tensor for a single number.

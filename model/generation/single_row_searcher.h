@@ -28,6 +28,7 @@ class GreedySearcher : public Searcher {
 
  private:
   TokenHistory history_;  // decoder start + generated tokens (HF input_ids)
+  torch::Tensor scores_;  // this step's processed scores (reused buffer)
   double score_ = 0.0;
   FinishReason finish_reason_ = FinishReason::kNone;
 };

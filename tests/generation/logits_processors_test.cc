@@ -222,16 +222,23 @@ TEST(WarpLogitsTest, AppliesTemperatureBeforeTopP) {
 TEST(ScoresFromLogitsTest, RejectsBadShapesAndTokenIdsOutsideTheVocabulary) {
   GenerationOptions options;
   options.eos_token_id = 1;
-  EXPECT_THROW(scores_from_logits(torch::zeros({2, 4}), 1, options), std::invalid_argument);
-  EXPECT_THROW(scores_from_logits(torch::zeros({4}), 1, options), std::invalid_argument);
+  torch::Tensor buffer;
+  EXPECT_THROW(scores_from_logits(torch::zeros({2, 4}), 1, options, buffer), std::invalid_argument);
+  EXPECT_THROW(scores_from_logits(torch::zeros({4}), 1, options, buffer), std::invalid_argument);
   options.eos_token_id = 4;
-  EXPECT_THROW(scores_from_logits(torch::zeros({1, 4}), 1, options), std::invalid_argument);
+  EXPECT_THROW(scores_from_logits(torch::zeros({1, 4}), 1, options, buffer), std::invalid_argument);
   options.eos_token_id = 3;
-  const auto logits = torch::zeros({1, 4}, torch::kFloat64);
-  const auto scores = scores_from_logits(logits, 1, options);
+  const auto logits = torch::arange(4, torch::kFloat64).view({1, 4});
+  const auto scores = scores_from_logits(logits, 1, options, buffer);
   EXPECT_EQ(scores.scalar_type(), torch::kFloat32);
+  EXPECT_TRUE(torch::equal(scores, logits.to(torch::kFloat32)));
   scores.fill_(1.0f);
-  EXPECT_EQ(logits.sum().item<double>(), 0.0);  // a copy: the caller's logits stay untouched
+  EXPECT_EQ(logits.sum().item<double>(), 6.0);  // a copy: the caller's logits stay untouched
+  // The buffer is reused while the shape stays, and replaced when it changes.
+  const auto* storage = buffer.data_ptr<float>();
+  EXPECT_EQ(scores_from_logits(logits * 2, 1, options, buffer).data_ptr<float>(), storage);
+  EXPECT_EQ(buffer[0][3].item<float>(), 6.0f);
+  EXPECT_EQ(scores_from_logits(torch::zeros({2, 4}), 2, options, buffer).size(0), 2);
 }
 
 }  // namespace

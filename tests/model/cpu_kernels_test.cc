@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "model/attention/products.h"
 #include "model/kernels/attention_products.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/few_rows_linear.h"
+#include "model/kernels/greedy_pick.h"
 #include "model/layers.h"
 
 namespace {
@@ -185,3 +188,28 @@ TEST(SingleQueryAttention, EachGroupIsIndependentOfTheOthers) {
 }
 
 }  // namespace
+
+// Greedy search's pick: argmax (first on ties) and log_softmax at it, against double precision, with
+// excluded (-inf) tokens, lengths that are not a multiple of 8, and NaN / all-excluded rows refused.
+TEST(GreedyPick, MatchesArgmaxAndLogSoftmaxInDouble) {
+  torch::manual_seed(5);
+  for (const int64_t n : {1, 7, 8, 9, 255, 257, 4099, 32128, 50265}) {
+    auto x = torch::randn({n}) * 4.0;
+    if (n > 20) {
+      x.narrow(0, n - 10, 10).fill_(-std::numeric_limits<float>::infinity());  // a vocabulary limit
+      x[3] = -std::numeric_limits<float>::infinity();                           // a masked EOS
+      x[n / 2] = 30.0F;                                                          // a tie: the first wins
+      x[n - 12] = 30.0F;
+    }
+    const auto pick = srformer::kernels::greedy_pick(x.data_ptr<float>(), n);
+    ASSERT_TRUE(pick.has_value()) << n;
+    EXPECT_EQ(pick->token, x.argmax().item<int64_t>()) << n;
+    const double expected = x.to(torch::kFloat64).log_softmax(0)[pick->token].item<double>();
+    EXPECT_NEAR(pick->logprob, expected, 1e-6 * (1.0 + std::abs(expected))) << n;
+  }
+  auto nan_row = torch::zeros({40});
+  nan_row[17] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(srformer::kernels::greedy_pick(nan_row.data_ptr<float>(), 40).has_value());
+  const auto none = torch::full({12}, -std::numeric_limits<float>::infinity());
+  EXPECT_FALSE(srformer::kernels::greedy_pick(none.data_ptr<float>(), 12).has_value());
+}
