@@ -8,6 +8,8 @@
 #                                           1500 bytes of docs/ARCHITECTURE.md; over-long input is truncated)
 #                                           KERNELS="on" ("off on": each shape served twice, without and
 #                                           with our CPU kernels, SRFORMER_CPU_KERNELS=0/1)
+#                                           SWITCHES="true" ("false true": served with and without
+#                                           --precompute-switches, after KERNELS)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -23,11 +25,14 @@ for shape in ${SHAPES:-t5-small bart-base}; do
     "$build/bin/srformer" init-model --shape "$shape" --corpus "$cache/corpus.txt" --vocab 4000 \
       --segment-size 64 "$model" >&2
   fi
-  for kernels in ${KERNELS:-on}; do
+  for setting in $(for k in ${KERNELS:-on}; do for p in ${SWITCHES:-true}; do echo "$k/$p"; done; done); do
+    kernels=${setting%/*}
+    switches=${setting#*/}
     log=$(mktemp)
     kernel_env=$([ "$kernels" = off ] && echo 0 || echo 1)
     SRFORMER_CPU_KERNELS=$kernel_env "$build/bin/srformer-server" --model "$shape=$model" --listen 127.0.0.1:0 \
-      --metrics-listen "" --threads "${THREADS:-2}" --max-batch-rows 64 --max-queue 256 2>"$log" &
+      --metrics-listen "" --threads "${THREADS:-2}" --max-batch-rows 64 --max-queue 256 \
+      --precompute-switches "$switches" 2>"$log" &
     pid=$!
     for _ in $(seq 600); do
       grep -q "listening on" "$log" && break
@@ -43,11 +48,11 @@ for shape in ${SHAPES:-t5-small bart-base}; do
       tps=$(printf '%s' "$line" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens_per_s"])')
       [ -n "$single" ] || single=$tps
       ratio=$(/usr/bin/python3 -c "print(round($tps / $single, 2))")
-      echo "{\"model\": \"$shape\", \"cpu_kernels\": \"$kernels\", \"vs_one_stream\": $ratio, \"load\": $line}"
+      echo "{\"model\": \"$shape\", \"cpu_kernels\": \"$kernels\", \"precompute_switches\": $switches, \"vs_one_stream\": $ratio, \"load\": $line}"
     done
     kill -TERM $pid
     wait $pid || true
-    grep -o "decode steps.*" "$log" | sed "s/^/$shape (kernels $kernels): /"
+    grep -o "decode steps.*" "$log" | sed "s/^/$shape (kernels $kernels, precompute switches $switches): /"
     rm -f "$log"
   done
 done

@@ -127,7 +127,7 @@ CrossAttention random_cross(CrossAttentionKind kind, int64_t D, int64_t H, int64
 }
 
 // Per-step cross-attention time of one layer (T5-small shape) as k grows; RAF steps at the
-// schedule's rate (one segment switch every L/m steps, L = 128). Median of 5 whole schedules.
+// schedule's rate (one segment switch every L/m steps, L = 128). Median of 9 whole schedules.
 // SRformer runs twice: switch drives precomputed when the row starts (the default) and computed at
 // each switch; the row's layer state and the start-up (prepare) time of each are reported beside.
 void bench_cross(const BenchOptions& o) {
@@ -154,49 +154,61 @@ void bench_cross(const BenchOptions& o) {
       std::ostringstream h;
       h << std::fixed << std::setprecision(3) << "cross-attention step (T5-small layer, kernels "
         << (used ? "on" : "off") << ") k=" << std::setw(6) << k;
+      struct Run {
+        const Variant* variant;
+        CrossAttention attention;
+        LayerState state;
+        std::vector<double> round_us;
+      };
+      std::vector<Run> runs;
+      torch::NoGradGuard no_grad;
       for (const auto& v : variants) {
-        if (std::getenv("SRF_ONLY") && std::string(std::getenv("SRF_ONLY")) != v.name) continue;
-        auto a = random_cross(v.kind, D, H, d, s);
-        a.precompute_switches = v.precompute;
-        LayerState ls;
-        torch::NoGradGuard no_grad;
+        Run run{&v, random_cross(v.kind, D, H, d, s), {}, {}};
+        run.attention.precompute_switches = v.precompute;
         const auto segments = v.kind == CrossAttentionKind::kFull ? torch::ones({1}, torch::kLong) : m;
-        a.prepare(enc, mask, segments, ls, expected);  // warm-up: first calls of ops pay one-time set-up
+        run.attention.prepare(enc, mask, segments, run.state, expected);  // warm-up: first calls pay set-up
         const auto t_prepare = Clock::now();
-        a.prepare(enc, mask, segments, ls, expected);
-        const double prepare_ms = ms_since(t_prepare);
+        run.attention.prepare(enc, mask, segments, run.state, expected);
+        row[std::string(v.name) + "_prepare_ms"] = ms_since(t_prepare);
         int64_t state_bytes = 0;
+        const auto& ls = run.state;
         for (const auto* t : {&ls.cross_k, &ls.cross_v, &ls.kv, &ls.knorm, &ls.mem, &ls.recur, &ls.switch_drive}) {
           if (t->defined()) state_bytes += static_cast<int64_t>(t->numel() * t->element_size());
         }
-        const auto x = torch::randn({1, 1, D});
-        // Whole schedules of L steps (the switch rate depends on t), repeated; the median round is
-        // reported because single rounds on this shared machine vary by 2x.
-        const int64_t steps = o.quick ? 16 : L;
-        const int rounds = o.quick ? 1 : 5;
-        std::optional<torch::autograd::profiler::RecordProfile> profile;
-        if (!o.trace.empty()) profile.emplace(o.trace + ".cross." + v.name + ".k" + std::to_string(k) + ".json");
-        std::vector<double> round_us;
-        for (int round = 0; round < rounds; ++round) {
+        row[std::string(v.name) + "_state_bytes"] = state_bytes;
+        runs.push_back(std::move(run));
+      }
+      const auto x = torch::randn({1, 1, D});
+      // Whole schedules of L steps (the switch rate depends on t). The variants take turns round by
+      // round, so that the machine's slow spells (single rounds vary by 2x here) hit all of them, and
+      // each reports its median round.
+      const int64_t steps = o.quick ? 16 : L;
+      const int rounds = o.quick ? 1 : 9;
+      std::optional<torch::autograd::profiler::RecordProfile> profile;
+      if (!o.trace.empty()) profile.emplace(o.trace + ".cross.k" + std::to_string(k) + ".json");
+      for (int round = 0; round < rounds; ++round) {
+        for (auto& run : runs) {
           auto prev = torch::full({1}, -1, torch::kLong);
           auto switches = torch::zeros({1}, torch::kLong);
           const auto t0 = Clock::now();
           for (int64_t t = 0; t < steps; ++t) {
             const auto seg = segment_schedule(torch::full({1}, t, torch::kLong), m, expected);
             const auto changed = seg.ne(prev);
-            (void)a.step(x, ls, mask, enc_len, m, seg, changed, switches, nullptr);
+            (void)run.attention.step(x, run.state, mask, enc_len, m, seg, changed, switches, nullptr);
             switches = switches + changed.to(torch::kLong);
             prev = seg;
           }
-          round_us.push_back(1000.0 * ms_since(t0) / static_cast<double>(steps));
+          run.round_us.push_back(1000.0 * ms_since(t0) / static_cast<double>(steps));
         }
-        std::sort(round_us.begin(), round_us.end());
-        const double us = round_us[round_us.size() / 2];
-        profile.reset();
-        row[std::string(v.name) + "_us"] = us;
-        row[std::string(v.name) + "_prepare_ms"] = prepare_ms;
-        row[std::string(v.name) + "_state_bytes"] = state_bytes;
-        h << "  " << v.name << " " << std::setw(9) << us << " us (state " << state_bytes / (1024 * 1024) << " MiB)";
+      }
+      profile.reset();
+      for (auto& run : runs) {
+        std::sort(run.round_us.begin(), run.round_us.end());
+        const double us = run.round_us[run.round_us.size() / 2];
+        const std::string name = run.variant->name;
+        row[name + "_us"] = us;
+        h << "  " << name << " " << std::setw(9) << us << " us (state "
+          << row[name + "_state_bytes"].get<int64_t>() / (1024 * 1024) << " MiB)";
       }
       // Paper Table 1 (per head, q queries): full qkd, segmented qsd, SRformer qsd + kd^2.
       const double full = static_cast<double>(q * k * d);
