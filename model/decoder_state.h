@@ -14,8 +14,9 @@ struct LayerState {
   torch::Tensor self_k, self_v;
   // Cross-attention keys/values over the encoder output: [B, H, k, d] (padded to the batch's max k).
   torch::Tensor cross_k, cross_v;
-  // SRformer (fp32): K^T V [B,H,d,d] (clamped for BART), ||K|| [B,H,d], membrane [B,H,d,d],
-  // current recurrent term R [B,H,d,d]. Undefined for variants without RAF.
+  // SRformer (fp32): K^T V [B,H,d,d] (clamped for BART; undefined with a switch table, which holds
+  // all the switches need of it), ||K|| [B,H,d], membrane [B,H,d,d], current recurrent term R
+  // [B,H,d,d]. Undefined for variants without RAF.
   torch::Tensor kv, knorm, mem, recur;
   // SRformer, precomputed: what each segment switch of the row's schedule feeds the membrane
   // (P_i Wᵀ), in switch order [B, n, H, d, d] fp32 (n padded to the batch's longest schedule).

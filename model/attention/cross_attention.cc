@@ -62,6 +62,7 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
     ls.recur = torch::zeros_like(kv);
     if (precompute_switches && expected_len.defined()) {
       ls.switch_drive = switch_table(ls, enc_mask.sum(1).to(torch::kLong), m, expected_len);
+      ls.kv = torch::Tensor();  // only switches read K^T V, and the table holds what they need of it
     }
   }
   if (kind == CrossAttentionKind::kGlobalTokens) {

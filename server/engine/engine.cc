@@ -119,9 +119,9 @@ void Engine::stop() {
   if (s.steps > 0 && s.step_seconds > 0) {
     spdlog::info(
         "model '{}': {} decode steps, {:.3f} s in steps, {:.3f} s in the model's step: engine overhead {:.2f}% "
-        "of step time ({:.2f}% reordering state rows)",
+        "of step time ({:.2f}% searching, {:.2f}% reordering state rows)",
         name_, s.steps, s.step_seconds, s.model_seconds, 100.0 * (s.step_seconds - s.model_seconds) / s.step_seconds,
-        100.0 * s.reorder_seconds / s.step_seconds);
+        100.0 * s.search_seconds / s.step_seconds, 100.0 * s.reorder_seconds / s.step_seconds);
   }
 }
 
@@ -359,12 +359,15 @@ void Engine::step() {
   int64_t new_tokens = 0;
   const int64_t rows_before = state_.batch_size();
   double reorder_seconds = 0;
+  double search_seconds = 0;
   std::optional<kernels::SerialRegion> serial{std::in_place};  // per-request search: many small ops
   for (auto& slot : slots_) {
     Slot& s = *slot;
     SearchStep result;
     try {
+      const auto search_start = Clock::now();
       result = s.searcher->advance(logits.narrow(0, offset, s.rows));
+      search_seconds += ms_between(search_start, Clock::now()) / 1000.0;
     } catch (const std::exception& e) {
       spdlog::error("request {}: search failed: {}", s.request->id, e.what());
       RequestResult failed;
@@ -448,6 +451,7 @@ void Engine::step() {
   stats_.step_seconds += step_seconds;
   stats_.model_seconds += model_seconds;
   stats_.reorder_seconds += reorder_seconds;
+  stats_.search_seconds += search_seconds;
 }
 
 void Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome outcome, FinishReason reason) {

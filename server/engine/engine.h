@@ -47,6 +47,7 @@ struct EngineStats {
   double step_seconds = 0;
   double model_seconds = 0;
   double reorder_seconds = 0;      // of the engine's part: selecting/compacting state rows after a step
+  double search_seconds = 0;       // of the engine's part: the requests' searchers (logits processors, pick)
   int64_t encodes = 0;             // encoder calls (one per admitted batch)
   int64_t max_encoded_tokens = 0;  // the largest encoder call, in input tokens (rows * length)
 };
