@@ -359,20 +359,18 @@ void Engine::step() {
   int64_t new_tokens = 0;
   const int64_t rows_before = state_.batch_size();
   double reorder_seconds = 0;
-  double search_seconds = 0;
-  std::optional<kernels::SerialRegion> serial{std::in_place};  // per-request search: many small ops
-  for (auto& slot : slots_) {
+  const auto search_start = Clock::now();
+  const auto searched = search_all(logits);
+  const double search_seconds = ms_between(search_start, Clock::now()) / 1000.0;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    auto& slot = slots_[i];
     Slot& s = *slot;
-    SearchStep result;
-    try {
-      const auto search_start = Clock::now();
-      result = s.searcher->advance(logits.narrow(0, offset, s.rows));
-      search_seconds += ms_between(search_start, Clock::now()) / 1000.0;
-    } catch (const std::exception& e) {
-      spdlog::error("request {}: search failed: {}", s.request->id, e.what());
+    const SearchStep& result = searched[i].step;
+    if (searched[i].error) {
+      spdlog::error("request {}: search failed: {}", s.request->id, *searched[i].error);
       RequestResult failed;
       failed.outcome = RequestOutcome::kError;
-      failed.error = std::string("search failed: ") + e.what();
+      failed.error = "search failed: " + *searched[i].error;
       failed.usage = s.request->usage;
       s.request->on_finish(std::move(failed));
       tokens_in_flight_ -= s.budget;
@@ -435,7 +433,6 @@ void Engine::step() {
     }
     offset += s.rows;
   }
-  serial.reset();
   slots_ = std::move(kept);
   if (slots_.empty()) {
     state_ = DecoderState{};
@@ -452,6 +449,31 @@ void Engine::step() {
   stats_.model_seconds += model_seconds;
   stats_.reorder_seconds += reorder_seconds;
   stats_.search_seconds += search_seconds;
+}
+
+std::vector<Engine::Searched> Engine::search_all(const torch::Tensor& logits) {
+  std::vector<Searched> out(slots_.size());
+  std::vector<int64_t> offsets(slots_.size());
+  for (size_t i = 1; i < slots_.size(); ++i) offsets[i] = offsets[i - 1] + slots_[i - 1]->rows;
+  const auto search = [&](int64_t begin, int64_t end) {
+    for (auto i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
+      try {
+        out[i].step = slots_[i]->searcher->advance(logits.narrow(0, offsets[i], slots_[i]->rows));
+      } catch (const std::exception& e) {
+        out[i].error = e.what();
+      }
+    }
+  };
+  const auto n = static_cast<int64_t>(slots_.size());
+  if (n >= 2 && at::get_num_threads() > 1) {
+    // Requests' searchers are independent: one per intra-op thread. Inside the parallel region
+    // LibTorch runs each searcher's small ops on the calling thread.
+    at::parallel_for(0, n, 1, search);
+  } else {
+    const kernels::SerialRegion serial;  // many small ops: waking a second thread for each costs more
+    search(0, n);
+  }
+  return out;
 }
 
 void Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome outcome, FinishReason reason) {

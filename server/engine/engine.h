@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -104,6 +105,12 @@ class Engine {
   void admit(std::vector<Pending> batch);
   void drop_dead_slots();
   void step();
+  // Every slot's searcher over its rows of the step's logits [rows, vocab], in slot order.
+  struct Searched {
+    SearchStep step;
+    std::optional<std::string> error;  // what the searcher threw
+  };
+  std::vector<Searched> search_all(const torch::Tensor& logits);
   void finish_slot(Slot& slot, int64_t row_offset, RequestOutcome outcome, FinishReason reason);
   void fail_all(const std::string& error);
   void publish_stats();
