@@ -56,14 +56,6 @@ void DecoderState::select(const torch::Tensor& rows) {
     }
   }
   for_each_tensor(*this, [&](torch::Tensor& t) { t = select_rows(t, idx); });
-  drop_rooms();
-}
-
-void DecoderState::drop_rooms() {
-  for (auto& l : layers) {
-    l.self_k_room = torch::Tensor();
-    l.self_v_room = torch::Tensor();
-  }
 }
 
 void DecoderState::append(DecoderState&& other) {
@@ -119,7 +111,6 @@ void DecoderState::append(DecoderState&& other) {
     }
     if (mine[i]->defined()) *mine[i] = torch::cat({*mine[i], *theirs[i]}, 0);
   }
-  drop_rooms();
   other = DecoderState{};
 }
 
@@ -146,19 +137,11 @@ void DecoderState::compact() {
     l.self_k = l.self_k.narrow(2, first, keep).contiguous();
     l.self_v = l.self_v.narrow(2, first, keep).contiguous();
   }
-  drop_rooms();
 }
 
 int64_t DecoderState::bytes() const {
   int64_t total = 0;
   for_each_tensor(const_cast<DecoderState&>(*this), [&](torch::Tensor& t) { total += tensor_bytes(t); });
-  for (const auto& l : layers) {  // the self-attention caches' spare slots are held too
-    for (const auto& [cache, room] : {std::pair{&l.self_k, &l.self_k_room}, std::pair{&l.self_v, &l.self_v_room}}) {
-      if (room->defined() && cache->defined() && cache->data_ptr() == room->data_ptr()) {
-        total += tensor_bytes(*room) - tensor_bytes(*cache);
-      }
-    }
-  }
   return total;
 }
 

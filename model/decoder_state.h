@@ -12,10 +12,6 @@ struct LayerState {
   // Self-attention cache: [B, H, T, d]. Slots are shared across rows; a row's valid slots are
   // marked in DecoderState::self_valid (rows that joined later have invalid leading slots).
   torch::Tensor self_k, self_v;
-  // The buffers self_k/self_v are views of during decoding (spare slots at the end, so that a step
-  // writes one slot instead of copying the cache). Not per-row state of their own: select, append
-  // and compact replace self_k/self_v with exact-size tensors and drop these.
-  torch::Tensor self_k_room, self_v_room;
   // Cross-attention keys/values over the encoder output: [B, H, k, d] (padded to the batch's max k).
   torch::Tensor cross_k, cross_v;
   // SRformer (fp32): K^T V [B,H,d,d] (clamped for BART; undefined with a switch table, which holds
@@ -55,8 +51,6 @@ class DecoderState {
   // After a decode step: keeps `rows` (indices into the current rows, in order) like select(), from
   // plain integers. Does nothing when they are 0..B-1; compacts when rows were dropped.
   void retain(const std::vector<int64_t>& rows);
-  // Drops the self-attention caches' spare-slot buffers (after the caches were replaced).
-  void drop_rooms();
   // Bytes held for row b (its share of every tensor, padding included), and in total.
   int64_t row_bytes(int64_t b) const;
   int64_t bytes() const;

@@ -45,7 +45,7 @@ torch::Tensor DecodeContext::self_attention(size_t layer, const SelfAttention& a
                                             const torch::Tensor& bias) {
   if (!incremental()) return attn.forward(x, bias);
   auto& ls = state_->layers[layer];
-  return attn.step(x, ls.self_k, ls.self_v, ls.self_k_room, ls.self_v_room, bias);
+  return attn.step(x, ls.self_k, ls.self_v, bias);
 }
 
 torch::Tensor DecodeContext::cross_attention(size_t layer, const CrossAttention& attn, const torch::Tensor& x) {

@@ -17,22 +17,6 @@ bool single_query(const torch::Tensor& a, const torch::Tensor& b, int64_t b_inne
          kernels::use_cpu_kernels();
 }
 
-// x [B,H,T,d] as the kernels read it: rows of d contiguous floats, T rows per group one after the
-// other, groups a fixed stride apart. A view of the first T slots of a [B,H,C,d] buffer (the growing
-// self-attention cache) already is; anything else is copied to contiguous. Returns the group stride.
-int64_t as_groups(const torch::Tensor& x, torch::Tensor& held) {
-  const int64_t B = x.size(0), H = x.size(1), T = x.size(2), d = x.size(3);
-  if (B * H <= 1 || T == 0) {
-    held = x.contiguous();
-    return T * d;
-  }
-  const int64_t group = H > 1 ? x.stride(1) : x.stride(0);  // between groups g = b*H + h
-  const bool direct = x.stride(3) == 1 && (T <= 1 || x.stride(2) == d) &&
-                      (H <= 1 || B <= 1 || x.stride(0) == H * group) && group >= T * d;
-  held = direct ? x : x.contiguous();
-  return direct ? group : T * d;
-}
-
 }  // namespace
 
 torch::Tensor keys_values_product(const torch::Tensor& k, const torch::Tensor& v) {
@@ -53,11 +37,10 @@ torch::Tensor keys_values_product(const torch::Tensor& k, const torch::Tensor& v
 torch::Tensor query_key_product(const torch::Tensor& q, const torch::Tensor& k) {
   if (!single_query(q, k, 3)) return torch::matmul(q, k.transpose(-1, -2));
   const auto qc = q.contiguous();
-  torch::Tensor kc;
-  const int64_t stride = as_groups(k, kc);
+  const auto kc = k.contiguous();
   const int64_t B = q.size(0), H = q.size(1), T = k.size(2), d = k.size(3);
   auto scores = torch::empty({B, H, 1, T}, qc.options());
-  kernels::query_key_scores(qc.data_ptr<float>(), kc.data_ptr<float>(), B * H, T, d, stride, scores.data_ptr<float>(),
+  kernels::query_key_scores(qc.data_ptr<float>(), kc.data_ptr<float>(), B * H, T, d, scores.data_ptr<float>(),
                             at::get_num_threads());
   return scores;
 }
@@ -65,11 +48,10 @@ torch::Tensor query_key_product(const torch::Tensor& q, const torch::Tensor& k) 
 torch::Tensor weights_value_product(const torch::Tensor& p, const torch::Tensor& v) {
   if (!single_query(p, v, 2)) return torch::matmul(p, v);
   const auto pc = p.contiguous();
-  torch::Tensor vc;
-  const int64_t stride = as_groups(v, vc);
+  const auto vc = v.contiguous();
   const int64_t B = p.size(0), H = p.size(1), T = v.size(2), d = v.size(3);
   auto out = torch::empty({B, H, 1, d}, pc.options());
-  kernels::weighted_value_sum(pc.data_ptr<float>(), vc.data_ptr<float>(), B * H, T, d, stride, out.data_ptr<float>(),
+  kernels::weighted_value_sum(pc.data_ptr<float>(), vc.data_ptr<float>(), B * H, T, d, out.data_ptr<float>(),
                               at::get_num_threads());
   return out;
 }

@@ -18,10 +18,9 @@ struct SelfAttention {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor* keys,
                         torch::Tensor* values) const;
   // One new position per row: x [B,1,D]. Appends its key/value to cache_k/cache_v ([B,H,T,d] ->
-  // [B,H,T+1,d]) and attends over all slots with bias [B,H|1,1,T+1]. Returns [B,1,D]. The caches are
-  // kept as views of room_k/room_v, buffers with spare slots (made or regrown here as needed).
-  torch::Tensor step(const torch::Tensor& x, torch::Tensor& cache_k, torch::Tensor& cache_v, torch::Tensor& room_k,
-                     torch::Tensor& room_v, const torch::Tensor& bias) const;
+  // [B,H,T+1,d]) and attends over all slots with bias [B,H|1,1,T+1]. Returns [B,1,D].
+  torch::Tensor step(const torch::Tensor& x, torch::Tensor& cache_k, torch::Tensor& cache_v,
+                     const torch::Tensor& bias) const;
 };
 
 // softmax(q k^T + bias) v with the softmax in fp32 (as Hugging Face does for half precision).

@@ -9,14 +9,11 @@
 
 namespace srformer::kernels {
 
-// scores[g*T + t] = Σ_j q[g*d + j] k[g*S + t*d + j]  (q: [G, d], k: [G, T, d] rows of d contiguous,
-// groups S = k_group_stride >= T*d floats apart: a cache with room to grow is read in place)
-void query_key_scores(const float* q, const float* k, int64_t groups, int64_t T, int64_t d, int64_t k_group_stride,
-                      float* scores, int threads);
+// scores[g*T + t] = Σ_j q[g*d + j] k[(g*T + t)*d + j]  (q: [G, d], k: [G, T, d], row-major)
+void query_key_scores(const float* q, const float* k, int64_t groups, int64_t T, int64_t d, float* scores, int threads);
 
-// out[g*d + j] = Σ_t p[g*T + t] v[g*S + t*d + j]  (p: [G, T], v: [G, T, d], S = v_group_stride)
-void weighted_value_sum(const float* p, const float* v, int64_t groups, int64_t T, int64_t d, int64_t v_group_stride,
-                        float* out, int threads);
+// out[g*d + j] = Σ_t p[g*T + t] v[(g*T + t)*d + j]  (p: [G, T], v: [G, T, d], row-major)
+void weighted_value_sum(const float* p, const float* v, int64_t groups, int64_t T, int64_t d, float* out, int threads);
 
 // out[(g*d + a)*d + j] = Σ_t k[(g*T + t)*d + a] v[(g*T + t)*d + j]  (kᵀ v per group: [G, d, d])
 void key_value_outer_sum(const float* k, const float* v, int64_t groups, int64_t T, int64_t d, float* out, int threads);

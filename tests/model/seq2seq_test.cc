@@ -221,38 +221,9 @@ TEST(StateBytes, GrowWithStepsAndShrinkWithRows) {
   const auto b1 = st.bytes();
   st.select(torch::tensor({2}, torch::kLong));
   EXPECT_EQ(st.batch_size(), 1);
-  // A third of the rows, and no spare self-attention slots any more (select makes exact-size caches).
-  EXPECT_LT(static_cast<double>(st.bytes()), b1 / 3.0);
-  EXPECT_GT(st.bytes(), b0 / 3);
+  EXPECT_NEAR(static_cast<double>(st.bytes()), b1 / 3.0, 1.0);
   EXPECT_EQ(st.row_bytes(0), st.bytes());
   EXPECT_THROW(st.select(torch::tensor({5}, torch::kLong)), std::out_of_range);
-}
-
-// The self-attention cache grows in place: a step writes one slot into spare room (no copy of the
-// cache), the spare room counts in bytes(), and a copy of the state stepped on its own is unaffected.
-TEST(SelfCache, GrowsInPlaceAndCopiesStayIndependent) {
-  TempDir d("room");
-  write_random_model(d.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4), 9);
-  auto model = load_model(d.path());
-  const auto enc = model->encode(torch::randint(3, 96, {2, 12}, torch::kLong), torch::ones({2, 12}, torch::kLong));
-  auto st = model->start(enc, torch::full({2}, 6, torch::kLong));
-  model->step(st, torch::zeros({2}, torch::kLong));
-  const void* storage = st.layers[0].self_k.data_ptr();
-  int64_t counted = 0;
-  for (const auto& l : st.layers) counted += 2 * l.self_k.numel() * l.self_k.element_size();
-  model->step(st, torch::full({2}, 5, torch::kLong));
-  EXPECT_EQ(st.layers[0].self_k.data_ptr(), storage) << "the second step should write into the spare room";
-  EXPECT_EQ(st.layers[0].self_k.size(2), 2);
-  EXPECT_GT(st.layers[0].self_k_room.size(2), 2);
-  EXPECT_GT(st.bytes(), counted);
-  auto copy = st;
-  const auto tokens = torch::tensor({7, 9}, torch::kLong);
-  const auto a = model->step(st, tokens);
-  const auto b = model->step(copy, tokens);  // would read st's slot 2 if the room were shared
-  EXPECT_TRUE(torch::equal(a, b));
-  const auto a2 = model->step(st, tokens.flip(0));
-  const auto b2 = model->step(copy, tokens.flip(0));
-  EXPECT_TRUE(torch::equal(a2, b2));
 }
 
 // The switch table lists the segments segment_schedule visits, in order, for any m and L.
