@@ -20,6 +20,14 @@ bool is_kind(CrossAttentionKind k, std::initializer_list<CrossAttentionKind> ks)
   return false;
 }
 
+// What a switch feeds the membrane, from K^T V and the segment's K_i^T V_i ([..., H, d, d] fp32):
+// P_i W^T (ablation IV: K_i^T V_i W^T), or P_i itself for ablation III (no RAF: P is R).
+torch::Tensor drive_from_products(const CrossAttention& a, const torch::Tensor& kv, torch::Tensor ksvs) {
+  if (a.kv_clamp) ksvs = ksvs.clamp(-*a.kv_clamp, *a.kv_clamp);
+  if (a.kind == CrossAttentionKind::kAblationIII) return kv - ksvs;
+  return torch::matmul(a.kind == CrossAttentionKind::kAblationIV ? ksvs : kv - ksvs, a.raf.weight.t());
+}
+
 }  // namespace
 
 bool CrossAttention::recurrent() const {
@@ -88,10 +96,7 @@ torch::Tensor CrossAttention::switch_drive(const torch::Tensor& kv, const torch:
   // Read only the s rows of segment i of each changed row (never a copy of all k keys).
   const auto ki = gather_rows(keys, win.idx, rows).to(torch::kFloat32) * w;
   const auto vi = gather_rows(values, win.idx, rows).to(torch::kFloat32) * w;
-  auto ksvs = keys_values_product(ki, vi);
-  if (kv_clamp) ksvs = ksvs.clamp(-*kv_clamp, *kv_clamp);
-  if (kind == CrossAttentionKind::kAblationIII) return kv - ksvs;  // no RAF: P is R
-  return torch::matmul(kind == CrossAttentionKind::kAblationIV ? ksvs : kv - ksvs, raf.weight.t());
+  return drive_from_products(*this, kv, keys_values_product(ki, vi));
 }
 
 CrossAttention::Recurrent CrossAttention::recurrent_update(const torch::Tensor& kv, const torch::Tensor& keys,
@@ -133,10 +138,10 @@ torch::Tensor CrossAttention::switch_table(const LayerState& ls, const torch::Te
     }
     return table;
   }
-  // CPU: one entry at a time, written straight into the table. Batched ops would allocate several
-  // [n, H, d, d] temporaries, and fresh memory costs ~0.5 ms per MB in page faults on our machines.
-  // Same operations as switch_drive() on the segment's real keys (padding contributed zeros there).
-  const auto w_t = raf.weight.defined() ? raf.weight.t() : torch::Tensor();
+  // CPU: one entry at a time, copied into the table. Batched ops would allocate several [n, H, d, d]
+  // temporaries, and fresh memory costs ~0.5 ms per MB in page faults on our machines (one entry's
+  // temporaries are reused from the heap). switch_drive() on the segment's real keys only (padding
+  // contributed zeros there).
   for (int64_t b = 0; b < B; ++b) {
     const int64_t k_b = k_cpu[b].item<int64_t>();
     const auto keys = ls.cross_k[b].to(torch::kFloat32);
@@ -146,18 +151,10 @@ torch::Tensor CrossAttention::switch_table(const LayerState& ls, const torch::Te
     for (size_t j = 0; j < segs[b].size(); ++j) {
       const int64_t first = segs[b][j] * segment_size;
       const int64_t len = std::min(segment_size, k_b - first);
-      auto ksvs =
+      const auto ksvs =
           keys_values_product(keys.narrow(1, first, len).unsqueeze(0), values.narrow(1, first, len).unsqueeze(0))
               .squeeze(0);
-      if (kv_clamp) ksvs.clamp_(-*kv_clamp, *kv_clamp);
-      if (kind != CrossAttentionKind::kAblationIV) at::sub_out(ksvs, kv_b, ksvs);  // P = K^T V - K_i^T V_i
-      auto entry = row[static_cast<int64_t>(j)];
-      if (kind == CrossAttentionKind::kAblationIII) {
-        entry.copy_(ksvs);
-      } else {
-        auto out = entry.view({H * d, d});
-        at::mm_out(out, ksvs.view({H * d, d}), w_t);
-      }
+      row[static_cast<int64_t>(j)].copy_(drive_from_products(*this, kv_b, ksvs));
     }
     const auto n = static_cast<int64_t>(segs[b].size());
     if (n < longest) row.narrow(0, n, longest - n).zero_();
