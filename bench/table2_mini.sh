@@ -7,7 +7,10 @@
 # trained with full attention by `srformer train`); without BASE, from one random initialisation.
 # Env: BASE, DATA (data/debian: tools/data/build_dataset.py output), OUT (out/table2), STEPS (600), BATCH (16),
 #      LR (3e-3), WARMUP (0), D_MODEL (64), LAYERS (2), VOCAB (2000), TEST_N (500), THREADS (2),
-#      VARIANTS ("full:0 segmented:8 srformer:8 segmented:16 srformer:16 srformer:64").
+#      VARIANTS ("full:0 segmented:8 srformer:8 segmented:16 srformer:16 srformer:64"),
+#      MAX_INPUT (256), MAX_TARGET (32: also SRformer's expected length L).
+# The long-document run (RFC introductions -> abstracts, tools/data/build_rfc_dataset.py) is
+#   DATA=data/rfc OUT=out/table2-rfc MAX_INPUT=384 MAX_TARGET=96 BASE=... bash bench/table2_mini.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -40,12 +43,12 @@ for v in $variants; do
     fi
     start=$(date +%s)
     "$bin" train "$out/$name-init" "$data/train.jsonl" --out "$out/$name" --steps "$steps" --batch "${BATCH:-16}" \
-      --lr "${LR:-3e-3}" --warmup "${WARMUP:-0}" --max-input-tokens 256 --max-target-tokens 32 --log-every 50 --threads "${THREADS:-2}" \
+      --lr "${LR:-3e-3}" --warmup "${WARMUP:-0}" --max-input-tokens "${MAX_INPUT:-256}" --max-target-tokens "${MAX_TARGET:-32}" --log-every 50 --threads "${THREADS:-2}" \
       >"$out/$name.train.log" 2>&1
     echo "$(( $(date +%s) - start ))" > "$out/$name.seconds"
   fi
   if [ ! -f "$out/$name.eval/scores.json" ]; then
-    "$bin" eval "$out/$name" "$data/test.jsonl" --limit "${TEST_N:-500}" --batch 32 --out "$out/$name.eval" \
+    "$bin" eval "$out/$name" "$data/test.jsonl" --limit "${TEST_N:-500}" --batch 32 --max-input-tokens "${MAX_INPUT:-256}" --out "$out/$name.eval" \
       --threads "${THREADS:-2}" >/dev/null 2>&1
   fi
   rows+=("$name $kind $seg")
