@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "model/attention/products.h"
 #include "model/attention/segments.h"
 #include "model/attention/self_attention.h"
@@ -270,27 +272,95 @@ torch::Tensor CrossAttention::forward(const torch::Tensor& x, const LayerState& 
   }
 
   torch::Tensor qr;
-  if (recurrent()) {
-    // The recurrence runs over decoder positions; RAF steps only where the segment changes.
-    auto mem = ls.mem;
-    auto recur = ls.recur;
-    std::vector<torch::Tensor> terms;
-    terms.reserve(static_cast<size_t>(Q));
-    const auto qf = qh.to(torch::kFloat32);
-    for (int64_t t = 0; t < Q; ++t) {
-      const auto ch = changed.select(1, t);
-      if (ch.any().item<bool>()) {
-        const auto upd = recurrent_update(ls.kv, ls.cross_k, ls.cross_v, mem, seg.select(1, t), enc_len, {});
-        const auto sel = ch.view({B, 1, 1, 1});
-        mem = torch::where(sel, upd.mem, mem);
-        recur = torch::where(sel, upd.out, recur);
-        if (fired != nullptr) *fired = *fired + torch::where(ch, upd.fired_count, torch::zeros_like(upd.fired_count));
-      }
-      terms.push_back(torch::matmul(qf.narrow(2, t, 1), recur));
-    }
-    qr = torch::cat(terms, 2);
-  }
+  if (recurrent()) qr = teacher_forced_recurrence(qh.to(torch::kFloat32), ls, enc_mask, seg, changed, fired);
   return o(merge_heads(combine(attn, qr, ls)));
+}
+
+torch::Tensor CrossAttention::teacher_forced_recurrence(const torch::Tensor& qf, const LayerState& ls,
+                                                        const torch::Tensor& enc_mask, const torch::Tensor& seg,
+                                                        const torch::Tensor& changed, torch::Tensor* fired) const {
+  const int64_t B = seg.size(0);
+  const int64_t Q = seg.size(1);
+  // Each row's switches (positions where its segment changes) in order, from plain integers.
+  const auto ch_cpu = changed.to(torch::kCPU, torch::kBool).contiguous();
+  const auto seg_cpu = seg.to(torch::kCPU, torch::kLong).contiguous();
+  const bool* ch = ch_cpu.data_ptr<bool>();
+  const int64_t* sg = seg_cpu.data_ptr<int64_t>();
+  std::vector<int64_t> counts(static_cast<size_t>(B), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < Q; ++t) counts[b] += ch[b * Q + t] ? 1 : 0;
+  }
+  const int64_t C = B == 0 ? 0 : *std::max_element(counts.begin(), counts.end());
+  if (C == 0) return torch::matmul(qf, ls.recur);
+
+  // K_i^T V_i for every segment of every row in one product over [B, H, mmax, s, d] views of the
+  // (masked, zero-padded) keys and values, then every segment's drive.
+  const int64_t H = ls.cross_k.size(1);
+  const int64_t d = ls.cross_k.size(3);
+  const int64_t kmax = enc_mask.size(1);
+  const int64_t s = segment_size;
+  const int64_t mmax = (kmax + s - 1) / s;
+  const auto w = enc_mask.to(torch::kFloat32).view({B, 1, kmax, 1});
+  auto kf = ls.cross_k.to(torch::kFloat32) * w;
+  auto vf = ls.cross_v.to(torch::kFloat32) * w;
+  if (mmax * s != kmax) {
+    kf = torch::constant_pad_nd(kf, {0, 0, 0, mmax * s - kmax});
+    vf = torch::constant_pad_nd(vf, {0, 0, 0, mmax * s - kmax});
+  }
+  const auto ksvs = keys_values_product(kf.view({B, H, mmax, s, d}), vf.view({B, H, mmax, s, d}));
+  const auto drives = drive_from_products(*this, ls.kv.unsqueeze(2), ksvs).transpose(1, 2).reshape({B * mmax, H, d, d});
+
+  // Switch j of row b reads the drive of its segment; rows with fewer switches repeat their last
+  // state (valid = false).
+  std::vector<int64_t> pick(static_cast<size_t>(B * C), 0);
+  std::vector<uint8_t> valid(static_cast<size_t>(B * C), 0);
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t j = 0;
+    for (int64_t t = 0; t < Q; ++t) {
+      if (!ch[b * Q + t]) continue;
+      pick[b * C + j] = b * mmax + sg[b * Q + t];
+      valid[b * C + j] = 1;
+      ++j;
+    }
+  }
+  const auto dev = seg.device();
+  const auto picked = drives.index_select(0, torch::tensor(pick, torch::kLong).to(dev)).view({B, C, H, d, d});
+  const auto ok = torch::tensor(valid, torch::kBool).view({B, C}).to(dev);
+
+  auto mem = ls.mem;
+  auto recur = ls.recur;
+  std::vector<torch::Tensor> states{recur};
+  states.reserve(static_cast<size_t>(C + 1));
+  for (int64_t j = 0; j < C; ++j) {
+    const auto drive = picked.select(1, j);
+    const auto ok_j = ok.select(1, j);
+    const auto sel = ok_j.view({B, 1, 1, 1});
+    if (kind == CrossAttentionKind::kAblationIII) {
+      recur = torch::where(sel, drive, recur);
+    } else {
+      const auto r = raf_fire(raf, mem, drive);
+      mem = torch::where(sel, r.mem, mem);
+      recur = torch::where(sel, r.out, recur);
+      if (fired != nullptr) {
+        const auto n = r.fired.sum({1, 2, 3}).to(torch::kFloat64);
+        *fired = *fired + torch::where(ok_j, n, torch::zeros_like(n));
+      }
+    }
+    states.push_back(recur);
+  }
+  // Position t uses the state after the row's switches up to t: index cumsum(changed) in 0..C.
+  const auto R = torch::stack(states, 1);  // [B, C+1, H, d, d]
+  const auto which = changed.to(torch::kLong).cumsum(1);  // [B, Q]
+  if (C + 1 < d) {
+    // Few states: q against every state ([B,H,C+1,Q,d]), then each position's own.
+    const auto all = torch::matmul(qf.unsqueeze(2), R.transpose(1, 2));
+    const auto idx = which.view({B, 1, 1, Q, 1}).expand({B, H, 1, Q, d});
+    return all.gather(2, idx).squeeze(2);
+  }
+  // Many states: each position's R ([B,H,Q,d,d]) times its query.
+  const auto flat = (torch::arange(B, which.options()) * (C + 1)).view({B, 1}) + which;
+  const auto Rt = R.reshape({B * (C + 1), H, d, d}).index_select(0, flat.view(-1)).view({B, Q, H, d, d}).transpose(1, 2);
+  return torch::matmul(qf.unsqueeze(3), Rt).squeeze(3);
 }
 
 torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const torch::Tensor& enc_mask,

@@ -71,6 +71,12 @@ struct CrossAttention {
   // Applies the changed rows' precomputed drives (entry `switches` of each row's table) to ls.
   void apply_switch_table(LayerState& ls, const torch::Tensor& changed, const torch::Tensor& switches,
                           torch::Tensor* fired) const;
+  // Teacher-forced recurrent term q R for every position: qf [B,H,q,d] fp32 -> [B,H,q,d] fp32. The
+  // RAF recurrence runs over each row's segment switches (not over positions), from drives computed
+  // for every segment in one batched product.
+  torch::Tensor teacher_forced_recurrence(const torch::Tensor& qf, const LayerState& ls, const torch::Tensor& enc_mask,
+                                          const torch::Tensor& seg, const torch::Tensor& changed,
+                                          torch::Tensor* fired) const;
   // attn [B,H,q,d] (model dtype), qr = q R [B,H,q,d] fp32 -> the variant's output [B,H,q,d].
   torch::Tensor combine(const torch::Tensor& attn, const torch::Tensor& qr, const LayerState& ls) const;
   bool has_softmax() const;  // false only for ablation I (recurrent term alone)

@@ -68,6 +68,26 @@ TEST_P(Seq2SeqProperties, IncrementalEqualsTeacherForcedIncludingSkippedSegments
   }
 }
 
+// The teacher-forced recurrence multiplies queries by their states in one of two ways, picked by how
+// many states a row goes through against the head size (8 here): the test above has at most 7,
+// this one 13 (m = 12 visited one by one, plus the initial state) next to a row with 4.
+TEST_P(Seq2SeqProperties, IncrementalEqualsTeacherForcedWithManySwitches) {
+  const auto ids = random_ids(2, 48);  // s = 4 -> m = 12
+  auto mask = torch::ones({2, 48}, torch::kLong);
+  mask[1].narrow(0, 14, 34).fill_(0);  // row 1: k = 14, m = 4
+  const auto enc = model_->encode(ids, mask);
+  const auto dec = random_ids(2, 14);
+  const auto L = torch::tensor({12, 14}, torch::kLong);
+  const auto tf = model_->forward(enc, dec, L);
+  auto st = model_->start(enc, L);
+  const auto inc = incremental(st, dec);
+  EXPECT_LE((tf - inc).abs().max().item<double>(), 1e-5);
+  if (model_->config().srformer.segmented()) {
+    EXPECT_EQ(st.segment_switches[0].item<int64_t>(), 12);
+    EXPECT_EQ(st.segment_switches[1].item<int64_t>(), 4);
+  }
+}
+
 TEST_P(Seq2SeqProperties, PaddedRowEqualsUnpaddedRow) {
   const auto ids = random_ids(1, 13);
   const auto dec = random_ids(1, 6);
