@@ -49,7 +49,8 @@ class DecoderState {
   // Drops leading self-attention slots that no row uses any more.
   void compact();
   // After a decode step: keeps `rows` (indices into the current rows, in order) like select(), from
-  // plain integers. Does nothing when they are 0..B-1; compacts when rows were dropped.
+  // plain integers. Does nothing when they are 0..B-1; compacts when rows were dropped. Increasing
+  // rows (rows leaving) move down in place on the CPU when no other state shares the tensors.
   void retain(const std::vector<int64_t>& rows);
   // Bytes held for row b (its share of every tensor, padding included), and in total.
   int64_t row_bytes(int64_t b) const;

@@ -246,6 +246,53 @@ TEST(StateBytes, GrowWithStepsAndShrinkWithRows) {
   EXPECT_THROW(st.select(torch::tensor({5}, torch::kLong)), std::out_of_range);
 }
 
+// Rows leaving after a step (retain with increasing rows) move down in place; the state then equals
+// the one select() copies, decodes the same, never touches a copy taken before, and gives memory
+// back once the kept rows would fill less than half of it.
+TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
+  TempDir d("retain");
+  write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 9);
+  auto model = load_model(d.path());
+  const auto enc = model->encode(torch::randint(3, 96, {5, 12}, torch::kLong), torch::ones({5, 12}, torch::kLong));
+  const auto tokens = torch::randint(3, 96, {5, 6}, torch::kLong);
+  const auto started = [&] {
+    auto st = model->start(enc, torch::full({5}, 8, torch::kLong));
+    for (int64_t t = 0; t < 2; ++t) model->step(st, tokens.select(1, t));
+    return st;
+  };
+  auto copied = started();
+  copied.select(torch::tensor({0, 2, 3, 4}, torch::kLong));
+
+  auto in_place = started();
+  const auto storage_before = in_place.layers[1].cross_k.storage().nbytes();
+  in_place.retain({0, 2, 3, 4});
+  EXPECT_EQ(in_place.layers[1].cross_k.storage().nbytes(), storage_before) << "4 of 5 rows: moved in place";
+  EXPECT_EQ(in_place.batch_size(), 4);
+  EXPECT_TRUE(torch::equal(in_place.layers[1].cross_k, copied.layers[1].cross_k));
+  EXPECT_TRUE(torch::equal(in_place.layers[0].mem, copied.layers[0].mem));
+  EXPECT_TRUE(torch::equal(in_place.segment, copied.segment));
+
+  auto shared = started();
+  const DecoderState before = shared;  // holds the same tensors
+  const auto cross_before = before.layers[1].cross_k.clone();
+  shared.retain({0, 2, 3, 4});
+  EXPECT_TRUE(torch::equal(shared.layers[1].cross_k, copied.layers[1].cross_k));
+  EXPECT_TRUE(torch::equal(before.layers[1].cross_k, cross_before)) << "a state sharing the tensors is untouched";
+  EXPECT_EQ(before.batch_size(), 5);
+
+  const auto kept = torch::tensor({0, 2, 3, 4}, torch::kLong);
+  for (int64_t t = 2; t < 6; ++t) {
+    const auto tok = tokens.select(1, t).index_select(0, kept);
+    EXPECT_LE((model->step(in_place, tok) - model->step(copied, tok)).abs().max().item<double>(), 1e-6);
+  }
+  // 1 of 4 rows kept: a compact copy that returns the memory.
+  in_place.retain({3});
+  EXPECT_EQ(in_place.layers[1].cross_k.storage().nbytes(), in_place.layers[1].cross_k.nbytes());
+  copied.select(torch::tensor({3}, torch::kLong));
+  EXPECT_TRUE(torch::equal(in_place.layers[1].cross_k, copied.layers[1].cross_k));
+  EXPECT_THROW(in_place.retain({0, 1}), std::out_of_range);
+}
+
 // The switch table lists the segments segment_schedule visits, in order, for any m and L.
 TEST(SwitchTable, VisitedSegmentsFollowTheSchedule) {
   EXPECT_EQ(visited_segments(6, 3), (std::vector<int64_t>{0, 2, 4, 5}));
