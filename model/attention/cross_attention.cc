@@ -357,10 +357,11 @@ torch::Tensor CrossAttention::teacher_forced_recurrence(const torch::Tensor& qf,
     const auto idx = which.view({B, 1, 1, Q, 1}).expand({B, H, 1, Q, d});
     return all.gather(2, idx).squeeze(2);
   }
-  // Many states: each position's R ([B,H,Q,d,d]) times its query.
+  // Many states: each position's R ([B,H,Q,d,d]) times its query, as an element-wise product and a
+  // sum (a batched matmul would make one tiny BLAS call per position and head).
   const auto flat = (torch::arange(B, which.options()) * (C + 1)).view({B, 1}) + which;
   const auto Rt = R.reshape({B * (C + 1), H, d, d}).index_select(0, flat.view(-1)).view({B, Q, H, d, d}).transpose(1, 2);
-  return torch::matmul(qf.unsqueeze(3), Rt).squeeze(3);
+  return (qf.unsqueeze(-1) * Rt).sum(-2);
 }
 
 torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const torch::Tensor& enc_mask,
