@@ -156,15 +156,17 @@ void DecoderState::retain(const std::vector<int64_t>& rows) {
       t = select_rows(t, idx);
     });
   }
-  if (static_cast<int64_t>(rows.size()) < before) compact();
+  if (static_cast<int64_t>(rows.size()) < before && self_valid.defined()) {
+    compact(std::max<int64_t>(8, self_valid.size(1) / 4));
+  }
 }
 
-void DecoderState::compact() {
+void DecoderState::compact(int64_t min_unused) {
   if (batch_size() == 0 || !self_valid.defined() || self_valid.size(1) == 0) return;
   const auto used = self_valid.any(0);  // [T]
   const auto nz = used.nonzero();
   const int64_t first = nz.numel() == 0 ? self_valid.size(1) : nz[0].item<int64_t>();
-  if (first == 0) return;
+  if (first == 0 || first < min_unused) return;
   const int64_t keep = self_valid.size(1) - first;
   self_valid = self_valid.narrow(1, first, keep).contiguous();
   self_pos = self_pos.narrow(1, first, keep).contiguous();

@@ -46,11 +46,14 @@ class DecoderState {
   void select(const torch::Tensor& rows);
   // Appends the rows of `other` after this state's rows (pads cross keys / self slots as needed).
   void append(DecoderState&& other);
-  // Drops leading self-attention slots that no row uses any more.
-  void compact();
+  // Drops leading self-attention slots that no row uses any more, when there are at least
+  // min_unused of them (each compaction copies every self-attention cache).
+  void compact(int64_t min_unused = 1);
   // After a decode step: keeps `rows` (indices into the current rows, in order) like select(), from
-  // plain integers. Does nothing when they are 0..B-1; compacts when rows were dropped. Increasing
-  // rows (rows leaving) move down in place on the CPU when no other state shares the tensors.
+  // plain integers. Does nothing when they are 0..B-1. Increasing rows (rows leaving) move down in
+  // place on the CPU when no other state shares the tensors. When rows were dropped, compacts once a
+  // quarter of the self-attention slots (at least 8) is unused: masked slots cost the attention
+  // little, a copy of every cache per leaving request costs more.
   void retain(const std::vector<int64_t>& rows);
   // Bytes held for row b (its share of every tensor, padding included), and in total.
   int64_t row_bytes(int64_t b) const;

@@ -293,6 +293,33 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   EXPECT_THROW(in_place.retain({0, 1}), std::out_of_range);
 }
 
+// When the longest-running row leaves, retain() drops the self-attention slots only it used once
+// they are a quarter of the slots (at least 8); until then they stay, masked, and change nothing.
+TEST(StateRetain, CompactsSelfAttentionSlotsLazily) {
+  TempDir d("lazy");
+  write_random_model(d.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4), 9);
+  auto model = load_model(d.path());
+  const auto ids = torch::randint(3, 96, {1, 12}, torch::kLong);
+  const auto one = torch::ones({1, 12}, torch::kLong);
+  for (const int64_t head_start : {3, 12}) {
+    auto st = model->start(model->encode(ids, one), torch::full({1}, 20, torch::kLong));
+    for (int64_t t = 0; t < head_start; ++t) model->step(st, torch::full({1}, 5, torch::kLong));
+    st.append(model->start(model->encode(ids, one), torch::full({1}, 20, torch::kLong)));
+    for (int64_t t = 0; t < 2; ++t) model->step(st, torch::full({2}, 7, torch::kLong));
+    const int64_t slots = st.self_valid.size(1);
+    auto compacted = st;
+    compacted.select(torch::tensor({1}, torch::kLong));
+    compacted.compact();
+    st.retain({1});
+    EXPECT_EQ(compacted.self_valid.size(1), 2);
+    EXPECT_EQ(st.self_valid.size(1), head_start < 8 ? slots : 2) << "head start " << head_start;
+    for (int64_t t = 0; t < 3; ++t) {
+      const auto tok = torch::full({1}, 9 + t, torch::kLong);
+      EXPECT_LE((model->step(st, tok) - model->step(compacted, tok)).abs().max().item<double>(), 1e-5);
+    }
+  }
+}
+
 // The switch table lists the segments segment_schedule visits, in order, for any m and L.
 TEST(SwitchTable, VisitedSegmentsFollowTheSchedule) {
   EXPECT_EQ(visited_segments(6, 3), (std::vector<int64_t>{0, 2, 4, 5}));

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Side-by-side A/B of two srformer-server binaries under the same steady load, the runs taking turns
+# (A, B, A, B, ...) so that slow spells of a shared machine hit both. Each run starts a server, drives
+# it with srformer-client --load, stops it and prints one line: binary, tokens/s, and the engine's
+# overhead split from the server's shutdown log line.
+#   bench/server_ab.sh SERVER_A SERVER_B MODEL_DIR [DOC]
+#   env: ROUNDS (3), CONCURRENCY (32), REQUESTS (96), NEW_TOKENS (64), THREADS (2), CLIENT (build/bin/srformer-client)
+# A binary outside the build tree needs SRFORMER_SPM_PLUGIN=/abs/path/to/libsrformer_spm.so.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+[ $# -ge 3 ] || { echo "usage: $0 SERVER_A SERVER_B MODEL_DIR [DOC]" >&2; exit 2; }
+a=$1 b=$2 model=$3 doc=${4:-$root/docs/example-document.txt}
+client=${CLIENT:-$root/build/bin/srformer-client}
+run() {
+  local server=$1 log pid target line
+  log=$(mktemp)
+  "$server" --model ab="$model" --listen 127.0.0.1:0 --metrics-listen "" --threads "${THREADS:-2}" \
+    --max-batch-rows 64 --max-queue 256 2>"$log" &
+  pid=$!
+  for _ in $(seq 600); do
+    grep -q "listening on" "$log" && break
+    kill -0 $pid 2>/dev/null || { cat "$log" >&2; exit 1; }
+    sleep 0.1
+  done
+  target=$(grep -o 'listening on [^ ]*' "$log" | awk '{print $3}')
+  line=$("$client" --target "$target" --model ab --load --json --concurrency "${CONCURRENCY:-32}" \
+    --requests "${REQUESTS:-96}" --max-new-tokens "${NEW_TOKENS:-64}" --min-new-tokens "${NEW_TOKENS:-64}" \
+    --truncate "$doc")
+  kill -TERM $pid
+  wait $pid || true
+  printf '%s tokens/s %s | %s\n' "$server" \
+    "$(printf '%s' "$line" | /usr/bin/python3 -c 'import json,sys; print(round(json.load(sys.stdin)["tokens_per_s"], 1))')" \
+    "$(grep -o 'engine overhead.*' "$log" | tail -1)"
+  rm -f "$log"
+}
+for _ in $(seq "${ROUNDS:-3}"); do
+  run "$a"
+  run "$b"
+done
