@@ -346,11 +346,70 @@ def length_stats(values):
     }
 
 
+def write_outputs(out_dir, splits, stats, removed, group_sizes, header):
+    """Writes OUT/{train,validation,test}.jsonl and OUT/stats.json (stats plus removals, groups and
+    per-split counts and length statistics); prints the summary under `header` unless it is None.
+    Examples are dicts with id, document, summary and _group. Shared with build_rfc_dataset.py."""
+    os.makedirs(out_dir, exist_ok=True)
+    stats = dict(stats)
+    stats.update(
+        {
+            "removed": dict(sorted(removed.items())),
+            "groups": len(group_sizes),
+            "largest_group": (group_sizes.most_common(1)[0] if group_sizes else None),
+            "splits": {},
+        }
+    )
+    for name in SPLITS:
+        rows = splits[name]
+        with open(os.path.join(out_dir, name + ".jsonl"), "w", encoding="utf-8") as f:
+            for e in rows:
+                f.write(json.dumps({"id": e["id"], "document": e["document"], "summary": e["summary"]}, ensure_ascii=False))
+                f.write("\n")
+        stats["splits"][name] = {
+            "examples": len(rows),
+            "groups": len({e["_group"] for e in rows}),
+            "document_words": length_stats([len(WORD_RE.findall(e["document"])) for e in rows]),
+            "summary_words": length_stats([len(WORD_RE.findall(e["summary"])) for e in rows]),
+        }
+    with open(os.path.join(out_dir, "stats.json"), "w", encoding="utf-8") as f:
+        json.dump(stats, f, indent=2, sort_keys=True)
+        f.write("\n")
+    if header is None:
+        return
+    print(header)
+    for reason, n in sorted(removed.items()):
+        print("  removed, %s: %d" % (reason, n))
+    if group_sizes:
+        big = group_sizes.most_common(1)[0]
+        print("groups: %d (largest: %s, %d examples)" % (len(group_sizes), big[0], big[1]))
+    for name in SPLITS:
+        sp = stats["splits"][name]
+        d, m = sp["document_words"], sp["summary_words"]
+        print(
+            "%-10s %6d examples %6d groups | document words mean %.1f median %.1f p95 %d | "
+            "summary words mean %.1f median %.1f p95 %d"
+            % (name, sp["examples"], sp["groups"], d["mean"], d["median"], d["p95"], m["mean"], m["median"], m["p95"])
+        )
+    print("wrote %s/{train,validation,test}.jsonl and stats.json" % out_dir)
+
+
 def find_lists(lists_dir):
     names = sorted(os.listdir(lists_dir)) if os.path.isdir(lists_dir) else []
     translation = [os.path.join(lists_dir, n) for n in names if "_i18n_Translation-en" in n]
     packages = [os.path.join(lists_dir, n) for n in names if re.search(r"_Packages(\.[a-z0-9]+)?$", n)]
     return translation, packages
+
+
+def parse_with_split(parser, argv):
+    """Adds --split and --quiet to parser, parses argv and checks the split percentages."""
+    parser.add_argument("--split", default="90,5,5", help="train,validation,test percentages (default %(default)s)")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    args.split = [float(x) for x in args.split.split(",")]
+    if len(args.split) != 3 or abs(sum(args.split) - 100) > 1e-9 or min(args.split) < 0:
+        parser.error("--split needs three non-negative percentages summing to 100")
+    return args
 
 
 def parse_args(argv):
@@ -364,13 +423,7 @@ def parse_args(argv):
     p.add_argument("--max-doc-words", type=int, default=400)
     p.add_argument("--min-summary-words", type=int, default=2)
     p.add_argument("--min-shared-words", type=int, default=5, help="first paragraphs shorter than this do not merge groups")
-    p.add_argument("--split", default="90,5,5", help="train,validation,test percentages (default %(default)s)")
-    p.add_argument("--quiet", action="store_true")
-    args = p.parse_args(argv)
-    args.split = [float(x) for x in args.split.split(",")]
-    if len(args.split) != 3 or abs(sum(args.split) - 100) > 1e-9 or min(args.split) < 0:
-        p.error("--split needs three non-negative percentages summing to 100")
-    return args
+    return parse_with_split(p, argv)
 
 
 def main(argv=None):
@@ -390,46 +443,12 @@ def main(argv=None):
     records = collect_records(translation, packages)
     splits, removed, group_sizes = build(records, args)
 
-    os.makedirs(args.out, exist_ok=True)
     stats = {
         "inputs": {"translation": translation, "packages": packages},
         "description_records": len(records),
-        "removed": dict(sorted(removed.items())),
-        "groups": len(group_sizes),
-        "largest_group": (group_sizes.most_common(1)[0] if group_sizes else None),
-        "splits": {},
     }
-    for name in SPLITS:
-        rows = splits[name]
-        with open(os.path.join(args.out, name + ".jsonl"), "w", encoding="utf-8") as f:
-            for e in rows:
-                f.write(json.dumps({"id": e["id"], "document": e["document"], "summary": e["summary"]}, ensure_ascii=False))
-                f.write("\n")
-        stats["splits"][name] = {
-            "examples": len(rows),
-            "groups": len({e["_group"] for e in rows}),
-            "document_words": length_stats([len(WORD_RE.findall(e["document"])) for e in rows]),
-            "summary_words": length_stats([len(WORD_RE.findall(e["summary"])) for e in rows]),
-        }
-    with open(os.path.join(args.out, "stats.json"), "w", encoding="utf-8") as f:
-        json.dump(stats, f, indent=2, sort_keys=True)
-        f.write("\n")
-    if not args.quiet:
-        print("description records: %d (from %d lists)" % (len(records), len(translation) + len(packages)))
-        for reason, n in sorted(removed.items()):
-            print("  removed, %s: %d" % (reason, n))
-        if group_sizes:
-            big = group_sizes.most_common(1)[0]
-            print("groups: %d (largest: %s, %d examples)" % (len(group_sizes), big[0], big[1]))
-        for name in SPLITS:
-            s = stats["splits"][name]
-            d, m = s["document_words"], s["summary_words"]
-            print(
-                "%-10s %6d examples %6d groups | document words mean %.1f median %.1f p95 %d | "
-                "summary words mean %.1f median %.1f p95 %d"
-                % (name, s["examples"], s["groups"], d["mean"], d["median"], d["p95"], m["mean"], m["median"], m["p95"])
-            )
-        print("wrote %s/{train,validation,test}.jsonl and stats.json" % args.out)
+    header = "description records: %d (from %d lists)" % (len(records), len(translation) + len(packages))
+    write_outputs(args.out, splits, stats, removed, group_sizes, None if args.quiet else header)
     return 0
 
 

@@ -273,23 +273,27 @@ def cut_words(paragraphs, limit):
 # Building
 
 
+def length_filter(record, args):
+    """The removal reason of a document or summary outside the word limits, or None."""
+    for field, low, high in (
+        ("document", args.min_doc_words, args.max_doc_words),
+        ("summary", args.min_summary_words, args.max_summary_words),
+    ):
+        words = len(common.WORD_RE.findall(record[field]))
+        if words < low:
+            return "%s < %d words" % (field, low)
+        if words > high:
+            return "%s > %d words" % (field, high)
+    return None
+
+
 def build(records, args, removed):
     """Filtered, grouped and split examples plus group sizes."""
     kept = {}
     for r in records:
-        doc_words = len(common.WORD_RE.findall(r["document"]))
-        sum_words = len(common.WORD_RE.findall(r["summary"]))
-        if doc_words < args.min_doc_words:
-            removed["document < %d words" % args.min_doc_words] += 1
-            continue
-        if doc_words > args.max_doc_words:
-            removed["document > %d words" % args.max_doc_words] += 1
-            continue
-        if sum_words < args.min_summary_words:
-            removed["summary < %d words" % args.min_summary_words] += 1
-            continue
-        if sum_words > args.max_summary_words:
-            removed["summary > %d words" % args.max_summary_words] += 1
+        reason = length_filter(r, args)
+        if reason:
+            removed[reason] += 1
             continue
         if common.contains_sequence(common.norm_tokens(r["document"]), common.norm_tokens(r["summary"])):
             removed["summary copied from the document"] += 1
@@ -368,13 +372,7 @@ def parse_args(argv):
     p.add_argument("--max-doc-words", type=int, default=2000)
     p.add_argument("--min-summary-words", type=int, default=10)
     p.add_argument("--max-summary-words", type=int, default=400)
-    p.add_argument("--split", default="90,5,5", help="train,validation,test percentages (default %(default)s)")
-    p.add_argument("--quiet", action="store_true")
-    args = p.parse_args(argv)
-    args.split = [float(x) for x in args.split.split(",")]
-    if len(args.split) != 3 or abs(sum(args.split) - 100) > 1e-9 or min(args.split) < 0:
-        p.error("--split needs three non-negative percentages summing to 100")
-    return args
+    return common.parse_with_split(p, argv)
 
 
 def main(argv=None):
@@ -391,49 +389,10 @@ def main(argv=None):
     records = collect_records(rfc_dir, args.document, args.max_doc_words, removed)
     splits, group_sizes = build(records, args, removed)
 
-    os.makedirs(args.out, exist_ok=True)
-    stats = {
-        "input": rfc_dir,
-        "document": args.document,
-        "rfcs_read": len(records) + sum(
-            removed[k] for k in ("no metadata or text", "no abstract", "no introduction heading")
-        ),
-        "removed": dict(sorted(removed.items())),
-        "groups": len(group_sizes),
-        "largest_group": (group_sizes.most_common(1)[0] if group_sizes else None),
-        "splits": {},
-    }
-    for name in common.SPLITS:
-        rows = splits[name]
-        with open(os.path.join(args.out, name + ".jsonl"), "w", encoding="utf-8") as f:
-            for e in rows:
-                f.write(json.dumps({"id": e["id"], "document": e["document"], "summary": e["summary"]}, ensure_ascii=False))
-                f.write("\n")
-        stats["splits"][name] = {
-            "examples": len(rows),
-            "groups": len({e["_group"] for e in rows}),
-            "document_words": common.length_stats([len(common.WORD_RE.findall(e["document"])) for e in rows]),
-            "summary_words": common.length_stats([len(common.WORD_RE.findall(e["summary"])) for e in rows]),
-        }
-    with open(os.path.join(args.out, "stats.json"), "w", encoding="utf-8") as f:
-        json.dump(stats, f, indent=2, sort_keys=True)
-        f.write("\n")
-    if not args.quiet:
-        print("RFCs read: %d from %s (document: %s)" % (stats["rfcs_read"], rfc_dir, args.document))
-        for reason, n in sorted(removed.items()):
-            print("  removed, %s: %d" % (reason, n))
-        if group_sizes:
-            big = group_sizes.most_common(1)[0]
-            print("groups: %d (largest: %s, %d examples)" % (len(group_sizes), big[0], big[1]))
-        for name in common.SPLITS:
-            s = stats["splits"][name]
-            d, m = s["document_words"], s["summary_words"]
-            print(
-                "%-10s %6d examples %6d groups | document words mean %.1f median %.1f p95 %d | "
-                "summary words mean %.1f median %.1f p95 %d"
-                % (name, s["examples"], s["groups"], d["mean"], d["median"], d["p95"], m["mean"], m["median"], m["p95"])
-            )
-        print("wrote %s/{train,validation,test}.jsonl and stats.json" % args.out)
+    read = len(records) + sum(removed[k] for k in ("no metadata or text", "no abstract", "no introduction heading"))
+    stats = {"input": rfc_dir, "document": args.document, "rfcs_read": read}
+    header = "RFCs read: %d from %s (document: %s)" % (read, rfc_dir, args.document)
+    common.write_outputs(args.out, splits, stats, removed, group_sizes, None if args.quiet else header)
     return 0
 
 
