@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "model/attention/products.h"
 #include "model/attention/segments.h"
@@ -28,6 +29,13 @@ torch::Tensor drive_from_products(const CrossAttention& a, const torch::Tensor& 
   if (a.kv_clamp) ksvs = ksvs.clamp(-*a.kv_clamp, *a.kv_clamp);
   if (a.kind == CrossAttentionKind::kAblationIII) return kv - ksvs;
   return torch::matmul(a.kind == CrossAttentionKind::kAblationIV ? ksvs : kv - ksvs, a.raf.weight.t());
+}
+
+// The layer's cross keys and values in fp32 with padded positions zeroed ([B,H,k,d] each): what
+// K^T V, ||K|| and every K_i^T V_i are computed from (DESIGN.md: padding is masked everywhere).
+std::pair<torch::Tensor, torch::Tensor> masked_keys_values(const LayerState& ls, const torch::Tensor& enc_mask) {
+  const auto w = enc_mask.to(torch::kFloat32).view({enc_mask.size(0), 1, -1, 1});
+  return {ls.cross_k.to(torch::kFloat32) * w, ls.cross_v.to(torch::kFloat32) * w};
 }
 
 }  // namespace
@@ -60,10 +68,8 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
   ls.cross_k = split_heads(k(enc_hidden), heads).contiguous();
   ls.cross_v = split_heads(v(enc_hidden), heads).contiguous();
   if (recurrent()) {
-    // K^T V and ||K|| over real positions only, in fp32 (DESIGN.md: padding is masked everywhere).
-    const auto w = enc_mask.to(torch::kFloat32).view({enc_mask.size(0), 1, -1, 1});
-    const auto kf = ls.cross_k.to(torch::kFloat32) * w;
-    const auto vf = ls.cross_v.to(torch::kFloat32) * w;
+    // K^T V and ||K|| over real positions only, in fp32.
+    const auto [kf, vf] = masked_keys_values(ls, enc_mask);
     auto kv = keys_values_product(kf, vf);
     if (kv_clamp) kv = kv.clamp(-*kv_clamp, *kv_clamp);
     ls.kv = kv;
@@ -300,9 +306,7 @@ torch::Tensor CrossAttention::teacher_forced_recurrence(const torch::Tensor& qf,
   const int64_t kmax = enc_mask.size(1);
   const int64_t s = segment_size;
   const int64_t mmax = (kmax + s - 1) / s;
-  const auto w = enc_mask.to(torch::kFloat32).view({B, 1, kmax, 1});
-  auto kf = ls.cross_k.to(torch::kFloat32) * w;
-  auto vf = ls.cross_v.to(torch::kFloat32) * w;
+  auto [kf, vf] = masked_keys_values(ls, enc_mask);
   if (mmax * s != kmax) {
     kf = torch::constant_pad_nd(kf, {0, 0, 0, mmax * s - kmax});
     vf = torch::constant_pad_nd(vf, {0, 0, 0, mmax * s - kmax});
