@@ -4,6 +4,7 @@
 # inter-token p50/p90/p99).
 #   bench/serve_load.sh BUILD_DIR MODEL_DIR "1 4 16" DOC...   (env: REQUESTS=64 MAX_NEW=64 THREADS=2 EXTRA="...")
 set -euo pipefail
+source "$(dirname "$0")/server_lib.sh"
 build=$1 model=$2 levels=$3
 shift 3
 [ $# -gt 0 ] || { echo "usage: $0 BUILD_DIR MODEL_DIR \"1 4 16\" DOC..." >&2; exit 2; }
@@ -12,12 +13,7 @@ log=$(mktemp)
   --threads "${THREADS:-2}" ${EXTRA:-} 2>"$log" &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
-for _ in $(seq 600); do
-  grep -q "listening on" "$log" && break
-  kill -0 $pid 2>/dev/null || { cat "$log" >&2; exit 1; }
-  sleep 0.1
-done
-target=$(grep -o 'listening on [^ ]*' "$log" | awk '{print $3}' | sed 's/^0\.0\.0\.0/127.0.0.1/')
+target=$(wait_for_server "$log" $pid)
 for c in $levels; do
   "$build/bin/srformer-client" --target "$target" --load --json --concurrency "$c" \
     --requests "${REQUESTS:-64}" --max-new-tokens "${MAX_NEW:-64}" "$@"

@@ -11,6 +11,7 @@
 #                                           SWITCHES="true" ("false true": served with and without
 #                                           --precompute-switches, after KERNELS)
 set -euo pipefail
+source "$(dirname "$0")/server_lib.sh"
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 cache=${CACHE:-/tmp/srformer-serve-bench}
@@ -34,12 +35,7 @@ for shape in ${SHAPES:-t5-small bart-base}; do
       --metrics-listen "" --threads "${THREADS:-2}" --max-batch-rows 64 --max-queue 256 \
       --precompute-switches "$switches" 2>"$log" &
     pid=$!
-    for _ in $(seq 600); do
-      grep -q "listening on" "$log" && break
-      kill -0 $pid 2>/dev/null || { cat "$log" >&2; exit 1; }
-      sleep 0.1
-    done
-    target=$(grep -o 'listening on [^ ]*' "$log" | awk '{print $3}')
+    target=$(wait_for_server "$log" $pid)
     single=""
     for c in $levels; do
       n=$(( c > ${REQUESTS:-32} ? c : ${REQUESTS:-32} ))

@@ -7,6 +7,7 @@
 #   env: ROUNDS (3), CONCURRENCY (32), REQUESTS (96), NEW_TOKENS (64), THREADS (2), CLIENT (build/bin/srformer-client)
 # A binary outside the build tree needs SRFORMER_SPM_PLUGIN=/abs/path/to/libsrformer_spm.so.
 set -euo pipefail
+source "$(dirname "$0")/server_lib.sh"
 root=$(cd "$(dirname "$0")/.." && pwd)
 [ $# -ge 3 ] || { echo "usage: $0 SERVER_A SERVER_B MODEL_DIR [DOC]" >&2; exit 2; }
 a=$1 b=$2 model=$3 doc=${4:-$root/docs/example-document.txt}
@@ -17,12 +18,7 @@ run() {
   "$server" --model ab="$model" --listen 127.0.0.1:0 --metrics-listen "" --threads "${THREADS:-2}" \
     --max-batch-rows 64 --max-queue 256 2>"$log" &
   pid=$!
-  for _ in $(seq 600); do
-    grep -q "listening on" "$log" && break
-    kill -0 $pid 2>/dev/null || { cat "$log" >&2; exit 1; }
-    sleep 0.1
-  done
-  target=$(grep -o 'listening on [^ ]*' "$log" | awk '{print $3}')
+  target=$(wait_for_server "$log" $pid)
   line=$("$client" --target "$target" --model ab --load --json --concurrency "${CONCURRENCY:-32}" \
     --requests "${REQUESTS:-96}" --max-new-tokens "${NEW_TOKENS:-64}" --min-new-tokens "${NEW_TOKENS:-64}" \
     --truncate "$doc")
