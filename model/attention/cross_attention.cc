@@ -353,7 +353,7 @@ torch::Tensor CrossAttention::teacher_forced_recurrence(const torch::Tensor& qf,
     states.push_back(recur);
   }
   // Position t uses the state after the row's switches up to t: index cumsum(changed) in 0..C.
-  const auto R = torch::stack(states, 1);  // [B, C+1, H, d, d]
+  const auto R = torch::stack(states, 1);                 // [B, C+1, H, d, d]
   const auto which = changed.to(torch::kLong).cumsum(1);  // [B, Q]
   if (C + 1 < d) {
     // Few states: q against every state ([B,H,C+1,Q,d]), then each position's own.
@@ -364,7 +364,8 @@ torch::Tensor CrossAttention::teacher_forced_recurrence(const torch::Tensor& qf,
   // Many states: each position's R ([B,H,Q,d,d]) times its query, as an element-wise product and a
   // sum (a batched matmul would make one tiny BLAS call per position and head).
   const auto flat = (torch::arange(B, which.options()) * (C + 1)).view({B, 1}) + which;
-  const auto Rt = R.reshape({B * (C + 1), H, d, d}).index_select(0, flat.view(-1)).view({B, Q, H, d, d}).transpose(1, 2);
+  const auto Rt =
+      R.reshape({B * (C + 1), H, d, d}).index_select(0, flat.view(-1)).view({B, Q, H, d, d}).transpose(1, 2);
   return (qf.unsqueeze(-1) * Rt).sum(-2);
 }
 
