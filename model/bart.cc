@@ -27,10 +27,9 @@ class BartModel final : public EncoderDecoderModel {
  public:
   BartModel(const ModelConfig& config, const CheckpointReader& ckpt, const LoadOptions& options) {
     config_ = config;
-    device_ = options.device;
-    dtype_ = options.dtype;
-    WeightBinder binder(ckpt, dtype_, device_);
-    ParamBinder w(binder, options.init_missing_raf);
+    const bool pack = set_precision(options);
+    WeightBinder binder(ckpt, compute_dtype_, device_);
+    ParamBinder w(binder, options.init_missing_raf, pack);
     const auto& c = config_;
     const int64_t D = c.d_model;
     shared_ = w.take("model.shared.weight", {c.vocab_size, D},
@@ -38,14 +37,17 @@ class BartModel final : public EncoderDecoderModel {
     binder.ignore("model\\.(encoder|decoder)\\.embed_tokens\\.weight");
     if (c.tie_word_embeddings) {
       binder.ignore("lm_head\\.weight");
-      lm_head_ = shared_;
+      lm_head_.weight = shared_;
     } else {
-      lm_head_ = w.take("lm_head.weight", {c.vocab_size, D});
+      lm_head_.weight = w.take("lm_head.weight", {c.vocab_size, D});
+    }
+    if (pack) {
+      lm_head_.pack_bf16();
     }
     const auto flb = binder.take_optional("final_logits_bias", {1, c.vocab_size});
     final_logits_bias_ =
         w.record("final_logits_bias",
-                 flb ? *flb : torch::zeros({1, c.vocab_size}, torch::TensorOptions().dtype(dtype_).device(device_)));
+                 flb ? *flb : torch::zeros({1, c.vocab_size}, torch::TensorOptions().dtype(compute_dtype_).device(device_)));
     const int64_t P = c.max_position_embeddings + 2;
     enc_pos_ = w.take("model.encoder.embed_positions.weight", {P, D});
     dec_pos_ = w.take("model.decoder.embed_positions.weight", {P, D});
@@ -126,7 +128,7 @@ class BartModel final : public EncoderDecoderModel {
     const auto mask = mask_of(attention_mask, ids);
     auto h = torch::embedding(shared_, ids) * embed_scale_ + enc_pos_.narrow(0, 2, k).unsqueeze(0);
     h = enc_ln_emb_(h);
-    const auto bias = additive_mask(mask.view({ids.size(0), 1, 1, k}), dtype_);
+    const auto bias = additive_mask(mask.view({ids.size(0), 1, 1, k}), compute_dtype_);
     for (const auto& l : encoder_) {
       h = l.self_attn_norm(h + l.self_attn.forward(h, bias));
       h = l.final_norm(h + l.ffn(h));
@@ -143,20 +145,21 @@ class BartModel final : public EncoderDecoderModel {
     }
     auto h = torch::embedding(shared_, tokens) * embed_scale_ + torch::embedding(dec_pos_, pos + 2);
     h = dec_ln_emb_(h);
-    const auto bias = additive_mask(ctx.self_allowed().unsqueeze(1), dtype_);
+    const auto bias = additive_mask(ctx.self_allowed().unsqueeze(1), compute_dtype_);
     for (size_t i = 0; i < decoder_.size(); ++i) {
       const auto& l = decoder_[i];
       h = l.self_attn_norm(h + ctx.self_attention(i, l.self_attn, h, bias));
       h = l.cross_attn_norm(h + ctx.cross_attention(i, cross_[i], h));
       h = l.final_norm(h + l.ffn(h));
     }
-    return (srformer::linear(h, lm_head_) + final_logits_bias_).to(torch::kFloat32);
+    return (lm_head_(h) + final_logits_bias_).to(torch::kFloat32);
   }
 
   const std::vector<CrossAttention>& cross_layers() const override { return cross_; }
 
  private:
-  torch::Tensor shared_, lm_head_, final_logits_bias_, enc_pos_, dec_pos_;
+  torch::Tensor shared_, final_logits_bias_, enc_pos_, dec_pos_;
+  Linear lm_head_;  // the shared embedding when tied
   LayerNorm enc_ln_emb_, dec_ln_emb_;
   double embed_scale_ = 1.0;
   std::vector<BartEncoderLayer> encoder_;

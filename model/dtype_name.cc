@@ -1,5 +1,7 @@
 #include "model/dtype_name.h"
 
+#include <stdexcept>
+
 namespace srformer {
 
 std::optional<torch::ScalarType> float_dtype_from_name(const std::string& name) {
@@ -7,6 +9,25 @@ std::optional<torch::ScalarType> float_dtype_from_name(const std::string& name) 
   if (name == "fp16" || name == "float16") return torch::kFloat16;
   if (name == "bf16" || name == "bfloat16") return torch::kBFloat16;
   return std::nullopt;
+}
+
+torch::ScalarType float_dtype_from_flag(const std::string& value) {
+  const auto t = float_dtype_from_name(value);
+  if (!t) throw std::invalid_argument("--dtype takes fp32, fp16 or bf16, not '" + value + "'");
+  return *t;
+}
+
+std::string dtype_name(torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kFloat16:
+      return "fp16";
+    case torch::kBFloat16:
+      return "bf16";
+    case torch::kFloat32:
+      return "fp32";
+    default:
+      return c10::toString(dtype);
+  }
 }
 
 }  // namespace srformer

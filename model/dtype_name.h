@@ -9,5 +9,9 @@ namespace srformer {
 
 // fp32/float32, fp16/float16, bf16/bfloat16; nullopt for anything else.
 std::optional<torch::ScalarType> float_dtype_from_name(const std::string& name);
+// As float_dtype_from_name, for a --dtype flag: std::invalid_argument naming the accepted values otherwise.
+torch::ScalarType float_dtype_from_flag(const std::string& value);
+// The short name: fp32, fp16, bf16 (LibTorch's name for any other type).
+std::string dtype_name(torch::ScalarType dtype);
 
 }  // namespace srformer

@@ -154,6 +154,14 @@ torch::Tensor EncoderDecoderModel::forward(const EncoderOutput& enc, const torch
   return run_decoder(ids, ctx);
 }
 
+bool EncoderDecoderModel::set_precision(const LoadOptions& options) {
+  device_ = options.device;
+  dtype_ = options.dtype;
+  const bool cpu_bf16 = device_.is_cpu() && dtype_ == torch::kBFloat16;
+  compute_dtype_ = cpu_bf16 ? torch::kFloat32 : dtype_;
+  return cpu_bf16;
+}
+
 int64_t EncoderDecoderModel::parameter_count() const {
   int64_t n = 0;
   for (const auto& [name, t] : params_) n += t.numel();

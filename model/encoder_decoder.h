@@ -65,8 +65,13 @@ class EncoderDecoderModel : public Seq2SeqModel {
  protected:
   ModelConfig config_;
   torch::Device device_ = torch::kCPU;
-  torch::ScalarType dtype_ = torch::kFloat32;
+  torch::ScalarType dtype_ = torch::kFloat32;          // what the user asked for (reported)
+  torch::ScalarType compute_dtype_ = torch::kFloat32;  // activations and stored weights
   std::vector<std::pair<std::string, torch::Tensor>> params_;
+
+  // Sets device_, dtype_ and compute_dtype_ from the options. bf16 on the CPU computes in fp32 with the
+  // projection weights also held in bfloat16 for AMX; returns whether to pack them so.
+  bool set_precision(const LoadOptions& options);
 
   torch::Tensor mask_of(const torch::Tensor& attention_mask, const torch::Tensor& input_ids) const;
   void check_tokens(const torch::Tensor& ids, const char* what) const;

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "model/kernels/amx_linear.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/few_rows_linear.h"
 #include "model/param_binder.h"
@@ -61,12 +62,34 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
   return y.view(shape);
 }
 
-torch::Tensor Linear::operator()(const torch::Tensor& x) const { return linear(x, weight, bias); }
+torch::Tensor Linear::operator()(const torch::Tensor& x) const {
+  const bool tracked = torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
+  if (!packed || tracked || !x.device().is_cpu() || x.scalar_type() != torch::kFloat32 ||
+      x.size(-1) != packed->in()) {
+    return linear(x, weight, bias);
+  }
+  const int64_t in = packed->in();
+  const int64_t rows = x.numel() / in;
+  const auto xc = x.reshape({rows, in}).contiguous();
+  auto y = torch::empty({rows, packed->out()}, xc.options());
+  packed->multiply(xc.data_ptr<float>(), rows, y.data_ptr<float>(), at::get_num_threads());
+  auto shape = x.sizes().vec();
+  shape.back() = packed->out();
+  return y.view(shape);
+}
+
+void Linear::pack_bf16() {
+  const auto w = weight.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  const auto b = bias.defined() ? bias.detach().to(torch::kCPU, torch::kFloat32).contiguous() : torch::Tensor();
+  packed = std::make_shared<const kernels::Bf16PackedMatrix>(w.data_ptr<float>(), w.size(0), w.size(1),
+                                                             b.defined() ? b.data_ptr<float>() : nullptr);
+}
 
 Linear Linear::bind(ParamBinder& w, const std::string& prefix, int64_t out, int64_t in, bool with_bias) {
   Linear l;
   l.weight = w.take(prefix + ".weight", {out, in});
   if (with_bias) l.bias = w.take(prefix + ".bias", {out});
+  if (w.pack_bf16()) l.pack_bf16();
   return l;
 }
 

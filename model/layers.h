@@ -2,11 +2,15 @@
 // Small building blocks shared by BART and T5: projections, norms, activations, feed-forward.
 #include <torch/types.h>
 
+#include <memory>
 #include <string>
 
 namespace srformer {
 
 class ParamBinder;
+namespace kernels {
+class Bf16PackedMatrix;
+}
 
 // y = x Wᵀ + b. Up to 32 rows on the CPU in fp32 without autograd (a decode step) go through
 // kernels::few_rows_linear, which reads W once for all rows; OpenBLAS 0.3.21's sgemm packs all of W on
@@ -20,7 +24,13 @@ bool is_cpu_inference_float(const torch::Tensor& t);
 struct Linear {
   torch::Tensor weight;  // [out, in]
   torch::Tensor bias;    // [out] or undefined
+  // `--dtype bf16` on the CPU: the weight in bfloat16 tiles for AMX (kernels/amx_linear.h), used for
+  // every product that autograd does not track. `weight` stays for saving and for LibTorch's path.
+  std::shared_ptr<const kernels::Bf16PackedMatrix> packed;
   torch::Tensor operator()(const torch::Tensor& x) const;
+  // Fills `packed` from a CPU float32 weight (and bias).
+  void pack_bf16();
+  // The parameters from `w`; packed when the binder says so (ParamBinder::pack_bf16()).
   static Linear bind(ParamBinder& w, const std::string& prefix, int64_t out, int64_t in, bool bias);
 };
 

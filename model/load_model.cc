@@ -6,6 +6,7 @@
 #include "model/bart.h"
 #include "model/io/checkpoint.h"
 #include "model/io/safetensors.h"
+#include "model/kernels/amx_linear.h"
 #include "model/seq2seq.h"
 #include "model/t5.h"
 
@@ -14,8 +15,13 @@ namespace srformer {
 std::unique_ptr<Seq2SeqModel> load_model(const std::filesystem::path& dir, const LoadOptions& options) {
   auto config = ModelConfig::load(dir / "config.json");
   if (options.srformer) config.srformer = *options.srformer;
-  if (options.device.is_cpu() && options.dtype != torch::kFloat32) {
-    throw std::invalid_argument("fp16/bf16 are for CUDA devices; use fp32 on CPU");
+  if (options.device.is_cpu() && options.dtype == torch::kFloat16) {
+    throw std::invalid_argument("fp16 is for CUDA devices; on the CPU use fp32, or bf16 where the CPU has AMX");
+  }
+  if (options.device.is_cpu() && options.dtype == torch::kBFloat16 && !kernels::amx_available()) {
+    throw std::invalid_argument(
+        "bf16 on the CPU needs Intel AMX (Xeon Sapphire Rapids or newer, Linux 5.16 or newer), which this "
+        "machine lacks; use fp32");
   }
   const auto ckpt = CheckpointReader::open_dir(dir);
   if (config.arch == Architecture::kBart) return load_bart(config, ckpt, options);

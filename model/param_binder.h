@@ -15,7 +15,9 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 class ParamBinder {
  public:
-  ParamBinder(WeightBinder& binder, bool init_missing_raf) : binder_(binder), init_missing_raf_(init_missing_raf) {}
+  // pack_bf16: projections also get their bfloat16 AMX form (Linear::bind; `--dtype bf16` on the CPU).
+  ParamBinder(WeightBinder& binder, bool init_missing_raf, bool pack_bf16 = false)
+      : binder_(binder), init_missing_raf_(init_missing_raf), pack_bf16_(pack_bf16) {}
 
   torch::Tensor take(const std::string& name, const std::vector<int64_t>& shape,
                      const std::vector<std::string>& aliases = {}) {
@@ -38,11 +40,13 @@ class ParamBinder {
     return t;
   }
   WeightBinder& raw() { return binder_; }
+  bool pack_bf16() const { return pack_bf16_; }
   NamedTensors take_params() { return std::move(params_); }
 
  private:
   WeightBinder& binder_;
   bool init_missing_raf_;
+  bool pack_bf16_;
   NamedTensors params_;
 };
 

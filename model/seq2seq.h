@@ -25,7 +25,9 @@ struct EncoderOutput {
 
 struct LoadOptions {
   torch::Device device = torch::kCPU;
-  torch::ScalarType dtype = torch::kFloat32;  // fp16/bf16 only on CUDA; RAF/K^TV stay fp32
+  // fp16/bf16 on CUDA (RAF/K^TV stay fp32). bf16 on the CPU (needs AMX): projections multiply bfloat16
+  // weights on AMX tiles, everything else stays fp32.
+  torch::ScalarType dtype = torch::kFloat32;
   // Replaces the checkpoint's "srformer" block (e.g. serve a plain checkpoint segmented).
   std::optional<SrformerConfig> srformer;
   // Creates RAF parameters the checkpoint lacks with the authors' initial values (conversion of a

@@ -26,10 +26,9 @@ class T5Model final : public EncoderDecoderModel {
  public:
   T5Model(const ModelConfig& config, const CheckpointReader& ckpt, const LoadOptions& options) {
     config_ = config;
-    device_ = options.device;
-    dtype_ = options.dtype;
-    WeightBinder binder(ckpt, dtype_, device_);
-    ParamBinder w(binder, options.init_missing_raf);
+    const bool pack = set_precision(options);
+    WeightBinder binder(ckpt, compute_dtype_, device_);
+    ParamBinder w(binder, options.init_missing_raf, pack);
     const auto& c = config_;
     const int64_t D = c.d_model;
     const int64_t I = c.inner_dim();
@@ -38,9 +37,12 @@ class T5Model final : public EncoderDecoderModel {
     binder.ignore("(encoder|decoder)\\.embed_tokens\\.weight");
     if (c.tie_word_embeddings) {
       binder.ignore("lm_head\\.weight");
-      lm_head_ = shared_;
+      lm_head_.weight = shared_;
     } else {
-      lm_head_ = w.take("lm_head.weight", {c.vocab_size, D});
+      lm_head_.weight = w.take("lm_head.weight", {c.vocab_size, D});
+    }
+    if (pack) {
+      lm_head_.pack_bf16();
     }
     const auto act = activation_from_string(c.activation);
     auto attention = [&](const std::string& p) {
@@ -124,7 +126,7 @@ class T5Model final : public EncoderDecoderModel {
     auto h = torch::embedding(shared_, ids);
     const auto pos = torch::arange(k, ids.options());
     const auto bias = position_bias(enc_rel_bias_, pos.view({1, 1, k}) - pos.view({1, k, 1}), true) +
-                      additive_mask(mask.view({B, 1, 1, k}), dtype_);
+                      additive_mask(mask.view({B, 1, 1, k}), compute_dtype_);
     for (const auto& l : encoder_) {
       h = h + l.self_attn.forward(l.self_attn_norm(h), bias);
       h = h + l.ffn(l.ffn_norm(h));
@@ -135,7 +137,7 @@ class T5Model final : public EncoderDecoderModel {
   torch::Tensor run_decoder(const torch::Tensor& tokens, DecodeContext& ctx) override {
     auto h = torch::embedding(shared_, tokens);
     const auto bias = position_bias(dec_rel_bias_, ctx.relative_positions(), false) +
-                      additive_mask(ctx.self_allowed().unsqueeze(1), dtype_);
+                      additive_mask(ctx.self_allowed().unsqueeze(1), compute_dtype_);
     for (size_t i = 0; i < decoder_.size(); ++i) {
       const auto& l = decoder_[i];
       h = h + ctx.self_attention(i, l.self_attn, l.self_attn_norm(h), bias);
@@ -144,7 +146,7 @@ class T5Model final : public EncoderDecoderModel {
     }
     h = dec_final_norm_(h);
     if (config_.tie_word_embeddings) h = h * std::pow(static_cast<double>(config_.d_model), -0.5);
-    return srformer::linear(h, lm_head_).to(torch::kFloat32);
+    return lm_head_(h).to(torch::kFloat32);
   }
 
   const std::vector<CrossAttention>& cross_layers() const override { return cross_; }
@@ -157,7 +159,8 @@ class T5Model final : public EncoderDecoderModel {
     return torch::embedding(table, buckets).permute({0, 3, 1, 2});
   }
 
-  torch::Tensor shared_, lm_head_, enc_rel_bias_, dec_rel_bias_;
+  torch::Tensor shared_, enc_rel_bias_, dec_rel_bias_;
+  Linear lm_head_;  // the shared embedding when tied
   LayerNorm enc_final_norm_, dec_final_norm_;
   std::vector<T5EncoderLayer> encoder_;
   std::vector<T5DecoderLayer> decoder_;

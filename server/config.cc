@@ -110,7 +110,7 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
                               serve gRPC over TLS with this PEM certificate chain and key (default plaintext)
   --tls-client-ca FILE        with TLS: require client certificates signed by this PEM CA (mutual TLS)
   --device cpu|cuda[:N]       where the models run (default cpu)
-  --dtype fp32|fp16|bf16      weights dtype (default fp32 on CPU, fp16 on CUDA; fp16/bf16 need CUDA)
+  --dtype fp32|fp16|bf16      weights dtype (default fp32 on CPU, fp16 on CUDA; fp16 needs CUDA, bf16 on the CPU needs AMX)
   --threads N                 torch intra-op threads per model engine (default: cores / models)
   --max-batch-rows N          rows (beams count) decoded together per model (default 64)
   --max-queue N               requests waiting per model before RESOURCE_EXHAUSTED (default 256)
@@ -227,8 +227,8 @@ torch::ScalarType parse_dtype(const std::string& dtype, const torch::Device& dev
   if (dtype.empty()) return device.is_cuda() ? torch::kFloat16 : torch::kFloat32;
   const auto t = float_dtype_from_name(dtype);
   if (!t) throw ConfigError("--dtype must be fp32, fp16 or bf16, got '" + dtype + "'");
-  if (*t != torch::kFloat32 && !device.is_cuda()) {
-    throw ConfigError("--dtype " + dtype + " needs --device cuda; use fp32 on CPU");
+  if (*t == torch::kFloat16 && !device.is_cuda()) {
+    throw ConfigError("--dtype fp16 needs --device cuda; on the CPU use fp32, or bf16 where the CPU has AMX");
   }
   return *t;
 }

@@ -19,6 +19,8 @@
 #include "model/attention/cross_attention.h"
 #include "model/attention/segments.h"
 #include "model/generation/searcher.h"
+#include "model/dtype_name.h"
+#include "model/kernels/amx_linear.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/serial_region.h"
 #include "model/layers.h"
@@ -45,6 +47,7 @@ struct BenchOptions {
   std::string model;                        // empty: all three decode models
   std::string trace;                        // chrome://tracing file of the timed decode steps (LibTorch's profiler)
   std::vector<bool> kernel_settings{true};  // decode steps with our CPU kernels on and/or off
+  std::vector<torch::ScalarType> dtypes{torch::kFloat32};  // decode models loaded as fp32 and/or bf16 (AMX)
   std::filesystem::path cache = std::filesystem::temp_directory_path() / "srformer-bench-models";
 };
 
@@ -67,9 +70,20 @@ std::filesystem::path ensure_model(const BenchOptions& o, const std::string& nam
   return dir;
 }
 
+void bench_model(const BenchOptions& o, const std::string& name, const ModelConfig& c, int64_t k,
+                 torch::ScalarType dtype);
+
 void bench_model(const BenchOptions& o, const std::string& name, const ModelConfig& c, int64_t k) {
   if (!o.model.empty() && o.model != name) return;
-  auto model = load_model(ensure_model(o, name, c));
+  for (const auto dtype : o.dtypes) bench_model(o, name, c, k, dtype);
+}
+
+void bench_model(const BenchOptions& o, const std::string& name, const ModelConfig& c, int64_t k,
+                 torch::ScalarType dtype) {
+  LoadOptions lo;
+  lo.dtype = dtype;
+  auto model = load_model(ensure_model(o, name, c), lo);
+  const auto dtype_label = dtype_name(dtype);
   torch::NoGradGuard no_grad;
   for (const int64_t B : o.batches) {
     const auto ids = torch::randint(3, c.vocab_size, {B, k}, torch::kLong);
@@ -95,6 +109,7 @@ void bench_model(const BenchOptions& o, const std::string& name, const ModelConf
                        {"cross_attention", to_string(c.srformer.cross_attention)},
                        {"input_tokens", k},
                        {"batch", B},
+                       {"dtype", dtype_label},
                        {"cpu_kernels", used},
                        {"encode_ms", enc_ms},
                        {"step_ms", step_ms},
@@ -102,7 +117,7 @@ void bench_model(const BenchOptions& o, const std::string& name, const ModelConf
                        {"state_bytes_per_request", st.bytes() / B}};
       std::ostringstream h;
       h << std::fixed << std::setprecision(2) << std::left << std::setw(26) << name << " k=" << std::setw(6) << k
-        << " batch=" << std::setw(3) << B << " kernels " << std::setw(4) << (used ? "on" : "off") << " encode "
+        << " batch=" << std::setw(3) << B << " " << dtype_label << " kernels " << std::setw(4) << (used ? "on" : "off") << " encode "
         << std::setw(9) << enc_ms << " ms  step " << std::setw(8) << step_ms << " ms  " << std::setw(8) << tps
         << " tok/s  state/request " << (st.bytes() / B) / 1024 << " KiB";
       emit(o, j, h.str());
@@ -113,7 +128,11 @@ void bench_model(const BenchOptions& o, const std::string& name, const ModelConf
 
 CrossAttention random_cross(CrossAttentionKind kind, int64_t D, int64_t H, int64_t d, int64_t s) {
   CrossAttention a;
-  auto lin = [&](int64_t out, int64_t in) { return Linear{torch::randn({out, in}) * 0.02, {}}; };
+  auto lin = [&](int64_t out, int64_t in) {
+    Linear l;
+    l.weight = torch::randn({out, in}) * 0.02;
+    return l;
+  };
   a.q = lin(H * d, D);
   a.k = lin(H * d, D);
   a.v = lin(H * d, D);
@@ -242,7 +261,11 @@ void bench_linear(const BenchOptions& o) {
   for (const auto& sh : shapes) {
     const auto w = torch::randn({sh.out, sh.in}) * 0.02;
     const auto bias = torch::randn({sh.out}) * 0.02;
-    for (const int64_t rows : {1, 2, 4, 8, 16, 32, 64}) {
+    Linear amx;  // the same weights in bfloat16 on AMX tiles, where the CPU has them
+    amx.weight = w;
+    amx.bias = bias;
+    if (kernels::amx_available()) amx.pack_bf16();
+    for (const int64_t rows : {1, 2, 4, 8, 16, 32, 64, 512}) {
       const auto x = torch::randn({rows, 1, sh.in});
       const int reps = o.quick ? 3 : (sh.out > 10000 ? 10 : 50);
       auto time_ms = [&](auto&& f) {
@@ -253,7 +276,8 @@ void bench_linear(const BenchOptions& o) {
       };
       const double torch_ms = time_ms([&] { return torch::linear(x, w, bias); });
       const double ours_ms = time_ms([&] { return srformer::linear(x, w, bias); });
-      const double diff = (torch::linear(x, w, bias) - srformer::linear(x, w, bias)).abs().max().item<double>();
+      const auto reference = torch::linear(x, w, bias);
+      const double diff = (reference - srformer::linear(x, w, bias)).abs().max().item<double>();
       const double gb = static_cast<double>(w.numel() * 4) / 1e9;
       nlohmann::json j{{"bench", "linear"}, {"shape", sh.name},     {"out", sh.out},          {"in", sh.in},
                        {"rows", rows},      {"torch_ms", torch_ms}, {"srformer_ms", ours_ms}, {"max_abs_diff", diff}};
@@ -262,6 +286,16 @@ void bench_linear(const BenchOptions& o) {
         << rows << " torch::linear " << std::setw(8) << torch_ms << " ms  srformer::linear " << std::setw(8) << ours_ms
         << " ms  speed-up " << std::setw(6) << torch_ms / ours_ms << " weights at " << std::setprecision(1)
         << gb / (ours_ms / 1000.0) << " GB/s  max |diff| " << std::scientific << std::setprecision(1) << diff;
+      if (amx.packed) {
+        const double amx_ms = time_ms([&] { return amx(x); });
+        const double amx_diff = (reference - amx(x)).abs().max().item<double>();
+        j["amx_bf16_ms"] = amx_ms;
+        j["amx_bf16_max_abs_diff"] = amx_diff;
+        j["amx_bf16_gflops"] = 2e-6 * static_cast<double>(rows * sh.out * sh.in) / amx_ms;
+        h << std::fixed << std::setprecision(3) << "  bf16 AMX " << amx_ms << " ms (" << std::setprecision(0)
+          << j["amx_bf16_gflops"].get<double>() << " GFLOP/s, max |diff| " << std::scientific << std::setprecision(1)
+          << amx_diff << ")";
+      }
       emit(o, j, h.str());
     }
   }
@@ -315,7 +349,7 @@ int run_bench(const std::vector<std::string>& args) {
           << "usage: srformer bench [--json] [--threads N] [--steps N] [--only decode|cross|linear|search] [--quick]\n"
              "                       [--batch N[,N...]] [--model bart-base-srformer-s64|bart-base-full|\n"
              "                        t5-small-srformer-s64] [--trace PREFIX] [--kernels on|off|both]\n"
-             "                       [--lengths K[,K...]]\n"
+             "                       [--lengths K[,K...]] [--dtype fp32|bf16|both]\n"
              "  Random weights in BART-base and T5-small shapes (cached under /tmp). Prints encoder time,\n"
              "  decode step time and tokens/s at batch 1/8/32, per-step cross-attention time of full,\n"
              "  segmented and srformer as k grows (1k/4k/16k) beside the paper's Table 1 ratio, and the\n"
@@ -323,7 +357,9 @@ int run_bench(const std::vector<std::string>& args) {
              "  our few-rows kernel. --json: one JSON object per measurement. --trace PREFIX: LibTorch profiler\n"
              "  trace of the timed decode steps, PREFIX.<model>.b<batch>.json (chrome://tracing). --kernels:\n"
              "  decode steps with our AVX2 CPU kernels (on, the default), through LibTorch only, or both.\n"
-             "  --lengths: the input lengths of the cross-attention figures (default 1024,4096,16384).\n";
+             "  --lengths: the input lengths of the cross-attention figures (default 1024,4096,16384).\n"
+             "  --dtype: decode models in fp32 (default), bf16 (projections on AMX tiles; needs AMX) or both.\n"
+             "  --only linear adds the bf16 AMX product beside the fp32 ones where the CPU has AMX.\n";
       return 0;
     }
     if (a == "--json") {
@@ -350,6 +386,12 @@ int run_bench(const std::vector<std::string>& args) {
       const auto v = r.value();
       if (v != "on" && v != "off" && v != "both") throw std::invalid_argument("--kernels takes on, off or both");
       o.kernel_settings = v == "both" ? std::vector<bool>{false, true} : std::vector<bool>{v == "on"};
+    } else if (a == "--dtype") {
+      const auto v = r.value();
+      if (v != "fp32" && v != "bf16" && v != "both") throw std::invalid_argument("--dtype takes fp32, bf16 or both");
+      o.dtypes = v == "both"   ? std::vector<torch::ScalarType>{torch::kFloat32, torch::kBFloat16}
+                 : v == "bf16" ? std::vector<torch::ScalarType>{torch::kBFloat16}
+                               : std::vector<torch::ScalarType>{torch::kFloat32};
     } else {
       throw std::invalid_argument("unknown option '" + a + "' (see --help)");
     }

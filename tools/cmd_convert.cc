@@ -35,10 +35,7 @@ int run_convert(const std::vector<std::string>& args) {
     } else if (a == "--seed") {
       seed = std::stoull(r.value());
     } else if (a == "--dtype") {
-      const auto v = r.value();
-      const auto t = float_dtype_from_name(v);
-      if (!t) throw std::invalid_argument("--dtype takes fp32, fp16 or bf16, not '" + v + "'");
-      storage = *t;
+      storage = float_dtype_from_flag(r.value());
     } else if (src.empty()) {
       src = a;
     } else if (dst.empty()) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "model/data/examples.h"
+#include "model/dtype_name.h"
 #include "model/eval/batch_summarize.h"
 #include "model/eval/rouge.h"
 #include "model/generation/generate.h"
@@ -53,7 +54,7 @@ const char* kUsage =
     "  generation (model mode only; defaults from the model's config.json, as in `summarize`):\n"
     "  --batch N (default 8) --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X\n"
     "  --no-repeat-ngram-size N --max-input-tokens N (truncate documents to N tokens; default and\n"
-    "  upper bound: the model's limit) --threads N\n";
+    "  upper bound: the model's limit) --threads N --dtype fp32|bf16 (bf16: AMX, as in `summarize`)\n";
 
 struct Args {
   std::vector<std::string> positional;
@@ -62,6 +63,7 @@ struct Args {
   std::optional<double> length_penalty;
   int64_t batch = 8;
   int threads = 0;
+  LoadOptions load;
   bool stem = false;
   int bootstrap = 1000;
   uint64_t seed = 0;
@@ -115,6 +117,9 @@ std::optional<Args> parse_args(const std::vector<std::string>& args) {
     } else if (f == "--threads") {
       gen();
       a.threads = static_cast<int>(r.int_value(1));
+    } else if (f == "--dtype") {
+      gen();
+      a.load.dtype = float_dtype_from_flag(r.value());
     } else if (!f.empty() && f[0] == '-') {
       throw std::invalid_argument("unknown option '" + f + "' (see --help)");
     } else {
@@ -190,7 +195,7 @@ GenerationOptions generation_options(const Args& a, const ModelConfig& c, const 
 GenerationRun generate_all(const Args& a, const std::string& model_dir, const std::vector<Example>& data) {
   if (!fs::is_directory(model_dir)) throw std::invalid_argument("model directory '" + model_dir + "' not found");
   if (a.threads > 0) at::set_num_threads(a.threads);
-  auto model = load_model(model_dir);
+  auto model = load_model(model_dir, a.load);
   const auto tokenizer = load_tokenizer(model_dir);
   const auto& c = model->config();
   const auto o = generation_options(a, c, *tokenizer);

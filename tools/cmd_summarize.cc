@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model/data/encode.h"
+#include "model/dtype_name.h"
 #include "model/generation/generate.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/tokenizer.h"
@@ -26,6 +27,7 @@ const char* kUsage =
     "  --do-sample --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N\n"
     "  --repetition-penalty X --expected-length L (SRformer schedule; default max-new-tokens)\n"
     "  --truncate (cut over-long input instead of failing) --threads N --json --stream\n"
+    "  --dtype fp32|bf16 (bf16: projections in bfloat16 on AMX tiles; needs a CPU with AMX)\n"
     "  Defaults come from the model's config.json (max_length, num_beams, ...), as in the server.\n";
 
 std::string read_input(const std::string& path) {
@@ -41,6 +43,7 @@ int run_summarize(const std::vector<std::string>& args) {
   std::string model_dir, input_path;
   bool json = false, stream = false, truncate = false;
   int threads = 0;
+  LoadOptions load;
   std::optional<int64_t> max_new, min_new, beams, no_repeat, top_k, expected;
   std::optional<double> length_penalty, temperature, top_p, rep;
   std::optional<bool> early;
@@ -83,6 +86,8 @@ int run_summarize(const std::vector<std::string>& args) {
       truncate = true;
     } else if (a == "--threads") {
       threads = std::stoi(r.value());
+    } else if (a == "--dtype") {
+      load.dtype = float_dtype_from_flag(r.value());
     } else if (a == "--json") {
       json = true;
     } else if (a == "--stream") {
@@ -95,7 +100,7 @@ int run_summarize(const std::vector<std::string>& args) {
   }
   if (model_dir.empty()) throw std::invalid_argument("--model DIR is required (see --help)");
   if (threads > 0) at::set_num_threads(threads);
-  auto model = load_model(model_dir);
+  auto model = load_model(model_dir, load);
   const auto tokenizer = load_tokenizer(model_dir);
   const auto& c = model->config();
 

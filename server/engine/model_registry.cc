@@ -44,17 +44,4 @@ void ModelRegistry::stop() {
   for (auto& e : engines_) e->stop();
 }
 
-std::string dtype_name(torch::ScalarType dtype) {
-  switch (dtype) {
-    case torch::kFloat16:
-      return "fp16";
-    case torch::kBFloat16:
-      return "bf16";
-    case torch::kFloat32:
-      return "fp32";
-    default:
-      return c10::toString(dtype);
-  }
-}
-
 }  // namespace srformer::server

@@ -28,7 +28,4 @@ class ModelRegistry {
   std::vector<std::unique_ptr<Engine>> engines_;
 };
 
-// "fp32" | "fp16" | "bf16" (what --dtype accepts).
-std::string dtype_name(torch::ScalarType dtype);
-
 }  // namespace srformer::server

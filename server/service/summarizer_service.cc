@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 
+#include "model/dtype_name.h"
 #include "server/metrics/metrics.h"
 
 namespace srformer::server {

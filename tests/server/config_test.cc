@@ -71,6 +71,7 @@ TEST(ServerConfig, DeviceAndDtype) {
   EXPECT_EQ(parse_dtype("", parse_device("cpu")), torch::kFloat32);
   EXPECT_EQ(parse_dtype("", parse_device("cuda")), torch::kFloat16);
   EXPECT_EQ(parse_dtype("bf16", parse_device("cuda")), torch::kBFloat16);
+  EXPECT_EQ(parse_dtype("bf16", parse_device("cpu")), torch::kBFloat16);  // AMX checked at load
 }
 
 }  // namespace

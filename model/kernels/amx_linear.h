@@ -1,0 +1,49 @@
+#pragma once
+// y = x Wᵀ + b with W held in bfloat16 and multiplied on Intel AMX tiles (`--dtype bf16` on the CPU).
+// The input rows are rounded to bfloat16 on the way in, products are summed in fp32 and y is fp32: the
+// error is bfloat16's (8 bits of mantissa in each factor), while the tile units do ~2 TFLOP/s per core
+// where our fp32 AVX-512 kernel does ~40, and the weights are half the bytes to stream.
+//
+// Each output element is summed over the input dimension in the same order whatever the number of
+// rows, so a sequence's projections are bit-identical alone or inside any batch.
+// Plain C++ (no LibTorch). Use only where amx_available().
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace srformer::kernels {
+
+// True when this CPU has AMX-BF16 and AVX512-BF16 and the operating system granted this process the
+// tile state (Linux 5.16+, arch_prctl ARCH_REQ_XCOMP_PERM; asked once).
+bool amx_available();
+
+class Bf16PackedMatrix {
+ public:
+  // Packs w ([out, in] row-major fp32, rounded to nearest even) into the tile layout; bias ([out] or null)
+  // is kept in fp32 and starts every sum.
+  Bf16PackedMatrix(const float* w, int64_t out, int64_t in, const float* bias);
+
+  // y[r * out + o] = Σ_j x[r * in + j] w[o * in + j] + bias[o] for x [rows, in] row-major. Splits the
+  // output features over `threads` OpenMP threads. Requires amx_available().
+  void multiply(const float* x, int64_t rows, float* y, int threads) const;
+
+  int64_t out() const { return out_; }
+  int64_t in() const { return in_; }
+  size_t bytes() const { return n_blocks_ * k_blocks_ * kTileElems * sizeof(uint16_t) + bias_.size() * sizeof(float); }
+
+  // 16 rows of 32 bfloat16 (16 output features x 2 neighbouring inputs per row): one B tile.
+  static constexpr int64_t kTileElems = 512;
+
+ private:
+  struct Free {
+    void operator()(uint16_t* p) const;
+  };
+  int64_t out_, in_;
+  int64_t n_blocks_;  // output features / 16, rounded up
+  int64_t k_blocks_;  // inputs / 32, rounded up
+  std::unique_ptr<uint16_t[], Free> tiles_;  // [n_blocks][k_blocks] tiles, zero-padded
+  std::vector<float> bias_;                  // [n_blocks * 16], zeros without a bias
+};
+
+}  // namespace srformer::kernels
