@@ -1,0 +1,174 @@
+// bf16 on the CPU: the AMX projection kernel (model/kernels/amx_linear.h) against products of the
+// bfloat16-rounded factors computed in double, over shapes that reach every padding path (inputs not
+// a multiple of 32, outputs not a multiple of 16, rows not a multiple of 16, one or two tiles of each);
+// that a row's result does not depend on the other rows or on the thread count; and what a model
+// loaded with --dtype bf16 does with it.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "model/kernels/amx_linear.h"
+#include "model/layers.h"
+#include "model/random_model.h"
+#include "model/seq2seq.h"
+#include "tests/support/temp_dir.h"
+
+namespace srformer {
+namespace {
+
+using kernels::amx_available;
+using kernels::Bf16PackedMatrix;
+
+#define SKIP_WITHOUT_AMX()                                                   \
+  if (!amx_available())                                                      \
+  GTEST_SKIP() << "this CPU has no AMX-BF16 (or the OS refused its tile "    \
+                  "state): the kernel never runs here and bf16 models are " \
+                  "refused at load (LoadBf16.FailsClearlyWithoutAmx)"
+
+torch::Tensor multiply(const Bf16PackedMatrix& m, const torch::Tensor& x, int threads) {
+  auto y = torch::full({x.size(0), m.out()}, std::numeric_limits<float>::quiet_NaN());
+  m.multiply(x.data_ptr<float>(), x.size(0), y.data_ptr<float>(), threads);
+  return y;
+}
+
+Bf16PackedMatrix pack(const torch::Tensor& w, const torch::Tensor& b) {
+  return Bf16PackedMatrix(w.data_ptr<float>(), w.size(0), w.size(1), b.defined() ? b.data_ptr<float>() : nullptr);
+}
+
+TEST(AmxLinear, MatchesDoubleProductOfBf16RoundedFactors) {
+  SKIP_WITHOUT_AMX();
+  torch::manual_seed(3);
+  for (const int64_t in : {3, 32, 45, 64, 100, 775}) {
+    for (const int64_t out : {1, 16, 17, 37, 70}) {
+      const auto w = torch::randn({out, in});
+      const auto b = torch::randn({out});
+      for (const bool with_bias : {false, true}) {
+        const auto bias = with_bias ? b : torch::Tensor();
+        const auto m = pack(w, bias);
+        for (const int64_t rows : {1, 15, 16, 17, 33, 70}) {
+          const auto x = torch::randn({rows, in});
+          // The factors as the kernel sees them: rounded to nearest even (LibTorch rounds the same way).
+          const auto xr = x.to(torch::kBFloat16).to(torch::kFloat64);
+          const auto wr = w.to(torch::kBFloat16).to(torch::kFloat64);
+          auto ref = torch::matmul(xr, wr.t());
+          if (with_bias) ref = ref + b.to(torch::kFloat64);
+          // fp32 sums over `in` products: allow a few ulps of the sum of magnitudes.
+          auto bound = torch::matmul(xr.abs(), wr.abs().t()) * 1e-6 + 1e-6;
+          if (with_bias) bound = bound + b.abs().to(torch::kFloat64) * 1e-6;
+          for (const int threads : {1, 2}) {
+            const auto y = multiply(m, x, threads).to(torch::kFloat64);
+            EXPECT_TRUE(((y - ref).abs() <= bound).all().item<bool>())
+                << "in=" << in << " out=" << out << " rows=" << rows << " threads=" << threads
+                << " bias=" << with_bias << " max |diff| " << (y - ref).abs().max().item<double>();
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(AmxLinear, RowResultDoesNotDependOnOtherRowsOrThreads) {
+  SKIP_WITHOUT_AMX();
+  torch::manual_seed(4);
+  const auto w = torch::randn({70, 100});
+  const auto b = torch::randn({70});
+  const auto m = pack(w, b);
+  const auto x = torch::randn({37, 100});
+  const auto together = multiply(m, x, 2);
+  for (int64_t r = 0; r < x.size(0); ++r) {
+    const auto alone = multiply(m, x.narrow(0, r, 1).contiguous(), 1);
+    EXPECT_TRUE(torch::equal(alone[0], together[r])) << "row " << r;
+  }
+}
+
+TEST(AmxLinear, RoundsInputsToNearestEven) {
+  SKIP_WITHOUT_AMX();
+  // One input, weight 1: the output is the input as bfloat16. 1 + 3·2^-9 lies between 1 + 2^-8 and
+  // 1 + 2^-7 (nearer the second); truncation would give 1 + 2^-8.
+  const auto w = torch::ones({1, 1});
+  const auto m = pack(w, torch::Tensor());
+  const auto x = torch::tensor({{1.0F + 3.0F / 512.0F}, {1.0F + 1.0F / 512.0F}, {-2.5F}});
+  const auto y = multiply(m, x, 1);
+  EXPECT_EQ(y[0][0].item<float>(), 1.0F + 1.0F / 128.0F);
+  EXPECT_EQ(y[1][0].item<float>(), 1.0F);  // a tie goes to the even neighbour
+  EXPECT_EQ(y[2][0].item<float>(), -2.5F);
+}
+
+TEST(AmxLinear, TrackedProductsTakeLibTorchsFp32Path) {
+  SKIP_WITHOUT_AMX();
+  torch::manual_seed(5);
+  Linear l;
+  l.weight = torch::randn({20, 40}).requires_grad_(true);
+  l.bias = torch::randn({20});
+  l.pack_bf16();
+  const auto x = torch::randn({3, 40});
+  // Training must see the fp32 weights it updates, with gradients.
+  const auto y = l(x);
+  ASSERT_TRUE(y.requires_grad());
+  EXPECT_TRUE(torch::equal(y, torch::linear(x, l.weight, l.bias)));
+  y.sum().backward();
+  EXPECT_TRUE(l.weight.grad().defined());
+  // Inference goes through the tiles: bf16 error, not fp32's.
+  torch::NoGradGuard no_grad;
+  const auto fast = l(x);
+  const auto exact = torch::linear(x, l.weight, l.bias);
+  EXPECT_FALSE(torch::equal(fast, exact));
+  EXPECT_TRUE(torch::allclose(fast, exact, 2e-2, 2e-2));
+}
+
+TEST(LoadBf16, ModelKeepsFp32ParametersAndReportsBf16) {
+  SKIP_WITHOUT_AMX();
+  testing::TempDir dir("bf16");
+  write_random_model(dir.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4), 8);
+  LoadOptions o;
+  o.dtype = torch::kBFloat16;
+  const auto bf16 = load_model(dir.path(), o);
+  const auto fp32 = load_model(dir.path());
+  EXPECT_EQ(bf16->dtype(), torch::kBFloat16);
+  for (const auto& [name, t] : bf16->named_parameters()) EXPECT_EQ(t.scalar_type(), torch::kFloat32) << name;
+
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(6);
+  const auto ids = torch::randint(3, 96, {2, 19}, torch::kLong);
+  const auto mask = torch::ones({2, 19}, torch::kLong);
+  const auto dec = torch::randint(3, 96, {2, 7}, torch::kLong);
+  const auto a = bf16->forward(bf16->encode(ids, mask), dec);
+  const auto b = fp32->forward(fp32->encode(ids, mask), dec);
+  // Close to fp32 (bfloat16 keeps 8 bits of each factor), but not fp32: the tiles did the products.
+  const double scale = b.abs().max().item<double>();
+  EXPECT_LT((a - b).abs().max().item<double>(), 0.05 * scale);
+  EXPECT_GT((a - b).abs().max().item<double>(), 0.0);
+}
+
+TEST(LoadBf16, Fp16OnTheCpuIsAClearError) {
+  testing::TempDir dir("fp16");
+  write_random_model(dir.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kFull, 0), 8);
+  LoadOptions o;
+  o.dtype = torch::kFloat16;
+  try {
+    load_model(dir.path(), o);
+    FAIL() << "fp16 on the CPU loaded";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("fp16 is for CUDA devices"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LoadBf16, FailsClearlyWithoutAmx) {
+  if (amx_available()) GTEST_SKIP() << "this CPU has AMX: bf16 loads here (LoadBf16.ModelKeepsFp32Parameters...)";
+  testing::TempDir dir("noamx");
+  write_random_model(dir.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kFull, 0), 8);
+  LoadOptions o;
+  o.dtype = torch::kBFloat16;
+  try {
+    load_model(dir.path(), o);
+    FAIL() << "bf16 loaded on a CPU without AMX";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("needs Intel AMX"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace srformer
