@@ -10,6 +10,8 @@
 #                                           with our CPU kernels, SRFORMER_CPU_KERNELS=0/1)
 #                                           SWITCHES="true" ("false true": served with and without
 #                                           --precompute-switches, after KERNELS)
+#                                           DTYPES="fp32" ("fp32 bf16": served with fp32 and with bf16
+#                                           projections on AMX tiles, innermost)
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,14 +28,14 @@ for shape in ${SHAPES:-t5-small bart-base}; do
     "$build/bin/srformer" init-model --shape "$shape" --corpus "$cache/corpus.txt" --vocab 4000 \
       --segment-size 64 "$model" >&2
   fi
-  for setting in $(for k in ${KERNELS:-on}; do for p in ${SWITCHES:-true}; do echo "$k/$p"; done; done); do
-    kernels=${setting%/*}
-    switches=${setting#*/}
+  for setting in $(for k in ${KERNELS:-on}; do for p in ${SWITCHES:-true}; do for d in ${DTYPES:-fp32}; do
+    echo "$k/$p/$d"; done; done; done); do
+    IFS=/ read -r kernels switches dtype <<<"$setting"
     log=$(mktemp)
     kernel_env=$([ "$kernels" = off ] && echo 0 || echo 1)
     SRFORMER_CPU_KERNELS=$kernel_env "$build/bin/srformer-server" --model "$shape=$model" --listen 127.0.0.1:0 \
       --metrics-listen "" --threads "${THREADS:-2}" --max-batch-rows 64 --max-queue 256 \
-      --precompute-switches "$switches" 2>"$log" &
+      --precompute-switches "$switches" --dtype "$dtype" 2>"$log" &
     pid=$!
     target=$(wait_for_server "$log" $pid)
     single=""
@@ -44,11 +46,11 @@ for shape in ${SHAPES:-t5-small bart-base}; do
       tps=$(printf '%s' "$line" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens_per_s"])')
       [ -n "$single" ] || single=$tps
       ratio=$(/usr/bin/python3 -c "print(round($tps / $single, 2))")
-      echo "{\"model\": \"$shape\", \"cpu_kernels\": \"$kernels\", \"precompute_switches\": $switches, \"vs_one_stream\": $ratio, \"load\": $line}"
+      echo "{\"model\": \"$shape\", \"cpu_kernels\": \"$kernels\", \"precompute_switches\": $switches, \"dtype\": \"$dtype\", \"vs_one_stream\": $ratio, \"load\": $line}"
     done
     kill -TERM $pid
     wait $pid || true
-    grep -o "decode steps.*" "$log" | sed "s/^/$shape (kernels $kernels, precompute switches $switches): /"
+    grep -o "decode steps.*" "$log" | sed "s/^/$shape (kernels $kernels, precompute switches $switches, $dtype): /"
     rm -f "$log"
   done
 done

@@ -9,6 +9,7 @@
 #include <regex>
 
 #include "model/generation/generate.h"
+#include "model/kernels/amx_linear.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tests/e2e/process.h"
@@ -49,8 +50,11 @@ class EndToEnd : public ::testing::Test {
   static inline fs::path* model_dir_ = nullptr;
 };
 
-std::vector<int64_t> offline(const fs::path& dir, const std::string& text, int max_new, int beams) {
-  auto model = load_model(dir);
+std::vector<int64_t> offline(const fs::path& dir, const std::string& text, int max_new, int beams,
+                             torch::ScalarType dtype = torch::kFloat32) {
+  LoadOptions lo;
+  lo.dtype = dtype;
+  auto model = load_model(dir, lo);
   auto tok = load_tokenizer(dir);
   const auto ids = tok->encode(text);
   const auto input = torch::tensor(ids, torch::kInt64).unsqueeze(0);
@@ -106,6 +110,31 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
   // stdin input and a bad request: exit code 1 with the server's message.
   auto piped = run_command("printf '   ' | " + kClient + t + " -");
   EXPECT_EQ(piped.exit_code, 1);
+}
+
+// bf16 on AMX: the server says so, and each summary, decoded among others, equals the offline bf16 one.
+TEST_F(EndToEnd, Bf16OnTheCpuServesWhatOfflineBf16Gives) {
+  if (!kernels::amx_available()) GTEST_SKIP() << "this CPU has no AMX: the server refuses --dtype bf16 here";
+  auto server = start({"--dtype", "bf16"});
+  const std::string t = " --target " + server->target();
+  auto models = run_command(kClient + t + " --list-models --json");
+  ASSERT_EQ(models.exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(models.out)[0]["dtype"], "bf16");
+  for (const int beams : {1, 3}) {
+    std::vector<std::future<CommandResult>> runs;
+    for (int i = 0; i < 4; ++i) {
+      runs.push_back(std::async(std::launch::async, [&, i] {
+        return run_command(kClient + t + " --model tiny --max-new-tokens 20 --json --num-beams " +
+                           std::to_string(beams) + " " + doc(i));
+      }));
+    }
+    for (int i = 0; i < 4; ++i) {
+      const auto r = runs[i].get();
+      ASSERT_EQ(r.exit_code, 0) << r.out;
+      const auto ids = nlohmann::json::parse(r.out)["token_ids"].get<std::vector<int64_t>>();
+      EXPECT_EQ(ids, offline(*model_dir_, read(doc(i)), 20, beams, torch::kBFloat16)) << "doc " << i;
+    }
+  }
 }
 
 TEST_F(EndToEnd, LoadGeneratorReportsThroughputAndLatency) {
