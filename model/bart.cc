@@ -45,9 +45,9 @@ class BartModel final : public EncoderDecoderModel {
       lm_head_.pack_bf16();
     }
     const auto flb = binder.take_optional("final_logits_bias", {1, c.vocab_size});
-    final_logits_bias_ =
-        w.record("final_logits_bias",
-                 flb ? *flb : torch::zeros({1, c.vocab_size}, torch::TensorOptions().dtype(compute_dtype_).device(device_)));
+    final_logits_bias_ = w.record(
+        "final_logits_bias",
+        flb ? *flb : torch::zeros({1, c.vocab_size}, torch::TensorOptions().dtype(compute_dtype_).device(device_)));
     const int64_t P = c.max_position_embeddings + 2;
     enc_pos_ = w.take("model.encoder.embed_positions.weight", {P, D});
     dec_pos_ = w.take("model.decoder.embed_positions.weight", {P, D});

@@ -2,10 +2,10 @@
 // Shared machinery of BART and T5: the decoder-state life cycle (start / step / teacher-forced
 // forward) and the segment schedule. A model only wires its layers, through DecodeContext, which
 // hides whether the decoder runs over all positions at once or one cached step.
+#include <torch/types.h>
+
 #include <optional>
 #include <vector>
-
-#include <torch/types.h>
 
 #include "model/attention/cross_attention.h"
 #include "model/attention/self_attention.h"

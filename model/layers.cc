@@ -64,8 +64,7 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
 
 torch::Tensor Linear::operator()(const torch::Tensor& x) const {
   const bool tracked = torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
-  if (!packed || tracked || !x.device().is_cpu() || x.scalar_type() != torch::kFloat32 ||
-      x.size(-1) != packed->in()) {
+  if (!packed || tracked || !x.device().is_cpu() || x.scalar_type() != torch::kFloat32 || x.size(-1) != packed->in()) {
     return linear(x, weight, bias);
   }
   const int64_t in = packed->in();

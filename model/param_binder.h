@@ -1,11 +1,11 @@
 #pragma once
 // Binds parameters from a checkpoint and remembers them under their Hugging Face names, so that a
 // loaded model can list (count, save) exactly what it holds.
+#include <torch/types.h>
+
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <torch/types.h>
 
 #include "model/io/weight_binder.h"
 

@@ -18,8 +18,8 @@
 
 #include "model/attention/cross_attention.h"
 #include "model/attention/segments.h"
-#include "model/generation/searcher.h"
 #include "model/dtype_name.h"
+#include "model/generation/searcher.h"
 #include "model/kernels/amx_linear.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/serial_region.h"
@@ -117,9 +117,9 @@ void bench_model(const BenchOptions& o, const std::string& name, const ModelConf
                        {"state_bytes_per_request", st.bytes() / B}};
       std::ostringstream h;
       h << std::fixed << std::setprecision(2) << std::left << std::setw(26) << name << " k=" << std::setw(6) << k
-        << " batch=" << std::setw(3) << B << " " << dtype_label << " kernels " << std::setw(4) << (used ? "on" : "off") << " encode "
-        << std::setw(9) << enc_ms << " ms  step " << std::setw(8) << step_ms << " ms  " << std::setw(8) << tps
-        << " tok/s  state/request " << (st.bytes() / B) / 1024 << " KiB";
+        << " batch=" << std::setw(3) << B << " " << dtype_label << " kernels " << std::setw(4) << (used ? "on" : "off")
+        << " encode " << std::setw(9) << enc_ms << " ms  step " << std::setw(8) << step_ms << " ms  " << std::setw(8)
+        << tps << " tok/s  state/request " << (st.bytes() / B) / 1024 << " KiB";
       emit(o, j, h.str());
     }
     kernels::set_cpu_kernels(true);

@@ -135,25 +135,27 @@ SRFORMER_AMX void convert_rows(const float* x, int64_t rows, int64_t rows_pad, i
   std::memset(dst + rows * k_pad, 0, static_cast<size_t>((rows_pad - rows) * k_pad) * sizeof(uint16_t));
 }
 
-// Writes C tile `t` (rows m0.., outputs o0..) into y, keeping only real rows and outputs.
-#define SRFORMER_STORE_TILE(t, m0, o0)                                                                 \
-  do {                                                                                                 \
-    if ((m0) + kRowsPerTile <= rows && (o0) + kOutPerTile <= out) {                                    \
-      _tile_stored(t, y + (m0) * out + (o0), out * static_cast<int64_t>(sizeof(float)));               \
-    } else {                                                                                           \
-      alignas(64) float tmp[kRowsPerTile * kOutPerTile];                                               \
-      _tile_stored(t, tmp, kOutPerTile * static_cast<int64_t>(sizeof(float)));                         \
-      for (int64_t r = 0; r < kRowsPerTile && (m0) + r < rows; ++r) {                                  \
-        for (int64_t c = 0; c < kOutPerTile && (o0) + c < out; ++c) y[((m0) + r) * out + (o0) + c] = tmp[r * kOutPerTile + c]; \
-      }                                                                                                \
-    }                                                                                                  \
+// Writes C tile `t` (rows m0.., outputs o0..) into y, keeping only real rows and outputs. A macro: the
+// tile intrinsics take the register number as a literal.
+#define SRFORMER_STORE_TILE(t, m0, o0)                                                 \
+  do {                                                                                 \
+    if ((m0) + kRowsPerTile <= rows && (o0) + kOutPerTile <= out) {                    \
+      _tile_stored(t, y + (m0)*out + (o0), out * static_cast<int64_t>(sizeof(float))); \
+    } else {                                                                           \
+      alignas(64) float tmp[kRowsPerTile * kOutPerTile];                               \
+      _tile_stored(t, tmp, kOutPerTile* static_cast<int64_t>(sizeof(float)));          \
+      for (int64_t r = 0; r < kRowsPerTile && (m0) + r < rows; ++r) {                  \
+        for (int64_t c = 0; c < kOutPerTile && (o0) + c < out; ++c)                    \
+          y[((m0) + r) * out + (o0) + c] = tmp[r * kOutPerTile + c];                   \
+      }                                                                                \
+    }                                                                                  \
   } while (0)
 
 struct Job {
-  const uint16_t* a;     // bfloat16 inputs [rows_pad, k_pad]
-  const uint16_t* b;     // packed tiles [n_blocks][k_blocks]
-  const float* bias;     // [n_blocks * 16]
-  float* y;              // [rows, out]
+  const uint16_t* a;  // bfloat16 inputs [rows_pad, k_pad]
+  const uint16_t* b;  // packed tiles [n_blocks][k_blocks]
+  const float* bias;  // [n_blocks * 16]
+  float* y;           // [rows, out]
   int64_t rows, out, k_blocks;
 };
 

@@ -40,8 +40,8 @@ class Bf16PackedMatrix {
     void operator()(uint16_t* p) const;
   };
   int64_t out_, in_;
-  int64_t n_blocks_;  // output features / 16, rounded up
-  int64_t k_blocks_;  // inputs / 32, rounded up
+  int64_t n_blocks_;                         // output features / 16, rounded up
+  int64_t k_blocks_;                         // inputs / 32, rounded up
   std::unique_ptr<uint16_t[], Free> tiles_;  // [n_blocks][k_blocks] tiles, zero-padded
   std::vector<float> bias_;                  // [n_blocks * 16], zeros without a bias
 };

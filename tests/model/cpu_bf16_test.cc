@@ -22,9 +22,9 @@ namespace {
 using kernels::amx_available;
 using kernels::Bf16PackedMatrix;
 
-#define SKIP_WITHOUT_AMX()                                                   \
-  if (!amx_available())                                                      \
-  GTEST_SKIP() << "this CPU has no AMX-BF16 (or the OS refused its tile "    \
+#define SKIP_WITHOUT_AMX()                                                  \
+  if (!amx_available())                                                     \
+  GTEST_SKIP() << "this CPU has no AMX-BF16 (or the OS refused its tile "   \
                   "state): the kernel never runs here and bf16 models are " \
                   "refused at load (LoadBf16.FailsClearlyWithoutAmx)"
 
@@ -61,8 +61,8 @@ TEST(AmxLinear, MatchesDoubleProductOfBf16RoundedFactors) {
           for (const int threads : {1, 2}) {
             const auto y = multiply(m, x, threads).to(torch::kFloat64);
             EXPECT_TRUE(((y - ref).abs() <= bound).all().item<bool>())
-                << "in=" << in << " out=" << out << " rows=" << rows << " threads=" << threads
-                << " bias=" << with_bias << " max |diff| " << (y - ref).abs().max().item<double>();
+                << "in=" << in << " out=" << out << " rows=" << rows << " threads=" << threads << " bias=" << with_bias
+                << " max |diff| " << (y - ref).abs().max().item<double>();
           }
         }
       }
