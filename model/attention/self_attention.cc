@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "model/attention/products.h"
+#include "model/kernels/amx_attention.h"
 
 namespace srformer {
 
@@ -14,6 +15,32 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
   if (bias.defined()) scores = scores + bias;
   const auto probs = torch::softmax(scores.to(torch::kFloat32), -1).to(v.scalar_type());
   return weights_value_product(probs, v);
+}
+
+torch::Tensor attend_amx(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                         const torch::Tensor& bias) {
+  const auto qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  kernels::AttentionShape shape;
+  shape.batch = q.size(0);
+  shape.heads = q.size(1);
+  shape.queries = q.size(2);
+  shape.keys = k.size(2);
+  shape.head_dim = q.size(3);
+  kernels::AttentionBias b;
+  torch::Tensor bc;
+  if (bias.defined()) {
+    // Broadcast dimensions keep stride 0; the key dimension must be dense.
+    bc = bias.to(torch::kFloat32).expand({shape.batch, shape.heads, shape.queries, shape.keys});
+    if (bc.stride(3) != 1) bc = bc.contiguous();
+    b.data = bc.data_ptr<float>();
+    b.b_stride = bc.stride(0);
+    b.h_stride = bc.stride(1);
+    b.q_stride = bc.stride(2);
+  }
+  auto out = torch::empty({shape.batch, shape.heads, shape.queries, shape.head_dim}, qc.options());
+  kernels::amx_attention(qc.data_ptr<float>(), kc.data_ptr<float>(), vc.data_ptr<float>(), b, out.data_ptr<float>(),
+                         shape, at::get_num_threads());
+  return out;
 }
 
 torch::Tensor additive_mask(const torch::Tensor& allowed, torch::ScalarType dtype) {
@@ -33,6 +60,10 @@ torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor
   const auto vh = split_heads(v(x), heads);
   if (keys != nullptr) *keys = kh;
   if (values != nullptr) *values = vh;
+  const bool tracked = torch::GradMode::is_enabled() && (qh.requires_grad() || kh.requires_grad());
+  if (amx_attention && !tracked && qh.device().is_cpu() && qh.scalar_type() == torch::kFloat32) {
+    return o(merge_heads(attend_amx(qh, kh, vh, bias)));
+  }
   return o(merge_heads(attend(qh, kh, vh, bias)));
 }
 

@@ -11,6 +11,10 @@ struct SelfAttention {
   Linear q, k, v, o;
   int64_t heads = 0;
   double scale = 1.0;  // BART: head_dim^-0.5 on the query; T5: 1
+  // Encoder layers under `--dtype bf16` on the CPU: forward() multiplies q kᵀ and p v on AMX tiles
+  // (kernels/amx_attention.h) when autograd does not track them. Not for the decoder, whose
+  // teacher-forced and incremental forms must agree.
+  bool amx_attention = false;
 
   // x [B,T,D]; bias additive, broadcastable to [B,H,T,T] (masks and position bias). Returns [B,T,D].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias) const;
@@ -25,6 +29,11 @@ struct SelfAttention {
 
 // softmax(q k^T + bias) v with the softmax in fp32 (as Hugging Face does for half precision).
 torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& bias);
+
+// attend() with both products in bfloat16 on AMX tiles and the softmax in fp32, one (row, head) group
+// at a time; q [B,H,Tq,d], k/v [B,H,T,d] CPU float32, bias broadcastable to [B,H,Tq,T] or undefined.
+torch::Tensor attend_amx(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                         const torch::Tensor& bias);
 
 // Additive mask value: -inf where `allowed` is false, 0 elsewhere, in dtype.
 torch::Tensor additive_mask(const torch::Tensor& allowed, torch::ScalarType dtype);

@@ -59,7 +59,8 @@ T* aligned_array(size_t count) {
 
 void Bf16PackedMatrix::Free::operator()(uint16_t* p) const { std::free(p); }
 
-Bf16PackedMatrix::Bf16PackedMatrix(const float* w, int64_t out, int64_t in, const float* bias)
+Bf16PackedMatrix::Bf16PackedMatrix(const float* w, int64_t out, int64_t in, const float* bias, int64_t out_stride,
+                                   int64_t in_stride)
     : out_(out),
       in_(in),
       n_blocks_((out + kOutPerTile - 1) / kOutPerTile),
@@ -76,7 +77,7 @@ Bf16PackedMatrix::Bf16PackedMatrix(const float* w, int64_t out, int64_t in, cons
           for (int64_t j = 0; j < 2; ++j) {
             const int64_t o = nb * kOutPerTile + n;
             const int64_t i = kb * kInPerTile + 2 * kk + j;
-            tile[kk * 2 * kOutPerTile + 2 * n + j] = o < out && i < in ? to_bf16(w[o * in + i]) : 0;
+            tile[kk * 2 * kOutPerTile + 2 * n + j] = o < out && i < in ? to_bf16(w[o * out_stride + i * in_stride]) : 0;
           }
         }
       }

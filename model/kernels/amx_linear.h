@@ -22,7 +22,10 @@ class Bf16PackedMatrix {
  public:
   // Packs w ([out, in] row-major fp32, rounded to nearest even) into the tile layout; bias ([out] or null)
   // is kept in fp32 and starts every sum.
-  Bf16PackedMatrix(const float* w, int64_t out, int64_t in, const float* bias);
+  Bf16PackedMatrix(const float* w, int64_t out, int64_t in, const float* bias)
+      : Bf16PackedMatrix(w, out, in, bias, in, 1) {}
+  // w[o][i] at w[o * out_stride + i * in_stride] (e.g. the transpose of a row-major matrix).
+  Bf16PackedMatrix(const float* w, int64_t out, int64_t in, const float* bias, int64_t out_stride, int64_t in_stride);
 
   // y[r * out + o] = Σ_j x[r * in + j] w[o * in + j] + bias[o] for x [rows, in] row-major. Splits the
   // output features over `threads` OpenMP threads. Requires amx_available().

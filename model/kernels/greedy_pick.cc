@@ -28,29 +28,6 @@ std::optional<GreedyPick> pick_scalar(const float* x, int64_t n) {
 }
 
 #ifdef SRFORMER_HAVE_AVX2_KERNELS
-// exp(v) for v <= 0: 2^k · p(r) with k = round(v / ln 2), r = v - k ln 2 (ln 2 split in two parts
-// for precision), p a degree-6 Taylor polynomial of exp on [-ln2/2, ln2/2] (relative error < 2e-7).
-// Below -87 the result is 0 (exp underflows float there anyway); -inf gives 0.
-SRFORMER_AVX2 __m256 exp_nonpositive(__m256 v) {
-  const __m256 lower = _mm256_set1_ps(-87.0F);
-  const __m256 underflow = _mm256_cmp_ps(v, lower, _CMP_LT_OQ);
-  v = _mm256_max_ps(v, lower);
-  const __m256 k = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341F)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375F), v);
-  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4F), r);
-  __m256 p = _mm256_set1_ps(1.0F / 720.0F);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0F / 120.0F));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0F / 24.0F));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0F / 6.0F));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5F));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0F));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0F));
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-  const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-  return _mm256_andnot_ps(underflow, e);
-}
-
 SRFORMER_AVX2 std::optional<GreedyPick> pick_avx2(const float* x, int64_t n) {
   // Pass 1: the maximum (and whether any NaN is present).
   __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());

@@ -9,7 +9,9 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
+#include "model/attention/self_attention.h"
 #include "model/kernels/amx_linear.h"
 #include "model/layers.h"
 #include "model/random_model.h"
@@ -117,6 +119,51 @@ TEST(AmxLinear, TrackedProductsTakeLibTorchsFp32Path) {
   const auto exact = torch::linear(x, l.weight, l.bias);
   EXPECT_FALSE(torch::equal(fast, exact));
   EXPECT_TRUE(torch::allclose(fast, exact, 2e-2, 2e-2));
+}
+
+TEST(AmxAttention, MatchesFp32AttentionWithMasksAndPositionBias) {
+  SKIP_WITHOUT_AMX();
+  torch::manual_seed(9);
+  for (const auto& [tq, t, d] :
+       {std::tuple<int64_t, int64_t, int64_t>{1, 1, 8}, {5, 20, 16}, {33, 70, 64}, {17, 9, 40}}) {
+    const int64_t B = 2, H = 3;
+    const auto q = torch::randn({B, H, tq, d}) * 0.5;
+    const auto k = torch::randn({B, H, t, d}) * 0.5;
+    const auto v = torch::randn({B, H, t, d});
+    // A key mask per row (row 1 loses its last keys) plus a per-head position bias, as T5's encoder has.
+    auto allowed = torch::ones({B, 1, 1, t}, torch::kBool);
+    if (t > 3) allowed[1].narrow(-1, t - 3, 3).fill_(false);
+    const auto bias = additive_mask(allowed, torch::kFloat32) + torch::randn({1, H, tq, t});
+    const auto fast = attend_amx(q, k, v, bias);
+    const auto exact = attend(q, k, v, bias);
+    // bfloat16 factors: ~4e-3 relative per product; a wrong key, head or mask would be O(1).
+    EXPECT_LT((fast - exact).abs().max().item<double>(), 3e-2) << "tq=" << tq << " t=" << t << " d=" << d;
+    // Masked keys contribute nothing, whatever their keys and values hold.
+    if (t > 3) {
+      auto k2 = k.clone(), v2 = v.clone();
+      k2[1].narrow(1, t - 3, 3).fill_(1e3);
+      v2[1].narrow(1, t - 3, 3).fill_(-1e3);
+      EXPECT_TRUE(torch::equal(attend_amx(q, k2, v2, bias)[1], fast[1]));
+    }
+    // Rows and heads are independent of each other and of the thread count.
+    at::set_num_threads(1);
+    const auto serial = attend_amx(q, k, v, bias);
+    at::set_num_threads(2);
+    EXPECT_TRUE(torch::equal(serial, fast));
+    EXPECT_TRUE(torch::equal(attend_amx(q.narrow(0, 1, 1), k.narrow(0, 1, 1), v.narrow(0, 1, 1), bias.narrow(0, 1, 1)),
+                             fast.narrow(0, 1, 1)));
+  }
+}
+
+TEST(AmxAttention, QueryWithEveryKeyMaskedGetsZeros) {
+  SKIP_WITHOUT_AMX();
+  const auto q = torch::randn({1, 1, 2, 8});
+  const auto kv = torch::randn({1, 1, 4, 8});
+  auto allowed = torch::ones({1, 1, 2, 4}, torch::kBool);
+  allowed[0][0][1].fill_(false);
+  const auto out = attend_amx(q, kv, kv, additive_mask(allowed, torch::kFloat32));
+  EXPECT_TRUE(torch::equal(out[0][0][1], torch::zeros({8})));
+  EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
 }
 
 TEST(LoadBf16, ModelKeepsFp32ParametersAndReportsBf16) {

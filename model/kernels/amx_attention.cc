@@ -1,0 +1,91 @@
+#include "model/kernels/amx_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#include "model/kernels/amx_linear.h"
+#include "model/kernels/avx2.h"
+
+namespace srformer::kernels {
+
+#ifdef SRFORMER_HAVE_AVX2_KERNELS
+
+namespace {
+
+// Row i of the scores: add the bias, then softmax in place (max, Σ exp(s - max), scale by 1 / Σ).
+SRFORMER_AVX2 void softmax_row(float* s, const float* bias, int64_t n) {
+  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 vmax = ninf;
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    __m256 x = _mm256_loadu_ps(s + j);
+    if (bias != nullptr) x = _mm256_add_ps(x, _mm256_loadu_ps(bias + j));
+    _mm256_storeu_ps(s + j, x);
+    vmax = _mm256_max_ps(vmax, x);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float best = *std::max_element(lanes, lanes + 8);
+  for (; j < n; ++j) {
+    if (bias != nullptr) s[j] += bias[j];
+    best = std::max(best, s[j]);
+  }
+  if (best == -std::numeric_limits<float>::infinity()) {  // every key masked
+    std::fill(s, s + n, 0.0F);
+    return;
+  }
+  const __m256 vbest = _mm256_set1_ps(best);
+  __m256 acc = _mm256_setzero_ps();
+  for (j = 0; j + 8 <= n; j += 8) {
+    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + j), vbest));
+    _mm256_storeu_ps(s + j, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float sum = horizontal_sum(acc);
+  for (; j < n; ++j) {
+    s[j] = std::exp(s[j] - best);
+    sum += s[j];
+  }
+  const __m256 inv = _mm256_set1_ps(1.0F / sum);
+  for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv));
+  for (; j < n; ++j) s[j] *= 1.0F / sum;
+}
+
+}  // namespace
+
+void amx_attention(const float* q, const float* k, const float* v, const AttentionBias& bias, float* out,
+                   const AttentionShape& shape, int threads) {
+  if (!amx_available()) throw std::logic_error("amx_attention needs AMX (amx_available())");
+  const int64_t tq = shape.queries, t = shape.keys, d = shape.head_dim;
+  const int64_t groups = shape.batch * shape.heads;
+  if (groups <= 0 || tq <= 0 || t <= 0 || d <= 0) return;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1 && groups > 1)
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t b = g / shape.heads, h = g % shape.heads;
+    thread_local std::vector<float> scores;
+    scores.resize(static_cast<size_t>(tq * t));
+    // scores = q kᵀ: the keys as the "weight" of a projection with T outputs.
+    const Bf16PackedMatrix keys(k + g * t * d, t, d, nullptr);
+    keys.multiply(q + g * tq * d, tq, scores.data(), 1);
+    const float* bias_g = bias.data != nullptr ? bias.data + b * bias.b_stride + h * bias.h_stride : nullptr;
+    for (int64_t i = 0; i < tq; ++i) {
+      softmax_row(scores.data() + i * t, bias_g != nullptr ? bias_g + i * bias.q_stride : nullptr, t);
+    }
+    // out = p v: vᵀ ([d, T], read in place with strides) as the weight of a projection with d outputs.
+    const Bf16PackedMatrix values_t(v + g * t * d, d, t, nullptr, 1, d);
+    values_t.multiply(scores.data(), tq, out + g * tq * d, 1);
+  }
+}
+
+#else
+
+void amx_attention(const float*, const float*, const float*, const AttentionBias&, float*, const AttentionShape&, int) {
+  throw std::logic_error("amx_attention needs AMX, which this build or platform lacks");
+}
+
+#endif
+
+}  // namespace srformer::kernels
