@@ -15,6 +15,9 @@ namespace srformer::kernels {
 
 namespace {
 
+// Queries per pass: bounds the per-thread scores buffer (8 MiB at 16k keys) whatever the input length.
+constexpr int64_t kQueriesPerPass = 128;
+
 // Row i of the scores: add the bias, then softmax in place (max, Σ exp(s - max), scale by 1 / Σ).
 SRFORMER_AVX2 void softmax_row(float* s, const float* bias, int64_t n) {
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
@@ -66,17 +69,20 @@ void amx_attention(const float* q, const float* k, const float* v, const Attenti
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t b = g / shape.heads, h = g % shape.heads;
     thread_local std::vector<float> scores;
-    scores.resize(static_cast<size_t>(tq * t));
-    // scores = q kᵀ: the keys as the "weight" of a projection with T outputs.
+    scores.resize(static_cast<size_t>(std::min(tq, kQueriesPerPass) * t));
+    // q kᵀ takes the keys as the "weight" of a projection with T outputs, p v takes vᵀ ([d, T], read in
+    // place with strides) as the weight of a projection with d outputs.
     const Bf16PackedMatrix keys(k + g * t * d, t, d, nullptr);
-    keys.multiply(q + g * tq * d, tq, scores.data(), 1);
-    const float* bias_g = bias.data != nullptr ? bias.data + b * bias.b_stride + h * bias.h_stride : nullptr;
-    for (int64_t i = 0; i < tq; ++i) {
-      softmax_row(scores.data() + i * t, bias_g != nullptr ? bias_g + i * bias.q_stride : nullptr, t);
-    }
-    // out = p v: vᵀ ([d, T], read in place with strides) as the weight of a projection with d outputs.
     const Bf16PackedMatrix values_t(v + g * t * d, d, t, nullptr, 1, d);
-    values_t.multiply(scores.data(), tq, out + g * tq * d, 1);
+    const float* bias_g = bias.data != nullptr ? bias.data + b * bias.b_stride + h * bias.h_stride : nullptr;
+    for (int64_t i0 = 0; i0 < tq; i0 += kQueriesPerPass) {
+      const int64_t n = std::min(kQueriesPerPass, tq - i0);
+      keys.multiply(q + (g * tq + i0) * d, n, scores.data(), 1);
+      for (int64_t i = 0; i < n; ++i) {
+        softmax_row(scores.data() + i * t, bias_g != nullptr ? bias_g + (i0 + i) * bias.q_stride : nullptr, t);
+      }
+      values_t.multiply(scores.data(), n, out + (g * tq + i0) * d, 1);
+    }
   }
 }
 

@@ -34,6 +34,9 @@ constexpr int64_t kInPerTile = 32;
 // Rows per pass over the weights: the bfloat16 inputs of this many rows (at most 192 KiB for 3072
 // inputs) stay in L2 while every weight panel goes by once.
 constexpr int64_t kRowChunk = 32;
+// Rows rounded to bfloat16 per pass: bounds the per-thread input buffer (3 MiB for 3072 inputs) whatever
+// the call's size (a batch of long documents is ~100k rows).
+constexpr int64_t kRowsPerPass = 512;
 
 // Round to nearest even, as the AVX512-BF16 conversion does (NaN stays NaN).
 uint16_t to_bf16(float f) {
@@ -240,6 +243,13 @@ bool amx_available() {
 SRFORMER_AMX void Bf16PackedMatrix::multiply(const float* x, int64_t rows, float* y, int threads) const {
   if (rows <= 0) return;
   if (!amx_available()) throw std::logic_error("Bf16PackedMatrix::multiply needs AMX (amx_available())");
+  for (int64_t r0 = 0; r0 < rows; r0 += kRowsPerPass) {
+    const int64_t n = std::min(kRowsPerPass, rows - r0);
+    multiply_pass(x + r0 * in_, n, y + r0 * out_, threads);
+  }
+}
+
+SRFORMER_AMX void Bf16PackedMatrix::multiply_pass(const float* x, int64_t rows, float* y, int threads) const {
   const int64_t k_pad = k_blocks_ * kInPerTile;
   const int64_t row_blocks = (rows + kRowsPerTile - 1) / kRowsPerTile;
   const int64_t rows_pad = row_blocks * kRowsPerTile;
@@ -286,6 +296,8 @@ bool amx_available() { return false; }
 void Bf16PackedMatrix::multiply(const float*, int64_t, float*, int) const {
   throw std::logic_error("Bf16PackedMatrix::multiply needs AMX, which this build or platform lacks");
 }
+
+void Bf16PackedMatrix::multiply_pass(const float*, int64_t, float*, int) const {}
 
 #endif
 

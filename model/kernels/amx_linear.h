@@ -39,6 +39,9 @@ class Bf16PackedMatrix {
   static constexpr int64_t kTileElems = 512;
 
  private:
+  // Up to kRowsPerPass rows.
+  void multiply_pass(const float* x, int64_t rows, float* y, int threads) const;
+
   struct Free {
     void operator()(uint16_t* p) const;
   };

@@ -50,7 +50,7 @@ TEST(AmxLinear, MatchesDoubleProductOfBf16RoundedFactors) {
       for (const bool with_bias : {false, true}) {
         const auto bias = with_bias ? b : torch::Tensor();
         const auto m = pack(w, bias);
-        for (const int64_t rows : {1, 15, 16, 17, 33, 70}) {
+        for (const int64_t rows : {1, 15, 16, 17, 33, 70, 600}) {  // 600: two passes of 512 rows
           const auto x = torch::randn({rows, in});
           // The factors as the kernel sees them: rounded to nearest even (LibTorch rounds the same way).
           const auto xr = x.to(torch::kBFloat16).to(torch::kFloat64);
@@ -125,7 +125,7 @@ TEST(AmxAttention, MatchesFp32AttentionWithMasksAndPositionBias) {
   SKIP_WITHOUT_AMX();
   torch::manual_seed(9);
   for (const auto& [tq, t, d] :
-       {std::tuple<int64_t, int64_t, int64_t>{1, 1, 8}, {5, 20, 16}, {33, 70, 64}, {17, 9, 40}}) {
+       {std::tuple<int64_t, int64_t, int64_t>{1, 1, 8}, {5, 20, 16}, {33, 70, 64}, {17, 9, 40}, {300, 150, 32}}) {
     const int64_t B = 2, H = 3;
     const auto q = torch::randn({B, H, tq, d}) * 0.5;
     const auto k = torch::randn({B, H, t, d}) * 0.5;
