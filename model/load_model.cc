@@ -20,8 +20,8 @@ std::unique_ptr<Seq2SeqModel> load_model(const std::filesystem::path& dir, const
   }
   if (options.device.is_cpu() && options.dtype == torch::kBFloat16 && !kernels::amx_available()) {
     throw std::invalid_argument(
-        "bf16 on the CPU needs Intel AMX (Xeon Sapphire Rapids or newer, Linux 5.16 or newer), which this "
-        "machine lacks; use fp32");
+        "bf16 on the CPU needs Intel AMX (Xeon Sapphire Rapids or newer, Linux 5.16 or newer), which is not "
+        "available here (or SRFORMER_CPU_AMX=0 turned it off); use fp32");
   }
   const auto ckpt = CheckpointReader::open_dir(dir);
   if (config.arch == Architecture::kBart) return load_bart(config, ckpt, options);

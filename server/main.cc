@@ -6,6 +6,7 @@
 #include <iostream>
 #include <thread>
 
+#include "model/dtype_name.h"
 #include "model/openmp_env.h"
 #include "server/config.h"
 #include "server/engine/cuda_memory.h"
@@ -42,9 +43,11 @@ int run(const ServerConfig& config) {
   for (const auto& spec : config.models) {
     const auto t0 = std::chrono::steady_clock::now();
     models.push_back(srformer::server::load_model_dir(spec, config));
-    const auto& c = models.back().model->config();
-    spdlog::info("model {}: {} {} from {} ({} parameters, {:.0f} ms)", spec.name, srformer::to_string(c.arch),
-                 srformer::to_string(c.srformer.cross_attention), spec.dir, models.back().model->parameter_count(),
+    const auto& m = *models.back().model;
+    const auto& c = m.config();
+    spdlog::info("model {}: {} {} from {} on {} in {} ({} parameters, {:.0f} ms)", spec.name,
+                 srformer::to_string(c.arch), srformer::to_string(c.srformer.cross_attention), spec.dir,
+                 m.device().str(), srformer::dtype_name(m.dtype()), m.parameter_count(),
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   srformer::server::Server server(config, std::move(models), metrics.get());

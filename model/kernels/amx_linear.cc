@@ -8,6 +8,7 @@
 #include "model/kernels/amx_linear.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -233,12 +234,19 @@ bool request_tile_permission() {
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureTileData) == 0;
 }
 
+std::atomic<bool>& amx_switch() {
+  static std::atomic<bool> on{env_not_zero("SRFORMER_CPU_AMX")};
+  return on;
+}
+
 }  // namespace
 
 bool amx_available() {
   static const bool ok = request_tile_permission();
-  return ok;
+  return ok && amx_switch().load(std::memory_order_relaxed);
 }
+
+void set_amx(bool on) { amx_switch().store(on); }
 
 SRFORMER_AMX void Bf16PackedMatrix::multiply(const float* x, int64_t rows, float* y, int threads) const {
   if (rows <= 0) return;
@@ -292,6 +300,7 @@ SRFORMER_AMX void Bf16PackedMatrix::multiply_pass(const float* x, int64_t rows, 
 #else  // no AMX on this platform: amx_available() is false and nobody multiplies
 
 bool amx_available() { return false; }
+void set_amx(bool) {}
 
 void Bf16PackedMatrix::multiply(const float*, int64_t, float*, int) const {
   throw std::logic_error("Bf16PackedMatrix::multiply needs AMX, which this build or platform lacks");

@@ -14,9 +14,12 @@
 
 namespace srformer::kernels {
 
-// True when this CPU has AMX-BF16 and AVX512-BF16 and the operating system granted this process the
-// tile state (Linux 5.16+, arch_prctl ARCH_REQ_XCOMP_PERM; asked once).
+// True when this CPU has AMX-BF16 and AVX512-BF16, the operating system granted this process the
+// tile state (Linux 5.16+, arch_prctl ARCH_REQ_XCOMP_PERM; asked once), and neither the environment
+// (SRFORMER_CPU_AMX=0) nor set_amx(false) turned it off.
 bool amx_available();
+// Tests use it to see what a CPU without AMX does; packed matrices must not be multiplied while off.
+void set_amx(bool on);
 
 class Bf16PackedMatrix {
  public:
