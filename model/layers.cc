@@ -32,19 +32,24 @@ bool use_few_rows(const torch::Tensor& x, const torch::Tensor& weight, const tor
          is_plain_float(bias) && kernels::use_cpu_kernels();
 }
 
-torch::Tensor few_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, int64_t rows) {
-  const int64_t in = x.size(-1);
-  const int64_t out = weight.size(0);
-  const auto xc = x.reshape({rows, in}).contiguous();
+// x [..., in] (CPU float32) as `rows` contiguous rows -> kernel(x rows, y rows) -> y [..., out].
+template <typename Kernel>
+torch::Tensor rows_product(const torch::Tensor& x, int64_t rows, int64_t out, Kernel&& kernel) {
+  const auto xc = x.reshape({rows, x.size(-1)}).contiguous();
   auto y = torch::empty({rows, out}, xc.options());
-  const float* xp = xc.data_ptr<float>();
-  const float* wp = weight.data_ptr<float>();
-  const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
-  float* yp = y.data_ptr<float>();
-  kernels::few_rows_linear(xp, rows, in, wp, out, bp, yp, at::get_num_threads());
+  kernel(xc.data_ptr<float>(), y.data_ptr<float>());
   auto shape = x.sizes().vec();
   shape.back() = out;
   return y.view(shape);
+}
+
+torch::Tensor few_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, int64_t rows) {
+  const int64_t out = weight.size(0);
+  const float* wp = weight.data_ptr<float>();
+  const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  return rows_product(x, rows, out, [&](const float* xp, float* yp) {
+    kernels::few_rows_linear(xp, rows, x.size(-1), wp, out, bp, yp, at::get_num_threads());
+  });
 }
 
 }  // namespace
@@ -63,18 +68,13 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
 }
 
 torch::Tensor Linear::operator()(const torch::Tensor& x) const {
-  const bool tracked = torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
-  if (!packed || tracked || !x.device().is_cpu() || x.scalar_type() != torch::kFloat32 || x.size(-1) != packed->in()) {
+  const bool weight_tracked = torch::GradMode::is_enabled() && weight.requires_grad();
+  if (!packed || weight_tracked || !is_cpu_inference_float(x) || x.size(-1) != packed->in()) {
     return linear(x, weight, bias);
   }
-  const int64_t in = packed->in();
-  const int64_t rows = x.numel() / in;
-  const auto xc = x.reshape({rows, in}).contiguous();
-  auto y = torch::empty({rows, packed->out()}, xc.options());
-  packed->multiply(xc.data_ptr<float>(), rows, y.data_ptr<float>(), at::get_num_threads());
-  auto shape = x.sizes().vec();
-  shape.back() = packed->out();
-  return y.view(shape);
+  const int64_t rows = x.numel() / packed->in();
+  return rows_product(x, rows, packed->out(),
+                      [&](const float* xp, float* yp) { packed->multiply(xp, rows, yp, at::get_num_threads()); });
 }
 
 void Linear::pack_bf16() {

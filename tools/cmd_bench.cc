@@ -70,16 +70,8 @@ std::filesystem::path ensure_model(const BenchOptions& o, const std::string& nam
   return dir;
 }
 
-void bench_model(const BenchOptions& o, const std::string& name, const ModelConfig& c, int64_t k,
-                 torch::ScalarType dtype);
-
-void bench_model(const BenchOptions& o, const std::string& name, const ModelConfig& c, int64_t k) {
-  if (!o.model.empty() && o.model != name) return;
-  for (const auto dtype : o.dtypes) bench_model(o, name, c, k, dtype);
-}
-
-void bench_model(const BenchOptions& o, const std::string& name, const ModelConfig& c, int64_t k,
-                 torch::ScalarType dtype) {
+void bench_model_as(const BenchOptions& o, const std::string& name, const ModelConfig& c, int64_t k,
+                    torch::ScalarType dtype) {
   LoadOptions lo;
   lo.dtype = dtype;
   auto model = load_model(ensure_model(o, name, c), lo);
@@ -124,6 +116,11 @@ void bench_model(const BenchOptions& o, const std::string& name, const ModelConf
     }
     kernels::set_cpu_kernels(true);
   }
+}
+
+void bench_model(const BenchOptions& o, const std::string& name, const ModelConfig& c, int64_t k) {
+  if (!o.model.empty() && o.model != name) return;
+  for (const auto dtype : o.dtypes) bench_model_as(o, name, c, k, dtype);
 }
 
 CrossAttention random_cross(CrossAttentionKind kind, int64_t D, int64_t H, int64_t d, int64_t s) {

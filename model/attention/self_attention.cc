@@ -60,8 +60,7 @@ torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor
   const auto vh = split_heads(v(x), heads);
   if (keys != nullptr) *keys = kh;
   if (values != nullptr) *values = vh;
-  const bool tracked = torch::GradMode::is_enabled() && (qh.requires_grad() || kh.requires_grad());
-  if (amx_attention && !tracked && qh.device().is_cpu() && qh.scalar_type() == torch::kFloat32) {
+  if (amx_attention && is_cpu_inference_float(qh) && is_cpu_inference_float(kh)) {
     return o(merge_heads(attend_amx(qh, kh, vh, bias)));
   }
   return o(merge_heads(attend(qh, kh, vh, bias)));

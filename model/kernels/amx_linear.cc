@@ -50,12 +50,12 @@ uint16_t to_bf16(float f) {
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+// Uninitialised: both users (the packed tiles, the rounded inputs) write every element they read.
 template <typename T>
 T* aligned_array(size_t count) {
   const size_t bytes = round_up(static_cast<int64_t>(std::max<size_t>(count, 1) * sizeof(T)), 64);
   void* p = std::aligned_alloc(64, bytes);
   if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, bytes);
   return static_cast<T*>(p);
 }
 

@@ -190,17 +190,23 @@ TEST(LoadBf16, ModelKeepsFp32ParametersAndReportsBf16) {
   EXPECT_GT((a - b).abs().max().item<double>(), 0.0);
 }
 
-TEST(LoadBf16, Fp16OnTheCpuIsAClearError) {
-  testing::TempDir dir("fp16");
+// What load_model says when a tiny model is loaded as `dtype` on the CPU ("loaded" when it loads).
+std::string cpu_load_error(torch::ScalarType dtype) {
+  testing::TempDir dir("dtype");
   write_random_model(dir.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kFull, 0), 8);
   LoadOptions o;
-  o.dtype = torch::kFloat16;
+  o.dtype = dtype;
   try {
     load_model(dir.path(), o);
-    FAIL() << "fp16 on the CPU loaded";
+    return "loaded";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("fp16 is for CUDA devices"), std::string::npos) << e.what();
+    return e.what();
   }
+}
+
+TEST(LoadBf16, Fp16OnTheCpuIsAClearError) {
+  const auto message = cpu_load_error(torch::kFloat16);
+  EXPECT_NE(message.find("fp16 is for CUDA devices"), std::string::npos) << message;
 }
 
 TEST(LoadBf16, FailsClearlyWithoutAmx) {
@@ -209,16 +215,8 @@ TEST(LoadBf16, FailsClearlyWithoutAmx) {
   struct Restore {
     ~Restore() { kernels::set_amx(true); }
   } restore;
-  testing::TempDir dir("noamx");
-  write_random_model(dir.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kFull, 0), 8);
-  LoadOptions o;
-  o.dtype = torch::kBFloat16;
-  try {
-    load_model(dir.path(), o);
-    FAIL() << "bf16 loaded on a CPU without AMX";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("needs Intel AMX"), std::string::npos) << e.what();
-  }
+  const auto message = cpu_load_error(torch::kBFloat16);
+  EXPECT_NE(message.find("needs Intel AMX"), std::string::npos) << message;
 }
 
 }  // namespace
