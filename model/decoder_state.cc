@@ -19,7 +19,7 @@ void for_each_tensor(State& s, Fn&& fn) {
   }
   for (auto& l : s.layers) {
     for (auto* t : {&l.self_k, &l.self_v, &l.cross_k, &l.cross_v, &l.kv, &l.knorm, &l.mem, &l.recur, &l.switch_drive,
-                    &l.global_k, &l.global_v}) {
+                    &l.global_k, &l.global_v, &l.window_k, &l.window_v}) {
       fn(*t);
     }
   }

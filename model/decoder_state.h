@@ -23,6 +23,10 @@ struct LayerState {
   torch::Tensor switch_drive;
   // LongT5-style global tokens: mean-pooled K/V per segment [B, H, m, d]; undefined otherwise.
   torch::Tensor global_k, global_v;
+  // Segmented softmax variants, incremental decoding: the keys/values of the segment window each
+  // row read at its last step, [B, H, W, d] (W = s, 2s for xl). Gathered again only for rows whose
+  // segment changed, so a step does not copy W keys per row and layer from cross_k/cross_v.
+  torch::Tensor window_k, window_v;
 };
 
 class DecoderState {

@@ -94,6 +94,12 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
     ls.global_k = torch::matmul(weights.unsqueeze(1), ls.cross_k) / counts;
     ls.global_v = torch::matmul(weights.unsqueeze(1), ls.cross_v) / counts;
   }
+  if (expected_len.defined() && kind != CrossAttentionKind::kFull && has_softmax()) {
+    // Filled at each row's first step (its segment changes from "none" to 0).
+    const int64_t width = window_width();
+    ls.window_k = torch::zeros({ls.cross_k.size(0), heads, width, head_dim}, ls.cross_k.options());
+    ls.window_v = torch::zeros_like(ls.window_k);
+  }
 }
 
 torch::Tensor CrossAttention::switch_drive(const torch::Tensor& kv, const torch::Tensor& keys,
@@ -178,7 +184,29 @@ void make_exclusive(torch::Tensor& t) {
   if (t.use_count() != 1 || t.storage().use_count() != 1 || !t.is_contiguous()) t = t.clone();
 }
 
+// Writes `values` into rows `rows` of t: in place when t is this state's own, else into a copy.
+void overwrite_rows(torch::Tensor& t, const torch::Tensor& rows, const torch::Tensor& values) {
+  if (rows.numel() == t.size(0)) {
+    t = values;  // rows are the changed rows in order: all of them
+    return;
+  }
+  make_exclusive(t);
+  t.index_copy_(0, rows, values);
+}
+
 }  // namespace
+
+int64_t CrossAttention::window_width() const {
+  return kind == CrossAttentionKind::kXlMemory ? 2 * segment_size : segment_size;
+}
+
+void CrossAttention::refresh_windows(LayerState& ls, const torch::Tensor& idx, const torch::Tensor& changed) const {
+  const auto rows = changed.nonzero().view(-1);
+  if (rows.numel() == 0) return;
+  const auto picked = idx.index_select(0, rows);
+  overwrite_rows(ls.window_k, rows, gather_rows(ls.cross_k, picked, rows));
+  overwrite_rows(ls.window_v, rows, gather_rows(ls.cross_v, picked, rows));
+}
 
 void CrossAttention::apply_switch_table(LayerState& ls, const torch::Tensor& changed, const torch::Tensor& switches,
                                         torch::Tensor* fired) const {
@@ -384,10 +412,10 @@ torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const
   } else if (has_softmax()) {
     // Read only the rows of segment i (and i-1 / global tokens): s keys per step instead of k.
     const bool xl = kind == CrossAttentionKind::kXlMemory;
-    const auto win =
-        segment_window(seg, enc_len, segment_size, xl ? -1 : 0, xl ? 2 * segment_size : segment_size, kmax);
-    auto keys = gather_rows(ls.cross_k, win.idx);
-    auto values = gather_rows(ls.cross_v, win.idx);
+    const auto win = segment_window(seg, enc_len, segment_size, xl ? -1 : 0, window_width(), kmax);
+    if (ls.window_k.defined()) refresh_windows(ls, win.idx, changed);
+    auto keys = ls.window_k.defined() ? ls.window_k : gather_rows(ls.cross_k, win.idx);
+    auto values = ls.window_v.defined() ? ls.window_v : gather_rows(ls.cross_v, win.idx);
     auto allowed = win.valid;
     if (kind == CrossAttentionKind::kGlobalTokens) {
       const int64_t mmax = ls.global_k.size(2);

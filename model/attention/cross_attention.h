@@ -80,6 +80,11 @@ struct CrossAttention {
   // attn [B,H,q,d] (model dtype), qr = q R [B,H,q,d] fp32 -> the variant's output [B,H,q,d].
   torch::Tensor combine(const torch::Tensor& attn, const torch::Tensor& qr, const LayerState& ls) const;
   bool has_softmax() const;  // false only for ablation I (recurrent term alone)
+  // Keys a segmented softmax reads per step: s, or 2s for xl (previous segment too).
+  int64_t window_width() const;
+  // Gathers the window (rows idx [B,W] of cross K/V) of the rows whose segment changed into
+  // ls.window_k/window_v.
+  void refresh_windows(LayerState& ls, const torch::Tensor& idx, const torch::Tensor& changed) const;
 };
 
 }  // namespace srformer
