@@ -14,14 +14,14 @@ fi
 runtime_pkgs=(
   libtorch1.13 libgrpc++1.51 libprotobuf32 libsentencepiece0 libspdlog1.10
   libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0
-  libopenblas0-pthread libgomp1 libpcre2-8-0 ca-certificates
+  libopenblas0-pthread libgomp1 libpcre2-8-0 libtcmalloc-minimal4 ca-certificates
 )
 build_pkgs=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libsentencepiece-dev sentencepiece libspdlog-dev libfmt-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev nlohmann-json3-dev libpcre2-dev
-  libopenblas0-pthread libopenblas-dev
+  libopenblas0-pthread libopenblas-dev libgoogle-perftools-dev
 )
 # Independent reference implementations and real peers used by the test suite.
 test_pkgs=(
