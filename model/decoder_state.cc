@@ -44,12 +44,27 @@ int64_t tensor_bytes(const torch::Tensor& t) {
   return t.defined() ? static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()) : 0;
 }
 
-// Keeps `rows` (strictly increasing) of a [B, ...] tensor by moving them down in place; the tensor
-// becomes a view of its first rows. Leaving rows is the common case of a decode step, and a fresh
-// copy of the whole state costs page faults on top of the copy (~0.5 ms per MB measured here); in
-// place only the rows after the first gap move. Not done (returns false) off the CPU, when another
-// state shares the storage (copy-on-write), or when the kept rows would fill less than half of the
-// storage: then the caller's compact copy gives the memory back.
+// Whether keeping `rows` can be done by copying rows within the storage, in order j = 0, 1, ...:
+// every row must be read before it is overwritten. Rows leaving (increasing indices) and the last
+// rows moving into holes both qualify; beams swapping or repeating parents usually do not.
+bool movable_in_place(const std::vector<int64_t>& rows, int64_t before) {
+  std::vector<bool> written(static_cast<size_t>(before), false);
+  for (size_t j = 0; j < rows.size(); ++j) {
+    const int64_t src = rows[j];
+    if (src < 0 || src >= before) return false;
+    if (src == static_cast<int64_t>(j)) continue;
+    if (written[static_cast<size_t>(src)]) return false;
+    written[j] = true;
+  }
+  return true;
+}
+
+// Keeps `rows` (movable_in_place) of a [B, ...] tensor by copying them down within its storage; the
+// tensor becomes a view of its first rows. Leaving rows is the common case of a decode step, and a
+// fresh copy of the whole state costs page faults on top of the copy (~0.5 ms per MB measured
+// here); in place only the rows that change position move. Not done (returns false) off the CPU,
+// when another state shares the storage (copy-on-write), or when the kept rows would fill less than
+// half of the storage: then the caller's compact copy gives the memory back.
 bool retain_rows_in_place(torch::Tensor& t, const std::vector<int64_t>& rows) {
   if (!t.is_cpu() || !t.is_contiguous() || t.dim() == 0 || t.use_count() != 1 || t.storage().use_count() != 1) {
     return false;
@@ -59,8 +74,7 @@ bool retain_rows_in_place(torch::Tensor& t, const std::vector<int64_t>& rows) {
   if (row_bytes == 0 || 2 * n * row_bytes < static_cast<int64_t>(t.storage().nbytes())) return false;
   auto* base = static_cast<char*>(t.data_ptr());
   for (int64_t j = 0; j < n; ++j) {
-    // rows[j] >= j: each row moves down onto rows already copied or dropped.
-    if (rows[j] != j) std::memmove(base + j * row_bytes, base + rows[j] * row_bytes, static_cast<size_t>(row_bytes));
+    if (rows[j] != j) std::memcpy(base + j * row_bytes, base + rows[j] * row_bytes, static_cast<size_t>(row_bytes));
   }
   t = t.narrow(0, 0, n);
   return true;
@@ -142,11 +156,7 @@ void DecoderState::retain(const std::vector<int64_t>& rows) {
   bool identity = static_cast<int64_t>(rows.size()) == before;
   for (size_t i = 0; identity && i < rows.size(); ++i) identity = rows[i] == static_cast<int64_t>(i);
   if (identity) return;
-  bool increasing = true;
-  for (size_t i = 0; increasing && i < rows.size(); ++i) {
-    increasing = rows[i] >= (i == 0 ? 0 : rows[i - 1] + 1) && rows[i] < before;
-  }
-  if (!increasing) {  // beams reordered: rows repeat or swap
+  if (!movable_in_place(rows, before)) {  // beams reordered: rows repeat or swap
     select(torch::tensor(rows, torch::kInt64));
   } else {
     torch::Tensor idx;  // made once, for tensors that cannot move in place

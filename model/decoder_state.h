@@ -54,8 +54,9 @@ class DecoderState {
   // min_unused of them (each compaction copies every self-attention cache).
   void compact(int64_t min_unused = 1);
   // After a decode step: keeps `rows` (indices into the current rows, in order) like select(), from
-  // plain integers. Does nothing when they are 0..B-1. Increasing rows (rows leaving) move down in
-  // place on the CPU when no other state shares the tensors. When rows were dropped, compacts once a
+  // plain integers. Does nothing when they are 0..B-1. When every row can be read before it is
+  // overwritten (rows leaving: increasing indices; or the last rows moved into the holes of leaving
+  // ones), rows move within the storage on the CPU when no other state shares the tensors. When rows were dropped, compacts once a
   // quarter of the self-attention slots (at least 8) is unused: masked slots cost the attention
   // little, a copy of every cache per leaving request costs more.
   void retain(const std::vector<int64_t>& rows);

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "model/kernels/serial_region.h"
+#include "server/engine/row_order.h"
 #include "server/metrics/metrics.h"
 
 namespace srformer::server {
@@ -355,6 +356,10 @@ void Engine::step() {
   std::vector<int64_t> index;
   index.reserve(static_cast<size_t>(state_.batch_size()));
   std::vector<std::unique_ptr<Slot>> kept;
+  std::vector<size_t> kept_at;     // each kept slot's position in this step's slot list
+  std::vector<size_t> kept_first;  // and where its rows start in `index`
+  bool same_rows = true;        // every slot has as many rows as the first (greedy: one each)
+  for (const auto& slot : slots_) same_rows = same_rows && slot->rows == slots_.front()->rows;
   int64_t offset = 0;
   int64_t new_tokens = 0;
   const int64_t rows_before = state_.batch_size();
@@ -427,11 +432,27 @@ void Engine::step() {
     } else {
       const auto parents = result.parent_rows.to(torch::kCPU, torch::kInt64).contiguous();
       const int64_t* parent = parents.data_ptr<int64_t>();
+      kept_first.push_back(index.size());
       for (int64_t r = 0; r < parents.numel(); ++r) index.push_back(parent[r] + offset);
       s.next_tokens = result.next_tokens.to(torch::kCPU, torch::kInt64);
       kept.push_back(std::move(slot));
+      kept_at.push_back(i);
     }
     offset += s.rows;
+  }
+  if (same_rows && !kept.empty() && kept.size() < slots_.size()) {
+    // Requests that stay keep their rows; the last ones move into the holes of those that left.
+    std::vector<std::unique_ptr<Slot>> moved;
+    std::vector<int64_t> moved_index;
+    moved_index.reserve(index.size());
+    kept_first.push_back(index.size());
+    for (const size_t e : fill_holes_from_tail(kept_at)) {
+      moved.push_back(std::move(kept[e]));
+      moved_index.insert(moved_index.end(), index.begin() + static_cast<std::ptrdiff_t>(kept_first[e]),
+                         index.begin() + static_cast<std::ptrdiff_t>(kept_first[e + 1]));
+    }
+    kept = std::move(moved);
+    index = std::move(moved_index);
   }
   slots_ = std::move(kept);
   if (slots_.empty()) {

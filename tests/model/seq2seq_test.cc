@@ -309,6 +309,23 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
     const auto tok = tokens.select(1, t).index_select(0, kept);
     EXPECT_LE((model->step(in_place, tok) - model->step(copied, tok)).abs().max().item<double>(), 1e-6);
   }
+  // The last row moving into a leaving row's hole (what the engine does) is moved in place too;
+  // beams swapping rows are not (each row would be overwritten before it is read).
+  auto filled = started();
+  auto filled_copy = started();
+  filled_copy.select(torch::tensor({0, 4, 2, 3}, torch::kLong));
+  filled.retain({0, 4, 2, 3});
+  EXPECT_EQ(filled.layers[1].cross_k.storage().nbytes(), storage_before) << "last row into the hole: in place";
+  EXPECT_TRUE(torch::equal(filled.layers[1].cross_k, filled_copy.layers[1].cross_k));
+  EXPECT_TRUE(torch::equal(filled.layers[0].window_k, filled_copy.layers[0].window_k));
+  EXPECT_TRUE(torch::equal(filled.step, filled_copy.step));
+  auto swapped = started();
+  auto swapped_copy = started();
+  swapped_copy.select(torch::tensor({1, 0, 2, 3, 4}, torch::kLong));
+  swapped.retain({1, 0, 2, 3, 4});
+  EXPECT_TRUE(torch::equal(swapped.layers[1].cross_k, swapped_copy.layers[1].cross_k));
+  EXPECT_TRUE(torch::equal(swapped.layers[0].mem, swapped_copy.layers[0].mem));
+
   // 1 of 4 rows kept: a compact copy that returns the memory.
   in_place.retain({3});
   EXPECT_EQ(in_place.layers[1].cross_k.storage().nbytes(), in_place.layers[1].cross_k.nbytes());

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -63,6 +64,8 @@ class RealModel : public ::testing::Test {
     return r;
   }
 
+  void expect_same_alone_and_among_32(const std::function<int(int)>& beams_of);
+
   static inline fs::path* dir_ = nullptr;
   std::unique_ptr<server::Server> server_;
   std::unique_ptr<v1::Summarizer::Stub> stub_;
@@ -106,7 +109,9 @@ TEST_F(RealModel, UnaryAndStreamEqualOfflineGenerate) {
   }
 }
 
-TEST_F(RealModel, IdenticalAloneAndAmong32Concurrent) {
+// 32 concurrent requests of different lengths, with beams_of(i) beams each, give what each gives
+// offline alone.
+void RealModel::expect_same_alone_and_among_32(const std::function<int(int)>& beams_of) {
   struct Case {
     v1::SummarizeRequest req;
     std::vector<int64_t> ref;
@@ -115,7 +120,7 @@ TEST_F(RealModel, IdenticalAloneAndAmong32Concurrent) {
   for (int i = 0; i < 32; ++i) {
     const std::string doc = synthetic_text(1 + i % 6, 100 + static_cast<uint32_t>(i));
     const int max_new = 6 + (i * 7) % 25;
-    const int beams = 1 + i % 3;
+    const int beams = beams_of(i);
     const int no_repeat = i % 4 == 3 ? 2 : 0;
     cases.push_back({request(doc, max_new, beams, no_repeat), offline(doc, max_new, beams, no_repeat)});
   }
@@ -140,6 +145,16 @@ TEST_F(RealModel, IdenticalAloneAndAmong32Concurrent) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(server_->models().find("t5")->stats().state_bytes, 0);
+}
+
+TEST_F(RealModel, IdenticalAloneAndAmong32Concurrent) {
+  expect_same_alone_and_among_32([](int i) { return 1 + i % 3; });
+}
+
+// All greedy: every request has one row, so the rows of requests that finish are refilled with the
+// batch's last rows (the engine's hole filling) instead of shifting every row behind them.
+TEST_F(RealModel, IdenticalAloneAndAmong32ConcurrentGreedy) {
+  expect_same_alone_and_among_32([](int /*i*/) { return 1; });
 }
 
 }  // namespace
