@@ -47,7 +47,8 @@ endif()
 option(SRFORMER_TCMALLOC "Link the executables that run models with tcmalloc (gperftools)" ON)
 add_library(srformer_malloc INTERFACE)
 if(SRFORMER_TCMALLOC AND SRFORMER_SANITIZE STREQUAL "")
-  find_library(TCMALLOC_LIBRARY NAMES tcmalloc_minimal)
+  # The runtime package's versioned file is enough (the GPU bundle carries only that one).
+  find_library(TCMALLOC_LIBRARY NAMES tcmalloc_minimal libtcmalloc_minimal.so.4)
   if(TCMALLOC_LIBRARY)
     # Kept as a dependency even where the linker drops unreferenced libraries: nothing calls it by
     # name, it replaces malloc/free for the whole process.

@@ -16,7 +16,7 @@ wanted=(
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   libsentencepiece-dev libspdlog-dev libfmt-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev libpcre2-dev
-  libabsl-dev libre2-dev libc-ares-dev zlib1g-dev libssl-dev libgoogle-perftools-dev
+  libabsl-dev libre2-dev libc-ares-dev zlib1g-dev libssl-dev libtcmalloc-minimal4
 )
 # Present on any image with a C++ toolchain (or irrelevant to a build): never bundled.
 skip_regex='^(libc6|libc6-dev|libc-dev-bin|libgcc-s1|libgcc-.*-dev|libstdc\+\+6|libstdc\+\+-.*-dev|gcc-.*|g\+\+-.*|cpp-.*|'\
