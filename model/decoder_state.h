@@ -56,9 +56,9 @@ class DecoderState {
   // After a decode step: keeps `rows` (indices into the current rows, in order) like select(), from
   // plain integers. Does nothing when they are 0..B-1. When every row can be read before it is
   // overwritten (rows leaving: increasing indices; or the last rows moved into the holes of leaving
-  // ones), rows move within the storage on the CPU when no other state shares the tensors. When rows were dropped, compacts once a
-  // quarter of the self-attention slots (at least 8) is unused: masked slots cost the attention
-  // little, a copy of every cache per leaving request costs more.
+  // ones), rows move within the storage on the CPU when no other state shares the tensors. When
+  // rows were dropped, compacts once a quarter of the self-attention slots (at least 8) is unused:
+  // masked slots cost the attention little, a copy of every cache per leaving request costs more.
   void retain(const std::vector<int64_t>& rows);
   // Bytes held for row b (its share of every tensor, padding included), and in total.
   int64_t row_bytes(int64_t b) const;

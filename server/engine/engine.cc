@@ -358,7 +358,7 @@ void Engine::step() {
   std::vector<std::unique_ptr<Slot>> kept;
   std::vector<size_t> kept_at;     // each kept slot's position in this step's slot list
   std::vector<size_t> kept_first;  // and where its rows start in `index`
-  bool same_rows = true;        // every slot has as many rows as the first (greedy: one each)
+  bool same_rows = true;           // every slot has as many rows as the first (greedy: one each)
   for (const auto& slot : slots_) same_rows = same_rows && slot->rows == slots_.front()->rows;
   int64_t offset = 0;
   int64_t new_tokens = 0;
