@@ -40,8 +40,14 @@ torch::Tensor pad_dim(const torch::Tensor& t, int64_t dim, int64_t size, bool fr
   return front ? torch::cat({pad, t}, dim) : torch::cat({t, pad}, dim);
 }
 
+// Bytes a [B, ...] tensor holds for its rows: a self-attention cache with room for more slots holds
+// stride(0) elements per row, not only the live ones.
 int64_t tensor_bytes(const torch::Tensor& t) {
-  return t.defined() ? static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()) : 0;
+  if (!t.defined()) return 0;
+  const auto elem = static_cast<int64_t>(t.element_size());
+  const auto n = static_cast<int64_t>(t.numel());
+  if (t.dim() == 0 || t.size(0) == 0) return n * elem;
+  return t.size(0) * std::max<int64_t>(t.stride(0), n / t.size(0)) * elem;
 }
 
 // Whether keeping `rows` can be done by copying rows within the storage, in order j = 0, 1, ...:
@@ -65,18 +71,42 @@ bool movable_in_place(const std::vector<int64_t>& rows, int64_t before) {
 // here); in place only the rows that change position move. Not done (returns false) off the CPU,
 // when another state shares the storage (copy-on-write), or when the kept rows would fill less than
 // half of the storage: then the caller's compact copy gives the memory back.
+// Elements one row of a [B, ...] tensor spans in its storage (from its first to its last, plus one);
+// 0 when a stride is not positive.
+int64_t row_extent(const torch::Tensor& t) {
+  int64_t extent = 1;
+  for (int64_t i = 1; i < t.dim(); ++i) {
+    if (t.size(i) == 0) return 0;
+    if (t.stride(i) <= 0 && t.size(i) > 1) return 0;
+    extent += (t.size(i) - 1) * t.stride(i);
+  }
+  return extent;
+}
+
 bool retain_rows_in_place(torch::Tensor& t, const std::vector<int64_t>& rows) {
-  if (!t.is_cpu() || !t.is_contiguous() || t.dim() == 0 || t.use_count() != 1 || t.storage().use_count() != 1) {
+  // Rows are slabs of stride(0) elements from the storage's start: dense tensors, and caches that
+  // are views of a buffer with room for more slots per row.
+  if (!t.is_cpu() || t.dim() == 0 || t.storage_offset() != 0 || t.use_count() != 1 || t.storage().use_count() != 1) {
     return false;
   }
+  const int64_t extent = row_extent(t);
+  if (t.size(0) > 1 && (extent == 0 || t.stride(0) < extent)) return false;
   const auto n = static_cast<int64_t>(rows.size());
-  const int64_t row_bytes = t.size(0) == 0 ? 0 : static_cast<int64_t>(t.nbytes()) / t.size(0);
-  if (row_bytes == 0 || 2 * n * row_bytes < static_cast<int64_t>(t.storage().nbytes())) return false;
+  const int64_t row_bytes = (t.size(0) > 1 ? t.stride(0) : extent) * static_cast<int64_t>(t.element_size());
+  const auto storage_bytes = static_cast<int64_t>(t.storage().nbytes());
+  if (row_bytes == 0 || t.size(0) * row_bytes > storage_bytes || 2 * n * row_bytes < storage_bytes) {
+    return false;
+  }
   auto* base = static_cast<char*>(t.data_ptr());
   for (int64_t j = 0; j < n; ++j) {
     if (rows[j] != j) std::memcpy(base + j * row_bytes, base + rows[j] * row_bytes, static_cast<size_t>(row_bytes));
   }
-  t = t.narrow(0, 0, n);
+  // Re-pointed rather than narrowed: a view would hold the old tensor as its base, and the storage
+  // would no longer look exclusively this tensor's at the next retain or step.
+  auto sizes = t.sizes().vec();
+  sizes[0] = n;
+  const auto strides = t.strides().vec();
+  t.set_(t.storage(), 0, sizes, strides);
   return true;
 }
 

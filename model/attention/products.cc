@@ -17,6 +17,16 @@ bool single_query(const torch::Tensor& a, const torch::Tensor& b, int64_t b_inne
          kernels::use_cpu_kernels();
 }
 
+// Groups (batch x head) of [T, d] rows, each contiguous, at one stride: the stride, else 0. A
+// self-attention cache is a view of the first T slots of a buffer with room for more.
+int64_t uniform_group_stride(const torch::Tensor& t) {
+  const int64_t T = t.size(2);
+  const int64_t d = t.size(3);
+  const bool rows_packed = t.stride(3) == 1 && (T <= 1 || t.stride(2) == d);
+  const bool heads_even = t.size(0) <= 1 || t.stride(0) == t.size(1) * t.stride(1);
+  return rows_packed && heads_even && t.stride(1) >= T * d ? t.stride(1) : 0;
+}
+
 }  // namespace
 
 torch::Tensor keys_values_product(const torch::Tensor& k, const torch::Tensor& v) {
@@ -37,22 +47,24 @@ torch::Tensor keys_values_product(const torch::Tensor& k, const torch::Tensor& v
 torch::Tensor query_key_product(const torch::Tensor& q, const torch::Tensor& k) {
   if (!single_query(q, k, 3)) return torch::matmul(q, k.transpose(-1, -2));
   const auto qc = q.contiguous();
-  const auto kc = k.contiguous();
+  const int64_t stride = uniform_group_stride(k);
+  const auto kc = stride > 0 ? k : k.contiguous();
   const int64_t B = q.size(0), H = q.size(1), T = k.size(2), d = k.size(3);
   auto scores = torch::empty({B, H, 1, T}, qc.options());
-  kernels::query_key_scores(qc.data_ptr<float>(), kc.data_ptr<float>(), B * H, T, d, scores.data_ptr<float>(),
-                            at::get_num_threads());
+  kernels::query_key_scores(qc.data_ptr<float>(), kc.data_ptr<float>(), stride > 0 ? stride : T * d, B * H, T, d,
+                            scores.data_ptr<float>(), at::get_num_threads());
   return scores;
 }
 
 torch::Tensor weights_value_product(const torch::Tensor& p, const torch::Tensor& v) {
   if (!single_query(p, v, 2)) return torch::matmul(p, v);
   const auto pc = p.contiguous();
-  const auto vc = v.contiguous();
+  const int64_t stride = uniform_group_stride(v);
+  const auto vc = stride > 0 ? v : v.contiguous();
   const int64_t B = p.size(0), H = p.size(1), T = v.size(2), d = v.size(3);
   auto out = torch::empty({B, H, 1, d}, pc.options());
-  kernels::weighted_value_sum(pc.data_ptr<float>(), vc.data_ptr<float>(), B * H, T, d, out.data_ptr<float>(),
-                              at::get_num_threads());
+  kernels::weighted_value_sum(pc.data_ptr<float>(), vc.data_ptr<float>(), stride > 0 ? stride : T * d, B * H, T, d,
+                              out.data_ptr<float>(), at::get_num_threads());
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <limits>
+#include <vector>
 
 #include "model/attention/products.h"
 #include "model/kernels/amx_attention.h"
@@ -66,12 +67,40 @@ torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor
   return o(merge_heads(attend(qh, kh, vh, bias)));
 }
 
+namespace {
+
+// Appends one slot ([B, H, 1, d]) to a cache [B, H, T, d]. The cache spans the first T slots of a
+// buffer with room for more, so a step writes one slot instead of copying the whole cache (a copy
+// per step and layer makes long outputs quadratic). The buffer grows by half when full; a cache
+// shared with another state, or one that state operations made dense, moves to a new buffer. The
+// cache is re-pointed at its storage with set_() rather than made a view: a view would keep the
+// buffer alive as its base, and the storage would never look exclusively ours.
+void append_slot(torch::Tensor& cache, const torch::Tensor& slot) {
+  const int64_t B = cache.size(0), H = cache.size(1), T = cache.size(2), d = cache.size(3);
+  const bool room = cache.storage_offset() == 0 && cache.stride(3) == 1 && (T == 0 || cache.stride(2) == d) &&
+                    cache.stride(1) >= (T + 1) * d && cache.stride(0) == H * cache.stride(1) &&
+                    cache.use_count() == 1 && cache.storage().use_count() == 1 &&
+                    static_cast<int64_t>(cache.storage().nbytes()) >=
+                        B * cache.stride(0) * static_cast<int64_t>(cache.element_size());
+  if (!room) {
+    const int64_t capacity = T + T / 2 + 8;
+    auto buffer = torch::empty({B, H, capacity, d}, slot.options());
+    buffer.narrow(2, 0, T).copy_(cache);
+    cache = std::move(buffer);
+  }
+  const std::vector<int64_t> strides = cache.strides().vec();
+  cache.set_(cache.storage(), 0, {B, H, T + 1, d}, strides);
+  cache.narrow(2, T, 1).copy_(slot);
+}
+
+}  // namespace
+
 torch::Tensor SelfAttention::step(const torch::Tensor& x, torch::Tensor& cache_k, torch::Tensor& cache_v,
                                   const torch::Tensor& bias) const {
   auto qh = split_heads(q(x), heads);
   if (scale != 1.0) qh = qh * scale;
-  cache_k = torch::cat({cache_k, split_heads(k(x), heads)}, 2);
-  cache_v = torch::cat({cache_v, split_heads(v(x), heads)}, 2);
+  append_slot(cache_k, split_heads(k(x), heads));
+  append_slot(cache_v, split_heads(v(x), heads));
   return o(merge_heads(attend(qh, cache_k, cache_v, bias)));
 }
 

@@ -57,19 +57,20 @@ SRFORMER_AVX2 void sum_group(const float* p, int64_t p_stride, const float* v, i
 
 }  // namespace
 
-void query_key_scores(const float* q, const float* k, int64_t groups, int64_t T, int64_t d, float* scores,
-                      int threads) {
+void query_key_scores(const float* q, const float* k, int64_t k_stride, int64_t groups, int64_t T, int64_t d,
+                      float* scores, int threads) {
   const bool parallel = threads > 1 && groups * T * d >= kParallelMinWork;
   (void)parallel;
 #pragma omp parallel for schedule(static) num_threads(threads) if (parallel)
-  for (int64_t g = 0; g < groups; ++g) scores_group(q + g * d, k + g * T * d, T, d, scores + g * T);
+  for (int64_t g = 0; g < groups; ++g) scores_group(q + g * d, k + g * k_stride, T, d, scores + g * T);
 }
 
-void weighted_value_sum(const float* p, const float* v, int64_t groups, int64_t T, int64_t d, float* out, int threads) {
+void weighted_value_sum(const float* p, const float* v, int64_t v_stride, int64_t groups, int64_t T, int64_t d,
+                        float* out, int threads) {
   const bool parallel = threads > 1 && groups * T * d >= kParallelMinWork;
   (void)parallel;
 #pragma omp parallel for schedule(static) num_threads(threads) if (parallel)
-  for (int64_t g = 0; g < groups; ++g) sum_group(p + g * T, 1, v + g * T * d, T, d, out + g * d);
+  for (int64_t g = 0; g < groups; ++g) sum_group(p + g * T, 1, v + g * v_stride, T, d, out + g * d);
 }
 
 void key_value_outer_sum(const float* k, const float* v, int64_t groups, int64_t T, int64_t d, float* out,
@@ -87,23 +88,23 @@ void key_value_outer_sum(const float* k, const float* v, int64_t groups, int64_t
 
 #else  // not x86-64: callers use LibTorch; these plain loops only keep the functions correct
 
-void query_key_scores(const float* q, const float* k, int64_t groups, int64_t T, int64_t d, float* scores,
-                      int /*threads*/) {
+void query_key_scores(const float* q, const float* k, int64_t k_stride, int64_t groups, int64_t T, int64_t d,
+                      float* scores, int /*threads*/) {
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t t = 0; t < T; ++t) {
       float s = 0.0F;
-      for (int64_t j = 0; j < d; ++j) s += q[g * d + j] * k[(g * T + t) * d + j];
+      for (int64_t j = 0; j < d; ++j) s += q[g * d + j] * k[g * k_stride + t * d + j];
       scores[g * T + t] = s;
     }
   }
 }
 
-void weighted_value_sum(const float* p, const float* v, int64_t groups, int64_t T, int64_t d, float* out,
-                        int /*threads*/) {
+void weighted_value_sum(const float* p, const float* v, int64_t v_stride, int64_t groups, int64_t T, int64_t d,
+                        float* out, int /*threads*/) {
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t j = 0; j < d; ++j) {
       float s = 0.0F;
-      for (int64_t t = 0; t < T; ++t) s += p[g * T + t] * v[(g * T + t) * d + j];
+      for (int64_t t = 0; t < T; ++t) s += p[g * T + t] * v[g * v_stride + t * d + j];
       out[g * d + j] = s;
     }
   }

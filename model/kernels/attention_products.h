@@ -9,11 +9,14 @@
 
 namespace srformer::kernels {
 
-// scores[g*T + t] = Σ_j q[g*d + j] k[(g*T + t)*d + j]  (q: [G, d], k: [G, T, d], row-major)
-void query_key_scores(const float* q, const float* k, int64_t groups, int64_t T, int64_t d, float* scores, int threads);
+// scores[g*T + t] = Σ_j q[g*d + j] k[g*k_stride + t*d + j]  (q: [G, d]; group g of k: [T, d] at
+// g*k_stride, k_stride >= T*d: a cache with room for more rows)
+void query_key_scores(const float* q, const float* k, int64_t k_stride, int64_t groups, int64_t T, int64_t d,
+                      float* scores, int threads);
 
-// out[g*d + j] = Σ_t p[g*T + t] v[(g*T + t)*d + j]  (p: [G, T], v: [G, T, d], row-major)
-void weighted_value_sum(const float* p, const float* v, int64_t groups, int64_t T, int64_t d, float* out, int threads);
+// out[g*d + j] = Σ_t p[g*T + t] v[g*v_stride + t*d + j]  (p: [G, T]; group g of v: [T, d] at g*v_stride)
+void weighted_value_sum(const float* p, const float* v, int64_t v_stride, int64_t groups, int64_t T, int64_t d,
+                        float* out, int threads);
 
 // out[(g*d + a)*d + j] = Σ_t k[(g*T + t)*d + a] v[(g*T + t)*d + j]  (kᵀ v per group: [G, d, d])
 void key_value_outer_sum(const float* k, const float* v, int64_t groups, int64_t T, int64_t d, float* out, int threads);

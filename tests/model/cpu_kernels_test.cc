@@ -172,6 +172,21 @@ TEST(SingleQueryAttention, StridedViewsAndSeveralQueriesGiveTheMatmulResult) {
   EXPECT_TRUE(torch::allclose(srformer::weights_value_product(p2, v), torch::matmul(p2, v)));
 }
 
+// A self-attention cache is a view of the first T slots of a buffer with room for more: the kernels
+// read it where it lies and give exactly what they give on a dense copy.
+TEST(SingleQueryAttention, CacheViewsWithRoomGiveTheDenseResult) {
+  torch::manual_seed(16);
+  const auto buffer = torch::randn({2, 3, 20, 16});
+  const auto k = buffer.narrow(2, 0, 9);
+  ASSERT_FALSE(k.is_contiguous());
+  const auto q = torch::randn({2, 3, 1, 16});
+  const auto p = torch::softmax(torch::randn({2, 3, 1, 9}), -1);
+  EXPECT_TRUE(torch::equal(srformer::query_key_product(q, k), srformer::query_key_product(q, k.contiguous())));
+  EXPECT_TRUE(torch::equal(srformer::weights_value_product(p, k), srformer::weights_value_product(p, k.contiguous())));
+  EXPECT_TRUE(torch::allclose(srformer::query_key_product(q, k), torch::matmul(q, k.transpose(-1, -2)), 1e-5, 1e-5));
+  EXPECT_TRUE(torch::allclose(srformer::weights_value_product(p, k), torch::matmul(p, k), 1e-5, 1e-5));
+}
+
 TEST(SingleQueryAttention, EachGroupIsIndependentOfTheOthers) {
   SKIP_WITHOUT_AVX2();
   torch::manual_seed(16);

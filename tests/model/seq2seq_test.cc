@@ -263,9 +263,12 @@ TEST(StateBytes, GrowWithStepsAndShrinkWithRows) {
   model->step(st, torch::zeros({3}, torch::kLong));
   EXPECT_GT(st.bytes(), b0);
   const auto b1 = st.bytes();
+  auto dense = st;  // select() copies every tensor densely: the caches' free slots are gone
+  dense.select(torch::tensor({0, 1, 2}, torch::kLong));
+  EXPECT_GT(b1, dense.bytes()) << "the self-attention cache's free slots count as held";
   st.select(torch::tensor({2}, torch::kLong));
   EXPECT_EQ(st.batch_size(), 1);
-  EXPECT_NEAR(static_cast<double>(st.bytes()), b1 / 3.0, 1.0);
+  EXPECT_NEAR(static_cast<double>(st.bytes()), dense.bytes() / 3.0, 1.0);
   EXPECT_EQ(st.row_bytes(0), st.bytes());
   EXPECT_THROW(st.select(torch::tensor({5}, torch::kLong)), std::out_of_range);
 }
@@ -289,8 +292,11 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
 
   auto in_place = started();
   const auto storage_before = in_place.layers[1].cross_k.storage().nbytes();
+  const auto* cache_before = in_place.layers[1].self_k.storage().data();
   in_place.retain({0, 2, 3, 4});
   EXPECT_EQ(in_place.layers[1].cross_k.storage().nbytes(), storage_before) << "4 of 5 rows: moved in place";
+  EXPECT_EQ(in_place.layers[1].self_k.storage().data(), cache_before) << "the self-attention cache too";
+  EXPECT_TRUE(torch::equal(in_place.layers[1].self_k, copied.layers[1].self_k));
   EXPECT_EQ(in_place.batch_size(), 4);
   EXPECT_TRUE(torch::equal(in_place.layers[1].cross_k, copied.layers[1].cross_k));
   EXPECT_TRUE(torch::equal(in_place.layers[0].mem, copied.layers[0].mem));
@@ -332,6 +338,27 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   copied.select(torch::tensor({3}, torch::kLong));
   EXPECT_TRUE(torch::equal(in_place.layers[1].cross_k, copied.layers[1].cross_k));
   EXPECT_THROW(in_place.retain({0, 1}), std::out_of_range);
+}
+
+// A decode step writes its key and value into the self-attention cache's free slot; the cache moves
+// to a larger buffer only when full (half as large again), not at every step.
+TEST(StateSelfCache, StepsWriteIntoRoomLeftInTheBuffer) {
+  TempDir d("self_cache");
+  write_random_model(d.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4), 10);
+  auto model = load_model(d.path());
+  const auto enc = model->encode(torch::randint(3, 96, {3, 12}, torch::kLong), torch::ones({3, 12}, torch::kLong));
+  auto st = model->start(enc, torch::full({3}, 8, torch::kLong));
+  int64_t moves = 0;
+  const void* buffer = nullptr;
+  for (int64_t t = 0; t < 40; ++t) {
+    model->step(st, torch::randint(3, 96, {3}, torch::kLong));
+    const auto& cache = st.layers[0].self_k;
+    ASSERT_EQ(cache.size(2), t + 1);
+    if (cache.storage().data() != buffer) ++moves;
+    buffer = cache.storage().data();
+    EXPECT_GE(static_cast<int64_t>(cache.storage().nbytes()), cache.stride(0) * 3 * 4);
+  }
+  EXPECT_LE(moves, 6) << "40 slots: buffers of 8, 20, 38, 65 slots (and room for joins), not 40 copies";
 }
 
 // When the longest-running row leaves, retain() drops the self-attention slots only it used once
