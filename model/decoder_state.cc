@@ -6,6 +6,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "model/layers.h"
+
 namespace srformer {
 
 namespace {
@@ -86,7 +88,7 @@ int64_t row_extent(const torch::Tensor& t) {
 bool retain_rows_in_place(torch::Tensor& t, const std::vector<int64_t>& rows) {
   // Rows are slabs of stride(0) elements from the storage's start: dense tensors, and caches that
   // are views of a buffer with room for more slots per row.
-  if (!t.is_cpu() || t.dim() == 0 || t.storage_offset() != 0 || t.use_count() != 1 || t.storage().use_count() != 1) {
+  if (!t.is_cpu() || t.dim() == 0 || t.storage_offset() != 0 || !owns_storage(t)) {
     return false;
   }
   const int64_t extent = row_extent(t);

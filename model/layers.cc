@@ -16,6 +16,8 @@ bool is_cpu_inference_float(const torch::Tensor& t) {
          !(torch::GradMode::is_enabled() && t.requires_grad());
 }
 
+bool owns_storage(const torch::Tensor& t) { return t.use_count() == 1 && t.storage().use_count() == 1; }
+
 namespace {
 
 // Weights and biases are read in place: contiguous, or absent (no bias).

@@ -21,6 +21,9 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
 // A CPU float32 tensor that autograd does not track: what our CPU kernels (model/kernels/) may take.
 bool is_cpu_inference_float(const torch::Tensor& t);
 
+// No other tensor, view or state shares t's storage: the state holding t may write it in place.
+bool owns_storage(const torch::Tensor& t);
+
 struct Linear {
   torch::Tensor weight;  // [out, in]
   torch::Tensor bias;    // [out] or undefined

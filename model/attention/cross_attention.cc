@@ -181,7 +181,7 @@ namespace {
 // Copy-on-write for in-place updates: a tensor another state (a copy of this one) may also hold is
 // replaced by its own copy first.
 void make_exclusive(torch::Tensor& t) {
-  if (t.use_count() != 1 || t.storage().use_count() != 1 || !t.is_contiguous()) t = t.clone();
+  if (!owns_storage(t) || !t.is_contiguous()) t = t.clone();
 }
 
 // Writes `values` into rows `rows` of t: in place when t is this state's own, else into a copy.

@@ -17,17 +17,15 @@ bool single_query(const torch::Tensor& a, const torch::Tensor& b, int64_t b_inne
          kernels::use_cpu_kernels();
 }
 
-// Groups (batch x head) of [T, d] rows, each contiguous, at one stride: the stride, else 0. A
-// self-attention cache is a view of the first T slots of a buffer with room for more.
+}  // namespace
+
 int64_t uniform_group_stride(const torch::Tensor& t) {
   const int64_t T = t.size(2);
   const int64_t d = t.size(3);
-  const bool rows_packed = t.stride(3) == 1 && (T <= 1 || t.stride(2) == d);
+  const bool rows_packed = t.stride(3) == 1 && (T == 0 || t.stride(2) == d);
   const bool heads_even = t.size(0) <= 1 || t.stride(0) == t.size(1) * t.stride(1);
   return rows_packed && heads_even && t.stride(1) >= T * d ? t.stride(1) : 0;
 }
-
-}  // namespace
 
 torch::Tensor keys_values_product(const torch::Tensor& k, const torch::Tensor& v) {
   // Over a whole document (T in the thousands) one BLAS call per group costs little next to its work.

@@ -13,4 +13,8 @@ torch::Tensor weights_value_product(const torch::Tensor& p, const torch::Tensor&
 // k [B, H, T, d]ᵀ · v [B, H, T, d] -> [B, H, d, d]  (kernels for segments: T up to 512)
 torch::Tensor keys_values_product(const torch::Tensor& k, const torch::Tensor& v);
 
+// t [B, H, T, d] as B*H groups of T dense rows of d, each group at one stride (>= T*d) from the
+// last: that stride, else 0. A self-attention cache is such a view of a buffer with room for more.
+int64_t uniform_group_stride(const torch::Tensor& t);
+
 }  // namespace srformer

@@ -77,11 +77,10 @@ namespace {
 // buffer alive as its base, and the storage would never look exclusively ours.
 void append_slot(torch::Tensor& cache, const torch::Tensor& slot) {
   const int64_t B = cache.size(0), H = cache.size(1), T = cache.size(2), d = cache.size(3);
-  const bool room = cache.storage_offset() == 0 && cache.stride(3) == 1 && (T == 0 || cache.stride(2) == d) &&
-                    cache.stride(1) >= (T + 1) * d && cache.stride(0) == H * cache.stride(1) &&
-                    cache.use_count() == 1 && cache.storage().use_count() == 1 &&
-                    static_cast<int64_t>(cache.storage().nbytes()) >=
-                        B * cache.stride(0) * static_cast<int64_t>(cache.element_size());
+  const int64_t elems = B == 0 ? 0 : (B - 1) * cache.stride(0) + H * cache.stride(1);  // spanned with slot T
+  const bool room =
+      cache.storage_offset() == 0 && uniform_group_stride(cache) >= (T + 1) * d && owns_storage(cache) &&
+      static_cast<int64_t>(cache.storage().nbytes()) >= elems * static_cast<int64_t>(cache.element_size());
   if (!room) {
     const int64_t capacity = T + T / 2 + 8;
     auto buffer = torch::empty({B, H, capacity, d}, slot.options());
