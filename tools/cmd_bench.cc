@@ -42,7 +42,7 @@ struct BenchOptions {
   std::vector<int64_t> batches{1, 8, 32};
   std::vector<int64_t> cross_lengths{1024, 4096, 16384};
   int64_t segment_size = 64;
-  int64_t bart_input = 1024;
+  int64_t input_tokens = 1024;  // k of the decode figures
   bool quick = false;
   std::string model;                        // empty: all three decode models
   std::string trace;                        // chrome://tracing file of the timed decode steps (LibTorch's profiler)
@@ -85,7 +85,12 @@ void bench_model_as(const BenchOptions& o, const std::string& name, const ModelC
     const double enc_ms = ms_since(t0);
     for (const bool kernels_on : o.kernel_settings) {
       kernels::set_cpu_kernels(kernels_on);
+      std::optional<torch::autograd::profiler::RecordProfile> start_profile;
+      if (!o.trace.empty()) start_profile.emplace(o.trace + "." + name + ".b" + std::to_string(B) + ".start.json");
+      t0 = Clock::now();
       auto st = model->start(enc, torch::full({B}, 128, torch::kLong));
+      const double start_ms = ms_since(t0);
+      start_profile.reset();
       auto tok = torch::full({B}, c.decoder_start_token_id, torch::kLong);
       tok = model->step(st, tok).argmax(-1);  // warm-up
       std::optional<torch::autograd::profiler::RecordProfile> profile;
@@ -96,22 +101,17 @@ void bench_model_as(const BenchOptions& o, const std::string& name, const ModelC
       profile.reset();
       const double tps = 1000.0 * static_cast<double>(B) / step_ms;
       const bool used = kernels_on && kernels::avx2_fma_available();
-      nlohmann::json j{{"bench", "decode"},
-                       {"model", name},
-                       {"cross_attention", to_string(c.srformer.cross_attention)},
-                       {"input_tokens", k},
-                       {"batch", B},
-                       {"dtype", dtype_label},
-                       {"cpu_kernels", used},
-                       {"encode_ms", enc_ms},
-                       {"step_ms", step_ms},
-                       {"tokens_per_s", tps},
-                       {"state_bytes_per_request", st.bytes() / B}};
+      nlohmann::json j{
+          {"bench", "decode"},   {"model", name},       {"cross_attention", to_string(c.srformer.cross_attention)},
+          {"input_tokens", k},   {"batch", B},          {"dtype", dtype_label},
+          {"cpu_kernels", used}, {"encode_ms", enc_ms}, {"start_ms", start_ms},
+          {"step_ms", step_ms},  {"tokens_per_s", tps}, {"state_bytes_per_request", st.bytes() / B}};
       std::ostringstream h;
       h << std::fixed << std::setprecision(2) << std::left << std::setw(26) << name << " k=" << std::setw(6) << k
         << " batch=" << std::setw(3) << B << " " << dtype_label << " kernels " << std::setw(4) << (used ? "on" : "off")
-        << " encode " << std::setw(9) << enc_ms << " ms  step " << std::setw(8) << step_ms << " ms  " << std::setw(8)
-        << tps << " tok/s  state/request " << (st.bytes() / B) / 1024 << " KiB";
+        << " encode " << std::setw(9) << enc_ms << " ms  start " << std::setw(8) << start_ms << " ms  step "
+        << std::setw(8) << step_ms << " ms  " << std::setw(8) << tps << " tok/s  state/request "
+        << (st.bytes() / B) / 1024 << " KiB";
       emit(o, j, h.str());
     }
     kernels::set_cpu_kernels(true);
@@ -262,7 +262,7 @@ void bench_linear(const BenchOptions& o) {
     amx.weight = w;
     amx.bias = bias;
     if (kernels::amx_available()) amx.pack_bf16();
-    for (const int64_t rows : {1, 2, 4, 8, 16, 32, 64, 512}) {
+    for (const int64_t rows : {1, 2, 4, 8, 16, 32, 64, 512, 2048}) {
       const auto x = torch::randn({rows, 1, sh.in});
       const int reps = o.quick ? 3 : (sh.out > 10000 ? 10 : 50);
       auto time_ms = [&](auto&& f) {
@@ -346,7 +346,7 @@ int run_bench(const std::vector<std::string>& args) {
           << "usage: srformer bench [--json] [--threads N] [--steps N] [--only decode|cross|linear|search] [--quick]\n"
              "                       [--batch N[,N...]] [--model bart-base-srformer-s64|bart-base-full|\n"
              "                        t5-small-srformer-s64] [--trace PREFIX] [--kernels on|off|both]\n"
-             "                       [--lengths K[,K...]] [--dtype fp32|bf16|both]\n"
+             "                       [--lengths K[,K...]] [--input-tokens K] [--dtype fp32|bf16|both]\n"
              "  Random weights in BART-base and T5-small shapes (cached under /tmp). Prints encoder time,\n"
              "  decode step time and tokens/s at batch 1/8/32, per-step cross-attention time of full,\n"
              "  segmented and srformer as k grows (1k/4k/16k) beside the paper's Table 1 ratio, and the\n"
@@ -355,6 +355,7 @@ int run_bench(const std::vector<std::string>& args) {
              "  trace of the timed decode steps, PREFIX.<model>.b<batch>.json (chrome://tracing). --kernels:\n"
              "  decode steps with our AVX2 CPU kernels (on, the default), through LibTorch only, or both.\n"
              "  --lengths: the input lengths of the cross-attention figures (default 1024,4096,16384).\n"
+             "  --input-tokens: the input length of the decode figures (default 1024).\n"
              "  --dtype: decode models in fp32 (default), bf16 (projections on AMX tiles; needs AMX) or both.\n"
              "  --only linear adds the bf16 AMX product beside the fp32 ones where the CPU has AMX.\n";
       return 0;
@@ -373,6 +374,9 @@ int run_bench(const std::vector<std::string>& args) {
       o.steps = 4;
     } else if (a == "--batch") {
       o.batches = int_list(r.value());
+    } else if (a == "--input-tokens") {
+      o.input_tokens = std::stoll(r.value());
+      if (o.input_tokens < 1) throw std::invalid_argument("--input-tokens must be >= 1");
     } else if (a == "--lengths") {
       o.cross_lengths = int_list(r.value());
     } else if (a == "--model") {
@@ -398,9 +402,9 @@ int run_bench(const std::vector<std::string>& args) {
             << "\n";
   torch::manual_seed(0);
   if (only.empty() || only == "decode") {
-    bench_model(o, "bart-base-srformer-s64", bart_base_config(CrossAttentionKind::kSrformer, 64), o.bart_input);
-    bench_model(o, "bart-base-full", bart_base_config(CrossAttentionKind::kFull, 0), o.bart_input);
-    bench_model(o, "t5-small-srformer-s64", t5_small_config(CrossAttentionKind::kSrformer, 64), 1024);
+    bench_model(o, "bart-base-srformer-s64", bart_base_config(CrossAttentionKind::kSrformer, 64), o.input_tokens);
+    bench_model(o, "bart-base-full", bart_base_config(CrossAttentionKind::kFull, 0), o.input_tokens);
+    bench_model(o, "t5-small-srformer-s64", t5_small_config(CrossAttentionKind::kSrformer, 64), o.input_tokens);
   }
   if (only.empty() || only == "cross") bench_cross(o);
   if (only.empty() || only == "linear") bench_linear(o);

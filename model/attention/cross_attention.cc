@@ -3,12 +3,16 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <utility>
 
 #include "model/attention/products.h"
 #include "model/attention/segments.h"
 #include "model/attention/self_attention.h"
+#include "model/kernels/attention_products.h"
 #include "model/kernels/avx2.h"
+#include "model/kernels/parallel.h"
 #include "model/kernels/raf_update.h"
 #include "model/layers.h"
 
@@ -67,7 +71,10 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
                              LayerState& ls, const torch::Tensor& expected_len) const {
   ls.cross_k = split_heads(k(enc_hidden), heads).contiguous();
   ls.cross_v = split_heads(v(enc_hidden), heads).contiguous();
-  if (recurrent()) {
+  if (recurrent() && precompute_switches && expected_len.defined() && ls.cross_k.is_cpu() &&
+      kernels::use_cpu_kernels()) {
+    prepare_recurrent_cpu(ls, enc_mask.sum(1).to(torch::kLong), m, expected_len);
+  } else if (recurrent()) {
     // K^T V and ||K|| over real positions only, in fp32.
     const auto [kf, vf] = masked_keys_values(ls, enc_mask);
     auto kv = keys_values_product(kf, vf);
@@ -125,55 +132,120 @@ CrossAttention::Recurrent CrossAttention::recurrent_update(const torch::Tensor& 
   return {r.mem, r.out, r.fired.sum({1, 2, 3}).to(torch::kFloat64)};
 }
 
+namespace {
+
+// The segments each row's schedule visits, in order, and the longest such list.
+struct Schedules {
+  std::vector<std::vector<int64_t>> segs;
+  int64_t longest = 0;
+};
+
+Schedules visited_schedules(const torch::Tensor& m, const torch::Tensor& expected_len) {
+  const auto m_cpu = m.to(torch::kCPU, torch::kLong).contiguous();
+  const auto L_cpu = expected_len.to(torch::kCPU, torch::kLong).contiguous();
+  const int64_t B = m_cpu.numel();
+  Schedules out;
+  out.segs.resize(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    out.segs[b] = visited_segments(m_cpu.data_ptr<int64_t>()[b], std::max<int64_t>(1, L_cpu.data_ptr<int64_t>()[b]));
+    out.longest = std::max(out.longest, static_cast<int64_t>(out.segs[b].size()));
+  }
+  return out;
+}
+
+}  // namespace
+
 torch::Tensor CrossAttention::switch_table(const LayerState& ls, const torch::Tensor& enc_len, const torch::Tensor& m,
                                            const torch::Tensor& expected_len) const {
-  const auto m_cpu = m.to(torch::kCPU);
-  const auto L_cpu = expected_len.to(torch::kCPU);
-  const auto k_cpu = enc_len.to(torch::kCPU);
+  const auto [segs, longest] = visited_schedules(m, expected_len);
   const int64_t B = ls.kv.size(0);
-  std::vector<std::vector<int64_t>> segs(static_cast<size_t>(B));
-  int64_t longest = 0;
+  auto table = torch::empty({B, longest, ls.kv.size(1), ls.kv.size(2), ls.kv.size(3)}, ls.kv.options());
+  // Each row's entries in one batch of ops (the CPU form with our kernels is prepare_recurrent_cpu).
   for (int64_t b = 0; b < B; ++b) {
-    segs[b] = visited_segments(m_cpu[b].item<int64_t>(), std::max<int64_t>(1, L_cpu[b].item<int64_t>()));
-    longest = std::max(longest, static_cast<int64_t>(segs[b].size()));
-  }
-  const int64_t H = ls.kv.size(1);
-  const int64_t d = ls.kv.size(2);
-  auto table = torch::empty({B, longest, H, d, d}, ls.kv.options());
-  if (!ls.kv.is_cpu()) {
-    // Accelerators: each row's entries in one batch of ops.
-    for (int64_t b = 0; b < B; ++b) {
-      const auto n = static_cast<int64_t>(segs[b].size());
-      const auto seg = torch::tensor(segs[b], torch::kLong).to(enc_len.device());
-      const auto rows = torch::full({n}, b, seg.options());
-      table[b].narrow(0, 0, n).copy_(switch_drive(ls.kv.narrow(0, b, 1).expand({n, -1, -1, -1}), ls.cross_k, ls.cross_v,
-                                                  seg, enc_len.index_select(0, rows), rows));
-      if (n < longest) table[b].narrow(0, n, longest - n).zero_();
-    }
-    return table;
-  }
-  // CPU: one entry at a time, copied into the table. Batched ops would allocate several [n, H, d, d]
-  // temporaries, and fresh memory costs ~0.5 ms per MB in page faults on our machines (one entry's
-  // temporaries are reused from the heap). switch_drive() on the segment's real keys only (padding
-  // contributed zeros there).
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t k_b = k_cpu[b].item<int64_t>();
-    const auto keys = ls.cross_k[b].to(torch::kFloat32);
-    const auto values = ls.cross_v[b].to(torch::kFloat32);
-    const auto kv_b = ls.kv[b];
-    auto row = table[b];
-    for (size_t j = 0; j < segs[b].size(); ++j) {
-      const int64_t first = segs[b][j] * segment_size;
-      const int64_t len = std::min(segment_size, k_b - first);
-      const auto ksvs =
-          keys_values_product(keys.narrow(1, first, len).unsqueeze(0), values.narrow(1, first, len).unsqueeze(0))
-              .squeeze(0);
-      row[static_cast<int64_t>(j)].copy_(drive_from_products(*this, kv_b, ksvs));
-    }
     const auto n = static_cast<int64_t>(segs[b].size());
-    if (n < longest) row.narrow(0, n, longest - n).zero_();
+    const auto seg = torch::tensor(segs[b], torch::kLong).to(enc_len.device());
+    const auto rows = torch::full({n}, b, seg.options());
+    table[b].narrow(0, 0, n).copy_(switch_drive(ls.kv.narrow(0, b, 1).expand({n, -1, -1, -1}), ls.cross_k, ls.cross_v,
+                                                seg, enc_len.index_select(0, rows), rows));
+    if (n < longest) table[b].narrow(0, n, longest - n).zero_();
   }
   return table;
+}
+
+void CrossAttention::prepare_recurrent_cpu(LayerState& ls, const torch::Tensor& enc_len, const torch::Tensor& m,
+                                           const torch::Tensor& expected_len) const {
+  const auto [segs, longest] = visited_schedules(m, expected_len);
+  const auto keys = ls.cross_k.to(torch::kFloat32).contiguous();
+  const auto values = ls.cross_v.to(torch::kFloat32).contiguous();
+  const bool feeds_raf = kind != CrossAttentionKind::kAblationIII;  // ablation III has no RAF (and no W)
+  const auto weight_t = feeds_raf ? raf.weight.to(torch::kFloat32).t().contiguous() : torch::Tensor();
+  const auto k_cpu = enc_len.to(torch::kLong).contiguous();
+  const auto m_cpu = m.to(torch::kLong).contiguous();
+  const int64_t B = keys.size(0), H = keys.size(1), kmax = keys.size(2), d = keys.size(3);
+  auto table = torch::empty({B, longest, H, d, d}, keys.options());
+  ls.knorm = torch::empty({B, H, d}, keys.options());
+  const float* kp = keys.data_ptr<float>();
+  const float* vp = values.data_ptr<float>();
+  const float* wtp = feeds_raf ? weight_t.data_ptr<float>() : nullptr;
+  const int64_t* k_len = k_cpu.data_ptr<int64_t>();
+  const int64_t* m_row = m_cpu.data_ptr<int64_t>();
+  float* out = table.data_ptr<float>();
+  float* norm = ls.knorm.data_ptr<float>();
+  const auto clamp = kv_clamp ? std::optional<float>(static_cast<float>(*kv_clamp)) : std::nullopt;
+  const auto clamped = [&](float* p) {
+    if (clamp) {
+      for (int64_t x = 0; x < d * d; ++x) p[x] = std::clamp(p[x], -*clamp, *clamp);
+    }
+  };
+  kernels::parallel_chunks(B * H, at::get_num_threads(), [&](int64_t begin, int64_t end) {
+    std::vector<float> kv(static_cast<size_t>(d * d)), p(static_cast<size_t>(d * d));
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t b = item / H;
+      const int64_t h = item % H;
+      const int64_t k_b = std::min(k_len[b], kmax);
+      const float* K = kp + item * kmax * d;
+      const float* V = vp + item * kmax * d;
+      for (int64_t a = 0; a < d; ++a) {  // ||K|| over the real keys
+        float sq = 0.0F;
+        for (int64_t t = 0; t < k_b; ++t) sq += K[t * d + a] * K[t * d + a];
+        norm[item * d + a] = std::sqrt(sq);
+      }
+      const auto& visited = segs[static_cast<size_t>(b)];
+      const auto n = static_cast<int64_t>(visited.size());
+      const auto entry = [&](int64_t e) { return out + ((b * longest + e) * H + h) * d * d; };
+      std::fill(kv.begin(), kv.end(), 0.0F);
+      int64_t e = 0;
+      for (int64_t j = 0; j < m_row[b]; ++j) {  // K^T V = sum of the segments' K_j^T V_j
+        const int64_t first = j * segment_size;
+        const int64_t len = std::min(segment_size, k_b - first);
+        if (len <= 0) break;
+        kernels::key_value_outer_sum(K + first * d, V + first * d, 1, len, d, p.data(), 1);
+        for (int64_t x = 0; x < d * d; ++x) kv[x] += p[x];
+        if (e < n && visited[static_cast<size_t>(e)] == j) std::copy(p.begin(), p.end(), entry(e++));
+      }
+      clamped(kv.data());
+      for (e = 0; e < longest; ++e) {
+        float* dst = entry(e);
+        if (e >= n) {  // past the row's schedule
+          std::fill(dst, dst + d * d, 0.0F);
+          continue;
+        }
+        std::copy(dst, dst + d * d, p.begin());
+        clamped(p.data());
+        if (kind != CrossAttentionKind::kAblationIV) {  // P_i = K^T V - K_i^T V_i (ablation IV feeds K_i^T V_i)
+          for (int64_t x = 0; x < d * d; ++x) p[x] = kv[x] - p[x];
+        }
+        if (!feeds_raf) {
+          std::copy(p.begin(), p.end(), dst);
+        } else {  // P_i W^T: row a is the rows of W^T weighted by row a of P_i
+          kernels::weighted_value_sum(p.data(), wtp, 0, d, d, d, dst, 1);
+        }
+      }
+    }
+  });
+  ls.switch_drive = table;
+  ls.mem = torch::zeros({B, H, d, d}, keys.options());
+  ls.recur = torch::zeros_like(ls.mem);
 }
 
 namespace {

@@ -68,6 +68,11 @@ struct CrossAttention {
   // ls.switch_drive for every row: the drives of the segments its schedule visits, in order.
   torch::Tensor switch_table(const LayerState& ls, const torch::Tensor& enc_len, const torch::Tensor& m,
                              const torch::Tensor& expected_len) const;
+  // prepare()'s recurrent part on the CPU with our kernels: ||K||, the switch table, a zero membrane.
+  // One pass over each (row, head)'s keys: K^T V is summed from the segments' K_j^T V_j, so it needs
+  // no product of its own (and is not kept: only switches read it).
+  void prepare_recurrent_cpu(LayerState& ls, const torch::Tensor& enc_len, const torch::Tensor& m,
+                             const torch::Tensor& expected_len) const;
   // Applies the changed rows' precomputed drives (entry `switches` of each row's table) to ls.
   void apply_switch_table(LayerState& ls, const torch::Tensor& changed, const torch::Tensor& switches,
                           torch::Tensor* fired) const;

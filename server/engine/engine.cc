@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "model/kernels/parallel.h"
 #include "model/kernels/serial_region.h"
 #include "server/engine/row_order.h"
 #include "server/metrics/metrics.h"
@@ -477,6 +478,7 @@ std::vector<Engine::Searched> Engine::search_all(const torch::Tensor& logits) {
   std::vector<int64_t> offsets(slots_.size());
   for (size_t i = 1; i < slots_.size(); ++i) offsets[i] = offsets[i - 1] + slots_[i - 1]->rows;
   const auto search = [&](int64_t begin, int64_t end) {
+    const c10::InferenceMode inference;  // thread-local: OpenMP's other threads start without it
     for (auto i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
       try {
         out[i].step = slots_[i]->searcher->advance(logits.narrow(0, offsets[i], slots_[i]->rows));
@@ -487,9 +489,10 @@ std::vector<Engine::Searched> Engine::search_all(const torch::Tensor& logits) {
   };
   const auto n = static_cast<int64_t>(slots_.size());
   if (n >= 2 && at::get_num_threads() > 1) {
-    // Requests' searchers are independent: one per intra-op thread. Inside the parallel region
-    // LibTorch runs each searcher's small ops on the calling thread.
-    at::parallel_for(0, n, 1, search);
+    // Requests' searchers are independent: a share of them per intra-op thread. Inside the parallel
+    // region LibTorch runs each searcher's small ops on the calling thread. (at::parallel_for would run
+    // serially here: this file is not built with -fopenmp.)
+    kernels::parallel_chunks(n, at::get_num_threads(), search);
   } else {
     const kernels::SerialRegion serial;  // many small ops: waking a second thread for each costs more
     search(0, n);

@@ -252,6 +252,39 @@ TEST_P(OneSegment, SrformerWithSegmentCoveringTheInputEqualsFullAttention) {
 INSTANTIATE_TEST_SUITE_P(Both, OneSegment, ::testing::Values(Architecture::kBart, Architecture::kT5),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
+// With a K^T V clamp that bites (the tiny models' products are ~1e-2), the switch table built in one
+// pass per (row, head) at start() clamps K^T V and each K_i^T V_i as the drives computed at each switch
+// do, for padded rows and rows that skip segments.
+TEST(SwitchTableClamp, PrecomputedDrivesClampLikeDrivesComputedAtEachSwitch) {
+  TempDir d("clamp");
+  auto config = tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4);
+  config.srformer.kv_clamp = 2e-3;
+  write_random_model(d.path(), config, 17);
+  auto precomputed = load_model(d.path());
+  LoadOptions o;
+  o.precompute_switches = false;
+  auto on_switch = load_model(d.path(), o);
+  const auto ids = torch::randint(3, 96, {2, 22}, torch::kLong);
+  auto mask = torch::ones({2, 22}, torch::kLong);
+  mask[1].narrow(0, 13, 9).fill_(0);
+  const auto enc = precomputed->encode(ids, mask);
+  auto a = precomputed->start(enc, torch::tensor({9, 2}, torch::kLong));
+  auto b = on_switch->start(enc, torch::tensor({9, 2}, torch::kLong));
+  const auto w = mask.to(torch::kFloat32).view({2, 1, -1, 1});
+  const auto unclamped =
+      torch::matmul((b.layers[0].cross_k * w).transpose(-1, -2), b.layers[0].cross_v * w);  // K^T V, real keys
+  ASSERT_GT(unclamped.abs().max().item<double>(), 2e-3) << "the clamp must bite for this test to mean anything";
+  const auto tokens = torch::randint(3, 96, {2, 8}, torch::kLong);
+  for (int64_t t = 0; t < tokens.size(1); ++t) {
+    const auto x = precomputed->step(a, tokens.select(1, t));
+    const auto y = on_switch->step(b, tokens.select(1, t));
+    ASSERT_LE((x - y).abs().max().item<double>(), 1e-6) << "step " << t;
+  }
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    EXPECT_LE((a.layers[l].mem - b.layers[l].mem).abs().max().item<double>(), 1e-7) << "layer " << l;
+  }
+}
+
 TEST(StateBytes, GrowWithStepsAndShrinkWithRows) {
   TempDir d("bytes");
   write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 9);
