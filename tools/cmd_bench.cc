@@ -80,9 +80,12 @@ void bench_model_as(const BenchOptions& o, const std::string& name, const ModelC
   for (const int64_t B : o.batches) {
     const auto ids = torch::randint(3, c.vocab_size, {B, k}, torch::kLong);
     const auto mask = torch::ones({B, k}, torch::kLong);
+    std::optional<torch::autograd::profiler::RecordProfile> encode_profile;
+    if (!o.trace.empty()) encode_profile.emplace(o.trace + "." + name + ".b" + std::to_string(B) + ".encode.json");
     auto t0 = Clock::now();
     const auto enc = model->encode(ids, mask);
     const double enc_ms = ms_since(t0);
+    encode_profile.reset();
     for (const bool kernels_on : o.kernel_settings) {
       kernels::set_cpu_kernels(kernels_on);
       std::optional<torch::autograd::profiler::RecordProfile> start_profile;

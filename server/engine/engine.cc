@@ -121,9 +121,12 @@ void Engine::stop() {
   if (s.steps > 0 && s.step_seconds > 0) {
     spdlog::info(
         "model '{}': {} decode steps, {:.3f} s in steps, {:.3f} s in the model's step: engine overhead {:.2f}% "
-        "of step time ({:.2f}% searching, {:.2f}% reordering state rows)",
+        "of step time ({:.2f}% searching, {:.2f}% reordering state rows, {:.2f}% streaming)",
         name_, s.steps, s.step_seconds, s.model_seconds, 100.0 * (s.step_seconds - s.model_seconds) / s.step_seconds,
-        100.0 * s.search_seconds / s.step_seconds, 100.0 * s.reorder_seconds / s.step_seconds);
+        100.0 * s.search_seconds / s.step_seconds, 100.0 * s.reorder_seconds / s.step_seconds,
+        100.0 * s.stream_seconds / s.step_seconds);
+    spdlog::info("model '{}': {} admissions, {:.3f} s encoding and starting rows, {:.3f} s joining them to the batch",
+                 name_, s.encodes, s.encode_seconds, s.join_seconds);
   }
 }
 
@@ -269,6 +272,9 @@ void Engine::admit(std::vector<Pending> batch) {
     } else {
       state_.append(std::move(joined));
     }
+    std::lock_guard lock(mu_);
+    stats_.encode_seconds += encode_ms / 1000.0;
+    stats_.join_seconds += ms_between(encoded, Clock::now()) / 1000.0;
   } catch (const std::exception& e) {
     // The running batch may be inconsistent now: fail everything rather than decode garbage.
     for (auto& p : batch) slots_.push_back(std::make_unique<Slot>(std::move(p), *tokenizer_));
@@ -365,6 +371,7 @@ void Engine::step() {
   int64_t new_tokens = 0;
   const int64_t rows_before = state_.batch_size();
   double reorder_seconds = 0;
+  double stream_seconds = 0;
   const auto search_start = Clock::now();
   const auto searched = search_all(logits);
   const double search_seconds = ms_between(search_start, Clock::now()) / 1000.0;
@@ -419,6 +426,7 @@ void Engine::step() {
         events.back().text += tail;
       }
     }
+    const auto stream_start = Clock::now();
     if (!events.empty() && s.request->on_tokens) {
       try {
         s.request->on_tokens(std::move(events));
@@ -430,7 +438,9 @@ void Engine::step() {
       const auto hyps = s.searcher->results();
       const FinishReason reason = hyps.empty() ? FinishReason::kLength : hyps.front().finish_reason;
       finish_slot(s, offset, RequestOutcome::kOk, reason);
+      stream_seconds += ms_between(stream_start, Clock::now()) / 1000.0;
     } else {
+      stream_seconds += ms_between(stream_start, Clock::now()) / 1000.0;
       const auto parents = result.parent_rows.to(torch::kCPU, torch::kInt64).contiguous();
       const int64_t* parent = parents.data_ptr<int64_t>();
       kept_first.push_back(index.size());
@@ -471,6 +481,7 @@ void Engine::step() {
   stats_.model_seconds += model_seconds;
   stats_.reorder_seconds += reorder_seconds;
   stats_.search_seconds += search_seconds;
+  stats_.stream_seconds += stream_seconds;
 }
 
 std::vector<Engine::Searched> Engine::search_all(const torch::Tensor& logits) {

@@ -49,6 +49,9 @@ struct EngineStats {
   double model_seconds = 0;
   double reorder_seconds = 0;      // of the engine's part: selecting/compacting state rows after a step
   double search_seconds = 0;       // of the engine's part: the requests' searchers (logits processors, pick)
+  double stream_seconds = 0;       // of the engine's part: handing tokens and results to the service (callbacks)
+  double join_seconds = 0;         // admissions: adding the encoded rows to the running batch's state
+  double encode_seconds = 0;       // admissions: encoding and starting the rows' state
   int64_t encodes = 0;             // encoder calls (one per admitted batch)
   int64_t max_encoded_tokens = 0;  // the largest encoder call, in input tokens (rows * length)
 };
