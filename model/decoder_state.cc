@@ -112,6 +112,41 @@ bool retain_rows_in_place(torch::Tensor& t, const std::vector<int64_t>& rows) {
   return true;
 }
 
+// Appends `extra`'s rows to a [B, ...] tensor whose rows are slabs of stride(0) elements (dense
+// tensors, caches with room). With spare rows in its storage the new rows are written in place;
+// otherwise the tensor moves to a buffer with room for a quarter more rows (at least 4), keeping its
+// inner strides (a cache keeps its free slots). Requests joining a running batch one admission at a
+// time then cost their own rows instead of a copy of the whole batch each time. Other tensors
+// (another state's, off the CPU, other layouts) are concatenated as before.
+void append_rows(torch::Tensor& t, const torch::Tensor& extra) {
+  const int64_t B = t.size(0);
+  const int64_t n = extra.size(0);
+  const int64_t extent = row_extent(t);
+  const int64_t row_stride = t.dim() > 0 ? t.stride(0) : 0;
+  bool same_rows = t.dim() == extra.dim() && t.scalar_type() == extra.scalar_type() && t.device() == extra.device();
+  for (int64_t i = 1; same_rows && i < t.dim(); ++i) same_rows = t.size(i) == extra.size(i);
+  if (!same_rows || !t.is_cpu() || t.storage_offset() != 0 || extent == 0 || row_stride < extent || !owns_storage(t)) {
+    t = torch::cat({t, extra}, 0);
+    return;
+  }
+  auto sizes = t.sizes().vec();
+  sizes[0] = B + n;
+  const auto strides = t.strides().vec();
+  const auto elem = static_cast<int64_t>(t.element_size());
+  const int64_t rows_held = static_cast<int64_t>(t.storage().nbytes()) / (row_stride * elem);
+  if (B + n > rows_held) {
+    const int64_t capacity = B + n + std::max<int64_t>(4, (B + n) / 4);
+    const auto buffer = torch::empty({capacity * row_stride}, t.options());
+    torch::Tensor grown = torch::empty({0}, t.options());
+    grown.set_(buffer.storage(), 0, sizes, strides);
+    grown.narrow(0, 0, B).copy_(t);
+    t = std::move(grown);
+  } else {
+    t.set_(t.storage(), 0, sizes, strides);
+  }
+  t.narrow(0, B, n).copy_(extra);
+}
+
 }  // namespace
 
 void DecoderState::select(const torch::Tensor& rows) {
@@ -178,7 +213,7 @@ void DecoderState::append(DecoderState&& other) {
     if (mine[i]->defined() != theirs[i]->defined()) {
       throw std::invalid_argument("DecoderState::append: states of different models or variants");
     }
-    if (mine[i]->defined()) *mine[i] = torch::cat({*mine[i], *theirs[i]}, 0);
+    if (mine[i]->defined()) append_rows(*mine[i], *theirs[i]);
   }
   other = DecoderState{};
 }

@@ -394,6 +394,53 @@ TEST(StateSelfCache, StepsWriteIntoRoomLeftInTheBuffer) {
   EXPECT_LE(moves, 6) << "40 slots: buffers of 8, 20, 38, 65 slots (and room for joins), not 40 copies";
 }
 
+// Rows joining a running batch one at a time (as requests arrive) are written into spare rows of the
+// state's buffers once there are some, instead of the whole state being copied at each join; each
+// joined row still decodes as it does alone, also after a longer input makes every row re-pad.
+TEST(StateAppend, JoinsWriteIntoSpareRowsAndDecodeAsAlone) {
+  TempDir d("append");
+  write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 11);
+  auto model = load_model(d.path());
+  const std::vector<int64_t> lengths{14, 9, 14, 11, 6, 20};  // the last one is longer than all before
+  std::vector<torch::Tensor> ids, tokens, alone;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    ids.push_back(torch::randint(3, 96, {1, lengths[r]}, torch::kLong));
+    tokens.push_back(torch::randint(3, 96, {16}, torch::kLong));
+    auto st = model->start(model->encode(ids[r], torch::ones({1, lengths[r]}, torch::kLong)),
+                           torch::full({1}, 6, torch::kLong));
+    std::vector<torch::Tensor> out;
+    for (int64_t t = 0; t < 16; ++t) out.push_back(model->step(st, tokens[r].narrow(0, t, 1))[0]);
+    alone.push_back(torch::stack(out, 0));
+  }
+  DecoderState st;
+  std::vector<int64_t> joined_at, done;  // per row: the batch step it joined at, steps decoded
+  std::vector<std::vector<torch::Tensor>> got(lengths.size());
+  int64_t in_place = 0;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    const auto* cross = st.batch_size() > 0 ? st.layers[1].cross_k.storage().data() : nullptr;
+    const auto* cache = st.batch_size() > 0 ? st.layers[1].self_k.storage().data() : nullptr;
+    st.append(model->start(model->encode(ids[r], torch::ones({1, lengths[r]}, torch::kLong)),
+                           torch::full({1}, 6, torch::kLong)));
+    if (cross != nullptr && st.layers[1].cross_k.storage().data() == cross) {
+      ++in_place;
+      EXPECT_EQ(st.layers[1].self_k.storage().data(), cache) << "row " << r << ": the caches join in place too";
+    }
+    done.push_back(0);
+    for (int64_t t = 0; t < 2; ++t) {  // two steps before the next row arrives
+      const int64_t B = st.batch_size();
+      auto tok = torch::empty({B}, torch::kLong);
+      for (int64_t b = 0; b < B; ++b) tok[b] = tokens[b][done[b]];
+      const auto logits = model->step(st, tok);
+      for (int64_t b = 0; b < B; ++b) got[b].push_back(logits[b]), ++done[b];
+    }
+  }
+  EXPECT_GE(in_place, 3) << "after the first join grew the buffers, most joins land in spare rows";
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    const auto n = static_cast<int64_t>(got[r].size());
+    EXPECT_LE((torch::stack(got[r], 0) - alone[r].narrow(0, 0, n)).abs().max().item<double>(), 1e-5) << "row " << r;
+  }
+}
+
 // When the longest-running row leaves, retain() drops the self-attention slots only it used once
 // they are a quarter of the slots (at least 8); until then they stay, masked, and change nothing.
 TEST(StateRetain, CompactsSelfAttentionSlotsLazily) {
