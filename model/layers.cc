@@ -7,6 +7,7 @@
 #include "model/kernels/amx_linear.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/few_rows_linear.h"
+#include "model/kernels/rms_norm.h"
 #include "model/param_binder.h"
 
 namespace srformer {
@@ -96,6 +97,15 @@ Linear Linear::bind(ParamBinder& w, const std::string& prefix, int64_t out, int6
 
 torch::Tensor LayerNorm::operator()(const torch::Tensor& x) const {
   if (!rms) return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps);
+  if (is_cpu_inference_float(x) && x.dim() > 0 && x.size(-1) > 0 && weight.defined() && is_plain_float(weight) &&
+      kernels::use_cpu_kernels()) {
+    const auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    const int64_t dim = xc.size(-1);
+    kernels::rms_norm(xc.data_ptr<float>(), xc.numel() / dim, dim, weight.data_ptr<float>(), static_cast<float>(eps),
+                      y.data_ptr<float>(), at::get_num_threads());
+    return y;
+  }
   // T5LayerNorm: variance in fp32, no mean subtraction, no bias; back to the weight's dtype.
   const auto var = x.to(torch::kFloat32).pow(2).mean(-1, /*keepdim=*/true);
   auto y = x * torch::rsqrt(var + eps);
