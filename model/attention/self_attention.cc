@@ -20,7 +20,11 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
 
 torch::Tensor attend_amx(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                          const torch::Tensor& bias) {
-  const auto qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  // The operands are read where they lie (the projections' [B, T, H*d] seen as [B, H, T, d]) and the
+  // result is written as [B, T, H, d]: merging the heads afterwards is then free.
+  const auto rows_dense = [](const torch::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); };
+  const auto qc = rows_dense(q), kc = rows_dense(k), vc = rows_dense(v);
+  const auto layout = [](const torch::Tensor& t) { return kernels::HeadLayout{t.stride(0), t.stride(1), t.stride(2)}; };
   kernels::AttentionShape shape;
   shape.batch = q.size(0);
   shape.heads = q.size(1);
@@ -38,10 +42,11 @@ torch::Tensor attend_amx(const torch::Tensor& q, const torch::Tensor& k, const t
     b.h_stride = bc.stride(1);
     b.q_stride = bc.stride(2);
   }
-  auto out = torch::empty({shape.batch, shape.heads, shape.queries, shape.head_dim}, qc.options());
-  kernels::amx_attention(qc.data_ptr<float>(), kc.data_ptr<float>(), vc.data_ptr<float>(), b, out.data_ptr<float>(),
-                         shape, at::get_num_threads());
-  return out;
+  auto out = torch::empty({shape.batch, shape.queries, shape.heads, shape.head_dim}, qc.options());
+  const kernels::HeadLayout out_layout{out.stride(0), out.stride(2), out.stride(1)};
+  kernels::amx_attention(qc.data_ptr<float>(), layout(qc), kc.data_ptr<float>(), layout(kc), vc.data_ptr<float>(),
+                         layout(vc), b, out.data_ptr<float>(), out_layout, shape, at::get_num_threads());
+  return out.transpose(1, 2);
 }
 
 torch::Tensor additive_mask(const torch::Tensor& allowed, torch::ScalarType dtype) {

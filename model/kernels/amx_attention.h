@@ -23,9 +23,26 @@ struct AttentionBias {
   int64_t b_stride = 0, h_stride = 0, q_stride = 0;
 };
 
-// q [B, H, Tq, d], k and v [B, H, T, d], out [B, H, Tq, d], all contiguous; groups split over
-// `threads` OpenMP threads.
-void amx_attention(const float* q, const float* k, const float* v, const AttentionBias& bias, float* out,
+// Where element (b, h, t, j) of an operand lies: data[b * batch + h * head + t * row + j]. Contiguous
+// [B, H, T, d] is {H*T*d, T*d, d}; the projections' own [B, T, H*d] layout is {T*H*d, d, H*d}, which
+// saves splitting and merging heads (two copies of every operand) around the kernel.
+struct HeadLayout {
+  int64_t batch = 0, head = 0, row = 0;
+  static HeadLayout heads_outer(int64_t heads, int64_t rows, int64_t d) { return {heads * rows * d, rows * d, d}; }
+};
+
+// q [B, H, Tq, d], k and v [B, H, T, d], out [B, H, Tq, d] in the given layouts (rows at least d
+// apart); groups split over `threads` OpenMP threads.
+void amx_attention(const float* q, HeadLayout q_layout, const float* k, HeadLayout k_layout, const float* v,
+                   HeadLayout v_layout, const AttentionBias& bias, float* out, HeadLayout out_layout,
                    const AttentionShape& shape, int threads);
+
+// All four contiguous [B, H, T, d].
+inline void amx_attention(const float* q, const float* k, const float* v, const AttentionBias& bias, float* out,
+                          const AttentionShape& shape, int threads) {
+  const auto queries = HeadLayout::heads_outer(shape.heads, shape.queries, shape.head_dim);
+  const auto keys = HeadLayout::heads_outer(shape.heads, shape.keys, shape.head_dim);
+  amx_attention(q, queries, k, keys, v, keys, bias, out, queries, shape, threads);
+}
 
 }  // namespace srformer::kernels

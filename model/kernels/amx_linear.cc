@@ -159,10 +159,10 @@ SRFORMER_AMX bool pack_contiguous(const float* w, int64_t out, int64_t in, int64
 
 // Rows [r0, r0 + rows) of x to bfloat16, each padded with zeros to `k_pad` inputs; `rows_pad` - rows
 // further rows of zeros.
-SRFORMER_AMX void convert_rows(const float* x, int64_t rows, int64_t rows_pad, int64_t in, int64_t k_pad,
-                               uint16_t* dst) {
+SRFORMER_AMX void convert_rows(const float* x, int64_t x_stride, int64_t rows, int64_t rows_pad, int64_t in,
+                               int64_t k_pad, uint16_t* dst) {
   for (int64_t r = 0; r < rows; ++r) {
-    const float* src = x + r * in;
+    const float* src = x + r * x_stride;
     uint16_t* d = dst + r * k_pad;
     int64_t i = 0;
     for (; i + 16 <= in; i += 16) {
@@ -180,28 +180,28 @@ SRFORMER_AMX void convert_rows(const float* x, int64_t rows, int64_t rows_pad, i
   std::memset(dst + rows * k_pad, 0, static_cast<size_t>((rows_pad - rows) * k_pad) * sizeof(uint16_t));
 }
 
-// Writes C tile `t` (rows m0.., outputs o0..) into y, keeping only real rows and outputs. A macro: the
-// tile intrinsics take the register number as a literal.
-#define SRFORMER_STORE_TILE(t, m0, o0)                                                 \
-  do {                                                                                 \
-    if ((m0) + kRowsPerTile <= rows && (o0) + kOutPerTile <= out) {                    \
-      _tile_stored(t, y + (m0)*out + (o0), out * static_cast<int64_t>(sizeof(float))); \
-    } else {                                                                           \
-      alignas(64) float tmp[kRowsPerTile * kOutPerTile];                               \
-      _tile_stored(t, tmp, kOutPerTile* static_cast<int64_t>(sizeof(float)));          \
-      for (int64_t r = 0; r < kRowsPerTile && (m0) + r < rows; ++r) {                  \
-        for (int64_t c = 0; c < kOutPerTile && (o0) + c < out; ++c)                    \
-          y[((m0) + r) * out + (o0) + c] = tmp[r * kOutPerTile + c];                   \
-      }                                                                                \
-    }                                                                                  \
+// Writes C tile `t` (rows m0.., outputs o0..) into y (rows `ys` apart), keeping only real rows and
+// outputs. A macro: the tile intrinsics take the register number as a literal.
+#define SRFORMER_STORE_TILE(t, m0, o0)                                               \
+  do {                                                                               \
+    if ((m0) + kRowsPerTile <= rows && (o0) + kOutPerTile <= out) {                  \
+      _tile_stored(t, y + (m0)*ys + (o0), ys * static_cast<int64_t>(sizeof(float))); \
+    } else {                                                                         \
+      alignas(64) float tmp[kRowsPerTile * kOutPerTile];                             \
+      _tile_stored(t, tmp, kOutPerTile* static_cast<int64_t>(sizeof(float)));        \
+      for (int64_t r = 0; r < kRowsPerTile && (m0) + r < rows; ++r) {                \
+        for (int64_t c = 0; c < kOutPerTile && (o0) + c < out; ++c)                  \
+          y[((m0) + r) * ys + (o0) + c] = tmp[r * kOutPerTile + c];                  \
+      }                                                                              \
+    }                                                                                \
   } while (0)
 
 struct Job {
   const uint16_t* a;  // bfloat16 inputs [rows_pad, k_pad]
   const uint16_t* b;  // packed tiles [n_blocks][k_blocks]
   const float* bias;  // [n_blocks * 16]
-  float* y;           // [rows, out]
-  int64_t rows, out, k_blocks;
+  float* y;           // [rows, out], rows y_stride apart
+  int64_t rows, out, k_blocks, y_stride;
 };
 
 // MB x NB C tiles (MB, NB in {1, 2}) for row blocks mb.. and output blocks nb..: tiles 0-3 hold C,
@@ -210,6 +210,7 @@ template <int MB, int NB>
 SRFORMER_AMX void block(const Job& j, int64_t mb, int64_t nb) {
   const int64_t rows = j.rows;
   const int64_t out = j.out;
+  const int64_t ys = j.y_stride;
   float* y = j.y;
   const int64_t a_stride = j.k_blocks * kInPerTile * static_cast<int64_t>(sizeof(uint16_t));
   const float* bias0 = j.bias + nb * kOutPerTile;
@@ -288,16 +289,19 @@ bool amx_available() {
 
 void set_amx(bool on) { amx_switch().store(on); }
 
-SRFORMER_AMX void Bf16PackedMatrix::multiply(const float* x, int64_t rows, float* y, int threads) const {
+SRFORMER_AMX void Bf16PackedMatrix::multiply(const float* x, int64_t rows, float* y, int threads, int64_t x_stride,
+                                             int64_t y_stride) const {
   if (rows <= 0) return;
   if (!amx_available()) throw std::logic_error("Bf16PackedMatrix::multiply needs AMX (amx_available())");
+  if (x_stride < in_ || y_stride < out_) throw std::invalid_argument("Bf16PackedMatrix::multiply: rows overlap");
   for (int64_t r0 = 0; r0 < rows; r0 += kRowsPerPass) {
     const int64_t n = std::min(kRowsPerPass, rows - r0);
-    multiply_pass(x + r0 * in_, n, y + r0 * out_, threads);
+    multiply_pass(x + r0 * x_stride, n, y + r0 * y_stride, threads, x_stride, y_stride);
   }
 }
 
-SRFORMER_AMX void Bf16PackedMatrix::multiply_pass(const float* x, int64_t rows, float* y, int threads) const {
+SRFORMER_AMX void Bf16PackedMatrix::multiply_pass(const float* x, int64_t rows, float* y, int threads, int64_t x_stride,
+                                                  int64_t y_stride) const {
   const int64_t k_pad = k_blocks_ * kInPerTile;
   const int64_t row_blocks = (rows + kRowsPerTile - 1) / kRowsPerTile;
   const int64_t rows_pad = row_blocks * kRowsPerTile;
@@ -309,8 +313,8 @@ SRFORMER_AMX void Bf16PackedMatrix::multiply_pass(const float* x, int64_t rows, 
     buffer.reset(aligned_array<uint16_t>(need));
     buffer_elems = need;
   }
-  convert_rows(x, rows, rows_pad, in_, k_pad, buffer.get());
-  const Job job{buffer.get(), tiles_.get(), bias_.data(), y, rows, out_, k_blocks_};
+  convert_rows(x, x_stride, rows, rows_pad, in_, k_pad, buffer.get());
+  const Job job{buffer.get(), tiles_.get(), bias_.data(), y, rows, out_, k_blocks_, y_stride};
   const int64_t chunk_blocks = kRowChunk / kRowsPerTile;
   const int64_t n_pairs = (n_blocks_ + 1) / 2;
   const bool parallel = threads > 1 && n_pairs > 1 && rows * out_ * in_ >= kParallelMinWork * 4;
@@ -346,11 +350,11 @@ bool pack_contiguous(const float*, int64_t, int64_t, int64_t, int64_t, int64_t, 
 bool amx_available() { return false; }
 void set_amx(bool) {}
 
-void Bf16PackedMatrix::multiply(const float*, int64_t, float*, int) const {
+void Bf16PackedMatrix::multiply(const float*, int64_t, float*, int, int64_t, int64_t) const {
   throw std::logic_error("Bf16PackedMatrix::multiply needs AMX, which this build or platform lacks");
 }
 
-void Bf16PackedMatrix::multiply_pass(const float*, int64_t, float*, int) const {}
+void Bf16PackedMatrix::multiply_pass(const float*, int64_t, float*, int, int64_t, int64_t) const {}
 
 #endif
 

@@ -32,7 +32,10 @@ class Bf16PackedMatrix {
 
   // y[r * out + o] = Σ_j x[r * in + j] w[o * in + j] + bias[o] for x [rows, in] row-major. Splits the
   // output features over `threads` OpenMP threads. Requires amx_available().
-  void multiply(const float* x, int64_t rows, float* y, int threads) const;
+  void multiply(const float* x, int64_t rows, float* y, int threads) const { multiply(x, rows, y, threads, in_, out_); }
+  // The same with row r of x at x + r * x_stride and of y at y + r * y_stride (e.g. one head's columns
+  // of a [T, heads * d] matrix).
+  void multiply(const float* x, int64_t rows, float* y, int threads, int64_t x_stride, int64_t y_stride) const;
 
   int64_t out() const { return out_; }
   int64_t in() const { return in_; }
@@ -43,7 +46,7 @@ class Bf16PackedMatrix {
 
  private:
   // Up to kRowsPerPass rows.
-  void multiply_pass(const float* x, int64_t rows, float* y, int threads) const;
+  void multiply_pass(const float* x, int64_t rows, float* y, int threads, int64_t x_stride, int64_t y_stride) const;
 
   struct Free {
     void operator()(uint16_t* p) const;

@@ -152,6 +152,11 @@ TEST(AmxAttention, MatchesFp32AttentionWithMasksAndPositionBias) {
     EXPECT_TRUE(torch::equal(serial, fast));
     EXPECT_TRUE(torch::equal(attend_amx(q.narrow(0, 1, 1), k.narrow(0, 1, 1), v.narrow(0, 1, 1), bias.narrow(0, 1, 1)),
                              fast.narrow(0, 1, 1)));
+    // Operands read where a projection leaves them ([B, T, H*d] seen as [B, H, T, d]): the same result.
+    const auto heads_inner = [](const torch::Tensor& x) { return x.transpose(1, 2).contiguous().transpose(1, 2); };
+    const auto strided = attend_amx(heads_inner(q), heads_inner(k), heads_inner(v), bias);
+    EXPECT_TRUE(tq == 1 || heads_inner(q).stride(2) == H * d) << "rows H*d apart";
+    EXPECT_TRUE(torch::equal(strided, fast));
   }
 }
 
