@@ -153,11 +153,13 @@ class T5Model final : public EncoderDecoderModel {
   const std::vector<CrossAttention>& cross_layers() const override { return cross_; }
 
  private:
-  // relative [B|1, q, T] (key - query) -> additive bias [B|1, H, q, T].
+  // relative [B|1, q, T] (key - query) -> additive bias [B|1, H, q, T], contiguous: the sum with the
+  // mask then is too, and the encoder's attention reads it in place in every layer instead of copying
+  // the [B, H, k, k] sum into its layout once per layer.
   torch::Tensor position_bias(const torch::Tensor& table, const torch::Tensor& relative, bool bidirectional) const {
     const auto buckets = relative_position_bucket(relative, bidirectional, config_.relative_attention_num_buckets,
                                                   config_.relative_attention_max_distance);
-    return torch::embedding(table, buckets).permute({0, 3, 1, 2});
+    return torch::embedding(table, buckets).permute({0, 3, 1, 2}).contiguous();
   }
 
   torch::Tensor shared_, enc_rel_bias_, dec_rel_bias_;
