@@ -145,7 +145,10 @@ torch::Tensor activate(const torch::Tensor& x, Activation act) {
 }
 
 torch::Tensor FeedForward::operator()(const torch::Tensor& x) const {
-  auto h = activate(in(x), act);
+  auto h = in(x);
+  // In place when nothing records the graph: over an encoder's rows the activation is tens of MB, and a
+  // second tensor of that size costs a pass of page faults as well as the write.
+  h = act == Activation::kRelu && !h.requires_grad() ? h.relu_() : activate(h, act);
   if (gate.weight.defined()) h = h * gate(x);
   return out(h);
 }
