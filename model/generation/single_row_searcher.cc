@@ -10,6 +10,17 @@
 
 namespace srformer {
 
+namespace {
+
+// A [1] int64 tensor holding v (without a fill kernel's dispatch: this runs per request and step).
+torch::Tensor one_token(int64_t v) {
+  auto t = torch::empty({1}, torch::kInt64);
+  *t.data_ptr<int64_t>() = v;
+  return t;
+}
+
+}  // namespace
+
 GreedySearcher::GreedySearcher(const GenerationOptions& options)
     : options_(options), history_{options.decoder_start_token_id} {
   validate(options_);
@@ -29,8 +40,8 @@ SearchStep GreedySearcher::advance(const torch::Tensor& logits) {
     finish_reason_ = FinishReason::kLength;
   }
   SearchStep step;
-  step.next_tokens = torch::full({1}, token, torch::kInt64);
-  step.parent_rows = torch::zeros({1}, torch::kInt64);
+  step.next_tokens = one_token(token);
+  step.parent_rows = one_token(0);
   step.emitted = {token};
   step.done = done();
   return step;
