@@ -126,10 +126,12 @@ class T5Model final : public EncoderDecoderModel {
     const auto mask = mask_of(attention_mask, ids);
     auto h = torch::embedding(shared_, ids);
     const auto pos = torch::arange(k, ids.options());
-    const auto bias = position_bias(enc_rel_bias_, pos.view({1, 1, k}) - pos.view({1, k, 1}), true) +
-                      additive_mask(mask.view({B, 1, 1, k}), compute_dtype_);
+    // The position bias [1, H, k, k] and the padding mask [B, 1, 1, k] stay apart: their sum would be
+    // [B, H, k, k] (8 rows of 1024 tokens: 256 MiB).
+    const auto bias = position_bias(enc_rel_bias_, pos.view({1, 1, k}) - pos.view({1, k, 1}), true);
+    const auto key_mask = additive_mask(mask.view({B, 1, 1, k}), compute_dtype_);
     for (const auto& l : encoder_) {
-      h = h + l.self_attn.forward(l.self_attn_norm(h), bias);
+      h = h + l.self_attn.forward(l.self_attn_norm(h), bias, key_mask);
       h = h + l.ffn(l.ffn_norm(h));
     }
     return {enc_final_norm_(h), mask};

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "model/attention/products.h"
@@ -10,16 +11,17 @@
 
 namespace srformer {
 
-torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                     const torch::Tensor& bias) {
+torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& bias,
+                     const torch::Tensor& key_mask) {
   auto scores = query_key_product(q, k);
   if (bias.defined()) scores = scores + bias;
+  if (key_mask.defined()) scores = scores + key_mask;
   const auto probs = torch::softmax(scores.to(torch::kFloat32), -1).to(v.scalar_type());
   return weights_value_product(probs, v);
 }
 
 torch::Tensor attend_amx(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                         const torch::Tensor& bias) {
+                         const torch::Tensor& bias, const torch::Tensor& key_mask) {
   // The operands are read where they lie (the projections' [B, T, H*d] seen as [B, H, T, d]) and the
   // result is written as [B, T, H, d]: merging the heads afterwards is then free.
   const auto rows_dense = [](const torch::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); };
@@ -42,6 +44,15 @@ torch::Tensor attend_amx(const torch::Tensor& q, const torch::Tensor& k, const t
     b.h_stride = bc.stride(1);
     b.q_stride = bc.stride(2);
   }
+  torch::Tensor mc;
+  if (key_mask.defined()) {
+    if (key_mask.dim() != 4 || key_mask.size(1) != 1 || key_mask.size(2) != 1) {
+      throw std::invalid_argument("attend_amx: key_mask must be [B|1, 1, 1, T]");
+    }
+    mc = key_mask.to(torch::kFloat32).expand({shape.batch, 1, 1, shape.keys}).contiguous();
+    b.key_mask = mc.data_ptr<float>();
+    b.key_mask_b_stride = shape.keys;
+  }
   auto out = torch::empty({shape.batch, shape.queries, shape.heads, shape.head_dim}, qc.options());
   const kernels::HeadLayout out_layout{out.stride(0), out.stride(2), out.stride(1)};
   kernels::amx_attention(qc.data_ptr<float>(), layout(qc), kc.data_ptr<float>(), layout(kc), vc.data_ptr<float>(),
@@ -54,12 +65,13 @@ torch::Tensor additive_mask(const torch::Tensor& allowed, torch::ScalarType dtyp
       .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
 }
 
-torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor& bias) const {
-  return forward(x, bias, nullptr, nullptr);
+torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor& bias,
+                                     const torch::Tensor& key_mask) const {
+  return forward(x, bias, nullptr, nullptr, key_mask);
 }
 
 torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor* keys,
-                                     torch::Tensor* values) const {
+                                     torch::Tensor* values, const torch::Tensor& key_mask) const {
   auto qh = split_heads(q(x), heads);
   if (scale != 1.0) qh = qh * scale;
   const auto kh = split_heads(k(x), heads);
@@ -67,9 +79,9 @@ torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor
   if (keys != nullptr) *keys = kh;
   if (values != nullptr) *values = vh;
   if (amx_attention && is_cpu_inference_float(qh) && is_cpu_inference_float(kh)) {
-    return o(merge_heads(attend_amx(qh, kh, vh, bias)));
+    return o(merge_heads(attend_amx(qh, kh, vh, bias, key_mask)));
   }
-  return o(merge_heads(attend(qh, kh, vh, bias)));
+  return o(merge_heads(attend(qh, kh, vh, bias, key_mask)));
 }
 
 namespace {

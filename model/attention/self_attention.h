@@ -16,25 +16,29 @@ struct SelfAttention {
   // teacher-forced and incremental forms must agree.
   bool amx_attention = false;
 
-  // x [B,T,D]; bias additive, broadcastable to [B,H,T,T] (masks and position bias). Returns [B,T,D].
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias) const;
+  // x [B,T,D]; bias additive, broadcastable to [B,H,T,T] (masks and position bias); key_mask (optional)
+  // a second additive term, broadcastable to [B,1,1,T]: T5's encoder passes its [1,H,T,T] position bias
+  // and its [B,1,1,T] padding mask apart, so that their [B,H,T,T] sum is never built. Returns [B,T,D].
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias, const torch::Tensor& key_mask = {}) const;
   // Same, also returning the keys/values [B,H,T,d] to seed a cache.
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor* keys,
-                        torch::Tensor* values) const;
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor* keys, torch::Tensor* values,
+                        const torch::Tensor& key_mask = {}) const;
   // One new position per row: x [B,1,D]. Appends its key/value to cache_k/cache_v ([B,H,T,d] ->
   // [B,H,T+1,d]) and attends over all slots with bias [B,H|1,1,T+1]. Returns [B,1,D].
   torch::Tensor step(const torch::Tensor& x, torch::Tensor& cache_k, torch::Tensor& cache_v,
                      const torch::Tensor& bias) const;
 };
 
-// softmax(q k^T + bias) v with the softmax in fp32 (as Hugging Face does for half precision).
-torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& bias);
+// softmax(q k^T + bias + key_mask) v with the softmax in fp32 (as Hugging Face does for half
+// precision); key_mask is optional (see SelfAttention::forward).
+torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& bias,
+                     const torch::Tensor& key_mask = {});
 
 // attend() with both products in bfloat16 on AMX tiles and the softmax in fp32, one (row, head) group
 // at a time; q [B,H,Tq,d], k/v [B,H,T,d] CPU float32 (read in place when rows are dense), bias
 // broadcastable to [B,H,Tq,T] or undefined. The result is a [B,H,Tq,d] view of a [B,Tq,H,d] tensor.
 torch::Tensor attend_amx(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                         const torch::Tensor& bias);
+                         const torch::Tensor& bias, const torch::Tensor& key_mask = {});
 
 // Additive mask value: -inf where `allowed` is false, 0 elsewhere, in dtype.
 torch::Tensor additive_mask(const torch::Tensor& allowed, torch::ScalarType dtype);

@@ -18,14 +18,16 @@ namespace {
 // Queries per pass: bounds the per-thread scores buffer (8 MiB at 16k keys) whatever the input length.
 constexpr int64_t kQueriesPerPass = 128;
 
-// Row i of the scores: add the bias, then softmax in place (max, Σ exp(s - max), scale by 1 / Σ).
-SRFORMER_AVX2 void softmax_row(float* s, const float* bias, int64_t n) {
+// Row i of the scores: add the bias, then the key mask, then softmax in place (max, Σ exp(s - max),
+// scale by 1 / Σ).
+SRFORMER_AVX2 void softmax_row(float* s, const float* bias, const float* key_mask, int64_t n) {
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   __m256 vmax = ninf;
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) {
     __m256 x = _mm256_loadu_ps(s + j);
     if (bias != nullptr) x = _mm256_add_ps(x, _mm256_loadu_ps(bias + j));
+    if (key_mask != nullptr) x = _mm256_add_ps(x, _mm256_loadu_ps(key_mask + j));
     _mm256_storeu_ps(s + j, x);
     vmax = _mm256_max_ps(vmax, x);
   }
@@ -34,6 +36,7 @@ SRFORMER_AVX2 void softmax_row(float* s, const float* bias, int64_t n) {
   float best = *std::max_element(lanes, lanes + 8);
   for (; j < n; ++j) {
     if (bias != nullptr) s[j] += bias[j];
+    if (key_mask != nullptr) s[j] += key_mask[j];
     best = std::max(best, s[j]);
   }
   if (best == -std::numeric_limits<float>::infinity()) {  // every key masked
@@ -78,11 +81,12 @@ void amx_attention(const float* q, HeadLayout q_layout, const float* k, HeadLayo
     const float* q_g = q + b * q_layout.batch + h * q_layout.head;
     float* out_g = out + b * out_layout.batch + h * out_layout.head;
     const float* bias_g = bias.data != nullptr ? bias.data + b * bias.b_stride + h * bias.h_stride : nullptr;
+    const float* mask_b = bias.key_mask != nullptr ? bias.key_mask + b * bias.key_mask_b_stride : nullptr;
     for (int64_t i0 = 0; i0 < tq; i0 += kQueriesPerPass) {
       const int64_t n = std::min(kQueriesPerPass, tq - i0);
       keys.multiply(q_g + i0 * q_layout.row, n, scores.data(), 1, q_layout.row, t);
       for (int64_t i = 0; i < n; ++i) {
-        softmax_row(scores.data() + i * t, bias_g != nullptr ? bias_g + (i0 + i) * bias.q_stride : nullptr, t);
+        softmax_row(scores.data() + i * t, bias_g != nullptr ? bias_g + (i0 + i) * bias.q_stride : nullptr, mask_b, t);
       }
       values_t.multiply(scores.data(), n, out_g + i0 * out_layout.row, 1, t, out_layout.row);
     }

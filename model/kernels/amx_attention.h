@@ -21,6 +21,10 @@ struct AttentionShape {
 struct AttentionBias {
   const float* data = nullptr;  // null: no bias
   int64_t b_stride = 0, h_stride = 0, q_stride = 0;
+  // A second additive term per key, the same for every head and query: element (b, j) at
+  // key_mask[b * key_mask_b_stride + j] (null: none). Added after `data`.
+  const float* key_mask = nullptr;
+  int64_t key_mask_b_stride = 0;
 };
 
 // Where element (b, h, t, j) of an operand lies: data[b * batch + h * head + t * row + j]. Contiguous

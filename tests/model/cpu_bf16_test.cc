@@ -133,7 +133,8 @@ TEST(AmxAttention, MatchesFp32AttentionWithMasksAndPositionBias) {
     // A key mask per row (row 1 loses its last keys) plus a per-head position bias, as T5's encoder has.
     auto allowed = torch::ones({B, 1, 1, t}, torch::kBool);
     if (t > 3) allowed[1].narrow(-1, t - 3, 3).fill_(false);
-    const auto bias = additive_mask(allowed, torch::kFloat32) + torch::randn({1, H, tq, t});
+    const auto position = torch::randn({1, H, tq, t});
+    const auto bias = additive_mask(allowed, torch::kFloat32) + position;
     const auto fast = attend_amx(q, k, v, bias);
     const auto exact = attend(q, k, v, bias);
     // bfloat16 factors: ~4e-3 relative per product; a wrong key, head or mask would be O(1).
@@ -157,6 +158,10 @@ TEST(AmxAttention, MatchesFp32AttentionWithMasksAndPositionBias) {
     const auto strided = attend_amx(heads_inner(q), heads_inner(k), heads_inner(v), bias);
     EXPECT_TRUE(tq == 1 || heads_inner(q).stride(2) == H * d) << "rows H*d apart";
     EXPECT_TRUE(torch::equal(strided, fast));
+    // The mask passed apart from the position bias (T5's encoder: no [B,H,Tq,T] sum) changes nothing.
+    const auto key_mask = additive_mask(allowed, torch::kFloat32);
+    EXPECT_TRUE(torch::equal(attend_amx(q, k, v, position, key_mask), fast));
+    EXPECT_TRUE(torch::equal(attend(q, k, v, position, key_mask), exact));
   }
 }
 
