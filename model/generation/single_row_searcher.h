@@ -24,9 +24,16 @@ class GreedySearcher : public Searcher {
  protected:
   // Picks the next token from processed scores [1, vocab] (may modify them); sets its log-probability.
   virtual int64_t choose(const torch::Tensor& scores, double& logprob);
+  // Whether choose() takes the processed scores' maximum (then pick_in_place may stand in for it).
+  virtual bool picks_argmax() const { return true; }
   const GenerationOptions options_;
 
  private:
+  // Steps whose processors only exclude tokens (vocabulary limit, minimum length, banned n-grams) pick
+  // from the caller's logits with the exclusions applied as they are read: no copy of the row, and
+  // only the tokenizer's part of a larger embedding is read. The token (-1: take the general path).
+  int64_t pick_in_place(const torch::Tensor& logits, double& logprob) const;
+
   TokenHistory history_;  // decoder start + generated tokens (HF input_ids)
   torch::Tensor scores_;  // this step's processed scores (reused buffer)
   double score_ = 0.0;
@@ -43,6 +50,7 @@ class SamplingSearcher : public GreedySearcher {
 
  protected:
   int64_t choose(const torch::Tensor& scores, double& logprob) override;
+  bool picks_argmax() const override { return false; }
 
  private:
   std::mt19937_64 rng_;

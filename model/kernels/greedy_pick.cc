@@ -1,5 +1,6 @@
 #include "model/kernels/greedy_pick.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -10,11 +11,41 @@ namespace srformer::kernels {
 namespace {
 
 constexpr int64_t kChunk = 256;  // partial sums of this many terms stay in float, then go to double
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-std::optional<GreedyPick> pick_scalar(const float* x, int64_t n) {
-  float best = -std::numeric_limits<float>::infinity();
+// Walks the excluded tokens alongside an increasing position.
+class Exclusions {
+ public:
+  Exclusions(int64_t limit, const std::vector<int64_t>& excluded)
+      : limit_(limit), begin_(excluded.data()), end_(excluded.data() + excluded.size()), next_(begin_) {}
+  void rewind() { next_ = begin_; }
+  // Whether token j (visited in increasing order since the last rewind) is excluded.
+  bool excluded(int64_t j) {
+    if (j >= limit_) return true;
+    while (next_ != end_ && *next_ < j) ++next_;
+    return next_ != end_ && *next_ == j;
+  }
+  // The first block [b, b + 8) with b >= i (both multiples of 8) holding an excluded token or reaching
+  // past the limit; blocks before it can be read as they are.
+  int64_t next_touched(int64_t i) {
+    while (next_ != end_ && *next_ < i) ++next_;
+    const int64_t at_limit = std::max<int64_t>(i, limit_ - limit_ % 8);  // the block holding the limit
+    return next_ != end_ ? std::min<int64_t>(*next_ - *next_ % 8, at_limit) : at_limit;
+  }
+  int64_t limit() const { return limit_; }
+
+ private:
+  int64_t limit_;
+  const int64_t* begin_;
+  const int64_t* end_;
+  const int64_t* next_;
+};
+
+std::optional<GreedyPick> pick_scalar(const float* x, int64_t n, Exclusions& ex) {
+  float best = kNegInf;
   int64_t token = -1;
   for (int64_t i = 0; i < n; ++i) {
+    if (ex.excluded(i)) continue;
     if (std::isnan(x[i])) return std::nullopt;
     if (x[i] > best) {
       best = x[i];
@@ -22,19 +53,47 @@ std::optional<GreedyPick> pick_scalar(const float* x, int64_t n) {
     }
   }
   if (token < 0) return std::nullopt;
+  // Excluded terms would add exp(-inf) = 0: skipping them leaves the sum bit for bit the same.
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - best);
+  ex.rewind();
+  for (int64_t i = 0; i < n; ++i) {
+    if (!ex.excluded(i)) sum += std::exp(static_cast<double>(x[i]) - best);
+  }
   return GreedyPick{token, -std::log(sum)};
 }
 
 #ifdef SRFORMER_HAVE_AVX2_KERNELS
-SRFORMER_AVX2 std::optional<GreedyPick> pick_avx2(const float* x, int64_t n) {
+// Reads blocks x[i, i + 8) in increasing order with excluded entries as -inf; one comparison per
+// block where the mask does not reach (the max pass does little more per block than the load).
+struct BlockReader {
+  BlockReader(const float* x, Exclusions& ex) : x(x), ex(ex) {
+    ex.rewind();
+    touched = ex.next_touched(0);
+  }
+  const float* x;
+  Exclusions& ex;
+  int64_t touched;
+};
+
+SRFORMER_AVX2 inline __m256 load_block(BlockReader& r, int64_t i) {
+  if (i != r.touched) return _mm256_loadu_ps(r.x + i);
+  alignas(32) float block[8];
+  for (int l = 0; l < 8; ++l) block[l] = r.ex.excluded(i + l) ? kNegInf : r.x[i + l];
+  r.touched = r.ex.next_touched(i + 8);
+  return _mm256_load_ps(block);
+}
+
+SRFORMER_AVX2 std::optional<GreedyPick> pick_avx2(const float* x, int64_t n, Exclusions& ex) {
+  // Blocks wholly at or past the limit hold only -inf: they change neither the maximum nor (adding
+  // exp(-inf) = +0 to non-negative partial sums) the sum, so both passes stop there.
+  const int64_t blocks_end = n - n % 8;
+  const int64_t stop = ex.limit() < blocks_end ? ex.limit() : blocks_end;
   // Pass 1: the maximum (and whether any NaN is present).
-  __m256 vmax = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 vmax = _mm256_set1_ps(kNegInf);
   __m256 nan = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_loadu_ps(x + i);
+  BlockReader first(x, ex);
+  for (int64_t i = 0; i < stop; i += 8) {
+    const __m256 v = load_block(first, i);
     nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
     vmax = _mm256_max_ps(vmax, v);
   }
@@ -43,36 +102,45 @@ SRFORMER_AVX2 std::optional<GreedyPick> pick_avx2(const float* x, int64_t n) {
   _mm256_store_ps(lanes, vmax);
   float best = lanes[0];
   for (int l = 1; l < 8; ++l) best = lanes[l] > best ? lanes[l] : best;
-  for (int64_t j = i; j < n; ++j) {
+  for (int64_t j = blocks_end; j < n; ++j) {
+    if (ex.excluded(j)) continue;
     if (std::isnan(x[j])) return std::nullopt;
     best = x[j] > best ? x[j] : best;
   }
   if (!std::isfinite(best)) return std::nullopt;
   // The first index holding it (argmax's tie rule), then pass 2: Σ exp(x - max).
+  ex.rewind();
   int64_t token = 0;
-  while (x[token] != best) ++token;
+  while (x[token] != best || ex.excluded(token)) ++token;
   const __m256 vbest = _mm256_set1_ps(best);
   double sum = 0.0;
-  i = 0;
-  while (i + 8 <= n) {
+  BlockReader second(x, ex);
+  for (int64_t i = 0; i < stop;) {
     __m256 acc = _mm256_setzero_ps();
-    const int64_t end = i + kChunk <= n ? i + kChunk : n - (n - i) % 8;
-    for (; i < end; i += 8) acc = _mm256_add_ps(acc, exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(x + i), vbest)));
+    const int64_t end = i + kChunk <= n ? i + kChunk : blocks_end;
+    for (; i < end && i < stop; i += 8) {
+      acc = _mm256_add_ps(acc, exp_nonpositive(_mm256_sub_ps(load_block(second, i), vbest)));
+    }
     sum += static_cast<double>(horizontal_sum(acc));
   }
-  for (; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - best);
+  for (int64_t j = blocks_end; j < n; ++j) {
+    if (!ex.excluded(j)) sum += std::exp(static_cast<double>(x[j]) - best);
+  }
   return GreedyPick{token, -std::log(sum)};
 }
 #endif
 
 }  // namespace
 
-std::optional<GreedyPick> greedy_pick(const float* x, int64_t n) {
+std::optional<GreedyPick> greedy_pick(const float* x, int64_t n, int64_t limit, const std::vector<int64_t>& excluded) {
   if (n <= 0) return std::nullopt;
+  Exclusions ex(limit < n ? limit : n, excluded);
 #ifdef SRFORMER_HAVE_AVX2_KERNELS
-  if (avx2_fma_available()) return pick_avx2(x, n);
+  if (avx2_fma_available()) return pick_avx2(x, n, ex);
 #endif
-  return pick_scalar(x, n);
+  return pick_scalar(x, n, ex);
 }
+
+std::optional<GreedyPick> greedy_pick(const float* x, int64_t n) { return greedy_pick(x, n, n, {}); }
 
 }  // namespace srformer::kernels

@@ -5,6 +5,7 @@
 // Plain C++ (no LibTorch); vectorised where kernels::avx2_fma_available().
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 namespace srformer::kernels {
 
@@ -16,5 +17,12 @@ struct GreedyPick {
 // x: n scores, -inf for excluded tokens. std::nullopt when the row holds a NaN or no finite score
 // (the caller then uses the general path, whose results are defined for those too).
 std::optional<GreedyPick> greedy_pick(const float* x, int64_t n);
+
+// The same pick with tokens at or past `limit` and those in `excluded` (ascending; repeats allowed)
+// counted as -inf, without writing them: bit for bit what greedy_pick gives on a copy of the row
+// with those scores set to -inf. Only [0, limit) is read, so a model whose embedding rows outnumber
+// its tokenizer's vocabulary costs the tokenizer's share. A NaN at an excluded token is ignored, as
+// it would be overwritten.
+std::optional<GreedyPick> greedy_pick(const float* x, int64_t n, int64_t limit, const std::vector<int64_t>& excluded);
 
 }  // namespace srformer::kernels

@@ -5,6 +5,7 @@
 
 #include "model/generation/beam_searcher.h"
 #include "model/generation/single_row_searcher.h"
+#include "model/kernels/avx2.h"
 #include "scripted_model.h"
 
 namespace srformer {
@@ -119,6 +120,43 @@ TEST(GreedySearchTest, NoRepeatNGramAndRepetitionPenaltyChangeTheChoice) {
     o.repetition_penalty = 1.9;
     GreedySearcher strong(o);
     EXPECT_EQ(drive(strong, script, 0).results[0].tokens, (std::vector<int64_t>{2, 3, 2, 2}));
+  }
+}
+
+// Greedy steps pick from the logits in place (vocabulary limit, minimum length and banned n-grams
+// applied as the row is read) when the CPU kernels are on; the general path (a processed copy,
+// LibTorch's argmax) must choose the same tokens. The script puts its highest scores past the
+// limit and on EOS, and repeats itself, so that every exclusion changes the choice.
+TEST(GreedySearchTest, InPlacePickChoosesWhatTheProcessedCopyChooses) {
+  const int64_t vocab = 300;
+  const int64_t limit = 250;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    const auto base = testing::random_script(vocab, seed, 1);
+    const testing::Script script = [&](const std::vector<int64_t>& history) {
+      auto logits = base(history);
+      for (int64_t t = limit; t < vocab; ++t) logits[static_cast<size_t>(t)] = 20.0F;
+      logits[1] = 10.0F;                      // EOS, held back by min_new_tokens
+      logits[5 + history.size() % 2] = 9.0F;  // an alternation that no_repeat_ngram breaks
+      return logits;
+    };
+    auto options = base_options();
+    options.max_new_tokens = 12;
+    options.min_new_tokens = 6;
+    options.vocab_limit = limit;
+    options.no_repeat_ngram_size = 3;
+    std::vector<testing::Run> runs;
+    for (const bool kernels : {true, false}) {
+      srformer::kernels::set_cpu_kernels(kernels);
+      GreedySearcher searcher(options);
+      runs.push_back(drive(searcher, script, 0));
+    }
+    srformer::kernels::set_cpu_kernels(true);
+    ASSERT_EQ(runs[0].results[0].tokens, runs[1].results[0].tokens) << seed;
+    EXPECT_NEAR(runs[0].results[0].score, runs[1].results[0].score, 1e-4) << seed;
+    const auto& tokens = runs[0].results[0].tokens;
+    EXPECT_EQ(tokens.size(), 7u) << seed;  // EOS as soon as it is allowed
+    EXPECT_EQ(tokens.back(), 1) << seed;
+    for (const int64_t t : tokens) EXPECT_LT(t, limit);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -212,8 +213,8 @@ TEST(GreedyPick, MatchesArgmaxAndLogSoftmaxInDouble) {
     auto x = torch::randn({n}) * 4.0;
     if (n > 20) {
       x.narrow(0, n - 10, 10).fill_(-std::numeric_limits<float>::infinity());  // a vocabulary limit
-      x[3] = -std::numeric_limits<float>::infinity();                           // a masked EOS
-      x[n / 2] = 30.0F;                                                          // a tie: the first wins
+      x[3] = -std::numeric_limits<float>::infinity();                          // a masked EOS
+      x[n / 2] = 30.0F;                                                        // a tie: the first wins
       x[n - 12] = 30.0F;
     }
     const auto pick = srformer::kernels::greedy_pick(x.data_ptr<float>(), n);
@@ -227,4 +228,44 @@ TEST(GreedyPick, MatchesArgmaxAndLogSoftmaxInDouble) {
   EXPECT_FALSE(srformer::kernels::greedy_pick(nan_row.data_ptr<float>(), 40).has_value());
   const auto none = torch::full({12}, -std::numeric_limits<float>::infinity());
   EXPECT_FALSE(srformer::kernels::greedy_pick(none.data_ptr<float>(), 12).has_value());
+}
+
+// The pick with a vocabulary limit and excluded tokens applied as it reads equals, bit for bit, the
+// pick over a copy with those scores set to -inf: limits inside a block, inside the scalar tail and at
+// the end; exclusions at the maximum, repeated and past the limit; NaN only where it is excluded.
+TEST(GreedyPick, ExclusionsAppliedWhileReadingEqualAMaskedCopy) {
+  torch::manual_seed(11);
+  const float inf = std::numeric_limits<float>::infinity();
+  int checked = 0;
+  for (const int64_t n : {5, 8, 13, 300, 4099, 32128}) {
+    for (const int64_t limit : {n, n - 1, n - 3, n / 2 + 3, int64_t{4}}) {
+      if (limit < 1) continue;
+      auto x = torch::randn({n}) * 4.0;
+      x[n - 1] = 50.0F;  // past most limits: the unmasked maximum
+      const auto first_max = x.narrow(0, 0, limit).argmax().item<int64_t>();
+      std::vector<int64_t> excluded{0, first_max, first_max, std::min<int64_t>(limit - 1, 2), n - 1};
+      std::sort(excluded.begin(), excluded.end());
+      if (limit < n) x[limit] = std::numeric_limits<float>::quiet_NaN();  // read by neither
+      x[0] = std::numeric_limits<float>::quiet_NaN();                     // excluded
+      auto copy = x.clone();
+      copy.narrow(0, limit, n - limit).fill_(-inf);
+      for (const int64_t e : excluded) copy[e] = -inf;
+      const auto expected = srformer::kernels::greedy_pick(copy.data_ptr<float>(), n);
+      const auto pick = srformer::kernels::greedy_pick(x.data_ptr<float>(), n, limit, excluded);
+      ASSERT_EQ(pick.has_value(), expected.has_value()) << n << " " << limit;
+      if (!pick) continue;
+      EXPECT_EQ(pick->token, expected->token) << n << " " << limit;
+      EXPECT_EQ(pick->logprob, expected->logprob) << n << " " << limit;  // the same sums in the same order
+      EXPECT_NE(pick->token, first_max);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 20);
+  // A NaN the pick reads is refused; every token excluded leaves nothing to pick.
+  auto row = torch::zeros({40});
+  row[17] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(srformer::kernels::greedy_pick(row.data_ptr<float>(), 40, 40, {}).has_value());
+  EXPECT_TRUE(srformer::kernels::greedy_pick(row.data_ptr<float>(), 40, 40, {17}).has_value());
+  EXPECT_TRUE(srformer::kernels::greedy_pick(row.data_ptr<float>(), 40, 17, {}).has_value());
+  EXPECT_FALSE(srformer::kernels::greedy_pick(row.data_ptr<float>(), 40, 3, {0, 1, 2}).has_value());
 }
