@@ -27,16 +27,70 @@ LeaveReason leave_reason(RequestOutcome outcome, FinishReason reason) {
   return reason == FinishReason::kEos ? LeaveReason::kEos : LeaveReason::kLength;
 }
 
+// The delivery job that hands a request its result. With a tokenizer, the summary text is decoded
+// from the result's tokens there, off the decode thread.
+Delivery::Job result_job(std::shared_ptr<Request> request, RequestResult result,
+                         std::shared_ptr<const Tokenizer> decode_with = nullptr) {
+  return [request = std::move(request), result = std::move(result), tokenizer = std::move(decode_with)]() mutable {
+    if (tokenizer) {
+      try {
+        result.summary = tokenizer->decode(result.token_ids, /*skip_special=*/true);
+      } catch (const std::exception& e) {
+        result.outcome = RequestOutcome::kError;
+        result.error = std::string("decoding the summary failed: ") + e.what();
+      }
+    }
+    try {
+      request->on_finish(std::move(result));
+    } catch (const std::exception& e) {
+      spdlog::error("request {}: on_finish failed: {}", request->id, e.what());
+    }
+  };
+}
+
+// The delivery job that streams a step's new tokens of one request: their text from the request's
+// detokenizer, and at its end (`done`) whatever text the detokenizer still held back.
+Delivery::Job tokens_job(std::shared_ptr<Request> request, std::shared_ptr<IncrementalDetokenizer> detok,
+                         std::vector<TokenEvent> events, bool done, int64_t last_token, int32_t last_step,
+                         int32_t segment) {
+  return [request = std::move(request), detok = std::move(detok), events = std::move(events), done, last_token,
+          last_step, segment]() mutable {
+    try {
+      for (auto& ev : events) ev.text = detok->push(ev.token_id);
+      if (done) {
+        std::string tail = detok->finish();
+        if (!tail.empty()) {
+          if (events.empty()) {
+            TokenEvent ev;
+            ev.token_id = last_token;
+            ev.step = last_step;
+            ev.segment = segment;
+            events.push_back(std::move(ev));
+          }
+          events.back().text += tail;
+        }
+      }
+      if (!events.empty()) request->on_tokens(std::move(events));
+    } catch (const std::exception& e) {
+      spdlog::error("request {}: streaming tokens failed: {}", request->id, e.what());
+    }
+  };
+}
+
 }  // namespace
 
 // A request in the running batch: its searcher, its rows' next tokens, and its streaming state.
 struct Engine::Slot {
   Slot(Pending p, const Tokenizer& tokenizer)
-      : request(std::move(p.request)), searcher(std::move(p.searcher)), detok(tokenizer), rows(searcher->num_rows()) {}
+      : request(std::move(p.request)),
+        searcher(std::move(p.searcher)),
+        detok(request->on_tokens ? std::make_shared<IncrementalDetokenizer>(tokenizer) : nullptr),
+        rows(searcher->num_rows()) {}
 
   std::shared_ptr<Request> request;
   std::unique_ptr<Searcher> searcher;
-  IncrementalDetokenizer detok;
+  // Streaming requests only; used by their delivery jobs, which run in order on the delivery thread.
+  std::shared_ptr<IncrementalDetokenizer> detok;
   const int64_t rows;
   int64_t budget = 0;
   torch::Tensor next_tokens;      // [rows] int64, CPU
@@ -95,8 +149,13 @@ void Engine::stop_accepting() {
 }
 
 bool Engine::wait_idle(Clock::time_point deadline) {
-  std::unique_lock lock(mu_);
-  return idle_cv_.wait_until(lock, deadline, [&] { return stats_.queued == 0 && stats_.live_requests == 0; });
+  {
+    std::unique_lock lock(mu_);
+    if (!idle_cv_.wait_until(lock, deadline, [&] { return stats_.queued == 0 && stats_.live_requests == 0; })) {
+      return false;
+    }
+  }
+  return delivery_.wait_idle(deadline);  // the last results handed over, not only decided
 }
 
 void Engine::cancel_all() {
@@ -117,6 +176,7 @@ void Engine::stop() {
   wake_.notify_one();
   if (!thread_.joinable()) return;
   thread_.join();
+  delivery_.stop();  // after the decode thread: nothing posts any more; what is queued still runs
   const EngineStats s = stats();
   if (s.steps > 0 && s.step_seconds > 0) {
     spdlog::info(
@@ -200,11 +260,7 @@ void Engine::run() {
       result.usage = p.request->usage;
       result.usage.queue_ms = ms_between(p.request->accepted_at, now);
       if (metrics_ && shutdown_now) metrics_->on_rejected(RejectReason::kShuttingDown);
-      try {
-        p.request->on_finish(std::move(result));
-      } catch (const std::exception& e) {
-        spdlog::error("request {}: on_finish failed: {}", p.request->id, e.what());
-      }
+      delivery_.post(result_job(p.request, std::move(result)));
     }
     if (shutdown_now) {
       for (auto& slot : slots_) slot->request->cancel();
@@ -260,7 +316,7 @@ void Engine::admit(std::vector<Pending> batch) {
       result.outcome = RequestOutcome::kError;
       result.error = std::string("encoder failed: ") + e.what();
       result.usage = p.request->usage;
-      p.request->on_finish(std::move(result));
+      delivery_.post(result_job(p.request, std::move(result)));
     }
     return;
   }
@@ -322,7 +378,7 @@ void Engine::drop_dead_slots() {
       const RequestOutcome outcome = req.expired(now)                     ? RequestOutcome::kDeadlineExceeded
                                      : (shutting_down && req.cancelled()) ? RequestOutcome::kShutdown
                                                                           : RequestOutcome::kCancelled;
-      finish_slot(*slot, offset, outcome, FinishReason::kCancelled);
+      delivery_.post(finish_slot(*slot, offset, outcome, FinishReason::kCancelled));
       dropped = true;
     } else {
       for (int64_t r = 0; r < slot->rows; ++r) keep.push_back(offset + r);
@@ -375,6 +431,8 @@ void Engine::step() {
   const auto search_start = Clock::now();
   const auto searched = search_all(logits);
   const double search_seconds = ms_between(search_start, Clock::now()) / 1000.0;
+  std::vector<Delivery::Job> jobs;  // the step's callbacks, handed to the delivery thread at once
+  jobs.reserve(slots_.size());
   for (size_t i = 0; i < slots_.size(); ++i) {
     auto& slot = slots_[i];
     Slot& s = *slot;
@@ -385,7 +443,7 @@ void Engine::step() {
       failed.outcome = RequestOutcome::kError;
       failed.error = "search failed: " + *searched[i].error;
       failed.usage = s.request->usage;
-      s.request->on_finish(std::move(failed));
+      jobs.push_back(result_job(s.request, std::move(failed)));
       tokens_in_flight_ -= s.budget;
       if (metrics_) metrics_->on_rows_left(LeaveReason::kError, static_cast<uint64_t>(s.rows));
       offset += s.rows;
@@ -393,14 +451,14 @@ void Engine::step() {
     }
     const int32_t seg = segment.defined() ? static_cast<int32_t>(segment.data_ptr<int64_t>()[offset]) : -1;
     s.segments.push_back(seg);
+    const auto stream_start = Clock::now();
     std::vector<TokenEvent> events;
-    const auto now = Clock::now();
+    const auto now = stream_start;
     for (const int64_t token : result.emitted) {
       TokenEvent ev;
       ev.token_id = token;
       ev.step = static_cast<int32_t>(s.streamed.size());
       ev.segment = ev.step < static_cast<int32_t>(s.segments.size()) ? s.segments[ev.step] : seg;
-      ev.text = s.detok.push(token);
       if (metrics_) {
         if (s.streamed.empty()) {
           metrics_->observe_time_to_first_token(ms_between(s.request->accepted_at, now) / 1000.0);
@@ -413,31 +471,15 @@ void Engine::step() {
       events.push_back(std::move(ev));
     }
     new_tokens += static_cast<int64_t>(result.emitted.size());
-    if (result.done) {
-      std::string tail = s.detok.finish();
-      if (!tail.empty()) {
-        if (events.empty()) {
-          TokenEvent ev;
-          ev.token_id = s.streamed.empty() ? config_.eos_token_id : s.streamed.back();
-          ev.step = static_cast<int32_t>(s.streamed.size()) - 1;
-          ev.segment = seg;
-          events.push_back(std::move(ev));
-        }
-        events.back().text += tail;
-      }
-    }
-    const auto stream_start = Clock::now();
-    if (!events.empty() && s.request->on_tokens) {
-      try {
-        s.request->on_tokens(std::move(events));
-      } catch (const std::exception& e) {
-        spdlog::error("request {}: on_tokens failed: {}", s.request->id, e.what());
-      }
+    if (s.detok && (!events.empty() || result.done)) {
+      jobs.push_back(tokens_job(s.request, s.detok, std::move(events), result.done,
+                                s.streamed.empty() ? config_.eos_token_id : s.streamed.back(),
+                                static_cast<int32_t>(s.streamed.size()) - 1, seg));
     }
     if (result.done) {
       const auto hyps = s.searcher->results();
       const FinishReason reason = hyps.empty() ? FinishReason::kLength : hyps.front().finish_reason;
-      finish_slot(s, offset, RequestOutcome::kOk, reason);
+      jobs.push_back(finish_slot(s, offset, RequestOutcome::kOk, reason));
       stream_seconds += ms_between(stream_start, Clock::now()) / 1000.0;
     } else {
       stream_seconds += ms_between(stream_start, Clock::now()) / 1000.0;
@@ -451,6 +493,9 @@ void Engine::step() {
     }
     offset += s.rows;
   }
+  const auto post_start = Clock::now();
+  delivery_.post(std::move(jobs));
+  stream_seconds += ms_between(post_start, Clock::now()) / 1000.0;
   if (same_rows && !kept.empty() && kept.size() < slots_.size()) {
     // Requests that stay keep their rows; the last ones move into the holes of those that left.
     std::vector<std::unique_ptr<Slot>> moved;
@@ -511,7 +556,7 @@ std::vector<Engine::Searched> Engine::search_all(const torch::Tensor& logits) {
   return out;
 }
 
-void Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome outcome, FinishReason reason) {
+Delivery::Job Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome outcome, FinishReason reason) {
   Request& req = *slot.request;
   RequestResult result;
   result.outcome = outcome;
@@ -528,7 +573,6 @@ void Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome outcome,
     } else {
       result.token_ids = slot.streamed;
     }
-    result.summary = tokenizer_->decode(result.token_ids, /*skip_special=*/true);
     auto& u = result.usage;
     u.output_tokens = static_cast<int64_t>(result.token_ids.size());
     u.queue_ms = ms_between(req.accepted_at, slot.admitted_at);
@@ -573,11 +617,8 @@ void Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome outcome,
   }
   spdlog::debug("request {}: finished ({}, {} tokens, {:.1f} ms decode)", req.id, to_string(reason),
                 result.usage.output_tokens, result.usage.decode_ms);
-  try {
-    req.on_finish(std::move(result));
-  } catch (const std::exception& e) {
-    spdlog::error("request {}: on_finish failed: {}", req.id, e.what());
-  }
+  const bool decode = result.outcome != RequestOutcome::kError;
+  return result_job(slot.request, std::move(result), decode ? tokenizer_ : nullptr);
 }
 
 void Engine::fail_all(const std::string& error) {
@@ -589,11 +630,7 @@ void Engine::fail_all(const std::string& error) {
     result.token_ids = slot->streamed;
     tokens_in_flight_ -= slot->budget;
     if (metrics_) metrics_->on_rows_left(LeaveReason::kError, static_cast<uint64_t>(slot->rows));
-    try {
-      slot->request->on_finish(std::move(result));
-    } catch (const std::exception& e) {
-      spdlog::error("request {}: on_finish failed: {}", slot->request->id, e.what());
-    }
+    delivery_.post(result_job(slot->request, std::move(result)));
   }
   slots_.clear();
   state_ = DecoderState{};

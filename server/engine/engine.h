@@ -1,8 +1,10 @@
 #pragma once
 // The serving engine of one model: a bounded queue and ONE decode thread that owns the model and the
 // batched DecoderState. Each loop iteration admits waiting requests (one batched encode), runs one
-// decoder step over every live row, lets each request's Searcher pick its tokens, streams the new
-// text, and reorders/drops rows with a single DecoderState::select. RPC threads never touch tensors.
+// decoder step over every live row, lets each request's Searcher pick its tokens, queues the new
+// tokens and finished results for the delivery thread (which detokenizes and runs the requests'
+// callbacks), and reorders/drops rows with a single DecoderState::retain. RPC threads never touch
+// tensors.
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -19,6 +21,7 @@
 #include "model/generation/searcher.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/tokenizer.h"
+#include "server/engine/delivery.h"
 #include "server/engine/request.h"
 
 namespace srformer::server {
@@ -49,7 +52,7 @@ struct EngineStats {
   double model_seconds = 0;
   double reorder_seconds = 0;      // of the engine's part: selecting/compacting state rows after a step
   double search_seconds = 0;       // of the engine's part: the requests' searchers (logits processors, pick)
-  double stream_seconds = 0;       // of the engine's part: handing tokens and results to the service (callbacks)
+  double stream_seconds = 0;       // of the engine's part: queueing tokens and results for the delivery thread
   double join_seconds = 0;         // admissions: adding the encoded rows to the running batch's state
   double encode_seconds = 0;       // admissions: encoding and starting the rows' state
   int64_t encodes = 0;             // encoder calls (one per admitted batch)
@@ -114,7 +117,9 @@ class Engine {
     std::optional<std::string> error;  // what the searcher threw
   };
   std::vector<Searched> search_all(const torch::Tensor& logits);
-  void finish_slot(Slot& slot, int64_t row_offset, RequestOutcome outcome, FinishReason reason);
+  // Collects a leaving slot's result and usage (its rows are still in state_); returns the delivery
+  // job that decodes the summary and hands the result over.
+  Delivery::Job finish_slot(Slot& slot, int64_t row_offset, RequestOutcome outcome, FinishReason reason);
   void fail_all(const std::string& error);
   void publish_stats();
   int64_t budget_of(const Pending& p) const;
@@ -139,6 +144,8 @@ class Engine {
   bool stop_ = false;
   bool cancel_all_ = false;
   EngineStats stats_;
+
+  Delivery delivery_;  // callbacks, in order, off the decode thread
 
   // Decode-thread only.
   std::vector<std::unique_ptr<Slot>> slots_;  // in row order

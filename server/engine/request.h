@@ -58,7 +58,8 @@ struct Request {
   RequestUsage usage;  // input side filled by the service
   Clock::time_point accepted_at = Clock::now();
 
-  // Both run on the engine thread and must not block. on_finish runs exactly once, last.
+  // Both run on the engine's delivery thread, in the order the engine decided them, and must not
+  // block. on_finish runs exactly once, last.
   std::function<void(std::vector<TokenEvent>)> on_tokens;  // optional (streaming)
   std::function<void(RequestResult)> on_finish;
 

@@ -41,6 +41,9 @@ class ServerProcess {
   // Starts `binary args...` with stderr to `log_path`; waits for "listening on HOST:PORT".
   ServerProcess(const std::string& binary, const std::vector<std::string>& args, const std::string& log_path)
       : log_path_(log_path) {
+    // Emptied here, not only in the child: a log left by an earlier server at this path would
+    // otherwise be read (and its port taken) before the child truncates it.
+    std::ofstream(log_path, std::ios::trunc).close();
     pid_ = fork();
     if (pid_ == 0) {
       const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
