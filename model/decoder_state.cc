@@ -6,6 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "model/attention/products.h"
 #include "model/layers.h"
 
 namespace srformer {
@@ -238,6 +239,30 @@ void DecoderState::retain(const std::vector<int64_t>& rows) {
   }
 }
 
+namespace {
+
+// Drops a self-attention cache's first `first` slots by moving each (row, head) group's later slots
+// down within its buffer, which keeps its room for more slots: a dense copy (the fallback) costs a
+// fresh allocation and is copied again into a buffer with room at the next step. Returns false where
+// the cache is not such a buffer of this state's alone.
+bool drop_leading_slots_in_place(torch::Tensor& cache, int64_t first) {
+  if (!cache.is_cpu() || cache.dim() != 4 || cache.storage_offset() != 0 || !owns_storage(cache)) return false;
+  const int64_t group = uniform_group_stride(cache);
+  if (group == 0) return false;
+  const int64_t B = cache.size(0), H = cache.size(1), T = cache.size(2), d = cache.size(3);
+  const auto element = static_cast<int64_t>(cache.element_size());
+  auto* base = static_cast<char*>(cache.data_ptr());
+  for (int64_t g = 0; g < B * H; ++g) {
+    char* slots = base + g * group * element;
+    std::memmove(slots, slots + first * d * element, static_cast<size_t>((T - first) * d * element));
+  }
+  const std::vector<int64_t> strides = cache.strides().vec();
+  cache.set_(cache.storage(), 0, {B, H, T - first, d}, strides);
+  return true;
+}
+
+}  // namespace
+
 void DecoderState::compact(int64_t min_unused) {
   if (batch_size() == 0 || !self_valid.defined() || self_valid.size(1) == 0) return;
   const auto used = self_valid.any(0);  // [T]
@@ -248,9 +273,11 @@ void DecoderState::compact(int64_t min_unused) {
   self_valid = self_valid.narrow(1, first, keep).contiguous();
   self_pos = self_pos.narrow(1, first, keep).contiguous();
   for (auto& l : layers) {
-    if (!l.self_k.defined()) continue;
-    l.self_k = l.self_k.narrow(2, first, keep).contiguous();
-    l.self_v = l.self_v.narrow(2, first, keep).contiguous();
+    for (torch::Tensor* cache : {&l.self_k, &l.self_v}) {
+      if (cache->defined() && !drop_leading_slots_in_place(*cache, first)) {
+        *cache = cache->narrow(2, first, keep).contiguous();
+      }
+    }
   }
 }
 

@@ -51,7 +51,8 @@ class DecoderState {
   // Appends the rows of `other` after this state's rows (pads cross keys / self slots as needed).
   void append(DecoderState&& other);
   // Drops leading self-attention slots that no row uses any more, when there are at least
-  // min_unused of them (each compaction copies every self-attention cache).
+  // min_unused of them (each compaction moves the used slots of every self-attention cache: within
+  // its buffer where the state alone holds it, into a dense copy otherwise).
   void compact(int64_t min_unused = 1);
   // After a decode step: keeps `rows` (indices into the current rows, in order) like select(), from
   // plain integers. Does nothing when they are 0..B-1. When every row can be read before it is

@@ -468,6 +468,43 @@ TEST(StateRetain, CompactsSelfAttentionSlotsLazily) {
   }
 }
 
+// Compaction moves the used slots down inside the cache's own buffer (keeping its room for more
+// slots) when the state alone holds it, copies when another state shares it, and both decode alike.
+TEST(StateRetain, CompactionMovesSlotsWithinTheCacheBuffer) {
+  TempDir d("in_place");
+  write_random_model(d.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4), 9);
+  auto model = load_model(d.path());
+  const auto ids = torch::randint(3, 96, {1, 12}, torch::kLong);
+  const auto one = torch::ones({1, 12}, torch::kLong);
+  const auto make = [&] {
+    auto st = model->start(model->encode(ids, one), torch::full({1}, 20, torch::kLong));
+    for (int64_t t = 0; t < 12; ++t) model->step(st, torch::full({1}, 5, torch::kLong));
+    st.append(model->start(model->encode(ids, one), torch::full({1}, 20, torch::kLong)));
+    for (int64_t t = 0; t < 2; ++t) model->step(st, torch::full({2}, 7, torch::kLong));
+    st.select(torch::tensor({1}, torch::kLong));  // the longest-running row leaves
+    return st;
+  };
+  auto in_place = make();
+  auto copied = make();
+  const DecoderState sharing = copied;  // holds copied's buffers too
+  const void* buffer = in_place.layers[0].self_k.data_ptr();
+  const int64_t room = in_place.layers[0].self_k.stride(1);
+  ASSERT_EQ(in_place.self_valid.size(1), 14);
+  in_place.compact();
+  copied.compact();
+  EXPECT_EQ(in_place.layers[0].self_k.data_ptr(), buffer);
+  EXPECT_EQ(in_place.layers[0].self_k.stride(1), room);
+  EXPECT_NE(copied.layers[0].self_k.data_ptr(), sharing.layers[0].self_k.data_ptr());
+  EXPECT_EQ(in_place.self_valid.size(1), 2);
+  EXPECT_EQ(copied.self_valid.size(1), 2);
+  EXPECT_EQ(sharing.self_valid.size(1), 14);
+  EXPECT_EQ(sharing.layers[0].self_k.size(2), 14);
+  for (int64_t t = 0; t < 3; ++t) {
+    const auto tok = torch::full({1}, 9 + t, torch::kLong);
+    EXPECT_LE((model->step(in_place, tok) - model->step(copied, tok)).abs().max().item<double>(), 1e-6);
+  }
+}
+
 // The switch table lists the segments segment_schedule visits, in order, for any m and L.
 TEST(SwitchTable, VisitedSegmentsFollowTheSchedule) {
   EXPECT_EQ(visited_segments(6, 3), (std::vector<int64_t>{0, 2, 4, 5}));
