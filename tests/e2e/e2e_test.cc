@@ -35,6 +35,10 @@ class EndToEnd : public ::testing::Test {
     for (int i = 0; i < 4; ++i)
       std::ofstream(*work_ / ("doc" + std::to_string(i) + ".txt")) << synthetic_text(2 + i, 50 + i);
   }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(*work_, ec);  // this process's model copy, documents and server logs
+  }
   void SetUp() override {
     if (model_dir_->empty()) GTEST_SKIP() << "fixture t5-srformer not found";
   }

@@ -1,16 +1,16 @@
 // Configuration parsing: HF configs, the "srformer" block, and clear errors.
+#include "model/config.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-
-#include "model/config.h"
 
 namespace srformer {
 namespace {
 
 nlohmann::json t5_json() {
-  return {{"model_type", "t5"}, {"vocab_size", 64}, {"d_model", 32}, {"d_kv", 8},  {"num_heads", 4},
-          {"d_ff", 64},         {"num_layers", 2},   {"pad_token_id", 0}, {"eos_token_id", 1}};
+  return {{"model_type", "t5"}, {"vocab_size", 64}, {"d_model", 32},     {"d_kv", 8},        {"num_heads", 4},
+          {"d_ff", 64},         {"num_layers", 2},  {"pad_token_id", 0}, {"eos_token_id", 1}};
 }
 
 std::string error_of(const nlohmann::json& j) {

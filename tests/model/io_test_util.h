@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
@@ -17,9 +18,11 @@ class ScratchDir {
   ScratchDir() {
     static std::atomic<int> counter{0};
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    // A parameterised test's name holds '/': one directory level, so that remove_all takes it all.
+    std::string name = info != nullptr ? std::string(info->name()) : std::string("x");
+    std::replace(name.begin(), name.end(), '/', '_');
     path_ = std::filesystem::temp_directory_path() /
-            ("srformer-io-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
-             (info != nullptr ? std::string(info->name()) : std::string("x")));
+            ("srformer-io-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" + name);
     std::filesystem::create_directories(path_);
   }
   ~ScratchDir() {

@@ -25,6 +25,10 @@ class RealModel : public ::testing::Test {
     dir_ = new fs::path(
         make_tiny_t5_srformer(fs::temp_directory_path() / ("srformer_server_real_t5_" + std::to_string(::getpid()))));
   }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    if (!dir_->empty()) fs::remove_all(*dir_, ec);
+  }
   void SetUp() override {
     if (dir_->empty()) GTEST_SKIP() << "fixture t5-srformer not found under " << fixtures_dir();
     server::ServerConfig config;
