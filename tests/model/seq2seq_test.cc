@@ -280,8 +280,10 @@ TEST(SwitchTableClamp, PrecomputedDrivesClampLikeDrivesComputedAtEachSwitch) {
     const auto y = on_switch->step(b, tokens.select(1, t));
     ASSERT_LE((x - y).abs().max().item<double>(), 1e-6) << "step " << t;
   }
+  // The two paths sum K^T V in different orders (our one-pass kernel, BLAS), and BLAS's order may
+  // follow its threads: fp32 rounding, ~1e-7 here, up to the logits' bound.
   for (size_t l = 0; l < a.layers.size(); ++l) {
-    EXPECT_LE((a.layers[l].mem - b.layers[l].mem).abs().max().item<double>(), 1e-7) << "layer " << l;
+    EXPECT_LE((a.layers[l].mem - b.layers[l].mem).abs().max().item<double>(), 1e-6) << "layer " << l;
   }
 }
 
@@ -441,6 +443,17 @@ TEST(StateAppend, JoinsWriteIntoSpareRowsAndDecodeAsAlone) {
   }
 }
 
+// Two rows of the same document: the second joins `head_start` steps after the first, then both
+// decode two steps. The first row's early self-attention slots are then used by it alone.
+DecoderState second_row_joins_late(Seq2SeqModel& model, const torch::Tensor& ids, int64_t head_start) {
+  const auto one = torch::ones_like(ids);
+  auto st = model.start(model.encode(ids, one), torch::full({1}, 20, torch::kLong));
+  for (int64_t t = 0; t < head_start; ++t) model.step(st, torch::full({1}, 5, torch::kLong));
+  st.append(model.start(model.encode(ids, one), torch::full({1}, 20, torch::kLong)));
+  for (int64_t t = 0; t < 2; ++t) model.step(st, torch::full({2}, 7, torch::kLong));
+  return st;
+}
+
 // When the longest-running row leaves, retain() drops the self-attention slots only it used once
 // they are a quarter of the slots (at least 8); until then they stay, masked, and change nothing.
 TEST(StateRetain, CompactsSelfAttentionSlotsLazily) {
@@ -448,12 +461,8 @@ TEST(StateRetain, CompactsSelfAttentionSlotsLazily) {
   write_random_model(d.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4), 9);
   auto model = load_model(d.path());
   const auto ids = torch::randint(3, 96, {1, 12}, torch::kLong);
-  const auto one = torch::ones({1, 12}, torch::kLong);
   for (const int64_t head_start : {3, 12}) {
-    auto st = model->start(model->encode(ids, one), torch::full({1}, 20, torch::kLong));
-    for (int64_t t = 0; t < head_start; ++t) model->step(st, torch::full({1}, 5, torch::kLong));
-    st.append(model->start(model->encode(ids, one), torch::full({1}, 20, torch::kLong)));
-    for (int64_t t = 0; t < 2; ++t) model->step(st, torch::full({2}, 7, torch::kLong));
+    auto st = second_row_joins_late(*model, ids, head_start);
     const int64_t slots = st.self_valid.size(1);
     auto compacted = st;
     compacted.select(torch::tensor({1}, torch::kLong));
@@ -475,12 +484,8 @@ TEST(StateRetain, CompactionMovesSlotsWithinTheCacheBuffer) {
   write_random_model(d.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4), 9);
   auto model = load_model(d.path());
   const auto ids = torch::randint(3, 96, {1, 12}, torch::kLong);
-  const auto one = torch::ones({1, 12}, torch::kLong);
   const auto make = [&] {
-    auto st = model->start(model->encode(ids, one), torch::full({1}, 20, torch::kLong));
-    for (int64_t t = 0; t < 12; ++t) model->step(st, torch::full({1}, 5, torch::kLong));
-    st.append(model->start(model->encode(ids, one), torch::full({1}, 20, torch::kLong)));
-    for (int64_t t = 0; t < 2; ++t) model->step(st, torch::full({2}, 7, torch::kLong));
+    auto st = second_row_joins_late(*model, ids, 12);
     st.select(torch::tensor({1}, torch::kLong));  // the longest-running row leaves
     return st;
   };
