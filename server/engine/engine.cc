@@ -451,9 +451,9 @@ void Engine::step() {
     }
     const int32_t seg = segment.defined() ? static_cast<int32_t>(segment.data_ptr<int64_t>()[offset]) : -1;
     s.segments.push_back(seg);
-    const auto stream_start = Clock::now();
+    const auto now = Clock::now();  // also where this request's streaming work starts
+    const auto stream_start = now;
     std::vector<TokenEvent> events;
-    const auto now = stream_start;
     for (const int64_t token : result.emitted) {
       TokenEvent ev;
       ev.token_id = token;
@@ -480,9 +480,9 @@ void Engine::step() {
       const auto hyps = s.searcher->results();
       const FinishReason reason = hyps.empty() ? FinishReason::kLength : hyps.front().finish_reason;
       jobs.push_back(finish_slot(s, offset, RequestOutcome::kOk, reason));
-      stream_seconds += ms_between(stream_start, Clock::now()) / 1000.0;
-    } else {
-      stream_seconds += ms_between(stream_start, Clock::now()) / 1000.0;
+    }
+    stream_seconds += ms_between(stream_start, Clock::now()) / 1000.0;
+    if (!result.done) {
       const auto parents = result.parent_rows.to(torch::kCPU, torch::kInt64).contiguous();
       const int64_t* parent = parents.data_ptr<int64_t>();
       kept_first.push_back(index.size());
