@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <stdexcept>
 
@@ -13,7 +14,15 @@ namespace srformer {
 
 namespace {
 
-// Applies fn to every per-row tensor of the state (defined ones only).
+bool slotted(const LayerState& l) { return l.cross_row.defined(); }
+
+// The tensors a slotted layer indexes through cross_row (LayerState::cross_row).
+template <typename Layer>
+auto slot_tensors(Layer& l) {
+  return std::array<decltype(&l.cross_k), 3>{&l.cross_k, &l.cross_v, &l.switch_drive};
+}
+
+// Applies fn to every tensor of the state whose first dimension is the row (possibly undefined).
 template <typename State, typename Fn>
 void for_each_tensor(State& s, Fn&& fn) {
   for (auto* t : {&s.self_valid, &s.self_pos, &s.cross_valid, &s.enc_len, &s.step, &s.expected_len, &s.num_segments,
@@ -21,11 +30,47 @@ void for_each_tensor(State& s, Fn&& fn) {
     fn(*t);
   }
   for (auto& l : s.layers) {
-    for (auto* t : {&l.self_k, &l.self_v, &l.cross_k, &l.cross_v, &l.kv, &l.knorm, &l.mem, &l.recur, &l.switch_drive,
-                    &l.global_k, &l.global_v, &l.window_k, &l.window_v}) {
+    for (auto* t : {&l.self_k, &l.self_v, &l.kv, &l.knorm, &l.mem, &l.recur, &l.global_k, &l.global_v, &l.window_k,
+                    &l.window_v, &l.cross_row}) {
       fn(*t);
     }
+    if (!slotted(l)) {
+      for (auto* t : slot_tensors(l)) fn(*t);
+    }
   }
+}
+
+// Which slots of a slotted layer some row reads.
+std::vector<bool> used_slots(const LayerState& l) {
+  const auto rows = l.cross_row.to(torch::kCPU, torch::kLong).contiguous();
+  std::vector<bool> used(static_cast<size_t>(l.cross_k.size(0)), false);
+  const int64_t* r = rows.data_ptr<int64_t>();
+  for (int64_t i = 0; i < rows.numel(); ++i) used[static_cast<size_t>(r[i])] = true;
+  return used;
+}
+
+int64_t count_used(const std::vector<bool>& used) { return std::count(used.begin(), used.end(), true); }
+
+// After rows left or were reordered: once at most half of a slotted layer's slots are in use, those
+// are copied densely (renumbered) and the rest of the memory is given back.
+void release_slots(LayerState& l) {
+  if (!slotted(l)) return;
+  const auto used = used_slots(l);
+  const auto slots = static_cast<int64_t>(used.size());
+  if (slots == 0 || 2 * count_used(used) > slots) return;
+  std::vector<int64_t> keep;
+  std::vector<int64_t> renumber(used.size(), 0);
+  for (int64_t s = 0; s < slots; ++s) {
+    if (!used[static_cast<size_t>(s)]) continue;
+    renumber[static_cast<size_t>(s)] = static_cast<int64_t>(keep.size());
+    keep.push_back(s);
+  }
+  const auto device = l.cross_row.device();
+  const auto idx = torch::tensor(keep, torch::kLong).to(device);
+  for (auto* t : slot_tensors(l)) {
+    if (t->defined()) *t = t->index_select(0, idx.to(t->device()));
+  }
+  l.cross_row = torch::tensor(renumber, torch::kLong).to(device).index_select(0, l.cross_row);
 }
 
 torch::Tensor select_rows(const torch::Tensor& t, const torch::Tensor& rows) {
@@ -148,6 +193,40 @@ void append_rows(torch::Tensor& t, const torch::Tensor& extra) {
   t.narrow(0, B, n).copy_(extra);
 }
 
+// Writes a joining layer's slots into free slots of `mine` (in place, when there are enough and the
+// tensors are this state's alone) or after its slots, and points the joining rows at them.
+void join_slots(LayerState& mine, LayerState& theirs) {
+  const auto my_tensors = slot_tensors(mine);
+  const auto their_tensors = slot_tensors(theirs);
+  bool in_place = true;
+  for (size_t j = 0; j < my_tensors.size(); ++j) {
+    if (my_tensors[j]->defined() != their_tensors[j]->defined()) {
+      throw std::invalid_argument("DecoderState::append: states of different models or variants");
+    }
+    in_place = in_place && (!my_tensors[j]->defined() || owns_storage(*my_tensors[j]));
+  }
+  const int64_t n = theirs.cross_k.size(0);
+  const auto used = used_slots(mine);
+  std::vector<int64_t> dest;
+  for (size_t s = 0; s < used.size() && static_cast<int64_t>(dest.size()) < n; ++s) {
+    if (!used[s]) dest.push_back(static_cast<int64_t>(s));
+  }
+  if (in_place && static_cast<int64_t>(dest.size()) == n) {
+    const auto idx = torch::tensor(dest, torch::kLong).to(mine.cross_k.device());
+    for (size_t j = 0; j < my_tensors.size(); ++j) {
+      if (my_tensors[j]->defined()) my_tensors[j]->index_copy_(0, idx, *their_tensors[j]);
+    }
+  } else {
+    const int64_t first = mine.cross_k.size(0);
+    dest.clear();
+    for (int64_t s = 0; s < n; ++s) dest.push_back(first + s);
+    for (size_t j = 0; j < my_tensors.size(); ++j) {
+      if (my_tensors[j]->defined()) append_rows(*my_tensors[j], *their_tensors[j]);
+    }
+  }
+  theirs.cross_row = torch::tensor(dest, torch::kLong).to(theirs.cross_row.device()).index_select(0, theirs.cross_row);
+}
+
 }  // namespace
 
 void DecoderState::select(const torch::Tensor& rows) {
@@ -161,6 +240,7 @@ void DecoderState::select(const torch::Tensor& rows) {
     }
   }
   for_each_tensor(*this, [&](torch::Tensor& t) { t = select_rows(t, idx); });
+  for (auto& l : layers) release_slots(l);
 }
 
 void DecoderState::append(DecoderState&& other) {
@@ -205,6 +285,12 @@ void DecoderState::append(DecoderState&& other) {
       b.global_v = pad_dim(b.global_v, 2, m, false);
     }
   }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (slotted(layers[i]) != slotted(other.layers[i])) {
+      throw std::invalid_argument("DecoderState::append: states of different models or variants");
+    }
+    if (slotted(layers[i])) join_slots(layers[i], other.layers[i]);
+  }
   // Concatenate every tensor pairwise, in the same traversal order.
   std::vector<torch::Tensor*> mine;
   std::vector<torch::Tensor*> theirs;
@@ -233,6 +319,7 @@ void DecoderState::retain(const std::vector<int64_t>& rows) {
       if (!idx.defined()) idx = torch::tensor(rows, torch::kInt64);
       t = select_rows(t, idx);
     });
+    for (auto& l : layers) release_slots(l);
   }
   if (static_cast<int64_t>(rows.size()) < before && self_valid.defined()) {
     compact(std::max<int64_t>(8, self_valid.size(1) / 4));
@@ -284,7 +371,26 @@ void DecoderState::compact(int64_t min_unused) {
 int64_t DecoderState::bytes() const {
   int64_t total = 0;
   for_each_tensor(const_cast<DecoderState&>(*this), [&](torch::Tensor& t) { total += tensor_bytes(t); });
+  for (const auto& l : layers) {
+    if (!slotted(l) || l.cross_k.size(0) == 0) continue;
+    const int64_t in_use = count_used(used_slots(l));
+    for (const auto* t : slot_tensors(l)) {
+      if (t->defined()) total += tensor_bytes(*t) / t->size(0) * in_use;
+    }
+  }
   return total;
+}
+
+LayerState DecoderState::rows_of_layer(size_t layer) const {
+  const auto& l = layers.at(layer);
+  LayerState out;
+  const auto pick = [&](const torch::Tensor& t) {
+    return !t.defined() || !slotted(l) ? t : t.index_select(0, l.cross_row.to(t.device()));
+  };
+  out.cross_k = pick(l.cross_k);
+  out.cross_v = pick(l.cross_v);
+  out.switch_drive = pick(l.switch_drive);
+  return out;
 }
 
 int64_t DecoderState::row_bytes(int64_t b) const {

@@ -27,6 +27,13 @@ struct LayerState {
   // row read at its last step, [B, H, W, d] (W = s, 2s for xl). Gathered again only for rows whose
   // segment changed, so a step does not copy W keys per row and layer from cross_k/cross_v.
   torch::Tensor window_k, window_v;
+  // Where each row's cross_k, cross_v and switch_drive are, when the layer reads them only at segment
+  // switches (incremental decoding with windows): [B] int64 indices into their first dimension, which
+  // then holds slots rather than rows. A slot is written once, when its request joins, and never
+  // changed, so rows may share one (beams) and a leaving row's slot simply becomes free for the next
+  // join: the largest per-request tensors (~30 MB a BART-base request at 576 tokens) never move when
+  // others leave. Undefined: row b's are row b (full attention reads them every step, densely).
+  torch::Tensor cross_row;
 };
 
 class DecoderState {
@@ -47,8 +54,11 @@ class DecoderState {
   int64_t batch_size() const { return step.defined() ? step.size(0) : 0; }
 
   // Keeps rows `rows` (int64 [N], indices into the current rows, repeats allowed) in that order.
+  // Slots (LayerState::cross_row) are not copied: rows keep pointing at theirs; once at most half of
+  // the slots are in use, those are copied densely and the memory given back.
   void select(const torch::Tensor& rows);
-  // Appends the rows of `other` after this state's rows (pads cross keys / self slots as needed).
+  // Appends the rows of `other` after this state's rows (pads cross keys / self slots as needed);
+  // other's slots are written into free slots of this state where there are enough.
   void append(DecoderState&& other);
   // Drops leading self-attention slots that no row uses any more, when there are at least
   // min_unused of them (each compaction moves the used slots of every self-attention cache: within
@@ -61,9 +71,13 @@ class DecoderState {
   // rows were dropped, compacts once a quarter of the self-attention slots (at least 8) is unused:
   // masked slots cost the attention little, a copy of every cache per leaving request costs more.
   void retain(const std::vector<int64_t>& rows);
-  // Bytes held for row b (its share of every tensor, padding included), and in total.
+  // Bytes held for row b (its share of every tensor, padding included), and in total. Slots count
+  // when some row uses them (free slots wait for the next join; at most as many as used ones).
   int64_t row_bytes(int64_t b) const;
   int64_t bytes() const;
+  // Layer `layer`'s cross keys, values and switch table of each row in row order ([B, ...]): a copy
+  // when the layer keeps them in slots, the tensors themselves otherwise. For checks and tools.
+  LayerState rows_of_layer(size_t layer) const;
 };
 
 }  // namespace srformer

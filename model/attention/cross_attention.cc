@@ -107,6 +107,10 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
     ls.window_k = torch::zeros({ls.cross_k.size(0), heads, width, head_dim}, ls.cross_k.options());
     ls.window_v = torch::zeros_like(ls.window_k);
   }
+  if (expected_len.defined() && kind != CrossAttentionKind::kFull) {
+    // Decode steps read the keys/values (and switch table) only at switches, through cross_row.
+    ls.cross_row = torch::arange(ls.cross_k.size(0), m.options().dtype(torch::kLong));
+  }
 }
 
 torch::Tensor CrossAttention::switch_drive(const torch::Tensor& kv, const torch::Tensor& keys,
@@ -250,6 +254,11 @@ void CrossAttention::prepare_recurrent_cpu(LayerState& ls, const torch::Tensor& 
 
 namespace {
 
+// Where rows `rows` of the state find their cross keys/values and switch table (LayerState::cross_row).
+torch::Tensor slots_of(const LayerState& ls, const torch::Tensor& rows) {
+  return ls.cross_row.defined() ? ls.cross_row.index_select(0, rows) : rows;
+}
+
 // Copy-on-write for in-place updates: a tensor another state (a copy of this one) may also hold is
 // replaced by its own copy first.
 void make_exclusive(torch::Tensor& t) {
@@ -276,8 +285,9 @@ void CrossAttention::refresh_windows(LayerState& ls, const torch::Tensor& idx, c
   const auto rows = changed.nonzero().view(-1);
   if (rows.numel() == 0) return;
   const auto picked = idx.index_select(0, rows);
-  overwrite_rows(ls.window_k, rows, gather_rows(ls.cross_k, picked, rows));
-  overwrite_rows(ls.window_v, rows, gather_rows(ls.cross_v, picked, rows));
+  const auto slots = slots_of(ls, rows);
+  overwrite_rows(ls.window_k, rows, gather_rows(ls.cross_k, picked, slots));
+  overwrite_rows(ls.window_v, rows, gather_rows(ls.cross_v, picked, slots));
 }
 
 void CrossAttention::apply_switch_table(LayerState& ls, const torch::Tensor& changed, const torch::Tensor& switches,
@@ -305,12 +315,15 @@ void CrossAttention::apply_switch_table(LayerState& ls, const torch::Tensor& cha
     make_exclusive(ls.mem);
     make_exclusive(ls.recur);
     const auto table = ls.switch_drive.contiguous();
+    const auto slot_cpu = ls.cross_row.defined() ? ls.cross_row.to(torch::kCPU, torch::kLong).contiguous()
+                                                 : torch::arange(B, torch::kLong);
+    const int64_t* slot = slot_cpu.data_ptr<int64_t>();
     const int64_t block = ls.mem.numel() / B;
     std::vector<kernels::RafBlock> blocks;
     blocks.reserve(rows.size());
     for (const int64_t b : rows) {
       blocks.push_back({ls.mem.data_ptr<float>() + b * block, ls.recur.data_ptr<float>() + b * block,
-                        table.data_ptr<float>() + (b * n + entry[b]) * block});
+                        table.data_ptr<float>() + (slot[b] * n + entry[b]) * block});
     }
     std::vector<int64_t> counts(rows.size());
     kernels::raf_accumulate_fire(blocks.data(), static_cast<int64_t>(blocks.size()), block, raf.leak.item<float>(),
@@ -326,7 +339,7 @@ void CrossAttention::apply_switch_table(LayerState& ls, const torch::Tensor& cha
   if (rows.numel() == 0) return;
   const auto entry = switches.index_select(0, rows);
   if (entry.min().item<int64_t>() < 0 || entry.max().item<int64_t>() >= n) throw too_many();
-  const auto drive = ls.switch_drive.flatten(0, 1).index_select(0, rows * n + entry);
+  const auto drive = ls.switch_drive.flatten(0, 1).index_select(0, slots_of(ls, rows) * n + entry);
   if (ablation3) {
     ls.recur = ls.recur.index_copy(0, rows, drive);
     return;
@@ -508,7 +521,7 @@ torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const
       // Only rows whose segment changed pay for K_i^T V_i and the RAF step.
       const auto upd =
           recurrent_update(ls.kv.index_select(0, rows), ls.cross_k, ls.cross_v, ls.mem.index_select(0, rows),
-                           seg.index_select(0, rows), enc_len.index_select(0, rows), rows);
+                           seg.index_select(0, rows), enc_len.index_select(0, rows), slots_of(ls, rows));
       ls.mem = ls.mem.index_copy(0, rows, upd.mem);
       ls.recur = ls.recur.index_copy(0, rows, upd.out);
       if (fired != nullptr) *fired = fired->index_add(0, rows, upd.fired_count);

@@ -56,8 +56,8 @@ struct CrossAttention {
   struct Recurrent {
     torch::Tensor mem, out, fired_count;  // fired_count [n] float64
   };
-  // RAF update of n rows whose segment is seg (kv, mem [n,H,d,d]); keys/values [B,H,k,d] hold every
-  // row of the batch and `rows` [n] picks the n (undefined: all rows, n == B).
+  // RAF update of n rows whose segment is seg (kv, mem [n,H,d,d]); keys/values [S,H,k,d] hold every
+  // row's keys/values and `rows` [n] picks the n rows' (their slots, LayerState::cross_row).
   Recurrent recurrent_update(const torch::Tensor& kv, const torch::Tensor& keys, const torch::Tensor& values,
                              const torch::Tensor& mem, const torch::Tensor& seg, const torch::Tensor& enc_len,
                              const torch::Tensor& rows) const;

@@ -28,6 +28,11 @@ struct Case {
   torch::ScalarType dtype = torch::kFloat32;  // bf16: the CPU's AMX projections (kernels/amx_linear.h)
 };
 
+std::vector<int64_t> ints(const torch::Tensor& t) {
+  const auto c = t.to(torch::kCPU, torch::kLong).contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
 std::string name_of(const ::testing::TestParamInfo<Case>& info) {
   return std::string(to_string(info.param.arch)) + "_" + to_string(info.param.kind) +
          (info.param.dtype == torch::kBFloat16 ? "_bf16" : "");
@@ -143,6 +148,65 @@ TEST_P(Seq2SeqProperties, RowInsideABatchOfOtherRowsEqualsRowAlone) {
     if (t == 5) st.compact();
   }
   EXPECT_LE((torch::stack(ours, 0) - alone[0]).abs().max().item<double>(), tolerance(1e-5));
+}
+
+// A row leaving frees its slot of cross keys/values and switch table (LayerState::cross_row; nothing
+// moves), the next row to join is written into that slot, beams share their request's slot, and
+// every row still decodes as it does alone. Full attention reads the keys every step: rows stay dense.
+TEST_P(Seq2SeqProperties, JoinIntoALeftRowsSlotEqualsRowAlone) {
+  const auto ids = random_ids(3, 13);
+  const auto joiner = random_ids(1, 9);
+  const auto dec = random_ids(4, 8);  // tokens of rows 0..2, then of the joining row
+  const auto alone = [&](const torch::Tensor& x, int64_t r, int64_t steps) {
+    auto s = model_->start(model_->encode(x, torch::ones_like(x)), torch::tensor({6}, torch::kLong));
+    return incremental(s, dec.narrow(0, r, 1).narrow(1, 0, steps))[0];  // [steps, V]
+  };
+  const auto row0_alone = alone(ids.narrow(0, 0, 1), 0, 7);
+  const auto joiner_alone = alone(joiner, 3, 4);
+
+  auto st = model_->start(model_->encode(ids, torch::ones_like(ids)), torch::full({3}, 6, torch::kLong));
+  for (int64_t t = 0; t < 3; ++t) model_->step(st, dec.narrow(0, 0, 3).select(1, t));
+  const bool slots = GetParam().kind != CrossAttentionKind::kFull;
+  ASSERT_EQ(st.layers[0].cross_row.defined(), slots);
+  const void* keys = st.layers[0].cross_k.data_ptr();
+  const auto row2_keys = st.rows_of_layer(0).cross_k[2].clone();
+  st.retain({0, 2});  // row 1 leaves; the engine moves the last row into its place
+  st.append(model_->start(model_->encode(joiner, torch::ones_like(joiner)), torch::full({1}, 6, torch::kLong)));
+  if (slots) {
+    EXPECT_EQ(ints(st.layers[0].cross_row), (std::vector<int64_t>{0, 2, 1}))
+        << "the joining row takes the slot row 1 left";
+    EXPECT_EQ(st.layers[0].cross_k.data_ptr(), keys) << "no keys moved or reallocated";
+    EXPECT_EQ(st.layers[0].cross_k.size(0), 3);
+  }
+  EXPECT_TRUE(torch::equal(st.rows_of_layer(0).cross_k[1], row2_keys));
+
+  std::vector<torch::Tensor> row0, joined;
+  for (int64_t t = 0; t < 4; ++t) {
+    const auto tok = torch::stack({dec[0][3 + t], dec[2][3 + t], dec[3][t]});
+    const auto logits = model_->step(st, tok);
+    row0.push_back(logits[0]);
+    joined.push_back(logits[2]);
+  }
+  EXPECT_LE((torch::stack(row0, 0) - row0_alone.narrow(0, 3, 4)).abs().max().item<double>(), tolerance(1e-5));
+  EXPECT_LE((torch::stack(joined, 0) - joiner_alone).abs().max().item<double>(), tolerance(1e-5));
+
+  // Beams of the joined row: two rows reading one slot, decoding alike; the slot counts once.
+  auto beams = st;
+  beams.select(torch::tensor({2, 2}, torch::kLong));
+  auto one = st;
+  one.select(torch::tensor({2}, torch::kLong));
+  int64_t slot_bytes = 0;
+  for (const auto& l : one.layers) {
+    for (const auto* t : {&l.cross_k, &l.cross_v, &l.switch_drive}) slot_bytes += t->defined() ? t->nbytes() : 0;
+  }
+  EXPECT_EQ(beams.bytes(), 2 * one.bytes() - (slots ? slot_bytes : 0));
+  if (slots) {
+    EXPECT_EQ(beams.layers[0].cross_k.size(0), 1) << "one slot in use of three: the others given back";
+    EXPECT_EQ(ints(beams.layers[0].cross_row), (std::vector<int64_t>{0, 0}));
+  }
+  const auto both = model_->step(beams, torch::full({2}, 5, torch::kLong));
+  EXPECT_TRUE(torch::equal(both[0], both[1]));
+  EXPECT_TRUE(torch::equal(both[0], model_->step(one, torch::full({1}, 5, torch::kLong))[0]));
 }
 
 TEST_P(Seq2SeqProperties, BeamStyleReorderCarriesTheMembraneAlong) {
@@ -329,11 +393,12 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   const auto storage_before = in_place.layers[1].cross_k.storage().nbytes();
   const auto* cache_before = in_place.layers[1].self_k.storage().data();
   in_place.retain({0, 2, 3, 4});
-  EXPECT_EQ(in_place.layers[1].cross_k.storage().nbytes(), storage_before) << "4 of 5 rows: moved in place";
+  EXPECT_EQ(in_place.layers[1].cross_k.storage().nbytes(), storage_before) << "4 of 5 rows: nothing reallocated";
   EXPECT_EQ(in_place.layers[1].self_k.storage().data(), cache_before) << "the self-attention cache too";
   EXPECT_TRUE(torch::equal(in_place.layers[1].self_k, copied.layers[1].self_k));
   EXPECT_EQ(in_place.batch_size(), 4);
-  EXPECT_TRUE(torch::equal(in_place.layers[1].cross_k, copied.layers[1].cross_k));
+  EXPECT_TRUE(torch::equal(in_place.rows_of_layer(1).cross_k, copied.rows_of_layer(1).cross_k));
+  EXPECT_TRUE(torch::equal(in_place.rows_of_layer(0).switch_drive, copied.rows_of_layer(0).switch_drive));
   EXPECT_TRUE(torch::equal(in_place.layers[0].mem, copied.layers[0].mem));
   EXPECT_TRUE(torch::equal(in_place.segment, copied.segment));
 
@@ -341,7 +406,7 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   const DecoderState before = shared;  // holds the same tensors
   const auto cross_before = before.layers[1].cross_k.clone();
   shared.retain({0, 2, 3, 4});
-  EXPECT_TRUE(torch::equal(shared.layers[1].cross_k, copied.layers[1].cross_k));
+  EXPECT_TRUE(torch::equal(shared.rows_of_layer(1).cross_k, copied.rows_of_layer(1).cross_k));
   EXPECT_TRUE(torch::equal(before.layers[1].cross_k, cross_before)) << "a state sharing the tensors is untouched";
   EXPECT_EQ(before.batch_size(), 5);
 
@@ -357,21 +422,22 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   filled_copy.select(torch::tensor({0, 4, 2, 3}, torch::kLong));
   filled.retain({0, 4, 2, 3});
   EXPECT_EQ(filled.layers[1].cross_k.storage().nbytes(), storage_before) << "last row into the hole: in place";
-  EXPECT_TRUE(torch::equal(filled.layers[1].cross_k, filled_copy.layers[1].cross_k));
+  EXPECT_TRUE(torch::equal(filled.rows_of_layer(1).cross_k, filled_copy.rows_of_layer(1).cross_k));
   EXPECT_TRUE(torch::equal(filled.layers[0].window_k, filled_copy.layers[0].window_k));
   EXPECT_TRUE(torch::equal(filled.step, filled_copy.step));
   auto swapped = started();
   auto swapped_copy = started();
   swapped_copy.select(torch::tensor({1, 0, 2, 3, 4}, torch::kLong));
   swapped.retain({1, 0, 2, 3, 4});
-  EXPECT_TRUE(torch::equal(swapped.layers[1].cross_k, swapped_copy.layers[1].cross_k));
+  EXPECT_TRUE(torch::equal(swapped.rows_of_layer(1).cross_k, swapped_copy.rows_of_layer(1).cross_k));
   EXPECT_TRUE(torch::equal(swapped.layers[0].mem, swapped_copy.layers[0].mem));
 
   // 1 of 4 rows kept: a compact copy that returns the memory.
   in_place.retain({3});
   EXPECT_EQ(in_place.layers[1].cross_k.storage().nbytes(), in_place.layers[1].cross_k.nbytes());
   copied.select(torch::tensor({3}, torch::kLong));
-  EXPECT_TRUE(torch::equal(in_place.layers[1].cross_k, copied.layers[1].cross_k));
+  EXPECT_EQ(in_place.layers[1].cross_k.size(0), 1) << "one slot of five in use: the others given back";
+  EXPECT_TRUE(torch::equal(in_place.rows_of_layer(1).cross_k, copied.rows_of_layer(1).cross_k));
   EXPECT_THROW(in_place.retain({0, 1}), std::out_of_range);
 }
 
