@@ -171,6 +171,13 @@ TEST_F(EndToEnd, SigtermDrainsInFlightRequestsAndExitsZero) {
   EXPECT_EQ(j["requests_ok"].get<int>() + j["requests_failed"].get<int>(), 400);
   EXPECT_GT(j["requests_ok"].get<int>(), 0) << r.out;
   for (const auto& [msg, n] : j["errors"].items()) {
+    // gRPC core itself cancels calls that reach the transport as Shutdown begins and were never
+    // handed to a handler (grpc/grpc#41785): status CANCELLED with the bare message "CANCELLED",
+    // never ours ("the request was cancelled"). At most one per concurrent client stream.
+    if (msg == "1 CANCELLED") {
+      EXPECT_LE(n.get<int>(), 8) << "more calls cancelled by gRPC's shutdown than streams were open";
+      continue;
+    }
     EXPECT_EQ(msg.rfind("14 ", 0), 0u) << "only UNAVAILABLE is acceptable after SIGTERM: " << msg;
   }
   const std::string log = server->log();
