@@ -8,26 +8,42 @@
 namespace srformer {
 
 namespace {
-bool set(const char* name) {
-  const char* v = std::getenv(name);
+
+constexpr const char* kSpinCount = "10000";
+
+bool is_set(const char* (*get)(const char*), const char* name) {
+  const char* v = get(name);
   return v != nullptr && *v != '\0';
 }
+
+const char* getenv_fn(const char* name) { return std::getenv(name); }
+
 }  // namespace
 
-void reexec_with_passive_openmp(char** argv) {
-  if (set("OMP_WAIT_POLICY") || set("GOMP_SPINCOUNT") || set("SRFORMER_KEEP_OMP_POLICY")) return;
+std::optional<std::pair<std::string, std::string>> openmp_setting_to_apply(const char* (*get)(const char*)) {
+  if (is_set(get, "OMP_WAIT_POLICY") || is_set(get, "GOMP_SPINCOUNT") || is_set(get, "SRFORMER_KEEP_OMP_POLICY")) {
+    return std::nullopt;
+  }
+  return std::make_pair(std::string("GOMP_SPINCOUNT"), std::string(kSpinCount));
+}
+
+void reexec_with_openmp_policy(char** argv) {
+  const auto setting = openmp_setting_to_apply(getenv_fn);
+  if (!setting) return;
+  if (::setenv(setting->first.c_str(), setting->second.c_str(), 0) != 0) return;
   // Marks the second run so that a failing exec can never loop.
-  if (::setenv("OMP_WAIT_POLICY", "PASSIVE", 0) != 0) return;
   if (::setenv("SRFORMER_KEEP_OMP_POLICY", "1", 0) != 0) return;
   ::execv("/proc/self/exe", argv);
   // exec failed (no /proc, seccomp): carry on with the policy libgomp already read.
-  ::unsetenv("OMP_WAIT_POLICY");
+  ::unsetenv(setting->first.c_str());
 }
 
-const char* openmp_wait_policy() {
-  const char* v = std::getenv("OMP_WAIT_POLICY");
-  if (v == nullptr || *v == '\0') return set("GOMP_SPINCOUNT") ? "GOMP_SPINCOUNT" : "default (spinning)";
-  return strcasecmp(v, "passive") == 0 ? "passive" : "active";
+std::string openmp_wait_policy() {
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  if (policy != nullptr && *policy != '\0') return strcasecmp(policy, "passive") == 0 ? "passive" : "active";
+  const char* spin = std::getenv("GOMP_SPINCOUNT");
+  if (spin != nullptr && *spin != '\0') return std::string("spin ") + spin + ", then sleep";
+  return "default (spinning)";
 }
 
 }  // namespace srformer

@@ -79,7 +79,7 @@ int run(const ServerConfig& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  srformer::reexec_with_passive_openmp(argv);
+  srformer::reexec_with_openmp_policy(argv);
   ServerConfig config;
   try {
     if (!srformer::server::parse_server_args(argc, argv, config)) return 0;

@@ -18,7 +18,7 @@ void usage(std::ostream& os) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  srformer::reexec_with_passive_openmp(argv);
+  srformer::reexec_with_openmp_policy(argv);
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     usage(std::cout);
     return argc < 2 ? 2 : 0;
