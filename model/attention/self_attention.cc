@@ -8,6 +8,8 @@
 
 #include "model/attention/products.h"
 #include "model/kernels/amx_attention.h"
+#include "model/kernels/avx2.h"
+#include "model/kernels/fp32_attention.h"
 
 namespace srformer {
 
@@ -20,8 +22,11 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
   return weights_value_product(probs, v);
 }
 
-torch::Tensor attend_amx(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                         const torch::Tensor& bias, const torch::Tensor& key_mask) {
+namespace {
+
+// The CPU attention kernels' operand plumbing (kernels/amx_attention.h, kernels/fp32_attention.h).
+torch::Tensor attend_with_kernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 const torch::Tensor& bias, const torch::Tensor& key_mask, bool amx) {
   // The operands are read where they lie (the projections' [B, T, H*d] seen as [B, H, T, d]) and the
   // result is written as [B, T, H, d]: merging the heads afterwards is then free.
   const auto rows_dense = [](const torch::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); };
@@ -55,9 +60,25 @@ torch::Tensor attend_amx(const torch::Tensor& q, const torch::Tensor& k, const t
   }
   auto out = torch::empty({shape.batch, shape.queries, shape.heads, shape.head_dim}, qc.options());
   const kernels::HeadLayout out_layout{out.stride(0), out.stride(2), out.stride(1)};
-  kernels::amx_attention(qc.data_ptr<float>(), layout(qc), kc.data_ptr<float>(), layout(kc), vc.data_ptr<float>(),
-                         layout(vc), b, out.data_ptr<float>(), out_layout, shape, at::get_num_threads());
+  using Kernel =
+      void (*)(const float*, kernels::HeadLayout, const float*, kernels::HeadLayout, const float*, kernels::HeadLayout,
+               const kernels::AttentionBias&, float*, kernels::HeadLayout, const kernels::AttentionShape&, int);
+  const Kernel run = amx ? Kernel{kernels::amx_attention} : Kernel{kernels::fp32_attention};
+  run(qc.data_ptr<float>(), layout(qc), kc.data_ptr<float>(), layout(kc), vc.data_ptr<float>(), layout(vc), b,
+      out.data_ptr<float>(), out_layout, shape, at::get_num_threads());
   return out.transpose(1, 2);
+}
+
+}  // namespace
+
+torch::Tensor attend_amx(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                         const torch::Tensor& bias, const torch::Tensor& key_mask) {
+  return attend_with_kernel(q, k, v, bias, key_mask, true);
+}
+
+torch::Tensor attend_fp32_kernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 const torch::Tensor& bias, const torch::Tensor& key_mask) {
+  return attend_with_kernel(q, k, v, bias, key_mask, false);
 }
 
 torch::Tensor additive_mask(const torch::Tensor& allowed, torch::ScalarType dtype) {
@@ -78,8 +99,11 @@ torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor
   const auto vh = split_heads(v(x), heads);
   if (keys != nullptr) *keys = kh;
   if (values != nullptr) *values = vh;
-  if (amx_attention && is_cpu_inference_float(qh) && is_cpu_inference_float(kh)) {
-    return o(merge_heads(attend_amx(qh, kh, vh, bias, key_mask)));
+  if (is_cpu_inference_float(qh) && is_cpu_inference_float(kh)) {
+    if (amx_attention) return o(merge_heads(attend_amx(qh, kh, vh, bias, key_mask)));
+    if (kernel_attention && kernels::use_cpu_kernels() && kernels::fp32_attention_available()) {
+      return o(merge_heads(attend_fp32_kernel(qh, kh, vh, bias, key_mask)));
+    }
   }
   return o(merge_heads(attend(qh, kh, vh, bias, key_mask)));
 }

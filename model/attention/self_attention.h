@@ -15,6 +15,10 @@ struct SelfAttention {
   // (kernels/amx_attention.h) when autograd does not track them. Not for the decoder, whose
   // teacher-forced and incremental forms must agree.
   bool amx_attention = false;
+  // Encoder layers in fp32 on the CPU: forward() runs softmax(q kᵀ) v in our AVX-512 kernel
+  // (kernels/fp32_attention.h) when autograd does not track it, the CPU kernels are on and the CPU
+  // has AVX-512. Not for the decoder, for the same reason as above.
+  bool kernel_attention = false;
 
   // x [B,T,D]; bias additive, broadcastable to [B,H,T,T] (masks and position bias); key_mask (optional)
   // a second additive term, broadcastable to [B,1,1,T]: T5's encoder passes its [1,H,T,T] position bias
@@ -39,6 +43,11 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
 // broadcastable to [B,H,Tq,T] or undefined. The result is a [B,H,Tq,d] view of a [B,Tq,H,d] tensor.
 torch::Tensor attend_amx(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                          const torch::Tensor& bias, const torch::Tensor& key_mask = {});
+
+// attend() in fp32 with our AVX-512 kernel (kernels/fp32_attention.h), same operands and result
+// layout as attend_amx; where kernels::fp32_attention_available().
+torch::Tensor attend_fp32_kernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 const torch::Tensor& bias, const torch::Tensor& key_mask = {});
 
 // Additive mask value: -inf where `allowed` is false, 0 elsewhere, in dtype.
 torch::Tensor additive_mask(const torch::Tensor& allowed, torch::ScalarType dtype);

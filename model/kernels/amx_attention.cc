@@ -8,6 +8,7 @@
 
 #include "model/kernels/amx_linear.h"
 #include "model/kernels/avx2.h"
+#include "model/kernels/softmax_row.h"
 
 namespace srformer::kernels {
 
@@ -17,48 +18,6 @@ namespace {
 
 // Queries per pass: bounds the per-thread scores buffer (8 MiB at 16k keys) whatever the input length.
 constexpr int64_t kQueriesPerPass = 128;
-
-// Row i of the scores: add the bias, then the key mask, then softmax in place (max, Σ exp(s - max),
-// scale by 1 / Σ).
-SRFORMER_AVX2 void softmax_row(float* s, const float* bias, const float* key_mask, int64_t n) {
-  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  __m256 vmax = ninf;
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {
-    __m256 x = _mm256_loadu_ps(s + j);
-    if (bias != nullptr) x = _mm256_add_ps(x, _mm256_loadu_ps(bias + j));
-    if (key_mask != nullptr) x = _mm256_add_ps(x, _mm256_loadu_ps(key_mask + j));
-    _mm256_storeu_ps(s + j, x);
-    vmax = _mm256_max_ps(vmax, x);
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, vmax);
-  float best = *std::max_element(lanes, lanes + 8);
-  for (; j < n; ++j) {
-    if (bias != nullptr) s[j] += bias[j];
-    if (key_mask != nullptr) s[j] += key_mask[j];
-    best = std::max(best, s[j]);
-  }
-  if (best == -std::numeric_limits<float>::infinity()) {  // every key masked
-    std::fill(s, s + n, 0.0F);
-    return;
-  }
-  const __m256 vbest = _mm256_set1_ps(best);
-  __m256 acc = _mm256_setzero_ps();
-  for (j = 0; j + 8 <= n; j += 8) {
-    const __m256 e = exp_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + j), vbest));
-    _mm256_storeu_ps(s + j, e);
-    acc = _mm256_add_ps(acc, e);
-  }
-  float sum = horizontal_sum(acc);
-  for (; j < n; ++j) {
-    s[j] = std::exp(s[j] - best);
-    sum += s[j];
-  }
-  const __m256 inv = _mm256_set1_ps(1.0F / sum);
-  for (j = 0; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_loadu_ps(s + j), inv));
-  for (; j < n; ++j) s[j] *= 1.0F / sum;
-}
 
 }  // namespace
 
@@ -86,7 +45,8 @@ void amx_attention(const float* q, HeadLayout q_layout, const float* k, HeadLayo
       const int64_t n = std::min(kQueriesPerPass, tq - i0);
       keys.multiply(q_g + i0 * q_layout.row, n, scores.data(), 1, q_layout.row, t);
       for (int64_t i = 0; i < n; ++i) {
-        softmax_row(scores.data() + i * t, bias_g != nullptr ? bias_g + (i0 + i) * bias.q_stride : nullptr, mask_b, t);
+        attention_softmax_row(scores.data() + i * t, bias_g != nullptr ? bias_g + (i0 + i) * bias.q_stride : nullptr,
+                              mask_b, t);
       }
       values_t.multiply(scores.data(), n, out_g + i0 * out_layout.row, 1, t, out_layout.row);
     }

@@ -16,6 +16,7 @@
 #include "model/layers.h"
 #include "model/random_model.h"
 #include "model/seq2seq.h"
+#include "tests/model/attention_kernel_check.h"
 #include "tests/support/temp_dir.h"
 
 namespace srformer {
@@ -123,57 +124,13 @@ TEST(AmxLinear, TrackedProductsTakeLibTorchsFp32Path) {
 
 TEST(AmxAttention, MatchesFp32AttentionWithMasksAndPositionBias) {
   SKIP_WITHOUT_AMX();
-  torch::manual_seed(9);
-  for (const auto& [tq, t, d] :
-       {std::tuple<int64_t, int64_t, int64_t>{1, 1, 8}, {5, 20, 16}, {33, 70, 64}, {17, 9, 40}, {300, 150, 32}}) {
-    const int64_t B = 2, H = 3;
-    const auto q = torch::randn({B, H, tq, d}) * 0.5;
-    const auto k = torch::randn({B, H, t, d}) * 0.5;
-    const auto v = torch::randn({B, H, t, d});
-    // A key mask per row (row 1 loses its last keys) plus a per-head position bias, as T5's encoder has.
-    auto allowed = torch::ones({B, 1, 1, t}, torch::kBool);
-    if (t > 3) allowed[1].narrow(-1, t - 3, 3).fill_(false);
-    const auto position = torch::randn({1, H, tq, t});
-    const auto bias = additive_mask(allowed, torch::kFloat32) + position;
-    const auto fast = attend_amx(q, k, v, bias);
-    const auto exact = attend(q, k, v, bias);
-    // bfloat16 factors: ~4e-3 relative per product; a wrong key, head or mask would be O(1).
-    EXPECT_LT((fast - exact).abs().max().item<double>(), 3e-2) << "tq=" << tq << " t=" << t << " d=" << d;
-    // Masked keys contribute nothing, whatever their keys and values hold.
-    if (t > 3) {
-      auto k2 = k.clone(), v2 = v.clone();
-      k2[1].narrow(1, t - 3, 3).fill_(1e3);
-      v2[1].narrow(1, t - 3, 3).fill_(-1e3);
-      EXPECT_TRUE(torch::equal(attend_amx(q, k2, v2, bias)[1], fast[1]));
-    }
-    // Rows and heads are independent of each other and of the thread count.
-    at::set_num_threads(1);
-    const auto serial = attend_amx(q, k, v, bias);
-    at::set_num_threads(2);
-    EXPECT_TRUE(torch::equal(serial, fast));
-    EXPECT_TRUE(torch::equal(attend_amx(q.narrow(0, 1, 1), k.narrow(0, 1, 1), v.narrow(0, 1, 1), bias.narrow(0, 1, 1)),
-                             fast.narrow(0, 1, 1)));
-    // Operands read where a projection leaves them ([B, T, H*d] seen as [B, H, T, d]): the same result.
-    const auto heads_inner = [](const torch::Tensor& x) { return x.transpose(1, 2).contiguous().transpose(1, 2); };
-    const auto strided = attend_amx(heads_inner(q), heads_inner(k), heads_inner(v), bias);
-    EXPECT_TRUE(tq == 1 || heads_inner(q).stride(2) == H * d) << "rows H*d apart";
-    EXPECT_TRUE(torch::equal(strided, fast));
-    // The mask passed apart from the position bias (T5's encoder: no [B,H,Tq,T] sum) changes nothing.
-    const auto key_mask = additive_mask(allowed, torch::kFloat32);
-    EXPECT_TRUE(torch::equal(attend_amx(q, k, v, position, key_mask), fast));
-    EXPECT_TRUE(torch::equal(attend(q, k, v, position, key_mask), exact));
-  }
+  // bfloat16 factors: ~4e-3 relative per product; a wrong key, head or mask would be O(1).
+  testing::expect_attention_kernel_matches_attend(attend_amx, 3e-2);
 }
 
 TEST(AmxAttention, QueryWithEveryKeyMaskedGetsZeros) {
   SKIP_WITHOUT_AMX();
-  const auto q = torch::randn({1, 1, 2, 8});
-  const auto kv = torch::randn({1, 1, 4, 8});
-  auto allowed = torch::ones({1, 1, 2, 4}, torch::kBool);
-  allowed[0][0][1].fill_(false);
-  const auto out = attend_amx(q, kv, kv, additive_mask(allowed, torch::kFloat32));
-  EXPECT_TRUE(torch::equal(out[0][0][1], torch::zeros({8})));
-  EXPECT_TRUE(torch::isfinite(out).all().item<bool>());
+  testing::expect_fully_masked_query_gets_zeros(attend_amx);
 }
 
 TEST(LoadBf16, ModelKeepsFp32ParametersAndReportsBf16) {

@@ -14,8 +14,10 @@
 #include "model/kernels/attention_products.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/few_rows_linear.h"
+#include "model/kernels/fp32_attention.h"
 #include "model/kernels/greedy_pick.h"
 #include "model/layers.h"
+#include "tests/model/attention_kernel_check.h"
 
 namespace {
 
@@ -268,4 +270,47 @@ TEST(GreedyPick, ExclusionsAppliedWhileReadingEqualAMaskedCopy) {
   EXPECT_TRUE(srformer::kernels::greedy_pick(row.data_ptr<float>(), 40, 40, {17}).has_value());
   EXPECT_TRUE(srformer::kernels::greedy_pick(row.data_ptr<float>(), 40, 17, {}).has_value());
   EXPECT_FALSE(srformer::kernels::greedy_pick(row.data_ptr<float>(), 40, 3, {0, 1, 2}).has_value());
+}
+
+#define SKIP_WITHOUT_AVX512()                                                                          \
+  if (!srformer::kernels::fp32_attention_available())                                                  \
+  GTEST_SKIP() << "this CPU has no AVX-512F (or SRFORMER_CPU_AVX512=0): the encoder's fp32 attention " \
+                  "kernel never runs here"
+
+// The encoder's fp32 attention kernel gives LibTorch's attend() to float rounding, with masks,
+// position bias and strided operands; a group's result depends on nothing but its own operands.
+TEST(Fp32Attention, MatchesLibTorchAttentionWithMasksAndPositionBias) {
+  SKIP_WITHOUT_AVX512();
+  srformer::testing::expect_attention_kernel_matches_attend(srformer::attend_fp32_kernel, 2e-6);
+}
+
+TEST(Fp32Attention, QueryWithEveryKeyMaskedGetsZeros) {
+  SKIP_WITHOUT_AVX512();
+  srformer::testing::expect_fully_masked_query_gets_zeros(srformer::attend_fp32_kernel);
+}
+
+// Encoder layers take the kernel (fp32, untracked); the decoder and training keep LibTorch's form.
+TEST(Fp32Attention, EncoderLayersUseItAndTrainingDoesNot) {
+  SKIP_WITHOUT_AVX512();
+  torch::manual_seed(3);
+  srformer::SelfAttention a;
+  const int64_t D = 32;
+  for (auto* l : {&a.q, &a.k, &a.v, &a.o}) l->weight = torch::randn({D, D}) * 0.2;
+  a.heads = 2;
+  const auto x = torch::randn({2, 21, D});
+  const auto bias = torch::randn({1, 2, 21, 21});
+  torch::NoGradGuard no_grad;
+  const auto libtorch = a.forward(x, bias);
+  a.kernel_attention = true;
+  const auto kernel = a.forward(x, bias);
+  EXPECT_FALSE(torch::equal(kernel, libtorch)) << "the kernel sums in its own order";
+  EXPECT_LT((kernel - libtorch).abs().max().item<double>(), 2e-6);
+  {
+    torch::AutoGradMode grad(true);  // training: autograd tracks the input, LibTorch's form runs
+    const auto tracked = x.clone().requires_grad_(true);
+    EXPECT_TRUE(torch::equal(a.forward(tracked, bias), libtorch));
+  }
+  srformer::kernels::set_cpu_kernels(false);
+  EXPECT_TRUE(torch::equal(a.forward(x, bias), libtorch)) << "SRFORMER_CPU_KERNELS=0: LibTorch's form";
+  srformer::kernels::set_cpu_kernels(true);
 }
