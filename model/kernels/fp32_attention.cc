@@ -4,8 +4,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "model/kernels/attention_groups.h"
 #include "model/kernels/avx2.h"
-#include "model/kernels/softmax_row.h"
 
 namespace srformer::kernels {
 
@@ -15,9 +15,8 @@ namespace {
 
 #define SRFORMER_AVX512 __attribute__((target("avx512f,avx2,fma")))
 
-constexpr int64_t kQueriesPerPass = 128;  // bounds the per-thread scores buffer whatever the length
-constexpr int64_t kColumns = 64;          // output columns per block: 4 vectors of 16
-constexpr int kRows = 6;                  // output rows per block: 6 x 4 accumulators of 32 registers
+constexpr int64_t kColumns = 64;  // output columns per block: 4 vectors of 16
+constexpr int kRows = 6;          // output rows per block: 6 x 4 accumulators of 32 registers
 
 // c[r * c_stride + j] = Σ_kk a[r * a_stride + kk] · b[kk * b_stride + j] for r < R, j < n ≤ 64, the
 // terms added in order kk = 0, 1, ... (one fused multiply-add each). Columns past n are neither read
@@ -55,6 +54,9 @@ SRFORMER_AVX512 void block(const float* a, int64_t a_stride, const float* b, int
   }
 }
 
+using Block = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t);
+constexpr Block kBlocks[kRows + 1] = {nullptr, block<1>, block<2>, block<3>, block<4>, block<5>, block<6>};
+
 // C [rows, cols] = A [rows, depth] · B [depth, cols] (row strides given), in blocks of 6 x 64.
 SRFORMER_AVX512 void product(const float* a, int64_t a_stride, int64_t rows, const float* b, int64_t b_stride,
                              int64_t depth, int64_t cols, float* c, int64_t c_stride) {
@@ -64,26 +66,7 @@ SRFORMER_AVX512 void product(const float* a, int64_t a_stride, int64_t rows, con
       const int64_t n = std::min(kColumns, cols - j);
       const float* ai = a + i * a_stride;
       float* ci = c + i * c_stride + j;
-      switch (r) {
-        case 6:
-          block<6>(ai, a_stride, b + j, b_stride, depth, n, ci, c_stride);
-          break;
-        case 5:
-          block<5>(ai, a_stride, b + j, b_stride, depth, n, ci, c_stride);
-          break;
-        case 4:
-          block<4>(ai, a_stride, b + j, b_stride, depth, n, ci, c_stride);
-          break;
-        case 3:
-          block<3>(ai, a_stride, b + j, b_stride, depth, n, ci, c_stride);
-          break;
-        case 2:
-          block<2>(ai, a_stride, b + j, b_stride, depth, n, ci, c_stride);
-          break;
-        default:
-          block<1>(ai, a_stride, b + j, b_stride, depth, n, ci, c_stride);
-          break;
-      }
+      kBlocks[r](ai, a_stride, b + j, b_stride, depth, n, ci, c_stride);
     }
   }
 }
@@ -96,35 +79,27 @@ void fp32_attention(const float* q, HeadLayout q_layout, const float* k, HeadLay
                     HeadLayout v_layout, const AttentionBias& bias, float* out, HeadLayout out_layout,
                     const AttentionShape& shape, int threads) {
   if (!avx512_available()) throw std::logic_error("fp32_attention needs AVX-512F (fp32_attention_available())");
-  const int64_t tq = shape.queries, t = shape.keys, d = shape.head_dim;
-  const int64_t groups = shape.batch * shape.heads;
-  if (groups <= 0 || tq <= 0 || t <= 0 || d <= 0) return;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1 && groups > 1)
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t b = g / shape.heads, h = g % shape.heads;
-    thread_local std::vector<float> scores, keys_t;
-    scores.resize(static_cast<size_t>(std::min(tq, kQueriesPerPass) * t));
+  const int64_t t = shape.keys, d = shape.head_dim;
+  struct Products {
+    std::vector<float>* keys_t;  // kᵀ [d, T]: a block reads 64 keys' values of one dimension as vectors
+    const float* v;
+    int64_t v_stride, t, d;
+    void scores(const float* q_rows, int64_t q_stride, int64_t n, float* s) const {
+      product(q_rows, q_stride, n, keys_t->data(), t, d, t, s, t);
+    }
+    void values(const float* p, int64_t n, float* out_rows, int64_t out_stride) const {
+      product(p, t, n, v, v_stride, t, d, out_rows, out_stride);
+    }
+  };
+  attention_groups(q, q_layout, bias, out, out_layout, shape, threads, [&](int64_t b, int64_t h) {
+    thread_local std::vector<float> keys_t;
     keys_t.resize(static_cast<size_t>(d * t));
-    // kᵀ [d, T], so that a block reads 64 keys' values of one dimension as vectors.
     const float* k_g = k + b * k_layout.batch + h * k_layout.head;
     for (int64_t j = 0; j < t; ++j) {
       for (int64_t c = 0; c < d; ++c) keys_t[static_cast<size_t>(c * t + j)] = k_g[j * k_layout.row + c];
     }
-    const float* q_g = q + b * q_layout.batch + h * q_layout.head;
-    const float* v_g = v + b * v_layout.batch + h * v_layout.head;
-    float* out_g = out + b * out_layout.batch + h * out_layout.head;
-    const float* bias_g = bias.data != nullptr ? bias.data + b * bias.b_stride + h * bias.h_stride : nullptr;
-    const float* mask_b = bias.key_mask != nullptr ? bias.key_mask + b * bias.key_mask_b_stride : nullptr;
-    for (int64_t i0 = 0; i0 < tq; i0 += kQueriesPerPass) {
-      const int64_t n = std::min(kQueriesPerPass, tq - i0);
-      product(q_g + i0 * q_layout.row, q_layout.row, n, keys_t.data(), t, d, t, scores.data(), t);
-      for (int64_t i = 0; i < n; ++i) {
-        attention_softmax_row(scores.data() + i * t, bias_g != nullptr ? bias_g + (i0 + i) * bias.q_stride : nullptr,
-                              mask_b, t);
-      }
-      product(scores.data(), t, n, v_g, v_layout.row, t, d, out_g + i0 * out_layout.row, out_layout.row);
-    }
-  }
+    return Products{&keys_t, v + b * v_layout.batch + h * v_layout.head, v_layout.row, t, d};
+  });
 }
 
 #else

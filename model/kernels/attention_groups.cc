@@ -1,4 +1,4 @@
-#include "model/kernels/softmax_row.h"
+#include "model/kernels/attention_groups.h"
 
 #include <algorithm>
 #include <cmath>
