@@ -39,10 +39,10 @@ void reexec_with_openmp_policy(char** argv) {
 }
 
 std::string openmp_wait_policy() {
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  if (policy != nullptr && *policy != '\0') return strcasecmp(policy, "passive") == 0 ? "passive" : "active";
-  const char* spin = std::getenv("GOMP_SPINCOUNT");
-  if (spin != nullptr && *spin != '\0') return std::string("spin ") + spin + ", then sleep";
+  if (is_set(getenv_fn, "OMP_WAIT_POLICY")) {
+    return strcasecmp(std::getenv("OMP_WAIT_POLICY"), "passive") == 0 ? "passive" : "active";
+  }
+  if (is_set(getenv_fn, "GOMP_SPINCOUNT")) return std::string("spin ") + std::getenv("GOMP_SPINCOUNT") + ", then sleep";
   return "default (spinning)";
 }
 

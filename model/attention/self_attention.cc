@@ -60,9 +60,7 @@ torch::Tensor attend_with_kernel(const torch::Tensor& q, const torch::Tensor& k,
   }
   auto out = torch::empty({shape.batch, shape.queries, shape.heads, shape.head_dim}, qc.options());
   const kernels::HeadLayout out_layout{out.stride(0), out.stride(2), out.stride(1)};
-  using Kernel =
-      void (*)(const float*, kernels::HeadLayout, const float*, kernels::HeadLayout, const float*, kernels::HeadLayout,
-               const kernels::AttentionBias&, float*, kernels::HeadLayout, const kernels::AttentionShape&, int);
+  using Kernel = decltype(&kernels::fp32_attention);  // amx_attention's form with explicit layouts
   const Kernel run = amx ? Kernel{kernels::amx_attention} : Kernel{kernels::fp32_attention};
   run(qc.data_ptr<float>(), layout(qc), kc.data_ptr<float>(), layout(kc), vc.data_ptr<float>(), layout(vc), b,
       out.data_ptr<float>(), out_layout, shape, at::get_num_threads());

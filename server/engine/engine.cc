@@ -452,7 +452,6 @@ void Engine::step() {
     const int32_t seg = segment.defined() ? static_cast<int32_t>(segment.data_ptr<int64_t>()[offset]) : -1;
     s.segments.push_back(seg);
     const auto now = Clock::now();  // also where this request's streaming work starts
-    const auto stream_start = now;
     std::vector<TokenEvent> events;
     for (const int64_t token : result.emitted) {
       TokenEvent ev;
@@ -481,7 +480,7 @@ void Engine::step() {
       const FinishReason reason = hyps.empty() ? FinishReason::kLength : hyps.front().finish_reason;
       jobs.push_back(finish_slot(s, offset, RequestOutcome::kOk, reason));
     }
-    stream_seconds += ms_between(stream_start, Clock::now()) / 1000.0;
+    stream_seconds += ms_between(now, Clock::now()) / 1000.0;
     if (!result.done) {
       const auto parents = result.parent_rows.to(torch::kCPU, torch::kInt64).contiguous();
       const int64_t* parent = parents.data_ptr<int64_t>();
