@@ -29,7 +29,10 @@ const char* kUsage =
     "                          training and the saved model's default for generation\n"
     "  --limit N               train on the first N examples only\n"
     "  --log-every N (10) --eval-every N (0 = at the end) --save-every N (0 = at the end) --keep N (2)\n"
-    "  --device cpu|cuda[:N] (cpu; fp32)\n"
+    "  --device cpu|cuda[:N] (cpu)\n"
+    "  --autocast off|bf16|fp16 (off)  mixed precision: matrix products in bf16 (CPU or CUDA) or fp16 (CUDA,\n"
+    "                          with dynamic loss scaling); weights, optimizer, loss, K^T V, ||K|| and the RAF\n"
+    "                          membrane stay fp32, the saved model is fp32\n"
     "  --eval-batch N (16) --seed N (0) --threads N --resume (continue from DIR's newest checkpoint)\n"
     "  --stop-after N          end this run after update N with a checkpoint (the schedule stays that of\n"
     "                          --steps); continue later with --resume\n";
@@ -94,6 +97,8 @@ int run_train(const std::vector<std::string>& args) {
       at::set_num_threads(static_cast<int>(r.int_value(1)));
     } else if (f == "--device") {
       o.device = r.value();
+    } else if (f == "--autocast") {
+      o.autocast = r.value();
     } else if (f == "--stop-after") {
       o.stop_after = r.int_value(1);
     } else if (f == "--resume") {
@@ -113,6 +118,7 @@ int run_train(const std::vector<std::string>& args) {
   if (r.steps < o.steps) return 0;  // --stop-after: the trainer said where it stopped
   std::cout << std::fixed << std::setprecision(4) << "trained " << r.steps << " steps in " << std::setprecision(1)
             << r.seconds << " s (" << r.tokens << " target tokens); last loss " << std::setprecision(4) << r.last_loss;
+  if (r.skipped_updates > 0) std::cout << "; " << r.skipped_updates << " updates skipped (fp16 overflow)";
   if (r.validation_loss) {
     std::cout << "; validation loss " << *r.validation_loss << ", ROUGE-1/2/L/Lsum " << std::setprecision(2)
               << *r.rouge1 << "/" << *r.rouge2 << "/" << *r.rougeL << "/" << *r.rougeLsum;

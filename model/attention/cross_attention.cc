@@ -10,6 +10,7 @@
 #include "model/attention/products.h"
 #include "model/attention/segments.h"
 #include "model/attention/self_attention.h"
+#include "model/autocast.h"
 #include "model/kernels/attention_products.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/parallel.h"
@@ -75,7 +76,8 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
       kernels::use_cpu_kernels()) {
     prepare_recurrent_cpu(ls, enc_mask.sum(1).to(torch::kLong), m, expected_len);
   } else if (recurrent()) {
-    // K^T V and ||K|| over real positions only, in fp32.
+    // K^T V and ||K|| over real positions only, in fp32 (also under mixed-precision training).
+    const Fp32Region fp32;
     const auto [kf, vf] = masked_keys_values(ls, enc_mask);
     auto kv = keys_values_product(kf, vf);
     if (kv_clamp) kv = kv.clamp(-*kv_clamp, *kv_clamp);
@@ -391,7 +393,10 @@ torch::Tensor CrossAttention::forward(const torch::Tensor& x, const LayerState& 
   }
 
   torch::Tensor qr;
-  if (recurrent()) qr = teacher_forced_recurrence(qh.to(torch::kFloat32), ls, enc_mask, seg, changed, fired);
+  if (recurrent()) {
+    const Fp32Region fp32;  // the RAF recurrence and q R stay fp32 under mixed-precision training
+    qr = teacher_forced_recurrence(qh.to(torch::kFloat32), ls, enc_mask, seg, changed, fired);
+  }
   return o(merge_heads(combine(attn, qr, ls)));
 }
 
@@ -515,6 +520,7 @@ torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const
 
   torch::Tensor qr;
   if (recurrent()) {
+    const Fp32Region fp32;
     if (ls.switch_drive.defined()) {
       apply_switch_table(ls, changed, switches, fired);
     } else if (const auto rows = changed.nonzero().view(-1); rows.numel() > 0) {

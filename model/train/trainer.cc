@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "model/autocast.h"
 #include "model/data/encode.h"
 #include "model/data/examples.h"
 #include "model/eval/batch_summarize.h"
@@ -24,6 +25,7 @@
 #include "model/seq2seq.h"
 #include "model/train/batch_plan.h"
 #include "model/train/loss.h"
+#include "model/train/loss_scaler.h"
 
 namespace srformer::train {
 
@@ -63,6 +65,7 @@ void validate(const TrainOptions& o) {
   check(o.keep_checkpoints >= 1, "keep at least one checkpoint");
   check(o.stop_after >= 0, "stop-after must be >= 0");
   check(o.eval_examples >= 0 && o.eval_batch >= 1, "eval examples must be >= 0 and the eval batch >= 1");
+  parse_autocast(o.autocast);  // throws naming the choices
 }
 
 // What must match for a resumed run to continue the interrupted one exactly.
@@ -85,7 +88,8 @@ nlohmann::json options_json(const TrainOptions& o) {
           {"max_target_tokens", o.max_target_tokens},
           {"train_limit", o.train_limit ? nlohmann::json(*o.train_limit) : nlohmann::json()},
           {"seed", o.seed},
-          {"device", o.device}};
+          {"device", o.device},
+          {"autocast", o.autocast}};
 }
 
 std::vector<TokenizedExample> tokenize(const std::vector<data::Example>& examples, const Tokenizer& tok,
@@ -103,9 +107,10 @@ std::vector<TokenizedExample> tokenize(const std::vector<data::Example>& example
 }
 
 // Teacher-forced loss of one batch: decoder input = decoder_start + labels shifted right; L = the
-// target length limit for every row (the L generation uses).
+// target length limit for every row (the L generation uses). With `mixed`, the model's products run
+// under autocast in that type; the loss is computed from fp32 logits outside it.
 LossTerms batch_loss(Seq2SeqModel& model, const std::vector<TokenizedExample>& set, const std::vector<size_t>& rows,
-                     const TrainOptions& o, int64_t classes) {
+                     const TrainOptions& o, int64_t classes, std::optional<c10::ScalarType> mixed = std::nullopt) {
   const auto& c = model.config();
   std::vector<const TokenIds*> inputs;
   size_t width = 1;
@@ -129,9 +134,14 @@ LossTerms batch_loss(Seq2SeqModel& model, const std::vector<TokenizedExample>& s
   }
   const auto padded = data::pad_rows(inputs, c.pad_token_id);
   const auto dev = model.device();
-  const auto enc = model.encode(padded.ids.to(dev), padded.mask.to(dev));
   const auto L = torch::full({B}, o.max_target_tokens, torch::TensorOptions().dtype(torch::kLong).device(dev));
-  const auto logits = model.forward(enc, dec_in.to(dev), L);
+  torch::Tensor logits;
+  {
+    std::optional<AutocastScope> scope;
+    if (mixed) scope.emplace(dev.type(), *mixed);
+    const auto enc = model.encode(padded.ids.to(dev), padded.mask.to(dev));
+    logits = model.forward(enc, dec_in.to(dev), L).to(torch::kFloat32);
+  }
   return token_cross_entropy(logits, labels.to(dev), o.label_smoothing, classes);
 }
 
@@ -248,7 +258,7 @@ class Run {
     const auto started = Clock::now();
     auto interval_start = started;
     double interval_nll = 0.0, interval_norm = 0.0;
-    int64_t interval_tokens = 0, interval_updates = 0;
+    int64_t interval_tokens = 0, interval_updates = 0, interval_applied = 0, interval_skipped = 0;
     for (int64_t step = start_step_; step < o_.steps; ++step) {
       const double lr = linear_schedule(o_.lr, step, warmup, o_.steps);
       int64_t group_tokens = 0;
@@ -258,13 +268,21 @@ class Run {
         for (const auto r : group.back()) group_tokens += static_cast<int64_t>(train_[r].labels.size());
       }
       for (const auto& rows : group) {
-        const auto t = batch_loss(*model_, train_, rows, o_, classes_);
-        (t.loss_sum / static_cast<double>(group_tokens)).backward();
+        const auto t = batch_loss(*model_, train_, rows, o_, classes_, mixed_);
+        (t.loss_sum * (scaler_.scale() / static_cast<double>(group_tokens))).backward();
         interval_nll += t.nll_sum;
         interval_tokens += t.tokens;
       }
-      interval_norm += o_.clip_norm > 0 ? clip_grad_norm(params_, o_.clip_norm) : clip_grad_norm(params_, 1e30);
-      optimizer_->step(lr);
+      if (scaler_.enabled()) unscale_gradients();
+      const double norm = clip_grad_norm(params_, o_.clip_norm > 0 ? o_.clip_norm : 1e30);
+      if (scaler_.update(std::isfinite(norm))) {
+        optimizer_->step(lr);
+        interval_norm += norm;
+        ++interval_applied;
+      } else {
+        ++skipped_;
+        ++interval_skipped;
+      }
       optimizer_->zero_grad();
       ++interval_updates;
       result.tokens += group_tokens;
@@ -277,18 +295,24 @@ class Run {
         result.last_loss = interval_nll / static_cast<double>(std::max<int64_t>(interval_tokens, 1));
         const double tps = static_cast<double>(interval_tokens) / std::max(secs, 1e-9);
         const double eta = static_cast<double>(o_.steps - done) * secs / static_cast<double>(interval_updates);
-        write_log({{"step", done},
-                   {"epoch", static_cast<double>(done * o_.grad_accum) / static_cast<double>(batches_per_epoch_)},
-                   {"loss", result.last_loss},
-                   {"lr", lr},
-                   {"grad_norm", interval_norm / static_cast<double>(interval_updates)},
-                   {"tokens", interval_tokens},
-                   {"tokens_per_second", tps},
-                   {"elapsed_seconds", elapsed}});
+        nlohmann::json entry = {
+            {"step", done},
+            {"epoch", static_cast<double>(done * o_.grad_accum) / static_cast<double>(batches_per_epoch_)},
+            {"loss", result.last_loss},
+            {"lr", lr},
+            {"grad_norm", interval_norm / static_cast<double>(std::max<int64_t>(interval_applied, 1))},
+            {"tokens", interval_tokens},
+            {"tokens_per_second", tps},
+            {"elapsed_seconds", elapsed}};
+        if (scaler_.enabled()) {
+          entry["loss_scale"] = scaler_.scale();
+          entry["skipped_updates"] = interval_skipped;
+        }
+        write_log(entry);
         progress(done, result.last_loss, lr, tps, eta);
         interval_start = now;
         interval_nll = interval_norm = 0.0;
-        interval_tokens = interval_updates = 0;
+        interval_tokens = interval_updates = interval_applied = interval_skipped = 0;
       }
       const bool last = done == o_.steps;
       const bool stopping = !last && done == o_.stop_after;
@@ -319,6 +343,7 @@ class Run {
                  << std::endl;
         result.steps = done;
         result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+        result.skipped_updates = skipped_;
         return result;
       }
     }
@@ -327,6 +352,7 @@ class Run {
     set_generation_defaults(o_.out_dir, o_.max_target_tokens);
     result.steps = o_.steps;
     result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    result.skipped_updates = skipped_;
     console_ << "wrote the trained model to " << o_.out_dir.string() << " (log: " << log_path.string() << ")"
              << std::endl;
     return result;
@@ -353,6 +379,9 @@ class Run {
       }
       start_step_ = state.at("step").get<int64_t>();
       elapsed_before_ = state.value("elapsed_seconds", 0.0);
+      skipped_ = state.value("skipped_updates", int64_t{0});
+      saved_scale_ = state.value("loss_scale", LossScaler::kInitialScale);
+      saved_good_updates_ = state.value("loss_scale_good_updates", int64_t{0});
       load_dir_ = ckpt;
     }
     LoadOptions lo;
@@ -364,6 +393,12 @@ class Run {
     if (lo.device.is_cuda() && !torch::cuda::is_available()) {
       throw std::invalid_argument("device " + o_.device + ": this build or machine has no CUDA; use --device cpu");
     }
+    mixed_ = parse_autocast(o_.autocast);
+    if (mixed_) {
+      const auto why = autocast_unsupported_reason(lo.device.type(), *mixed_);
+      if (!why.empty()) throw std::invalid_argument("--autocast " + o_.autocast + ": " + why + "; use bf16 or off");
+    }
+    scaler_ = LossScaler(mixed_ == c10::ScalarType::Half, saved_scale_, saved_good_updates_);
     model_ = load_model(load_dir_, lo);
     tokenizer_ = load_tokenizer(load_dir_);
     classes_ = std::min(tokenizer_->vocab_size(), model_->config().vocab_size);
@@ -375,10 +410,12 @@ class Run {
     optimizer_ = std::make_unique<AdamW>(params_, o_.adam);
     if (o_.resume) {
       optimizer_->load(load_dir_ / kOptimizerFile);
-      if (optimizer_->steps() != start_step_) {
+      // Updates skipped for overflowing fp16 gradients did not step the optimizer.
+      if (optimizer_->steps() + skipped_ != start_step_) {
         throw std::runtime_error((load_dir_ / kOptimizerFile).string() + " is at step " +
                                  std::to_string(optimizer_->steps()) + " but " + kStateFile + " says " +
-                                 std::to_string(start_step_));
+                                 std::to_string(start_step_) + " with " + std::to_string(skipped_) +
+                                 " skipped updates");
       }
       console_ << "resuming from " << load_dir_.string() << " at step " << start_step_ << std::endl;
     }
@@ -423,7 +460,12 @@ class Run {
     save_model(*model_, tmp, load_dir_);
     set_generation_defaults(tmp, o_.max_target_tokens);
     optimizer_->save(tmp / kOptimizerFile);
-    const nlohmann::json state = {{"step", step}, {"elapsed_seconds", elapsed}, {"options", options_json(o_)}};
+    nlohmann::json state = {
+        {"step", step}, {"elapsed_seconds", elapsed}, {"skipped_updates", skipped_}, {"options", options_json(o_)}};
+    if (scaler_.enabled()) {
+      state["loss_scale"] = scaler_.scale();
+      state["loss_scale_good_updates"] = scaler_.good_updates();
+    }
     std::ofstream(tmp / kStateFile) << state.dump(2) << "\n";
     fs::remove_all(dir);
     fs::rename(tmp, dir);  // a checkpoint is complete or absent
@@ -431,6 +473,15 @@ class Run {
     while (static_cast<int64_t>(all.size()) > o_.keep_checkpoints) {
       fs::remove_all(all.front().second);
       all.erase(all.begin());
+    }
+  }
+
+  // Loss scaling: the gradients of the scaled loss back to their true size (inf/NaN stay so).
+  void unscale_gradients() {
+    torch::NoGradGuard no_grad;
+    const double inverse = 1.0 / scaler_.scale();
+    for (const auto& [name, p] : params_) {
+      if (p.grad().defined()) p.mutable_grad().mul_(inverse);
     }
   }
 
@@ -469,6 +520,10 @@ class Run {
   std::unique_ptr<AdamW> optimizer_;
   int64_t classes_ = 0, start_step_ = 0, batches_per_epoch_ = 1, plan_epoch_ = -1;
   double elapsed_before_ = 0.0;
+  std::optional<c10::ScalarType> mixed_;
+  LossScaler scaler_{false};
+  int64_t skipped_ = 0, saved_good_updates_ = 0;
+  double saved_scale_ = LossScaler::kInitialScale;
   std::vector<TokenizedExample> train_, validation_;
   std::vector<data::Example> validation_raw_;
   std::vector<std::vector<size_t>> plan_;

@@ -22,7 +22,11 @@ struct TrainOptions {
   std::filesystem::path train_file;       // JSONL {"id", "document", "summary"}
   std::filesystem::path validation_file;  // optional: validation loss and ROUGE
   std::filesystem::path out_dir;          // checkpoints, train_log.jsonl, the final model
-  std::string device = "cpu";             // "cpu" or "cuda[:N]" (fp32 on either)
+  std::string device = "cpu";             // "cpu" or "cuda[:N]"
+  // Mixed precision: "off" (fp32), "bf16" (CPU or CUDA) or "fp16" (CUDA, with dynamic loss scaling).
+  // Matrix products run in that type; parameters, gradients, AdamW, the loss, K^T V, ||K|| and the RAF
+  // membrane stay fp32, and validation runs in fp32 (the model is saved and served in fp32).
+  std::string autocast = "off";
 
   int64_t steps = 1000;  // optimizer updates
   int64_t batch_size = 16;
@@ -60,7 +64,8 @@ struct TrainResult {
   std::optional<double> validation_loss;
   std::optional<double> rouge1, rouge2, rougeL, rougeLsum;  // F1 x100 on the validation examples
   double seconds = 0.0;
-  int64_t tokens = 0;  // target tokens trained on in this run
+  int64_t tokens = 0;           // target tokens trained on in this run
+  int64_t skipped_updates = 0;  // fp16: updates whose gradients overflowed (the loss scale then halves)
 };
 
 // Throws std::invalid_argument for bad options or data, std::runtime_error for I/O failures.

@@ -186,6 +186,78 @@ TEST_F(Fixture, ClearErrors) {
   o = options("err");
   o.device = "gpu";
   EXPECT_THROW(train(o, console), std::invalid_argument);
+  o = options("err");
+  o.autocast = "fp8";
+  EXPECT_THROW(train(o, console), std::invalid_argument);
+  o = options("err");
+  o.autocast = "fp16";  // LibTorch's CPU autocast is bf16 only
+  try {
+    train(o, console);
+    FAIL() << "fp16 autocast on the CPU";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("needs a CUDA device"), std::string::npos) << e.what();
+  }
+}
+
+// bf16 autocast on the CPU: the products really run in bf16 (the first loss differs from fp32's, by
+// little), the model still learns, and resuming stays exact.
+TEST_F(Fixture, Bf16AutocastTrainsAndResumesExactly) {
+  std::ostringstream console;
+  auto fp32 = options("fp32");
+  fp32.stop_after = 1;
+  train(fp32, console);
+  auto whole = options("bf16");
+  whole.autocast = "bf16";
+  whole.steps = 30;
+  const auto r = train(whole, console);
+  EXPECT_EQ(r.skipped_updates, 0);
+  const auto a = logged_losses(whole.out_dir);
+  const auto f = logged_losses(fp32.out_dir);
+  ASSERT_EQ(a.size(), 30u);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(a[0], f[0]);
+  EXPECT_NEAR(a[0], f[0], 0.02 * f[0]);
+  EXPECT_LT(a.back(), 0.6 * a.front()) << console.str();
+
+  auto first = whole;
+  first.out_dir = tmp.path() / "bf16-pieces";
+  first.stop_after = 7;
+  train(first, console);
+  auto second = whole;
+  second.out_dir = first.out_dir;
+  second.resume = true;
+  train(second, console);
+  const auto b = logged_losses(second.out_dir);
+  ASSERT_EQ(b.size(), 30u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "update " << i + 1;
+  nlohmann::json state;
+  std::ifstream(latest_checkpoint(second.out_dir) / "trainer_state.json") >> state;
+  EXPECT_EQ(state["options"]["autocast"], "bf16");
+  EXPECT_FALSE(state.contains("loss_scale"));  // bf16 needs no loss scaling
+}
+
+// On a GPU: fp16 (with loss scaling) and bf16 autocast both train the tiny model. Skipped without CUDA.
+TEST_F(Fixture, CudaAutocastTrains) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device: the CUDA autocast path is not exercised here";
+  for (const std::string type : {"fp16", "bf16"}) {
+    SCOPED_TRACE(type);
+    std::ostringstream console;
+    auto o = options("cuda-" + type);
+    o.device = "cuda";
+    o.autocast = type;
+    o.steps = 30;
+    const auto r = train(o, console);
+    const auto losses = logged_losses(o.out_dir);
+    ASSERT_EQ(losses.size(), 30u);
+    EXPECT_LT(losses.back(), 0.6 * losses.front()) << console.str();
+    EXPECT_LT(r.skipped_updates, 5);
+    nlohmann::json state;
+    std::ifstream(latest_checkpoint(o.out_dir) / "trainer_state.json") >> state;
+    EXPECT_EQ(state.contains("loss_scale"), type == "fp16");
+    // The saved model is fp32 and serves on the CPU.
+    auto m = load_model(o.out_dir);
+    EXPECT_EQ(m->dtype(), torch::kFloat32);
+  }
 }
 
 }  // namespace
