@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "model/dropout.h"
 #include "model/io/weight_binder.h"
 
 namespace srformer {
@@ -129,11 +130,11 @@ class BartModel final : public EncoderDecoderModel {
     }
     const auto mask = mask_of(attention_mask, ids);
     auto h = torch::embedding(shared_, ids) * embed_scale_ + enc_pos_.narrow(0, 2, k).unsqueeze(0);
-    h = enc_ln_emb_(h);
+    h = dropout(enc_ln_emb_(h), DropoutSite::kHidden);
     const auto bias = additive_mask(mask.view({ids.size(0), 1, 1, k}), compute_dtype_);
     for (const auto& l : encoder_) {
-      h = l.self_attn_norm(h + l.self_attn.forward(h, bias));
-      h = l.final_norm(h + l.ffn(h));
+      h = l.self_attn_norm(h + dropout(l.self_attn.forward(h, bias), DropoutSite::kHidden));
+      h = l.final_norm(h + dropout(l.ffn(h), DropoutSite::kHidden));
     }
     return {h, mask};
   }
@@ -146,13 +147,13 @@ class BartModel final : public EncoderDecoderModel {
                               " positions; lower max_new_tokens");
     }
     auto h = torch::embedding(shared_, tokens) * embed_scale_ + torch::embedding(dec_pos_, pos + 2);
-    h = dec_ln_emb_(h);
+    h = dropout(dec_ln_emb_(h), DropoutSite::kHidden);
     const auto bias = additive_mask(ctx.self_allowed().unsqueeze(1), compute_dtype_);
     for (size_t i = 0; i < decoder_.size(); ++i) {
       const auto& l = decoder_[i];
-      h = l.self_attn_norm(h + ctx.self_attention(i, l.self_attn, h, bias));
-      h = l.cross_attn_norm(h + ctx.cross_attention(i, cross_[i], h));
-      h = l.final_norm(h + l.ffn(h));
+      h = l.self_attn_norm(h + dropout(ctx.self_attention(i, l.self_attn, h, bias), DropoutSite::kHidden));
+      h = l.cross_attn_norm(h + dropout(ctx.cross_attention(i, cross_[i], h), DropoutSite::kHidden));
+      h = l.final_norm(h + dropout(l.ffn(h), DropoutSite::kHidden));
     }
     return (lm_head_(h) + final_logits_bias_).to(torch::kFloat32);
   }

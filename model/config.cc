@@ -13,16 +13,18 @@ struct KindName {
   const char* name;
 };
 constexpr KindName kKinds[] = {
-    {CrossAttentionKind::kFull, "full"},           {CrossAttentionKind::kSegmented, "segmented"},
-    {CrossAttentionKind::kSrformer, "srformer"},   {CrossAttentionKind::kAblationI, "ablation_i"},
-    {CrossAttentionKind::kAblationII, "ablation_ii"}, {CrossAttentionKind::kAblationIII, "ablation_iii"},
-    {CrossAttentionKind::kAblationIV, "ablation_iv"}, {CrossAttentionKind::kXlMemory, "xl_memory"},
+    {CrossAttentionKind::kFull, "full"},
+    {CrossAttentionKind::kSegmented, "segmented"},
+    {CrossAttentionKind::kSrformer, "srformer"},
+    {CrossAttentionKind::kAblationI, "ablation_i"},
+    {CrossAttentionKind::kAblationII, "ablation_ii"},
+    {CrossAttentionKind::kAblationIII, "ablation_iii"},
+    {CrossAttentionKind::kAblationIV, "ablation_iv"},
+    {CrossAttentionKind::kXlMemory, "xl_memory"},
     {CrossAttentionKind::kGlobalTokens, "global_tokens"},
 };
 
-[[noreturn]] void config_error(const std::string& what) {
-  throw std::invalid_argument("config.json: " + what);
-}
+[[noreturn]] void config_error(const std::string& what) { throw std::invalid_argument("config.json: " + what); }
 
 template <typename T>
 std::optional<T> opt(const nlohmann::json& j, const char* key) {
@@ -61,14 +63,18 @@ void parse_srformer(const nlohmann::json& j, ModelConfig& c) {
   if (!b.is_object()) config_error("'srformer' must be an object");
   static const char* kKnown[] = {"cross_attention", "segment_size", "kv_clamp", "raf_init", "expected_length"};
   for (const auto& [key, value] : b.items()) {
-    if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }) == std::end(kKnown)) {
-      config_error("unknown key 'srformer." + key + "' (known: cross_attention, segment_size, kv_clamp, raf_init, expected_length)");
+    if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }) ==
+        std::end(kKnown)) {
+      config_error("unknown key 'srformer." + key +
+                   "' (known: cross_attention, segment_size, kv_clamp, raf_init, expected_length)");
     }
   }
   s.cross_attention = cross_attention_from_string(opt<std::string>(b, "cross_attention").value_or("full"));
   const auto seg = opt<int64_t>(b, "segment_size");
   if (s.segmented()) {
-    if (!seg) config_error(std::string("srformer.segment_size is required for cross_attention '") + to_string(s.cross_attention) + "'");
+    if (!seg)
+      config_error(std::string("srformer.segment_size is required for cross_attention '") +
+                   to_string(s.cross_attention) + "'");
     if (*seg <= 0) config_error("srformer.segment_size must be positive, got " + std::to_string(*seg));
     s.segment_size = *seg;
   } else if (seg && *seg != 0) {
@@ -137,8 +143,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
   c.pad_token_id = opt<int64_t>(j, "pad_token_id").value_or(c.arch == Architecture::kBart ? 1 : 0);
   c.eos_token_id = opt<int64_t>(j, "eos_token_id").value_or(c.arch == Architecture::kBart ? 2 : 1);
   c.bos_token_id = opt<int64_t>(j, "bos_token_id");
-  c.decoder_start_token_id =
-      opt<int64_t>(j, "decoder_start_token_id").value_or(c.arch == Architecture::kBart ? c.eos_token_id : c.pad_token_id);
+  c.decoder_start_token_id = opt<int64_t>(j, "decoder_start_token_id")
+                                 .value_or(c.arch == Architecture::kBart ? c.eos_token_id : c.pad_token_id);
   c.forced_bos_token_id = opt<int64_t>(j, "forced_bos_token_id");
   c.forced_eos_token_id = opt<int64_t>(j, "forced_eos_token_id");
   c.tie_word_embeddings = opt<bool>(j, "tie_word_embeddings").value_or(true);
@@ -152,7 +158,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
     if (c.d_model % c.num_heads != 0) config_error("d_model must be divisible by the number of heads");
     c.head_dim = c.d_model / c.num_heads;
     c.d_ff = req<int64_t>(j, "encoder_ffn_dim");
-    if (opt<int64_t>(j, "decoder_ffn_dim").value_or(c.d_ff) != c.d_ff) config_error("encoder_ffn_dim != decoder_ffn_dim; not supported");
+    if (opt<int64_t>(j, "decoder_ffn_dim").value_or(c.d_ff) != c.d_ff)
+      config_error("encoder_ffn_dim != decoder_ffn_dim; not supported");
     c.encoder_layers = req<int64_t>(j, "encoder_layers");
     c.decoder_layers = req<int64_t>(j, "decoder_layers");
     c.max_position_embeddings = req<int64_t>(j, "max_position_embeddings");
@@ -160,6 +167,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
     c.normalize_before = opt<bool>(j, "normalize_before").value_or(false);
     if (c.normalize_before) config_error("normalize_before (mBART-style pre-LN) is not supported yet");
     c.activation = opt<std::string>(j, "activation_function").value_or("gelu");
+    c.dropout = {opt<double>(j, "dropout").value_or(0.1), opt<double>(j, "attention_dropout").value_or(0.0),
+                 opt<double>(j, "activation_dropout").value_or(0.0)};
     c.layer_norm_eps = 1e-5;
     c.max_input_tokens = c.max_position_embeddings;
   } else {
@@ -186,6 +195,11 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
       config_error("feed_forward_proj '" + ff + "' is not supported (relu, gelu, gated-gelu, gated-relu)");
     }
     c.max_input_tokens = opt<int64_t>(j, "n_positions").value_or(16384);
+    const double rate = opt<double>(j, "dropout_rate").value_or(0.1);
+    c.dropout = {rate, rate, rate};
+  }
+  for (const double p : {c.dropout.hidden, c.dropout.attention, c.dropout.activation}) {
+    if (!(p >= 0.0 && p < 1.0)) config_error("dropout rates must be in [0, 1), got " + std::to_string(p));
   }
   if (c.activation != "gelu" && c.activation != "relu" && c.activation != "gelu_new") {
     config_error("activation '" + c.activation + "' is not supported (gelu, gelu_new, relu)");
@@ -197,7 +211,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
   require_positive(c.encoder_layers, "encoder layers");
   require_positive(c.decoder_layers, "decoder layers");
   for (const auto id : {c.pad_token_id, c.eos_token_id, c.decoder_start_token_id}) {
-    if (id < 0 || id >= c.vocab_size) config_error("special token id " + std::to_string(id) + " outside the vocabulary");
+    if (id < 0 || id >= c.vocab_size)
+      config_error("special token id " + std::to_string(id) + " outside the vocabulary");
   }
 
   c.max_length = opt<int64_t>(j, "max_length");
@@ -224,7 +239,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
 
 ModelConfig ModelConfig::load(const std::filesystem::path& config_json) {
   std::ifstream in(config_json);
-  if (!in) throw std::runtime_error("cannot open " + config_json.string() + ": is this a Hugging Face model directory?");
+  if (!in)
+    throw std::runtime_error("cannot open " + config_json.string() + ": is this a Hugging Face model directory?");
   nlohmann::json j;
   try {
     in >> j;
@@ -258,6 +274,9 @@ nlohmann::json ModelConfig::to_json(const nlohmann::json* original) const {
     j["max_position_embeddings"] = max_position_embeddings;
     j["scale_embedding"] = scale_embedding;
     j["activation_function"] = activation;
+    j["dropout"] = dropout.hidden;
+    j["attention_dropout"] = dropout.attention;
+    j["activation_dropout"] = dropout.activation;
   } else {
     j["num_heads"] = num_heads;
     j["d_kv"] = head_dim;
@@ -267,9 +286,12 @@ nlohmann::json ModelConfig::to_json(const nlohmann::json* original) const {
     j["layer_norm_epsilon"] = layer_norm_eps;
     j["relative_attention_num_buckets"] = relative_attention_num_buckets;
     j["relative_attention_max_distance"] = relative_attention_max_distance;
-    j["feed_forward_proj"] = gated_ffn ? (activation == "relu" ? "gated-relu" : "gated-gelu") : (activation == "relu" ? "relu" : "gelu");
+    j["dropout_rate"] = dropout.hidden;
+    j["feed_forward_proj"] =
+        gated_ffn ? (activation == "relu" ? "gated-relu" : "gated-gelu") : (activation == "relu" ? "relu" : "gelu");
   }
-  if (srformer.cross_attention != CrossAttentionKind::kFull || (original != nullptr && original->contains("srformer"))) {
+  if (srformer.cross_attention != CrossAttentionKind::kFull ||
+      (original != nullptr && original->contains("srformer"))) {
     nlohmann::json s;
     s["cross_attention"] = to_string(srformer.cross_attention);
     s["segment_size"] = srformer.segmented() ? nlohmann::json(srformer.segment_size) : nlohmann::json(nullptr);

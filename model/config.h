@@ -2,10 +2,9 @@
 // Model configuration read from a Hugging Face config.json plus our "srformer" block.
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace srformer {
 
@@ -30,23 +29,31 @@ const char* to_string(Architecture arch);
 
 struct SrformerConfig {
   CrossAttentionKind cross_attention = CrossAttentionKind::kFull;
-  int64_t segment_size = 0;                  // s; 0 for full
-  std::optional<double> kv_clamp;            // BART: 2.0; T5: none
+  int64_t segment_size = 0;        // s; 0 for full
+  std::optional<double> kv_clamp;  // BART: 2.0; T5: none
   double raf_init_threshold = 0.1;
   double raf_init_leak = 0.5;
-  int64_t expected_length = 128;             // default L for generation
+  int64_t expected_length = 128;  // default L for generation
   // True when the cross-attention variant carries RAF parameters/state.
   bool uses_raf() const;
   // True when the variant reads segments (everything but full).
   bool segmented() const { return cross_attention != CrossAttentionKind::kFull; }
 };
 
+// Training dropout, Hugging Face's fields: BART `dropout` (0.1 when absent), `attention_dropout` and
+// `activation_dropout` (0); T5 `dropout_rate` (0.1) for all three. Only training applies them.
+struct DropoutRates {
+  double hidden = 0.0;
+  double attention = 0.0;
+  double activation = 0.0;
+};
+
 struct ModelConfig {
   Architecture arch = Architecture::kBart;
   int64_t vocab_size = 0;
   int64_t d_model = 0;
-  int64_t num_heads = 0;        // same in encoder and decoder
-  int64_t head_dim = 0;         // d_kv (T5) or d_model / heads (BART)
+  int64_t num_heads = 0;  // same in encoder and decoder
+  int64_t head_dim = 0;   // d_kv (T5) or d_model / heads (BART)
   int64_t d_ff = 0;
   int64_t encoder_layers = 0;
   int64_t decoder_layers = 0;
@@ -62,11 +69,11 @@ struct ModelConfig {
   // BART
   int64_t max_position_embeddings = 1024;
   bool scale_embedding = false;
-  bool normalize_before = false;   // mBART-style pre-LN; BART is post-LN (false)
-  std::string activation = "gelu"; // BART activation_function / T5 dense act ("relu", "gelu_new")
+  bool normalize_before = false;    // mBART-style pre-LN; BART is post-LN (false)
+  std::string activation = "gelu";  // BART activation_function / T5 dense act ("relu", "gelu_new")
 
   // T5
-  bool gated_ffn = false;          // feed_forward_proj "gated-*"
+  bool gated_ffn = false;  // feed_forward_proj "gated-*"
   int64_t relative_attention_num_buckets = 32;
   int64_t relative_attention_max_distance = 128;
 
@@ -79,6 +86,8 @@ struct ModelConfig {
   std::optional<int64_t> no_repeat_ngram_size;
   std::optional<std::string> summarization_prefix;  // task_specific_params.summarization.prefix
 
+  DropoutRates dropout;
+
   // Longest input the model accepts (BART: max_position_embeddings; T5: unbounded -> a sane cap).
   int64_t max_input_tokens = 1024;
 
@@ -86,7 +95,7 @@ struct ModelConfig {
 
   int64_t inner_dim() const { return num_heads * head_dim; }
 
-  static ModelConfig from_json(const nlohmann::json& j);          // throws ConfigError
+  static ModelConfig from_json(const nlohmann::json& j);  // throws ConfigError
   static ModelConfig load(const std::filesystem::path& config_json);
   // Writes the config back in Hugging Face form (original keys kept when `original` is given).
   nlohmann::json to_json(const nlohmann::json* original = nullptr) const;

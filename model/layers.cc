@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "model/dropout.h"
 #include "model/kernels/amx_linear.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/few_rows_linear.h"
@@ -150,7 +151,7 @@ torch::Tensor FeedForward::operator()(const torch::Tensor& x) const {
   // second tensor of that size costs a pass of page faults as well as the write.
   h = act == Activation::kRelu && !h.requires_grad() ? h.relu_() : activate(h, act);
   if (gate.weight.defined()) h = h * gate(x);
-  return out(h);
+  return out(dropout(h, DropoutSite::kActivation));
 }
 
 torch::Tensor split_heads(const torch::Tensor& x, int64_t heads) {

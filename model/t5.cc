@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "model/dropout.h"
 #include "model/io/weight_binder.h"
 
 namespace srformer {
@@ -125,30 +126,30 @@ class T5Model final : public EncoderDecoderModel {
     const int64_t B = ids.size(0);
     const int64_t k = ids.size(1);
     const auto mask = mask_of(attention_mask, ids);
-    auto h = torch::embedding(shared_, ids);
+    auto h = dropout(torch::embedding(shared_, ids), DropoutSite::kHidden);
     const auto pos = torch::arange(k, ids.options());
     // The position bias [1, H, k, k] and the padding mask [B, 1, 1, k] stay apart: their sum would be
     // [B, H, k, k] (8 rows of 1024 tokens: 256 MiB).
     const auto bias = position_bias(enc_rel_bias_, pos.view({1, 1, k}) - pos.view({1, k, 1}), true);
     const auto key_mask = additive_mask(mask.view({B, 1, 1, k}), compute_dtype_);
     for (const auto& l : encoder_) {
-      h = h + l.self_attn.forward(l.self_attn_norm(h), bias, key_mask);
-      h = h + l.ffn(l.ffn_norm(h));
+      h = h + dropout(l.self_attn.forward(l.self_attn_norm(h), bias, key_mask), DropoutSite::kHidden);
+      h = h + dropout(l.ffn(l.ffn_norm(h)), DropoutSite::kHidden);
     }
-    return {enc_final_norm_(h), mask};
+    return {dropout(enc_final_norm_(h), DropoutSite::kHidden), mask};
   }
 
   torch::Tensor run_decoder(const torch::Tensor& tokens, DecodeContext& ctx) override {
-    auto h = torch::embedding(shared_, tokens);
+    auto h = dropout(torch::embedding(shared_, tokens), DropoutSite::kHidden);
     const auto bias = position_bias(dec_rel_bias_, ctx.relative_positions(), false) +
                       additive_mask(ctx.self_allowed().unsqueeze(1), compute_dtype_);
     for (size_t i = 0; i < decoder_.size(); ++i) {
       const auto& l = decoder_[i];
-      h = h + ctx.self_attention(i, l.self_attn, l.self_attn_norm(h), bias);
-      h = h + ctx.cross_attention(i, cross_[i], l.cross_attn_norm(h));
-      h = h + l.ffn(l.ffn_norm(h));
+      h = h + dropout(ctx.self_attention(i, l.self_attn, l.self_attn_norm(h), bias), DropoutSite::kHidden);
+      h = h + dropout(ctx.cross_attention(i, cross_[i], l.cross_attn_norm(h)), DropoutSite::kHidden);
+      h = h + dropout(l.ffn(l.ffn_norm(h)), DropoutSite::kHidden);
     }
-    h = dec_final_norm_(h);
+    h = dropout(dec_final_norm_(h), DropoutSite::kHidden);
     if (config_.tie_word_embeddings) h = h * std::pow(static_cast<double>(config_.d_model), -0.5);
     return lm_head_(h).to(torch::kFloat32);
   }

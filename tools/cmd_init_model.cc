@@ -41,7 +41,7 @@ int run_init_model(const std::vector<std::string>& args) {
   std::string out, corpus, arch = "t5", kind = "srformer", shape = "tiny";
   int64_t segment = 16, vocab = 2000, seed = 1;
   int64_t d_model = 0, layers = 0, heads = 0, d_ff = 0;
-  double init_std = 0.0;
+  double init_std = 0.0, dropout = 0.0;
   for (ArgReader r(args); r.next();) {
     const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
@@ -49,19 +49,23 @@ int run_init_model(const std::vector<std::string>& args) {
           << "usage: srformer init-model --corpus TEXT_FILE|SPLIT.jsonl [--arch t5] [--cross-attention srformer]\n"
              "                           [--segment-size 16] [--vocab 2000] [--d-model 32] [--seed 1]\n"
              "                           [--shape tiny|t5-small|bart-base] [--layers N] [--heads N]\n"
-             "                           [--d-ff N] [--init-std X] OUT_DIR\n"
+             "                           [--d-ff N] [--init-std X] [--dropout X] OUT_DIR\n"
              "  Trains a SentencePiece tokenizer on TEXT_FILE (T5 conventions: pad 0, eos 1, unk 2) and\n"
              "  writes random weights: an untrained model whose output is not a summary (the start of\n"
              "  `srformer train` from scratch). Weights follow Hugging Face's initialisation unless\n"
              "  --init-std X > 0 gives every matrix N(0, X). --layers N sets encoder and decoder depth.\n"
              "  --shape t5-small / bart-base: the paper's base shapes (for load benchmarks); bart-base writes\n"
-             "  a byte-level BPE tokenizer without merges (one token per byte) and needs no corpus.\n";
+             "  a byte-level BPE tokenizer without merges (one token per byte) and needs no corpus.\n"
+             "  --dropout X: the config's dropout_rate for training (default 0, as the recipes in docs/ were\n"
+             "  trained; Hugging Face's T5 default is 0.1; `srformer train --dropout` overrides it).\n";
       return 0;
     }
     if (a == "--corpus") {
       corpus = r.value();
     } else if (a == "--arch") {
       arch = r.value();
+    } else if (a == "--dropout") {
+      dropout = std::stod(r.value());
     } else if (a == "--cross-attention") {
       kind = r.value();
     } else if (a == "--segment-size") {
@@ -133,6 +137,7 @@ int run_init_model(const std::vector<std::string>& args) {
   }
   if (d_ff > 0) c.d_ff = d_ff;
   if (layers > 0) c.encoder_layers = c.decoder_layers = layers;
+  c.dropout = {dropout, dropout, dropout};
   write_random_model(out, c, static_cast<uint64_t>(seed), init_std);
   std::ofstream(out + "/tokenizer_config.json") << R"({"extra_ids": 100, "model_max_length": 16384})"
                                                 << "\n";

@@ -29,6 +29,8 @@ const char* kUsage =
     "                          training and the saved model's default for generation\n"
     "  --limit N               train on the first N examples only\n"
     "  --log-every N (10) --eval-every N (0 = at the end) --save-every N (0 = at the end) --keep N (2)\n"
+    "  --dropout X             every dropout rate (0 = off); default: the model config's (HF: BART dropout 0.1,\n"
+    "                          attention/activation 0; T5 dropout_rate 0.1)\n"
     "  --device cpu|cuda[:N] (cpu)\n"
     "  --autocast off|bf16|fp16 (off)  mixed precision: matrix products in bf16 (CPU or CUDA) or fp16 (CUDA,\n"
     "                          with dynamic loss scaling); weights, optimizer, loss, K^T V, ||K|| and the RAF\n"
@@ -97,6 +99,8 @@ int run_train(const std::vector<std::string>& args) {
       at::set_num_threads(static_cast<int>(r.int_value(1)));
     } else if (f == "--device") {
       o.device = r.value();
+    } else if (f == "--dropout") {
+      o.dropout = r.number_value();
     } else if (f == "--autocast") {
       o.autocast = r.value();
     } else if (f == "--stop-after") {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/attention/products.h"
+#include "model/dropout.h"
 #include "model/kernels/amx_attention.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/fp32_attention.h"
@@ -18,7 +19,8 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
   auto scores = query_key_product(q, k);
   if (bias.defined()) scores = scores + bias;
   if (key_mask.defined()) scores = scores + key_mask;
-  const auto probs = torch::softmax(scores.to(torch::kFloat32), -1).to(v.scalar_type());
+  const auto probs =
+      dropout(torch::softmax(scores.to(torch::kFloat32), -1).to(v.scalar_type()), DropoutSite::kAttention);
   return weights_value_product(probs, v);
 }
 
@@ -97,7 +99,8 @@ torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor
   const auto vh = split_heads(v(x), heads);
   if (keys != nullptr) *keys = kh;
   if (values != nullptr) *values = vh;
-  if (is_cpu_inference_float(qh) && is_cpu_inference_float(kh)) {
+  // The kernels have no dropout (nor autograd): training takes LibTorch's form.
+  if (is_cpu_inference_float(qh) && is_cpu_inference_float(kh) && !dropout_active(DropoutSite::kAttention)) {
     if (amx_attention) return o(merge_heads(attend_amx(qh, kh, vh, bias, key_mask)));
     if (kernel_attention && kernels::use_cpu_kernels() && kernels::fp32_attention_available()) {
       return o(merge_heads(attend_fp32_kernel(qh, kh, vh, bias, key_mask)));

@@ -19,6 +19,7 @@
 #include "model/autocast.h"
 #include "model/data/encode.h"
 #include "model/data/examples.h"
+#include "model/dropout.h"
 #include "model/eval/batch_summarize.h"
 #include "model/eval/rouge.h"
 #include "model/generation/generate.h"
@@ -66,6 +67,21 @@ void validate(const TrainOptions& o) {
   check(o.stop_after >= 0, "stop-after must be >= 0");
   check(o.eval_examples >= 0 && o.eval_batch >= 1, "eval examples must be >= 0 and the eval batch >= 1");
   parse_autocast(o.autocast);  // throws naming the choices
+  check(!o.dropout || (*o.dropout >= 0 && *o.dropout < 1), "dropout must be in [0, 1)");
+}
+
+// How a training forward runs; validation runs in fp32 without dropout.
+struct TrainingMode {
+  std::optional<c10::ScalarType> mixed;  // autocast type
+  DropoutRates dropout;
+};
+
+// The seed of micro-batch `index`'s dropout masks (splitmix64 of the run's seed and the index).
+uint64_t dropout_seed(uint64_t seed, int64_t index) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(index) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
 }
 
 // What must match for a resumed run to continue the interrupted one exactly.
@@ -89,7 +105,8 @@ nlohmann::json options_json(const TrainOptions& o) {
           {"train_limit", o.train_limit ? nlohmann::json(*o.train_limit) : nlohmann::json()},
           {"seed", o.seed},
           {"device", o.device},
-          {"autocast", o.autocast}};
+          {"autocast", o.autocast},
+          {"dropout", o.dropout ? nlohmann::json(*o.dropout) : nlohmann::json()}};
 }
 
 std::vector<TokenizedExample> tokenize(const std::vector<data::Example>& examples, const Tokenizer& tok,
@@ -107,10 +124,11 @@ std::vector<TokenizedExample> tokenize(const std::vector<data::Example>& example
 }
 
 // Teacher-forced loss of one batch: decoder input = decoder_start + labels shifted right; L = the
-// target length limit for every row (the L generation uses). With `mixed`, the model's products run
-// under autocast in that type; the loss is computed from fp32 logits outside it.
+// target length limit for every row (the L generation uses). A training forward (`training`) drops
+// out at the mode's rates and, in mixed precision, runs the model's products under autocast; the loss
+// is computed from fp32 logits outside both.
 LossTerms batch_loss(Seq2SeqModel& model, const std::vector<TokenizedExample>& set, const std::vector<size_t>& rows,
-                     const TrainOptions& o, int64_t classes, std::optional<c10::ScalarType> mixed = std::nullopt) {
+                     const TrainOptions& o, int64_t classes, const TrainingMode* training = nullptr) {
   const auto& c = model.config();
   std::vector<const TokenIds*> inputs;
   size_t width = 1;
@@ -138,7 +156,11 @@ LossTerms batch_loss(Seq2SeqModel& model, const std::vector<TokenizedExample>& s
   torch::Tensor logits;
   {
     std::optional<AutocastScope> scope;
-    if (mixed) scope.emplace(dev.type(), *mixed);
+    std::optional<DropoutScope> drop;
+    if (training != nullptr) {
+      if (training->mixed) scope.emplace(dev.type(), *training->mixed);
+      drop.emplace(training->dropout);
+    }
     const auto enc = model.encode(padded.ids.to(dev), padded.mask.to(dev));
     logits = model.forward(enc, dec_in.to(dev), L).to(torch::kFloat32);
   }
@@ -267,8 +289,10 @@ class Run {
         group.push_back(micro_batch(step * o_.grad_accum + a));
         for (const auto r : group.back()) group_tokens += static_cast<int64_t>(train_[r].labels.size());
       }
-      for (const auto& rows : group) {
-        const auto t = batch_loss(*model_, train_, rows, o_, classes_, mixed_);
+      for (size_t a = 0; a < group.size(); ++a) {
+        const auto& rows = group[a];
+        torch::manual_seed(dropout_seed(o_.seed, step * o_.grad_accum + static_cast<int64_t>(a)));
+        const auto t = batch_loss(*model_, train_, rows, o_, classes_, &mode_);
         (t.loss_sum * (scaler_.scale() / static_cast<double>(group_tokens))).backward();
         interval_nll += t.nll_sum;
         interval_tokens += t.tokens;
@@ -393,13 +417,17 @@ class Run {
     if (lo.device.is_cuda() && !torch::cuda::is_available()) {
       throw std::invalid_argument("device " + o_.device + ": this build or machine has no CUDA; use --device cpu");
     }
-    mixed_ = parse_autocast(o_.autocast);
-    if (mixed_) {
-      const auto why = autocast_unsupported_reason(lo.device.type(), *mixed_);
+    mode_.mixed = parse_autocast(o_.autocast);
+    if (mode_.mixed) {
+      const auto why = autocast_unsupported_reason(lo.device.type(), *mode_.mixed);
       if (!why.empty()) throw std::invalid_argument("--autocast " + o_.autocast + ": " + why + "; use bf16 or off");
     }
-    scaler_ = LossScaler(mixed_ == c10::ScalarType::Half, saved_scale_, saved_good_updates_);
+    scaler_ = LossScaler(mode_.mixed == c10::ScalarType::Half, saved_scale_, saved_good_updates_);
     model_ = load_model(load_dir_, lo);
+    mode_.dropout = o_.dropout ? DropoutRates{*o_.dropout, *o_.dropout, *o_.dropout} : model_->config().dropout;
+    console_ << "dropout: hidden " << mode_.dropout.hidden << ", attention " << mode_.dropout.attention
+             << ", activation " << mode_.dropout.activation << (o_.dropout ? " (--dropout)" : " (the model's config)")
+             << (mode_.mixed ? "; autocast " + o_.autocast : std::string()) << std::endl;
     tokenizer_ = load_tokenizer(load_dir_);
     classes_ = std::min(tokenizer_->vocab_size(), model_->config().vocab_size);
     for (const auto& [name, p] : model_->named_parameters()) {
@@ -520,7 +548,7 @@ class Run {
   std::unique_ptr<AdamW> optimizer_;
   int64_t classes_ = 0, start_step_ = 0, batches_per_epoch_ = 1, plan_epoch_ = -1;
   double elapsed_before_ = 0.0;
-  std::optional<c10::ScalarType> mixed_;
+  TrainingMode mode_;
   LossScaler scaler_{false};
   int64_t skipped_ = 0, saved_good_updates_ = 0;
   double saved_scale_ = LossScaler::kInitialScale;

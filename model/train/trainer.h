@@ -27,6 +27,11 @@ struct TrainOptions {
   // Matrix products run in that type; parameters, gradients, AdamW, the loss, K^T V, ||K|| and the RAF
   // membrane stay fp32, and validation runs in fp32 (the model is saved and served in fp32).
   std::string autocast = "off";
+  // Dropout in training: every rate (hidden, attention, activation) set to this value; nullopt: the
+  // model config's rates (Hugging Face's fields and defaults, e.g. 0.1 for BART and T5). Each
+  // micro-batch's dropout draws from a generator seeded by (seed, micro-batch index), so a resumed
+  // run still repeats the uninterrupted one exactly.
+  std::optional<double> dropout;
 
   int64_t steps = 1000;  // optimizer updates
   int64_t batch_size = 16;

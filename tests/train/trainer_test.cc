@@ -199,6 +199,33 @@ TEST_F(Fixture, ClearErrors) {
   }
 }
 
+// Dropout (here --dropout 0.2 over a config without it) changes training, and a resumed run still
+// repeats the uninterrupted one exactly: each micro-batch's masks come from (seed, index).
+TEST_F(Fixture, DropoutTrainsAndResumesExactly) {
+  std::ostringstream console;
+  auto plain = options("no-dropout");
+  plain.stop_after = 1;
+  train(plain, console);
+  auto whole = options("dropout");
+  whole.dropout = 0.2;
+  train(whole, console);
+  EXPECT_NE(console.str().find("dropout: hidden 0.2, attention 0.2, activation 0.2 (--dropout)"), std::string::npos)
+      << console.str();
+  auto first = whole;
+  first.out_dir = tmp.path() / "dropout-pieces";
+  first.stop_after = 5;
+  train(first, console);
+  auto second = first;
+  second.stop_after = 0;
+  second.resume = true;
+  train(second, console);
+  const auto p = logged_losses(plain.out_dir), a = logged_losses(whole.out_dir), b = logged_losses(second.out_dir);
+  ASSERT_EQ(a.size(), 12u);
+  ASSERT_EQ(b.size(), 12u);
+  EXPECT_NE(a[0], p[0]);  // same weights, same batch: only the masks differ
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "update " << i + 1;
+}
+
 // bf16 autocast on the CPU: the products really run in bf16 (the first loss differs from fp32's, by
 // little), the model still learns, and resuming stays exact.
 TEST_F(Fixture, Bf16AutocastTrainsAndResumesExactly) {
