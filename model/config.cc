@@ -87,7 +87,9 @@ void parse_srformer(const nlohmann::json& j, ModelConfig& c) {
   if (const auto r = b.find("raf_init"); r != b.end() && r->is_object()) {
     s.raf_init_threshold = opt<double>(*r, "threshold").value_or(s.raf_init_threshold);
     s.raf_init_leak = opt<double>(*r, "leak").value_or(s.raf_init_leak);
+    s.raf_init_weight_scale = opt<double>(*r, "weight_scale").value_or(s.raf_init_weight_scale);
     if (s.raf_init_threshold <= 0) config_error("srformer.raf_init.threshold must be positive");
+    if (!(s.raf_init_weight_scale >= 0)) config_error("srformer.raf_init.weight_scale must be >= 0");
   }
   if (const auto L = opt<int64_t>(b, "expected_length")) {
     if (*L <= 0) config_error("srformer.expected_length must be positive");
@@ -297,6 +299,7 @@ nlohmann::json ModelConfig::to_json(const nlohmann::json* original) const {
     s["segment_size"] = srformer.segmented() ? nlohmann::json(srformer.segment_size) : nlohmann::json(nullptr);
     s["kv_clamp"] = srformer.kv_clamp ? nlohmann::json(*srformer.kv_clamp) : nlohmann::json(nullptr);
     s["raf_init"] = {{"threshold", srformer.raf_init_threshold}, {"leak", srformer.raf_init_leak}};
+    if (srformer.raf_init_weight_scale != 1.0) s["raf_init"]["weight_scale"] = srformer.raf_init_weight_scale;
     s["expected_length"] = srformer.expected_length;
     j["srformer"] = s;
   }

@@ -33,6 +33,9 @@ struct SrformerConfig {
   std::optional<double> kv_clamp;  // BART: 2.0; T5: none
   double raf_init_threshold = 0.1;
   double raf_init_leak = 0.5;
+  // SNN_kv's initial weights U(-b, b), b = weight_scale / sqrt(d): 1 is nn.Linear's default (the
+  // authors'); smaller values start the recurrent term small when converting a trained model.
+  double raf_init_weight_scale = 1.0;
   int64_t expected_length = 128;  // default L for generation
   // True when the cross-attention variant carries RAF parameters/state.
   bool uses_raf() const;

@@ -172,9 +172,9 @@ RafParams bind_raf(ParamBinder& w, const std::string& prefix, int64_t head_dim, 
                    uint64_t seed) {
   RafParams p;
   p.weight = w.take_raf(prefix + "SNN_kv.weight", {head_dim, head_dim}, [&] {
-    // nn.Linear default: kaiming_uniform(a=sqrt(5)) == U(-1/sqrt(in), 1/sqrt(in)).
+    // nn.Linear default: kaiming_uniform(a=sqrt(5)) == U(-1/sqrt(in), 1/sqrt(in)), times the config's scale.
     auto gen = at::detail::createCPUGenerator(seed);
-    const double bound = 1.0 / std::sqrt(static_cast<double>(head_dim));
+    const double bound = cfg.raf_init_weight_scale / std::sqrt(static_cast<double>(head_dim));
     return torch::empty({head_dim, head_dim}, torch::kFloat32).uniform_(-bound, bound, gen);
   });
   p.threshold = w.take_raf(prefix + "threshold", {1}, [&] { return torch::full({1}, cfg.raf_init_threshold); });

@@ -2,6 +2,7 @@
 // as a Hugging Face directory; turning a plain BART/T5 into SRformer adds the RAF parameters with
 // the authors' initial values (threshold 0.1; leak 0.1 T5 / 0.5 BART).
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@ int run_convert(const std::vector<std::string>& args) {
   std::string src, dst, kind;
   int64_t segment = 0;
   uint64_t seed = 0;
+  std::optional<double> weight_scale;
   torch::ScalarType storage = torch::kFloat32;
   for (ArgReader r(args); r.next();) {
     const auto& a = r.arg();
@@ -25,7 +27,9 @@ int run_convert(const std::vector<std::string>& args) {
                    "  model.safetensors (+ tokenizer files). With --cross-attention the model's variant changes;\n"
                    "  RAF parameters it lacks are created with the authors' initial values (SNN_kv seeded).\n"
                    "  --dtype: how the weights are stored (default fp32; fp16/bf16 halve the file, and the model\n"
-                   "  then computes with the rounded weights).\n";
+                   "  then computes with the rounded weights).\n"
+                   "  --raf-init-weight-scale X: SNN_kv starts as U(-X/sqrt(d), X/sqrt(d)) (default 1, the authors'\n"
+                   "  nn.Linear init); recorded in config.json's srformer.raf_init (docs/TRAINING.md, Table 3).\n";
       return 0;
     }
     if (a == "--cross-attention") {
@@ -34,6 +38,8 @@ int run_convert(const std::vector<std::string>& args) {
       segment = std::stoll(r.value());
     } else if (a == "--seed") {
       seed = std::stoull(r.value());
+    } else if (a == "--raf-init-weight-scale") {
+      weight_scale = std::stod(r.value());
     } else if (a == "--dtype") {
       storage = float_dtype_from_flag(r.value());
     } else if (src.empty()) {
@@ -52,6 +58,10 @@ int run_convert(const std::vector<std::string>& args) {
     cfg.srformer.cross_attention = cross_attention_from_string(kind);
     if (cfg.srformer.segmented() && segment <= 0) throw std::invalid_argument("--segment-size is required for " + kind);
     cfg.srformer.segment_size = cfg.srformer.segmented() ? segment : 0;
+    if (weight_scale) {
+      if (!(*weight_scale >= 0)) throw std::invalid_argument("--raf-init-weight-scale must be >= 0");
+      cfg.srformer.raf_init_weight_scale = *weight_scale;
+    }
     o.srformer = cfg.srformer;
     o.init_missing_raf = true;
   }

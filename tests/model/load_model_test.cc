@@ -73,6 +73,21 @@ TEST(LoadModel, PlainCheckpointServedAsSrformerNeedsConversion) {
     }
   }
   EXPECT_TRUE(found);
+
+  // raf_init.weight_scale scales the initial SNN_kv (the same draws) and is kept in the config.
+  auto scaled = o;
+  scaled.srformer->raf_init_weight_scale = 0.25;
+  auto small = load_model(d.path(), scaled);
+  const auto weight = [](const Seq2SeqModel& m) {
+    for (const auto& [name, t] : m.named_parameters()) {
+      if (name == "decoder.block.1.layer.1.EncDecAttention.SNN_kv.weight") return t;
+    }
+    return torch::Tensor();
+  };
+  ASSERT_TRUE(weight(*model).defined());
+  EXPECT_TRUE(torch::allclose(weight(*small), 0.25 * weight(*model)));
+  EXPECT_GT(weight(*model).abs().max().item<double>(), 0.8 / std::sqrt(8.0));  // U(-1/sqrt(d), ..), d = 8
+  EXPECT_DOUBLE_EQ(ModelConfig::from_json(small->config().to_json()).srformer.raf_init_weight_scale, 0.25);
 }
 
 TEST(LoadModel, SaveThenReloadGivesIdenticalLogits) {
