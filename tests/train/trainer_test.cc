@@ -95,6 +95,19 @@ std::vector<double> logged_losses(const fs::path& out) {
   return losses;
 }
 
+// Trains `o` into `out` up to update `stop`, then resumes it to the end; the logged losses.
+std::vector<double> losses_stopped_and_resumed(TrainOptions o, const fs::path& out, int64_t stop,
+                                               std::ostream& console) {
+  o.out_dir = out;
+  o.stop_after = stop;
+  o.resume = false;
+  train(o, console);
+  o.stop_after = 0;
+  o.resume = true;
+  train(o, console);
+  return logged_losses(out);
+}
+
 TEST_F(Fixture, LossFallsAndTheSavedModelReloadsToTheSameLoss) {
   auto o = options("run");
   o.steps = 40;
@@ -211,15 +224,8 @@ TEST_F(Fixture, DropoutTrainsAndResumesExactly) {
   train(whole, console);
   EXPECT_NE(console.str().find("dropout: hidden 0.2, attention 0.2, activation 0.2 (--dropout)"), std::string::npos)
       << console.str();
-  auto first = whole;
-  first.out_dir = tmp.path() / "dropout-pieces";
-  first.stop_after = 5;
-  train(first, console);
-  auto second = first;
-  second.stop_after = 0;
-  second.resume = true;
-  train(second, console);
-  const auto p = logged_losses(plain.out_dir), a = logged_losses(whole.out_dir), b = logged_losses(second.out_dir);
+  const auto b = losses_stopped_and_resumed(whole, tmp.path() / "dropout-pieces", 5, console);
+  const auto p = logged_losses(plain.out_dir), a = logged_losses(whole.out_dir);
   ASSERT_EQ(a.size(), 12u);
   ASSERT_EQ(b.size(), 12u);
   EXPECT_NE(a[0], p[0]);  // same weights, same batch: only the masks differ
@@ -246,19 +252,11 @@ TEST_F(Fixture, Bf16AutocastTrainsAndResumesExactly) {
   EXPECT_NEAR(a[0], f[0], 0.02 * f[0]);
   EXPECT_LT(a.back(), 0.6 * a.front()) << console.str();
 
-  auto first = whole;
-  first.out_dir = tmp.path() / "bf16-pieces";
-  first.stop_after = 7;
-  train(first, console);
-  auto second = whole;
-  second.out_dir = first.out_dir;
-  second.resume = true;
-  train(second, console);
-  const auto b = logged_losses(second.out_dir);
+  const auto b = losses_stopped_and_resumed(whole, tmp.path() / "bf16-pieces", 7, console);
   ASSERT_EQ(b.size(), 30u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "update " << i + 1;
   nlohmann::json state;
-  std::ifstream(latest_checkpoint(second.out_dir) / "trainer_state.json") >> state;
+  std::ifstream(latest_checkpoint(tmp.path() / "bf16-pieces") / "trainer_state.json") >> state;
   EXPECT_EQ(state["options"]["autocast"], "bf16");
   EXPECT_FALSE(state.contains("loss_scale"));  // bf16 needs no loss scaling
 }
