@@ -8,7 +8,13 @@
 # Env: BASE, DATA (data/debian: tools/data/build_dataset.py output), OUT (out/table2), STEPS (600), BATCH (16),
 #      LR (3e-3), WARMUP (0), D_MODEL (64), LAYERS (2), VOCAB (2000), TEST_N (500), THREADS (2),
 #      VARIANTS ("full:0 segmented:8 srformer:8 segmented:16 srformer:16 srformer:64"),
-#      MAX_INPUT (256), MAX_TARGET (32: also SRformer's expected length L).
+#      MAX_INPUT (256), MAX_TARGET (32: also SRformer's expected length L), DROPOUT (0: as the recorded runs;
+#      a BASE whose config lacks dropout fields would otherwise train with Hugging Face's 0.1),
+#      RAF_INIT_WEIGHT_SCALE (1: the authors' SNN_kv init; e.g. 0.01 starts the recurrent term small, and the
+#      variants' directories get a -w0.01 suffix).
+# The paper's Table 3 ablations (I: recurrent term only; II: no division by ||K||; III: no RAF, P used
+# directly; IV: RAF fed K_i^T V_i instead of P) are the same run with other variants:
+#   VARIANTS="segmented:16 srformer:16 ablation_i:16 ablation_ii:16 ablation_iii:16 ablation_iv:16" OUT=out/table3
 # The long-document run (RFC introductions -> abstracts, tools/data/build_rfc_dataset.py) is
 #   DATA=data/rfc OUT=out/table2-rfc MAX_INPUT=384 MAX_TARGET=96 BASE=... bash bench/table2_mini.sh
 set -euo pipefail
@@ -35,15 +41,18 @@ for v in $variants; do
   kind=${v%%:*} seg=${v##*:}
   name=$kind
   [ "$seg" = 0 ] || name=$kind-$seg
+  scale=${RAF_INIT_WEIGHT_SCALE:-1}
+  [ "$scale" = 1 ] || [ "$kind" = full ] || [ "$kind" = segmented ] || name=$name-w$scale
   if [ ! -f "$out/$name/model.safetensors" ]; then
     if [ "$kind" = full ]; then
       "$bin" convert "$init" "$out/$name-init" --cross-attention full >/dev/null
     else
-      "$bin" convert "$init" "$out/$name-init" --cross-attention "$kind" --segment-size "$seg" >/dev/null
+      "$bin" convert "$init" "$out/$name-init" --cross-attention "$kind" --segment-size "$seg" \
+        --raf-init-weight-scale "$scale" >/dev/null
     fi
     start=$(date +%s)
     "$bin" train "$out/$name-init" "$data/train.jsonl" --out "$out/$name" --steps "$steps" --batch "${BATCH:-16}" \
-      --lr "${LR:-3e-3}" --warmup "${WARMUP:-0}" --max-input-tokens "${MAX_INPUT:-256}" --max-target-tokens "${MAX_TARGET:-32}" --log-every 50 --threads "${THREADS:-2}" \
+      --lr "${LR:-3e-3}" --warmup "${WARMUP:-0}" --max-input-tokens "${MAX_INPUT:-256}" --max-target-tokens "${MAX_TARGET:-32}" --log-every 50 --threads "${THREADS:-2}" --dropout "${DROPOUT:-0}" \
       >"$out/$name.train.log" 2>&1
     echo "$(( $(date +%s) - start ))" > "$out/$name.seconds"
   fi
@@ -57,14 +66,14 @@ done
 /usr/bin/python3 - "$out" "${rows[@]}" <<'PY'
 import json, sys
 out = sys.argv[1]
-print("| cross-attention | segment | train loss (last 50 updates) | train time | ROUGE-1 | ROUGE-2 | ROUGE-L |")
+print("| cross-attention | segment | train loss (first / last 50 updates) | train time | ROUGE-1 | ROUGE-2 | ROUGE-L |")
 print("|---|---|---|---|---|---|---|")
 for row in sys.argv[2:]:
     name, kind, seg = row.split()
     log = [json.loads(l) for l in open(f"{out}/{name}/train_log.jsonl")]
-    loss = [e["loss"] for e in log if "loss" in e][-1]
+    losses = [e["loss"] for e in log if "loss" in e]  # logged every 50 updates
     secs = open(f"{out}/{name}.seconds").read().strip()
     s = json.load(open(f"{out}/{name}.eval/scores.json"))["rouge"]
     cell = lambda t: "%.2f [%.2f, %.2f]" % tuple(100 * s[t]["fmeasure"][k] for k in ("mid", "low", "high"))
-    print(f"| {kind} | {seg if seg != '0' else '-'} | {loss:.3f} | {secs} s | {cell('rouge1')} | {cell('rouge2')} | {cell('rougeL')} |")
+    print(f"| {kind} | {seg if seg != '0' else '-'} | {losses[0]:.3f} / {losses[-1]:.3f} | {secs} s | {cell('rouge1')} | {cell('rouge2')} | {cell('rougeL')} |")
 PY
