@@ -70,7 +70,7 @@ class EncoderDecoderModel : public Seq2SeqModel {
   std::vector<std::pair<std::string, torch::Tensor>> params_;
 
   // Sets device_, dtype_ and compute_dtype_ from the options. bf16 on the CPU computes in fp32 with the
-  // projection weights also held in bfloat16 for AMX; returns whether to pack them so.
+  // projection weights also held in bfloat16 (kernels/bf16_linear.h); returns whether to pack them so.
   bool set_precision(const LoadOptions& options);
 
   torch::Tensor mask_of(const torch::Tensor& attention_mask, const torch::Tensor& input_ids) const;

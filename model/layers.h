@@ -27,7 +27,7 @@ bool owns_storage(const torch::Tensor& t);
 struct Linear {
   torch::Tensor weight;  // [out, in]
   torch::Tensor bias;    // [out] or undefined
-  // `--dtype bf16` on the CPU: the weight in bfloat16 tiles for AMX (kernels/amx_linear.h), used for
+  // `--dtype bf16` on the CPU: the weight in bfloat16 tiles (kernels/bf16_linear.h: AMX or AVX512-BF16), used for
   // every product that autograd does not track. `weight` stays for saving and for LibTorch's path.
   std::shared_ptr<const kernels::Bf16PackedMatrix> packed;
   torch::Tensor operator()(const torch::Tensor& x) const;

@@ -6,7 +6,7 @@
 #include "model/bart.h"
 #include "model/io/checkpoint.h"
 #include "model/io/safetensors.h"
-#include "model/kernels/amx_linear.h"
+#include "model/kernels/bf16_linear.h"
 #include "model/seq2seq.h"
 #include "model/t5.h"
 
@@ -16,12 +16,14 @@ std::unique_ptr<Seq2SeqModel> load_model(const std::filesystem::path& dir, const
   auto config = ModelConfig::load(dir / "config.json");
   if (options.srformer) config.srformer = *options.srformer;
   if (options.device.is_cpu() && options.dtype == torch::kFloat16) {
-    throw std::invalid_argument("fp16 is for CUDA devices; on the CPU use fp32, or bf16 where the CPU has AMX");
-  }
-  if (options.device.is_cpu() && options.dtype == torch::kBFloat16 && !kernels::amx_available()) {
     throw std::invalid_argument(
-        "bf16 on the CPU needs Intel AMX (Xeon Sapphire Rapids or newer, Linux 5.16 or newer), which is not "
-        "available here (or SRFORMER_CPU_AMX=0 turned it off); use fp32");
+        "fp16 is for CUDA devices; on the CPU use fp32, or bf16 where the CPU has AMX or AVX512-BF16");
+  }
+  if (options.device.is_cpu() && options.dtype == torch::kBFloat16 && !kernels::cpu_bf16_available()) {
+    throw std::invalid_argument(
+        "bf16 on the CPU needs Intel AMX (Xeon Sapphire Rapids or newer, Linux 5.16 or newer) or AVX512-BF16 "
+        "(AMD Zen 4 or newer, Intel Cooper Lake), which this CPU lacks (or SRFORMER_CPU_AMX=0 and "
+        "SRFORMER_CPU_BF16_DOT=0 turned them off); use fp32");
   }
   const auto ckpt = CheckpointReader::open_dir(dir);
   if (config.arch == Architecture::kBart) return load_bart(config, ckpt, options);

@@ -15,7 +15,7 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 class ParamBinder {
  public:
-  // pack_bf16: projections also get their bfloat16 AMX form (Linear::bind; `--dtype bf16` on the CPU).
+  // pack_bf16: projections also get their bfloat16 form (Linear::bind; `--dtype bf16` on the CPU).
   ParamBinder(WeightBinder& binder, bool init_missing_raf, bool pack_bf16 = false)
       : binder_(binder), init_missing_raf_(init_missing_raf), pack_bf16_(pack_bf16) {}
 

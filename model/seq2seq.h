@@ -25,8 +25,8 @@ struct EncoderOutput {
 
 struct LoadOptions {
   torch::Device device = torch::kCPU;
-  // fp16/bf16 on CUDA (RAF/K^TV stay fp32). bf16 on the CPU (needs AMX): projections multiply bfloat16
-  // weights on AMX tiles, everything else stays fp32.
+  // fp16/bf16 on CUDA (RAF/K^TV stay fp32). bf16 on the CPU (needs AMX or AVX512-BF16): projections
+  // multiply bfloat16 weights (kernels/bf16_linear.h), everything else stays fp32.
   torch::ScalarType dtype = torch::kFloat32;
   // Replaces the checkpoint's "srformer" block (e.g. serve a plain checkpoint segmented).
   std::optional<SrformerConfig> srformer;

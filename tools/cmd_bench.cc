@@ -20,8 +20,8 @@
 #include "model/attention/segments.h"
 #include "model/dtype_name.h"
 #include "model/generation/searcher.h"
-#include "model/kernels/amx_linear.h"
 #include "model/kernels/avx2.h"
+#include "model/kernels/bf16_linear.h"
 #include "model/kernels/serial_region.h"
 #include "model/layers.h"
 #include "model/openmp_env.h"
@@ -47,7 +47,7 @@ struct BenchOptions {
   std::string model;                        // empty: all three decode models
   std::string trace;                        // chrome://tracing file of the timed decode steps (LibTorch's profiler)
   std::vector<bool> kernel_settings{true};  // decode steps with our CPU kernels on and/or off
-  std::vector<torch::ScalarType> dtypes{torch::kFloat32};  // decode models loaded as fp32 and/or bf16 (AMX)
+  std::vector<torch::ScalarType> dtypes{torch::kFloat32};  // decode models loaded as fp32 and/or bf16
   std::filesystem::path cache = std::filesystem::temp_directory_path() / "srformer-bench-models";
 };
 
@@ -261,10 +261,10 @@ void bench_linear(const BenchOptions& o) {
   for (const auto& sh : shapes) {
     const auto w = torch::randn({sh.out, sh.in}) * 0.02;
     const auto bias = torch::randn({sh.out}) * 0.02;
-    Linear amx;  // the same weights in bfloat16 on AMX tiles, where the CPU has them
-    amx.weight = w;
-    amx.bias = bias;
-    if (kernels::amx_available()) amx.pack_bf16();
+    Linear bf16;  // the same weights in bfloat16 (AMX or AVX512-BF16), where the CPU has either
+    bf16.weight = w;
+    bf16.bias = bias;
+    if (kernels::cpu_bf16_available()) bf16.pack_bf16();
     for (const int64_t rows : {1, 2, 4, 8, 16, 32, 64, 512, 2048}) {
       const auto x = torch::randn({rows, 1, sh.in});
       const int reps = o.quick ? 3 : (sh.out > 10000 ? 10 : 50);
@@ -286,15 +286,19 @@ void bench_linear(const BenchOptions& o) {
         << rows << " torch::linear " << std::setw(8) << torch_ms << " ms  srformer::linear " << std::setw(8) << ours_ms
         << " ms  speed-up " << std::setw(6) << torch_ms / ours_ms << " weights at " << std::setprecision(1)
         << gb / (ours_ms / 1000.0) << " GB/s  max |diff| " << std::scientific << std::setprecision(1) << diff;
-      if (amx.packed) {
-        const double amx_ms = time_ms([&] { return amx(x); });
-        const double amx_diff = (reference - amx(x)).abs().max().item<double>();
-        j["amx_bf16_ms"] = amx_ms;
-        j["amx_bf16_max_abs_diff"] = amx_diff;
-        j["amx_bf16_gflops"] = 2e-6 * static_cast<double>(rows * sh.out * sh.in) / amx_ms;
-        h << std::fixed << std::setprecision(3) << "  bf16 AMX " << amx_ms << " ms (" << std::setprecision(0)
-          << j["amx_bf16_gflops"].get<double>() << " GFLOP/s, max |diff| " << std::scientific << std::setprecision(1)
-          << amx_diff << ")";
+      const double flop = 2.0 * static_cast<double>(rows * sh.out * sh.in);
+      j["srformer_gflops"] = 1e-6 * flop / ours_ms;
+      if (bf16.packed) {
+        const double bf16_ms = time_ms([&] { return bf16(x); });
+        const double bf16_diff = (reference - bf16(x)).abs().max().item<double>();
+        j["bf16_backend"] = kernels::cpu_bf16_backend();
+        j["bf16_ms"] = bf16_ms;
+        j["bf16_max_abs_diff"] = bf16_diff;
+        j["bf16_gflops"] = 1e-6 * flop / bf16_ms;
+        h << std::fixed << std::setprecision(3) << "  bf16 (" << kernels::cpu_bf16_backend() << ") " << bf16_ms
+          << " ms, " << std::setprecision(2) << ours_ms / bf16_ms << "x fp32 (" << std::setprecision(0)
+          << j["srformer_gflops"].get<double>() << " -> " << j["bf16_gflops"].get<double>() << " GFLOP/s), max |diff| "
+          << std::scientific << std::setprecision(1) << bf16_diff;
       }
       emit(o, j, h.str());
     }
@@ -361,8 +365,8 @@ int run_bench(const std::vector<std::string>& args) {
              "  decode steps with our AVX2 CPU kernels (on, the default), through LibTorch only, or both.\n"
              "  --lengths: the input lengths of the cross-attention figures (default 1024,4096,16384).\n"
              "  --input-tokens: the input length of the decode figures (default 1024).\n"
-             "  --dtype: decode models in fp32 (default), bf16 (projections on AMX tiles; needs AMX) or both.\n"
-             "  --only linear adds the bf16 AMX product beside the fp32 ones where the CPU has AMX.\n";
+             "  --dtype: decode models in fp32 (default), bf16 (projections in bfloat16 on AMX or AVX512-BF16)\n"
+             "  or both. --only linear adds the bf16 product beside the fp32 ones where the CPU has either.\n";
       return 0;
     }
     if (a == "--json") {

@@ -10,6 +10,7 @@
 #include "model/dropout.h"
 #include "model/kernels/amx_attention.h"
 #include "model/kernels/avx2.h"
+#include "model/kernels/bf16_linear.h"
 #include "model/kernels/fp32_attention.h"
 
 namespace srformer {
@@ -101,7 +102,7 @@ torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor
   if (values != nullptr) *values = vh;
   // The kernels have no dropout (nor autograd): training takes LibTorch's form.
   if (is_cpu_inference_float(qh) && is_cpu_inference_float(kh) && !dropout_active(DropoutSite::kAttention)) {
-    if (amx_attention) return o(merge_heads(attend_amx(qh, kh, vh, bias, key_mask)));
+    if (amx_attention && kernels::amx_available()) return o(merge_heads(attend_amx(qh, kh, vh, bias, key_mask)));
     if (kernel_attention && kernels::use_cpu_kernels() && kernels::fp32_attention_available()) {
       return o(merge_heads(attend_fp32_kernel(qh, kh, vh, bias, key_mask)));
     }

@@ -12,7 +12,8 @@ struct SelfAttention {
   int64_t heads = 0;
   double scale = 1.0;  // BART: head_dim^-0.5 on the query; T5: 1
   // Encoder layers under `--dtype bf16` on the CPU: forward() multiplies q kᵀ and p v on AMX tiles
-  // (kernels/amx_attention.h) when autograd does not track them. Not for the decoder, whose
+  // (kernels/amx_attention.h) when autograd does not track them and the CPU has AMX (without it, the
+  // fp32 kernel below). Not for the decoder, whose
   // teacher-forced and incremental forms must agree.
   bool amx_attention = false;
   // Encoder layers in fp32 on the CPU: forward() runs softmax(q kᵀ) v in our AVX-512 kernel

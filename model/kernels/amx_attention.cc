@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <vector>
 
-#include "model/kernels/amx_linear.h"
 #include "model/kernels/attention_groups.h"
 #include "model/kernels/avx2.h"
+#include "model/kernels/bf16_linear.h"
 
 namespace srformer::kernels {
 

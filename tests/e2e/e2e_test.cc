@@ -9,7 +9,7 @@
 #include <regex>
 
 #include "model/generation/generate.h"
-#include "model/kernels/amx_linear.h"
+#include "model/kernels/bf16_linear.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tests/e2e/process.h"
@@ -116,9 +116,11 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
   EXPECT_EQ(piped.exit_code, 1);
 }
 
-// bf16 on AMX: the server says so, and each summary, decoded among others, equals the offline bf16 one.
+// bf16 on the CPU (AMX or AVX512-BF16): the server says so, and each summary, decoded among others, equals the offline bf16 one.
 TEST_F(EndToEnd, Bf16OnTheCpuServesWhatOfflineBf16Gives) {
-  if (!kernels::amx_available()) GTEST_SKIP() << "this CPU has no AMX: the server refuses --dtype bf16 here";
+  if (!kernels::cpu_bf16_available()) {
+    GTEST_SKIP() << "this CPU has neither AMX nor AVX512-BF16: the server refuses --dtype bf16 here";
+  }
   auto server = start({"--dtype", "bf16"});
   const std::string t = " --target " + server->target();
   auto models = run_command(kClient + t + " --list-models --json");

@@ -1,8 +1,9 @@
-// bf16 on the CPU: the AMX projection kernel (model/kernels/amx_linear.h) against products of the
-// bfloat16-rounded factors computed in double, over shapes that reach every padding path (inputs not
-// a multiple of 32, outputs not a multiple of 16, rows not a multiple of 16, one or two tiles of each);
-// that a row's result does not depend on the other rows or on the thread count; and what a model
-// loaded with --dtype bf16 does with it.
+// bf16 on the CPU: both backends of the bfloat16 projection (model/kernels/bf16_linear.h: AMX tiles,
+// AVX512-BF16 dot products), each that this CPU has, against products of the bfloat16-rounded factors
+// computed in double, over shapes that reach every padding and blocking path (inputs not a multiple
+// of 32, outputs not a multiple of 16 or 64, rows not a multiple of 6 or 16); that a row's result does
+// not depend on the other rows or on the thread count; and what a model loaded with --dtype bf16 does
+// with it, on each backend.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -10,9 +11,10 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "model/attention/self_attention.h"
-#include "model/kernels/amx_linear.h"
+#include "model/kernels/bf16_linear.h"
 #include "model/layers.h"
 #include "model/random_model.h"
 #include "model/seq2seq.h"
@@ -28,8 +30,37 @@ using kernels::Bf16PackedMatrix;
 #define SKIP_WITHOUT_AMX()                                                  \
   if (!amx_available())                                                     \
   GTEST_SKIP() << "this CPU has no AMX-BF16 (or the OS refused its tile "   \
-                  "state): the kernel never runs here and bf16 models are " \
-                  "refused at load (LoadBf16.FailsClearlyWithoutAmx)"
+                  "state): the AMX attention kernel never runs here (bf16 " \
+                  "encoders use the fp32 attention kernel)"
+
+// The bf16 backends this CPU has: "amx" and/or "avx512-bf16".
+std::vector<std::string> cpu_bf16_backends() {
+  std::vector<std::string> out;
+  if (kernels::amx_available()) out.emplace_back("amx");
+  if (kernels::dot_bf16_available()) out.emplace_back("avx512-bf16");
+  return out;
+}
+
+// Makes `backend` the one that multiplies (AMX wins whenever it is on), until destroyed.
+class UseBackend {
+ public:
+  explicit UseBackend(const std::string& backend) {
+    kernels::set_amx(backend == "amx");
+    kernels::set_dot_bf16(backend == "avx512-bf16");
+  }
+  UseBackend(const UseBackend&) = delete;
+  UseBackend& operator=(const UseBackend&) = delete;
+  ~UseBackend() {
+    kernels::set_amx(true);
+    kernels::set_dot_bf16(true);
+  }
+};
+
+#define SKIP_WITHOUT_BF16()                                                     \
+  if (cpu_bf16_backends().empty())                                              \
+  GTEST_SKIP() << "this CPU has neither AMX-BF16 nor AVX512-BF16: the kernels " \
+                  "never run here and bf16 models are refused at load "         \
+                  "(LoadBf16.FailsClearlyWithoutBf16Units)"
 
 torch::Tensor multiply(const Bf16PackedMatrix& m, const torch::Tensor& x, int threads) {
   auto y = torch::full({x.size(0), m.out()}, std::numeric_limits<float>::quiet_NaN());
@@ -41,31 +72,34 @@ Bf16PackedMatrix pack(const torch::Tensor& w, const torch::Tensor& b) {
   return Bf16PackedMatrix(w.data_ptr<float>(), w.size(0), w.size(1), b.defined() ? b.data_ptr<float>() : nullptr);
 }
 
-TEST(AmxLinear, MatchesDoubleProductOfBf16RoundedFactors) {
-  SKIP_WITHOUT_AMX();
+TEST(Bf16Linear, MatchesDoubleProductOfBf16RoundedFactors) {
+  SKIP_WITHOUT_BF16();
   torch::manual_seed(3);
-  for (const int64_t in : {3, 32, 45, 64, 100, 775}) {
-    for (const int64_t out : {1, 16, 17, 37, 70}) {
-      const auto w = torch::randn({out, in});
-      const auto b = torch::randn({out});
-      for (const bool with_bias : {false, true}) {
-        const auto bias = with_bias ? b : torch::Tensor();
-        const auto m = pack(w, bias);
-        for (const int64_t rows : {1, 15, 16, 17, 33, 70, 600}) {  // 600: two passes of 512 rows
-          const auto x = torch::randn({rows, in});
-          // The factors as the kernel sees them: rounded to nearest even (LibTorch rounds the same way).
-          const auto xr = x.to(torch::kBFloat16).to(torch::kFloat64);
-          const auto wr = w.to(torch::kBFloat16).to(torch::kFloat64);
-          auto ref = torch::matmul(xr, wr.t());
-          if (with_bias) ref = ref + b.to(torch::kFloat64);
-          // fp32 sums over `in` products: allow a few ulps of the sum of magnitudes.
-          auto bound = torch::matmul(xr.abs(), wr.abs().t()) * 1e-6 + 1e-6;
-          if (with_bias) bound = bound + b.abs().to(torch::kFloat64) * 1e-6;
-          for (const int threads : {1, 2}) {
-            const auto y = multiply(m, x, threads).to(torch::kFloat64);
-            EXPECT_TRUE(((y - ref).abs() <= bound).all().item<bool>())
-                << "in=" << in << " out=" << out << " rows=" << rows << " threads=" << threads << " bias=" << with_bias
-                << " max |diff| " << (y - ref).abs().max().item<double>();
+  for (const auto& backend : cpu_bf16_backends()) {
+    const UseBackend use(backend);
+    for (const int64_t in : {3, 32, 45, 64, 100, 775}) {
+      for (const int64_t out : {1, 16, 17, 37, 70, 130}) {  // 70, 130: a partial register block of tiles
+        const auto w = torch::randn({out, in});
+        const auto b = torch::randn({out});
+        for (const bool with_bias : {false, true}) {
+          const auto bias = with_bias ? b : torch::Tensor();
+          const auto m = pack(w, bias);
+          for (const int64_t rows : {1, 5, 6, 7, 15, 16, 17, 33, 70, 600}) {  // 600: two passes of 512 rows
+            const auto x = torch::randn({rows, in});
+            // The factors as the kernel sees them: rounded to nearest even (LibTorch rounds the same way).
+            const auto xr = x.to(torch::kBFloat16).to(torch::kFloat64);
+            const auto wr = w.to(torch::kBFloat16).to(torch::kFloat64);
+            auto ref = torch::matmul(xr, wr.t());
+            if (with_bias) ref = ref + b.to(torch::kFloat64);
+            // fp32 sums over `in` products: allow a few ulps of the sum of magnitudes.
+            auto bound = torch::matmul(xr.abs(), wr.abs().t()) * 1e-6 + 1e-6;
+            if (with_bias) bound = bound + b.abs().to(torch::kFloat64) * 1e-6;
+            for (const int threads : {1, 2}) {
+              const auto y = multiply(m, x, threads).to(torch::kFloat64);
+              EXPECT_TRUE(((y - ref).abs() <= bound).all().item<bool>())
+                  << backend << " in=" << in << " out=" << out << " rows=" << rows << " threads=" << threads
+                  << " bias=" << with_bias << " max |diff| " << (y - ref).abs().max().item<double>();
+            }
           }
         }
       }
@@ -73,35 +107,41 @@ TEST(AmxLinear, MatchesDoubleProductOfBf16RoundedFactors) {
   }
 }
 
-TEST(AmxLinear, RowResultDoesNotDependOnOtherRowsOrThreads) {
-  SKIP_WITHOUT_AMX();
+TEST(Bf16Linear, RowResultDoesNotDependOnOtherRowsOrThreads) {
+  SKIP_WITHOUT_BF16();
   torch::manual_seed(4);
-  const auto w = torch::randn({70, 100});
-  const auto b = torch::randn({70});
+  const auto w = torch::randn({130, 100});
+  const auto b = torch::randn({130});
   const auto m = pack(w, b);
   const auto x = torch::randn({37, 100});
-  const auto together = multiply(m, x, 2);
-  for (int64_t r = 0; r < x.size(0); ++r) {
-    const auto alone = multiply(m, x.narrow(0, r, 1).contiguous(), 1);
-    EXPECT_TRUE(torch::equal(alone[0], together[r])) << "row " << r;
+  for (const auto& backend : cpu_bf16_backends()) {
+    const UseBackend use(backend);
+    const auto together = multiply(m, x, 2);
+    for (int64_t r = 0; r < x.size(0); ++r) {
+      const auto alone = multiply(m, x.narrow(0, r, 1).contiguous(), 1);
+      EXPECT_TRUE(torch::equal(alone[0], together[r])) << backend << " row " << r;
+    }
   }
 }
 
-TEST(AmxLinear, RoundsInputsToNearestEven) {
-  SKIP_WITHOUT_AMX();
+TEST(Bf16Linear, RoundsInputsToNearestEven) {
+  SKIP_WITHOUT_BF16();
   // One input, weight 1: the output is the input as bfloat16. 1 + 3·2^-9 lies between 1 + 2^-8 and
   // 1 + 2^-7 (nearer the second); truncation would give 1 + 2^-8.
   const auto w = torch::ones({1, 1});
   const auto m = pack(w, torch::Tensor());
   const auto x = torch::tensor({{1.0F + 3.0F / 512.0F}, {1.0F + 1.0F / 512.0F}, {-2.5F}});
-  const auto y = multiply(m, x, 1);
-  EXPECT_EQ(y[0][0].item<float>(), 1.0F + 1.0F / 128.0F);
-  EXPECT_EQ(y[1][0].item<float>(), 1.0F);  // a tie goes to the even neighbour
-  EXPECT_EQ(y[2][0].item<float>(), -2.5F);
+  for (const auto& backend : cpu_bf16_backends()) {
+    const UseBackend use(backend);
+    const auto y = multiply(m, x, 1);
+    EXPECT_EQ(y[0][0].item<float>(), 1.0F + 1.0F / 128.0F) << backend;
+    EXPECT_EQ(y[1][0].item<float>(), 1.0F) << backend;  // a tie goes to the even neighbour
+    EXPECT_EQ(y[2][0].item<float>(), -2.5F) << backend;
+  }
 }
 
-TEST(AmxLinear, TrackedProductsTakeLibTorchsFp32Path) {
-  SKIP_WITHOUT_AMX();
+TEST(Bf16Linear, TrackedProductsTakeLibTorchsFp32Path) {
+  SKIP_WITHOUT_BF16();
   torch::manual_seed(5);
   Linear l;
   l.weight = torch::randn({20, 40}).requires_grad_(true);
@@ -114,12 +154,22 @@ TEST(AmxLinear, TrackedProductsTakeLibTorchsFp32Path) {
   EXPECT_TRUE(torch::equal(y, torch::linear(x, l.weight, l.bias)));
   y.sum().backward();
   EXPECT_TRUE(l.weight.grad().defined());
-  // Inference goes through the tiles: bf16 error, not fp32's.
+  // Inference goes through the bfloat16 product: bf16 error, not fp32's.
   torch::NoGradGuard no_grad;
   const auto fast = l(x);
   const auto exact = torch::linear(x, l.weight, l.bias);
   EXPECT_FALSE(torch::equal(fast, exact));
   EXPECT_TRUE(torch::allclose(fast, exact, 2e-2, 2e-2));
+}
+
+TEST(Bf16Linear, NoBackendIsAClearError) {
+  const Bf16PackedMatrix m(std::vector<float>(4, 1.0F).data(), 2, 2, nullptr);
+  const UseBackend none("none");
+  std::vector<float> x(2, 1.0F);
+  std::vector<float> y(2);
+  EXPECT_FALSE(kernels::cpu_bf16_available());
+  EXPECT_STREQ(kernels::cpu_bf16_backend(), "none");
+  EXPECT_THROW(m.multiply(x.data(), 1, y.data(), 1), std::logic_error);
 }
 
 TEST(AmxAttention, MatchesFp32AttentionWithMasksAndPositionBias) {
@@ -134,7 +184,7 @@ TEST(AmxAttention, QueryWithEveryKeyMaskedGetsZeros) {
 }
 
 TEST(LoadBf16, ModelKeepsFp32ParametersAndReportsBf16) {
-  SKIP_WITHOUT_AMX();
+  SKIP_WITHOUT_BF16();
   testing::TempDir dir("bf16");
   write_random_model(dir.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4), 8);
   LoadOptions o;
@@ -149,12 +199,16 @@ TEST(LoadBf16, ModelKeepsFp32ParametersAndReportsBf16) {
   const auto ids = torch::randint(3, 96, {2, 19}, torch::kLong);
   const auto mask = torch::ones({2, 19}, torch::kLong);
   const auto dec = torch::randint(3, 96, {2, 7}, torch::kLong);
-  const auto a = bf16->forward(bf16->encode(ids, mask), dec);
   const auto b = fp32->forward(fp32->encode(ids, mask), dec);
-  // Close to fp32 (bfloat16 keeps 8 bits of each factor), but not fp32: the tiles did the products.
-  const double scale = b.abs().max().item<double>();
-  EXPECT_LT((a - b).abs().max().item<double>(), 0.05 * scale);
-  EXPECT_GT((a - b).abs().max().item<double>(), 0.0);
+  // The same loaded model on each backend (without AMX the encoder's attention takes the fp32 kernel).
+  for (const auto& backend : cpu_bf16_backends()) {
+    const UseBackend use(backend);
+    const auto a = bf16->forward(bf16->encode(ids, mask), dec);
+    // Close to fp32 (bfloat16 keeps 8 bits of each factor), but not fp32: the bf16 kernel did the products.
+    const double scale = b.abs().max().item<double>();
+    EXPECT_LT((a - b).abs().max().item<double>(), 0.05 * scale) << backend;
+    EXPECT_GT((a - b).abs().max().item<double>(), 0.0) << backend;
+  }
 }
 
 // What load_model says when a tiny model is loaded as `dtype` on the CPU ("loaded" when it loads).
@@ -176,14 +230,13 @@ TEST(LoadBf16, Fp16OnTheCpuIsAClearError) {
   EXPECT_NE(message.find("fp16 is for CUDA devices"), std::string::npos) << message;
 }
 
-TEST(LoadBf16, FailsClearlyWithoutAmx) {
-  // As on a CPU without AMX (or with SRFORMER_CPU_AMX=0).
-  kernels::set_amx(false);
-  struct Restore {
-    ~Restore() { kernels::set_amx(true); }
-  } restore;
+TEST(LoadBf16, FailsClearlyWithoutBf16Units) {
+  // As on a CPU with neither AMX nor AVX512-BF16 (or with SRFORMER_CPU_AMX=0 SRFORMER_CPU_BF16_DOT=0).
+  const UseBackend none("none");
   const auto message = cpu_load_error(torch::kBFloat16);
   EXPECT_NE(message.find("needs Intel AMX"), std::string::npos) << message;
+  EXPECT_NE(message.find("AVX512-BF16"), std::string::npos) << message;
+  EXPECT_NE(message.find("use fp32"), std::string::npos) << message;
 }
 
 }  // namespace

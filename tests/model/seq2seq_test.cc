@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "model/attention/segments.h"
-#include "model/kernels/amx_linear.h"
+#include "model/kernels/bf16_linear.h"
 #include "model/kernels/avx2.h"
 #include "model/random_model.h"
 #include "tests/support/temp_dir.h"
@@ -25,7 +25,7 @@ constexpr CrossAttentionKind kAllKinds[] = {
 struct Case {
   Architecture arch;
   CrossAttentionKind kind;
-  torch::ScalarType dtype = torch::kFloat32;  // bf16: the CPU's AMX projections (kernels/amx_linear.h)
+  torch::ScalarType dtype = torch::kFloat32;  // bf16: the CPU's bfloat16 projections (kernels/amx_linear.h)
 };
 
 std::vector<int64_t> ints(const torch::Tensor& t) {
@@ -41,8 +41,8 @@ std::string name_of(const ::testing::TestParamInfo<Case>& info) {
 class Seq2SeqProperties : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    if (GetParam().dtype == torch::kBFloat16 && !kernels::amx_available()) {
-      GTEST_SKIP() << "this CPU has no AMX-BF16 (or the OS refused its tile state): bf16 models cannot load here";
+    if (GetParam().dtype == torch::kBFloat16 && !kernels::cpu_bf16_available()) {
+      GTEST_SKIP() << "this CPU has neither AMX-BF16 nor AVX512-BF16: bf16 models cannot load here";
     }
     torch::manual_seed(1);
     write_random_model(dir_.path(), tiny_config(GetParam().arch, GetParam().kind, /*segment_size=*/4), 42);
@@ -61,8 +61,11 @@ class Seq2SeqProperties : public ::testing::TestWithParam<Case> {
   }
   // Two computations of the same logits differ by fp32 rounding (`fp32`); with bf16 projections a
   // rounding difference can also move an input of a projection to the neighbouring bfloat16 (2^-8
-  // relative), which the next layers carry on: still far below what a wrong segment or state gives.
-  double tolerance(double fp32) const { return GetParam().dtype == torch::kBFloat16 ? 2e-3 : fp32; }
+  // relative), which the next layers carry on: a fraction of 2^-8 of the logits' size (`ref`), still
+  // far below what a wrong segment or state gives.
+  double tolerance(double fp32, const torch::Tensor& ref) const {
+    return GetParam().dtype == torch::kBFloat16 ? 2e-3 * (1.0 + ref.abs().max().item<double>()) : fp32;
+  }
   TempDir dir_{"seq2seq"};
   std::unique_ptr<Seq2SeqModel> model_;
 };
@@ -77,7 +80,7 @@ TEST_P(Seq2SeqProperties, IncrementalEqualsTeacherForcedIncludingSkippedSegments
   const auto tf = model_->forward(enc, dec, L);
   auto st = model_->start(enc, L);
   const auto inc = incremental(st, dec);
-  EXPECT_LE((tf - inc).abs().max().item<double>(), tolerance(1e-5));
+  EXPECT_LE((tf - inc).abs().max().item<double>(), tolerance(1e-5, inc));
   if (model_->config().srformer.segmented()) {
     // Row 1 visits segments 0, 2, 4, 5 (t*6/3): the schedule really skipped some.
     EXPECT_EQ(st.segment[1].item<int64_t>(), 5);
@@ -98,7 +101,7 @@ TEST_P(Seq2SeqProperties, IncrementalEqualsTeacherForcedWithManySwitches) {
   const auto tf = model_->forward(enc, dec, L);
   auto st = model_->start(enc, L);
   const auto inc = incremental(st, dec);
-  EXPECT_LE((tf - inc).abs().max().item<double>(), tolerance(1e-5));
+  EXPECT_LE((tf - inc).abs().max().item<double>(), tolerance(1e-5, inc));
   if (model_->config().srformer.segmented()) {
     EXPECT_EQ(st.segment_switches[0].item<int64_t>(), 12);
     EXPECT_EQ(st.segment_switches[1].item<int64_t>(), 4);
@@ -117,7 +120,7 @@ TEST_P(Seq2SeqProperties, PaddedRowEqualsUnpaddedRow) {
   mask[0].narrow(0, 0, 13).fill_(1);
   mask[1].fill_(1);
   const auto both = model_->forward(model_->encode(padded, mask), torch::cat({dec, random_ids(1, 6)}, 0));
-  EXPECT_LE((both[0] - alone[0]).abs().max().item<double>(), tolerance(1e-5));
+  EXPECT_LE((both[0] - alone[0]).abs().max().item<double>(), tolerance(1e-5, alone[0]));
 }
 
 TEST_P(Seq2SeqProperties, RowInsideABatchOfOtherRowsEqualsRowAlone) {
@@ -147,7 +150,7 @@ TEST_P(Seq2SeqProperties, RowInsideABatchOfOtherRowsEqualsRowAlone) {
     if (t == 4) st.select(torch::tensor({1, 2}, torch::kLong));  // row 0 finishes
     if (t == 5) st.compact();
   }
-  EXPECT_LE((torch::stack(ours, 0) - alone[0]).abs().max().item<double>(), tolerance(1e-5));
+  EXPECT_LE((torch::stack(ours, 0) - alone[0]).abs().max().item<double>(), tolerance(1e-5, alone[0]));
 }
 
 // A row leaving frees its slot of cross keys/values and switch table (LayerState::cross_row; nothing
@@ -187,8 +190,9 @@ TEST_P(Seq2SeqProperties, JoinIntoALeftRowsSlotEqualsRowAlone) {
     row0.push_back(logits[0]);
     joined.push_back(logits[2]);
   }
-  EXPECT_LE((torch::stack(row0, 0) - row0_alone.narrow(0, 3, 4)).abs().max().item<double>(), tolerance(1e-5));
-  EXPECT_LE((torch::stack(joined, 0) - joiner_alone).abs().max().item<double>(), tolerance(1e-5));
+  EXPECT_LE((torch::stack(row0, 0) - row0_alone.narrow(0, 3, 4)).abs().max().item<double>(),
+            tolerance(1e-5, row0_alone.narrow(0, 3, 4)));
+  EXPECT_LE((torch::stack(joined, 0) - joiner_alone).abs().max().item<double>(), tolerance(1e-5, joiner_alone));
 
   // Beams of the joined row: two rows reading one slot, decoding alike; the slot counts once.
   auto beams = st;
@@ -220,7 +224,7 @@ TEST_P(Seq2SeqProperties, BeamStyleReorderCarriesTheMembraneAlong) {
   for (int64_t t = 3; t < 7; ++t) {
     const auto a = model_->step(st, dec.select(1, t));
     const auto b = model_->step(swapped, dec.select(1, t).flip(0));
-    EXPECT_LE((a - b.flip(0)).abs().max().item<double>(), tolerance(1e-6));
+    EXPECT_LE((a - b.flip(0)).abs().max().item<double>(), tolerance(1e-6, b.flip(0)));
   }
 }
 
@@ -255,11 +259,11 @@ TEST_P(Seq2SeqProperties, PrecomputedSwitchDrivesEqualDrivesComputedAtEachSwitch
     for (int64_t t = 0; t < dec.size(1); ++t) {
       const auto x = model_->step(a, dec.select(1, t));
       const auto y = on_switch->step(b, dec.select(1, t));
-      ASSERT_LE((x - y).abs().max().item<double>(), tolerance(1e-6)) << "step " << t;
+      ASSERT_LE((x - y).abs().max().item<double>(), tolerance(1e-6, y)) << "step " << t;
     }
     // The table's products run batched over all switches (another summation order): fp32 rounding.
     const auto close = [this](const torch::Tensor& x, const torch::Tensor& y) {
-      return (x - y).abs().max().item<double>() <= tolerance(1e-6) * (1.0 + y.abs().max().item<double>());
+      return (x - y).abs().max().item<double>() <= tolerance(1e-6 * (1.0 + y.abs().max().item<double>()), y);
     };
     for (size_t l = 0; l < a.layers.size(); ++l) {
       if (!a.layers[l].mem.defined()) continue;
@@ -280,7 +284,7 @@ INSTANTIATE_TEST_SUITE_P(AllVariants, Seq2SeqProperties, ::testing::ValuesIn([] 
                          }()),
                          name_of);
 
-// The same properties with bf16 projections on AMX tiles: each row's products do not depend on the
+// The same properties with bf16 projections (AMX or AVX512-BF16): each row's products do not depend on the
 // other rows of the call, so batching, padding and the incremental form agree as in fp32.
 INSTANTIATE_TEST_SUITE_P(CpuBf16, Seq2SeqProperties, ::testing::ValuesIn([] {
                            std::vector<Case> cases;

@@ -1,12 +1,17 @@
 #pragma once
-// y = x Wᵀ + b with W held in bfloat16 and multiplied on Intel AMX tiles (`--dtype bf16` on the CPU).
-// The input rows are rounded to bfloat16 on the way in, products are summed in fp32 and y is fp32: the
-// error is bfloat16's (8 bits of mantissa in each factor), while the tile units do ~2 TFLOP/s per core
-// where our fp32 AVX-512 kernel does ~40, and the weights are half the bytes to stream.
+// y = x Wᵀ + b with W held in bfloat16 (`--dtype bf16` on the CPU). The input rows are rounded to
+// bfloat16 on the way in, products are summed in fp32 and y is fp32: the error is bfloat16's (8 bits
+// of mantissa in each factor), while the weights are half the bytes to stream and the CPU's bfloat16
+// units do more multiply-adds per cycle than its fp32 ones. Two backends share one packed layout:
+//  * Intel AMX tiles (Sapphire Rapids and newer; kernels/amx_linear.cc), ~2 TFLOP/s per core;
+//  * AVX512-BF16 dot products (`vdpbf16ps`: AMD Zen 4 and newer, Intel Cooper Lake;
+//    kernels/dot_bf16_linear.cc), twice the multiply-adds of an fp32 FMA per instruction.
+// AMX is used where available, else AVX512-BF16.
 //
 // Each output element is summed over the input dimension in the same order whatever the number of
-// rows, so a sequence's projections are bit-identical alone or inside any batch.
-// Plain C++ (no LibTorch). Use only where amx_available().
+// rows or threads, so a sequence's projections are bit-identical alone or inside any batch (on one
+// backend: the two backends round their partial sums differently).
+// Plain C++ (no LibTorch). Use only where cpu_bf16_available().
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -18,8 +23,19 @@ namespace srformer::kernels {
 // tile state (Linux 5.16+, arch_prctl ARCH_REQ_XCOMP_PERM; asked once), and neither the environment
 // (SRFORMER_CPU_AMX=0) nor set_amx(false) turned it off.
 bool amx_available();
-// Tests use it to see what a CPU without AMX does; packed matrices must not be multiplied while off.
+// Tests use it to see what a CPU without AMX does.
 void set_amx(bool on);
+
+// True when this CPU has AVX-512F, BW and BF16 and neither the environment (SRFORMER_CPU_BF16_DOT=0)
+// nor set_dot_bf16(false) turned the dot-product backend off.
+bool dot_bf16_available();
+void set_dot_bf16(bool on);
+
+// Either backend: bf16 models can load on this CPU.
+bool cpu_bf16_available();
+
+// Which backend multiplies now ("amx", "avx512-bf16" or "none"), for logs and benchmarks.
+const char* cpu_bf16_backend();
 
 class Bf16PackedMatrix {
  public:
@@ -31,7 +47,7 @@ class Bf16PackedMatrix {
   Bf16PackedMatrix(const float* w, int64_t out, int64_t in, const float* bias, int64_t out_stride, int64_t in_stride);
 
   // y[r * out + o] = Σ_j x[r * in + j] w[o * in + j] + bias[o] for x [rows, in] row-major. Splits the
-  // output features over `threads` OpenMP threads. Requires amx_available().
+  // output features over `threads` OpenMP threads. Requires cpu_bf16_available().
   void multiply(const float* x, int64_t rows, float* y, int threads) const { multiply(x, rows, y, threads, in_, out_); }
   // The same with row r of x at x + r * x_stride and of y at y + r * y_stride (e.g. one head's columns
   // of a [T, heads * d] matrix).
@@ -41,7 +57,8 @@ class Bf16PackedMatrix {
   int64_t in() const { return in_; }
   size_t bytes() const { return n_blocks_ * k_blocks_ * kTileElems * sizeof(uint16_t) + bias_.size() * sizeof(float); }
 
-  // 16 rows of 32 bfloat16 (16 output features x 2 neighbouring inputs per row): one B tile.
+  // 16 rows of 32 bfloat16 (16 output features x 2 neighbouring inputs per row): one AMX B tile, and
+  // each row one 512-bit operand of `vdpbf16ps`.
   static constexpr int64_t kTileElems = 512;
 
  private:
