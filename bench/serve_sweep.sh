@@ -11,7 +11,7 @@
 #                                           SWITCHES="true" ("false true": served with and without
 #                                           --precompute-switches, after KERNELS)
 #                                           DTYPES="fp32" ("fp32 bf16": served with fp32 and with bf16
-#                                           projections on AMX tiles, innermost)
+#                                           projections (AMX or AVX512-BF16), innermost)
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -79,7 +79,7 @@ class BartModel final : public EncoderDecoderModel {
       const auto p = "model.encoder.layers." + std::to_string(i) + ".";
       BartEncoderLayer l;
       l.self_attn = attention(p + "self_attn.");
-      l.self_attn.amx_attention = pack;
+      l.self_attn.bf16_attention = pack;
       l.self_attn.kernel_attention = true;
       l.self_attn_norm = LayerNorm::bind(w, p + "self_attn_layer_norm", D, c.layer_norm_eps, false);
       l.ffn = ffn(p);

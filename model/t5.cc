@@ -76,7 +76,7 @@ class T5Model final : public EncoderDecoderModel {
       const auto p = "encoder.block." + std::to_string(i) + ".";
       T5EncoderLayer l;
       l.self_attn = attention(p + "layer.0.SelfAttention.");
-      l.self_attn.amx_attention = pack;
+      l.self_attn.bf16_attention = pack;
       l.self_attn.kernel_attention = true;
       l.self_attn_norm = norm(p + "layer.0.layer_norm");
       l.ffn = ffn(p + "layer.1.DenseReluDense.");

@@ -54,7 +54,7 @@ const char* kUsage =
     "  generation (model mode only; defaults from the model's config.json, as in `summarize`):\n"
     "  --batch N (default 8) --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X\n"
     "  --no-repeat-ngram-size N --max-input-tokens N (truncate documents to N tokens; default and\n"
-    "  upper bound: the model's limit) --threads N --dtype fp32|bf16 (bf16: AMX, as in `summarize`)\n";
+    "  upper bound: the model's limit) --threads N --dtype fp32|bf16 (as in `summarize`)\n";
 
 struct Args {
   std::vector<std::string> positional;

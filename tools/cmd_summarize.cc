@@ -27,7 +27,7 @@ const char* kUsage =
     "  --do-sample --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N\n"
     "  --repetition-penalty X --expected-length L (SRformer schedule; default max-new-tokens)\n"
     "  --truncate (cut over-long input instead of failing) --threads N --json --stream\n"
-    "  --dtype fp32|bf16 (bf16: projections in bfloat16 on AMX tiles; needs a CPU with AMX)\n"
+    "  --dtype fp32|bf16 (bf16: projections in bfloat16; needs a CPU with AMX or AVX512-BF16)\n"
     "  Defaults come from the model's config.json (max_length, num_beams, ...), as in the server.\n";
 
 std::string read_input(const std::string& path) {

@@ -8,8 +8,8 @@
 
 #include "model/attention/products.h"
 #include "model/dropout.h"
-#include "model/kernels/amx_attention.h"
 #include "model/kernels/avx2.h"
+#include "model/kernels/bf16_attention.h"
 #include "model/kernels/bf16_linear.h"
 #include "model/kernels/fp32_attention.h"
 
@@ -27,9 +27,9 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
 
 namespace {
 
-// The CPU attention kernels' operand plumbing (kernels/amx_attention.h, kernels/fp32_attention.h).
+// The CPU attention kernels' operand plumbing (kernels/bf16_attention.h, kernels/fp32_attention.h).
 torch::Tensor attend_with_kernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                 const torch::Tensor& bias, const torch::Tensor& key_mask, bool amx) {
+                                 const torch::Tensor& bias, const torch::Tensor& key_mask, bool bf16) {
   // The operands are read where they lie (the projections' [B, T, H*d] seen as [B, H, T, d]) and the
   // result is written as [B, T, H, d]: merging the heads afterwards is then free.
   const auto rows_dense = [](const torch::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); };
@@ -55,7 +55,7 @@ torch::Tensor attend_with_kernel(const torch::Tensor& q, const torch::Tensor& k,
   torch::Tensor mc;
   if (key_mask.defined()) {
     if (key_mask.dim() != 4 || key_mask.size(1) != 1 || key_mask.size(2) != 1) {
-      throw std::invalid_argument("attend_amx: key_mask must be [B|1, 1, 1, T]");
+      throw std::invalid_argument("attend_bf16: key_mask must be [B|1, 1, 1, T]");
     }
     mc = key_mask.to(torch::kFloat32).expand({shape.batch, 1, 1, shape.keys}).contiguous();
     b.key_mask = mc.data_ptr<float>();
@@ -63,8 +63,8 @@ torch::Tensor attend_with_kernel(const torch::Tensor& q, const torch::Tensor& k,
   }
   auto out = torch::empty({shape.batch, shape.queries, shape.heads, shape.head_dim}, qc.options());
   const kernels::HeadLayout out_layout{out.stride(0), out.stride(2), out.stride(1)};
-  using Kernel = decltype(&kernels::fp32_attention);  // amx_attention's form with explicit layouts
-  const Kernel run = amx ? Kernel{kernels::amx_attention} : Kernel{kernels::fp32_attention};
+  using Kernel = decltype(&kernels::fp32_attention);  // bf16_attention's form with explicit layouts
+  const Kernel run = bf16 ? Kernel{kernels::bf16_attention} : Kernel{kernels::fp32_attention};
   run(qc.data_ptr<float>(), layout(qc), kc.data_ptr<float>(), layout(kc), vc.data_ptr<float>(), layout(vc), b,
       out.data_ptr<float>(), out_layout, shape, at::get_num_threads());
   return out.transpose(1, 2);
@@ -72,8 +72,8 @@ torch::Tensor attend_with_kernel(const torch::Tensor& q, const torch::Tensor& k,
 
 }  // namespace
 
-torch::Tensor attend_amx(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                         const torch::Tensor& bias, const torch::Tensor& key_mask) {
+torch::Tensor attend_bf16(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                          const torch::Tensor& bias, const torch::Tensor& key_mask) {
   return attend_with_kernel(q, k, v, bias, key_mask, true);
 }
 
@@ -102,7 +102,7 @@ torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor
   if (values != nullptr) *values = vh;
   // The kernels have no dropout (nor autograd): training takes LibTorch's form.
   if (is_cpu_inference_float(qh) && is_cpu_inference_float(kh) && !dropout_active(DropoutSite::kAttention)) {
-    if (amx_attention && kernels::amx_available()) return o(merge_heads(attend_amx(qh, kh, vh, bias, key_mask)));
+    if (bf16_attention && kernels::cpu_bf16_available()) return o(merge_heads(attend_bf16(qh, kh, vh, bias, key_mask)));
     if (kernel_attention && kernels::use_cpu_kernels() && kernels::fp32_attention_available()) {
       return o(merge_heads(attend_fp32_kernel(qh, kh, vh, bias, key_mask)));
     }

@@ -11,11 +11,10 @@ struct SelfAttention {
   Linear q, k, v, o;
   int64_t heads = 0;
   double scale = 1.0;  // BART: head_dim^-0.5 on the query; T5: 1
-  // Encoder layers under `--dtype bf16` on the CPU: forward() multiplies q kᵀ and p v on AMX tiles
-  // (kernels/amx_attention.h) when autograd does not track them and the CPU has AMX (without it, the
-  // fp32 kernel below). Not for the decoder, whose
-  // teacher-forced and incremental forms must agree.
-  bool amx_attention = false;
+  // Encoder layers under `--dtype bf16` on the CPU: forward() multiplies q kᵀ and p v in bfloat16
+  // (kernels/bf16_attention.h: AMX or AVX512-BF16) when autograd does not track them. Not for the
+  // decoder, whose teacher-forced and incremental forms must agree.
+  bool bf16_attention = false;
   // Encoder layers in fp32 on the CPU: forward() runs softmax(q kᵀ) v in our AVX-512 kernel
   // (kernels/fp32_attention.h) when autograd does not track it, the CPU kernels are on and the CPU
   // has AVX-512. Not for the decoder, for the same reason as above.
@@ -39,14 +38,14 @@ struct SelfAttention {
 torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& bias,
                      const torch::Tensor& key_mask = {});
 
-// attend() with both products in bfloat16 on AMX tiles and the softmax in fp32, one (row, head) group
+// attend() with both products in bfloat16 (AMX or AVX512-BF16) and the softmax in fp32, one (row, head) group
 // at a time; q [B,H,Tq,d], k/v [B,H,T,d] CPU float32 (read in place when rows are dense), bias
 // broadcastable to [B,H,Tq,T] or undefined. The result is a [B,H,Tq,d] view of a [B,Tq,H,d] tensor.
-torch::Tensor attend_amx(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                         const torch::Tensor& bias, const torch::Tensor& key_mask = {});
+torch::Tensor attend_bf16(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                          const torch::Tensor& bias, const torch::Tensor& key_mask = {});
 
 // attend() in fp32 with our AVX-512 kernel (kernels/fp32_attention.h), same operands and result
-// layout as attend_amx; where kernels::fp32_attention_available().
+// layout as attend_bf16; where kernels::fp32_attention_available().
 torch::Tensor attend_fp32_kernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& bias, const torch::Tensor& key_mask = {});
 

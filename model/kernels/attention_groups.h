@@ -1,5 +1,5 @@
 #pragma once
-// What the CPU attention kernels (amx_attention, fp32_attention) share: the loop over (row, head)
+// What the CPU attention kernels (bf16_attention, fp32_attention) share: the loop over (row, head)
 // groups and blocks of queries, and one row of scores turned into probabilities. Each kernel brings
 // its own two products. One group at a time per thread, so the [Tq, T] scores of a block live in a
 // per-thread buffer instead of a [B, H, Tq, T] tensor; a group's result depends only on its operands.
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/kernels/amx_attention.h"  // AttentionShape, AttentionBias, HeadLayout
+#include "model/kernels/bf16_attention.h"  // AttentionShape, AttentionBias, HeadLayout
 
 namespace srformer::kernels {
 

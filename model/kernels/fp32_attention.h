@@ -3,14 +3,14 @@
 // encoder's self-attention on the CPU under `--dtype fp32` (and any other self-attention autograd does
 // not track). LibTorch's batched matmuls run these products (inner size d = 64, or T) through
 // OpenBLAS at a fraction of its speed and materialise [B, H, Tq, T] scores several times over; here,
-// as in amx_attention (same shapes, layouts and bias), the scores of a block of queries live in a
+// as in bf16_attention (same shapes, layouts and bias), the scores of a block of queries live in a
 // per-thread buffer. Both products sum their terms in order (q·k over the head dimension, p·v over
 // the keys), so a group's result does not depend on the other groups of the batch. Padding keys
 // (masked) change only the softmax's summation order. Plain C++ (no LibTorch). Use only where
 // fp32_attention_available().
 #include <cstdint>
 
-#include "model/kernels/amx_attention.h"  // AttentionShape, AttentionBias, HeadLayout
+#include "model/kernels/bf16_attention.h"  // AttentionShape, AttentionBias, HeadLayout
 
 namespace srformer::kernels {
 

@@ -1,5 +1,5 @@
 #pragma once
-// Checks shared by the tests of the CPU attention kernels (attend_amx, attend_fp32_kernel) against
+// Checks shared by the tests of the CPU attention kernels (attend_bf16, attend_fp32_kernel) against
 // LibTorch's attend(): masks, position bias, strided operands, independence of rows and threads.
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -27,12 +27,6 @@ namespace {
 using kernels::amx_available;
 using kernels::Bf16PackedMatrix;
 
-#define SKIP_WITHOUT_AMX()                                                  \
-  if (!amx_available())                                                     \
-  GTEST_SKIP() << "this CPU has no AMX-BF16 (or the OS refused its tile "   \
-                  "state): the AMX attention kernel never runs here (bf16 " \
-                  "encoders use the fp32 attention kernel)"
-
 // The bf16 backends this CPU has: "amx" and/or "avx512-bf16".
 std::vector<std::string> cpu_bf16_backends() {
   std::vector<std::string> out;
@@ -172,15 +166,23 @@ TEST(Bf16Linear, NoBackendIsAClearError) {
   EXPECT_THROW(m.multiply(x.data(), 1, y.data(), 1), std::logic_error);
 }
 
-TEST(AmxAttention, MatchesFp32AttentionWithMasksAndPositionBias) {
-  SKIP_WITHOUT_AMX();
-  // bfloat16 factors: ~4e-3 relative per product; a wrong key, head or mask would be O(1).
-  testing::expect_attention_kernel_matches_attend(attend_amx, 3e-2);
+TEST(Bf16Attention, MatchesFp32AttentionWithMasksAndPositionBias) {
+  SKIP_WITHOUT_BF16();
+  for (const auto& backend : cpu_bf16_backends()) {
+    SCOPED_TRACE(backend);
+    const UseBackend use(backend);
+    // bfloat16 factors: ~4e-3 relative per product; a wrong key, head or mask would be O(1).
+    testing::expect_attention_kernel_matches_attend(attend_bf16, 3e-2);
+  }
 }
 
-TEST(AmxAttention, QueryWithEveryKeyMaskedGetsZeros) {
-  SKIP_WITHOUT_AMX();
-  testing::expect_fully_masked_query_gets_zeros(attend_amx);
+TEST(Bf16Attention, QueryWithEveryKeyMaskedGetsZeros) {
+  SKIP_WITHOUT_BF16();
+  for (const auto& backend : cpu_bf16_backends()) {
+    SCOPED_TRACE(backend);
+    const UseBackend use(backend);
+    testing::expect_fully_masked_query_gets_zeros(attend_bf16);
+  }
 }
 
 TEST(LoadBf16, ModelKeepsFp32ParametersAndReportsBf16) {

@@ -1,10 +1,11 @@
 #pragma once
-// softmax(q kᵀ + bias) v for every (row, head) group with both products on AMX tiles in bfloat16
-// (fp32 sums) and the softmax in fp32: the encoder's self-attention under `--dtype bf16` on the CPU.
+// softmax(q kᵀ + bias) v for every (row, head) group with both products in bfloat16 (fp32 sums; AMX
+// tiles or AVX512-BF16, as Bf16PackedMatrix chooses) and the softmax in fp32: the encoder's
+// self-attention under `--dtype bf16` on the CPU.
 // One group at a time per thread, so the [Tq, T] scores live in a per-thread buffer instead of a
 // [B, H, Tq, T] tensor (256 MB per layer for 8 rows of 1024 tokens, page-faulted in afresh each time).
 // A group's result depends only on its own operands: batching and padding (masked keys) change nothing.
-// Plain C++ (no LibTorch). Use only where amx_available().
+// Plain C++ (no LibTorch). Use only where cpu_bf16_available().
 #include <cstdint>
 
 namespace srformer::kernels {
@@ -37,16 +38,16 @@ struct HeadLayout {
 
 // q [B, H, Tq, d], k and v [B, H, T, d], out [B, H, Tq, d] in the given layouts (rows at least d
 // apart); groups split over `threads` OpenMP threads.
-void amx_attention(const float* q, HeadLayout q_layout, const float* k, HeadLayout k_layout, const float* v,
-                   HeadLayout v_layout, const AttentionBias& bias, float* out, HeadLayout out_layout,
-                   const AttentionShape& shape, int threads);
+void bf16_attention(const float* q, HeadLayout q_layout, const float* k, HeadLayout k_layout, const float* v,
+                    HeadLayout v_layout, const AttentionBias& bias, float* out, HeadLayout out_layout,
+                    const AttentionShape& shape, int threads);
 
 // All four contiguous [B, H, T, d].
-inline void amx_attention(const float* q, const float* k, const float* v, const AttentionBias& bias, float* out,
-                          const AttentionShape& shape, int threads) {
+inline void bf16_attention(const float* q, const float* k, const float* v, const AttentionBias& bias, float* out,
+                           const AttentionShape& shape, int threads) {
   const auto queries = HeadLayout::heads_outer(shape.heads, shape.queries, shape.head_dim);
   const auto keys = HeadLayout::heads_outer(shape.heads, shape.keys, shape.head_dim);
-  amx_attention(q, queries, k, keys, v, keys, bias, out, queries, shape, threads);
+  bf16_attention(q, queries, k, keys, v, keys, bias, out, queries, shape, threads);
 }
 
 }  // namespace srformer::kernels

@@ -1,4 +1,4 @@
-#include "model/kernels/amx_attention.h"
+#include "model/kernels/bf16_attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,10 +14,12 @@ namespace srformer::kernels {
 
 #ifdef SRFORMER_HAVE_AVX2_KERNELS
 
-void amx_attention(const float* q, HeadLayout q_layout, const float* k, HeadLayout k_layout, const float* v,
-                   HeadLayout v_layout, const AttentionBias& bias, float* out, HeadLayout out_layout,
-                   const AttentionShape& shape, int threads) {
-  if (!amx_available()) throw std::logic_error("amx_attention needs AMX (amx_available())");
+void bf16_attention(const float* q, HeadLayout q_layout, const float* k, HeadLayout k_layout, const float* v,
+                    HeadLayout v_layout, const AttentionBias& bias, float* out, HeadLayout out_layout,
+                    const AttentionShape& shape, int threads) {
+  if (!cpu_bf16_available()) {
+    throw std::logic_error("bf16_attention needs AMX or AVX512-BF16 (cpu_bf16_available())");
+  }
   const int64_t t = shape.keys, d = shape.head_dim;
   // q kᵀ takes the keys as the "weight" of a projection with T outputs, p v takes vᵀ ([d, T], read in
   // place with strides) as the weight of a projection with d outputs.
@@ -39,9 +41,9 @@ void amx_attention(const float* q, HeadLayout q_layout, const float* k, HeadLayo
 
 #else
 
-void amx_attention(const float*, HeadLayout, const float*, HeadLayout, const float*, HeadLayout, const AttentionBias&,
-                   float*, HeadLayout, const AttentionShape&, int) {
-  throw std::logic_error("amx_attention needs AMX, which this build or platform lacks");
+void bf16_attention(const float*, HeadLayout, const float*, HeadLayout, const float*, HeadLayout, const AttentionBias&,
+                    float*, HeadLayout, const AttentionShape&, int) {
+  throw std::logic_error("bf16_attention needs AMX or AVX512-BF16, which this build or platform lacks");
 }
 
 #endif
