@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "model/kernels/bf16_linear.h"
+
 namespace srformer {
 
 std::optional<torch::ScalarType> float_dtype_from_name(const std::string& name) {
@@ -28,6 +30,11 @@ std::string dtype_name(torch::ScalarType dtype) {
     default:
       return c10::toString(dtype);
   }
+}
+
+std::string compute_name(const torch::Device& device, torch::ScalarType dtype) {
+  if (device.is_cpu() && dtype == torch::kBFloat16) return "bf16 (" + std::string(kernels::cpu_bf16_backend()) + ")";
+  return dtype_name(dtype);
 }
 
 }  // namespace srformer

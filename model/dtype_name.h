@@ -13,5 +13,8 @@ std::optional<torch::ScalarType> float_dtype_from_name(const std::string& name);
 torch::ScalarType float_dtype_from_flag(const std::string& value);
 // The short name: fp32, fp16, bf16 (LibTorch's name for any other type).
 std::string dtype_name(torch::ScalarType dtype);
+// dtype_name, plus what multiplies where that is worth a log line: "bf16 (amx)" or "bf16 (avx512-bf16)"
+// for bf16 on the CPU (kernels/bf16_linear.h).
+std::string compute_name(const torch::Device& device, torch::ScalarType dtype);
 
 }  // namespace srformer

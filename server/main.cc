@@ -47,7 +47,7 @@ int run(const ServerConfig& config) {
     const auto& c = m.config();
     spdlog::info("model {}: {} {} from {} on {} in {} ({} parameters, {:.0f} ms)", spec.name,
                  srformer::to_string(c.arch), srformer::to_string(c.srformer.cross_attention), spec.dir,
-                 m.device().str(), srformer::dtype_name(m.dtype()), m.parameter_count(),
+                 m.device().str(), srformer::compute_name(m.device(), m.dtype()), m.parameter_count(),
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   srformer::server::Server server(config, std::move(models), metrics.get());
