@@ -160,10 +160,17 @@ SRFORMER_AVX2 std::optional<GreedyPick> pick_avx2(const float* x, int64_t n, Exc
   }
   if (!std::isfinite(best)) return std::nullopt;
   // The first index holding it (argmax's tie rule), then pass 2: Σ exp(x - max).
-  ex.rewind();
-  int64_t token = 0;
-  while (x[token] != best || ex.excluded(token)) ++token;
+  // A block at a time (a scalar scan with the exclusion check per token took most of a pick).
   const __m256 vbest = _mm256_set1_ps(best);
+  int64_t token = -1;
+  BlockReader scan(x, ex);
+  for (int64_t i = 0; i < stop && token < 0; i += 8) {
+    const int hits = _mm256_movemask_ps(_mm256_cmp_ps(load_block(scan, i), vbest, _CMP_EQ_OQ));
+    if (hits != 0) token = i + __builtin_ctz(static_cast<unsigned>(hits));
+  }
+  for (int64_t j = blocks_end; j < n && token < 0; ++j) {
+    if (x[j] == best && !ex.excluded(j)) token = j;
+  }
   double sum = 0.0;
   BlockReader second(x, ex);
   if (use_avx512()) {
