@@ -16,10 +16,7 @@
 
 #include "model/kernels/avx2.h"
 #include "model/kernels/bf16_linear_backends.h"
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "model/kernels/parallel.h"
 
 namespace srformer::kernels {
 
@@ -110,21 +107,10 @@ void run_range(const Bf16Product& p, int64_t nb0, int64_t nb1) {
 void dot_bf16_product(const Bf16Product& p, int threads) {
   if (!dot_bf16_supported()) throw std::logic_error("dot_bf16_product needs AVX512-BF16 (dot_bf16_available())");
   const int64_t panels = (p.n_blocks + kBlocks - 1) / kBlocks;
-  const bool parallel = p.parallel && panels > 1;
-  (void)parallel;
-#pragma omp parallel num_threads(threads) if (parallel)
-  {
-#ifdef _OPENMP
-    const int64_t t = omp_get_thread_num();
-    const int64_t nt = omp_get_num_threads();
-#else
-    const int64_t t = 0;
-    const int64_t nt = 1;
-#endif
-    const int64_t nb0 = std::min(p.n_blocks, panels * t / nt * kBlocks);
-    const int64_t nb1 = std::min(p.n_blocks, panels * (t + 1) / nt * kBlocks);
-    if (nb0 < nb1) run_range(p, nb0, nb1);
-  }
+  // Whole panels per thread; every output's sum is the same whichever thread computes it.
+  parallel_chunks(panels, p.parallel ? threads : 1, [&](int64_t begin, int64_t end) {
+    run_range(p, begin * kBlocks, std::min(p.n_blocks, end * kBlocks));
+  });
 }
 
 #else  // not x86-64: dot_bf16_supported() is false and nobody calls dot_bf16_product
