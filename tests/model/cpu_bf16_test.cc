@@ -202,7 +202,7 @@ TEST(LoadBf16, ModelKeepsFp32ParametersAndReportsBf16) {
   const auto mask = torch::ones({2, 19}, torch::kLong);
   const auto dec = torch::randint(3, 96, {2, 7}, torch::kLong);
   const auto b = fp32->forward(fp32->encode(ids, mask), dec);
-  // The same loaded model on each backend (without AMX the encoder's attention takes the fp32 kernel).
+  // The same loaded model on each backend (the encoder's attention on each too).
   for (const auto& backend : cpu_bf16_backends()) {
     const UseBackend use(backend);
     const auto a = bf16->forward(bf16->encode(ids, mask), dec);
