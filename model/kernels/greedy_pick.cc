@@ -65,13 +65,14 @@ std::optional<GreedyPick> pick_scalar(const float* x, int64_t n, Exclusions& ex)
 #ifdef SRFORMER_HAVE_AVX2_KERNELS
 // Reads blocks x[i, i + 8) in increasing order with excluded entries as -inf; one comparison per
 // block where the mask does not reach (the max pass does little more per block than the load).
+// Holds its own walk over the exclusions: a copy reads the same blocks again from where it was taken.
 struct BlockReader {
-  BlockReader(const float* x, Exclusions& ex) : x(x), ex(ex) {
+  BlockReader(const float* x, const Exclusions& exclusions) : x(x), ex(exclusions) {
     ex.rewind();
     touched = ex.next_touched(0);
   }
   const float* x;
-  Exclusions& ex;
+  Exclusions ex;
   int64_t touched;
 };
 
@@ -109,24 +110,23 @@ SRFORMER_AVX512_PICK inline __m512 exp_nonpositive512(__m512 v) {
   return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), _mm512_mul_ps(p, _mm512_castsi512_ps(bits)));
 }
 
-// Pass 2 of pick_avx2 over [0, stop) on 16 lanes: the exponentials are most of a pick's time (~30 µs
-// over a 50k vocabulary in 8 lanes). Pairs of 8-blocks; a chunk's odd last block is paired with -inf,
-// whose exp(-inf) = +0 changes no sum.
-SRFORMER_AVX512_PICK double sum_exp_avx512(BlockReader& reader, int64_t n, int64_t blocks_end, int64_t stop,
-                                           float best) {
-  const __m512 vbest = _mm512_set1_ps(best);
+// Σ exp(x - m) over the blocks starting in [begin, end) on 16 lanes (pairs of 8-blocks; an odd last
+// block is paired with -inf, whose exp(-inf) = +0 changes no sum), partial sums of kChunk terms in
+// float, then double.
+SRFORMER_AVX512_PICK double sum_exp_avx512(BlockReader& reader, int64_t begin, int64_t end, float m) {
+  const __m512 vm = _mm512_set1_ps(m);
   const __m256 none = _mm256_set1_ps(kNegInf);
   double sum = 0.0;
-  for (int64_t i = 0; i < stop;) {
+  for (int64_t i = begin; i < end;) {
     __m512 acc = _mm512_setzero_ps();
-    const int64_t end = std::min(i + kChunk <= n ? i + kChunk : blocks_end, stop);
-    for (; i < end; i += 16) {
+    const int64_t part_end = std::min(i + kChunk, end);
+    for (; i < part_end; i += 16) {
       const __m256 lo = load_block(reader, i);
-      const __m256 hi = i + 8 < end ? load_block(reader, i + 8) : none;
+      const __m256 hi = i + 8 < part_end ? load_block(reader, i + 8) : none;
       const __m512 v = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
-      acc = _mm512_add_ps(acc, exp_nonpositive512(_mm512_sub_ps(v, vbest)));
+      acc = _mm512_add_ps(acc, exp_nonpositive512(_mm512_sub_ps(v, vm)));
     }
-    i = end;
+    i = part_end;
     alignas(64) float lanes[16];  // through memory, for the same reason as above
     _mm512_store_ps(lanes, acc);
     sum += static_cast<double>(horizontal_sum(_mm256_add_ps(_mm256_load_ps(lanes), _mm256_load_ps(lanes + 8))));
@@ -134,60 +134,81 @@ SRFORMER_AVX512_PICK double sum_exp_avx512(BlockReader& reader, int64_t n, int64
   return sum;
 }
 
+// The same on 8 lanes.
+SRFORMER_AVX2 double sum_exp_avx2(BlockReader& reader, int64_t begin, int64_t end, float m) {
+  const __m256 vm = _mm256_set1_ps(m);
+  double sum = 0.0;
+  for (int64_t i = begin; i < end;) {
+    __m256 acc = _mm256_setzero_ps();
+    const int64_t part_end = std::min(i + kChunk, end);
+    for (; i < part_end; i += 8) acc = _mm256_add_ps(acc, exp_nonpositive(_mm256_sub_ps(load_block(reader, i), vm)));
+    sum += static_cast<double>(horizontal_sum(acc));
+  }
+  return sum;
+}
+
+// Scores per span: the span's maximum, then Σ exp(x - max) over it while it is still in L1, so the
+// row comes from memory once (a 32-row step's logits, 6 MB for BART's vocabulary, are evicted from
+// L3 by the LM head's weights streaming through) instead of once per pass.
+constexpr int64_t kSpan = 2048;
+
 SRFORMER_AVX2 std::optional<GreedyPick> pick_avx2(const float* x, int64_t n, Exclusions& ex) {
   // Blocks wholly at or past the limit hold only -inf: they change neither the maximum nor (adding
-  // exp(-inf) = +0 to non-negative partial sums) the sum, so both passes stop there.
+  // exp(-inf) = +0 to non-negative partial sums) the sum, so the spans stop there.
   const int64_t blocks_end = n - n % 8;
   const int64_t stop = ex.limit() < blocks_end ? ex.limit() : blocks_end;
-  // Pass 1: the maximum (and whether any NaN is present).
-  __m256 vmax = _mm256_set1_ps(kNegInf);
-  __m256 nan = _mm256_setzero_ps();
-  BlockReader first(x, ex);
-  for (int64_t i = 0; i < stop; i += 8) {
-    const __m256 v = load_block(first, i);
-    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    vmax = _mm256_max_ps(vmax, v);
+  const bool wide = use_avx512();
+  float best = kNegInf;  // the maximum so far; `sum` is Σ exp(x - best) so far, in double
+  double sum = 0.0;
+  int64_t token = -1;
+  BlockReader reader(x, ex);
+  for (int64_t s0 = 0; s0 < stop; s0 += kSpan) {
+    const int64_t s1 = std::min(s0 + kSpan, stop);  // blocks starting in [s0, s1)
+    const BlockReader span_start = reader;
+    __m256 vmax = _mm256_set1_ps(kNegInf);
+    __m256 nan = _mm256_setzero_ps();
+    for (int64_t i = s0; i < s1; i += 8) {
+      const __m256 v = load_block(reader, i);
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      vmax = _mm256_max_ps(vmax, v);
+    }
+    if (_mm256_movemask_ps(nan) != 0) return std::nullopt;
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, vmax);
+    float m = lanes[0];
+    for (int l = 1; l < 8; ++l) m = lanes[l] > m ? lanes[l] : m;
+    if (m == kNegInf) continue;  // nothing to pick here, nothing to add
+    if (m == -kNegInf) return std::nullopt;
+    BlockReader again = span_start;
+    const double span_sum = wide ? sum_exp_avx512(again, s0, s1, m) : sum_exp_avx2(again, s0, s1, m);
+    if (m > best) {
+      // A new maximum: its first index in the span (argmax's tie rule), a block at a time.
+      const __m256 vm = _mm256_set1_ps(m);
+      BlockReader scan = span_start;
+      for (int64_t i = s0; i < s1 && token < s0; i += 8) {
+        const int hits = _mm256_movemask_ps(_mm256_cmp_ps(load_block(scan, i), vm, _CMP_EQ_OQ));
+        if (hits != 0) token = i + __builtin_ctz(static_cast<unsigned>(hits));
+      }
+      sum = sum * std::exp(static_cast<double>(best) - m) + span_sum;
+      best = m;
+    } else {
+      sum += span_sum * std::exp(static_cast<double>(m) - best);
+    }
   }
-  if (_mm256_movemask_ps(nan) != 0) return std::nullopt;
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, vmax);
-  float best = lanes[0];
-  for (int l = 1; l < 8; ++l) best = lanes[l] > best ? lanes[l] : best;
+  // The last n % 8 scores, one at a time.
   for (int64_t j = blocks_end; j < n; ++j) {
     if (ex.excluded(j)) continue;
     if (std::isnan(x[j])) return std::nullopt;
-    best = x[j] > best ? x[j] : best;
-  }
-  if (!std::isfinite(best)) return std::nullopt;
-  // The first index holding it (argmax's tie rule), then pass 2: Σ exp(x - max).
-  // A block at a time (a scalar scan with the exclusion check per token took most of a pick).
-  const __m256 vbest = _mm256_set1_ps(best);
-  int64_t token = -1;
-  BlockReader scan(x, ex);
-  for (int64_t i = 0; i < stop && token < 0; i += 8) {
-    const int hits = _mm256_movemask_ps(_mm256_cmp_ps(load_block(scan, i), vbest, _CMP_EQ_OQ));
-    if (hits != 0) token = i + __builtin_ctz(static_cast<unsigned>(hits));
-  }
-  for (int64_t j = blocks_end; j < n && token < 0; ++j) {
-    if (x[j] == best && !ex.excluded(j)) token = j;
-  }
-  double sum = 0.0;
-  BlockReader second(x, ex);
-  if (use_avx512()) {
-    sum = sum_exp_avx512(second, n, blocks_end, stop, best);
-  } else {
-    for (int64_t i = 0; i < stop;) {
-      __m256 acc = _mm256_setzero_ps();
-      const int64_t end = i + kChunk <= n ? i + kChunk : blocks_end;
-      for (; i < end && i < stop; i += 8) {
-        acc = _mm256_add_ps(acc, exp_nonpositive(_mm256_sub_ps(load_block(second, i), vbest)));
-      }
-      sum += static_cast<double>(horizontal_sum(acc));
+    if (x[j] == kNegInf) continue;  // adds exp(-inf) = +0, and would make (-inf) - (-inf) a NaN
+    if (x[j] > best) {
+      sum = sum * std::exp(static_cast<double>(best) - x[j]) + 1.0;
+      best = x[j];
+      token = j;
+    } else {
+      sum += std::exp(static_cast<double>(x[j]) - best);
     }
   }
-  for (int64_t j = blocks_end; j < n; ++j) {
-    if (!ex.excluded(j)) sum += std::exp(static_cast<double>(x[j]) - best);
-  }
+  if (!std::isfinite(best)) return std::nullopt;
   return GreedyPick{token, -std::log(sum)};
 }
 #endif
