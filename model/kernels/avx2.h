@@ -74,22 +74,28 @@ SRFORMER_AVX2 inline float horizontal_sum(__m256 v) {
 
 // exp(v) for v <= 0: 2^k · p(r) with k = round(v / ln 2), r = v - k ln 2 (ln 2 split in two parts
 // for precision), p a degree-6 Taylor polynomial of exp on [-ln2/2, ln2/2] (relative error < 2e-7).
-// Below -87 the result is 0 (exp underflows float there anyway); -inf gives 0.
+// Below -87 the result is 0 (exp underflows float there anyway); -inf gives 0. The constants are
+// shared with the 16-lane form (greedy_pick.cc), which must compute the same function.
+struct ExpNonpositive {
+  static constexpr float kLower = -87.0F;
+  static constexpr float kLog2e = 1.44269504088896341F;
+  static constexpr float kLn2Hi = 0.693359375F;
+  static constexpr float kLn2Lo = -2.12194440e-4F;
+  // Horner's order: p = taylor[0]; p = p·r + taylor[i] for i = 1..6.
+  static constexpr float kTaylor[7] = {1.0F / 720.0F, 1.0F / 120.0F, 1.0F / 24.0F, 1.0F / 6.0F, 0.5F, 1.0F, 1.0F};
+};
+
 SRFORMER_AVX2 inline __m256 exp_nonpositive(__m256 v) {
-  const __m256 lower = _mm256_set1_ps(-87.0F);
+  using C = ExpNonpositive;
+  const __m256 lower = _mm256_set1_ps(C::kLower);
   const __m256 underflow = _mm256_cmp_ps(v, lower, _CMP_LT_OQ);
   v = _mm256_max_ps(v, lower);
-  const __m256 k = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341F)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375F), v);
-  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4F), r);
-  __m256 p = _mm256_set1_ps(1.0F / 720.0F);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0F / 120.0F));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0F / 24.0F));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0F / 6.0F));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5F));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0F));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0F));
+  const __m256 k =
+      _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(C::kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(C::kLn2Hi), v);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(C::kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(C::kTaylor[0]);
+  for (int i = 1; i < 7; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C::kTaylor[i]));
   const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
   const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
   return _mm256_andnot_ps(underflow, e);

@@ -91,20 +91,16 @@ SRFORMER_AVX2 inline __m256 load_block(BlockReader& r, int64_t i) {
 constexpr __mmask16 kAll = 0xffff;
 
 SRFORMER_AVX512_PICK inline __m512 exp_nonpositive512(__m512 v) {
-  const __m512 lower = _mm512_set1_ps(-87.0F);
+  using C = ExpNonpositive;
+  const __m512 lower = _mm512_set1_ps(C::kLower);
   const __mmask16 underflow = _mm512_cmp_ps_mask(v, lower, _CMP_LT_OQ);
   v = _mm512_maskz_max_ps(kAll, v, lower);
-  const __m512 k = _mm512_maskz_roundscale_ps(kAll, _mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341F)),
+  const __m512 k = _mm512_maskz_roundscale_ps(kAll, _mm512_mul_ps(v, _mm512_set1_ps(C::kLog2e)),
                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375F), v);
-  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4F), r);
-  __m512 p = _mm512_set1_ps(1.0F / 720.0F);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0F / 120.0F));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0F / 24.0F));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0F / 6.0F));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5F));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0F));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0F));
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(C::kLn2Hi), v);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(C::kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(C::kTaylor[0]);
+  for (int i = 1; i < 7; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(C::kTaylor[i]));
   const __m512i bits =
       _mm512_maskz_slli_epi32(kAll, _mm512_add_epi32(_mm512_maskz_cvtps_epi32(kAll, k), _mm512_set1_epi32(127)), 23);
   return _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), _mm512_mul_ps(p, _mm512_castsi512_ps(bits)));
