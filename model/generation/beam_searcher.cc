@@ -8,6 +8,9 @@
 #include <string>
 #include <utility>
 
+#include "model/kernels/avx2.h"
+#include "model/kernels/beam_candidates.h"
+
 namespace srformer {
 namespace {
 
@@ -50,15 +53,18 @@ BeamSearcher::BeamSearcher(const GenerationOptions& options)
 SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
   if (done_) throw std::logic_error("Searcher::advance called after the search finished");
   const int64_t num_beams = options_.num_beams;
-  const auto copied = scores_from_logits(logits, num_beams, options_, logits_);
-  if (!scores_.defined() || scores_.sizes() != copied.sizes()) scores_ = torch::empty_like(copied);
-  const auto& scores = at::log_softmax_out(scores_, copied, -1);
-  const int64_t vocab = scores.size(1);
-  // HF applies the processors to the log-probabilities here (unlike greedy search and sampling).
-  process_logits(options_, beams_, scores);
-  scores.add_(torch::from_blob(beam_scores_.data(), {num_beams, 1}, torch::kFloat32));
+  const int64_t vocab = logits.defined() && logits.dim() == 2 ? logits.size(1) : 0;
   const int64_t candidates = std::min(2 * num_beams, num_beams * vocab);
-  const auto top = top_candidates(scores.data_ptr<float>(), num_beams * vocab, candidates);
+  auto top = candidates_in_place(logits, candidates);
+  if (top.empty()) {
+    const auto copied = scores_from_logits(logits, num_beams, options_, logits_);
+    if (!scores_.defined() || scores_.sizes() != copied.sizes()) scores_ = torch::empty_like(copied);
+    const auto& scores = at::log_softmax_out(scores_, copied, -1);
+    // HF applies the processors to the log-probabilities here (unlike greedy search and sampling).
+    process_logits(options_, beams_, scores);
+    scores.add_(torch::from_blob(beam_scores_.data(), {num_beams, 1}, torch::kFloat32));
+    top = top_candidates(scores.data_ptr<float>(), num_beams * vocab, candidates);
+  }
 
   const auto cur_len = static_cast<int64_t>(beams_.front().size());
   std::vector<TokenHistory> next_beams;
@@ -100,6 +106,33 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
   step.done = done_;
   if (done_) step.emitted = results().front().tokens;
   return step;
+}
+
+std::vector<std::pair<float, int64_t>> BeamSearcher::candidates_in_place(const torch::Tensor& logits,
+                                                                          int64_t count) const {
+  const int64_t num_beams = options_.num_beams;
+  if (!kernels::use_cpu_kernels() || !logits.defined() || logits.dim() != 2 || logits.size(0) != num_beams ||
+      logits.size(1) < 1 || !logits.is_cpu() || logits.scalar_type() != torch::kFloat32 || !logits.is_contiguous()) {
+    return {};
+  }
+  const int64_t vocab = logits.size(1);
+  kernels::BeamRows rows;
+  rows.x = logits.data_ptr<float>();
+  rows.rows = num_beams;
+  rows.n = vocab;
+  rows.beam_scores = beam_scores_.data();
+  rows.limit = token_limit(options_, vocab);
+  for (const auto& beam : beams_) {
+    auto excluded = excluded_tokens(options_, beam, vocab);
+    if (!excluded) return {};
+    rows.excluded.push_back(std::move(*excluded));
+  }
+  const auto best = kernels::beam_candidates(rows, count);
+  if (!best) return {};
+  std::vector<std::pair<float, int64_t>> top;
+  top.reserve(best->size());
+  for (const auto& c : *best) top.emplace_back(c.score, c.index);
+  return top;
 }
 
 void BeamSearcher::add_hypothesis(const TokenHistory& tokens, float sum_logprobs, FinishReason reason) {

@@ -179,6 +179,30 @@ void process_logits(const GenerationOptions& options, const std::vector<TokenHis
   }
 }
 
+std::optional<std::vector<int64_t>> excluded_tokens(const GenerationOptions& options, const TokenHistory& history,
+                                                    int64_t vocab) {
+  const auto cur_len = static_cast<int64_t>(history.size());
+  const auto& o = options;
+  const auto outside = [vocab](int64_t id) { return id < 0 || id >= vocab; };
+  if (o.repetition_penalty != 1.0 || outside(o.eos_token_id) || outside(o.decoder_start_token_id) ||
+      (o.forced_bos_token_id && (outside(*o.forced_bos_token_id) || cur_len == 1)) ||
+      (o.forced_eos_token_id && (outside(*o.forced_eos_token_id) || cur_len == o.max_new_tokens))) {
+    return std::nullopt;
+  }
+  std::vector<int64_t> excluded;
+  if (o.no_repeat_ngram_size > 0) excluded = banned_ngram_tokens(history, o.no_repeat_ngram_size);
+  if (cur_len < o.min_new_tokens + 1) excluded.push_back(o.eos_token_id);
+  for (const int64_t id : excluded) {
+    if (outside(id)) return std::nullopt;
+  }
+  std::sort(excluded.begin(), excluded.end());
+  return excluded;
+}
+
+int64_t token_limit(const GenerationOptions& options, int64_t vocab) {
+  return options.vocab_limit > 0 && options.vocab_limit < vocab ? options.vocab_limit : vocab;
+}
+
 void warp_logits(const GenerationOptions& options, const torch::Tensor& scores) {
   if (options.temperature != 1.0) apply_temperature(scores, options.temperature);
   if (options.top_k != 0) apply_top_k(scores, options.top_k);

@@ -6,6 +6,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "model/generation/options.h"
@@ -48,6 +49,15 @@ void apply_top_p(const torch::Tensor& scores, double top_p, int64_t min_tokens_t
 // forced EOS (at cur_len max_length - 1, max_length = max_new_tokens + 1). All rows share cur_len.
 void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
                     const torch::Tensor& scores);
+// What process_logits does at this step when all it does is exclude tokens (no repetition penalty,
+// no forced token) and every id it names lies inside the vocabulary: the tokens it sets to -inf for
+// `history` below token_limit(), ascending (repeats allowed). std::nullopt otherwise: the caller
+// then applies process_logits to a copy of the scores (which also reports ids outside the vocabulary).
+// Lets the searchers' kernels skip tokens instead of writing a vocabulary-sized copy per step.
+std::optional<std::vector<int64_t>> excluded_tokens(const GenerationOptions& options, const TokenHistory& history,
+                                                    int64_t vocab);
+// The first token id process_logits excludes for the vocabulary limit (vocab when none).
+int64_t token_limit(const GenerationOptions& options, int64_t vocab);
 // The warpers HF sample() applies after the processors.
 void warp_logits(const GenerationOptions& options, const torch::Tensor& scores);
 

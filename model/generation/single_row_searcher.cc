@@ -57,25 +57,10 @@ int64_t GreedySearcher::pick_in_place(const torch::Tensor& logits, double& logpr
     return -1;
   }
   const int64_t vocab = logits.size(1);
-  const auto cur_len = static_cast<int64_t>(history_.size());
-  const auto& o = options_;
-  const auto outside = [vocab](int64_t id) { return id < 0 || id >= vocab; };
-  // Processors that change scores rather than exclude tokens, and ids the general path reports as
-  // errors, take the general path.
-  if (o.repetition_penalty != 1.0 || outside(o.eos_token_id) || outside(o.decoder_start_token_id) ||
-      (o.forced_bos_token_id && (outside(*o.forced_bos_token_id) || cur_len == 1)) ||
-      (o.forced_eos_token_id && (outside(*o.forced_eos_token_id) || cur_len == o.max_new_tokens))) {
-    return -1;
-  }
-  std::vector<int64_t> excluded;
-  if (o.no_repeat_ngram_size > 0) excluded = banned_ngram_tokens(history_, o.no_repeat_ngram_size);
-  if (cur_len < o.min_new_tokens + 1) excluded.push_back(o.eos_token_id);
-  for (const int64_t id : excluded) {
-    if (outside(id)) return -1;
-  }
-  std::sort(excluded.begin(), excluded.end());
-  const int64_t limit = o.vocab_limit > 0 && o.vocab_limit < vocab ? o.vocab_limit : vocab;
-  const auto pick = kernels::greedy_pick(logits.data_ptr<float>(), vocab, limit, excluded);
+  const auto excluded = excluded_tokens(options_, history_, vocab);
+  if (!excluded) return -1;
+  const int64_t limit = token_limit(options_, vocab);
+  const auto pick = kernels::greedy_pick(logits.data_ptr<float>(), vocab, limit, *excluded);
   if (!pick) return -1;
   logprob = pick->logprob;
   return pick->token;

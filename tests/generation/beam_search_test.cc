@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/generation/beam_searcher.h"
+#include "model/kernels/avx2.h"
 #include "scripted_model.h"
 
 namespace srformer {
@@ -186,6 +187,53 @@ TEST(BeamSearchTest, RejectsLogitsOfTheWrongShape) {
   EXPECT_THROW(searcher.advance(torch::zeros({1, 4})), std::invalid_argument);
   EXPECT_FALSE(searcher.done());
   EXPECT_TRUE(searcher.results().empty());
+}
+
+// Beam steps choose their candidates from the logits in place (kernels::beam_candidates, the
+// processors' exclusions applied as rows are read) when the CPU kernels are on; the general path (a
+// processed copy, LibTorch's log_softmax) must make the same choices at every step. The script puts
+// high scores past the vocabulary limit and on EOS and repeats itself, so that every exclusion
+// matters; forced EOS at the last step and a repetition penalty take the general path mid-search.
+TEST(BeamSearchTest, InPlaceCandidatesChooseWhatTheProcessedCopyChooses) {
+  if (!kernels::avx2_fma_available()) GTEST_SKIP() << "no AVX2 + FMA: beam search always takes the general path";
+  const int64_t vocab = 300;
+  const int64_t limit = 250;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    const auto base = testing::random_script(vocab, seed, kEos);
+    const testing::Script script = [&](const History& history) {
+      auto logits = base(history);
+      for (int64_t t = limit; t < vocab; ++t) logits[static_cast<size_t>(t)] = 20.0F;
+      logits[kEos] = 4.5F;                     // EOS, held back by min_new_tokens
+      logits[5 + history.size() % 2] = 6.0F;  // an alternation that no_repeat_ngram breaks
+      return logits;
+    };
+    auto options = beam_options(10, 1.0, seed % 2 == 0);
+    options.num_beams = 2 + static_cast<int64_t>(seed % 3);
+    options.num_return_sequences = options.num_beams;
+    options.min_new_tokens = 4;
+    options.vocab_limit = limit;
+    options.no_repeat_ngram_size = 3;
+    if (seed % 4 == 1) options.forced_eos_token_id = kEos;
+    if (seed == 12) options.repetition_penalty = 1.3;
+    std::vector<testing::Run> runs;
+    for (const bool in_place : {true, false}) {
+      kernels::set_cpu_kernels(in_place);
+      BeamSearcher searcher(options);
+      runs.push_back(drive(searcher, script, 0));
+    }
+    kernels::set_cpu_kernels(true);
+    ASSERT_EQ(runs[0].steps, runs[1].steps) << seed;
+    EXPECT_EQ(runs[0].next_tokens, runs[1].next_tokens) << seed;
+    EXPECT_EQ(runs[0].parent_rows, runs[1].parent_rows) << seed;
+    ASSERT_EQ(runs[0].results.size(), runs[1].results.size()) << seed;
+    for (size_t r = 0; r < runs[0].results.size(); ++r) {
+      EXPECT_EQ(runs[0].results[r].tokens, runs[1].results[r].tokens) << seed;
+      EXPECT_EQ(runs[0].results[r].finish_reason, runs[1].results[r].finish_reason) << seed;
+      EXPECT_NEAR(runs[0].results[r].score, runs[1].results[r].score, 1e-5) << seed;
+      for (const int64_t t : runs[0].results[r].tokens) EXPECT_LT(t, limit) << seed;
+      EXPECT_GE(runs[0].results[r].tokens.size(), 4u) << seed;
+    }
+  }
 }
 
 }  // namespace

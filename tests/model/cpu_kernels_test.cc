@@ -8,11 +8,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "model/attention/products.h"
 #include "model/kernels/attention_products.h"
 #include "model/kernels/avx2.h"
+#include "model/kernels/beam_candidates.h"
 #include "model/kernels/few_rows_linear.h"
 #include "model/kernels/fp32_attention.h"
 #include "model/kernels/greedy_pick.h"
@@ -280,6 +283,125 @@ TEST(GreedyPick, ExclusionsAppliedWhileReadingEqualAMaskedCopy) {
     EXPECT_TRUE(srformer::kernels::greedy_pick(row.data_ptr<float>(), 40, 40, {17}).has_value());
     EXPECT_TRUE(srformer::kernels::greedy_pick(row.data_ptr<float>(), 40, 17, {}).has_value());
     EXPECT_FALSE(srformer::kernels::greedy_pick(row.data_ptr<float>(), 40, 3, {0, 1, 2}).has_value());
+  });
+}
+
+namespace {
+
+using BeamRef = std::vector<std::pair<double, int64_t>>;
+
+// Beam search's candidates the way Hugging Face computes them: log_softmax over each whole row (here
+// in double, rounded to float), -inf at excluded tokens and past the limit, plus the float beam score;
+// the `count` best by score, ties by index.
+BeamRef reference_beam_candidates(const torch::Tensor& x, const std::vector<float>& beam, int64_t limit,
+                                  const std::vector<std::vector<int64_t>>& excluded, int64_t count) {
+  const auto lsm = x.to(torch::kFloat64).log_softmax(1).contiguous();
+  const auto scores = lsm.accessor<double, 2>();
+  BeamRef all;
+  const int64_t n = x.size(1);
+  for (int64_t b = 0; b < x.size(0); ++b) {
+    for (int64_t i = 0; i < limit; ++i) {
+      const auto& ex = excluded[static_cast<size_t>(b)];
+      if (std::find(ex.begin(), ex.end(), i) != ex.end()) continue;
+      // float, as the searcher adds them: a beam at -1e9 makes its candidates tie at -1e9
+      const float score = static_cast<float>(scores[b][i]) + beam[static_cast<size_t>(b)];
+      all.emplace_back(score, b * n + i);
+    }
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& c) {
+    return a.first > c.first || (a.first == c.first && a.second < c.second);
+  });
+  all.resize(static_cast<size_t>(std::min<int64_t>(count, static_cast<int64_t>(all.size()))));
+  return all;
+}
+
+std::optional<std::vector<srformer::kernels::BeamCandidate>> run_beam_candidates(
+    const torch::Tensor& x, const std::vector<float>& beam, int64_t limit,
+    const std::vector<std::vector<int64_t>>& excluded, int64_t count) {
+  srformer::kernels::BeamRows rows;
+  rows.x = x.data_ptr<float>();
+  rows.rows = x.size(0);
+  rows.n = x.size(1);
+  rows.beam_scores = beam.data();
+  rows.limit = limit;
+  rows.excluded = excluded;
+  for (auto& e : rows.excluded) std::sort(e.begin(), e.end());
+  return srformer::kernels::beam_candidates(rows, count);
+}
+
+}  // namespace
+
+// The candidates read from the logits in place are Hugging Face's (log_softmax over the whole row,
+// processors after it, beam scores added, topk): the same tokens in the same order, scores to float
+// rounding, over vocabulary sizes with every tail length, limits, exclusions at each row's best token,
+// and beams far behind (-1e9, as at the first step).
+TEST(BeamCandidates, MatchHuggingFaceScoresAndOrder) {
+  for_each_isa([] {
+    torch::manual_seed(21);
+    int checked = 0;
+    for (const int64_t n : {7, 37, 1000, 4099, 32128, 50265}) {
+      for (const int64_t beams : {1, 2, 4, 5}) {
+        for (const bool far_behind : {false, true}) {
+          const auto x = torch::randn({beams, n}) * 4.0;
+          std::vector<float> beam;
+          for (int64_t b = 0; b < beams; ++b) {
+            beam.push_back(far_behind && b > 0 ? -1e9F : -20.0F * torch::rand({1}).item<float>());
+          }
+          const int64_t limit = n > 40 ? n - n / 7 : n;
+          std::vector<std::vector<int64_t>> excluded;
+          for (int64_t b = 0; b < beams; ++b) {
+            const auto best = x[b].narrow(0, 0, limit).argmax().item<int64_t>();
+            excluded.push_back({best, (best * 7 + 3) % limit, best});
+          }
+          const int64_t count = std::min<int64_t>(2 * beams, beams * (limit - 2));
+          const auto got = run_beam_candidates(x, beam, limit, excluded, count);
+          const auto want = reference_beam_candidates(x, beam, limit, excluded, count);
+          ASSERT_TRUE(got.has_value()) << n << " " << beams;
+          ASSERT_EQ(got->size(), want.size()) << n << " " << beams;
+          for (size_t j = 0; j < want.size(); ++j) {
+            EXPECT_EQ((*got)[j].index, want[j].second) << n << " " << beams << " rank " << j;
+            EXPECT_NEAR((*got)[j].score, want[j].first, 2e-6 * (1.0 + std::abs(want[j].first)));
+          }
+          ++checked;
+        }
+      }
+    }
+    EXPECT_EQ(checked, 48);
+  });
+}
+
+// Equal scores keep torch::topk's order: the lower index first, within a row and across rows (beams
+// that are still identical); rows with a NaN, too few candidates or only -inf are left to the
+// general path.
+TEST(BeamCandidates, TiesByIndexAndRefusals) {
+  for_each_isa([] {
+    // Integer scores: many equal ones in each row, and two identical rows with equal beam scores.
+    const auto row = torch::remainder(torch::arange(100, torch::kFloat32) * 37.0F, 5.0F);
+    const auto x = torch::stack({row, row, row * 0.5F});
+    const std::vector<float> beam{-1.0F, -1.0F, -50.0F};
+    const std::vector<std::vector<int64_t>> none(3);
+    const auto got = run_beam_candidates(x, beam, 100, none, 30);
+    ASSERT_TRUE(got.has_value());
+    std::vector<int64_t> fours;  // the 40 best tie: row 0's 20, then row 1's first 10
+    for (int64_t i = 0; i < 200 && fours.size() < 30; ++i) {
+      if (row[i % 100].item<float>() == 4.0F) fours.push_back(i);
+    }
+    for (size_t j = 0; j < fours.size(); ++j) {
+      EXPECT_EQ((*got)[j].index, fours[j]) << "rank " << j;
+      EXPECT_EQ((*got)[j].score, (*got)[0].score) << "rank " << j;
+    }
+
+    auto nan = x.clone();
+    nan[1][50] = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_FALSE(run_beam_candidates(nan, beam, 100, none, 6).has_value());
+    EXPECT_FALSE(run_beam_candidates(x, beam, 2, none, 7).has_value()) << "6 candidates below the limit";
+    std::vector<std::vector<int64_t>> most(3);
+    for (int64_t i = 0; i < 99; ++i) most[0].push_back(i), most[1].push_back(i), most[2].push_back(i);
+    EXPECT_FALSE(run_beam_candidates(x, beam, 100, most, 4).has_value()) << "3 candidates left";
+    EXPECT_TRUE(run_beam_candidates(x, beam, 100, most, 3).has_value());
+    auto inf = x.clone();
+    inf.narrow(1, 0, 98).fill_(-std::numeric_limits<float>::infinity());
+    EXPECT_FALSE(run_beam_candidates(inf, beam, 100, none, 7).has_value()) << "6 finite candidates";
   });
 }
 
