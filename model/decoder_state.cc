@@ -98,28 +98,33 @@ int64_t tensor_bytes(const torch::Tensor& t) {
   return t.size(0) * std::max<int64_t>(t.stride(0), n / t.size(0)) * elem;
 }
 
-// Whether keeping `rows` can be done by copying rows within the storage, in order j = 0, 1, ...:
-// every row must be read before it is overwritten. Rows leaving (increasing indices) and the last
-// rows moving into holes both qualify; beams swapping or repeating parents usually do not.
-bool movable_in_place(const std::vector<int64_t>& rows, int64_t before) {
-  std::vector<bool> written(static_cast<size_t>(before), false);
-  for (size_t j = 0; j < rows.size(); ++j) {
-    const int64_t src = rows[j];
-    if (src < 0 || src >= before) return false;
-    if (src == static_cast<int64_t>(j)) continue;
-    if (written[static_cast<size_t>(src)]) return false;
-    written[j] = true;
+// How to keep `rows` (indices into the current rows, repeats allowed) within each tensor's storage:
+// row j receives row rows[j], and only rows that change are copied. A source row that is itself
+// overwritten (beams swapping or repeating parents) is staged first; one that is not (kept in place,
+// or past the kept rows: the last rows moving into the holes of leaving ones) is read where it is.
+struct RowMoves {
+  std::vector<std::pair<int64_t, int64_t>> moves;  // (destination, source)
+  std::vector<int64_t> staged;                      // sources copied aside before any row is written
+  std::vector<int64_t> stage_slot;                  // per current row: its place among `staged`, or -1
+};
+
+RowMoves plan_row_moves(const std::vector<int64_t>& rows, int64_t before) {
+  RowMoves plan;
+  const auto n = static_cast<int64_t>(rows.size());
+  plan.stage_slot.assign(static_cast<size_t>(before), -1);
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t src = rows[static_cast<size_t>(j)];
+    if (src == j) continue;
+    plan.moves.emplace_back(j, src);
+    const bool overwritten = src < n && rows[static_cast<size_t>(src)] != src;
+    if (overwritten && plan.stage_slot[static_cast<size_t>(src)] < 0) {
+      plan.stage_slot[static_cast<size_t>(src)] = static_cast<int64_t>(plan.staged.size());
+      plan.staged.push_back(src);
+    }
   }
-  return true;
+  return plan;
 }
 
-// Keeps `rows` (movable_in_place) of a [B, ...] tensor by copying them down within its storage; the
-// tensor becomes a view of its first rows. Leaving rows is the common case of a decode step, and a
-// fresh copy of the whole state costs page faults on top of the copy (~0.5 ms per MB measured
-// here); in place only the rows that change position move. Not done (returns false) off the CPU,
-// when another state shares the storage (copy-on-write), or when the kept rows would fill less than
-// a quarter of the storage (buffers grow to twice the rows they hold: the batch has halved since):
-// then the caller's compact copy gives the memory back.
 // Elements one row of a [B, ...] tensor spans in its storage (from its first to its last, plus one);
 // 0 when a stride is not positive.
 int64_t row_extent(const torch::Tensor& t) {
@@ -132,7 +137,14 @@ int64_t row_extent(const torch::Tensor& t) {
   return extent;
 }
 
-bool retain_rows_in_place(torch::Tensor& t, const std::vector<int64_t>& rows) {
+// Keeps the planned rows of a [B, ...] tensor within its storage; the tensor becomes a view of its
+// first rows. Leaving rows is the common case of a decode step, beams reordering the next; a fresh
+// copy of the whole state costs page faults on top of the copy (~0.5 ms per MB measured here), and
+// in place only the rows that change position move (a BART-base beam is ~7 MB of state at 64 steps).
+// Not done (returns false) off the CPU, when another state shares the storage (copy-on-write), or
+// when the kept rows would fill less than a quarter of the storage (buffers grow to twice the rows
+// they hold: the batch has halved since): then the caller's compact copy gives the memory back.
+bool retain_rows_in_place(torch::Tensor& t, const RowMoves& plan, int64_t n) {
   // Rows are slabs of stride(0) elements from the storage's start: dense tensors, and caches that
   // are views of a buffer with room for more slots per row.
   if (!t.is_cpu() || t.dim() == 0 || t.storage_offset() != 0 || !owns_storage(t)) {
@@ -140,15 +152,22 @@ bool retain_rows_in_place(torch::Tensor& t, const std::vector<int64_t>& rows) {
   }
   const int64_t extent = row_extent(t);
   if (t.size(0) > 1 && (extent == 0 || t.stride(0) < extent)) return false;
-  const auto n = static_cast<int64_t>(rows.size());
   const int64_t row_bytes = (t.size(0) > 1 ? t.stride(0) : extent) * static_cast<int64_t>(t.element_size());
   const auto storage_bytes = static_cast<int64_t>(t.storage().nbytes());
   if (row_bytes == 0 || t.size(0) * row_bytes > storage_bytes || 4 * n * row_bytes < storage_bytes) {
     return false;
   }
   auto* base = static_cast<char*>(t.data_ptr());
-  for (int64_t j = 0; j < n; ++j) {
-    if (rows[j] != j) std::memcpy(base + j * row_bytes, base + rows[j] * row_bytes, static_cast<size_t>(row_bytes));
+  const auto bytes = static_cast<size_t>(row_bytes);
+  thread_local std::vector<char> stage;  // reused: a beam step stages a few rows of every tensor
+  stage.resize(plan.staged.size() * bytes);
+  for (size_t k = 0; k < plan.staged.size(); ++k) {
+    std::memcpy(stage.data() + k * bytes, base + plan.staged[k] * row_bytes, bytes);
+  }
+  for (const auto& [dst, src] : plan.moves) {
+    const int64_t k = plan.stage_slot[static_cast<size_t>(src)];
+    std::memcpy(base + dst * row_bytes, k >= 0 ? stage.data() + static_cast<size_t>(k) * bytes : base + src * row_bytes,
+                bytes);
   }
   // Re-pointed rather than narrowed: a view would hold the old tensor as its base, and the storage
   // would no longer look exclusively this tensor's at the next retain or step.
@@ -311,15 +330,18 @@ void DecoderState::append(DecoderState&& other) {
 
 void DecoderState::retain(const std::vector<int64_t>& rows) {
   const int64_t before = batch_size();
-  bool identity = static_cast<int64_t>(rows.size()) == before;
+  const auto n = static_cast<int64_t>(rows.size());
+  bool identity = n == before;
   for (size_t i = 0; identity && i < rows.size(); ++i) identity = rows[i] == static_cast<int64_t>(i);
   if (identity) return;
-  if (!movable_in_place(rows, before)) {  // beams reordered: rows repeat or swap
+  const bool in_range = std::all_of(rows.begin(), rows.end(), [before](int64_t r) { return r >= 0 && r < before; });
+  if (!in_range || n > before) {  // select() reports rows out of range; more rows than before need room
     select(torch::tensor(rows, torch::kInt64));
   } else {
+    const auto plan = plan_row_moves(rows, before);
     torch::Tensor idx;  // made once, for tensors that cannot move in place
     for_each_tensor(*this, [&](torch::Tensor& t) {
-      if (!t.defined() || retain_rows_in_place(t, rows)) return;
+      if (!t.defined() || retain_rows_in_place(t, plan, n)) return;
       if (!idx.defined()) idx = torch::tensor(rows, torch::kInt64);
       t = select_rows(t, idx);
     });

@@ -64,10 +64,10 @@ class DecoderState {
   // min_unused of them (each compaction moves the used slots of every self-attention cache: within
   // its buffer where the state alone holds it, into a dense copy otherwise).
   void compact(int64_t min_unused = 1);
-  // After a decode step: keeps `rows` (indices into the current rows, in order) like select(), from
-  // plain integers. Does nothing when they are 0..B-1. When every row can be read before it is
-  // overwritten (rows leaving: increasing indices; or the last rows moved into the holes of leaving
-  // ones), rows move within the storage on the CPU when no other state shares the tensors. When
+  // After a decode step: keeps `rows` (indices into the current rows, in order, repeats allowed) like
+  // select(), from plain integers. Does nothing when they are 0..B-1. Rows that change (leaving
+  // rows, the last rows moving into their holes, beams swapping or repeating parents) are copied
+  // within the storage on the CPU when no other state shares the tensors; other rows stay. When
   // rows were dropped, compacts once a quarter of the self-attention slots (at least 8) is unused:
   // masked slots cost the attention little, a copy of every cache per leaving request costs more.
   void retain(const std::vector<int64_t>& rows);

@@ -419,8 +419,9 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
     const auto tok = tokens.select(1, t).index_select(0, kept);
     EXPECT_LE((model->step(in_place, tok) - model->step(copied, tok)).abs().max().item<double>(), 1e-6);
   }
-  // The last row moving into a leaving row's hole (what the engine does) is moved in place too;
-  // beams swapping rows are not (each row would be overwritten before it is read).
+  // The last row moving into a leaving row's hole (what the engine does) is moved in place too, and
+  // so are beams swapping, repeating or cycling their parents (rows overwritten before they are read
+  // are staged first), with or without rows leaving at the same time.
   auto filled = started();
   auto filled_copy = started();
   filled_copy.select(torch::tensor({0, 4, 2, 3}, torch::kLong));
@@ -429,12 +430,28 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   EXPECT_TRUE(torch::equal(filled.rows_of_layer(1).cross_k, filled_copy.rows_of_layer(1).cross_k));
   EXPECT_TRUE(torch::equal(filled.layers[0].window_k, filled_copy.layers[0].window_k));
   EXPECT_TRUE(torch::equal(filled.step, filled_copy.step));
-  auto swapped = started();
-  auto swapped_copy = started();
-  swapped_copy.select(torch::tensor({1, 0, 2, 3, 4}, torch::kLong));
-  swapped.retain({1, 0, 2, 3, 4});
-  EXPECT_TRUE(torch::equal(swapped.rows_of_layer(1).cross_k, swapped_copy.rows_of_layer(1).cross_k));
-  EXPECT_TRUE(torch::equal(swapped.layers[0].mem, swapped_copy.layers[0].mem));
+  for (const std::vector<int64_t>& beams : std::vector<std::vector<int64_t>>{
+           {1, 0, 2, 3, 4}, {2, 0, 1, 3, 4}, {1, 1, 0, 4, 4}, {1, 0, 0, 4}, {4, 3, 2, 1, 0}, {3, 3, 3}}) {
+    SCOPED_TRACE(::testing::PrintToString(beams));
+    auto moved = started();
+    auto moved_copy = started();
+    moved_copy.select(torch::tensor(beams, torch::kLong));
+    const auto* cache = moved.layers[0].self_k.storage().data();
+    moved.retain(beams);
+    EXPECT_EQ(moved.layers[0].self_k.storage().data(), cache) << "in place";
+    ASSERT_EQ(moved.batch_size(), moved_copy.batch_size());
+    EXPECT_TRUE(torch::equal(moved.step, moved_copy.step));
+    EXPECT_TRUE(torch::equal(moved.self_valid, moved_copy.self_valid));
+    for (size_t l = 0; l < moved.layers.size(); ++l) {
+      EXPECT_TRUE(torch::equal(moved.layers[l].self_k, moved_copy.layers[l].self_k)) << l;
+      EXPECT_TRUE(torch::equal(moved.layers[l].self_v, moved_copy.layers[l].self_v)) << l;
+      EXPECT_TRUE(torch::equal(moved.layers[l].mem, moved_copy.layers[l].mem)) << l;
+      EXPECT_TRUE(torch::equal(moved.rows_of_layer(l).cross_k, moved_copy.rows_of_layer(l).cross_k)) << l;
+      EXPECT_TRUE(torch::equal(moved.rows_of_layer(l).switch_drive, moved_copy.rows_of_layer(l).switch_drive)) << l;
+    }
+    const auto tok = tokens.select(1, 2).narrow(0, 0, moved.batch_size());
+    EXPECT_TRUE(torch::equal(model->step(moved, tok), model->step(moved_copy, tok)));
+  }
 
   // 1 of 4 rows kept: a compact copy that returns the memory.
   in_place.retain({3});
