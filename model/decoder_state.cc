@@ -108,15 +108,17 @@ struct RowMoves {
   std::vector<int64_t> stage_slot;                  // per current row: its place among `staged`, or -1
 };
 
-RowMoves plan_row_moves(const std::vector<int64_t>& rows, int64_t before) {
+// `skip`: destinations whose row need not move (empty: none).
+RowMoves plan_row_moves(const std::vector<int64_t>& rows, int64_t before, const std::vector<bool>& skip = {}) {
   RowMoves plan;
   const auto n = static_cast<int64_t>(rows.size());
   plan.stage_slot.assign(static_cast<size_t>(before), -1);
   for (int64_t j = 0; j < n; ++j) {
     const int64_t src = rows[static_cast<size_t>(j)];
-    if (src == j) continue;
+    if (src == j || (!skip.empty() && skip[static_cast<size_t>(j)])) continue;
     plan.moves.emplace_back(j, src);
-    const bool overwritten = src < n && rows[static_cast<size_t>(src)] != src;
+    const bool overwritten = src < n && rows[static_cast<size_t>(src)] != src &&
+                             (skip.empty() || !skip[static_cast<size_t>(src)]);
     if (overwritten && plan.stage_slot[static_cast<size_t>(src)] < 0) {
       plan.stage_slot[static_cast<size_t>(src)] = static_cast<int64_t>(plan.staged.size());
       plan.staged.push_back(src);
@@ -159,15 +161,35 @@ bool retain_rows_in_place(torch::Tensor& t, const RowMoves& plan, int64_t n) {
   }
   auto* base = static_cast<char*>(t.data_ptr());
   const auto bytes = static_cast<size_t>(row_bytes);
+  // A cache with room holds each (row, head) group's live slots at the start of a longer stretch:
+  // only those are copied (a third of a BART-base row's cache bytes are room).
+  const auto element = static_cast<int64_t>(t.element_size());
+  int64_t groups = 1;
+  auto group_bytes = bytes;
+  if (t.dim() >= 3 && t.size(1) > 1) {
+    int64_t inner = 1;
+    for (int64_t i = 2; i < t.dim(); ++i) inner += (t.size(i) - 1) * t.stride(i);
+    if (inner < t.stride(1)) {
+      groups = t.size(1);
+      group_bytes = static_cast<size_t>(inner * element);
+    }
+  }
+  const auto group_stride = static_cast<size_t>(t.dim() >= 2 ? t.stride(1) * element : 0);
+  const auto copy_row = [&](char* to, const char* from) {
+    if (groups == 1) {
+      std::memcpy(to, from, group_bytes);
+      return;
+    }
+    for (int64_t g = 0; g < groups; ++g) {
+      std::memcpy(to + static_cast<size_t>(g) * group_stride, from + static_cast<size_t>(g) * group_stride, group_bytes);
+    }
+  };
   thread_local std::vector<char> stage;  // reused: a beam step stages a few rows of every tensor
   stage.resize(plan.staged.size() * bytes);
-  for (size_t k = 0; k < plan.staged.size(); ++k) {
-    std::memcpy(stage.data() + k * bytes, base + plan.staged[k] * row_bytes, bytes);
-  }
+  for (size_t k = 0; k < plan.staged.size(); ++k) copy_row(stage.data() + k * bytes, base + plan.staged[k] * row_bytes);
   for (const auto& [dst, src] : plan.moves) {
     const int64_t k = plan.stage_slot[static_cast<size_t>(src)];
-    std::memcpy(base + dst * row_bytes, k >= 0 ? stage.data() + static_cast<size_t>(k) * bytes : base + src * row_bytes,
-                bytes);
+    copy_row(base + dst * row_bytes, k >= 0 ? stage.data() + static_cast<size_t>(k) * bytes : base + src * row_bytes);
   }
   // Re-pointed rather than narrowed: a view would hold the old tensor as its base, and the storage
   // would no longer look exclusively this tensor's at the next retain or step.
@@ -328,9 +350,12 @@ void DecoderState::append(DecoderState&& other) {
   other = DecoderState{};
 }
 
-void DecoderState::retain(const std::vector<int64_t>& rows) {
+void DecoderState::retain(const std::vector<int64_t>& rows, const std::vector<bool>& same_request) {
   const int64_t before = batch_size();
   const auto n = static_cast<int64_t>(rows.size());
+  if (!same_request.empty() && same_request.size() != rows.size()) {
+    throw std::invalid_argument("DecoderState::retain: same_request needs one entry per kept row");
+  }
   bool identity = n == before;
   for (size_t i = 0; identity && i < rows.size(); ++i) identity = rows[i] == static_cast<int64_t>(i);
   if (identity) return;
@@ -338,10 +363,15 @@ void DecoderState::retain(const std::vector<int64_t>& rows) {
   if (!in_range || n > before) {  // select() reports rows out of range; more rows than before need room
     select(torch::tensor(rows, torch::kInt64));
   } else {
-    const auto plan = plan_row_moves(rows, before);
+    const auto all_rows = plan_row_moves(rows, before);
+    // Beams of one request differ only in their self-attention caches.
+    const auto request_rows = same_request.empty() ? all_rows : plan_row_moves(rows, before, same_request);
+    std::vector<const torch::Tensor*> caches;
+    for (const auto& l : layers) caches.insert(caches.end(), {&l.self_k, &l.self_v});
     torch::Tensor idx;  // made once, for tensors that cannot move in place
     for_each_tensor(*this, [&](torch::Tensor& t) {
-      if (!t.defined() || retain_rows_in_place(t, plan, n)) return;
+      const bool cache = std::find(caches.begin(), caches.end(), &t) != caches.end();
+      if (!t.defined() || retain_rows_in_place(t, cache ? all_rows : request_rows, n)) return;
       if (!idx.defined()) idx = torch::tensor(rows, torch::kInt64);
       t = select_rows(t, idx);
     });

@@ -70,7 +70,12 @@ class DecoderState {
   // within the storage on the CPU when no other state shares the tensors; other rows stay. When
   // rows were dropped, compacts once a quarter of the self-attention slots (at least 8) is unused:
   // masked slots cost the attention little, a copy of every cache per leaving request costs more.
-  void retain(const std::vector<int64_t>& rows);
+  // `same_request` (empty, or one entry per kept row): true where the row moving to j is a beam of
+  // the request whose row was at j. Beams of one request differ only in their self-attention caches
+  // (the step, segment schedule, RAF membrane, windows and slots follow the request's input and step
+  // count, not its tokens), so for those rows only the caches move: a beam step then copies ~40%
+  // of the state bytes a full row move would (BART-base, srformer).
+  void retain(const std::vector<int64_t>& rows, const std::vector<bool>& same_request = {});
   // Bytes held for row b (its share of every tensor, padding included), and in total. Slots count
   // when some row uses them (free slots wait for the next join; at most as many as used ones).
   int64_t row_bytes(int64_t b) const;

@@ -65,6 +65,9 @@ std::vector<GenerateResult> generate(Seq2SeqModel& model, const torch::Tensor& i
     const auto logits = model.step(state, torch::tensor(tokens, torch::kInt64).to(device)).to(torch::kCPU);
     std::vector<Live> still_live;
     std::vector<int64_t> keep, next_tokens;
+    std::vector<int64_t> owner;  // the request each of this step's rows belongs to
+    for (const auto& request : live) owner.insert(owner.end(), static_cast<size_t>(request.searcher->num_rows()), request.request);
+    std::vector<bool> same_request;  // kept row j stays with the request that held row j (beams)
     int64_t offset = 0;
     const kernels::SerialRegion serial;  // many small ops per request: one thread is faster
     for (auto& request : live) {
@@ -81,6 +84,7 @@ std::vector<GenerateResult> generate(Seq2SeqModel& model, const torch::Tensor& i
         const auto parents = step.parent_rows.accessor<int64_t, 1>();
         const auto chosen = step.next_tokens.accessor<int64_t, 1>();
         for (int64_t i = 0; i < n; ++i) {
+          same_request.push_back(owner[keep.size()] == request.request);
           keep.push_back(offset + parents[i]);
           next_tokens.push_back(chosen[i]);
         }
@@ -90,7 +94,7 @@ std::vector<GenerateResult> generate(Seq2SeqModel& model, const torch::Tensor& i
     }
     live = std::move(still_live);
     if (live.empty()) break;
-    state.retain(keep);
+    state.retain(keep, same_request);
     tokens = std::move(next_tokens);
   }
   return results;

@@ -420,6 +420,8 @@ void Engine::step() {
   index.reserve(static_cast<size_t>(state_.batch_size()));
   std::vector<std::unique_ptr<Slot>> kept;
   std::vector<size_t> kept_at;     // each kept slot's position in this step's slot list
+  std::vector<size_t> owner;       // the slot position each of this step's rows belongs to
+  for (size_t i = 0; i < slots_.size(); ++i) owner.insert(owner.end(), static_cast<size_t>(slots_[i]->rows), i);
   std::vector<size_t> kept_first;  // and where its rows start in `index`
   bool same_rows = true;           // every slot has as many rows as the first (greedy: one each)
   for (const auto& slot : slots_) same_rows = same_rows && slot->rows == slots_.front()->rows;
@@ -499,22 +501,35 @@ void Engine::step() {
     // Requests that stay keep their rows; the last ones move into the holes of those that left.
     std::vector<std::unique_ptr<Slot>> moved;
     std::vector<int64_t> moved_index;
+    std::vector<size_t> moved_at;
     moved_index.reserve(index.size());
     kept_first.push_back(index.size());
     for (const size_t e : fill_holes_from_tail(kept_at)) {
       moved.push_back(std::move(kept[e]));
+      moved_at.push_back(kept_at[e]);
       moved_index.insert(moved_index.end(), index.begin() + static_cast<std::ptrdiff_t>(kept_first[e]),
                          index.begin() + static_cast<std::ptrdiff_t>(kept_first[e + 1]));
     }
     kept = std::move(moved);
     index = std::move(moved_index);
+    kept_at = std::move(moved_at);
+  }
+  // Rows that stay with the request they held (beams taking another beam's place) move only what
+  // differs between beams (DecoderState::retain).
+  std::vector<bool> same_request;
+  same_request.reserve(index.size());
+  for (size_t e = 0; e < kept.size(); ++e) {
+    for (int64_t r = 0; r < kept[e]->rows; ++r) {
+      const size_t row = same_request.size();
+      same_request.push_back(row < owner.size() && owner[row] == kept_at[e]);
+    }
   }
   slots_ = std::move(kept);
   if (slots_.empty()) {
     state_ = DecoderState{};
   } else {
     const auto reorder_start = Clock::now();
-    state_.retain(index);
+    state_.retain(index, same_request);
     reorder_seconds = ms_between(reorder_start, Clock::now()) / 1000.0;
   }
   const double step_seconds = ms_between(start, Clock::now()) / 1000.0;

@@ -453,6 +453,26 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
     EXPECT_TRUE(torch::equal(model->step(moved, tok), model->step(moved_copy, tok)));
   }
 
+  // Three beams of one request (rows replicated from one, then fed different tokens) reordered with
+  // same_request: only their self-attention caches move, and the state equals select()'s copy.
+  auto beams = started();
+  beams.select(torch::tensor({0, 0, 0, 3, 4}, torch::kLong));
+  model->step(beams, torch::tensor({5, 6, 7, 8, 9}, torch::kLong));
+  auto beams_copy = beams;
+  beams_copy.select(torch::tensor({2, 0, 0, 4}, torch::kLong));
+  beams.retain({2, 0, 0, 4}, {true, true, true, false});
+  for (size_t l = 0; l < beams.layers.size(); ++l) {
+    EXPECT_TRUE(torch::equal(beams.layers[l].self_k, beams_copy.layers[l].self_k)) << l;
+    EXPECT_TRUE(torch::equal(beams.layers[l].self_v, beams_copy.layers[l].self_v)) << l;
+    EXPECT_TRUE(torch::equal(beams.layers[l].mem, beams_copy.layers[l].mem)) << l;
+    EXPECT_TRUE(torch::equal(beams.layers[l].window_k, beams_copy.layers[l].window_k)) << l;
+  }
+  EXPECT_TRUE(torch::equal(beams.step, beams_copy.step));
+  EXPECT_FALSE(torch::equal(beams.layers[0].self_k[0], beams.layers[0].self_k[1])) << "beams that differ";
+  const auto next = torch::tensor({10, 11, 12, 13}, torch::kLong);
+  EXPECT_TRUE(torch::equal(model->step(beams, next), model->step(beams_copy, next)));
+  EXPECT_THROW(beams.retain({0, 1}, {true}), std::invalid_argument);
+
   // 1 of 4 rows kept: a compact copy that returns the memory.
   in_place.retain({3});
   EXPECT_EQ(in_place.layers[1].cross_k.storage().nbytes(), in_place.layers[1].cross_k.nbytes());
