@@ -24,7 +24,8 @@ testing::Script document_script(int64_t document) {
   return testing::random_script(kVocab, 1000 + document, kEos, 1.5f);
 }
 
-// The document id is the first input token; the decoder history lives in state.self_pos.
+// The document id is the first input token; the decoder history lives in a self-attention cache,
+// layers[0].self_k [B, 1, T, 1] (what differs between beams of one request, DecoderState::retain).
 class FakeModel : public Seq2SeqModel {
  public:
   FakeModel() { config_.vocab_size = kVocab; }
@@ -43,17 +44,23 @@ class FakeModel : public Seq2SeqModel {
     state.step = torch::zeros({batch}, torch::kInt64);
     state.self_pos = torch::empty({batch, 0}, torch::kInt64);
     state.self_valid = torch::empty({batch, 0}, torch::kBool);
+    state.layers.emplace_back();
+    state.layers[0].self_k = torch::empty({batch, 1, 0, 1});
+    state.layers[0].self_v = torch::empty({batch, 1, 0, 1});
     return state;
   }
   torch::Tensor step(DecoderState& state, const torch::Tensor& tokens) override {
     const int64_t batch = state.batch_size();
     batch_sizes.push_back(batch);
-    state.self_pos = torch::cat({state.self_pos, tokens.view({batch, 1})}, 1);
+    state.self_pos = torch::cat({state.self_pos, state.step.view({batch, 1})}, 1);
     state.self_valid = torch::cat({state.self_valid, torch::ones({batch, 1}, torch::kBool)}, 1);
+    auto& cache = state.layers[0];
+    cache.self_k = torch::cat({cache.self_k, tokens.to(torch::kFloat32).view({batch, 1, 1, 1})}, 2);
+    cache.self_v = cache.self_k.clone();
     state.step += 1;
     auto logits = torch::empty({batch, kVocab});
     for (int64_t b = 0; b < batch; ++b) {
-      const auto row = state.self_pos[b].contiguous();
+      const auto row = cache.self_k[b].flatten().to(torch::kInt64).contiguous();
       const std::vector<int64_t> history(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
       logits[b] = torch::tensor(document_script(state.enc_len[b].item<int64_t>())(history));
     }
