@@ -12,6 +12,7 @@
 #                                           --precompute-switches, after KERNELS)
 #                                           DTYPES="fp32" ("fp32 bf16": served with fp32 and with bf16
 #                                           projections (AMX or AVX512-BF16), innermost)
+#                                           CLIENT_ARGS="" (more request options, e.g. "--num-beams 4")
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,7 +43,7 @@ for shape in ${SHAPES:-t5-small bart-base}; do
     for c in $levels; do
       n=$(( c > ${REQUESTS:-32} ? c : ${REQUESTS:-32} ))
       line=$("$build/bin/srformer-client" --target "$target" --model "$shape" --load --json --concurrency "$c" \
-        --requests "$n" --max-new-tokens "${NEW_TOKENS:-32}" --min-new-tokens "${NEW_TOKENS:-32}" --truncate "$doc")
+        --requests "$n" --max-new-tokens "${NEW_TOKENS:-32}" --min-new-tokens "${NEW_TOKENS:-32}" ${CLIENT_ARGS:-} --truncate "$doc")
       tps=$(printf '%s' "$line" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens_per_s"])')
       [ -n "$single" ] || single=$tps
       ratio=$(/usr/bin/python3 -c "print(round($tps / $single, 2))")

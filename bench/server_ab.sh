@@ -4,7 +4,8 @@
 # it with srformer-client --load, stops it and prints one line: binary, tokens/s, and the engine's
 # overhead split from the server's shutdown log line.
 #   bench/server_ab.sh SERVER_A SERVER_B MODEL_DIR [DOC]
-#   env: ROUNDS (3), CONCURRENCY (32), REQUESTS (96), NEW_TOKENS (64), THREADS (2), CLIENT (build/bin/srformer-client)
+#   env: ROUNDS (3), CONCURRENCY (32), REQUESTS (96), NEW_TOKENS (64), THREADS (2), CLIENT (build/bin/srformer-client),
+#        SERVER_ARGS (more server flags, e.g. "--dtype bf16"), CLIENT_ARGS (more request options, e.g. "--num-beams 4")
 # A binary outside the build tree needs SRFORMER_SPM_PLUGIN=/abs/path/to/libsrformer_spm.so.
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
@@ -16,12 +17,12 @@ run() {
   local server=$1 log pid target line
   log=$(mktemp)
   "$server" --model ab="$model" --listen 127.0.0.1:0 --metrics-listen "" --threads "${THREADS:-2}" \
-    --max-batch-rows 64 --max-queue 256 2>"$log" &
+    --max-batch-rows 64 --max-queue 256 ${SERVER_ARGS:-} 2>"$log" &
   pid=$!
   target=$(wait_for_server "$log" $pid)
   line=$("$client" --target "$target" --model ab --load --json --concurrency "${CONCURRENCY:-32}" \
     --requests "${REQUESTS:-96}" --max-new-tokens "${NEW_TOKENS:-64}" --min-new-tokens "${NEW_TOKENS:-64}" \
-    --truncate "$doc")
+    ${CLIENT_ARGS:-} --truncate "$doc")
   kill -TERM $pid
   wait $pid || true
   printf '%s tokens/s %s | %s\n' "$server" \
