@@ -104,8 +104,8 @@ int64_t tensor_bytes(const torch::Tensor& t) {
 // or past the kept rows: the last rows moving into the holes of leaving ones) is read where it is.
 struct RowMoves {
   std::vector<std::pair<int64_t, int64_t>> moves;  // (destination, source)
-  std::vector<int64_t> staged;                      // sources copied aside before any row is written
-  std::vector<int64_t> stage_slot;                  // per current row: its place among `staged`, or -1
+  std::vector<int64_t> staged;                     // sources copied aside before any row is written
+  std::vector<int64_t> stage_slot;                 // per current row: its place among `staged`, or -1
 };
 
 // `skip`: destinations whose row need not move (empty: none).
@@ -117,8 +117,8 @@ RowMoves plan_row_moves(const std::vector<int64_t>& rows, int64_t before, const 
     const int64_t src = rows[static_cast<size_t>(j)];
     if (src == j || (!skip.empty() && skip[static_cast<size_t>(j)])) continue;
     plan.moves.emplace_back(j, src);
-    const bool overwritten = src < n && rows[static_cast<size_t>(src)] != src &&
-                             (skip.empty() || !skip[static_cast<size_t>(src)]);
+    const bool overwritten =
+        src < n && rows[static_cast<size_t>(src)] != src && (skip.empty() || !skip[static_cast<size_t>(src)]);
     if (overwritten && plan.stage_slot[static_cast<size_t>(src)] < 0) {
       plan.stage_slot[static_cast<size_t>(src)] = static_cast<int64_t>(plan.staged.size());
       plan.staged.push_back(src);
@@ -181,7 +181,8 @@ bool retain_rows_in_place(torch::Tensor& t, const RowMoves& plan, int64_t n) {
       return;
     }
     for (int64_t g = 0; g < groups; ++g) {
-      std::memcpy(to + static_cast<size_t>(g) * group_stride, from + static_cast<size_t>(g) * group_stride, group_bytes);
+      std::memcpy(to + static_cast<size_t>(g) * group_stride, from + static_cast<size_t>(g) * group_stride,
+                  group_bytes);
     }
   };
   thread_local std::vector<char> stage;  // reused: a beam step stages a few rows of every tensor

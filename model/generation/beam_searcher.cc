@@ -109,7 +109,7 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
 }
 
 std::vector<std::pair<float, int64_t>> BeamSearcher::candidates_in_place(const torch::Tensor& logits,
-                                                                          int64_t count) const {
+                                                                         int64_t count) const {
   const int64_t num_beams = options_.num_beams;
   if (!kernels::use_cpu_kernels() || !logits.defined() || logits.dim() != 2 || logits.size(0) != num_beams ||
       logits.size(1) < 1 || !logits.is_cpu() || logits.scalar_type() != torch::kFloat32 || !logits.is_contiguous()) {

@@ -43,7 +43,7 @@ class BeamSearcher : public Searcher {
   std::vector<TokenHistory> beams_;  // HF input_ids of each running beam
   std::vector<float> beam_scores_;   // sum of log-probs of each running beam (float32 as in HF)
   std::vector<Finished> finished_;   // in insertion order, as HF's list (order breaks ties)
-  torch::Tensor logits_, scores_;   // this step's logits copy and log-probabilities (reused buffers)
+  torch::Tensor logits_, scores_;    // this step's logits copy and log-probabilities (reused buffers)
   double worst_score_ = 1e9;
   int64_t steps_ = 0;
   bool done_ = false;

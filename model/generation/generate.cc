@@ -66,7 +66,9 @@ std::vector<GenerateResult> generate(Seq2SeqModel& model, const torch::Tensor& i
     std::vector<Live> still_live;
     std::vector<int64_t> keep, next_tokens;
     std::vector<int64_t> owner;  // the request each of this step's rows belongs to
-    for (const auto& request : live) owner.insert(owner.end(), static_cast<size_t>(request.searcher->num_rows()), request.request);
+    for (const auto& request : live) {
+      owner.insert(owner.end(), static_cast<size_t>(request.searcher->num_rows()), request.request);
+    }
     std::vector<bool> same_request;  // kept row j stays with the request that held row j (beams)
     int64_t offset = 0;
     const kernels::SerialRegion serial;  // many small ops per request: one thread is faster

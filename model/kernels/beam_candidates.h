@@ -19,11 +19,11 @@ struct BeamCandidate {
 };
 
 struct BeamRows {
-  const float* x = nullptr;                   // rows x n scores, row-major
+  const float* x = nullptr;  // rows x n scores, row-major
   int64_t rows = 0;
   int64_t n = 0;
-  const float* beam_scores = nullptr;         // one per row
-  int64_t limit = 0;                          // tokens at or past it are never candidates
+  const float* beam_scores = nullptr;          // one per row
+  int64_t limit = 0;                           // tokens at or past it are never candidates
   std::vector<std::vector<int64_t>> excluded;  // per row (or empty): tokens that are never candidates
 };
 

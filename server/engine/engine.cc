@@ -419,8 +419,8 @@ void Engine::step() {
   std::vector<int64_t> index;
   index.reserve(static_cast<size_t>(state_.batch_size()));
   std::vector<std::unique_ptr<Slot>> kept;
-  std::vector<size_t> kept_at;     // each kept slot's position in this step's slot list
-  std::vector<size_t> owner;       // the slot position each of this step's rows belongs to
+  std::vector<size_t> kept_at;  // each kept slot's position in this step's slot list
+  std::vector<size_t> owner;    // the slot position each of this step's rows belongs to
   for (size_t i = 0; i < slots_.size(); ++i) owner.insert(owner.end(), static_cast<size_t>(slots_[i]->rows), i);
   std::vector<size_t> kept_first;  // and where its rows start in `index`
   bool same_rows = true;           // every slot has as many rows as the first (greedy: one each)

@@ -203,7 +203,7 @@ TEST(BeamSearchTest, InPlaceCandidatesChooseWhatTheProcessedCopyChooses) {
     const testing::Script script = [&](const History& history) {
       auto logits = base(history);
       for (int64_t t = limit; t < vocab; ++t) logits[static_cast<size_t>(t)] = 20.0F;
-      logits[kEos] = 4.5F;                     // EOS, held back by min_new_tokens
+      logits[kEos] = 4.5F;                    // EOS, held back by min_new_tokens
       logits[5 + history.size() % 2] = 6.0F;  // an alternation that no_repeat_ngram breaks
       return logits;
     };

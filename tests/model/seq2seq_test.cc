@@ -6,8 +6,8 @@
 #include <torch/torch.h>
 
 #include "model/attention/segments.h"
-#include "model/kernels/bf16_linear.h"
 #include "model/kernels/avx2.h"
+#include "model/kernels/bf16_linear.h"
 #include "model/random_model.h"
 #include "tests/support/temp_dir.h"
 
