@@ -208,8 +208,8 @@ bool retain_rows_in_place(torch::Tensor& t, const RowMoves& plan, int64_t n) {
 // a time then cost their own rows instead of a copy of the whole batch each time, and a batch growing
 // to N rows copies at most ~2N rows in all (~5N when buffers grew by a quarter: a BART-base request's
 // cross keys/values at 576 tokens are 21 MB). The room costs address space only: its pages are not
-// resident until rows are written there. Other tensors
-// (another state's, off the CPU, other layouts) are concatenated as before.
+// resident until rows are written there. Other tensors (another state's, off the CPU, other
+// layouts) are concatenated as before.
 void append_rows(torch::Tensor& t, const torch::Tensor& extra) {
   const int64_t B = t.size(0);
   const int64_t n = extra.size(0);
