@@ -38,9 +38,9 @@ struct SelfAttention {
 torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& bias,
                      const torch::Tensor& key_mask = {});
 
-// attend() with both products in bfloat16 (AMX or AVX512-BF16) and the softmax in fp32, one (row, head) group
-// at a time; q [B,H,Tq,d], k/v [B,H,T,d] CPU float32 (read in place when rows are dense), bias
-// broadcastable to [B,H,Tq,T] or undefined. The result is a [B,H,Tq,d] view of a [B,Tq,H,d] tensor.
+// attend() with both products in bfloat16 (AMX or AVX512-BF16) and the softmax in fp32, one (row,
+// head) group at a time; q [B,H,Tq,d], k/v [B,H,T,d] CPU float32 (read in place when rows are dense),
+// bias broadcastable to [B,H,Tq,T] or undefined. The result is a [B,H,Tq,d] view of a [B,Tq,H,d] tensor.
 torch::Tensor attend_bf16(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                           const torch::Tensor& bias, const torch::Tensor& key_mask = {});
 

@@ -8,34 +8,18 @@
 #include <string>
 #include <utility>
 
-#include "model/kernels/avx2.h"
 #include "model/kernels/beam_candidates.h"
 
 namespace srformer {
 namespace {
 
-using Candidate = std::pair<float, int64_t>;  // score, index into [num_beams * vocab]
-
-// The `count` best of `values`, best first: what torch::topk(sorted=true) returns (HF uses it), with
-// ties ordered by index. One pass with a small heap instead of topk, which costs ~1 ms on 4 x 50k.
-std::vector<Candidate> top_candidates(const float* values, int64_t n, int64_t count) {
-  const auto better = [](const Candidate& a, const Candidate& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  std::vector<Candidate> heap;  // a heap under `better`: its front is the worst candidate kept
-  heap.reserve(static_cast<size_t>(count));
-  for (int64_t i = 0; i < n; ++i) {
-    if (static_cast<int64_t>(heap.size()) < count) {
-      heap.emplace_back(values[i], i);
-      std::push_heap(heap.begin(), heap.end(), better);
-    } else if (values[i] > heap.front().first) {
-      std::pop_heap(heap.begin(), heap.end(), better);
-      heap.back() = {values[i], i};
-      std::push_heap(heap.begin(), heap.end(), better);
-    }
-  }
-  std::sort(heap.begin(), heap.end(), better);
-  return heap;
+// The `count` best of `values` (index into [num_beams * vocab]), best first: what
+// torch::topk(sorted=true) returns (HF uses it), with ties ordered by index. One pass with a small
+// heap instead of topk, which costs ~1 ms on 4 x 50k.
+std::vector<kernels::BeamCandidate> top_candidates(const float* values, int64_t n, int64_t count) {
+  kernels::BestCandidates best(count);
+  for (int64_t i = 0; i < n; ++i) best.offer(values[i], i);
+  return std::move(best).sorted();
 }
 
 }  // namespace
@@ -90,7 +74,7 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
                              " continuations that are not EOS; the vocabulary (" + std::to_string(vocab) +
                              " tokens) is too small for this many beams");
   }
-  done_ = hypotheses_done(top.front().first, cur_len);
+  done_ = hypotheses_done(top.front().score, cur_len);
   beams_ = std::move(next_beams);
   beam_scores_ = std::move(next_scores);
   ++steps_;
@@ -108,13 +92,10 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
   return step;
 }
 
-std::vector<std::pair<float, int64_t>> BeamSearcher::candidates_in_place(const torch::Tensor& logits,
-                                                                         int64_t count) const {
+std::vector<kernels::BeamCandidate> BeamSearcher::candidates_in_place(const torch::Tensor& logits,
+                                                                      int64_t count) const {
   const int64_t num_beams = options_.num_beams;
-  if (!kernels::use_cpu_kernels() || !logits.defined() || logits.dim() != 2 || logits.size(0) != num_beams ||
-      logits.size(1) < 1 || !logits.is_cpu() || logits.scalar_type() != torch::kFloat32 || !logits.is_contiguous()) {
-    return {};
-  }
+  if (!kernels_read_in_place(logits, num_beams)) return {};
   const int64_t vocab = logits.size(1);
   kernels::BeamRows rows;
   rows.x = logits.data_ptr<float>();
@@ -127,12 +108,8 @@ std::vector<std::pair<float, int64_t>> BeamSearcher::candidates_in_place(const t
     if (!excluded) return {};
     rows.excluded.push_back(std::move(*excluded));
   }
-  const auto best = kernels::beam_candidates(rows, count);
-  if (!best) return {};
-  std::vector<std::pair<float, int64_t>> top;
-  top.reserve(best->size());
-  for (const auto& c : *best) top.emplace_back(c.score, c.index);
-  return top;
+  auto best = kernels::beam_candidates(rows, count);
+  return best ? std::move(*best) : std::vector<kernels::BeamCandidate>{};
 }
 
 void BeamSearcher::add_hypothesis(const TokenHistory& tokens, float sum_logprobs, FinishReason reason) {

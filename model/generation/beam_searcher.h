@@ -2,11 +2,11 @@
 // Beam search with exactly the decisions of Hugging Face transformers 4.11 beam_search() and
 // BeamSearchScorer / BeamHypotheses (one request = one HF batch row).
 #include <cstdint>
-#include <utility>
 #include <vector>
 
 #include "model/generation/logits_processors.h"
 #include "model/generation/searcher.h"
+#include "model/kernels/beam_candidates.h"
 
 namespace srformer {
 
@@ -30,10 +30,10 @@ class BeamSearcher : public Searcher {
     TokenHistory tokens;  // decoder start included, EOS excluded
     FinishReason reason;
   };
-  // The `count` best candidates (score, beam * vocab + token), best first, from the logits where they
+  // The `count` best candidates (score, index beam * vocab + token), best first, from the logits where they
   // lie (kernels::beam_candidates); empty where that does not apply (processors that change scores,
   // no CPU kernels, NaN): advance() then scores a copy of the logits as HF does.
-  std::vector<std::pair<float, int64_t>> candidates_in_place(const torch::Tensor& logits, int64_t count) const;
+  std::vector<kernels::BeamCandidate> candidates_in_place(const torch::Tensor& logits, int64_t count) const;
   // BeamHypotheses.add: keeps the num_beams best finished hypotheses.
   void add_hypothesis(const TokenHistory& tokens, float sum_logprobs, FinishReason reason);
   // BeamHypotheses.is_done.

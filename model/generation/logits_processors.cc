@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/kernels/avx2.h"
+
 namespace srformer {
 namespace {
 
@@ -197,6 +199,11 @@ std::optional<std::vector<int64_t>> excluded_tokens(const GenerationOptions& opt
   }
   std::sort(excluded.begin(), excluded.end());
   return excluded;
+}
+
+bool kernels_read_in_place(const torch::Tensor& logits, int64_t rows) {
+  return kernels::use_cpu_kernels() && logits.defined() && logits.dim() == 2 && logits.size(0) == rows &&
+         logits.size(1) >= 1 && logits.is_cpu() && logits.scalar_type() == torch::kFloat32 && logits.is_contiguous();
 }
 
 int64_t token_limit(const GenerationOptions& options, int64_t vocab) {

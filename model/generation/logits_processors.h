@@ -56,6 +56,9 @@ void process_logits(const GenerationOptions& options, const std::vector<TokenHis
 // Lets the searchers' kernels skip tokens instead of writing a vocabulary-sized copy per step.
 std::optional<std::vector<int64_t>> excluded_tokens(const GenerationOptions& options, const TokenHistory& history,
                                                     int64_t vocab);
+// Whether the searchers' kernels may read `logits` where they lie: the CPU kernels are on and the
+// logits are `rows` contiguous CPU float32 rows of at least one score.
+bool kernels_read_in_place(const torch::Tensor& logits, int64_t rows);
 // The first token id process_logits excludes for the vocabulary limit (vocab when none).
 int64_t token_limit(const GenerationOptions& options, int64_t vocab);
 // The warpers HF sample() applies after the processors.

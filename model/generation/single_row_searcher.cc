@@ -52,10 +52,7 @@ SearchStep GreedySearcher::advance(const torch::Tensor& logits) {
 }
 
 int64_t GreedySearcher::pick_in_place(const torch::Tensor& logits, double& logprob) const {
-  if (!picks_argmax() || !kernels::use_cpu_kernels() || !logits.defined() || logits.dim() != 2 || logits.size(0) != 1 ||
-      logits.size(1) < 1 || !logits.is_cpu() || logits.scalar_type() != torch::kFloat32 || logits.stride(1) != 1) {
-    return -1;
-  }
+  if (!picks_argmax() || !kernels_read_in_place(logits, 1)) return -1;
   const int64_t vocab = logits.size(1);
   const auto excluded = excluded_tokens(options_, history_, vocab);
   if (!excluded) return -1;

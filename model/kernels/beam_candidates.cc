@@ -17,34 +17,6 @@ bool better(const BeamCandidate& a, const BeamCandidate& b) {
   return a.score > b.score || (a.score == b.score && a.index < b.index);
 }
 
-// The best `count` candidates offered so far: a heap under `better` whose front is the worst kept.
-class Best {
- public:
-  explicit Best(int64_t count) : count_(static_cast<size_t>(count)) { heap_.reserve(count_); }
-  bool full() const { return heap_.size() == count_; }
-  float worst() const { return heap_.front().score; }
-  // Candidates come in increasing index order, so an equal score never displaces a kept one.
-  bool offer(float score, int64_t index) {
-    if (full()) {
-      if (!(score > worst())) return false;
-      std::pop_heap(heap_.begin(), heap_.end(), better);
-      heap_.back() = {score, index};
-    } else {
-      heap_.push_back({score, index});
-    }
-    std::push_heap(heap_.begin(), heap_.end(), better);
-    return true;
-  }
-  std::vector<BeamCandidate> sorted() && {
-    std::sort(heap_.begin(), heap_.end(), better);
-    return std::move(heap_);
-  }
-
- private:
-  size_t count_;
-  std::vector<BeamCandidate> heap_;
-};
-
 // A score x whose candidate can beat `worst` in a row with this normaliser and beam score lies
 // above the bar: worst - beam + lse, lowered by a margin far above the rounding of the candidate's
 // two float operations (~1e-7 relative) and of the bar itself. Only candidates above it are scored.
@@ -84,10 +56,31 @@ SRFORMER_AVX2 void scan_avx2(const float* x, int64_t end, const float& bar, Hit&
 
 }  // namespace
 
+BestCandidates::BestCandidates(int64_t count) : count_(static_cast<size_t>(std::max<int64_t>(count, 0))) {
+  heap_.reserve(count_);
+}
+
+bool BestCandidates::offer(float score, int64_t index) {
+  if (full()) {
+    if (count_ == 0 || !(score > worst())) return false;
+    std::pop_heap(heap_.begin(), heap_.end(), better);
+    heap_.back() = {score, index};
+  } else {
+    heap_.push_back({score, index});
+  }
+  std::push_heap(heap_.begin(), heap_.end(), better);
+  return true;
+}
+
+std::vector<BeamCandidate> BestCandidates::sorted() && {
+  std::sort(heap_.begin(), heap_.end(), better);
+  return std::move(heap_);
+}
+
 std::optional<std::vector<BeamCandidate>> beam_candidates(const BeamRows& rows, int64_t count) {
   if (count <= 0) return std::vector<BeamCandidate>{};
   const int64_t limit = std::clamp<int64_t>(rows.limit, 0, rows.n);
-  Best best(count);
+  BestCandidates best(count);
   for (int64_t b = 0; b < rows.rows; ++b) {
     const float* x = rows.x + b * rows.n;
     const auto pick = greedy_pick(x, rows.n);  // also rejects NaN, +inf and rows without a finite score

@@ -18,6 +18,24 @@ struct BeamCandidate {
   int64_t index;  // row * n + token
 };
 
+// The best `count` candidates offered, in increasing index order, best first and ties by lower
+// index: torch::topk(sorted=true)'s order. A heap whose front is the worst kept, so an offer costs
+// one comparison unless it enters. Also the general path's selection (BeamSearcher over a processed
+// copy of the scores), so both paths choose alike.
+class BestCandidates {
+ public:
+  explicit BestCandidates(int64_t count);
+  bool full() const { return heap_.size() == count_; }
+  float worst() const { return heap_.front().score; }  // when !empty
+  // Whether it was kept. An equal score never displaces a kept one (it came later: a higher index).
+  bool offer(float score, int64_t index);
+  std::vector<BeamCandidate> sorted() &&;
+
+ private:
+  size_t count_;
+  std::vector<BeamCandidate> heap_;
+};
+
 struct BeamRows {
   const float* x = nullptr;  // rows x n scores, row-major
   int64_t rows = 0;
