@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <numeric>
 #include <stdexcept>
 
 #include "model/attention/products.h"
@@ -77,6 +78,39 @@ torch::Tensor select_rows(const torch::Tensor& t, const torch::Tensor& rows) {
   return t.defined() ? t.index_select(0, rows.to(t.device())) : t;
 }
 
+// self_src where every row's slots are its own: [B, T] int32, row b filled with b.
+torch::Tensor own_slots(int64_t rows, int64_t slots) {
+  return torch::arange(rows, torch::kInt32).view({rows, 1}).expand({rows, slots}).contiguous();
+}
+
+// Rows that read each other's self-attention slots (directly or through others): a request's beams.
+class SlotGroups {
+ public:
+  explicit SlotGroups(const torch::Tensor& self_src) : root_(static_cast<size_t>(self_src.size(0))) {
+    std::iota(root_.begin(), root_.end(), 0);
+    const int64_t B = self_src.size(0), T = self_src.size(1);
+    const int32_t* src = self_src.data_ptr<int32_t>();
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = 0; t < T; ++t) unite(b, src[b * T + t]);
+    }
+  }
+  int64_t find(int64_t row) {
+    auto r = static_cast<size_t>(row);
+    while (root_[r] != static_cast<int64_t>(r)) {
+      root_[r] = root_[static_cast<size_t>(root_[r])];
+      r = static_cast<size_t>(root_[r]);
+    }
+    return static_cast<int64_t>(r);
+  }
+
+ private:
+  void unite(int64_t a, int64_t b) {
+    const int64_t ra = find(a), rb = find(b);
+    if (ra != rb) root_[static_cast<size_t>(std::max(ra, rb))] = std::min(ra, rb);
+  }
+  std::vector<int64_t> root_;
+};
+
 // Pads dimension `dim` of `t` to `size`, at the front (self-attention slots are right-aligned so
 // that every row writes its next token into the same last slot) or at the back (encoder keys).
 torch::Tensor pad_dim(const torch::Tensor& t, int64_t dim, int64_t size, bool front, double value = 0.0) {
@@ -146,19 +180,26 @@ int64_t row_extent(const torch::Tensor& t) {
 // Not done (returns false) off the CPU, when another state shares the storage (copy-on-write), or
 // when the kept rows would fill less than a quarter of the storage (buffers grow to twice the rows
 // they hold: the batch has halved since): then the caller's compact copy gives the memory back.
-bool retain_rows_in_place(torch::Tensor& t, const RowMoves& plan, int64_t n) {
+// The bytes between rows where retain_rows_in_place can keep n of t's rows, 0 where it cannot.
+int64_t in_place_row_bytes(const torch::Tensor& t, int64_t n) {
   // Rows are slabs of stride(0) elements from the storage's start: dense tensors, and caches that
   // are views of a buffer with room for more slots per row.
   if (!t.is_cpu() || t.dim() == 0 || t.storage_offset() != 0 || !owns_storage(t)) {
-    return false;
+    return 0;
   }
   const int64_t extent = row_extent(t);
-  if (t.size(0) > 1 && (extent == 0 || t.stride(0) < extent)) return false;
+  if (t.size(0) > 1 && (extent == 0 || t.stride(0) < extent)) return 0;
   const int64_t row_bytes = (t.size(0) > 1 ? t.stride(0) : extent) * static_cast<int64_t>(t.element_size());
   const auto storage_bytes = static_cast<int64_t>(t.storage().nbytes());
   if (row_bytes == 0 || t.size(0) * row_bytes > storage_bytes || 4 * n * row_bytes < storage_bytes) {
-    return false;
+    return 0;
   }
+  return row_bytes;
+}
+
+bool retain_rows_in_place(torch::Tensor& t, const RowMoves& plan, int64_t n) {
+  const int64_t row_bytes = in_place_row_bytes(t, n);
+  if (row_bytes == 0) return false;
   auto* base = static_cast<char*>(t.data_ptr());
   const auto bytes = static_cast<size_t>(row_bytes);
   // A cache with room holds each (row, head) group's live slots at the start of a longer stretch:
@@ -285,8 +326,14 @@ void DecoderState::select(const torch::Tensor& rows) {
       throw std::out_of_range("DecoderState::select: row index outside [0, " + std::to_string(n) + ")");
     }
   }
+  if (self_src.defined()) {  // rows are copied wholesale: each must hold its own slots first
+    std::vector<int64_t> all(static_cast<size_t>(batch_size()));
+    std::iota(all.begin(), all.end(), 0);
+    own_self_slots(all);
+  }
   for_each_tensor(*this, [&](torch::Tensor& t) { t = select_rows(t, idx); });
   for (auto& l : layers) release_slots(l);
+  if (self_src.defined()) self_src = own_slots(idx.numel(), self_src.size(1));
 }
 
 void DecoderState::append(DecoderState&& other) {
@@ -314,6 +361,16 @@ void DecoderState::append(DecoderState&& other) {
   };
   align(*this);
   align(other);
+  if (self_src.defined() != other.self_src.defined()) {
+    throw std::invalid_argument("DecoderState::append: states of different models or variants");
+  }
+  if (self_src.defined()) {  // the joining rows' slots are in their own rows, now from row B on
+    const int64_t B = batch_size(), n = other.batch_size();
+    auto joined = own_slots(B + n, slots);
+    joined.narrow(0, 0, B).narrow(1, slots - self_src.size(1), self_src.size(1)).copy_(self_src);
+    joined.narrow(0, B, n).narrow(1, slots - other.self_src.size(1), other.self_src.size(1)).copy_(other.self_src + B);
+    self_src = std::move(joined);
+  }
   // Switch tables and global tokens: pad at the back (entries past a row's schedule are never read).
   for (size_t i = 0; i < layers.size(); ++i) {
     auto& a = layers[i];
@@ -369,10 +426,19 @@ void DecoderState::retain(const std::vector<int64_t>& rows, const std::vector<bo
     const auto request_rows = same_request.empty() ? all_rows : plan_row_moves(rows, before, same_request);
     std::vector<const torch::Tensor*> caches;
     for (const auto& l : layers) caches.insert(caches.end(), {&l.self_k, &l.self_v});
+    // ... and those stay where they are when beams share slots (self_src).
+    std::vector<bool> keep_cache;
+    if (self_src.defined()) {
+      const bool in_place = std::all_of(caches.begin(), caches.end(), [n](const torch::Tensor* c) {
+        return !c->defined() || in_place_row_bytes(*c, n) > 0;
+      });
+      keep_cache = share_beam_slots(rows, same_request, in_place);
+    }
+    const auto cache_rows = keep_cache.empty() ? all_rows : plan_row_moves(rows, before, keep_cache);
     torch::Tensor idx;  // made once, for tensors that cannot move in place
     for_each_tensor(*this, [&](torch::Tensor& t) {
       const bool cache = std::find(caches.begin(), caches.end(), &t) != caches.end();
-      if (!t.defined() || retain_rows_in_place(t, cache ? all_rows : request_rows, n)) return;
+      if (!t.defined() || retain_rows_in_place(t, cache ? cache_rows : request_rows, n)) return;
       if (!idx.defined()) idx = torch::tensor(rows, torch::kInt64);
       t = select_rows(t, idx);
     });
@@ -381,6 +447,121 @@ void DecoderState::retain(const std::vector<int64_t>& rows, const std::vector<bo
   if (static_cast<int64_t>(rows.size()) < before && self_valid.defined()) {
     compact(std::max<int64_t>(8, self_valid.size(1) / 4));
   }
+}
+
+void DecoderState::own_self_slots(const std::vector<int64_t>& which) {
+  if (!self_src.defined() || which.empty() || self_src.size(1) == 0) return;
+  const int64_t T = self_src.size(1);
+  const int32_t* src = self_src.data_ptr<int32_t>();
+  struct Run {
+    int64_t row, from, first, count;  // slots [first, first + count) of `row` lie in row `from`
+  };
+  std::vector<Run> runs;
+  int64_t slots = 0;
+  for (const int64_t b : which) {
+    const int32_t* s = src + b * T;
+    for (int64_t t = 0; t < T;) {
+      int64_t end = t + 1;
+      while (end < T && s[end] == s[t]) ++end;
+      if (s[t] != b) {
+        runs.push_back({b, s[t], t, end - t});
+        slots += end - t;
+      }
+      t = end;
+    }
+  }
+  if (runs.empty()) return;
+  for (auto& l : layers) {
+    for (torch::Tensor* cache : {&l.self_k, &l.self_v}) {
+      if (!cache->defined()) continue;
+      const int64_t H = cache->size(1), d = cache->size(3);
+      if (!cache->is_cpu() || cache->stride(3) != 1 || cache->stride(2) != d) {
+        throw std::logic_error("DecoderState: self_src needs CPU caches with dense slots");
+      }
+      if (!owns_storage(*cache)) *cache = cache->clone();  // another state reads these slots too
+      const auto elem = static_cast<int64_t>(cache->element_size());
+      auto* base = static_cast<char*>(cache->data_ptr());
+      const auto at = [&](int64_t row, int64_t h, int64_t t) {
+        return base + (row * cache->stride(0) + h * cache->stride(1) + t * d) * elem;
+      };
+      // Every source is read before any row is written: rows being owned may read each other.
+      thread_local std::vector<char> stage;
+      stage.resize(static_cast<size_t>(slots * H * d * elem));
+      char* next = stage.data();
+      for (const auto& r : runs) {
+        for (int64_t h = 0; h < H; ++h, next += r.count * d * elem) {
+          std::memcpy(next, at(r.from, h, r.first), static_cast<size_t>(r.count * d * elem));
+        }
+      }
+      next = stage.data();
+      for (const auto& r : runs) {
+        for (int64_t h = 0; h < H; ++h, next += r.count * d * elem) {
+          std::memcpy(at(r.row, h, r.first), next, static_cast<size_t>(r.count * d * elem));
+        }
+      }
+    }
+  }
+  self_src = self_src.clone();  // a copy of this state may hold the same table
+  int32_t* table = self_src.data_ptr<int32_t>();
+  for (const auto& r : runs) {
+    std::fill(table + r.row * T + r.first, table + r.row * T + r.first + r.count, static_cast<int32_t>(r.row));
+  }
+}
+
+std::vector<bool> DecoderState::share_beam_slots(const std::vector<int64_t>& rows,
+                                                 const std::vector<bool>& same_request, bool caches_in_place) {
+  const int64_t before = batch_size(), T = self_src.size(1);
+  const auto n = static_cast<int64_t>(rows.size());
+  std::vector<int64_t> sources(rows);
+  std::sort(sources.begin(), sources.end());
+  sources.erase(std::unique(sources.begin(), sources.end()), sources.end());
+  if (!caches_in_place || same_request.empty()) {  // every cache row moves: each takes its own slots along
+    own_self_slots(sources);
+    self_src = own_slots(n, T);
+    return {};
+  }
+  // A group's rows may keep their caches (and read each other's slots) unless some of its rows move
+  // to rows of another request, are written by such a move, or leave (past the kept rows: their
+  // storage goes to the next rows that join). Marking a group can force another (its rows written by
+  // a move from the first), hence the loop.
+  SlotGroups groups(self_src);
+  std::vector<bool> moved(static_cast<size_t>(before), false);
+  for (int64_t b = n; b < before; ++b) moved[static_cast<size_t>(groups.find(b))] = true;
+  std::vector<bool> keep(static_cast<size_t>(n), false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t r = rows[static_cast<size_t>(j)];
+      if (r == j) continue;
+      keep[static_cast<size_t>(j)] =
+          same_request[static_cast<size_t>(j)] && !moved[static_cast<size_t>(groups.find(r))];
+      if (keep[static_cast<size_t>(j)]) continue;
+      for (const int64_t g : {groups.find(j), groups.find(r)}) {
+        if (!moved[static_cast<size_t>(g)]) {
+          moved[static_cast<size_t>(g)] = true;
+          changed = true;
+        }
+      }
+    }
+  }
+  std::vector<int64_t> own;
+  for (const int64_t r : sources) {
+    if (moved[static_cast<size_t>(groups.find(r))]) own.push_back(r);
+  }
+  own_self_slots(own);
+  auto next = torch::empty({n, T}, self_src.options());
+  const int32_t* from = self_src.data_ptr<int32_t>();
+  int32_t* to = next.data_ptr<int32_t>();
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t r = rows[static_cast<size_t>(j)];
+    if (r == j || keep[static_cast<size_t>(j)]) {
+      std::copy(from + r * T, from + (r + 1) * T, to + j * T);
+    } else {  // the row's own slots move with it to row j
+      std::fill(to + j * T, to + (j + 1) * T, static_cast<int32_t>(j));
+    }
+  }
+  self_src = std::move(next);
+  return keep;
 }
 
 namespace {
@@ -416,6 +597,7 @@ void DecoderState::compact(int64_t min_unused) {
   const int64_t keep = self_valid.size(1) - first;
   self_valid = self_valid.narrow(1, first, keep).contiguous();
   self_pos = self_pos.narrow(1, first, keep).contiguous();
+  if (self_src.defined()) self_src = self_src.narrow(1, first, keep).contiguous();
   for (auto& l : layers) {
     for (torch::Tensor* cache : {&l.self_k, &l.self_v}) {
       if (cache->defined() && !drop_leading_slots_in_place(*cache, first)) {
@@ -428,6 +610,7 @@ void DecoderState::compact(int64_t min_unused) {
 int64_t DecoderState::bytes() const {
   int64_t total = 0;
   for_each_tensor(const_cast<DecoderState&>(*this), [&](torch::Tensor& t) { total += tensor_bytes(t); });
+  total += tensor_bytes(self_src);
   for (const auto& l : layers) {
     if (!slotted(l) || l.cross_k.size(0) == 0) continue;
     const int64_t in_use = count_used(used_slots(l));
@@ -447,6 +630,15 @@ LayerState DecoderState::rows_of_layer(size_t layer) const {
   out.cross_k = pick(l.cross_k);
   out.cross_v = pick(l.cross_v);
   out.switch_drive = pick(l.switch_drive);
+  const auto own = [&](const torch::Tensor& cache) {
+    if (!self_src.defined() || !cache.defined()) return cache;
+    const int64_t B = cache.size(0), T = cache.size(2);
+    const auto slots = torch::arange(T, torch::kLong).view({1, T}).expand({B, T});
+    // [B, T, H, d] indexed by (row, slot) pairs, back to [B, H, T, d]
+    return cache.permute({0, 2, 1, 3}).index({self_src.to(torch::kLong), slots}).permute({0, 2, 1, 3});
+  };
+  out.self_k = own(l.self_k);
+  out.self_v = own(l.self_v);
   return out;
 }
 

@@ -50,6 +50,14 @@ class DecoderState {
   torch::Tensor raf_fired;         // [B, layers] float64: membrane elements that fired, summed over RAF steps
   torch::Tensor raf_total;         // [B] float64: membrane elements updated per layer, summed over RAF steps
   torch::Tensor segment_switches;  // [B] int64: RAF steps taken
+  // Where each row's self-attention slots lie: [B, T] int32, slot t of row b in row self_src[b, t] of
+  // every layer's self_k / self_v. Beams of one request share the slots they have in common: when a
+  // beam takes another parent only this table changes (a step writes each row's new slot into its own
+  // row, and a slot, once written, never changes), where moving the caches cost ~12% of a T5-small
+  // beam step. Rows are copied into their own caches only when rows they read move or leave.
+  // Undefined: row b's slots are in row b (a model whose step reads the caches directly). Set by
+  // models that read through it (EncoderDecoderModel on the CPU, kernels::slot_attention).
+  torch::Tensor self_src;
 
   int64_t batch_size() const { return step.defined() ? step.size(0) : 0; }
 
@@ -80,9 +88,20 @@ class DecoderState {
   // when some row uses them (free slots wait for the next join; at most as many as used ones).
   int64_t row_bytes(int64_t b) const;
   int64_t bytes() const;
-  // Layer `layer`'s cross keys, values and switch table of each row in row order ([B, ...]): a copy
-  // when the layer keeps them in slots, the tensors themselves otherwise. For checks and tools.
+  // Layer `layer`'s cross keys, values, switch table and self-attention caches of each row in row
+  // order ([B, ...]): a copy when the layer keeps them in slots (or rows share self slots), the tensors
+  // themselves otherwise. For checks and tools.
   LayerState rows_of_layer(size_t layer) const;
+
+ private:
+  // Copies the self-attention slots that rows `which` (indices into the current rows) read from other
+  // rows into their own rows, and points their self_src entries at themselves.
+  void own_self_slots(const std::vector<int64_t>& which);
+  // retain()'s part for self_src: returns, per kept row, whether its caches stay where they are (it
+  // is a beam of the request whose row was there, and the slots it reads do not move); own_self_slots
+  // for rows whose slots must move; sets self_src for the kept rows. Empty: every cache row moves.
+  std::vector<bool> share_beam_slots(const std::vector<int64_t>& rows, const std::vector<bool>& same_request,
+                                     bool caches_in_place);
 };
 
 }  // namespace srformer

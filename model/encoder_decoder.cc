@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "model/attention/segments.h"
+#include "model/kernels/avx2.h"
 
 namespace srformer {
 
@@ -45,7 +46,7 @@ torch::Tensor DecodeContext::self_attention(size_t layer, const SelfAttention& a
                                             const torch::Tensor& bias) {
   if (!incremental()) return attn.forward(x, bias);
   auto& ls = state_->layers[layer];
-  return attn.step(x, ls.self_k, ls.self_v, bias);
+  return attn.step(x, ls.self_k, ls.self_v, bias, state_->self_src);
 }
 
 torch::Tensor DecodeContext::cross_attention(size_t layer, const CrossAttention& attn, const torch::Tensor& x) {
@@ -100,6 +101,10 @@ DecoderState EncoderDecoderModel::start(const EncoderOutput& enc, const torch::T
     ls.self_k = torch::zeros({B, config_.num_heads, 0, config_.head_dim}, enc.hidden.options());
     ls.self_v = torch::zeros_like(ls.self_k);
   }
+  // Beams share self-attention slots where the step reads them with the CPU kernel (DecoderState::self_src).
+  if (device_.is_cpu() && enc.hidden.scalar_type() == torch::kFloat32 && kernels::use_cpu_kernels()) {
+    st.self_src = torch::zeros({B, 0}, torch::kInt32);
+  }
   return st;
 }
 
@@ -118,6 +123,7 @@ torch::Tensor EncoderDecoderModel::step(DecoderState& st, const torch::Tensor& t
   // The new position occupies a new slot (right-aligned: every row writes the same last slot).
   st.self_valid = torch::cat({st.self_valid, torch::ones({B, 1}, st.self_valid.options())}, 1);
   st.self_pos = torch::cat({st.self_pos, st.step.view({B, 1})}, 1);
+  if (st.self_src.defined()) st.self_src = torch::cat({st.self_src, torch::arange(B, torch::kInt32).view({B, 1})}, 1);
   DecodeContext ctx(st, seg, changed);
   auto logits = run_decoder(tok, ctx).select(1, 0);
   if (config_.srformer.uses_raf() || config_.srformer.cross_attention == CrossAttentionKind::kAblationIII) {

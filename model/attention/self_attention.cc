@@ -8,6 +8,7 @@
 
 #include "model/attention/products.h"
 #include "model/dropout.h"
+#include "model/kernels/attention_products.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/bf16_attention.h"
 #include "model/kernels/bf16_linear.h"
@@ -82,6 +83,35 @@ torch::Tensor attend_fp32_kernel(const torch::Tensor& q, const torch::Tensor& k,
   return attend_with_kernel(q, k, v, bias, key_mask, false);
 }
 
+torch::Tensor attend_slots(const torch::Tensor& q, const torch::Tensor& cache_k, const torch::Tensor& cache_v,
+                           const torch::Tensor& slot_rows, const torch::Tensor& bias) {
+  const int64_t B = q.size(0), H = q.size(1), d = q.size(3), T = cache_k.size(2);
+  const auto float_cpu = [](const torch::Tensor& t) { return t.is_cpu() && t.scalar_type() == torch::kFloat32; };
+  if (!float_cpu(q) || !float_cpu(cache_k) || !float_cpu(cache_v) || q.size(2) != 1 ||
+      cache_k.strides() != cache_v.strides() || cache_k.stride(3) != 1 || slot_rows.scalar_type() != torch::kInt32 ||
+      slot_rows.sizes() != torch::IntArrayRef{B, T} || slot_rows.stride(1) != 1) {
+    throw std::invalid_argument("attend_slots: needs CPU float32 q [B,H,1,d] and caches, int32 slot rows [B,T]");
+  }
+  if (!kernels::avx2_fma_available()) throw std::logic_error("attend_slots: this CPU lacks AVX2 + FMA");
+  const auto qc = q.stride(3) == 1 ? q : q.contiguous();
+  kernels::AttentionBias b;
+  torch::Tensor bc;
+  if (bias.defined()) {
+    bc = bias.to(torch::kFloat32).expand({B, H, 1, T});
+    if (bc.stride(3) != 1) bc = bc.contiguous();
+    b.data = bc.data_ptr<float>();
+    b.b_stride = bc.stride(0);
+    b.h_stride = bc.stride(1);
+  }
+  auto out = torch::empty({B, 1, H, d}, qc.options());  // merging the heads afterwards is free
+  kernels::SlotAttentionShape shape{B, H, T, d};
+  kernels::slot_attention(qc.data_ptr<float>(), {qc.stride(0), qc.stride(1), qc.stride(2)}, cache_k.data_ptr<float>(),
+                          cache_v.data_ptr<float>(), {cache_k.stride(0), cache_k.stride(1), cache_k.stride(2)},
+                          slot_rows.data_ptr<int32_t>(), slot_rows.stride(0), b, out.data_ptr<float>(),
+                          {out.stride(0), out.stride(2), out.stride(1)}, shape, at::get_num_threads());
+  return out.transpose(1, 2);
+}
+
 torch::Tensor additive_mask(const torch::Tensor& allowed, torch::ScalarType dtype) {
   return torch::zeros(allowed.sizes(), allowed.options().dtype(dtype))
       .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
@@ -138,11 +168,12 @@ void append_slot(torch::Tensor& cache, const torch::Tensor& slot) {
 }  // namespace
 
 torch::Tensor SelfAttention::step(const torch::Tensor& x, torch::Tensor& cache_k, torch::Tensor& cache_v,
-                                  const torch::Tensor& bias) const {
+                                  const torch::Tensor& bias, const torch::Tensor& slot_rows) const {
   auto qh = split_heads(q(x), heads);
   if (scale != 1.0) qh = qh * scale;
   append_slot(cache_k, split_heads(k(x), heads));
   append_slot(cache_v, split_heads(v(x), heads));
+  if (slot_rows.defined()) return o(merge_heads(attend_slots(qh, cache_k, cache_v, slot_rows, bias)));
   return o(merge_heads(attend(qh, cache_k, cache_v, bias)));
 }
 

@@ -29,8 +29,10 @@ struct SelfAttention {
                         const torch::Tensor& key_mask = {}) const;
   // One new position per row: x [B,1,D]. Appends its key/value to cache_k/cache_v ([B,H,T,d] ->
   // [B,H,T+1,d]) and attends over all slots with bias [B,H|1,1,T+1]. Returns [B,1,D].
-  torch::Tensor step(const torch::Tensor& x, torch::Tensor& cache_k, torch::Tensor& cache_v,
-                     const torch::Tensor& bias) const;
+  // slot_rows (optional, [B, T+1] int32 CPU, DecoderState::self_src): the cache row holding each
+  // slot of each row; then the CPU kernel (kernels::slot_attention) reads the slots where they lie.
+  torch::Tensor step(const torch::Tensor& x, torch::Tensor& cache_k, torch::Tensor& cache_v, const torch::Tensor& bias,
+                     const torch::Tensor& slot_rows = {}) const;
 };
 
 // softmax(q k^T + bias + key_mask) v with the softmax in fp32 (as Hugging Face does for half
@@ -48,6 +50,11 @@ torch::Tensor attend_bf16(const torch::Tensor& q, const torch::Tensor& k, const 
 // layout as attend_bf16; where kernels::fp32_attention_available().
 torch::Tensor attend_fp32_kernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& bias, const torch::Tensor& key_mask = {});
+
+// One decode step's softmax(q kᵀ + bias) v (q [B,H,1,d]) over caches [B',H,T,d] whose slot t of row b
+// lies in row slot_rows[b, t] (int32 [B, T]), with kernels::slot_attention; CPU float32 operands.
+torch::Tensor attend_slots(const torch::Tensor& q, const torch::Tensor& cache_k, const torch::Tensor& cache_v,
+                           const torch::Tensor& slot_rows, const torch::Tensor& bias);
 
 // Additive mask value: -inf where `allowed` is false, 0 elsewhere, in dtype.
 torch::Tensor additive_mask(const torch::Tensor& allowed, torch::ScalarType dtype);

@@ -1,7 +1,10 @@
 #include "model/kernels/attention_products.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <vector>
 
+#include "model/kernels/attention_groups.h"  // attention_softmax_row
 #include "model/kernels/avx2.h"
 
 namespace srformer::kernels {
@@ -23,9 +26,10 @@ SRFORMER_AVX2 void scores_group(const float* q, const float* k, int64_t T, int64
   for (int64_t t = 0; t < T; ++t) scores[t] = dot(q, k + t * d, d);
 }
 
-// out = Σ_t p[t * p_stride] v[t, :]. Eight vectors of the output (64 floats) stay in registers while
-// all T rows of v stream past.
-SRFORMER_AVX2 void sum_group(const float* p, int64_t p_stride, const float* v, int64_t T, int64_t d, float* out) {
+// out = Σ_t p[t * p_stride] row(t)[:], row(t) the t-th row of v. Eight vectors of the output (64
+// floats) stay in registers while all T rows of v stream past.
+template <typename Rows>
+SRFORMER_AVX2 void sum_rows(const float* p, int64_t p_stride, const Rows& row, int64_t T, int64_t d, float* out) {
   constexpr int64_t kWidth = 64;
   int64_t j0 = 0;
   for (; j0 + kWidth <= d; j0 += kWidth) {
@@ -34,25 +38,29 @@ SRFORMER_AVX2 void sum_group(const float* p, int64_t p_stride, const float* v, i
     for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
     for (int64_t t = 0; t < T; ++t) {
       const __m256 pt = _mm256_set1_ps(p[t * p_stride]);
-      const float* row = v + t * d + j0;
+      const float* r = row(t) + j0;
 #pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(row + 8 * c), acc[c]);
+      for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(r + 8 * c), acc[c]);
     }
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) _mm256_storeu_ps(out + j0 + 8 * c, acc[c]);
   }
   for (; j0 + 8 <= d; j0 += 8) {
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t t = 0; t < T; ++t) {
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(p[t * p_stride]), _mm256_loadu_ps(v + t * d + j0), acc);
-    }
+    for (int64_t t = 0; t < T; ++t)
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(p[t * p_stride]), _mm256_loadu_ps(row(t) + j0), acc);
     _mm256_storeu_ps(out + j0, acc);
   }
   for (; j0 < d; ++j0) {
     float s = 0.0F;
-    for (int64_t t = 0; t < T; ++t) s += p[t * p_stride] * v[t * d + j0];
+    for (int64_t t = 0; t < T; ++t) s += p[t * p_stride] * row(t)[j0];
     out[j0] = s;
   }
+}
+
+SRFORMER_AVX2 void sum_group(const float* p, int64_t p_stride, const float* v, int64_t T, int64_t d, float* out) {
+  sum_rows(
+      p, p_stride, [v, d](int64_t t) { return v + t * d; }, T, d, out);
 }
 
 }  // namespace
@@ -73,6 +81,30 @@ void weighted_value_sum(const float* p, const float* v, int64_t v_stride, int64_
   for (int64_t g = 0; g < groups; ++g) sum_group(p + g * T, 1, v + g * v_stride, T, d, out + g * d);
 }
 
+void slot_attention(const float* q, HeadLayout q_layout, const float* k, const float* v, HeadLayout cache,
+                    const int32_t* slot_rows, int64_t slot_rows_stride, const AttentionBias& bias, float* out,
+                    HeadLayout out_layout, const SlotAttentionShape& shape, int threads) {
+  const int64_t groups = shape.batch * shape.heads, T = shape.slots, d = shape.head_dim;
+  const bool parallel = threads > 1 && groups * T * d * 2 >= kParallelMinWork;
+  (void)parallel;
+#pragma omp parallel for schedule(static) num_threads(threads) if (parallel)
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t b = g / shape.heads, h = g % shape.heads;
+    const int32_t* rows = slot_rows != nullptr ? slot_rows + b * slot_rows_stride : nullptr;
+    const auto slot = [&](const float* base, int64_t t) {
+      return base + (rows != nullptr ? rows[t] : b) * cache.batch + h * cache.head + t * cache.row;
+    };
+    thread_local std::vector<float> p;
+    p.resize(static_cast<size_t>(T));
+    const float* q_g = q + b * q_layout.batch + h * q_layout.head;
+    for (int64_t t = 0; t < T; ++t) p[static_cast<size_t>(t)] = dot(q_g, slot(k, t), d);
+    attention_softmax_row(p.data(), bias.data != nullptr ? bias.data + b * bias.b_stride + h * bias.h_stride : nullptr,
+                          bias.key_mask != nullptr ? bias.key_mask + b * bias.key_mask_b_stride : nullptr, T);
+    sum_rows(
+        p.data(), 1, [&](int64_t t) { return slot(v, t); }, T, d, out + b * out_layout.batch + h * out_layout.head);
+  }
+}
+
 void key_value_outer_sum(const float* k, const float* v, int64_t groups, int64_t T, int64_t d, float* out,
                          int threads) {
   const bool parallel = threads > 1 && groups * T * d * d >= kParallelMinWork;
@@ -87,6 +119,11 @@ void key_value_outer_sum(const float* k, const float* v, int64_t groups, int64_t
 }
 
 #else  // not x86-64: callers use LibTorch; these plain loops only keep the functions correct
+
+void slot_attention(const float*, HeadLayout, const float*, const float*, HeadLayout, const int32_t*, int64_t,
+                    const AttentionBias&, float*, HeadLayout, const SlotAttentionShape&, int) {
+  throw std::logic_error("slot_attention needs AVX2 + FMA, which this build or platform lacks");
+}
 
 void query_key_scores(const float* q, const float* k, int64_t k_stride, int64_t groups, int64_t T, int64_t d,
                       float* scores, int /*threads*/) {

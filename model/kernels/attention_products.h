@@ -7,6 +7,8 @@
 // Plain C++ (no LibTorch); fast only where kernels::avx2_fma_available().
 #include <cstdint>
 
+#include "model/kernels/bf16_attention.h"  // AttentionBias, HeadLayout
+
 namespace srformer::kernels {
 
 // scores[g*T + t] = Σ_j q[g*d + j] k[g*k_stride + t*d + j]  (q: [G, d]; group g of k: [T, d] at
@@ -17,6 +19,23 @@ void query_key_scores(const float* q, const float* k, int64_t k_stride, int64_t 
 // out[g*d + j] = Σ_t p[g*T + t] v[g*v_stride + t*d + j]  (p: [G, T]; group g of v: [T, d] at g*v_stride)
 void weighted_value_sum(const float* p, const float* v, int64_t v_stride, int64_t groups, int64_t T, int64_t d,
                         float* out, int threads);
+
+struct SlotAttentionShape {
+  int64_t batch = 0, heads = 0;
+  int64_t slots = 0;  // T
+  int64_t head_dim = 0;
+};
+
+// One decode step of self-attention over caches whose slots may lie in other rows: for every (row b,
+// head h), softmax(q kᵀ + bias) v over T slots, slot t read from row slot_rows[b * slot_rows_stride + t]
+// of the caches (null: row b). Beams of one request share the slots they have in common
+// (DecoderState::self_src), so a beam changing parents changes that table, not the caches.
+// q and out [B, H, 1, d] in their layouts (row stride unused); k and v [B', H, T', d] in layout
+// `cache` (T' ≥ T, rows d floats apart); bias as in bf16_attention (q_stride unused). The products are
+// query_key_scores' and weighted_value_sum's, the softmax the attention kernels' (attention_groups.h).
+void slot_attention(const float* q, HeadLayout q_layout, const float* k, const float* v, HeadLayout cache,
+                    const int32_t* slot_rows, int64_t slot_rows_stride, const AttentionBias& bias, float* out,
+                    HeadLayout out_layout, const SlotAttentionShape& shape, int threads);
 
 // out[(g*d + a)*d + j] = Σ_t k[(g*T + t)*d + a] v[(g*T + t)*d + j]  (kᵀ v per group: [G, d, d])
 void key_value_outer_sum(const float* k, const float* v, int64_t groups, int64_t T, int64_t d, float* out, int threads);

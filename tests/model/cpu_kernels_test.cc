@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/attention/products.h"
+#include "model/attention/self_attention.h"
 #include "model/kernels/attention_products.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/beam_candidates.h"
@@ -206,6 +207,60 @@ TEST(SingleQueryAttention, EachGroupIsIndependentOfTheOthers) {
     EXPECT_TRUE(torch::equal(srformer::query_key_product(q.index({row}), k.index({row})), all.index({row})));
     EXPECT_TRUE(torch::equal(srformer::weights_value_product(p.index({row}), k.index({row})), out.index({row})));
   }
+}
+
+// One decode step over caches whose slots lie in other rows (beams sharing slots): the result of
+// attend() over the slots gathered into each row, for head sizes that reach every remainder path of
+// the products; a row's result depends on nothing but its own slots (not on the other rows, the
+// thread count, or which rows hold its slots); masked slots contribute nothing.
+TEST(SlotAttention, MatchesAttendOverEachRowsGatheredSlots) {
+  SKIP_WITHOUT_AVX2();
+  torch::manual_seed(21);
+  for (const auto& [slots, d] : {std::pair<int64_t, int64_t>{1, 8}, {7, 20}, {33, 64}, {50, 72}, {12, 136}}) {
+    SCOPED_TRACE("T=" + std::to_string(slots) + " d=" + std::to_string(d));
+    const int64_t B = 4, H = 3, rows_held = 6;
+    // Caches with room for more slots (as a decode step leaves them), more rows than the batch.
+    const auto k = torch::randn({rows_held, H, slots + 5, d}).narrow(2, 0, slots);
+    const auto v = torch::randn({rows_held, H, slots + 5, d}).narrow(2, 0, slots);
+    const auto src = torch::randint(0, rows_held, {B, slots}, torch::kInt32);
+    const auto q = torch::randn({B, H, 1, d}) * 0.5;
+    auto allowed = torch::ones({B, 1, 1, slots}, torch::kBool);
+    if (slots > 3) allowed[2].narrow(-1, 0, 3).fill_(false);  // a row that joined later: leading slots unused
+    const auto bias = srformer::additive_mask(allowed, torch::kFloat32) + torch::randn({1, H, 1, slots});
+    // Reference: each row's slots gathered into a [B, H, T, d] copy.
+    const auto gather = [&](const torch::Tensor& cache, const torch::Tensor& rows) {
+      const auto t = torch::arange(slots, torch::kLong).view({1, slots}).expand({rows.size(0), slots});
+      return cache.permute({0, 2, 1, 3}).index({rows.to(torch::kLong), t}).permute({0, 2, 1, 3});
+    };
+    const auto exact = srformer::attend(q, gather(k, src), gather(v, src), bias);
+    const auto fast = srformer::attend_slots(q, k, v, src, bias);
+    EXPECT_LT((fast - exact).abs().max().item<double>(), 2e-6);
+    at::set_num_threads(1);
+    EXPECT_TRUE(torch::equal(srformer::attend_slots(q, k, v, src, bias), fast)) << "one thread";
+    at::set_num_threads(2);
+    // Row 1 alone, and with its slots moved into its own rows of a dense copy: bit for bit.
+    const auto row = torch::indexing::Slice(1, 2);
+    const auto alone = srformer::attend_slots(q.index({row}), k, v, src.index({row}), bias.index({row}));
+    EXPECT_TRUE(torch::equal(alone, fast.index({row})));
+    const auto own = torch::zeros({1, slots}, torch::kInt32);
+    EXPECT_TRUE(torch::equal(srformer::attend_slots(q.index({row}), gather(k, src.index({row})).contiguous(),
+                                                    gather(v, src.index({row})).contiguous(), own, bias.index({row})),
+                             alone));
+    // Row 2's masked slots: whatever they hold changes nothing for it.
+    if (slots > 3) {
+      auto k2 = k.clone(), v2 = v.clone();
+      for (int64_t t = 0; t < 3; ++t) {
+        const int64_t r = src[2][t].item<int32_t>();
+        k2[r].select(1, t).fill_(1e3);
+        v2[r].select(1, t).fill_(-1e3);
+      }
+      EXPECT_TRUE(torch::equal(srformer::attend_slots(q, k2, v2, src, bias)[2], fast[2]));
+    }
+  }
+  EXPECT_THROW(srformer::attend_slots(torch::randn({2, 1, 1, 8}), torch::randn({2, 1, 3, 8}),
+                                      torch::randn({2, 1, 3, 8}), torch::zeros({2, 3}, torch::kLong), {}),
+               std::invalid_argument)
+      << "int64 slot rows";
 }
 
 }  // namespace

@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <random>
+#include <vector>
+
 #include "model/attention/segments.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/bf16_linear.h"
@@ -454,23 +458,39 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   }
 
   // Three beams of one request (rows replicated from one, then fed different tokens) reordered with
-  // same_request: only their self-attention caches move, and the state equals select()'s copy.
+  // same_request: the caches stay where they are (the beams read each other's slots through
+  // self_src), the row leaving moves the last row into its place, and the state equals select()'s copy.
   auto beams = started();
   beams.select(torch::tensor({0, 0, 0, 3, 4}, torch::kLong));
   model->step(beams, torch::tensor({5, 6, 7, 8, 9}, torch::kLong));
   auto beams_copy = beams;
   beams_copy.select(torch::tensor({2, 0, 0, 4}, torch::kLong));
+  const auto caches_before = beams.layers[1].self_k.narrow(0, 0, 3).clone();
   beams.retain({2, 0, 0, 4}, {true, true, true, false});
+  EXPECT_TRUE(torch::equal(beams.layers[1].self_k.narrow(0, 0, 3), caches_before)) << "the beams' caches stay";
+  ASSERT_TRUE(beams.self_src.defined());
+  EXPECT_EQ(beams.self_src[0][-1].item<int32_t>(), 2) << "beam 0's last slot is in row 2";
   for (size_t l = 0; l < beams.layers.size(); ++l) {
-    EXPECT_TRUE(torch::equal(beams.layers[l].self_k, beams_copy.layers[l].self_k)) << l;
-    EXPECT_TRUE(torch::equal(beams.layers[l].self_v, beams_copy.layers[l].self_v)) << l;
+    EXPECT_TRUE(torch::equal(beams.rows_of_layer(l).self_k, beams_copy.rows_of_layer(l).self_k)) << l;
+    EXPECT_TRUE(torch::equal(beams.rows_of_layer(l).self_v, beams_copy.rows_of_layer(l).self_v)) << l;
     EXPECT_TRUE(torch::equal(beams.layers[l].mem, beams_copy.layers[l].mem)) << l;
     EXPECT_TRUE(torch::equal(beams.layers[l].window_k, beams_copy.layers[l].window_k)) << l;
   }
   EXPECT_TRUE(torch::equal(beams.step, beams_copy.step));
-  EXPECT_FALSE(torch::equal(beams.layers[0].self_k[0], beams.layers[0].self_k[1])) << "beams that differ";
+  EXPECT_FALSE(torch::equal(beams.rows_of_layer(0).self_k[0], beams.rows_of_layer(0).self_k[1])) << "beams that differ";
   const auto next = torch::tensor({10, 11, 12, 13}, torch::kLong);
   EXPECT_TRUE(torch::equal(model->step(beams, next), model->step(beams_copy, next)));
+  // Another request's row moving into beam 0's place while a copy of the state shares the caches:
+  // every row first takes its slots into its own row of a copy; the copy keeps reading its own.
+  const DecoderState snapshot = beams;
+  const auto snapshot_k = snapshot.rows_of_layer(0).self_k.clone();
+  beams.retain({3, 1, 2}, {false, true, true});
+  beams_copy.select(torch::tensor({3, 1, 2}, torch::kLong));
+  EXPECT_TRUE(torch::equal(snapshot.rows_of_layer(0).self_k, snapshot_k)) << "the copy is untouched";
+  for (size_t l = 0; l < beams.layers.size(); ++l) {
+    EXPECT_TRUE(torch::equal(beams.rows_of_layer(l).self_k, beams_copy.rows_of_layer(l).self_k)) << l;
+  }
+  EXPECT_TRUE(torch::equal(beams.self_src, beams_copy.self_src)) << "every row reads its own slots again";
   EXPECT_THROW(beams.retain({0, 1}, {true}), std::invalid_argument);
 
   // 1 of 4 rows kept: a compact copy that returns the memory.
@@ -480,6 +500,86 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   EXPECT_EQ(in_place.layers[1].cross_k.size(0), 1) << "one slot of five in use: the others given back";
   EXPECT_TRUE(torch::equal(in_place.rows_of_layer(1).cross_k, copied.rows_of_layer(1).cross_k));
   EXPECT_THROW(in_place.retain({0, 1}), std::out_of_range);
+}
+
+// Requests of one to three beams join, reorder their beams and leave (the last rows moving into the
+// holes) in random order, as in the engine: a state whose beams share self-attention slots (retain
+// with same_request) decodes like one that select() copies densely, and holds the same slots per row
+// (gathered through self_src); where only beams reordered, no cache moved at all.
+TEST(StateRetain, BeamsSharingSlotsDecodeAsDenseCopies) {
+  if (!kernels::use_cpu_kernels()) GTEST_SKIP() << "beams share slots only where the CPU kernels run (AVX2 + FMA)";
+  for (const auto arch : {Architecture::kT5, Architecture::kBart}) {
+    SCOPED_TRACE(arch == Architecture::kT5 ? "t5" : "bart");
+    TempDir d("share");
+    write_random_model(d.path(), tiny_config(arch, CrossAttentionKind::kSrformer, 4), 23);
+    auto model = load_model(d.path());
+    std::mt19937 rng(7);
+    const auto below = [&](size_t n) { return static_cast<int64_t>(rng() % n); };
+    DecoderState shared, dense;
+    std::vector<int64_t> request;  // per row: the request it is a beam of
+    int64_t requests = 0, beam_steps = 0;
+    for (int round = 0; round < 48; ++round) {
+      SCOPED_TRACE("round " + std::to_string(round));
+      if (request.empty() || (below(4) == 0 && request.size() < 10)) {
+        const int64_t beams = 1 + below(3), len = 5 + below(10);
+        const auto ids = torch::randint(3, 96, {1, len}, torch::kLong);
+        const auto enc = model->encode(ids, torch::ones({1, len}, torch::kLong));
+        for (auto* st : {&shared, &dense}) {
+          auto joining = model->start(enc, torch::full({1}, 9, torch::kLong));
+          joining.select(torch::zeros({beams}, torch::kLong));
+          st->append(std::move(joining));
+        }
+        request.insert(request.end(), static_cast<size_t>(beams), requests++);
+      }
+      const int64_t B = shared.batch_size();
+      const auto tok = torch::randint(3, 96, {B}, torch::kLong);
+      ASSERT_LE((model->step(shared, tok) - model->step(dense, tok)).abs().max().item<double>(), 1e-5);
+      // Maybe one request leaves; the last kept rows fill its holes; then beams pick their parents.
+      std::vector<bool> leaves(static_cast<size_t>(B), false);
+      if (below(5) == 0) {
+        const int64_t gone = request[static_cast<size_t>(below(request.size()))];
+        for (int64_t b = 0; b < B; ++b) leaves[static_cast<size_t>(b)] = request[static_cast<size_t>(b)] == gone;
+      }
+      const auto n = static_cast<int64_t>(std::count(leaves.begin(), leaves.end(), false));
+      std::vector<int64_t> tail, rows;
+      for (int64_t b = n; b < B; ++b) {
+        if (!leaves[static_cast<size_t>(b)]) tail.push_back(b);
+      }
+      for (int64_t j = 0, next = 0; j < n; ++j) rows.push_back(leaves[static_cast<size_t>(j)] ? tail[next++] : j);
+      std::vector<bool> same(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) {
+        auto& r = rows[static_cast<size_t>(j)];
+        std::vector<int64_t> siblings;
+        for (int64_t b = 0; b < B; ++b) {
+          if (request[static_cast<size_t>(b)] == request[static_cast<size_t>(r)]) siblings.push_back(b);
+        }
+        if (below(2) == 0) r = siblings[static_cast<size_t>(below(siblings.size()))];
+        same[static_cast<size_t>(j)] = request[static_cast<size_t>(r)] == request[static_cast<size_t>(j)];
+      }
+      const bool beams_only = n == B && std::all_of(same.begin(), same.end(), [](bool x) { return x; });
+      const auto caches = shared.layers[0].self_k.clone();
+      shared.retain(rows, same);
+      dense.select(torch::tensor(rows, torch::kLong));
+      if (beams_only && !torch::equal(shared.self_src, dense.self_src)) {
+        ++beam_steps;
+        EXPECT_TRUE(torch::equal(shared.layers[0].self_k, caches)) << "beams reordered: no cache moves";
+      }
+      std::vector<int64_t> next_request;
+      for (const int64_t r : rows) next_request.push_back(request[static_cast<size_t>(r)]);
+      request = next_request;
+      // The same slots per row (right-aligned: retain may have dropped leading slots no row uses;
+      // softmax sums over fewer masked slots then differ in the last bits).
+      for (size_t l = 0; l < shared.layers.size(); ++l) {
+        const auto mine = shared.rows_of_layer(l).self_v, theirs = dense.rows_of_layer(l).self_v;
+        const int64_t t = std::min(mine.size(2), theirs.size(2));
+        const auto diff = mine.narrow(2, mine.size(2) - t, t) - theirs.narrow(2, theirs.size(2) - t, t);
+        if (diff.numel() > 0) {
+          ASSERT_LE(diff.abs().max().item<double>(), 1e-5) << "layer " << l;
+        }
+      }
+    }
+    EXPECT_GE(beam_steps, 10) << "the sequence must exercise beams sharing slots";
+  }
 }
 
 // A decode step writes its key and value into the self-attention cache's free slot; the cache moves
