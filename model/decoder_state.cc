@@ -173,13 +173,6 @@ int64_t row_extent(const torch::Tensor& t) {
   return extent;
 }
 
-// Keeps the planned rows of a [B, ...] tensor within its storage; the tensor becomes a view of its
-// first rows. Leaving rows is the common case of a decode step, beams reordering the next; a fresh
-// copy of the whole state costs page faults on top of the copy (~0.5 ms per MB measured here), and
-// in place only the rows that change position move (a BART-base beam is ~7 MB of state at 64 steps).
-// Not done (returns false) off the CPU, when another state shares the storage (copy-on-write), or
-// when the kept rows would fill less than a quarter of the storage (buffers grow to twice the rows
-// they hold: the batch has halved since): then the caller's compact copy gives the memory back.
 // The bytes between rows where retain_rows_in_place can keep n of t's rows, 0 where it cannot.
 int64_t in_place_row_bytes(const torch::Tensor& t, int64_t n) {
   // Rows are slabs of stride(0) elements from the storage's start: dense tensors, and caches that
@@ -197,6 +190,13 @@ int64_t in_place_row_bytes(const torch::Tensor& t, int64_t n) {
   return row_bytes;
 }
 
+// Keeps the planned rows of a [B, ...] tensor within its storage; the tensor becomes a view of its
+// first rows. Leaving rows is the common case of a decode step, beams reordering the next; a fresh
+// copy of the whole state costs page faults on top of the copy (~0.5 ms per MB measured here), and
+// in place only the rows that change position move (a BART-base beam is ~7 MB of state at 64 steps).
+// Not done (returns false) off the CPU, when another state shares the storage (copy-on-write), or
+// when the kept rows would fill less than a quarter of the storage (buffers grow to twice the rows
+// they hold: the batch has halved since): then the caller's compact copy gives the memory back.
 bool retain_rows_in_place(torch::Tensor& t, const RowMoves& plan, int64_t n) {
   const int64_t row_bytes = in_place_row_bytes(t, n);
   if (row_bytes == 0) return false;

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -93,6 +94,14 @@ torch::Tensor attend_slots(const torch::Tensor& q, const torch::Tensor& cache_k,
     throw std::invalid_argument("attend_slots: needs CPU float32 q [B,H,1,d] and caches, int32 slot rows [B,T]");
   }
   if (!kernels::avx2_fma_available()) throw std::logic_error("attend_slots: this CPU lacks AVX2 + FMA");
+  const int32_t* rows = slot_rows.data_ptr<int32_t>();
+  const auto rows_held = cache_k.size(0);
+  for (int64_t b = 0; b < B; ++b) {  // B x T integers: nothing next to the step, and no read out of bounds
+    const int32_t* r = rows + b * slot_rows.stride(0);
+    if (std::any_of(r, r + T, [rows_held](int32_t x) { return x < 0 || x >= rows_held; })) {
+      throw std::out_of_range("attend_slots: a slot row outside the caches' " + std::to_string(rows_held) + " rows");
+    }
+  }
   const auto qc = q.stride(3) == 1 ? q : q.contiguous();
   kernels::AttentionBias b;
   torch::Tensor bc;
@@ -106,9 +115,9 @@ torch::Tensor attend_slots(const torch::Tensor& q, const torch::Tensor& cache_k,
   auto out = torch::empty({B, 1, H, d}, qc.options());  // merging the heads afterwards is free
   kernels::SlotAttentionShape shape{B, H, T, d};
   kernels::slot_attention(qc.data_ptr<float>(), {qc.stride(0), qc.stride(1), qc.stride(2)}, cache_k.data_ptr<float>(),
-                          cache_v.data_ptr<float>(), {cache_k.stride(0), cache_k.stride(1), cache_k.stride(2)},
-                          slot_rows.data_ptr<int32_t>(), slot_rows.stride(0), b, out.data_ptr<float>(),
-                          {out.stride(0), out.stride(2), out.stride(1)}, shape, at::get_num_threads());
+                          cache_v.data_ptr<float>(), {cache_k.stride(0), cache_k.stride(1), cache_k.stride(2)}, rows,
+                          slot_rows.stride(0), b, out.data_ptr<float>(), {out.stride(0), out.stride(2), out.stride(1)},
+                          shape, at::get_num_threads());
   return out.transpose(1, 2);
 }
 

@@ -261,6 +261,10 @@ TEST(SlotAttention, MatchesAttendOverEachRowsGatheredSlots) {
                                       torch::randn({2, 1, 3, 8}), torch::zeros({2, 3}, torch::kLong), {}),
                std::invalid_argument)
       << "int64 slot rows";
+  EXPECT_THROW(srformer::attend_slots(torch::randn({2, 1, 1, 8}), torch::randn({2, 1, 3, 8}),
+                                      torch::randn({2, 1, 3, 8}), torch::full({2, 3}, 2, torch::kInt32), {}),
+               std::out_of_range)
+      << "a row the caches do not have";
 }
 
 }  // namespace
