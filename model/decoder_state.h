@@ -82,7 +82,8 @@ class DecoderState {
   // the request whose row was at j. Beams of one request differ only in their self-attention caches
   // (the step, segment schedule, RAF membrane, windows and slots follow the request's input and step
   // count, not its tokens), so for those rows only the caches move: a beam step then copies ~40%
-  // of the state bytes a full row move would (BART-base, srformer).
+  // of the state bytes a full row move would (BART-base, srformer). With self_src, not even those:
+  // such a row takes its parent's row of the slot table instead.
   void retain(const std::vector<int64_t>& rows, const std::vector<bool>& same_request = {});
   // Bytes held for row b (its share of every tensor, padding included), and in total. Slots count
   // when some row uses them (free slots wait for the next join; at most as many as used ones).
