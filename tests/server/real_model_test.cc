@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <future>
 #include <thread>
@@ -68,7 +69,10 @@ class RealModel : public ::testing::Test {
     return r;
   }
 
-  void expect_same_alone_and_among_32(const std::function<int(int)>& beams_of);
+  // cut_short(i): request i gets a deadline of a few milliseconds, so that it may leave the batch
+  // (its rows, beams sharing self-attention slots among them) while the others decode.
+  void expect_same_alone_and_among_32(const std::function<int(int)>& beams_of,
+                                      const std::function<bool(int)>& cut_short = {});
 
   static inline fs::path* dir_ = nullptr;
   std::unique_ptr<server::Server> server_;
@@ -114,8 +118,9 @@ TEST_F(RealModel, UnaryAndStreamEqualOfflineGenerate) {
 }
 
 // 32 concurrent requests of different lengths, with beams_of(i) beams each, give what each gives
-// offline alone.
-void RealModel::expect_same_alone_and_among_32(const std::function<int(int)>& beams_of) {
+// offline alone (those cut short: unless their deadline ended them first).
+void RealModel::expect_same_alone_and_among_32(const std::function<int(int)>& beams_of,
+                                               const std::function<bool(int)>& cut_short) {
   struct Case {
     v1::SummarizeRequest req;
     std::vector<int64_t> ref;
@@ -129,19 +134,27 @@ void RealModel::expect_same_alone_and_among_32(const std::function<int(int)>& be
     cases.push_back({request(doc, max_new, beams, no_repeat), offline(doc, max_new, beams, no_repeat)});
   }
   std::vector<std::future<std::pair<grpc::Status, v1::SummarizeResponse>>> futures;
-  for (auto& c : cases) {
-    futures.push_back(std::async(std::launch::async, [this, &c] {
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const bool short_deadline = cut_short && cut_short(static_cast<int>(i));
+    futures.push_back(std::async(std::launch::async, [this, &c = cases[i], short_deadline, i] {
       grpc::ClientContext ctx;
+      if (short_deadline) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(5 + 3 * i));
       v1::SummarizeResponse resp;
       auto st = stub_->Summarize(&ctx, c.req, &resp);
       return std::make_pair(st, resp);
     }));
   }
+  int ended_early = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     auto [status, resp] = futures[i].get();
+    if (cut_short && cut_short(static_cast<int>(i)) && status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      ++ended_early;
+      continue;
+    }
     ASSERT_TRUE(status.ok()) << status.error_message();
     EXPECT_EQ(ids_of(resp), cases[i].ref) << "request " << i;
   }
+  if (cut_short) std::printf("%d of the requests cut short ended before their summary\n", ended_early);
   EXPECT_GT(server_->models().find("t5")->stats().max_live_rows, 4) << "requests were not batched together";
   // The last reply can reach the client just before the decode loop frees that row's state.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -153,6 +166,12 @@ void RealModel::expect_same_alone_and_among_32(const std::function<int(int)>& be
 
 TEST_F(RealModel, IdenticalAloneAndAmong32Concurrent) {
   expect_same_alone_and_among_32([](int i) { return 1 + i % 3; });
+}
+
+// Every third request has a deadline of a few milliseconds: requests leave mid-batch (beams and
+// greedy rows, the last rows moving into their holes) and the others' results do not change.
+TEST_F(RealModel, OthersUnchangedWhenRequestsLeaveEarly) {
+  expect_same_alone_and_among_32([](int i) { return 1 + i % 3; }, [](int i) { return i % 3 == 1; });
 }
 
 // All greedy: every request has one row, so the rows of requests that finish are refilled with the
