@@ -601,9 +601,8 @@ Delivery::Job Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome
       const double total = state_.raf_total.narrow(0, row_offset, slot.rows).sum().item<double>() * layers;
       u.raf_firing_rate = total > 0 ? fired / total : 0.0;
     }
-    int64_t bytes = 0;
-    for (int64_t r = 0; r < slot.rows; ++r) bytes += state_.row_bytes(row_offset + r);
-    u.state_bytes = bytes;
+    // Every row holds an equal share of the batched state (row_bytes): one walk over it, not one per beam.
+    u.state_bytes = state_.row_bytes(row_offset) * slot.rows;
   } catch (const std::exception& e) {
     result.outcome = RequestOutcome::kError;
     result.error = std::string("collecting the result failed: ") + e.what();
@@ -654,8 +653,17 @@ void Engine::fail_all(const std::string& error) {
 void Engine::publish_stats() {
   int64_t rows = 0;
   for (const auto& slot : slots_) rows += slot->rows;
-  const int64_t bytes = state_.batch_size() > 0 ? state_.bytes() : 0;
-  if (metrics_) {
+  constexpr auto kStatsInterval = std::chrono::milliseconds(100);
+  const auto now = Clock::now();
+  // An empty batch and the first rows after one are published at once (tests and operators wait
+  // for them); in between, gauges a scrape reads every few seconds need not follow every step.
+  const bool walk = state_.batch_size() == 0 || state_bytes_ == 0 || now - state_walked_ >= kStatsInterval;
+  if (walk) {
+    state_walked_ = now;
+    state_bytes_ = state_.batch_size() > 0 ? state_.bytes() : 0;
+  }
+  const int64_t bytes = state_bytes_;
+  if (metrics_ && walk) {
     metrics_->set_state_bytes(static_cast<double>(bytes));
     // Per-layer RAF firing ratio over the live rows (raf_fired [B, layers], raf_total [B] per layer).
     if (state_.batch_size() > 0 && state_.raf_fired.defined() && state_.raf_fired.dim() == 2 &&

@@ -151,6 +151,10 @@ class Engine {
   std::vector<std::unique_ptr<Slot>> slots_;  // in row order
   DecoderState state_;
   int64_t tokens_in_flight_ = 0;
+  // publish_stats walks the state for its bytes and RAF figures at most every kStatsInterval while
+  // rows are live (~75 us a walk: ~0.4% of a 32-row T5-small step if done at every step).
+  Clock::time_point state_walked_{};
+  int64_t state_bytes_ = 0;
 
   std::thread thread_;
 };
