@@ -10,7 +10,6 @@
 
 #include "model/attention/products.h"
 #include "model/layers.h"
-#include "model/mapped_storage.h"
 
 namespace srformer {
 
@@ -52,6 +51,28 @@ std::vector<bool> used_slots(const LayerState& l) {
 }
 
 int64_t count_used(const std::vector<bool>& used) { return std::count(used.begin(), used.end(), true); }
+
+// After rows left or were reordered: once at most half of a slotted layer's slots are in use, those
+// are copied densely (renumbered) and the rest of the memory is given back.
+void release_slots(LayerState& l) {
+  if (!slotted(l)) return;
+  const auto used = used_slots(l);
+  const auto slots = static_cast<int64_t>(used.size());
+  if (slots == 0 || 2 * count_used(used) > slots) return;
+  std::vector<int64_t> keep;
+  std::vector<int64_t> renumber(used.size(), 0);
+  for (int64_t s = 0; s < slots; ++s) {
+    if (!used[static_cast<size_t>(s)]) continue;
+    renumber[static_cast<size_t>(s)] = static_cast<int64_t>(keep.size());
+    keep.push_back(s);
+  }
+  const auto device = l.cross_row.device();
+  const auto idx = torch::tensor(keep, torch::kLong).to(device);
+  for (auto* t : slot_tensors(l)) {
+    if (t->defined()) *t = t->index_select(0, idx.to(t->device()));
+  }
+  l.cross_row = torch::tensor(renumber, torch::kLong).to(device).index_select(0, l.cross_row);
+}
 
 torch::Tensor select_rows(const torch::Tensor& t, const torch::Tensor& rows) {
   return t.defined() ? t.index_select(0, rows.to(t.device())) : t;
@@ -163,18 +184,10 @@ int64_t in_place_row_bytes(const torch::Tensor& t, int64_t n) {
   if (t.size(0) > 1 && (extent == 0 || t.stride(0) < extent)) return 0;
   const int64_t row_bytes = (t.size(0) > 1 ? t.stride(0) : extent) * static_cast<int64_t>(t.element_size());
   const auto storage_bytes = static_cast<int64_t>(t.storage().nbytes());
-  if (n == 0 || row_bytes == 0 || t.size(0) * row_bytes > storage_bytes ||
-      (4 * n * row_bytes < storage_bytes && !is_mapped_storage(t))) {
+  if (row_bytes == 0 || t.size(0) * row_bytes > storage_bytes || 4 * n * row_bytes < storage_bytes) {
     return 0;
   }
   return row_bytes;
-}
-
-// A mapping that the rows fill less than a quarter of gives back its pages past room for twice the
-// rows (at least 4 more): the memory a shrinking batch no longer needs, without copying the rows.
-void give_back_room(torch::Tensor& t, int64_t rows, int64_t row_bytes) {
-  const int64_t room = std::max(rows + 4, 2 * rows) * row_bytes;
-  if (is_mapped_storage(t) && static_cast<int64_t>(t.storage().nbytes()) > 2 * room) resize_mapped_storage(t, room);
 }
 
 // Keeps the planned rows of a [B, ...] tensor within its storage; the tensor becomes a view of its
@@ -182,9 +195,8 @@ void give_back_room(torch::Tensor& t, int64_t rows, int64_t row_bytes) {
 // copy of the whole state costs page faults on top of the copy (~0.5 ms per MB measured here), and
 // in place only the rows that change position move (a BART-base beam is ~7 MB of state at 64 steps).
 // Not done (returns false) off the CPU, when another state shares the storage (copy-on-write), or
-// when the kept rows would fill less than a quarter of a storage that is not a mapping (buffers grow
-// to twice the rows they hold: the batch has halved since): then the caller's compact copy gives the
-// memory back. A mapping gives it back in place (give_back_room).
+// when the kept rows would fill less than a quarter of the storage (buffers grow to twice the rows
+// they hold: the batch has halved since): then the caller's compact copy gives the memory back.
 bool retain_rows_in_place(torch::Tensor& t, const RowMoves& plan, int64_t n) {
   const int64_t row_bytes = in_place_row_bytes(t, n);
   if (row_bytes == 0) return false;
@@ -227,56 +239,16 @@ bool retain_rows_in_place(torch::Tensor& t, const RowMoves& plan, int64_t n) {
   sizes[0] = n;
   const auto strides = t.strides().vec();
   t.set_(t.storage(), 0, sizes, strides);
-  give_back_room(t, n, row_bytes);
   return true;
-}
-
-// After rows left or were reordered: once at most half of a slotted layer's slots are in use, those
-// are renumbered densely and the rest of the memory is given back. Mappings (append_rows) move the
-// used slots past the new end into free ones before it and give back their pages past room for
-// twice the slots in use; other buffers are copied densely (fresh pages cost ~0.6-2 ms per MB on
-// this VM: 0.3 s for the 14 slots of a BART-base batch draining from 32).
-void release_slots(LayerState& l) {
-  if (!slotted(l)) return;
-  const auto used = used_slots(l);
-  const auto slots = static_cast<int64_t>(used.size());
-  const int64_t in_use = count_used(used);
-  if (slots == 0 || 2 * in_use > slots) return;
-  // Used slots below in_use keep their number; the others take the free slots below in_use in order.
-  std::vector<int64_t> renumber(used.size(), 0);
-  std::vector<int64_t> order(static_cast<size_t>(in_use), 0);  // the old slot of each new one
-  RowMoves plan;
-  plan.stage_slot.assign(used.size(), -1);  // sources lie at in_use or past: no destination overwrites one
-  int64_t next_free = 0;
-  for (int64_t s = 0; s < slots; ++s) {
-    if (!used[static_cast<size_t>(s)]) continue;
-    int64_t to = s;
-    if (s >= in_use) {
-      while (used[static_cast<size_t>(next_free)]) ++next_free;
-      to = next_free++;
-      plan.moves.emplace_back(to, s);
-    }
-    renumber[static_cast<size_t>(s)] = to;
-    order[static_cast<size_t>(to)] = s;
-  }
-  const auto device = l.cross_row.device();
-  torch::Tensor idx;
-  for (auto* t : slot_tensors(l)) {
-    if (!t->defined() || (is_mapped_storage(*t) && retain_rows_in_place(*t, plan, in_use))) continue;
-    if (!idx.defined()) idx = torch::tensor(order, torch::kLong).to(device);
-    *t = t->index_select(0, idx.to(t->device()));
-  }
-  l.cross_row = torch::tensor(renumber, torch::kLong).to(device).index_select(0, l.cross_row);
 }
 
 // Appends `extra`'s rows to a [B, ...] tensor whose rows are slabs of stride(0) elements (dense
 // tensors, caches with room). With spare rows in its storage the new rows are written in place;
-// otherwise the buffer grows to room for as many rows again (at least 4 more), keeping its inner
-// strides (a cache keeps its free slots). Requests joining a running batch one admission at a time
-// then cost their own rows instead of a copy of the whole batch each time. The buffers are memory
-// mappings (model/mapped_storage.h) that grow without copying once they are one: a batch growing to
-// N rows copies its rows once, into the first mapping (every tensor of the state, so that one path
-// serves all; a small one costs a page). The room costs address space only: its pages are not
+// otherwise the tensor moves to a buffer with room for as many rows again (at least 4 more), keeping
+// its inner strides (a cache keeps its free slots). Requests joining a running batch one admission at
+// a time then cost their own rows instead of a copy of the whole batch each time, and a batch growing
+// to N rows copies at most ~2N rows in all (~5N when buffers grew by a quarter: a BART-base request's
+// cross keys/values at 576 tokens are 21 MB). The room costs address space only: its pages are not
 // resident until rows are written there. Other tensors (another state's, off the CPU, other
 // layouts) are concatenated as before.
 void append_rows(torch::Tensor& t, const torch::Tensor& extra) {
@@ -297,15 +269,14 @@ void append_rows(torch::Tensor& t, const torch::Tensor& extra) {
   const int64_t rows_held = static_cast<int64_t>(t.storage().nbytes()) / (row_stride * elem);
   if (B + n > rows_held) {
     const int64_t capacity = std::max(B + n + 4, 2 * (B + n));
-    if (!resize_mapped_storage(t, capacity * row_stride * elem)) {
-      const auto buffer = mapped_empty(capacity * row_stride, t.options());
-      torch::Tensor grown = torch::empty({0}, t.options());
-      grown.set_(buffer.storage(), 0, sizes, strides);
-      grown.narrow(0, 0, B).copy_(t);
-      t = std::move(grown);
-    }
+    const auto buffer = torch::empty({capacity * row_stride}, t.options());
+    torch::Tensor grown = torch::empty({0}, t.options());
+    grown.set_(buffer.storage(), 0, sizes, strides);
+    grown.narrow(0, 0, B).copy_(t);
+    t = std::move(grown);
+  } else {
+    t.set_(t.storage(), 0, sizes, strides);
   }
-  t.set_(t.storage(), 0, sizes, strides);
   t.narrow(0, B, n).copy_(extra);
 }
 

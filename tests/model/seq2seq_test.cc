@@ -12,7 +12,6 @@
 #include "model/attention/segments.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/bf16_linear.h"
-#include "model/mapped_storage.h"
 #include "model/random_model.h"
 #include "tests/support/temp_dir.h"
 
@@ -649,60 +648,6 @@ TEST(StateAppend, JoinsWriteIntoSpareRowsAndDecodeAsAlone) {
     const auto n = static_cast<int64_t>(got[r].size());
     EXPECT_LE((torch::stack(got[r], 0) - alone[r].narrow(0, 0, n)).abs().max().item<double>(), 1e-5) << "row " << r;
   }
-}
-
-// Rows joining one at a time grow the state's buffers as memory mappings (moved by the kernel, not
-// copied, at each growth); when most rows leave, the slots still in use move down within the mapping
-// and the pages past room for twice them are given back, and the state decodes as a dense copy does.
-TEST(StateRetain, MappedSlotsShrinkInPlace) {
-  TempDir d("mapped");
-  write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 13);
-  auto model = load_model(d.path());
-  constexpr int64_t kRows = 12;
-  const auto ids = torch::randint(3, 96, {kRows, 10}, torch::kLong);
-  const auto build = [&] {
-    DecoderState st;
-    for (int64_t r = 0; r < kRows; ++r) {
-      st.append(model->start(model->encode(ids.narrow(0, r, 1), torch::ones({1, 10}, torch::kLong)),
-                             torch::full({1}, 6, torch::kLong)));
-      model->step(st, torch::full({st.batch_size()}, 5 + r, torch::kLong));
-    }
-    return st;
-  };
-  auto shrunk = build();
-  auto copied = build();
-  ASSERT_TRUE(shrunk.layers[0].cross_row.defined()) << "this variant keeps cross keys in slots";
-  ASSERT_TRUE(is_mapped_storage(shrunk.layers[0].cross_k));
-  ASSERT_TRUE(is_mapped_storage(shrunk.layers[0].mem));
-  const auto slot_bytes = shrunk.layers[0].cross_k.stride(0) * 4;
-  const auto held = static_cast<int64_t>(shrunk.layers[0].cross_k.storage().nbytes());
-  ASSERT_GE(held, 14 * slot_bytes) << "12 rows joined one by one: room for 14";
-
-  shrunk.retain({10, 3});
-  copied.select(torch::tensor({10, 3}, torch::kLong));
-  for (size_t l = 0; l < shrunk.layers.size(); ++l) {
-    const auto& cross = shrunk.layers[l].cross_k;
-    EXPECT_TRUE(is_mapped_storage(cross)) << "layer " << l << ": kept in its mapping, not copied";
-    EXPECT_EQ(cross.size(0), 2) << "two slots in use";
-    EXPECT_LE(static_cast<int64_t>(cross.storage().nbytes()), 6 * slot_bytes + 4095) << "room for 6 slots kept";
-    EXPECT_TRUE(torch::equal(shrunk.rows_of_layer(l).cross_k, copied.rows_of_layer(l).cross_k)) << l;
-    EXPECT_TRUE(torch::equal(shrunk.rows_of_layer(l).switch_drive, copied.rows_of_layer(l).switch_drive)) << l;
-    EXPECT_TRUE(torch::equal(shrunk.layers[l].mem, copied.layers[l].mem)) << l;
-  }
-  EXPECT_TRUE(is_mapped_storage(shrunk.layers[0].mem));
-  EXPECT_LT(static_cast<int64_t>(shrunk.layers[0].mem.storage().nbytes()), 14 * shrunk.layers[0].mem.stride(0) * 4)
-      << "per-row tensors give their room back too";
-  for (int64_t t = 0; t < 3; ++t) {
-    const auto tok = torch::tensor({7 + t, 9 + t}, torch::kLong);
-    EXPECT_TRUE(torch::equal(model->step(shrunk, tok), model->step(copied, tok))) << "step " << t;
-  }
-  // Rows join again into the shrunk mappings.
-  shrunk.append(model->start(model->encode(ids.narrow(0, 0, 1), torch::ones({1, 10}, torch::kLong)),
-                             torch::full({1}, 6, torch::kLong)));
-  copied.append(model->start(model->encode(ids.narrow(0, 0, 1), torch::ones({1, 10}, torch::kLong)),
-                             torch::full({1}, 6, torch::kLong)));
-  const auto tok = torch::tensor({11, 12, 13}, torch::kLong);
-  EXPECT_TRUE(torch::equal(model->step(shrunk, tok), model->step(copied, tok)));
 }
 
 // Two rows of the same document: the second joins `head_start` steps after the first, then both
