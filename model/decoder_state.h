@@ -26,6 +26,8 @@ struct LayerState {
   // Segmented softmax variants, incremental decoding: the keys/values of the segment window each
   // row read at its last step, [B, H, W, d] (W = s, 2s for xl). Gathered again only for rows whose
   // segment changed, so a step does not copy W keys per row and layer from cross_k/cross_v.
+  // Undefined where the step reads each window in place (CPU fp32 with the kernels on,
+  // kernels::window_attention), which needs no copies.
   torch::Tensor window_k, window_v;
   // Where each row's cross_k, cross_v and switch_drive are, when the layer reads them only at segment
   // switches (incremental decoding with windows): [B] int64 indices into their first dimension, which

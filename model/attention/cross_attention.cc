@@ -28,6 +28,50 @@ bool is_kind(CrossAttentionKind k, std::initializer_list<CrossAttentionKind> ks)
   return false;
 }
 
+// Whether a segmented softmax's decode steps read each row's window where it lies in the row's slot of
+// cross keys/values (kernels::window_attention) rather than from a per-row copy of it: CPU float32
+// keys with the kernels on. The copies (LayerState::window_k/window_v, W/k of a request's cross
+// keys/values) were a third of the bytes a row moves when it fills a leaving request's hole.
+bool windows_in_place(const torch::Tensor& cross_k, CrossAttentionKind kind) {
+  return kind != CrossAttentionKind::kGlobalTokens && cross_k.is_cpu() && cross_k.scalar_type() == torch::kFloat32 &&
+         kernels::use_cpu_kernels();
+}
+
+// softmax(q kᵀ) v over each row's window of `width` keys from segment seg + offset, clipped to the
+// row's real keys, read in the row's slot (cross_row) of cross_k/cross_v. q [B,H,1,d] -> [B,H,1,d].
+torch::Tensor attend_window_in_place(const torch::Tensor& q, const LayerState& ls, const torch::Tensor& seg,
+                                     const torch::Tensor& enc_len, int64_t segment_size, int64_t offset,
+                                     int64_t width) {
+  const int64_t B = q.size(0), H = q.size(1), d = q.size(3);
+  const auto& k = ls.cross_k;
+  const auto& v = ls.cross_v;
+  if (!q.is_cpu() || q.scalar_type() != torch::kFloat32 || q.size(2) != 1 || k.strides() != v.strides() ||
+      k.stride(3) != 1 || k.size(1) != H || k.size(3) != d) {
+    throw std::invalid_argument("cross-attention: in-place windows need CPU float32 q [B,H,1,d] and keys/values");
+  }
+  const auto base = ((seg.to(torch::kCPU, torch::kLong) + offset) * segment_size).contiguous();
+  const auto len = enc_len.to(torch::kCPU, torch::kLong).contiguous();
+  const auto rows = ls.cross_row.to(torch::kCPU, torch::kLong).contiguous();
+  std::vector<int64_t> first(static_cast<size_t>(B)), count(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {  // B integers: no read outside the keys whatever the schedule says
+    const int64_t lo = std::max<int64_t>(base.data_ptr<int64_t>()[b], 0);
+    const int64_t hi = std::min(base.data_ptr<int64_t>()[b] + width, len.data_ptr<int64_t>()[b]);
+    const int64_t row = rows.data_ptr<int64_t>()[b];
+    if (row < 0 || row >= k.size(0) || (hi > lo && hi > k.size(2))) {
+      throw std::out_of_range("cross-attention: a window outside the cross keys/values");
+    }
+    first[static_cast<size_t>(b)] = lo;
+    count[static_cast<size_t>(b)] = std::max<int64_t>(hi - lo, 0);
+  }
+  const auto qc = q.stride(3) == 1 ? q : q.contiguous();
+  auto out = torch::empty({B, 1, H, d}, qc.options());  // merging the heads afterwards is free
+  kernels::window_attention(qc.data_ptr<float>(), {qc.stride(0), qc.stride(1), qc.stride(2)}, k.data_ptr<float>(),
+                            v.data_ptr<float>(), {k.stride(0), k.stride(1), k.stride(2)}, rows.data_ptr<int64_t>(),
+                            first.data(), count.data(), out.data_ptr<float>(),
+                            {out.stride(0), out.stride(2), out.stride(1)}, {B, H, k.size(2), d}, at::get_num_threads());
+  return out.transpose(1, 2);
+}
+
 // What a switch feeds the membrane, from K^T V and the segment's K_i^T V_i ([..., H, d, d] fp32):
 // P_i W^T (ablation IV: K_i^T V_i W^T), or P_i itself for ablation III (no RAF: P is R).
 torch::Tensor drive_from_products(const CrossAttention& a, const torch::Tensor& kv, torch::Tensor ksvs) {
@@ -103,7 +147,8 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
     ls.global_k = torch::matmul(weights.unsqueeze(1), ls.cross_k) / counts;
     ls.global_v = torch::matmul(weights.unsqueeze(1), ls.cross_v) / counts;
   }
-  if (expected_len.defined() && kind != CrossAttentionKind::kFull && has_softmax()) {
+  if (expected_len.defined() && kind != CrossAttentionKind::kFull && has_softmax() &&
+      !windows_in_place(ls.cross_k, kind)) {
     // Filled at each row's first step (its segment changes from "none" to 0).
     const int64_t width = window_width();
     ls.window_k = torch::zeros({ls.cross_k.size(0), heads, width, head_dim}, ls.cross_k.options());
@@ -502,18 +547,24 @@ torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const
   } else if (has_softmax()) {
     // Read only the rows of segment i (and i-1 / global tokens): s keys per step instead of k.
     const bool xl = kind == CrossAttentionKind::kXlMemory;
-    const auto win = segment_window(seg, enc_len, segment_size, xl ? -1 : 0, window_width(), kmax);
-    if (ls.window_k.defined()) refresh_windows(ls, win.idx, changed);
-    auto keys = ls.window_k.defined() ? ls.window_k : gather_rows(ls.cross_k, win.idx);
-    auto values = ls.window_v.defined() ? ls.window_v : gather_rows(ls.cross_v, win.idx);
-    auto allowed = win.valid;
-    if (kind == CrossAttentionKind::kGlobalTokens) {
-      const int64_t mmax = ls.global_k.size(2);
-      allowed = torch::cat({allowed, torch::arange(mmax, m.options()).view({1, mmax}).lt(m.view({B, 1}))}, 1);
-      keys = torch::cat({keys, ls.global_k}, 2);
-      values = torch::cat({values, ls.global_v}, 2);
+    if (!ls.window_k.defined() && ls.cross_row.defined() && windows_in_place(ls.cross_k, kind) &&
+        qh.scalar_type() == torch::kFloat32) {
+      attn = attend_window_in_place(qh, ls, seg, enc_len, segment_size, xl ? -1 : 0, window_width());
+    } else {
+      const auto win = segment_window(seg, enc_len, segment_size, xl ? -1 : 0, window_width(), kmax);
+      if (ls.window_k.defined()) refresh_windows(ls, win.idx, changed);
+      // Without windows (a state started with the kernels on, stepped with them off), from the slots.
+      auto keys = ls.window_k.defined() ? ls.window_k : gather_rows(ls.cross_k, win.idx, ls.cross_row);
+      auto values = ls.window_v.defined() ? ls.window_v : gather_rows(ls.cross_v, win.idx, ls.cross_row);
+      auto allowed = win.valid;
+      if (kind == CrossAttentionKind::kGlobalTokens) {
+        const int64_t mmax = ls.global_k.size(2);
+        allowed = torch::cat({allowed, torch::arange(mmax, m.options()).view({1, mmax}).lt(m.view({B, 1}))}, 1);
+        keys = torch::cat({keys, ls.global_k}, 2);
+        values = torch::cat({values, ls.global_v}, 2);
+      }
+      attn = attend(qh, keys, values, additive_mask(allowed.view({B, 1, 1, -1}), qh.scalar_type()));
     }
-    attn = attend(qh, keys, values, additive_mask(allowed.view({B, 1, 1, -1}), qh.scalar_type()));
   } else {
     attn = torch::zeros_like(qh);
   }

@@ -105,6 +105,33 @@ void slot_attention(const float* q, HeadLayout q_layout, const float* k, const f
   }
 }
 
+void window_attention(const float* q, HeadLayout q_layout, const float* k, const float* v, HeadLayout kv,
+                      const int64_t* rows, const int64_t* first, const int64_t* count, float* out,
+                      HeadLayout out_layout, const WindowAttentionShape& shape, int threads) {
+  const int64_t groups = shape.batch * shape.heads, d = shape.head_dim;
+  int64_t keys = 0;
+  for (int64_t b = 0; b < shape.batch; ++b) keys += count[b];
+  const bool parallel = threads > 1 && keys * shape.heads * d * 2 >= kParallelMinWork;
+  (void)parallel;
+#pragma omp parallel for schedule(static) num_threads(threads) if (parallel)
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t b = g / shape.heads, h = g % shape.heads, n = count[b];
+    float* out_g = out + b * out_layout.batch + h * out_layout.head;
+    if (n <= 0) {
+      std::fill(out_g, out_g + d, 0.0F);
+      continue;
+    }
+    const int64_t at = rows[b] * kv.batch + h * kv.head + first[b] * kv.row;
+    thread_local std::vector<float> p;
+    p.resize(static_cast<size_t>(n));
+    const float* q_g = q + b * q_layout.batch + h * q_layout.head;
+    for (int64_t t = 0; t < n; ++t) p[static_cast<size_t>(t)] = dot(q_g, k + at + t * kv.row, d);
+    attention_softmax_row(p.data(), nullptr, nullptr, n);
+    sum_rows(
+        p.data(), 1, [&](int64_t t) { return v + at + t * kv.row; }, n, d, out_g);
+  }
+}
+
 void key_value_outer_sum(const float* k, const float* v, int64_t groups, int64_t T, int64_t d, float* out,
                          int threads) {
   const bool parallel = threads > 1 && groups * T * d * d >= kParallelMinWork;
@@ -123,6 +150,11 @@ void key_value_outer_sum(const float* k, const float* v, int64_t groups, int64_t
 void slot_attention(const float*, HeadLayout, const float*, const float*, HeadLayout, const int32_t*, int64_t,
                     const AttentionBias&, float*, HeadLayout, const SlotAttentionShape&, int) {
   throw std::logic_error("slot_attention needs AVX2 + FMA, which this build or platform lacks");
+}
+
+void window_attention(const float*, HeadLayout, const float*, const float*, HeadLayout, const int64_t*, const int64_t*,
+                      const int64_t*, float*, HeadLayout, const WindowAttentionShape&, int) {
+  throw std::logic_error("window_attention needs AVX2 + FMA, which this build or platform lacks");
 }
 
 void query_key_scores(const float* q, const float* k, int64_t k_stride, int64_t groups, int64_t T, int64_t d,

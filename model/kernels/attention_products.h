@@ -37,6 +37,22 @@ void slot_attention(const float* q, HeadLayout q_layout, const float* k, const f
                     const int32_t* slot_rows, int64_t slot_rows_stride, const AttentionBias& bias, float* out,
                     HeadLayout out_layout, const SlotAttentionShape& shape, int threads);
 
+struct WindowAttentionShape {
+  int64_t batch = 0, heads = 0;
+  int64_t keys = 0;  // k: keys per (row, head) of the key/value tensors
+  int64_t head_dim = 0;
+};
+
+// One decode step of cross-attention over a window of consecutive keys read where they lie: for
+// every (row b, head h), softmax(q kᵀ) v over keys [first[b], first[b] + count[b]) of row rows[b]
+// of k and v ([R, H, k, d] in layout `kv`, rows d floats apart); a row with no keys gets zeros. A
+// segmented softmax's window is such a range of the request's slot of cross keys/values
+// (LayerState::cross_row), so no per-row copy of the window is needed. Callers check the ranges.
+// q and out [B, H, 1, d] in their layouts (row stride unused).
+void window_attention(const float* q, HeadLayout q_layout, const float* k, const float* v, HeadLayout kv,
+                      const int64_t* rows, const int64_t* first, const int64_t* count, float* out,
+                      HeadLayout out_layout, const WindowAttentionShape& shape, int threads);
+
 // out[(g*d + a)*d + j] = Σ_t k[(g*T + t)*d + a] v[(g*T + t)*d + j]  (kᵀ v per group: [G, d, d])
 void key_value_outer_sum(const float* k, const float* v, int64_t groups, int64_t T, int64_t d, float* out, int threads);
 
