@@ -68,7 +68,7 @@ torch::Tensor attend_window_in_place(const torch::Tensor& q, const LayerState& l
   kernels::window_attention(qc.data_ptr<float>(), {qc.stride(0), qc.stride(1), qc.stride(2)}, k.data_ptr<float>(),
                             v.data_ptr<float>(), {k.stride(0), k.stride(1), k.stride(2)}, rows.data_ptr<int64_t>(),
                             first.data(), count.data(), out.data_ptr<float>(),
-                            {out.stride(0), out.stride(2), out.stride(1)}, {B, H, k.size(2), d}, at::get_num_threads());
+                            {out.stride(0), out.stride(2), out.stride(1)}, {B, H, d}, at::get_num_threads());
   return out.transpose(1, 2);
 }
 

@@ -38,9 +38,7 @@ void slot_attention(const float* q, HeadLayout q_layout, const float* k, const f
                     HeadLayout out_layout, const SlotAttentionShape& shape, int threads);
 
 struct WindowAttentionShape {
-  int64_t batch = 0, heads = 0;
-  int64_t keys = 0;  // k: keys per (row, head) of the key/value tensors
-  int64_t head_dim = 0;
+  int64_t batch = 0, heads = 0, head_dim = 0;
 };
 
 // One decode step of cross-attention over a window of consecutive keys read where they lie: for
