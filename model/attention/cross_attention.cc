@@ -49,25 +49,20 @@ torch::Tensor attend_window_in_place(const torch::Tensor& q, const LayerState& l
       k.stride(3) != 1 || k.size(1) != H || k.size(3) != d) {
     throw std::invalid_argument("cross-attention: in-place windows need CPU float32 q [B,H,1,d] and keys/values");
   }
-  const auto base = ((seg.to(torch::kCPU, torch::kLong) + offset) * segment_size).contiguous();
-  const auto len = enc_len.to(torch::kCPU, torch::kLong).contiguous();
+  const auto ranges = window_ranges(seg, enc_len, segment_size, offset, width);
   const auto rows = ls.cross_row.to(torch::kCPU, torch::kLong).contiguous();
-  std::vector<int64_t> first(static_cast<size_t>(B)), count(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {  // B integers: no read outside the keys whatever the schedule says
-    const int64_t lo = std::max<int64_t>(base.data_ptr<int64_t>()[b], 0);
-    const int64_t hi = std::min(base.data_ptr<int64_t>()[b] + width, len.data_ptr<int64_t>()[b]);
     const int64_t row = rows.data_ptr<int64_t>()[b];
-    if (row < 0 || row >= k.size(0) || (hi > lo && hi > k.size(2))) {
+    const auto i = static_cast<size_t>(b);
+    if (row < 0 || row >= k.size(0) || (ranges.count[i] > 0 && ranges.first[i] + ranges.count[i] > k.size(2))) {
       throw std::out_of_range("cross-attention: a window outside the cross keys/values");
     }
-    first[static_cast<size_t>(b)] = lo;
-    count[static_cast<size_t>(b)] = std::max<int64_t>(hi - lo, 0);
   }
   const auto qc = q.stride(3) == 1 ? q : q.contiguous();
   auto out = torch::empty({B, 1, H, d}, qc.options());  // merging the heads afterwards is free
   kernels::window_attention(qc.data_ptr<float>(), {qc.stride(0), qc.stride(1), qc.stride(2)}, k.data_ptr<float>(),
                             v.data_ptr<float>(), {k.stride(0), k.stride(1), k.stride(2)}, rows.data_ptr<int64_t>(),
-                            first.data(), count.data(), out.data_ptr<float>(),
+                            ranges.first.data(), ranges.count.data(), out.data_ptr<float>(),
                             {out.stride(0), out.stride(2), out.stride(1)}, {B, H, d}, at::get_num_threads());
   return out.transpose(1, 2);
 }

@@ -34,6 +34,22 @@ SegmentWindow segment_window(const torch::Tensor& seg, const torch::Tensor& enc_
   return {idx.clamp(0, kmax - 1), valid};
 }
 
+WindowRanges window_ranges(const torch::Tensor& seg, const torch::Tensor& enc_len, int64_t segment_size,
+                           int64_t first_segment_offset, int64_t width) {
+  const auto s = seg.to(torch::kCPU, torch::kLong).contiguous();
+  const auto len = enc_len.to(torch::kCPU, torch::kLong).contiguous();
+  const int64_t n = s.numel();
+  WindowRanges out{std::vector<int64_t>(static_cast<size_t>(n)), std::vector<int64_t>(static_cast<size_t>(n))};
+  for (int64_t b = 0; b < n; ++b) {
+    const int64_t base = (s.data_ptr<int64_t>()[b] + first_segment_offset) * segment_size;
+    const int64_t lo = std::max<int64_t>(base, 0);
+    const int64_t hi = std::min(base + width, len.data_ptr<int64_t>()[b]);
+    out.first[static_cast<size_t>(b)] = lo;
+    out.count[static_cast<size_t>(b)] = std::max<int64_t>(hi - lo, 0);
+  }
+  return out;
+}
+
 torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& batch_rows) {
   // Flat row numbers into x viewed as [B*H*k, d]: one index_select copies n*H*W whole rows of d
   // values (gather would index every element, ~5x slower per decode step).

@@ -26,6 +26,15 @@ struct SegmentWindow {
 SegmentWindow segment_window(const torch::Tensor& seg, const torch::Tensor& enc_len, int64_t segment_size,
                              int64_t first_segment_offset, int64_t width, int64_t kmax);
 
+// The same windows as ranges of keys, per row: [first, first + count) = [max(base, 0), min(base +
+// width, k_b)) with base = (seg + first_segment_offset) * segment_size (count 0 when empty). From the
+// integers directly: decode steps ask for them in every layer.
+struct WindowRanges {
+  std::vector<int64_t> first, count;
+};
+WindowRanges window_ranges(const torch::Tensor& seg, const torch::Tensor& enc_len, int64_t segment_size,
+                           int64_t first_segment_offset, int64_t width);
+
 // Rows idx of x [n,H,k,d] per batch row -> [n,H,W,d]. With `batch_rows` [n] (defined), x is
 // [B,H,k,d] and row j of the result reads batch row batch_rows[j], touching only W keys.
 torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& batch_rows = {});
