@@ -7,6 +7,18 @@ find_package(Threads REQUIRED)
 add_compile_options(-pthread)
 find_package(Torch REQUIRED)
 # Torch's exported flags add -D_GLIBCXX_USE_CXX11_ABI etc.; its include dirs are marked SYSTEM below.
+# Newer LibTorch headers (2.13 on) stop with "#error C++20 or later compatible compiler is required";
+# Debian's 1.13 is built and tested here as C++17. Ask the headers rather than guess from a version.
+# (tools/check_torch_api.py compile-checks every source against newer headers.)
+foreach(_dir IN LISTS TORCH_INCLUDE_DIRS)
+  if(EXISTS "${_dir}/ATen/ATen.h" AND CMAKE_CXX_STANDARD LESS 20)
+    file(READ "${_dir}/ATen/ATen.h" _aten_text)
+    if(_aten_text MATCHES "C\\+\\+20 or later compatible compiler is required")
+      message(STATUS "LibTorch ${Torch_VERSION} requires C++20: building as C++20")
+      set(CMAKE_CXX_STANDARD 20)
+    endif()
+  endif()
+endforeach()
 find_package(Protobuf REQUIRED)
 find_package(gRPC CONFIG REQUIRED)
 find_package(spdlog REQUIRED)

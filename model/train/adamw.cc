@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "model/io/safetensors.h"

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "model/io/safetensors.h"
 #include "model/random_model.h"
