@@ -5,11 +5,12 @@
 # empty) it reads the server's /metrics and prints, per round: tokens/s of the greedy streams, outcomes,
 # the process's resident memory, the engine's state bytes and requests in flight. At the end it prints
 # the resident memory's growth from the end of round WARM to the last round (allocator pools fill in the
-# first rounds; a leak keeps growing after them) and exits 1 if state bytes or requests in flight did not
-# return to zero.
+# first rounds; a leak keeps growing after them), stops the server (SIGTERM) and exits 1 if state bytes
+# or requests in flight did not return to zero or the server did not exit 0.
 #   bench/server_soak.sh SERVER MODEL_DIR [DOC]
 #   env: ROUNDS (12), WARM (3), NEW_TOKENS (48), THREADS (2), CLIENT (build/bin/srformer-client),
-#        DEADLINE_MS (deadline of the cancelled requests, 600), SERVER_ARGS (e.g. "--dtype bf16")
+#        DEADLINE_MS (deadline of the cancelled requests, 600), SERVER_ARGS (e.g. "--dtype bf16"),
+#        SERVER_LOG (keep the server's log there; e.g. for a sanitizer build's report)
 # A binary outside the build tree needs SRFORMER_SPM_PLUGIN=/abs/path/to/libsrformer_spm.so.
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
@@ -19,7 +20,7 @@ server=$1 model=$2 doc=${3:-$root/docs/example-document.txt}
 client=${CLIENT:-$root/build/bin/srformer-client}
 rounds=${ROUNDS:-12} warm=${WARM:-3} tokens=${NEW_TOKENS:-48}
 work=$(mktemp -d)
-trap 'kill -TERM $pid 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'kill -TERM $pid 2>/dev/null || true; [ -z "${SERVER_LOG:-}" ] || cp "$work/server.log" "$SERVER_LOG"; rm -rf "$work"' EXIT
 "$server" --model soak="$model" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --threads "${THREADS:-2}" \
   --max-batch-rows 64 --max-queue 256 ${SERVER_ARGS:-} 2>"$work/server.log" &
 pid=$!
@@ -94,7 +95,11 @@ EOF
   printf '%-5s %9s %-58s %9s %11s %9s\n' "$r" "$tps" "$outcomes; $(cat "$work/bad.txt")" "$rss" "$state" "$inflight"
   echo "$r $rss $state $inflight" >>"$work/rounds.txt"
 done
-/usr/bin/python3 - "$work/rounds.txt" "$warm" <<'EOF'
+kill -TERM $pid
+status=0
+wait $pid || status=$?
+[ $status -eq 0 ] || { echo "server exited with status $status; its log ends:" >&2; tail -40 "$work/server.log" >&2; }
+/usr/bin/python3 - "$work/rounds.txt" "$warm" "$status" <<'EOF'
 import sys
 rows = [list(map(int, l.split())) for l in open(sys.argv[1])]
 warm = min(int(sys.argv[2]), len(rows))
@@ -106,5 +111,6 @@ print(f"RSS after round {warm}: {base} MiB; after round {rows[-1][0]}: {last} Mi
 left = [r for r in rows if r[2] != 0 or r[3] != 0]
 if left:
     print("state bytes or requests in flight not back to 0 after rounds " + ", ".join(str(r[0]) for r in left))
-    sys.exit(1)
+print(f"server exit status {sys.argv[3]}")
+sys.exit(1 if left or sys.argv[3] != "0" else 0)
 EOF
