@@ -6,7 +6,8 @@
 # the process's resident memory, the engine's state bytes and requests in flight. At the end it prints
 # the resident memory's growth from the end of round WARM to the last round (allocator pools fill in the
 # first rounds; a leak keeps growing after them), stops the server (SIGTERM) and exits 1 if state bytes
-# or requests in flight did not return to zero or the server did not exit 0.
+# or requests in flight did not return to zero, a request other than the expiring ones failed, a bad
+# request was served, or the server did not exit 0.
 #   bench/server_soak.sh SERVER MODEL_DIR [DOC]
 #   env: ROUNDS (12), WARM (3), NEW_TOKENS (48), THREADS (2), CLIENT (build/bin/srformer-client),
 #        DEADLINE_MS (deadline of the cancelled requests, 600), SERVER_ARGS (e.g. "--dtype bf16"),
@@ -72,28 +73,32 @@ for r in $(seq "$rounds"); do
   load deadline 6 12 --min-new-tokens "$tokens" --deadline-ms "${DEADLINE_MS:-600}" &
   d=$!
   bad_requests
-  wait $g $b $s $d
+  for job in $g $b $s $d; do wait "$job"; done
   sleep 0.5  # the last requests' slots are freed on the decode thread after their final message
   curl -fsS "http://$metrics/metrics" >"$work/metrics.txt"
   outcomes=$(/usr/bin/python3 - "$work" <<'EOF'
 import json, sys
 w = sys.argv[1]
-parts, codes = [], {}
+parts, codes, unexpected = [], {}, 0
 for name in ("greedy", "beam", "sample", "deadline"):
     j = json.load(open(f"{w}/{name}.json"))
     parts.append(f"{j['requests_ok']}/{j['requests_failed']}")
+    if name != "deadline":
+        unexpected += j["requests_failed"]
     for err, n in j["errors"].items():  # "CODE message": the status codes, to tell cancellations from faults
         codes[err.split(" ", 1)[0]] = codes.get(err.split(" ", 1)[0], 0) + n
-print(" ".join(parts) + " [" + " ".join(f"code {c} x{n}" for c, n in sorted(codes.items())) + "]")
+refused = int(open(f"{w}/bad.txt").read().split("/")[0])
+print(unexpected + 8 - refused, " ".join(parts) + " [" + " ".join(f"code {c} x{n}" for c, n in sorted(codes.items())) + "]")
 EOF
 )
+  unexpected=${outcomes%% *} outcomes=${outcomes#* }
   tps=$(/usr/bin/python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["tokens_per_s"], 1))' \
     "$work/greedy.json")
   rss=$(($(metric process_resident_memory_bytes) / 1048576))
   state=$(metric srformer_state_bytes)
   inflight=$(metric srformer_requests_in_flight)
   printf '%-5s %9s %-58s %9s %11s %9s\n' "$r" "$tps" "$outcomes; $(cat "$work/bad.txt")" "$rss" "$state" "$inflight"
-  echo "$r $rss $state $inflight" >>"$work/rounds.txt"
+  echo "$r $rss $state $inflight $unexpected" >>"$work/rounds.txt"
 done
 kill -TERM $pid
 status=0
@@ -111,6 +116,9 @@ print(f"RSS after round {warm}: {base} MiB; after round {rows[-1][0]}: {last} Mi
 left = [r for r in rows if r[2] != 0 or r[3] != 0]
 if left:
     print("state bytes or requests in flight not back to 0 after rounds " + ", ".join(str(r[0]) for r in left))
+wrong = [r for r in rows if r[4] != 0]
+if wrong:
+    print("requests that should succeed failed, or bad ones were served, in rounds " + ", ".join(str(r[0]) for r in wrong))
 print(f"server exit status {sys.argv[3]}")
-sys.exit(1 if left or sys.argv[3] != "0" else 0)
+sys.exit(1 if left or wrong or sys.argv[3] != "0" else 0)
 EOF
