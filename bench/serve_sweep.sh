@@ -15,7 +15,6 @@
 #                                           CLIENT_ARGS="" (more request options, e.g. "--num-beams 4")
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
-root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 cache=${CACHE:-/tmp/srformer-serve-bench}
 levels=${LEVELS:-1 4 16 32 64}

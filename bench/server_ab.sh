@@ -9,10 +9,8 @@
 # A binary outside the build tree needs SRFORMER_SPM_PLUGIN=/abs/path/to/libsrformer_spm.so.
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
-root=$(cd "$(dirname "$0")/.." && pwd)
 [ $# -ge 3 ] || { echo "usage: $0 SERVER_A SERVER_B MODEL_DIR [DOC]" >&2; exit 2; }
 a=$1 b=$2 model=$3 doc=${4:-$root/docs/example-document.txt}
-client=${CLIENT:-$root/build/bin/srformer-client}
 run() {
   local server=$1 log pid target line
   log=$(mktemp)

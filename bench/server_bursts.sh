@@ -9,10 +9,8 @@
 # A binary outside the build tree needs SRFORMER_SPM_PLUGIN=/abs/path/to/libsrformer_spm.so.
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
-root=$(cd "$(dirname "$0")/.." && pwd)
 [ $# -ge 2 ] || { echo "usage: $0 SERVER MODEL_DIR [DOC]" >&2; exit 2; }
 server=$1 model=$2 doc=${3:-$root/docs/example-document.txt}
-client=${CLIENT:-$root/build/bin/srformer-client}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 "$server" --model bursts="$model" --listen 127.0.0.1:0 --metrics-listen "" --threads "${THREADS:-2}" \

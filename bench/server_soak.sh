@@ -15,10 +15,8 @@
 # A binary outside the build tree needs SRFORMER_SPM_PLUGIN=/abs/path/to/libsrformer_spm.so.
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
-root=$(cd "$(dirname "$0")/.." && pwd)
 [ $# -ge 2 ] || { echo "usage: $0 SERVER MODEL_DIR [DOC]" >&2; exit 2; }
 server=$1 model=$2 doc=${3:-$root/docs/example-document.txt}
-client=${CLIENT:-$root/build/bin/srformer-client}
 rounds=${ROUNDS:-12} warm=${WARM:-3} tokens=${NEW_TOKENS:-48}
 work=$(mktemp -d)
 trap 'kill -TERM $pid 2>/dev/null || true; [ -z "${SERVER_LOG:-}" ] || cp "$work/server.log" "$SERVER_LOG"; rm -rf "$work"' EXIT
