@@ -2,8 +2,8 @@
 # Soak: one server under rounds of mixed load, to see whether its memory settles. Each round runs, at
 # once, greedy streams, 4-beam requests with banned n-grams, sampled requests, requests whose deadline
 # expires mid-decode (cancelled work) and a handful of bad requests; when the round is over (the batch
-# empty) it reads the server's /metrics and prints, per round: tokens/s of the greedy streams, outcomes,
-# the process's resident memory, the engine's state bytes and requests in flight. At the end it prints
+# empty) it prints, per round: tokens/s of the greedy streams, outcomes, the process's resident memory
+# (/proc) and, from the server's /metrics, the engine's state bytes and requests in flight. At the end it prints
 # the resident memory's growth from the end of round WARM to the last round (allocator pools fill in the
 # first rounds; a leak keeps growing after them), stops the server (SIGTERM) and exits 1 if state bytes
 # or requests in flight did not return to zero, a request other than the expiring ones failed, a bad
@@ -92,7 +92,9 @@ EOF
   unexpected=${outcomes%% *} outcomes=${outcomes#* }
   tps=$(/usr/bin/python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["tokens_per_s"], 1))' \
     "$work/greedy.json")
-  rss=$(($(metric process_resident_memory_bytes) / 1048576))
+  # From /proc, not process_resident_memory_bytes: the server samples that every 5 s, a round's end
+  # could read a figure from before its peak.
+  rss=$(($(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status") / 1024))
   state=$(metric srformer_state_bytes)
   inflight=$(metric srformer_requests_in_flight)
   printf '%-5s %9s %-58s %9s %11s %9s\n' "$r" "$tps" "$outcomes; $(cat "$work/bad.txt")" "$rss" "$state" "$inflight"
