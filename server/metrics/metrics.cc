@@ -287,7 +287,12 @@ Metrics::Metrics(const std::string& listen_address, std::chrono::milliseconds sa
       process_monitor_(std::make_unique<ProcessMonitor>(*registry_, sample_interval)) {
   if (listen_address.empty()) return;
   try {
-    exposer_ = std::make_unique<HttpExporter>(listen_address, [this] { return scrape_text(); });
+    // Sample at scrape time, as Prometheus' own clients do: a gauge read between two periodic samples could
+    // otherwise be up to one interval old (resident memory after a burst of requests read as before it).
+    exposer_ = std::make_unique<HttpExporter>(listen_address, [this] {
+      sample_now();
+      return scrape_text();
+    });
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot serve metrics on '" + listen_address + "' (" + e.what() +
                              "); pass a free HOST:PORT with --metrics-listen");

@@ -131,7 +131,8 @@ class ModelMetrics {
 class Metrics {
  public:
   // listen_address "HOST:PORT" (e.g. "0.0.0.0:9464"; port 0 = ephemeral) starts an HTTP exposer serving
-  // /metrics; "" = no exposer (tests, embedding). Process metrics are sampled every `sample_interval`.
+  // /metrics; "" = no exposer (tests, embedding). Process, GPU and torch gauges are sampled at every scrape of
+  // /metrics and, between scrapes, every `sample_interval`.
   // Throws std::runtime_error if the address cannot be bound.
   explicit Metrics(const std::string& listen_address,
                    std::chrono::milliseconds sample_interval = std::chrono::milliseconds(5000));
@@ -147,7 +148,7 @@ class Metrics {
   bool start_gpu_monitor(std::unique_ptr<NvmlApi> nvml = nullptr);
   // Registers srformer_torch_cuda_{allocated,reserved}_bytes{device}, sampled from `source` at the sample interval.
   void set_torch_cuda_memory_source(TorchCudaMemorySource source);
-  // Samples process, GPU and torch sources right now (tests; scrapes otherwise see values <= one interval old).
+  // Samples process, GPU and torch sources right now (the exposer does before each scrape; scrape_text() does not).
   void sample_now();
 
   // Text exposition format of everything registered (same bytes a scrape gets).

@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -34,6 +36,24 @@ TEST(Exposer, ServesMetricsOverHttp) {
   const std::string body = response.substr(response.find("\r\n\r\n") + 4);
   EXPECT_EQ(testing::sample(body, "srformer_requests_total", {{"model", "bart"}, {"code", "OK"}}), 1.0);
   EXPECT_TRUE(testing::sample(body, "process_resident_memory_bytes").has_value());
+}
+
+// A scrape reads /proc then, not the periodic sampler's last reading (here an hour old).
+TEST(Exposer, ScrapeSamplesProcessMetricsAtScrapeTime) {
+  Metrics metrics("127.0.0.1:0", std::chrono::hours(1));
+  const int port = metrics.listening_ports().at(0);
+  const auto cpu_seconds = [&] {
+    const std::string response = http_get(port, "/metrics");
+    return testing::sample(response.substr(response.find("\r\n\r\n") + 4), "process_cpu_seconds_total").value_or(-1);
+  };
+  const double before = cpu_seconds();
+  ASSERT_GT(before, 0.0);
+  volatile double x = 0;  // 200 ms of CPU time: /proc counts in 10-ms ticks
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (std::chrono::steady_clock::now() < end) {
+    for (int i = 0; i < 10000; ++i) x = x + std::sqrt(static_cast<double>(i));
+  }
+  EXPECT_GE(cpu_seconds(), before + 0.1);
 }
 
 TEST(Exposer, UnknownPathIsNotFound) {
