@@ -5,8 +5,8 @@
 #include <stdexcept>
 
 #include "model/dropout.h"
-#include "model/kernels/bf16_linear.h"
 #include "model/kernels/avx2.h"
+#include "model/kernels/bf16_linear.h"
 #include "model/kernels/few_rows_linear.h"
 #include "model/kernels/rms_norm.h"
 #include "model/param_binder.h"

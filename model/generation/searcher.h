@@ -4,13 +4,13 @@
 // runs the model on all rows of all requests, hands each Searcher the logits of its own rows,
 // and applies the returned row reordering to the state. This keeps continuous batching (server)
 // and offline generation on the same code.
+#include <torch/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/types.h>
 
 #include "model/generation/options.h"
 

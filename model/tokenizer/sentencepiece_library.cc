@@ -133,7 +133,8 @@ SentencePieceProcessor SentencePieceProcessor::load(const std::filesystem::path&
 SentencePieceProcessor SentencePieceProcessor::load_from_bytes(std::string_view serialized) {
   auto h = std::make_shared<Handle>();
   h->ptr = api().load_from_bytes(serialized.data(), serialized.size());
-  if (h->ptr == nullptr) throw std::runtime_error(std::string("cannot parse SentencePiece model: ") + api().last_error());
+  if (h->ptr == nullptr)
+    throw std::runtime_error(std::string("cannot parse SentencePiece model: ") + api().last_error());
   return SentencePieceProcessor(std::move(h));
 }
 

@@ -25,9 +25,7 @@ long copy_out(const std::string& s, char* out, size_t cap) {
   return static_cast<long>(s.size());
 }
 
-sentencepiece::SentencePieceProcessor* proc(void* h) {
-  return static_cast<sentencepiece::SentencePieceProcessor*>(h);
-}
+sentencepiece::SentencePieceProcessor* proc(void* h) { return static_cast<sentencepiece::SentencePieceProcessor*>(h); }
 
 void* finish_load(std::unique_ptr<sentencepiece::SentencePieceProcessor> p, const sentencepiece::util::Status& st) {
   if (!st.ok()) {
@@ -110,8 +108,7 @@ __attribute__((visibility("default"))) int32_t srf_spm_piece_to_id(void* handle,
 __attribute__((visibility("default"))) int srf_spm_token_flags(void* handle, int32_t id) {
   const auto* p = proc(handle);
   if (id < 0 || id >= p->GetPieceSize()) return 0;
-  return (p->IsControl(id) ? 1 : 0) | (p->IsUnknown(id) ? 2 : 0) | (p->IsUnused(id) ? 4 : 0) |
-         (p->IsByte(id) ? 8 : 0);
+  return (p->IsControl(id) ? 1 : 0) | (p->IsUnknown(id) ? 2 : 0) | (p->IsUnused(id) ? 4 : 0) | (p->IsByte(id) ? 8 : 0);
 }
 
 __attribute__((visibility("default"))) int32_t srf_spm_unk_id(void* handle) { return proc(handle)->unk_id(); }

@@ -106,8 +106,8 @@ void HttpExporter::handle(int client) const {
   } else {
     body = body_();
   }
-  send_all(client, "HTTP/1.1 " + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " +
-                       std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+  send_all(client, "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
+                       "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
 }
 
 }  // namespace srformer::server

@@ -27,8 +27,7 @@ const Histogram::BucketBoundaries& latency_buckets() {
 }
 // Per-step / per-token times: sub-millisecond on GPU up to a second on a loaded CPU.
 const Histogram::BucketBoundaries& step_buckets() {
-  static const Histogram::BucketBoundaries b{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                             0.05,   0.1,   0.25,   0.5,   1,    2.5};
+  static const Histogram::BucketBoundaries b{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
   return b;
 }
 const Histogram::BucketBoundaries& token_buckets() {
@@ -44,42 +43,37 @@ const Histogram::BucketBoundaries& batch_buckets() {
 
 const char* to_string(RejectReason reason) {
   switch (reason) {
-    case RejectReason::kQueueFull: return "queue_full";
-    case RejectReason::kShuttingDown: return "shutting_down";
-    case RejectReason::kInvalid: return "invalid";
+    case RejectReason::kQueueFull:
+      return "queue_full";
+    case RejectReason::kShuttingDown:
+      return "shutting_down";
+    case RejectReason::kInvalid:
+      return "invalid";
   }
   return "invalid";
 }
 
 const char* to_string(LeaveReason reason) {
   switch (reason) {
-    case LeaveReason::kEos: return "eos";
-    case LeaveReason::kLength: return "length";
-    case LeaveReason::kCancelled: return "cancelled";
-    case LeaveReason::kError: return "error";
+    case LeaveReason::kEos:
+      return "eos";
+    case LeaveReason::kLength:
+      return "length";
+    case LeaveReason::kCancelled:
+      return "cancelled";
+    case LeaveReason::kError:
+      return "error";
   }
   return "error";
 }
 
 const char* grpc_code_name(int code) {
   // Order of grpc::StatusCode / google.rpc.Code (stable since gRPC 1.0).
-  static const char* const names[] = {"OK",
-                                      "CANCELLED",
-                                      "UNKNOWN",
-                                      "INVALID_ARGUMENT",
-                                      "DEADLINE_EXCEEDED",
-                                      "NOT_FOUND",
-                                      "ALREADY_EXISTS",
-                                      "PERMISSION_DENIED",
-                                      "RESOURCE_EXHAUSTED",
-                                      "FAILED_PRECONDITION",
-                                      "ABORTED",
-                                      "OUT_OF_RANGE",
-                                      "UNIMPLEMENTED",
-                                      "INTERNAL",
-                                      "UNAVAILABLE",
-                                      "DATA_LOSS",
-                                      "UNAUTHENTICATED"};
+  static const char* const names[] = {
+      "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+      "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+      "DATA_LOSS", "UNAUTHENTICATED"};
   if (code < 0 || code >= static_cast<int>(std::size(names))) return "UNKNOWN";
   return names[code];
 }
@@ -271,9 +265,7 @@ void ModelMetrics::set_raf_fired_ratio(int layer, double ratio) {
 }
 
 void ModelMetrics::on_raf_updates(std::uint64_t n) { raf_updates_total_.Increment(static_cast<double>(n)); }
-void ModelMetrics::on_segment_switches(std::uint64_t n) {
-  segment_switches_total_.Increment(static_cast<double>(n));
-}
+void ModelMetrics::on_segment_switches(std::uint64_t n) { segment_switches_total_.Increment(static_cast<double>(n)); }
 
 void ModelMetrics::on_cross_attention_kv(std::uint64_t read, std::uint64_t full_equivalent) {
   kv_read_total_.Increment(static_cast<double>(read));

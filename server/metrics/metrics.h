@@ -34,7 +34,8 @@ enum class LeaveReason { kEos, kLength, kCancelled, kError };
 
 const char* to_string(RejectReason reason);
 const char* to_string(LeaveReason reason);
-// gRPC status code number (grpc::StatusCode) -> canonical name ("OK", "RESOURCE_EXHAUSTED", ...); "UNKNOWN" if out of range.
+// gRPC status code number (grpc::StatusCode) -> canonical name ("OK", "RESOURCE_EXHAUSTED", ...); "UNKNOWN" if out of
+// range.
 const char* grpc_code_name(int code);
 
 // One LibTorch CUDA caching-allocator reading, provided by the engine (keeps this library free of CUDA).

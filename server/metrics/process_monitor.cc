@@ -67,7 +67,8 @@ ProcessMonitor::ProcessMonitor(prometheus::Registry& registry, std::chrono::mill
                           .Help("Resident memory size in bytes.")
                           .Register(registry)
                           .Add({})),
-      threads_(prometheus::BuildGauge().Name("process_threads").Help("Number of OS threads.").Register(registry).Add({})),
+      threads_(
+          prometheus::BuildGauge().Name("process_threads").Help("Number of OS threads.").Register(registry).Add({})),
       start_time_(prometheus::BuildGauge()
                       .Name("process_start_time_seconds")
                       .Help("Start time of the process since unix epoch in seconds.")

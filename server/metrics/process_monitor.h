@@ -14,9 +14,9 @@ namespace srformer::server {
 
 // What /proc says about this process right now.
 struct ProcessStats {
-  double cpu_seconds = 0;       // user + system CPU time
-  double resident_bytes = 0;    // VmRSS
-  double threads = 0;           // Threads
+  double cpu_seconds = 0;         // user + system CPU time
+  double resident_bytes = 0;      // VmRSS
+  double threads = 0;             // Threads
   double start_time_seconds = 0;  // Unix time the process started
 };
 // Reads /proc/self/stat, /proc/self/status and /proc/stat; throws std::runtime_error if /proc is unreadable.

@@ -116,7 +116,8 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
   EXPECT_EQ(piped.exit_code, 1);
 }
 
-// bf16 on the CPU (AMX or AVX512-BF16): the server says so, and each summary, decoded among others, equals the offline bf16 one.
+// bf16 on the CPU (AMX or AVX512-BF16): the server says so, and each summary, decoded among others, equals the offline
+// bf16 one.
 TEST_F(EndToEnd, Bf16OnTheCpuServesWhatOfflineBf16Gives) {
   if (!kernels::cpu_bf16_available()) {
     GTEST_SKIP() << "this CPU has neither AMX nor AVX512-BF16: the server refuses --dtype bf16 here";

@@ -13,8 +13,8 @@ namespace {
 
 const std::string kSource = SRFORMER_SOURCE_DIR;
 
-#define REQUIRE_PROMTOOL()                                                                    \
-  if (!testing::have_program("promtool")) {                                                   \
+#define REQUIRE_PROMTOOL()                                                                     \
+  if (!testing::have_program("promtool")) {                                                    \
     GTEST_SKIP() << "promtool not installed (Debian package `prometheus`, see setup-deps.sh)"; \
   }
 

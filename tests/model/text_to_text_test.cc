@@ -26,12 +26,14 @@ TEST(TextToText, TokenizeGenerateDetokenizeWithARealTokenizer) {
           << "Unicode survives: café, naïve, 日本語, and emoji 🙂\n";
     }
   }
-  train_sentencepiece("--input=" + corpus.string() + " --model_prefix=" + (dir.path() / "spiece").string() +
-                      " --vocab_size=400 --hard_vocab_limit=false --model_type=unigram --character_coverage=1.0 --pad_id=0 --eos_id=1"
-                      " --unk_id=2 --bos_id=-1 --byte_fallback=true --minloglevel=2");
+  train_sentencepiece(
+      "--input=" + corpus.string() + " --model_prefix=" + (dir.path() / "spiece").string() +
+      " --vocab_size=400 --hard_vocab_limit=false --model_type=unigram --character_coverage=1.0 --pad_id=0 --eos_id=1"
+      " --unk_id=2 --bos_id=-1 --byte_fallback=true --minloglevel=2");
   const auto tokenizer_probe = SentencePieceProcessor::load(dir.path() / "spiece.model");
-  write_random_model(dir.path(),
-                     tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4, tokenizer_probe.vocab_size() + 100), 11);
+  write_random_model(
+      dir.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4, tokenizer_probe.vocab_size() + 100),
+      11);
   auto model = load_model(dir.path());
   const auto tokenizer = load_tokenizer(dir.path());
   ASSERT_EQ(tokenizer->vocab_size(), model->config().vocab_size);

@@ -1,7 +1,7 @@
 // Proves the sentencepiece/protobuf clash is solved: this binary links gRPC, protobuf (our
 // generated API) and LibTorch, and still trains, loads and runs a real SentencePiece model.
-#include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <filesystem>
