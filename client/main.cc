@@ -70,7 +70,8 @@ nlohmann::json to_json(const v1::SummarizeResponse& r) {
 }
 
 int fail(const grpc::Status& s) {
-  std::cerr << "srformer-client: " << srformer::client::status_code_name(s.error_code()) << ": " << s.error_message() << "\n";
+  std::cerr << "srformer-client: " << srformer::client::status_code_name(s.error_code()) << ": " << s.error_message()
+            << "\n";
   return 1;
 }
 
