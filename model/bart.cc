@@ -115,6 +115,11 @@ class BartModel final : public EncoderDecoderModel {
       cross_.push_back(std::move(ca));
       decoder_.push_back(std::move(l));
     }
+    if (packs_decoder(options)) {
+      for (size_t i = 0; i < decoder_.size(); ++i)
+        pack_decode_projections(decoder_[i].self_attn, cross_[i], decoder_[i].ffn);
+      lm_head_.pack_fp32();
+    }
     binder.finish();
     params_ = w.take_params();
   }

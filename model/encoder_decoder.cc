@@ -8,6 +8,7 @@
 
 #include "model/attention/segments.h"
 #include "model/kernels/avx2.h"
+#include "model/kernels/fp32_packed_linear.h"
 
 namespace srformer {
 
@@ -166,6 +167,16 @@ bool EncoderDecoderModel::set_precision(const LoadOptions& options) {
   const bool cpu_bf16 = device_.is_cpu() && dtype_ == torch::kBFloat16;
   compute_dtype_ = cpu_bf16 ? torch::kFloat32 : dtype_;
   return cpu_bf16;
+}
+
+bool EncoderDecoderModel::packs_decoder(const LoadOptions& options) const {
+  return options.pack_decoder && device_.is_cpu() && dtype_ == torch::kFloat32 && kernels::fp32_packed_available();
+}
+
+void EncoderDecoderModel::pack_decode_projections(SelfAttention& self, CrossAttention& cross, FeedForward& ffn) {
+  for (Linear* l : {&self.q, &self.k, &self.v, &self.o, &cross.q, &cross.o, &ffn.in, &ffn.gate, &ffn.out}) {
+    if (l->weight.defined()) l->pack_fp32();
+  }
 }
 
 int64_t EncoderDecoderModel::parameter_count() const {

@@ -8,6 +8,7 @@
 #include "model/kernels/avx2.h"
 #include "model/kernels/bf16_linear.h"
 #include "model/kernels/few_rows_linear.h"
+#include "model/kernels/fp32_packed_linear.h"
 #include "model/kernels/rms_norm.h"
 #include "model/param_binder.h"
 
@@ -73,6 +74,15 @@ torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const 
 
 torch::Tensor Linear::operator()(const torch::Tensor& x) const {
   const bool weight_tracked = torch::GradMode::is_enabled() && weight.requires_grad();
+  if (packed_fp32 && !packed && !weight_tracked && is_cpu_inference_float(x) && x.size(-1) == packed_fp32->in() &&
+      kernels::use_cpu_kernels() && kernels::fp32_packed_available()) {
+    const int64_t rows = x.numel() / packed_fp32->in();
+    if (rows >= 1 && rows <= kPackedRowsMax) {
+      return rows_product(x, rows, packed_fp32->out(), [&](const float* xp, float* yp) {
+        packed_fp32->multiply(xp, rows, yp, at::get_num_threads());
+      });
+    }
+  }
   if (!packed || weight_tracked || !is_cpu_inference_float(x) || x.size(-1) != packed->in()) {
     return linear(x, weight, bias);
   }
@@ -86,6 +96,14 @@ void Linear::pack_bf16() {
   const auto b = bias.defined() ? bias.detach().to(torch::kCPU, torch::kFloat32).contiguous() : torch::Tensor();
   packed = std::make_shared<const kernels::Bf16PackedMatrix>(w.data_ptr<float>(), w.size(0), w.size(1),
                                                              b.defined() ? b.data_ptr<float>() : nullptr);
+}
+
+void Linear::pack_fp32() {
+  if (!kernels::use_avx512() || !weight.device().is_cpu() || weight.scalar_type() != torch::kFloat32) return;
+  const auto w = weight.detach().contiguous();
+  const auto b = bias.defined() ? bias.detach().to(torch::kFloat32).contiguous() : torch::Tensor();
+  packed_fp32 = std::make_shared<const kernels::Fp32PackedMatrix>(w.data_ptr<float>(), w.size(0), w.size(1),
+                                                                  b.defined() ? b.data_ptr<float>() : nullptr);
 }
 
 Linear Linear::bind(ParamBinder& w, const std::string& prefix, int64_t out, int64_t in, bool with_bias) {

@@ -10,7 +10,8 @@ namespace srformer {
 class ParamBinder;
 namespace kernels {
 class Bf16PackedMatrix;
-}
+class Fp32PackedMatrix;
+}  // namespace kernels
 
 // y = x Wᵀ + b. Up to 32 rows on the CPU in fp32 without autograd (a decode step) go through
 // kernels::few_rows_linear, which reads W once for all rows; OpenBLAS 0.3.21's sgemm packs all of W on
@@ -30,9 +31,16 @@ struct Linear {
   // `--dtype bf16` on the CPU: the weight in bfloat16 tiles (kernels/bf16_linear.h: AMX or AVX512-BF16), used for
   // every product that autograd does not track. `weight` stays for saving and for LibTorch's path.
   std::shared_ptr<const kernels::Bf16PackedMatrix> packed;
+  // fp32 decode-step projections (LoadOptions::pack_decoder): the weight in 64-feature panels
+  // (kernels/fp32_packed_linear.h), used for products of up to kPackedRowsMax rows that autograd does not
+  // track while the CPU kernels are on. A copy: `weight` stays, and must not change while this is set.
+  std::shared_ptr<const kernels::Fp32PackedMatrix> packed_fp32;
+  static constexpr int64_t kPackedRowsMax = 256;
   torch::Tensor operator()(const torch::Tensor& x) const;
   // Fills `packed` from a CPU float32 weight (and bias).
   void pack_bf16();
+  // Fills `packed_fp32` where the weight is a CPU float32 tensor and kernels::fp32_packed_available().
+  void pack_fp32();
   // The parameters from `w`; packed when the binder says so (ParamBinder::pack_bf16()).
   static Linear bind(ParamBinder& w, const std::string& prefix, int64_t out, int64_t in, bool bias);
 };

@@ -115,6 +115,11 @@ class T5Model final : public EncoderDecoderModel {
       decoder_.push_back(std::move(l));
     }
     dec_final_norm_ = norm("decoder.final_layer_norm");
+    if (packs_decoder(options)) {
+      for (size_t i = 0; i < decoder_.size(); ++i)
+        pack_decode_projections(decoder_[i].self_attn, cross_[i], decoder_[i].ffn);
+      lm_head_.pack_fp32();
+    }
     binder.finish();
     params_ = w.take_params();
   }

@@ -19,6 +19,7 @@
 #include "model/kernels/beam_candidates.h"
 #include "model/kernels/few_rows_linear.h"
 #include "model/kernels/fp32_attention.h"
+#include "model/kernels/fp32_packed_linear.h"
 #include "model/kernels/greedy_pick.h"
 #include "model/layers.h"
 #include "tests/model/attention_kernel_check.h"
@@ -125,6 +126,92 @@ TEST(FewRowsLinear, ModelLinearUsesItForDecodeRowsAndStaysDifferentiableForTrain
   srformer::linear(x, w, b).sum().backward();
   ASSERT_TRUE(w.grad().defined());
   EXPECT_TRUE(torch::allclose(w.grad(), x.view({6, 40}).sum(0).expand({24, 40}), 1e-5, 1e-5));
+}
+
+#define SKIP_WITHOUT_PACKED()           \
+  if (!srformer::kernels::use_avx512()) \
+  GTEST_SKIP() << "this CPU has no AVX-512F: decode projections take kernels::few_rows_linear (tested above)"
+
+torch::Tensor run_packed(const srformer::kernels::Fp32PackedMatrix& m, const torch::Tensor& x, int threads) {
+  auto y = torch::empty({x.size(0), m.out()});
+  m.multiply(x.data_ptr<float>(), x.size(0), y.data_ptr<float>(), threads);
+  return y;
+}
+
+TEST(Fp32PackedLinear, MatchesDoublePrecisionProductForEveryPanelAndRowRemainder) {
+  SKIP_WITHOUT_PACKED();
+  torch::manual_seed(14);
+  // out: inside one panel, exactly one, a partial last panel, several; rows: every remainder of 6 and past 32.
+  for (const int64_t in : {1, 7, 64, 515}) {
+    for (const int64_t out : {1, 17, 64, 130}) {
+      const auto w = torch::randn({out, in});
+      const auto b = torch::randn({out});
+      for (const bool with_bias : {false, true}) {
+        const srformer::kernels::Fp32PackedMatrix m(w.data_ptr<float>(), out, in,
+                                                    with_bias ? b.data_ptr<float>() : nullptr);
+        ASSERT_EQ(m.out(), out);
+        ASSERT_EQ(m.in(), in);
+        for (const int64_t rows : {1, 2, 3, 4, 5, 6, 7, 13, 40}) {
+          const auto x = torch::randn({rows, in});
+          for (const int threads : {1, 2}) {
+            const auto y = run_packed(m, x, threads);
+            const double tol = 1e-5 * static_cast<double>(in);
+            EXPECT_TRUE(torch::allclose(y.to(torch::kFloat64), reference_linear(x, w, with_bias ? b : torch::Tensor()),
+                                        tol, tol))
+                << "in=" << in << " out=" << out << " rows=" << rows << " threads=" << threads << " bias=" << with_bias;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Fp32PackedLinear, EachRowIsBitIdenticalAloneAndInAnyBatchOrThreadCount) {
+  SKIP_WITHOUT_PACKED();
+  torch::manual_seed(15);
+  const auto w = torch::randn({300, 777});
+  const auto b = torch::randn({300});
+  const auto x = torch::randn({40, 777});
+  const srformer::kernels::Fp32PackedMatrix m(w.data_ptr<float>(), 300, 777, b.data_ptr<float>());
+  const auto together = run_packed(m, x, 2);
+  for (int64_t r = 0; r < x.size(0); ++r) {
+    ASSERT_TRUE(torch::equal(run_packed(m, x.narrow(0, r, 1).contiguous(), 1)[0], together[r])) << "row " << r;
+  }
+  EXPECT_TRUE(torch::equal(run_packed(m, x.narrow(0, 7, 3).contiguous(), 2), together.narrow(0, 7, 3)));
+  EXPECT_TRUE(torch::equal(run_packed(m, x.narrow(0, 3, 11).contiguous(), 2), together.narrow(0, 3, 11)));
+}
+
+TEST(Fp32PackedLinear, ModelLinearUsesItWhilePackedAndFallsBackWhenSwitchedOffOrTracked) {
+  SKIP_WITHOUT_PACKED();
+  torch::manual_seed(16);
+  srformer::Linear l;
+  l.weight = torch::randn({70, 40});
+  l.bias = torch::randn({70});
+  l.pack_fp32();
+  ASSERT_TRUE(l.packed_fp32);
+  const auto x = torch::randn({5, 1, 40});
+  const srformer::kernels::Fp32PackedMatrix m(l.weight.data_ptr<float>(), 70, 40, l.bias.data_ptr<float>());
+  {
+    torch::NoGradGuard no_grad;
+    const auto packed = l(x);
+    ASSERT_EQ(packed.sizes().vec(), (std::vector<int64_t>{5, 1, 70}));
+    EXPECT_TRUE(torch::equal(packed.view({5, 70}), run_packed(m, x.view({5, 40}).contiguous(), 1)));
+    // Switched off: the row-major weight's kernel, the same numbers to rounding, not the same bits.
+    srformer::kernels::set_fp32_packed(false);
+    const auto row_major = l(x);
+    srformer::kernels::set_fp32_packed(true);
+    EXPECT_FALSE(torch::equal(row_major, packed)) << "the switch did not change the path taken";
+    EXPECT_TRUE(torch::allclose(row_major, packed, 1e-5, 1e-5));
+    EXPECT_TRUE(torch::equal(row_major, srformer::linear(x, l.weight, l.bias)));
+    // More rows than kPackedRowsMax: LibTorch's product.
+    const auto many = torch::randn({srformer::Linear::kPackedRowsMax + 1, 40});
+    EXPECT_TRUE(torch::equal(l(many), srformer::linear(many, l.weight, l.bias)));
+  }
+  // Training: autograd tracks the weight, so the packed copy is never read.
+  l.weight.set_requires_grad(true);
+  l(x).sum().backward();
+  ASSERT_TRUE(l.weight.grad().defined());
+  EXPECT_TRUE(torch::allclose(l.weight.grad(), x.view({5, 40}).sum(0).expand({70, 40}), 1e-5, 1e-5));
 }
 
 TEST(SingleQueryAttention, ProductsMatchDoublePrecisionMatmul) {

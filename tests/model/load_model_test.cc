@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "model/io/safetensors.h"
+#include "model/kernels/avx2.h"
+#include "model/kernels/fp32_packed_linear.h"
 #include "model/random_model.h"
 #include "model/seq2seq.h"
 #include "tests/support/temp_dir.h"
@@ -103,6 +105,44 @@ TEST(LoadModel, SaveThenReloadGivesIdenticalLogits) {
   const auto one = torch::ones({1, 10}, torch::kLong);
   EXPECT_TRUE(torch::equal(m1->forward(m1->encode(ids, one), dec), m2->forward(m2->encode(ids, one), dec)));
   EXPECT_EQ(m2->config().srformer.segment_size, 4);
+}
+
+// LoadOptions::pack_decoder (the default): decode steps multiply the packed copies, which agree with the
+// row-major weights to rounding; a model loaded without it (training) gives the row-major path's bits.
+TEST(LoadModel, PackedDecoderStepsAgreeWithTheRowMajorWeights) {
+  if (!kernels::use_avx512()) GTEST_SKIP() << "no AVX-512F here: nothing is packed";
+  for (const auto arch : {Architecture::kBart, Architecture::kT5}) {
+    TempDir d("packed");
+    auto c = tiny_config(arch, CrossAttentionKind::kSrformer, 4);
+    write_random_model(d.path(), c, 4);
+    LoadOptions plain;
+    plain.pack_decoder = false;
+    auto packed = load_model(d.path());
+    auto row_major = load_model(d.path(), plain);
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(1);
+    const auto ids = torch::randint(3, 96, {3, 11}, torch::kLong);
+    const auto mask = torch::ones({3, 11}, torch::kLong);
+    auto sp = packed->start(packed->encode(ids, mask), torch::full({3}, 6, torch::kLong));
+    auto sr = row_major->start(row_major->encode(ids, mask), torch::full({3}, 6, torch::kLong));
+    auto tok = torch::full({3}, c.decoder_start_token_id, torch::kLong);
+    bool differs = false;
+    for (int step = 0; step < 6; ++step) {
+      const auto lp = packed->step(sp, tok);
+      const auto lr = row_major->step(sr, tok);
+      EXPECT_TRUE(torch::allclose(lp, lr, 1e-5, 1e-5)) << "step " << step;
+      differs = differs || !torch::equal(lp, lr);
+      tok = lr.argmax(-1);
+    }
+    EXPECT_TRUE(differs) << "the packed path was not taken (or rounds exactly like the row-major one)";
+    // Switched off at run time, a packed model multiplies through its row-major weights.
+    kernels::set_fp32_packed(false);
+    auto s2 = packed->start(packed->encode(ids, mask), torch::full({3}, 6, torch::kLong));
+    auto s3 = row_major->start(row_major->encode(ids, mask), torch::full({3}, 6, torch::kLong));
+    const auto start = torch::full({3}, c.decoder_start_token_id, torch::kLong);
+    EXPECT_TRUE(torch::equal(packed->step(s2, start), row_major->step(s3, start)));
+    kernels::set_fp32_packed(true);
+  }
 }
 
 TEST(LoadModel, SavedInHalfPrecisionReloadsToTheRoundedWeightsInHalfTheBytes) {
