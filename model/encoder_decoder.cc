@@ -169,12 +169,13 @@ bool EncoderDecoderModel::set_precision(const LoadOptions& options) {
   return cpu_bf16;
 }
 
-bool EncoderDecoderModel::packs_decoder(const LoadOptions& options) const {
-  return options.pack_decoder && device_.is_cpu() && dtype_ == torch::kFloat32 && kernels::fp32_packed_available();
+bool EncoderDecoderModel::packs_projections(const LoadOptions& options) const {
+  return options.pack_projections && device_.is_cpu() && dtype_ == torch::kFloat32 &&
+         kernels::fp32_packed_available();
 }
 
-void EncoderDecoderModel::pack_decode_projections(SelfAttention& self, CrossAttention& cross, FeedForward& ffn) {
-  for (Linear* l : {&self.q, &self.k, &self.v, &self.o, &cross.q, &cross.o, &ffn.in, &ffn.gate, &ffn.out}) {
+void EncoderDecoderModel::pack_projections(SelfAttention& attn, FeedForward& ffn) {
+  for (Linear* l : {&attn.q, &attn.k, &attn.v, &attn.o, &ffn.in, &ffn.gate, &ffn.out}) {
     if (l->weight.defined()) l->pack_fp32();
   }
 }

@@ -72,11 +72,10 @@ class EncoderDecoderModel : public Seq2SeqModel {
   // Sets device_, dtype_ and compute_dtype_ from the options. bf16 on the CPU computes in fp32 with the
   // projection weights also held in bfloat16 (kernels/bf16_linear.h); returns whether to pack them so.
   bool set_precision(const LoadOptions& options);
-  // LoadOptions::pack_decoder for an fp32 model on the CPU: the projections a decode step multiplies (self
-  // attention, the cross-attention query and output, the feed-forward; the LM head is the caller's) get their
-  // fp32 panel form. Cross keys and values are projected once per request over all input tokens: not packed.
-  bool packs_decoder(const LoadOptions& options) const;
-  static void pack_decode_projections(SelfAttention& self, CrossAttention& cross, FeedForward& ffn);
+  // LoadOptions::pack_projections for an fp32 model on a CPU with AVX-512: every projection gets its fp32
+  // panel form (Linear::pack_fp32); this packs a layer's attention and feed-forward.
+  bool packs_projections(const LoadOptions& options) const;
+  static void pack_projections(SelfAttention& attn, FeedForward& ffn);
 
   torch::Tensor mask_of(const torch::Tensor& attention_mask, const torch::Tensor& input_ids) const;
   void check_tokens(const torch::Tensor& ids, const char* what) const;

@@ -77,7 +77,7 @@ torch::Tensor Linear::operator()(const torch::Tensor& x) const {
   if (packed_fp32 && !packed && !weight_tracked && is_cpu_inference_float(x) && x.size(-1) == packed_fp32->in() &&
       kernels::use_cpu_kernels() && kernels::fp32_packed_available()) {
     const int64_t rows = x.numel() / packed_fp32->in();
-    if (rows >= 1 && rows <= kPackedRowsMax) {
+    if (rows >= 1) {
       return rows_product(x, rows, packed_fp32->out(), [&](const float* xp, float* yp) {
         packed_fp32->multiply(xp, rows, yp, at::get_num_threads());
       });

@@ -31,11 +31,10 @@ struct Linear {
   // `--dtype bf16` on the CPU: the weight in bfloat16 tiles (kernels/bf16_linear.h: AMX or AVX512-BF16), used for
   // every product that autograd does not track. `weight` stays for saving and for LibTorch's path.
   std::shared_ptr<const kernels::Bf16PackedMatrix> packed;
-  // fp32 decode-step projections (LoadOptions::pack_decoder): the weight in 64-feature panels
-  // (kernels/fp32_packed_linear.h), used for products of up to kPackedRowsMax rows that autograd does not
+  // fp32 inference on AVX-512 (LoadOptions::pack_projections): the weight in 64-feature panels
+  // (kernels/fp32_packed_linear.h), used for every product that autograd does not
   // track while the CPU kernels are on. A copy: `weight` stays, and must not change while this is set.
   std::shared_ptr<const kernels::Fp32PackedMatrix> packed_fp32;
-  static constexpr int64_t kPackedRowsMax = 256;
   torch::Tensor operator()(const torch::Tensor& x) const;
   // Fills `packed` from a CPU float32 weight (and bias).
   void pack_bf16();

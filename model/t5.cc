@@ -115,9 +115,12 @@ class T5Model final : public EncoderDecoderModel {
       decoder_.push_back(std::move(l));
     }
     dec_final_norm_ = norm("decoder.final_layer_norm");
-    if (packs_decoder(options)) {
-      for (size_t i = 0; i < decoder_.size(); ++i)
-        pack_decode_projections(decoder_[i].self_attn, cross_[i], decoder_[i].ffn);
+    if (packs_projections(options)) {
+      for (auto& l : encoder_) pack_projections(l.self_attn, l.ffn);
+      for (auto& l : decoder_) pack_projections(l.self_attn, l.ffn);
+      for (auto& ca : cross_) {
+        for (Linear* p : {&ca.q, &ca.k, &ca.v, &ca.o}) p->pack_fp32();
+      }
       lm_head_.pack_fp32();
     }
     binder.finish();

@@ -17,6 +17,7 @@ LoadedModel load_model_dir(const ModelSpec& spec, const ServerConfig& config) {
   options.device = parse_device(config.device);
   options.dtype = parse_dtype(config.dtype, options.device);
   options.precompute_switches = config.precompute_switches;
+  options.pack_projections = config.packed_weights;
   LoadedModel loaded;
   loaded.name = spec.name;
   loaded.model = load_model(spec.dir, options);

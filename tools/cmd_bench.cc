@@ -271,6 +271,10 @@ void bench_linear(const BenchOptions& o) {
     bf16.weight = w;
     bf16.bias = bias;
     if (kernels::cpu_bf16_available()) bf16.pack_bf16();
+    Linear packed;  // the same weights in fp32 panels (kernels/fp32_packed_linear.h), where the CPU has AVX-512
+    packed.weight = w;
+    packed.bias = bias;
+    packed.pack_fp32();
     for (const int64_t rows : {1, 2, 4, 8, 16, 32, 64, 512, 2048}) {
       const auto x = torch::randn({rows, 1, sh.in});
       const int reps = o.quick ? 3 : (sh.out > 10000 ? 10 : 50);
@@ -294,6 +298,16 @@ void bench_linear(const BenchOptions& o) {
         << gb / (ours_ms / 1000.0) << " GB/s  max |diff| " << std::scientific << std::setprecision(1) << diff;
       const double flop = 2.0 * static_cast<double>(rows * sh.out * sh.in);
       j["srformer_gflops"] = 1e-6 * flop / ours_ms;
+      if (packed.packed_fp32) {
+        const double packed_ms = time_ms([&] { return packed(x); });
+        const double packed_diff = (reference - packed(x)).abs().max().item<double>();
+        j["packed_ms"] = packed_ms;
+        j["packed_max_abs_diff"] = packed_diff;
+        j["packed_gflops"] = 1e-6 * flop / packed_ms;
+        h << std::fixed << std::setprecision(3) << "  packed " << packed_ms << " ms, " << std::setprecision(2)
+          << ours_ms / packed_ms << "x (" << std::setprecision(0) << j["packed_gflops"].get<double>()
+          << " GFLOP/s), max |diff| " << std::scientific << std::setprecision(1) << packed_diff;
+      }
       if (bf16.packed) {
         const double bf16_ms = time_ms([&] { return bf16(x); });
         const double bf16_diff = (reference - bf16(x)).abs().max().item<double>();
@@ -372,7 +386,9 @@ int run_bench(const std::vector<std::string>& args) {
              "  --lengths: the input lengths of the cross-attention figures (default 1024,4096,16384).\n"
              "  --input-tokens: the input length of the decode figures (default 1024).\n"
              "  --dtype: decode models in fp32 (default), bf16 (projections in bfloat16 on AMX or AVX512-BF16)\n"
-             "  or both. --only linear adds the bf16 product beside the fp32 ones where the CPU has either.\n";
+             "  or both. --only linear adds the packed fp32 product (AVX-512) and the bf16 one (AMX or\n"
+             "  AVX512-BF16) beside LibTorch's and the row-major kernel's where the CPU has them. Models load\n"
+             "  with packed fp32 projections where the CPU has AVX-512 unless SRFORMER_CPU_PACKED=0.\n";
       return 0;
     }
     if (a == "--json") {

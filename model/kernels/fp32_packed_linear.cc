@@ -108,14 +108,21 @@ Fp32PackedMatrix::Fp32PackedMatrix(const float* w, int64_t out, int64_t in, cons
 }
 
 void Fp32PackedMatrix::multiply(const float* x, int64_t rows, float* y, int threads) const {
+  // Work items: (panel, block of up to kRowBlock rows), panel-major, so that a thread's items share a panel
+  // (it stays in L2 while its row blocks pass) and many rows (an encoder's) spread over more threads than
+  // there are panels. Which block a row falls in changes nothing in its arithmetic.
+  constexpr int64_t kRowBlock = 8 * kRows;
   const int64_t panels = (out_ + kPanel - 1) / kPanel;
-  const bool parallel = threads > 1 && out_ * in_ >= kParallelMinWork && panels > 1;
+  const int64_t row_blocks = (rows + kRowBlock - 1) / kRowBlock;
+  const int64_t items = panels * row_blocks;
+  const bool parallel = threads > 1 && items > 1 && rows * out_ * in_ >= kParallelMinWork;
   (void)parallel;
 #pragma omp parallel for schedule(static) num_threads(threads) if (parallel)
-  for (int64_t p = 0; p < panels; ++p) {
-    const int64_t o = p * kPanel;
-    panel_all_rows(x, rows, in_, panels_.data() + p * in_ * kPanel, bias_.empty() ? nullptr : bias_.data() + o,
-                   std::min(kPanel, out_ - o), y + o, out_);
+  for (int64_t item = 0; item < items; ++item) {
+    const int64_t o = (item / row_blocks) * kPanel;
+    const int64_t r = (item % row_blocks) * kRowBlock;
+    panel_all_rows(x + r * in_, std::min(kRowBlock, rows - r), in_, panels_.data() + o * in_,
+                   bias_.empty() ? nullptr : bias_.data() + o, std::min(kPanel, out_ - o), y + r * out_ + o, out_);
   }
 }
 

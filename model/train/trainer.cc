@@ -409,7 +409,7 @@ class Run {
       load_dir_ = ckpt;
     }
     LoadOptions lo;
-    lo.pack_decoder = false;  // the optimizer updates the weights in place; a packed copy would go stale
+    lo.pack_projections = false;  // the optimizer updates the weights in place; a packed copy would go stale
     try {
       lo.device = torch::Device(o_.device);
     } catch (const std::exception&) {

@@ -151,7 +151,7 @@ TEST(Fp32PackedLinear, MatchesDoublePrecisionProductForEveryPanelAndRowRemainder
                                                     with_bias ? b.data_ptr<float>() : nullptr);
         ASSERT_EQ(m.out(), out);
         ASSERT_EQ(m.in(), in);
-        for (const int64_t rows : {1, 2, 3, 4, 5, 6, 7, 13, 40}) {
+        for (const int64_t rows : {1, 2, 3, 4, 5, 6, 7, 13, 40, 49, 100}) {
           const auto x = torch::randn({rows, in});
           for (const int threads : {1, 2}) {
             const auto y = run_packed(m, x, threads);
@@ -171,7 +171,7 @@ TEST(Fp32PackedLinear, EachRowIsBitIdenticalAloneAndInAnyBatchOrThreadCount) {
   torch::manual_seed(15);
   const auto w = torch::randn({300, 777});
   const auto b = torch::randn({300});
-  const auto x = torch::randn({40, 777});
+  const auto x = torch::randn({110, 777});  // three blocks of rows for the threads to share
   const srformer::kernels::Fp32PackedMatrix m(w.data_ptr<float>(), 300, 777, b.data_ptr<float>());
   const auto together = run_packed(m, x, 2);
   for (int64_t r = 0; r < x.size(0); ++r) {
@@ -203,9 +203,11 @@ TEST(Fp32PackedLinear, ModelLinearUsesItWhilePackedAndFallsBackWhenSwitchedOffOr
     EXPECT_FALSE(torch::equal(row_major, packed)) << "the switch did not change the path taken";
     EXPECT_TRUE(torch::allclose(row_major, packed, 1e-5, 1e-5));
     EXPECT_TRUE(torch::equal(row_major, srformer::linear(x, l.weight, l.bias)));
-    // More rows than kPackedRowsMax: LibTorch's product.
-    const auto many = torch::randn({srformer::Linear::kPackedRowsMax + 1, 40});
-    EXPECT_TRUE(torch::equal(l(many), srformer::linear(many, l.weight, l.bias)));
+    // An encoder's many rows take it too, each row with the bits it gets alone.
+    const auto many = torch::randn({1000, 40});
+    const auto y = l(many);
+    EXPECT_TRUE(torch::equal(y, run_packed(m, many, 2)));
+    EXPECT_TRUE(torch::equal(y[777], run_packed(m, many.narrow(0, 777, 1).contiguous(), 1)[0]));
   }
   // Training: autograd tracks the weight, so the packed copy is never read.
   l.weight.set_requires_grad(true);

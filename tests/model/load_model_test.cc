@@ -107,7 +107,7 @@ TEST(LoadModel, SaveThenReloadGivesIdenticalLogits) {
   EXPECT_EQ(m2->config().srformer.segment_size, 4);
 }
 
-// LoadOptions::pack_decoder (the default): decode steps multiply the packed copies, which agree with the
+// LoadOptions::pack_projections (the default): encodes and decode steps multiply the packed copies, which agree with the
 // row-major weights to rounding; a model loaded without it (training) gives the row-major path's bits.
 TEST(LoadModel, PackedDecoderStepsAgreeWithTheRowMajorWeights) {
   if (!kernels::use_avx512()) GTEST_SKIP() << "no AVX-512F here: nothing is packed";
@@ -116,7 +116,7 @@ TEST(LoadModel, PackedDecoderStepsAgreeWithTheRowMajorWeights) {
     auto c = tiny_config(arch, CrossAttentionKind::kSrformer, 4);
     write_random_model(d.path(), c, 4);
     LoadOptions plain;
-    plain.pack_decoder = false;
+    plain.pack_projections = false;
     auto packed = load_model(d.path());
     auto row_major = load_model(d.path(), plain);
     torch::NoGradGuard no_grad;

@@ -21,8 +21,9 @@ TEST(ServerConfig, FlagsOverrideTheFile) {
   std::ofstream(path) << R"({"model": {"a": "/models/a"}, "listen": "127.0.0.1:1234", "max_batch_rows": 16,
                              "max-queue": 9, "max_encode_tokens": 512, "log-json": true})";
   ServerConfig c;
-  ASSERT_TRUE(parse(
-      {"--config", path.string(), "--max-batch-rows=32", "--device", "cpu", "--precompute-switches", "false"}, c));
+  ASSERT_TRUE(parse({"--config", path.string(), "--max-batch-rows=32", "--device", "cpu", "--precompute-switches",
+                     "false", "--packed-weights=false"},
+                    c));
   ASSERT_EQ(c.models.size(), 1u);
   EXPECT_EQ(c.models[0].name, "a");
   EXPECT_EQ(c.models[0].dir, "/models/a");
@@ -32,6 +33,8 @@ TEST(ServerConfig, FlagsOverrideTheFile) {
   EXPECT_EQ(c.max_encode_tokens, 512);
   EXPECT_TRUE(c.log_json);
   EXPECT_FALSE(c.precompute_switches);
+  EXPECT_FALSE(c.packed_weights);
+  EXPECT_TRUE(ServerConfig{}.packed_weights);
   validate(c);
 
   ServerConfig d;
