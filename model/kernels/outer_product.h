@@ -1,0 +1,90 @@
+#pragma once
+// The AVX-512 outer-product block that the fp32 products share (kernels/fp32_attention.cc,
+// kernels/fp32_packed_linear.cc): 6 rows x 64 columns of sums in 24 registers, each loaded vector of b
+// serving 6 rows, each sum one fused multiply-add chain in the order of the inner dimension (so a row's
+// result does not depend on the rows around it). Internal to model/kernels/.
+#include <algorithm>
+#include <cstdint>
+
+#include "model/kernels/avx2.h"
+
+#ifdef SRFORMER_HAVE_AVX2_KERNELS
+
+#ifndef SRFORMER_AVX512
+#define SRFORMER_AVX512 __attribute__((target("avx512f,avx2,fma")))
+#endif
+
+namespace srformer::kernels::outer {
+
+constexpr int64_t kColumns = 64;  // output columns per block: 4 vectors of 16
+constexpr int kRows = 6;          // output rows per block: 6 x 4 accumulators of 32 registers
+
+// acc[r][x] += Σ_kk a[r * a_stride + kk] · b[kk * b_stride + 16x ..], kk = 0, 1, ... in order. Full: all
+// 64 columns, unmasked loads (5–10% faster on Zen 4 than the masked ones, which the last block needs).
+template <int R, bool Full>
+SRFORMER_AVX512 inline void accumulate(const float* a, int64_t a_stride, const float* b, int64_t b_stride,
+                                       int64_t depth, const __mmask16* mask, __m512 (&acc)[R][4]) {
+  for (int64_t kk = 0; kk < depth; ++kk) {
+    const float* row = b + kk * b_stride;
+    __m512 bv[4];
+#pragma GCC unroll 4
+    for (int x = 0; x < 4; ++x)
+      bv[x] = Full ? _mm512_loadu_ps(row + 16 * x) : _mm512_maskz_loadu_ps(mask[x], row + 16 * x);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m512 av = _mm512_set1_ps(a[r * a_stride + kk]);
+#pragma GCC unroll 4
+      for (int x = 0; x < 4; ++x) acc[r][x] = _mm512_fmadd_ps(av, bv[x], acc[r][x]);
+    }
+  }
+}
+
+// c[r * c_stride + j] = Σ_kk a[r * a_stride + kk] · b[kk * b_stride + j] for r < R, j < n ≤ 64, the
+// terms added in order kk = 0, 1, ... (one fused multiply-add each). Columns past n are neither read
+// nor written (masked).
+template <int R>
+SRFORMER_AVX512 inline void block(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t depth,
+                                  int64_t n, float* c, int64_t c_stride) {
+  __mmask16 mask[4];
+  for (int x = 0; x < 4; ++x) {
+    const int64_t left = std::clamp<int64_t>(n - 16 * x, 0, 16);
+    mask[x] = static_cast<__mmask16>(left == 16 ? 0xFFFF : (1U << left) - 1U);
+  }
+  __m512 acc[R][4];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int x = 0; x < 4; ++x) acc[r][x] = _mm512_setzero_ps();
+  }
+  if (n == kColumns) {
+    accumulate<R, true>(a, a_stride, b, b_stride, depth, mask, acc);
+  } else {
+    accumulate<R, false>(a, a_stride, b, b_stride, depth, mask, acc);
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int x = 0; x < 4; ++x) _mm512_mask_storeu_ps(c + r * c_stride + 16 * x, mask[x], acc[r][x]);
+  }
+}
+
+using Block = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t);
+inline constexpr Block kBlocks[kRows + 1] = {nullptr, block<1>, block<2>, block<3>, block<4>, block<5>, block<6>};
+
+// C [rows, cols] = A [rows, depth] · B [depth, cols] (row strides given), in blocks of 6 x 64.
+SRFORMER_AVX512 inline void product(const float* a, int64_t a_stride, int64_t rows, const float* b, int64_t b_stride,
+                                    int64_t depth, int64_t cols, float* c, int64_t c_stride) {
+  for (int64_t i = 0; i < rows; i += kRows) {
+    const int64_t r = std::min<int64_t>(kRows, rows - i);
+    for (int64_t j = 0; j < cols; j += kColumns) {
+      const int64_t n = std::min(kColumns, cols - j);
+      const float* ai = a + i * a_stride;
+      float* ci = c + i * c_stride + j;
+      kBlocks[r](ai, a_stride, b + j, b_stride, depth, n, ci, c_stride);
+    }
+  }
+}
+
+}  // namespace srformer::kernels::outer
+
+#endif
