@@ -170,14 +170,17 @@ bool EncoderDecoderModel::set_precision(const LoadOptions& options) {
 }
 
 bool EncoderDecoderModel::packs_projections(const LoadOptions& options) const {
-  return options.pack_projections && device_.is_cpu() && dtype_ == torch::kFloat32 &&
-         kernels::fp32_packed_available();
+  return options.pack_projections && device_.is_cpu() && dtype_ == torch::kFloat32 && kernels::fp32_packed_available();
 }
 
-void EncoderDecoderModel::pack_projections(SelfAttention& attn, FeedForward& ffn) {
+void EncoderDecoderModel::pack_layer(SelfAttention& attn, FeedForward& ffn) {
   for (Linear* l : {&attn.q, &attn.k, &attn.v, &attn.o, &ffn.in, &ffn.gate, &ffn.out}) {
-    if (l->weight.defined()) l->pack_fp32();
+    if (l->weight.defined()) l->pack_fp32();  // ffn.gate only where gated
   }
+}
+
+void EncoderDecoderModel::pack_layer(CrossAttention& attn) {
+  for (Linear* l : {&attn.q, &attn.k, &attn.v, &attn.o}) l->pack_fp32();
 }
 
 int64_t EncoderDecoderModel::parameter_count() const {

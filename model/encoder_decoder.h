@@ -73,9 +73,18 @@ class EncoderDecoderModel : public Seq2SeqModel {
   // projection weights also held in bfloat16 (kernels/bf16_linear.h); returns whether to pack them so.
   bool set_precision(const LoadOptions& options);
   // LoadOptions::pack_projections for an fp32 model on a CPU with AVX-512: every projection gets its fp32
-  // panel form (Linear::pack_fp32); this packs a layer's attention and feed-forward.
+  // panel form (Linear::pack_fp32): the layers' attention and feed-forward, cross-attention, LM head.
   bool packs_projections(const LoadOptions& options) const;
-  static void pack_projections(SelfAttention& attn, FeedForward& ffn);
+  template <typename EncoderLayer, typename DecoderLayer>
+  static void pack_projections(std::vector<EncoderLayer>& encoder, std::vector<DecoderLayer>& decoder,
+                               std::vector<CrossAttention>& cross, Linear& lm_head) {
+    for (auto& l : encoder) pack_layer(l.self_attn, l.ffn);
+    for (auto& l : decoder) pack_layer(l.self_attn, l.ffn);
+    for (auto& ca : cross) pack_layer(ca);
+    lm_head.pack_fp32();
+  }
+  static void pack_layer(SelfAttention& attn, FeedForward& ffn);
+  static void pack_layer(CrossAttention& attn);
 
   torch::Tensor mask_of(const torch::Tensor& attention_mask, const torch::Tensor& input_ids) const;
   void check_tokens(const torch::Tensor& ids, const char* what) const;

@@ -38,7 +38,7 @@ struct Linear {
   torch::Tensor operator()(const torch::Tensor& x) const;
   // Fills `packed` from a CPU float32 weight (and bias).
   void pack_bf16();
-  // Fills `packed_fp32` where the weight is a CPU float32 tensor and kernels::fp32_packed_available().
+  // Fills `packed_fp32` where the weight is a CPU float32 tensor and the CPU has AVX-512 (kernels::use_avx512()).
   void pack_fp32();
   // The parameters from `w`; packed when the binder says so (ParamBinder::pack_bf16()).
   static Linear bind(ParamBinder& w, const std::string& prefix, int64_t out, int64_t in, bool bias);

@@ -115,14 +115,7 @@ class T5Model final : public EncoderDecoderModel {
       decoder_.push_back(std::move(l));
     }
     dec_final_norm_ = norm("decoder.final_layer_norm");
-    if (packs_projections(options)) {
-      for (auto& l : encoder_) pack_projections(l.self_attn, l.ffn);
-      for (auto& l : decoder_) pack_projections(l.self_attn, l.ffn);
-      for (auto& ca : cross_) {
-        for (Linear* p : {&ca.q, &ca.k, &ca.v, &ca.o}) p->pack_fp32();
-      }
-      lm_head_.pack_fp32();
-    }
+    if (packs_projections(options)) pack_projections(encoder_, decoder_, cross_, lm_head_);
     binder.finish();
     params_ = w.take_params();
   }
