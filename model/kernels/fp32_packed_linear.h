@@ -1,10 +1,11 @@
 #pragma once
-// y = x Wᵀ + b in fp32 for the decode step's projections, with W repacked once (at model load) into
+// y = x Wᵀ + b in fp32 for a model's projections at inference, with W repacked once (at model load) into
 // panels of 64 output features: panel p holds W[64p .. 64p+63][i] for i = 0, 1, ... contiguously, so a
 // product streams each panel front to back (one sequential stream per thread, which the hardware
 // prefetcher follows), and 6 input rows x 64 outputs of partial sums (24 AVX-512 registers) take
-// every weight vector loaded. Against kernels::few_rows_linear (W row-major, dot products along the
-// input dimension): 1.2–1.9x faster at 1–32 rows on AMD Zen 4 (`srformer bench --only linear`).
+// every weight vector loaded (kernels/outer_product.h). Against kernels::few_rows_linear (W row-major,
+// dot products along the input dimension) 1.1–1.8x faster at 1–32 rows on AMD Zen 4, against OpenBLAS
+// 1.0–1.6x at 64–2048 rows except an LM head at 512 rows (`srformer bench --only linear`).
 //
 // Each output is one fused multiply-add chain over i = 0, 1, ..., in-1 from zero, then + bias: the
 // same operations for any number of rows, row position or thread count, so a row's result does not
@@ -31,8 +32,8 @@ class Fp32PackedMatrix {
   // std::logic_error where !kernels::use_avx512().
   Fp32PackedMatrix(const float* w, int64_t out, int64_t in, const float* bias);
 
-  // y[r * out + o] = Σ_i x[r * in + i] w[o][i] + bias[o] for x [rows, in] row-major. Splits the panels
-  // over `threads` OpenMP threads where the product is large enough to pay for them.
+  // y[r * out + o] = Σ_i x[r * in + i] w[o][i] + bias[o] for x [rows, in] row-major. Splits (panel,
+  // 48-row block) pairs over `threads` OpenMP threads where the product is large enough to pay for them.
   void multiply(const float* x, int64_t rows, float* y, int threads) const;
 
   int64_t out() const { return out_; }
@@ -41,7 +42,7 @@ class Fp32PackedMatrix {
 
  private:
   int64_t out_, in_;
-  std::vector<float> panels_;  // [ceil(out / 64)][in][64]; the last panel's missing outputs are zeros
+  std::vector<float> panels_;  // [ceil(out / 64)][in][64]; the last panel's missing outputs are zeros, never read
   std::vector<float> bias_;    // [out] or empty
 };
 
