@@ -92,8 +92,8 @@ EOF
   unexpected=${outcomes%% *} outcomes=${outcomes#* }
   tps=$(/usr/bin/python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["tokens_per_s"], 1))' \
     "$work/greedy.json")
-  # From /proc, not process_resident_memory_bytes: the server samples that every 5 s, a round's end
-  # could read a figure from before its peak.
+  # From /proc: the same figure as process_resident_memory_bytes (read at each scrape since session 19;
+  # sampled every 5 s before, which could predate a round's peak), without depending on the server's version.
   rss=$(($(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status") / 1024))
   state=$(metric srformer_state_bytes)
   inflight=$(metric srformer_requests_in_flight)

@@ -6,7 +6,6 @@
 #include <sys/resource.h>
 
 #include <chrono>
-#include <cmath>
 #include <thread>
 
 #include "server/metrics/metrics.h"
@@ -15,6 +14,7 @@
 namespace srformer::server {
 namespace {
 
+using testing::burn_cpu;
 using testing::sample;
 
 double task_count() {
@@ -24,15 +24,6 @@ double task_count() {
   while (const dirent* e = readdir(dir)) n += e->d_name[0] != '.';
   closedir(dir);
   return n;
-}
-
-double burn_cpu(std::chrono::milliseconds how_long) {
-  volatile double x = 0;
-  const auto end = std::chrono::steady_clock::now() + how_long;
-  while (std::chrono::steady_clock::now() < end) {
-    for (int i = 0; i < 10000; ++i) x = x + std::sqrt(static_cast<double>(i));
-  }
-  return x;
 }
 
 TEST(ProcessMonitor, StatsAgreeWithGetrusageAndProcTask) {

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -21,6 +23,16 @@
 namespace srformer::server::testing {
 
 using LabelSet = std::map<std::string, std::string>;
+
+// Spends `how_long` of this thread's CPU time (the process_cpu_seconds_total tests).
+inline double burn_cpu(std::chrono::milliseconds how_long) {
+  volatile double x = 0;
+  const auto end = std::chrono::steady_clock::now() + how_long;
+  while (std::chrono::steady_clock::now() < end) {
+    for (int i = 0; i < 10000; ++i) x = x + std::sqrt(static_cast<double>(i));
+  }
+  return x;
+}
 
 // Parses one sample line "name{k="v",...} value" (no escapes in our label values); false for comments.
 inline bool parse_sample(const std::string& line, std::string& name, LabelSet& labels, double& value) {
