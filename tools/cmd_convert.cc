@@ -53,6 +53,7 @@ int run_convert(const std::vector<std::string>& args) {
   if (src.empty() || dst.empty()) throw std::invalid_argument("need SRC_DIR and DST_DIR (see --help)");
   LoadOptions o;
   o.seed = seed;
+  o.pack_projections = false;  // converts and saves the weights, never multiplies them
   if (!kind.empty()) {
     auto cfg = ModelConfig::load(std::filesystem::path(src) / "config.json");
     cfg.srformer.cross_attention = cross_attention_from_string(kind);
