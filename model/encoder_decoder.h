@@ -72,7 +72,7 @@ class EncoderDecoderModel : public Seq2SeqModel {
   // Sets device_, dtype_ and compute_dtype_ from the options. bf16 on the CPU computes in fp32 with the
   // projection weights also held in bfloat16 (kernels/bf16_linear.h); returns whether to pack them so.
   bool set_precision(const LoadOptions& options);
-  // LoadOptions::pack_projections for an fp32 model on a CPU with AVX-512: every projection gets its fp32
+  // LoadOptions::pack_projections for an fp32 model on a CPU with AVX2 + FMA: every projection gets its fp32
   // panel form (Linear::pack_fp32): the layers' attention and feed-forward, cross-attention, LM head.
   bool packs_projections(const LoadOptions& options) const;
   template <typename EncoderLayer, typename DecoderLayer>

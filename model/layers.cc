@@ -99,7 +99,7 @@ void Linear::pack_bf16() {
 }
 
 void Linear::pack_fp32() {
-  if (!kernels::use_avx512() || !weight.device().is_cpu() || weight.scalar_type() != torch::kFloat32) return;
+  if (!kernels::avx2_fma_available() || !weight.device().is_cpu() || weight.scalar_type() != torch::kFloat32) return;
   const auto w = weight.detach().contiguous();
   const auto b = bias.defined() ? bias.detach().to(torch::kFloat32).contiguous() : torch::Tensor();
   packed_fp32 = std::make_shared<const kernels::Fp32PackedMatrix>(w.data_ptr<float>(), w.size(0), w.size(1),

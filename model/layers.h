@@ -31,14 +31,15 @@ struct Linear {
   // `--dtype bf16` on the CPU: the weight in bfloat16 tiles (kernels/bf16_linear.h: AMX or AVX512-BF16), used for
   // every product that autograd does not track. `weight` stays for saving and for LibTorch's path.
   std::shared_ptr<const kernels::Bf16PackedMatrix> packed;
-  // fp32 inference on AVX-512 (LoadOptions::pack_projections): the weight in 64-feature panels
+  // fp32 inference on AVX2/AVX-512 (LoadOptions::pack_projections): the weight in panels of output features
   // (kernels/fp32_packed_linear.h), used for every product that autograd does not
   // track while the CPU kernels are on. A copy: `weight` stays, and must not change while this is set.
   std::shared_ptr<const kernels::Fp32PackedMatrix> packed_fp32;
   torch::Tensor operator()(const torch::Tensor& x) const;
   // Fills `packed` from a CPU float32 weight (and bias).
   void pack_bf16();
-  // Fills `packed_fp32` where the weight is a CPU float32 tensor and the CPU has AVX-512 (kernels::use_avx512()).
+  // Fills `packed_fp32` where the weight is a CPU float32 tensor and the CPU has AVX2 + FMA
+  // (kernels::avx2_fma_available(); panels as wide as kernels::use_avx512() allows).
   void pack_fp32();
   // The parameters from `w`; packed when the binder says so (ParamBinder::pack_bf16()).
   static Linear bind(ParamBinder& w, const std::string& prefix, int64_t out, int64_t in, bool bias);

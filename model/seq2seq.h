@@ -37,7 +37,7 @@ struct LoadOptions {
   // SRformer: compute every segment switch's RAF drive when a row starts decoding (flat step time in
   // the input length, more state per row; CrossAttention::precompute_switches).
   bool precompute_switches = true;
-  // fp32 on a CPU with AVX-512: also hold every projection (and the LM head) in the layout of
+  // fp32 on a CPU with AVX2 + FMA: also hold every projection (and the LM head) in the layout of
   // kernels/fp32_packed_linear.h, which encodes and decode steps multiply faster, for a second copy of
   // those weights in memory (T5-small +242 MB, BART-base +551 MB). Only for models whose weights do not
   // change after loading: training turns it off. SRFORMER_CPU_PACKED=0 in the environment also does.

@@ -126,9 +126,10 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
                               SRformer: compute each request's segment-switch inputs (P_i W^T) when it
                               starts decoding, so a step costs the same at any input length, for
                               min(m, L+1) x heads x d^2 floats more state per layer (default true)
-  --packed-weights true|false fp32 on a CPU with AVX-512: also hold every projection in 64-feature
-                              panels, which encodes and decode steps multiply faster, for a second copy
-                              of those weights in memory (T5-small +242 MB, BART-base +551 MB) (default true)
+  --packed-weights true|false fp32 on a CPU with AVX2 or AVX-512: also hold every projection in
+                              panels of output features, which encodes and decode steps multiply
+                              faster, for a second copy of those weights in memory (T5-small +242 MB,
+                              BART-base +551 MB) (default true)
   --max-message-bytes N       largest request message accepted (default 4194304)
   --shutdown-grace-ms N       on SIGTERM/SIGINT, time given to in-flight requests (default 10000)
   --log-level LEVEL           trace|debug|info|warn|error (default info)

@@ -39,7 +39,7 @@ struct ServerConfig {
   std::string log_level = "info";
   bool log_json = false;
   bool precompute_switches = true;  // SRformer: switch drives computed when a request starts decoding
-  bool packed_weights = true;       // fp32 on AVX-512: projections also held packed (LoadOptions::pack_projections)
+  bool packed_weights = true;  // fp32 on AVX2/AVX-512: projections also held packed (LoadOptions::pack_projections)
 };
 
 // Parses argv. Returns false when --help was asked for (usage already printed to stdout).

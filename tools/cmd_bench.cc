@@ -271,7 +271,7 @@ void bench_linear(const BenchOptions& o) {
     bf16.weight = w;
     bf16.bias = bias;
     if (kernels::cpu_bf16_available()) bf16.pack_bf16();
-    Linear packed;  // the same weights in fp32 panels (kernels/fp32_packed_linear.h), where the CPU has AVX-512
+    Linear packed;  // the same weights in fp32 panels (kernels/fp32_packed_linear.h), where the CPU has AVX2
     packed.weight = w;
     packed.bias = bias;
     packed.pack_fp32();
@@ -386,9 +386,10 @@ int run_bench(const std::vector<std::string>& args) {
              "  --lengths: the input lengths of the cross-attention figures (default 1024,4096,16384).\n"
              "  --input-tokens: the input length of the decode figures (default 1024).\n"
              "  --dtype: decode models in fp32 (default), bf16 (projections in bfloat16 on AMX or AVX512-BF16)\n"
-             "  or both. --only linear adds the packed fp32 product (AVX-512) and the bf16 one (AMX or\n"
+             "  or both. --only linear adds the packed fp32 product (AVX2/AVX-512) and the bf16 one (AMX or\n"
              "  AVX512-BF16) beside LibTorch's and the row-major kernel's where the CPU has them. Models load\n"
-             "  with packed fp32 projections where the CPU has AVX-512 unless SRFORMER_CPU_PACKED=0.\n";
+             "  with packed fp32 projections where the CPU has AVX2 unless SRFORMER_CPU_PACKED=0;\n"
+             "  SRFORMER_CPU_AVX512=0 runs every kernel with AVX2 only.\n";
       return 0;
     }
     if (a == "--json") {

@@ -1,24 +1,26 @@
 #pragma once
 // y = x Wᵀ + b in fp32 for a model's projections at inference, with W repacked once (at model load) into
-// panels of 64 output features: panel p holds W[64p .. 64p+63][i] for i = 0, 1, ... contiguously, so a
-// product streams each panel front to back (one sequential stream per thread, which the hardware
-// prefetcher follows), and 6 input rows x 64 outputs of partial sums (24 AVX-512 registers) take
-// every weight vector loaded (kernels/outer_product.h). Against kernels::few_rows_linear (W row-major,
-// dot products along the input dimension) 1.1–1.8x faster at 1–32 rows on AMD Zen 4, against OpenBLAS
-// 1.0–1.6x at 64–2048 rows except an LM head at 512 rows (`srformer bench --only linear`).
+// panels of output features: panel p holds W[wp .. wp+w-1][i] for i = 0, 1, ... contiguously (w = 64 on
+// an AVX-512 CPU, 16 on an AVX2 one), so a product streams each panel front to back (one sequential
+// stream per thread, which the hardware prefetcher follows), and a block of rows x columns of partial
+// sums held in registers takes every weight vector loaded: 6 x 64 in 24 AVX-512 registers
+// (kernels/outer_product.h), 6 x 16 in 12 AVX2 ones. Against kernels::few_rows_linear (W row-major,
+// dot products along the input dimension) 1.1–1.8x faster at 1–32 rows on AMD Zen 4 with AVX-512, against
+// OpenBLAS 1.0–1.6x at 64–2048 rows except an LM head at 512 rows (`srformer bench --only linear`;
+// docs/BENCHMARKS.md also has the AVX2 figures).
 //
 // Each output is one fused multiply-add chain over i = 0, 1, ..., in-1 from zero, then + bias: the
-// same operations for any number of rows, row position or thread count, so a row's result does not
-// depend on the batch around it. (The chain is sequential, where the dot-product form sums 16 lanes
-// and reduces them; both are fp32 sums of the same products, differing in rounding only.)
-// Plain C++ (no LibTorch). Needs AVX-512F: use only where fp32_packed_available().
+// same operations for any number of rows, row position, thread count or instruction set, so a row's
+// result does not depend on the batch around it. (The chain is sequential, where the dot-product form
+// sums 8 or 16 lanes and reduces them; both are fp32 sums of the same products, differing in rounding only.)
+// Plain C++ (no LibTorch). Needs AVX2 + FMA: use only where fp32_packed_available().
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
 namespace srformer::kernels {
 
-// AVX-512F (kernels::use_avx512()) and neither the environment (SRFORMER_CPU_PACKED=0) nor
+// AVX2 + FMA (kernels::avx2_fma_available()) and neither the environment (SRFORMER_CPU_PACKED=0) nor
 // set_fp32_packed(false) turned the packed products off (benchmarks and tests compare both; a packed
 // model then multiplies through its row-major weights).
 bool fp32_packed_available();
@@ -26,23 +28,26 @@ void set_fp32_packed(bool on);
 
 class Fp32PackedMatrix {
  public:
-  static constexpr int64_t kPanel = 64;  // output features per panel (4 vectors of 16)
+  static constexpr int64_t kWidePanel = 64;    // output features per panel under AVX-512 (4 vectors of 16)
+  static constexpr int64_t kNarrowPanel = 16;  // ... and under AVX2 (2 vectors of 8)
 
-  // Packs w ([out, in] row-major); bias ([out] or null) is added after each sum. Throws
-  // std::logic_error where !kernels::use_avx512().
+  // Packs w ([out, in] row-major) in wide panels where kernels::use_avx512(), else narrow ones; bias
+  // ([out] or null) is added after each sum. Throws std::logic_error where !kernels::avx2_fma_available().
   Fp32PackedMatrix(const float* w, int64_t out, int64_t in, const float* bias);
 
-  // y[r * out + o] = Σ_i x[r * in + i] w[o][i] + bias[o] for x [rows, in] row-major. Splits (panel,
-  // 48-row block) pairs over `threads` OpenMP threads where the product is large enough to pay for them.
+  // y[r * out + o] = Σ_i x[r * in + i] w[o][i] + bias[o] for x [rows, in] row-major, with AVX-512 where
+  // the panels are wide and kernels::use_avx512(), else AVX2. Splits (column block, 48-row block) pairs over `threads`
+  // OpenMP threads where the product is large enough to pay for them.
   void multiply(const float* x, int64_t rows, float* y, int threads) const;
 
   int64_t out() const { return out_; }
   int64_t in() const { return in_; }
+  int64_t panel_width() const { return panel_; }
   size_t bytes() const { return (panels_.size() + bias_.size()) * sizeof(float); }
 
  private:
-  int64_t out_, in_;
-  std::vector<float> panels_;  // [ceil(out / 64)][in][64]; the last panel's missing outputs are zeros, never read
+  int64_t out_, in_, panel_;
+  std::vector<float> panels_;  // [ceil(out / panel_)][in][panel_]; the last panel's missing outputs are zeros
   std::vector<float> bias_;    // [out] or empty
 };
 

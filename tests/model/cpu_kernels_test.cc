@@ -128,9 +128,9 @@ TEST(FewRowsLinear, ModelLinearUsesItForDecodeRowsAndStaysDifferentiableForTrain
   EXPECT_TRUE(torch::allclose(w.grad(), x.view({6, 40}).sum(0).expand({24, 40}), 1e-5, 1e-5));
 }
 
-#define SKIP_WITHOUT_PACKED()           \
-  if (!srformer::kernels::use_avx512()) \
-  GTEST_SKIP() << "this CPU has no AVX-512F: decode projections take kernels::few_rows_linear (tested above)"
+#define SKIP_WITHOUT_PACKED()                   \
+  if (!srformer::kernels::avx2_fma_available()) \
+  GTEST_SKIP() << "this CPU has no AVX2+FMA: projections take LibTorch's path"
 
 torch::Tensor run_packed(const srformer::kernels::Fp32PackedMatrix& m, const torch::Tensor& x, int threads) {
   auto y = torch::empty({x.size(0), m.out()});
@@ -141,29 +141,35 @@ torch::Tensor run_packed(const srformer::kernels::Fp32PackedMatrix& m, const tor
 TEST(Fp32PackedLinear, MatchesDoublePrecisionProductForEveryPanelAndRowRemainder) {
   SKIP_WITHOUT_PACKED();
   torch::manual_seed(14);
-  // out: inside one panel, exactly one, a partial last panel, several; rows: every remainder of 6 and past 32.
-  for (const int64_t in : {1, 7, 64, 515}) {
-    for (const int64_t out : {1, 17, 64, 130}) {
-      const auto w = torch::randn({out, in});
-      const auto b = torch::randn({out});
-      for (const bool with_bias : {false, true}) {
-        const srformer::kernels::Fp32PackedMatrix m(w.data_ptr<float>(), out, in,
-                                                    with_bias ? b.data_ptr<float>() : nullptr);
-        ASSERT_EQ(m.out(), out);
-        ASSERT_EQ(m.in(), in);
-        for (const int64_t rows : {1, 2, 3, 4, 5, 6, 7, 13, 40, 49, 100}) {
-          const auto x = torch::randn({rows, in});
-          for (const int threads : {1, 2}) {
-            const auto y = run_packed(m, x, threads);
-            const double tol = 1e-5 * static_cast<double>(in);
-            EXPECT_TRUE(torch::allclose(y.to(torch::kFloat64), reference_linear(x, w, with_bias ? b : torch::Tensor()),
-                                        tol, tol))
-                << "in=" << in << " out=" << out << " rows=" << rows << " threads=" << threads << " bias=" << with_bias;
+  for_each_isa([] {
+    const int64_t panel = srformer::kernels::use_avx512() ? 64 : 16;
+    // out: inside one panel, exactly one, a partial last panel, several (of either width); rows: every
+    // remainder of 6 and past 32.
+    for (const int64_t in : {1, 7, 64, 515}) {
+      for (const int64_t out : {1, 9, 16, 17, 64, 130}) {
+        const auto w = torch::randn({out, in});
+        const auto b = torch::randn({out});
+        for (const bool with_bias : {false, true}) {
+          const srformer::kernels::Fp32PackedMatrix m(w.data_ptr<float>(), out, in,
+                                                      with_bias ? b.data_ptr<float>() : nullptr);
+          ASSERT_EQ(m.out(), out);
+          ASSERT_EQ(m.in(), in);
+          ASSERT_EQ(m.panel_width(), panel);
+          for (const int64_t rows : {1, 2, 3, 4, 5, 6, 7, 13, 40, 49, 100}) {
+            const auto x = torch::randn({rows, in});
+            for (const int threads : {1, 2}) {
+              const auto y = run_packed(m, x, threads);
+              const double tol = 1e-5 * static_cast<double>(in);
+              EXPECT_TRUE(torch::allclose(y.to(torch::kFloat64),
+                                          reference_linear(x, w, with_bias ? b : torch::Tensor()), tol, tol))
+                  << "in=" << in << " out=" << out << " rows=" << rows << " threads=" << threads
+                  << " bias=" << with_bias;
+            }
           }
         }
       }
     }
-  }
+  });
 }
 
 TEST(Fp32PackedLinear, EachRowIsBitIdenticalAloneAndInAnyBatchOrThreadCount) {
@@ -172,13 +178,41 @@ TEST(Fp32PackedLinear, EachRowIsBitIdenticalAloneAndInAnyBatchOrThreadCount) {
   const auto w = torch::randn({300, 777});
   const auto b = torch::randn({300});
   const auto x = torch::randn({110, 777});  // three blocks of rows for the threads to share
-  const srformer::kernels::Fp32PackedMatrix m(w.data_ptr<float>(), 300, 777, b.data_ptr<float>());
-  const auto together = run_packed(m, x, 2);
-  for (int64_t r = 0; r < x.size(0); ++r) {
-    ASSERT_TRUE(torch::equal(run_packed(m, x.narrow(0, r, 1).contiguous(), 1)[0], together[r])) << "row " << r;
-  }
-  EXPECT_TRUE(torch::equal(run_packed(m, x.narrow(0, 7, 3).contiguous(), 2), together.narrow(0, 7, 3)));
-  EXPECT_TRUE(torch::equal(run_packed(m, x.narrow(0, 3, 11).contiguous(), 2), together.narrow(0, 3, 11)));
+  for_each_isa([&] {
+    const srformer::kernels::Fp32PackedMatrix m(w.data_ptr<float>(), 300, 777, b.data_ptr<float>());
+    const auto together = run_packed(m, x, 2);
+    for (int64_t r = 0; r < x.size(0); ++r) {
+      ASSERT_TRUE(torch::equal(run_packed(m, x.narrow(0, r, 1).contiguous(), 1)[0], together[r])) << "row " << r;
+    }
+    EXPECT_TRUE(torch::equal(run_packed(m, x.narrow(0, 7, 3).contiguous(), 2), together.narrow(0, 7, 3)));
+    EXPECT_TRUE(torch::equal(run_packed(m, x.narrow(0, 3, 11).contiguous(), 2), together.narrow(0, 3, 11)));
+  });
+}
+
+TEST(Fp32PackedLinear, AvxTwoAndAvx512GiveTheSameBitsFromEitherPanelWidth) {
+  SKIP_WITHOUT_PACKED();
+  if (!srformer::kernels::avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512F: only the AVX2 form runs here";
+  torch::manual_seed(17);
+  const auto w = torch::randn({201, 515});  // a partial last panel of either width
+  const auto b = torch::randn({201});
+  const auto x = torch::randn({37, 515});
+  srformer::kernels::set_avx512(true);
+  const srformer::kernels::Fp32PackedMatrix wide(w.data_ptr<float>(), 201, 515, b.data_ptr<float>());
+  const auto by_avx512 = run_packed(wide, x, 2);
+  srformer::kernels::set_avx512(false);
+  const srformer::kernels::Fp32PackedMatrix narrow(w.data_ptr<float>(), 201, 515, b.data_ptr<float>());
+  const auto by_avx2 = run_packed(narrow, x, 2);
+  // Wide panels packed under AVX-512 still multiply, by 16-column slices, once it is turned off.
+  const auto wide_by_avx2 = run_packed(wide, x, 2);
+  srformer::kernels::set_avx512(true);
+  // ... and narrow ones by the AVX2 block when it is on again.
+  const auto narrow_later = run_packed(narrow, x, 1);
+  ASSERT_EQ(wide.panel_width(), 64);
+  ASSERT_EQ(narrow.panel_width(), 16);
+  EXPECT_TRUE(torch::equal(by_avx2, by_avx512));
+  EXPECT_TRUE(torch::equal(wide_by_avx2, by_avx512));
+  EXPECT_TRUE(torch::equal(narrow_later, by_avx512));
+  EXPECT_TRUE(torch::allclose(by_avx2.to(torch::kFloat64), reference_linear(x, w, b), 1e-2, 1e-2));
 }
 
 TEST(Fp32PackedLinear, ModelLinearUsesItWhilePackedAndFallsBackWhenSwitchedOffOrTracked) {
