@@ -8,7 +8,7 @@
 #include <mutex>
 #include <thread>
 
-#include "client/status_code_name.h"
+#include "common/status_code_name.h"
 #include "srformer/v1/summarizer.grpc.pb.h"
 
 namespace srformer::client {
@@ -82,7 +82,8 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
         totals.itl_ms.insert(totals.itl_ms.end(), gaps.begin(), gaps.end());
         totals.latency_ms.push_back(ms(Clock::now() - t0));
       } else {
-        ++totals.errors[status_code_name(status.error_code()) + " " + status.error_message().substr(0, 80)];
+        ++totals
+              .errors[std::string(status_code_name(status.error_code())) + " " + status.error_message().substr(0, 80)];
       }
     }
   };

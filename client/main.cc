@@ -11,7 +11,7 @@
 #include "client/client_options.h"
 #include "client/grpc_health.h"
 #include "client/load_generator.h"
-#include "client/status_code_name.h"
+#include "common/status_code_name.h"
 #include "srformer/v1/summarizer.grpc.pb.h"
 
 namespace {
@@ -70,8 +70,7 @@ nlohmann::json to_json(const v1::SummarizeResponse& r) {
 }
 
 int fail(const grpc::Status& s) {
-  std::cerr << "srformer-client: " << srformer::client::status_code_name(s.error_code()) << ": " << s.error_message()
-            << "\n";
+  std::cerr << "srformer-client: " << srformer::status_code_name(s.error_code()) << ": " << s.error_message() << "\n";
   return 1;
 }
 

@@ -67,17 +67,6 @@ const char* to_string(LeaveReason reason) {
   return "error";
 }
 
-const char* grpc_code_name(int code) {
-  // Order of grpc::StatusCode / google.rpc.Code (stable since gRPC 1.0).
-  static const char* const names[] = {
-      "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
-      "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-      "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
-      "DATA_LOSS", "UNAUTHENTICATED"};
-  if (code < 0 || code >= static_cast<int>(std::size(names))) return "UNKNOWN";
-  return names[code];
-}
-
 // Every per-model family, registered once per Metrics.
 struct Metrics::Families {
   explicit Families(prometheus::Registry& r)

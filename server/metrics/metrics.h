@@ -34,9 +34,6 @@ enum class LeaveReason { kEos, kLength, kCancelled, kError };
 
 const char* to_string(RejectReason reason);
 const char* to_string(LeaveReason reason);
-// gRPC status code number (grpc::StatusCode) -> canonical name ("OK", "RESOURCE_EXHAUSTED", ...); "UNKNOWN" if out of
-// range.
-const char* grpc_code_name(int code);
 
 // One LibTorch CUDA caching-allocator reading, provided by the engine (keeps this library free of CUDA).
 struct TorchCudaMemory {
@@ -62,7 +59,8 @@ class ModelMetrics {
   // A request was accepted by the service: srformer_requests_in_flight += 1.
   void on_request_start();
   // A request finished (any outcome): requests_total{method,code} += 1, request_duration{method} observes
-  // `seconds`, in_flight -= 1. `method`: RPC name (Summarize|SummarizeStream|SummarizeBatch); `code`: grpc_code_name().
+  // `seconds`, in_flight -= 1. `method`: RPC name (Summarize|SummarizeStream|SummarizeBatch); `code`:
+  // status_code_name() (common/status_code_name.h).
   void on_request_end(const std::string& method, const std::string& code, double seconds);
   // A request was refused before queueing (also count it with on_request_end if it had started).
   void on_rejected(RejectReason reason);

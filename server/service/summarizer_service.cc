@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 
+#include "common/status_code_name.h"
 #include "model/dtype_name.h"
 #include "server/metrics/metrics.h"
 
@@ -42,7 +43,7 @@ class CallRecord {
   }
   void ended(const grpc::Status& status) {
     if (metrics_ && !model_.empty()) {
-      metrics_->model(model_).on_request_end(method_, grpc_code_name(status.error_code()), seconds_since(start_));
+      metrics_->model(model_).on_request_end(method_, status_code_name(status.error_code()), seconds_since(start_));
     }
   }
   const std::string& method() const { return method_; }
@@ -62,7 +63,7 @@ void log_result(const std::string& method, const Request& req, const std::string
                  r.usage.queue_ms, r.usage.encode_ms, r.usage.decode_ms);
   } else {
     spdlog::info("request {}: {} model={} ended with {}: {}", req.id, method, model,
-                 grpc_code_name(status.error_code()), status.error_message());
+                 status_code_name(status.error_code()), status.error_message());
   }
 }
 
@@ -294,7 +295,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
         fill_response(results_[i], *requests_[i], models_[i], out_->add_responses());
       }
     }
-    spdlog::info("batch of {} requests ended with {}", results_.size(), grpc_code_name(status.error_code()));
+    spdlog::info("batch of {} requests ended with {}", results_.size(), status_code_name(status.error_code()));
     end(status);
   }
   void end(const grpc::Status& status) {

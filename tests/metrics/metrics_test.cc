@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/status_code_name.h"
 #include "tests/metrics/scrape.h"
 
 namespace srformer::server {
@@ -29,8 +30,8 @@ TEST(Metrics, RequestLifecycleMovesCountersGaugesAndHistograms) {
   m.on_request_start();
   EXPECT_EQ(sample(metrics.scrape_text(), "srformer_requests_in_flight", {{"model", "bart"}}), 2.0);
 
-  m.on_request_end("Summarize", grpc_code_name(0), 0.3);
-  m.on_request_end("SummarizeStream", grpc_code_name(8), 2.0);
+  m.on_request_end("Summarize", status_code_name(0), 0.3);
+  m.on_request_end("SummarizeStream", status_code_name(8), 2.0);
   const std::string text = metrics.scrape_text();
   EXPECT_EQ(sample(text, "srformer_requests_in_flight", {{"model", "bart"}}), 0.0);
   EXPECT_EQ(sample(text, "srformer_requests_total", {{"model", "bart"}, {"method", "Summarize"}, {"code", "OK"}}), 1.0);
@@ -155,13 +156,13 @@ TEST(Metrics, ConcurrentUpdatesAreNotLost) {
 }
 
 TEST(Metrics, GrpcCodeNames) {
-  EXPECT_STREQ(grpc_code_name(0), "OK");
-  EXPECT_STREQ(grpc_code_name(3), "INVALID_ARGUMENT");
-  EXPECT_STREQ(grpc_code_name(8), "RESOURCE_EXHAUSTED");
-  EXPECT_STREQ(grpc_code_name(14), "UNAVAILABLE");
-  EXPECT_STREQ(grpc_code_name(16), "UNAUTHENTICATED");
-  EXPECT_STREQ(grpc_code_name(17), "UNKNOWN");
-  EXPECT_STREQ(grpc_code_name(-1), "UNKNOWN");
+  EXPECT_STREQ(status_code_name(0), "OK");
+  EXPECT_STREQ(status_code_name(3), "INVALID_ARGUMENT");
+  EXPECT_STREQ(status_code_name(8), "RESOURCE_EXHAUSTED");
+  EXPECT_STREQ(status_code_name(14), "UNAVAILABLE");
+  EXPECT_STREQ(status_code_name(16), "UNAUTHENTICATED");
+  EXPECT_STREQ(status_code_name(17), "UNKNOWN");
+  EXPECT_STREQ(status_code_name(-1), "UNKNOWN");
 }
 
 TEST(Metrics, TorchCudaMemoryFromEngineCallback) {
