@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "model/attention/segments.h"
+#include "model/io/page_release.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/fp32_packed_linear.h"
 
@@ -175,12 +176,18 @@ bool EncoderDecoderModel::packs_projections(const LoadOptions& options) const {
 
 void EncoderDecoderModel::pack_layer(SelfAttention& attn, FeedForward& ffn) {
   for (Linear* l : {&attn.q, &attn.k, &attn.v, &attn.o, &ffn.in, &ffn.gate, &ffn.out}) {
-    if (l->weight.defined()) l->pack_fp32();  // ffn.gate only where gated
+    if (l->weight.defined()) pack(*l, true);  // ffn.gate only where gated
   }
 }
 
 void EncoderDecoderModel::pack_layer(CrossAttention& attn) {
-  for (Linear* l : {&attn.q, &attn.k, &attn.v, &attn.o}) l->pack_fp32();
+  for (Linear* l : {&attn.q, &attn.k, &attn.v, &attn.o}) pack(*l, true);
+}
+
+void EncoderDecoderModel::pack(Linear& l, bool release_row_major) {
+  l.pack_fp32();
+  if (release_row_major && l.packed_fp32 && l.weight.is_contiguous())
+    release_pages(l.weight.data_ptr(), l.weight.nbytes());
 }
 
 int64_t EncoderDecoderModel::parameter_count() const {

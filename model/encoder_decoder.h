@@ -75,16 +75,19 @@ class EncoderDecoderModel : public Seq2SeqModel {
   // LoadOptions::pack_projections for an fp32 model on a CPU with AVX2 + FMA: every projection gets its fp32
   // panel form (Linear::pack_fp32): the layers' attention and feed-forward, cross-attention, LM head.
   bool packs_projections(const LoadOptions& options) const;
+  // Packs them, and hands the row-major weights' pages back to the kernel (io/page_release.h): inference
+  // reads only the packed copy. Not a tied LM head's: it is also the embedding table, read every step.
   template <typename EncoderLayer, typename DecoderLayer>
   static void pack_projections(std::vector<EncoderLayer>& encoder, std::vector<DecoderLayer>& decoder,
-                               std::vector<CrossAttention>& cross, Linear& lm_head) {
+                               std::vector<CrossAttention>& cross, Linear& lm_head, const torch::Tensor& embedding) {
     for (auto& l : encoder) pack_layer(l.self_attn, l.ffn);
     for (auto& l : decoder) pack_layer(l.self_attn, l.ffn);
     for (auto& ca : cross) pack_layer(ca);
-    lm_head.pack_fp32();
+    pack(lm_head, /*release_row_major=*/!lm_head.weight.is_same(embedding));
   }
   static void pack_layer(SelfAttention& attn, FeedForward& ffn);
   static void pack_layer(CrossAttention& attn);
+  static void pack(Linear& l, bool release_row_major);
 
   torch::Tensor mask_of(const torch::Tensor& attention_mask, const torch::Tensor& input_ids) const;
   void check_tokens(const torch::Tensor& ids, const char* what) const;

@@ -33,7 +33,8 @@ struct Linear {
   std::shared_ptr<const kernels::Bf16PackedMatrix> packed;
   // fp32 inference on AVX2/AVX-512 (LoadOptions::pack_projections): the weight in panels of output features
   // (kernels/fp32_packed_linear.h), used for every product that autograd does not
-  // track while the CPU kernels are on. A copy: `weight` stays, and must not change while this is set.
+  // track while the CPU kernels are on. A copy: `weight` stays, and must not change while this is set
+  // (a loaded model hands its pages back to the kernel, which reads them in again if they are used).
   std::shared_ptr<const kernels::Fp32PackedMatrix> packed_fp32;
   torch::Tensor operator()(const torch::Tensor& x) const;
   // Fills `packed` from a CPU float32 weight (and bias).
