@@ -1,6 +1,8 @@
 // io/page_release.h: released pages leave the process's resident memory, and their contents are intact
 // when read again (file-backed pages from the file, anonymous ones from wherever the kernel kept them).
 #include <gtest/gtest.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -33,7 +35,13 @@ uint32_t pattern(size_t i) { return static_cast<uint32_t>(i * 2654435761U); }
 
 TEST(PageRelease, MappedCheckpointPagesLeaveResidentMemoryAndReadBackIntact) {
   constexpr size_t kWords = 16 << 20;  // 64 MiB
-  const auto path = std::filesystem::temp_directory_path() / ("srformer_page_release_" + std::to_string(::getpid()));
+  const auto dir = std::filesystem::temp_directory_path();
+  struct statfs fs {};
+  if (::statfs(dir.c_str(), &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
+    GTEST_SKIP() << dir << " is a tmpfs: its pages are shared memory, which the kernel can only swap out "
+                 << "(TMPDIR=/var/tmp runs this test)";
+  }
+  const auto path = dir / ("srformer_page_release_" + std::to_string(::getpid()));
   {
     std::vector<uint32_t> words(kWords);
     for (size_t i = 0; i < kWords; ++i) words[i] = pattern(i);
