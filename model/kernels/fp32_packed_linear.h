@@ -36,8 +36,8 @@ class Fp32PackedMatrix {
   Fp32PackedMatrix(const float* w, int64_t out, int64_t in, const float* bias);
 
   // y[r * out + o] = Σ_i x[r * in + i] w[o][i] + bias[o] for x [rows, in] row-major, with AVX-512 where
-  // the panels are wide and kernels::use_avx512(), else AVX2. Splits (column block, 48-row block) pairs over `threads`
-  // OpenMP threads where the product is large enough to pay for them.
+  // the panels are wide and kernels::use_avx512(), else AVX2. Splits (64-column block, 48-row block)
+  // pairs over `threads` OpenMP threads where the product is large enough to pay for them.
   void multiply(const float* x, int64_t rows, float* y, int threads) const;
 
   int64_t out() const { return out_; }
