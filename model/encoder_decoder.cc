@@ -171,7 +171,9 @@ bool EncoderDecoderModel::set_precision(const LoadOptions& options) {
 }
 
 bool EncoderDecoderModel::packs_projections(const LoadOptions& options) const {
-  return options.pack_projections && device_.is_cpu() && dtype_ == torch::kFloat32 && kernels::fp32_packed_available();
+  // Not with the kernels off (SRFORMER_CPU_KERNELS=0): LibTorch's path reads the row-major weights.
+  return options.pack_projections && device_.is_cpu() && dtype_ == torch::kFloat32 && kernels::use_cpu_kernels() &&
+         kernels::fp32_packed_available();
 }
 
 void EncoderDecoderModel::pack_layer(SelfAttention& attn, FeedForward& ffn) {

@@ -107,8 +107,8 @@ TEST(LoadModel, SaveThenReloadGivesIdenticalLogits) {
   EXPECT_EQ(m2->config().srformer.segment_size, 4);
 }
 
-// LoadOptions::pack_projections (the default): encodes and decode steps multiply the packed copies, which agree with the
-// row-major weights to rounding; a model loaded without it (training) gives the row-major path's bits.
+// LoadOptions::pack_projections (the default): encodes and decode steps multiply the packed copies, which agree with
+// the row-major weights to rounding; a model loaded without it (training) gives the row-major path's bits.
 TEST(LoadModel, PackedDecoderStepsAgreeWithTheRowMajorWeights) {
   if (!kernels::use_avx512()) GTEST_SKIP() << "no AVX-512F here: nothing is packed";
   for (const auto arch : {Architecture::kBart, Architecture::kT5}) {
@@ -142,6 +142,14 @@ TEST(LoadModel, PackedDecoderStepsAgreeWithTheRowMajorWeights) {
     const auto start = torch::full({3}, c.decoder_start_token_id, torch::kLong);
     EXPECT_TRUE(torch::equal(packed->step(s2, start), row_major->step(s3, start)));
     kernels::set_fp32_packed(true);
+    // Loaded with the kernels off (SRFORMER_CPU_KERNELS=0), a model does not pack (LibTorch's path
+    // would never read the panels): with the kernels back on it multiplies row-major, bit for bit.
+    kernels::set_cpu_kernels(false);
+    auto unpacked = load_model(d.path());
+    kernels::set_cpu_kernels(true);
+    auto s4 = unpacked->start(unpacked->encode(ids, mask), torch::full({3}, 6, torch::kLong));
+    auto s5 = row_major->start(row_major->encode(ids, mask), torch::full({3}, 6, torch::kLong));
+    EXPECT_TRUE(torch::equal(unpacked->step(s4, start), row_major->step(s5, start)));
   }
 }
 
