@@ -115,7 +115,7 @@ class BartModel final : public EncoderDecoderModel {
       cross_.push_back(std::move(ca));
       decoder_.push_back(std::move(l));
     }
-    if (packs_projections(options)) pack_projections(encoder_, decoder_, cross_, lm_head_, shared_);
+    finish_projections(encoder_, decoder_, cross_, lm_head_, shared_, options);
     binder.finish();
     params_ = w.take_params();
   }

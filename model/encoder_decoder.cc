@@ -176,16 +176,6 @@ bool EncoderDecoderModel::packs_projections(const LoadOptions& options) const {
          kernels::fp32_packed_available();
 }
 
-void EncoderDecoderModel::pack_layer(SelfAttention& attn, FeedForward& ffn) {
-  for (Linear* l : {&attn.q, &attn.k, &attn.v, &attn.o, &ffn.in, &ffn.gate, &ffn.out}) {
-    if (l->weight.defined()) pack(*l, true);  // ffn.gate only where gated
-  }
-}
-
-void EncoderDecoderModel::pack_layer(CrossAttention& attn) {
-  for (Linear* l : {&attn.q, &attn.k, &attn.v, &attn.o}) pack(*l, true);
-}
-
 void EncoderDecoderModel::pack(Linear& l, bool release_row_major) {
   l.pack_fp32();
   if (release_row_major && l.packed_fp32 && l.weight.is_contiguous())

@@ -61,6 +61,7 @@ class EncoderDecoderModel : public Seq2SeqModel {
   // Every parameter under its Hugging Face name (tied tensors once), for saving and counting.
   const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters() const override { return params_; }
   int64_t parameter_count() const override;
+  int64_t packed_weight_bytes() const override { return packed_bytes_; }
 
  protected:
   ModelConfig config_;
@@ -68,6 +69,7 @@ class EncoderDecoderModel : public Seq2SeqModel {
   torch::ScalarType dtype_ = torch::kFloat32;          // what the user asked for (reported)
   torch::ScalarType compute_dtype_ = torch::kFloat32;  // activations and stored weights
   std::vector<std::pair<std::string, torch::Tensor>> params_;
+  int64_t packed_bytes_ = 0;  // finish_projections()
 
   // Sets device_, dtype_ and compute_dtype_ from the options. bf16 on the CPU computes in fp32 with the
   // projection weights also held in bfloat16 (kernels/bf16_linear.h); returns whether to pack them so.
@@ -75,18 +77,39 @@ class EncoderDecoderModel : public Seq2SeqModel {
   // LoadOptions::pack_projections for an fp32 model on a CPU with AVX2 + FMA: every projection gets its fp32
   // panel form (Linear::pack_fp32): the layers' attention and feed-forward, cross-attention, LM head.
   bool packs_projections(const LoadOptions& options) const;
-  // Packs them, and hands the row-major weights' pages back to the kernel (io/page_release.h): inference
-  // reads only the packed copy. Not a tied LM head's: it is also the embedding table, read every step.
+  // After binding: packs the projections where packs_projections(options) says so, handing the
+  // row-major weights' pages back to the kernel (io/page_release.h: inference reads only the packed
+  // copy; not a tied LM head's, which is also the embedding table, read every step), and records the
+  // bytes of every packed form (fp32 panels, bf16 tiles) for packed_weight_bytes().
   template <typename EncoderLayer, typename DecoderLayer>
-  static void pack_projections(std::vector<EncoderLayer>& encoder, std::vector<DecoderLayer>& decoder,
-                               std::vector<CrossAttention>& cross, Linear& lm_head, const torch::Tensor& embedding) {
-    for (auto& l : encoder) pack_layer(l.self_attn, l.ffn);
-    for (auto& l : decoder) pack_layer(l.self_attn, l.ffn);
-    for (auto& ca : cross) pack_layer(ca);
-    pack(lm_head, /*release_row_major=*/!lm_head.weight.is_same(embedding));
+  void finish_projections(std::vector<EncoderLayer>& encoder, std::vector<DecoderLayer>& decoder,
+                          std::vector<CrossAttention>& cross, Linear& lm_head, const torch::Tensor& embedding,
+                          const LoadOptions& options) {
+    if (packs_projections(options)) {
+      for_each_projection(encoder, decoder, cross, lm_head, [&](Linear& l) {
+        pack(l, /*release_row_major=*/&l != &lm_head || !l.weight.is_same(embedding));
+      });
+    }
+    packed_bytes_ = 0;
+    for_each_projection(encoder, decoder, cross, lm_head,
+                        [this](const Linear& l) { packed_bytes_ += l.packed_bytes(); });
   }
-  static void pack_layer(SelfAttention& attn, FeedForward& ffn);
-  static void pack_layer(CrossAttention& attn);
+  // f(Linear&) for every projection: the layers' attention and feed-forward, cross-attention, LM head.
+  template <typename EncoderLayer, typename DecoderLayer, typename F>
+  static void for_each_projection(std::vector<EncoderLayer>& encoder, std::vector<DecoderLayer>& decoder,
+                                  std::vector<CrossAttention>& cross, Linear& lm_head, F&& f) {
+    const auto layer = [&f](SelfAttention& a, FeedForward& ffn) {
+      for (Linear* l : {&a.q, &a.k, &a.v, &a.o, &ffn.in, &ffn.gate, &ffn.out}) {
+        if (l->weight.defined()) f(*l);  // ffn.gate only where gated
+      }
+    };
+    for (auto& l : encoder) layer(l.self_attn, l.ffn);
+    for (auto& l : decoder) layer(l.self_attn, l.ffn);
+    for (auto& ca : cross) {
+      for (Linear* l : {&ca.q, &ca.k, &ca.v, &ca.o}) f(*l);
+    }
+    f(lm_head);
+  }
   static void pack(Linear& l, bool release_row_major);
 
   torch::Tensor mask_of(const torch::Tensor& attention_mask, const torch::Tensor& input_ids) const;

@@ -98,6 +98,10 @@ void Linear::pack_bf16() {
                                                              b.defined() ? b.data_ptr<float>() : nullptr);
 }
 
+int64_t Linear::packed_bytes() const {
+  return static_cast<int64_t>((packed ? packed->bytes() : 0) + (packed_fp32 ? packed_fp32->bytes() : 0));
+}
+
 void Linear::pack_fp32() {
   if (!kernels::avx2_fma_available() || !weight.device().is_cpu() || weight.scalar_type() != torch::kFloat32) return;
   const auto w = weight.detach().contiguous();

@@ -37,6 +37,8 @@ struct Linear {
   // (a loaded model hands its pages back to the kernel, which reads them in again if they are used).
   std::shared_ptr<const kernels::Fp32PackedMatrix> packed_fp32;
   torch::Tensor operator()(const torch::Tensor& x) const;
+  // Bytes of `packed` and `packed_fp32` (0 where neither is set).
+  int64_t packed_bytes() const;
   // Fills `packed` from a CPU float32 weight (and bias).
   void pack_bf16();
   // Fills `packed_fp32` where the weight is a CPU float32 tensor and the CPU has AVX2 + FMA

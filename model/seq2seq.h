@@ -69,6 +69,9 @@ class Seq2SeqModel {
 
   // Number of parameters.
   virtual int64_t parameter_count() const = 0;
+  // Bytes of the projections' packed copies held beside the parameters (LoadOptions::pack_projections:
+  // fp32 panels; `--dtype bf16` on the CPU: bfloat16 tiles); 0 when nothing is packed.
+  virtual int64_t packed_weight_bytes() const { return 0; }
   // Every parameter under its Hugging Face name (tied tensors once).
   virtual const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters() const = 0;
 };

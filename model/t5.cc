@@ -115,7 +115,7 @@ class T5Model final : public EncoderDecoderModel {
       decoder_.push_back(std::move(l));
     }
     dec_final_norm_ = norm("decoder.final_layer_norm");
-    if (packs_projections(options)) pack_projections(encoder_, decoder_, cross_, lm_head_, shared_);
+    finish_projections(encoder_, decoder_, cross_, lm_head_, shared_, options);
     binder.finish();
     params_ = w.take_params();
   }

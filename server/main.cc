@@ -45,9 +45,10 @@ int run(const ServerConfig& config) {
     models.push_back(srformer::server::load_model_dir(spec, config));
     const auto& m = *models.back().model;
     const auto& c = m.config();
-    spdlog::info("model {}: {} {} from {} on {} in {} ({} parameters, {:.0f} ms)", spec.name,
-                 srformer::to_string(c.arch), srformer::to_string(c.srformer.cross_attention), spec.dir,
+    spdlog::info("model {}: {} {} from {} on {} in {} ({} parameters, {:.0f} MB of packed projections, {:.0f} ms)",
+                 spec.name, srformer::to_string(c.arch), srformer::to_string(c.srformer.cross_attention), spec.dir,
                  m.device().str(), srformer::compute_name(m.device(), m.dtype()), m.parameter_count(),
+                 static_cast<double>(m.packed_weight_bytes()) / 1e6,
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   srformer::server::Server server(config, std::move(models), metrics.get());

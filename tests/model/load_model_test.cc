@@ -150,6 +150,11 @@ TEST(LoadModel, PackedDecoderStepsAgreeWithTheRowMajorWeights) {
     auto s4 = unpacked->start(unpacked->encode(ids, mask), torch::full({3}, 6, torch::kLong));
     auto s5 = row_major->start(row_major->encode(ids, mask), torch::full({3}, 6, torch::kLong));
     EXPECT_TRUE(torch::equal(unpacked->step(s4, start), row_major->step(s5, start)));
+    // What packing holds beside the parameters: the LM head's panels at least; nothing when not packed.
+    EXPECT_GE(packed->packed_weight_bytes(), c.vocab_size * c.d_model * 4);
+    EXPECT_LT(packed->packed_weight_bytes(), 2 * 4 * packed->parameter_count());
+    EXPECT_EQ(row_major->packed_weight_bytes(), 0);
+    EXPECT_EQ(unpacked->packed_weight_bytes(), 0);
   }
 }
 
