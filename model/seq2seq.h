@@ -69,6 +69,12 @@ class Seq2SeqModel {
 
   // Number of parameters.
   virtual int64_t parameter_count() const = 0;
+  // Bytes of the parameters as held (every tensor of named_parameters() once).
+  int64_t parameter_bytes() const {
+    int64_t n = 0;
+    for (const auto& [name, t] : named_parameters()) n += static_cast<int64_t>(t.nbytes());
+    return n;
+  }
   // Bytes of the projections' packed copies held beside the parameters (LoadOptions::pack_projections:
   // fp32 panels; `--dtype bf16` on the CPU: bfloat16 tiles); 0 when nothing is packed.
   virtual int64_t packed_weight_bytes() const { return 0; }

@@ -38,6 +38,10 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
       config.threads > 0 ? config.threads : std::max(1, cores / std::max(1, static_cast<int>(models.size())));
   for (auto& m : models) {
     ModelMetrics* mm = metrics ? &metrics->model(m.name) : nullptr;
+    if (mm != nullptr) {
+      mm->set_weight_bytes(static_cast<double>(m.model->parameter_bytes()),
+                           static_cast<double>(m.model->packed_weight_bytes()));
+    }
     models_.add(
         std::make_unique<Engine>(m.name, std::move(m.model), std::move(m.tokenizer), limits, mm, searcher_factory));
   }

@@ -54,9 +54,7 @@ int run_inspect(const std::vector<std::string>& args) {
   j["layers"] = {c.encoder_layers, c.decoder_layers};
   j["vocab_size"] = c.vocab_size;
   j["parameters"] = model->parameter_count();
-  int64_t weight_bytes = 0;
-  for (const auto& [name, t] : model->named_parameters()) weight_bytes += static_cast<int64_t>(t.nbytes());
-  j["weight_bytes"] = weight_bytes;                  // as loaded (fp32 on the CPU, tied tensors once)
+  j["weight_bytes"] = model->parameter_bytes();      // as loaded (fp32 on the CPU, tied tensors once)
   j["packed_bytes"] = model->packed_weight_bytes();  // the projections' packed copies beside them
   j["max_input_tokens"] = c.max_input_tokens;
   j["state"] = {{"input_tokens", k},

@@ -129,6 +129,10 @@ struct Metrics::Families {
                         .Name("srformer_state_bytes")
                         .Help("Bytes of per-request decoder state currently held.")
                         .Register(r)),
+        weight_bytes(BuildGauge()
+                         .Name("srformer_weight_bytes")
+                         .Help("Bytes of the model's weights (form: parameters|packed).")
+                         .Register(r)),
         decode_step(BuildHistogram()
                         .Name("srformer_decode_step_seconds")
                         .Help("Wall time of one batched decode step.")
@@ -171,6 +175,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Counter>& rows_joined;
   prometheus::Family<prometheus::Counter>& rows_left;
   prometheus::Family<prometheus::Gauge>& state_bytes;
+  prometheus::Family<prometheus::Gauge>& weight_bytes;
   prometheus::Family<prometheus::Histogram>& decode_step;
   prometheus::Family<prometheus::Gauge>& raf_fired;
   prometheus::Family<prometheus::Counter>& raf_updates;
@@ -248,6 +253,11 @@ void ModelMetrics::on_rows_left(LeaveReason reason, std::uint64_t n) {
 }
 
 void ModelMetrics::set_state_bytes(double bytes) { state_bytes_.Set(bytes); }
+
+void ModelMetrics::set_weight_bytes(double parameters, double packed) {
+  metrics_.families_->weight_bytes.Add({{"model", model_}, {"form", "parameters"}}).Set(parameters);
+  metrics_.families_->weight_bytes.Add({{"model", model_}, {"form", "packed"}}).Set(packed);
+}
 
 void ModelMetrics::set_raf_fired_ratio(int layer, double ratio) {
   metrics_.families_->raf_fired.Add({{"model", model_}, {"layer", std::to_string(layer)}}).Set(ratio);

@@ -86,6 +86,9 @@ class ModelMetrics {
   void on_rows_left(LeaveReason reason, std::uint64_t n = 1);
   // Bytes of per-request decoder state (self-attention caches, RAF state) currently held.
   void set_state_bytes(double bytes);
+  // Bytes of the model's weights, set once at load: `parameters` as held, `packed` the projections'
+  // packed copies beside them (--packed-weights, --dtype bf16 on the CPU; 0 when none).
+  void set_weight_bytes(double parameters, double packed);
 
   // --- SRformer cross-attention ---
   // Running fraction (0..1) of RAF membrane elements that fired in decoder layer `layer`.

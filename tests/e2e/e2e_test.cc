@@ -254,6 +254,11 @@ TEST_F(EndToEnd, MetricsOfARunningServerFollowRealRequests) {
   const scrape::LabelSet tiny{{"model", "tiny"}};
   auto body = [&] { return scrape::http_body(scrape::http_get(port, "/metrics")); };
   EXPECT_EQ(scrape::sample(body(), "srformer_requests_total", ok).value_or(0), 0);
+  // The model's weights, set at load: its parameters, and the packed copies (0 where the CPU packs none).
+  const std::string loaded = body();
+  EXPECT_GT(scrape::sample(loaded, "srformer_weight_bytes", {{"model", "tiny"}, {"form", "parameters"}}).value_or(0),
+            0);
+  EXPECT_GE(scrape::sample(loaded, "srformer_weight_bytes", {{"model", "tiny"}, {"form", "packed"}}).value_or(-1), 0);
 
   // Six streamed requests of exactly 8 tokens each (min = max new tokens).
   auto r = run_command(kClient + " --target " + server->target() + " --load --concurrency 3 --requests 6 --json" +

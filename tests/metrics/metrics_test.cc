@@ -77,6 +77,7 @@ TEST(Metrics, EngineStepsAndTokens) {
   m.observe_request_tokens(700, 56);
   m.set_state_bytes(123456);
   m.set_queue_depth(7);
+  m.set_weight_bytes(242124848, 241958912);
   const std::string text = metrics.scrape_text();
   EXPECT_EQ(sample(text, "srformer_rows_joined_total"), 4.0);
   EXPECT_EQ(sample(text, "srformer_decode_steps_total"), 2.0);
@@ -92,6 +93,8 @@ TEST(Metrics, EngineStepsAndTokens) {
   EXPECT_EQ(sample(text, "srformer_generated_tokens_bucket", {{"le", "64"}}), 1.0);
   EXPECT_EQ(sample(text, "srformer_state_bytes"), 123456.0);
   EXPECT_EQ(sample(text, "srformer_queue_depth"), 7.0);
+  EXPECT_EQ(sample(text, "srformer_weight_bytes", {{"model", "bart"}, {"form", "parameters"}}), 242124848.0);
+  EXPECT_EQ(sample(text, "srformer_weight_bytes", {{"model", "bart"}, {"form", "packed"}}), 241958912.0);
 }
 
 TEST(Metrics, LatencyHistogramsObserveTheirOwnSeries) {
