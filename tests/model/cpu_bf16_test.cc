@@ -195,6 +195,12 @@ TEST(LoadBf16, ModelKeepsFp32ParametersAndReportsBf16) {
   const auto fp32 = load_model(dir.path());
   EXPECT_EQ(bf16->dtype(), torch::kBFloat16);
   for (const auto& [name, t] : bf16->named_parameters()) EXPECT_EQ(t.scalar_type(), torch::kFloat32) << name;
+  // The bf16 tiles are held beside the fp32 parameters, in about half their projections' bytes (tiles
+  // pad each matrix to 16 outputs x 32 inputs); both counted, and the same parameters either way.
+  EXPECT_GT(bf16->packed_weight_bytes(), 0);
+  EXPECT_LT(bf16->packed_weight_bytes(), bf16->parameter_bytes());
+  EXPECT_EQ(bf16->parameter_bytes(), fp32->parameter_bytes());
+  EXPECT_EQ(bf16->parameter_bytes(), 4 * bf16->parameter_count());
 
   torch::NoGradGuard no_grad;
   torch::manual_seed(6);
