@@ -1,13 +1,13 @@
 #pragma once
 // y = x Wᵀ + b in fp32 for a model's projections at inference, with W repacked once (at model load) into
-// panels of output features: panel p holds W[wp .. wp+w-1][i] for i = 0, 1, ... contiguously (w = 64 on
-// an AVX-512 CPU, 16 on an AVX2 one), so a product streams each panel front to back (one sequential
-// stream per thread, which the hardware prefetcher follows), and a block of rows x columns of partial
-// sums held in registers takes every weight vector loaded: 6 x 64 in 24 AVX-512 registers
-// (kernels/outer_product.h), 6 x 16 in 12 AVX2 ones. Against kernels::few_rows_linear (W row-major,
-// dot products along the input dimension) 1.1–1.8x faster at 1–32 rows on AMD Zen 4 with AVX-512, against
-// OpenBLAS 1.0–1.6x at 64–2048 rows except an LM head at 512 rows (`srformer bench --only linear`;
-// docs/BENCHMARKS.md also has the AVX2 figures).
+// panels of 16 output features: panel p holds W[16p .. 16p+15][i] for i = 0, 1, ... contiguously, so a
+// product streams each panel front to back, four panels (a 64-column block) at a time: four sequential
+// streams per thread for the hardware prefetchers. A block of rows x columns of partial sums held in
+// registers takes every weight vector loaded: 6 x 64 in 24 AVX-512 registers (kernels/outer_product.h)
+// for 4 rows and more, 1–3 rows x 32–64 in 8–12 AVX2 ones (a decode step's few rows: 8 chains in
+// flight, where the AVX-512 block has 4). Against kernels::few_rows_linear (W row-major, dot products
+// along the input dimension) 1.1–1.8x faster at 1–32 rows on AMD Zen 4, against OpenBLAS 1.0–1.6x at
+// 64–2048 rows except an LM head at 512 rows (`srformer bench --only linear`; docs/BENCHMARKS.md).
 //
 // Each output is one fused multiply-add chain over i = 0, 1, ..., in-1 from zero, then + bias: the
 // same operations for any number of rows, row position, thread count or instruction set, so a row's
@@ -28,26 +28,25 @@ void set_fp32_packed(bool on);
 
 class Fp32PackedMatrix {
  public:
-  static constexpr int64_t kWidePanel = 64;    // output features per panel under AVX-512 (4 vectors of 16)
-  static constexpr int64_t kNarrowPanel = 16;  // ... and under AVX2 (2 vectors of 8)
+  static constexpr int64_t kPanel = 16;         // output features per panel (one AVX-512 vector, two AVX2 ones)
+  static constexpr int64_t kBlockColumns = 64;  // output features per work item: four panels
 
-  // Packs w ([out, in] row-major) in wide panels where kernels::use_avx512(), else narrow ones; bias
-  // ([out] or null) is added after each sum. Throws std::logic_error where !kernels::avx2_fma_available().
+  // Packs w ([out, in] row-major); bias ([out] or null) is added after each sum. The same layout for
+  // either instruction set. Throws std::logic_error where !kernels::avx2_fma_available().
   Fp32PackedMatrix(const float* w, int64_t out, int64_t in, const float* bias);
 
-  // y[r * out + o] = Σ_i x[r * in + i] w[o][i] + bias[o] for x [rows, in] row-major, with AVX-512 where
-  // the panels are wide and kernels::use_avx512(), else AVX2. Splits (64-column block, 48-row block)
-  // pairs over `threads` OpenMP threads where the product is large enough to pay for them.
+  // y[r * out + o] = Σ_i x[r * in + i] w[o][i] + bias[o] for x [rows, in] row-major, with AVX-512 for
+  // blocks of more than 3 rows where kernels::use_avx512(), else AVX2. Splits (64-column block, 48-row
+  // block) pairs over `threads` OpenMP threads where the product is large enough to pay for them.
   void multiply(const float* x, int64_t rows, float* y, int threads) const;
 
   int64_t out() const { return out_; }
   int64_t in() const { return in_; }
-  int64_t panel_width() const { return panel_; }
   size_t bytes() const { return (panels_.size() + bias_.size()) * sizeof(float); }
 
  private:
-  int64_t out_, in_, panel_;
-  std::vector<float> panels_;  // [ceil(out / panel_)][in][panel_]; the last panel's missing outputs are zeros
+  int64_t out_, in_;
+  std::vector<float> panels_;  // [ceil(out / 64) * 4][in][16]; outputs past `out` are zeros
   std::vector<float> bias_;    // [out] or empty
 };
 

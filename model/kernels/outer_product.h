@@ -19,17 +19,19 @@ namespace srformer::kernels::outer {
 constexpr int64_t kColumns = 64;  // output columns per block: 4 vectors of 16
 constexpr int kRows = 6;          // output rows per block: 6 x 4 accumulators of 32 registers
 
-// acc[r][x] += Σ_kk a[r * a_stride + kk] · b[kk * b_stride + 16x ..], kk = 0, 1, ... in order. Full: all
-// 64 columns, unmasked loads (5–10% faster on Zen 4 than the masked ones, which the last block needs).
+// acc[r][x] += Σ_kk a[r * a_stride + kk] · b[kk * b_stride + x * x_stride ..], kk = 0, 1, ... in order: b's
+// four vectors of 16 columns lie x_stride floats apart (16 for a row-major b; a packed matrix's panels,
+// kernels/fp32_packed_linear.h, are further apart). Full: all 64 columns, unmasked loads (5–10% faster
+// on Zen 4 than the masked ones, which the last block needs).
 template <int R, bool Full>
 SRFORMER_AVX512 inline void accumulate(const float* a, int64_t a_stride, const float* b, int64_t b_stride,
-                                       int64_t depth, const __mmask16* mask, __m512 (&acc)[R][4]) {
+                                       int64_t x_stride, int64_t depth, const __mmask16* mask, __m512 (&acc)[R][4]) {
   for (int64_t kk = 0; kk < depth; ++kk) {
     const float* row = b + kk * b_stride;
     __m512 bv[4];
 #pragma GCC unroll 4
     for (int x = 0; x < 4; ++x)
-      bv[x] = Full ? _mm512_loadu_ps(row + 16 * x) : _mm512_maskz_loadu_ps(mask[x], row + 16 * x);
+      bv[x] = Full ? _mm512_loadu_ps(row + x_stride * x) : _mm512_maskz_loadu_ps(mask[x], row + x_stride * x);
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const __m512 av = _mm512_set1_ps(a[r * a_stride + kk]);
@@ -39,12 +41,12 @@ SRFORMER_AVX512 inline void accumulate(const float* a, int64_t a_stride, const f
   }
 }
 
-// c[r * c_stride + j] = Σ_kk a[r * a_stride + kk] · b[kk * b_stride + j] for r < R, j < n ≤ 64, the
-// terms added in order kk = 0, 1, ... (one fused multiply-add each). Columns past n are neither read
-// nor written (masked).
+// c[r * c_stride + j] = Σ_kk a[r * a_stride + kk] · b[kk * b_stride + (j / 16) * x_stride + j % 16] for
+// r < R, j < n ≤ 64, the terms added in order kk = 0, 1, ... (one fused multiply-add each). Columns past
+// n are neither read nor written (masked).
 template <int R>
-SRFORMER_AVX512 inline void block(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t depth,
-                                  int64_t n, float* c, int64_t c_stride) {
+SRFORMER_AVX512 inline void block(const float* a, int64_t a_stride, const float* b, int64_t b_stride, int64_t x_stride,
+                                  int64_t depth, int64_t n, float* c, int64_t c_stride) {
   __mmask16 mask[4];
   for (int x = 0; x < 4; ++x) {
     const int64_t left = std::clamp<int64_t>(n - 16 * x, 0, 16);
@@ -57,9 +59,9 @@ SRFORMER_AVX512 inline void block(const float* a, int64_t a_stride, const float*
     for (int x = 0; x < 4; ++x) acc[r][x] = _mm512_setzero_ps();
   }
   if (n == kColumns) {
-    accumulate<R, true>(a, a_stride, b, b_stride, depth, mask, acc);
+    accumulate<R, true>(a, a_stride, b, b_stride, x_stride, depth, mask, acc);
   } else {
-    accumulate<R, false>(a, a_stride, b, b_stride, depth, mask, acc);
+    accumulate<R, false>(a, a_stride, b, b_stride, x_stride, depth, mask, acc);
   }
 #pragma GCC unroll 6
   for (int r = 0; r < R; ++r) {
@@ -68,7 +70,7 @@ SRFORMER_AVX512 inline void block(const float* a, int64_t a_stride, const float*
   }
 }
 
-using Block = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t);
+using Block = void (*)(const float*, int64_t, const float*, int64_t, int64_t, int64_t, int64_t, float*, int64_t);
 inline constexpr Block kBlocks[kRows + 1] = {nullptr, block<1>, block<2>, block<3>, block<4>, block<5>, block<6>};
 
 // C [rows, cols] = A [rows, depth] · B [depth, cols] (row strides given), in blocks of 6 x 64.
@@ -80,7 +82,7 @@ SRFORMER_AVX512 inline void product(const float* a, int64_t a_stride, int64_t ro
       const int64_t n = std::min(kColumns, cols - j);
       const float* ai = a + i * a_stride;
       float* ci = c + i * c_stride + j;
-      kBlocks[r](ai, a_stride, b + j, b_stride, depth, n, ci, c_stride);
+      kBlocks[r](ai, a_stride, b + j, b_stride, 16, depth, n, ci, c_stride);
     }
   }
 }

@@ -142,9 +142,8 @@ TEST(Fp32PackedLinear, MatchesDoublePrecisionProductForEveryPanelAndRowRemainder
   SKIP_WITHOUT_PACKED();
   torch::manual_seed(14);
   for_each_isa([] {
-    const int64_t panel = srformer::kernels::use_avx512() ? 64 : 16;
-    // out: inside one panel, exactly one, a partial last panel, several (of either width); rows: every
-    // remainder of 6 and past 32.
+    // out: inside one panel, exactly one, a partial last panel, several, a partial last 64-column block;
+    // rows: the AVX2 blocks' 1–3, every remainder of 6 and past one 48-row work item.
     for (const int64_t in : {1, 7, 64, 515}) {
       for (const int64_t out : {1, 9, 16, 17, 64, 130}) {
         const auto w = torch::randn({out, in});
@@ -154,7 +153,6 @@ TEST(Fp32PackedLinear, MatchesDoublePrecisionProductForEveryPanelAndRowRemainder
                                                       with_bias ? b.data_ptr<float>() : nullptr);
           ASSERT_EQ(m.out(), out);
           ASSERT_EQ(m.in(), in);
-          ASSERT_EQ(m.panel_width(), panel);
           for (const int64_t rows : {1, 2, 3, 4, 5, 6, 7, 13, 40, 49, 100}) {
             const auto x = torch::randn({rows, in});
             for (const int threads : {1, 2}) {
@@ -189,29 +187,26 @@ TEST(Fp32PackedLinear, EachRowIsBitIdenticalAloneAndInAnyBatchOrThreadCount) {
   });
 }
 
-TEST(Fp32PackedLinear, AvxTwoAndAvx512GiveTheSameBitsFromEitherPanelWidth) {
+TEST(Fp32PackedLinear, AvxTwoAndAvx512GiveTheSameBitsWhicheverPackedIt) {
   SKIP_WITHOUT_PACKED();
   if (!srformer::kernels::avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512F: only the AVX2 form runs here";
   torch::manual_seed(17);
-  const auto w = torch::randn({201, 515});  // a partial last panel of either width
+  const auto w = torch::randn({201, 515});  // a partial last panel and a partial last 64-column block
   const auto b = torch::randn({201});
-  const auto x = torch::randn({37, 515});
+  const auto x = torch::randn({37, 515});  // 37 rows: AVX-512 blocks of 6 and a remainder of 1
   srformer::kernels::set_avx512(true);
-  const srformer::kernels::Fp32PackedMatrix wide(w.data_ptr<float>(), 201, 515, b.data_ptr<float>());
-  const auto by_avx512 = run_packed(wide, x, 2);
+  const srformer::kernels::Fp32PackedMatrix packed_by_avx512(w.data_ptr<float>(), 201, 515, b.data_ptr<float>());
+  const auto by_avx512 = run_packed(packed_by_avx512, x, 2);
   srformer::kernels::set_avx512(false);
-  const srformer::kernels::Fp32PackedMatrix narrow(w.data_ptr<float>(), 201, 515, b.data_ptr<float>());
-  const auto by_avx2 = run_packed(narrow, x, 2);
-  // Wide panels packed under AVX-512 still multiply, by 16-column slices, once it is turned off.
-  const auto wide_by_avx2 = run_packed(wide, x, 2);
+  const srformer::kernels::Fp32PackedMatrix packed_by_avx2(w.data_ptr<float>(), 201, 515, b.data_ptr<float>());
+  const auto by_avx2 = run_packed(packed_by_avx2, x, 2);
+  // One layout: a matrix packed under either instruction set multiplies under the other.
+  const auto avx512_packed_by_avx2 = run_packed(packed_by_avx512, x, 2);
   srformer::kernels::set_avx512(true);
-  // ... and narrow ones by the AVX2 block when it is on again.
-  const auto narrow_later = run_packed(narrow, x, 1);
-  ASSERT_EQ(wide.panel_width(), 64);
-  ASSERT_EQ(narrow.panel_width(), 16);
+  const auto avx2_packed_by_avx512 = run_packed(packed_by_avx2, x, 1);
   EXPECT_TRUE(torch::equal(by_avx2, by_avx512));
-  EXPECT_TRUE(torch::equal(wide_by_avx2, by_avx512));
-  EXPECT_TRUE(torch::equal(narrow_later, by_avx512));
+  EXPECT_TRUE(torch::equal(avx512_packed_by_avx2, by_avx512));
+  EXPECT_TRUE(torch::equal(avx2_packed_by_avx512, by_avx512));
   EXPECT_TRUE(torch::allclose(by_avx2.to(torch::kFloat64), reference_linear(x, w, b), 1e-2, 1e-2));
 }
 
