@@ -58,8 +58,8 @@ SRFORMER_AVX512 void avx512_block_product(const float* x, int64_t rows, int64_t 
 // then + bias), so both instruction sets give the same bits. A panel's 16 columns are always readable
 // (padded with zeros); `width` of them are written.
 template <int R, int C>
-SRFORMER_AVX2 void avx2_block(const float* x, int64_t in, const float* panel, int64_t panel_stride,
-                              const float* bias, int64_t width, float* y, int64_t y_stride) {
+SRFORMER_AVX2 void avx2_block(const float* x, int64_t in, const float* panel, int64_t panel_stride, const float* bias,
+                              int64_t width, float* y, int64_t y_stride) {
   __m256 acc[R][2 * C];
 #pragma GCC unroll 3
   for (int r = 0; r < R; ++r) {
