@@ -156,9 +156,9 @@ void Fp32PackedMatrix::multiply(const float* x, int64_t rows, float* y, int thre
     const float* bias = bias_.empty() ? nullptr : bias_.data() + o;
     const int64_t width = std::min(kBlockColumns, out_ - o);
     const float* block = panels_.data() + o * in_;
-    // A decode step's 1–3 rows stream the weights from memory once: the AVX2 blocks keep four panels'
-    // streams and 8 chains in flight, which measured ~12% faster per T5-small step on Zen 4 than the
-    // AVX-512 block's four chains (docs/BENCHMARKS.md).
+    // A decode step's 1–3 rows stream the weights from memory once: the AVX2 blocks keep 8 chains in
+    // flight where the AVX-512 block has 4 at one row, which made batch-1 steps 9–20% faster on Zen 4
+    // (T5-small, BART-base; docs/BENCHMARKS.md).
     if (avx512 && n > kAvx2Rows) {
       avx512_block_product(x + r * in_, n, in_, block, panel_stride, bias, width, y + r * out_ + o, out_);
     } else {
