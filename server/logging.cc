@@ -1,11 +1,58 @@
 #include "server/logging.h"
 
+#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
+#include <memory>
 #include <stdexcept>
 
 namespace srformer::server {
+
+std::string escape_log_message(std::string_view message, bool json) {
+  std::string out;
+  out.reserve(message.size());
+  for (const char c : message) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7F) {
+      char code[8];
+      std::snprintf(code, sizeof code, json ? "\\u%04x" : "\\x%02x", u);
+      out += code;
+    } else if (json && (c == '"' || c == '\\')) {
+      out += '\\';
+      out += c;
+    } else {
+      out += c;  // UTF-8 sequences pass through whole
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// %*: the message, escaped (escape_log_message). Messages quote client text (request ids, model names,
+// error details), which must not break a JSON line or forge a line of its own.
+class EscapedMessage final : public spdlog::custom_flag_formatter {
+ public:
+  explicit EscapedMessage(bool json) : json_(json) {}
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    const std::string escaped = escape_log_message(std::string_view(msg.payload.data(), msg.payload.size()), json_);
+    dest.append(escaped.data(), escaped.data() + escaped.size());
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<EscapedMessage>(json_); }
+
+ private:
+  bool json_;
+};
+
+}  // namespace
 
 void init_logging(const std::string& level, bool json) {
   auto logger = spdlog::stderr_color_mt("srformer");
@@ -14,11 +61,11 @@ void init_logging(const std::string& level, bool json) {
     throw std::invalid_argument("unknown log level '" + level + "' (use trace|debug|info|warn|error|off)");
   }
   logger->set_level(lvl);
-  if (json) {
-    logger->set_pattern(R"({"ts":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","thread":%t,"msg":"%v"})");
-  } else {
-    logger->set_pattern("%Y-%m-%d %H:%M:%S.%e %^%-5l%$ [%t] %v");
-  }
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<EscapedMessage>('*', json);
+  formatter->set_pattern(json ? R"({"ts":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","thread":%t,"msg":"%*"})"
+                              : "%Y-%m-%d %H:%M:%S.%e %^%-5l%$ [%t] %*");
+  logger->set_formatter(std::move(formatter));
   spdlog::set_default_logger(logger);
 }
 

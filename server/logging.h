@@ -1,10 +1,16 @@
 #pragma once
 // Process-wide spdlog setup shared by the server and tools.
 #include <string>
+#include <string_view>
 
 namespace srformer::server {
 
-// level: trace|debug|info|warn|error; json: one JSON object per line (for log shippers).
+// level: trace|debug|info|warn|error; json: one JSON object per line (for log shippers). Every message
+// is written through escape_log_message.
 void init_logging(const std::string& level, bool json);
+
+// A log message as written: control characters escaped (\n, \r, \t, \xNN; \uNNNN in JSON) so that no
+// message spans lines, and in JSON also `"` and `\`, so that each line stays one valid object.
+std::string escape_log_message(std::string_view message, bool json);
 
 }  // namespace srformer::server
