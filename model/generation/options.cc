@@ -1,6 +1,7 @@
 #include "model/generation/options.h"
 
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -9,6 +10,13 @@ namespace {
 
 [[noreturn]] void reject(const std::string& what) {
   throw std::invalid_argument("invalid generation options: " + what);
+}
+
+// Doubles as a person writes them (1e-38, 0.7, nan), where std::to_string prints 0.000000 for 1e-38.
+std::string number(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
 }
 
 }  // namespace
@@ -40,15 +48,20 @@ void validate(const GenerationOptions& o) {
            to_string(o.num_beams) + ")" + (o.num_beams == 1 ? "; greedy search and sampling return one sequence" : ""));
   }
   if (!std::isfinite(o.length_penalty)) reject("length_penalty must be a finite number");
-  if (o.do_sample && !(o.temperature > 0.0 && std::isfinite(o.temperature))) {
-    reject("temperature is " + to_string(o.temperature) + "; it must be > 0 (and finite) when do_sample is true");
+  // Logits are divided by the temperature (and a repeated token's by the penalty): under 1e-4 a logit of
+  // a few thousand overflows fp32, and sampling then finds no finite probability.
+  constexpr double kMinDivisor = 1e-4;
+  if (o.do_sample && !(o.temperature >= kMinDivisor && std::isfinite(o.temperature))) {
+    reject("temperature is " + number(o.temperature) +
+           "; it must be at least 1e-4 (and finite) when do_sample is true (do_sample=false decodes greedily)");
   }
   if (!(o.top_p > 0.0 && o.top_p <= 1.0)) {
-    reject("top_p is " + to_string(o.top_p) + "; set it in (0, 1] (1 disables nucleus filtering)");
+    reject("top_p is " + number(o.top_p) + "; set it in (0, 1] (1 disables nucleus filtering)");
   }
   if (o.top_k < 0) reject("top_k is " + to_string(o.top_k) + "; set it >= 0 (0 disables top-k filtering)");
-  if (!(o.repetition_penalty > 0.0 && std::isfinite(o.repetition_penalty))) {
-    reject("repetition_penalty is " + to_string(o.repetition_penalty) + "; set it > 0 (1 disables it)");
+  if (!(o.repetition_penalty >= kMinDivisor && std::isfinite(o.repetition_penalty))) {
+    reject("repetition_penalty is " + number(o.repetition_penalty) + "; set it between 1e-4 and a finite number " +
+           "(1 disables it)");
   }
   if (o.no_repeat_ngram_size < 0) {
     reject("no_repeat_ngram_size is " + to_string(o.no_repeat_ngram_size) + "; set it >= 0 (0 disables it)");

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
+#include <type_traits>
 #include <utility>
 
 namespace srformer::server {
@@ -47,7 +50,13 @@ size_t decode_utf8(std::string_view text, size_t i, uint32_t& cp) {
 
 template <typename T>
 std::string str(T v) {
-  return std::to_string(v);
+  if constexpr (std::is_floating_point_v<T>) {
+    char buf[32];  // as a person writes it: 1e-38, 0.7, nan (std::to_string gives 0.000000 for 1e-38)
+    std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
+    return buf;
+  } else {
+    return std::to_string(v);
+  }
 }
 
 }  // namespace
@@ -157,8 +166,10 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
   }
   o.early_stopping = p.has_early_stopping() ? p.early_stopping() : config.early_stopping.value_or(false);
   if (p.has_temperature()) {
-    if (!std::isfinite(p.temperature()) || (o.do_sample && p.temperature() <= 0)) {
-      invalid("temperature must be a finite number > 0 when do_sample is true (got " + str(p.temperature()) +
+    if (!std::isfinite(p.temperature()))
+      invalid("temperature must be a finite number (got " + str(p.temperature()) + ")");
+    if (o.do_sample && p.temperature() <= 0) {
+      invalid("temperature must be > 0 when do_sample is true (got " + str(p.temperature()) +
               "); use do_sample=false for deterministic output");
     }
     o.temperature = p.temperature();

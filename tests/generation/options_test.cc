@@ -86,6 +86,14 @@ TEST(ValidateTest, RejectsEachBadOptionWithItsName) {
   expect_rejected([](auto& o) { o.top_p = 1.5; }, "top_p");
   expect_rejected([](auto& o) { o.top_k = -1; }, "top_k");
   expect_rejected([](auto& o) { o.repetition_penalty = 0.0; }, "repetition_penalty");
+  // Tiny divisors overflow the scaled logits (sampling would find no finite probability): refused.
+  expect_rejected(
+      [](auto& o) {
+        o.do_sample = true;
+        o.temperature = 1e-38;
+      },
+      "at least 1e-4");
+  expect_rejected([](auto& o) { o.repetition_penalty = 1e-38; }, "between 1e-4");
   expect_rejected([](auto& o) { o.length_penalty = std::numeric_limits<double>::infinity(); }, "length_penalty");
   expect_rejected([](auto& o) { o.length_penalty = std::numeric_limits<double>::quiet_NaN(); }, "length_penalty");
   expect_rejected([](auto& o) { o.no_repeat_ngram_size = -2; }, "no_repeat_ngram_size");
