@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <utility>
@@ -28,7 +29,29 @@ v1::FinishReason to_proto(FinishReason reason) {
   }
 }
 
+// A client-given name as quoted back in an error: at most 64 bytes (a long one would not fit in the
+// status's metadata), control characters (NUL would end the message) as '?'.
+std::string shown_name(std::string_view name) {
+  constexpr size_t kMax = 64;
+  std::string out(name.substr(0, kMax));
+  for (char& c : out) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) c = '?';
+  }
+  return name.size() > kMax ? out + "... (" + std::to_string(name.size()) + " bytes)" : out;
+}
+
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+RejectReason reject_reason(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return RejectReason::kQueueFull;
+    case grpc::StatusCode::UNAVAILABLE:
+      return RejectReason::kShuttingDown;
+    default:
+      return RejectReason::kInvalid;
+  }
+}
 
 // Per-call bookkeeping for metrics and the one log line per request.
 class CallRecord {
@@ -38,8 +61,16 @@ class CallRecord {
     model_ = model;
     if (metrics_) metrics_->model(model).on_request_start();
   }
-  void rejected(RejectReason reason) {
-    if (metrics_ && !model_.empty()) metrics_->model(model_).on_rejected(reason);
+  // A request refused before it reached the engine (bad input, shutting down, queue full): its log line,
+  // srformer_requests_rejected_total{reason} and, once ended(), srformer_requests_total{code}. `engine`:
+  // the model it asked for, or null where this server holds none of that name (the name is then the
+  // client's text: logged, never made a label).
+  void refused(const std::string& id, const std::string& requested, const Engine* engine, const grpc::Status& status) {
+    if (engine != nullptr && model_.empty()) started(engine->name());
+    if (metrics_ && !model_.empty()) metrics_->model(model_).on_rejected(reject_reason(status.error_code()));
+    spdlog::info("request {}: {} model={} refused with {}: {}", shown_name(id), method_,
+                 engine ? engine->name() : shown_name(requested), status_code_name(status.error_code()),
+                 status.error_message());
   }
   void ended(const grpc::Status& status) {
     if (metrics_ && !model_.empty()) {
@@ -77,6 +108,7 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
     try {
       prepared = service.prepare(*in, context);
     } catch (const RequestError& e) {
+      record_.refused(service.request_id(*in), in->model(), service.find_model(in->model()), e.status());
       finish(e.status());
       return;
     }
@@ -92,9 +124,7 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
     try {
       service.submit(prepared);
     } catch (const RequestError& e) {
-      record_.rejected(e.code() == grpc::StatusCode::RESOURCE_EXHAUSTED ? RejectReason::kQueueFull
-                       : e.code() == grpc::StatusCode::UNAVAILABLE      ? RejectReason::kShuttingDown
-                                                                        : RejectReason::kInvalid);
+      record_.refused(request_->id, model, prepared.engine, e.status());
       finish(e.status());
     }
   }
@@ -121,6 +151,7 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::SummarizeStreamResp
     try {
       prepared = service.prepare(*in, context);
     } catch (const RequestError& e) {
+      record_.refused(service.request_id(*in), in->model(), service.find_model(in->model()), e.status());
       end(e.status());
       return;
     }
@@ -151,9 +182,7 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::SummarizeStreamResp
     try {
       service.submit(prepared);
     } catch (const RequestError& e) {
-      record_.rejected(e.code() == grpc::StatusCode::RESOURCE_EXHAUSTED ? RejectReason::kQueueFull
-                       : e.code() == grpc::StatusCode::UNAVAILABLE      ? RejectReason::kShuttingDown
-                                                                        : RejectReason::kInvalid);
+      record_.refused(request_->id, model, prepared.engine, e.status());
       end(e.status());
     }
   }
@@ -228,7 +257,9 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       : record_(service.metrics(), "SummarizeBatch"), out_(out) {
     const int n = in->requests_size();
     if (n == 0) {
-      end(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "requests is empty; send at least one request"));
+      const grpc::Status empty(grpc::StatusCode::INVALID_ARGUMENT, "requests is empty; send at least one request");
+      record_.refused(service.next_request_id(), "", nullptr, empty);
+      end(empty);
       return;
     }
     std::vector<SummarizerService::Prepared> prepared(static_cast<size_t>(n));
@@ -236,7 +267,25 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       try {
         prepared[i] = service.prepare(in->requests(i), context);
       } catch (const RequestError& e) {
-        end(grpc::Status(e.code(), "requests[" + std::to_string(i) + "]: " + e.what()));
+        const grpc::Status status(e.code(), "requests[" + std::to_string(i) + "]: " + e.what());
+        const auto& item = in->requests(i);
+        record_.refused(service.request_id(item), item.model(), service.find_model(item.model()), status);
+        end(status);
+        return;
+      }
+    }
+    // A batch holding more requests for one model than its queue takes could never be admitted whole:
+    // say so now rather than RESOURCE_EXHAUSTED, which invites a retry that fails again.
+    std::map<const Engine*, int64_t> per_engine;
+    for (const auto& p : prepared) {
+      const int64_t count = ++per_engine[p.engine];
+      if (count > p.engine->limits().max_queue) {
+        const grpc::Status status(grpc::StatusCode::INVALID_ARGUMENT,
+                                  "the batch holds more than " + std::to_string(p.engine->limits().max_queue) +
+                                      " requests for model '" + p.engine->name() +
+                                      "', more than its queue takes (--max-queue); split it into smaller batches");
+        record_.refused(p.request->id, p.engine->name(), p.engine, status);
+        end(status);
         return;
       }
     }
@@ -256,6 +305,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
         // Refuse the whole batch: cancel what was queued, report why once all of it has come back.
         std::unique_lock lock(mu_);
         error_ = grpc::Status(e.code(), "requests[" + std::to_string(i) + "]: " + e.what());
+        record_.refused(requests_[i]->id, models_[i], prepared[i].engine, error_);
         for (int j = 0; j < i; ++j) requests_[j]->cancel();
         remaining_ -= n - i;
         const bool last = remaining_ == 0;
@@ -320,6 +370,12 @@ SummarizerService::SummarizerService(ModelRegistry& models, ServiceLimits limits
 
 std::string SummarizerService::next_request_id() { return "req-" + std::to_string(next_id_.fetch_add(1)); }
 
+std::string SummarizerService::request_id(const v1::SummarizeRequest& request) {
+  return request.request_id().empty() ? next_request_id() : request.request_id();
+}
+
+Engine* SummarizerService::find_model(const std::string& name) const { return models_.find(name); }
+
 SummarizerService::Prepared SummarizerService::prepare(const v1::SummarizeRequest& in,
                                                        grpc::CallbackServerContext* context) {
   if (shutting_down()) {
@@ -329,7 +385,7 @@ SummarizerService::Prepared SummarizerService::prepare(const v1::SummarizeReques
   p.engine = models_.find(in.model());
   if (!p.engine) {
     throw RequestError(grpc::StatusCode::NOT_FOUND,
-                       "unknown model '" + in.model() + "'; this server holds: " + models_.names());
+                       "unknown model '" + shown_name(in.model()) + "'; this server holds: " + models_.names());
   }
   std::optional<Clock::time_point> deadline;
   const auto wall_deadline = context->deadline();

@@ -44,6 +44,10 @@ class SummarizerService final : public v1::Summarizer::CallbackService {
   void submit(const Prepared& prepared);
   Metrics* metrics() const { return metrics_; }
   std::string next_request_id();
+  // The client's request_id, else a new one.
+  std::string request_id(const v1::SummarizeRequest& request);
+  // The engine serving that model name (the empty name: the first model), or null.
+  Engine* find_model(const std::string& name) const;
 
  private:
   ModelRegistry& models_;

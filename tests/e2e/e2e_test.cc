@@ -7,6 +7,7 @@
 #include <future>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 
 #include "model/generation/generate.h"
 #include "model/kernels/bf16_linear.h"
@@ -297,6 +298,58 @@ TEST_F(EndToEnd, MetricsOfARunningServerFollowRealRequests) {
     std::ofstream(file) << text;
     EXPECT_EQ(scrape::run_command("promtool check metrics < " + file.string(), out), 0) << out;
   }
+}
+
+TEST_F(EndToEnd, RefusedRequestsAreCountedAndLoggedOnceInValidJsonLines) {
+  namespace scrape = server::testing;
+  auto server = start({"--metrics-listen", "127.0.0.1:0", "--log-json"});
+  const int port = metrics_port(*server);
+  ASSERT_GT(port, 0) << server->log();
+  auto body = [&] { return scrape::http_body(scrape::http_get(port, "/metrics")); };
+  // Refused by validation (over the beam cap), unary and streamed, with a request id that holds a quote
+  // and a newline; and a model this server does not hold.
+  const std::string client = kClient + " --target " + server->target();
+  auto beams = run_command(client + " --num-beams 99 --request-id 'say \"hi\"\n twice' " + doc(0) + " 2>&1");
+  EXPECT_NE(beams.exit_code, 0);
+  EXPECT_NE(beams.out.find("INVALID_ARGUMENT"), std::string::npos) << beams.out;
+  auto streamed = run_command(client + " --stream --num-beams 99 " + doc(0) + " 2>&1");
+  EXPECT_NE(streamed.exit_code, 0);
+  auto unknown = run_command(client + " --model nope " + doc(0) + " 2>&1");
+  EXPECT_NE(unknown.out.find("NOT_FOUND"), std::string::npos) << unknown.out;
+  const std::string text = body();
+  EXPECT_EQ(scrape::sample(text, "srformer_requests_rejected_total", {{"model", "tiny"}, {"reason", "invalid"}}), 2)
+      << text;
+  for (const std::string method : {"Summarize", "SummarizeStream"}) {
+    EXPECT_EQ(scrape::sample(text, "srformer_requests_total",
+                             {{"model", "tiny"}, {"method", method}, {"code", "INVALID_ARGUMENT"}}),
+              1)
+        << method;
+  }
+  EXPECT_EQ(scrape::sample(text, "srformer_requests_in_flight", {{"model", "tiny"}}), 0);
+  // The requested name of a model the server does not hold is the client's text: never a label.
+  EXPECT_EQ(text.find("\"nope\""), std::string::npos);
+  // One log line per refusal, each line one JSON object.
+  const std::string log = server->log();
+  int refused = 0;
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << "not one JSON object: " << line;
+    const std::string msg = j.at("msg");
+    if (msg.find(" refused with ") == std::string::npos) continue;
+    ++refused;
+    if (msg.find("NOT_FOUND") != std::string::npos) {
+      EXPECT_NE(msg.find("model=nope"), std::string::npos) << msg;
+    }
+    if (msg.rfind("request say", 0) == 0) {
+      // Control characters of client text shown as '?' (the quote stays, escaped in the file).
+      EXPECT_EQ(msg.rfind("request say \"hi\"? twice: Summarize model=tiny refused with INVALID_ARGUMENT", 0), 0)
+          << msg;
+    }
+  }
+  EXPECT_EQ(refused, 3) << log;
+  EXPECT_NE(log.find(R"(request say \"hi\"? twice)"), std::string::npos) << "escaped in the file: " << log;
 }
 
 TEST_F(EndToEnd, RealPrometheusScrapesTheServer) {

@@ -331,6 +331,28 @@ TEST(EngineService, BatchKeepsOrderAndEqualsUnary) {
   EXPECT_NE(st.error_message().find("requests[6]"), std::string::npos) << st.error_message();
 }
 
+TEST(EngineService, ABatchLargerThanTheQueueIsRefusedUpFrontAndNothingRuns) {
+  FakeServerOptions so;
+  so.config.max_queue = 4;
+  TestServer server(so);
+  v1::SummarizeBatchRequest batch;
+  for (int i = 0; i < 5; ++i) *batch.add_requests() = request(doc_of(i), 4, 1);
+  grpc::ClientContext ctx;
+  v1::SummarizeBatchResponse resp;
+  const auto st = server.stub().SummarizeBatch(&ctx, batch, &resp);
+  // Not RESOURCE_EXHAUSTED: retrying could never succeed, even on an idle server.
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("more than 4 requests"), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("split it"), std::string::npos) << st.error_message();
+  EXPECT_EQ(server.engine().stats().queued, 0);
+  EXPECT_EQ(server.engine().stats().live_requests, 0);
+  // As many as the queue takes: served.
+  batch.mutable_requests()->RemoveLast();
+  grpc::ClientContext ctx2;
+  ASSERT_TRUE(server.stub().SummarizeBatch(&ctx2, batch, &resp).ok());
+  EXPECT_EQ(resp.responses_size(), 4);
+}
+
 TEST(EngineService, SeveralModelsByNameAndListModels) {
   FakeServerOptions so;
   so.models = {{"alpha", FakeModelOptions{}}, {"beta", FakeModelOptions{32, 8}}};

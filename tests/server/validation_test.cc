@@ -31,6 +31,17 @@ TEST(Validation, EveryBadInputIsRefusedWithAHelpfulMessage) {
       {"over the input limit", [](auto& r) { r.set_document(std::string(100, 'a')); }, SC::INVALID_ARGUMENT,
        "over the limit of 64"},
       {"unknown model", [](auto& r) { r.set_model("nope"); }, SC::NOT_FOUND, "holds: fake"},
+      // Quoted back cut short: in full it would overflow the status's metadata (and a NUL end it).
+      {"unknown model, 10 kB name", [](auto& r) { r.set_model(std::string(10000, 'x') + '\0'); }, SC::NOT_FOUND,
+       "... (10001 bytes)'; this server holds: fake"},
+      {"tiny temperature with sampling",
+       [](auto& r) {
+         r.mutable_options()->set_do_sample(true);
+         r.mutable_options()->set_temperature(1e-38F);
+       },
+       SC::INVALID_ARGUMENT, "at least 1e-4"},
+      {"tiny repetition penalty", [](auto& r) { r.mutable_options()->set_repetition_penalty(1e-38F); },
+       SC::INVALID_ARGUMENT, "repetition_penalty"},
       {"max_new_tokens 0", [](auto& r) { r.mutable_options()->set_max_new_tokens(0); }, SC::INVALID_ARGUMENT,
        "max_new_tokens must be at least 1"},
       {"max_new_tokens absurd", [](auto& r) { r.mutable_options()->set_max_new_tokens(1000000); }, SC::INVALID_ARGUMENT,
