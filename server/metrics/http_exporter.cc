@@ -6,16 +6,41 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
 namespace srformer::server {
 namespace {
 
-void send_all(int fd, const std::string& data) {
+using SteadyClock = std::chrono::steady_clock;
+
+// One client is served at a time, so each gets a deadline for the whole exchange: a client that
+// trickles its request (or never reads the reply) cannot hold /metrics, or shutdown, for longer.
+constexpr auto kRequestBudget = std::chrono::seconds(2);
+constexpr auto kReplyBudget = std::chrono::seconds(5);
+
+// Waits until fd is ready for `events`; false once `deadline` passes or `stop` is set.
+bool ready(int fd, short events, SteadyClock::time_point deadline, const std::atomic<bool>& stop) {
+  while (!stop) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, events, 0};
+    const int rc = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 100)));
+    if (rc > 0) return true;
+    if (rc < 0 && errno != EINTR) return false;
+  }
+  return false;
+}
+
+void send_all(int fd, const std::string& data, SteadyClock::time_point deadline, const std::atomic<bool>& stop) {
   size_t sent = 0;
-  while (sent < data.size()) {
-    const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+  while (sent < data.size() && ready(fd, POLLOUT, deadline, stop)) {
+    const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
     if (n <= 0) return;
     sent += static_cast<size_t>(n);
   }
@@ -78,13 +103,13 @@ void HttpExporter::serve() {
 }
 
 void HttpExporter::handle(int client) const {
-  // Read the request head (bounded: 8 KiB, 2 s) — scrapers send a few hundred bytes.
+  // Read the request head (bounded: 8 KiB, 2 s in all) — scrapers send a few hundred bytes at once.
+  const auto read_by = SteadyClock::now() + kRequestBudget;
   std::string request;
   char buf[1024];
   while (request.find("\r\n\r\n") == std::string::npos && request.find("\n\n") == std::string::npos &&
          request.size() < 8192) {
-    pollfd p{client, POLLIN, 0};
-    if (::poll(&p, 1, 2000) <= 0) return;
+    if (!ready(client, POLLIN, read_by, stop_)) return;
     const ssize_t n = ::recv(client, buf, sizeof buf, 0);
     if (n <= 0) return;
     request.append(buf, static_cast<size_t>(n));
@@ -106,8 +131,10 @@ void HttpExporter::handle(int client) const {
   } else {
     body = body_();
   }
-  send_all(client, "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
-                       "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
+  send_all(client,
+           "HTTP/1.1 " + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " + std::to_string(body.size()) +
+               "\r\nConnection: close\r\n\r\n" + body,
+           SteadyClock::now() + kReplyBudget, stop_);
 }
 
 }  // namespace srformer::server

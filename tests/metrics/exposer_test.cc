@@ -5,9 +5,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "server/metrics/metrics.h"
 #include "tests/metrics/scrape.h"
@@ -55,6 +57,39 @@ TEST(Exposer, UnknownPathIsNotFound) {
   Metrics metrics("127.0.0.1:0");
   const std::string response = http_get(metrics.listening_ports().at(0), "/nope");
   EXPECT_EQ(status_code(response), "404") << response.substr(0, 200);
+}
+
+// One client is served at a time: a client that sends its request a byte at a time (or never
+// finishes it) is dropped when its 2-second budget runs out, and the next scrape is served.
+TEST(Exposer, ATricklingClientCannotHoldTheEndpoint) {
+  Metrics metrics("127.0.0.1:0");
+  const int port = metrics.listening_ports().at(0);
+  const int slow = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(slow, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(slow, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
+  std::atomic<bool> done{false};
+  std::thread trickle([&] {
+    // A byte every 0.5 s: each within the old per-read timeout, never a whole request.
+    const std::string head = "GET /metrics HTTP/1.0\r\nX-Slow: ";
+    for (size_t i = 0; !done && i < 80; ++i) {  // up to 40 s
+      if (send(slow, head.data() + (i % head.size()), 1, MSG_NOSIGNAL) != 1) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the trickler is being served
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string response = http_get(port, "/metrics");  // waits behind it, at most its budget
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  done = true;
+  trickle.join();
+  close(slow);
+  EXPECT_EQ(status_code(response), "200") << response.substr(0, 200);
+  // Not a speed figure: without the budget the scrape waits out the whole 40 s trickle.
+  EXPECT_LT(waited, std::chrono::seconds(15));
 }
 
 TEST(Exposer, TakenPortThrowsWithHint) {
