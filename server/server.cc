@@ -88,7 +88,10 @@ void Server::start() {
     throw std::runtime_error("cannot listen on " + config_.listen +
                              "; is the port in use or the address wrong? (--listen HOST:PORT)");
   }
+  // Overall ("") and per service, as grpc.health.v1 clients ask either (a Kubernetes gRPC probe's
+  // `service` field, grpc-health-probe -service).
   server_->GetHealthCheckService()->SetServingStatus(true);
+  server_->GetHealthCheckService()->SetServingStatus(v1::Summarizer::service_full_name(), true);
 }
 
 std::string Server::address() const {

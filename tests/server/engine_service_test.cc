@@ -432,7 +432,9 @@ TEST(EngineService, HealthIsServingAtOnceAndNotServingDuringShutdown) {
   FakeServerOptions so;
   so.models = {{"fake", FakeModelOptions{256, 4, 10ms}}};
   TestServer server(so);
+  const std::string service = "srformer.v1.Summarizer";
   EXPECT_EQ(client::check_health(server.channel(), "", 2s), client::HealthStatus::kServing);
+  EXPECT_EQ(client::check_health(server.channel(), service, 2s), client::HealthStatus::kServing);
   auto fut = std::async(std::launch::async, [&] {
     grpc::ClientContext ctx;
     v1::SummarizeResponse resp;
@@ -442,6 +444,7 @@ TEST(EngineService, HealthIsServingAtOnceAndNotServingDuringShutdown) {
   std::thread stopper([&] { server.server().shutdown(10s); });
   ASSERT_TRUE(server.wait_for([&](const server::EngineStats&) { return server.server().service().shutting_down(); }));
   EXPECT_EQ(client::check_health(server.channel(), "", 2s), client::HealthStatus::kNotServing);
+  EXPECT_EQ(client::check_health(server.channel(), service, 2s), client::HealthStatus::kNotServing);
   EXPECT_TRUE(fut.get().ok());
   stopper.join();
 }
