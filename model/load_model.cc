@@ -12,7 +12,23 @@
 
 namespace srformer {
 
+void check_device_available(const torch::Device& device) {
+  if (!device.is_cuda()) return;
+  const std::string name = device.str();
+  if (!torch::cuda::is_available()) {
+    throw std::invalid_argument("device " + name +
+                                ": this build or machine has no CUDA (LibTorch without CUDA, or no NVIDIA GPU and "
+                                "driver); use --device cpu, or build on a GPU machine with deploy/gpu/build.sh");
+  }
+  const auto count = static_cast<int64_t>(torch::cuda::device_count());
+  if (device.has_index() && device.index() >= count) {
+    throw std::invalid_argument("device " + name + ": this machine has " + std::to_string(count) +
+                                " CUDA device(s), cuda:0 to cuda:" + std::to_string(count - 1));
+  }
+}
+
 std::unique_ptr<Seq2SeqModel> load_model(const std::filesystem::path& dir, const LoadOptions& options) {
+  check_device_available(options.device);
   auto config = ModelConfig::load(dir / "config.json");
   if (options.srformer) config.srformer = *options.srformer;
   if (options.device.is_cpu() && options.dtype == torch::kFloat16) {

@@ -85,6 +85,10 @@ class Seq2SeqModel {
 // Loads a Hugging Face model directory (config.json + model.safetensors | sharded | pytorch_model.bin).
 std::unique_ptr<Seq2SeqModel> load_model(const std::filesystem::path& dir, const LoadOptions& options = {});
 
+// Throws std::invalid_argument, saying what to do, where `device` is CUDA and this build (LibTorch
+// without CUDA) or machine (no GPU, no driver, fewer GPUs than the index) cannot run on it.
+void check_device_available(const torch::Device& device);
+
 // Writes a model back as a Hugging Face directory (config.json keeping the original's other keys,
 // model.safetensors with tied tensors stored once). Tokenizer files of `source_dir` (when given) are
 // copied along. Floating-point tensors are stored as `storage` (float32, float16 or bfloat16): in

@@ -415,9 +415,7 @@ class Run {
     } catch (const std::exception&) {
       throw std::invalid_argument("device must be cpu or cuda[:N], got '" + o_.device + "'");
     }
-    if (lo.device.is_cuda() && !torch::cuda::is_available()) {
-      throw std::invalid_argument("device " + o_.device + ": this build or machine has no CUDA; use --device cpu");
-    }
+    check_device_available(lo.device);
     mode_.mixed = parse_autocast(o_.autocast);
     if (mode_.mixed) {
       const auto why = autocast_unsupported_reason(lo.device.type(), *mode_.mixed);

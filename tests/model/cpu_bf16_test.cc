@@ -238,6 +238,23 @@ TEST(LoadBf16, Fp16OnTheCpuIsAClearError) {
   EXPECT_NE(message.find("fp16 is for CUDA devices"), std::string::npos) << message;
 }
 
+TEST(LoadModel, CudaWithoutCudaIsAClearErrorNotALibTorchDump) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "CUDA is available here: the device loads";
+  testing::TempDir dir("nocuda");
+  write_random_model(dir.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kFull, 0), 8);
+  LoadOptions o;
+  o.device = torch::Device("cuda:0");
+  try {
+    load_model(dir.path(), o);
+    FAIL() << "loaded on a CUDA device without CUDA";
+  } catch (const std::invalid_argument& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("device cuda:0: this build or machine has no CUDA"), std::string::npos) << message;
+    EXPECT_NE(message.find("use --device cpu"), std::string::npos) << message;
+    EXPECT_LT(message.size(), 300U) << "a sentence, not LibTorch's backend list";
+  }
+}
+
 TEST(LoadBf16, FailsClearlyWithoutBf16Units) {
   // As on a CPU with neither AMX nor AVX512-BF16 (or with SRFORMER_CPU_AMX=0 SRFORMER_CPU_BF16_DOT=0).
   const UseBackend none("none");
