@@ -44,6 +44,7 @@ Summarizes FILE (or stdin) with an srformer-server.
   --batch                  send every FILE in one SummarizeBatch call
   --deadline-ms N          per-call deadline
   --tls --ca FILE          TLS with this CA bundle | --insecure (default) plaintext
+  --cert FILE --key FILE   client certificate and its key (PEM), for a server with --tls-client-ca
   --request-id ID          id echoed in server logs and the response
   --health                 check grpc.health.v1; exit 0 if SERVING, 1 otherwise
   --list-models            print the server's models
@@ -97,6 +98,10 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     } else if (arg == "--ca") {
       o.ca_file = next();
       o.tls = true;
+    } else if (arg == "--cert") {
+      o.cert_file = next();
+    } else if (arg == "--key") {
+      o.key_file = next();
     } else if (arg == "--insecure") {
       o.tls = false;
     } else if (arg == "--request-id") {
@@ -149,6 +154,10 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     }
   }
   if (o.tls && o.ca_file.empty()) throw std::invalid_argument("--tls needs --ca FILE (the CA bundle to trust)");
+  if (o.cert_file.empty() != o.key_file.empty()) {
+    throw std::invalid_argument("--cert and --key go together (the client certificate and its private key)");
+  }
+  if (!o.cert_file.empty() && !o.tls) throw std::invalid_argument("--cert/--key need --tls --ca FILE");
   if (o.load && o.requests <= 0 && o.duration_s <= 0) {
     throw std::invalid_argument("--load needs --requests M or --duration S");
   }

@@ -17,6 +17,7 @@ struct ClientOptions {
   int64_t deadline_ms = 0;  // 0 = none
   bool tls = false;
   std::string ca_file;
+  std::string cert_file, key_file;  // client certificate (mutual TLS)
   bool health = false;
   bool list_models = false;
   bool batch = false;  // every input file in one SummarizeBatch call

@@ -32,6 +32,10 @@ std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& o) {
   if (!o.tls) return grpc::CreateCustomChannel(o.target, grpc::InsecureChannelCredentials(), args);
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs = read_input(o.ca_file);
+  if (!o.cert_file.empty()) {
+    ssl.pem_cert_chain = read_input(o.cert_file);
+    ssl.pem_private_key = read_input(o.key_file);
+  }
   return grpc::CreateCustomChannel(o.target, grpc::SslCredentials(ssl), args);
 }
 

@@ -445,6 +445,18 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
             offline(*model_dir_, read(doc(0)), 12, 1));
   // A plaintext client cannot talk to it.
   EXPECT_NE(run_command(kClient + t + " --health --deadline-ms 3000 2>&1").exit_code, 0);
+  // Mutual TLS: with --tls-client-ca the server takes only clients that show a certificate it signed.
+  {
+    auto mutual = start({"--tls-cert", cert, "--tls-key", key, "--tls-client-ca", cert});
+    const std::string mt = " --target " + mutual->target() + " --tls --ca " + cert;
+    EXPECT_NE(run_command(kClient + mt + " --health --deadline-ms 3000 2>&1").exit_code, 0);
+    auto with_cert = run_command(kClient + mt + " --cert " + cert + " --key " + key + " --health 2>&1");
+    EXPECT_EQ(with_cert.exit_code, 0) << with_cert.out;
+    EXPECT_EQ(with_cert.out, "SERVING\n");
+    auto half_client = run_command(kClient + mt + " --cert " + cert + " --health 2>&1");
+    EXPECT_EQ(half_client.exit_code, 2) << half_client.out;
+    EXPECT_NE(half_client.out.find("--key"), std::string::npos) << half_client.out;
+  }
   // Half a TLS configuration, or a file that is not PEM, is refused with the flag to fix.
   auto half = run_command(kServer + " --model tiny=" + model_dir_->string() + " --tls-cert " + cert + " 2>&1");
   EXPECT_EQ(half.exit_code, 2);
