@@ -196,7 +196,9 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
     } else {
       config_error("feed_forward_proj '" + ff + "' is not supported (relu, gelu, gated-gelu, gated-relu)");
     }
-    c.max_input_tokens = opt<int64_t>(j, "n_positions").value_or(16384);
+    const auto n_positions = opt<int64_t>(j, "n_positions");
+    c.max_input_tokens = n_positions.value_or(16384);
+    c.max_input_tokens_is_fallback = !n_positions.has_value();
     const double rate = opt<double>(j, "dropout_rate").value_or(0.1);
     c.dropout = {rate, rate, rate};
   }

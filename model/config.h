@@ -91,8 +91,12 @@ struct ModelConfig {
 
   DropoutRates dropout;
 
-  // Longest input the model accepts (BART: max_position_embeddings; T5: unbounded -> a sane cap).
+  // Longest input the model accepts (BART: max_position_embeddings; T5: n_positions, else 16384).
   int64_t max_input_tokens = 1024;
+  // True where config.json sets no limit (a T5 without n_positions: relative positions have none), so
+  // max_input_tokens is the fallback above, not the checkpoint's. A server caps such models lower by
+  // default (the encoder's memory grows with the square of the input).
+  bool max_input_tokens_is_fallback = false;
 
   SrformerConfig srformer;
 

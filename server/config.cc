@@ -116,7 +116,8 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
   --threads N                 torch intra-op threads per model engine (default: cores / models)
   --max-batch-rows N          rows (beams count) decoded together per model (default 64)
   --max-queue N               requests waiting per model before RESOURCE_EXHAUSTED (default 256)
-  --max-input-tokens N        input token limit (default: each model's own)
+  --max-input-tokens N        input token limit (default: each model's own; a model whose config.json
+                              sets none, e.g. a T5 without n_positions: 4096, which N may also raise)
   --max-new-tokens-cap N      largest max_new_tokens a request may ask for (default 512)
   --max-beams N               largest num_beams a request may ask for (default 8)
   --max-tokens-in-flight N    admission budget: sum of rows*(input+max_new_tokens) (default unlimited)

@@ -50,6 +50,14 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
   service_limits.max_new_tokens_cap = config.max_new_tokens_cap;
   service_limits.max_beams = config.max_beams;
   service_ = std::make_unique<SummarizerService>(models_, service_limits, metrics);
+  for (const auto& e : models_.engines()) {
+    if (e->config().max_input_tokens_is_fallback) {
+      spdlog::info(
+          "model '{}': config.json sets no input limit (n_positions); serving inputs of up to {} tokens "
+          "(--max-input-tokens N to change: the encoder's time and memory grow with the square of it)",
+          e->name(), effective_max_input_tokens(e->config(), service_limits));
+    }
+  }
 }
 
 Server::~Server() {

@@ -105,6 +105,10 @@ void validate_document(std::string_view document) {
 }
 
 int64_t effective_max_input_tokens(const ModelConfig& config, const ServiceLimits& limits) {
+  if (config.max_input_tokens_is_fallback) {
+    // No limit of the checkpoint's own: the operator's, else kUnboundedModelInputTokens.
+    return limits.max_input_tokens > 0 ? limits.max_input_tokens : kUnboundedModelInputTokens;
+  }
   int64_t limit = config.max_input_tokens > 0 ? config.max_input_tokens : limits.max_input_tokens;
   if (limits.max_input_tokens > 0) limit = std::min(limit, limits.max_input_tokens);
   return limit;

@@ -49,7 +49,11 @@ bool is_valid_utf8(std::string_view text);
 ResolvedOptions resolve_options(const v1::GenerationOptions& proto, const ModelConfig& config,
                                 const ServiceLimits& limits);
 
-// The input limit in force for a model: the smaller of the model's and the server's.
+// Input tokens a request may hold: the smaller of the model's limit and --max-input-tokens; for a model
+// whose config.json sets none (ModelConfig::max_input_tokens_is_fallback), --max-input-tokens, else
+// kUnboundedModelInputTokens (the demo T5 encoding 16000 tokens took ~26 s and ~16 GB on a 2-core
+// machine: attention grows with the square of the input; 4096 costs a sixteenth of that).
+inline constexpr int64_t kUnboundedModelInputTokens = 4096;
 int64_t effective_max_input_tokens(const ModelConfig& config, const ServiceLimits& limits);
 
 // `text` with every malformed sequence replaced by U+FFFD (protobuf string fields must be UTF-8).

@@ -42,6 +42,17 @@ TEST(Config, T5V11GatedGeluAndUntiedHeadAndInnerDimDifferentFromDModel) {
   EXPECT_EQ(c.inner_dim(), 64);
 }
 
+TEST(Config, AT5WithoutNPositionsSaysItsInputLimitIsAFallback) {
+  const auto none = ModelConfig::from_json(t5_json());
+  EXPECT_TRUE(none.max_input_tokens_is_fallback);
+  EXPECT_EQ(none.max_input_tokens, 16384);
+  auto j = t5_json();
+  j["n_positions"] = 512;
+  const auto set = ModelConfig::from_json(j);
+  EXPECT_FALSE(set.max_input_tokens_is_fallback);
+  EXPECT_EQ(set.max_input_tokens, 512);
+}
+
 TEST(Config, SrformerBlock) {
   auto j = t5_json();
   j["srformer"] = {{"cross_attention", "srformer"}, {"segment_size", 16}, {"expected_length", 100}};

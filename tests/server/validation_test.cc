@@ -154,5 +154,25 @@ TEST(Validation, DefaultsComeFromTheModelConfig) {
   EXPECT_EQ(q.expected_length, 50);
 }
 
+TEST(Validation, InputLimitOfAModelWhoseConfigSetsNoneIsTheServers) {
+  using server::effective_max_input_tokens;
+  ModelConfig bounded;  // BART's max_position_embeddings, a T5's n_positions
+  bounded.max_input_tokens = 1024;
+  ModelConfig unbounded;  // a T5 without n_positions
+  unbounded.max_input_tokens = 16384;
+  unbounded.max_input_tokens_is_fallback = true;
+  server::ServiceLimits none, lower, higher;
+  lower.max_input_tokens = 512;
+  higher.max_input_tokens = 8000;
+  // A checkpoint's own limit: --max-input-tokens can only lower it.
+  EXPECT_EQ(effective_max_input_tokens(bounded, none), 1024);
+  EXPECT_EQ(effective_max_input_tokens(bounded, lower), 512);
+  EXPECT_EQ(effective_max_input_tokens(bounded, higher), 1024);
+  // None: the server's default, or whatever the operator sets, above or below it.
+  EXPECT_EQ(effective_max_input_tokens(unbounded, none), server::kUnboundedModelInputTokens);
+  EXPECT_EQ(effective_max_input_tokens(unbounded, lower), 512);
+  EXPECT_EQ(effective_max_input_tokens(unbounded, higher), 8000);
+}
+
 }  // namespace
 }  // namespace srformer::testing
