@@ -225,6 +225,11 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
 std::shared_ptr<Request> build_request(const v1::SummarizeRequest& in, const Engine& engine,
                                        const ServiceLimits& limits, std::optional<Clock::time_point> deadline) {
   validate_document(in.document());
+  if (!v1::TruncationPolicy_IsValid(in.truncation())) {
+    // A newer client's value, or a wrong number: refused rather than read as the default.
+    invalid("truncation " + str(static_cast<int>(in.truncation())) +
+            " is not a TruncationPolicy; use TRUNCATION_POLICY_ERROR (1) or TRUNCATION_POLICY_TRUNCATE (2)");
+  }
   const ModelConfig& config = engine.config();
   ResolvedOptions resolved = resolve_options(in.options(), config, limits);
 

@@ -40,6 +40,8 @@ TEST(Validation, EveryBadInputIsRefusedWithAHelpfulMessage) {
          r.mutable_options()->set_temperature(1e-38F);
        },
        SC::INVALID_ARGUMENT, "at least 1e-4"},
+      {"unknown truncation policy", [](auto& r) { r.set_truncation(static_cast<v1::TruncationPolicy>(7)); },
+       SC::INVALID_ARGUMENT, "truncation 7 is not a TruncationPolicy"},
       {"tiny repetition penalty", [](auto& r) { r.mutable_options()->set_repetition_penalty(1e-38F); },
        SC::INVALID_ARGUMENT, "repetition_penalty"},
       {"max_new_tokens 0", [](auto& r) { r.mutable_options()->set_max_new_tokens(0); }, SC::INVALID_ARGUMENT,
