@@ -170,8 +170,9 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
   }
   o.early_stopping = p.has_early_stopping() ? p.early_stopping() : config.early_stopping.value_or(false);
   if (p.has_temperature()) {
-    if (!std::isfinite(p.temperature()))
+    if (!std::isfinite(p.temperature())) {
       invalid("temperature must be a finite number (got " + str(p.temperature()) + ")");
+    }
     if (o.do_sample && p.temperature() <= 0) {
       invalid("temperature must be > 0 when do_sample is true (got " + str(p.temperature()) +
               "); use do_sample=false for deterministic output");
