@@ -48,8 +48,9 @@ void validate(const GenerationOptions& o) {
            to_string(o.num_beams) + ")" + (o.num_beams == 1 ? "; greedy search and sampling return one sequence" : ""));
   }
   if (!std::isfinite(o.length_penalty)) reject("length_penalty must be a finite number");
-  // Logits are divided by the temperature (and a repeated token's by the penalty): under 1e-4 a logit of
-  // a few thousand overflows fp32, and sampling then finds no finite probability.
+  // Logits are divided by the temperature (and a repeated token's by the penalty): at 1e-38 any logit
+  // over ~3.4 overflows fp32 and sampling finds no finite probability; from 1e-4 logits stay finite up
+  // to ~1e34, and sampling at 1e-4 is already greedy in effect.
   constexpr double kMinDivisor = 1e-4;
   if (o.do_sample && !(o.temperature >= kMinDivisor && std::isfinite(o.temperature))) {
     reject("temperature is " + number(o.temperature) +
