@@ -1,10 +1,10 @@
 #include "server/service/request_builder.h"
 
+#include <spdlog/fmt/fmt.h>
+
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <string>
-#include <type_traits>
 #include <utility>
 
 namespace srformer::server {
@@ -48,15 +48,10 @@ size_t decode_utf8(std::string_view text, size_t i, uint32_t& cp) {
   return len;
 }
 
+// Numbers as a person writes them: 1e-38, 0.7, nan (std::to_string gives 0.000000 for 1e-38).
 template <typename T>
 std::string str(T v) {
-  if constexpr (std::is_floating_point_v<T>) {
-    char buf[32];  // as a person writes it: 1e-38, 0.7, nan (std::to_string gives 0.000000 for 1e-38)
-    std::snprintf(buf, sizeof buf, "%g", static_cast<double>(v));
-    return buf;
-  } else {
-    return std::to_string(v);
-  }
+  return fmt::format("{}", v);
 }
 
 }  // namespace
