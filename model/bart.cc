@@ -121,7 +121,8 @@ class BartModel final : public EncoderDecoderModel {
   }
 
   // Differentiable (training); inference callers hold a no-grad or inference-mode guard.
-  EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) override {
+  EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                       const EncodeStop& stop) override {
     check_tokens(input_ids, "input_ids");
     const auto ids = input_ids.to(device_, torch::kLong);
     const int64_t k = ids.size(1);
@@ -134,6 +135,7 @@ class BartModel final : public EncoderDecoderModel {
     h = dropout(enc_ln_emb_(h), DropoutSite::kHidden);
     const auto bias = additive_mask(mask.view({ids.size(0), 1, 1, k}), compute_dtype_);
     for (const auto& l : encoder_) {
+      stop_if_asked(stop);
       h = l.self_attn_norm(h + dropout(l.self_attn.forward(h, bias), DropoutSite::kHidden));
       h = l.final_norm(h + dropout(l.ffn(h), DropoutSite::kHidden));
     }

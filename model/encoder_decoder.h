@@ -46,6 +46,7 @@ class DecodeContext {
 
 class EncoderDecoderModel : public Seq2SeqModel {
  public:
+  using Seq2SeqModel::encode;
   const ModelConfig& config() const override { return config_; }
   torch::Device device() const override { return device_; }
   torch::ScalarType dtype() const override { return dtype_; }
@@ -114,6 +115,10 @@ class EncoderDecoderModel : public Seq2SeqModel {
 
   torch::Tensor mask_of(const torch::Tensor& attention_mask, const torch::Tensor& input_ids) const;
   void check_tokens(const torch::Tensor& ids, const char* what) const;
+  // Before each encoder layer: throws EncodeInterrupted when `stop` is set and says so.
+  static void stop_if_asked(const EncodeStop& stop) {
+    if (stop && stop()) throw EncodeInterrupted();
+  }
 };
 
 // T5's relative-position buckets (bidirectional for the encoder, causal for the decoder).

@@ -7,8 +7,10 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +23,16 @@ namespace srformer {
 struct EncoderOutput {
   torch::Tensor hidden;  // [B, k, d_model], model dtype
   torch::Tensor mask;    // [B, k] bool, true = real token (padding only at the end of a row)
+};
+
+// Asked before each encoder layer; returning true abandons the encode with EncodeInterrupted. A server
+// passes one so that a long input whose requests are all cancelled, past their deadline or shut down
+// stops within one layer instead of running the whole encoder for nobody.
+using EncodeStop = std::function<bool()>;
+
+class EncodeInterrupted : public std::runtime_error {
+ public:
+  EncodeInterrupted() : std::runtime_error("encode interrupted: its caller asked to stop") {}
 };
 
 struct LoadOptions {
@@ -52,7 +64,12 @@ class Seq2SeqModel {
   virtual torch::ScalarType dtype() const = 0;
 
   // input_ids [B,k] int64; attention_mask [B,k] (int or bool, 1 = real).
-  virtual EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) = 0;
+  EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) {
+    return encode(input_ids, attention_mask, EncodeStop{});
+  }
+  // The same, asking `stop` (when set) before each layer; throws EncodeInterrupted when it says so.
+  virtual EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                               const EncodeStop& stop) = 0;
 
   // Builds the per-row decoder state from encoder output: cross K/V for every layer, and for
   // segmented variants K^T V, ||K|| and a zero RAF membrane. expected_length: [B] int64 (L per row).

@@ -121,7 +121,8 @@ class T5Model final : public EncoderDecoderModel {
   }
 
   // Differentiable (training); inference callers hold a no-grad or inference-mode guard.
-  EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) override {
+  EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                       const EncodeStop& stop) override {
     check_tokens(input_ids, "input_ids");
     const auto ids = input_ids.to(device_, torch::kLong);
     const int64_t B = ids.size(0);
@@ -134,6 +135,7 @@ class T5Model final : public EncoderDecoderModel {
     const auto bias = position_bias(enc_rel_bias_, pos.view({1, 1, k}) - pos.view({1, k, 1}), true);
     const auto key_mask = additive_mask(mask.view({B, 1, 1, k}), compute_dtype_);
     for (const auto& l : encoder_) {
+      stop_if_asked(stop);
       h = h + dropout(l.self_attn.forward(l.self_attn_norm(h), bias, key_mask), DropoutSite::kHidden);
       h = h + dropout(l.ffn(l.ffn_norm(h)), DropoutSite::kHidden);
     }

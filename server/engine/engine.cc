@@ -151,7 +151,8 @@ void Engine::stop_accepting() {
 bool Engine::wait_idle(Clock::time_point deadline) {
   {
     std::unique_lock lock(mu_);
-    if (!idle_cv_.wait_until(lock, deadline, [&] { return stats_.queued == 0 && stats_.live_requests == 0; })) {
+    const auto idle = [&] { return stats_.queued == 0 && stats_.encoding == 0 && stats_.live_requests == 0; };
+    if (!idle_cv_.wait_until(lock, deadline, idle)) {
       return false;
     }
   }
@@ -246,22 +247,13 @@ void Engine::run() {
         }
       }
       stats_.queued = static_cast<int64_t>(queue_.size());
+      stats_.encoding = static_cast<int64_t>(admitted.size());
       if (metrics_) metrics_->set_queue_depth(static_cast<double>(queue_.size()));
       if (stop_ && queue_.empty() && slots_.empty() && admitted.empty() && dropped.empty() && !shutdown_now) break;
     }
 
     const auto now = Clock::now();
-    for (auto& p : dropped) {
-      RequestResult result;
-      result.outcome = shutdown_now              ? RequestOutcome::kShutdown
-                       : p.request->expired(now) ? RequestOutcome::kDeadlineExceeded
-                                                 : RequestOutcome::kCancelled;
-      result.finish_reason = FinishReason::kCancelled;
-      result.usage = p.request->usage;
-      result.usage.queue_ms = ms_between(p.request->accepted_at, now);
-      if (metrics_ && shutdown_now) metrics_->on_rejected(RejectReason::kShuttingDown);
-      delivery_.post(result_job(p.request, std::move(result)));
-    }
+    for (const auto& p : dropped) post_dropped(p, now, now, shutdown_now);
     if (shutdown_now) {
       for (auto& slot : slots_) slot->request->cancel();
       drop_dead_slots();  // finishes them all as kShutdown (see finish outcome below)
@@ -272,6 +264,29 @@ void Engine::run() {
     publish_stats();
   }
   publish_stats();
+}
+
+void Engine::post_dropped(const Pending& p, Clock::time_point dequeued, Clock::time_point now, bool shutdown) {
+  RequestResult result;
+  result.outcome = shutdown                  ? RequestOutcome::kShutdown
+                   : p.request->expired(now) ? RequestOutcome::kDeadlineExceeded
+                                             : RequestOutcome::kCancelled;
+  result.finish_reason = FinishReason::kCancelled;
+  result.usage = p.request->usage;
+  result.usage.queue_ms = ms_between(p.request->accepted_at, dequeued);
+  result.usage.encode_ms = ms_between(dequeued, now);
+  if (metrics_ && shutdown) metrics_->on_rejected(RejectReason::kShuttingDown);
+  delivery_.post(result_job(p.request, std::move(result)));
+}
+
+bool Engine::abandon_encode(const std::vector<Pending>& batch) const {
+  {
+    std::lock_guard lock(mu_);
+    if (cancel_all_) return true;
+  }
+  const auto now = Clock::now();
+  return std::all_of(batch.begin(), batch.end(),
+                     [now](const Pending& p) { return p.request->cancelled() || p.request->expired(now); });
 }
 
 void Engine::admit(std::vector<Pending> batch) {
@@ -299,7 +314,8 @@ void Engine::admit(std::vector<Pending> batch) {
   }
   DecoderState joined;
   try {
-    const EncoderOutput enc = model_->encode(ids.to(device_), mask.to(device_));
+    const EncoderOutput enc =
+        model_->encode(ids.to(device_), mask.to(device_), [this, &batch] { return abandon_encode(batch); });
     {
       std::lock_guard lock(mu_);
       ++stats_.encodes;
@@ -309,6 +325,18 @@ void Engine::admit(std::vector<Pending> batch) {
     if (static_cast<int64_t>(expand.size()) != n) {
       joined.select(torch::tensor(expand, torch::kInt64).to(device_));
     }
+  } catch (const EncodeInterrupted&) {
+    bool shutdown = false;
+    {
+      std::lock_guard lock(mu_);
+      shutdown = cancel_all_;  // left set: the next iteration cancels the queue and the running rows
+      ++stats_.encodes_abandoned;
+    }
+    const auto now = Clock::now();
+    spdlog::debug("model '{}': encode of {} requests abandoned after {:.1f} ms: {}", name_, n, ms_between(start, now),
+                  shutdown ? "shutting down" : "none is wanted any more");
+    for (const auto& p : batch) post_dropped(p, start, now, shutdown);
+    return;
   } catch (const std::exception& e) {
     spdlog::error("model '{}': encoding a batch of {} failed: {}", name_, n, e.what());
     for (auto& p : batch) {
@@ -684,6 +712,7 @@ void Engine::publish_stats() {
     stats_.live_rows = rows;
     stats_.max_live_rows = std::max(stats_.max_live_rows, rows);
     stats_.state_bytes = bytes;
+    stats_.encoding = 0;  // admit() has made them slots or finished them
     idle = stats_.queued == 0 && slots_.empty();
   }
   if (idle) idle_cv_.notify_all();

@@ -41,6 +41,7 @@ struct EngineLimits {
 
 struct EngineStats {
   int64_t queued = 0;
+  int64_t encoding = 0;  // taken from the queue, their batch encoding (neither queued nor live)
   int64_t live_requests = 0;
   int64_t live_rows = 0;
   int64_t state_bytes = 0;  // DecoderState bytes held after the last iteration
@@ -56,6 +57,8 @@ struct EngineStats {
   double join_seconds = 0;         // admissions: adding the encoded rows to the running batch's state
   double encode_seconds = 0;       // admissions: encoding and starting the rows' state
   int64_t encodes = 0;             // encoder calls (one per admitted batch)
+  int64_t encodes_abandoned = 0;   // encoder calls stopped part-way: all their requests gone (cancelled,
+                                   // past the deadline, shutdown)
   int64_t max_encoded_tokens = 0;  // the largest encoder call, in input tokens (rows * length)
 };
 
@@ -110,6 +113,12 @@ class Engine {
   void run();
   void admit(std::vector<Pending> batch);
   void drop_dead_slots();
+  // Finishes a request that leaves before decoding: cancelled, expired or shut down while queued
+  // (dequeued = now) or while its batch encoded (from dequeued to now).
+  void post_dropped(const Pending& p, Clock::time_point dequeued, Clock::time_point now, bool shutdown);
+  // Whether an admitted batch's encode can stop: shutdown cancels everything, or no request in it is
+  // still wanted.
+  bool abandon_encode(const std::vector<Pending>& batch) const;
   void step();
   // Every slot's searcher over its rows of the step's logits [rows, vocab], in slot order.
   struct Searched {

@@ -32,7 +32,9 @@ class FakeModel : public Seq2SeqModel {
   const ModelConfig& config() const override { return config_; }
   torch::Device device() const override { return torch::kCPU; }
   torch::ScalarType dtype() const override { return torch::kFloat32; }
-  EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) override {
+  using Seq2SeqModel::encode;
+  EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                       const EncodeStop&) override {
     return {input_ids.to(torch::kFloat32).unsqueeze(-1), attention_mask.to(torch::kBool)};
   }
   DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length) override {

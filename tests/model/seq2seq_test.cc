@@ -316,6 +316,25 @@ TEST_P(Seq2SeqProperties, WindowsReadInPlaceEqualWindowCopies) {
   }
 }
 
+// The server stops a long encode whose requests are all gone: the stop is asked before each layer,
+// an encode it never stops is the plain one, and one it stops throws at that layer.
+TEST_P(Seq2SeqProperties, EncodeAsksItsStopBeforeEachLayerAndStopsWhereItSaysSo) {
+  const auto ids = random_ids(2, 10);
+  const auto mask = torch::ones({2, 10}, torch::kLong);
+  const int64_t layers = model_->config().encoder_layers;
+  ASSERT_GE(layers, 2);
+  int64_t asked = 0;
+  const auto never = model_->encode(ids, mask, [&asked] {
+    ++asked;
+    return false;
+  });
+  EXPECT_EQ(asked, layers);
+  EXPECT_TRUE(torch::equal(never.hidden, model_->encode(ids, mask).hidden));
+  asked = 0;
+  EXPECT_THROW(model_->encode(ids, mask, [&asked] { return ++asked == 2; }), EncodeInterrupted);
+  EXPECT_EQ(asked, 2) << "stopped before the second layer, not after the encoder";
+}
+
 INSTANTIATE_TEST_SUITE_P(AllVariants, Seq2SeqProperties, ::testing::ValuesIn([] {
                            std::vector<Case> cases;
                            for (auto arch : {Architecture::kBart, Architecture::kT5}) {

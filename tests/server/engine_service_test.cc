@@ -199,6 +199,99 @@ TEST(EngineService, DeadlineEndsTheRequestAndFreesItsState) {
   EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_rows == 0 && s.state_bytes == 0; }, 2s));
 }
 
+// A fake encoder of 50 layers x 40 ms: a request that goes while it encodes stops it within a layer
+// (deadline, cancellation, shutdown), where the whole encode would run 2 s for nobody.
+FakeModelOptions slow_encoder() {
+  FakeModelOptions mo{256, 4, 5ms};
+  mo.encode_layers = 50;
+  mo.encode_layer_delay = 40ms;
+  return mo;
+}
+
+TEST(EngineService, CancellingDuringALongEncodeStopsItWithinALayer) {
+  FakeServerOptions so;
+  const auto mo = slow_encoder();
+  so.models = {{"fake", mo}};
+  TestServer server(so);
+  grpc::ClientContext ctx;
+  auto reader = server.stub().SummarizeStream(&ctx, request(std::string(100, 'q'), 8, 1));
+  const auto& layers = *mo.encode_layers_run;
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (layers.load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  ASSERT_GT(layers.load(), 0) << "the encode never started";
+  ctx.TryCancel();
+  v1::SummarizeStreamResponse msg;
+  while (reader->Read(&msg)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.encodes_abandoned == 1; }, 5s));
+  EXPECT_LT(layers.load(), mo.encode_layers) << "the encoder ran to its end";
+  EXPECT_EQ(server.engine().stats().encodes, 0);
+  EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 0 && s.state_bytes == 0; }));
+  // The engine serves on.
+  grpc::ClientContext next;
+  v1::SummarizeResponse resp;
+  EXPECT_TRUE(server.stub().Summarize(&next, request("hello", 4, 1), &resp).ok());
+}
+
+TEST(EngineService, ADeadlinePassingDuringTheEncodeStopsIt) {
+  FakeServerOptions so;
+  const auto mo = slow_encoder();
+  so.models = {{"fake", mo}};
+  TestServer server(so);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + 300ms);
+  v1::SummarizeResponse resp;
+  EXPECT_EQ(server.stub().Summarize(&ctx, request(std::string(100, 'q'), 8, 1), &resp).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.encodes_abandoned == 1; }, 5s))
+      << "encodes " << server.engine().stats().encodes;
+  EXPECT_LT(mo.encode_layers_run->load(), mo.encode_layers);
+}
+
+// A request whose batch is encoding is neither queued nor decoding yet: the drain still waits for it.
+TEST(EngineService, GracefulShutdownWaitsForARequestBeingEncoded) {
+  FakeServerOptions so;
+  const auto mo = slow_encoder();
+  so.models = {{"fake", mo}};
+  TestServer server(so);
+  auto fut = std::async(std::launch::async, [&] {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    auto st = server.stub().Summarize(&ctx, request(doc_of(3), 8, 1), &resp);
+    return std::make_pair(st, resp);
+  });
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (mo.encode_layers_run->load() == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(1ms);
+  }
+  server.server().shutdown(20s);
+  auto [status, resp] = fut.get();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(ids_of(resp), offline(doc_of(3), 8, 1).tokens);
+  EXPECT_EQ(mo.encode_layers_run->load(), mo.encode_layers);
+}
+
+TEST(EngineService, ShutdownPastTheGraceStopsALongEncode) {
+  FakeServerOptions so;
+  const auto mo = slow_encoder();
+  so.models = {{"fake", mo}};
+  TestServer server(so);
+  auto fut = std::async(std::launch::async, [&] {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    return server.stub().Summarize(&ctx, request(std::string(100, 'q'), 8, 1), &resp);
+  });
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (mo.encode_layers_run->load() == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(1ms);
+  }
+  server.server().shutdown(100ms);
+  EXPECT_EQ(fut.get().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(server.engine().stats().encodes_abandoned, 1);
+  EXPECT_LT(mo.encode_layers_run->load(), mo.encode_layers);
+}
+
 TEST(EngineService, QueueFullIsResourceExhausted) {
   FakeServerOptions so;
   so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};

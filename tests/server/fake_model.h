@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -52,7 +53,11 @@ struct FakeModelOptions {
   int64_t max_input_tokens;
   int64_t segment_size;
   std::chrono::milliseconds step_delay;  // makes requests long-lived for cancellation tests
-  std::optional<int64_t> max_length;     // config generation defaults
+  // A slow encoder: this many "layers" of encode_layer_delay each, the stop check asked before each.
+  int encode_layers = 1;
+  std::chrono::milliseconds encode_layer_delay{0};
+  std::shared_ptr<std::atomic<int>> encode_layers_run = std::make_shared<std::atomic<int>>(0);  // shared with a test
+  std::optional<int64_t> max_length;  // config generation defaults
   std::optional<int64_t> num_beams;
   std::optional<std::string> prefix;
 };
@@ -78,8 +83,14 @@ class FakeModel : public Seq2SeqModel {
   int64_t parameter_count() const override { return 42; }
   const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters() const override { return params_; }
 
-  EncoderOutput encode(const torch::Tensor& ids, const torch::Tensor& mask) override {
+  using Seq2SeqModel::encode;
+  EncoderOutput encode(const torch::Tensor& ids, const torch::Tensor& mask, const EncodeStop& stop) override {
     encode_calls++;
+    for (int layer = 0; layer < options_.encode_layers; ++layer) {
+      if (stop && stop()) throw EncodeInterrupted();
+      ++*options_.encode_layers_run;
+      std::this_thread::sleep_for(options_.encode_layer_delay);
+    }
     return {ids.to(torch::kFloat32).unsqueeze(-1), mask.to(torch::kBool)};
   }
 
