@@ -2,7 +2,10 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 
 namespace srformer {
 
@@ -24,7 +27,10 @@ constexpr KindName kKinds[] = {
     {CrossAttentionKind::kGlobalTokens, "global_tokens"},
 };
 
-[[noreturn]] void config_error(const std::string& what) { throw std::invalid_argument("config.json: " + what); }
+constexpr std::string_view kConfigFile = "config.json";
+[[noreturn]] void config_error(const std::string& what) {
+  throw std::invalid_argument(std::string(kConfigFile) + ": " + what);
+}
 
 template <typename T>
 std::optional<T> opt(const nlohmann::json& j, const char* key) {
@@ -129,7 +135,30 @@ bool SrformerConfig::uses_raf() const {
   }
 }
 
-ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
+namespace {
+
+// Generation defaults in Hugging Face's keys, from config.json, generation_config.json or a
+// task's parameters; keys the object lacks leave the value as it was.
+void read_generation_defaults(const nlohmann::json& j, ModelConfig& c) {
+  // HF's max_length / min_length count the decoder start token; *_new_tokens, where set, win.
+  if (auto v = opt<int64_t>(j, "max_length")) c.max_length = v;
+  if (auto v = opt<int64_t>(j, "max_new_tokens")) c.max_length = *v + 1;
+  if (auto v = opt<int64_t>(j, "min_length")) c.min_length = v;
+  if (auto v = opt<int64_t>(j, "min_new_tokens")) c.min_length = *v + 1;
+  if (auto v = opt<int64_t>(j, "num_beams")) c.num_beams = v;
+  if (auto v = opt<double>(j, "length_penalty")) c.length_penalty = v;
+  if (auto v = opt<int64_t>(j, "no_repeat_ngram_size")) c.no_repeat_ngram_size = v;
+  // true, false, or "never" (a stricter variant of false's heuristic; taken as false).
+  if (const auto it = j.find("early_stopping"); it != j.end() && it->is_string() && *it == "never") {
+    c.early_stopping = false;
+  } else if (auto v = opt<bool>(j, "early_stopping")) {
+    c.early_stopping = v;
+  }
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json* generation) {
   if (!j.is_object()) config_error("top level must be a JSON object");
   ModelConfig c;
   const auto type = opt<std::string>(j, "model_type").value_or("");
@@ -219,22 +248,35 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
       config_error("special token id " + std::to_string(id) + " outside the vocabulary");
   }
 
-  c.max_length = opt<int64_t>(j, "max_length");
-  c.min_length = opt<int64_t>(j, "min_length");
-  c.num_beams = opt<int64_t>(j, "num_beams");
-  c.length_penalty = opt<double>(j, "length_penalty");
-  c.early_stopping = opt<bool>(j, "early_stopping");
-  c.no_repeat_ngram_size = opt<int64_t>(j, "no_repeat_ngram_size");
+  // Hugging Face generates with generation_config.json where the checkpoint has one (newer
+  // transformers save the defaults only there), else with config.json's keys.
+  const auto check_token_ids = [&c] {
+    for (const auto& id :
+         {std::optional<int64_t>(c.decoder_start_token_id), c.forced_bos_token_id, c.forced_eos_token_id}) {
+      if (id && (*id < 0 || *id >= c.vocab_size))
+        config_error("token id " + std::to_string(*id) + " outside the vocabulary");
+    }
+  };
+  if (generation) {
+    const auto& g = *generation;
+    try {
+      if (!g.is_object()) config_error("top level must be a JSON object");
+      if (auto v = opt<int64_t>(g, "decoder_start_token_id")) c.decoder_start_token_id = *v;
+      c.forced_bos_token_id = opt<int64_t>(g, "forced_bos_token_id");
+      c.forced_eos_token_id = opt<int64_t>(g, "forced_eos_token_id");
+      read_generation_defaults(g, c);
+      check_token_ids();
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("generation_config.json" + std::string(e.what()).substr(kConfigFile.size()));
+    }
+  } else {
+    read_generation_defaults(j, c);
+    check_token_ids();
+  }
   if (const auto tsp = j.find("task_specific_params"); tsp != j.end() && tsp->is_object()) {
     if (const auto s = tsp->find("summarization"); s != tsp->end() && s->is_object()) {
       c.summarization_prefix = opt<std::string>(*s, "prefix");
-      // HF applies task-specific generation settings for summarization pipelines.
-      if (auto v = opt<int64_t>(*s, "max_length")) c.max_length = v;
-      if (auto v = opt<int64_t>(*s, "min_length")) c.min_length = v;
-      if (auto v = opt<int64_t>(*s, "num_beams")) c.num_beams = v;
-      if (auto v = opt<double>(*s, "length_penalty")) c.length_penalty = v;
-      if (auto v = opt<bool>(*s, "early_stopping")) c.early_stopping = v;
-      if (auto v = opt<int64_t>(*s, "no_repeat_ngram_size")) c.no_repeat_ngram_size = v;
+      read_generation_defaults(*s, c);  // as HF's summarization pipeline applies them
     }
   }
   parse_srformer(j, c);
@@ -251,10 +293,24 @@ ModelConfig ModelConfig::load(const std::filesystem::path& config_json) {
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(config_json.string() + ": not valid JSON: " + e.what());
   }
+  // Hugging Face generates with the defaults in generation_config.json where the directory has one.
+  const auto generation_json = config_json.parent_path() / "generation_config.json";
+  std::optional<nlohmann::json> generation;
+  if (std::filesystem::exists(generation_json)) {
+    std::ifstream g(generation_json);
+    try {
+      generation.emplace();
+      g >> *generation;
+    } catch (const nlohmann::json::exception& e) {
+      throw std::invalid_argument(generation_json.string() + ": not valid JSON: " + e.what());
+    }
+  }
   try {
-    return from_json(j);
+    return from_json(j, generation ? &*generation : nullptr);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(config_json.string() + ": " + e.what());
+    // The message starts with the file's name (config.json or generation_config.json).
+    const auto dir = config_json.parent_path();
+    throw std::invalid_argument((dir.empty() ? std::string() : dir.string() + "/") + e.what());
   }
 }
 

@@ -80,7 +80,8 @@ struct ModelConfig {
   int64_t relative_attention_num_buckets = 32;
   int64_t relative_attention_max_distance = 128;
 
-  // Generation defaults from config.json (HF meanings); absent -> std::nullopt.
+  // Generation defaults (HF meanings) from generation_config.json where the checkpoint has one, else
+  // config.json; then task_specific_params.summarization's; absent -> std::nullopt.
   std::optional<int64_t> max_length;
   std::optional<int64_t> min_length;
   std::optional<int64_t> num_beams;
@@ -102,7 +103,10 @@ struct ModelConfig {
 
   int64_t inner_dim() const { return num_heads * head_dim; }
 
-  static ModelConfig from_json(const nlohmann::json& j);  // throws ConfigError
+  // config.json's content; `generation`: generation_config.json's, whose generation defaults then
+  // replace config.json's (as in Hugging Face). Throws std::invalid_argument naming the file.
+  static ModelConfig from_json(const nlohmann::json& j, const nlohmann::json* generation = nullptr);
+  // Reads config.json and, beside it, generation_config.json where there is one.
   static ModelConfig load(const std::filesystem::path& config_json);
   // Writes the config back in Hugging Face form (original keys kept when `original` is given).
   nlohmann::json to_json(const nlohmann::json* original = nullptr) const;

@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "tests/support/temp_dir.h"
 
 namespace srformer {
 namespace {
@@ -86,6 +89,67 @@ TEST(Config, ClearErrors) {
   k = t5_json();
   k["eos_token_id"] = 999;
   EXPECT_NE(error_of(k).find("outside the vocabulary"), std::string::npos);
+}
+
+// Newer transformers save generation defaults only in generation_config.json; Hugging Face then
+// generates with that file's values and ignores config.json's (keys it lacks take HF's defaults).
+TEST(Config, GenerationConfigReplacesConfigJsonsGenerationDefaults) {
+  auto j = t5_json();
+  j["num_beams"] = 4;
+  j["max_length"] = 142;
+  j["no_repeat_ngram_size"] = 3;
+  j["forced_bos_token_id"] = 5;
+  const auto plain = ModelConfig::from_json(j);
+  EXPECT_EQ(plain.num_beams, 4);
+  EXPECT_EQ(plain.srformer.expected_length, 141);
+  const nlohmann::json g = {{"num_beams", 2},
+                            {"max_new_tokens", 60},
+                            {"min_length", 11},
+                            {"early_stopping", "never"},
+                            {"decoder_start_token_id", 3},
+                            {"forced_eos_token_id", 1}};
+  const auto c = ModelConfig::from_json(j, &g);
+  EXPECT_EQ(c.num_beams, 2);
+  EXPECT_EQ(c.max_length, 61) << "max_new_tokens + the decoder start";
+  EXPECT_EQ(c.min_length, 11);
+  EXPECT_EQ(c.early_stopping, false);
+  EXPECT_FALSE(c.no_repeat_ngram_size) << "config.json's value is not generation_config.json's";
+  EXPECT_FALSE(c.forced_bos_token_id);
+  EXPECT_EQ(c.forced_eos_token_id, 1);
+  EXPECT_EQ(c.decoder_start_token_id, 3);
+  EXPECT_EQ(c.srformer.expected_length, 60) << "the default L follows the length generation uses";
+  // A summarization task's parameters still win, as in HF's summarization pipeline.
+  j["task_specific_params"] = {{"summarization", {{"num_beams", 6}, {"prefix", "summarize: "}}}};
+  const auto task = ModelConfig::from_json(j, &g);
+  EXPECT_EQ(task.num_beams, 6);
+  EXPECT_EQ(task.max_length, 61);
+  EXPECT_EQ(task.summarization_prefix, "summarize: ");
+}
+
+TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
+  testing::TempDir dir("config");
+  std::ofstream(dir.path() / "config.json") << t5_json().dump();
+  EXPECT_FALSE(ModelConfig::load(dir.path() / "config.json").num_beams);
+  std::ofstream(dir.path() / "generation_config.json") << R"({"num_beams": 3, "max_length": 20})";
+  const auto c = ModelConfig::load(dir.path() / "config.json");
+  EXPECT_EQ(c.num_beams, 3);
+  EXPECT_EQ(c.max_length, 20);
+  const auto error_loading = [&](const std::string& generation) -> std::string {
+    std::ofstream(dir.path() / "generation_config.json") << generation;
+    try {
+      (void)ModelConfig::load(dir.path() / "config.json");
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const auto bad_type = error_loading(R"({"num_beams": "four"})");
+  EXPECT_EQ(bad_type.find((dir.path() / "generation_config.json: key 'num_beams' has the wrong type").string()), 0u)
+      << bad_type;
+  const auto bad_json = error_loading("{");
+  EXPECT_NE(bad_json.find("generation_config.json: not valid JSON"), std::string::npos) << bad_json;
+  const auto bad_id = error_loading(R"({"forced_bos_token_id": 999})");
+  EXPECT_NE(bad_id.find("generation_config.json: token id 999 outside the vocabulary"), std::string::npos) << bad_id;
 }
 
 }  // namespace
