@@ -129,10 +129,10 @@ class T5Model final : public EncoderDecoderModel {
     const int64_t k = ids.size(1);
     const auto mask = mask_of(attention_mask, ids);
     auto h = dropout(torch::embedding(shared_, ids), DropoutSite::kHidden);
-    const auto pos = torch::arange(k, ids.options());
-    // The position bias [1, H, k, k] and the padding mask [B, 1, 1, k] stay apart: their sum would be
-    // [B, H, k, k] (8 rows of 1024 tokens: 256 MiB).
-    const auto bias = position_bias(enc_rel_bias_, pos.view({1, 1, k}) - pos.view({1, k, 1}), true);
+    // The position bias depends on key − query only: its 2k − 1 diagonals, not [H, k, k] (bucketed
+    // and gathered over k² positions), and apart from the padding mask [B, 1, 1, k], whose sum with
+    // it would be [B, H, k, k].
+    const DiagonalBias bias{position_bias_diagonals(enc_rel_bias_, k), k};
     const auto key_mask = additive_mask(mask.view({B, 1, 1, k}), compute_dtype_);
     for (const auto& l : encoder_) {
       stop_if_asked(stop);
@@ -160,13 +160,20 @@ class T5Model final : public EncoderDecoderModel {
   const std::vector<CrossAttention>& cross_layers() const override { return cross_; }
 
  private:
-  // relative [B|1, q, T] (key - query) -> additive bias [B|1, H, q, T], contiguous: the sum with the
-  // mask then is too, and the encoder's attention reads it in place in every layer instead of copying
-  // the [B, H, k, k] sum into its layout once per layer.
+  // relative [B|1, q, T] (key - query) -> additive bias [B|1, H, q, T], contiguous (the decoder's: its
+  // rows' positions differ, so it is no function of key − query alone).
   torch::Tensor position_bias(const torch::Tensor& table, const torch::Tensor& relative, bool bidirectional) const {
     const auto buckets = relative_position_bucket(relative, bidirectional, config_.relative_attention_num_buckets,
                                                   config_.relative_attention_max_distance);
     return torch::embedding(table, buckets).permute({0, 3, 1, 2}).contiguous();
+  }
+
+  // The encoder's (bidirectional) bias for key − query = −(k − 1) … k − 1: [H, 2k − 1].
+  torch::Tensor position_bias_diagonals(const torch::Tensor& table, int64_t k) const {
+    const auto relative = torch::arange(-(k - 1), k, torch::TensorOptions().dtype(torch::kLong).device(table.device()));
+    const auto buckets = relative_position_bucket(relative, true, config_.relative_attention_num_buckets,
+                                                  config_.relative_attention_max_distance);
+    return torch::embedding(table, buckets).t().contiguous();
   }
 
   torch::Tensor shared_, enc_rel_bias_, dec_rel_bias_;

@@ -27,15 +27,57 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
   return weights_value_product(probs, v);
 }
 
+torch::Tensor DiagonalBias::dense() const {
+  const int64_t width = diagonals.size(1), keys = width - queries + 1;
+  const auto opts = diagonals.options().dtype(torch::kLong);
+  const auto index = torch::arange(keys, opts).view({1, keys}) - torch::arange(queries, opts).view({queries, 1}) +
+                     (queries - 1);  // [Tq, T]: j − i + Tq − 1
+  return diagonals.index_select(1, index.flatten()).view({1, diagonals.size(0), queries, keys});
+}
+
 namespace {
 
+// The kernels' view of a dense additive bias broadcastable to `shape` ([B, H, Tq, T]); `hold` keeps a
+// converted copy alive.
+kernels::AttentionBias kernel_bias(const torch::Tensor& bias, const kernels::AttentionShape& shape,
+                                   torch::Tensor& hold) {
+  kernels::AttentionBias b;
+  if (!bias.defined()) return b;
+  // Broadcast dimensions keep stride 0; the key dimension must be dense.
+  hold = bias.to(torch::kFloat32).expand({shape.batch, shape.heads, shape.queries, shape.keys});
+  if (hold.stride(3) != 1) hold = hold.contiguous();
+  b.data = hold.data_ptr<float>();
+  b.b_stride = hold.stride(0);
+  b.h_stride = hold.stride(1);
+  b.q_stride = hold.stride(2);
+  return b;
+}
+
+// The same bias read from its diagonals: query i's row starts Tq − 1 − i elements into its head's
+// diagonals, so the row stride is −1.
+kernels::AttentionBias kernel_bias(const DiagonalBias& bias, const kernels::AttentionShape& shape,
+                                   torch::Tensor& hold) {
+  const auto& d = bias.diagonals;
+  if (d.dim() != 2 || (d.size(0) != shape.heads && d.size(0) != 1) || bias.queries != shape.queries ||
+      d.size(1) != shape.queries + shape.keys - 1) {
+    throw std::invalid_argument("DiagonalBias: needs diagonals [H|1, Tq + T - 1] for the attention's Tq and T");
+  }
+  hold = d.to(torch::kFloat32).contiguous();
+  kernels::AttentionBias b;
+  b.data = hold.data_ptr<float>() + (shape.queries - 1);
+  b.h_stride = d.size(0) == 1 ? 0 : hold.stride(0);
+  b.q_stride = -1;
+  return b;
+}
+
 // The CPU attention kernels' operand plumbing (kernels/bf16_attention.h, kernels/fp32_attention.h).
+template <typename Bias>
 torch::Tensor attend_with_kernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                 const torch::Tensor& bias, const torch::Tensor& key_mask, bool bf16) {
+                                 const Bias& bias, const torch::Tensor& key_mask, bool bf16) {
   // The operands are read where they lie (the projections' [B, T, H*d] seen as [B, H, T, d]) and the
   // result is written as [B, T, H, d]: merging the heads afterwards is then free.
   const auto rows_dense = [](const torch::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); };
-  const auto qc = rows_dense(q), kc = rows_dense(k), vc = rows_dense(v);
+  const torch::Tensor qc = rows_dense(q), kc = rows_dense(k), vc = rows_dense(v);
   const auto layout = [](const torch::Tensor& t) { return kernels::HeadLayout{t.stride(0), t.stride(1), t.stride(2)}; };
   kernels::AttentionShape shape;
   shape.batch = q.size(0);
@@ -43,17 +85,8 @@ torch::Tensor attend_with_kernel(const torch::Tensor& q, const torch::Tensor& k,
   shape.queries = q.size(2);
   shape.keys = k.size(2);
   shape.head_dim = q.size(3);
-  kernels::AttentionBias b;
   torch::Tensor bc;
-  if (bias.defined()) {
-    // Broadcast dimensions keep stride 0; the key dimension must be dense.
-    bc = bias.to(torch::kFloat32).expand({shape.batch, shape.heads, shape.queries, shape.keys});
-    if (bc.stride(3) != 1) bc = bc.contiguous();
-    b.data = bc.data_ptr<float>();
-    b.b_stride = bc.stride(0);
-    b.h_stride = bc.stride(1);
-    b.q_stride = bc.stride(2);
-  }
+  kernels::AttentionBias b = kernel_bias(bias, shape, bc);
   torch::Tensor mc;
   if (key_mask.defined()) {
     if (key_mask.dim() != 4 || key_mask.size(1) != 1 || key_mask.size(2) != 1) {
@@ -126,27 +159,47 @@ torch::Tensor additive_mask(const torch::Tensor& allowed, torch::ScalarType dtyp
       .masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
 }
 
-torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor& bias,
-                                     const torch::Tensor& key_mask) const {
-  return forward(x, bias, nullptr, nullptr, key_mask);
-}
+namespace {
 
-torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor* keys,
-                                     torch::Tensor* values, const torch::Tensor& key_mask) const {
-  auto qh = split_heads(q(x), heads);
-  if (scale != 1.0) qh = qh * scale;
-  const auto kh = split_heads(k(x), heads);
-  const auto vh = split_heads(v(x), heads);
+const torch::Tensor& dense_of(const torch::Tensor& bias) { return bias; }
+torch::Tensor dense_of(const DiagonalBias& bias) { return bias.dense(); }
+
+template <typename Bias>
+torch::Tensor attention_forward(const SelfAttention& a, const torch::Tensor& x, const Bias& bias, torch::Tensor* keys,
+                                torch::Tensor* values, const torch::Tensor& key_mask) {
+  auto qh = split_heads(a.q(x), a.heads);
+  if (a.scale != 1.0) qh = qh * a.scale;
+  const auto kh = split_heads(a.k(x), a.heads);
+  const auto vh = split_heads(a.v(x), a.heads);
   if (keys != nullptr) *keys = kh;
   if (values != nullptr) *values = vh;
   // The kernels have no dropout (nor autograd): training takes LibTorch's form.
   if (is_cpu_inference_float(qh) && is_cpu_inference_float(kh) && !dropout_active(DropoutSite::kAttention)) {
-    if (bf16_attention && kernels::cpu_bf16_available()) return o(merge_heads(attend_bf16(qh, kh, vh, bias, key_mask)));
-    if (kernel_attention && kernels::use_cpu_kernels() && kernels::fp32_attention_available()) {
-      return o(merge_heads(attend_fp32_kernel(qh, kh, vh, bias, key_mask)));
+    if (a.bf16_attention && kernels::cpu_bf16_available()) {
+      return a.o(merge_heads(attend_with_kernel(qh, kh, vh, bias, key_mask, true)));
+    }
+    if (a.kernel_attention && kernels::use_cpu_kernels() && kernels::fp32_attention_available()) {
+      return a.o(merge_heads(attend_with_kernel(qh, kh, vh, bias, key_mask, false)));
     }
   }
-  return o(merge_heads(attend(qh, kh, vh, bias, key_mask)));
+  return a.o(merge_heads(attend(qh, kh, vh, dense_of(bias), key_mask)));
+}
+
+}  // namespace
+
+torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor& bias,
+                                     const torch::Tensor& key_mask) const {
+  return attention_forward(*this, x, bias, nullptr, nullptr, key_mask);
+}
+
+torch::Tensor SelfAttention::forward(const torch::Tensor& x, const DiagonalBias& bias,
+                                     const torch::Tensor& key_mask) const {
+  return attention_forward(*this, x, bias, nullptr, nullptr, key_mask);
+}
+
+torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor* keys,
+                                     torch::Tensor* values, const torch::Tensor& key_mask) const {
+  return attention_forward(*this, x, bias, keys, values, key_mask);
 }
 
 namespace {

@@ -7,6 +7,16 @@
 
 namespace srformer {
 
+// An additive bias that depends only on key − query position (T5's relative-position bias), held as
+// its diagonals: diagonals [H|1, Tq + T − 1], element (h, j − i + Tq − 1) for query i and key j. The
+// CPU attention kernels read it in place, O(Tq + T) memory where the dense form is O(Tq · T) per head
+// (16k tokens, 8 heads: 8 GiB); the other paths build the dense form.
+struct DiagonalBias {
+  torch::Tensor diagonals;
+  int64_t queries = 0;
+  torch::Tensor dense() const;  // [1, H, Tq, T]
+};
+
 struct SelfAttention {
   Linear q, k, v, o;
   int64_t heads = 0;
@@ -24,6 +34,8 @@ struct SelfAttention {
   // a second additive term, broadcastable to [B,1,1,T]: T5's encoder passes its [1,H,T,T] position bias
   // and its [B,1,1,T] padding mask apart, so that their [B,H,T,T] sum is never built. Returns [B,T,D].
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias, const torch::Tensor& key_mask = {}) const;
+  // Same with a bias given by its diagonals (T5's encoder).
+  torch::Tensor forward(const torch::Tensor& x, const DiagonalBias& bias, const torch::Tensor& key_mask = {}) const;
   // Same, also returning the keys/values [B,H,T,d] to seed a cache.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor* keys, torch::Tensor* values,
                         const torch::Tensor& key_mask = {}) const;

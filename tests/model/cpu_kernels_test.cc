@@ -17,6 +17,7 @@
 #include "model/kernels/attention_products.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/beam_candidates.h"
+#include "model/kernels/bf16_linear.h"
 #include "model/kernels/few_rows_linear.h"
 #include "model/kernels/fp32_attention.h"
 #include "model/kernels/fp32_packed_linear.h"
@@ -597,6 +598,45 @@ TEST(Fp32Attention, MatchesLibTorchAttentionWithMasksAndPositionBias) {
 TEST(Fp32Attention, QueryWithEveryKeyMaskedGetsZeros) {
   SKIP_WITHOUT_AVX512();
   srformer::testing::expect_fully_masked_query_gets_zeros(srformer::attend_fp32_kernel);
+}
+
+// T5's encoder passes its position bias as diagonals (a function of key − query): the dense form has
+// element (i, j) = diagonals[j − i + Tq − 1], and the kernels, reading the diagonals in place (row
+// stride −1), give the same bits as with that dense bias; LibTorch's path (training) builds it.
+TEST(Fp32Attention, ABiasGivenByItsDiagonalsEqualsItsDenseForm) {
+  torch::manual_seed(5);
+  const int64_t H = 3, Tq = 5, T = 7;
+  const srformer::DiagonalBias diag{torch::randn({H, Tq + T - 1}), Tq};
+  const auto dense = diag.dense();
+  ASSERT_EQ(dense.sizes(), (torch::IntArrayRef{1, H, Tq, T}));
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t i = 0; i < Tq; ++i) {
+      for (int64_t j = 0; j < T; ++j) {
+        ASSERT_EQ(dense[0][h][i][j].item<float>(), diag.diagonals[h][j - i + Tq - 1].item<float>());
+      }
+    }
+  }
+  SKIP_WITHOUT_AVX512();
+  srformer::SelfAttention a;
+  const int64_t D = 24, k = 19;
+  for (auto* l : {&a.q, &a.k, &a.v, &a.o}) l->weight = torch::randn({D, D}) * 0.2;
+  a.heads = H;
+  const auto x = torch::randn({2, k, D});
+  const srformer::DiagonalBias bias{torch::randn({H, 2 * k - 1}), k};
+  auto mask = torch::zeros({2, 1, 1, k});
+  mask[1].narrow(-1, 12, k - 12).fill_(-std::numeric_limits<float>::infinity());
+  torch::NoGradGuard no_grad;
+  const auto libtorch = a.forward(x, bias, mask);
+  EXPECT_TRUE(torch::equal(libtorch, a.forward(x, bias.dense(), mask)));
+  a.kernel_attention = true;
+  const auto kernel = a.forward(x, bias, mask);
+  EXPECT_TRUE(torch::equal(kernel, a.forward(x, bias.dense(), mask))) << "the same bias values, read in place";
+  EXPECT_LT((kernel - libtorch).abs().max().item<double>(), 2e-6);
+  if (srformer::kernels::cpu_bf16_available()) {
+    a.bf16_attention = true;
+    EXPECT_TRUE(torch::equal(a.forward(x, bias, mask), a.forward(x, bias.dense(), mask)));
+  }
+  EXPECT_THROW(a.forward(x, srformer::DiagonalBias{torch::randn({H, 2 * k}), k}, mask), std::invalid_argument);
 }
 
 // Encoder layers take the kernel (fp32, untracked); the decoder and training keep LibTorch's form.
