@@ -208,6 +208,26 @@ FakeModelOptions slow_encoder() {
   return mo;
 }
 
+// Whether the slow encoder ran its first layer within 10 s.
+bool encode_started(const FakeModelOptions& mo) {
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (mo.encode_layers_run->load() == 0) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+std::future<std::pair<grpc::Status, v1::SummarizeResponse>> summarize_async(TestServer& server,
+                                                                            v1::SummarizeRequest req) {
+  return std::async(std::launch::async, [&server, req = std::move(req)] {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    auto status = server.stub().Summarize(&ctx, req, &resp);
+    return std::make_pair(status, resp);
+  });
+}
+
 TEST(EngineService, CancellingDuringALongEncodeStopsItWithinALayer) {
   FakeServerOptions so;
   const auto mo = slow_encoder();
@@ -216,9 +236,7 @@ TEST(EngineService, CancellingDuringALongEncodeStopsItWithinALayer) {
   grpc::ClientContext ctx;
   auto reader = server.stub().SummarizeStream(&ctx, request(std::string(100, 'q'), 8, 1));
   const auto& layers = *mo.encode_layers_run;
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  while (layers.load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-  ASSERT_GT(layers.load(), 0) << "the encode never started";
+  ASSERT_TRUE(encode_started(mo));
   ctx.TryCancel();
   v1::SummarizeStreamResponse msg;
   while (reader->Read(&msg)) {
@@ -255,16 +273,8 @@ TEST(EngineService, GracefulShutdownWaitsForARequestBeingEncoded) {
   const auto mo = slow_encoder();
   so.models = {{"fake", mo}};
   TestServer server(so);
-  auto fut = std::async(std::launch::async, [&] {
-    grpc::ClientContext ctx;
-    v1::SummarizeResponse resp;
-    auto st = server.stub().Summarize(&ctx, request(doc_of(3), 8, 1), &resp);
-    return std::make_pair(st, resp);
-  });
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  while (mo.encode_layers_run->load() == 0 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(1ms);
-  }
+  auto fut = summarize_async(server, request(doc_of(3), 8, 1));
+  ASSERT_TRUE(encode_started(mo));
   server.server().shutdown(20s);
   auto [status, resp] = fut.get();
   ASSERT_TRUE(status.ok()) << status.error_message();
@@ -277,17 +287,10 @@ TEST(EngineService, ShutdownPastTheGraceStopsALongEncode) {
   const auto mo = slow_encoder();
   so.models = {{"fake", mo}};
   TestServer server(so);
-  auto fut = std::async(std::launch::async, [&] {
-    grpc::ClientContext ctx;
-    v1::SummarizeResponse resp;
-    return server.stub().Summarize(&ctx, request(std::string(100, 'q'), 8, 1), &resp);
-  });
-  const auto until = std::chrono::steady_clock::now() + 10s;
-  while (mo.encode_layers_run->load() == 0 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(1ms);
-  }
+  auto fut = summarize_async(server, request(std::string(100, 'q'), 8, 1));
+  ASSERT_TRUE(encode_started(mo));
   server.server().shutdown(100ms);
-  EXPECT_EQ(fut.get().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(fut.get().first.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(server.engine().stats().encodes_abandoned, 1);
   EXPECT_LT(mo.encode_layers_run->load(), mo.encode_layers);
 }
