@@ -25,9 +25,9 @@ struct SelfAttention {
   // (kernels/bf16_attention.h: AMX or AVX512-BF16) when autograd does not track them. Not for the
   // decoder, whose teacher-forced and incremental forms must agree.
   bool bf16_attention = false;
-  // Encoder layers in fp32 on the CPU: forward() runs softmax(q kᵀ) v in our AVX-512 kernel
+  // Encoder layers in fp32 on the CPU: forward() runs softmax(q kᵀ) v in our kernel
   // (kernels/fp32_attention.h) when autograd does not track it, the CPU kernels are on and the CPU
-  // has AVX-512. Not for the decoder, for the same reason as above.
+  // has AVX2 + FMA. Not for the decoder, for the same reason as above.
   bool kernel_attention = false;
 
   // x [B,T,D]; bias additive, broadcastable to [B,H,T,T] (masks and position bias); key_mask (optional)
@@ -58,8 +58,8 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
 torch::Tensor attend_bf16(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                           const torch::Tensor& bias, const torch::Tensor& key_mask = {});
 
-// attend() in fp32 with our AVX-512 kernel (kernels/fp32_attention.h), same operands and result
-// layout as attend_bf16; where kernels::fp32_attention_available().
+// attend() in fp32 with our kernel (kernels/fp32_attention.h), same operands and result layout as
+// attend_bf16; where kernels::fp32_attention_available().
 torch::Tensor attend_fp32_kernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& bias, const torch::Tensor& key_mask = {});
 

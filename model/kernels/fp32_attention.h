@@ -1,5 +1,6 @@
 #pragma once
-// softmax(q kᵀ + bias) v in fp32 for every (row, head) group, with AVX-512 outer-product blocks: the
+// softmax(q kᵀ + bias) v in fp32 for every (row, head) group, with outer-product blocks (AVX-512, or
+// AVX2 where the CPU lacks it or SRFORMER_CPU_AVX512=0: the same bits either way): the
 // encoder's self-attention on the CPU under `--dtype fp32` (and any other self-attention autograd does
 // not track). LibTorch's batched matmuls run these products (inner size d = 64, or T) through
 // OpenBLAS at a fraction of its speed and materialise [B, H, Tq, T] scores several times over; here,
@@ -14,7 +15,7 @@
 
 namespace srformer::kernels {
 
-// AVX-512F on this CPU (and not switched off with SRFORMER_CPU_AVX512=0 / set_avx512(false)).
+// AVX2 + FMA on this CPU.
 bool fp32_attention_available();
 
 // q [B, H, Tq, d], k and v [B, H, T, d], out [B, H, Tq, d] in the given layouts; groups split over

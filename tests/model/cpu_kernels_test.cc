@@ -28,6 +28,8 @@
 namespace {
 
 using srformer::kernels::avx2_fma_available;
+using srformer::kernels::avx512_available;
+using srformer::kernels::set_avx512;
 
 #define SKIP_WITHOUT_AVX2()                                          \
   if (!avx2_fma_available())                                         \
@@ -583,21 +585,51 @@ TEST(BeamCandidates, TiesByIndexAndRefusals) {
   });
 }
 
-#define SKIP_WITHOUT_AVX512()                                                                          \
-  if (!srformer::kernels::fp32_attention_available())                                                  \
-  GTEST_SKIP() << "this CPU has no AVX-512F (or SRFORMER_CPU_AVX512=0): the encoder's fp32 attention " \
-                  "kernel never runs here"
+#define SKIP_WITHOUT_FP32_ATTENTION()                 \
+  if (!srformer::kernels::fp32_attention_available()) \
+  GTEST_SKIP() << "this CPU has no AVX2+FMA: the encoder's fp32 attention kernel never runs here"
+
+// Runs `check` with the AVX-512 blocks (where the CPU has them) and with the AVX2 ones.
+template <typename F>
+void for_each_instruction_set(F&& check) {
+  for (const bool avx512 : {true, false}) {
+    if (avx512 && !avx512_available()) continue;
+    SCOPED_TRACE(avx512 ? "AVX-512" : "AVX2");
+    set_avx512(avx512);
+    check();
+  }
+  set_avx512(true);
+}
 
 // The encoder's fp32 attention kernel gives LibTorch's attend() to float rounding, with masks,
 // position bias and strided operands; a group's result depends on nothing but its own operands.
 TEST(Fp32Attention, MatchesLibTorchAttentionWithMasksAndPositionBias) {
-  SKIP_WITHOUT_AVX512();
-  srformer::testing::expect_attention_kernel_matches_attend(srformer::attend_fp32_kernel, 2e-6);
+  SKIP_WITHOUT_FP32_ATTENTION();
+  for_each_instruction_set(
+      [] { srformer::testing::expect_attention_kernel_matches_attend(srformer::attend_fp32_kernel, 2e-6); });
 }
 
 TEST(Fp32Attention, QueryWithEveryKeyMaskedGetsZeros) {
-  SKIP_WITHOUT_AVX512();
-  srformer::testing::expect_fully_masked_query_gets_zeros(srformer::attend_fp32_kernel);
+  SKIP_WITHOUT_FP32_ATTENTION();
+  for_each_instruction_set(
+      [] { srformer::testing::expect_fully_masked_query_gets_zeros(srformer::attend_fp32_kernel); });
+}
+
+// Each output is the same fused multiply-add chain in either block, so the instruction set the CPU
+// has does not change an encoder's output: tails of keys (70) and of the head dimension (40) included.
+TEST(Fp32Attention, AvxTwoAndAvx512GiveTheSameBits) {
+  if (!avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512F: only the AVX2 blocks run here";
+  torch::manual_seed(11);
+  for (const auto& [tq, t, d] : {std::tuple<int64_t, int64_t, int64_t>{7, 70, 40}, {33, 16, 64}, {1, 3, 8}}) {
+    const auto q = torch::randn({2, 3, tq, d}), k = torch::randn({2, 3, t, d}), v = torch::randn({2, 3, t, d});
+    const auto bias = torch::randn({1, 3, tq, t});
+    set_avx512(true);
+    const auto wide = srformer::attend_fp32_kernel(q, k, v, bias);
+    set_avx512(false);
+    const auto narrow = srformer::attend_fp32_kernel(q, k, v, bias);
+    set_avx512(true);
+    EXPECT_TRUE(torch::equal(wide, narrow)) << "tq=" << tq << " t=" << t << " d=" << d;
+  }
 }
 
 // T5's encoder passes its position bias as diagonals (a function of key − query): the dense form has
@@ -616,7 +648,7 @@ TEST(Fp32Attention, ABiasGivenByItsDiagonalsEqualsItsDenseForm) {
       }
     }
   }
-  SKIP_WITHOUT_AVX512();
+  SKIP_WITHOUT_FP32_ATTENTION();
   srformer::SelfAttention a;
   const int64_t D = 24, k = 19;
   for (auto* l : {&a.q, &a.k, &a.v, &a.o}) l->weight = torch::randn({D, D}) * 0.2;
@@ -641,7 +673,7 @@ TEST(Fp32Attention, ABiasGivenByItsDiagonalsEqualsItsDenseForm) {
 
 // Encoder layers take the kernel (fp32, untracked); the decoder and training keep LibTorch's form.
 TEST(Fp32Attention, EncoderLayersUseItAndTrainingDoesNot) {
-  SKIP_WITHOUT_AVX512();
+  SKIP_WITHOUT_FP32_ATTENTION();
   torch::manual_seed(3);
   srformer::SelfAttention a;
   const int64_t D = 32;
