@@ -177,15 +177,13 @@ struct GenerationRun {
 };
 
 GenerationOptions generation_options(const Args& a, const ModelConfig& c, const Tokenizer& tokenizer) {
-  GenerationOptions o;  // defaults exactly as `srformer summarize`
-  o.max_new_tokens = a.max_new.value_or(c.max_length ? std::max<int64_t>(1, *c.max_length - 1) : 128);
-  o.min_new_tokens =
-      a.min_new.value_or(std::min(o.max_new_tokens, c.min_length ? std::max<int64_t>(0, *c.min_length - 1) : 0));
-  o.num_beams = a.beams.value_or(c.num_beams.value_or(1));
-  o.length_penalty = a.length_penalty.value_or(c.length_penalty.value_or(1.0));
-  o.early_stopping = c.early_stopping.value_or(false);
-  o.no_repeat_ngram_size = a.no_repeat.value_or(c.no_repeat_ngram_size.value_or(0));
-  o = with_model_tokens(o, c);
+  const GenerationOptions d = model_generation_defaults(c);  // as `srformer summarize` and the server
+  GenerationOptions o = d;
+  o.max_new_tokens = a.max_new.value_or(d.max_new_tokens);
+  o.min_new_tokens = a.min_new.value_or(std::min(o.max_new_tokens, d.min_new_tokens));
+  o.num_beams = a.beams.value_or(d.num_beams);
+  o.length_penalty = a.length_penalty.value_or(d.length_penalty);
+  o.no_repeat_ngram_size = a.no_repeat.value_or(d.no_repeat_ngram_size);
   o.vocab_limit = tokenizer.vocab_size();
   validate(o);
   return o;

@@ -119,21 +119,20 @@ int run_summarize(const std::vector<std::string>& args) {
     truncated = data::truncate_keeping_last(ids, c.max_input_tokens);
   }
 
-  GenerationOptions o;
-  o.max_new_tokens = max_new.value_or(c.max_length ? std::max<int64_t>(1, *c.max_length - 1) : 128);
-  o.min_new_tokens =
-      min_new.value_or(std::min(o.max_new_tokens, c.min_length ? std::max<int64_t>(0, *c.min_length - 1) : 0));
-  o.num_beams = beams.value_or(c.num_beams.value_or(1));
-  o.length_penalty = length_penalty.value_or(c.length_penalty.value_or(1.0));
-  o.early_stopping = early.value_or(c.early_stopping.value_or(false));
-  o.no_repeat_ngram_size = no_repeat.value_or(c.no_repeat_ngram_size.value_or(0));
+  const GenerationOptions d = model_generation_defaults(c);
+  GenerationOptions o = d;
+  o.max_new_tokens = max_new.value_or(d.max_new_tokens);
+  o.min_new_tokens = min_new.value_or(std::min(o.max_new_tokens, d.min_new_tokens));
+  o.num_beams = beams.value_or(d.num_beams);
+  o.length_penalty = length_penalty.value_or(d.length_penalty);
+  o.early_stopping = early.value_or(d.early_stopping);
+  o.no_repeat_ngram_size = no_repeat.value_or(d.no_repeat_ngram_size);
   o.do_sample = sample;
   o.temperature = temperature.value_or(1.0);
   o.top_k = top_k.value_or(0);
   o.top_p = top_p.value_or(1.0);
   o.seed = seed;
   o.repetition_penalty = rep.value_or(1.0);
-  o = with_model_tokens(o, c);
   o.vocab_limit = tokenizer->vocab_size();
   validate(o);
 

@@ -19,6 +19,18 @@ GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig
   return options;
 }
 
+GenerationOptions model_generation_defaults(const ModelConfig& config) {
+  GenerationOptions o = with_model_tokens(GenerationOptions{}, config);
+  // HF's max_length / min_length count the decoder start token; new tokens are one fewer.
+  o.max_new_tokens = config.max_length ? std::max<int64_t>(1, *config.max_length - 1) : 128;
+  o.min_new_tokens = config.min_length ? std::max<int64_t>(0, *config.min_length - 1) : 0;
+  o.num_beams = config.num_beams.value_or(1);
+  o.length_penalty = config.length_penalty.value_or(1.0);
+  o.early_stopping = config.early_stopping.value_or(false);
+  o.no_repeat_ngram_size = config.no_repeat_ngram_size.value_or(0);
+  return o;
+}
+
 std::vector<GenerateResult> generate(Seq2SeqModel& model, const torch::Tensor& input_ids,
                                      const torch::Tensor& attention_mask, const GenerationOptions& options,
                                      const std::optional<torch::Tensor>& expected_length,

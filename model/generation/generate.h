@@ -24,6 +24,12 @@ struct GenerateResult {
 // sets them) into `options`.
 GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig& config);
 
+// The model's generation defaults (Hugging Face meanings, ModelConfig's generation fields): its tokens,
+// max_new_tokens = max_length − 1 (else 128), min_new_tokens = min_length − 1 (else 0; callers clamp it
+// to their max_new_tokens), num_beams, length_penalty, early_stopping, no_repeat_ngram_size; the rest
+// GenerationOptions' own defaults. The server, `srformer summarize` and `srformer eval` start here.
+GenerationOptions model_generation_defaults(const ModelConfig& config);
+
 // input_ids [B,k] int64, attention_mask [B,k]. expected_length: [B] int64 (the SRformer L per row);
 // empty -> options.max_new_tokens for every row. on_token(row, token) is called for every token a
 // searcher emits (greedy/sampling: each step; beam search: the best hypothesis once it is done).

@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "model/generation/generate.h"
+
 namespace srformer::server {
 
 namespace {
@@ -112,16 +114,10 @@ int64_t effective_max_input_tokens(const ModelConfig& config, const ServiceLimit
 ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfig& config,
                                 const ServiceLimits& limits) {
   ResolvedOptions r;
+  const GenerationOptions d = model_generation_defaults(config);
   GenerationOptions& o = r.options;
-  o.decoder_start_token_id = config.decoder_start_token_id;
-  o.eos_token_id = config.eos_token_id;
-  o.pad_token_id = config.pad_token_id;
-  o.forced_bos_token_id = config.forced_bos_token_id;
-  o.forced_eos_token_id = config.forced_eos_token_id;
-
-  // HF max_length/min_length count the decoder start token; new tokens are one fewer.
-  const int64_t default_max_new =
-      std::min(config.max_length ? std::max<int64_t>(1, *config.max_length - 1) : 128, limits.max_new_tokens_cap);
+  o = d;
+  const int64_t default_max_new = std::min(d.max_new_tokens, limits.max_new_tokens_cap);
   if (p.has_max_new_tokens()) {
     if (p.max_new_tokens() < 1) {
       invalid("max_new_tokens must be at least 1 (got " + str(p.max_new_tokens()) +
@@ -142,7 +138,7 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
     }
     o.min_new_tokens = p.min_new_tokens();
   } else {
-    o.min_new_tokens = std::min(o.max_new_tokens, config.min_length ? std::max<int64_t>(0, *config.min_length - 1) : 0);
+    o.min_new_tokens = std::min(o.max_new_tokens, d.min_new_tokens);
   }
   o.do_sample = p.has_do_sample() ? p.do_sample() : false;
   if (p.has_num_beams()) {
@@ -152,7 +148,7 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
     }
     o.num_beams = p.num_beams();
   } else {
-    o.num_beams = o.do_sample ? 1 : std::clamp<int64_t>(config.num_beams.value_or(1), 1, limits.max_beams);
+    o.num_beams = o.do_sample ? 1 : std::clamp<int64_t>(d.num_beams, 1, limits.max_beams);
   }
   if (o.do_sample && o.num_beams > 1) {
     invalid("beam sampling is not supported: use do_sample=true with num_beams=1, or num_beams>1 without sampling");
@@ -161,9 +157,9 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
     if (!std::isfinite(p.length_penalty())) invalid("length_penalty must be a finite number");
     o.length_penalty = p.length_penalty();
   } else {
-    o.length_penalty = config.length_penalty.value_or(1.0);
+    o.length_penalty = d.length_penalty;
   }
-  o.early_stopping = p.has_early_stopping() ? p.early_stopping() : config.early_stopping.value_or(false);
+  o.early_stopping = p.has_early_stopping() ? p.early_stopping() : d.early_stopping;
   if (p.has_temperature()) {
     if (!std::isfinite(p.temperature())) {
       invalid("temperature must be a finite number (got " + str(p.temperature()) + ")");
@@ -191,7 +187,7 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
     }
     o.no_repeat_ngram_size = p.no_repeat_ngram_size();
   } else {
-    o.no_repeat_ngram_size = config.no_repeat_ngram_size.value_or(0);
+    o.no_repeat_ngram_size = d.no_repeat_ngram_size;
   }
   if (p.has_repetition_penalty()) {
     if (!std::isfinite(p.repetition_penalty()) || p.repetition_penalty() <= 0) {

@@ -175,5 +175,36 @@ TEST(GenerateTest, WithModelTokensCopiesTheConfigIds) {
   EXPECT_EQ(o.forced_eos_token_id, 2);
 }
 
+// The server, `srformer summarize` and `srformer eval` take their defaults from here: HF's max_length
+// and min_length count the decoder start token, so new tokens are one fewer.
+TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
+  ModelConfig config;
+  config.decoder_start_token_id = 3;
+  config.forced_bos_token_id = 0;
+  const auto none = model_generation_defaults(config);
+  EXPECT_EQ(none.max_new_tokens, 128);
+  EXPECT_EQ(none.min_new_tokens, 0);
+  EXPECT_EQ(none.num_beams, 1);
+  EXPECT_DOUBLE_EQ(none.length_penalty, 1.0);
+  EXPECT_FALSE(none.early_stopping);
+  EXPECT_EQ(none.no_repeat_ngram_size, 0);
+  EXPECT_EQ(none.decoder_start_token_id, 3);
+  EXPECT_EQ(none.forced_bos_token_id, 0);
+  config.max_length = 62;
+  config.min_length = 11;
+  config.num_beams = 4;
+  config.length_penalty = 2.0;
+  config.early_stopping = true;
+  config.no_repeat_ngram_size = 3;
+  const auto set = model_generation_defaults(config);
+  EXPECT_EQ(set.max_new_tokens, 61);
+  EXPECT_EQ(set.min_new_tokens, 10);
+  EXPECT_EQ(set.num_beams, 4);
+  EXPECT_DOUBLE_EQ(set.length_penalty, 2.0);
+  EXPECT_TRUE(set.early_stopping);
+  EXPECT_EQ(set.no_repeat_ngram_size, 3);
+  EXPECT_FALSE(set.do_sample);
+}
+
 }  // namespace
 }  // namespace srformer
