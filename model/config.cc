@@ -156,6 +156,17 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c) {
   }
 }
 
+// Every special token id the config sets (generation_config.json may set some again) in the vocabulary.
+void check_token_ids(const ModelConfig& c) {
+  for (const auto& id :
+       {std::optional<int64_t>(c.pad_token_id), std::optional<int64_t>(c.eos_token_id),
+        std::optional<int64_t>(c.decoder_start_token_id), c.forced_bos_token_id, c.forced_eos_token_id}) {
+    if (id && (*id < 0 || *id >= c.vocab_size)) {
+      config_error("special token id " + std::to_string(*id) + " outside the vocabulary");
+    }
+  }
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json* generation) {
@@ -243,20 +254,10 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
   require_positive(c.d_ff, "d_ff");
   require_positive(c.encoder_layers, "encoder layers");
   require_positive(c.decoder_layers, "decoder layers");
-  for (const auto id : {c.pad_token_id, c.eos_token_id, c.decoder_start_token_id}) {
-    if (id < 0 || id >= c.vocab_size)
-      config_error("special token id " + std::to_string(id) + " outside the vocabulary");
-  }
+  check_token_ids(c);
 
   // Hugging Face generates with generation_config.json where the checkpoint has one (newer
   // transformers save the defaults only there), else with config.json's keys.
-  const auto check_token_ids = [&c] {
-    for (const auto& id :
-         {std::optional<int64_t>(c.decoder_start_token_id), c.forced_bos_token_id, c.forced_eos_token_id}) {
-      if (id && (*id < 0 || *id >= c.vocab_size))
-        config_error("token id " + std::to_string(*id) + " outside the vocabulary");
-    }
-  };
   if (generation) {
     const auto& g = *generation;
     try {
@@ -265,13 +266,12 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
       c.forced_bos_token_id = opt<int64_t>(g, "forced_bos_token_id");
       c.forced_eos_token_id = opt<int64_t>(g, "forced_eos_token_id");
       read_generation_defaults(g, c);
-      check_token_ids();
+      check_token_ids(c);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument("generation_config.json" + std::string(e.what()).substr(kConfigFile.size()));
     }
   } else {
     read_generation_defaults(j, c);
-    check_token_ids();
   }
   if (const auto tsp = j.find("task_specific_params"); tsp != j.end() && tsp->is_object()) {
     if (const auto s = tsp->find("summarization"); s != tsp->end() && s->is_object()) {

@@ -149,7 +149,8 @@ TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
   const auto bad_json = error_loading("{");
   EXPECT_NE(bad_json.find("generation_config.json: not valid JSON"), std::string::npos) << bad_json;
   const auto bad_id = error_loading(R"({"forced_bos_token_id": 999})");
-  EXPECT_NE(bad_id.find("generation_config.json: token id 999 outside the vocabulary"), std::string::npos) << bad_id;
+  EXPECT_NE(bad_id.find("generation_config.json: special token id 999 outside the vocabulary"), std::string::npos)
+      << bad_id;
 }
 
 }  // namespace
