@@ -160,20 +160,17 @@ class T5Model final : public EncoderDecoderModel {
   const std::vector<CrossAttention>& cross_layers() const override { return cross_; }
 
  private:
-  // relative [B|1, q, T] (key - query) -> additive bias [B|1, H, q, T], contiguous (the decoder's: its
-  // rows' positions differ, so it is no function of key − query alone).
+  // relative [B|1, q, T] (key - query) -> additive bias [B|1, H, q, T], contiguous.
   torch::Tensor position_bias(const torch::Tensor& table, const torch::Tensor& relative, bool bidirectional) const {
     const auto buckets = relative_position_bucket(relative, bidirectional, config_.relative_attention_num_buckets,
                                                   config_.relative_attention_max_distance);
     return torch::embedding(table, buckets).permute({0, 3, 1, 2}).contiguous();
   }
 
-  // The encoder's (bidirectional) bias for key − query = −(k − 1) … k − 1: [H, 2k − 1].
+  // The encoder's (bidirectional) bias for key − query = −(k − 1) … k − 1, as one query row: [H, 2k − 1].
   torch::Tensor position_bias_diagonals(const torch::Tensor& table, int64_t k) const {
     const auto relative = torch::arange(-(k - 1), k, torch::TensorOptions().dtype(torch::kLong).device(table.device()));
-    const auto buckets = relative_position_bucket(relative, true, config_.relative_attention_num_buckets,
-                                                  config_.relative_attention_max_distance);
-    return torch::embedding(table, buckets).t().contiguous();
+    return position_bias(table, relative.view({1, 1, 2 * k - 1}), true).view({-1, 2 * k - 1});
   }
 
   torch::Tensor shared_, enc_rel_bias_, dec_rel_bias_;
