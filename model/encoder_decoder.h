@@ -115,10 +115,6 @@ class EncoderDecoderModel : public Seq2SeqModel {
 
   torch::Tensor mask_of(const torch::Tensor& attention_mask, const torch::Tensor& input_ids) const;
   void check_tokens(const torch::Tensor& ids, const char* what) const;
-  // Before each encoder layer: throws EncodeInterrupted when `stop` is set and says so.
-  static void stop_if_asked(const EncodeStop& stop) {
-    if (stop && stop()) throw EncodeInterrupted();
-  }
 };
 
 // T5's relative-position buckets (bidirectional for the encoder, causal for the decoder).

@@ -97,6 +97,13 @@ class Seq2SeqModel {
   virtual int64_t packed_weight_bytes() const { return 0; }
   // Every parameter under its Hugging Face name (tied tensors once).
   virtual const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters() const = 0;
+
+ protected:
+  // For encode()'s implementations, before each encoder layer: throws EncodeInterrupted when `stop` is
+  // set and says so.
+  static void stop_if_asked(const EncodeStop& stop) {
+    if (stop && stop()) throw EncodeInterrupted();
+  }
 };
 
 // Loads a Hugging Face model directory (config.json + model.safetensors | sharded | pytorch_model.bin).

@@ -87,7 +87,7 @@ class FakeModel : public Seq2SeqModel {
   EncoderOutput encode(const torch::Tensor& ids, const torch::Tensor& mask, const EncodeStop& stop) override {
     encode_calls++;
     for (int layer = 0; layer < options_.encode_layers; ++layer) {
-      if (stop && stop()) throw EncodeInterrupted();
+      stop_if_asked(stop);
       ++*options_.encode_layers_run;
       std::this_thread::sleep_for(options_.encode_layer_delay);
     }
