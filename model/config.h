@@ -96,7 +96,7 @@ struct ModelConfig {
   int64_t max_input_tokens = 1024;
   // True where config.json sets no limit (a T5 without n_positions: relative positions have none), so
   // max_input_tokens is the fallback above, not the checkpoint's. A server caps such models lower by
-  // default (the encoder's memory grows with the square of the input).
+  // default (the encoder's time grows with the square of the input).
   bool max_input_tokens_is_fallback = false;
 
   SrformerConfig srformer;

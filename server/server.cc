@@ -54,7 +54,7 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
     if (e->config().max_input_tokens_is_fallback) {
       spdlog::info(
           "model '{}': config.json sets no input limit (n_positions); serving inputs of up to {} tokens "
-          "(--max-input-tokens N to change: the encoder's time and memory grow with the square of it)",
+          "(--max-input-tokens N to change: the encoder's time grows with the square of it)",
           e->name(), effective_max_input_tokens(e->config(), service_limits));
     }
   }

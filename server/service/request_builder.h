@@ -51,8 +51,8 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& proto, const ModelC
 
 // Input tokens a request may hold: the smaller of the model's limit and --max-input-tokens; for a model
 // whose config.json sets none (ModelConfig::max_input_tokens_is_fallback), --max-input-tokens, else
-// kUnboundedModelInputTokens (the demo T5 encoding 16000 tokens took ~26 s and ~16 GB on a 2-core
-// machine: attention grows with the square of the input; 4096 costs a sixteenth of that).
+// kUnboundedModelInputTokens (an encoder's attention time grows with the square of the input, and its
+// memory too without the CPU attention kernels: 4096 tokens cost a sixteenth of 16384).
 inline constexpr int64_t kUnboundedModelInputTokens = 4096;
 int64_t effective_max_input_tokens(const ModelConfig& config, const ServiceLimits& limits);
 
