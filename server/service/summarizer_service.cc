@@ -11,6 +11,7 @@
 #include "common/status_code_name.h"
 #include "model/dtype_name.h"
 #include "server/metrics/metrics.h"
+#include "server/service/message_body.h"
 
 namespace srformer::server {
 
@@ -101,23 +102,32 @@ void log_result(const std::string& method, const Request& req, const std::string
 // Summarize: one request, one response.
 class SummarizeCall final : public grpc::ServerUnaryReactor {
  public:
-  SummarizeCall(SummarizerService& service, grpc::CallbackServerContext* context, const v1::SummarizeRequest* in,
-                v1::SummarizeResponse* out)
-      : record_(service.metrics(), "Summarize") {
+  SummarizeCall(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body,
+                grpc::ByteBuffer* out)
+      : record_(service.metrics(), "Summarize"), out_(out) {
+    if (const grpc::Status parsed = parse_body(body, in_); !parsed.ok()) {
+      record_.refused(service.next_request_id(), "", nullptr, parsed);
+      finish(parsed);
+      return;
+    }
     SummarizerService::Prepared prepared;
     try {
-      prepared = service.prepare(*in, context);
+      prepared = service.prepare(in_, context);
     } catch (const RequestError& e) {
-      record_.refused(service.request_id(*in), in->model(), service.find_model(in->model()), e.status());
+      record_.refused(service.request_id(in_), in_.model(), service.find_model(in_.model()), e.status());
       finish(e.status());
       return;
     }
     record_.started(prepared.engine->name());
     request_ = prepared.request;
     const std::string model = prepared.engine->name();
-    request_->on_finish = [this, out, model](RequestResult result) {
+    request_->on_finish = [this, model](RequestResult result) {
       const grpc::Status status = result_status(result);
-      if (status.ok()) fill_response(result, *request_, model, out);
+      if (status.ok()) {
+        v1::SummarizeResponse response;
+        fill_response(result, *request_, model, &response);
+        *out_ = serialize_body(response);
+      }
       log_result(record_.method(), *request_, model, result, status);
       finish(status);  // last use of this
     };
@@ -139,19 +149,26 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
     Finish(status);
   }
   CallRecord record_;
+  v1::SummarizeRequest in_;
+  grpc::ByteBuffer* out_;
   std::shared_ptr<Request> request_;
 };
 
 // SummarizeStream: token messages as they are decided, then the final response.
-class StreamCall final : public grpc::ServerWriteReactor<v1::SummarizeStreamResponse> {
+class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  StreamCall(SummarizerService& service, grpc::CallbackServerContext* context, const v1::SummarizeRequest* in)
+  StreamCall(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body)
       : record_(service.metrics(), "SummarizeStream") {
+    if (const grpc::Status parsed = parse_body(body, in_); !parsed.ok()) {
+      record_.refused(service.next_request_id(), "", nullptr, parsed);
+      end(parsed);
+      return;
+    }
     SummarizerService::Prepared prepared;
     try {
-      prepared = service.prepare(*in, context);
+      prepared = service.prepare(in_, context);
     } catch (const RequestError& e) {
-      record_.refused(service.request_id(*in), in->model(), service.find_model(in->model()), e.status());
+      record_.refused(service.request_id(in_), in_.model(), service.find_model(in_.model()), e.status());
       end(e.status());
       return;
     }
@@ -167,7 +184,7 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::SummarizeStreamResp
         t->set_step(events[i].step);
         t->set_segment(events[i].segment);
       }
-      enqueue(std::move(msgs), std::nullopt);
+      enqueue(msgs, std::nullopt);
     };
     request_->on_finish = [this, model](RequestResult result) {
       const grpc::Status status = result_status(result);
@@ -177,7 +194,7 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::SummarizeStreamResp
         msgs.emplace_back();
         fill_response(result, *request_, model, msgs.back().mutable_final());
       }
-      enqueue(std::move(msgs), status);  // last use of this from the engine
+      enqueue(msgs, status);  // last use of this from the engine
     };
     try {
       service.submit(prepared);
@@ -188,7 +205,7 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::SummarizeStreamResp
   }
 
   void OnWriteDone(bool ok) override {
-    const v1::SummarizeStreamResponse* next = nullptr;
+    const grpc::ByteBuffer* next = nullptr;
     std::optional<grpc::Status> finish;
     {
       std::lock_guard lock(mu_);
@@ -217,12 +234,15 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::SummarizeStreamResp
 
  private:
   // Appends messages (and the final status once known); starts a write when none is in flight.
-  void enqueue(std::vector<v1::SummarizeStreamResponse> msgs, std::optional<grpc::Status> status) {
-    const v1::SummarizeStreamResponse* first = nullptr;
+  void enqueue(const std::vector<v1::SummarizeStreamResponse>& msgs, std::optional<grpc::Status> status) {
+    std::vector<grpc::ByteBuffer> bodies;
+    bodies.reserve(msgs.size());
+    for (const auto& m : msgs) bodies.push_back(serialize_body(m));
+    const grpc::ByteBuffer* first = nullptr;
     std::optional<grpc::Status> finish;
     {
       std::lock_guard lock(mu_);
-      for (auto& m : msgs) pending_.push_back(std::move(m));
+      for (auto& b : bodies) pending_.push_back(std::move(b));
       if (status) status_ = status;
       if (!writing_ && !pending_.empty()) {
         writing_ = true;
@@ -241,9 +261,10 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::SummarizeStreamResp
   }
 
   CallRecord record_;
+  v1::SummarizeRequest in_;
   std::shared_ptr<Request> request_;
   std::mutex mu_;
-  std::deque<v1::SummarizeStreamResponse> pending_;  // front = being written (deque keeps references)
+  std::deque<grpc::ByteBuffer> pending_;  // front = being written (deque keeps references)
   bool writing_ = false;
   bool finished_ = false;
   std::optional<grpc::Status> status_;
@@ -252,10 +273,15 @@ class StreamCall final : public grpc::ServerWriteReactor<v1::SummarizeStreamResp
 // SummarizeBatch: all requests queued together, one response in request order.
 class BatchCall final : public grpc::ServerUnaryReactor {
  public:
-  BatchCall(SummarizerService& service, grpc::CallbackServerContext* context, const v1::SummarizeBatchRequest* in,
-            v1::SummarizeBatchResponse* out)
+  BatchCall(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body,
+            grpc::ByteBuffer* out)
       : record_(service.metrics(), "SummarizeBatch"), out_(out) {
-    const int n = in->requests_size();
+    if (const grpc::Status parsed = parse_body(body, in_); !parsed.ok()) {
+      record_.refused(service.next_request_id(), "", nullptr, parsed);
+      end(parsed);
+      return;
+    }
+    const int n = in_.requests_size();
     if (n == 0) {
       const grpc::Status empty(grpc::StatusCode::INVALID_ARGUMENT, "requests is empty; send at least one request");
       record_.refused(service.next_request_id(), "", nullptr, empty);
@@ -265,10 +291,10 @@ class BatchCall final : public grpc::ServerUnaryReactor {
     std::vector<SummarizerService::Prepared> prepared(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
       try {
-        prepared[i] = service.prepare(in->requests(i), context);
+        prepared[i] = service.prepare(in_.requests(i), context);
       } catch (const RequestError& e) {
         const grpc::Status status(e.code(), "requests[" + std::to_string(i) + "]: " + e.what());
-        const auto& item = in->requests(i);
+        const auto& item = in_.requests(i);
         record_.refused(service.request_id(item), item.model(), service.find_model(item.model()), status);
         end(status);
         return;
@@ -341,9 +367,11 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       }
     }
     if (status.ok()) {
+      v1::SummarizeBatchResponse response;
       for (size_t i = 0; i < results_.size(); ++i) {
-        fill_response(results_[i], *requests_[i], models_[i], out_->add_responses());
+        fill_response(results_[i], *requests_[i], models_[i], response.add_responses());
       }
+      *out_ = serialize_body(response);
     }
     spdlog::info("batch of {} requests ended with {}", results_.size(), status_code_name(status.error_code()));
     end(status);
@@ -354,7 +382,8 @@ class BatchCall final : public grpc::ServerUnaryReactor {
   }
 
   CallRecord record_;
-  v1::SummarizeBatchResponse* out_;
+  v1::SummarizeBatchRequest in_;
+  grpc::ByteBuffer* out_;
   std::mutex mu_;
   std::vector<std::shared_ptr<Request>> requests_;
   std::vector<RequestResult> results_;
@@ -421,28 +450,33 @@ void SummarizerService::submit(const Prepared& prepared) {
 }
 
 grpc::ServerUnaryReactor* SummarizerService::Summarize(grpc::CallbackServerContext* context,
-                                                       const v1::SummarizeRequest* request,
-                                                       v1::SummarizeResponse* response) {
-  return new SummarizeCall(*this, context, request, response);
+                                                       const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+  return new SummarizeCall(*this, context, *request, response);
 }
 
-grpc::ServerWriteReactor<v1::SummarizeStreamResponse>* SummarizerService::SummarizeStream(
-    grpc::CallbackServerContext* context, const v1::SummarizeRequest* request) {
-  return new StreamCall(*this, context, request);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* SummarizerService::SummarizeStream(grpc::CallbackServerContext* context,
+                                                                               const grpc::ByteBuffer* request) {
+  return new StreamCall(*this, context, *request);
 }
 
 grpc::ServerUnaryReactor* SummarizerService::SummarizeBatch(grpc::CallbackServerContext* context,
-                                                            const v1::SummarizeBatchRequest* request,
-                                                            v1::SummarizeBatchResponse* response) {
-  return new BatchCall(*this, context, request, response);
+                                                            const grpc::ByteBuffer* request,
+                                                            grpc::ByteBuffer* response) {
+  return new BatchCall(*this, context, *request, response);
 }
 
 grpc::ServerUnaryReactor* SummarizerService::ListModels(grpc::CallbackServerContext* context,
-                                                        const v1::ListModelsRequest*,
-                                                        v1::ListModelsResponse* response) {
+                                                        const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+  auto* reactor = context->DefaultReactor();
+  v1::ListModelsRequest in;
+  if (const grpc::Status parsed = parse_body(*request, in); !parsed.ok()) {
+    reactor->Finish(parsed);
+    return reactor;
+  }
+  v1::ListModelsResponse out;
   for (const auto& e : models_.engines()) {
     const ModelConfig& c = e->config();
-    auto* m = response->add_models();
+    auto* m = out.add_models();
     m->set_name(e->name());
     m->set_architecture(to_string(c.arch));
     m->set_cross_attention(to_string(c.srformer.cross_attention));
@@ -453,7 +487,7 @@ grpc::ServerUnaryReactor* SummarizerService::ListModels(grpc::CallbackServerCont
     m->set_parameters(e->parameter_count());
     m->set_default_expected_length(static_cast<int32_t>(c.srformer.expected_length));
   }
-  auto* reactor = context->DefaultReactor();
+  *response = serialize_body(out);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

@@ -14,7 +14,13 @@ namespace srformer::server {
 
 class Metrics;
 
-class SummarizerService final : public v1::Summarizer::CallbackService {
+// Every method raw (bodies as bytes): the service parses requests itself so that a body which is not the
+// method's message gets INVALID_ARGUMENT and a reason (server/service/message_body.h).
+using RawSummarizerService = v1::Summarizer::WithRawCallbackMethod_Summarize<
+    v1::Summarizer::WithRawCallbackMethod_SummarizeStream<v1::Summarizer::WithRawCallbackMethod_SummarizeBatch<
+        v1::Summarizer::WithRawCallbackMethod_ListModels<v1::Summarizer::Service>>>>;
+
+class SummarizerService final : public RawSummarizerService {
  public:
   // metrics may be null.
   SummarizerService(ModelRegistry& models, ServiceLimits limits, Metrics* metrics);
@@ -23,15 +29,14 @@ class SummarizerService final : public v1::Summarizer::CallbackService {
   void begin_shutdown() { shutting_down_.store(true); }
   bool shutting_down() const { return shutting_down_.load(); }
 
-  grpc::ServerUnaryReactor* Summarize(grpc::CallbackServerContext* context, const v1::SummarizeRequest* request,
-                                      v1::SummarizeResponse* response) override;
-  grpc::ServerWriteReactor<v1::SummarizeStreamResponse>* SummarizeStream(grpc::CallbackServerContext* context,
-                                                                         const v1::SummarizeRequest* request) override;
-  grpc::ServerUnaryReactor* SummarizeBatch(grpc::CallbackServerContext* context,
-                                           const v1::SummarizeBatchRequest* request,
-                                           v1::SummarizeBatchResponse* response) override;
-  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context, const v1::ListModelsRequest* request,
-                                       v1::ListModelsResponse* response) override;
+  grpc::ServerUnaryReactor* Summarize(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* SummarizeStream(grpc::CallbackServerContext* context,
+                                                              const grpc::ByteBuffer* request) override;
+  grpc::ServerUnaryReactor* SummarizeBatch(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
 
   // Shared by the call reactors (see summarizer_service.cc).
   struct Prepared {

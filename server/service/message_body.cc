@@ -1,0 +1,41 @@
+#include "server/service/message_body.h"
+
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace srformer::server {
+
+namespace {
+constexpr const char* kProtoHint = "; build the client from this server's proto/srformer/v1/summarizer.proto";
+}  // namespace
+
+grpc::Status parse_body(const grpc::ByteBuffer& body, google::protobuf::Message& out) {
+  const std::string type = out.GetTypeName();
+  if (!body.Valid()) {
+    return {grpc::StatusCode::INVALID_ARGUMENT, "the call carried no " + type + " message" + kProtoHint};
+  }
+  grpc::ByteBuffer copy(body);  // the reader consumes its buffer; copying shares the slices
+  grpc::ProtoBufferReader reader(&copy);
+  if (!reader.status().ok() || !out.ParseFromZeroCopyStream(&reader)) {
+    return {grpc::StatusCode::INVALID_ARGUMENT,
+            "the request body is not a valid " + type +
+                " message (cut short, a string field that is not UTF-8, or fields of other types)" + kProtoHint};
+  }
+  return grpc::Status::OK;
+}
+
+grpc::ByteBuffer serialize_body(const google::protobuf::Message& message) {
+  grpc::ByteBuffer out;
+  bool own_buffer = false;
+  // Serialize() cannot fail for a message we built (proto3, no required fields) short of running out of memory.
+  const grpc::Status status =
+      grpc::SerializationTraits<google::protobuf::Message>::Serialize(message, &out, &own_buffer);
+  if (!status.ok())
+    throw std::runtime_error("cannot serialize " + message.GetTypeName() + ": " + status.error_message());
+  return out;
+}
+
+}  // namespace srformer::server

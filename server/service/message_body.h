@@ -1,0 +1,16 @@
+#pragma once
+// Request bodies parsed, and responses serialized, by the service rather than by gRPC's generated
+// handlers: the callback API answers a body that does not parse with UNIMPLEMENTED and no message (as
+// if the method did not exist); a client built from another proto must hear INVALID_ARGUMENT and why.
+#include <google/protobuf/message.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/status.h>
+
+namespace srformer::server {
+
+// Parses `body` into `out`; INVALID_ARGUMENT naming the message type when it is not one.
+grpc::Status parse_body(const grpc::ByteBuffer& body, google::protobuf::Message& out);
+
+grpc::ByteBuffer serialize_body(const google::protobuf::Message& message);
+
+}  // namespace srformer::server
