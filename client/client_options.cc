@@ -50,7 +50,7 @@ Summarizes FILE (or stdin) with an srformer-server.
   --list-models            print the server's models
 generation options (unset = the model's defaults):
   --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X --early-stopping
-  --do-sample --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N
+  --do-sample | --no-sample, --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N
   --repetition-penalty X --expected-length N --truncate (cut over-long input instead of failing)
 load generator:
   --load --concurrency N (--requests M | --duration S) FILE...
@@ -122,6 +122,8 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       g.set_early_stopping(true);
     } else if (arg == "--do-sample") {
       g.set_do_sample(true);
+    } else if (arg == "--no-sample") {  // where the model samples by default
+      g.set_do_sample(false);
     } else if (arg == "--temperature") {
       g.set_temperature(static_cast<float>(to_double(arg, next())));
     } else if (arg == "--top-k") {

@@ -148,6 +148,11 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c) {
   if (auto v = opt<int64_t>(j, "num_beams")) c.num_beams = v;
   if (auto v = opt<double>(j, "length_penalty")) c.length_penalty = v;
   if (auto v = opt<int64_t>(j, "no_repeat_ngram_size")) c.no_repeat_ngram_size = v;
+  if (auto v = opt<bool>(j, "do_sample")) c.do_sample = v;
+  if (auto v = opt<double>(j, "temperature")) c.temperature = v;
+  if (auto v = opt<int64_t>(j, "top_k")) c.top_k = v;
+  if (auto v = opt<double>(j, "top_p")) c.top_p = v;
+  if (auto v = opt<double>(j, "repetition_penalty")) c.repetition_penalty = v;
   // true, false, or "never" (a stricter variant of false's heuristic; taken as false).
   if (const auto it = j.find("early_stopping"); it != j.end() && it->is_string() && *it == "never") {
     c.early_stopping = false;

@@ -88,6 +88,11 @@ struct ModelConfig {
   std::optional<double> length_penalty;
   std::optional<bool> early_stopping;
   std::optional<int64_t> no_repeat_ngram_size;
+  std::optional<bool> do_sample;
+  std::optional<double> temperature;
+  std::optional<int64_t> top_k;
+  std::optional<double> top_p;
+  std::optional<double> repetition_penalty;
   std::optional<std::string> summarization_prefix;  // task_specific_params.summarization.prefix
 
   DropoutRates dropout;

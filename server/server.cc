@@ -51,6 +51,15 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
   service_limits.max_beams = config.max_beams;
   service_ = std::make_unique<SummarizerService>(models_, service_limits, metrics);
   for (const auto& e : models_.engines()) {
+    try {
+      (void)resolve_options({}, e->config(), service_limits);
+    } catch (const RequestError& err) {
+      spdlog::warn(
+          "model '{}': its generation defaults (generation_config.json, else config.json) are not usable: every "
+          "request that leaves these options unset will be refused ({}); fix the checkpoint's file or set them "
+          "in each request",
+          e->name(), err.what());
+    }
     if (e->config().max_input_tokens_is_fallback) {
       spdlog::info(
           "model '{}': config.json sets no input limit (n_positions); serving inputs of up to {} tokens "

@@ -51,7 +51,8 @@ const char* kUsage =
     "                      next to PRED): predictions.jsonl and scores.json\n"
     "  --stem              Porter-stem tokens (rouge-score's use_stemmer)\n"
     "  --bootstrap N       bootstrap resamples for the 95% intervals (default 1000)  --seed N (default 0)\n"
-    "  generation (model mode only; defaults from the model's config.json, as in `summarize`):\n"
+    "  generation (model mode only; defaults from the model's generation_config.json, else config.json,\n"
+    "  as in `summarize`, but never sampled: greedy or beam search):\n"
     "  --batch N (default 8) --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X\n"
     "  --no-repeat-ngram-size N --max-input-tokens N (truncate documents to N tokens; default and\n"
     "  upper bound: the model's limit) --threads N --dtype fp32|bf16 (as in `summarize`)\n";
@@ -184,6 +185,7 @@ GenerationOptions generation_options(const Args& a, const ModelConfig& c, const 
   o.num_beams = a.beams.value_or(d.num_beams);
   o.length_penalty = a.length_penalty.value_or(d.length_penalty);
   o.no_repeat_ngram_size = a.no_repeat.value_or(d.no_repeat_ngram_size);
+  o.do_sample = false;  // scores must not depend on a seed: greedy or beams even where the checkpoint samples
   o.vocab_limit = tokenizer.vocab_size();
   validate(o);
   return o;

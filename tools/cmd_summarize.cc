@@ -24,11 +24,12 @@ namespace {
 const char* kUsage =
     "usage: srformer summarize --model DIR [options] [FILE|-]\n"
     "  --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X --early-stopping\n"
-    "  --do-sample --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N\n"
+    "  --do-sample | --no-sample, --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N\n"
     "  --repetition-penalty X --expected-length L (SRformer schedule; default max-new-tokens)\n"
     "  --truncate (cut over-long input instead of failing) --threads N --json --stream\n"
     "  --dtype fp32|bf16 (bf16: projections in bfloat16; needs a CPU with AMX or AVX512-BF16)\n"
-    "  Defaults come from the model's config.json (max_length, num_beams, ...), as in the server.\n";
+    "  Defaults come from the model's generation_config.json, else config.json (max_length, num_beams,\n"
+    "  do_sample, top_k (else 50), ...), as in the server.\n";
 
 std::string read_input(const std::string& path) {
   if (path.empty() || path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
@@ -47,7 +48,7 @@ int run_summarize(const std::vector<std::string>& args) {
   std::optional<int64_t> max_new, min_new, beams, no_repeat, top_k, expected;
   std::optional<double> length_penalty, temperature, top_p, rep;
   std::optional<bool> early;
-  bool sample = false;
+  std::optional<bool> sample;
   uint64_t seed = 0;
   for (ArgReader r(args); r.next();) {
     const auto& a = r.arg();
@@ -68,6 +69,8 @@ int run_summarize(const std::vector<std::string>& args) {
       early = true;
     } else if (a == "--do-sample") {
       sample = true;
+    } else if (a == "--no-sample") {
+      sample = false;
     } else if (a == "--temperature") {
       temperature = std::stod(r.value());
     } else if (a == "--top-k") {
@@ -123,16 +126,16 @@ int run_summarize(const std::vector<std::string>& args) {
   GenerationOptions o = d;
   o.max_new_tokens = max_new.value_or(d.max_new_tokens);
   o.min_new_tokens = min_new.value_or(std::min(o.max_new_tokens, d.min_new_tokens));
-  o.num_beams = beams.value_or(d.num_beams);
+  o.do_sample = sample.value_or(d.do_sample);
+  o.num_beams = beams.value_or(o.do_sample ? 1 : d.num_beams);  // no beam sampling: one beam when sampling
   o.length_penalty = length_penalty.value_or(d.length_penalty);
   o.early_stopping = early.value_or(d.early_stopping);
   o.no_repeat_ngram_size = no_repeat.value_or(d.no_repeat_ngram_size);
-  o.do_sample = sample;
-  o.temperature = temperature.value_or(1.0);
-  o.top_k = top_k.value_or(0);
-  o.top_p = top_p.value_or(1.0);
+  o.temperature = temperature.value_or(d.temperature);
+  o.top_k = top_k.value_or(d.top_k);
+  o.top_p = top_p.value_or(d.top_p);
   o.seed = seed;
-  o.repetition_penalty = rep.value_or(1.0);
+  o.repetition_penalty = rep.value_or(d.repetition_penalty);
   o.vocab_limit = tokenizer->vocab_size();
   validate(o);
 

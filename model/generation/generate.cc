@@ -28,6 +28,11 @@ GenerationOptions model_generation_defaults(const ModelConfig& config) {
   o.length_penalty = config.length_penalty.value_or(1.0);
   o.early_stopping = config.early_stopping.value_or(false);
   o.no_repeat_ngram_size = config.no_repeat_ngram_size.value_or(0);
+  o.do_sample = config.do_sample.value_or(false);
+  o.temperature = config.temperature.value_or(1.0);
+  o.top_k = config.top_k.value_or(50);  // HF's default: sampling keeps the 50 likeliest tokens
+  o.top_p = config.top_p.value_or(1.0);
+  o.repetition_penalty = config.repetition_penalty.value_or(1.0);
   return o;
 }
 

@@ -26,8 +26,11 @@ GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig
 
 // The model's generation defaults (Hugging Face meanings, ModelConfig's generation fields): its tokens,
 // max_new_tokens = max_length − 1 (else 128), min_new_tokens = min_length − 1 (else 0; callers clamp it
-// to their max_new_tokens), num_beams, length_penalty, early_stopping, no_repeat_ngram_size; the rest
-// GenerationOptions' own defaults. The server, `srformer summarize` and `srformer eval` start here.
+// to their max_new_tokens), num_beams, length_penalty, early_stopping, no_repeat_ngram_size, and the
+// sampling settings do_sample, temperature, top_k (else 50, as HF), top_p, repetition_penalty; the rest
+// GenerationOptions' own defaults. The server, `srformer summarize` and `srformer eval` start here. A
+// checkpoint may ask for beam sampling (do_sample with num_beams > 1), which generate() refuses: callers
+// that sample take one beam.
 GenerationOptions model_generation_defaults(const ModelConfig& config);
 
 // input_ids [B,k] int64, attention_mask [B,k]. expected_length: [B] int64 (the SRformer L per row);

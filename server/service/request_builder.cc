@@ -140,7 +140,7 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
   } else {
     o.min_new_tokens = std::min(o.max_new_tokens, d.min_new_tokens);
   }
-  o.do_sample = p.has_do_sample() ? p.do_sample() : false;
+  o.do_sample = p.has_do_sample() ? p.do_sample() : d.do_sample;
   if (p.has_num_beams()) {
     if (p.num_beams() < 1 || p.num_beams() > limits.max_beams) {
       invalid("num_beams must be between 1 and " + str(limits.max_beams) + " (the server cap), got " +

@@ -190,6 +190,11 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
   EXPECT_EQ(none.no_repeat_ngram_size, 0);
   EXPECT_EQ(none.decoder_start_token_id, 3);
   EXPECT_EQ(none.forced_bos_token_id, 0);
+  EXPECT_FALSE(none.do_sample);
+  EXPECT_DOUBLE_EQ(none.temperature, 1.0);
+  EXPECT_EQ(none.top_k, 50);  // HF's default, where GenerationOptions{} has none
+  EXPECT_DOUBLE_EQ(none.top_p, 1.0);
+  EXPECT_DOUBLE_EQ(none.repetition_penalty, 1.0);
   config.max_length = 62;
   config.min_length = 11;
   config.num_beams = 4;
@@ -204,6 +209,17 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
   EXPECT_TRUE(set.early_stopping);
   EXPECT_EQ(set.no_repeat_ngram_size, 3);
   EXPECT_FALSE(set.do_sample);
+  config.do_sample = true;
+  config.temperature = 0.7;
+  config.top_k = 0;
+  config.top_p = 0.9;
+  config.repetition_penalty = 1.2;
+  const auto sampled = model_generation_defaults(config);
+  EXPECT_TRUE(sampled.do_sample);
+  EXPECT_DOUBLE_EQ(sampled.temperature, 0.7);
+  EXPECT_EQ(sampled.top_k, 0);
+  EXPECT_DOUBLE_EQ(sampled.top_p, 0.9);
+  EXPECT_DOUBLE_EQ(sampled.repetition_penalty, 1.2);
 }
 
 }  // namespace

@@ -99,15 +99,22 @@ TEST(Config, GenerationConfigReplacesConfigJsonsGenerationDefaults) {
   j["max_length"] = 142;
   j["no_repeat_ngram_size"] = 3;
   j["forced_bos_token_id"] = 5;
+  j["top_k"] = 10;
   const auto plain = ModelConfig::from_json(j);
   EXPECT_EQ(plain.num_beams, 4);
+  EXPECT_EQ(plain.top_k, 10);
+  EXPECT_FALSE(plain.do_sample);
   EXPECT_EQ(plain.srformer.expected_length, 141);
   const nlohmann::json g = {{"num_beams", 2},
                             {"max_new_tokens", 60},
                             {"min_length", 11},
                             {"early_stopping", "never"},
                             {"decoder_start_token_id", 3},
-                            {"forced_eos_token_id", 1}};
+                            {"forced_eos_token_id", 1},
+                            {"do_sample", true},
+                            {"temperature", 0.7},
+                            {"top_p", 0.9},
+                            {"repetition_penalty", 1.1}};
   const auto c = ModelConfig::from_json(j, &g);
   EXPECT_EQ(c.num_beams, 2);
   EXPECT_EQ(c.max_length, 61) << "max_new_tokens + the decoder start";
@@ -117,6 +124,11 @@ TEST(Config, GenerationConfigReplacesConfigJsonsGenerationDefaults) {
   EXPECT_FALSE(c.forced_bos_token_id);
   EXPECT_EQ(c.forced_eos_token_id, 1);
   EXPECT_EQ(c.decoder_start_token_id, 3);
+  EXPECT_EQ(c.do_sample, true);
+  EXPECT_EQ(c.temperature, 0.7);
+  EXPECT_EQ(c.top_p, 0.9);
+  EXPECT_EQ(c.repetition_penalty, 1.1);
+  EXPECT_FALSE(c.top_k) << "config.json's value is not generation_config.json's";
   EXPECT_EQ(c.srformer.expected_length, 60) << "the default L follows the length generation uses";
   // A summarization task's parameters still win, as in HF's summarization pipeline.
   j["task_specific_params"] = {{"summarization", {{"num_beams", 6}, {"prefix", "summarize: "}}}};

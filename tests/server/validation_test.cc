@@ -218,6 +218,27 @@ TEST(Validation, DefaultsComeFromTheModelConfig) {
   EXPECT_EQ(q.options.max_new_tokens, 20);
   EXPECT_EQ(q.options.min_new_tokens, 10);
   EXPECT_EQ(q.expected_length, 50);
+  // Sampling: HF's top_k of 50 where the config sets none; a checkpoint that samples by default samples
+  // with one beam (beam sampling is not supported), and decodes with its beams when a request says not to.
+  EXPECT_FALSE(r.options.do_sample);
+  EXPECT_EQ(r.options.top_k, 50);
+  config.do_sample = true;
+  config.temperature = 0.7;
+  config.top_p = 0.9;
+  const auto sampled = server::resolve_options({}, config, limits);
+  EXPECT_TRUE(sampled.options.do_sample);
+  EXPECT_EQ(sampled.options.num_beams, 1);
+  EXPECT_DOUBLE_EQ(sampled.options.temperature, 0.7);
+  EXPECT_DOUBLE_EQ(sampled.options.top_p, 0.9);
+  v1::GenerationOptions greedy;
+  greedy.set_do_sample(false);
+  EXPECT_EQ(server::resolve_options(greedy, config, limits).options.num_beams, 4);
+  // A default no request could use is refused with the reason, and a request can set it right.
+  config.temperature = 0.0;
+  EXPECT_THROW((void)server::resolve_options({}, config, limits), server::RequestError);
+  v1::GenerationOptions warmer;
+  warmer.set_temperature(0.5F);
+  EXPECT_DOUBLE_EQ(server::resolve_options(warmer, config, limits).options.temperature, 0.5);
 }
 
 TEST(Validation, InputLimitOfAModelWhoseConfigSetsNoneIsTheServers) {
