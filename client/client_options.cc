@@ -45,6 +45,8 @@ Summarizes FILE (or stdin) with an srformer-server.
   --deadline-ms N          per-call deadline
   --tls --ca FILE          TLS with this CA bundle | --insecure (default) plaintext
   --cert FILE --key FILE   client certificate and its key (PEM), for a server with --tls-client-ca
+  --tls-server-name NAME   verify the server's certificate for NAME instead of the target's host (e.g.
+                           a health check on localhost of a server whose certificate names its DNS name)
   --request-id ID          id echoed in server logs and the response
   --health                 check grpc.health.v1; exit 0 if SERVING, 1 otherwise
   --list-models            print the server's models
@@ -102,6 +104,8 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       o.cert_file = next();
     } else if (arg == "--key") {
       o.key_file = next();
+    } else if (arg == "--tls-server-name") {
+      o.tls_server_name = next();
     } else if (arg == "--insecure") {
       o.tls = false;
     } else if (arg == "--request-id") {
@@ -160,6 +164,7 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     throw std::invalid_argument("--cert and --key go together (the client certificate and its private key)");
   }
   if (!o.cert_file.empty() && !o.tls) throw std::invalid_argument("--cert/--key need --tls --ca FILE");
+  if (!o.tls_server_name.empty() && !o.tls) throw std::invalid_argument("--tls-server-name needs --tls --ca FILE");
   if (o.load && o.requests <= 0 && o.duration_s <= 0) {
     throw std::invalid_argument("--load needs --requests M or --duration S");
   }

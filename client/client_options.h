@@ -18,6 +18,7 @@ struct ClientOptions {
   bool tls = false;
   std::string ca_file;
   std::string cert_file, key_file;  // client certificate (mutual TLS)
+  std::string tls_server_name;      // the name to verify the server's certificate against, if not the target's
   bool health = false;
   bool list_models = false;
   bool batch = false;  // every input file in one SummarizeBatch call

@@ -30,6 +30,7 @@ std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& o) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   if (!o.tls) return grpc::CreateCustomChannel(o.target, grpc::InsecureChannelCredentials(), args);
+  if (!o.tls_server_name.empty()) args.SetSslTargetNameOverride(o.tls_server_name);
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs = read_input(o.ca_file);
   if (!o.cert_file.empty()) {

@@ -445,6 +445,24 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
             offline(*model_dir_, read(doc(0)), 12, 1));
   // A plaintext client cannot talk to it.
   EXPECT_NE(run_command(kClient + t + " --health --deadline-ms 3000 2>&1").exit_code, 0);
+  // A certificate for the server's DNS name, checked on 127.0.0.1 (the image's health check): only with
+  // --tls-server-name naming it.
+  {
+    const std::string named_cert = (dir / "named.pem").string(), named_key = (dir / "named-key.pem").string();
+    made = run_command(
+        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=summarizer.example -addext "
+        "subjectAltName=DNS:summarizer.example -keyout " +
+        named_key + " -out " + named_cert + " 2>&1");
+    ASSERT_EQ(made.exit_code, 0) << made.out;
+    auto named = start({"--tls-cert", named_cert, "--tls-key", named_key});
+    const std::string nt = " --target " + named->target() + " --tls --ca " + named_cert;
+    EXPECT_NE(run_command(kClient + nt + " --health --deadline-ms 3000 2>&1").exit_code, 0);
+    auto overridden = run_command(kClient + nt + " --tls-server-name summarizer.example --health 2>&1");
+    EXPECT_EQ(overridden.exit_code, 0) << overridden.out;
+    EXPECT_EQ(overridden.out, "SERVING\n");
+    auto plain = run_command(kClient + " --target " + named->target() + " --tls-server-name x --health 2>&1");
+    EXPECT_EQ(plain.exit_code, 2) << plain.out;
+  }
   // Mutual TLS: with --tls-client-ca the server takes only clients that show a certificate it signed.
   {
     auto mutual = start({"--tls-cert", cert, "--tls-key", key, "--tls-client-ca", cert});
