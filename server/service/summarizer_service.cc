@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -54,12 +55,14 @@ RejectReason reject_reason(grpc::StatusCode code) {
   }
 }
 
-// Per-call bookkeeping for metrics and the one log line per request.
+// Per-call bookkeeping for metrics and the one log line per request. A call counts under every model it
+// asks for (a SummarizeBatch may ask several): once in srformer_requests_in_flight / _total per model.
 class CallRecord {
  public:
   CallRecord(Metrics* metrics, std::string method) : metrics_(metrics), method_(std::move(method)) {}
   void started(const std::string& model) {
-    model_ = model;
+    if (std::find(models_.begin(), models_.end(), model) != models_.end()) return;
+    models_.push_back(model);
     if (metrics_) metrics_->model(model).on_request_start();
   }
   // A request refused before it reached the engine (bad input, shutting down, queue full): its log line,
@@ -67,15 +70,18 @@ class CallRecord {
   // the model it asked for, or null where this server holds none of that name (the name is then the
   // client's text: logged, never made a label).
   void refused(const std::string& id, const std::string& requested, const Engine* engine, const grpc::Status& status) {
-    if (engine != nullptr && model_.empty()) started(engine->name());
-    if (metrics_ && !model_.empty()) metrics_->model(model_).on_rejected(reject_reason(status.error_code()));
+    if (engine != nullptr) {
+      started(engine->name());
+      if (metrics_) metrics_->model(engine->name()).on_rejected(reject_reason(status.error_code()));
+    }
     spdlog::info("request {}: {} model={} refused with {}: {}", shown_name(id), method_,
                  engine ? engine->name() : shown_name(requested), status_code_name(status.error_code()),
                  status.error_message());
   }
   void ended(const grpc::Status& status) {
-    if (metrics_ && !model_.empty()) {
-      metrics_->model(model_).on_request_end(method_, status_code_name(status.error_code()), seconds_since(start_));
+    if (!metrics_) return;
+    for (const auto& model : models_) {
+      metrics_->model(model).on_request_end(method_, status_code_name(status.error_code()), seconds_since(start_));
     }
   }
   const std::string& method() const { return method_; }
@@ -83,7 +89,7 @@ class CallRecord {
  private:
   Metrics* metrics_;
   std::string method_;
-  std::string model_;
+  std::vector<std::string> models_;
   Clock::time_point start_ = Clock::now();
 };
 
@@ -315,7 +321,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
         return;
       }
     }
-    record_.started(prepared.front().engine->name());
+    for (const auto& p : prepared) record_.started(p.engine->name());
     results_.resize(static_cast<size_t>(n));
     models_.resize(static_cast<size_t>(n));
     remaining_ = n;

@@ -9,6 +9,8 @@
 
 #include "client/grpc_health.h"
 #include "model/generation/generate.h"
+#include "server/metrics/metrics.h"
+#include "tests/metrics/scrape.h"
 #include "tests/server/test_server.h"
 
 namespace srformer::testing {
@@ -447,6 +449,43 @@ TEST(EngineService, ABatchLargerThanTheQueueIsRefusedUpFrontAndNothingRuns) {
   grpc::ClientContext ctx2;
   ASSERT_TRUE(server.stub().SummarizeBatch(&ctx2, batch, &resp).ok());
   EXPECT_EQ(resp.responses_size(), 4);
+}
+
+// A batch asking two models counts once under each (srformer_requests_total is per model); a refusal
+// counts under the model of the request refused, not the batch's first.
+TEST(EngineService, ABatchCountsUnderEveryModelItAsksFor) {
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.models = {{"alpha", FakeModelOptions{}}, {"beta", FakeModelOptions{}}};
+  so.metrics = &metrics;
+  TestServer server(so);
+  v1::SummarizeBatchRequest batch;
+  *batch.add_requests() = make_request(doc_of(0), "alpha");
+  *batch.add_requests() = make_request(doc_of(1), "beta");
+  *batch.add_requests() = make_request(doc_of(2), "beta");
+  grpc::ClientContext ctx;
+  v1::SummarizeBatchResponse resp;
+  ASSERT_TRUE(server.stub().SummarizeBatch(&ctx, batch, &resp).ok());
+  using server::testing::sample;
+  const auto calls = [&](const std::string& model, const std::string& code) {
+    return sample(metrics.scrape_text(), "srformer_requests_total",
+                  {{"model", model}, {"method", "SummarizeBatch"}, {"code", code}})
+        .value_or(0.0);
+  };
+  EXPECT_EQ(calls("alpha", "OK"), 1.0);
+  EXPECT_EQ(calls("beta", "OK"), 1.0);
+  EXPECT_EQ(sample(metrics.scrape_text(), "srformer_requests_in_flight", {{"model", "beta"}}), 0.0);
+
+  *batch.add_requests() = make_request("", "beta");  // refused: empty document
+  grpc::ClientContext ctx2;
+  EXPECT_EQ(server.stub().SummarizeBatch(&ctx2, batch, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(calls("beta", "INVALID_ARGUMENT"), 1.0);
+  EXPECT_EQ(
+      sample(metrics.scrape_text(), "srformer_requests_rejected_total", {{"model", "beta"}, {"reason", "invalid"}}),
+      1.0);
+  EXPECT_EQ(
+      sample(metrics.scrape_text(), "srformer_requests_rejected_total", {{"model", "alpha"}, {"reason", "invalid"}}),
+      0.0);
 }
 
 TEST(EngineService, SeveralModelsByNameAndListModels) {

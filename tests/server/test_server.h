@@ -17,6 +17,7 @@ namespace srformer::testing {
 struct FakeServerOptions {
   server::ServerConfig config;
   std::vector<std::pair<std::string, FakeModelOptions>> models{{"fake", {}}};
+  server::Metrics* metrics = nullptr;  // none by default
 };
 
 class TestServer {
@@ -32,7 +33,7 @@ class TestServer {
       m.tokenizer = std::make_shared<FakeTokenizer>();
       models.push_back(std::move(m));
     }
-    server_ = std::make_unique<server::Server>(o.config, std::move(models));
+    server_ = std::make_unique<server::Server>(o.config, std::move(models), o.metrics);
     server_->start();
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials());
     stub_ = v1::Summarizer::NewStub(channel_);
