@@ -3,14 +3,16 @@
 # (A, B, A, B, ...) so that slow spells of a shared machine hit both. Each run starts a server, drives
 # it with srformer-client --load, stops it and prints two lines: binary, tokens/s, and the engine's
 # overhead split from the server's shutdown log; then the time its admissions spent encoding and joining.
-#   bench/server_ab.sh SERVER_A SERVER_B MODEL_DIR [DOC]
+#   bench/server_ab.sh SERVER_A SERVER_B MODEL_DIR [DOC...]   (several DOCs: requests take them in turn)
 #   env: ROUNDS (3), CONCURRENCY (32), REQUESTS (96), NEW_TOKENS (64), THREADS (2), CLIENT (build/bin/srformer-client),
 #        SERVER_ARGS (more server flags, e.g. "--dtype bf16"), CLIENT_ARGS (more request options, e.g. "--num-beams 4")
 # A binary outside the build tree needs SRFORMER_SPM_PLUGIN=/abs/path/to/libsrformer_spm.so.
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
-[ $# -ge 3 ] || { echo "usage: $0 SERVER_A SERVER_B MODEL_DIR [DOC]" >&2; exit 2; }
-a=$1 b=$2 model=$3 doc=${4:-$root/docs/example-document.txt}
+[ $# -ge 3 ] || { echo "usage: $0 SERVER_A SERVER_B MODEL_DIR [DOC...]" >&2; exit 2; }
+a=$1 b=$2 model=$3
+docs=("${@:4}")
+[ ${#docs[@]} -gt 0 ] || docs=("$root/docs/example-document.txt")
 run() {
   local server=$1 log pid target line
   log=$(mktemp)
@@ -20,7 +22,7 @@ run() {
   target=$(wait_for_server "$log" $pid)
   line=$("$client" --target "$target" --model ab --load --json --concurrency "${CONCURRENCY:-32}" \
     --requests "${REQUESTS:-96}" --max-new-tokens "${NEW_TOKENS:-64}" --min-new-tokens "${NEW_TOKENS:-64}" \
-    ${CLIENT_ARGS:-} --truncate "$doc")
+    ${CLIENT_ARGS:-} --truncate "${docs[@]}")
   kill -TERM $pid
   wait $pid || true
   printf '%s tokens/s %s | %s\n' "$server" \

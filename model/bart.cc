@@ -121,8 +121,8 @@ class BartModel final : public EncoderDecoderModel {
   }
 
   // Differentiable (training); inference callers hold a no-grad or inference-mode guard.
-  EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
-                       const EncodeStop& stop) override {
+  EncoderOutput encode_batch(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                             const EncodeStop& stop) override {
     check_tokens(input_ids, "input_ids");
     const auto ids = input_ids.to(device_, torch::kLong);
     const int64_t k = ids.size(1);

@@ -3,8 +3,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <vector>
 
 #include "model/attention/segments.h"
 #include "model/io/page_release.h"
@@ -57,6 +59,59 @@ torch::Tensor DecodeContext::cross_attention(size_t layer, const CrossAttention&
   }
   return attn.step(x, state_->layers[layer], enc_mask_, enc_len_, m_, seg_, changed_, state_->segment_switches,
                    &fired_[layer]);
+}
+
+namespace {
+
+// The rows of a right-padded batch in groups of similar length, longest first (a row joins the current
+// group while it is at least 7/8 as long as the group's longest). Empty where one call over the padded
+// batch is the way: a mask that is not each row's real tokens followed by padding, or an empty row.
+std::vector<std::vector<int64_t>> length_groups(const torch::Tensor& mask) {
+  const int64_t k = mask.size(1);
+  const auto lengths = mask.sum(1).to(torch::kInt64);
+  if (!torch::equal(torch::arange(k).unsqueeze(0) < lengths.unsqueeze(1), mask)) return {};
+  std::vector<int64_t> length(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + lengths.numel());
+  std::vector<int64_t> rows(length.size());
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+  std::stable_sort(rows.begin(), rows.end(), [&](int64_t a, int64_t b) { return length[a] > length[b]; });
+  if (length[rows.back()] == 0) return {};
+  std::vector<std::vector<int64_t>> groups;
+  int64_t longest = 0;
+  for (const int64_t r : rows) {
+    if (groups.empty() || 8 * length[r] < 7 * longest) {
+      groups.emplace_back();
+      longest = length[r];
+    }
+    groups.back().push_back(r);
+  }
+  return groups;
+}
+
+}  // namespace
+
+EncoderOutput EncoderDecoderModel::encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                          const EncodeStop& stop) {
+  const bool may_group = device_.is_cpu() && !torch::GradMode::is_enabled() && input_ids.dim() == 2 &&
+                         input_ids.size(0) > 1 && attention_mask.defined() &&
+                         attention_mask.sizes() == input_ids.sizes();
+  if (!may_group) return encode_batch(input_ids, attention_mask, stop);
+  const auto mask = attention_mask.to(torch::kCPU).ne(0);
+  const auto groups = length_groups(mask);
+  if (groups.size() < 2) return encode_batch(input_ids, attention_mask, stop);
+  const auto lengths = mask.sum(1);
+  EncoderOutput out;
+  for (const auto& rows : groups) {
+    const auto index = torch::tensor(rows, torch::kInt64);
+    const int64_t longest = lengths[rows.front()].item<int64_t>();
+    const auto part = encode_batch(input_ids.index_select(0, index).narrow(1, 0, longest),
+                                   mask.index_select(0, index).narrow(1, 0, longest), stop);
+    if (!out.hidden.defined()) {
+      out.hidden = torch::zeros({input_ids.size(0), input_ids.size(1), part.hidden.size(2)}, part.hidden.options());
+    }
+    out.hidden.narrow(1, 0, longest).index_copy_(0, index.to(part.hidden.device()), part.hidden);
+  }
+  out.mask = mask.to(device_);
+  return out;
 }
 
 torch::Tensor EncoderDecoderModel::mask_of(const torch::Tensor& attention_mask, const torch::Tensor& input_ids) const {

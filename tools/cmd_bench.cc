@@ -365,31 +365,87 @@ std::vector<int64_t> int_list(const std::string& csv) {
   return out;
 }
 
+// One encode() call over documents of mixed lengths, padded to the longest (which the CPU encodes in
+// groups of similar length), against one call per document; and the same with documents of one length.
+// Best of 3.
+void bench_encode(const BenchOptions& o, const std::string& name, const ModelConfig& c) {
+  if (!o.model.empty() && o.model != name) return;
+  auto model = load_model(ensure_model(o, name, c), {});
+  torch::NoGradGuard no_grad;
+  const std::vector<int64_t> mixed{96, 160, 256, 384, 512, 640, 768, 1024};
+  const std::vector<int64_t> equal(mixed.size(), 512);
+  const auto best_of_3 = [](const auto& run) {
+    run();  // page faults, thread start-up
+    double best = std::numeric_limits<double>::infinity();
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = Clock::now();
+      run();
+      best = std::min(best, ms_since(t0));
+    }
+    return best;
+  };
+  for (const auto& [label, lengths] : {std::pair{"mixed", mixed}, std::pair{"equal", equal}}) {
+    const int64_t B = static_cast<int64_t>(lengths.size());
+    const int64_t kmax = *std::max_element(lengths.begin(), lengths.end());
+    const auto ids = torch::randint(3, c.vocab_size, {B, kmax}, torch::kLong);
+    auto mask = torch::zeros({B, kmax}, torch::kLong);
+    int64_t real = 0;
+    for (int64_t i = 0; i < B; ++i) {
+      mask[i].narrow(0, 0, lengths[i]).fill_(1);
+      real += lengths[i];
+    }
+    const double padded_ms = best_of_3([&] { (void)model->encode(ids, mask); });
+    const double alone_ms = best_of_3([&] {
+      for (int64_t i = 0; i < B; ++i) {
+        (void)model->encode(ids[i].narrow(0, 0, lengths[i]).unsqueeze(0),
+                            mask[i].narrow(0, 0, lengths[i]).unsqueeze(0));
+      }
+    });
+    const double padding = 1.0 - static_cast<double>(real) / static_cast<double>(B * kmax);
+    nlohmann::json j{{"bench", "encode"},
+                     {"model", name},
+                     {"lengths", label},
+                     {"documents", B},
+                     {"real_tokens", real},
+                     {"padding", padding},
+                     {"one_call_ms", padded_ms},
+                     {"one_by_one_ms", alone_ms},
+                     {"ratio", padded_ms / alone_ms}};
+    std::ostringstream h;
+    h << std::fixed << std::setprecision(1) << std::left << std::setw(26) << name << " " << B << " documents, " << label
+      << " lengths (" << real << " tokens, " << 100.0 * padding << "% padding): one call " << padded_ms
+      << " ms, one call each " << alone_ms << " ms (" << std::setprecision(2) << padded_ms / alone_ms << "x)";
+    emit(o, j, h.str());
+  }
+}
+
 int run_bench(const std::vector<std::string>& args) {
   BenchOptions o;
   std::string only;
   for (ArgReader r(args); r.next();) {
     const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
-      std::cout
-          << "usage: srformer bench [--json] [--threads N] [--steps N] [--only decode|cross|linear|search] [--quick]\n"
-             "                       [--batch N[,N...]] [--model bart-base-srformer-s64|bart-base-full|\n"
-             "                        t5-small-srformer-s64] [--trace PREFIX] [--kernels on|off|both]\n"
-             "                       [--lengths K[,K...]] [--input-tokens K] [--dtype fp32|bf16|both]\n"
-             "  Random weights in BART-base and T5-small shapes (cached under /tmp). Prints encoder time,\n"
-             "  decode step time and tokens/s at batch 1/8/32, per-step cross-attention time of full,\n"
-             "  segmented and srformer as k grows (1k/4k/16k) beside the paper's Table 1 ratio, and the\n"
-             "  bytes of per-request state; the decode step's projections through LibTorch and through\n"
-             "  our few-rows kernel. --json: one JSON object per measurement. --trace PREFIX: LibTorch profiler\n"
-             "  trace of the timed decode steps, PREFIX.<model>.b<batch>.json (chrome://tracing). --kernels:\n"
-             "  decode steps with our AVX2 CPU kernels (on, the default), through LibTorch only, or both.\n"
-             "  --lengths: the input lengths of the cross-attention figures (default 1024,4096,16384).\n"
-             "  --input-tokens: the input length of the decode figures (default 1024).\n"
-             "  --dtype: decode models in fp32 (default), bf16 (projections in bfloat16 on AMX or AVX512-BF16)\n"
-             "  or both. --only linear adds the packed fp32 product (AVX2/AVX-512) and the bf16 one (AMX or\n"
-             "  AVX512-BF16) beside LibTorch's and the row-major kernel's where the CPU has them. Models load\n"
-             "  with packed fp32 projections where the CPU has AVX2 unless SRFORMER_CPU_PACKED=0;\n"
-             "  SRFORMER_CPU_AVX512=0 runs every kernel with AVX2 only.\n";
+      std::cout << "usage: srformer bench [--json] [--threads N] [--steps N] [--only "
+                   "decode|encode|cross|linear|search] [--quick]\n"
+                   "                       [--batch N[,N...]] [--model bart-base-srformer-s64|bart-base-full|\n"
+                   "                        t5-small-srformer-s64] [--trace PREFIX] [--kernels on|off|both]\n"
+                   "                       [--lengths K[,K...]] [--input-tokens K] [--dtype fp32|bf16|both]\n"
+                   "  Random weights in BART-base and T5-small shapes (cached under /tmp). Prints encoder time,\n"
+                   "  decode step time and tokens/s at batch 1/8/32, per-step cross-attention time of full,\n"
+                   "  segmented and srformer as k grows (1k/4k/16k) beside the paper's Table 1 ratio, and the\n"
+                   "  bytes of per-request state; the decode step's projections through LibTorch and through\n"
+                   "  our few-rows kernel; one encoder call over 8 documents of mixed lengths padded to the\n"
+                   "  longest against one call each (--only encode). --json: one JSON object per measurement.\n"
+                   "  --trace PREFIX: LibTorch profiler trace of the timed decode steps,\n"
+                   "  PREFIX.<model>.b<batch>.json (chrome://tracing). --kernels:\n"
+                   "  decode steps with our AVX2 CPU kernels (on, the default), through LibTorch only, or both.\n"
+                   "  --lengths: the input lengths of the cross-attention figures (default 1024,4096,16384).\n"
+                   "  --input-tokens: the input length of the decode figures (default 1024).\n"
+                   "  --dtype: decode models in fp32 (default), bf16 (projections in bfloat16 on AMX or AVX512-BF16)\n"
+                   "  or both. --only linear adds the packed fp32 product (AVX2/AVX-512) and the bf16 one (AMX or\n"
+                   "  AVX512-BF16) beside LibTorch's and the row-major kernel's where the CPU has them. Models load\n"
+                   "  with packed fp32 projections where the CPU has AVX2 unless SRFORMER_CPU_PACKED=0;\n"
+                   "  SRFORMER_CPU_AVX512=0 runs every kernel with AVX2 only.\n";
       return 0;
     }
     if (a == "--json") {
@@ -437,6 +493,10 @@ int run_bench(const std::vector<std::string>& args) {
     bench_model(o, "bart-base-srformer-s64", bart_base_config(CrossAttentionKind::kSrformer, 64), o.input_tokens);
     bench_model(o, "bart-base-full", bart_base_config(CrossAttentionKind::kFull, 0), o.input_tokens);
     bench_model(o, "t5-small-srformer-s64", t5_small_config(CrossAttentionKind::kSrformer, 64), o.input_tokens);
+  }
+  if (only.empty() || only == "encode") {
+    bench_encode(o, "bart-base-srformer-s64", bart_base_config(CrossAttentionKind::kSrformer, 64));
+    bench_encode(o, "t5-small-srformer-s64", t5_small_config(CrossAttentionKind::kSrformer, 64));
   }
   if (only.empty() || only == "cross") bench_cross(o);
   if (only.empty() || only == "linear") bench_linear(o);

@@ -335,6 +335,47 @@ TEST_P(Seq2SeqProperties, EncodeAsksItsStopBeforeEachLayerAndStopsWhereItSaysSo)
   EXPECT_EQ(asked, 2) << "stopped before the second layer, not after the encoder";
 }
 
+// Without autograd, on the CPU, rows of much different lengths are encoded in groups of similar length
+// (EncoderDecoderModel::encode): the stop is asked before each layer of each group, and every row's real
+// positions come out as the row encoded alone, and as in one call over the padded batch.
+TEST_P(Seq2SeqProperties, AnInferenceEncodeGroupsRowsBySimilarLengthAndEachRowEqualsTheRowAlone) {
+  const std::vector<int64_t> lengths{20, 6, 19, 12};  // groups {20, 19}, {12}, {6}
+  const int64_t B = static_cast<int64_t>(lengths.size()), k = 20, layers = model_->config().encoder_layers;
+  auto ids = random_ids(B, k);
+  auto mask = torch::zeros({B, k}, torch::kLong);
+  for (int64_t i = 0; i < B; ++i) {
+    mask[i].narrow(0, 0, lengths[i]).fill_(1);
+    ids[i].narrow(0, lengths[i], k - lengths[i]).fill_(model_->config().pad_token_id);
+  }
+  const auto counting = [](int64_t& asked) {
+    return [&asked] {
+      ++asked;
+      return false;
+    };
+  };
+  int64_t one_call = 0;
+  const auto padded = model_->encode(ids, mask, counting(one_call));  // autograd on: one call
+  EXPECT_EQ(one_call, layers);
+  c10::InferenceMode inference;
+  int64_t grouped_asked = 0;
+  const auto grouped = model_->encode(ids, mask, counting(grouped_asked));
+  EXPECT_EQ(grouped_asked, 3 * layers) << "three groups of similar length";
+  ASSERT_EQ(grouped.hidden.sizes(), padded.hidden.sizes());
+  EXPECT_TRUE(torch::equal(grouped.mask, padded.mask));
+  for (int64_t i = 0; i < B; ++i) {
+    SCOPED_TRACE("row " + std::to_string(i));
+    const auto real = grouped.hidden[i].narrow(0, 0, lengths[i]);
+    const auto alone = model_->encode(ids[i].narrow(0, 0, lengths[i]).unsqueeze(0), torch::ones({1, lengths[i]}));
+    EXPECT_LE((real - alone.hidden[0]).abs().max().item<double>(), tolerance(1e-6, alone.hidden));
+    EXPECT_LE((real - padded.hidden[i].narrow(0, 0, lengths[i])).abs().max().item<double>(),
+              tolerance(1e-5, alone.hidden));
+  }
+  // Rows of one length: one call.
+  int64_t equal_asked = 0;
+  (void)model_->encode(random_ids(3, 9), torch::ones({3, 9}), counting(equal_asked));
+  EXPECT_EQ(equal_asked, layers);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllVariants, Seq2SeqProperties, ::testing::ValuesIn([] {
                            std::vector<Case> cases;
                            for (auto arch : {Architecture::kBart, Architecture::kT5}) {
