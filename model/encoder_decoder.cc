@@ -12,6 +12,7 @@
 #include "model/io/page_release.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/fp32_packed_linear.h"
+#include "model/length_groups.h"
 
 namespace srformer {
 
@@ -63,28 +64,15 @@ torch::Tensor DecodeContext::cross_attention(size_t layer, const CrossAttention&
 
 namespace {
 
-// The rows of a right-padded batch in groups of similar length, longest first (a row joins the current
-// group while it is at least 7/8 as long as the group's longest). Empty where one call over the padded
-// batch is the way: a mask that is not each row's real tokens followed by padding, or an empty row.
-std::vector<std::vector<int64_t>> length_groups(const torch::Tensor& mask) {
+// length_groups() of a right-padded batch's rows; empty where one call over the padded batch is the way:
+// a mask that is not each row's real tokens followed by padding, or an empty row.
+std::vector<std::vector<int64_t>> row_groups(const torch::Tensor& mask) {
   const int64_t k = mask.size(1);
-  const auto lengths = mask.sum(1).to(torch::kInt64);
+  const auto lengths = mask.sum(1).to(torch::kInt64).contiguous();
   if (!torch::equal(torch::arange(k).unsqueeze(0) < lengths.unsqueeze(1), mask)) return {};
-  std::vector<int64_t> length(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + lengths.numel());
-  std::vector<int64_t> rows(length.size());
-  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
-  std::stable_sort(rows.begin(), rows.end(), [&](int64_t a, int64_t b) { return length[a] > length[b]; });
-  if (length[rows.back()] == 0) return {};
-  std::vector<std::vector<int64_t>> groups;
-  int64_t longest = 0;
-  for (const int64_t r : rows) {
-    if (groups.empty() || 8 * length[r] < 7 * longest) {
-      groups.emplace_back();
-      longest = length[r];
-    }
-    groups.back().push_back(r);
-  }
-  return groups;
+  const std::vector<int64_t> length(lengths.data_ptr<int64_t>(), lengths.data_ptr<int64_t>() + lengths.numel());
+  if (*std::min_element(length.begin(), length.end()) == 0) return {};
+  return length_groups(length);
 }
 
 }  // namespace
@@ -96,7 +84,7 @@ EncoderOutput EncoderDecoderModel::encode(const torch::Tensor& input_ids, const 
                          attention_mask.sizes() == input_ids.sizes();
   if (!may_group) return encode_batch(input_ids, attention_mask, stop);
   const auto mask = attention_mask.to(torch::kCPU).ne(0);
-  const auto groups = length_groups(mask);
+  const auto groups = row_groups(mask);
   if (groups.size() < 2) return encode_batch(input_ids, attention_mask, stop);
   const auto lengths = mask.sum(1);
   EncoderOutput out;

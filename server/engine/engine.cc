@@ -10,6 +10,7 @@
 
 #include "model/kernels/parallel.h"
 #include "model/kernels/serial_region.h"
+#include "model/length_groups.h"
 #include "server/engine/row_order.h"
 #include "server/metrics/metrics.h"
 
@@ -258,7 +259,7 @@ void Engine::run() {
       for (auto& slot : slots_) slot->request->cancel();
       drop_dead_slots();  // finishes them all as kShutdown (see finish outcome below)
     }
-    if (!admitted.empty()) admit(std::move(admitted));
+    for (auto& group : admission_groups(std::move(admitted))) admit(std::move(group));
     drop_dead_slots();
     if (!slots_.empty()) step();
     publish_stats();
@@ -277,6 +278,22 @@ void Engine::post_dropped(const Pending& p, Clock::time_point dequeued, Clock::t
   result.usage.encode_ms = ms_between(dequeued, now);
   if (metrics_ && shutdown) metrics_->on_rejected(RejectReason::kShuttingDown);
   delivery_.post(result_job(p.request, std::move(result)));
+}
+
+std::vector<std::vector<Engine::Pending>> Engine::admission_groups(std::vector<Pending> admitted) const {
+  std::vector<std::vector<Pending>> groups;
+  if (admitted.empty()) return groups;
+  if (!device_.is_cpu() || admitted.size() == 1) {
+    groups.push_back(std::move(admitted));
+    return groups;
+  }
+  std::vector<int64_t> lengths;
+  for (const auto& p : admitted) lengths.push_back(static_cast<int64_t>(p.request->input_ids.size()));
+  for (const auto& rows : length_groups(lengths)) {
+    auto& group = groups.emplace_back();
+    for (const int64_t i : rows) group.push_back(std::move(admitted[static_cast<size_t>(i)]));
+  }
+  return groups;
 }
 
 bool Engine::abandon_encode(const std::vector<Pending>& batch) const {

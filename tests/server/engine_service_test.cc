@@ -363,6 +363,41 @@ TEST(EngineService, ABurstIsEncodedInChunksWhileOthersDecode) {
   EXPECT_GE(stats.encodes, 1 + 3);  // the running request, then at most two of the six per call
 }
 
+// On the CPU a burst of short and long documents is encoded (and started) in groups of similar length:
+// no encoder call computes mostly padding.
+TEST(EngineService, ABurstOfDifferentLengthsIsEncodedInGroupsOfSimilarLength) {
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 50ms}}};
+  const auto batched = so.models[0].second.batched_encodes;
+  const auto padded = so.models[0].second.padded_encodes;
+  TestServer server(so);
+  auto running = std::async(std::launch::async, [&server] {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    return server.stub().Summarize(&ctx, request(doc_of(7), 20, 1), &resp);
+  });
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
+  // Queued behind a 50 ms step: 17- and 18-token documents, and 120-token ones.
+  const auto doc = [](int i) { return i % 2 == 0 ? "short " + std::to_string(i) : std::string(118, 'a' + i); };
+  std::vector<std::future<std::pair<grpc::Status, v1::SummarizeResponse>>> burst;
+  for (int i = 0; i < 6; ++i) {
+    burst.push_back(std::async(std::launch::async, [&server, &doc, i] {
+      grpc::ClientContext ctx;
+      v1::SummarizeResponse resp;
+      auto st = server.stub().Summarize(&ctx, request(doc(i), 6, 1), &resp);
+      return std::make_pair(st, resp);
+    }));
+  }
+  for (int i = 0; i < 6; ++i) {
+    auto [status, resp] = burst[i].get();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(ids_of(resp), offline(doc(i), 6, 1).tokens);
+  }
+  EXPECT_TRUE(running.get().ok());
+  EXPECT_EQ(*padded, 0) << "of " << *batched << " encoder calls over several rows";
+  EXPECT_GE(server.engine().stats().encodes, 1 + 2);
+}
+
 TEST(EngineService, GracefulShutdownFinishesInFlightAndRefusesNew) {
   FakeServerOptions so;
   so.models = {{"fake", FakeModelOptions{256, 4, 10ms}}};

@@ -57,6 +57,9 @@ struct FakeModelOptions {
   int encode_layers = 1;
   std::chrono::milliseconds encode_layer_delay{0};
   std::shared_ptr<std::atomic<int>> encode_layers_run = std::make_shared<std::atomic<int>>(0);  // shared with a test
+  // Encoder calls over several rows, and those of them where over 1/8 of the positions are padding.
+  std::shared_ptr<std::atomic<int>> batched_encodes = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::atomic<int>> padded_encodes = std::make_shared<std::atomic<int>>(0);
   std::optional<int64_t> max_length;  // config generation defaults
   std::optional<int64_t> num_beams;
   std::optional<std::string> prefix;
@@ -86,6 +89,10 @@ class FakeModel : public Seq2SeqModel {
   using Seq2SeqModel::encode;
   EncoderOutput encode(const torch::Tensor& ids, const torch::Tensor& mask, const EncodeStop& stop) override {
     encode_calls++;
+    if (ids.size(0) > 1) {
+      ++*options_.batched_encodes;
+      if (8 * mask.ne(0).sum().item<int64_t>() < 7 * mask.numel()) ++*options_.padded_encodes;
+    }
     for (int layer = 0; layer < options_.encode_layers; ++layer) {
       stop_if_asked(stop);
       ++*options_.encode_layers_run;
