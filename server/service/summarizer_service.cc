@@ -105,26 +105,35 @@ void log_result(const std::string& method, const Request& req, const std::string
   }
 }
 
+// The start shared by Summarize and SummarizeStream: parses the body into `in`, finds the model and builds
+// the request. A refusal is recorded and returned: the status to end the call with.
+grpc::Status open_call(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body,
+                       v1::SummarizeRequest& in, CallRecord& record, SummarizerService::Prepared& prepared) {
+  if (grpc::Status parsed = parse_body(body, in); !parsed.ok()) {
+    record.refused(service.next_request_id(), "", nullptr, parsed);
+    return parsed;
+  }
+  try {
+    prepared = service.prepare(in, context);
+  } catch (const RequestError& e) {
+    record.refused(service.request_id(in), in.model(), service.find_model(in.model()), e.status());
+    return e.status();
+  }
+  record.started(prepared.engine->name());
+  return grpc::Status::OK;
+}
+
 // Summarize: one request, one response.
 class SummarizeCall final : public grpc::ServerUnaryReactor {
  public:
   SummarizeCall(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body,
                 grpc::ByteBuffer* out)
       : record_(service.metrics(), "Summarize"), out_(out) {
-    if (const grpc::Status parsed = parse_body(body, in_); !parsed.ok()) {
-      record_.refused(service.next_request_id(), "", nullptr, parsed);
-      finish(parsed);
-      return;
-    }
     SummarizerService::Prepared prepared;
-    try {
-      prepared = service.prepare(in_, context);
-    } catch (const RequestError& e) {
-      record_.refused(service.request_id(in_), in_.model(), service.find_model(in_.model()), e.status());
-      finish(e.status());
+    if (const grpc::Status opened = open_call(service, context, body, in_, record_, prepared); !opened.ok()) {
+      finish(opened);
       return;
     }
-    record_.started(prepared.engine->name());
     request_ = prepared.request;
     const std::string model = prepared.engine->name();
     request_->on_finish = [this, model](RequestResult result) {
@@ -165,20 +174,11 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   StreamCall(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body)
       : record_(service.metrics(), "SummarizeStream") {
-    if (const grpc::Status parsed = parse_body(body, in_); !parsed.ok()) {
-      record_.refused(service.next_request_id(), "", nullptr, parsed);
-      end(parsed);
-      return;
-    }
     SummarizerService::Prepared prepared;
-    try {
-      prepared = service.prepare(in_, context);
-    } catch (const RequestError& e) {
-      record_.refused(service.request_id(in_), in_.model(), service.find_model(in_.model()), e.status());
-      end(e.status());
+    if (const grpc::Status opened = open_call(service, context, body, in_, record_, prepared); !opened.ok()) {
+      end(opened);
       return;
     }
-    record_.started(prepared.engine->name());
     request_ = prepared.request;
     const std::string model = prepared.engine->name();
     request_->on_tokens = [this](std::vector<TokenEvent> events) {

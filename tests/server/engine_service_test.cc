@@ -332,11 +332,9 @@ TEST(EngineService, QueueFullIsResourceExhausted) {
   EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.queued == 0 && s.live_rows == 0; }));
 }
 
-TEST(EngineService, ABurstIsEncodedInChunksWhileOthersDecode) {
-  FakeServerOptions so;
-  so.models = {{"fake", FakeModelOptions{256, 4, 50ms}}};
-  so.config.max_encode_tokens = 50;  // two 19-token documents per encoder call, not three
-  TestServer server(so);
+// Sends every document at once while another request decodes (20 tokens of doc_of(7)), so that they
+// queue together; checks each summary against the offline driver, and the running request.
+void burst_behind_a_running_request(TestServer& server, const std::vector<std::string>& docs, int max_new) {
   auto running = std::async(std::launch::async, [&server] {
     grpc::ClientContext ctx;
     v1::SummarizeResponse resp;
@@ -344,20 +342,30 @@ TEST(EngineService, ABurstIsEncodedInChunksWhileOthersDecode) {
   });
   ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
   std::vector<std::future<std::pair<grpc::Status, v1::SummarizeResponse>>> burst;
-  for (int i = 0; i < 6; ++i) {
-    burst.push_back(std::async(std::launch::async, [&server, i] {
+  for (const auto& doc : docs) {
+    burst.push_back(std::async(std::launch::async, [&server, &doc, max_new] {
       grpc::ClientContext ctx;
       v1::SummarizeResponse resp;
-      auto st = server.stub().Summarize(&ctx, request("document number " + std::to_string(i) + ":", 6, 1), &resp);
+      auto st = server.stub().Summarize(&ctx, request(doc, max_new, 1), &resp);
       return std::make_pair(st, resp);
     }));
   }
-  for (int i = 0; i < 6; ++i) {
+  for (size_t i = 0; i < docs.size(); ++i) {
     auto [status, resp] = burst[i].get();
     ASSERT_TRUE(status.ok()) << status.error_message();
-    EXPECT_EQ(ids_of(resp), offline("document number " + std::to_string(i) + ":", 6, 1).tokens);
+    EXPECT_EQ(ids_of(resp), offline(docs[i], max_new, 1).tokens);
   }
   EXPECT_TRUE(running.get().ok());
+}
+
+TEST(EngineService, ABurstIsEncodedInChunksWhileOthersDecode) {
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 50ms}}};
+  so.config.max_encode_tokens = 50;  // two 19-token documents per encoder call, not three
+  TestServer server(so);
+  std::vector<std::string> docs;
+  for (int i = 0; i < 6; ++i) docs.push_back("document number " + std::to_string(i) + ":");
+  burst_behind_a_running_request(server, docs, 6);
   const auto stats = server.engine().stats();
   EXPECT_LE(stats.max_encoded_tokens, 50);
   EXPECT_GE(stats.encodes, 1 + 3);  // the running request, then at most two of the six per call
@@ -371,29 +379,10 @@ TEST(EngineService, ABurstOfDifferentLengthsIsEncodedInGroupsOfSimilarLength) {
   const auto batched = so.models[0].second.batched_encodes;
   const auto padded = so.models[0].second.padded_encodes;
   TestServer server(so);
-  auto running = std::async(std::launch::async, [&server] {
-    grpc::ClientContext ctx;
-    v1::SummarizeResponse resp;
-    return server.stub().Summarize(&ctx, request(doc_of(7), 20, 1), &resp);
-  });
-  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
-  // Queued behind a 50 ms step: 17- and 18-token documents, and 120-token ones.
-  const auto doc = [](int i) { return i % 2 == 0 ? "short " + std::to_string(i) : std::string(118, 'a' + i); };
-  std::vector<std::future<std::pair<grpc::Status, v1::SummarizeResponse>>> burst;
-  for (int i = 0; i < 6; ++i) {
-    burst.push_back(std::async(std::launch::async, [&server, &doc, i] {
-      grpc::ClientContext ctx;
-      v1::SummarizeResponse resp;
-      auto st = server.stub().Summarize(&ctx, request(doc(i), 6, 1), &resp);
-      return std::make_pair(st, resp);
-    }));
-  }
-  for (int i = 0; i < 6; ++i) {
-    auto [status, resp] = burst[i].get();
-    ASSERT_TRUE(status.ok()) << status.error_message();
-    EXPECT_EQ(ids_of(resp), offline(doc(i), 6, 1).tokens);
-  }
-  EXPECT_TRUE(running.get().ok());
+  // 8-token documents and 119-token ones, queued together behind a 50 ms step.
+  std::vector<std::string> docs;
+  for (int i = 0; i < 6; ++i) docs.push_back(i % 2 == 0 ? "short " + std::to_string(i) : std::string(118, 'a' + i));
+  burst_behind_a_running_request(server, docs, 6);
   EXPECT_EQ(*padded, 0) << "of " << *batched << " encoder calls over several rows";
   EXPECT_GE(server.engine().stats().encodes, 1 + 2);
 }
