@@ -1,11 +1,13 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace srformer {
 
@@ -153,6 +155,36 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c) {
   if (auto v = opt<int64_t>(j, "top_k")) c.top_k = v;
   if (auto v = opt<double>(j, "top_p")) c.top_p = v;
   if (auto v = opt<double>(j, "repetition_penalty")) c.repetition_penalty = v;
+  // Hugging Face settings we do not implement, with the value that leaves generation as without them
+  // (null: any value but null changes it).
+  static const std::pair<const char*, nlohmann::json> kUnsupported[] = {{"num_beam_groups", 1},
+                                                                        {"diversity_penalty", 0.0},
+                                                                        {"typical_p", 1.0},
+                                                                        {"epsilon_cutoff", 0.0},
+                                                                        {"eta_cutoff", 0.0},
+                                                                        {"min_p", nullptr},
+                                                                        {"penalty_alpha", nullptr},
+                                                                        {"encoder_no_repeat_ngram_size", 0},
+                                                                        {"encoder_repetition_penalty", 1.0},
+                                                                        {"bad_words_ids", nullptr},
+                                                                        {"force_words_ids", nullptr},
+                                                                        {"constraints", nullptr},
+                                                                        {"suppress_tokens", nullptr},
+                                                                        {"begin_suppress_tokens", nullptr},
+                                                                        {"forced_decoder_ids", nullptr},
+                                                                        {"sequence_bias", nullptr},
+                                                                        {"exponential_decay_length_penalty", nullptr},
+                                                                        {"guidance_scale", nullptr},
+                                                                        {"max_time", nullptr}};
+  for (const auto& [key, neutral] : kUnsupported) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null() || *it == neutral) continue;
+    const std::string setting = std::string(key) + "=" + it->dump();
+    if (std::find(c.unsupported_generation.begin(), c.unsupported_generation.end(), setting) ==
+        c.unsupported_generation.end()) {
+      c.unsupported_generation.push_back(setting);
+    }
+  }
   // true, false, or "never" (a stricter variant of false's heuristic; taken as false).
   if (const auto it = j.find("early_stopping"); it != j.end() && it->is_string() && *it == "never") {
     c.early_stopping = false;

@@ -5,6 +5,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace srformer {
 
@@ -93,6 +94,10 @@ struct ModelConfig {
   std::optional<int64_t> top_k;
   std::optional<double> top_p;
   std::optional<double> repetition_penalty;
+  // Generation settings the checkpoint sets that this library does not implement and that would change
+  // what Hugging Face generates (group beam search, typical sampling, bad words, ...), as "key=value":
+  // callers warn that generation goes on without them.
+  std::vector<std::string> unsupported_generation;
   std::optional<std::string> summarization_prefix;  // task_specific_params.summarization.prefix
 
   DropoutRates dropout;

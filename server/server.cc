@@ -8,6 +8,7 @@
 #include <iterator>
 #include <thread>
 
+#include "model/generation/generate.h"
 #include "server/metrics/metrics.h"
 
 namespace srformer::server {
@@ -59,6 +60,9 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
           "request that leaves these options unset will be refused ({}); fix the checkpoint's file or set them "
           "in each request",
           e->name(), err.what());
+    }
+    if (const auto warning = unsupported_generation_warning(e->config()); !warning.empty()) {
+      spdlog::warn("model '{}': {}", e->name(), warning);
     }
     if (e->config().max_input_tokens_is_fallback) {
       spdlog::info(

@@ -179,6 +179,9 @@ struct GenerationRun {
 
 GenerationOptions generation_options(const Args& a, const ModelConfig& c, const Tokenizer& tokenizer) {
   const GenerationOptions d = model_generation_defaults(c);  // as `srformer summarize` and the server
+  if (const auto warning = unsupported_generation_warning(c); !warning.empty()) {
+    std::cerr << "warning: the model: " << warning << "\n";
+  }
   GenerationOptions o = d;
   o.max_new_tokens = a.max_new.value_or(d.max_new_tokens);
   o.min_new_tokens = a.min_new.value_or(std::min(o.max_new_tokens, d.min_new_tokens));

@@ -123,6 +123,9 @@ int run_summarize(const std::vector<std::string>& args) {
   }
 
   const GenerationOptions d = model_generation_defaults(c);
+  if (const auto warning = unsupported_generation_warning(c); !warning.empty()) {
+    std::cerr << "warning: the model: " << warning << "\n";
+  }
   GenerationOptions o = d;
   o.max_new_tokens = max_new.value_or(d.max_new_tokens);
   o.min_new_tokens = min_new.value_or(std::min(o.max_new_tokens, d.min_new_tokens));

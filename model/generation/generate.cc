@@ -36,6 +36,14 @@ GenerationOptions model_generation_defaults(const ModelConfig& config) {
   return o;
 }
 
+std::string unsupported_generation_warning(const ModelConfig& config) {
+  if (config.unsupported_generation.empty()) return "";
+  std::string settings;
+  for (const auto& s : config.unsupported_generation) settings += (settings.empty() ? "" : ", ") + s;
+  return "its generation defaults set " + settings +
+         ", which srformer does not implement; generating without (outputs may differ from Hugging Face's)";
+}
+
 std::vector<GenerateResult> generate(Seq2SeqModel& model, const torch::Tensor& input_ids,
                                      const torch::Tensor& attention_mask, const GenerationOptions& options,
                                      const std::optional<torch::Tensor>& expected_length,

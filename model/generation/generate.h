@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "model/config.h"
@@ -32,6 +33,10 @@ GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig
 // checkpoint may ask for beam sampling (do_sample with num_beams > 1), which generate() refuses: callers
 // that sample take one beam.
 GenerationOptions model_generation_defaults(const ModelConfig& config);
+
+// What to tell the user where the checkpoint's generation defaults set something this library does not
+// implement (ModelConfig::unsupported_generation); empty where they set nothing of the kind.
+std::string unsupported_generation_warning(const ModelConfig& config);
 
 // input_ids [B,k] int64, attention_mask [B,k]. expected_length: [B] int64 (the SRformer L per row);
 // empty -> options.max_new_tokens for every row. on_token(row, token) is called for every token a

@@ -220,6 +220,12 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
   EXPECT_EQ(sampled.top_k, 0);
   EXPECT_DOUBLE_EQ(sampled.top_p, 0.9);
   EXPECT_DOUBLE_EQ(sampled.repetition_penalty, 1.2);
+  EXPECT_EQ(unsupported_generation_warning(config), "");
+  config.unsupported_generation = {"num_beam_groups=4", "typical_p=0.9"};
+  EXPECT_NE(unsupported_generation_warning(config).find("set num_beam_groups=4, typical_p=0.9, which srformer does "
+                                                        "not implement"),
+            std::string::npos)
+      << unsupported_generation_warning(config);
 }
 
 }  // namespace

@@ -129,6 +129,7 @@ TEST(Config, GenerationConfigReplacesConfigJsonsGenerationDefaults) {
   EXPECT_EQ(c.top_p, 0.9);
   EXPECT_EQ(c.repetition_penalty, 1.1);
   EXPECT_FALSE(c.top_k) << "config.json's value is not generation_config.json's";
+  EXPECT_TRUE(c.unsupported_generation.empty());
   EXPECT_EQ(c.srformer.expected_length, 60) << "the default L follows the length generation uses";
   // A summarization task's parameters still win, as in HF's summarization pipeline.
   j["task_specific_params"] = {{"summarization", {{"num_beams", 6}, {"prefix", "summarize: "}}}};
@@ -155,6 +156,13 @@ TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
     }
     return "";
   };
+  // What HF would apply and we do not is listed for a warning; settings at their neutral value are not.
+  std::ofstream(dir.path() / "generation_config.json")
+      << R"({"num_beam_groups": 4, "diversity_penalty": 0.5, "typical_p": 1.0, "bad_words_ids": null,
+            "suppress_tokens": [5, 6], "num_beams": 4})";
+  const auto unsupported = ModelConfig::load(dir.path() / "config.json");
+  EXPECT_EQ(unsupported.unsupported_generation,
+            (std::vector<std::string>{"num_beam_groups=4", "diversity_penalty=0.5", "suppress_tokens=[5,6]"}));
   const auto bad_type = error_loading(R"({"num_beams": "four"})");
   EXPECT_EQ(bad_type.find((dir.path() / "generation_config.json: key 'num_beams' has the wrong type").string()), 0u)
       << bad_type;
