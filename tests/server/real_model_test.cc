@@ -13,6 +13,7 @@
 
 #include "model/generation/generate.h"
 #include "server/server.h"
+#include "tests/server/edge_options.h"
 #include "tests/server/tiny_real_model.h"
 
 namespace srformer::testing {
@@ -82,6 +83,11 @@ class RealModel : public ::testing::Test {
 };
 
 std::vector<int64_t> ids_of(const v1::SummarizeResponse& r) { return {r.token_ids().begin(), r.token_ids().end()}; }
+
+TEST_F(RealModel, OptionsAtTheirEdgesAreServedOrRefusedNeverInternal) {
+  auto seen = send_edge_option_requests(*stub_, 150, 13);
+  EXPECT_GT(seen[grpc::StatusCode::OK], 0);
+}
 
 TEST_F(RealModel, UnaryAndStreamEqualOfflineGenerate) {
   const std::string doc = synthetic_text(3, 11);

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "server/service/request_builder.h"
+#include "tests/server/edge_options.h"
 #include "tests/server/test_server.h"
 
 namespace srformer::testing {
@@ -200,6 +201,17 @@ TEST(Validation, RandomBodiesGetOkOrARefusalAndTheServerStaysUp) {
   grpc::ClientContext ctx;
   v1::SummarizeResponse resp;
   EXPECT_TRUE(server.stub().Summarize(&ctx, make_request("still here"), &resp).ok());
+}
+
+// Options at their edges against the fake model (tests/server/edge_options.h; RealModel runs them on a
+// real tiny SRformer T5).
+TEST(Validation, OptionsAtTheirEdgesAreServedOrRefusedNeverInternal) {
+  FakeServerOptions so;
+  so.config.max_new_tokens_cap = 64;
+  TestServer server(so);
+  auto seen = send_edge_option_requests(server.stub(), 300, 11);
+  EXPECT_GT(seen[grpc::StatusCode::OK], 0);
+  EXPECT_GT(seen[grpc::StatusCode::INVALID_ARGUMENT], 0);
 }
 
 TEST(Validation, Utf8Checker) {
