@@ -3,7 +3,6 @@
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
-#include <stdexcept>
 #include <string>
 
 namespace srformer::server {
@@ -27,15 +26,12 @@ grpc::Status parse_body(const grpc::ByteBuffer& body, google::protobuf::Message&
   return grpc::Status::OK;
 }
 
-grpc::ByteBuffer serialize_body(const google::protobuf::Message& message) {
-  grpc::ByteBuffer out;
+grpc::Status serialize_body(const google::protobuf::Message& message, grpc::ByteBuffer& out) {
   bool own_buffer = false;
-  // Serialize() cannot fail for a message we built (proto3, no required fields) short of running out of memory.
   const grpc::Status status =
       grpc::SerializationTraits<google::protobuf::Message>::Serialize(message, &out, &own_buffer);
-  if (!status.ok())
-    throw std::runtime_error("cannot serialize " + message.GetTypeName() + ": " + status.error_message());
-  return out;
+  if (status.ok()) return status;
+  return {grpc::StatusCode::INTERNAL, "cannot serialize the " + message.GetTypeName() + ": " + status.error_message()};
 }
 
 }  // namespace srformer::server

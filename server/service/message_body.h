@@ -11,6 +11,7 @@ namespace srformer::server {
 // Parses `body` into `out`; INVALID_ARGUMENT naming the message type when it is not one.
 grpc::Status parse_body(const grpc::ByteBuffer& body, google::protobuf::Message& out);
 
-grpc::ByteBuffer serialize_body(const google::protobuf::Message& message);
+// INTERNAL where it cannot (a message over protobuf's 2 GB limit; never for the responses we build).
+grpc::Status serialize_body(const google::protobuf::Message& message, grpc::ByteBuffer& out);
 
 }  // namespace srformer::server

@@ -137,11 +137,11 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
     request_ = prepared.request;
     const std::string model = prepared.engine->name();
     request_->on_finish = [this, model](RequestResult result) {
-      const grpc::Status status = result_status(result);
+      grpc::Status status = result_status(result);
       if (status.ok()) {
         v1::SummarizeResponse response;
         fill_response(result, *request_, model, &response);
-        *out_ = serialize_body(response);
+        status = serialize_body(response, *out_);
       }
       log_result(record_.method(), *request_, model, result, status);
       finish(status);  // last use of this
@@ -243,7 +243,17 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void enqueue(const std::vector<v1::SummarizeStreamResponse>& msgs, std::optional<grpc::Status> status) {
     std::vector<grpc::ByteBuffer> bodies;
     bodies.reserve(msgs.size());
-    for (const auto& m : msgs) bodies.push_back(serialize_body(m));
+    for (const auto& m : msgs) {
+      grpc::ByteBuffer body;
+      if (const grpc::Status serialized = serialize_body(m, body); !serialized.ok()) {
+        // Never for our messages; were it to happen, end the stream rather than leave it waiting.
+        spdlog::error("request {}: {}", request_->id, serialized.error_message());
+        request_->cancel();
+        if (status) status = serialized;
+        continue;
+      }
+      bodies.push_back(std::move(body));
+    }
     const grpc::ByteBuffer* first = nullptr;
     std::optional<grpc::Status> finish;
     {
@@ -377,7 +387,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       for (size_t i = 0; i < results_.size(); ++i) {
         fill_response(results_[i], *requests_[i], models_[i], response.add_responses());
       }
-      *out_ = serialize_body(response);
+      status = serialize_body(response, *out_);
     }
     spdlog::info("batch of {} requests ended with {}", results_.size(), status_code_name(status.error_code()));
     end(status);
@@ -493,8 +503,7 @@ grpc::ServerUnaryReactor* SummarizerService::ListModels(grpc::CallbackServerCont
     m->set_parameters(e->parameter_count());
     m->set_default_expected_length(static_cast<int32_t>(c.srformer.expected_length));
   }
-  *response = serialize_body(out);
-  reactor->Finish(grpc::Status::OK);
+  reactor->Finish(serialize_body(out, *response));
   return reactor;
 }
 
