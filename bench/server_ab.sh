@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Side-by-side A/B of two srformer-server binaries under the same steady load, the runs taking turns
 # (A, B, A, B, ...) so that slow spells of a shared machine hit both. Each run starts a server, drives
-# it with srformer-client --load, stops it and prints two lines: binary, tokens/s, and the engine's
-# overhead split from the server's shutdown log; then the time its admissions spent encoding and joining.
+# it with srformer-client --load, stops it and prints two lines: binary, tokens/s, TTFT and inter-token
+# p50/p99, and the engine's overhead split from the server's shutdown log; then the time its admissions
+# spent encoding and joining.
 #   bench/server_ab.sh SERVER_A SERVER_B MODEL_DIR [DOC...]   (several DOCs: requests take them in turn)
 #   env: ROUNDS (3), CONCURRENCY (32), REQUESTS (96), NEW_TOKENS (64), THREADS (2), CLIENT (build/bin/srformer-client),
 #        SERVER_ARGS (more server flags, e.g. "--dtype bf16"), CLIENT_ARGS (more request options, e.g. "--num-beams 4")
@@ -26,7 +27,9 @@ run() {
   kill -TERM $pid
   wait $pid || true
   printf '%s tokens/s %s | %s\n' "$server" \
-    "$(printf '%s' "$line" | /usr/bin/python3 -c 'import json,sys; print(round(json.load(sys.stdin)["tokens_per_s"], 1))')" \
+    "$(printf '%s' "$line" | /usr/bin/python3 -c 'import json,sys; r = json.load(sys.stdin)
+f = lambda p: "%s/%s ms" % tuple(round(p[k]) if p[k] is not None else "-" for k in ("p50", "p99"))
+print(round(r["tokens_per_s"], 1), "| TTFT p50/p99", f(r["ttft_ms"]), "| inter-token p50/p99", f(r["inter_token_ms"]))')" \
     "$(grep -o 'engine overhead.*' "$log" | tail -1)"
   grep -o 'admissions, .*' "$log" | tail -1 | sed 's/^/    /'
   rm -f "$log"

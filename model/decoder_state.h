@@ -64,11 +64,11 @@ class DecoderState {
   int64_t batch_size() const { return step.defined() ? step.size(0) : 0; }
 
   // Keeps rows `rows` (int64 [N], indices into the current rows, repeats allowed) in that order.
-  // Slots (LayerState::cross_row) are not copied: rows keep pointing at theirs; once at most half of
+  // Slots (LayerState::cross_row) are not copied: rows keep pointing at theirs; once at most a quarter of
   // the slots are in use, those are copied densely and the memory given back.
   void select(const torch::Tensor& rows);
   // Appends the rows of `other` after this state's rows (pads cross keys / self slots as needed);
-  // other's slots are written into free slots of this state where there are enough.
+  // other's slots are written into free slots of this state, those that do not fit after its slots.
   void append(DecoderState&& other);
   // Drops leading self-attention slots that no row uses any more, when there are at least
   // min_unused of them (each compaction moves the used slots of every self-attention cache: within
@@ -88,7 +88,7 @@ class DecoderState {
   // such a row takes its parent's row of the slot table instead.
   void retain(const std::vector<int64_t>& rows, const std::vector<bool>& same_request = {});
   // Bytes held for row b (its share of every tensor, padding included), and in total. Slots count
-  // when some row uses them (free slots wait for the next join; at most as many as used ones).
+  // when some row uses them (free slots wait for the next join; at most three times the used ones).
   int64_t row_bytes(int64_t b) const;
   int64_t bytes() const;
   // Layer `layer`'s cross keys, values, switch table and self-attention caches of each row in row

@@ -205,12 +205,14 @@ TEST_P(Seq2SeqProperties, JoinIntoALeftRowsSlotEqualsRowAlone) {
   one.select(torch::tensor({2}, torch::kLong));
   int64_t slot_bytes = 0;
   for (const auto& l : one.layers) {
-    for (const auto* t : {&l.cross_k, &l.cross_v, &l.switch_drive}) slot_bytes += t->defined() ? t->nbytes() : 0;
+    for (const auto* t : {&l.cross_k, &l.cross_v, &l.switch_drive}) {
+      slot_bytes += t->defined() ? static_cast<int64_t>(t->nbytes()) / t->size(0) : 0;  // one slot's (or row's)
+    }
   }
   EXPECT_EQ(beams.bytes(), 2 * one.bytes() - (slots ? slot_bytes : 0));
   if (slots) {
-    EXPECT_EQ(beams.layers[0].cross_k.size(0), 1) << "one slot in use of three: the others given back";
-    EXPECT_EQ(ints(beams.layers[0].cross_row), (std::vector<int64_t>{0, 0}));
+    EXPECT_EQ(beams.layers[0].cross_k.size(0), 3) << "one slot in use of three: the others wait for joins";
+    EXPECT_EQ(ints(beams.layers[0].cross_row), (std::vector<int64_t>{1, 1}));
   }
   const auto both = model_->step(beams, torch::full({2}, 5, torch::kLong));
   EXPECT_TRUE(torch::equal(both[0], both[1]));
@@ -750,6 +752,38 @@ TEST(StateAppend, JoinsWriteIntoSpareRowsAndDecodeAsAlone) {
     const auto n = static_cast<int64_t>(got[r].size());
     EXPECT_LE((torch::stack(got[r], 0) - alone[r].narrow(0, 0, n)).abs().max().item<double>(), 1e-5) << "row " << r;
   }
+}
+
+// Under steady load the rows in flight swing around a level: slots freed at a low are kept for the
+// next joins (until three quarters are free), joins fill them before adding slots, and no used slot
+// moves meanwhile; a state down to a quarter gives the rest back.
+TEST(StateSlots, FreedSlotsWaitForTheNextJoinsUntilThreeQuartersAreFree) {
+  TempDir d("slots");
+  write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 12);
+  auto model = load_model(d.path());
+  const auto ids = torch::randint(3, 96, {7, 10}, torch::kLong);
+  const auto start = [&](int64_t first, int64_t n) {
+    const auto x = ids.narrow(0, first, n);
+    return model->start(model->encode(x, torch::ones_like(x)), torch::full({n}, 6, torch::kLong));
+  };
+  auto st = start(0, 4);
+  model->step(st, torch::full({4}, 5, torch::kLong));
+  const void* keys = st.layers[0].cross_k.data_ptr();
+  st.retain({0, 3});  // half the rows leave
+  EXPECT_EQ(st.layers[0].cross_k.size(0), 4) << "two of four slots free: kept";
+  EXPECT_EQ(st.layers[0].cross_k.data_ptr(), keys) << "no slot moved";
+  st.append(start(4, 3));
+  EXPECT_EQ(ints(st.layers[0].cross_row), (std::vector<int64_t>{0, 3, 1, 2, 4}))
+      << "two joining rows take the free slots, the third one a new slot";
+  EXPECT_EQ(st.layers[0].cross_k.size(0), 5);
+
+  auto alone = start(6, 1);
+  st.retain({4});  // four of five rows leave: the last joiner's slot is copied densely, the rest given back
+  EXPECT_EQ(st.layers[0].cross_k.size(0), 1);
+  EXPECT_EQ(ints(st.layers[0].cross_row), (std::vector<int64_t>{0}));
+  const auto got = model->step(st, torch::full({1}, 7, torch::kLong));
+  const auto want = model->step(alone, torch::full({1}, 7, torch::kLong));
+  EXPECT_LE((got - want).abs().max().item<double>(), 1e-5);
 }
 
 // Two rows of the same document: the second joins `head_start` steps after the first, then both
