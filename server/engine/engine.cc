@@ -259,7 +259,14 @@ void Engine::run() {
       for (auto& slot : slots_) slot->request->cancel();
       drop_dead_slots();  // finishes them all as kShutdown (see finish outcome below)
     }
-    for (auto& group : admission_groups(std::move(admitted))) admit(std::move(group));
+    auto groups = admission_groups(std::move(admitted));
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (g > 0 && !slots_.empty()) {  // running rows (and groups admitted so far) wait one group at a time
+        drop_dead_slots();
+        if (!slots_.empty()) step();
+      }
+      admit(std::move(groups[g]));
+    }
     drop_dead_slots();
     if (!slots_.empty()) step();
     publish_stats();
@@ -289,9 +296,10 @@ std::vector<std::vector<Engine::Pending>> Engine::admission_groups(std::vector<P
   }
   std::vector<int64_t> lengths;
   for (const auto& p : admitted) lengths.push_back(static_cast<int64_t>(p.request->input_ids.size()));
-  for (const auto& rows : length_groups(lengths)) {
+  const auto by_length = length_groups(lengths);
+  for (auto rows = by_length.rbegin(); rows != by_length.rend(); ++rows) {  // shortest first: the first tokens soonest
     auto& group = groups.emplace_back();
-    for (const int64_t i : rows) group.push_back(std::move(admitted[static_cast<size_t>(i)]));
+    for (const int64_t i : *rows) group.push_back(std::move(admitted[static_cast<size_t>(i)]));
   }
   return groups;
 }

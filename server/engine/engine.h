@@ -112,7 +112,8 @@ class Engine {
 
   void run();
   // The requests admitted together, as the batches to encode and start: on the CPU in groups of similar
-  // input length (model/length_groups.h; the decoder's start pads too), elsewhere one batch.
+  // input length (model/length_groups.h; the decoder's start pads too), shortest first, with a decode
+  // step between two groups (run()); elsewhere one batch.
   std::vector<std::vector<Pending>> admission_groups(std::vector<Pending> admitted) const;
   void admit(std::vector<Pending> batch);
   void drop_dead_slots();

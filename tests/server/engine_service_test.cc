@@ -372,12 +372,14 @@ TEST(EngineService, ABurstIsEncodedInChunksWhileOthersDecode) {
 }
 
 // On the CPU a burst of short and long documents is encoded (and started) in groups of similar length:
-// no encoder call computes mostly padding.
-TEST(EngineService, ABurstOfDifferentLengthsIsEncodedInGroupsOfSimilarLength) {
+// no encoder call computes mostly padding. The running rows take a decode step between two groups, so
+// they wait for one group's encode at a time, not for the whole admission's.
+TEST(EngineService, ABurstOfDifferentLengthsIsEncodedInGroupsOfSimilarLengthWithStepsBetween) {
   FakeServerOptions so;
   so.models = {{"fake", FakeModelOptions{256, 4, 50ms}}};
   const auto batched = so.models[0].second.batched_encodes;
   const auto padded = so.models[0].second.padded_encodes;
+  const auto log = so.models[0].second.call_log;
   TestServer server(so);
   // 8-token documents and 119-token ones, queued together behind a 50 ms step.
   std::vector<std::string> docs;
@@ -385,6 +387,8 @@ TEST(EngineService, ABurstOfDifferentLengthsIsEncodedInGroupsOfSimilarLength) {
   burst_behind_a_running_request(server, docs, 6);
   EXPECT_EQ(*padded, 0) << "of " << *batched << " encoder calls over several rows";
   EXPECT_GE(server.engine().stats().encodes, 1 + 2);
+  const auto calls = log->get();  // 'e' encode, 's' step
+  EXPECT_EQ(calls.find("ee"), std::string::npos) << "two encodes in a row while a request was running: " << calls;
 }
 
 TEST(EngineService, GracefulShutdownFinishesInFlightAndRefusesNew) {

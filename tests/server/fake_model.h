@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -60,6 +61,20 @@ struct FakeModelOptions {
   // Encoder calls over several rows, and those of them where over 1/8 of the positions are padding.
   std::shared_ptr<std::atomic<int>> batched_encodes = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<std::atomic<int>> padded_encodes = std::make_shared<std::atomic<int>>(0);
+  // Every encoder call ('e') and decode step ('s') in order, for tests of what runs between encodes.
+  struct CallLog {
+    std::mutex mu;
+    std::string calls;
+    void add(char c) {
+      std::lock_guard lock(mu);
+      calls.push_back(c);
+    }
+    std::string get() {
+      std::lock_guard lock(mu);
+      return calls;
+    }
+  };
+  std::shared_ptr<CallLog> call_log = std::make_shared<CallLog>();
   std::optional<int64_t> max_length;  // config generation defaults
   std::optional<int64_t> num_beams;
   std::optional<std::string> prefix;
@@ -89,6 +104,7 @@ class FakeModel : public Seq2SeqModel {
   using Seq2SeqModel::encode;
   EncoderOutput encode(const torch::Tensor& ids, const torch::Tensor& mask, const EncodeStop& stop) override {
     encode_calls++;
+    options_.call_log->add('e');
     if (ids.size(0) > 1) {
       ++*options_.batched_encodes;
       if (8 * mask.ne(0).sum().item<int64_t>() < 7 * mask.numel()) ++*options_.padded_encodes;
@@ -125,6 +141,7 @@ class FakeModel : public Seq2SeqModel {
   torch::Tensor step(DecoderState& s, const torch::Tensor& tokens) override {
     if (options_.step_delay.count() > 0) std::this_thread::sleep_for(options_.step_delay);
     steps++;
+    options_.call_log->add('s');
     const int64_t b = s.batch_size();
     const auto k = s.cross_valid.size(1);
     const auto ids = s.layers[0].cross_k.index({torch::indexing::Slice(), 0, torch::indexing::Slice(), 0});
