@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "model/attention/products.h"
+#include "model/attention/segments.h"
 #include "model/layers.h"
 
 namespace srformer {
@@ -52,29 +53,34 @@ std::vector<bool> used_slots(const LayerState& l) {
 
 int64_t count_used(const std::vector<bool>& used) { return std::count(used.begin(), used.end(), true); }
 
+// Copies the slots some row of a slotted layer uses densely (renumbered), each cut to its first `keys`
+// encoder positions and `entries` switch-table entries; the rest of the memory is given back.
+void copy_used_slots(LayerState& l, const std::vector<bool>& used, int64_t keys, int64_t entries) {
+  std::vector<int64_t> keep;
+  std::vector<int64_t> renumber(used.size(), 0);
+  for (size_t s = 0; s < used.size(); ++s) {
+    if (!used[s]) continue;
+    renumber[s] = static_cast<int64_t>(keep.size());
+    keep.push_back(static_cast<int64_t>(s));
+  }
+  const auto device = l.cross_row.device();
+  const auto idx = torch::tensor(keep, torch::kLong).to(device);
+  l.cross_k = l.cross_k.narrow(2, 0, keys).index_select(0, idx);
+  l.cross_v = l.cross_v.narrow(2, 0, keys).index_select(0, idx);
+  if (l.switch_drive.defined()) l.switch_drive = l.switch_drive.narrow(1, 0, entries).index_select(0, idx);
+  l.cross_row = torch::tensor(renumber, torch::kLong).to(device).index_select(0, l.cross_row);
+}
+
 // After rows left or were reordered: once at most a quarter of a slotted layer's slots are in use,
-// those are copied densely (renumbered) and the rest of the memory is given back. Not at half: under
-// steady load the rows in flight swing around a level, and slots given back at a low swing were
-// bought again at the next high one, a copy of every used slot into a grown buffer each time (a
-// T5-small slot is 34 MB at 1395 input tokens; this churn took as long as the decode steps).
+// those are copied densely (copy_used_slots). Not at half: under steady load the rows in flight swing
+// around a level, and slots given back at a low swing were bought again at the next high one, a copy
+// of every used slot into a grown buffer each time (a T5-small slot is 34 MB at 1395 input tokens).
 void release_slots(LayerState& l) {
   if (!slotted(l)) return;
   const auto used = used_slots(l);
   const auto slots = static_cast<int64_t>(used.size());
   if (slots == 0 || 4 * count_used(used) > slots) return;
-  std::vector<int64_t> keep;
-  std::vector<int64_t> renumber(used.size(), 0);
-  for (int64_t s = 0; s < slots; ++s) {
-    if (!used[static_cast<size_t>(s)]) continue;
-    renumber[static_cast<size_t>(s)] = static_cast<int64_t>(keep.size());
-    keep.push_back(s);
-  }
-  const auto device = l.cross_row.device();
-  const auto idx = torch::tensor(keep, torch::kLong).to(device);
-  for (auto* t : slot_tensors(l)) {
-    if (t->defined()) *t = t->index_select(0, idx.to(t->device()));
-  }
-  l.cross_row = torch::tensor(renumber, torch::kLong).to(device).index_select(0, l.cross_row);
+  copy_used_slots(l, used, l.cross_k.size(2), l.switch_drive.defined() ? l.switch_drive.size(1) : 0);
 }
 
 torch::Tensor select_rows(const torch::Tensor& t, const torch::Tensor& rows) {
@@ -337,9 +343,11 @@ void DecoderState::select(const torch::Tensor& rows) {
     std::iota(all.begin(), all.end(), 0);
     own_self_slots(all);
   }
+  const int64_t before = batch_size();
   for_each_tensor(*this, [&](torch::Tensor& t) { t = select_rows(t, idx); });
   for (auto& l : layers) release_slots(l);
   if (self_src.defined()) self_src = own_slots(idx.numel(), self_src.size(1));
+  if (idx.numel() < before) trim_padding();
 }
 
 void DecoderState::append(DecoderState&& other) {
@@ -452,6 +460,39 @@ void DecoderState::retain(const std::vector<int64_t>& rows, const std::vector<bo
   }
   if (static_cast<int64_t>(rows.size()) < before && self_valid.defined()) {
     compact(std::max<int64_t>(8, self_valid.size(1) / 4));
+  }
+  if (static_cast<int64_t>(rows.size()) < before) trim_padding();
+}
+
+void DecoderState::trim_padding() {
+  if (batch_size() == 0 || !cross_valid.defined() || !enc_len.defined()) return;
+  const int64_t keys = cross_valid.size(1);
+  const int64_t needed_keys = std::max<int64_t>(1, enc_len.max().item<int64_t>());
+  int64_t entries = 0;
+  for (const auto& l : layers) entries = l.switch_drive.defined() ? l.switch_drive.size(1) : entries;
+  int64_t needed_entries = 1;
+  if (entries > 0) {  // the rows' schedules: the segments they visit from step 0 on
+    const auto m = num_segments.to(torch::kCPU, torch::kLong).contiguous();
+    const auto L = expected_len.to(torch::kCPU, torch::kLong).contiguous();
+    for (int64_t b = 0; b < batch_size(); ++b) {
+      const auto n = visited_segments(m.data_ptr<int64_t>()[b], std::max<int64_t>(1, L.data_ptr<int64_t>()[b])).size();
+      needed_entries = std::max(needed_entries, static_cast<int64_t>(n));
+    }
+  }
+  const int64_t to_keys = 2 * needed_keys <= keys ? needed_keys : keys;
+  const int64_t to_entries = entries > 0 && 2 * needed_entries <= entries ? needed_entries : entries;
+  if (to_keys == keys && to_entries == entries) return;
+  cross_valid = cross_valid.narrow(1, 0, to_keys).contiguous();
+  for (auto& l : layers) {
+    if (slotted(l)) {
+      copy_used_slots(l, used_slots(l), to_keys, to_entries);
+      continue;
+    }
+    if (to_keys < keys) {
+      l.cross_k = l.cross_k.narrow(2, 0, to_keys).contiguous();
+      l.cross_v = l.cross_v.narrow(2, 0, to_keys).contiguous();
+    }
+    if (to_entries < entries) l.switch_drive = l.switch_drive.narrow(1, 0, to_entries).contiguous();
   }
 }
 

@@ -97,6 +97,12 @@ class DecoderState {
   LayerState rows_of_layer(size_t layer) const;
 
  private:
+  // After rows left: once the remaining rows need at most half of the encoder positions the batch is
+  // padded to (a long input left), or half of the switch-table entries, cuts cross_k/cross_v,
+  // cross_valid and switch_drive to what they need (a copy of what is kept). Without it a long
+  // document that came and went would leave every later row padded to its length while the batch
+  // ran: a T5-small row is 24 KB per encoder position, ~400 MB at 16k.
+  void trim_padding();
   // Copies the self-attention slots that rows `which` (indices into the current rows) read from other
   // rows into their own rows, and points their self_src entries at themselves.
   void own_self_slots(const std::vector<int64_t>& which);

@@ -288,7 +288,6 @@ Metrics::Metrics(const std::string& listen_address, std::chrono::milliseconds sa
     throw std::runtime_error("cannot serve metrics on '" + listen_address + "' (" + e.what() +
                              "); pass a free HOST:PORT with --metrics-listen");
   }
-  spdlog::info("metrics: serving Prometheus /metrics on {}", listen_address);
 }
 
 Metrics::~Metrics() {

@@ -219,6 +219,39 @@ TEST_P(Seq2SeqProperties, JoinIntoALeftRowsSlotEqualsRowAlone) {
   EXPECT_TRUE(torch::equal(both[0], model_->step(one, torch::full({1}, 5, torch::kLong))[0]));
 }
 
+// A long input that leaves does not leave the rows after it padded to its length: once the rest need
+// at most half of the encoder positions (and switch-table entries), the state is cut to what they need,
+// and they decode as they did.
+TEST_P(Seq2SeqProperties, PaddingIsCutWhenTheLongestRowLeaves) {
+  const auto long_ids = random_ids(1, 40);
+  const auto short_ids = random_ids(1, 9);
+  const auto dec = random_ids(1, 6);
+  const auto one = [](const torch::Tensor& x) { return torch::ones_like(x); };
+  auto alone = model_->start(model_->encode(short_ids, one(short_ids)), torch::full({1}, 12, torch::kLong));
+  const auto want = incremental(alone, dec);  // [1, 6, V]
+
+  auto st = model_->start(model_->encode(long_ids, one(long_ids)), torch::full({1}, 12, torch::kLong));
+  st.append(model_->start(model_->encode(short_ids, one(short_ids)), torch::full({1}, 12, torch::kLong)));
+  ASSERT_EQ(st.cross_valid.size(1), 40);
+  std::vector<torch::Tensor> got;
+  for (int64_t t = 0; t < 3; ++t) got.push_back(model_->step(st, torch::stack({dec[0][t], dec[0][t]}))[1]);
+  st.retain({1});  // the long row leaves
+  EXPECT_EQ(st.cross_valid.size(1), 9);
+  for (const auto& l : st.layers) {
+    EXPECT_EQ(l.cross_k.size(2), 9);
+    EXPECT_EQ(l.cross_v.size(2), 9);
+    if (l.switch_drive.defined()) {  // the short row's schedule: segments 0, 1, 2 (m = 3 at s = 4)
+      EXPECT_EQ(l.switch_drive.size(1), 3);
+    }
+    if (l.cross_row.defined()) {
+      EXPECT_EQ(l.cross_k.size(0), 1) << "only the slot in use is kept";
+    }
+  }
+  for (int64_t t = 3; t < 6; ++t) got.push_back(model_->step(st, dec[0].narrow(0, t, 1))[0]);
+  const auto ours = torch::stack(got, 0);
+  EXPECT_LE((ours - want[0]).abs().max().item<double>(), tolerance(1e-5, want[0]));
+}
+
 TEST_P(Seq2SeqProperties, BeamStyleReorderCarriesTheMembraneAlong) {
   const auto ids = random_ids(2, 16);
   const auto enc = model_->encode(ids, torch::ones({2, 16}, torch::kLong));
