@@ -120,7 +120,7 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
                               sets none, e.g. a T5 without n_positions: 4096, which N may also raise)
   --max-new-tokens-cap N      largest max_new_tokens a request may ask for (default 512)
   --max-beams N               largest num_beams a request may ask for (default 8)
-  --max-tokens-in-flight N    admission budget: sum of rows*(input+max_new_tokens) (default unlimited)
+  --max-tokens-in-flight N    admission budget: sum of rows*(longest input+max_new_tokens) (default unlimited)
   --max-encode-tokens N       input tokens encoded per iteration while others decode; bounds the stall
                               a burst of arrivals puts on running streams (default 2048; 0 = unlimited)
   --precompute-switches true|false

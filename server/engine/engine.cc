@@ -230,19 +230,30 @@ void Engine::run() {
         int64_t rows = state_.batch_size();
         int64_t tokens = tokens_in_flight_;
         int64_t encode_tokens = 0;
+        // The state pads every row's encoder positions to the longest input it holds: the input part of
+        // the budget is rows × that length, not each row's own (else one long document joining many
+        // short ones would hold many times the memory the budget allows).
+        int64_t longest = rows > 0 && state_.cross_valid.defined() ? state_.cross_valid.size(1) : 0;
+        int64_t own_inputs = 0;  // Σ rows × own input length: what `tokens` counts of the inputs
+        for (const auto& s : slots_) own_inputs += s->rows * static_cast<int64_t>(s->request->input_ids.size());
         while (!queue_.empty()) {
           const Pending& next = queue_.front();
           const int64_t r = next.searcher->num_rows();
           const int64_t b = budget_of(next);
+          const auto k = static_cast<int64_t>(next.request->input_ids.size());
+          const int64_t padding = (rows + r) * std::max(longest, k) - (own_inputs + r * k);
           const bool empty_batch = slots_.empty() && admitted.empty();
           if (!empty_batch && rows + r > limits_.max_batch_rows) break;
-          if (!empty_batch && limits_.max_tokens_in_flight > 0 && tokens + b > limits_.max_tokens_in_flight) break;
-          const int64_t e = r * static_cast<int64_t>(next.request->input_ids.size());
+          if (!empty_batch && limits_.max_tokens_in_flight > 0 && tokens + b + padding > limits_.max_tokens_in_flight)
+            break;
+          const int64_t e = r * k;
           if (!admitted.empty() && limits_.max_encode_tokens > 0 && encode_tokens + e > limits_.max_encode_tokens)
             break;
           rows += r;
           tokens += b;
           encode_tokens += e;
+          longest = std::max(longest, k);
+          own_inputs += r * k;
           admitted.push_back(std::move(queue_.front()));
           queue_.pop_front();
         }

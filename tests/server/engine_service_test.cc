@@ -391,6 +391,34 @@ TEST(EngineService, ABurstOfDifferentLengthsIsEncodedInGroupsOfSimilarLengthWith
   EXPECT_EQ(calls.find("ee"), std::string::npos) << "two encodes in a row while a request was running: " << calls;
 }
 
+// --max-tokens-in-flight counts every row at the batch's longest input (the state pads them all to it):
+// a long document that would fit beside short running requests by its own length waits until they
+// leave, instead of padding all of them to its length.
+TEST(EngineService, TokensInFlightCountEveryRowAtTheBatchsLongestInput) {
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
+  so.config.max_tokens_in_flight = 400;
+  const auto positions = so.models[0].second.max_step_positions;
+  TestServer server(so);
+  const auto call = [&server](const std::string& doc, int max_new) {
+    return std::async(std::launch::async, [&server, doc, max_new] {
+      grpc::ClientContext ctx;
+      v1::SummarizeResponse resp;
+      auto req = request(doc, max_new, 1);
+      req.mutable_options()->set_min_new_tokens(max_new);
+      return server.stub().Summarize(&ctx, req, &resp);
+    });
+  };
+  std::vector<std::future<grpc::Status>> calls;
+  for (int i = 0; i < 4; ++i) calls.push_back(call("short " + std::to_string(i), 30));  // 4 × (8 + 30) tokens
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 4; }));
+  // 151 + 4 tokens: 152 + 155 fit the budget by each row's own length, 5 × 151 + 4 × 30 + 4 do not.
+  calls.push_back(call(std::string(150, 'x'), 4));
+  for (auto& c : calls) EXPECT_TRUE(c.get().ok());
+  EXPECT_LE(positions->load(), 400) << "a step held more encoder positions than the budget";
+  EXPECT_GE(positions->load(), 151);
+}
+
 TEST(EngineService, GracefulShutdownFinishesInFlightAndRefusesNew) {
   FakeServerOptions so;
   so.models = {{"fake", FakeModelOptions{256, 4, 10ms}}};

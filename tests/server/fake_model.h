@@ -75,6 +75,8 @@ struct FakeModelOptions {
     }
   };
   std::shared_ptr<CallLog> call_log = std::make_shared<CallLog>();
+  // The most encoder positions a decode step's state held: rows × the batch's (padded) input length.
+  std::shared_ptr<std::atomic<int64_t>> max_step_positions = std::make_shared<std::atomic<int64_t>>(0);
   std::optional<int64_t> max_length;  // config generation defaults
   std::optional<int64_t> num_beams;
   std::optional<std::string> prefix;
@@ -144,6 +146,9 @@ class FakeModel : public Seq2SeqModel {
     options_.call_log->add('s');
     const int64_t b = s.batch_size();
     const auto k = s.cross_valid.size(1);
+    for (int64_t seen = *options_.max_step_positions; b * k > seen;) {
+      if (options_.max_step_positions->compare_exchange_weak(seen, b * k)) break;
+    }
     const auto ids = s.layers[0].cross_k.index({torch::indexing::Slice(), 0, torch::indexing::Slice(), 0});
     const auto weights = torch::arange(1, k + 1, torch::kFloat32);
     const auto sig = ((ids * s.cross_valid.to(torch::kFloat32) * weights).sum(1).to(torch::kInt64)) % 997;
