@@ -234,8 +234,10 @@ void Engine::run() {
         // the budget is rows × that length, not each row's own (else one long document joining many
         // short ones would hold many times the memory the budget allows).
         int64_t longest = rows > 0 && state_.cross_valid.defined() ? state_.cross_valid.size(1) : 0;
-        int64_t own_inputs = 0;  // Σ rows × own input length: what `tokens` counts of the inputs
-        for (const auto& s : slots_) own_inputs += s->rows * static_cast<int64_t>(s->request->input_ids.size());
+        int64_t own_inputs = 0;                  // Σ rows × own input length: what `tokens` counts of the inputs
+        if (limits_.max_tokens_in_flight > 0) {  // only the budget needs it
+          for (const auto& s : slots_) own_inputs += s->rows * static_cast<int64_t>(s->request->input_ids.size());
+        }
         while (!queue_.empty()) {
           const Pending& next = queue_.front();
           const int64_t r = next.searcher->num_rows();
