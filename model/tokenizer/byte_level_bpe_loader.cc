@@ -92,8 +92,8 @@ void read_tokenizer_json_model(const json& tj, const fs::path& file, ByteLevelBp
   const std::string type = model.is_object() ? model.value("type", "") : "";
   if (type != "BPE") {
     throw TokenizerLoadError(file.string() + " holds a " + (type.empty() ? "model of no type" : type + " model") +
-                             ", not byte-level BPE (BART); a T5 checkpoint needs its SentencePiece model "
-                             "spiece.model: copy it from the base model's repository");
+                             "; supported are byte-level BPE (BART) and SentencePiece unigram (T5): copy the "
+                             "tokenizer files from the base model's repository");
   }
   const json& pre = tj.contains("pre_tokenizer") ? tj["pre_tokenizer"] : json();
   if (!pre.is_object() || pre.value("type", "") != "ByteLevel") {

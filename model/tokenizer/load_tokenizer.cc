@@ -1,13 +1,27 @@
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "model/tokenizer/byte_level_bpe.h"
 #include "model/tokenizer/sentencepiece_tokenizer.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/tokenizer_error.h"
+#include "model/tokenizer/unigram_tokenizer_json.h"
 
 namespace srformer {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// Unparseable files fall through to the BPE loader, whose errors name the problem.
+bool holds_unigram_model(const fs::path& tokenizer_json) {
+  std::ifstream in(tokenizer_json);
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return !j.is_discarded() && is_unigram_tokenizer_json(j);
+}
+
+}  // namespace
 
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& model_dir) {
   if (!fs::is_directory(model_dir)) {
@@ -15,9 +29,11 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& model_dir) {
   }
   if (fs::exists(model_dir / "spiece.model")) return SentencePieceTokenizer::load(model_dir);
   const bool has_vocab = fs::exists(model_dir / "vocab.json"), has_merges = fs::exists(model_dir / "merges.txt");
-  // A fast-tokenizer-only checkpoint: its tokenizer.json (byte-level BPE read; anything else refused
-  // with what to copy).
-  if ((has_vocab && has_merges) || (!has_vocab && !has_merges && fs::exists(model_dir / "tokenizer.json"))) {
+  if (has_vocab && has_merges) return ByteLevelBpeTokenizer::load(model_dir);
+  // A fast-tokenizer-only checkpoint: its tokenizer.json holds a SentencePiece unigram model (T5) or
+  // byte-level BPE (BART); anything else is refused with what to copy.
+  if (!has_vocab && !has_merges && fs::exists(model_dir / "tokenizer.json")) {
+    if (holds_unigram_model(model_dir / "tokenizer.json")) return SentencePieceTokenizer::load(model_dir);
     return ByteLevelBpeTokenizer::load(model_dir);
   }
   if (has_vocab != has_merges) {
@@ -26,8 +42,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& model_dir) {
                              "; copy both files from the model's repository");
   }
   throw TokenizerLoadError("no tokenizer in " + model_dir.string() +
-                           ": looked for spiece.model (SentencePiece, T5), vocab.json + merges.txt or tokenizer.json "
-                           "(byte-level BPE, BART); copy the tokenizer files from the model's repository");
+                           ": looked for spiece.model or a Unigram tokenizer.json (SentencePiece, T5), vocab.json + "
+                           "merges.txt or a BPE tokenizer.json (byte-level BPE, BART); copy the tokenizer files from "
+                           "the model's repository");
 }
 
 }  // namespace srformer

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "model/tokenizer/tokenizer_error.h"
+#include "model/tokenizer/unigram_tokenizer_json.h"
 
 namespace srformer {
 
@@ -48,13 +49,45 @@ int64_t count_extra_ids(const nlohmann::json& j) {
 
 std::optional<int64_t> valid_id(int32_t id) { return id >= 0 ? std::optional<int64_t>(id) : std::nullopt; }
 
+// A special token's name in tokenizer_config.json or special_tokens_map.json: "</s>" or {"content": "</s>"}.
+void read_token_name(const nlohmann::json& j, const char* role, std::string& name) {
+  if (!j.is_object() || !j.contains(role)) return;
+  const auto& v = j[role];
+  if (v.is_string()) name = v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) name = v["content"].get<std::string>();
+}
+
+// A fast-tokenizer-only checkpoint: the SentencePiece model its tokenizer.json was converted from.
+std::unique_ptr<SentencePieceTokenizer> load_from_tokenizer_json(const fs::path& model_dir) {
+  const auto file = model_dir / "tokenizer.json";
+  const auto tj = read_json_if_present(file);
+  if (!tj || !is_unigram_tokenizer_json(*tj)) {
+    throw TokenizerLoadError("no SentencePiece model: " + (model_dir / "spiece.model").string() +
+                             " does not exist and " + file.string() + (tj ? " holds no Unigram model" : " neither") +
+                             "; copy spiece.model from the model's repository");
+  }
+  SpecialTokenNames names;
+  for (const char* config : {"special_tokens_map.json", "tokenizer_config.json"}) {
+    if (const auto j = read_json_if_present(model_dir / config)) {
+      read_token_name(*j, "eos_token", names.eos);
+      read_token_name(*j, "pad_token", names.pad);
+      read_token_name(*j, "bos_token", names.bos);
+    }
+  }
+  const auto converted = sentencepiece_model_from_tokenizer_json(*tj, file.string(), names);
+  try {
+    return std::make_unique<SentencePieceTokenizer>(SentencePieceProcessor::load_from_bytes(converted.model_proto),
+                                                    converted.extra_ids);
+  } catch (const std::runtime_error& e) {
+    throw TokenizerLoadError("cannot load the SentencePiece model of " + file.string() + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::path& model_dir) {
   const auto model_file = model_dir / "spiece.model";
-  if (!fs::exists(model_file)) {
-    throw TokenizerLoadError("no SentencePiece model: " + model_file.string() + " does not exist");
-  }
+  if (!fs::exists(model_file)) return load_from_tokenizer_json(model_dir);
   std::optional<int64_t> extra_ids;
   int64_t listed = 0;
   if (const auto config = read_json_if_present(model_dir / "tokenizer_config.json")) {

@@ -16,7 +16,9 @@ class SentencePieceTokenizer final : public Tokenizer {
   static constexpr int64_t kDefaultExtraIds = 100;
 
   // Loads <dir>/spiece.model; the number of extra ids comes from tokenizer_config.json
-  // ("extra_ids") or the <extra_id_N> tokens the directory's JSON files list, else 100.
+  // ("extra_ids") or the <extra_id_N> tokens the directory's JSON files list, else 100. Without
+  // spiece.model, the SentencePiece model a Unigram tokenizer.json was converted from (its extra ids
+  // are the sentinels at the end of its vocabulary; unigram_tokenizer_json.h).
   static std::unique_ptr<SentencePieceTokenizer> load(const std::filesystem::path& model_dir);
 
   SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids);

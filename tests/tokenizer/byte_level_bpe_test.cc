@@ -197,9 +197,10 @@ TEST(ByteLevelBpe, ATokenizerJsonItCannotReadSaysWhatToCopy) {
     }
     return "";
   };
-  const auto unigram = error_of({{"model", {{"type", "Unigram"}, {"vocab", nlohmann::json::array()}}}});
-  EXPECT_NE(unigram.find("Unigram model, not byte-level BPE"), std::string::npos) << unigram;
-  EXPECT_NE(unigram.find("spiece.model"), std::string::npos) << unigram;
+  const auto wordpiece = error_of({{"model", {{"type", "WordPiece"}, {"vocab", nlohmann::json::object()}}}});
+  EXPECT_NE(wordpiece.find("holds a WordPiece model; supported are byte-level BPE (BART) and SentencePiece unigram"),
+            std::string::npos)
+      << wordpiece;
   const auto metaspace = error_of({{"model", {{"type", "BPE"}}}, {"pre_tokenizer", {{"type", "Metaspace"}}}});
   EXPECT_NE(metaspace.find("without byte-level pre-tokenization"), std::string::npos) << metaspace;
   const auto bad_merge = error_of({{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", {"a b", 3}}}},

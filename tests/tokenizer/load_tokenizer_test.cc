@@ -9,17 +9,8 @@
 namespace srformer {
 namespace {
 
+using test::load_error;
 using test::TempDir;
-
-std::string load_error(const std::filesystem::path& dir) {
-  try {
-    (void)load_tokenizer(dir);
-  } catch (const TokenizerLoadError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected TokenizerLoadError for " << dir;
-  return {};
-}
 
 TEST(LoadTokenizer, PicksSentencePieceForSpieceModel) {
   const auto tok = load_tokenizer(test::t5_style_spm_dir());

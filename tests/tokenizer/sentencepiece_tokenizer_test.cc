@@ -108,13 +108,7 @@ TEST_F(SentencePieceTokenizerTest, ExtraIdsComeFromTokenizerConfig) {
 }
 
 TEST_F(SentencePieceTokenizerTest, ParityWithPythonSentencePiece) {
-  std::string python;
-  for (const char* candidate : {"/usr/bin/python3", "python3"}) {
-    if (test::run_command(std::string(candidate) + " -c 'import sentencepiece' 2>/dev/null").first == 0) {
-      python = candidate;
-      break;
-    }
-  }
+  const std::string python = test::python_with_module("sentencepiece");
   if (python.empty())
     GTEST_SKIP() << "python3 with the sentencepiece module not found (apt install python3-sentencepiece)";
 

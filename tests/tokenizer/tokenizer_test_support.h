@@ -1,6 +1,7 @@
 #pragma once
 // Helpers shared by the tokenizer tests: temporary directories, a deterministic generator of varied
 // text, running the reference implementations (Python, Node) through popen, and test tokenizers.
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <array>
@@ -15,6 +16,7 @@
 
 #include "model/tokenizer/sentencepiece_library.h"
 #include "model/tokenizer/tokenizer.h"
+#include "model/tokenizer/tokenizer_error.h"
 
 namespace srformer::test {
 
@@ -61,6 +63,26 @@ inline std::pair<int, std::string> run_command(const std::string& cmd) {
   while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
   const int status = ::pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// The message of the TokenizerLoadError that loading `dir` must raise (a test failure when none is).
+inline std::string load_error(const fs::path& dir) {
+  try {
+    (void)load_tokenizer(dir);
+  } catch (const TokenizerLoadError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected TokenizerLoadError for " << dir;
+  return {};
+}
+
+// The first Python that imports `module` ("/usr/bin/python3" is tried first: Debian's python3-*
+// packages live there even where another python3 comes first on PATH); empty when none does.
+inline std::string python_with_module(const std::string& module) {
+  for (const char* candidate : {"/usr/bin/python3", "python3"}) {
+    if (run_command(std::string(candidate) + " -c 'import " + module + "' 2>/dev/null").first == 0) return candidate;
+  }
+  return {};
 }
 
 inline std::string append_code_point(std::string s, char32_t cp) {

@@ -1,0 +1,33 @@
+#pragma once
+// Fast-tokenizer-only T5 checkpoints ship tokenizer.json without spiece.model. Its "Unigram" model is
+// Hugging Face's conversion of a SentencePiece model (pieces and scores, the normalizer's precompiled
+// character map, Metaspace pre-tokenization); this turns it back into a SentencePiece model so that
+// both kinds of directory tokenize through the same library and give the same ids.
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+namespace srformer {
+
+struct UnigramModelFromJson {
+  std::string model_proto;  // a serialized sentencepiece.ModelProto
+  // T5's sentinels <extra_id_N> at the end of the vocabulary (<extra_id_0> last): left out of the
+  // SentencePiece model, as in spiece.model, for the tokenizer to append.
+  int64_t extra_ids = 0;
+};
+
+// The special tokens' names (tokenizer_config.json's eos_token, ...); SentencePiece finds them by name.
+struct SpecialTokenNames {
+  std::string eos = "</s>", pad = "<pad>", bos = "<s>";
+};
+
+bool is_unigram_tokenizer_json(const nlohmann::json& tokenizer_json);
+
+// Throws TokenizerLoadError naming the field (`where` names the file) when the tokenizer is not one a
+// SentencePiece model can express: another model type, a normalizer other than the precompiled map,
+// whitespace collapsing and stripping, a pre-tokenizer other than Metaspace, added tokens outside the
+// vocabulary.
+UnigramModelFromJson sentencepiece_model_from_tokenizer_json(const nlohmann::json& tokenizer_json,
+                                                             const std::string& where, const SpecialTokenNames& names);
+
+}  // namespace srformer

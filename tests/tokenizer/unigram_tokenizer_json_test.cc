@@ -1,0 +1,150 @@
+// T5 checkpoints with only tokenizer.json: the Unigram model turned back into a SentencePiece model
+// must give the ids of the spiece.model it was converted from. The tokenizer.json files are written
+// by tests/tokenizer/spm_to_tokenizer_json.py (Hugging Face's layout, from python3-sentencepiece).
+#include "model/tokenizer/unigram_tokenizer_json.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "model/tokenizer/protobuf_wire.h"
+#include "model/tokenizer/sentencepiece_tokenizer.h"
+#include "model/tokenizer/tokenizer_error.h"
+#include "tests/tokenizer/tokenizer_test_support.h"
+
+namespace srformer {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using test::load_error;
+using test::TempDir;
+
+fs::path demo_model_dir() { return fs::path(SRFORMER_SOURCE_DIR) / "models" / "debian-synopsis-t5"; }
+
+// Writes <out>/tokenizer.json converted from <spm_dir>/spiece.model; false when python3-sentencepiece
+// is missing.
+bool write_tokenizer_json(const fs::path& spm_dir, const std::string& style, const fs::path& out) {
+  const std::string python = test::python_with_module("sentencepiece");
+  if (python.empty()) return false;
+  fs::create_directories(out);
+  const std::string script = std::string(SRFORMER_SOURCE_DIR) + "/tests/tokenizer/spm_to_tokenizer_json.py";
+  const auto [rc, log] = test::run_command(python + " " + script + " " + (spm_dir / "spiece.model").string() + " 100 " +
+                                           style + " " + (out / "tokenizer.json").string() + " 2>&1");
+  EXPECT_EQ(rc, 0) << log;
+  return rc == 0;
+}
+
+TEST(ProtobufWire, EncodesAsProtobufDoes) {
+  std::string out;
+  wire::put_int(out, 1, 150);  // the protobuf encoding guide's example: 08 96 01
+  EXPECT_EQ(out, std::string("\x08\x96\x01", 3));
+  out.clear();
+  wire::put_int(out, 40, -1);  // negative int32: ten varint bytes after the two-byte tag
+  EXPECT_EQ(out, std::string("\xC0\x02\xFF\xFF\xFF\xFF\xFF\xFF\xFF\xFF\xFF\x01", 12));
+  out.clear();
+  wire::put_bytes(out, 2, "testing");
+  EXPECT_EQ(out, std::string("\x12\x07testing", 9));
+  out.clear();
+  wire::put_float(out, 2, 1.0f);
+  EXPECT_EQ(out, std::string("\x15\x00\x00\x80\x3F", 5));
+}
+
+struct Source {
+  std::string name;
+  fs::path spm_dir;
+};
+
+class UnigramTokenizerJsonParity : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+// Both layouts Hugging Face has written, for a model with byte fallback (the tests' T5-style one)
+// and one with the trainer's NFKC map and none (the shipped demo model's).
+TEST_P(UnigramTokenizerJsonParity, GivesTheIdsOfTheSentencePieceModel) {
+  const auto& [source, style] = GetParam();
+  const fs::path spm_dir = source == "demo" ? demo_model_dir() : test::t5_style_spm_dir();
+  TempDir dir("unigram-json");
+  if (!write_tokenizer_json(spm_dir, style, dir.path()))
+    GTEST_SKIP() << "python3 with the sentencepiece module not found (apt install python3-sentencepiece)";
+  const auto from_json = load_tokenizer(dir.path());
+  ASSERT_NE(dynamic_cast<const SentencePieceTokenizer*>(from_json.get()), nullptr);
+  const auto reference = SentencePieceTokenizer::load(spm_dir);
+  EXPECT_EQ(from_json->vocab_size(), reference->vocab_size());
+  EXPECT_EQ(dynamic_cast<const SentencePieceTokenizer&>(*from_json).extra_ids(), 100);
+  EXPECT_EQ(from_json->eos_id(), reference->eos_id());
+  EXPECT_EQ(from_json->pad_id(), reference->pad_id());
+  EXPECT_EQ(from_json->bos_id(), reference->bos_id());
+  for (int64_t id = 0; id < reference->vocab_size(); ++id) {
+    ASSERT_EQ(from_json->id_to_token(id), reference->id_to_token(id)) << id;
+    ASSERT_EQ(from_json->is_special(id), reference->is_special(id)) << id;
+  }
+  test::TextGenerator gen(99, {"</s>", "<pad>", "<unk>", "<extra_id_0>", "<extra_id_57>"});
+  size_t mismatches = 0;
+  for (const auto& text : gen.texts(1500)) {
+    const auto ids = reference->encode(text);
+    const bool same = from_json->encode(text) == ids && from_json->decode(ids) == reference->decode(ids) &&
+                      from_json->decode(ids, false) == reference->decode(ids, false);
+    if (!same && ++mismatches <= 5) ADD_FAILURE() << "differs on " << json(text).dump();
+  }
+  EXPECT_EQ(mismatches, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(SourcesAndLayouts, UnigramTokenizerJsonParity,
+                         ::testing::Combine(::testing::Values("t5_style", "demo"),
+                                            ::testing::Values("current", "legacy")),
+                         [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+
+TEST(UnigramTokenizerJson, SpecialTokenNamesComeFromTheTokenizerConfig) {
+  TempDir dir("unigram-json-names");
+  if (!write_tokenizer_json(test::t5_style_spm_dir(), "current", dir.path()))
+    GTEST_SKIP() << "python3 with the sentencepiece module not found (apt install python3-sentencepiece)";
+  test::write_file(dir.path() / "tokenizer_config.json", R"({"eos_token": {"content": "<pad>"}, "pad_token": "</s>"})");
+  const auto tok = load_tokenizer(dir.path());
+  EXPECT_EQ(tok->eos_id(), 0);
+  EXPECT_EQ(tok->pad_id(), 1);
+  EXPECT_EQ(tok->encode("").back(), 0);
+}
+
+TEST(UnigramTokenizerJson, WhatSentencePieceCannotExpressIsALoadErrorNamingIt) {
+  TempDir dir("unigram-json-bad");
+  if (!write_tokenizer_json(test::t5_style_spm_dir(), "current", dir.path() / "good"))
+    GTEST_SKIP() << "python3 with the sentencepiece module not found (apt install python3-sentencepiece)";
+  const json good = json::parse(test::read_file(dir.path() / "good" / "tokenizer.json"));
+  const auto error_with = [&](const std::function<void(json&)>& edit) {
+    json tj = good;
+    edit(tj);
+    fs::create_directories(dir.path() / "bad");
+    test::write_file(dir.path() / "bad" / "tokenizer.json", tj.dump());
+    return load_error(dir.path() / "bad");
+  };
+  const auto expect_in = [](const std::string& message, const std::string& needle) {
+    EXPECT_NE(message.find(needle), std::string::npos) << message;
+  };
+  const auto lowercase = error_with([](json& tj) { tj["normalizer"] = {{"type", "Lowercase"}}; });
+  expect_in(lowercase, "\"Lowercase\" normalizer has no SentencePiece equivalent");
+  expect_in(lowercase, "copy spiece.model");
+  expect_in(error_with([](json& tj) {
+              tj["normalizer"]["normalizers"][1]["pattern"] = {{"String", "a"}};
+            }),
+            "has no SentencePiece equivalent");
+  expect_in(error_with([](json& tj) { tj["normalizer"]["normalizers"][0]["precompiled_charsmap"] = "AB%D"; }),
+            "precompiled_charsmap is not valid base64");
+  expect_in(error_with([](json& tj) {
+              tj["pre_tokenizer"] = {{"type", "ByteLevel"}};
+            }),
+            "\"ByteLevel\" pre-tokenizer has no SentencePiece equivalent");
+  expect_in(error_with([](json& tj) { tj["pre_tokenizer"]["replacement"] = "_"; }), "not U+2581");
+  expect_in(error_with([](json& tj) { tj["pre_tokenizer"] = nullptr; }), "without a Metaspace pre-tokenizer");
+  expect_in(error_with([](json& tj) { tj["model"]["unk_id"] = nullptr; }), "model.unk_id must name a piece");
+  expect_in(error_with([](json& tj) { tj["model"]["vocab"][5] = {1, 2}; }), "model.vocab entry 5 must be");
+  expect_in(error_with([](json& tj) { tj["model"]["vocab"] = json::array(); }), "model.vocab must be a non-empty");
+  expect_in(error_with([](json& tj) {
+              tj["added_tokens"].push_back({{"id", 800}, {"content", "<new>"}});
+            }),
+            "the added token \"<new>\" (id 800) is not the vocabulary's piece");
+  // What the library itself refuses comes through with the file named.
+  expect_in(error_with([](json& tj) { tj["model"]["vocab"][10][0] = tj["model"]["vocab"][11][0]; }),
+            "cannot load the SentencePiece model of " + (dir.path() / "bad" / "tokenizer.json").string());
+}
+
+}  // namespace
+}  // namespace srformer
