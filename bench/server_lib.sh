@@ -15,3 +15,15 @@ wait_for_server() {
   done
   grep -o 'listening on [^ ]*' "$log" | awk '{print $3}' | sed 's/^0\.0\.0\.0/127.0.0.1/'
 }
+
+# default_short_docs DIR: writes the first 400, 1000 and 2000 bytes of docs/ARCHITECTURE.md into DIR
+# (short documents of three lengths, which keep load-generator streams out of step); prints the paths.
+default_short_docs() {
+  for n in 400 1000 2000; do
+    head -c $n "$root/docs/ARCHITECTURE.md" >"$1/short$n.txt"
+    echo "$1/short$n.txt"
+  done
+}
+
+# state_mib METRICS_URL: the decoder state the server's engines hold now (srformer_state_bytes), in MiB.
+state_mib() { curl -s -m 5 "$1/metrics" | awk '/^srformer_state_bytes/ {s += $2} END {print int(s / 1048576)}'; }

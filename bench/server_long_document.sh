@@ -20,10 +20,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do servers+=("$1"); shift; done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 shorts=("$@")
-if [ ${#shorts[@]} -eq 0 ]; then
-  for n in 400 1000 2000; do head -c $n "$root/docs/ARCHITECTURE.md" >"$tmp/short$n.txt"; shorts+=("$tmp/short$n.txt"); done
-fi
-state_mib() { curl -s -m 5 "$1/metrics" | awk '/^srformer_state_bytes/ {s += $2} END {print int(s / 1048576)}'; }
+[ ${#shorts[@]} -gt 0 ] || mapfile -t shorts < <(default_short_docs "$tmp")
 for server in "${servers[@]}"; do
   log="$tmp/server.log"
   "$server" --model ab="$model" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --threads "${THREADS:-2}" \

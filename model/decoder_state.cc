@@ -135,6 +135,8 @@ torch::Tensor pad_dim(const torch::Tensor& t, int64_t dim, int64_t size, bool fr
 // stride(0) elements per row, not only the live ones.
 int64_t tensor_bytes(const torch::Tensor& t) {
   if (!t.defined()) return 0;
+  // An empty tensor holds its storage (a buffer's room, or nothing), not what its strides span.
+  if (t.numel() == 0) return t.has_storage() ? static_cast<int64_t>(t.storage().nbytes()) : 0;
   const auto elem = static_cast<int64_t>(t.element_size());
   const auto n = static_cast<int64_t>(t.numel());
   if (t.dim() == 0 || t.size(0) == 0) return n * elem;

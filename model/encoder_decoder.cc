@@ -153,6 +153,18 @@ DecoderState EncoderDecoderModel::start(const EncoderOutput& enc, const torch::T
   return st;
 }
 
+StateFootprint EncoderDecoderModel::state_footprint() const {
+  StateFootprint f;
+  for (const auto& cross : cross_layers()) f += cross.footprint(device_, compute_dtype_);  // K/V are activations
+  const auto element = static_cast<int64_t>(c10::elementSize(compute_dtype_));
+  // Self-attention K and V per layer; self_valid, self_pos and self_src per slot; cross_valid per position;
+  // the row's step, lengths, segment and RAF counters.
+  f.per_decoder_position += config_.decoder_layers * 2 * config_.num_heads * config_.head_dim * element + 1 + 8 + 4;
+  f.per_encoder_position += 1;
+  f.fixed += 7 * 8 + config_.decoder_layers * 8;
+  return f;
+}
+
 torch::Tensor EncoderDecoderModel::step(DecoderState& st, const torch::Tensor& tokens) {
   torch::NoGradGuard no_grad;
   const int64_t B = st.batch_size();

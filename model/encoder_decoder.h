@@ -72,6 +72,7 @@ class EncoderDecoderModel : public Seq2SeqModel {
   virtual const std::vector<CrossAttention>& cross_layers() const = 0;
   // Every parameter under its Hugging Face name (tied tensors once), for saving and counting.
   const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters() const override { return params_; }
+  StateFootprint state_footprint() const override;
   int64_t parameter_count() const override;
   int64_t packed_weight_bytes() const override { return packed_bytes_; }
 

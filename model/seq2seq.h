@@ -17,6 +17,7 @@
 
 #include "model/config.h"
 #include "model/decoder_state.h"
+#include "model/state_footprint.h"
 
 namespace srformer {
 
@@ -83,6 +84,9 @@ class Seq2SeqModel {
   // expected_length [B] defaults to q for every row. Returns logits [B,q,vocab] float32.
   virtual torch::Tensor forward(const EncoderOutput& enc, const torch::Tensor& decoder_input_ids,
                                 const std::optional<torch::Tensor>& expected_length = std::nullopt) = 0;
+
+  // The bytes a row of start()'s state holds, by what they grow with (state_footprint.h): for budgets.
+  virtual StateFootprint state_footprint() const = 0;
 
   // Number of parameters.
   virtual int64_t parameter_count() const = 0;

@@ -74,6 +74,8 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
     c.max_tokens_in_flight = to_int(flag, value, 0);
   } else if (name == "max-encode-tokens") {
     c.max_encode_tokens = to_int(flag, value, 0);
+  } else if (name == "max-state-memory") {
+    c.max_state_bytes = parse_memory_size(flag, value);
   } else if (name == "max-message-bytes") {
     c.max_message_bytes = to_int(flag, value, 1024);
   } else if (name == "shutdown-grace-ms") {
@@ -99,6 +101,40 @@ std::string normalise(std::string name) {
 
 }  // namespace
 
+int64_t parse_memory_size(const std::string& flag, const std::string& value) {
+  if (value == "auto") return ServerConfig::kAutoStateMemory;
+  const auto bad = [&] {
+    return ConfigError(flag + " needs auto or a size in bytes with an optional K, M, G or T suffix (binary: " +
+                       "8G = 8 GiB), got '" + value + "'");
+  };
+  size_t used = 0;
+  double number = 0;
+  try {
+    number = std::stod(value, &used);
+  } catch (const std::exception&) {
+    throw bad();
+  }
+  if (used == 0 || !(number >= 0) || value.find_first_not_of("0123456789.") < used) throw bad();
+  std::string unit = value.substr(used);
+  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char ch) { return std::toupper(ch); });
+  if (unit.size() > 1 && (unit.substr(1) == "IB" || unit.substr(1) == "B")) unit.resize(1);
+  double scale = 1;
+  if (unit == "K") {
+    scale = 1024.0;
+  } else if (unit == "M") {
+    scale = 1024.0 * 1024;
+  } else if (unit == "G") {
+    scale = 1024.0 * 1024 * 1024;
+  } else if (unit == "T") {
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  } else if (!unit.empty() && unit != "B") {
+    throw bad();
+  }
+  const double bytes = number * scale;
+  if (bytes > 9.0e18) throw bad();
+  return static_cast<int64_t>(bytes);
+}
+
 std::string server_usage() {
   return R"(usage: srformer-server --model NAME=DIR [--model NAME=DIR ...] [options]
 
@@ -123,6 +159,10 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
   --max-tokens-in-flight N    admission budget: sum of rows*(longest input+max_new_tokens) (default unlimited)
   --max-encode-tokens N       input tokens encoded per iteration while others decode; bounds the stall
                               a burst of arrivals puts on running streams (default 2048; 0 = unlimited)
+  --max-state-memory SIZE     decoder state a model's batch may hold (512M, 8G, ...; every row counts at
+                              the batch's longest input): requests wait until it fits, one that alone
+                              exceeds it is refused (default auto: half the memory available after
+                              loading, shared by the CPU models; 0 = unlimited)
   --precompute-switches true|false
                               SRformer: compute each request's segment-switch inputs (P_i W^T) when it
                               starts decoding, so a step costs the same at any input length, for

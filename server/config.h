@@ -34,6 +34,10 @@ struct ServerConfig {
   int64_t max_beams = 8;
   int64_t max_tokens_in_flight = 0;  // 0 = unlimited
   int64_t max_encode_tokens = 2048;  // input tokens encoded per engine iteration; 0 = unlimited
+  // Decoder-state bytes per model (EngineLimits::max_state_bytes); kAutoStateMemory = half the memory
+  // available once the models are loaded, shared by the CPU models; 0 = unlimited.
+  static constexpr int64_t kAutoStateMemory = -1;
+  int64_t max_state_bytes = kAutoStateMemory;
   int64_t max_message_bytes = 4 << 20;
   int64_t shutdown_grace_ms = 10000;
   std::string log_level = "info";
@@ -50,6 +54,9 @@ void apply_config_file(const std::string& path, ServerConfig& config);
 // Checks ranges and combinations; throws ConfigError.
 void validate(const ServerConfig& config);
 std::string server_usage();
+
+// "auto", or bytes with an optional binary suffix: 512M, 8G, 1.5GiB, 1073741824 (0 = unlimited).
+int64_t parse_memory_size(const std::string& flag, const std::string& value);
 
 torch::Device parse_device(const std::string& device);
 // dtype for a device ("" picks the default); throws ConfigError for fp16/bf16 on CPU.

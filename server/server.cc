@@ -8,8 +8,10 @@
 #include <iterator>
 #include <thread>
 
+#include "common/byte_size.h"
 #include "model/generation/generate.h"
 #include "server/metrics/metrics.h"
+#include "server/system_memory.h"
 
 namespace srformer::server {
 
@@ -26,6 +28,38 @@ LoadedModel load_model_dir(const ModelSpec& spec, const ServerConfig& config) {
   return loaded;
 }
 
+namespace {
+
+// EngineLimits::max_state_bytes from --max-state-memory (auto: half the memory available after loading).
+int64_t state_budget(const ServerConfig& config, const std::vector<LoadedModel>& models) {
+  if (config.max_state_bytes != ServerConfig::kAutoStateMemory) {
+    if (config.max_state_bytes > 0) {
+      spdlog::info("decoder state budget: {} per model (--max-state-memory)", format_bytes(config.max_state_bytes));
+    }
+    return config.max_state_bytes;
+  }
+  if (!parse_device(config.device).is_cpu()) {
+    spdlog::info(
+        "decoder state budget: none on {} (--max-state-memory auto measures host memory; set a size "
+        "for the device's memory)",
+        config.device);
+    return 0;
+  }
+  const auto available = memory_available_bytes();
+  if (!available) {
+    spdlog::warn("decoder state budget: none (cannot read the memory available; set --max-state-memory)");
+    return 0;
+  }
+  const int64_t budget = *available / 2 / std::max<int64_t>(1, static_cast<int64_t>(models.size()));
+  spdlog::info(
+      "decoder state budget: {} per model (half of the {} available, shared by {} model(s); "
+      "--max-state-memory)",
+      format_bytes(budget), format_bytes(*available), models.size());
+  return budget;
+}
+
+}  // namespace
+
 Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metrics* metrics,
                SearcherFactory searcher_factory)
     : config_(config) {
@@ -34,6 +68,7 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
   limits.max_queue = config.max_queue;
   limits.max_tokens_in_flight = config.max_tokens_in_flight;
   limits.max_encode_tokens = config.max_encode_tokens;
+  limits.max_state_bytes = state_budget(config, models);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   limits.threads =
       config.threads > 0 ? config.threads : std::max(1, cores / std::max(1, static_cast<int>(models.size())));
@@ -42,6 +77,7 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
     if (mm != nullptr) {
       mm->set_weight_bytes(static_cast<double>(m.model->parameter_bytes()),
                            static_cast<double>(m.model->packed_weight_bytes()));
+      mm->set_state_budget_bytes(static_cast<double>(limits.max_state_bytes));
     }
     models_.add(
         std::make_unique<Engine>(m.name, std::move(m.model), std::move(m.tokenizer), limits, mm, searcher_factory));

@@ -32,9 +32,12 @@ bool is_kind(CrossAttentionKind k, std::initializer_list<CrossAttentionKind> ks)
 // cross keys/values (kernels::window_attention) rather than from a per-row copy of it: CPU float32
 // keys with the kernels on. The copies (LayerState::window_k/window_v, W/k of a request's cross
 // keys/values) were a third of the bytes a row moves when it fills a leaving request's hole.
-bool windows_in_place(const torch::Tensor& cross_k, CrossAttentionKind kind) {
-  return kind != CrossAttentionKind::kGlobalTokens && cross_k.is_cpu() && cross_k.scalar_type() == torch::kFloat32 &&
+bool windows_in_place(const torch::Device& device, torch::ScalarType dtype, CrossAttentionKind kind) {
+  return kind != CrossAttentionKind::kGlobalTokens && device.is_cpu() && dtype == torch::kFloat32 &&
          kernels::use_cpu_kernels();
+}
+bool windows_in_place(const torch::Tensor& cross_k, CrossAttentionKind kind) {
+  return windows_in_place(cross_k.device(), cross_k.scalar_type(), kind);
 }
 
 // softmax(q kᵀ) v over each row's window of `width` keys from segment seg + offset, clipped to the
@@ -105,6 +108,33 @@ int64_t CrossAttention::keys_read_per_step(int64_t enc_len) const {
     default:
       return std::min(enc_len, s);
   }
+}
+
+StateFootprint CrossAttention::footprint(const torch::Device& device, torch::ScalarType dtype) const {
+  const auto element = static_cast<int64_t>(c10::elementSize(dtype));
+  const int64_t features = heads * head_dim;
+  StateFootprint f;
+  f.per_encoder_position = 2 * features * element;  // cross K, V
+  if (kind == CrossAttentionKind::kGlobalTokens) {  // one pooled key and value per segment
+    f.per_encoder_position += (2 * features * element + segment_size - 1) / segment_size;
+  }
+  if (recurrent()) {
+    const int64_t square = features * head_dim * 4;  // [H, d, d] fp32
+    f.fixed += 2 * square + features * 4;            // membrane, R, ||K||
+    if (precompute_switches) {
+      f.per_switch = square;
+      f.segment_size = segment_size;
+    } else {
+      f.fixed += square;  // K^T V
+    }
+  }
+  if (kind != CrossAttentionKind::kFull) {
+    f.fixed += 8;  // the row's slot (cross_row)
+    if (has_softmax() && !windows_in_place(device, dtype, kind)) {
+      f.fixed += 2 * heads * window_width() * head_dim * element;  // window copies
+    }
+  }
+  return f;
 }
 
 void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tensor& enc_mask, const torch::Tensor& m,

@@ -12,6 +12,7 @@
 #include "model/config.h"
 #include "model/decoder_state.h"
 #include "model/layers.h"
+#include "model/state_footprint.h"
 
 namespace srformer {
 
@@ -51,6 +52,10 @@ struct CrossAttention {
 
   // Key/value rows one decoder step reads (per row): k (full), s, 2s (xl) or s + m (global).
   int64_t keys_read_per_step(int64_t enc_len) const;
+
+  // What prepare() and the steps keep of this layer per row in incremental decoding, with keys and
+  // values of `dtype` on `device` (the recurrent state is fp32).
+  StateFootprint footprint(const torch::Device& device, torch::ScalarType dtype) const;
 
  private:
   struct Recurrent {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "common/byte_size.h"
 #include "model/kernels/parallel.h"
 #include "model/kernels/serial_region.h"
 #include "model/length_groups.h"
@@ -112,6 +113,7 @@ Engine::Engine(std::string name, std::unique_ptr<Seq2SeqModel> model, std::share
       device_(model_->device()),
       dtype_(model_->dtype()),
       parameters_(model_->parameter_count()),
+      footprint_(model_->state_footprint()),
       limits_(limits),
       metrics_(metrics),
       searcher_factory_(std::move(searcher_factory)) {
@@ -129,6 +131,19 @@ void Engine::submit(std::shared_ptr<Request> request) {
     throw std::invalid_argument("the request needs " + std::to_string(pending.searcher->num_rows()) +
                                 " rows (beams) but the model's batch holds at most " +
                                 std::to_string(limits_.max_batch_rows) + "; use fewer beams");
+  }
+  if (limits_.max_state_bytes > 0) {
+    const auto& r = *pending.request;
+    const int64_t need = state_bytes(shape_of(r, pending.searcher->num_rows()));
+    if (need > limits_.max_state_bytes) {
+      throw StateBudgetError("the request needs about " + format_bytes(need) + " of decoder state (" +
+                             std::to_string(r.input_ids.size()) + " input tokens, " +
+                             std::to_string(pending.searcher->num_rows()) + " beam rows, up to " +
+                             std::to_string(r.options.max_new_tokens) + " new tokens), over model '" + name_ +
+                             "''s budget of " + format_bytes(limits_.max_state_bytes) +
+                             " (--max-state-memory); send a shorter document, fewer beams or fewer new tokens, "
+                             "or raise the budget");
+    }
   }
   {
     std::lock_guard lock(mu_);
@@ -197,6 +212,30 @@ EngineStats Engine::stats() const {
   return stats_;
 }
 
+Engine::BatchShape Engine::BatchShape::joined(const BatchShape& other) const {
+  return {rows + other.rows, std::max(encoder_positions, other.encoder_positions), std::max(switches, other.switches),
+          std::max(decoder_positions, other.decoder_positions)};
+}
+
+Engine::BatchShape Engine::shape_of(const Request& request, int64_t rows) const {
+  const auto k = static_cast<int64_t>(request.input_ids.size());
+  return {rows, k, footprint_.switches(k, request.expected_length), request.options.max_new_tokens};
+}
+
+Engine::BatchShape Engine::running_shape() const {
+  BatchShape shape;
+  for (const auto& s : slots_) shape = shape.joined(shape_of(*s->request, s->rows));
+  // Padding not yet cut back (DecoderState::trim_padding) is held too.
+  if (state_.batch_size() > 0 && state_.cross_valid.defined()) {
+    shape.encoder_positions = std::max(shape.encoder_positions, state_.cross_valid.size(1));
+  }
+  return shape;
+}
+
+int64_t Engine::state_bytes(const BatchShape& shape) const {
+  return footprint_.bytes(shape.rows, shape.encoder_positions, shape.switches, shape.decoder_positions);
+}
+
 int64_t Engine::budget_of(const Pending& p) const {
   return p.searcher->num_rows() *
          (static_cast<int64_t>(p.request->input_ids.size()) + p.request->options.max_new_tokens);
@@ -238,6 +277,8 @@ void Engine::run() {
         if (limits_.max_tokens_in_flight > 0) {  // only the budget needs it
           for (const auto& s : slots_) own_inputs += s->rows * static_cast<int64_t>(s->request->input_ids.size());
         }
+        const bool state_budget = limits_.max_state_bytes > 0;
+        BatchShape shape = state_budget ? running_shape() : BatchShape{};
         while (!queue_.empty()) {
           const Pending& next = queue_.front();
           const int64_t r = next.searcher->num_rows();
@@ -248,6 +289,8 @@ void Engine::run() {
           if (!empty_batch && rows + r > limits_.max_batch_rows) break;
           if (!empty_batch && limits_.max_tokens_in_flight > 0 && tokens + b + padding > limits_.max_tokens_in_flight)
             break;
+          const BatchShape joined = state_budget ? shape.joined(shape_of(*next.request, r)) : BatchShape{};
+          if (!empty_batch && state_budget && state_bytes(joined) > limits_.max_state_bytes) break;
           const int64_t e = r * k;
           if (!admitted.empty() && limits_.max_encode_tokens > 0 && encode_tokens + e > limits_.max_encode_tokens)
             break;
@@ -256,6 +299,7 @@ void Engine::run() {
           encode_tokens += e;
           longest = std::max(longest, k);
           own_inputs += r * k;
+          shape = joined;
           admitted.push_back(std::move(queue_.front()));
           queue_.pop_front();
         }

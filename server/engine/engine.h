@@ -36,6 +36,10 @@ struct EngineLimits {
   // call stalls every running stream, so a burst of arrivals is admitted over several steps.
   // 0 = no limit. A request longer than this still gets in, alone.
   int64_t max_encode_tokens = 0;
+  // Bytes of decoder state the batch may hold, by the model's StateFootprint of its rows once a request
+  // joins (each padded to the batch's longest input, switch schedule and max_new_tokens; beams as rows).
+  // A request that alone needs more is refused at submit(). 0 = no limit.
+  int64_t max_state_bytes = 0;
   int threads = 0;  // torch intra-op threads of the decode thread; 0 = leave as is
 };
 
@@ -69,6 +73,11 @@ class QueueFullError : public std::runtime_error {
 class ShuttingDownError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// A request whose decoder state alone would exceed EngineLimits::max_state_bytes: like an input over
+// the model's limit, it cannot run on this server as configured (INVALID_ARGUMENT).
+class StateBudgetError : public std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
 
 using SearcherFactory = std::function<std::unique_ptr<Searcher>(const GenerationOptions&)>;
 
@@ -82,7 +91,8 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Queues a request. Creates its Searcher here, so invalid options throw std::invalid_argument on the
-  // caller's thread. Throws QueueFullError / ShuttingDownError when refused (callbacks then never run).
+  // caller's thread (as does a request over the state budget: StateBudgetError). Throws QueueFullError /
+  // ShuttingDownError when refused (callbacks then never run).
   void submit(std::shared_ptr<Request> request);
 
   // Refuses new requests from now on; queued and running ones continue.
@@ -136,6 +146,14 @@ class Engine {
   void fail_all(const std::string& error);
   void publish_stats();
   int64_t budget_of(const Pending& p) const;
+  // What the state budget counts of a batch: its rows and what every row is padded to.
+  struct BatchShape {
+    int64_t rows = 0, encoder_positions = 0, switches = 0, decoder_positions = 0;
+    BatchShape joined(const BatchShape& other) const;
+  };
+  BatchShape shape_of(const Request& request, int64_t rows) const;
+  BatchShape running_shape() const;  // the live rows'
+  int64_t state_bytes(const BatchShape& shape) const;
 
   const std::string name_;
   std::unique_ptr<Seq2SeqModel> model_;
@@ -144,6 +162,7 @@ class Engine {
   const torch::Device device_;
   const torch::ScalarType dtype_;
   const int64_t parameters_;
+  const StateFootprint footprint_;
   const EngineLimits limits_;
   ModelMetrics* const metrics_;
   const SearcherFactory searcher_factory_;

@@ -133,6 +133,10 @@ struct Metrics::Families {
                          .Name("srformer_weight_bytes")
                          .Help("Bytes of the model's weights (form: parameters|packed).")
                          .Register(r)),
+        state_budget_bytes(BuildGauge()
+                               .Name("srformer_state_budget_bytes")
+                               .Help("Decoder-state bytes a model's batch may hold (--max-state-memory; 0 = no limit).")
+                               .Register(r)),
         decode_step(BuildHistogram()
                         .Name("srformer_decode_step_seconds")
                         .Help("Wall time of one batched decode step.")
@@ -176,6 +180,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Counter>& rows_left;
   prometheus::Family<prometheus::Gauge>& state_bytes;
   prometheus::Family<prometheus::Gauge>& weight_bytes;
+  prometheus::Family<prometheus::Gauge>& state_budget_bytes;
   prometheus::Family<prometheus::Histogram>& decode_step;
   prometheus::Family<prometheus::Gauge>& raf_fired;
   prometheus::Family<prometheus::Counter>& raf_updates;
@@ -253,6 +258,10 @@ void ModelMetrics::on_rows_left(LeaveReason reason, std::uint64_t n) {
 }
 
 void ModelMetrics::set_state_bytes(double bytes) { state_bytes_.Set(bytes); }
+
+void ModelMetrics::set_state_budget_bytes(double bytes) {
+  metrics_.families_->state_budget_bytes.Add({{"model", model_}}).Set(bytes);
+}
 
 void ModelMetrics::set_weight_bytes(double parameters, double packed) {
   metrics_.families_->weight_bytes.Add({{"model", model_}, {"form", "parameters"}}).Set(parameters);

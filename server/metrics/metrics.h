@@ -89,6 +89,8 @@ class ModelMetrics {
   // Bytes of the model's weights, set once at load: `parameters` as held, `packed` the projections'
   // packed copies beside them (--packed-weights, --dtype bf16 on the CPU; 0 when none).
   void set_weight_bytes(double parameters, double packed);
+  // The decoder-state budget admissions keep to (--max-state-memory; 0 = none), set once at start.
+  void set_state_budget_bytes(double bytes);
 
   // --- SRformer cross-attention ---
   // Running fraction (0..1) of RAF membrane elements that fired in decoder layer `layer`.

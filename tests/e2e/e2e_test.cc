@@ -260,6 +260,8 @@ TEST_F(EndToEnd, MetricsOfARunningServerFollowRealRequests) {
   EXPECT_GT(scrape::sample(loaded, "srformer_weight_bytes", {{"model", "tiny"}, {"form", "parameters"}}).value_or(0),
             0);
   EXPECT_GE(scrape::sample(loaded, "srformer_weight_bytes", {{"model", "tiny"}, {"form", "packed"}}).value_or(-1), 0);
+  // The default state budget (--max-state-memory auto): half the memory available after loading.
+  EXPECT_GT(scrape::sample(loaded, "srformer_state_budget_bytes", tiny).value_or(0), 0);
 
   // Six streamed requests of exactly 8 tokens each (min = max new tokens).
   auto r = run_command(kClient + " --target " + server->target() + " --load --concurrency 3 --requests 6 --json" +

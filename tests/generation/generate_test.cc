@@ -32,6 +32,7 @@ class FakeModel : public Seq2SeqModel {
   const ModelConfig& config() const override { return config_; }
   torch::Device device() const override { return torch::kCPU; }
   torch::ScalarType dtype() const override { return torch::kFloat32; }
+  StateFootprint state_footprint() const override { return {}; }
   using Seq2SeqModel::encode;
   EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                        const EncodeStop&) override {

@@ -411,6 +411,39 @@ TEST_P(Seq2SeqProperties, AnInferenceEncodeGroupsRowsBySimilarLengthAndEachRowEq
   EXPECT_EQ(equal_asked, layers);
 }
 
+// The footprint a server budgets with, against what states hold: rows of different lengths and
+// schedules, alone and in one batch (padded to the longest input and schedule), at start and after
+// steps. Within 1% and 400 bytes a row: the global tokens' pooled keys come per segment, the estimate
+// counts them per position (here up to 384 bytes a row apart); every other variant is exact to a few bytes.
+TEST_P(Seq2SeqProperties, StateFootprintEstimatesTheStateBytes) {
+  const std::vector<int64_t> lengths = {40, 9, 23}, schedules = {12, 5, 30};
+  const auto f = model_->state_footprint();
+  const auto expect_near = [](int64_t estimate, int64_t actual, int64_t rows, const std::string& what) {
+    EXPECT_LE(std::abs(estimate - actual), actual / 100 + 400 * rows)
+        << what << ": estimated " << estimate << " bytes, the state holds " << actual;
+  };
+  DecoderState st;
+  int64_t switches = 0;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    const auto ids = random_ids(1, lengths[r]);
+    auto row = model_->start(model_->encode(ids, torch::ones_like(ids)), torch::full({1}, schedules[r], torch::kLong));
+    const int64_t n = f.switches(lengths[r], schedules[r]);
+    expect_near(f.bytes(1, lengths[r], n, 0), row.bytes(), 1, "row " + std::to_string(r));
+    switches = std::max(switches, n);
+    if (r == 0) {
+      st = std::move(row);
+    } else {
+      st.append(std::move(row));
+    }
+  }
+  expect_near(f.bytes(3, 40, switches, 0), st.bytes(), 3, "the batch");
+  (void)incremental(st, random_ids(3, 20));
+  expect_near(f.bytes(3, 40, switches, 20), st.bytes(), 3, "the batch after 20 steps");
+  if (model_->config().srformer.uses_raf()) {
+    EXPECT_GT(f.per_switch, 0);  // the switch table is what grows with the schedule
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllVariants, Seq2SeqProperties, ::testing::ValuesIn([] {
                            std::vector<Case> cases;
                            for (auto arch : {Architecture::kBart, Architecture::kT5}) {

@@ -68,6 +68,30 @@ TEST(ServerConfig, ErrorsSayWhatToFix) {
   EXPECT_FALSE(parse({"--help"}, c));
 }
 
+TEST(ServerConfig, StateMemoryTakesSizesWithBinarySuffixes) {
+  const auto size = [](const std::string& v) { return parse_memory_size("--max-state-memory", v); };
+  EXPECT_EQ(ServerConfig{}.max_state_bytes, ServerConfig::kAutoStateMemory);
+  EXPECT_EQ(size("auto"), ServerConfig::kAutoStateMemory);
+  EXPECT_EQ(size("0"), 0);
+  EXPECT_EQ(size("1073741824"), int64_t{1} << 30);
+  EXPECT_EQ(size("512M"), int64_t{512} << 20);
+  EXPECT_EQ(size("8g"), int64_t{8} << 30);
+  EXPECT_EQ(size("1.5GiB"), int64_t{3} << 29);
+  EXPECT_EQ(size("64KB"), int64_t{64} << 10);
+  EXPECT_EQ(size("2T"), int64_t{2} << 40);
+  for (const char* bad : {"", "G", "-1G", "8X", "1e9", "8 G", "auto2", "99999999999T"}) {
+    try {
+      (void)size(bad);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("K, M, G or T suffix"), std::string::npos) << e.what();
+    }
+  }
+  ServerConfig c;
+  ASSERT_TRUE(parse({"--model", "a=/x", "--max-state-memory", "3G"}, c));
+  EXPECT_EQ(c.max_state_bytes, int64_t{3} << 30);
+}
+
 TEST(ServerConfig, DeviceAndDtype) {
   EXPECT_TRUE(parse_device("cpu").is_cpu());
   EXPECT_EQ(parse_device("cuda:1").index(), 1);

@@ -391,6 +391,17 @@ TEST(EngineService, ABurstOfDifferentLengthsIsEncodedInGroupsOfSimilarLengthWith
   EXPECT_EQ(calls.find("ee"), std::string::npos) << "two encodes in a row while a request was running: " << calls;
 }
 
+// A unary Summarize of exactly `new_tokens` tokens (min = max), on its own thread.
+std::future<grpc::Status> summarize_async(TestServer& server, const std::string& doc, int new_tokens) {
+  return std::async(std::launch::async, [&server, doc, new_tokens] {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    auto req = request(doc, new_tokens, 1);
+    req.mutable_options()->set_min_new_tokens(new_tokens);
+    return server.stub().Summarize(&ctx, req, &resp);
+  });
+}
+
 // --max-tokens-in-flight counts every row at the batch's longest input (the state pads them all to it):
 // a long document that would fit beside short running requests by its own length waits until they
 // leave, instead of padding all of them to its length.
@@ -400,23 +411,56 @@ TEST(EngineService, TokensInFlightCountEveryRowAtTheBatchsLongestInput) {
   so.config.max_tokens_in_flight = 400;
   const auto positions = so.models[0].second.max_step_positions;
   TestServer server(so);
-  const auto call = [&server](const std::string& doc, int max_new) {
-    return std::async(std::launch::async, [&server, doc, max_new] {
-      grpc::ClientContext ctx;
-      v1::SummarizeResponse resp;
-      auto req = request(doc, max_new, 1);
-      req.mutable_options()->set_min_new_tokens(max_new);
-      return server.stub().Summarize(&ctx, req, &resp);
-    });
-  };
   std::vector<std::future<grpc::Status>> calls;
-  for (int i = 0; i < 4; ++i) calls.push_back(call("short " + std::to_string(i), 30));  // 4 × (8 + 30) tokens
+  for (int i = 0; i < 4; ++i)
+    calls.push_back(summarize_async(server, "short " + std::to_string(i), 30));  // 4 × (8 + 30)
   ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 4; }));
   // 151 + 4 tokens: 152 + 155 fit the budget by each row's own length, 5 × 151 + 4 × 30 + 4 do not.
-  calls.push_back(call(std::string(150, 'x'), 4));
+  calls.push_back(summarize_async(server, std::string(150, 'x'), 4));
   for (auto& c : calls) EXPECT_TRUE(c.get().ok());
   EXPECT_LE(positions->load(), 400) << "a step held more encoder positions than the budget";
   EXPECT_GE(positions->load(), 151);
+}
+
+// --max-state-memory: admissions keep the batch's decoder state (every row at the longest input) within
+// the budget; here the fake state is 1000 bytes per encoder position and row, the budget 400 positions'
+// worth, and nothing else limits the batch. The long document waits until the short ones leave.
+TEST(EngineService, StateBudgetKeepsTheBatchsStateWithinIt) {
+  FakeServerOptions so;
+  FakeModelOptions mo{256, 4, 20ms};
+  mo.footprint = StateFootprint{/*per_encoder_position=*/1000};
+  so.models = {{"fake", mo}};
+  so.config.max_state_bytes = 400 * 1000;
+  const auto positions = so.models[0].second.max_step_positions;
+  TestServer server(so);
+  EXPECT_EQ(server.engine().limits().max_state_bytes, 400 * 1000);
+  std::vector<std::future<grpc::Status>> calls;
+  for (int i = 0; i < 4; ++i) calls.push_back(summarize_async(server, "short " + std::to_string(i), 30));
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 4; }));
+  calls.push_back(summarize_async(server, std::string(150, 'x'), 4));  // 151 tokens: 5 rows of it would be 755
+  for (auto& c : calls) EXPECT_TRUE(c.get().ok());
+  EXPECT_LE(positions->load(), 400) << "a step held more state than the budget";
+  EXPECT_GE(positions->load(), 151);
+}
+
+// A request whose state alone exceeds the budget can never run here: refused at once with what to
+// change, and the server goes on serving.
+TEST(EngineService, ARequestOverTheStateBudgetAloneIsRefusedWithWhatToChange) {
+  FakeServerOptions so;
+  FakeModelOptions mo{256, 4};
+  mo.footprint = StateFootprint{/*per_encoder_position=*/1000};
+  so.models = {{"fake", mo}};
+  so.config.max_state_bytes = 100 * 1000;
+  TestServer server(so);
+  grpc::ClientContext ctx;
+  v1::SummarizeResponse resp;
+  const auto status = server.stub().Summarize(&ctx, request(std::string(150, 'x'), 4, 1), &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  for (const char* part : {"needs about 147 KiB of decoder state (151 input tokens, 1 beam rows, up to 4 new tokens)",
+                           "budget of 98 KiB (--max-state-memory)", "send a shorter document"}) {
+    EXPECT_NE(status.error_message().find(part), std::string::npos) << status.error_message();
+  }
+  EXPECT_TRUE(summarize_async(server, "short", 4).get().ok());
 }
 
 TEST(EngineService, GracefulShutdownFinishesInFlightAndRefusesNew) {

@@ -77,6 +77,9 @@ struct FakeModelOptions {
   std::shared_ptr<CallLog> call_log = std::make_shared<CallLog>();
   // The most encoder positions a decode step's state held: rows × the batch's (padded) input length.
   std::shared_ptr<std::atomic<int64_t>> max_step_positions = std::make_shared<std::atomic<int64_t>>(0);
+  // What the engine budgets with (--max-state-memory): by default the fake state's own cross keys and
+  // values ([B, 1, k, 1] fp32 each) and mask.
+  StateFootprint footprint{/*per_encoder_position=*/9};
   std::optional<int64_t> max_length;  // config generation defaults
   std::optional<int64_t> num_beams;
   std::optional<std::string> prefix;
@@ -101,6 +104,7 @@ class FakeModel : public Seq2SeqModel {
   torch::Device device() const override { return torch::kCPU; }
   torch::ScalarType dtype() const override { return torch::kFloat32; }
   int64_t parameter_count() const override { return 42; }
+  StateFootprint state_footprint() const override { return options_.footprint; }
   const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters() const override { return params_; }
 
   using Seq2SeqModel::encode;

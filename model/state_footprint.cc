@@ -1,0 +1,28 @@
+#include "model/state_footprint.h"
+
+#include <algorithm>
+
+namespace srformer {
+
+StateFootprint& StateFootprint::operator+=(const StateFootprint& other) {
+  per_encoder_position += other.per_encoder_position;
+  per_switch += other.per_switch;
+  per_decoder_position += other.per_decoder_position;
+  fixed += other.fixed;
+  segment_size = std::max(segment_size, other.segment_size);
+  return *this;
+}
+
+int64_t StateFootprint::switches(int64_t input_tokens, int64_t expected_length) const {
+  if (segment_size <= 0 || per_switch == 0) return 0;
+  const int64_t m = std::max<int64_t>(1, (input_tokens + segment_size - 1) / segment_size);
+  return std::min(m, std::max<int64_t>(1, expected_length) + 1);
+}
+
+int64_t StateFootprint::bytes(int64_t rows, int64_t encoder_positions, int64_t switches,
+                              int64_t decoder_positions) const {
+  return rows * (fixed + per_encoder_position * encoder_positions + per_switch * switches +
+                 per_decoder_position * decoder_positions);
+}
+
+}  // namespace srformer
