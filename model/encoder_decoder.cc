@@ -160,7 +160,7 @@ StateFootprint EncoderDecoderModel::state_footprint() const {
   // Self-attention K and V per layer; self_valid, self_pos and self_src per slot; cross_valid per position;
   // the row's step, lengths, segment and RAF counters.
   f.per_decoder_position += config_.decoder_layers * 2 * config_.num_heads * config_.head_dim * element + 1 + 8 + 4;
-  f.per_encoder_position += 1;
+  f.per_row_encoder_position += 1;
   f.fixed += 7 * 8 + config_.decoder_layers * 8;
   return f;
 }

@@ -7,6 +7,8 @@ namespace srformer {
 StateFootprint& StateFootprint::operator+=(const StateFootprint& other) {
   per_encoder_position += other.per_encoder_position;
   per_switch += other.per_switch;
+  inputs_shared_by_beams = inputs_shared_by_beams || other.inputs_shared_by_beams;
+  per_row_encoder_position += other.per_row_encoder_position;
   per_decoder_position += other.per_decoder_position;
   fixed += other.fixed;
   segment_size = std::max(segment_size, other.segment_size);
@@ -19,10 +21,11 @@ int64_t StateFootprint::switches(int64_t input_tokens, int64_t expected_length) 
   return std::min(m, std::max<int64_t>(1, expected_length) + 1);
 }
 
-int64_t StateFootprint::bytes(int64_t rows, int64_t encoder_positions, int64_t switches,
+int64_t StateFootprint::bytes(int64_t requests, int64_t rows, int64_t encoder_positions, int64_t switches,
                               int64_t decoder_positions) const {
-  return rows * (fixed + per_encoder_position * encoder_positions + per_switch * switches +
-                 per_decoder_position * decoder_positions);
+  const int64_t inputs = per_encoder_position * encoder_positions + per_switch * switches;
+  return (inputs_shared_by_beams ? requests : rows) * inputs +
+         rows * (per_row_encoder_position * encoder_positions + per_decoder_position * decoder_positions + fixed);
 }
 
 }  // namespace srformer

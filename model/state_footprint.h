@@ -7,11 +7,18 @@
 namespace srformer {
 
 struct StateFootprint {
-  int64_t per_encoder_position = 0;  // cross keys/values and what follows their length, per input position
-  int64_t per_switch = 0;            // SRformer's switch table, per entry (segment switch of the schedule)
-  int64_t per_decoder_position = 0;  // self-attention caches, per generated token
-  int64_t fixed = 0;                 // membrane, recurrent term, ||K||, segment windows
-  int64_t segment_size = 0;          // of the switch table's schedule; 0 when there is no table
+  // A request's input part: cross keys/values per input position, SRformer's switch table per entry
+  // (segment switch of the schedule). Held once per request where its beams share it (the variants
+  // that read cross keys/values through slots, LayerState::cross_row), else once per row.
+  int64_t per_encoder_position = 0;
+  int64_t per_switch = 0;
+  bool inputs_shared_by_beams = false;
+  // Per row: what follows the input's length (its mask, global tokens), the self-attention caches per
+  // generated token, and the rest (membrane, recurrent term, ||K||, segment windows, counters).
+  int64_t per_row_encoder_position = 0;
+  int64_t per_decoder_position = 0;
+  int64_t fixed = 0;
+  int64_t segment_size = 0;  // of the switch table's schedule; 0 when there is no table
 
   StateFootprint& operator+=(const StateFootprint& other);
 
@@ -19,9 +26,10 @@ struct StateFootprint {
   // its schedule visits, at most min(m, L + 1) (m = ceil(input_tokens / segment_size)); 0 without a table.
   int64_t switches(int64_t input_tokens, int64_t expected_length) const;
 
-  // A batch of `rows`, each padded to `encoder_positions`, `switches` table entries and
-  // `decoder_positions` self-attention slots.
-  int64_t bytes(int64_t rows, int64_t encoder_positions, int64_t switches, int64_t decoder_positions) const;
+  // A batch of `requests` holding `rows` rows (beams count), each padded to `encoder_positions`,
+  // `switches` table entries and `decoder_positions` self-attention slots.
+  int64_t bytes(int64_t requests, int64_t rows, int64_t encoder_positions, int64_t switches,
+                int64_t decoder_positions) const;
 };
 
 }  // namespace srformer

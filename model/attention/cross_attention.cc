@@ -116,7 +116,7 @@ StateFootprint CrossAttention::footprint(const torch::Device& device, torch::Sca
   StateFootprint f;
   f.per_encoder_position = 2 * features * element;  // cross K, V
   if (kind == CrossAttentionKind::kGlobalTokens) {  // one pooled key and value per segment
-    f.per_encoder_position += (2 * features * element + segment_size - 1) / segment_size;
+    f.per_row_encoder_position = (2 * features * element + segment_size - 1) / segment_size;
   }
   if (recurrent()) {
     const int64_t square = features * head_dim * 4;  // [H, d, d] fp32
@@ -128,8 +128,9 @@ StateFootprint CrossAttention::footprint(const torch::Device& device, torch::Sca
       f.fixed += square;  // K^T V
     }
   }
-  if (kind != CrossAttentionKind::kFull) {
-    f.fixed += 8;  // the row's slot (cross_row)
+  if (kind != CrossAttentionKind::kFull) {  // read through slots (LayerState::cross_row), which beams share
+    f.inputs_shared_by_beams = true;
+    f.fixed += 8;  // the row's slot
     if (has_softmax() && !windows_in_place(device, dtype, kind)) {
       f.fixed += 2 * heads * window_width() * head_dim * element;  // window copies
     }

@@ -213,13 +213,13 @@ EngineStats Engine::stats() const {
 }
 
 Engine::BatchShape Engine::BatchShape::joined(const BatchShape& other) const {
-  return {rows + other.rows, std::max(encoder_positions, other.encoder_positions), std::max(switches, other.switches),
-          std::max(decoder_positions, other.decoder_positions)};
+  return {requests + other.requests, rows + other.rows, std::max(encoder_positions, other.encoder_positions),
+          std::max(switches, other.switches), std::max(decoder_positions, other.decoder_positions)};
 }
 
 Engine::BatchShape Engine::shape_of(const Request& request, int64_t rows) const {
   const auto k = static_cast<int64_t>(request.input_ids.size());
-  return {rows, k, footprint_.switches(k, request.expected_length), request.options.max_new_tokens};
+  return {1, rows, k, footprint_.switches(k, request.expected_length), request.options.max_new_tokens};
 }
 
 Engine::BatchShape Engine::running_shape() const {
@@ -233,7 +233,7 @@ Engine::BatchShape Engine::running_shape() const {
 }
 
 int64_t Engine::state_bytes(const BatchShape& shape) const {
-  return footprint_.bytes(shape.rows, shape.encoder_positions, shape.switches, shape.decoder_positions);
+  return footprint_.bytes(shape.requests, shape.rows, shape.encoder_positions, shape.switches, shape.decoder_positions);
 }
 
 int64_t Engine::budget_of(const Pending& p) const {

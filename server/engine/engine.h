@@ -37,7 +37,8 @@ struct EngineLimits {
   // 0 = no limit. A request longer than this still gets in, alone.
   int64_t max_encode_tokens = 0;
   // Bytes of decoder state the batch may hold, by the model's StateFootprint of its rows once a request
-  // joins (each padded to the batch's longest input, switch schedule and max_new_tokens; beams as rows).
+  // joins (each padded to the batch's longest input, switch schedule and max_new_tokens; a request's beams
+  // sharing its keys/values where the model does).
   // A request that alone needs more is refused at submit(). 0 = no limit.
   int64_t max_state_bytes = 0;
   int threads = 0;  // torch intra-op threads of the decode thread; 0 = leave as is
@@ -148,7 +149,7 @@ class Engine {
   int64_t budget_of(const Pending& p) const;
   // What the state budget counts of a batch: its rows and what every row is padded to.
   struct BatchShape {
-    int64_t rows = 0, encoder_positions = 0, switches = 0, decoder_positions = 0;
+    int64_t requests = 0, rows = 0, encoder_positions = 0, switches = 0, decoder_positions = 0;
     BatchShape joined(const BatchShape& other) const;
   };
   BatchShape shape_of(const Request& request, int64_t rows) const;
