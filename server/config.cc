@@ -162,7 +162,7 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
   --max-state-memory SIZE     decoder state a model's batch may hold (512M, 8G, ...; every row counts at
                               the batch's longest input): requests wait until it fits, one that alone
                               exceeds it is refused (default auto: half the memory available after
-                              loading, shared by the CPU models; 0 = unlimited)
+                              loading, the GPU's on CUDA, shared by the models; 0 = unlimited)
   --precompute-switches true|false
                               SRformer: compute each request's segment-switch inputs (P_i W^T) when it
                               starts decoding, so a step costs the same at any input length, for

@@ -10,6 +10,7 @@
 
 #include "common/byte_size.h"
 #include "model/generation/generate.h"
+#include "server/engine/cuda_memory.h"
 #include "server/metrics/metrics.h"
 #include "server/system_memory.h"
 
@@ -38,23 +39,20 @@ int64_t state_budget(const ServerConfig& config, const std::vector<LoadedModel>&
     }
     return config.max_state_bytes;
   }
-  if (!parse_device(config.device).is_cpu()) {
-    spdlog::info(
-        "decoder state budget: none on {} (--max-state-memory auto measures host memory; set a size "
-        "for the device's memory)",
-        config.device);
-    return 0;
-  }
-  const auto available = memory_available_bytes();
+  const auto device = parse_device(config.device);
+  const auto available =
+      device.is_cpu() ? memory_available_bytes() : cuda_free_bytes(device.has_index() ? device.index() : 0);
   if (!available) {
-    spdlog::warn("decoder state budget: none (cannot read the memory available; set --max-state-memory)");
+    spdlog::warn("decoder state budget: none (cannot read the memory available on {}; set --max-state-memory)",
+                 config.device);
     return 0;
   }
+  // Every model on the device shares it (--device applies to all).
   const int64_t budget = *available / 2 / std::max<int64_t>(1, static_cast<int64_t>(models.size()));
   spdlog::info(
-      "decoder state budget: {} per model (half of the {} available, shared by {} model(s); "
+      "decoder state budget: {} per model (half of the {} available on {}, shared by {} model(s); "
       "--max-state-memory)",
-      format_bytes(budget), format_bytes(*available), models.size());
+      format_bytes(budget), format_bytes(*available), config.device, models.size());
   return budget;
 }
 

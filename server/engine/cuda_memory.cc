@@ -4,6 +4,8 @@
 
 #if defined(SRFORMER_TORCH_CUDA)  // set by cmake/Dependencies.cmake for a CUDA LibTorch
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 #endif
 
 namespace srformer::server {
@@ -20,6 +22,19 @@ std::vector<TorchCudaMemory> torch_cuda_memory() {
   }
 #endif
   return out;
+}
+
+std::optional<int64_t> cuda_free_bytes(int device) {
+#if defined(SRFORMER_TORCH_CUDA)
+  if (device < 0 || device >= static_cast<int>(torch::cuda::device_count())) return std::nullopt;
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return std::nullopt;
+  return static_cast<int64_t>(free);
+#else
+  (void)device;
+  return std::nullopt;
+#endif
 }
 
 }  // namespace srformer::server

@@ -22,5 +22,21 @@ TEST(TorchCudaMemory, FollowsAnAllocationOrIsEmptyWithoutCuda) {
   EXPECT_GE(after[0].reserved_bytes, after[0].allocated_bytes);
 }
 
+// What --max-state-memory auto halves on a CUDA device.
+TEST(TorchCudaMemory, FreeBytesFallWithAnAllocationOrAreUnknownWithoutCuda) {
+  if (!torch::cuda::is_available()) {
+    EXPECT_EQ(cuda_free_bytes(0), std::nullopt);
+    GTEST_SKIP() << "no CUDA device: only the missing reading was checked (run on a GPU machine: deploy/gpu/)";
+  }
+  const auto before = cuda_free_bytes(0);
+  ASSERT_TRUE(before.has_value());
+  EXPECT_GT(*before, 0);
+  EXPECT_EQ(cuda_free_bytes(static_cast<int>(torch::cuda::device_count())), std::nullopt);
+  const auto block = torch::empty({256, 1024, 1024}, torch::TensorOptions().device(torch::kCUDA, 0));  // 1 GiB
+  const auto after = cuda_free_bytes(0);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_LE(*after, *before - (int64_t{1} << 30) + (int64_t{64} << 20));  // the allocator may round up, not down
+}
+
 }  // namespace
 }  // namespace srformer::server
