@@ -277,7 +277,7 @@ void Engine::run() {
         if (limits_.max_tokens_in_flight > 0) {  // only the budget needs it
           for (const auto& s : slots_) own_inputs += s->rows * static_cast<int64_t>(s->request->input_ids.size());
         }
-        const bool state_budget = limits_.max_state_bytes > 0;
+        const bool state_budget = limits_.max_state_bytes > 0 && !queue_.empty();
         BatchShape shape = state_budget ? running_shape() : BatchShape{};
         while (!queue_.empty()) {
           const Pending& next = queue_.front();
