@@ -138,6 +138,12 @@ void Server::start() {
   builder.AddListeningPort(config_.listen, credentials(), &port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
   builder.RegisterService(service_.get());
+#if defined(SRFORMER_OWN_REFLECTION_V1)
+  reflection_v1_ = std::make_unique<ReflectionV1>(
+      std::vector<std::string>{v1::Summarizer::service_full_name(), "grpc.health.v1.Health",
+                               "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"});
+  builder.RegisterService(reflection_v1_.get());
+#endif
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) {
     throw std::runtime_error("cannot listen on " + config_.listen +

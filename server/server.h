@@ -11,6 +11,9 @@
 #include "server/config.h"
 #include "server/engine/model_registry.h"
 #include "server/service/summarizer_service.h"
+#if defined(SRFORMER_OWN_REFLECTION_V1)
+#include "server/reflection_v1.h"
+#endif
 
 namespace srformer::server {
 
@@ -56,6 +59,9 @@ class Server {
   const ServerConfig config_;
   ModelRegistry models_;
   std::unique_ptr<SummarizerService> service_;
+#if defined(SRFORMER_OWN_REFLECTION_V1)
+  std::unique_ptr<ReflectionV1> reflection_v1_;  // grpc.reflection.v1 beside the plugin's v1alpha
+#endif
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::mutex mu_;

@@ -193,25 +193,31 @@ TEST_F(EndToEnd, SigtermDrainsInFlightRequestsAndExitsZero) {
   EXPECT_NE(run_command(kClient + " --target " + server->target() + " --health --deadline-ms 500").exit_code, 0);
 }
 
+// Both reflection versions: v1, which current tools ask for first, and v1alpha, which older ones use.
 TEST_F(EndToEnd, PythonGrpcioClientThroughReflection) {
   if (run_command("/usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null").exit_code != 0) {
     GTEST_SKIP() << "python3-grpcio / python3-protobuf not installed (deploy/setup-deps.sh)";
   }
   auto server = start();
-  auto r = run_command("/usr/bin/python3 " + std::string(SRFORMER_SOURCE_DIR) +
-                       "/tests/e2e/python_reflection_client.py " + server->target() + " " + doc(2));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  const auto j = nlohmann::json::parse(r.out);
-  const auto services = j["services"].get<std::vector<std::string>>();
-  EXPECT_NE(std::find(services.begin(), services.end(), "srformer.v1.Summarizer"), services.end());
-  EXPECT_NE(std::find(services.begin(), services.end(), "grpc.health.v1.Health"), services.end());
-  EXPECT_EQ(j["models"], nlohmann::json::array({"tiny"}));
   const auto ref = offline(*model_dir_, read(doc(2)), 16, 1);
-  EXPECT_EQ(j["unary"]["token_ids"].get<std::vector<int64_t>>(), ref);
-  EXPECT_EQ(j["stream"]["token_ids"].get<std::vector<int64_t>>(), ref);
-  EXPECT_EQ(j["stream"]["text"], j["unary"]["summary"]);
-  EXPECT_EQ(j["stream"]["final_summary"], j["unary"]["summary"]);
-  EXPECT_EQ(j["whitespace_error"]["code"], "INVALID_ARGUMENT");
+  for (const std::string version : {"v1", "v1alpha"}) {
+    SCOPED_TRACE("grpc.reflection." + version);
+    auto r = run_command("/usr/bin/python3 " + std::string(SRFORMER_SOURCE_DIR) +
+                         "/tests/e2e/python_reflection_client.py " + server->target() + " " + doc(2) + " " + version);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    const auto services = j["services"].get<std::vector<std::string>>();
+    for (const char* name : {"srformer.v1.Summarizer", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+                             "grpc.reflection.v1alpha.ServerReflection"}) {
+      EXPECT_NE(std::find(services.begin(), services.end(), name), services.end()) << name;
+    }
+    EXPECT_EQ(j["models"], nlohmann::json::array({"tiny"}));
+    EXPECT_EQ(j["unary"]["token_ids"].get<std::vector<int64_t>>(), ref);
+    EXPECT_EQ(j["stream"]["token_ids"].get<std::vector<int64_t>>(), ref);
+    EXPECT_EQ(j["stream"]["text"], j["unary"]["summary"]);
+    EXPECT_EQ(j["stream"]["final_summary"], j["unary"]["summary"]);
+    EXPECT_EQ(j["whitespace_error"]["code"], "INVALID_ARGUMENT");
+  }
 }
 
 // The metrics port the server logged ("metrics on HOST:PORT/metrics"); 0 when absent.

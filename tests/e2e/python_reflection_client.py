@@ -3,7 +3,7 @@
 server's services through gRPC server reflection, fetches the Summarizer's descriptors the same way,
 builds message classes from them and calls Summarize, SummarizeStream and ListModels.
 
-usage: python_reflection_client.py HOST:PORT DOCUMENT_FILE
+usage: python_reflection_client.py HOST:PORT DOCUMENT_FILE [v1|v1alpha]   (the reflection version, default v1)
 Prints one JSON object: services, models, unary {summary, token_ids}, stream {text, token_ids, final}.
 """
 import json
@@ -12,7 +12,7 @@ import sys
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+REFLECTION = "/grpc.reflection.%s.ServerReflection/ServerReflectionInfo"
 
 
 def varint(n):
@@ -56,18 +56,19 @@ def read_varint(buf, i):
             return result, i
 
 
-def reflect(channel, requests):
-    call = channel.stream_stream(REFLECTION, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+def reflect(channel, version, requests):
+    call = channel.stream_stream(REFLECTION % version, request_serializer=lambda b: b, response_deserializer=lambda b: b)
     return list(call(iter(requests), timeout=60))
 
 
 def main():
     target, doc_file = sys.argv[1], sys.argv[2]
+    version = sys.argv[3] if len(sys.argv) > 3 else "v1"
     channel = grpc.insecure_channel(target)
     grpc.channel_ready_future(channel).result(timeout=60)  # generous: CI machines are shared
 
     # list_services (field 7) and file_containing_symbol (field 4).
-    responses = reflect(channel, [field_bytes(7, b""), field_bytes(4, b"srformer.v1.Summarizer")])
+    responses = reflect(channel, version, [field_bytes(7, b""), field_bytes(4, b"srformer.v1.Summarizer")])
     services, files = [], []
     for resp in responses:
         for number, _, value in fields(resp):
