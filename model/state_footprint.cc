@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/attention/self_attention.h"
+
 namespace srformer {
 
 StateFootprint& StateFootprint::operator+=(const StateFootprint& other) {
@@ -25,7 +27,8 @@ int64_t StateFootprint::bytes(int64_t requests, int64_t rows, int64_t encoder_po
                               int64_t decoder_positions) const {
   const int64_t inputs = per_encoder_position * encoder_positions + per_switch * switches;
   return (inputs_shared_by_beams ? requests : rows) * inputs +
-         rows * (per_row_encoder_position * encoder_positions + per_decoder_position * decoder_positions + fixed);
+         rows * (per_row_encoder_position * encoder_positions +
+                 per_decoder_position * cache_capacity(decoder_positions) + fixed);
 }
 
 }  // namespace srformer

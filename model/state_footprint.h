@@ -27,7 +27,8 @@ struct StateFootprint {
   int64_t switches(int64_t input_tokens, int64_t expected_length) const;
 
   // A batch of `requests` holding `rows` rows (beams count), each padded to `encoder_positions`,
-  // `switches` table entries and `decoder_positions` self-attention slots.
+  // `switches` table entries and `decoder_positions` self-attention slots (their caches counted with the
+  // room they grow with, self_attention.h: an upper bound; a cache a state operation made dense holds less).
   int64_t bytes(int64_t requests, int64_t rows, int64_t encoder_positions, int64_t switches,
                 int64_t decoder_positions) const;
 };

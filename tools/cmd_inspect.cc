@@ -18,7 +18,8 @@ int run_inspect(const std::vector<std::string>& args) {
     if (args[i] == "--help" || args[i] == "-h") {
       std::cout << "usage: srformer inspect DIR [--input-tokens K] [--new-tokens N]\n"
                    "  Prints the model's configuration, parameter count and the decoder state one request\n"
-                   "  holds for K input tokens after N generated tokens (JSON).\n";
+                   "  holds for K input tokens after N generated tokens, with the estimate the server budgets\n"
+                   "  memory with and what it is made of (state_footprint; JSON).\n";
       return 0;
     }
     if (args[i] == "--input-tokens" && i + 1 < args.size()) {
@@ -57,11 +58,21 @@ int run_inspect(const std::vector<std::string>& args) {
   j["weight_bytes"] = model->parameter_bytes();      // as loaded (fp32 on the CPU, tied tensors once)
   j["packed_bytes"] = model->packed_weight_bytes();  // the projections' packed copies beside them
   j["max_input_tokens"] = c.max_input_tokens;
+  // What the server's --max-state-memory counts for such a request (one row; docs/OPERATIONS.md, "Memory").
+  const auto f = model->state_footprint();
   j["state"] = {{"input_tokens", k},
                 {"segments", state.num_segments[0].item<int64_t>()},
                 {"bytes_at_start", start_bytes},
                 {"bytes_after_new_tokens", state.bytes()},
-                {"new_tokens", steps}};
+                {"new_tokens", steps},
+                {"estimated_bytes", f.bytes(1, 1, k, f.switches(k, new_tokens), steps)}};
+  j["state_footprint"] = {{"per_encoder_position", f.per_encoder_position},
+                          {"per_switch", f.per_switch},
+                          {"inputs_shared_by_beams", f.inputs_shared_by_beams},
+                          {"per_row_encoder_position", f.per_row_encoder_position},
+                          {"per_decoder_position", f.per_decoder_position},
+                          {"fixed", f.fixed},
+                          {"segment_size", f.segment_size}};
   std::cout << j.dump(2) << std::endl;
   return 0;
 }

@@ -217,7 +217,7 @@ void append_slot(torch::Tensor& cache, const torch::Tensor& slot) {
       cache.storage_offset() == 0 && uniform_group_stride(cache) >= (T + 1) * d && owns_storage(cache) &&
       static_cast<int64_t>(cache.storage().nbytes()) >= elems * static_cast<int64_t>(cache.element_size());
   if (!room) {
-    const int64_t capacity = T + T / 2 + 8;
+    const int64_t capacity = grown_cache_capacity(T);
     auto buffer = torch::empty({B, H, capacity, d}, slot.options());
     buffer.narrow(2, 0, T).copy_(cache);
     cache = std::move(buffer);
@@ -228,6 +228,10 @@ void append_slot(torch::Tensor& cache, const torch::Tensor& slot) {
 }
 
 }  // namespace
+
+int64_t grown_cache_capacity(int64_t slots) { return slots + slots / 2 + 8; }
+
+int64_t cache_capacity(int64_t slots) { return slots == 0 ? 0 : std::max(slots, grown_cache_capacity(slots - 1)); }
 
 torch::Tensor SelfAttention::step(const torch::Tensor& x, torch::Tensor& cache_k, torch::Tensor& cache_v,
                                   const torch::Tensor& bias, const torch::Tensor& slot_rows) const {

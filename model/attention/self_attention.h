@@ -71,4 +71,11 @@ torch::Tensor attend_slots(const torch::Tensor& q, const torch::Tensor& cache_k,
 // Additive mask value: -inf where `allowed` is false, 0 elsewhere, in dtype.
 torch::Tensor additive_mask(const torch::Tensor& allowed, torch::ScalarType dtype);
 
+// A self-attention cache written one slot per step lives in a buffer with room: when full at `slots`
+// slots it grows to grown_cache_capacity(slots). cache_capacity(n): the most slots a cache of n slots
+// holds, room included (it grew one slot ago, from a buffer made dense or full): what a row's cache
+// costs at most (state_footprint.h).
+int64_t grown_cache_capacity(int64_t slots);
+int64_t cache_capacity(int64_t slots);
+
 }  // namespace srformer

@@ -493,6 +493,23 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
   EXPECT_NE(bad.out.find("--tls-cert"), std::string::npos) << bad.out;
 }
 
+// `srformer inspect` gives, beside the state a request holds, the estimate the server's memory budget
+// counts for it: the two agree, the estimate from above (the footprint's own test checks every variant).
+TEST_F(EndToEnd, InspectEstimatesTheStateItMeasures) {
+  auto r = run_command(std::string(SRFORMER_BIN_DIR) + "/srformer inspect " + model_dir_->string() +
+                       " --input-tokens 40 --new-tokens 10");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  const auto measured = j["state"]["bytes_after_new_tokens"].get<int64_t>();
+  const auto estimated = j["state"]["estimated_bytes"].get<int64_t>();
+  EXPECT_GT(measured, 0);
+  // An upper bound: it counts the self-attention caches' most room (here one slot more than they hold).
+  EXPECT_GE(estimated, measured) << r.out;
+  EXPECT_LE(estimated - measured, measured / 20) << r.out;
+  EXPECT_GT(j["state_footprint"]["per_encoder_position"].get<int64_t>(), 0);
+  EXPECT_TRUE(j["state_footprint"]["inputs_shared_by_beams"].get<bool>());  // an SRformer model: slots
+}
+
 TEST_F(EndToEnd, BadFlagsExplainThemselves) {
   auto r = run_command(kServer + " --model nodir 2>&1");
   EXPECT_EQ(r.exit_code, 2);
