@@ -213,13 +213,14 @@ EngineStats Engine::stats() const {
 }
 
 Engine::BatchShape Engine::BatchShape::joined(const BatchShape& other) const {
-  return {requests + other.requests, rows + other.rows, std::max(encoder_positions, other.encoder_positions),
+  return {requests + other.requests,          rows + other.rows,
+          row_inputs + other.row_inputs,      std::max(encoder_positions, other.encoder_positions),
           std::max(switches, other.switches), std::max(decoder_positions, other.decoder_positions)};
 }
 
 Engine::BatchShape Engine::shape_of(const Request& request, int64_t rows) const {
   const auto k = static_cast<int64_t>(request.input_ids.size());
-  return {1, rows, k, footprint_.switches(k, request.expected_length), request.options.max_new_tokens};
+  return {1, rows, rows * k, k, footprint_.switches(k, request.expected_length), request.options.max_new_tokens};
 }
 
 Engine::BatchShape Engine::running_shape() const {
@@ -269,36 +270,28 @@ void Engine::run() {
         int64_t rows = state_.batch_size();
         int64_t tokens = tokens_in_flight_;
         int64_t encode_tokens = 0;
-        // The state pads every row's encoder positions to the longest input it holds: the input part of
-        // the budget is rows × that length, not each row's own (else one long document joining many
-        // short ones would hold many times the memory the budget allows).
-        int64_t longest = rows > 0 && state_.cross_valid.defined() ? state_.cross_valid.size(1) : 0;
-        int64_t own_inputs = 0;                  // Σ rows × own input length: what `tokens` counts of the inputs
-        if (limits_.max_tokens_in_flight > 0) {  // only the budget needs it
-          for (const auto& s : slots_) own_inputs += s->rows * static_cast<int64_t>(s->request->input_ids.size());
-        }
-        const bool state_budget = limits_.max_state_bytes > 0 && !queue_.empty();
-        BatchShape shape = state_budget ? running_shape() : BatchShape{};
+        // What the batch would be with the next request: both memory bounds count every row at the
+        // longest input (the state pads every row's encoder positions to it), so one long document joining
+        // many short ones counts at what it makes them hold.
+        BatchShape shape = queue_.empty() ? BatchShape{} : running_shape();
         while (!queue_.empty()) {
           const Pending& next = queue_.front();
           const int64_t r = next.searcher->num_rows();
           const int64_t b = budget_of(next);
-          const auto k = static_cast<int64_t>(next.request->input_ids.size());
-          const int64_t padding = (rows + r) * std::max(longest, k) - (own_inputs + r * k);
+          const BatchShape joined = shape.joined(shape_of(*next.request, r));
+          // The tokens budget counts each row's own input (budget_of); the rest is padding.
+          const int64_t padding = (rows + r) * joined.encoder_positions - joined.row_inputs;
           const bool empty_batch = slots_.empty() && admitted.empty();
           if (!empty_batch && rows + r > limits_.max_batch_rows) break;
           if (!empty_batch && limits_.max_tokens_in_flight > 0 && tokens + b + padding > limits_.max_tokens_in_flight)
             break;
-          const BatchShape joined = state_budget ? shape.joined(shape_of(*next.request, r)) : BatchShape{};
-          if (!empty_batch && state_budget && state_bytes(joined) > limits_.max_state_bytes) break;
-          const int64_t e = r * k;
+          if (!empty_batch && limits_.max_state_bytes > 0 && state_bytes(joined) > limits_.max_state_bytes) break;
+          const int64_t e = r * static_cast<int64_t>(next.request->input_ids.size());
           if (!admitted.empty() && limits_.max_encode_tokens > 0 && encode_tokens + e > limits_.max_encode_tokens)
             break;
           rows += r;
           tokens += b;
           encode_tokens += e;
-          longest = std::max(longest, k);
-          own_inputs += r * k;
           shape = joined;
           admitted.push_back(std::move(queue_.front()));
           queue_.pop_front();

@@ -147,9 +147,10 @@ class Engine {
   void fail_all(const std::string& error);
   void publish_stats();
   int64_t budget_of(const Pending& p) const;
-  // What the state budget counts of a batch: its rows and what every row is padded to.
+  // What the memory bounds count of a batch: its requests and rows, Σ rows × own input length, and what
+  // every row is padded to.
   struct BatchShape {
-    int64_t requests = 0, rows = 0, encoder_positions = 0, switches = 0, decoder_positions = 0;
+    int64_t requests = 0, rows = 0, row_inputs = 0, encoder_positions = 0, switches = 0, decoder_positions = 0;
     BatchShape joined(const BatchShape& other) const;
   };
   BatchShape shape_of(const Request& request, int64_t rows) const;
