@@ -4,6 +4,7 @@
 #include <array>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -33,7 +34,9 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
  public:
   // Loads vocab.json + merges.txt from model_dir, plus (when present) added_tokens.json,
   // special_tokens_map.json, tokenizer_config.json and tokenizer.json for added/special tokens.
-  static std::unique_ptr<ByteLevelBpeTokenizer> load(const std::filesystem::path& model_dir);
+  // parsed_tokenizer_json: the directory's tokenizer.json when the caller has read it already.
+  static std::unique_ptr<ByteLevelBpeTokenizer> load(const std::filesystem::path& model_dir,
+                                                     const nlohmann::json* parsed_tokenizer_json = nullptr);
 
   explicit ByteLevelBpeTokenizer(ByteLevelBpeConfig config);
   ~ByteLevelBpeTokenizer() override;

@@ -6,6 +6,7 @@
 
 #include "model/tokenizer/byte_level_bpe.h"
 #include "model/tokenizer/tokenizer_error.h"
+#include "model/tokenizer/tokenizer_files.h"
 
 namespace srformer {
 
@@ -13,22 +14,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-json read_json(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) throw TokenizerLoadError("cannot open " + file.string());
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw TokenizerLoadError(file.string() + " is not valid JSON (" + e.what() +
-                             "); restore the file from the model's repository");
-  }
-}
-
-std::optional<json> read_json_if_present(const fs::path& file) {
-  if (!fs::exists(file)) return std::nullopt;
-  return read_json(file);
-}
 
 // vocab.json, or the "vocab" of tokenizer.json's model (`where` names it in errors): token -> id.
 std::unordered_map<std::string, int64_t> parse_vocab(const json& j, const std::string& where) {
@@ -114,22 +99,26 @@ struct TokenSpec {
 };
 
 std::optional<TokenSpec> parse_token(const json& j, bool special) {
-  if (j.is_string()) return TokenSpec{j.get<std::string>(), std::nullopt, special};
-  if (j.is_object() && j.contains("content") && j["content"].is_string()) {
-    TokenSpec t{j["content"].get<std::string>(), std::nullopt, j.value("special", special)};
+  auto content = token_content(j);
+  if (!content) return std::nullopt;
+  TokenSpec t{std::move(*content), std::nullopt, special};
+  if (j.is_object()) {
+    t.special = j.value("special", special);
     t.lstrip = j.value("lstrip", false);
     t.rstrip = j.value("rstrip", false);
     if (j.contains("id") && j["id"].is_number_integer()) t.id = j["id"].get<int64_t>();
-    return t;
   }
-  return std::nullopt;
+  return t;
 }
 
 }  // namespace
 
-std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::path& model_dir) {
+std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::path& model_dir,
+                                                                   const nlohmann::json* parsed_tokenizer_json) {
   const auto vocab_file = model_dir / "vocab.json", merges_file = model_dir / "merges.txt";
-  const auto tokenizer_json = read_json_if_present(model_dir / "tokenizer.json");
+  std::optional<json> read_here;
+  if (!parsed_tokenizer_json) read_here = read_tokenizer_file_if_present(model_dir / "tokenizer.json");
+  const json* const tokenizer_json = parsed_tokenizer_json ? parsed_tokenizer_json : read_here ? &*read_here : nullptr;
   ByteLevelBpeConfig config;
   if (fs::exists(vocab_file) || fs::exists(merges_file) || !tokenizer_json) {
     for (const auto& f : {vocab_file, merges_file}) {
@@ -138,7 +127,7 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
                                  f.string() + " does not exist");
       }
     }
-    config.vocab = parse_vocab(read_json(vocab_file), vocab_file.string());
+    config.vocab = parse_vocab(read_tokenizer_file(vocab_file), vocab_file.string());
     config.merges = read_merges(merges_file);
   } else {
     read_tokenizer_json_model(*tokenizer_json, model_dir / "tokenizer.json", config);
@@ -168,14 +157,14 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
     if (pre.is_object() && pre.value("type", "") == "ByteLevel")
       config.add_prefix_space = pre.value("add_prefix_space", false);
   }
-  if (const auto aj = read_json_if_present(model_dir / "added_tokens.json")) {
+  if (const auto aj = read_tokenizer_file_if_present(model_dir / "added_tokens.json")) {
     if (!aj->is_object()) throw TokenizerLoadError((model_dir / "added_tokens.json").string() + " must be an object");
     for (const auto& [content, id] : aj->items()) {
       if (id.is_number_integer()) add({content, id.get<int64_t>(), false});
     }
   }
   for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
-    const auto j = read_json_if_present(model_dir / name);
+    const auto j = read_tokenizer_file_if_present(model_dir / name);
     if (!j || !j->is_object()) continue;
     for (auto& [role, spec] : roles) {
       if (j->contains(role)) {

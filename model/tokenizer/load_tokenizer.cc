@@ -1,27 +1,15 @@
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "model/tokenizer/byte_level_bpe.h"
 #include "model/tokenizer/sentencepiece_tokenizer.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/tokenizer_error.h"
+#include "model/tokenizer/tokenizer_files.h"
 #include "model/tokenizer/unigram_tokenizer_json.h"
 
 namespace srformer {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-// Unparseable files fall through to the BPE loader, whose errors name the problem.
-bool holds_unigram_model(const fs::path& tokenizer_json) {
-  std::ifstream in(tokenizer_json);
-  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  return !j.is_discarded() && is_unigram_tokenizer_json(j);
-}
-
-}  // namespace
 
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& model_dir) {
   if (!fs::is_directory(model_dir)) {
@@ -33,8 +21,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& model_dir) {
   // A fast-tokenizer-only checkpoint: its tokenizer.json holds a SentencePiece unigram model (T5) or
   // byte-level BPE (BART); anything else is refused with what to copy.
   if (!has_vocab && !has_merges && fs::exists(model_dir / "tokenizer.json")) {
-    if (holds_unigram_model(model_dir / "tokenizer.json")) return SentencePieceTokenizer::load(model_dir);
-    return ByteLevelBpeTokenizer::load(model_dir);
+    const auto tokenizer_json = read_tokenizer_file(model_dir / "tokenizer.json");
+    if (is_unigram_tokenizer_json(tokenizer_json)) return SentencePieceTokenizer::load(model_dir, &tokenizer_json);
+    return ByteLevelBpeTokenizer::load(model_dir, &tokenizer_json);
   }
   if (has_vocab != has_merges) {
     throw TokenizerLoadError("incomplete byte-level BPE tokenizer in " + model_dir.string() + ": found " +

@@ -1,11 +1,11 @@
 #include "model/tokenizer/sentencepiece_tokenizer.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <stdexcept>
 
 #include "model/tokenizer/tokenizer_error.h"
+#include "model/tokenizer/tokenizer_files.h"
 #include "model/tokenizer/unigram_tokenizer_json.h"
 
 namespace srformer {
@@ -15,16 +15,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's whitespace symbol
-
-std::optional<nlohmann::json> read_json_if_present(const fs::path& file) {
-  if (!fs::exists(file)) return std::nullopt;
-  std::ifstream in(file);
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw TokenizerLoadError(file.string() + " is not valid JSON (" + e.what() + "); restore it from the model");
-  }
-}
 
 // Highest N + 1 over the <extra_id_N> strings found anywhere in j (keys or values), 0 when none.
 int64_t count_extra_ids(const nlohmann::json& j) {
@@ -49,18 +39,19 @@ int64_t count_extra_ids(const nlohmann::json& j) {
 
 std::optional<int64_t> valid_id(int32_t id) { return id >= 0 ? std::optional<int64_t>(id) : std::nullopt; }
 
-// A special token's name in tokenizer_config.json or special_tokens_map.json: "</s>" or {"content": "</s>"}.
+// A special token's name in tokenizer_config.json or special_tokens_map.json, where it has one.
 void read_token_name(const nlohmann::json& j, const char* role, std::string& name) {
   if (!j.is_object() || !j.contains(role)) return;
-  const auto& v = j[role];
-  if (v.is_string()) name = v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) name = v["content"].get<std::string>();
+  if (auto content = token_content(j[role])) name = std::move(*content);
 }
 
 // A fast-tokenizer-only checkpoint: the SentencePiece model its tokenizer.json was converted from.
-std::unique_ptr<SentencePieceTokenizer> load_from_tokenizer_json(const fs::path& model_dir) {
+std::unique_ptr<SentencePieceTokenizer> load_from_tokenizer_json(const fs::path& model_dir,
+                                                                 const nlohmann::json* parsed_tokenizer_json) {
   const auto file = model_dir / "tokenizer.json";
-  const auto tj = read_json_if_present(file);
+  std::optional<nlohmann::json> read_here;
+  if (!parsed_tokenizer_json) read_here = read_tokenizer_file_if_present(file);
+  const nlohmann::json* const tj = parsed_tokenizer_json ? parsed_tokenizer_json : read_here ? &*read_here : nullptr;
   if (!tj || !is_unigram_tokenizer_json(*tj)) {
     throw TokenizerLoadError("no SentencePiece model: " + (model_dir / "spiece.model").string() +
                              " does not exist and " + file.string() + (tj ? " holds no Unigram model" : " neither") +
@@ -68,7 +59,7 @@ std::unique_ptr<SentencePieceTokenizer> load_from_tokenizer_json(const fs::path&
   }
   SpecialTokenNames names;
   for (const char* config : {"special_tokens_map.json", "tokenizer_config.json"}) {
-    if (const auto j = read_json_if_present(model_dir / config)) {
+    if (const auto j = read_tokenizer_file_if_present(model_dir / config)) {
       read_token_name(*j, "eos_token", names.eos);
       read_token_name(*j, "pad_token", names.pad);
       read_token_name(*j, "bos_token", names.bos);
@@ -85,19 +76,20 @@ std::unique_ptr<SentencePieceTokenizer> load_from_tokenizer_json(const fs::path&
 
 }  // namespace
 
-std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::path& model_dir) {
+std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::path& model_dir,
+                                                                     const nlohmann::json* parsed_tokenizer_json) {
   const auto model_file = model_dir / "spiece.model";
-  if (!fs::exists(model_file)) return load_from_tokenizer_json(model_dir);
+  if (!fs::exists(model_file)) return load_from_tokenizer_json(model_dir, parsed_tokenizer_json);
   std::optional<int64_t> extra_ids;
   int64_t listed = 0;
-  if (const auto config = read_json_if_present(model_dir / "tokenizer_config.json")) {
+  if (const auto config = read_tokenizer_file_if_present(model_dir / "tokenizer_config.json")) {
     if (config->contains("extra_ids") && (*config)["extra_ids"].is_number_integer()) {
       extra_ids = (*config)["extra_ids"].get<int64_t>();
     }
     listed = std::max(listed, count_extra_ids(*config));
   }
   for (const char* name : {"special_tokens_map.json", "added_tokens.json"}) {
-    if (const auto j = read_json_if_present(model_dir / name)) listed = std::max(listed, count_extra_ids(*j));
+    if (const auto j = read_tokenizer_file_if_present(model_dir / name)) listed = std::max(listed, count_extra_ids(*j));
   }
   int64_t n = kDefaultExtraIds;
   if (extra_ids && *extra_ids > 0) {

@@ -4,6 +4,7 @@
 // T5Tokenizer conventions: EOS appended on encode, special tokens written in text matched literally.
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 
 #include "model/tokenizer/added_tokens.h"
 #include "model/tokenizer/sentencepiece_library.h"
@@ -18,8 +19,10 @@ class SentencePieceTokenizer final : public Tokenizer {
   // Loads <dir>/spiece.model; the number of extra ids comes from tokenizer_config.json
   // ("extra_ids") or the <extra_id_N> tokens the directory's JSON files list, else 100. Without
   // spiece.model, the SentencePiece model a Unigram tokenizer.json was converted from (its extra ids
-  // are the sentinels at the end of its vocabulary; unigram_tokenizer_json.h).
-  static std::unique_ptr<SentencePieceTokenizer> load(const std::filesystem::path& model_dir);
+  // are the sentinels at the end of its vocabulary; unigram_tokenizer_json.h). parsed_tokenizer_json:
+  // the directory's tokenizer.json when the caller has read it already.
+  static std::unique_ptr<SentencePieceTokenizer> load(const std::filesystem::path& model_dir,
+                                                      const nlohmann::json* parsed_tokenizer_json = nullptr);
 
   SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids);
 

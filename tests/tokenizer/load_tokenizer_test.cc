@@ -56,5 +56,14 @@ TEST(LoadTokenizer, CorruptVocabJsonIsALoadError) {
   EXPECT_NE(msg.find("vocab.json is not valid JSON"), std::string::npos) << msg;
 }
 
+// A fast-tokenizer-only directory: tokenizer.json is read once, to pick the loader and by it.
+TEST(LoadTokenizer, CorruptTokenizerJsonIsALoadError) {
+  TempDir dir("load-badtokjson");
+  test::write_file(dir.path() / "tokenizer.json", "{\"model\": {\"type\": \"Unigram\"");
+  const auto msg = load_error(dir.path());
+  EXPECT_NE(msg.find("tokenizer.json is not valid JSON"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("restore the file"), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace srformer

@@ -1,0 +1,33 @@
+#include "model/tokenizer/tokenizer_files.h"
+
+#include <fstream>
+
+#include "model/tokenizer/tokenizer_error.h"
+
+namespace srformer {
+
+namespace fs = std::filesystem;
+
+nlohmann::json read_tokenizer_file(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) throw TokenizerLoadError("cannot open " + file.string());
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw TokenizerLoadError(file.string() + " is not valid JSON (" + e.what() +
+                             "); restore the file from the model's repository");
+  }
+}
+
+std::optional<nlohmann::json> read_tokenizer_file_if_present(const fs::path& file) {
+  if (!fs::exists(file)) return std::nullopt;
+  return read_tokenizer_file(file);
+}
+
+std::optional<std::string> token_content(const nlohmann::json& j) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_object() && j.contains("content") && j["content"].is_string()) return j["content"].get<std::string>();
+  return std::nullopt;
+}
+
+}  // namespace srformer

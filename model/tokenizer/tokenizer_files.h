@@ -1,0 +1,18 @@
+#pragma once
+// The JSON files of a Hugging Face tokenizer directory (tokenizer.json, tokenizer_config.json,
+// special_tokens_map.json, added_tokens.json, vocab.json), read the same way by every loader.
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace srformer {
+
+// Throws TokenizerLoadError when the file cannot be opened or is not valid JSON.
+nlohmann::json read_tokenizer_file(const std::filesystem::path& file);
+std::optional<nlohmann::json> read_tokenizer_file_if_present(const std::filesystem::path& file);
+
+// A token as the files name it: "</s>" or {"content": "</s>", ...}; nullopt for anything else.
+std::optional<std::string> token_content(const nlohmann::json& j);
+
+}  // namespace srformer
