@@ -212,11 +212,12 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
   const auto type = opt<std::string>(j, "model_type").value_or("");
   if (type == "bart") {
     c.arch = Architecture::kBart;
-  } else if (type == "t5") {
+  } else if (type == "t5" || type == "mt5") {
     c.arch = Architecture::kT5;
   } else {
-    config_error("model_type '" + type + "' is not supported (supported: bart, t5)");
+    config_error("model_type '" + type + "' is not supported (supported: bart, t5, mt5)");
   }
+  c.model_type = type;
   c.vocab_size = req<int64_t>(j, "vocab_size");
   c.d_model = req<int64_t>(j, "d_model");
   c.pad_token_id = opt<int64_t>(j, "pad_token_id").value_or(c.arch == Architecture::kBart ? 1 : 0);
@@ -226,7 +227,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
                                  .value_or(c.arch == Architecture::kBart ? c.eos_token_id : c.pad_token_id);
   c.forced_bos_token_id = opt<int64_t>(j, "forced_bos_token_id");
   c.forced_eos_token_id = opt<int64_t>(j, "forced_eos_token_id");
-  c.tie_word_embeddings = opt<bool>(j, "tie_word_embeddings").value_or(true);
+  // Hugging Face's MT5Config unties the LM head by default, T5Config and BartConfig tie it.
+  c.tie_word_embeddings = opt<bool>(j, "tie_word_embeddings").value_or(type != "mt5");
 
   if (c.arch == Architecture::kBart) {
     const auto enc_heads = req<int64_t>(j, "encoder_attention_heads");
@@ -259,7 +261,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
     c.layer_norm_eps = opt<double>(j, "layer_norm_epsilon").value_or(1e-6);
     c.relative_attention_num_buckets = opt<int64_t>(j, "relative_attention_num_buckets").value_or(32);
     c.relative_attention_max_distance = opt<int64_t>(j, "relative_attention_max_distance").value_or(128);
-    const auto ff = opt<std::string>(j, "feed_forward_proj").value_or("relu");
+    const auto ff = opt<std::string>(j, "feed_forward_proj").value_or(type == "mt5" ? "gated-gelu" : "relu");
     if (ff == "relu") {
       c.activation = "relu";
     } else if (ff == "gated-gelu") {
@@ -351,9 +353,11 @@ ModelConfig ModelConfig::load(const std::filesystem::path& config_json) {
   }
 }
 
+std::string ModelConfig::type_name() const { return model_type.empty() ? to_string(arch) : model_type; }
+
 nlohmann::json ModelConfig::to_json(const nlohmann::json* original) const {
   nlohmann::json j = original != nullptr ? *original : nlohmann::json::object();
-  j["model_type"] = to_string(arch);
+  j["model_type"] = type_name();
   j["vocab_size"] = vocab_size;
   j["d_model"] = d_model;
   j["pad_token_id"] = pad_token_id;

@@ -54,6 +54,9 @@ struct DropoutRates {
 
 struct ModelConfig {
   Architecture arch = Architecture::kBart;
+  // config.json's model_type as read: "bart", "t5", or "mt5" (multilingual T5: T5 v1.1's architecture
+  // with its own defaults); empty in configs made in code, which are arch's (type_name()).
+  std::string model_type;
   int64_t vocab_size = 0;
   int64_t d_model = 0;
   int64_t num_heads = 0;  // same in encoder and decoder
@@ -120,6 +123,9 @@ struct ModelConfig {
   static ModelConfig load(const std::filesystem::path& config_json);
   // Writes the config back in Hugging Face form (original keys kept when `original` is given).
   nlohmann::json to_json(const nlohmann::json* original = nullptr) const;
+
+  // model_type, or the architecture's name where the config was made in code: what config.json says.
+  std::string type_name() const;
 };
 
 }  // namespace srformer

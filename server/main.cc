@@ -46,8 +46,8 @@ int run(const ServerConfig& config) {
     const auto& m = *models.back().model;
     const auto& c = m.config();
     spdlog::info("model {}: {} {} from {} on {} in {} ({} parameters, {:.0f} MB of packed projections, {:.0f} ms)",
-                 spec.name, srformer::to_string(c.arch), srformer::to_string(c.srformer.cross_attention), spec.dir,
-                 m.device().str(), srformer::compute_name(m.device(), m.dtype()), m.parameter_count(),
+                 spec.name, c.type_name(), srformer::to_string(c.srformer.cross_attention), spec.dir, m.device().str(),
+                 srformer::compute_name(m.device(), m.dtype()), m.parameter_count(),
                  static_cast<double>(m.packed_weight_bytes()) / 1e6,
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }

@@ -46,7 +46,7 @@ int run_inspect(const std::vector<std::string>& args) {
   for (int64_t t = 0; t < steps; ++t) tok = model->step(state, tok).argmax(-1);
   nlohmann::json j;
   j["model"] = dir;
-  j["architecture"] = to_string(c.arch);
+  j["architecture"] = c.type_name();
   j["cross_attention"] = to_string(c.srformer.cross_attention);
   j["segment_size"] = c.srformer.segment_size;
   j["d_model"] = c.d_model;

@@ -494,7 +494,7 @@ grpc::ServerUnaryReactor* SummarizerService::ListModels(grpc::CallbackServerCont
     const ModelConfig& c = e->config();
     auto* m = out.add_models();
     m->set_name(e->name());
-    m->set_architecture(to_string(c.arch));
+    m->set_architecture(c.type_name());
     m->set_cross_attention(to_string(c.srformer.cross_attention));
     m->set_segment_size(static_cast<int32_t>(c.srformer.segment_size));
     m->set_max_input_tokens(static_cast<int32_t>(effective_max_input_tokens(c, limits_)));

@@ -45,6 +45,30 @@ TEST(Config, T5V11GatedGeluAndUntiedHeadAndInnerDimDifferentFromDModel) {
   EXPECT_EQ(c.inner_dim(), 64);
 }
 
+TEST(Config, MultilingualT5TakesMt5ConfigsDefaults) {
+  auto j = t5_json();
+  j["model_type"] = "mt5";
+  const auto mt5 = ModelConfig::from_json(j);
+  EXPECT_EQ(mt5.arch, Architecture::kT5);
+  EXPECT_EQ(mt5.type_name(), "mt5");
+  EXPECT_FALSE(mt5.tie_word_embeddings);
+  EXPECT_TRUE(mt5.gated_ffn);
+  EXPECT_EQ(mt5.activation, "gelu_new");
+  EXPECT_EQ(mt5.to_json()["model_type"], "mt5");
+  const auto t5 = ModelConfig::from_json(t5_json());  // T5Config's: tied, relu
+  EXPECT_TRUE(t5.tie_word_embeddings);
+  EXPECT_FALSE(t5.gated_ffn);
+  EXPECT_EQ(t5.to_json()["model_type"], "t5");
+  j["tie_word_embeddings"] = true;  // what the file says wins
+  j["feed_forward_proj"] = "relu";
+  const auto set = ModelConfig::from_json(j);
+  EXPECT_TRUE(set.tie_word_embeddings);
+  EXPECT_FALSE(set.gated_ffn);
+  ModelConfig in_code;  // made in code: its architecture's name
+  in_code.arch = Architecture::kT5;
+  EXPECT_EQ(in_code.type_name(), "t5");
+}
+
 TEST(Config, AT5WithoutNPositionsSaysItsInputLimitIsAFallback) {
   const auto none = ModelConfig::from_json(t5_json());
   EXPECT_TRUE(none.max_input_tokens_is_fallback);
@@ -82,7 +106,8 @@ TEST(Config, ClearErrors) {
   EXPECT_NE(error_of(j).find("unknown key 'srformer.segmnet'"), std::string::npos) << error_of(j);
   auto k = t5_json();
   k["model_type"] = "gpt2";
-  EXPECT_NE(error_of(k).find("not supported"), std::string::npos);
+  EXPECT_NE(error_of(k).find("model_type 'gpt2' is not supported (supported: bart, t5, mt5)"), std::string::npos)
+      << error_of(k);
   k = t5_json();
   k.erase("d_model");
   EXPECT_NE(error_of(k).find("missing required key 'd_model'"), std::string::npos);

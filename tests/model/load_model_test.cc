@@ -107,6 +107,46 @@ TEST(LoadModel, SaveThenReloadGivesIdenticalLogits) {
   EXPECT_EQ(m2->config().srformer.segment_size, 4);
 }
 
+// mT5 checkpoints (model_type "mt5": multilingual summarizers such as XLSum's) are T5 v1.1 with MT5Config's
+// defaults, an untied head and gated-gelu: the same weights under "t5" with those keys set give the same
+// logits, and a save keeps "mt5".
+TEST(LoadModel, MultilingualT5IsT5V11WithItsOwnDefaults) {
+  TempDir t5("t5"), mt5("mt5"), saved("saved");
+  auto c = tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4);
+  c.gated_ffn = true;
+  c.activation = "gelu_new";
+  c.tie_word_embeddings = false;
+  write_random_model(t5.path(), c, 11);
+  std::filesystem::copy(t5.path(), mt5.path(),
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  nlohmann::json j;
+  std::ifstream(t5.path() / "config.json") >> j;
+  ASSERT_EQ(j["model_type"], "t5");
+  ASSERT_EQ(j["feed_forward_proj"], "gated-gelu");
+  j["model_type"] = "mt5";
+  j.erase("tie_word_embeddings");  // MT5Config's defaults: untied, gated-gelu
+  j.erase("feed_forward_proj");
+  std::ofstream(mt5.path() / "config.json") << j.dump();
+
+  auto a = load_model(t5.path());
+  auto b = load_model(mt5.path());
+  EXPECT_EQ(b->config().type_name(), "mt5");
+  EXPECT_FALSE(b->config().tie_word_embeddings);
+  EXPECT_TRUE(b->config().gated_ffn);
+  torch::manual_seed(0);
+  const auto ids = torch::randint(3, 96, {1, 10}, torch::kLong);
+  const auto dec = torch::randint(3, 96, {1, 5}, torch::kLong);
+  const auto one = torch::ones({1, 10}, torch::kLong);
+  EXPECT_TRUE(torch::equal(a->forward(a->encode(ids, one), dec), b->forward(b->encode(ids, one), dec)));
+
+  save_model(*b, saved.path(), mt5.path());
+  nlohmann::json written;
+  std::ifstream(saved.path() / "config.json") >> written;
+  EXPECT_EQ(written["model_type"], "mt5");
+  EXPECT_EQ(written["tie_word_embeddings"], false);
+  EXPECT_EQ(load_model(saved.path())->config().type_name(), "mt5");
+}
+
 // LoadOptions::pack_projections (the default): encodes and decode steps multiply the packed copies, which agree with
 // the row-major weights to rounding; a model loaded without it (training) gives the row-major path's bits.
 TEST(LoadModel, PackedDecoderStepsAgreeWithTheRowMajorWeights) {
