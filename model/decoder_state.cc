@@ -16,13 +16,7 @@ namespace srformer {
 
 namespace {
 
-bool slotted(const LayerState& l) { return l.cross_row.defined(); }
-
-// The tensors a slotted layer indexes through cross_row (LayerState::cross_row).
-template <typename Layer>
-auto slot_tensors(Layer& l) {
-  return std::array<decltype(&l.cross_k), 3>{&l.cross_k, &l.cross_v, &l.switch_drive};
-}
+bool pooled(const LayerState& l) { return l.cross_start.defined(); }
 
 // Applies fn to every tensor of the state whose first dimension is the row (possibly undefined).
 template <typename State, typename Fn>
@@ -33,54 +27,107 @@ void for_each_tensor(State& s, Fn&& fn) {
   }
   for (auto& l : s.layers) {
     for (auto* t : {&l.self_k, &l.self_v, &l.kv, &l.knorm, &l.mem, &l.recur, &l.global_k, &l.global_v, &l.window_k,
-                    &l.window_v, &l.cross_row}) {
+                    &l.window_v, &l.cross_start, &l.drive_start}) {
       fn(*t);
     }
-    if (!slotted(l)) {
-      for (auto* t : slot_tensors(l)) fn(*t);
+    if (!pooled(l)) {
+      for (auto* t : {&l.cross_k, &l.cross_v, &l.switch_drive}) fn(*t);
     }
   }
 }
 
-// Which slots of a slotted layer some row reads.
-std::vector<bool> used_slots(const LayerState& l) {
-  const auto rows = l.cross_row.to(torch::kCPU, torch::kLong).contiguous();
-  std::vector<bool> used(static_cast<size_t>(l.cross_k.size(0)), false);
-  const int64_t* r = rows.data_ptr<int64_t>();
-  for (int64_t i = 0; i < rows.numel(); ++i) used[static_cast<size_t>(r[i])] = true;
-  return used;
-}
+// A request's span of a pool (LayerState::cross_start): [start, start + count).
+struct Span {
+  int64_t start = 0, count = 0;
+};
 
-int64_t count_used(const std::vector<bool>& used) { return std::count(used.begin(), used.end(), true); }
+// How many positions (keys) and switch-table entries each row's request holds in the pools.
+struct RowCounts {
+  std::vector<int64_t> keys, entries;
+};
 
-// Copies the slots some row of a slotted layer uses densely (renumbered), each cut to its first `keys`
-// encoder positions and `entries` switch-table entries; the rest of the memory is given back.
-void copy_used_slots(LayerState& l, const std::vector<bool>& used, int64_t keys, int64_t entries) {
-  std::vector<int64_t> keep;
-  std::vector<int64_t> renumber(used.size(), 0);
-  for (size_t s = 0; s < used.size(); ++s) {
-    if (!used[s]) continue;
-    renumber[s] = static_cast<int64_t>(keep.size());
-    keep.push_back(static_cast<int64_t>(s));
+RowCounts row_counts(const DecoderState& s) {
+  RowCounts out;
+  const int64_t B = s.batch_size();
+  if (B == 0) return out;
+  const auto k = s.enc_len.to(torch::kCPU, torch::kLong).contiguous();
+  out.keys.assign(k.data_ptr<int64_t>(), k.data_ptr<int64_t>() + B);
+  if (s.num_segments.defined() && s.expected_len.defined()) {
+    const auto m = s.num_segments.to(torch::kCPU, torch::kLong).contiguous();
+    const auto L = s.expected_len.to(torch::kCPU, torch::kLong).contiguous();
+    for (int64_t b = 0; b < B; ++b) {
+      const auto n = visited_segments(m.data_ptr<int64_t>()[b], std::max<int64_t>(1, L.data_ptr<int64_t>()[b])).size();
+      out.entries.push_back(static_cast<int64_t>(n));
+    }
   }
-  const auto device = l.cross_row.device();
-  const auto idx = torch::tensor(keep, torch::kLong).to(device);
-  l.cross_k = l.cross_k.narrow(2, 0, keys).index_select(0, idx);
-  l.cross_v = l.cross_v.narrow(2, 0, keys).index_select(0, idx);
-  if (l.switch_drive.defined()) l.switch_drive = l.switch_drive.narrow(1, 0, entries).index_select(0, idx);
-  l.cross_row = torch::tensor(renumber, torch::kLong).to(device).index_select(0, l.cross_row);
+  return out;
 }
 
-// After rows left or were reordered: once at most a quarter of a slotted layer's slots are in use,
-// those are copied densely (copy_used_slots). Not at half: under steady load the rows in flight swing
-// around a level, and slots given back at a low swing were bought again at the next high one, a copy
-// of every used slot into a grown buffer each time (a T5-small slot is 34 MB at 1395 input tokens).
-void release_slots(LayerState& l) {
-  if (!slotted(l)) return;
-  const auto used = used_slots(l);
-  const auto slots = static_cast<int64_t>(used.size());
-  if (slots == 0 || 4 * count_used(used) > slots) return;
-  copy_used_slots(l, used, l.cross_k.size(2), l.switch_drive.defined() ? l.switch_drive.size(1) : 0);
+// The spans the rows read (beams share theirs), in start order.
+std::vector<Span> used_spans(const torch::Tensor& starts, const std::vector<int64_t>& counts) {
+  const auto s = starts.to(torch::kCPU, torch::kLong).contiguous();
+  std::vector<Span> spans;
+  for (int64_t b = 0; b < s.numel(); ++b)
+    spans.push_back({s.data_ptr<int64_t>()[b], counts.at(static_cast<size_t>(b))});
+  std::sort(spans.begin(), spans.end(), [](const Span& x, const Span& y) { return x.start < y.start; });
+  spans.erase(std::unique(spans.begin(), spans.end(), [](const Span& x, const Span& y) { return x.start == y.start; }),
+              spans.end());
+  return spans;
+}
+
+int64_t total_count(const std::vector<Span>& spans) {
+  int64_t n = 0;
+  for (const auto& s : spans) n += s.count;
+  return n;
+}
+
+// Rewrites starts [B] through `moved` (old start -> new start).
+torch::Tensor renumber_starts(const torch::Tensor& starts, const std::vector<std::pair<int64_t, int64_t>>& moved) {
+  auto s = starts.to(torch::kCPU, torch::kLong).contiguous().clone();
+  int64_t* p = s.data_ptr<int64_t>();
+  for (int64_t b = 0; b < s.numel(); ++b) {
+    const auto it = std::lower_bound(moved.begin(), moved.end(), std::make_pair(p[b], INT64_MIN));
+    if (it == moved.end() || it->first != p[b]) throw std::logic_error("DecoderState: a row's span is not in its pool");
+    p[b] = it->second;
+  }
+  return s.to(starts.device());
+}
+
+// Copies the spans in use of `pools` (tensors sharing one layout of spans, e.g. keys and values)
+// densely, in start order, and points `starts` at their new places; the rest is given back.
+void copy_used_spans(const std::vector<torch::Tensor*>& pools, const std::vector<Span>& used, torch::Tensor& starts) {
+  std::vector<std::pair<int64_t, int64_t>> moved;
+  int64_t next = 0;
+  for (const auto& span : used) {
+    moved.emplace_back(span.start, next);
+    next += span.count;
+  }
+  for (auto* pool : pools) {
+    std::vector<torch::Tensor> kept;
+    for (const auto& span : used) kept.push_back(pool->narrow(0, span.start, span.count));
+    auto shape = pool->sizes().vec();
+    shape[0] = 0;
+    *pool = kept.empty() ? torch::empty(shape, pool->options()) : torch::cat(kept, 0);
+  }
+  starts = renumber_starts(starts, moved);
+}
+
+// After rows left or were reordered: once at most a quarter of a pool is in use, the spans in use
+// are copied densely (copy_used_spans). Not at half: under steady load the rows in flight swing
+// around a level, and room given back at a low swing was bought again at the next high one, a copy
+// of every span in use into a grown buffer each time.
+void release_layer_pools(LayerState& l, const RowCounts& counts) {
+  if (!pooled(l)) return;
+  const auto keys = used_spans(l.cross_start, counts.keys);
+  if (4 * total_count(keys) <= l.cross_k.size(0) && l.cross_k.size(0) > 0) {
+    copy_used_spans({&l.cross_k, &l.cross_v}, keys, l.cross_start);
+  }
+  if (l.switch_drive.defined()) {
+    const auto entries = used_spans(l.drive_start, counts.entries);
+    if (4 * total_count(entries) <= l.switch_drive.size(0) && l.switch_drive.size(0) > 0) {
+      copy_used_spans({&l.switch_drive}, entries, l.drive_start);
+    }
+  }
 }
 
 torch::Tensor select_rows(const torch::Tensor& t, const torch::Tensor& rows) {
@@ -291,41 +338,64 @@ void append_rows(torch::Tensor& t, const torch::Tensor& extra) {
   t.narrow(0, B, n).copy_(extra);
 }
 
-// Writes a joining layer's slots into free slots of `mine` (in place, where the tensors are this
-// state's alone), the ones that do not fit after its slots, and points the joining rows at them.
-void join_slots(LayerState& mine, LayerState& theirs) {
-  const auto my_tensors = slot_tensors(mine);
-  const auto their_tensors = slot_tensors(theirs);
-  bool in_place = true;
-  for (size_t j = 0; j < my_tensors.size(); ++j) {
-    if (my_tensors[j]->defined() != their_tensors[j]->defined()) {
-      throw std::invalid_argument("DecoderState::append: states of different models or variants");
-    }
-    in_place = in_place && (!my_tensors[j]->defined() || owns_storage(*my_tensors[j]));
-  }
-  const int64_t n = theirs.cross_k.size(0);
-  std::vector<int64_t> dest;
+// Writes the spans `theirs` (in `their_pools`, starts `their_starts`) into `my_pools`, which hold the
+// spans `mine`: into holes first (first fit; where the pools are this state's alone: a copy of the
+// state may still read its holes), at the end the rest. Points their_starts at the new places.
+void join_spans(const std::vector<torch::Tensor*>& my_pools, const std::vector<Span>& mine,
+                const std::vector<torch::Tensor*>& their_pools, const std::vector<Span>& theirs,
+                torch::Tensor& their_starts) {
+  const int64_t size = my_pools.front()->size(0);
+  const bool in_place =
+      std::all_of(my_pools.begin(), my_pools.end(), [](const torch::Tensor* t) { return owns_storage(*t); });
+  std::vector<Span> holes;
   if (in_place) {
-    const auto used = used_slots(mine);
-    for (size_t s = 0; s < used.size() && static_cast<int64_t>(dest.size()) < n; ++s) {
-      if (!used[s]) dest.push_back(static_cast<int64_t>(s));
+    int64_t at = 0;
+    for (const auto& span : mine) {
+      if (span.start > at) holes.push_back({at, span.start - at});
+      at = std::max(at, span.start + span.count);
+    }
+    if (size > at) holes.push_back({at, size - at});
+  }
+  std::vector<std::pair<int64_t, int64_t>> moved;  // their start -> mine
+  std::vector<Span> at_end;
+  int64_t end = size;
+  for (const auto& span : theirs) {
+    const auto hole = std::find_if(holes.begin(), holes.end(), [&](const Span& h) { return h.count >= span.count; });
+    if (hole != holes.end()) {
+      for (size_t j = 0; j < my_pools.size(); ++j) {
+        my_pools[j]->narrow(0, hole->start, span.count).copy_(their_pools[j]->narrow(0, span.start, span.count));
+      }
+      moved.emplace_back(span.start, hole->start);
+      hole->start += span.count;
+      hole->count -= span.count;
+    } else {
+      moved.emplace_back(span.start, end);
+      at_end.push_back(span);
+      end += span.count;
     }
   }
-  const auto in_free = static_cast<int64_t>(dest.size());
-  if (in_free > 0) {
-    const auto idx = torch::tensor(dest, torch::kLong).to(mine.cross_k.device());
-    for (size_t j = 0; j < my_tensors.size(); ++j) {
-      if (my_tensors[j]->defined()) my_tensors[j]->index_copy_(0, idx, their_tensors[j]->narrow(0, 0, in_free));
+  if (!at_end.empty()) {
+    for (size_t j = 0; j < my_pools.size(); ++j) {
+      std::vector<torch::Tensor> parts;
+      for (const auto& span : at_end) parts.push_back(their_pools[j]->narrow(0, span.start, span.count));
+      append_rows(*my_pools[j], parts.size() == 1 ? parts.front() : torch::cat(parts, 0));
     }
   }
-  if (in_free < n) {
-    const int64_t first = mine.cross_k.size(0);
-    for (int64_t s = 0; s < n - in_free; ++s) dest.push_back(first + s);
-    for (size_t j = 0; j < my_tensors.size(); ++j) {
-      if (my_tensors[j]->defined()) append_rows(*my_tensors[j], their_tensors[j]->narrow(0, in_free, n - in_free));
-    }
+  std::sort(moved.begin(), moved.end());
+  their_starts = renumber_starts(their_starts, moved);
+}
+
+// Joins a layer's pools (keys/values, switch table) of another state's rows into this state's.
+void join_pools(LayerState& mine, const RowCounts& my_counts, LayerState& theirs, const RowCounts& their_counts) {
+  if (mine.switch_drive.defined() != theirs.switch_drive.defined()) {
+    throw std::invalid_argument("DecoderState::append: states of different models or variants");
   }
-  theirs.cross_row = torch::tensor(dest, torch::kLong).to(theirs.cross_row.device()).index_select(0, theirs.cross_row);
+  join_spans({&mine.cross_k, &mine.cross_v}, used_spans(mine.cross_start, my_counts.keys),
+             {&theirs.cross_k, &theirs.cross_v}, used_spans(theirs.cross_start, their_counts.keys), theirs.cross_start);
+  if (mine.switch_drive.defined()) {
+    join_spans({&mine.switch_drive}, used_spans(mine.drive_start, my_counts.entries), {&theirs.switch_drive},
+               used_spans(theirs.drive_start, their_counts.entries), theirs.drive_start);
+  }
 }
 
 }  // namespace
@@ -347,7 +417,7 @@ void DecoderState::select(const torch::Tensor& rows) {
   }
   const int64_t before = batch_size();
   for_each_tensor(*this, [&](torch::Tensor& t) { t = select_rows(t, idx); });
-  for (auto& l : layers) release_slots(l);
+  release_pools();
   if (self_src.defined()) self_src = own_slots(idx.numel(), self_src.size(1));
   if (idx.numel() < before) trim_padding();
 }
@@ -359,6 +429,11 @@ void DecoderState::append(DecoderState&& other) {
     return;
   }
   if (layers.size() != other.layers.size()) throw std::invalid_argument("DecoderState::append: layer count differs");
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (pooled(layers[i]) != pooled(other.layers[i])) {
+      throw std::invalid_argument("DecoderState::append: states of different models or variants");
+    }
+  }
   // Self-attention slots: pad the shorter one at the front with invalid slots.
   const int64_t slots = std::max(self_valid.size(1), other.self_valid.size(1));
   const int64_t keys = std::max(cross_valid.size(1), other.cross_valid.size(1));
@@ -371,8 +446,10 @@ void DecoderState::append(DecoderState&& other) {
         l.self_k = pad_dim(l.self_k, 2, slots, true);
         l.self_v = pad_dim(l.self_v, 2, slots, true);
       }
-      l.cross_k = pad_dim(l.cross_k, 2, keys, false);
-      l.cross_v = pad_dim(l.cross_v, 2, keys, false);
+      if (!pooled(l)) {  // pools hold each request's own positions
+        l.cross_k = pad_dim(l.cross_k, 2, keys, false);
+        l.cross_v = pad_dim(l.cross_v, 2, keys, false);
+      }
     }
   };
   align(*this);
@@ -387,15 +464,10 @@ void DecoderState::append(DecoderState&& other) {
     joined.narrow(0, B, n).narrow(1, slots - other.self_src.size(1), other.self_src.size(1)).copy_(other.self_src + B);
     self_src = std::move(joined);
   }
-  // Switch tables and global tokens: pad at the back (entries past a row's schedule are never read).
+  // Global tokens: pad at the back (tokens past a row's segments are masked).
   for (size_t i = 0; i < layers.size(); ++i) {
     auto& a = layers[i];
     auto& b = other.layers[i];
-    if (a.switch_drive.defined() && b.switch_drive.defined()) {  // switch tables: pad the entries
-      const int64_t n = std::max(a.switch_drive.size(1), b.switch_drive.size(1));
-      a.switch_drive = pad_dim(a.switch_drive, 1, n, false);
-      b.switch_drive = pad_dim(b.switch_drive, 1, n, false);
-    }
     if (a.global_k.defined()) {
       const int64_t m = std::max(a.global_k.size(2), b.global_k.size(2));
       a.global_k = pad_dim(a.global_k, 2, m, false);
@@ -404,11 +476,11 @@ void DecoderState::append(DecoderState&& other) {
       b.global_v = pad_dim(b.global_v, 2, m, false);
     }
   }
-  for (size_t i = 0; i < layers.size(); ++i) {
-    if (slotted(layers[i]) != slotted(other.layers[i])) {
-      throw std::invalid_argument("DecoderState::append: states of different models or variants");
+  if (std::any_of(layers.begin(), layers.end(), pooled)) {
+    const auto my_counts = row_counts(*this), their_counts = row_counts(other);
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (pooled(layers[i])) join_pools(layers[i], my_counts, other.layers[i], their_counts);
     }
-    if (slotted(layers[i])) join_slots(layers[i], other.layers[i]);
   }
   // Concatenate every tensor pairwise, in the same traversal order.
   std::vector<torch::Tensor*> mine;
@@ -458,7 +530,7 @@ void DecoderState::retain(const std::vector<int64_t>& rows, const std::vector<bo
       if (!idx.defined()) idx = torch::tensor(rows, torch::kInt64);
       t = select_rows(t, idx);
     });
-    for (auto& l : layers) release_slots(l);
+    release_pools();
   }
   if (static_cast<int64_t>(rows.size()) < before && self_valid.defined()) {
     compact(std::max<int64_t>(8, self_valid.size(1) / 4));
@@ -470,32 +542,19 @@ void DecoderState::trim_padding() {
   if (batch_size() == 0 || !cross_valid.defined() || !enc_len.defined()) return;
   const int64_t keys = cross_valid.size(1);
   const int64_t needed_keys = std::max<int64_t>(1, enc_len.max().item<int64_t>());
-  int64_t entries = 0;
-  for (const auto& l : layers) entries = l.switch_drive.defined() ? l.switch_drive.size(1) : entries;
-  int64_t needed_entries = 1;
-  if (entries > 0) {  // the rows' schedules: the segments they visit from step 0 on
-    const auto m = num_segments.to(torch::kCPU, torch::kLong).contiguous();
-    const auto L = expected_len.to(torch::kCPU, torch::kLong).contiguous();
-    for (int64_t b = 0; b < batch_size(); ++b) {
-      const auto n = visited_segments(m.data_ptr<int64_t>()[b], std::max<int64_t>(1, L.data_ptr<int64_t>()[b])).size();
-      needed_entries = std::max(needed_entries, static_cast<int64_t>(n));
-    }
-  }
-  const int64_t to_keys = 2 * needed_keys <= keys ? needed_keys : keys;
-  const int64_t to_entries = entries > 0 && 2 * needed_entries <= entries ? needed_entries : entries;
-  if (to_keys == keys && to_entries == entries) return;
-  cross_valid = cross_valid.narrow(1, 0, to_keys).contiguous();
+  if (2 * needed_keys > keys) return;
+  cross_valid = cross_valid.narrow(1, 0, needed_keys).contiguous();
   for (auto& l : layers) {
-    if (slotted(l)) {
-      copy_used_slots(l, used_slots(l), to_keys, to_entries);
-      continue;
-    }
-    if (to_keys < keys) {
-      l.cross_k = l.cross_k.narrow(2, 0, to_keys).contiguous();
-      l.cross_v = l.cross_v.narrow(2, 0, to_keys).contiguous();
-    }
-    if (to_entries < entries) l.switch_drive = l.switch_drive.narrow(1, 0, to_entries).contiguous();
+    if (pooled(l)) continue;  // pools hold no padding (switch tables are always pooled)
+    l.cross_k = l.cross_k.narrow(2, 0, needed_keys).contiguous();
+    l.cross_v = l.cross_v.narrow(2, 0, needed_keys).contiguous();
   }
+}
+
+void DecoderState::release_pools() {
+  if (std::none_of(layers.begin(), layers.end(), pooled)) return;
+  const auto counts = row_counts(*this);
+  for (auto& l : layers) release_layer_pools(l, counts);
 }
 
 void DecoderState::own_self_slots(const std::vector<int64_t>& which) {
@@ -660,12 +719,17 @@ int64_t DecoderState::bytes() const {
   int64_t total = 0;
   for_each_tensor(const_cast<DecoderState&>(*this), [&](torch::Tensor& t) { total += tensor_bytes(t); });
   total += tensor_bytes(self_src);
+  if (std::none_of(layers.begin(), layers.end(), pooled)) return total;
+  const auto counts = row_counts(*this);
+  const auto span_bytes = [](const torch::Tensor& pool, const torch::Tensor& starts, const std::vector<int64_t>& n) {
+    return pool.dim() == 0 || pool.size(0) == 0
+               ? 0
+               : total_count(used_spans(starts, n)) * pool.stride(0) * static_cast<int64_t>(pool.element_size());
+  };
   for (const auto& l : layers) {
-    if (!slotted(l) || l.cross_k.size(0) == 0) continue;
-    const int64_t in_use = count_used(used_slots(l));
-    for (const auto* t : slot_tensors(l)) {
-      if (t->defined()) total += tensor_bytes(*t) / t->size(0) * in_use;
-    }
+    if (!pooled(l)) continue;
+    total += span_bytes(l.cross_k, l.cross_start, counts.keys) + span_bytes(l.cross_v, l.cross_start, counts.keys);
+    if (l.switch_drive.defined()) total += span_bytes(l.switch_drive, l.drive_start, counts.entries);
   }
   return total;
 }
@@ -673,12 +737,32 @@ int64_t DecoderState::bytes() const {
 LayerState DecoderState::rows_of_layer(size_t layer) const {
   const auto& l = layers.at(layer);
   LayerState out;
-  const auto pick = [&](const torch::Tensor& t) {
-    return !t.defined() || !slotted(l) ? t : t.index_select(0, l.cross_row.to(t.device()));
-  };
-  out.cross_k = pick(l.cross_k);
-  out.cross_v = pick(l.cross_v);
-  out.switch_drive = pick(l.switch_drive);
+  if (pooled(l)) {  // each row's span, zero-padded to the longest: keys [B,H,k,d], tables [B,n,H,d,d]
+    const auto counts = row_counts(*this);
+    const auto unpool = [&](const torch::Tensor& pool, const torch::Tensor& starts, const std::vector<int64_t>& n,
+                            bool keys) {
+      if (!pool.defined()) return pool;
+      const int64_t B = batch_size();
+      const int64_t longest = keys ? cross_valid.size(1) : (n.empty() ? 0 : *std::max_element(n.begin(), n.end()));
+      auto shape = pool.sizes().vec();
+      shape.insert(shape.begin(), B);
+      shape[1] = longest;
+      auto out_rows = torch::zeros(shape, pool.options());
+      const auto st = starts.to(torch::kCPU, torch::kLong).contiguous();
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t count = n[static_cast<size_t>(b)];
+        out_rows[b].narrow(0, 0, count).copy_(pool.narrow(0, st.data_ptr<int64_t>()[b], count));
+      }
+      return keys ? out_rows.transpose(1, 2).contiguous() : out_rows;
+    };
+    out.cross_k = unpool(l.cross_k, l.cross_start, counts.keys, true);
+    out.cross_v = unpool(l.cross_v, l.cross_start, counts.keys, true);
+    out.switch_drive = unpool(l.switch_drive, l.drive_start, counts.entries, false);
+  } else {
+    out.cross_k = l.cross_k;
+    out.cross_v = l.cross_v;
+    out.switch_drive = l.switch_drive;
+  }
   const auto own = [&](const torch::Tensor& cache) {
     if (!self_src.defined() || !cache.defined()) return cache;
     const int64_t B = cache.size(0), T = cache.size(2);

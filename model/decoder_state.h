@@ -12,14 +12,15 @@ struct LayerState {
   // Self-attention cache: [B, H, T, d]. Slots are shared across rows; a row's valid slots are
   // marked in DecoderState::self_valid (rows that joined later have invalid leading slots).
   torch::Tensor self_k, self_v;
-  // Cross-attention keys/values over the encoder output: [B, H, k, d] (padded to the batch's max k).
+  // Cross-attention keys/values over the encoder output: [B, H, k, d] (padded to the batch's max k);
+  // in a layer that reads them only at segment switches (pooled, cross_start below) [N, H, d] pools.
   torch::Tensor cross_k, cross_v;
   // SRformer (fp32): K^T V [B,H,d,d] (clamped for BART; undefined with a switch table, which holds
   // all the switches need of it), ||K|| [B,H,d], membrane [B,H,d,d], current recurrent term R
   // [B,H,d,d]. Undefined for variants without RAF.
   torch::Tensor kv, knorm, mem, recur;
   // SRformer, precomputed: what each segment switch of the row's schedule feeds the membrane
-  // (P_i Wᵀ), in switch order [B, n, H, d, d] fp32 (n padded to the batch's longest schedule).
+  // (P_i Wᵀ), in switch order: a pool [E, H, d, d] fp32 of every request's entries (drive_start).
   torch::Tensor switch_drive;
   // LongT5-style global tokens: mean-pooled K/V per segment [B, H, m, d]; undefined otherwise.
   torch::Tensor global_k, global_v;
@@ -29,13 +30,16 @@ struct LayerState {
   // Undefined where the step reads each window in place (CPU fp32 with the kernels on,
   // kernels::window_attention), which needs no copies.
   torch::Tensor window_k, window_v;
-  // Where each row's cross_k, cross_v and switch_drive are, when the layer reads them only at segment
-  // switches (incremental decoding with windows): [B] int64 indices into their first dimension, which
-  // then holds slots rather than rows. A slot is written once, when its request joins, and never
-  // changed, so rows may share one (beams) and a leaving row's slot simply becomes free for the next
-  // join: the largest per-request tensors (~30 MB a BART-base request at 576 tokens) never move when
-  // others leave. Undefined: row b's are row b (full attention reads them every step, densely).
-  torch::Tensor cross_row;
+  // Where each row's keys/values and switch table lie when the layer reads them only at segment
+  // switches (incremental decoding of the segmented variants): cross_k/cross_v are then pools of
+  // positions [N, H, d] holding each request's real positions, k_b of them, from cross_start[b] on
+  // ([B] int64), and switch_drive a pool of entries, the row's from drive_start[b] on ([B] int64; its
+  // schedule's length, segments.h visited_segments). A request's span is written once, when it joins,
+  // and never changed: beams share it, a leaving request's span becomes a hole the next joins fill,
+  // and no request is padded to another's length (a T5-small row is 24 KB per encoder position: a
+  // 4k-token document among short ones padded each of them to ~100 MB). Undefined: cross_k/cross_v
+  // are dense rows [B, H, k, d] (full attention reads them every step).
+  torch::Tensor cross_start, drive_start;
 };
 
 class DecoderState {
@@ -64,11 +68,12 @@ class DecoderState {
   int64_t batch_size() const { return step.defined() ? step.size(0) : 0; }
 
   // Keeps rows `rows` (int64 [N], indices into the current rows, repeats allowed) in that order.
-  // Slots (LayerState::cross_row) are not copied: rows keep pointing at theirs; once at most a quarter of
-  // the slots are in use, those are copied densely and the memory given back.
+  // Pools (LayerState::cross_start) are not copied: rows keep pointing at their spans; once at most a
+  // quarter of a pool is in use, the spans in use are copied densely and the memory given back.
   void select(const torch::Tensor& rows);
-  // Appends the rows of `other` after this state's rows (pads cross keys / self slots as needed);
-  // other's slots are written into free slots of this state, those that do not fit after its slots.
+  // Appends the rows of `other` after this state's rows (pads self slots, masks and dense cross keys
+  // as needed); other's pooled spans are written into holes of this state's pools (first fit), those
+  // that fit none at their end.
   void append(DecoderState&& other);
   // Drops leading self-attention slots that no row uses any more, when there are at least
   // min_unused of them (each compaction moves the used slots of every self-attention cache: within
@@ -87,22 +92,24 @@ class DecoderState {
   // of the state bytes a full row move would (BART-base, srformer). With self_src, not even those:
   // such a row takes its parent's row of the slot table instead.
   void retain(const std::vector<int64_t>& rows, const std::vector<bool>& same_request = {});
-  // Bytes held for row b (its share of every tensor, padding included), and in total. Slots count
-  // when some row uses them (free slots wait for the next join; at most three times the used ones).
+  // Bytes held for row b (its share of every tensor, padding included), and in total. A pool counts
+  // the spans some row uses (holes wait for the next join; at most three times what is used).
   int64_t row_bytes(int64_t b) const;
   int64_t bytes() const;
   // Layer `layer`'s cross keys, values, switch table and self-attention caches of each row in row
-  // order ([B, ...]): a copy when the layer keeps them in slots (or rows share self slots), the tensors
-  // themselves otherwise. For checks and tools.
+  // order ([B, ...], keys [B, H, k, d] and tables [B, n, H, d, d] zero-padded to the longest): a copy
+  // when the layer keeps them in pools (or rows share self slots), the tensors themselves otherwise.
+  // For checks and tools.
   LayerState rows_of_layer(size_t layer) const;
 
  private:
   // After rows left: once the remaining rows need at most half of the encoder positions the batch is
-  // padded to (a long input left), or half of the switch-table entries, cuts cross_k/cross_v,
-  // cross_valid and switch_drive to what they need (a copy of what is kept). Without it a long
-  // document that came and went would leave every later row padded to its length while the batch
-  // ran: a T5-small row is 24 KB per encoder position, ~400 MB at 16k.
+  // padded to (a long input left), cuts cross_valid and dense cross_k/cross_v to what they need (a
+  // copy of what is kept). Without it a long document that came and went would leave every later
+  // full-attention row padded to its length while the batch ran: ~400 MB a T5-small row at 16k.
   void trim_padding();
+  // After rows left or moved: gives back the pools' room once at most a quarter is in use.
+  void release_pools();
   // Copies the self-attention slots that rows `which` (indices into the current rows) read from other
   // rows into their own rows, and points their self_src entries at themselves.
   void own_self_slots(const std::vector<int64_t>& which);

@@ -23,12 +23,17 @@ int64_t StateFootprint::switches(int64_t input_tokens, int64_t expected_length) 
   return std::min(m, std::max<int64_t>(1, expected_length) + 1);
 }
 
-int64_t StateFootprint::bytes(int64_t requests, int64_t rows, int64_t encoder_positions, int64_t switches,
-                              int64_t decoder_positions) const {
-  const int64_t inputs = per_encoder_position * encoder_positions + per_switch * switches;
-  return (inputs_shared_by_beams ? requests : rows) * inputs +
-         rows * (per_row_encoder_position * encoder_positions +
-                 per_decoder_position * cache_capacity(decoder_positions) + fixed);
+int64_t StateFootprint::bytes(const StateShape& b) const {
+  const int64_t inputs = inputs_shared_by_beams
+                             ? per_encoder_position * b.request_positions + per_switch * b.request_switches
+                             : b.rows * (per_encoder_position * b.encoder_positions + per_switch * b.switches);
+  return inputs + b.rows * (per_row_encoder_position * b.encoder_positions +
+                            per_decoder_position * cache_capacity(b.decoder_positions) + fixed);
+}
+
+int64_t StateFootprint::request_bytes(int64_t rows, int64_t input_tokens, int64_t switches,
+                                      int64_t decoder_positions) const {
+  return bytes({1, rows, input_tokens, switches, decoder_positions, input_tokens, switches});
 }
 
 }  // namespace srformer

@@ -65,7 +65,7 @@ int run_inspect(const std::vector<std::string>& args) {
                 {"bytes_at_start", start_bytes},
                 {"bytes_after_new_tokens", state.bytes()},
                 {"new_tokens", steps},
-                {"estimated_bytes", f.bytes(1, 1, k, f.switches(k, new_tokens), steps)}};
+                {"estimated_bytes", f.request_bytes(1, k, f.switches(k, new_tokens), steps)}};
   j["state_footprint"] = {{"per_encoder_position", f.per_encoder_position},
                           {"per_switch", f.per_switch},
                           {"inputs_shared_by_beams", f.inputs_shared_by_beams},

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -41,33 +42,52 @@ bool windows_in_place(const torch::Tensor& cross_k, CrossAttentionKind kind) {
 }
 
 // softmax(q kᵀ) v over each row's window of `width` keys from segment seg + offset, clipped to the
-// row's real keys, read in the row's slot (cross_row) of cross_k/cross_v. q [B,H,1,d] -> [B,H,1,d].
+// row's real keys, read in the row's span (cross_start) of the cross_k/cross_v pools. q [B,H,1,d] -> [B,H,1,d].
 torch::Tensor attend_window_in_place(const torch::Tensor& q, const LayerState& ls, const torch::Tensor& seg,
                                      const torch::Tensor& enc_len, int64_t segment_size, int64_t offset,
                                      int64_t width) {
   const int64_t B = q.size(0), H = q.size(1), d = q.size(3);
   const auto& k = ls.cross_k;
   const auto& v = ls.cross_v;
-  if (!q.is_cpu() || q.scalar_type() != torch::kFloat32 || q.size(2) != 1 || k.strides() != v.strides() ||
-      k.stride(3) != 1 || k.size(1) != H || k.size(3) != d) {
-    throw std::invalid_argument("cross-attention: in-place windows need CPU float32 q [B,H,1,d] and keys/values");
+  if (!q.is_cpu() || q.scalar_type() != torch::kFloat32 || q.size(2) != 1 || k.dim() != 3 ||
+      k.strides() != v.strides() || k.stride(2) != 1 || k.size(1) != H || k.size(2) != d) {
+    throw std::invalid_argument("cross-attention: in-place windows need CPU float32 q [B,H,1,d] and key pools");
   }
   const auto ranges = window_ranges(seg, enc_len, segment_size, offset, width);
-  const auto rows = ls.cross_row.to(torch::kCPU, torch::kLong).contiguous();
-  for (int64_t b = 0; b < B; ++b) {  // B integers: no read outside the keys whatever the schedule says
-    const int64_t row = rows.data_ptr<int64_t>()[b];
+  const auto starts = ls.cross_start.to(torch::kCPU, torch::kLong).contiguous();
+  for (int64_t b = 0; b < B; ++b) {  // B integers: no read outside the pool whatever the schedule says
+    const int64_t start = starts.data_ptr<int64_t>()[b];
     const auto i = static_cast<size_t>(b);
-    if (row < 0 || row >= k.size(0) || (ranges.count[i] > 0 && ranges.first[i] + ranges.count[i] > k.size(2))) {
+    if (start < 0 || (ranges.count[i] > 0 && start + ranges.first[i] + ranges.count[i] > k.size(0))) {
       throw std::out_of_range("cross-attention: a window outside the cross keys/values");
     }
   }
   const auto qc = q.stride(3) == 1 ? q : q.contiguous();
   auto out = torch::empty({B, 1, H, d}, qc.options());  // merging the heads afterwards is free
+  // A span's position p is pool row start + p: the kernel's "row" stride is the pool's position stride.
   kernels::window_attention(qc.data_ptr<float>(), {qc.stride(0), qc.stride(1), qc.stride(2)}, k.data_ptr<float>(),
-                            v.data_ptr<float>(), {k.stride(0), k.stride(1), k.stride(2)}, rows.data_ptr<int64_t>(),
+                            v.data_ptr<float>(), {k.stride(0), k.stride(1), k.stride(0)}, starts.data_ptr<int64_t>(),
                             ranges.first.data(), ranges.count.data(), out.data_ptr<float>(),
                             {out.stride(0), out.stride(2), out.stride(1)}, {B, H, d}, at::get_num_threads());
   return out.transpose(1, 2);
+}
+
+// Keys/values at idx [n,W] of n rows: from a pool [N,H,d] (LayerState::cross_start; `where` the
+// rows' starts, `len` their lengths), or from dense [R,H,k,d] tensors (`where` the rows' indices
+// into them, undefined: row j is row j).
+torch::Tensor window_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& where,
+                          const torch::Tensor& len) {
+  return x.dim() == 3 ? gather_span_rows(x, idx, where, len) : gather_rows(x, idx, where);
+}
+
+// Packs each row's real positions of dense keys/values [B,H,k,d] (mask [B,k], real positions first)
+// into a pool [Σk_b, H, d], row after row; returns the rows' starts [B].
+torch::Tensor pool_positions(torch::Tensor& keys, torch::Tensor& values, const torch::Tensor& enc_mask) {
+  const auto real = enc_mask.to(torch::kBool);
+  const auto len = real.sum(1).to(torch::kLong);
+  keys = keys.transpose(1, 2).index({real}).contiguous();
+  values = values.transpose(1, 2).index({real}).contiguous();
+  return len.cumsum(0) - len;
 }
 
 // What a switch feeds the membrane, from K^T V and the segment's K_i^T V_i ([..., H, d, d] fp32):
@@ -128,9 +148,10 @@ StateFootprint CrossAttention::footprint(const torch::Device& device, torch::Sca
       f.fixed += square;  // K^T V
     }
   }
-  if (kind != CrossAttentionKind::kFull) {  // read through slots (LayerState::cross_row), which beams share
+  if (kind != CrossAttentionKind::kFull) {  // pooled (LayerState::cross_start): a request's own length, shared by beams
     f.inputs_shared_by_beams = true;
-    f.fixed += 8;  // the row's slot
+    f.fixed += 8;                                          // the row's start in the key pools
+    if (recurrent() && precompute_switches) f.fixed += 8;  // and in the switch table's
     if (has_softmax() && !windows_in_place(device, dtype, kind)) {
       f.fixed += 2 * heads * window_width() * head_dim * element;  // window copies
     }
@@ -156,7 +177,7 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
     ls.mem = torch::zeros_like(kv);
     ls.recur = torch::zeros_like(kv);
     if (precompute_switches && expected_len.defined()) {
-      ls.switch_drive = switch_table(ls, enc_mask.sum(1).to(torch::kLong), m, expected_len);
+      switch_table(ls, enc_mask.sum(1).to(torch::kLong), m, expected_len);
       ls.kv = torch::Tensor();  // only switches read K^T V, and the table holds what they need of it
     }
   }
@@ -181,19 +202,22 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
     ls.window_v = torch::zeros_like(ls.window_k);
   }
   if (expected_len.defined() && kind != CrossAttentionKind::kFull) {
-    // Decode steps read the keys/values (and switch table) only at switches, through cross_row.
-    ls.cross_row = torch::arange(ls.cross_k.size(0), m.options().dtype(torch::kLong));
+    // Decode steps read the keys/values only in windows and at switches: each request's real
+    // positions go into pools (LayerState::cross_start), the switch table is one already.
+    ls.cross_start = pool_positions(ls.cross_k, ls.cross_v, enc_mask);
   }
 }
 
 torch::Tensor CrossAttention::switch_drive(const torch::Tensor& kv, const torch::Tensor& keys,
                                            const torch::Tensor& values, const torch::Tensor& seg,
                                            const torch::Tensor& enc_len, const torch::Tensor& rows) const {
-  const auto win = segment_window(seg, enc_len, segment_size, 0, segment_size, keys.size(2));
+  const bool pool = keys.dim() == 3;  // window_rows clamps into each row's span itself
+  const auto win = segment_window(seg, enc_len, segment_size, 0, segment_size,
+                                  pool ? std::numeric_limits<int64_t>::max() : keys.size(2));
   const auto w = win.valid.to(torch::kFloat32).view({seg.size(0), 1, -1, 1});
   // Read only the s rows of segment i of each changed row (never a copy of all k keys).
-  const auto ki = gather_rows(keys, win.idx, rows).to(torch::kFloat32) * w;
-  const auto vi = gather_rows(values, win.idx, rows).to(torch::kFloat32) * w;
+  const auto ki = window_rows(keys, win.idx, rows, enc_len).to(torch::kFloat32) * w;
+  const auto vi = window_rows(values, win.idx, rows, enc_len).to(torch::kFloat32) * w;
   return drive_from_products(*this, kv, keys_values_product(ki, vi));
 }
 
@@ -211,10 +235,12 @@ CrossAttention::Recurrent CrossAttention::recurrent_update(const torch::Tensor& 
 
 namespace {
 
-// The segments each row's schedule visits, in order, and the longest such list.
+// The segments each row's schedule visits, in order, and where each row's entries start in a
+// switch-table pool of them all, row after row (LayerState::drive_start).
 struct Schedules {
   std::vector<std::vector<int64_t>> segs;
-  int64_t longest = 0;
+  std::vector<int64_t> starts;
+  int64_t total = 0;
 };
 
 Schedules visited_schedules(const torch::Tensor& m, const torch::Tensor& expected_len) {
@@ -225,33 +251,37 @@ Schedules visited_schedules(const torch::Tensor& m, const torch::Tensor& expecte
   out.segs.resize(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     out.segs[b] = visited_segments(m_cpu.data_ptr<int64_t>()[b], std::max<int64_t>(1, L_cpu.data_ptr<int64_t>()[b]));
-    out.longest = std::max(out.longest, static_cast<int64_t>(out.segs[b].size()));
+    out.starts.push_back(out.total);
+    out.total += static_cast<int64_t>(out.segs[b].size());
   }
   return out;
 }
 
 }  // namespace
 
-torch::Tensor CrossAttention::switch_table(const LayerState& ls, const torch::Tensor& enc_len, const torch::Tensor& m,
-                                           const torch::Tensor& expected_len) const {
-  const auto [segs, longest] = visited_schedules(m, expected_len);
+void CrossAttention::switch_table(LayerState& ls, const torch::Tensor& enc_len, const torch::Tensor& m,
+                                  const torch::Tensor& expected_len) const {
+  const auto schedules = visited_schedules(m, expected_len);
   const int64_t B = ls.kv.size(0);
-  auto table = torch::empty({B, longest, ls.kv.size(1), ls.kv.size(2), ls.kv.size(3)}, ls.kv.options());
+  auto table = torch::empty({schedules.total, ls.kv.size(1), ls.kv.size(2), ls.kv.size(3)}, ls.kv.options());
   // Each row's entries in one batch of ops (the CPU form with our kernels is prepare_recurrent_cpu).
   for (int64_t b = 0; b < B; ++b) {
-    const auto n = static_cast<int64_t>(segs[b].size());
-    const auto seg = torch::tensor(segs[b], torch::kLong).to(enc_len.device());
+    const auto& segs = schedules.segs[static_cast<size_t>(b)];
+    const auto n = static_cast<int64_t>(segs.size());
+    const auto seg = torch::tensor(segs, torch::kLong).to(enc_len.device());
     const auto rows = torch::full({n}, b, seg.options());
-    table[b].narrow(0, 0, n).copy_(switch_drive(ls.kv.narrow(0, b, 1).expand({n, -1, -1, -1}), ls.cross_k, ls.cross_v,
-                                                seg, enc_len.index_select(0, rows), rows));
-    if (n < longest) table[b].narrow(0, n, longest - n).zero_();
+    table.narrow(0, schedules.starts[static_cast<size_t>(b)], n)
+        .copy_(switch_drive(ls.kv.narrow(0, b, 1).expand({n, -1, -1, -1}), ls.cross_k, ls.cross_v, seg,
+                            enc_len.index_select(0, rows), rows));
   }
-  return table;
+  ls.switch_drive = table;
+  ls.drive_start = torch::tensor(schedules.starts, torch::kLong).to(m.device());
 }
 
 void CrossAttention::prepare_recurrent_cpu(LayerState& ls, const torch::Tensor& enc_len, const torch::Tensor& m,
                                            const torch::Tensor& expected_len) const {
-  const auto [segs, longest] = visited_schedules(m, expected_len);
+  const auto schedules = visited_schedules(m, expected_len);
+  const auto& segs = schedules.segs;
   const auto keys = ls.cross_k.to(torch::kFloat32).contiguous();
   const auto values = ls.cross_v.to(torch::kFloat32).contiguous();
   const bool feeds_raf = kind != CrossAttentionKind::kAblationIII;  // ablation III has no RAF (and no W)
@@ -259,7 +289,7 @@ void CrossAttention::prepare_recurrent_cpu(LayerState& ls, const torch::Tensor& 
   const auto k_cpu = enc_len.to(torch::kLong).contiguous();
   const auto m_cpu = m.to(torch::kLong).contiguous();
   const int64_t B = keys.size(0), H = keys.size(1), kmax = keys.size(2), d = keys.size(3);
-  auto table = torch::empty({B, longest, H, d, d}, keys.options());
+  auto table = torch::empty({schedules.total, H, d, d}, keys.options());
   ls.knorm = torch::empty({B, H, d}, keys.options());
   const float* kp = keys.data_ptr<float>();
   const float* vp = values.data_ptr<float>();
@@ -289,7 +319,8 @@ void CrossAttention::prepare_recurrent_cpu(LayerState& ls, const torch::Tensor& 
       }
       const auto& visited = segs[static_cast<size_t>(b)];
       const auto n = static_cast<int64_t>(visited.size());
-      const auto entry = [&](int64_t e) { return out + ((b * longest + e) * H + h) * d * d; };
+      const int64_t first_entry = schedules.starts[static_cast<size_t>(b)];
+      const auto entry = [&](int64_t e) { return out + ((first_entry + e) * H + h) * d * d; };
       std::fill(kv.begin(), kv.end(), 0.0F);
       int64_t e = 0;
       for (int64_t j = 0; j < m_row[b]; ++j) {  // K^T V = sum of the segments' K_j^T V_j
@@ -301,12 +332,8 @@ void CrossAttention::prepare_recurrent_cpu(LayerState& ls, const torch::Tensor& 
         if (e < n && visited[static_cast<size_t>(e)] == j) std::copy(p.begin(), p.end(), entry(e++));
       }
       clamped(kv.data());
-      for (e = 0; e < longest; ++e) {
+      for (e = 0; e < n; ++e) {
         float* dst = entry(e);
-        if (e >= n) {  // past the row's schedule
-          std::fill(dst, dst + d * d, 0.0F);
-          continue;
-        }
         std::copy(dst, dst + d * d, p.begin());
         clamped(p.data());
         if (kind != CrossAttentionKind::kAblationIV) {  // P_i = K^T V - K_i^T V_i (ablation IV feeds K_i^T V_i)
@@ -321,15 +348,17 @@ void CrossAttention::prepare_recurrent_cpu(LayerState& ls, const torch::Tensor& 
     }
   });
   ls.switch_drive = table;
+  ls.drive_start = torch::tensor(schedules.starts, torch::kLong);
   ls.mem = torch::zeros({B, H, d, d}, keys.options());
   ls.recur = torch::zeros_like(ls.mem);
 }
 
 namespace {
 
-// Where rows `rows` of the state find their cross keys/values and switch table (LayerState::cross_row).
-torch::Tensor slots_of(const LayerState& ls, const torch::Tensor& rows) {
-  return ls.cross_row.defined() ? ls.cross_row.index_select(0, rows) : rows;
+// Where rows `rows` of the state find their cross keys/values: their starts in the pools
+// (LayerState::cross_start), or the rows themselves in dense tensors.
+torch::Tensor keys_of(const LayerState& ls, const torch::Tensor& rows) {
+  return ls.cross_start.defined() ? ls.cross_start.index_select(0, rows) : rows;
 }
 
 // Copy-on-write for in-place updates: a tensor another state (a copy of this one) may also hold is
@@ -354,20 +383,24 @@ int64_t CrossAttention::window_width() const {
   return kind == CrossAttentionKind::kXlMemory ? 2 * segment_size : segment_size;
 }
 
-void CrossAttention::refresh_windows(LayerState& ls, const torch::Tensor& idx, const torch::Tensor& changed) const {
+void CrossAttention::refresh_windows(LayerState& ls, const torch::Tensor& idx, const torch::Tensor& changed,
+                                     const torch::Tensor& enc_len) const {
   const auto rows = changed.nonzero().view(-1);
   if (rows.numel() == 0) return;
   const auto picked = idx.index_select(0, rows);
-  const auto slots = slots_of(ls, rows);
-  overwrite_rows(ls.window_k, rows, gather_rows(ls.cross_k, picked, slots));
-  overwrite_rows(ls.window_v, rows, gather_rows(ls.cross_v, picked, slots));
+  const auto where = keys_of(ls, rows);
+  const auto len = enc_len.index_select(0, rows);
+  overwrite_rows(ls.window_k, rows, window_rows(ls.cross_k, picked, where, len));
+  overwrite_rows(ls.window_v, rows, window_rows(ls.cross_v, picked, where, len));
 }
 
 void CrossAttention::apply_switch_table(LayerState& ls, const torch::Tensor& changed, const torch::Tensor& switches,
                                         torch::Tensor* fired) const {
-  const int64_t n = ls.switch_drive.size(1);
+  // Row b's entry e is pool entry drive_start[b] + e (LayerState::drive_start). The schedule bounds e
+  // by the row's own entries; the pool's end is what is checked here, so that no read leaves it.
+  const int64_t entries = ls.switch_drive.size(0);
   const auto too_many = [] {
-    return std::logic_error("cross-attention: a row switched segments more often than its schedule has switches");
+    return std::logic_error("cross-attention: a row switched segments more often than the switch table holds");
   };
   const bool ablation3 = kind == CrossAttentionKind::kAblationIII;
   if (!ablation3 && is_cpu_inference_float(ls.mem) && kernels::use_cpu_kernels()) {
@@ -377,26 +410,25 @@ void CrossAttention::apply_switch_table(LayerState& ls, const torch::Tensor& cha
     const auto sw = switches.to(torch::kLong).contiguous();
     const bool* is_changed = ch.data_ptr<bool>();
     const int64_t* entry = sw.data_ptr<int64_t>();
+    const auto starts = ls.drive_start.to(torch::kCPU, torch::kLong).contiguous();
+    const int64_t* start = starts.data_ptr<int64_t>();
     const int64_t B = ch.numel();
     std::vector<int64_t> rows;
     for (int64_t b = 0; b < B; ++b) {
       if (!is_changed[b]) continue;
-      if (entry[b] < 0 || entry[b] >= n) throw too_many();
+      if (entry[b] < 0 || start[b] < 0 || start[b] + entry[b] >= entries) throw too_many();
       rows.push_back(b);
     }
     if (rows.empty()) return;
     make_exclusive(ls.mem);
     make_exclusive(ls.recur);
     const auto table = ls.switch_drive.contiguous();
-    const auto slot_cpu = ls.cross_row.defined() ? ls.cross_row.to(torch::kCPU, torch::kLong).contiguous()
-                                                 : torch::arange(B, torch::kLong);
-    const int64_t* slot = slot_cpu.data_ptr<int64_t>();
     const int64_t block = ls.mem.numel() / B;
     std::vector<kernels::RafBlock> blocks;
     blocks.reserve(rows.size());
     for (const int64_t b : rows) {
       blocks.push_back({ls.mem.data_ptr<float>() + b * block, ls.recur.data_ptr<float>() + b * block,
-                        table.data_ptr<float>() + (slot[b] * n + entry[b]) * block});
+                        table.data_ptr<float>() + (start[b] + entry[b]) * block});
     }
     std::vector<int64_t> counts(rows.size());
     kernels::raf_accumulate_fire(blocks.data(), static_cast<int64_t>(blocks.size()), block, raf.leak.item<float>(),
@@ -411,8 +443,9 @@ void CrossAttention::apply_switch_table(LayerState& ls, const torch::Tensor& cha
   const auto rows = changed.nonzero().view(-1);
   if (rows.numel() == 0) return;
   const auto entry = switches.index_select(0, rows);
-  if (entry.min().item<int64_t>() < 0 || entry.max().item<int64_t>() >= n) throw too_many();
-  const auto drive = ls.switch_drive.flatten(0, 1).index_select(0, slots_of(ls, rows) * n + entry);
+  const auto at = ls.drive_start.index_select(0, rows) + entry;
+  if (entry.min().item<int64_t>() < 0 || at.max().item<int64_t>() >= entries) throw too_many();
+  const auto drive = ls.switch_drive.index_select(0, at);
   if (ablation3) {
     ls.recur = ls.recur.index_copy(0, rows, drive);
     return;
@@ -573,15 +606,15 @@ torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const
   } else if (has_softmax()) {
     // Read only the rows of segment i (and i-1 / global tokens): s keys per step instead of k.
     const bool xl = kind == CrossAttentionKind::kXlMemory;
-    if (!ls.window_k.defined() && ls.cross_row.defined() && windows_in_place(ls.cross_k, kind) &&
+    if (!ls.window_k.defined() && ls.cross_start.defined() && windows_in_place(ls.cross_k, kind) &&
         qh.scalar_type() == torch::kFloat32) {
       attn = attend_window_in_place(qh, ls, seg, enc_len, segment_size, xl ? -1 : 0, window_width());
     } else {
       const auto win = segment_window(seg, enc_len, segment_size, xl ? -1 : 0, window_width(), kmax);
-      if (ls.window_k.defined()) refresh_windows(ls, win.idx, changed);
-      // Without windows (a state started with the kernels on, stepped with them off), from the slots.
-      auto keys = ls.window_k.defined() ? ls.window_k : gather_rows(ls.cross_k, win.idx, ls.cross_row);
-      auto values = ls.window_v.defined() ? ls.window_v : gather_rows(ls.cross_v, win.idx, ls.cross_row);
+      if (ls.window_k.defined()) refresh_windows(ls, win.idx, changed, enc_len);
+      // Without windows (a state started with the kernels on, stepped with them off), from the pools.
+      auto keys = ls.window_k.defined() ? ls.window_k : window_rows(ls.cross_k, win.idx, ls.cross_start, enc_len);
+      auto values = ls.window_v.defined() ? ls.window_v : window_rows(ls.cross_v, win.idx, ls.cross_start, enc_len);
       auto allowed = win.valid;
       if (kind == CrossAttentionKind::kGlobalTokens) {
         const int64_t mmax = ls.global_k.size(2);
@@ -604,7 +637,7 @@ torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const
       // Only rows whose segment changed pay for K_i^T V_i and the RAF step.
       const auto upd =
           recurrent_update(ls.kv.index_select(0, rows), ls.cross_k, ls.cross_v, ls.mem.index_select(0, rows),
-                           seg.index_select(0, rows), enc_len.index_select(0, rows), slots_of(ls, rows));
+                           seg.index_select(0, rows), enc_len.index_select(0, rows), keys_of(ls, rows));
       ls.mem = ls.mem.index_copy(0, rows, upd.mem);
       ls.recur = ls.recur.index_copy(0, rows, upd.out);
       if (fired != nullptr) *fired = fired->index_add(0, rows, upd.fired_count);

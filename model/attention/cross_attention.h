@@ -61,8 +61,9 @@ struct CrossAttention {
   struct Recurrent {
     torch::Tensor mem, out, fired_count;  // fired_count [n] float64
   };
-  // RAF update of n rows whose segment is seg (kv, mem [n,H,d,d]); keys/values [S,H,k,d] hold every
-  // row's keys/values and `rows` [n] picks the n rows' (their slots, LayerState::cross_row).
+  // RAF update of n rows whose segment is seg (kv, mem [n,H,d,d]); keys/values hold every row's: dense
+  // [R,H,k,d] with `rows` [n] picking the n rows', or pools [N,H,d] with `rows` their spans' starts
+  // (LayerState::cross_start).
   Recurrent recurrent_update(const torch::Tensor& kv, const torch::Tensor& keys, const torch::Tensor& values,
                              const torch::Tensor& mem, const torch::Tensor& seg, const torch::Tensor& enc_len,
                              const torch::Tensor& rows) const;
@@ -70,9 +71,10 @@ struct CrossAttention {
   // itself for ablation III (no RAF); arguments as for recurrent_update. [n,H,d,d] fp32.
   torch::Tensor switch_drive(const torch::Tensor& kv, const torch::Tensor& keys, const torch::Tensor& values,
                              const torch::Tensor& seg, const torch::Tensor& enc_len, const torch::Tensor& rows) const;
-  // ls.switch_drive for every row: the drives of the segments its schedule visits, in order.
-  torch::Tensor switch_table(const LayerState& ls, const torch::Tensor& enc_len, const torch::Tensor& m,
-                             const torch::Tensor& expected_len) const;
+  // ls.switch_drive for every row: the drives of the segments its schedule visits, in order, as a
+  // pool of every row's entries (and ls.drive_start).
+  void switch_table(LayerState& ls, const torch::Tensor& enc_len, const torch::Tensor& m,
+                    const torch::Tensor& expected_len) const;
   // prepare()'s recurrent part on the CPU with our kernels: ||K||, the switch table, a zero membrane.
   // One pass over each (row, head)'s keys: K^T V is summed from the segments' K_j^T V_j, so it needs
   // no product of its own (and is not kept: only switches read it).
@@ -92,9 +94,10 @@ struct CrossAttention {
   bool has_softmax() const;  // false only for ablation I (recurrent term alone)
   // Keys a segmented softmax reads per step: s, or 2s for xl (previous segment too).
   int64_t window_width() const;
-  // Gathers the window (rows idx [B,W] of cross K/V) of the rows whose segment changed into
-  // ls.window_k/window_v.
-  void refresh_windows(LayerState& ls, const torch::Tensor& idx, const torch::Tensor& changed) const;
+  // Gathers the window (rows idx [B,W] of cross K/V; enc_len [B]) of the rows whose segment changed
+  // into ls.window_k/window_v.
+  void refresh_windows(LayerState& ls, const torch::Tensor& idx, const torch::Tensor& changed,
+                       const torch::Tensor& enc_len) const;
 };
 
 }  // namespace srformer

@@ -62,4 +62,14 @@ torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& idx, cons
   return x.contiguous().view({-1, d}).index_select(0, flat.view(-1)).view({flat.size(0), H, idx.size(1), d});
 }
 
+torch::Tensor gather_span_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& starts,
+                               const torch::Tensor& len) {
+  const auto last = (len - 1).clamp_min(0).unsqueeze(1);
+  const auto pos = starts.unsqueeze(1) + torch::minimum(idx.clamp_min(0), last);  // [n,W]
+  return x.index_select(0, pos.reshape(-1))
+      .view({idx.size(0), idx.size(1), x.size(1), x.size(2)})
+      .transpose(1, 2)
+      .contiguous();
+}
+
 }  // namespace srformer

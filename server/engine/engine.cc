@@ -213,14 +213,18 @@ EngineStats Engine::stats() const {
 }
 
 Engine::BatchShape Engine::BatchShape::joined(const BatchShape& other) const {
-  return {requests + other.requests,          rows + other.rows,
-          row_inputs + other.row_inputs,      std::max(encoder_positions, other.encoder_positions),
-          std::max(switches, other.switches), std::max(decoder_positions, other.decoder_positions)};
+  const StateShape& a = state;
+  const StateShape& b = other.state;
+  return {{a.requests + b.requests, a.rows + b.rows, std::max(a.encoder_positions, b.encoder_positions),
+           std::max(a.switches, b.switches), std::max(a.decoder_positions, b.decoder_positions),
+           a.request_positions + b.request_positions, a.request_switches + b.request_switches},
+          row_inputs + other.row_inputs};
 }
 
 Engine::BatchShape Engine::shape_of(const Request& request, int64_t rows) const {
   const auto k = static_cast<int64_t>(request.input_ids.size());
-  return {1, rows, rows * k, k, footprint_.switches(k, request.expected_length), request.options.max_new_tokens};
+  const int64_t switches = footprint_.switches(k, request.expected_length);
+  return {{1, rows, k, switches, request.options.max_new_tokens, k, switches}, rows * k};
 }
 
 Engine::BatchShape Engine::running_shape() const {
@@ -228,14 +232,12 @@ Engine::BatchShape Engine::running_shape() const {
   for (const auto& s : slots_) shape = shape.joined(shape_of(*s->request, s->rows));
   // Padding not yet cut back (DecoderState::trim_padding) is held too.
   if (state_.batch_size() > 0 && state_.cross_valid.defined()) {
-    shape.encoder_positions = std::max(shape.encoder_positions, state_.cross_valid.size(1));
+    shape.state.encoder_positions = std::max(shape.state.encoder_positions, state_.cross_valid.size(1));
   }
   return shape;
 }
 
-int64_t Engine::state_bytes(const BatchShape& shape) const {
-  return footprint_.bytes(shape.requests, shape.rows, shape.encoder_positions, shape.switches, shape.decoder_positions);
-}
+int64_t Engine::state_bytes(const BatchShape& shape) const { return footprint_.bytes(shape.state); }
 
 int64_t Engine::budget_of(const Pending& p) const {
   return p.searcher->num_rows() *
@@ -270,9 +272,9 @@ void Engine::run() {
         int64_t rows = state_.batch_size();
         int64_t tokens = tokens_in_flight_;
         int64_t encode_tokens = 0;
-        // What the batch would be with the next request: both memory bounds count every row at the
-        // longest input (the state pads every row's encoder positions to it), so one long document joining
-        // many short ones counts at what it makes them hold.
+        // What the batch would be with the next request: the tokens budget counts every row at the
+        // longest input, the state budget what the model holds (its masks and full attention's keys padded
+        // to the longest input, pooled keys at each request's own length).
         BatchShape shape = queue_.empty() ? BatchShape{} : running_shape();
         while (!queue_.empty()) {
           const Pending& next = queue_.front();
@@ -280,7 +282,7 @@ void Engine::run() {
           const int64_t b = budget_of(next);
           const BatchShape joined = shape.joined(shape_of(*next.request, r));
           // The tokens budget counts each row's own input (budget_of); the rest is padding.
-          const int64_t padding = (rows + r) * joined.encoder_positions - joined.row_inputs;
+          const int64_t padding = (rows + r) * joined.state.encoder_positions - joined.row_inputs;
           const bool empty_batch = slots_.empty() && admitted.empty();
           if (!empty_batch && rows + r > limits_.max_batch_rows) break;
           if (!empty_batch && limits_.max_tokens_in_flight > 0 && tokens + b + padding > limits_.max_tokens_in_flight)

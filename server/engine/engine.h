@@ -37,8 +37,8 @@ struct EngineLimits {
   // 0 = no limit. A request longer than this still gets in, alone.
   int64_t max_encode_tokens = 0;
   // Bytes of decoder state the batch may hold, by the model's StateFootprint of its rows once a request
-  // joins (each padded to the batch's longest input, switch schedule and max_new_tokens; a request's beams
-  // sharing its keys/values where the model does).
+  // joins (masks, caches and dense keys padded to the batch's longest input and max_new_tokens; pooled
+  // keys/values and switch tables at each request's own length, once for its beams).
   // A request that alone needs more is refused at submit(). 0 = no limit.
   int64_t max_state_bytes = 0;
   int threads = 0;  // torch intra-op threads of the decode thread; 0 = leave as is
@@ -147,10 +147,11 @@ class Engine {
   void fail_all(const std::string& error);
   void publish_stats();
   int64_t budget_of(const Pending& p) const;
-  // What the memory bounds count of a batch: its requests and rows, Σ rows × own input length, and what
-  // every row is padded to.
+  // What the memory bounds count of a batch: its extent for the state budget (what every row is
+  // padded to, what each request holds of its own) and Σ rows × own input length for the tokens budget.
   struct BatchShape {
-    int64_t requests = 0, rows = 0, row_inputs = 0, encoder_positions = 0, switches = 0, decoder_positions = 0;
+    StateShape state;
+    int64_t row_inputs = 0;
     BatchShape joined(const BatchShape& other) const;
   };
   BatchShape shape_of(const Request& request, int64_t rows) const;

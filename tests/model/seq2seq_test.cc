@@ -158,10 +158,11 @@ TEST_P(Seq2SeqProperties, RowInsideABatchOfOtherRowsEqualsRowAlone) {
   EXPECT_LE((torch::stack(ours, 0) - alone[0]).abs().max().item<double>(), tolerance(1e-5, alone[0]));
 }
 
-// A row leaving frees its slot of cross keys/values and switch table (LayerState::cross_row; nothing
-// moves), the next row to join is written into that slot, beams share their request's slot, and
-// every row still decodes as it does alone. Full attention reads the keys every step: rows stay dense.
-TEST_P(Seq2SeqProperties, JoinIntoALeftRowsSlotEqualsRowAlone) {
+// A row leaving frees its span of the cross keys/values and switch-table pools (LayerState::cross_start;
+// nothing moves), the next row to join is written into that hole, beams share their request's span,
+// and every row still decodes as it does alone. Full attention reads the keys every step: rows stay
+// dense.
+TEST_P(Seq2SeqProperties, JoinIntoALeftRowsSpanEqualsRowAlone) {
   const auto ids = random_ids(3, 13);
   const auto joiner = random_ids(1, 9);
   const auto dec = random_ids(4, 8);  // tokens of rows 0..2, then of the joining row
@@ -174,17 +175,17 @@ TEST_P(Seq2SeqProperties, JoinIntoALeftRowsSlotEqualsRowAlone) {
 
   auto st = model_->start(model_->encode(ids, torch::ones_like(ids)), torch::full({3}, 6, torch::kLong));
   for (int64_t t = 0; t < 3; ++t) model_->step(st, dec.narrow(0, 0, 3).select(1, t));
-  const bool slots = GetParam().kind != CrossAttentionKind::kFull;
-  ASSERT_EQ(st.layers[0].cross_row.defined(), slots);
+  const bool pools = GetParam().kind != CrossAttentionKind::kFull;
+  ASSERT_EQ(st.layers[0].cross_start.defined(), pools);
   const void* keys = st.layers[0].cross_k.data_ptr();
   const auto row2_keys = st.rows_of_layer(0).cross_k[2].clone();
   st.retain({0, 2});  // row 1 leaves; the engine moves the last row into its place
   st.append(model_->start(model_->encode(joiner, torch::ones_like(joiner)), torch::full({1}, 6, torch::kLong)));
-  if (slots) {
-    EXPECT_EQ(ints(st.layers[0].cross_row), (std::vector<int64_t>{0, 2, 1}))
-        << "the joining row takes the slot row 1 left";
+  if (pools) {  // three requests of 13 positions, one of 9
+    EXPECT_EQ(ints(st.layers[0].cross_start), (std::vector<int64_t>{0, 26, 13}))
+        << "the joining row takes the span row 1 left";
     EXPECT_EQ(st.layers[0].cross_k.data_ptr(), keys) << "no keys moved or reallocated";
-    EXPECT_EQ(st.layers[0].cross_k.size(0), 3);
+    EXPECT_EQ(st.layers[0].cross_k.size(0), 39);
   }
   EXPECT_TRUE(torch::equal(st.rows_of_layer(0).cross_k[1], row2_keys));
 
@@ -199,21 +200,21 @@ TEST_P(Seq2SeqProperties, JoinIntoALeftRowsSlotEqualsRowAlone) {
             tolerance(1e-5, row0_alone.narrow(0, 3, 4)));
   EXPECT_LE((torch::stack(joined, 0) - joiner_alone).abs().max().item<double>(), tolerance(1e-5, joiner_alone));
 
-  // Beams of the joined row: two rows reading one slot, decoding alike; the slot counts once.
+  // Beams of the joined row: two rows reading one span, decoding alike; the span counts once.
   auto beams = st;
   beams.select(torch::tensor({2, 2}, torch::kLong));
   auto one = st;
   one.select(torch::tensor({2}, torch::kLong));
-  int64_t slot_bytes = 0;
+  int64_t span_bytes = 0;  // one's pools are its span alone (a quarter or less in use: copied out)
   for (const auto& l : one.layers) {
     for (const auto* t : {&l.cross_k, &l.cross_v, &l.switch_drive}) {
-      slot_bytes += t->defined() ? static_cast<int64_t>(t->nbytes()) / t->size(0) : 0;  // one slot's (or row's)
+      span_bytes += t->defined() ? static_cast<int64_t>(t->nbytes()) : 0;
     }
   }
-  EXPECT_EQ(beams.bytes(), 2 * one.bytes() - (slots ? slot_bytes : 0));
-  if (slots) {
-    EXPECT_EQ(beams.layers[0].cross_k.size(0), 3) << "one slot in use of three: the others wait for joins";
-    EXPECT_EQ(ints(beams.layers[0].cross_row), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(beams.bytes(), 2 * one.bytes() - (pools ? span_bytes : 0));
+  if (pools) {
+    EXPECT_EQ(beams.layers[0].cross_k.size(0), 9) << "9 of 39 positions in use: those alone are kept";
+    EXPECT_EQ(ints(beams.layers[0].cross_start), (std::vector<int64_t>{0, 0}));
   }
   const auto both = model_->step(beams, torch::full({2}, 5, torch::kLong));
   EXPECT_TRUE(torch::equal(both[0], both[1]));
@@ -239,13 +240,15 @@ TEST_P(Seq2SeqProperties, PaddingIsCutWhenTheLongestRowLeaves) {
   st.retain({1});  // the long row leaves
   EXPECT_EQ(st.cross_valid.size(1), 9);
   for (const auto& l : st.layers) {
-    EXPECT_EQ(l.cross_k.size(2), 9);
-    EXPECT_EQ(l.cross_v.size(2), 9);
-    if (l.switch_drive.defined()) {  // the short row's schedule: segments 0, 1, 2 (m = 3 at s = 4)
-      EXPECT_EQ(l.switch_drive.size(1), 3);
+    if (l.cross_start.defined()) {  // pools: the long row's span given back, the short one's 9 kept
+      EXPECT_EQ(l.cross_k.size(0), 9);
+      EXPECT_EQ(l.cross_v.size(0), 9);
+    } else {  // dense rows: cut to the short row's length
+      EXPECT_EQ(l.cross_k.size(2), 9);
+      EXPECT_EQ(l.cross_v.size(2), 9);
     }
-    if (l.cross_row.defined()) {
-      EXPECT_EQ(l.cross_k.size(0), 1) << "only the slot in use is kept";
+    if (l.switch_drive.defined()) {  // the short row's schedule: segments 0, 1, 2 (m = 3 at s = 4)
+      EXPECT_EQ(l.switch_drive.size(0), 3);
     }
   }
   for (int64_t t = 3; t < 6; ++t) got.push_back(model_->step(st, dec[0].narrow(0, t, 1))[0]);
@@ -293,8 +296,10 @@ TEST_P(Seq2SeqProperties, PrecomputedSwitchDrivesEqualDrivesComputedAtEachSwitch
     EXPECT_FALSE(b.layers[0].switch_drive.defined());
     if (recurrent) {
       EXPECT_GT(a.bytes(), b.bytes());
-      // Row 0: m = 7, L = 6 -> segments 0,1,2,3,4,5,6 (7 entries) is the longest schedule.
-      EXPECT_EQ(a.layers[0].switch_drive.size(1), 7);
+      // One pool of the rows' schedules: row 0 (m = 7, L = 6) segments 0..6, row 1 (m = 5, L = 3)
+      // 0, 1, 3, 4, row 2 (m = 7, L = 40) 0..6.
+      EXPECT_EQ(a.layers[0].switch_drive.size(0), 7 + 4 + 7);
+      EXPECT_EQ(ints(a.layers[0].drive_start), (std::vector<int64_t>{0, 7, 11}));
     }
     for (int64_t t = 0; t < dec.size(1); ++t) {
       const auto x = model_->step(a, dec.select(1, t));
@@ -316,10 +321,10 @@ TEST_P(Seq2SeqProperties, PrecomputedSwitchDrivesEqualDrivesComputedAtEachSwitch
 }
 
 // With the CPU kernels on, a segmented softmax reads each row's window where it lies in the row's
-// slot of cross keys/values (no per-row window copies in the state); the logits equal those of a state
-// that keeps window copies (kernels off) for rows of different k, rows skipping segments and xl's
-// clipped first window, also when the windowless state goes on with the kernels off (gathered from
-// its slots).
+// span of the cross keys/values pools (no per-row window copies in the state); the logits equal those
+// of a state that keeps window copies (kernels off) for rows of different k, rows skipping segments and
+// xl's clipped first window, also when the windowless state goes on with the kernels off (gathered
+// from its spans).
 TEST_P(Seq2SeqProperties, WindowsReadInPlaceEqualWindowCopies) {
   const auto kind = GetParam().kind;
   const bool windows = kind != CrossAttentionKind::kFull && kind != CrossAttentionKind::kAblationI;
@@ -425,22 +430,25 @@ TEST_P(Seq2SeqProperties, StateFootprintEstimatesTheStateBytes) {
         << what << ": estimated " << estimate << " bytes, the state holds " << actual;
   };
   DecoderState st;
-  int64_t switches = 0;
+  int64_t switches = 0, own_switches = 0;
   for (size_t r = 0; r < lengths.size(); ++r) {
     const auto ids = random_ids(1, lengths[r]);
     auto row = model_->start(model_->encode(ids, torch::ones_like(ids)), torch::full({1}, schedules[r], torch::kLong));
     const int64_t n = f.switches(lengths[r], schedules[r]);
-    expect_near(f.bytes(1, 1, lengths[r], n, 0), row.bytes(), 1, "row " + std::to_string(r));
+    expect_near(f.request_bytes(1, lengths[r], n, 0), row.bytes(), 1, "row " + std::to_string(r));
     switches = std::max(switches, n);
+    own_switches += n;
     if (r == 0) {
       st = std::move(row);
     } else {
       st.append(std::move(row));
     }
   }
-  expect_near(f.bytes(3, 3, 40, switches, 0), st.bytes(), 3, "the batch");
+  const int64_t own_positions = 40 + 9 + 23;
+  expect_near(f.bytes({3, 3, 40, switches, 0, own_positions, own_switches}), st.bytes(), 3, "the batch");
   const auto expect_bound = [&](int64_t requests, int64_t rows, int64_t slots, const std::string& what) {
-    const int64_t estimate = f.bytes(requests, rows, 40, switches, slots), actual = st.bytes();
+    const int64_t estimate = f.bytes({requests, rows, 40, switches, slots, own_positions, own_switches});
+    const int64_t actual = st.bytes();
     const int64_t room = rows * f.per_decoder_position * (cache_capacity(slots) - slots);
     EXPECT_GE(estimate, actual - actual / 100) << what << ": estimated " << estimate << ", holds " << actual;
     EXPECT_LE(estimate, actual + room + actual / 100 + 400 * rows)
@@ -450,8 +458,8 @@ TEST_P(Seq2SeqProperties, StateFootprintEstimatesTheStateBytes) {
     (void)incremental(st, random_ids(3, steps));
     expect_bound(3, 3, st.self_valid.size(1), "the batch after " + std::to_string(st.self_valid.size(1)) + " steps");
   }
-  // Beams: the second request as three rows, the third as two (they share its slot where the variant
-  // reads cross keys/values through slots, and each has its own caches), before and after a step.
+  // Beams: the second request as three rows, the third as two (they share its span where the variant
+  // pools cross keys/values, and each has its own caches), before and after a step.
   st.retain({0, 1, 1, 1, 2, 2});
   expect_bound(3, 6, 25, "the batch with beams");
   (void)incremental(st, random_ids(6, 1));
@@ -525,8 +533,8 @@ TEST(SwitchTableClamp, PrecomputedDrivesClampLikeDrivesComputedAtEachSwitch) {
   auto a = precomputed->start(enc, torch::tensor({9, 2}, torch::kLong));
   auto b = on_switch->start(enc, torch::tensor({9, 2}, torch::kLong));
   const auto w = mask.to(torch::kFloat32).view({2, 1, -1, 1});
-  const auto unclamped =
-      torch::matmul((b.layers[0].cross_k * w).transpose(-1, -2), b.layers[0].cross_v * w);  // K^T V, real keys
+  const auto rows = b.rows_of_layer(0);
+  const auto unclamped = torch::matmul((rows.cross_k * w).transpose(-1, -2), rows.cross_v * w);  // K^T V, real keys
   ASSERT_GT(unclamped.abs().max().item<double>(), 2e-3) << "the clamp must bite for this test to mean anything";
   const auto tokens = torch::randint(3, 96, {2, 8}, torch::kLong);
   for (int64_t t = 0; t < tokens.size(1); ++t) {
@@ -684,7 +692,7 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   in_place.retain({3});
   EXPECT_EQ(in_place.layers[1].cross_k.storage().nbytes(), in_place.layers[1].cross_k.nbytes());
   copied.select(torch::tensor({3}, torch::kLong));
-  EXPECT_EQ(in_place.layers[1].cross_k.size(0), 1) << "one slot of five in use: the others given back";
+  EXPECT_EQ(in_place.layers[1].cross_k.size(0), 12) << "one request's 12 positions of 60 in use: the rest given back";
   EXPECT_TRUE(torch::equal(in_place.rows_of_layer(1).cross_k, copied.rows_of_layer(1).cross_k));
   EXPECT_THROW(in_place.retain({0, 1}), std::out_of_range);
 }
@@ -792,7 +800,7 @@ TEST(StateSelfCache, StepsWriteIntoRoomLeftInTheBuffer) {
 
 // Rows joining a running batch one at a time (as requests arrive) are written into spare rows of the
 // state's buffers once there are some, instead of the whole state being copied at each join; each
-// joined row still decodes as it does alone, also after a longer input makes every row re-pad.
+// joined row still decodes as it does alone, also after a longer input pads every row's mask.
 TEST(StateAppend, JoinsWriteIntoSpareRowsAndDecodeAsAlone) {
   TempDir d("append");
   write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 11);
@@ -811,16 +819,14 @@ TEST(StateAppend, JoinsWriteIntoSpareRowsAndDecodeAsAlone) {
   DecoderState st;
   std::vector<int64_t> joined_at, done;  // per row: the batch step it joined at, steps decoded
   std::vector<std::vector<torch::Tensor>> got(lengths.size());
-  int64_t in_place = 0;
+  int64_t cross_in_place = 0, caches_in_place = 0;
   for (size_t r = 0; r < lengths.size(); ++r) {
     const auto* cross = st.batch_size() > 0 ? st.layers[1].cross_k.storage().data() : nullptr;
     const auto* cache = st.batch_size() > 0 ? st.layers[1].self_k.storage().data() : nullptr;
     st.append(model->start(model->encode(ids[r], torch::ones({1, lengths[r]}, torch::kLong)),
                            torch::full({1}, 6, torch::kLong)));
-    if (cross != nullptr && st.layers[1].cross_k.storage().data() == cross) {
-      ++in_place;
-      EXPECT_EQ(st.layers[1].self_k.storage().data(), cache) << "row " << r << ": the caches join in place too";
-    }
+    if (cross != nullptr && st.layers[1].cross_k.storage().data() == cross) ++cross_in_place;
+    if (cache != nullptr && st.layers[1].self_k.storage().data() == cache) ++caches_in_place;
     done.push_back(0);
     for (int64_t t = 0; t < 2; ++t) {  // two steps before the next row arrives
       const int64_t B = st.batch_size();
@@ -830,17 +836,47 @@ TEST(StateAppend, JoinsWriteIntoSpareRowsAndDecodeAsAlone) {
       for (int64_t b = 0; b < B; ++b) got[b].push_back(logits[b]), ++done[b];
     }
   }
-  EXPECT_GE(in_place, 3) << "after the first join grew the buffers, most joins land in spare rows";
+  // The key pool grows by positions (14, 9, 14, 11, 6, 20: room for 46, then 96), the caches by rows.
+  EXPECT_GE(cross_in_place, 3) << "after the first joins grew the pool, most joins land in its room";
+  EXPECT_GE(caches_in_place, 3) << "after the first join grew the caches, most joins land in spare rows";
   for (size_t r = 0; r < lengths.size(); ++r) {
     const auto n = static_cast<int64_t>(got[r].size());
     EXPECT_LE((torch::stack(got[r], 0) - alone[r].narrow(0, 0, n)).abs().max().item<double>(), 1e-5) << "row " << r;
   }
 }
 
-// Under steady load the rows in flight swing around a level: slots freed at a low are kept for the
-// next joins (until three quarters are free), joins fill them before adding slots, and no used slot
-// moves meanwhile; a state down to a quarter gives the rest back.
-TEST(StateSlots, FreedSlotsWaitForTheNextJoinsUntilThreeQuartersAreFree) {
+// A long input among short ones: with pooled keys/values (the segmented variants) the batch holds what
+// its rows hold alone plus the longer mask, where full attention pads every row's keys to the longest.
+TEST(StatePools, ALongInputDoesNotPadTheOtherRowsKeys) {
+  for (const auto kind : {CrossAttentionKind::kSrformer, CrossAttentionKind::kFull}) {
+    SCOPED_TRACE(to_string(kind));
+    TempDir d("long");
+    write_random_model(d.path(), tiny_config(Architecture::kT5, kind, kind == CrossAttentionKind::kFull ? 0 : 4), 13);
+    auto model = load_model(d.path());
+    const auto start = [&](int64_t k) {
+      const auto x = torch::randint(3, 96, {1, k}, torch::kLong);
+      return model->start(model->encode(x, torch::ones_like(x)), torch::full({1}, 6, torch::kLong));
+    };
+    auto st = start(40);
+    int64_t alone = st.bytes(), long_row = st.bytes();
+    for (int i = 0; i < 3; ++i) {
+      auto row = start(9);
+      alone += row.bytes();
+      st.append(std::move(row));
+    }
+    if (kind == CrossAttentionKind::kFull) {
+      EXPECT_GE(st.bytes(), 4 * long_row - 4 * 40) << "every row padded to 40 positions";
+    } else {
+      EXPECT_GE(st.bytes(), alone);
+      EXPECT_LE(st.bytes(), alone + 3 * 31 + 64) << "the short rows' masks padded to 40, nothing else";
+    }
+  }
+}
+
+// Under steady load the rows in flight swing around a level: spans freed at a low are kept for the
+// next joins (until three quarters of a pool are free), joins fill the holes before growing the pool,
+// and no span in use moves meanwhile; a state down to a quarter gives the rest back.
+TEST(StatePools, FreedSpansWaitForTheNextJoinsUntilThreeQuartersAreFree) {
   TempDir d("slots");
   write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 12);
   auto model = load_model(d.path());
@@ -853,17 +889,18 @@ TEST(StateSlots, FreedSlotsWaitForTheNextJoinsUntilThreeQuartersAreFree) {
   model->step(st, torch::full({4}, 5, torch::kLong));
   const void* keys = st.layers[0].cross_k.data_ptr();
   st.retain({0, 3});  // half the rows leave
-  EXPECT_EQ(st.layers[0].cross_k.size(0), 4) << "two of four slots free: kept";
-  EXPECT_EQ(st.layers[0].cross_k.data_ptr(), keys) << "no slot moved";
+  EXPECT_EQ(st.layers[0].cross_k.size(0), 40) << "20 of 40 positions free: kept";
+  EXPECT_EQ(st.layers[0].cross_k.data_ptr(), keys) << "no span moved";
   st.append(start(4, 3));
-  EXPECT_EQ(ints(st.layers[0].cross_row), (std::vector<int64_t>{0, 3, 1, 2, 4}))
-      << "two joining rows take the free slots, the third one a new slot";
-  EXPECT_EQ(st.layers[0].cross_k.size(0), 5);
+  EXPECT_EQ(ints(st.layers[0].cross_start), (std::vector<int64_t>{0, 30, 10, 20, 40}))
+      << "two joining rows fill the hole of 20, the third one goes at the end";
+  EXPECT_EQ(st.layers[0].cross_k.size(0), 50);
+  EXPECT_EQ(ints(st.layers[0].drive_start).size(), 5u);
 
   auto alone = start(6, 1);
-  st.retain({4});  // four of five rows leave: the last joiner's slot is copied densely, the rest given back
-  EXPECT_EQ(st.layers[0].cross_k.size(0), 1);
-  EXPECT_EQ(ints(st.layers[0].cross_row), (std::vector<int64_t>{0}));
+  st.retain({4});  // four of five rows leave: the last joiner's span is copied out, the rest given back
+  EXPECT_EQ(st.layers[0].cross_k.size(0), 10);
+  EXPECT_EQ(ints(st.layers[0].cross_start), (std::vector<int64_t>{0}));
   const auto got = model->step(st, torch::full({1}, 7, torch::kLong));
   const auto want = model->step(alone, torch::full({1}, 7, torch::kLong));
   EXPECT_LE((got - want).abs().max().item<double>(), 1e-5);
