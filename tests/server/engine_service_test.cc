@@ -443,6 +443,26 @@ TEST(EngineService, StateBudgetKeepsTheBatchsStateWithinIt) {
   EXPECT_GE(positions->load(), 151);
 }
 
+// A model that pools its inputs' keys per request (LayerState::cross_start: no row padded to another's
+// length) is budgeted at each request's own length: a long document joins four short requests at once
+// (151 + 4 x 8 positions), where padded to its length the five would count 755 and it would wait.
+TEST(EngineService, StateBudgetCountsPooledInputsAtTheirOwnLength) {
+  FakeServerOptions so;
+  FakeModelOptions mo{256, 4, 20ms};
+  mo.footprint = StateFootprint{/*per_encoder_position=*/1000};
+  mo.footprint.inputs_shared_by_beams = true;
+  so.models = {{"fake", mo}};
+  so.config.max_state_bytes = 250 * 1000;
+  TestServer server(so);
+  std::vector<std::future<grpc::Status>> calls;
+  for (int i = 0; i < 4; ++i) calls.push_back(summarize_async(server, "short " + std::to_string(i), 30));
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 4; }));
+  calls.push_back(summarize_async(server, std::string(150, 'x'), 4));
+  EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 5; }))
+      << "the long document waited for the short ones";
+  for (auto& c : calls) EXPECT_TRUE(c.get().ok());
+}
+
 // A request whose state alone exceeds the budget can never run here: refused at once with what to
 // change, and the server goes on serving.
 TEST(EngineService, ARequestOverTheStateBudgetAloneIsRefusedWithWhatToChange) {
