@@ -93,9 +93,14 @@ torch::Tensor renumber_starts(const torch::Tensor& starts, const std::vector<std
   return s.to(starts.device());
 }
 
-// Copies the spans in use of `pools` (tensors sharing one layout of spans, e.g. keys and values)
-// densely, in start order, and points `starts` at their new places; the rest is given back.
-void copy_used_spans(const std::vector<torch::Tensor*>& pools, const std::vector<Span>& used, torch::Tensor& starts) {
+// The dimension of a pool's positions: keys/values are head-major [H, N, d] (a head's keys contiguous,
+// as the per-head attention kernels read them), switch tables [E, H, d, d].
+constexpr int64_t kKeyDim = 1, kEntryDim = 0;
+
+// Copies the spans in use of `pools` (tensors sharing one layout of spans along `dim`, e.g. keys and
+// values) densely, in start order, and points `starts` at their new places; the rest is given back.
+void copy_used_spans(const std::vector<torch::Tensor*>& pools, const std::vector<Span>& used, torch::Tensor& starts,
+                     int64_t dim) {
   std::vector<std::pair<int64_t, int64_t>> moved;
   int64_t next = 0;
   for (const auto& span : used) {
@@ -104,10 +109,10 @@ void copy_used_spans(const std::vector<torch::Tensor*>& pools, const std::vector
   }
   for (auto* pool : pools) {
     std::vector<torch::Tensor> kept;
-    for (const auto& span : used) kept.push_back(pool->narrow(0, span.start, span.count));
+    for (const auto& span : used) kept.push_back(pool->narrow(dim, span.start, span.count));
     auto shape = pool->sizes().vec();
-    shape[0] = 0;
-    *pool = kept.empty() ? torch::empty(shape, pool->options()) : torch::cat(kept, 0);
+    shape[static_cast<size_t>(dim)] = 0;
+    *pool = kept.empty() ? torch::empty(shape, pool->options()) : torch::cat(kept, dim);
   }
   starts = renumber_starts(starts, moved);
 }
@@ -119,13 +124,13 @@ void copy_used_spans(const std::vector<torch::Tensor*>& pools, const std::vector
 void release_layer_pools(LayerState& l, const RowCounts& counts) {
   if (!pooled(l)) return;
   const auto keys = used_spans(l.cross_start, counts.keys);
-  if (4 * total_count(keys) <= l.cross_k.size(0) && l.cross_k.size(0) > 0) {
-    copy_used_spans({&l.cross_k, &l.cross_v}, keys, l.cross_start);
+  if (4 * total_count(keys) <= l.cross_k.size(kKeyDim) && l.cross_k.size(kKeyDim) > 0) {
+    copy_used_spans({&l.cross_k, &l.cross_v}, keys, l.cross_start, kKeyDim);
   }
   if (l.switch_drive.defined()) {
     const auto entries = used_spans(l.drive_start, counts.entries);
-    if (4 * total_count(entries) <= l.switch_drive.size(0) && l.switch_drive.size(0) > 0) {
-      copy_used_spans({&l.switch_drive}, entries, l.drive_start);
+    if (4 * total_count(entries) <= l.switch_drive.size(kEntryDim) && l.switch_drive.size(kEntryDim) > 0) {
+      copy_used_spans({&l.switch_drive}, entries, l.drive_start, kEntryDim);
     }
   }
 }
@@ -338,13 +343,36 @@ void append_rows(torch::Tensor& t, const torch::Tensor& extra) {
   t.narrow(0, B, n).copy_(extra);
 }
 
+// Appends `extra`'s positions [H, n, d] to a head-major key pool [H, N, d] whose heads have room for
+// more (stride(0) = capacity * d), in place where the room and the storage are this pool's alone;
+// otherwise the pool moves to a buffer with room for as many positions again (joins then cost their
+// own positions, as append_rows does for rows).
+void append_positions(torch::Tensor& t, const torch::Tensor& extra) {
+  const int64_t H = t.size(0), N = t.size(1), d = t.size(2), n = extra.size(1);
+  const auto element = static_cast<int64_t>(t.element_size());
+  const bool roomy = t.stride(2) == 1 && t.stride(1) == d && t.storage_offset() == 0 && owns_storage(t) &&
+                     t.stride(0) >= (N + n) * d &&
+                     static_cast<int64_t>(t.storage().nbytes()) >= ((H - 1) * t.stride(0) + (N + n) * d) * element;
+  if (roomy) {
+    t.set_(t.storage(), 0, {H, N + n, d}, {t.stride(0), d, 1});
+  } else {
+    const int64_t capacity = std::max(N + n + 4, 2 * (N + n));
+    const auto buffer = torch::empty({H, capacity, d}, t.options());
+    buffer.narrow(1, 0, N).copy_(t);
+    torch::Tensor grown = torch::empty({0}, t.options());
+    grown.set_(buffer.storage(), 0, {H, N + n, d}, {capacity * d, d, 1});
+    t = std::move(grown);
+  }
+  t.narrow(1, N, n).copy_(extra);
+}
+
 // Writes the spans `theirs` (in `their_pools`, starts `their_starts`) into `my_pools`, which hold the
 // spans `mine`: into holes first (first fit; where the pools are this state's alone: a copy of the
 // state may still read its holes), at the end the rest. Points their_starts at the new places.
 void join_spans(const std::vector<torch::Tensor*>& my_pools, const std::vector<Span>& mine,
                 const std::vector<torch::Tensor*>& their_pools, const std::vector<Span>& theirs,
-                torch::Tensor& their_starts) {
-  const int64_t size = my_pools.front()->size(0);
+                torch::Tensor& their_starts, int64_t dim) {
+  const int64_t size = my_pools.front()->size(dim);
   const bool in_place =
       std::all_of(my_pools.begin(), my_pools.end(), [](const torch::Tensor* t) { return owns_storage(*t); });
   std::vector<Span> holes;
@@ -363,7 +391,7 @@ void join_spans(const std::vector<torch::Tensor*>& my_pools, const std::vector<S
     const auto hole = std::find_if(holes.begin(), holes.end(), [&](const Span& h) { return h.count >= span.count; });
     if (hole != holes.end()) {
       for (size_t j = 0; j < my_pools.size(); ++j) {
-        my_pools[j]->narrow(0, hole->start, span.count).copy_(their_pools[j]->narrow(0, span.start, span.count));
+        my_pools[j]->narrow(dim, hole->start, span.count).copy_(their_pools[j]->narrow(dim, span.start, span.count));
       }
       moved.emplace_back(span.start, hole->start);
       hole->start += span.count;
@@ -377,8 +405,13 @@ void join_spans(const std::vector<torch::Tensor*>& my_pools, const std::vector<S
   if (!at_end.empty()) {
     for (size_t j = 0; j < my_pools.size(); ++j) {
       std::vector<torch::Tensor> parts;
-      for (const auto& span : at_end) parts.push_back(their_pools[j]->narrow(0, span.start, span.count));
-      append_rows(*my_pools[j], parts.size() == 1 ? parts.front() : torch::cat(parts, 0));
+      for (const auto& span : at_end) parts.push_back(their_pools[j]->narrow(dim, span.start, span.count));
+      const auto extra = parts.size() == 1 ? parts.front() : torch::cat(parts, dim);
+      if (dim == 0) {
+        append_rows(*my_pools[j], extra);
+      } else {
+        append_positions(*my_pools[j], extra);
+      }
     }
   }
   std::sort(moved.begin(), moved.end());
@@ -391,10 +424,11 @@ void join_pools(LayerState& mine, const RowCounts& my_counts, LayerState& theirs
     throw std::invalid_argument("DecoderState::append: states of different models or variants");
   }
   join_spans({&mine.cross_k, &mine.cross_v}, used_spans(mine.cross_start, my_counts.keys),
-             {&theirs.cross_k, &theirs.cross_v}, used_spans(theirs.cross_start, their_counts.keys), theirs.cross_start);
+             {&theirs.cross_k, &theirs.cross_v}, used_spans(theirs.cross_start, their_counts.keys), theirs.cross_start,
+             kKeyDim);
   if (mine.switch_drive.defined()) {
     join_spans({&mine.switch_drive}, used_spans(mine.drive_start, my_counts.entries), {&theirs.switch_drive},
-               used_spans(theirs.drive_start, their_counts.entries), theirs.drive_start);
+               used_spans(theirs.drive_start, their_counts.entries), theirs.drive_start, kEntryDim);
   }
 }
 
@@ -721,15 +755,17 @@ int64_t DecoderState::bytes() const {
   total += tensor_bytes(self_src);
   if (std::none_of(layers.begin(), layers.end(), pooled)) return total;
   const auto counts = row_counts(*this);
-  const auto span_bytes = [](const torch::Tensor& pool, const torch::Tensor& starts, const std::vector<int64_t>& n) {
-    return pool.dim() == 0 || pool.size(0) == 0
-               ? 0
-               : total_count(used_spans(starts, n)) * pool.stride(0) * static_cast<int64_t>(pool.element_size());
+  const auto span_bytes = [](const torch::Tensor& pool, const torch::Tensor& starts, const std::vector<int64_t>& n,
+                             int64_t dim) {
+    if (pool.dim() <= dim || pool.size(dim) == 0) return int64_t{0};
+    const int64_t per_position = pool.numel() / pool.size(dim) * static_cast<int64_t>(pool.element_size());
+    return total_count(used_spans(starts, n)) * per_position;
   };
   for (const auto& l : layers) {
     if (!pooled(l)) continue;
-    total += span_bytes(l.cross_k, l.cross_start, counts.keys) + span_bytes(l.cross_v, l.cross_start, counts.keys);
-    if (l.switch_drive.defined()) total += span_bytes(l.switch_drive, l.drive_start, counts.entries);
+    total += span_bytes(l.cross_k, l.cross_start, counts.keys, kKeyDim) +
+             span_bytes(l.cross_v, l.cross_start, counts.keys, kKeyDim);
+    if (l.switch_drive.defined()) total += span_bytes(l.switch_drive, l.drive_start, counts.entries, kEntryDim);
   }
   return total;
 }
@@ -743,17 +779,18 @@ LayerState DecoderState::rows_of_layer(size_t layer) const {
                             bool keys) {
       if (!pool.defined()) return pool;
       const int64_t B = batch_size();
+      const int64_t dim = keys ? kKeyDim : kEntryDim;
       const int64_t longest = keys ? cross_valid.size(1) : (n.empty() ? 0 : *std::max_element(n.begin(), n.end()));
       auto shape = pool.sizes().vec();
+      shape[static_cast<size_t>(dim)] = longest;
       shape.insert(shape.begin(), B);
-      shape[1] = longest;
-      auto out_rows = torch::zeros(shape, pool.options());
+      auto out_rows = torch::zeros(shape, pool.options());  // [B, H, k, d] or [B, n, H, d, d]
       const auto st = starts.to(torch::kCPU, torch::kLong).contiguous();
       for (int64_t b = 0; b < B; ++b) {
         const int64_t count = n[static_cast<size_t>(b)];
-        out_rows[b].narrow(0, 0, count).copy_(pool.narrow(0, st.data_ptr<int64_t>()[b], count));
+        out_rows[b].narrow(dim, 0, count).copy_(pool.narrow(dim, st.data_ptr<int64_t>()[b], count));
       }
-      return keys ? out_rows.transpose(1, 2).contiguous() : out_rows;
+      return out_rows;
     };
     out.cross_k = unpool(l.cross_k, l.cross_start, counts.keys, true);
     out.cross_v = unpool(l.cross_v, l.cross_start, counts.keys, true);

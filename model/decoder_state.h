@@ -13,7 +13,7 @@ struct LayerState {
   // marked in DecoderState::self_valid (rows that joined later have invalid leading slots).
   torch::Tensor self_k, self_v;
   // Cross-attention keys/values over the encoder output: [B, H, k, d] (padded to the batch's max k);
-  // in a layer that reads them only at segment switches (pooled, cross_start below) [N, H, d] pools.
+  // in a layer that keeps them in pools (cross_start below) head-major [H, N, d] pools.
   torch::Tensor cross_k, cross_v;
   // SRformer (fp32): K^T V [B,H,d,d] (clamped for BART; undefined with a switch table, which holds
   // all the switches need of it), ||K|| [B,H,d], membrane [B,H,d,d], current recurrent term R
@@ -30,15 +30,16 @@ struct LayerState {
   // Undefined where the step reads each window in place (CPU fp32 with the kernels on,
   // kernels::window_attention), which needs no copies.
   torch::Tensor window_k, window_v;
-  // Where each row's keys/values and switch table lie when the layer reads them only at segment
-  // switches (incremental decoding of the segmented variants): cross_k/cross_v are then pools of
-  // positions [N, H, d] holding each request's real positions, k_b of them, from cross_start[b] on
+  // Where each row's keys/values and switch table lie in incremental decoding of the segmented
+  // variants (and of full attention where the CPU kernels read it in place): cross_k/cross_v are then
+  // head-major pools [H, N, d] (a head's keys contiguous, with room per head for more) holding each
+  // request's real positions, k_b of them, from cross_start[b] on
   // ([B] int64), and switch_drive a pool of entries, the row's from drive_start[b] on ([B] int64; its
   // schedule's length, segments.h visited_segments). A request's span is written once, when it joins,
   // and never changed: beams share it, a leaving request's span becomes a hole the next joins fill,
   // and no request is padded to another's length (a T5-small row is 24 KB per encoder position: a
   // 4k-token document among short ones padded each of them to ~100 MB). Undefined: cross_k/cross_v
-  // are dense rows [B, H, k, d] (full attention reads them every step).
+  // are dense rows [B, H, k, d] (full attention through LibTorch, which reads them every step).
   torch::Tensor cross_start, drive_start;
 };
 

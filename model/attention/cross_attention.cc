@@ -42,7 +42,8 @@ bool windows_in_place(const torch::Tensor& cross_k, CrossAttentionKind kind) {
 }
 
 // softmax(q kᵀ) v over each row's window of `width` keys from segment seg + offset, clipped to the
-// row's real keys, read in the row's span (cross_start) of the cross_k/cross_v pools. q [B,H,1,d] -> [B,H,1,d].
+// row's real keys, read in the row's span (cross_start) of the head-major cross_k/cross_v pools
+// [H, N, d]. q [B,H,1,d] -> [B,H,1,d].
 torch::Tensor attend_window_in_place(const torch::Tensor& q, const LayerState& ls, const torch::Tensor& seg,
                                      const torch::Tensor& enc_len, int64_t segment_size, int64_t offset,
                                      int64_t width) {
@@ -50,7 +51,8 @@ torch::Tensor attend_window_in_place(const torch::Tensor& q, const LayerState& l
   const auto& k = ls.cross_k;
   const auto& v = ls.cross_v;
   if (!q.is_cpu() || q.scalar_type() != torch::kFloat32 || q.size(2) != 1 || k.dim() != 3 ||
-      k.strides() != v.strides() || k.stride(2) != 1 || k.size(1) != H || k.size(2) != d) {
+      k.strides() != v.strides() || k.sizes() != v.sizes() || k.stride(2) != 1 || k.stride(1) != d || k.size(0) != H ||
+      k.size(2) != d) {
     throw std::invalid_argument("cross-attention: in-place windows need CPU float32 q [B,H,1,d] and key pools");
   }
   const auto ranges = window_ranges(seg, enc_len, segment_size, offset, width);
@@ -58,21 +60,22 @@ torch::Tensor attend_window_in_place(const torch::Tensor& q, const LayerState& l
   for (int64_t b = 0; b < B; ++b) {  // B integers: no read outside the pool whatever the schedule says
     const int64_t start = starts.data_ptr<int64_t>()[b];
     const auto i = static_cast<size_t>(b);
-    if (start < 0 || (ranges.count[i] > 0 && start + ranges.first[i] + ranges.count[i] > k.size(0))) {
+    if (start < 0 || (ranges.count[i] > 0 && start + ranges.first[i] + ranges.count[i] > k.size(1))) {
       throw std::out_of_range("cross-attention: a window outside the cross keys/values");
     }
   }
   const auto qc = q.stride(3) == 1 ? q : q.contiguous();
   auto out = torch::empty({B, 1, H, d}, qc.options());  // merging the heads afterwards is free
-  // A span's position p is pool row start + p: the kernel's "row" stride is the pool's position stride.
+  // A span's position p is pool position start + p: the kernel's "row" (start) and key strides are both
+  // the pool's position stride, its head stride the pool's.
   kernels::window_attention(qc.data_ptr<float>(), {qc.stride(0), qc.stride(1), qc.stride(2)}, k.data_ptr<float>(),
-                            v.data_ptr<float>(), {k.stride(0), k.stride(1), k.stride(0)}, starts.data_ptr<int64_t>(),
+                            v.data_ptr<float>(), {k.stride(1), k.stride(0), k.stride(1)}, starts.data_ptr<int64_t>(),
                             ranges.first.data(), ranges.count.data(), out.data_ptr<float>(),
                             {out.stride(0), out.stride(2), out.stride(1)}, {B, H, d}, at::get_num_threads());
   return out.transpose(1, 2);
 }
 
-// Keys/values at idx [n,W] of n rows: from a pool [N,H,d] (LayerState::cross_start; `where` the
+// Keys/values at idx [n,W] of n rows: from a pool [H,N,d] (LayerState::cross_start; `where` the
 // rows' starts, `len` their lengths), or from dense [R,H,k,d] tensors (`where` the rows' indices
 // into them, undefined: row j is row j).
 torch::Tensor window_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& where,
@@ -81,12 +84,13 @@ torch::Tensor window_rows(const torch::Tensor& x, const torch::Tensor& idx, cons
 }
 
 // Packs each row's real positions of dense keys/values [B,H,k,d] (mask [B,k], real positions first)
-// into a pool [Σk_b, H, d], row after row; returns the rows' starts [B].
+// into head-major pools [H, Σk_b, d], row after row; returns the rows' starts [B].
 torch::Tensor pool_positions(torch::Tensor& keys, torch::Tensor& values, const torch::Tensor& enc_mask) {
   const auto real = enc_mask.to(torch::kBool);
   const auto len = real.sum(1).to(torch::kLong);
-  keys = keys.transpose(1, 2).index({real}).contiguous();
-  values = values.transpose(1, 2).index({real}).contiguous();
+  using torch::indexing::Slice;
+  keys = keys.transpose(0, 1).index({Slice(), real}).contiguous();
+  values = values.transpose(0, 1).index({Slice(), real}).contiguous();
   return len.cumsum(0) - len;
 }
 
@@ -113,6 +117,10 @@ bool CrossAttention::recurrent() const {
 }
 
 bool CrossAttention::has_softmax() const { return kind != CrossAttentionKind::kAblationI; }
+
+bool CrossAttention::pooled(const torch::Device& device, torch::ScalarType dtype) const {
+  return kind != CrossAttentionKind::kFull || windows_in_place(device, dtype, kind);
+}
 
 int64_t CrossAttention::keys_read_per_step(int64_t enc_len) const {
   const int64_t s = segment_size;
@@ -148,11 +156,11 @@ StateFootprint CrossAttention::footprint(const torch::Device& device, torch::Sca
       f.fixed += square;  // K^T V
     }
   }
-  if (kind != CrossAttentionKind::kFull) {  // pooled (LayerState::cross_start): a request's own length, shared by beams
+  if (pooled(device, dtype)) {  // LayerState::cross_start: a request's own length, shared by beams
     f.inputs_shared_by_beams = true;
     f.fixed += 8;                                          // the row's start in the key pools
     if (recurrent() && precompute_switches) f.fixed += 8;  // and in the switch table's
-    if (has_softmax() && !windows_in_place(device, dtype, kind)) {
+    if (kind != CrossAttentionKind::kFull && has_softmax() && !windows_in_place(device, dtype, kind)) {
       f.fixed += 2 * heads * window_width() * head_dim * element;  // window copies
     }
   }
@@ -201,9 +209,9 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
     ls.window_k = torch::zeros({ls.cross_k.size(0), heads, width, head_dim}, ls.cross_k.options());
     ls.window_v = torch::zeros_like(ls.window_k);
   }
-  if (expected_len.defined() && kind != CrossAttentionKind::kFull) {
-    // Decode steps read the keys/values only in windows and at switches: each request's real
-    // positions go into pools (LayerState::cross_start), the switch table is one already.
+  if (expected_len.defined() && pooled(ls.cross_k.device(), ls.cross_k.scalar_type())) {
+    // Each request's real positions go into pools (LayerState::cross_start); the switch table is one
+    // already.
     ls.cross_start = pool_positions(ls.cross_k, ls.cross_v, enc_mask);
   }
 }
@@ -601,7 +609,18 @@ torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const
   const int64_t kmax = enc_mask.size(1);
 
   torch::Tensor attn;
-  if (kind == CrossAttentionKind::kFull) {
+  if (kind == CrossAttentionKind::kFull && ls.cross_start.defined()) {
+    // Every real key of each row, read in its span of the pools as one window (with the kernels off
+    // after the state started: gathered, padded to the longest and masked).
+    if (windows_in_place(ls.cross_k, kind) && qh.scalar_type() == torch::kFloat32) {
+      attn = attend_window_in_place(qh, ls, torch::zeros({B}, torch::kLong), enc_len, 0, 0, kmax);
+    } else {
+      const auto idx = torch::arange(kmax, enc_len.options()).unsqueeze(0).expand({B, kmax});
+      attn = attend(qh, window_rows(ls.cross_k, idx, ls.cross_start, enc_len),
+                    window_rows(ls.cross_v, idx, ls.cross_start, enc_len),
+                    additive_mask(enc_mask.view({B, 1, 1, kmax}), qh.scalar_type()));
+    }
+  } else if (kind == CrossAttentionKind::kFull) {
     attn = attend(qh, ls.cross_k, ls.cross_v, additive_mask(enc_mask.view({B, 1, 1, kmax}), qh.scalar_type()));
   } else if (has_softmax()) {
     // Read only the rows of segment i (and i-1 / global tokens): s keys per step instead of k.

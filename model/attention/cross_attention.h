@@ -92,6 +92,11 @@ struct CrossAttention {
   // attn [B,H,q,d] (model dtype), qr = q R [B,H,q,d] fp32 -> the variant's output [B,H,q,d].
   torch::Tensor combine(const torch::Tensor& attn, const torch::Tensor& qr, const LayerState& ls) const;
   bool has_softmax() const;  // false only for ablation I (recurrent term alone)
+  // Whether incremental decoding keeps the keys/values in pools (LayerState::cross_start): the
+  // segmented variants read them only in windows and at switches; full attention reads every key each
+  // step, which the CPU kernels do in place (a row's whole span as one window, head by head), while
+  // LibTorch's batched product wants dense rows.
+  bool pooled(const torch::Device& device, torch::ScalarType dtype) const;
   // Keys a segmented softmax reads per step: s, or 2s for xl (previous segment too).
   int64_t window_width() const;
   // Gathers the window (rows idx [B,W] of cross K/V; enc_len [B]) of the rows whose segment changed

@@ -66,9 +66,9 @@ torch::Tensor gather_span_rows(const torch::Tensor& x, const torch::Tensor& idx,
                                const torch::Tensor& len) {
   const auto last = (len - 1).clamp_min(0).unsqueeze(1);
   const auto pos = starts.unsqueeze(1) + torch::minimum(idx.clamp_min(0), last);  // [n,W]
-  return x.index_select(0, pos.reshape(-1))
-      .view({idx.size(0), idx.size(1), x.size(1), x.size(2)})
-      .transpose(1, 2)
+  return x.index_select(1, pos.reshape(-1))
+      .view({x.size(0), idx.size(0), idx.size(1), x.size(2)})
+      .transpose(0, 1)
       .contiguous();
 }
 

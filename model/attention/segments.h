@@ -39,9 +39,9 @@ WindowRanges window_ranges(const torch::Tensor& seg, const torch::Tensor& enc_le
 // [B,H,k,d] and row j of the result reads batch row batch_rows[j], touching only W keys.
 torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& batch_rows = {});
 
-// Positions idx [n,W] of n rows' spans of a pool x [N,H,d] (LayerState::cross_start): row j's span
-// starts at starts[j] and holds len[j] positions, and idx is clamped into it (a masked position never
-// reads another request's keys, or room never written). -> [n,H,W,d].
+// Positions idx [n,W] of n rows' spans of a head-major pool x [H,N,d] (LayerState::cross_start): row
+// j's span starts at starts[j] and holds len[j] positions, and idx is clamped into it (a masked position
+// never reads another request's keys, or room never written). -> [n,H,W,d].
 torch::Tensor gather_span_rows(const torch::Tensor& x, const torch::Tensor& idx, const torch::Tensor& starts,
                                const torch::Tensor& len);
 

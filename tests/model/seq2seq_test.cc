@@ -160,8 +160,8 @@ TEST_P(Seq2SeqProperties, RowInsideABatchOfOtherRowsEqualsRowAlone) {
 
 // A row leaving frees its span of the cross keys/values and switch-table pools (LayerState::cross_start;
 // nothing moves), the next row to join is written into that hole, beams share their request's span,
-// and every row still decodes as it does alone. Full attention reads the keys every step: rows stay
-// dense.
+// and every row still decodes as it does alone. Full attention pools them where the CPU kernels read
+// every key in place; through LibTorch its rows stay dense.
 TEST_P(Seq2SeqProperties, JoinIntoALeftRowsSpanEqualsRowAlone) {
   const auto ids = random_ids(3, 13);
   const auto joiner = random_ids(1, 9);
@@ -175,7 +175,7 @@ TEST_P(Seq2SeqProperties, JoinIntoALeftRowsSpanEqualsRowAlone) {
 
   auto st = model_->start(model_->encode(ids, torch::ones_like(ids)), torch::full({3}, 6, torch::kLong));
   for (int64_t t = 0; t < 3; ++t) model_->step(st, dec.narrow(0, 0, 3).select(1, t));
-  const bool pools = GetParam().kind != CrossAttentionKind::kFull;
+  const bool pools = GetParam().kind != CrossAttentionKind::kFull || kernels::use_cpu_kernels();
   ASSERT_EQ(st.layers[0].cross_start.defined(), pools);
   const void* keys = st.layers[0].cross_k.data_ptr();
   const auto row2_keys = st.rows_of_layer(0).cross_k[2].clone();
@@ -185,7 +185,7 @@ TEST_P(Seq2SeqProperties, JoinIntoALeftRowsSpanEqualsRowAlone) {
     EXPECT_EQ(ints(st.layers[0].cross_start), (std::vector<int64_t>{0, 26, 13}))
         << "the joining row takes the span row 1 left";
     EXPECT_EQ(st.layers[0].cross_k.data_ptr(), keys) << "no keys moved or reallocated";
-    EXPECT_EQ(st.layers[0].cross_k.size(0), 39);
+    EXPECT_EQ(st.layers[0].cross_k.size(1), 39);
   }
   EXPECT_TRUE(torch::equal(st.rows_of_layer(0).cross_k[1], row2_keys));
 
@@ -213,7 +213,7 @@ TEST_P(Seq2SeqProperties, JoinIntoALeftRowsSpanEqualsRowAlone) {
   }
   EXPECT_EQ(beams.bytes(), 2 * one.bytes() - (pools ? span_bytes : 0));
   if (pools) {
-    EXPECT_EQ(beams.layers[0].cross_k.size(0), 9) << "9 of 39 positions in use: those alone are kept";
+    EXPECT_EQ(beams.layers[0].cross_k.size(1), 9) << "9 of 39 positions in use: those alone are kept";
     EXPECT_EQ(ints(beams.layers[0].cross_start), (std::vector<int64_t>{0, 0}));
   }
   const auto both = model_->step(beams, torch::full({2}, 5, torch::kLong));
@@ -241,8 +241,8 @@ TEST_P(Seq2SeqProperties, PaddingIsCutWhenTheLongestRowLeaves) {
   EXPECT_EQ(st.cross_valid.size(1), 9);
   for (const auto& l : st.layers) {
     if (l.cross_start.defined()) {  // pools: the long row's span given back, the short one's 9 kept
-      EXPECT_EQ(l.cross_k.size(0), 9);
-      EXPECT_EQ(l.cross_v.size(0), 9);
+      EXPECT_EQ(l.cross_k.size(1), 9);
+      EXPECT_EQ(l.cross_v.size(1), 9);
     } else {  // dense rows: cut to the short row's length
       EXPECT_EQ(l.cross_k.size(2), 9);
       EXPECT_EQ(l.cross_v.size(2), 9);
@@ -692,7 +692,7 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   in_place.retain({3});
   EXPECT_EQ(in_place.layers[1].cross_k.storage().nbytes(), in_place.layers[1].cross_k.nbytes());
   copied.select(torch::tensor({3}, torch::kLong));
-  EXPECT_EQ(in_place.layers[1].cross_k.size(0), 12) << "one request's 12 positions of 60 in use: the rest given back";
+  EXPECT_EQ(in_place.layers[1].cross_k.size(1), 12) << "one request's 12 positions of 60 in use: the rest given back";
   EXPECT_TRUE(torch::equal(in_place.rows_of_layer(1).cross_k, copied.rows_of_layer(1).cross_k));
   EXPECT_THROW(in_place.retain({0, 1}), std::out_of_range);
 }
@@ -845,11 +845,17 @@ TEST(StateAppend, JoinsWriteIntoSpareRowsAndDecodeAsAlone) {
   }
 }
 
-// A long input among short ones: with pooled keys/values (the segmented variants) the batch holds what
-// its rows hold alone plus the longer mask, where full attention pads every row's keys to the longest.
+// A long input among short ones: with pooled keys/values (the segmented variants; full attention with
+// the CPU kernels) the batch holds what its rows hold alone plus the longer mask, where dense rows (full
+// attention through LibTorch) pad every row's keys to the longest.
 TEST(StatePools, ALongInputDoesNotPadTheOtherRowsKeys) {
-  for (const auto kind : {CrossAttentionKind::kSrformer, CrossAttentionKind::kFull}) {
-    SCOPED_TRACE(to_string(kind));
+  if (!kernels::use_cpu_kernels()) GTEST_SKIP() << "full attention pools its keys only where the CPU kernels run";
+  for (const auto& [kind, kernels_on] :
+       std::vector<std::pair<CrossAttentionKind, bool>>{{CrossAttentionKind::kSrformer, true},
+                                                        {CrossAttentionKind::kFull, true},
+                                                        {CrossAttentionKind::kFull, false}}) {
+    SCOPED_TRACE(std::string(to_string(kind)) + (kernels_on ? ", kernels on" : ", kernels off"));
+    kernels::set_cpu_kernels(kernels_on);
     TempDir d("long");
     write_random_model(d.path(), tiny_config(Architecture::kT5, kind, kind == CrossAttentionKind::kFull ? 0 : 4), 13);
     auto model = load_model(d.path());
@@ -864,9 +870,12 @@ TEST(StatePools, ALongInputDoesNotPadTheOtherRowsKeys) {
       alone += row.bytes();
       st.append(std::move(row));
     }
-    if (kind == CrossAttentionKind::kFull) {
+    kernels::set_cpu_kernels(true);
+    if (!kernels_on) {
+      EXPECT_FALSE(st.layers[0].cross_start.defined());
       EXPECT_GE(st.bytes(), 4 * long_row - 4 * 40) << "every row padded to 40 positions";
     } else {
+      EXPECT_TRUE(st.layers[0].cross_start.defined());
       EXPECT_GE(st.bytes(), alone);
       EXPECT_LE(st.bytes(), alone + 3 * 31 + 64) << "the short rows' masks padded to 40, nothing else";
     }
@@ -889,17 +898,17 @@ TEST(StatePools, FreedSpansWaitForTheNextJoinsUntilThreeQuartersAreFree) {
   model->step(st, torch::full({4}, 5, torch::kLong));
   const void* keys = st.layers[0].cross_k.data_ptr();
   st.retain({0, 3});  // half the rows leave
-  EXPECT_EQ(st.layers[0].cross_k.size(0), 40) << "20 of 40 positions free: kept";
+  EXPECT_EQ(st.layers[0].cross_k.size(1), 40) << "20 of 40 positions free: kept";
   EXPECT_EQ(st.layers[0].cross_k.data_ptr(), keys) << "no span moved";
   st.append(start(4, 3));
   EXPECT_EQ(ints(st.layers[0].cross_start), (std::vector<int64_t>{0, 30, 10, 20, 40}))
       << "two joining rows fill the hole of 20, the third one goes at the end";
-  EXPECT_EQ(st.layers[0].cross_k.size(0), 50);
+  EXPECT_EQ(st.layers[0].cross_k.size(1), 50);
   EXPECT_EQ(ints(st.layers[0].drive_start).size(), 5u);
 
   auto alone = start(6, 1);
   st.retain({4});  // four of five rows leave: the last joiner's span is copied out, the rest given back
-  EXPECT_EQ(st.layers[0].cross_k.size(0), 10);
+  EXPECT_EQ(st.layers[0].cross_k.size(1), 10);
   EXPECT_EQ(ints(st.layers[0].cross_start), (std::vector<int64_t>{0}));
   const auto got = model->step(st, torch::full({1}, 7, torch::kLong));
   const auto want = model->step(alone, torch::full({1}, 7, torch::kLong));
