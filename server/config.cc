@@ -160,7 +160,7 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
   --max-encode-tokens N       input tokens encoded per iteration while others decode; bounds the stall
                               a burst of arrivals puts on running streams (default 2048; 0 = unlimited)
   --max-state-memory SIZE     decoder state a model's batch may hold (512M, 8G, ...; counted as the model
-                              holds it: full attention pads rows to the longest input): requests wait
+                              holds it, each request's own input): requests wait
                               until it fits, one that alone exceeds it is refused (default auto: half
                               the memory available after loading, the GPU's on CUDA, shared by the
                               models; 0 = unlimited)
