@@ -117,8 +117,7 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
                                                                    const nlohmann::json* parsed_tokenizer_json) {
   const auto vocab_file = model_dir / "vocab.json", merges_file = model_dir / "merges.txt";
   std::optional<json> read_here;
-  if (!parsed_tokenizer_json) read_here = read_tokenizer_file_if_present(model_dir / "tokenizer.json");
-  const json* const tokenizer_json = parsed_tokenizer_json ? parsed_tokenizer_json : read_here ? &*read_here : nullptr;
+  const json* const tokenizer_json = tokenizer_json_of(model_dir, parsed_tokenizer_json, read_here);
   ByteLevelBpeConfig config;
   if (fs::exists(vocab_file) || fs::exists(merges_file) || !tokenizer_json) {
     for (const auto& f : {vocab_file, merges_file}) {

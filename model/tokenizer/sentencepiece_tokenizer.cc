@@ -50,8 +50,7 @@ std::unique_ptr<SentencePieceTokenizer> load_from_tokenizer_json(const fs::path&
                                                                  const nlohmann::json* parsed_tokenizer_json) {
   const auto file = model_dir / "tokenizer.json";
   std::optional<nlohmann::json> read_here;
-  if (!parsed_tokenizer_json) read_here = read_tokenizer_file_if_present(file);
-  const nlohmann::json* const tj = parsed_tokenizer_json ? parsed_tokenizer_json : read_here ? &*read_here : nullptr;
+  const nlohmann::json* const tj = tokenizer_json_of(model_dir, parsed_tokenizer_json, read_here);
   if (!tj || !is_unigram_tokenizer_json(*tj)) {
     throw TokenizerLoadError("no SentencePiece model: " + (model_dir / "spiece.model").string() +
                              " does not exist and " + file.string() + (tj ? " holds no Unigram model" : " neither") +

@@ -24,6 +24,13 @@ std::optional<nlohmann::json> read_tokenizer_file_if_present(const fs::path& fil
   return read_tokenizer_file(file);
 }
 
+const nlohmann::json* tokenizer_json_of(const fs::path& model_dir, const nlohmann::json* parsed,
+                                        std::optional<nlohmann::json>& storage) {
+  if (parsed != nullptr) return parsed;
+  storage = read_tokenizer_file_if_present(model_dir / "tokenizer.json");
+  return storage ? &*storage : nullptr;
+}
+
 std::optional<std::string> token_content(const nlohmann::json& j) {
   if (j.is_string()) return j.get<std::string>();
   if (j.is_object() && j.contains("content") && j["content"].is_string()) return j["content"].get<std::string>();

@@ -12,6 +12,11 @@ namespace srformer {
 nlohmann::json read_tokenizer_file(const std::filesystem::path& file);
 std::optional<nlohmann::json> read_tokenizer_file_if_present(const std::filesystem::path& file);
 
+// The directory's tokenizer.json: `parsed` where the caller has read it already, else read into
+// `storage`; nullptr when the directory has none.
+const nlohmann::json* tokenizer_json_of(const std::filesystem::path& model_dir, const nlohmann::json* parsed,
+                                        std::optional<nlohmann::json>& storage);
+
 // A token as the files name it: "</s>" or {"content": "</s>", ...}; nullopt for anything else.
 std::optional<std::string> token_content(const nlohmann::json& j);
 
