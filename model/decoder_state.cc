@@ -56,8 +56,8 @@ RowCounts row_counts(const DecoderState& s) {
     const auto m = s.num_segments.to(torch::kCPU, torch::kLong).contiguous();
     const auto L = s.expected_len.to(torch::kCPU, torch::kLong).contiguous();
     for (int64_t b = 0; b < B; ++b) {
-      const auto n = visited_segments(m.data_ptr<int64_t>()[b], std::max<int64_t>(1, L.data_ptr<int64_t>()[b])).size();
-      out.entries.push_back(static_cast<int64_t>(n));
+      out.entries.push_back(
+          visited_segment_count(m.data_ptr<int64_t>()[b], std::max<int64_t>(1, L.data_ptr<int64_t>()[b])));
     }
   }
   return out;
@@ -755,17 +755,18 @@ int64_t DecoderState::bytes() const {
   total += tensor_bytes(self_src);
   if (std::none_of(layers.begin(), layers.end(), pooled)) return total;
   const auto counts = row_counts(*this);
-  const auto span_bytes = [](const torch::Tensor& pool, const torch::Tensor& starts, const std::vector<int64_t>& n,
-                             int64_t dim) {
+  // Bytes of one position (key, or table entry) of a pool whose positions lie along `dim`.
+  const auto per_position = [](const torch::Tensor& pool, int64_t dim) {
     if (pool.dim() <= dim || pool.size(dim) == 0) return int64_t{0};
-    const int64_t per_position = pool.numel() / pool.size(dim) * static_cast<int64_t>(pool.element_size());
-    return total_count(used_spans(starts, n)) * per_position;
+    return pool.numel() / pool.size(dim) * static_cast<int64_t>(pool.element_size());
   };
   for (const auto& l : layers) {
     if (!pooled(l)) continue;
-    total += span_bytes(l.cross_k, l.cross_start, counts.keys, kKeyDim) +
-             span_bytes(l.cross_v, l.cross_start, counts.keys, kKeyDim);
-    if (l.switch_drive.defined()) total += span_bytes(l.switch_drive, l.drive_start, counts.entries, kEntryDim);
+    total += total_count(used_spans(l.cross_start, counts.keys)) *
+             (per_position(l.cross_k, kKeyDim) + per_position(l.cross_v, kKeyDim));
+    if (l.switch_drive.defined()) {
+      total += total_count(used_spans(l.drive_start, counts.entries)) * per_position(l.switch_drive, kEntryDim);
+    }
   }
   return total;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "model/attention/segments.h"
 #include "model/attention/self_attention.h"
 
 namespace srformer {
@@ -20,7 +21,7 @@ StateFootprint& StateFootprint::operator+=(const StateFootprint& other) {
 int64_t StateFootprint::switches(int64_t input_tokens, int64_t expected_length) const {
   if (segment_size <= 0 || per_switch == 0) return 0;
   const int64_t m = std::max<int64_t>(1, (input_tokens + segment_size - 1) / segment_size);
-  return std::min(m, std::max<int64_t>(1, expected_length) + 1);
+  return visited_segment_count(m, std::max<int64_t>(1, expected_length));
 }
 
 int64_t StateFootprint::bytes(const StateShape& b) const {

@@ -36,7 +36,7 @@ struct StateFootprint {
   StateFootprint& operator+=(const StateFootprint& other);
 
   // Switch-table entries of a row with `input_tokens` positions and expected length L: the segments
-  // its schedule visits, at most min(m, L + 1) (m = ceil(input_tokens / segment_size)); 0 without a table.
+  // its schedule visits, min(m, L + 1) (m = ceil(input_tokens / segment_size)); 0 without a table.
   int64_t switches(int64_t input_tokens, int64_t expected_length) const;
 
   // A batch of that shape (self-attention caches counted with the room they grow with,

@@ -26,6 +26,12 @@ std::vector<int64_t> visited_segments(int64_t m, int64_t L) {
   return segs;
 }
 
+int64_t visited_segment_count(int64_t m, int64_t L) {
+  // Segments advance by m / L per step: every one is visited when m <= L, and when m > L every step
+  // lands in a new one (the last clamped to m - 1).
+  return m <= 0 || L <= 0 ? 0 : std::min(m, L + 1);
+}
+
 SegmentWindow segment_window(const torch::Tensor& seg, const torch::Tensor& enc_len, int64_t segment_size,
                              int64_t first_segment_offset, int64_t width, int64_t kmax) {
   const auto base = (seg + first_segment_offset) * segment_size;

@@ -17,6 +17,8 @@ torch::Tensor segment_schedule(const torch::Tensor& t, const torch::Tensor& m, c
 // The segments a row with m segments and expected length L visits, in order (i(t) for t = 0..L;
 // later steps stay in segment m - 1): min(m, L + 1) of them at most.
 std::vector<int64_t> visited_segments(int64_t m, int64_t L);
+// How many that is, without listing them: min(m, L + 1) (0 when m or L is not positive).
+int64_t visited_segment_count(int64_t m, int64_t L);
 
 // Encoder row indices of a window of `width` rows starting at segment (seg + first_segment_offset):
 // idx [n, width] (clamped into [0, kmax)), valid [n, width] (inside [0, k_b)).

@@ -996,6 +996,7 @@ TEST(SwitchTable, VisitedSegmentsFollowTheSchedule) {
         if (expected.empty() || expected.back() != s) expected.push_back(s);
       }
       EXPECT_EQ(visited_segments(m, L), expected) << "m " << m << " L " << L;
+      EXPECT_EQ(visited_segment_count(m, L), static_cast<int64_t>(expected.size())) << "m " << m << " L " << L;
     }
   }
 }
