@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -466,6 +467,150 @@ TEST_P(Seq2SeqProperties, StateFootprintEstimatesTheStateBytes) {
   expect_bound(3, 6, 26, "the batch with beams after a step");
   if (model_->config().srformer.uses_raf()) {
     EXPECT_GT(f.per_switch, 0);  // the switch table is what grows with the schedule
+  }
+}
+
+// Continuous batching as a server drives it, at random: requests of random lengths, expected lengths
+// and beam counts join in groups (encoded together, padded to the group's longest), every row steps,
+// beams take other beams' places, requests finish or are cancelled and leave (the last rows moving into
+// their holes, or the order shuffled), the self-attention slots compact now and then. Every row's
+// logits at every step must equal those of its token history decoded alone. The pools see holes
+// filled, growth and copies out; with the kernels off the LibTorch path (dense full-attention rows,
+// window copies) runs the same churn.
+TEST_P(Seq2SeqProperties, RandomChurnOfJoinsLeavesAndBeamsLeavesEveryRowAsAlone) {
+  struct Request {
+    torch::Tensor ids;  // [1, k]
+    int64_t expected = 0, beams = 1, steps = 0;
+  };
+  struct Row {
+    size_t request = 0;
+    std::vector<int64_t> history;  // tokens fed so far
+  };
+  struct Record {
+    size_t request = 0;
+    std::vector<int64_t> history;
+    torch::Tensor logits;
+  };
+  struct KernelsBackOn {  // also when an assertion ends the test early
+    ~KernelsBackOn() { kernels::set_cpu_kernels(true); }
+  } back_on;
+  const int64_t vocab = model_->config().vocab_size;
+  for (const bool kernels_on : {true, false}) {
+    if (kernels_on && !kernels::use_cpu_kernels()) continue;
+    kernels::set_cpu_kernels(kernels_on);
+    std::mt19937 rng(kernels_on ? 11 : 12);
+    const auto uniform = [&rng](int64_t lo, int64_t hi) {  // [lo, hi]
+      return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+    };
+    std::vector<Request> requests(40);
+    for (auto& r : requests) {
+      r.ids = torch::randint(3, vocab, {1, uniform(1, 40)}, torch::kLong);
+      r.expected = uniform(1, 14);
+      r.beams = uniform(1, 3);
+      r.steps = uniform(1, 10);
+    }
+    std::vector<int64_t> steps_left;
+    for (const auto& r : requests) steps_left.push_back(r.steps);
+
+    DecoderState st;
+    std::vector<Row> rows;
+    std::vector<Record> records;
+    size_t next = 0;
+    while (next < requests.size() || !rows.empty()) {
+      if (next < requests.size() && (rows.empty() || uniform(0, 1) == 0)) {  // a group joins
+        const size_t n = std::min<size_t>(requests.size() - next, static_cast<size_t>(uniform(1, 3)));
+        int64_t kmax = 0;
+        for (size_t i = 0; i < n; ++i) kmax = std::max(kmax, requests[next + i].ids.size(1));
+        auto ids = torch::full({static_cast<int64_t>(n), kmax}, model_->config().pad_token_id, torch::kLong);
+        auto mask = torch::zeros({static_cast<int64_t>(n), kmax}, torch::kLong);
+        std::vector<int64_t> expected, expand;
+        for (size_t i = 0; i < n; ++i) {
+          const auto& r = requests[next + i];
+          const auto row = static_cast<int64_t>(i);
+          ids[row].narrow(0, 0, r.ids.size(1)).copy_(r.ids[0]);
+          mask[row].narrow(0, 0, r.ids.size(1)).fill_(1);
+          expected.push_back(r.expected);
+          for (int64_t b = 0; b < r.beams; ++b) {
+            expand.push_back(row);
+            rows.push_back({next + i, {}});
+          }
+        }
+        auto joined = model_->start(model_->encode(ids, mask), torch::tensor(expected, torch::kLong));
+        joined.select(torch::tensor(expand, torch::kLong));
+        if (st.batch_size() == 0) {
+          st = std::move(joined);
+        } else {
+          st.append(std::move(joined));
+        }
+        next += n;
+      }
+      ASSERT_EQ(st.batch_size(), static_cast<int64_t>(rows.size()));
+
+      std::vector<int64_t> tokens;
+      for (auto& row : rows) {
+        tokens.push_back(uniform(3, vocab - 1));
+        row.history.push_back(tokens.back());
+      }
+      const auto logits = model_->step(st, torch::tensor(tokens, torch::kLong));
+      std::vector<size_t> order;  // requests in row order, once each
+      for (size_t b = 0; b < rows.size(); ++b) {
+        records.push_back({rows[b].request, rows[b].history, logits[static_cast<int64_t>(b)].clone()});
+        if (order.empty() || order.back() != rows[b].request) order.push_back(rows[b].request);
+      }
+
+      // Who stays (finished requests and a few cancelled ones leave), in which order, on which parent.
+      std::vector<size_t> staying;
+      for (const size_t r : order) {
+        if (--steps_left[r] > 0 && uniform(0, 14) > 0) staying.push_back(r);
+      }
+      if (uniform(0, 2) == 0) std::shuffle(staying.begin(), staying.end(), rng);
+      std::vector<int64_t> index;
+      std::vector<bool> same_request;
+      std::vector<Row> kept;
+      for (const size_t r : staying) {
+        std::vector<int64_t> beams_of;
+        for (size_t b = 0; b < rows.size(); ++b) {
+          if (rows[b].request == r) beams_of.push_back(static_cast<int64_t>(b));
+        }
+        for (size_t j = 0; j < beams_of.size(); ++j) {
+          const int64_t parent = beams_of[static_cast<size_t>(uniform(0, static_cast<int64_t>(beams_of.size()) - 1))];
+          same_request.push_back(kept.size() < rows.size() && rows[kept.size()].request == r);
+          index.push_back(parent);
+          kept.push_back(rows[static_cast<size_t>(parent)]);
+        }
+      }
+      rows = std::move(kept);
+      if (rows.empty()) {
+        st = DecoderState{};
+      } else if (uniform(0, 3) == 0) {
+        st.select(torch::tensor(index, torch::kLong));
+      } else {
+        st.retain(index, same_request);
+      }
+      if (!rows.empty() && uniform(0, 4) == 0) st.compact();
+    }
+
+    // Each history decoded alone, once for the longest histories (their prefixes come along).
+    std::map<std::pair<size_t, std::vector<int64_t>>, torch::Tensor> alone;
+    std::sort(records.begin(), records.end(),
+              [](const Record& a, const Record& b) { return a.history.size() > b.history.size(); });
+    for (const auto& rec : records) {
+      if (alone.count({rec.request, rec.history}) > 0) continue;
+      const auto& r = requests[rec.request];
+      auto s = model_->start(model_->encode(r.ids, torch::ones_like(r.ids)), torch::tensor({r.expected}));
+      std::vector<int64_t> prefix;
+      for (const int64_t token : rec.history) {
+        prefix.push_back(token);
+        alone[{rec.request, prefix}] = model_->step(s, torch::tensor({token}))[0];
+      }
+    }
+    for (const auto& rec : records) {
+      const auto& want = alone.at({rec.request, rec.history});
+      ASSERT_LE((rec.logits - want).abs().max().item<double>(), tolerance(1e-5, want))
+          << "kernels " << (kernels_on ? "on" : "off") << ", request " << rec.request << " (input "
+          << requests[rec.request].ids.size(1) << ", L " << requests[rec.request].expected << ", "
+          << requests[rec.request].beams << " beams), step " << rec.history.size();
+    }
   }
 }
 
