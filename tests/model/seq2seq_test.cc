@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <vector>
@@ -495,10 +496,15 @@ TEST_P(Seq2SeqProperties, RandomChurnOfJoinsLeavesAndBeamsLeavesEveryRowAsAlone)
     ~KernelsBackOn() { kernels::set_cpu_kernels(true); }
   } back_on;
   const int64_t vocab = model_->config().vocab_size;
-  for (const bool kernels_on : {true, false}) {
+  // One run each way in CI; SRFORMER_TEST_CHURN_RUNS=N runs N (other seeds) for a longer search.
+  const char* runs_env = std::getenv("SRFORMER_TEST_CHURN_RUNS");
+  const int runs = runs_env != nullptr ? std::max(1, std::atoi(runs_env)) : 1;
+  for (int run = 0; run < 2 * runs; ++run) {
+    const bool kernels_on = run % 2 == 0;
     if (kernels_on && !kernels::use_cpu_kernels()) continue;
     kernels::set_cpu_kernels(kernels_on);
-    std::mt19937 rng(kernels_on ? 11 : 12);
+    std::mt19937 rng(static_cast<unsigned>(11 + run));
+    SCOPED_TRACE("seed " + std::to_string(11 + run) + ", kernels " + (kernels_on ? "on" : "off"));
     const auto uniform = [&rng](int64_t lo, int64_t hi) {  // [lo, hi]
       return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
     };
@@ -604,12 +610,20 @@ TEST_P(Seq2SeqProperties, RandomChurnOfJoinsLeavesAndBeamsLeavesEveryRowAsAlone)
         alone[{rec.request, prefix}] = model_->step(s, torch::tensor({token}))[0];
       }
     }
+    // The kernels give each row the same products in any batch; LibTorch's matrix products may sum in
+    // another order for one row than for many (a matrix-vector product against a blocked GEMM), and in
+    // bf16 round each product's output to bf16, so with the kernels off rows agree to rounding of
+    // that order only (seen up to 1.6e-5 in fp32 and 1.6x the bf16 bound over 25 seeds); a row reading
+    // another's keys, state or slots is off by orders of magnitude more.
+    const auto bound = [&](const torch::Tensor& want) {
+      return kernels_on ? tolerance(1e-5, want) : 4 * tolerance(2.5e-5, want);
+    };
     for (const auto& rec : records) {
       const auto& want = alone.at({rec.request, rec.history});
-      ASSERT_LE((rec.logits - want).abs().max().item<double>(), tolerance(1e-5, want))
-          << "kernels " << (kernels_on ? "on" : "off") << ", request " << rec.request << " (input "
-          << requests[rec.request].ids.size(1) << ", L " << requests[rec.request].expected << ", "
-          << requests[rec.request].beams << " beams), step " << rec.history.size();
+      ASSERT_LE((rec.logits - want).abs().max().item<double>(), bound(want))
+          << "request " << rec.request << " (input " << requests[rec.request].ids.size(1) << ", L "
+          << requests[rec.request].expected << ", " << requests[rec.request].beams << " beams), step "
+          << rec.history.size();
     }
   }
 }
