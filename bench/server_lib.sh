@@ -25,5 +25,8 @@ default_short_docs() {
   done
 }
 
-# state_mib METRICS_URL: the decoder state the server's engines hold now (srformer_state_bytes), in MiB.
-state_mib() { curl -s -m 5 "$1/metrics" | awk '/^srformer_state_bytes/ {s += $2} END {print int(s / 1048576)}'; }
+# state_mib METRICS_URL [METRIC]: the decoder state the server's engines use now (srformer_state_bytes),
+# or METRIC (e.g. srformer_state_held_bytes: the memory kept for it), in MiB.
+state_mib() {
+  curl -s -m 5 "$1/metrics" | awk -v m="${2:-srformer_state_bytes}" 'index($1, m "{") == 1 || $1 == m {s += $2} END {print int(s / 1048576)}'
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Long documents arriving in a steady load of short ones, on one server binary with each
-# --max-state-memory value in turn: the largest decoder state seen (/metrics, twice a second), the
-# process's peak resident memory, the short load's tokens/s and TTFT, and the long documents' latency.
+# --max-state-memory value in turn: the largest decoder state seen (/metrics, twice a second: what the
+# rows use, and what is held for them with room and holes), the process's peak resident memory, the short load's tokens/s and TTFT, and the long documents' latency.
 # Shows the budget holding the state, and what holding it costs the load.
 #   bench/server_state_budget.sh MODEL_DIR LONG_DOC SERVER BUDGET... [-- SHORT_DOC...]
 #   env: CONCURRENCY (32), REQUESTS (192), NEW_TOKENS (64), LONG (4 long documents, one every 2 s),
@@ -39,10 +39,12 @@ for budget in "${budgets[@]}"; do
       awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {print b - a}' >"$tmp/long$i.s" ) &
     longs+=($!)
   done
-  peak=0
+  peak=0 peak_held=0
   while kill -0 $load 2>/dev/null; do
     s=$(state_mib "$metrics")
+    h=$(state_mib "$metrics" srformer_state_held_bytes)
     [ "${s:-0}" -gt "$peak" ] && peak=$s
+    [ "${h:-0}" -gt "$peak_held" ] && peak_held=$h
     sleep 0.5
   done
   wait $load
@@ -51,7 +53,7 @@ for budget in "${budgets[@]}"; do
   kill -TERM $pid
   wait $pid || true
   echo "--max-state-memory $budget: $(grep -o 'decoder state budget: [^(]*' "$log" | head -1)"
-  echo "    peak state ${peak} MiB, peak RSS ${hwm} MiB"
+  echo "    peak state ${peak} MiB used, ${peak_held} MiB held; peak RSS ${hwm} MiB"
   echo "    long documents ($(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["input_tokens"])' "$tmp/long1.json" 2>/dev/null || echo '?') tokens) took: $(cat "$tmp"/long*.s | xargs printf '%.1f s ')"
   echo "    short load: $(grep -o 'requests: .*' "$tmp/load.txt")"
   echo "      $(grep -o 'throughput: .*' "$tmp/load.txt"); $(grep -o 'time to first token: .*' "$tmp/load.txt")"

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "model/attention/products.h"
 #include "model/attention/segments.h"
@@ -767,6 +768,21 @@ int64_t DecoderState::bytes() const {
     if (l.switch_drive.defined()) {
       total += total_count(used_spans(l.drive_start, counts.entries)) * per_position(l.switch_drive, kEntryDim);
     }
+  }
+  return total;
+}
+
+int64_t DecoderState::held_bytes() const {
+  std::unordered_set<const void*> buffers;
+  int64_t total = 0;
+  const auto add = [&](const torch::Tensor& t) {
+    if (!t.defined() || !t.has_storage() || t.storage().nbytes() == 0) return;
+    if (buffers.insert(t.storage().data_ptr().get()).second) total += static_cast<int64_t>(t.storage().nbytes());
+  };
+  for_each_tensor(const_cast<DecoderState&>(*this), add);  // pools aside
+  add(self_src);
+  for (const auto& l : layers) {
+    for (const auto* t : {&l.cross_k, &l.cross_v, &l.switch_drive}) add(*t);
   }
   return total;
 }

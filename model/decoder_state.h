@@ -97,6 +97,10 @@ class DecoderState {
   // the spans some row uses (holes wait for the next join; at most three times what is used).
   int64_t row_bytes(int64_t b) const;
   int64_t bytes() const;
+  // The memory the state's tensors keep allocated, each buffer once: bytes() plus the room kept for
+  // growth (self-attention caches and rows appended into buffers with room, pools' heads) and the
+  // pools' holes. bytes() is what the rows use, and what budgets count; this is what the process holds.
+  int64_t held_bytes() const;
   // Layer `layer`'s cross keys, values, switch table and self-attention caches of each row in row
   // order ([B, ...], keys [B, H, k, d] and tables [B, n, H, d, d] zero-padded to the longest): a copy
   // when the layer keeps them in pools (or rows share self slots), the tensors themselves otherwise.

@@ -766,10 +766,11 @@ void Engine::publish_stats() {
   if (walk) {
     state_walked_ = now;
     state_bytes_ = state_.batch_size() > 0 ? state_.bytes() : 0;
+    state_held_bytes_ = state_.batch_size() > 0 ? state_.held_bytes() : 0;
   }
   const int64_t bytes = state_bytes_;
   if (metrics_ && walk) {
-    metrics_->set_state_bytes(static_cast<double>(bytes));
+    metrics_->set_state_bytes(static_cast<double>(bytes), static_cast<double>(state_held_bytes_));
     // Per-layer RAF firing ratio over the live rows (raf_fired [B, layers], raf_total [B] per layer).
     if (state_.batch_size() > 0 && state_.raf_fired.defined() && state_.raf_fired.dim() == 2 &&
         state_.raf_total.defined()) {
@@ -789,6 +790,7 @@ void Engine::publish_stats() {
     stats_.live_rows = rows;
     stats_.max_live_rows = std::max(stats_.max_live_rows, rows);
     stats_.state_bytes = bytes;
+    stats_.state_held_bytes = state_held_bytes_;
     stats_.encoding = 0;  // admit() has made them slots or finished them
     idle = stats_.queued == 0 && slots_.empty();
   }

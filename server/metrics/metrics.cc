@@ -127,8 +127,13 @@ struct Metrics::Families {
                       .Register(r)),
         state_bytes(BuildGauge()
                         .Name("srformer_state_bytes")
-                        .Help("Bytes of per-request decoder state currently held.")
+                        .Help("Bytes of per-request decoder state the live rows use (what --max-state-memory counts).")
                         .Register(r)),
+        state_held_bytes(BuildGauge()
+                             .Name("srformer_state_held_bytes")
+                             .Help("Bytes of memory the decoder state keeps allocated: srformer_state_bytes plus room "
+                                   "for growth and the holes rows left.")
+                             .Register(r)),
         weight_bytes(BuildGauge()
                          .Name("srformer_weight_bytes")
                          .Help("Bytes of the model's weights (form: parameters|packed).")
@@ -179,6 +184,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Counter>& rows_joined;
   prometheus::Family<prometheus::Counter>& rows_left;
   prometheus::Family<prometheus::Gauge>& state_bytes;
+  prometheus::Family<prometheus::Gauge>& state_held_bytes;
   prometheus::Family<prometheus::Gauge>& weight_bytes;
   prometheus::Family<prometheus::Gauge>& state_budget_bytes;
   prometheus::Family<prometheus::Histogram>& decode_step;
@@ -205,6 +211,7 @@ ModelMetrics::ModelMetrics(Metrics& metrics, const std::string& model)
       generated_tokens_total_(metrics.families_->generated_tokens_total.Add({{"model", model}})),
       rows_joined_total_(metrics.families_->rows_joined.Add({{"model", model}})),
       state_bytes_(metrics.families_->state_bytes.Add({{"model", model}})),
+      state_held_bytes_(metrics.families_->state_held_bytes.Add({{"model", model}})),
       decode_step_(metrics.families_->decode_step.Add({{"model", model}}, step_buckets())),
       raf_updates_total_(metrics.families_->raf_updates.Add({{"model", model}})),
       segment_switches_total_(metrics.families_->segment_switches.Add({{"model", model}})),
@@ -257,7 +264,10 @@ void ModelMetrics::on_rows_left(LeaveReason reason, std::uint64_t n) {
       .Increment(static_cast<double>(n));
 }
 
-void ModelMetrics::set_state_bytes(double bytes) { state_bytes_.Set(bytes); }
+void ModelMetrics::set_state_bytes(double used, double held) {
+  state_bytes_.Set(used);
+  state_held_bytes_.Set(held);
+}
 
 void ModelMetrics::set_state_budget_bytes(double bytes) {
   metrics_.families_->state_budget_bytes.Add({{"model", model_}}).Set(bytes);

@@ -84,8 +84,9 @@ class ModelMetrics {
   void on_rows_joined(std::uint64_t n = 1);
   // `n` rows left the running batch for `reason`.
   void on_rows_left(LeaveReason reason, std::uint64_t n = 1);
-  // Bytes of per-request decoder state (self-attention caches, RAF state) currently held.
-  void set_state_bytes(double bytes);
+  // Bytes of per-request decoder state (self-attention caches, cross keys/values, RAF state) the rows
+  // use now, and the memory kept allocated for them (`held`: plus room for growth and pool holes).
+  void set_state_bytes(double used, double held);
   // Bytes of the model's weights, set once at load: `parameters` as held, `packed` the projections'
   // packed copies beside them (--packed-weights, --dtype bf16 on the CPU; 0 when none).
   void set_weight_bytes(double parameters, double packed);
@@ -124,6 +125,7 @@ class ModelMetrics {
   prometheus::Counter& generated_tokens_total_;
   prometheus::Counter& rows_joined_total_;
   prometheus::Gauge& state_bytes_;
+  prometheus::Gauge& state_held_bytes_;
   prometheus::Histogram& decode_step_;
   prometheus::Counter& raf_updates_total_;
   prometheus::Counter& segment_switches_total_;

@@ -296,7 +296,8 @@ TEST_F(EndToEnd, MetricsOfARunningServerFollowRealRequests) {
       [&] {
         text = body();
         return scrape::sample(text, "srformer_requests_in_flight", tiny) == 0 &&
-               scrape::sample(text, "srformer_state_bytes", tiny) == 0;
+               scrape::sample(text, "srformer_state_bytes", tiny) == 0 &&
+               scrape::sample(text, "srformer_state_held_bytes", tiny) == 0;
       },
       10s))
       << text;

@@ -75,7 +75,7 @@ TEST(Metrics, EngineStepsAndTokens) {
   m.on_step(4, 0.02, 4);
   m.on_step(3, 0.01, 3);
   m.observe_request_tokens(700, 56);
-  m.set_state_bytes(123456);
+  m.set_state_bytes(123456, 200000);
   m.set_queue_depth(7);
   m.set_weight_bytes(242124848, 241958912);
   const std::string text = metrics.scrape_text();
@@ -92,6 +92,7 @@ TEST(Metrics, EngineStepsAndTokens) {
   EXPECT_EQ(sample(text, "srformer_generated_tokens_bucket", {{"le", "32"}}), 0.0);
   EXPECT_EQ(sample(text, "srformer_generated_tokens_bucket", {{"le", "64"}}), 1.0);
   EXPECT_EQ(sample(text, "srformer_state_bytes"), 123456.0);
+  EXPECT_EQ(sample(text, "srformer_state_held_bytes"), 200000.0);
   EXPECT_EQ(sample(text, "srformer_queue_depth"), 7.0);
   EXPECT_EQ(sample(text, "srformer_weight_bytes", {{"model", "bart"}, {"form", "parameters"}}), 242124848.0);
   EXPECT_EQ(sample(text, "srformer_weight_bytes", {{"model", "bart"}, {"form", "packed"}}), 241958912.0);

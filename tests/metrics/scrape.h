@@ -172,7 +172,7 @@ inline void populate_every_family(Metrics& metrics) {
   m.on_rows_joined(1);
   m.on_step(1, 0.01, 1);
   m.on_rows_left(LeaveReason::kEos);
-  m.set_state_bytes(1 << 20);
+  m.set_state_bytes(1 << 20, 1 << 21);
   m.set_raf_fired_ratio(0, 0.3);
   m.on_raf_updates(6);
   m.on_segment_switches(1);

@@ -594,6 +594,9 @@ TEST_P(Seq2SeqProperties, RandomChurnOfJoinsLeavesAndBeamsLeavesEveryRowAsAlone)
         st.retain(index, same_request);
       }
       if (!rows.empty() && uniform(0, 4) == 0) st.compact();
+      if (!rows.empty()) {
+        ASSERT_GE(st.held_bytes(), st.bytes()) << "the rows use more than the state holds";
+      }
     }
 
     // Each history decoded alone, once for the longest histories (their prefixes come along).
@@ -732,6 +735,28 @@ TEST(StateBytes, GrowWithStepsAndShrinkWithRows) {
 // Rows leaving after a step (retain with increasing rows) move down in place; the state then equals
 // the one select() copies, decodes the same, never touches a copy taken before, and gives memory
 // back once the kept rows would fill less than half of it.
+// held_bytes() is the memory behind the state, each buffer once: a state just started is what its rows
+// use; a row that leaves leaves a hole (pools) and room (rows kept in place) that bytes() no longer
+// counts; a copy of the state shares its buffers.
+TEST(StateBytes, HeldCountsEachBufferOnceWithRoomAndHoles) {
+  TempDir dir("held");
+  write_random_model(dir.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 3);
+  auto model = load_model(dir.path());
+  const auto ids = torch::randint(3, 96, {3, 20}, torch::kLong);
+  auto st = model->start(model->encode(ids, torch::ones_like(ids)), torch::full({3}, 6, torch::kLong));
+  EXPECT_EQ(st.held_bytes(), st.bytes());
+  for (int64_t t = 0; t < 3; ++t) model->step(st, torch::full({3}, 5, torch::kLong));
+  const int64_t used = st.bytes();
+  EXPECT_GE(st.held_bytes(), used);
+  const auto copy = st;
+  EXPECT_EQ(copy.held_bytes(), st.held_bytes()) << "a copy shares the buffers; each counts once";
+  const int64_t held_before = st.held_bytes();
+  st.retain({0, 2});  // row 1 leaves: its span is a hole, its rows' room stays
+  EXPECT_LT(st.bytes(), used);
+  EXPECT_GT(st.held_bytes(), st.bytes());
+  EXPECT_LE(st.held_bytes(), held_before);
+}
+
 TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   TempDir d("retain");
   write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 9);

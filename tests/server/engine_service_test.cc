@@ -175,13 +175,16 @@ TEST(EngineService, CancellationFreesTheRowWithinAStep) {
   grpc::ClientContext ctx;
   auto reader = server.stub().SummarizeStream(&ctx, req);
   ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_rows == 2 && s.state_bytes > 0; }));
+  EXPECT_GE(server.engine().stats().state_held_bytes, server.engine().stats().state_bytes);
   const int steps_before = server.engine().stats().steps;
   ctx.TryCancel();
   v1::SummarizeStreamResponse msg;
   while (reader->Read(&msg)) {
   }
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
-  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_rows == 0 && s.state_bytes == 0; }, 2s));
+  ASSERT_TRUE(server.wait_for(
+      [](const server::EngineStats& s) { return s.live_rows == 0 && s.state_bytes == 0 && s.state_held_bytes == 0; },
+      2s));
   EXPECT_LE(server.engine().stats().steps - steps_before, 3);
 }
 

@@ -164,10 +164,11 @@ void RealModel::expect_same_alone_and_among_32(const std::function<int(int)>& be
   EXPECT_GT(server_->models().find("t5")->stats().max_live_rows, 4) << "requests were not batched together";
   // The last reply can reach the client just before the decode loop frees that row's state.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (server_->models().find("t5")->stats().state_bytes != 0 && std::chrono::steady_clock::now() < deadline) {
+  while (server_->models().find("t5")->stats().state_held_bytes != 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(server_->models().find("t5")->stats().state_bytes, 0);
+  EXPECT_EQ(server_->models().find("t5")->stats().state_held_bytes, 0) << "no buffer kept once every row left";
 }
 
 TEST_F(RealModel, IdenticalAloneAndAmong32Concurrent) {
