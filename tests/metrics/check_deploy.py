@@ -205,9 +205,9 @@ def check_dashboard(path, registered, datasource_uids):
     for required in ("srformer_generated_tokens_total", "srformer_requests_total",
                      "srformer_time_to_first_token_seconds_bucket", "srformer_inter_token_seconds_bucket",
                      "srformer_request_duration_seconds_bucket", "srformer_queue_depth", "srformer_batch_size_count",
-                     "srformer_state_bytes", "srformer_state_held_bytes", "srformer_gpu_utilization_ratio", "srformer_gpu_memory_used_bytes",
-                     "srformer_gpu_power_watts", "srformer_raf_fired_ratio", "srformer_cross_attention_kv_read_total",
-                     "srformer_cross_attention_kv_full_equivalent_total"):
+                     "srformer_state_bytes", "srformer_state_held_bytes", "srformer_gpu_utilization_ratio",
+                     "srformer_gpu_memory_used_bytes", "srformer_gpu_power_watts", "srformer_raf_fired_ratio",
+                     "srformer_cross_attention_kv_read_total", "srformer_cross_attention_kv_full_equivalent_total"):
         check(required in used, f"dashboard: no panel shows {required}")
 
 
