@@ -315,6 +315,10 @@ bool retain_rows_in_place(torch::Tensor& t, const RowMoves& plan, int64_t n) {
 // cross keys/values at 576 tokens are 21 MB). The room costs address space only: its pages are not
 // resident until rows are written there. Other tensors (another state's, off the CPU, other
 // layouts) are concatenated as before.
+// The rows (or positions) a buffer that must hold `needed` of them is grown to by a join: as many again,
+// at least 4 more, so that a run of joins costs their own bytes rather than a copy of the buffer each.
+int64_t grown_join_capacity(int64_t needed) { return std::max(needed + 4, 2 * needed); }
+
 void append_rows(torch::Tensor& t, const torch::Tensor& extra) {
   const int64_t B = t.size(0);
   const int64_t n = extra.size(0);
@@ -332,7 +336,7 @@ void append_rows(torch::Tensor& t, const torch::Tensor& extra) {
   const auto elem = static_cast<int64_t>(t.element_size());
   const int64_t rows_held = static_cast<int64_t>(t.storage().nbytes()) / (row_stride * elem);
   if (B + n > rows_held) {
-    const int64_t capacity = std::max(B + n + 4, 2 * (B + n));
+    const int64_t capacity = grown_join_capacity(B + n);
     const auto buffer = torch::empty({capacity * row_stride}, t.options());
     torch::Tensor grown = torch::empty({0}, t.options());
     grown.set_(buffer.storage(), 0, sizes, strides);
@@ -357,7 +361,7 @@ void append_positions(torch::Tensor& t, const torch::Tensor& extra) {
   if (roomy) {
     t.set_(t.storage(), 0, {H, N + n, d}, {t.stride(0), d, 1});
   } else {
-    const int64_t capacity = std::max(N + n + 4, 2 * (N + n));
+    const int64_t capacity = grown_join_capacity(N + n);
     const auto buffer = torch::empty({H, capacity, d}, t.options());
     buffer.narrow(1, 0, N).copy_(t);
     torch::Tensor grown = torch::empty({0}, t.options());
@@ -779,9 +783,9 @@ int64_t DecoderState::held_bytes() const {
     if (!t.defined() || !t.has_storage() || t.storage().nbytes() == 0) return;
     if (buffers.insert(t.storage().data_ptr().get()).second) total += static_cast<int64_t>(t.storage().nbytes());
   };
-  for_each_tensor(const_cast<DecoderState&>(*this), add);  // pools aside
+  for_each_tensor(const_cast<DecoderState&>(*this), add);  // leaves the pools out: they follow
   add(self_src);
-  for (const auto& l : layers) {
+  for (const auto& l : layers) {  // (dense cross keys/values were counted above: a buffer counts once)
     for (const auto* t : {&l.cross_k, &l.cross_v, &l.switch_drive}) add(*t);
   }
   return total;

@@ -44,9 +44,10 @@ struct WindowAttentionShape {
 // One decode step of cross-attention over a window of consecutive keys read where they lie: for
 // every (row b, head h), softmax(q kᵀ) v over keys [first[b], first[b] + count[b]) of row rows[b]
 // of k and v ([R, H, k, d] in layout `kv`, keys d floats long); a row with no keys gets zeros. A
-// segmented softmax's window is such a range of the request's span of the cross keys/values pools
-// ([N, H, d]: `rows` the spans' starts, the layout's batch and row strides both H*d;
-// LayerState::cross_start), so no per-row copy of the window is needed. Callers check the ranges.
+// segmented softmax's window (or full attention's whole input) is such a range of the request's span of
+// the head-major cross keys/values pools ([H, N, d]: `rows` the spans' starts, the layout's batch and
+// key strides both the position stride d, its head stride the pool's; LayerState::cross_start), so no
+// per-row copy of the window is needed. Callers check the ranges.
 // q and out [B, H, 1, d] in their layouts (row stride unused).
 void window_attention(const float* q, HeadLayout q_layout, const float* k, const float* v, HeadLayout kv,
                       const int64_t* rows, const int64_t* first, const int64_t* count, float* out,

@@ -732,9 +732,6 @@ TEST(StateBytes, GrowWithStepsAndShrinkWithRows) {
   EXPECT_THROW(st.select(torch::tensor({5}, torch::kLong)), std::out_of_range);
 }
 
-// Rows leaving after a step (retain with increasing rows) move down in place; the state then equals
-// the one select() copies, decodes the same, never touches a copy taken before, and gives memory
-// back once the kept rows would fill less than half of it.
 // held_bytes() is the memory behind the state, each buffer once: a state just started is what its rows
 // use; a row that leaves leaves a hole (pools) and room (rows kept in place) that bytes() no longer
 // counts; a copy of the state shares its buffers.
@@ -757,6 +754,9 @@ TEST(StateBytes, HeldCountsEachBufferOnceWithRoomAndHoles) {
   EXPECT_LE(st.held_bytes(), held_before);
 }
 
+// Rows leaving after a step (retain with increasing rows) move down in place; the state then equals
+// the one select() copies, decodes the same, never touches a copy taken before, and gives memory
+// back once the kept rows would fill less than half of it.
 TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   TempDir d("retain");
   write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 9);
