@@ -308,18 +308,21 @@ bool retain_rows_in_place(torch::Tensor& t, const RowMoves& plan, int64_t n) {
 
 // Appends `extra`'s rows to a [B, ...] tensor whose rows are slabs of stride(0) elements (dense
 // tensors, caches with room). With spare rows in its storage the new rows are written in place;
-// otherwise the tensor moves to a buffer with room for as many rows again (at least 4 more), keeping
-// its inner strides (a cache keeps its free slots). Requests joining a running batch one admission at
-// a time then cost their own rows instead of a copy of the whole batch each time, and a batch growing
+// otherwise the tensor moves to a buffer with room for more rows (grown_join_capacity), keeping its
+// inner strides (a cache keeps its free slots). Requests joining a running batch one admission at a
+// time then cost their own rows instead of a copy of the whole batch each time, and a batch growing
 // to N rows copies at most ~2N rows in all (~5N when buffers grew by a quarter: a BART-base request's
 // cross keys/values at 576 tokens are 21 MB). The room costs address space only: its pages are not
 // resident until rows are written there. Other tensors (another state's, off the CPU, other
 // layouts) are concatenated as before.
-// The rows (or positions) a buffer that must hold `needed` of them is grown to by a join: as many again,
-// at least 4 more, so that a run of joins costs their own bytes rather than a copy of the buffer each.
-int64_t grown_join_capacity(int64_t needed) { return std::max(needed + 4, 2 * needed); }
+// The rows (or positions) a buffer that must hold `needed` of them is grown to by a join: `room` (0..1)
+// times as many again, at least 4 at room 1, so that a run of joins costs their own bytes rather than
+// a copy of the buffer each; less room near a memory bound (DecoderState::set_held_limit).
+int64_t grown_join_capacity(int64_t needed, double room) {
+  return needed + static_cast<int64_t>(room * static_cast<double>(std::max<int64_t>(needed, 4)));
+}
 
-void append_rows(torch::Tensor& t, const torch::Tensor& extra) {
+void append_rows(torch::Tensor& t, const torch::Tensor& extra, double room) {
   const int64_t B = t.size(0);
   const int64_t n = extra.size(0);
   const int64_t extent = row_extent(t);
@@ -336,7 +339,7 @@ void append_rows(torch::Tensor& t, const torch::Tensor& extra) {
   const auto elem = static_cast<int64_t>(t.element_size());
   const int64_t rows_held = static_cast<int64_t>(t.storage().nbytes()) / (row_stride * elem);
   if (B + n > rows_held) {
-    const int64_t capacity = grown_join_capacity(B + n);
+    const int64_t capacity = grown_join_capacity(B + n, room);
     const auto buffer = torch::empty({capacity * row_stride}, t.options());
     torch::Tensor grown = torch::empty({0}, t.options());
     grown.set_(buffer.storage(), 0, sizes, strides);
@@ -348,40 +351,47 @@ void append_rows(torch::Tensor& t, const torch::Tensor& extra) {
   t.narrow(0, B, n).copy_(extra);
 }
 
-// Appends `extra`'s positions [H, n, d] to a head-major key pool [H, N, d] whose heads have room for
-// more (stride(0) = capacity * d), in place where the room and the storage are this pool's alone;
-// otherwise the pool moves to a buffer with room for as many positions again (joins then cost their
-// own positions, as append_rows does for rows).
-void append_positions(torch::Tensor& t, const torch::Tensor& extra) {
-  const int64_t H = t.size(0), N = t.size(1), d = t.size(2), n = extra.size(1);
-  const auto element = static_cast<int64_t>(t.element_size());
-  const bool roomy = t.stride(2) == 1 && t.stride(1) == d && t.storage_offset() == 0 && owns_storage(t) &&
-                     t.stride(0) >= (N + n) * d &&
-                     static_cast<int64_t>(t.storage().nbytes()) >= ((H - 1) * t.stride(0) + (N + n) * d) * element;
-  if (roomy) {
-    t.set_(t.storage(), 0, {H, N + n, d}, {t.stride(0), d, 1});
-  } else {
-    const int64_t capacity = grown_join_capacity(N + n);
-    const auto buffer = torch::empty({H, capacity, d}, t.options());
-    buffer.narrow(1, 0, N).copy_(t);
-    torch::Tensor grown = torch::empty({0}, t.options());
-    grown.set_(buffer.storage(), 0, {H, N + n, d}, {capacity * d, d, 1});
-    t = std::move(grown);
+// Positions (keys: dim 1 of a head-major [H, N, d] pool whose heads lie stride(0) apart) or entries
+// (dim 0 of a dense [E, ...] table) the pool's buffer has room for, where the buffer is this pool's
+// alone and can be written past its size; its size otherwise.
+int64_t pool_capacity(const torch::Tensor& t, int64_t dim) {
+  const int64_t size = t.size(dim);
+  if (t.storage_offset() != 0 || !owns_storage(t)) return size;
+  const auto storage = static_cast<int64_t>(t.storage().nbytes()) / static_cast<int64_t>(t.element_size());
+  if (dim == kKeyDim) {
+    const int64_t d = t.size(2);
+    if (t.dim() != 3 || d == 0 || t.stride(2) != 1 || t.stride(1) != d) return size;
+    const int64_t per_head = t.stride(0) / d;
+    return per_head >= size && (t.size(0) - 1) * t.stride(0) + per_head * d <= storage ? per_head : size;
   }
-  t.narrow(1, N, n).copy_(extra);
+  const int64_t row = t.dim() > 1 ? t.stride(0) : 1;
+  if (!t.is_contiguous() || row == 0 || row * size > storage) return size;
+  return storage / row;
+}
+
+// A pool's tensor over the same buffer with `size` positions along `dim` (within pool_capacity).
+void resize_pool(torch::Tensor& t, int64_t dim, int64_t size) {
+  auto sizes = t.sizes().vec();
+  sizes[static_cast<size_t>(dim)] = size;
+  const auto strides = t.strides().vec();
+  t.set_(t.storage(), 0, sizes, strides);
 }
 
 // Writes the spans `theirs` (in `their_pools`, starts `their_starts`) into `my_pools`, which hold the
-// spans `mine`: into holes first (first fit; where the pools are this state's alone: a copy of the
-// state may still read its holes), at the end the rest. Points their_starts at the new places.
-void join_spans(const std::vector<torch::Tensor*>& my_pools, const std::vector<Span>& mine,
+// spans `mine` (starts `my_starts`): into holes first (first fit; where the pools are this state's
+// alone: a copy of the state may still read its holes), then into the room past the end. When they
+// do not all fit, the pools move to buffers with room (grown_join_capacity) holding the spans in use
+// densely, theirs after mine, and my_starts are renumbered: holes never outlive a growth, whose copy
+// then moves only what is in use. Points their_starts at the new places.
+void join_spans(const std::vector<torch::Tensor*>& my_pools, torch::Tensor& my_starts, const std::vector<Span>& mine,
                 const std::vector<torch::Tensor*>& their_pools, const std::vector<Span>& theirs,
-                torch::Tensor& their_starts, int64_t dim) {
+                torch::Tensor& their_starts, int64_t dim, double room) {
   const int64_t size = my_pools.front()->size(dim);
-  const bool in_place =
-      std::all_of(my_pools.begin(), my_pools.end(), [](const torch::Tensor* t) { return owns_storage(*t); });
+  int64_t capacity = size;
   std::vector<Span> holes;
-  if (in_place) {
+  if (std::all_of(my_pools.begin(), my_pools.end(), [](const torch::Tensor* t) { return owns_storage(*t); })) {
+    capacity = INT64_MAX;
+    for (const auto* pool : my_pools) capacity = std::min(capacity, pool_capacity(*pool, dim));
     int64_t at = 0;
     for (const auto& span : mine) {
       if (span.start > at) holes.push_back({at, span.start - at});
@@ -390,33 +400,56 @@ void join_spans(const std::vector<torch::Tensor*>& my_pools, const std::vector<S
     if (size > at) holes.push_back({at, size - at});
   }
   std::vector<std::pair<int64_t, int64_t>> moved;  // their start -> mine
-  std::vector<Span> at_end;
   int64_t end = size;
+  bool fits = true;
   for (const auto& span : theirs) {
     const auto hole = std::find_if(holes.begin(), holes.end(), [&](const Span& h) { return h.count >= span.count; });
     if (hole != holes.end()) {
-      for (size_t j = 0; j < my_pools.size(); ++j) {
-        my_pools[j]->narrow(dim, hole->start, span.count).copy_(their_pools[j]->narrow(dim, span.start, span.count));
-      }
       moved.emplace_back(span.start, hole->start);
       hole->start += span.count;
       hole->count -= span.count;
-    } else {
+    } else if (end + span.count <= capacity) {
       moved.emplace_back(span.start, end);
-      at_end.push_back(span);
       end += span.count;
+    } else {
+      fits = false;
+      break;
     }
   }
-  if (!at_end.empty()) {
-    for (size_t j = 0; j < my_pools.size(); ++j) {
-      std::vector<torch::Tensor> parts;
-      for (const auto& span : at_end) parts.push_back(their_pools[j]->narrow(dim, span.start, span.count));
-      const auto extra = parts.size() == 1 ? parts.front() : torch::cat(parts, dim);
-      if (dim == 0) {
-        append_rows(*my_pools[j], extra);
-      } else {
-        append_positions(*my_pools[j], extra);
+  if (fits) {
+    for (auto* pool : my_pools) {
+      if (end > size) resize_pool(*pool, dim, end);
+    }
+  } else {  // grow: mine densely from 0, theirs after
+    std::vector<std::pair<int64_t, int64_t>> kept;  // my start -> new
+    int64_t next = 0;
+    for (const auto& span : mine) {
+      kept.emplace_back(span.start, next);
+      next += span.count;
+    }
+    moved.clear();
+    for (const auto& span : theirs) {
+      moved.emplace_back(span.start, next);
+      next += span.count;
+    }
+    for (auto* pool : my_pools) {
+      auto shape = pool->sizes().vec();
+      shape[static_cast<size_t>(dim)] = grown_join_capacity(next, room);
+      const auto buffer = torch::empty(shape, pool->options());
+      torch::Tensor grown = torch::empty({0}, pool->options());
+      shape[static_cast<size_t>(dim)] = next;
+      grown.set_(buffer.storage(), 0, shape, buffer.strides());
+      for (size_t j = 0; j < mine.size(); ++j) {
+        grown.narrow(dim, kept[j].second, mine[j].count).copy_(pool->narrow(dim, mine[j].start, mine[j].count));
       }
+      *pool = std::move(grown);
+    }
+    if (!kept.empty()) my_starts = renumber_starts(my_starts, kept);
+  }
+  for (size_t j = 0; j < my_pools.size(); ++j) {
+    for (size_t i = 0; i < theirs.size(); ++i) {
+      my_pools[j]->narrow(dim, moved[i].second, theirs[i].count)
+          .copy_(their_pools[j]->narrow(dim, theirs[i].start, theirs[i].count));
     }
   }
   std::sort(moved.begin(), moved.end());
@@ -424,19 +457,20 @@ void join_spans(const std::vector<torch::Tensor*>& my_pools, const std::vector<S
 }
 
 // Joins a layer's pools (keys/values, switch table) of another state's rows into this state's.
-void join_pools(LayerState& mine, const RowCounts& my_counts, LayerState& theirs, const RowCounts& their_counts) {
+void join_pools(LayerState& mine, const RowCounts& my_counts, LayerState& theirs, const RowCounts& their_counts,
+                double room) {
   if (mine.switch_drive.defined() != theirs.switch_drive.defined()) {
     throw std::invalid_argument("DecoderState::append: states of different models or variants");
   }
-  join_spans({&mine.cross_k, &mine.cross_v}, used_spans(mine.cross_start, my_counts.keys),
+  join_spans({&mine.cross_k, &mine.cross_v}, mine.cross_start, used_spans(mine.cross_start, my_counts.keys),
              {&theirs.cross_k, &theirs.cross_v}, used_spans(theirs.cross_start, their_counts.keys), theirs.cross_start,
-             kKeyDim);
+             kKeyDim, room);
   if (mine.switch_drive.defined()) {
-    join_spans({&mine.switch_drive}, used_spans(mine.drive_start, my_counts.entries), {&theirs.switch_drive},
-               used_spans(theirs.drive_start, their_counts.entries), theirs.drive_start, kEntryDim);
+    join_spans({&mine.switch_drive}, mine.drive_start, used_spans(mine.drive_start, my_counts.entries),
+               {&theirs.switch_drive}, used_spans(theirs.drive_start, their_counts.entries), theirs.drive_start,
+               kEntryDim, room);
   }
 }
-
 }  // namespace
 
 void DecoderState::select(const torch::Tensor& rows) {
@@ -459,12 +493,16 @@ void DecoderState::select(const torch::Tensor& rows) {
   release_pools();
   if (self_src.defined()) self_src = own_slots(idx.numel(), self_src.size(1));
   if (idx.numel() < before) trim_padding();
+  keep_within_limit();
 }
 
 void DecoderState::append(DecoderState&& other) {
   if (other.batch_size() == 0) return;
   if (batch_size() == 0) {
+    const int64_t limit = held_limit_;
     *this = std::move(other);
+    held_limit_ = limit;
+    keep_within_limit();
     return;
   }
   if (layers.size() != other.layers.size()) throw std::invalid_argument("DecoderState::append: layer count differs");
@@ -473,6 +511,7 @@ void DecoderState::append(DecoderState&& other) {
       throw std::invalid_argument("DecoderState::append: states of different models or variants");
     }
   }
+  const double room = join_room(other);
   // Self-attention slots: pad the shorter one at the front with invalid slots.
   const int64_t slots = std::max(self_valid.size(1), other.self_valid.size(1));
   const int64_t keys = std::max(cross_valid.size(1), other.cross_valid.size(1));
@@ -518,7 +557,7 @@ void DecoderState::append(DecoderState&& other) {
   if (std::any_of(layers.begin(), layers.end(), pooled)) {
     const auto my_counts = row_counts(*this), their_counts = row_counts(other);
     for (size_t i = 0; i < layers.size(); ++i) {
-      if (pooled(layers[i])) join_pools(layers[i], my_counts, other.layers[i], their_counts);
+      if (pooled(layers[i])) join_pools(layers[i], my_counts, other.layers[i], their_counts, room);
     }
   }
   // Concatenate every tensor pairwise, in the same traversal order.
@@ -530,9 +569,24 @@ void DecoderState::append(DecoderState&& other) {
     if (mine[i]->defined() != theirs[i]->defined()) {
       throw std::invalid_argument("DecoderState::append: states of different models or variants");
     }
-    if (mine[i]->defined()) append_rows(*mine[i], *theirs[i]);
+    if (mine[i]->defined()) append_rows(*mine[i], *theirs[i], room);
   }
   other = DecoderState{};
+  keep_within_limit();
+}
+
+void DecoderState::clear() {
+  const int64_t limit = held_limit_;
+  *this = DecoderState{};
+  held_limit_ = limit;
+}
+
+double DecoderState::join_room(const DecoderState& other) const {
+  if (held_limit_ <= 0) return 1.0;
+  // What the state would hold with other's rows and no room: the buffers that grow for them, all of
+  // which are part of it, share what is left under the bound in proportion to their size.
+  const auto exact = static_cast<double>(held_bytes() + other.bytes());
+  return std::clamp((static_cast<double>(held_limit_) - exact) / exact, 0.0, 1.0);
 }
 
 void DecoderState::retain(const std::vector<int64_t>& rows, const std::vector<bool>& same_request) {
@@ -575,6 +629,7 @@ void DecoderState::retain(const std::vector<int64_t>& rows, const std::vector<bo
     compact(std::max<int64_t>(8, self_valid.size(1) / 4));
   }
   if (static_cast<int64_t>(rows.size()) < before) trim_padding();
+  keep_within_limit();
 }
 
 void DecoderState::trim_padding() {
@@ -594,6 +649,54 @@ void DecoderState::release_pools() {
   if (std::none_of(layers.begin(), layers.end(), pooled)) return;
   const auto counts = row_counts(*this);
   for (auto& l : layers) release_layer_pools(l, counts);
+}
+
+namespace {
+
+// t's rows in a buffer of their own without room for more rows; the inner strides are kept (a
+// self-attention cache keeps its room for more slots, which its next steps write).
+torch::Tensor without_spare_rows(const torch::Tensor& t) {
+  const int64_t extent = row_extent(t);
+  if (t.dim() == 0 || t.storage_offset() != 0 || extent == 0 || t.stride(0) < extent) return t.clone();
+  const auto buffer = torch::empty({t.size(0) * t.stride(0)}, t.options());
+  torch::Tensor out = torch::empty({0}, t.options());
+  out.set_(buffer.storage(), 0, t.sizes(), t.strides());
+  out.copy_(t);
+  return out;
+}
+
+}  // namespace
+
+void DecoderState::keep_within_limit() {
+  if (held_limit_ <= 0 || batch_size() == 0) return;
+  const int64_t held = held_bytes();
+  // An eighth at least: a state whose rows alone use more than the bound would otherwise copy itself
+  // whenever a row left.
+  if (held <= held_limit_ || 8 * (held - bytes()) < held) return;
+  const auto counts = row_counts(*this);
+  for (auto& l : layers) {
+    if (!pooled(l) || !owns_storage(l.cross_k)) continue;
+    const auto keys = used_spans(l.cross_start, counts.keys);
+    if (l.cross_k.size(kKeyDim) > total_count(keys) || pool_capacity(l.cross_k, kKeyDim) > l.cross_k.size(kKeyDim)) {
+      copy_used_spans({&l.cross_k, &l.cross_v}, keys, l.cross_start, kKeyDim);
+    }
+    if (l.switch_drive.defined() && owns_storage(l.switch_drive)) {
+      const auto entries = used_spans(l.drive_start, counts.entries);
+      if (l.switch_drive.size(kEntryDim) > total_count(entries) ||
+          pool_capacity(l.switch_drive, kEntryDim) > l.switch_drive.size(kEntryDim)) {
+        copy_used_spans({&l.switch_drive}, entries, l.drive_start, kEntryDim);
+      }
+    }
+  }
+  // Buffers shared with another state stay: a copy would free nothing.
+  const auto shed = [](torch::Tensor& t) {
+    if (t.defined() && t.numel() > 0 && owns_storage(t) &&
+        static_cast<int64_t>(t.storage().nbytes()) > tensor_bytes(t)) {
+      t = without_spare_rows(t);
+    }
+  };
+  for_each_tensor(*this, shed);
+  shed(self_src);
 }
 
 void DecoderState::own_self_slots(const std::vector<int64_t>& which) {

@@ -68,13 +68,27 @@ class DecoderState {
 
   int64_t batch_size() const { return step.defined() ? step.size(0) : 0; }
 
+  // Bounds the memory the state keeps allocated (held_bytes) to `bytes` where its rows' own use
+  // (bytes) allows; 0 (the default): no bound. Buffers that grow for a join take room for more rows or
+  // positions only from what is left under the bound (a quarter of what is left, as a share, and none
+  // once it is reached), and when rows leave or join and the state still holds more than the bound,
+  // with at least an eighth of it room or holes, it gives those back (a copy of what is in use).
+  // A budget that counts what requests use then also bounds what the process holds, less the
+  // moment a buffer grows, when the old and the new one both exist.
+  void set_held_limit(int64_t bytes) { held_limit_ = bytes; }
+  int64_t held_limit() const { return held_limit_; }
+  // Drops every row; keeps the bound.
+  void clear();
+
   // Keeps rows `rows` (int64 [N], indices into the current rows, repeats allowed) in that order.
   // Pools (LayerState::cross_start) are not copied: rows keep pointing at their spans; once at most a
   // quarter of a pool is in use, the spans in use are copied densely and the memory given back.
   void select(const torch::Tensor& rows);
   // Appends the rows of `other` after this state's rows (pads self slots, masks and dense cross keys
   // as needed); other's pooled spans are written into holes of this state's pools (first fit), those
-  // that fit none at their end.
+  // that fit none at their end. A pool that must grow for them moves to a buffer with room that holds
+  // the spans in use densely: its holes do not survive growth. Into an empty state: other's rows, and
+  // this state's bound.
   void append(DecoderState&& other);
   // Drops leading self-attention slots that no row uses any more, when there are at least
   // min_unused of them (each compaction moves the used slots of every self-attention cache: within
@@ -108,6 +122,11 @@ class DecoderState {
   LayerState rows_of_layer(size_t layer) const;
 
  private:
+  int64_t held_limit_ = 0;
+  // Share of room (0..1: none to as much again) buffers grown for joining `other` take (set_held_limit).
+  double join_room(const DecoderState& other) const;
+  // Gives back room and holes when the state holds more than its bound (set_held_limit).
+  void keep_within_limit();
   // After rows left: once the remaining rows need at most half of the encoder positions the batch is
   // padded to (a long input left), cuts cross_valid and dense cross_k/cross_v to what they need (a
   // copy of what is kept). Without it a long document that came and went would leave every later

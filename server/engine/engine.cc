@@ -119,6 +119,9 @@ Engine::Engine(std::string name, std::unique_ptr<Seq2SeqModel> model, std::share
       searcher_factory_(std::move(searcher_factory)) {
   if (limits_.max_batch_rows < 1) throw std::invalid_argument("max_batch_rows must be >= 1");
   if (limits_.max_queue < 1) throw std::invalid_argument("max_queue must be >= 1");
+  // Admission counts what rows use; the bound keeps the buffers' room for growth and the pools'
+  // holes within the same budget.
+  state_.set_held_limit(limits_.max_state_bytes);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -428,11 +431,7 @@ void Engine::admit(std::vector<Pending> batch) {
   const auto encoded = Clock::now();
   const double encode_ms = ms_between(start, encoded);
   try {
-    if (state_.batch_size() == 0) {
-      state_ = std::move(joined);
-    } else {
-      state_.append(std::move(joined));
-    }
+    state_.append(std::move(joined));
     std::lock_guard lock(mu_);
     stats_.encode_seconds += encode_ms / 1000.0;
     stats_.join_seconds += ms_between(encoded, Clock::now()) / 1000.0;
@@ -494,7 +493,7 @@ void Engine::drop_dead_slots() {
   slots_ = std::move(kept);
   if (!dropped) return;
   if (keep.empty()) {
-    state_ = DecoderState{};
+    state_.clear();
   } else {
     state_.retain(keep);
   }
@@ -631,7 +630,7 @@ void Engine::step() {
   }
   slots_ = std::move(kept);
   if (slots_.empty()) {
-    state_ = DecoderState{};
+    state_.clear();
   } else {
     const auto reorder_start = Clock::now();
     state_.retain(index, same_request);
@@ -751,7 +750,7 @@ void Engine::fail_all(const std::string& error) {
     delivery_.post(result_job(slot->request, std::move(result)));
   }
   slots_.clear();
-  state_ = DecoderState{};
+  state_.clear();
   tokens_in_flight_ = 0;
 }
 

@@ -39,7 +39,8 @@ struct EngineLimits {
   // Bytes of decoder state the batch may hold, by the model's StateFootprint of its rows once a request
   // joins (masks, caches and dense keys padded to the batch's longest input and max_new_tokens; pooled
   // keys/values and switch tables at each request's own length, once for its beams).
-  // A request that alone needs more is refused at submit(). 0 = no limit.
+  // A request that alone needs more is refused at submit(). The state's buffers (their room for
+  // growth, the pools' holes) are held to it too (DecoderState::set_held_limit). 0 = no limit.
   int64_t max_state_bytes = 0;
   int threads = 0;  // torch intra-op threads of the decode thread; 0 = leave as is
 };

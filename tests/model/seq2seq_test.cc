@@ -497,14 +497,18 @@ TEST_P(Seq2SeqProperties, RandomChurnOfJoinsLeavesAndBeamsLeavesEveryRowAsAlone)
   } back_on;
   const int64_t vocab = model_->config().vocab_size;
   // One run each way in CI; SRFORMER_TEST_CHURN_RUNS=N runs N (other seeds) for a longer search.
+  // Each way: kernels on and off, and each with a bound on what the state holds of 1 byte (joins grow
+  // buffers without room; leaving rows and growth give room and holes back: every copy path).
   const char* runs_env = std::getenv("SRFORMER_TEST_CHURN_RUNS");
   const int runs = runs_env != nullptr ? std::max(1, std::atoi(runs_env)) : 1;
-  for (int run = 0; run < 2 * runs; ++run) {
+  for (int run = 0; run < 4 * runs; ++run) {
     const bool kernels_on = run % 2 == 0;
+    const int64_t held_limit = run % 4 >= 2 ? 1 : 0;
     if (kernels_on && !kernels::use_cpu_kernels()) continue;
     kernels::set_cpu_kernels(kernels_on);
     std::mt19937 rng(static_cast<unsigned>(11 + run));
-    SCOPED_TRACE("seed " + std::to_string(11 + run) + ", kernels " + (kernels_on ? "on" : "off"));
+    SCOPED_TRACE("seed " + std::to_string(11 + run) + ", kernels " + (kernels_on ? "on" : "off") +
+                 (held_limit > 0 ? ", held bound 1 byte" : ""));
     const auto uniform = [&rng](int64_t lo, int64_t hi) {  // [lo, hi]
       return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
     };
@@ -519,6 +523,14 @@ TEST_P(Seq2SeqProperties, RandomChurnOfJoinsLeavesAndBeamsLeavesEveryRowAsAlone)
     for (const auto& r : requests) steps_left.push_back(r.steps);
 
     DecoderState st;
+    st.set_held_limit(held_limit);
+    // Under a bound the state gives back room and holes once they are an eighth of what it holds.
+    const auto within_bound = [&] {
+      if (held_limit == 0 || st.batch_size() == 0) return;
+      ASSERT_EQ(st.held_limit(), held_limit);
+      const int64_t held = st.held_bytes(), used = st.bytes();
+      ASSERT_LT(8 * (held - used), held) << "holds " << held << " bytes for rows that use " << used;
+    };
     std::vector<Row> rows;
     std::vector<Record> records;
     size_t next = 0;
@@ -543,11 +555,8 @@ TEST_P(Seq2SeqProperties, RandomChurnOfJoinsLeavesAndBeamsLeavesEveryRowAsAlone)
         }
         auto joined = model_->start(model_->encode(ids, mask), torch::tensor(expected, torch::kLong));
         joined.select(torch::tensor(expand, torch::kLong));
-        if (st.batch_size() == 0) {
-          st = std::move(joined);
-        } else {
-          st.append(std::move(joined));
-        }
+        st.append(std::move(joined));  // into an empty state too (keeps the bound)
+        ASSERT_NO_FATAL_FAILURE(within_bound());
         next += n;
       }
       ASSERT_EQ(st.batch_size(), static_cast<int64_t>(rows.size()));
@@ -587,12 +596,13 @@ TEST_P(Seq2SeqProperties, RandomChurnOfJoinsLeavesAndBeamsLeavesEveryRowAsAlone)
       }
       rows = std::move(kept);
       if (rows.empty()) {
-        st = DecoderState{};
+        st.clear();
       } else if (uniform(0, 3) == 0) {
         st.select(torch::tensor(index, torch::kLong));
       } else {
         st.retain(index, same_request);
       }
+      ASSERT_NO_FATAL_FAILURE(within_bound());
       if (!rows.empty() && uniform(0, 4) == 0) st.compact();
       if (!rows.empty()) {
         ASSERT_GE(st.held_bytes(), st.bytes()) << "the rows use more than the state holds";
@@ -752,6 +762,85 @@ TEST(StateBytes, HeldCountsEachBufferOnceWithRoomAndHoles) {
   EXPECT_LT(st.bytes(), used);
   EXPECT_GT(st.held_bytes(), st.bytes());
   EXPECT_LE(st.held_bytes(), held_before);
+}
+
+// A bound on what the state holds (set_held_limit): rows joining one at a time grow the buffers with
+// room for as many again while that fits under the bound, with less near it, so the state holds no
+// more than the bound while its rows use less; without the bound the same joins hold more. Rows
+// leaving leave room and holes, which a state over its bound gives back. The rows decode as before.
+TEST(StateBytes, AHeldBoundKeepsRoomAndHolesWithinIt) {
+  TempDir dir("bound");
+  write_random_model(dir.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 3);
+  auto model = load_model(dir.path());
+  const auto ids = torch::randint(3, 96, {10, 20}, torch::kLong);
+  const auto row = [&](int64_t i) {
+    return model->start(model->encode(ids.narrow(0, i, 1), torch::ones({1, 20}, torch::kLong)),
+                        torch::full({1}, 6, torch::kLong));
+  };
+  const int64_t per_row = row(0).bytes();
+  const int64_t bound = 10 * per_row;
+  DecoderState bounded, free;
+  bounded.set_held_limit(bound);
+  for (int64_t i = 0; i < 9; ++i) {
+    bounded.append(row(i));
+    free.append(row(i));
+    EXPECT_EQ(bounded.bytes(), free.bytes());
+    EXPECT_LE(bounded.held_bytes(), bound) << "after " << i + 1 << " rows";
+  }
+  EXPECT_GT(free.held_bytes(), bound) << "without the bound the buffers keep room for as many rows again";
+  EXPECT_GT(bounded.held_bytes(), bounded.bytes()) << "room while under the bound";
+  // Three rows leave: in place, their rows and spans stay as room and holes, within the bound.
+  bounded.retain({0, 2, 4, 6, 7, 8});
+  EXPECT_LE(bounded.held_bytes(), bound);
+  // Under a bound of the rows' own use, room and holes go.
+  const int64_t tight = bounded.bytes();
+  bounded.set_held_limit(tight);
+  bounded.retain({0, 1, 2, 3, 5});  // the sixth row leaves
+  EXPECT_LT(8 * (bounded.held_bytes() - bounded.bytes()), bounded.held_bytes());
+  EXPECT_EQ(bounded.layers[0].cross_k.size(1), 5 * 20) << "the key pool holds the rows' spans and no hole";
+  free.retain({0, 2, 4, 6, 7, 8});
+  free.retain({0, 1, 2, 3, 5});
+  const auto tokens = torch::randint(3, 96, {5}, torch::kLong);
+  EXPECT_TRUE(torch::equal(model->step(bounded, tokens), model->step(free, tokens)));
+  EXPECT_TRUE(torch::equal(bounded.rows_of_layer(1).cross_k, free.rows_of_layer(1).cross_k));
+  EXPECT_TRUE(torch::equal(bounded.rows_of_layer(1).switch_drive, free.rows_of_layer(1).switch_drive));
+  bounded.clear();
+  EXPECT_EQ(bounded.batch_size(), 0);
+  EXPECT_EQ(bounded.held_limit(), tight) << "clear() keeps the bound";
+}
+
+// A pool that grows for a join moves the spans in use into its new buffer densely: the holes leaving
+// requests left do not outlive the growth.
+TEST(StateBytes, APoolThatGrowsLeavesItsHolesBehind) {
+  TempDir dir("grow");
+  write_random_model(dir.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4), 4);
+  auto model = load_model(dir.path());
+  std::vector<torch::Tensor> inputs;
+  for (const int64_t k : {8, 30, 9, 200}) inputs.push_back(torch::randint(3, 96, {1, k}, torch::kLong));
+  const auto start = [&](size_t i, int64_t k) {
+    const auto ids = inputs[i].narrow(1, 0, k);
+    return model->start(model->encode(ids, torch::ones_like(ids)), torch::full({1}, 5, torch::kLong));
+  };
+  DecoderState st, reference;  // the same rows, each state its own buffers
+  for (auto* s : {&st, &reference}) {
+    for (size_t i = 0; i < 3; ++i) s->append(start(i, inputs[i].size(1)));
+  }
+  const int64_t capacity = st.layers[0].cross_k.stride(0) / st.layers[0].cross_k.size(2);
+  ASSERT_LT(capacity, 200);
+  st.retain({0, 2});  // the 30-position span is a hole now
+  reference.select(torch::tensor({0, 2}, torch::kLong));
+  const int64_t joining = capacity + 1;  // fits neither the hole nor the room
+  st.append(start(3, joining));
+  reference.append(start(3, joining));
+  EXPECT_EQ(st.layers[0].cross_k.size(1), 8 + 9 + joining) << "no hole left";
+  EXPECT_EQ(st.layers[0].cross_v.size(1), 8 + 9 + joining);
+  for (size_t l = 0; l < st.layers.size(); ++l) {
+    EXPECT_TRUE(torch::equal(st.rows_of_layer(l).cross_k, reference.rows_of_layer(l).cross_k)) << "layer " << l;
+    EXPECT_TRUE(torch::equal(st.rows_of_layer(l).cross_v, reference.rows_of_layer(l).cross_v)) << "layer " << l;
+    EXPECT_TRUE(torch::equal(st.rows_of_layer(l).switch_drive, reference.rows_of_layer(l).switch_drive));
+  }
+  const auto tokens = torch::randint(3, 96, {3}, torch::kLong);
+  EXPECT_TRUE(torch::equal(model->step(st, tokens), model->step(reference, tokens)));
 }
 
 // Rows leaving after a step (retain with increasing rows) move down in place; the state then equals
@@ -1069,6 +1158,7 @@ TEST(StatePools, ALongInputDoesNotPadTheOtherRowsKeys) {
 // Under steady load the rows in flight swing around a level: spans freed at a low are kept for the
 // next joins (until three quarters of a pool are free), joins fill the holes before growing the pool,
 // and no span in use moves meanwhile; a state down to a quarter gives the rest back.
+// (StateBytes.APoolThatGrowsLeavesItsHolesBehind: growth with holes left.)
 TEST(StatePools, FreedSpansWaitForTheNextJoinsUntilThreeQuartersAreFree) {
   TempDir d("slots");
   write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 12);
@@ -1084,9 +1174,12 @@ TEST(StatePools, FreedSpansWaitForTheNextJoinsUntilThreeQuartersAreFree) {
   st.retain({0, 3});  // half the rows leave
   EXPECT_EQ(st.layers[0].cross_k.size(1), 40) << "20 of 40 positions free: kept";
   EXPECT_EQ(st.layers[0].cross_k.data_ptr(), keys) << "no span moved";
-  st.append(start(4, 3));
-  EXPECT_EQ(ints(st.layers[0].cross_start), (std::vector<int64_t>{0, 30, 10, 20, 40}))
-      << "two joining rows fill the hole of 20, the third one goes at the end";
+  st.append(start(4, 2));
+  EXPECT_EQ(ints(st.layers[0].cross_start), (std::vector<int64_t>{0, 30, 10, 20}))
+      << "two joining rows fill the hole of 20";
+  EXPECT_EQ(st.layers[0].cross_k.data_ptr(), keys) << "in place";
+  st.append(start(6, 1));  // fits no hole: the pool grows, the spans in use keep their order, densely
+  EXPECT_EQ(ints(st.layers[0].cross_start), (std::vector<int64_t>{0, 30, 10, 20, 40}));
   EXPECT_EQ(st.layers[0].cross_k.size(1), 50);
   EXPECT_EQ(ints(st.layers[0].drive_start).size(), 5u);
 
