@@ -670,9 +670,11 @@ torch::Tensor without_spare_rows(const torch::Tensor& t) {
 void DecoderState::keep_within_limit() {
   if (held_limit_ <= 0 || batch_size() == 0) return;
   const int64_t held = held_bytes();
-  // An eighth at least: a state whose rows alone use more than the bound would otherwise copy itself
-  // whenever a row left.
-  if (held <= held_limit_ || 8 * (held - bytes()) < held) return;
+  if (held <= held_limit_) return;
+  // Rows that alone use more than the bound give room back once it is an eighth of what they hold:
+  // otherwise they would copy the state whenever a row left.
+  const int64_t used = bytes();
+  if (used > held_limit_ && 8 * (held - used) < held) return;
   const auto counts = row_counts(*this);
   for (auto& l : layers) {
     if (!pooled(l) || !owns_storage(l.cross_k)) continue;

@@ -70,11 +70,12 @@ class DecoderState {
 
   // Bounds the memory the state keeps allocated (held_bytes) to `bytes` where its rows' own use
   // (bytes) allows; 0 (the default): no bound. Buffers that grow for a join take room for more rows or
-  // positions only from what is left under the bound (a quarter of what is left, as a share, and none
-  // once it is reached), and when rows leave or join and the state still holds more than the bound,
-  // with at least an eighth of it room or holes, it gives those back (a copy of what is in use).
-  // A budget that counts what requests use then also bounds what the process holds, less the
-  // moment a buffer grows, when the old and the new one both exist.
+  // positions only from what is left under the bound (each in proportion to its size; none once it is
+  // reached), and when rows leave or join and the state still holds more than the bound, it gives
+  // room and holes back (a copy of what is in use; where the rows alone use more than the bound, once
+  // room and holes are an eighth of what it holds). A budget that
+  // counts what requests use then also bounds what the process holds for them, but for the moment a
+  // buffer grows, when the old and the new one both exist.
   void set_held_limit(int64_t bytes) { held_limit_ = bytes; }
   int64_t held_limit() const { return held_limit_; }
   // Drops every row; keeps the bound.

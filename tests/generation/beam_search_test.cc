@@ -10,6 +10,7 @@
 #include "model/generation/beam_searcher.h"
 #include "model/kernels/avx2.h"
 #include "scripted_model.h"
+#include "tests/support/kernel_switches.h"
 
 namespace srformer {
 namespace {
@@ -195,6 +196,7 @@ TEST(BeamSearchTest, RejectsLogitsOfTheWrongShape) {
 // high scores past the vocabulary limit and on EOS and repeats itself, so that every exclusion
 // matters; forced EOS at the last step and a repetition penalty take the general path mid-search.
 TEST(BeamSearchTest, InPlaceCandidatesChooseWhatTheProcessedCopyChooses) {
+  const testing::KernelSwitchesRestored restore_switches;
   if (!kernels::avx2_fma_available()) GTEST_SKIP() << "no AVX2 + FMA: beam search always takes the general path";
   const int64_t vocab = 300;
   const int64_t limit = 250;

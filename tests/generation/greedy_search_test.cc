@@ -7,6 +7,7 @@
 #include "model/generation/single_row_searcher.h"
 #include "model/kernels/avx2.h"
 #include "scripted_model.h"
+#include "tests/support/kernel_switches.h"
 
 namespace srformer {
 namespace {
@@ -128,6 +129,7 @@ TEST(GreedySearchTest, NoRepeatNGramAndRepetitionPenaltyChangeTheChoice) {
 // LibTorch's argmax) must choose the same tokens. The script puts its highest scores past the
 // limit and on EOS, and repeats itself, so that every exclusion changes the choice.
 TEST(GreedySearchTest, InPlacePickChoosesWhatTheProcessedCopyChooses) {
+  const testing::KernelSwitchesRestored restore_switches;
   const int64_t vocab = 300;
   const int64_t limit = 250;
   for (uint64_t seed = 1; seed <= 12; ++seed) {

@@ -24,6 +24,7 @@
 #include "model/kernels/greedy_pick.h"
 #include "model/layers.h"
 #include "tests/model/attention_kernel_check.h"
+#include "tests/support/kernel_switches.h"
 
 namespace {
 
@@ -41,15 +42,15 @@ std::vector<bool> avx512_settings() {
   return srformer::kernels::avx512_available() ? std::vector<bool>{false, true} : std::vector<bool>{false};
 }
 
-// Runs `body` once per instruction set, leaving the default (AVX-512 where present) afterwards.
+// Runs `body` once per instruction set, leaving the switch as it was afterwards.
 template <typename F>
 void for_each_isa(F&& body) {
+  const srformer::testing::KernelSwitchesRestored restore_switches;
   for (const bool wide : avx512_settings()) {
     srformer::kernels::set_avx512(wide);
     SCOPED_TRACE(wide ? "AVX-512" : "AVX2");
     body();
   }
-  srformer::kernels::set_avx512(true);
 }
 
 torch::Tensor run_few_rows(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, int threads) {
@@ -108,6 +109,7 @@ TEST(FewRowsLinear, EachRowIsBitIdenticalAloneAndInAnyBatch) {
 }
 
 TEST(FewRowsLinear, ModelLinearUsesItForDecodeRowsAndStaysDifferentiableForTraining) {
+  const srformer::testing::KernelSwitchesRestored restore_switches;
   SKIP_WITHOUT_AVX2();
   torch::manual_seed(13);
   auto w = torch::randn({24, 40});
@@ -191,6 +193,7 @@ TEST(Fp32PackedLinear, EachRowIsBitIdenticalAloneAndInAnyBatchOrThreadCount) {
 }
 
 TEST(Fp32PackedLinear, AvxTwoAndAvx512GiveTheSameBitsWhicheverPackedIt) {
+  const srformer::testing::KernelSwitchesRestored restore_switches;
   SKIP_WITHOUT_PACKED();
   if (!srformer::kernels::avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512F: only the AVX2 form runs here";
   torch::manual_seed(17);
@@ -592,13 +595,13 @@ TEST(BeamCandidates, TiesByIndexAndRefusals) {
 // Runs `check` with the AVX-512 blocks (where the CPU has them) and with the AVX2 ones.
 template <typename F>
 void for_each_instruction_set(F&& check) {
+  const srformer::testing::KernelSwitchesRestored restore_switches;
   for (const bool avx512 : {true, false}) {
     if (avx512 && !avx512_available()) continue;
     SCOPED_TRACE(avx512 ? "AVX-512" : "AVX2");
     set_avx512(avx512);
     check();
   }
-  set_avx512(true);
 }
 
 // The encoder's fp32 attention kernel gives LibTorch's attend() to float rounding, with masks,
@@ -618,6 +621,7 @@ TEST(Fp32Attention, QueryWithEveryKeyMaskedGetsZeros) {
 // Each output is the same fused multiply-add chain in either block, so the instruction set the CPU
 // has does not change an encoder's output: tails of keys (70) and of the head dimension (40) included.
 TEST(Fp32Attention, AvxTwoAndAvx512GiveTheSameBits) {
+  const srformer::testing::KernelSwitchesRestored restore_switches;
   if (!avx512_available()) GTEST_SKIP() << "this CPU has no AVX-512F: only the AVX2 blocks run here";
   torch::manual_seed(11);
   for (const auto& [tq, t, d] : {std::tuple<int64_t, int64_t, int64_t>{7, 70, 40}, {33, 16, 64}, {1, 3, 8}}) {
@@ -673,6 +677,7 @@ TEST(Fp32Attention, ABiasGivenByItsDiagonalsEqualsItsDenseForm) {
 
 // Encoder layers take the kernel (fp32, untracked); the decoder and training keep LibTorch's form.
 TEST(Fp32Attention, EncoderLayersUseItAndTrainingDoesNot) {
+  const srformer::testing::KernelSwitchesRestored restore_switches;
   SKIP_WITHOUT_FP32_ATTENTION();
   torch::manual_seed(3);
   srformer::SelfAttention a;

@@ -11,6 +11,7 @@
 #include "model/random_model.h"
 #include "model/seq2seq.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/kernel_switches.h"
 
 namespace srformer {
 namespace {
@@ -150,6 +151,7 @@ TEST(LoadModel, MultilingualT5IsT5V11WithItsOwnDefaults) {
 // LoadOptions::pack_projections (the default): encodes and decode steps multiply the packed copies, which agree with
 // the row-major weights to rounding; a model loaded without it (training) gives the row-major path's bits.
 TEST(LoadModel, PackedDecoderStepsAgreeWithTheRowMajorWeights) {
+  const testing::KernelSwitchesRestored restore_switches;
   if (!kernels::use_avx512()) GTEST_SKIP() << "no AVX-512F here: nothing is packed";
   for (const auto arch : {Architecture::kBart, Architecture::kT5}) {
     TempDir d("packed");

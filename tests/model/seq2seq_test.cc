@@ -17,6 +17,7 @@
 #include "model/kernels/bf16_linear.h"
 #include "model/random_model.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/kernel_switches.h"
 
 namespace srformer {
 namespace {
@@ -277,6 +278,7 @@ TEST_P(Seq2SeqProperties, BeamStyleReorderCarriesTheMembraneAlong) {
 // logits, membranes and firing counts: rows of different k, rows that skip segments (L < m), rows
 // decoded past L, with the CPU kernels on and off.
 TEST_P(Seq2SeqProperties, PrecomputedSwitchDrivesEqualDrivesComputedAtEachSwitch) {
+  const testing::KernelSwitchesRestored restore_switches;
   LoadOptions o;
   o.precompute_switches = false;
   o.dtype = GetParam().dtype;
@@ -328,6 +330,7 @@ TEST_P(Seq2SeqProperties, PrecomputedSwitchDrivesEqualDrivesComputedAtEachSwitch
 // xl's clipped first window, also when the windowless state goes on with the kernels off (gathered
 // from its spans).
 TEST_P(Seq2SeqProperties, WindowsReadInPlaceEqualWindowCopies) {
+  const testing::KernelSwitchesRestored restore_switches;
   const auto kind = GetParam().kind;
   const bool windows = kind != CrossAttentionKind::kFull && kind != CrossAttentionKind::kAblationI;
   if (!windows) GTEST_SKIP() << "no segmented softmax in this variant";
@@ -492,9 +495,8 @@ TEST_P(Seq2SeqProperties, RandomChurnOfJoinsLeavesAndBeamsLeavesEveryRowAsAlone)
     std::vector<int64_t> history;
     torch::Tensor logits;
   };
-  struct KernelsBackOn {  // also when an assertion ends the test early
-    ~KernelsBackOn() { kernels::set_cpu_kernels(true); }
-  } back_on;
+  const testing::KernelSwitchesRestored restore_switches;  // also when an assertion ends the test early
+  const bool kernels_available = kernels::use_cpu_kernels();
   const int64_t vocab = model_->config().vocab_size;
   // One run each way in CI; SRFORMER_TEST_CHURN_RUNS=N runs N (other seeds) for a longer search.
   // Each way: kernels on and off, and each with a bound on what the state holds of 1 byte (joins grow
@@ -504,7 +506,7 @@ TEST_P(Seq2SeqProperties, RandomChurnOfJoinsLeavesAndBeamsLeavesEveryRowAsAlone)
   for (int run = 0; run < 4 * runs; ++run) {
     const bool kernels_on = run % 2 == 0;
     const int64_t held_limit = run % 4 >= 2 ? 1 : 0;
-    if (kernels_on && !kernels::use_cpu_kernels()) continue;
+    if (kernels_on && !kernels_available) continue;
     kernels::set_cpu_kernels(kernels_on);
     std::mt19937 rng(static_cast<unsigned>(11 + run));
     SCOPED_TRACE("seed " + std::to_string(11 + run) + ", kernels " + (kernels_on ? "on" : "off") +
@@ -804,6 +806,17 @@ TEST(StateBytes, AHeldBoundKeepsRoomAndHolesWithinIt) {
   EXPECT_TRUE(torch::equal(model->step(bounded, tokens), model->step(free, tokens)));
   EXPECT_TRUE(torch::equal(bounded.rows_of_layer(1).cross_k, free.rows_of_layer(1).cross_k));
   EXPECT_TRUE(torch::equal(bounded.rows_of_layer(1).switch_drive, free.rows_of_layer(1).switch_drive));
+  // Rows that use less than the bound give back whatever room takes the state over it, however
+  // little: nine rows held exactly, one leaves (room: a ninth), the bound between eight and nine rows.
+  DecoderState nine;
+  nine.set_held_limit(1);  // joins grow buffers without room
+  for (int64_t i = 0; i < 9; ++i) nine.append(row(i));
+  ASSERT_EQ(nine.held_bytes(), nine.bytes());
+  const int64_t nine_rows = nine.bytes();
+  nine.set_held_limit(nine_rows - per_row / 2);
+  nine.retain({0, 1, 2, 3, 4, 5, 6, 8});
+  EXPECT_EQ(nine.held_bytes(), nine.bytes()) << "eight rows held exactly";
+  EXPECT_LT(nine.held_bytes(), nine_rows - per_row / 2);
   bounded.clear();
   EXPECT_EQ(bounded.batch_size(), 0);
   EXPECT_EQ(bounded.held_limit(), tight) << "clear() keeps the bound";
@@ -1122,6 +1135,7 @@ TEST(StateAppend, JoinsWriteIntoSpareRowsAndDecodeAsAlone) {
 // the CPU kernels) the batch holds what its rows hold alone plus the longer mask, where dense rows (full
 // attention through LibTorch) pad every row's keys to the longest.
 TEST(StatePools, ALongInputDoesNotPadTheOtherRowsKeys) {
+  const testing::KernelSwitchesRestored restore_switches;
   if (!kernels::use_cpu_kernels()) GTEST_SKIP() << "full attention pools its keys only where the CPU kernels run";
   for (const auto& [kind, kernels_on] :
        std::vector<std::pair<CrossAttentionKind, bool>>{{CrossAttentionKind::kSrformer, true},

@@ -11,6 +11,7 @@
 #include "model/seq2seq.h"
 #include "model/train/loss_scaler.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/kernel_switches.h"
 
 namespace srformer {
 namespace {
@@ -89,6 +90,7 @@ TEST(Autocast, ScopeRunsProductsInItsTypeAndAnFp32RegionTurnsItOffUntilItEnds) {
 // (K^T V or the switch table, ||K||, membrane, R) is computed and held in fp32. LibTorch's path (the
 // one training takes; the CPU kernels compute in fp32 by construction).
 TEST(Autocast, SrformerStateStaysFp32UnderBf16) {
+  const testing::KernelSwitchesRestored restore_switches;
   testing::TempDir tmp("autocast");
   for (const bool table : {true, false}) {
     auto c = tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4, 64);
