@@ -420,7 +420,7 @@ void join_spans(const std::vector<torch::Tensor*>& my_pools, torch::Tensor& my_s
     for (auto* pool : my_pools) {
       if (end > size) resize_pool(*pool, dim, end);
     }
-  } else {  // grow: mine densely from 0, theirs after
+  } else {                                          // grow: mine densely from 0, theirs after
     std::vector<std::pair<int64_t, int64_t>> kept;  // my start -> new
     int64_t next = 0;
     for (const auto& span : mine) {
@@ -448,7 +448,8 @@ void join_spans(const std::vector<torch::Tensor*>& my_pools, torch::Tensor& my_s
   }
   for (size_t j = 0; j < my_pools.size(); ++j) {
     for (size_t i = 0; i < theirs.size(); ++i) {
-      my_pools[j]->narrow(dim, moved[i].second, theirs[i].count)
+      my_pools[j]
+          ->narrow(dim, moved[i].second, theirs[i].count)
           .copy_(their_pools[j]->narrow(dim, theirs[i].start, theirs[i].count));
     }
   }

@@ -110,7 +110,7 @@ TEST(FewRowsLinear, EachRowIsBitIdenticalAloneAndInAnyBatch) {
 
 TEST(FewRowsLinear, ModelLinearUsesItForDecodeRowsAndStaysDifferentiableForTraining) {
   const srformer::testing::KernelSwitchesRestored restore_switches;
-  SKIP_WITHOUT_AVX2();
+  SKIP_WITHOUT_CPU_KERNELS();
   torch::manual_seed(13);
   auto w = torch::randn({24, 40});
   const auto b = torch::randn({24});
@@ -217,6 +217,7 @@ TEST(Fp32PackedLinear, AvxTwoAndAvx512GiveTheSameBitsWhicheverPackedIt) {
 }
 
 TEST(Fp32PackedLinear, ModelLinearUsesItWhilePackedAndFallsBackWhenSwitchedOffOrTracked) {
+  SKIP_WITHOUT_CPU_KERNELS();
   SKIP_WITHOUT_PACKED();
   torch::manual_seed(16);
   srformer::Linear l;
@@ -338,7 +339,7 @@ TEST(SingleQueryAttention, EachGroupIsIndependentOfTheOthers) {
 // the products; a row's result depends on nothing but its own slots (not on the other rows, the
 // thread count, or which rows hold its slots); masked slots contribute nothing.
 TEST(SlotAttention, MatchesAttendOverEachRowsGatheredSlots) {
-  SKIP_WITHOUT_AVX2();
+  SKIP_WITHOUT_CPU_KERNELS();
   torch::manual_seed(21);
   for (const auto& [slots, d] : {std::pair<int64_t, int64_t>{1, 8}, {7, 20}, {33, 64}, {50, 72}, {12, 136}}) {
     SCOPED_TRACE("T=" + std::to_string(slots) + " d=" + std::to_string(d));
@@ -678,6 +679,7 @@ TEST(Fp32Attention, ABiasGivenByItsDiagonalsEqualsItsDenseForm) {
 // Encoder layers take the kernel (fp32, untracked); the decoder and training keep LibTorch's form.
 TEST(Fp32Attention, EncoderLayersUseItAndTrainingDoesNot) {
   const srformer::testing::KernelSwitchesRestored restore_switches;
+  SKIP_WITHOUT_CPU_KERNELS();
   SKIP_WITHOUT_FP32_ATTENTION();
   torch::manual_seed(3);
   srformer::SelfAttention a;

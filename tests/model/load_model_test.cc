@@ -10,8 +10,8 @@
 #include "model/kernels/fp32_packed_linear.h"
 #include "model/random_model.h"
 #include "model/seq2seq.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/kernel_switches.h"
+#include "tests/support/temp_dir.h"
 
 namespace srformer {
 namespace {
@@ -152,6 +152,7 @@ TEST(LoadModel, MultilingualT5IsT5V11WithItsOwnDefaults) {
 // the row-major weights to rounding; a model loaded without it (training) gives the row-major path's bits.
 TEST(LoadModel, PackedDecoderStepsAgreeWithTheRowMajorWeights) {
   const testing::KernelSwitchesRestored restore_switches;
+  SKIP_WITHOUT_CPU_KERNELS();
   if (!kernels::use_avx512()) GTEST_SKIP() << "no AVX-512F here: nothing is packed";
   for (const auto arch : {Architecture::kBart, Architecture::kT5}) {
     TempDir d("packed");

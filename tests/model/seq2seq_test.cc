@@ -16,8 +16,8 @@
 #include "model/kernels/avx2.h"
 #include "model/kernels/bf16_linear.h"
 #include "model/random_model.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/kernel_switches.h"
+#include "tests/support/temp_dir.h"
 
 namespace srformer {
 namespace {
@@ -71,8 +71,19 @@ class Seq2SeqProperties : public ::testing::TestWithParam<Case> {
   // rounding difference can also move an input of a projection to the neighbouring bfloat16 (2^-8
   // relative), which the next layers carry on: a fraction of 2^-8 of the logits' size (`ref`), still
   // far below what a wrong segment or state gives.
+  // With the CPU kernels off (SRFORMER_CPU_KERNELS=0: LibTorch's path, which a GPU takes) a batch
+  // sums in another order than a row alone, and bf16 rounds each product's output: 4x.
   double tolerance(double fp32, const torch::Tensor& ref) const {
-    return GetParam().dtype == torch::kBFloat16 ? 2e-3 * (1.0 + ref.abs().max().item<double>()) : fp32;
+    const double path = kernels::use_cpu_kernels() ? 1.0 : 4.0;
+    return path * (GetParam().dtype == torch::kBFloat16 ? 2e-3 * (1.0 + ref.abs().max().item<double>()) : fp32);
+  }
+  // The same row's logits from two batches: bit for bit with the CPU kernels, to rounding without.
+  void expect_same_row(const torch::Tensor& got, const torch::Tensor& want) const {
+    if (kernels::use_cpu_kernels()) {
+      EXPECT_TRUE(torch::equal(got, want));
+    } else {
+      EXPECT_LE((got - want).abs().max().item<double>(), tolerance(1e-5, want));
+    }
   }
   TempDir dir_{"seq2seq"};
   std::unique_ptr<Seq2SeqModel> model_;
@@ -221,7 +232,7 @@ TEST_P(Seq2SeqProperties, JoinIntoALeftRowsSpanEqualsRowAlone) {
   }
   const auto both = model_->step(beams, torch::full({2}, 5, torch::kLong));
   EXPECT_TRUE(torch::equal(both[0], both[1]));
-  EXPECT_TRUE(torch::equal(both[0], model_->step(one, torch::full({1}, 5, torch::kLong))[0]));
+  expect_same_row(both[0], model_->step(one, torch::full({1}, 5, torch::kLong))[0]);
 }
 
 // A long input that leaves does not leave the rows after it padded to its length: once the rest need
@@ -863,6 +874,10 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   TempDir d("retain");
   write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 9);
   auto model = load_model(d.path());
+  // Tensors a state may leave undefined (switch tables, windows: by variant and kernels) equal only undefined.
+  const auto same = [](const torch::Tensor& x, const torch::Tensor& y) {
+    return x.defined() == y.defined() && (!x.defined() || torch::equal(x, y));
+  };
   const auto enc = model->encode(torch::randint(3, 96, {5, 12}, torch::kLong), torch::ones({5, 12}, torch::kLong));
   const auto tokens = torch::randint(3, 96, {5, 6}, torch::kLong);
   const auto started = [&] {
@@ -879,19 +894,19 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   in_place.retain({0, 2, 3, 4});
   EXPECT_EQ(in_place.layers[1].cross_k.storage().nbytes(), storage_before) << "4 of 5 rows: nothing reallocated";
   EXPECT_EQ(in_place.layers[1].self_k.storage().data(), cache_before) << "the self-attention cache too";
-  EXPECT_TRUE(torch::equal(in_place.layers[1].self_k, copied.layers[1].self_k));
+  EXPECT_TRUE(same(in_place.layers[1].self_k, copied.layers[1].self_k));
   EXPECT_EQ(in_place.batch_size(), 4);
-  EXPECT_TRUE(torch::equal(in_place.rows_of_layer(1).cross_k, copied.rows_of_layer(1).cross_k));
-  EXPECT_TRUE(torch::equal(in_place.rows_of_layer(0).switch_drive, copied.rows_of_layer(0).switch_drive));
-  EXPECT_TRUE(torch::equal(in_place.layers[0].mem, copied.layers[0].mem));
-  EXPECT_TRUE(torch::equal(in_place.segment, copied.segment));
+  EXPECT_TRUE(same(in_place.rows_of_layer(1).cross_k, copied.rows_of_layer(1).cross_k));
+  EXPECT_TRUE(same(in_place.rows_of_layer(0).switch_drive, copied.rows_of_layer(0).switch_drive));
+  EXPECT_TRUE(same(in_place.layers[0].mem, copied.layers[0].mem));
+  EXPECT_TRUE(same(in_place.segment, copied.segment));
 
   auto shared = started();
   const DecoderState before = shared;  // holds the same tensors
   const auto cross_before = before.layers[1].cross_k.clone();
   shared.retain({0, 2, 3, 4});
-  EXPECT_TRUE(torch::equal(shared.rows_of_layer(1).cross_k, copied.rows_of_layer(1).cross_k));
-  EXPECT_TRUE(torch::equal(before.layers[1].cross_k, cross_before)) << "a state sharing the tensors is untouched";
+  EXPECT_TRUE(same(shared.rows_of_layer(1).cross_k, copied.rows_of_layer(1).cross_k));
+  EXPECT_TRUE(same(before.layers[1].cross_k, cross_before)) << "a state sharing the tensors is untouched";
   EXPECT_EQ(before.batch_size(), 5);
 
   const auto kept = torch::tensor({0, 2, 3, 4}, torch::kLong);
@@ -907,12 +922,12 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   filled_copy.select(torch::tensor({0, 4, 2, 3}, torch::kLong));
   filled.retain({0, 4, 2, 3});
   EXPECT_EQ(filled.layers[1].cross_k.storage().nbytes(), storage_before) << "last row into the hole: in place";
-  EXPECT_TRUE(torch::equal(filled.rows_of_layer(1).cross_k, filled_copy.rows_of_layer(1).cross_k));
+  EXPECT_TRUE(same(filled.rows_of_layer(1).cross_k, filled_copy.rows_of_layer(1).cross_k));
   EXPECT_EQ(filled.layers[0].window_k.defined(), filled_copy.layers[0].window_k.defined());
   if (filled.layers[0].window_k.defined()) {
-    EXPECT_TRUE(torch::equal(filled.layers[0].window_k, filled_copy.layers[0].window_k));
+    EXPECT_TRUE(same(filled.layers[0].window_k, filled_copy.layers[0].window_k));
   }
-  EXPECT_TRUE(torch::equal(filled.step, filled_copy.step));
+  EXPECT_TRUE(same(filled.step, filled_copy.step));
   for (const std::vector<int64_t>& beams : std::vector<std::vector<int64_t>>{
            {1, 0, 2, 3, 4}, {2, 0, 1, 3, 4}, {1, 1, 0, 4, 4}, {1, 0, 0, 4}, {4, 3, 2, 1, 0}, {3, 3, 3}}) {
     SCOPED_TRACE(::testing::PrintToString(beams));
@@ -923,17 +938,17 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
     moved.retain(beams);
     EXPECT_EQ(moved.layers[0].self_k.storage().data(), cache) << "in place";
     ASSERT_EQ(moved.batch_size(), moved_copy.batch_size());
-    EXPECT_TRUE(torch::equal(moved.step, moved_copy.step));
-    EXPECT_TRUE(torch::equal(moved.self_valid, moved_copy.self_valid));
+    EXPECT_TRUE(same(moved.step, moved_copy.step));
+    EXPECT_TRUE(same(moved.self_valid, moved_copy.self_valid));
     for (size_t l = 0; l < moved.layers.size(); ++l) {
-      EXPECT_TRUE(torch::equal(moved.layers[l].self_k, moved_copy.layers[l].self_k)) << l;
-      EXPECT_TRUE(torch::equal(moved.layers[l].self_v, moved_copy.layers[l].self_v)) << l;
-      EXPECT_TRUE(torch::equal(moved.layers[l].mem, moved_copy.layers[l].mem)) << l;
-      EXPECT_TRUE(torch::equal(moved.rows_of_layer(l).cross_k, moved_copy.rows_of_layer(l).cross_k)) << l;
-      EXPECT_TRUE(torch::equal(moved.rows_of_layer(l).switch_drive, moved_copy.rows_of_layer(l).switch_drive)) << l;
+      EXPECT_TRUE(same(moved.layers[l].self_k, moved_copy.layers[l].self_k)) << l;
+      EXPECT_TRUE(same(moved.layers[l].self_v, moved_copy.layers[l].self_v)) << l;
+      EXPECT_TRUE(same(moved.layers[l].mem, moved_copy.layers[l].mem)) << l;
+      EXPECT_TRUE(same(moved.rows_of_layer(l).cross_k, moved_copy.rows_of_layer(l).cross_k)) << l;
+      EXPECT_TRUE(same(moved.rows_of_layer(l).switch_drive, moved_copy.rows_of_layer(l).switch_drive)) << l;
     }
     const auto tok = tokens.select(1, 2).narrow(0, 0, moved.batch_size());
-    EXPECT_TRUE(torch::equal(model->step(moved, tok), model->step(moved_copy, tok)));
+    EXPECT_TRUE(same(model->step(moved, tok), model->step(moved_copy, tok)));
   }
 
   // Three beams of one request (rows replicated from one, then fed different tokens) reordered with
@@ -946,32 +961,34 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   beams_copy.select(torch::tensor({2, 0, 0, 4}, torch::kLong));
   const auto caches_before = beams.layers[1].self_k.narrow(0, 0, 3).clone();
   beams.retain({2, 0, 0, 4}, {true, true, true, false});
-  EXPECT_TRUE(torch::equal(beams.layers[1].self_k.narrow(0, 0, 3), caches_before)) << "the beams' caches stay";
-  ASSERT_TRUE(beams.self_src.defined());
-  EXPECT_EQ(beams.self_src[0][-1].item<int32_t>(), 2) << "beam 0's last slot is in row 2";
+  if (kernels::use_cpu_kernels()) {  // the steps read slots through self_src where the kernels run
+    EXPECT_TRUE(same(beams.layers[1].self_k.narrow(0, 0, 3), caches_before)) << "the beams' caches stay";
+    ASSERT_TRUE(beams.self_src.defined());
+    EXPECT_EQ(beams.self_src[0][-1].item<int32_t>(), 2) << "beam 0's last slot is in row 2";
+  }
   for (size_t l = 0; l < beams.layers.size(); ++l) {
-    EXPECT_TRUE(torch::equal(beams.rows_of_layer(l).self_k, beams_copy.rows_of_layer(l).self_k)) << l;
-    EXPECT_TRUE(torch::equal(beams.rows_of_layer(l).self_v, beams_copy.rows_of_layer(l).self_v)) << l;
-    EXPECT_TRUE(torch::equal(beams.layers[l].mem, beams_copy.layers[l].mem)) << l;
+    EXPECT_TRUE(same(beams.rows_of_layer(l).self_k, beams_copy.rows_of_layer(l).self_k)) << l;
+    EXPECT_TRUE(same(beams.rows_of_layer(l).self_v, beams_copy.rows_of_layer(l).self_v)) << l;
+    EXPECT_TRUE(same(beams.layers[l].mem, beams_copy.layers[l].mem)) << l;
     if (beams.layers[l].window_k.defined()) {
-      EXPECT_TRUE(torch::equal(beams.layers[l].window_k, beams_copy.layers[l].window_k)) << l;
+      EXPECT_TRUE(same(beams.layers[l].window_k, beams_copy.layers[l].window_k)) << l;
     }
   }
-  EXPECT_TRUE(torch::equal(beams.step, beams_copy.step));
-  EXPECT_FALSE(torch::equal(beams.rows_of_layer(0).self_k[0], beams.rows_of_layer(0).self_k[1])) << "beams that differ";
+  EXPECT_TRUE(same(beams.step, beams_copy.step));
+  EXPECT_FALSE(same(beams.rows_of_layer(0).self_k[0], beams.rows_of_layer(0).self_k[1])) << "beams that differ";
   const auto next = torch::tensor({10, 11, 12, 13}, torch::kLong);
-  EXPECT_TRUE(torch::equal(model->step(beams, next), model->step(beams_copy, next)));
+  EXPECT_TRUE(same(model->step(beams, next), model->step(beams_copy, next)));
   // Another request's row moving into beam 0's place while a copy of the state shares the caches:
   // every row first takes its slots into its own row of a copy; the copy keeps reading its own.
   const DecoderState snapshot = beams;
   const auto snapshot_k = snapshot.rows_of_layer(0).self_k.clone();
   beams.retain({3, 1, 2}, {false, true, true});
   beams_copy.select(torch::tensor({3, 1, 2}, torch::kLong));
-  EXPECT_TRUE(torch::equal(snapshot.rows_of_layer(0).self_k, snapshot_k)) << "the copy is untouched";
+  EXPECT_TRUE(same(snapshot.rows_of_layer(0).self_k, snapshot_k)) << "the copy is untouched";
   for (size_t l = 0; l < beams.layers.size(); ++l) {
-    EXPECT_TRUE(torch::equal(beams.rows_of_layer(l).self_k, beams_copy.rows_of_layer(l).self_k)) << l;
+    EXPECT_TRUE(same(beams.rows_of_layer(l).self_k, beams_copy.rows_of_layer(l).self_k)) << l;
   }
-  EXPECT_TRUE(torch::equal(beams.self_src, beams_copy.self_src)) << "every row reads its own slots again";
+  EXPECT_TRUE(same(beams.self_src, beams_copy.self_src)) << "every row reads its own slots again";
   EXPECT_THROW(beams.retain({0, 1}, {true}), std::invalid_argument);
 
   // 1 of 4 rows kept: a compact copy that returns the memory.
@@ -979,7 +996,7 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   EXPECT_EQ(in_place.layers[1].cross_k.storage().nbytes(), in_place.layers[1].cross_k.nbytes());
   copied.select(torch::tensor({3}, torch::kLong));
   EXPECT_EQ(in_place.layers[1].cross_k.size(1), 12) << "one request's 12 positions of 60 in use: the rest given back";
-  EXPECT_TRUE(torch::equal(in_place.rows_of_layer(1).cross_k, copied.rows_of_layer(1).cross_k));
+  EXPECT_TRUE(same(in_place.rows_of_layer(1).cross_k, copied.rows_of_layer(1).cross_k));
   EXPECT_THROW(in_place.retain({0, 1}), std::out_of_range);
 }
 

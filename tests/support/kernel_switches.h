@@ -22,3 +22,9 @@ class KernelSwitchesRestored {
 };
 
 }  // namespace srformer::testing
+
+// For tests of the kernels' own path (which layers take them, packed weights, bit-identical rows):
+// skipped, saying why, where they do not run.
+#define SKIP_WITHOUT_CPU_KERNELS()           \
+  if (!srformer::kernels::use_cpu_kernels()) \
+  GTEST_SKIP() << "the CPU kernels are off here (SRFORMER_CPU_KERNELS=0, or no AVX2+FMA): this test checks their path"

@@ -10,8 +10,8 @@
 #include "model/random_model.h"
 #include "model/seq2seq.h"
 #include "model/train/loss_scaler.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/kernel_switches.h"
+#include "tests/support/temp_dir.h"
 
 namespace srformer {
 namespace {
