@@ -5,7 +5,8 @@
 # Shows the budget holding the state, and what holding it costs the load.
 #   bench/server_state_budget.sh MODEL_DIR LONG_DOC SERVER BUDGET... [-- SHORT_DOC...]
 #   env: CONCURRENCY (32), REQUESTS (192), NEW_TOKENS (64), LONG (4 long documents, one every 2 s),
-#        THREADS (2), CLIENT (build/bin/srformer-client)
+#        THREADS (2), CLIENT (build/bin/srformer-client), SERVER_ARGS (more server flags, e.g.
+#        "--queue-bypass-ms 0")
 # BUDGET: a --max-state-memory value (0 = none, 1G, auto). Short documents default to the first 400,
 # 1000 and 2000 bytes of docs/ARCHITECTURE.md.
 set -euo pipefail
@@ -23,7 +24,7 @@ shorts=("$@")
 for budget in "${budgets[@]}"; do
   log="$tmp/server.log"
   "$server" --model ab="$model" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --threads "${THREADS:-2}" \
-    --max-batch-rows 64 --max-queue 256 --max-state-memory "$budget" 2>"$log" &
+    --max-batch-rows 64 --max-queue 256 --max-state-memory "$budget" ${SERVER_ARGS:-} 2>"$log" &
   pid=$!
   target=$(wait_for_server "$log" $pid)
   metrics=$(grep -o 'metrics on [^ ]*/metrics' "$log" | tail -1 | awk '{print $3}' | sed 's#/metrics$##')
@@ -50,10 +51,11 @@ for budget in "${budgets[@]}"; do
   wait $load
   for p in "${longs[@]}"; do wait "$p"; done
   hwm=$(awk '/VmHWM/ {printf "%d", $2 / 1024}' /proc/$pid/status)
+  bypasses=$(curl -s -m 5 "$metrics/metrics" | awk 'index($1, "srformer_queue_bypasses_total{") == 1 {s += $2} END {print s + 0}')
   kill -TERM $pid
   wait $pid || true
   echo "--max-state-memory $budget: $(grep -o 'decoder state budget: [^(]*' "$log" | head -1)"
-  echo "    peak state ${peak} MiB used, ${peak_held} MiB held; peak RSS ${hwm} MiB"
+  echo "    peak state ${peak} MiB used, ${peak_held} MiB held; peak RSS ${hwm} MiB; ${bypasses} admissions went ahead of a waiting request"
   echo "    long documents ($(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["input_tokens"])' "$tmp/long1.json" 2>/dev/null || echo '?') tokens) took: $(cat "$tmp"/long*.s | xargs printf '%.1f s ')"
   echo "    short load: $(grep -o 'requests: .*' "$tmp/load.txt")"
   echo "      $(grep -o 'throughput: .*' "$tmp/load.txt"); $(grep -o 'time to first token: .*' "$tmp/load.txt")"

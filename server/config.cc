@@ -74,6 +74,8 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
     c.max_tokens_in_flight = to_int(flag, value, 0);
   } else if (name == "max-encode-tokens") {
     c.max_encode_tokens = to_int(flag, value, 0);
+  } else if (name == "queue-bypass-ms") {
+    c.queue_bypass_ms = to_int(flag, value, 0);
   } else if (name == "max-state-memory") {
     c.max_state_bytes = parse_memory_size(flag, value);
   } else if (name == "max-message-bytes") {
@@ -164,6 +166,9 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
                               until it fits, one that alone exceeds it is refused (default auto: half
                               the memory available after loading, the GPU's on CUDA, shared by the
                               models; 0 = unlimited)
+  --queue-bypass-ms N         a request that does not fit the batch's budgets lets later ones that fit
+                              go first for up to N ms after it was accepted, then admission waits for
+                              it (default 1000; 0 = first come, first served)
   --precompute-switches true|false
                               SRformer: compute each request's segment-switch inputs (P_i W^T) when it
                               starts decoding, so a step costs the same at any input length, for

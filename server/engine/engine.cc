@@ -279,18 +279,29 @@ void Engine::run() {
         // longest input, the state budget what the model holds (its masks and full attention's keys padded
         // to the longest input, pooled keys at each request's own length).
         BatchShape shape = queue_.empty() ? BatchShape{} : running_shape();
-        while (!queue_.empty()) {
-          const Pending& next = queue_.front();
+        // A request that does not fit lets later ones that do go first while it is younger than
+        // limits_.queue_bypass (a long document waiting for room does not hold up the short requests
+        // behind it); an older one stops admission until the rows leaving make room for it.
+        bool passed_over = false;
+        for (auto it = queue_.begin(); it != queue_.end();) {
+          const Pending& next = *it;
           const int64_t r = next.searcher->num_rows();
           const int64_t b = budget_of(next);
           const BatchShape joined = shape.joined(shape_of(*next.request, r));
           // The tokens budget counts each row's own input (budget_of); the rest is padding.
           const int64_t padding = (rows + r) * joined.state.encoder_positions - joined.row_inputs;
           const bool empty_batch = slots_.empty() && admitted.empty();
-          if (!empty_batch && rows + r > limits_.max_batch_rows) break;
-          if (!empty_batch && limits_.max_tokens_in_flight > 0 && tokens + b + padding > limits_.max_tokens_in_flight)
-            break;
-          if (!empty_batch && limits_.max_state_bytes > 0 && state_bytes(joined) > limits_.max_state_bytes) break;
+          const bool fits =
+              empty_batch ||
+              (rows + r <= limits_.max_batch_rows &&
+               (limits_.max_tokens_in_flight <= 0 || tokens + b + padding <= limits_.max_tokens_in_flight) &&
+               (limits_.max_state_bytes <= 0 || state_bytes(joined) <= limits_.max_state_bytes));
+          if (!fits) {
+            if (now - next.request->accepted_at >= limits_.queue_bypass) break;
+            passed_over = true;
+            ++it;
+            continue;
+          }
           const int64_t e = r * static_cast<int64_t>(next.request->input_ids.size());
           if (!admitted.empty() && limits_.max_encode_tokens > 0 && encode_tokens + e > limits_.max_encode_tokens)
             break;
@@ -298,8 +309,12 @@ void Engine::run() {
           tokens += b;
           encode_tokens += e;
           shape = joined;
-          admitted.push_back(std::move(queue_.front()));
-          queue_.pop_front();
+          if (passed_over) {
+            ++stats_.bypassed;
+            if (metrics_) metrics_->on_bypass();
+          }
+          admitted.push_back(std::move(*it));
+          it = queue_.erase(it);
         }
       }
       stats_.queued = static_cast<int64_t>(queue_.size());

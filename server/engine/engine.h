@@ -5,6 +5,7 @@
 // tokens and finished results for the delivery thread (which detokenizes and runs the requests'
 // callbacks), and reorders/drops rows with a single DecoderState::retain. RPC threads never touch
 // tensors.
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -42,6 +43,10 @@ struct EngineLimits {
   // A request that alone needs more is refused at submit(). The state's buffers (their room for
   // growth, the pools' holes) are held to it too (DecoderState::set_held_limit). 0 = no limit.
   int64_t max_state_bytes = 0;
+  // A request that does not fit the batch's rows, tokens or state budget lets later requests that do
+  // fit go ahead of it until it has waited this long since it was accepted; then admission waits for
+  // it (no request starves behind a stream of smaller ones). 0 = first come, first served.
+  std::chrono::milliseconds queue_bypass{0};
   int threads = 0;  // torch intra-op threads of the decode thread; 0 = leave as is
 };
 
@@ -64,6 +69,7 @@ struct EngineStats {
   double join_seconds = 0;         // admissions: adding the encoded rows to the running batch's state
   double encode_seconds = 0;       // admissions: encoding and starting the rows' state
   int64_t encodes = 0;             // encoder calls (one per admitted batch)
+  int64_t bypassed = 0;            // admissions ahead of an older request that did not fit (queue_bypass)
   int64_t encodes_abandoned = 0;   // encoder calls stopped part-way: all their requests gone (cancelled,
                                    // past the deadline, shutdown)
   int64_t max_encoded_tokens = 0;  // the largest encoder call, in input tokens (rows * length)

@@ -158,6 +158,11 @@ struct Metrics::Families {
                              .Name("srformer_segment_switches_total")
                              .Help("Times a row moved on to the next encoder segment.")
                              .Register(r)),
+        bypasses(BuildCounter()
+                     .Name("srformer_queue_bypasses_total")
+                     .Help("Requests admitted ahead of an older queued request that did not fit the batch's "
+                           "budgets (--queue-bypass-ms).")
+                     .Register(r)),
         kv_read(BuildCounter()
                     .Name("srformer_cross_attention_kv_read_total")
                     .Help("Cross-attention key/value elements actually read.")
@@ -191,6 +196,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Gauge>& raf_fired;
   prometheus::Family<prometheus::Counter>& raf_updates;
   prometheus::Family<prometheus::Counter>& segment_switches;
+  prometheus::Family<prometheus::Counter>& bypasses;
   prometheus::Family<prometheus::Counter>& kv_read;
   prometheus::Family<prometheus::Counter>& kv_full;
 };
@@ -215,6 +221,7 @@ ModelMetrics::ModelMetrics(Metrics& metrics, const std::string& model)
       decode_step_(metrics.families_->decode_step.Add({{"model", model}}, step_buckets())),
       raf_updates_total_(metrics.families_->raf_updates.Add({{"model", model}})),
       segment_switches_total_(metrics.families_->segment_switches.Add({{"model", model}})),
+      bypasses_total_(metrics.families_->bypasses.Add({{"model", model}})),
       kv_read_total_(metrics.families_->kv_read.Add({{"model", model}})),
       kv_full_total_(metrics.families_->kv_full.Add({{"model", model}})) {
   // Pre-create the bounded reason series so rate() queries see zeros instead of absent series.
@@ -284,6 +291,8 @@ void ModelMetrics::set_raf_fired_ratio(int layer, double ratio) {
 
 void ModelMetrics::on_raf_updates(std::uint64_t n) { raf_updates_total_.Increment(static_cast<double>(n)); }
 void ModelMetrics::on_segment_switches(std::uint64_t n) { segment_switches_total_.Increment(static_cast<double>(n)); }
+
+void ModelMetrics::on_bypass() { bypasses_total_.Increment(); }
 
 void ModelMetrics::on_cross_attention_kv(std::uint64_t read, std::uint64_t full_equivalent) {
   kv_read_total_.Increment(static_cast<double>(read));

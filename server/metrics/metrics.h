@@ -100,6 +100,8 @@ class ModelMetrics {
   void on_raf_updates(std::uint64_t n);
   // `n` segment switches (a row's decoder moved on to the next encoder segment).
   void on_segment_switches(std::uint64_t n);
+  // A request admitted ahead of an older one that did not fit the batch (--queue-bypass-ms).
+  void on_bypass();
   // Key/value elements read by cross-attention vs what full attention would have read for the same steps.
   void on_cross_attention_kv(std::uint64_t read, std::uint64_t full_equivalent);
 
@@ -129,6 +131,7 @@ class ModelMetrics {
   prometheus::Histogram& decode_step_;
   prometheus::Counter& raf_updates_total_;
   prometheus::Counter& segment_switches_total_;
+  prometheus::Counter& bypasses_total_;
   prometheus::Counter& kv_read_total_;
   prometheus::Counter& kv_full_total_;
 };

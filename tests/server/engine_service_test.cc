@@ -6,6 +6,7 @@
 #include <atomic>
 #include <future>
 #include <random>
+#include <thread>
 
 #include "client/grpc_health.h"
 #include "model/generation/generate.h"
@@ -467,6 +468,53 @@ TEST(EngineService, StateBudgetCountsPooledInputsAtTheirOwnLength) {
   EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 5; }))
       << "the long document waited for the short ones";
   for (auto& c : calls) EXPECT_TRUE(c.get().ok());
+}
+
+// A long document that does not fit the state budget beside running requests waits, and a short
+// request behind it that fits goes ahead (--queue-bypass-ms) instead of waiting for it too...
+TEST(EngineService, AShortRequestGoesAheadOfALongOneWaitingForRoom) {
+  FakeServerOptions so;
+  FakeModelOptions mo{256, 4, 20ms};
+  mo.footprint = StateFootprint{/*per_encoder_position=*/1000};
+  so.models = {{"fake", mo}};
+  so.config.max_state_bytes = 400 * 1000;
+  so.config.queue_bypass_ms = 60000;
+  TestServer server(so);
+  std::vector<std::future<grpc::Status>> running;
+  for (int i = 0; i < 4; ++i) running.push_back(summarize_async(server, "short " + std::to_string(i), 30));
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 4; }));
+  auto long_doc = summarize_async(server, std::string(150, 'x'), 4);  // 5 rows x 151 positions: waits
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.queued == 1; }));
+  auto behind = summarize_async(server, "late", 2);
+  EXPECT_TRUE(behind.get().ok());
+  EXPECT_EQ(long_doc.wait_for(0ms), std::future_status::timeout) << "the short request went first";
+  EXPECT_TRUE(long_doc.get().ok());
+  for (auto& c : running) EXPECT_TRUE(c.get().ok());
+  EXPECT_EQ(server.engine().stats().bypassed, 1);
+}
+
+// ...but not once the long one has waited that long: then the queue waits for it, so that no request
+// starves behind a stream of smaller ones. 0 is first come, first served.
+TEST(EngineService, NoRequestGoesAheadOfOneThatWaitedPastTheBypassTime) {
+  for (const int64_t bypass_ms : {int64_t{0}, int64_t{50}}) {
+    SCOPED_TRACE("--queue-bypass-ms " + std::to_string(bypass_ms));
+    FakeServerOptions so;
+    FakeModelOptions mo{256, 4, 20ms};
+    mo.footprint = StateFootprint{/*per_encoder_position=*/1000};
+    so.models = {{"fake", mo}};
+    so.config.max_state_bytes = 400 * 1000;
+    so.config.queue_bypass_ms = bypass_ms;
+    TestServer server(so);
+    std::vector<std::future<grpc::Status>> calls;
+    for (int i = 0; i < 4; ++i) calls.push_back(summarize_async(server, "short " + std::to_string(i), 30));
+    ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 4; }));
+    calls.push_back(summarize_async(server, std::string(150, 'x'), 4));
+    ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.queued == 1; }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2 * bypass_ms));
+    calls.push_back(summarize_async(server, "late", 2));
+    for (auto& c : calls) EXPECT_TRUE(c.get().ok());
+    EXPECT_EQ(server.engine().stats().bypassed, 0);
+  }
 }
 
 // A request whose state alone exceeds the budget can never run here: refused at once with what to
