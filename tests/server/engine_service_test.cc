@@ -429,21 +429,35 @@ TEST(EngineService, TokensInFlightCountEveryRowAtTheBatchsLongestInput) {
   EXPECT_GE(positions->load(), 151);
 }
 
+// A fake model whose state is 1000 bytes per encoder position and row (per request where `pooled`:
+// beams share its input's keys), under a --max-state-memory of `positions` positions' worth.
+FakeServerOptions state_budget_options(int64_t positions, bool pooled = false) {
+  FakeServerOptions so;
+  FakeModelOptions mo{256, 4, 20ms};
+  mo.footprint = StateFootprint{/*per_encoder_position=*/1000};
+  mo.footprint.inputs_shared_by_beams = pooled;
+  so.models = {{"fake", mo}};
+  so.config.max_state_bytes = positions * 1000;
+  return so;
+}
+
+// Four short requests of 30 tokens, running once this returns.
+std::vector<std::future<grpc::Status>> four_running(TestServer& server) {
+  std::vector<std::future<grpc::Status>> calls;
+  for (int i = 0; i < 4; ++i) calls.push_back(summarize_async(server, "short " + std::to_string(i), 30));
+  EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 4; }));
+  return calls;
+}
+
 // --max-state-memory: admissions keep the batch's decoder state (every row at the longest input) within
 // the budget; here the fake state is 1000 bytes per encoder position and row, the budget 400 positions'
 // worth, and nothing else limits the batch. The long document waits until the short ones leave.
 TEST(EngineService, StateBudgetKeepsTheBatchsStateWithinIt) {
-  FakeServerOptions so;
-  FakeModelOptions mo{256, 4, 20ms};
-  mo.footprint = StateFootprint{/*per_encoder_position=*/1000};
-  so.models = {{"fake", mo}};
-  so.config.max_state_bytes = 400 * 1000;
+  const auto so = state_budget_options(400);
   const auto positions = so.models[0].second.max_step_positions;
   TestServer server(so);
   EXPECT_EQ(server.engine().limits().max_state_bytes, 400 * 1000);
-  std::vector<std::future<grpc::Status>> calls;
-  for (int i = 0; i < 4; ++i) calls.push_back(summarize_async(server, "short " + std::to_string(i), 30));
-  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 4; }));
+  auto calls = four_running(server);
   calls.push_back(summarize_async(server, std::string(150, 'x'), 4));  // 151 tokens: 5 rows of it would be 755
   for (auto& c : calls) EXPECT_TRUE(c.get().ok());
   EXPECT_LE(positions->load(), 400) << "a step held more state than the budget";
@@ -454,16 +468,8 @@ TEST(EngineService, StateBudgetKeepsTheBatchsStateWithinIt) {
 // length) is budgeted at each request's own length: a long document joins four short requests at once
 // (151 + 4 x 8 positions), where padded to its length the five would count 755 and it would wait.
 TEST(EngineService, StateBudgetCountsPooledInputsAtTheirOwnLength) {
-  FakeServerOptions so;
-  FakeModelOptions mo{256, 4, 20ms};
-  mo.footprint = StateFootprint{/*per_encoder_position=*/1000};
-  mo.footprint.inputs_shared_by_beams = true;
-  so.models = {{"fake", mo}};
-  so.config.max_state_bytes = 250 * 1000;
-  TestServer server(so);
-  std::vector<std::future<grpc::Status>> calls;
-  for (int i = 0; i < 4; ++i) calls.push_back(summarize_async(server, "short " + std::to_string(i), 30));
-  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 4; }));
+  TestServer server(state_budget_options(250, /*pooled=*/true));
+  auto calls = four_running(server);
   calls.push_back(summarize_async(server, std::string(150, 'x'), 4));
   EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 5; }))
       << "the long document waited for the short ones";
@@ -473,16 +479,10 @@ TEST(EngineService, StateBudgetCountsPooledInputsAtTheirOwnLength) {
 // A long document that does not fit the state budget beside running requests waits, and a short
 // request behind it that fits goes ahead (--queue-bypass-ms) instead of waiting for it too...
 TEST(EngineService, AShortRequestGoesAheadOfALongOneWaitingForRoom) {
-  FakeServerOptions so;
-  FakeModelOptions mo{256, 4, 20ms};
-  mo.footprint = StateFootprint{/*per_encoder_position=*/1000};
-  so.models = {{"fake", mo}};
-  so.config.max_state_bytes = 400 * 1000;
+  auto so = state_budget_options(400);
   so.config.queue_bypass_ms = 60000;
   TestServer server(so);
-  std::vector<std::future<grpc::Status>> running;
-  for (int i = 0; i < 4; ++i) running.push_back(summarize_async(server, "short " + std::to_string(i), 30));
-  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 4; }));
+  auto running = four_running(server);
   auto long_doc = summarize_async(server, std::string(150, 'x'), 4);  // 5 rows x 151 positions: waits
   ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.queued == 1; }));
   auto behind = summarize_async(server, "late", 2);
@@ -498,16 +498,10 @@ TEST(EngineService, AShortRequestGoesAheadOfALongOneWaitingForRoom) {
 TEST(EngineService, NoRequestGoesAheadOfOneThatWaitedPastTheBypassTime) {
   for (const int64_t bypass_ms : {int64_t{0}, int64_t{50}}) {
     SCOPED_TRACE("--queue-bypass-ms " + std::to_string(bypass_ms));
-    FakeServerOptions so;
-    FakeModelOptions mo{256, 4, 20ms};
-    mo.footprint = StateFootprint{/*per_encoder_position=*/1000};
-    so.models = {{"fake", mo}};
-    so.config.max_state_bytes = 400 * 1000;
+    auto so = state_budget_options(400);
     so.config.queue_bypass_ms = bypass_ms;
     TestServer server(so);
-    std::vector<std::future<grpc::Status>> calls;
-    for (int i = 0; i < 4; ++i) calls.push_back(summarize_async(server, "short " + std::to_string(i), 30));
-    ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 4; }));
+    auto calls = four_running(server);
     calls.push_back(summarize_async(server, std::string(150, 'x'), 4));
     ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.queued == 1; }));
     std::this_thread::sleep_for(std::chrono::milliseconds(2 * bypass_ms));
