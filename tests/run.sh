@@ -14,3 +14,9 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j "$jobs"
 # shellcheck disable=SC2086
 ctest --test-dir "$build" --output-on-failure -j "$jobs" ${CTEST_ARGS:-}
+# LibTorch's path, the one a GPU takes (and a CPU without AVX2): the model and generation suites again
+# with the CPU kernels off (tests of the kernels' own path skip, saying so).
+for suite in model_tests generation_tests; do
+  echo "== $suite with SRFORMER_CPU_KERNELS=0"
+  SRFORMER_CPU_KERNELS=0 "$build/bin/$suite" --gtest_brief=1
+done
