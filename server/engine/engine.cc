@@ -205,8 +205,10 @@ void Engine::stop() {
         name_, s.steps, s.step_seconds, s.model_seconds, 100.0 * (s.step_seconds - s.model_seconds) / s.step_seconds,
         100.0 * s.search_seconds / s.step_seconds, 100.0 * s.reorder_seconds / s.step_seconds,
         100.0 * s.stream_seconds / s.step_seconds);
-    spdlog::info("model '{}': {} admissions, {:.3f} s encoding and starting rows, {:.3f} s joining them to the batch",
-                 name_, s.encodes, s.encode_seconds, s.join_seconds);
+    spdlog::info(
+        "model '{}': {} admissions, {:.3f} s encoding and starting rows, {:.3f} s joining them to the batch; "
+        "{} requests went ahead of an older one waiting for room",
+        name_, s.encodes, s.encode_seconds, s.join_seconds, s.bypassed);
   }
 }
 
