@@ -378,11 +378,12 @@ void resize_pool(torch::Tensor& t, int64_t dim, int64_t size) {
 }
 
 // Writes the spans `theirs` (in `their_pools`, starts `their_starts`) into `my_pools`, which hold the
-// spans `mine` (starts `my_starts`): into holes first (first fit; where the pools are this state's
-// alone: a copy of the state may still read its holes), then into the room past the end. When they
-// do not all fit, the pools move to buffers with room (grown_join_capacity) holding the spans in use
-// densely, theirs after mine, and my_starts are renumbered: holes never outlive a growth, whose copy
-// then moves only what is in use. Points their_starts at the new places.
+// spans `mine` (starts `my_starts`): into holes (first fit; where the pools are this state's alone: a
+// copy of the state may still read its holes), the last of which runs on into the room past the end
+// (a span may start in the one and end in the other). When they do not all fit, the pools move to
+// buffers with room (grown_join_capacity) holding the spans in use densely, theirs after mine, and
+// my_starts are renumbered: holes never outlive a growth, whose copy then moves only what is in use.
+// Points their_starts at the new places.
 void join_spans(const std::vector<torch::Tensor*>& my_pools, torch::Tensor& my_starts, const std::vector<Span>& mine,
                 const std::vector<torch::Tensor*>& their_pools, const std::vector<Span>& theirs,
                 torch::Tensor& their_starts, int64_t dim, double room) {
@@ -397,24 +398,21 @@ void join_spans(const std::vector<torch::Tensor*>& my_pools, torch::Tensor& my_s
       if (span.start > at) holes.push_back({at, span.start - at});
       at = std::max(at, span.start + span.count);
     }
-    if (size > at) holes.push_back({at, size - at});
+    if (capacity > at) holes.push_back({at, capacity - at});  // the last hole runs on into the room
   }
   std::vector<std::pair<int64_t, int64_t>> moved;  // their start -> mine
   int64_t end = size;
   bool fits = true;
   for (const auto& span : theirs) {
     const auto hole = std::find_if(holes.begin(), holes.end(), [&](const Span& h) { return h.count >= span.count; });
-    if (hole != holes.end()) {
-      moved.emplace_back(span.start, hole->start);
-      hole->start += span.count;
-      hole->count -= span.count;
-    } else if (end + span.count <= capacity) {
-      moved.emplace_back(span.start, end);
-      end += span.count;
-    } else {
+    if (hole == holes.end()) {
       fits = false;
       break;
     }
+    moved.emplace_back(span.start, hole->start);
+    hole->start += span.count;
+    hole->count -= span.count;
+    end = std::max(end, hole->start);
   }
   if (fits) {
     for (auto* pool : my_pools) {

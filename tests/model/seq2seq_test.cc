@@ -867,6 +867,34 @@ TEST(StateBytes, APoolThatGrowsLeavesItsHolesBehind) {
   EXPECT_TRUE(torch::equal(model->step(st, tokens), model->step(reference, tokens)));
 }
 
+// A request leaving the end of a pool leaves a hole that runs on into the pool's room: a longer span
+// joining starts in the hole and ends in the room, rather than after the hole.
+TEST(StateBytes, ASpanFillsTheLastHoleAndTheRoomAfterIt) {
+  TempDir dir("tail");
+  write_random_model(dir.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4), 4);
+  auto model = load_model(dir.path());
+  const auto start = [&](int64_t k) {
+    const auto ids = torch::randint(3, 96, {1, k}, torch::kLong);
+    return model->start(model->encode(ids, torch::ones_like(ids)), torch::full({1}, 5, torch::kLong));
+  };
+  DecoderState st = start(8);
+  st.append(start(30));  // grows with room: 38 positions in a buffer for 76
+  st.append(start(9));   // into the room: positions 38..46
+  ASSERT_EQ(ints(st.layers[0].cross_start), (std::vector<int64_t>{0, 8, 38}));
+  ASSERT_GE(st.layers[0].cross_k.stride(0) / st.layers[0].cross_k.size(2), 58);
+  const void* keys = st.layers[0].cross_k.data_ptr();
+  st.retain({0, 1});  // the last span leaves: a hole of 9 at the end
+  auto joining = start(20);
+  auto alone = joining;
+  st.append(std::move(joining));
+  EXPECT_EQ(ints(st.layers[0].cross_start), (std::vector<int64_t>{0, 8, 38})) << "in the hole, on into the room";
+  EXPECT_EQ(st.layers[0].cross_k.size(1), 58);
+  EXPECT_EQ(st.layers[0].cross_k.data_ptr(), keys) << "no growth";
+  const auto tokens = torch::full({3}, 5, torch::kLong);
+  const auto got = model->step(st, tokens)[2];
+  EXPECT_LE((got - model->step(alone, tokens.narrow(0, 0, 1))[0]).abs().max().item<double>(), 1e-5);
+}
+
 // Rows leaving after a step (retain with increasing rows) move down in place; the state then equals
 // the one select() copies, decodes the same, never touches a copy taken before, and gives memory
 // back once the kept rows would fill less than half of it.
