@@ -223,7 +223,6 @@ TEST(BeamSearchTest, InPlaceCandidatesChooseWhatTheProcessedCopyChooses) {
       BeamSearcher searcher(options);
       runs.push_back(drive(searcher, script, 0));
     }
-    kernels::set_cpu_kernels(true);
     ASSERT_EQ(runs[0].steps, runs[1].steps) << seed;
     EXPECT_EQ(runs[0].next_tokens, runs[1].next_tokens) << seed;
     EXPECT_EQ(runs[0].parent_rows, runs[1].parent_rows) << seed;

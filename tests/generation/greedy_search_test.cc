@@ -152,7 +152,6 @@ TEST(GreedySearchTest, InPlacePickChoosesWhatTheProcessedCopyChooses) {
       GreedySearcher searcher(options);
       runs.push_back(drive(searcher, script, 0));
     }
-    srformer::kernels::set_cpu_kernels(true);
     ASSERT_EQ(runs[0].results[0].tokens, runs[1].results[0].tokens) << seed;
     EXPECT_NEAR(runs[0].results[0].score, runs[1].results[0].score, 1e-4) << seed;
     const auto& tokens = runs[0].results[0].tokens;

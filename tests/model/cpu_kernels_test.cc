@@ -632,7 +632,6 @@ TEST(Fp32Attention, AvxTwoAndAvx512GiveTheSameBits) {
     const auto wide = srformer::attend_fp32_kernel(q, k, v, bias);
     set_avx512(false);
     const auto narrow = srformer::attend_fp32_kernel(q, k, v, bias);
-    set_avx512(true);
     EXPECT_TRUE(torch::equal(wide, narrow)) << "tq=" << tq << " t=" << t << " d=" << d;
   }
 }
@@ -701,5 +700,4 @@ TEST(Fp32Attention, EncoderLayersUseItAndTrainingDoesNot) {
   }
   srformer::kernels::set_cpu_kernels(false);
   EXPECT_TRUE(torch::equal(a.forward(x, bias), libtorch)) << "SRFORMER_CPU_KERNELS=0: LibTorch's form";
-  srformer::kernels::set_cpu_kernels(true);
 }

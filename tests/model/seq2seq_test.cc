@@ -332,7 +332,6 @@ TEST_P(Seq2SeqProperties, PrecomputedSwitchDrivesEqualDrivesComputedAtEachSwitch
     }
     EXPECT_TRUE(torch::equal(a.raf_fired, b.raf_fired));
   }
-  srformer::kernels::set_cpu_kernels(true);
 }
 
 // With the CPU kernels on, a segmented softmax reads each row's window where it lies in the row's
@@ -1202,7 +1201,6 @@ TEST(StatePools, ALongInputDoesNotPadTheOtherRowsKeys) {
       alone += row.bytes();
       st.append(std::move(row));
     }
-    kernels::set_cpu_kernels(true);
     if (!kernels_on) {
       EXPECT_FALSE(st.layers[0].cross_start.defined());
       EXPECT_GE(st.bytes(), 4 * long_row - 4 * 40) << "every row padded to 40 positions";

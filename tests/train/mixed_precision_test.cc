@@ -107,7 +107,6 @@ TEST(Autocast, SrformerStateStaysFp32UnderBf16) {
       st = model->start(enc, torch::full({2}, 6, torch::kLong));
       model->step(st, torch::zeros({2}, torch::kLong));
     }
-    kernels::set_cpu_kernels(true);
     SCOPED_TRACE(table ? "switch table" : "K^T V");
     for (const auto& ls : st.layers) {
       EXPECT_EQ(ls.cross_k.scalar_type(), torch::kBFloat16);  // autocast did reach the projections
