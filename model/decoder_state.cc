@@ -118,22 +118,28 @@ void copy_used_spans(const std::vector<torch::Tensor*>& pools, const std::vector
   starts = renumber_starts(starts, moved);
 }
 
+// Calls fn(pools, starts, counts, dim) for each pool a layer keeps: keys and values (one layout of
+// spans) and the switch table, with their rows' starts, the rows' counts and the positions' dimension.
+template <typename Fn>
+void for_each_pool(LayerState& l, const RowCounts& counts, Fn&& fn) {
+  if (!pooled(l)) return;
+  fn(std::vector<torch::Tensor*>{&l.cross_k, &l.cross_v}, l.cross_start, counts.keys, kKeyDim);
+  if (l.switch_drive.defined())
+    fn(std::vector<torch::Tensor*>{&l.switch_drive}, l.drive_start, counts.entries, kEntryDim);
+}
+
 // After rows left or were reordered: once at most a quarter of a pool is in use, the spans in use
 // are copied densely (copy_used_spans). Not at half: under steady load the rows in flight swing
 // around a level, and room given back at a low swing was bought again at the next high one, a copy
 // of every span in use into a grown buffer each time.
 void release_layer_pools(LayerState& l, const RowCounts& counts) {
-  if (!pooled(l)) return;
-  const auto keys = used_spans(l.cross_start, counts.keys);
-  if (4 * total_count(keys) <= l.cross_k.size(kKeyDim) && l.cross_k.size(kKeyDim) > 0) {
-    copy_used_spans({&l.cross_k, &l.cross_v}, keys, l.cross_start, kKeyDim);
-  }
-  if (l.switch_drive.defined()) {
-    const auto entries = used_spans(l.drive_start, counts.entries);
-    if (4 * total_count(entries) <= l.switch_drive.size(kEntryDim) && l.switch_drive.size(kEntryDim) > 0) {
-      copy_used_spans({&l.switch_drive}, entries, l.drive_start, kEntryDim);
-    }
-  }
+  for_each_pool(
+      l, counts,
+      [](const std::vector<torch::Tensor*>& pools, torch::Tensor& starts, const std::vector<int64_t>& n, int64_t dim) {
+        const auto used = used_spans(starts, n);
+        const int64_t size = pools.front()->size(dim);
+        if (size > 0 && 4 * total_count(used) <= size) copy_used_spans(pools, used, starts, dim);
+      });
 }
 
 torch::Tensor select_rows(const torch::Tensor& t, const torch::Tensor& rows) {
@@ -498,9 +504,7 @@ void DecoderState::select(const torch::Tensor& rows) {
 void DecoderState::append(DecoderState&& other) {
   if (other.batch_size() == 0) return;
   if (batch_size() == 0) {
-    const int64_t limit = held_limit_;
-    *this = std::move(other);
-    held_limit_ = limit;
+    take_rows(std::move(other));
     keep_within_limit();
     return;
   }
@@ -574,9 +578,11 @@ void DecoderState::append(DecoderState&& other) {
   keep_within_limit();
 }
 
-void DecoderState::clear() {
+void DecoderState::clear() { take_rows(DecoderState{}); }
+
+void DecoderState::take_rows(DecoderState&& rows) {
   const int64_t limit = held_limit_;
-  *this = DecoderState{};
+  *this = std::move(rows);
   held_limit_ = limit;
 }
 
@@ -674,22 +680,21 @@ void DecoderState::keep_within_limit() {
   // otherwise they would copy the state whenever a row left.
   const int64_t used = bytes();
   if (used > held_limit_ && 8 * (held - used) < held) return;
+  // Pools with holes or room (not those another state shares: a copy would free nothing).
   const auto counts = row_counts(*this);
   for (auto& l : layers) {
-    if (!pooled(l) || !owns_storage(l.cross_k)) continue;
-    const auto keys = used_spans(l.cross_start, counts.keys);
-    if (l.cross_k.size(kKeyDim) > total_count(keys) || pool_capacity(l.cross_k, kKeyDim) > l.cross_k.size(kKeyDim)) {
-      copy_used_spans({&l.cross_k, &l.cross_v}, keys, l.cross_start, kKeyDim);
-    }
-    if (l.switch_drive.defined() && owns_storage(l.switch_drive)) {
-      const auto entries = used_spans(l.drive_start, counts.entries);
-      if (l.switch_drive.size(kEntryDim) > total_count(entries) ||
-          pool_capacity(l.switch_drive, kEntryDim) > l.switch_drive.size(kEntryDim)) {
-        copy_used_spans({&l.switch_drive}, entries, l.drive_start, kEntryDim);
-      }
-    }
+    for_each_pool(
+        l, counts,
+        [](const std::vector<torch::Tensor*>& pools, torch::Tensor& starts, const std::vector<int64_t>& n,
+           int64_t dim) {
+          const auto used = used_spans(starts, n);
+          const torch::Tensor& pool = *pools.front();
+          if (owns_storage(pool) && (pool.size(dim) > total_count(used) || pool_capacity(pool, dim) > pool.size(dim))) {
+            copy_used_spans(pools, used, starts, dim);
+          }
+        });
   }
-  // Buffers shared with another state stay: a copy would free nothing.
+  // Rows' buffers with room for more rows (likewise not shared ones).
   const auto shed = [](torch::Tensor& t) {
     if (t.defined() && t.numel() > 0 && owns_storage(t) &&
         static_cast<int64_t>(t.storage().nbytes()) > tensor_bytes(t)) {

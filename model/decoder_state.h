@@ -124,6 +124,8 @@ class DecoderState {
 
  private:
   int64_t held_limit_ = 0;
+  // Becomes `rows` (its rows and buffers), keeping this state's bound.
+  void take_rows(DecoderState&& rows);
   // Share of room (0..1: none to as much again) buffers grown for joining `other` take (set_held_limit).
   double join_room(const DecoderState& other) const;
   // Gives back room and holes when the state holds more than its bound (set_held_limit).
