@@ -25,8 +25,11 @@ default_short_docs() {
   done
 }
 
+# metric_sum METRICS_URL METRIC: METRIC's samples summed over its series (models).
+metric_sum() {
+  curl -s -m 5 "$1/metrics" | awk -v m="$2" 'index($1, m "{") == 1 || $1 == m {s += $2} END {printf "%.0f\n", s}'
+}
+
 # state_mib METRICS_URL [METRIC]: the decoder state the server's engines use now (srformer_state_bytes),
 # or METRIC (e.g. srformer_state_held_bytes: the memory kept for it), in MiB.
-state_mib() {
-  curl -s -m 5 "$1/metrics" | awk -v m="${2:-srformer_state_bytes}" 'index($1, m "{") == 1 || $1 == m {s += $2} END {print int(s / 1048576)}'
-}
+state_mib() { echo $(($(metric_sum "$1" "${2:-srformer_state_bytes}") / 1048576)); }

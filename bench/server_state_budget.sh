@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Long documents arriving in a steady load of short ones, on one server binary with each
 # --max-state-memory value in turn: the largest decoder state seen (/metrics, twice a second: what the
-# rows use, and what is held for them with room and holes), the process's peak resident memory, the short load's tokens/s and TTFT, and the long documents' latency.
+# rows use, and what is held for them with room and holes), the process's peak resident memory, the
+# admissions that went ahead of a waiting request, the short load's tokens/s and TTFT, and the long
+# documents' latency.
 # Shows the budget holding the state, and what holding it costs the load.
 #   bench/server_state_budget.sh MODEL_DIR LONG_DOC SERVER BUDGET... [-- SHORT_DOC...]
 #   env: CONCURRENCY (32), REQUESTS (192), NEW_TOKENS (64), LONG (4 long documents, one every 2 s),
@@ -51,7 +53,7 @@ for budget in "${budgets[@]}"; do
   wait $load
   for p in "${longs[@]}"; do wait "$p"; done
   hwm=$(awk '/VmHWM/ {printf "%d", $2 / 1024}' /proc/$pid/status)
-  bypasses=$(curl -s -m 5 "$metrics/metrics" | awk 'index($1, "srformer_queue_bypasses_total{") == 1 {s += $2} END {print s + 0}')
+  bypasses=$(metric_sum "$metrics" srformer_queue_bypasses_total)
   kill -TERM $pid
   wait $pid || true
   echo "--max-state-memory $budget: $(grep -o 'decoder state budget: [^(]*' "$log" | head -1)"
