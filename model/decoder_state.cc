@@ -633,8 +633,10 @@ void DecoderState::retain(const std::vector<int64_t>& rows, const std::vector<bo
   if (static_cast<int64_t>(rows.size()) < before && self_valid.defined()) {
     compact(std::max<int64_t>(8, self_valid.size(1) / 4));
   }
-  if (static_cast<int64_t>(rows.size()) < before) trim_padding();
-  keep_within_limit();
+  if (static_cast<int64_t>(rows.size()) < before) {
+    trim_padding();
+    keep_within_limit();  // rows that leave leave room and holes; beams reordered in place add none
+  }
 }
 
 void DecoderState::trim_padding() {
