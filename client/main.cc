@@ -57,6 +57,7 @@ nlohmann::json to_json(const v1::SummarizeResponse& r) {
   const auto& u = r.usage();
   return {{"summary", r.summary()},
           {"token_ids", std::vector<int64_t>(r.token_ids().begin(), r.token_ids().end())},
+          {"token_logprobs", std::vector<float>(r.token_logprobs().begin(), r.token_logprobs().end())},
           {"finish_reason", finish_name(r.finish_reason())},
           {"model", r.model()},
           {"request_id", r.request_id()},

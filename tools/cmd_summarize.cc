@@ -157,6 +157,7 @@ int run_summarize(const std::vector<std::string>& args) {
     nlohmann::json j;
     j["summary"] = summary;
     j["token_ids"] = best.tokens;
+    j["token_logprobs"] = best.token_logprobs;
     j["finish_reason"] = to_string(best.finish_reason);
     j["score"] = best.score;
     j["usage"] = {{"input_tokens", static_cast<int64_t>(ids.size())},

@@ -27,7 +27,8 @@ std::vector<kernels::BeamCandidate> top_candidates(const float* values, int64_t 
 BeamSearcher::BeamSearcher(const GenerationOptions& options)
     : options_(options),
       beams_(static_cast<size_t>(options.num_beams), TokenHistory{options.decoder_start_token_id}),
-      beam_scores_(static_cast<size_t>(options.num_beams), -1e9f) {
+      beam_scores_(static_cast<size_t>(options.num_beams), -1e9f),
+      beam_sums_(static_cast<size_t>(options.num_beams)) {
   validate(options_);
   if (options_.do_sample) throw std::invalid_argument("BeamSearcher does not sample; set do_sample=false");
   // Only the first beam is live at the start; the others cannot win a top-k slot from it.
@@ -52,19 +53,23 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
 
   const auto cur_len = static_cast<int64_t>(beams_.front().size());
   std::vector<TokenHistory> next_beams;
+  std::vector<std::vector<float>> next_sums;
   std::vector<float> next_scores;
   std::vector<int64_t> next_tokens, parents;
   for (int64_t rank = 0; rank < candidates && static_cast<int64_t>(next_beams.size()) < num_beams; ++rank) {
     const auto [score, index] = top[static_cast<size_t>(rank)];
     const int64_t parent = index / vocab;
     const int64_t token = index % vocab;
+    auto sums = beam_sums_[static_cast<size_t>(parent)];
+    sums.push_back(score);
     if (token == options_.eos_token_id) {
       // An EOS candidate outside the first num_beams ranks is dropped, not finished.
-      if (rank < num_beams) add_hypothesis(beams_[static_cast<size_t>(parent)], score, FinishReason::kEos);
+      if (rank < num_beams) add_hypothesis(beams_[static_cast<size_t>(parent)], std::move(sums), FinishReason::kEos);
       continue;
     }
     next_beams.push_back(beams_[static_cast<size_t>(parent)]);
     next_beams.back().push_back(token);
+    next_sums.push_back(std::move(sums));
     next_scores.push_back(score);
     next_tokens.push_back(token);
     parents.push_back(parent);
@@ -76,11 +81,12 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
   }
   done_ = hypotheses_done(top.front().score, cur_len);
   beams_ = std::move(next_beams);
+  beam_sums_ = std::move(next_sums);
   beam_scores_ = std::move(next_scores);
   ++steps_;
   if (!done_ && steps_ >= options_.max_new_tokens) {
     // BeamSearchScorer.finalize: the running beams compete with the finished hypotheses.
-    for (size_t b = 0; b < beams_.size(); ++b) add_hypothesis(beams_[b], beam_scores_[b], FinishReason::kLength);
+    for (size_t b = 0; b < beams_.size(); ++b) add_hypothesis(beams_[b], beam_sums_[b], FinishReason::kLength);
     done_ = true;
   }
 
@@ -88,7 +94,11 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
   step.next_tokens = torch::tensor(next_tokens, torch::kInt64);
   step.parent_rows = torch::tensor(parents, torch::kInt64);
   step.done = done_;
-  if (done_) step.emitted = results().front().tokens;
+  if (done_) {
+    auto best = results().front();
+    step.emitted = std::move(best.tokens);
+    step.emitted_logprobs = std::move(best.token_logprobs);
+  }
   return step;
 }
 
@@ -112,11 +122,12 @@ std::vector<kernels::BeamCandidate> BeamSearcher::candidates_in_place(const torc
   return best ? std::move(*best) : std::vector<kernels::BeamCandidate>{};
 }
 
-void BeamSearcher::add_hypothesis(const TokenHistory& tokens, float sum_logprobs, FinishReason reason) {
+void BeamSearcher::add_hypothesis(const TokenHistory& tokens, std::vector<float> sums, FinishReason reason) {
+  const float sum_logprobs = sums.back();
   const double score =
       static_cast<double>(sum_logprobs) / std::pow(static_cast<double>(tokens.size()), options_.length_penalty);
   if (static_cast<int64_t>(finished_.size()) < options_.num_beams || score > worst_score_) {
-    finished_.push_back({score, tokens, reason});
+    finished_.push_back({score, tokens, std::move(sums), reason});
     if (static_cast<int64_t>(finished_.size()) > options_.num_beams) {
       // Drop the worst (the earliest among equals); the worst score becomes the second worst's.
       std::vector<size_t> order(finished_.size());
@@ -154,6 +165,8 @@ std::vector<Hypothesis> BeamSearcher::results() const {
     h.tokens.assign((*it)->tokens.begin() + 1, (*it)->tokens.end());
     if ((*it)->reason == FinishReason::kEos) h.tokens.push_back(options_.eos_token_id);
     h.score = static_cast<float>((*it)->score);  // HF returns sequences_scores as float32
+    const auto& sums = (*it)->sums;
+    for (size_t j = 0; j < sums.size(); ++j) h.token_logprobs.push_back(j == 0 ? sums[0] : sums[j] - sums[j - 1]);
     h.finish_reason = (*it)->reason;
     out.push_back(std::move(h));
   }

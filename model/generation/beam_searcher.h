@@ -26,8 +26,9 @@ class BeamSearcher : public Searcher {
 
  private:
   struct Finished {
-    double score;         // sum_logprobs / len(tokens) ** length_penalty
-    TokenHistory tokens;  // decoder start included, EOS excluded
+    double score;             // sum_logprobs / len(tokens) ** length_penalty
+    TokenHistory tokens;      // decoder start included, EOS excluded
+    std::vector<float> sums;  // the beam score after each new token, EOS included
     FinishReason reason;
   };
   // The `count` best candidates (score, index beam * vocab + token), best first, from the logits where they
@@ -35,15 +36,18 @@ class BeamSearcher : public Searcher {
   // no CPU kernels, NaN): advance() then scores a copy of the logits as HF does.
   std::vector<kernels::BeamCandidate> candidates_in_place(const torch::Tensor& logits, int64_t count) const;
   // BeamHypotheses.add: keeps the num_beams best finished hypotheses.
-  void add_hypothesis(const TokenHistory& tokens, float sum_logprobs, FinishReason reason);
+  void add_hypothesis(const TokenHistory& tokens, std::vector<float> sums, FinishReason reason);
   // BeamHypotheses.is_done.
   bool hypotheses_done(float best_sum_logprobs, int64_t cur_len) const;
 
   const GenerationOptions options_;
   std::vector<TokenHistory> beams_;  // HF input_ids of each running beam
   std::vector<float> beam_scores_;   // sum of log-probs of each running beam (float32 as in HF)
-  std::vector<Finished> finished_;   // in insertion order, as HF's list (order breaks ties)
-  torch::Tensor logits_, scores_;    // this step's logits copy and log-probabilities (reused buffers)
+  // Each running beam's score after each of its new tokens: a token's log-probability is the step
+  // between two (as HF's compute_transition_scores reads its beam scores).
+  std::vector<std::vector<float>> beam_sums_;
+  std::vector<Finished> finished_;  // in insertion order, as HF's list (order breaks ties)
+  torch::Tensor logits_, scores_;   // this step's logits copy and log-probabilities (reused buffers)
   double worst_score_ = 1e9;
   int64_t steps_ = 0;
   bool done_ = false;

@@ -22,6 +22,10 @@ const char* to_string(FinishReason reason);
 struct Hypothesis {
   std::vector<int64_t> tokens;  // new tokens, decoder_start excluded, EOS included when emitted
   double score = 0.0;           // beam: HF sequences_scores; greedy/sampling: sum of log-probs
+  // Per token of `tokens`: its log-probability under the distribution it was chosen from (after the
+  // logits processors; sampling: after the warpers too), as HF's compute_transition_scores gives it.
+  // Greedy/sampling: they sum to `score`; beam: to score * (tokens without EOS + 1) ^ length_penalty.
+  std::vector<float> token_logprobs;
   FinishReason finish_reason = FinishReason::kNone;
 };
 
@@ -34,6 +38,7 @@ struct SearchStep {
   // Tokens that became final this step, for streaming (greedy/sampling: the chosen token of the
   // single row; beam search: empty until done, then the best hypothesis).
   std::vector<int64_t> emitted;
+  std::vector<float> emitted_logprobs;  // one per emitted token (Hypothesis::token_logprobs)
   bool done = false;
 };
 

@@ -37,6 +37,7 @@ SearchStep GreedySearcher::advance(const torch::Tensor& logits) {
     token = choose(scores, logprob);
   }
   score_ += logprob;
+  logprobs_.push_back(static_cast<float>(logprob));
   history_.push_back(token);
   if (token == options_.eos_token_id) {
     finish_reason_ = FinishReason::kEos;
@@ -47,6 +48,7 @@ SearchStep GreedySearcher::advance(const torch::Tensor& logits) {
   step.next_tokens = one_token(token);
   step.parent_rows = one_token(0);
   step.emitted = {token};
+  step.emitted_logprobs = {logprobs_.back()};
   step.done = done();
   return step;
 }
@@ -81,6 +83,7 @@ std::vector<Hypothesis> GreedySearcher::results() const {
   Hypothesis hypothesis;
   hypothesis.tokens.assign(history_.begin() + 1, history_.end());
   hypothesis.score = score_;
+  hypothesis.token_logprobs = logprobs_;
   hypothesis.finish_reason = finish_reason_;
   return {hypothesis};
 }

@@ -34,8 +34,9 @@ class GreedySearcher : public Searcher {
   // only the tokenizer's part of a larger embedding is read. The token (-1: take the general path).
   int64_t pick_in_place(const torch::Tensor& logits, double& logprob) const;
 
-  TokenHistory history_;  // decoder start + generated tokens (HF input_ids)
-  torch::Tensor scores_;  // this step's processed scores (reused buffer)
+  TokenHistory history_;         // decoder start + generated tokens (HF input_ids)
+  torch::Tensor scores_;         // this step's processed scores (reused buffer)
+  std::vector<float> logprobs_;  // of each generated token
   double score_ = 0.0;
   FinishReason finish_reason_ = FinishReason::kNone;
 };

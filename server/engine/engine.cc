@@ -51,24 +51,18 @@ Delivery::Job result_job(std::shared_ptr<Request> request, RequestResult result,
 }
 
 // The delivery job that streams a step's new tokens of one request: their text from the request's
-// detokenizer, and at its end (`done`) whatever text the detokenizer still held back.
+// detokenizer, and at its end (`done`) whatever text the detokenizer still held back (on `last`, the
+// request's last token again, where the step streamed none).
 Delivery::Job tokens_job(std::shared_ptr<Request> request, std::shared_ptr<IncrementalDetokenizer> detok,
-                         std::vector<TokenEvent> events, bool done, int64_t last_token, int32_t last_step,
-                         int32_t segment) {
-  return [request = std::move(request), detok = std::move(detok), events = std::move(events), done, last_token,
-          last_step, segment]() mutable {
+                         std::vector<TokenEvent> events, bool done, TokenEvent last) {
+  return [request = std::move(request), detok = std::move(detok), events = std::move(events), done,
+          last = std::move(last)]() mutable {
     try {
       for (auto& ev : events) ev.text = detok->push(ev.token_id);
       if (done) {
         std::string tail = detok->finish();
         if (!tail.empty()) {
-          if (events.empty()) {
-            TokenEvent ev;
-            ev.token_id = last_token;
-            ev.step = last_step;
-            ev.segment = segment;
-            events.push_back(std::move(ev));
-          }
+          if (events.empty()) events.push_back(std::move(last));
           events.back().text += tail;
         }
       }
@@ -97,6 +91,7 @@ struct Engine::Slot {
   int64_t budget = 0;
   torch::Tensor next_tokens;      // [rows] int64, CPU
   std::vector<int64_t> streamed;  // tokens emitted so far
+  std::vector<float> streamed_logprobs;
   std::vector<int32_t> segments;  // segment of each decoder step (same for all rows of a request)
   Clock::time_point admitted_at;
   Clock::time_point decode_start;
@@ -576,9 +571,11 @@ void Engine::step() {
     s.segments.push_back(seg);
     const auto now = Clock::now();  // also where this request's streaming work starts
     std::vector<TokenEvent> events;
-    for (const int64_t token : result.emitted) {
+    for (size_t e = 0; e < result.emitted.size(); ++e) {
+      const int64_t token = result.emitted[e];
       TokenEvent ev;
       ev.token_id = token;
+      ev.logprob = e < result.emitted_logprobs.size() ? result.emitted_logprobs[e] : 0.0f;
       ev.step = static_cast<int32_t>(s.streamed.size());
       ev.segment = ev.step < static_cast<int32_t>(s.segments.size()) ? s.segments[ev.step] : seg;
       if (metrics_) {
@@ -589,14 +586,18 @@ void Engine::step() {
         }
       }
       s.streamed.push_back(token);
+      s.streamed_logprobs.push_back(ev.logprob);
       s.last_token = now;
       events.push_back(std::move(ev));
     }
     new_tokens += static_cast<int64_t>(result.emitted.size());
     if (s.detok && (!events.empty() || result.done)) {
-      jobs.push_back(tokens_job(s.request, s.detok, std::move(events), result.done,
-                                s.streamed.empty() ? config_.eos_token_id : s.streamed.back(),
-                                static_cast<int32_t>(s.streamed.size()) - 1, seg));
+      TokenEvent last;
+      last.token_id = s.streamed.empty() ? config_.eos_token_id : s.streamed.back();
+      last.logprob = s.streamed_logprobs.empty() ? 0.0f : s.streamed_logprobs.back();
+      last.step = static_cast<int32_t>(s.streamed.size()) - 1;
+      last.segment = seg;
+      jobs.push_back(tokens_job(s.request, s.detok, std::move(events), result.done, std::move(last)));
     }
     if (result.done) {
       const auto hyps = s.searcher->results();
@@ -703,10 +704,12 @@ Delivery::Job Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome
       const auto hyps = slot.searcher->results();
       if (!hyps.empty()) {
         result.token_ids = hyps.front().tokens;
+        result.token_logprobs = hyps.front().token_logprobs;
         result.score = hyps.front().score;
       }
     } else {
       result.token_ids = slot.streamed;
+      result.token_logprobs = slot.streamed_logprobs;
     }
     auto& u = result.usage;
     u.output_tokens = static_cast<int64_t>(result.token_ids.size());
@@ -762,6 +765,7 @@ void Engine::fail_all(const std::string& error) {
     result.error = error;
     result.usage = slot->request->usage;
     result.token_ids = slot->streamed;
+    result.token_logprobs = slot->streamed_logprobs;
     tokens_in_flight_ -= slot->budget;
     if (metrics_) metrics_->on_rows_left(LeaveReason::kError, static_cast<uint64_t>(slot->rows));
     delivery_.post(result_job(slot->request, std::move(result)));

@@ -22,6 +22,7 @@ struct TokenEvent {
   std::string text;  // newly final text (may be empty while a character is incomplete)
   int32_t step = 0;
   int32_t segment = -1;
+  float logprob = 0.0f;  // Hypothesis::token_logprobs
 };
 
 struct RequestUsage {
@@ -44,6 +45,7 @@ struct RequestResult {
   std::string error;  // kError: what failed
   std::string summary;
   std::vector<int64_t> token_ids;
+  std::vector<float> token_logprobs;  // one per token id
   FinishReason finish_reason = FinishReason::kNone;
   double score = 0.0;
   RequestUsage usage;

@@ -189,6 +189,7 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         t->set_text(is_valid_utf8(events[i].text) ? std::move(events[i].text) : sanitize_utf8(events[i].text));
         t->set_step(events[i].step);
         t->set_segment(events[i].segment);
+        t->set_logprob(events[i].logprob);
       }
       enqueue(msgs, std::nullopt);
     };
@@ -510,6 +511,7 @@ grpc::ServerUnaryReactor* SummarizerService::ListModels(grpc::CallbackServerCont
 void fill_response(const RequestResult& r, const Request& req, const std::string& model, v1::SummarizeResponse* out) {
   out->set_summary(is_valid_utf8(r.summary) ? r.summary : sanitize_utf8(r.summary));
   for (const int64_t id : r.token_ids) out->add_token_ids(id);
+  for (const float p : r.token_logprobs) out->add_token_logprobs(p);
   out->set_finish_reason(to_proto(r.finish_reason));
   out->set_model(model);
   out->set_request_id(req.id);

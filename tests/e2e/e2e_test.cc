@@ -25,6 +25,7 @@ using namespace std::chrono_literals;
 
 const std::string kServer = std::string(SRFORMER_BIN_DIR) + "/srformer-server";
 const std::string kClient = std::string(SRFORMER_BIN_DIR) + "/srformer-client";
+const std::string kTool = std::string(SRFORMER_BIN_DIR) + "/srformer";
 
 class EndToEnd : public ::testing::Test {
  protected:
@@ -107,6 +108,17 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
     EXPECT_TRUE(j["finish_reason"] == "eos" || j["finish_reason"] == "length");
     EXPECT_GT(j["usage"]["input_tokens"].get<int>(), 0);
     EXPECT_EQ(j["usage"]["output_tokens"].get<size_t>(), ref.size());
+    // The offline tool gives the same summary, ids, per-token log-probabilities and score.
+    auto tool = run_command(kTool + " summarize --model " + model_dir_->string() + " --max-new-tokens 20 --num-beams " +
+                            std::to_string(beams) + " --json " + doc(1));
+    ASSERT_EQ(tool.exit_code, 0) << tool.out;
+    const auto tj = nlohmann::json::parse(tool.out);
+    EXPECT_EQ(tj["summary"], j["summary"]);
+    EXPECT_EQ(tj["token_ids"], j["token_ids"]);
+    const auto logprobs = j["token_logprobs"].get<std::vector<float>>();
+    EXPECT_EQ(tj["token_logprobs"].get<std::vector<float>>(), logprobs);
+    EXPECT_EQ(logprobs.size(), ref.size());
+    EXPECT_FLOAT_EQ(tj["score"].get<float>(), j["score"].get<float>());
 
     auto streamed = run_command(kClient + t + opts + "--stream " + doc(1));
     ASSERT_EQ(streamed.exit_code, 0);

@@ -65,6 +65,14 @@ TEST(BeamSearchTest, HandWorkedExampleWithLengthPenaltyOne) {
   EXPECT_EQ(run.results[1].finish_reason, FinishReason::kEos);
   EXPECT_NEAR(run.results[1].score, std::log(0.5 * 0.6) / 2, 1e-6);
   EXPECT_EQ(run.emitted, (std::vector<int64_t>{kB, kB}));  // the best hypothesis, once done
+  // Each token's log-probability: the step between its beam's scores.
+  ASSERT_EQ(run.results[0].token_logprobs.size(), 2u);
+  EXPECT_NEAR(run.results[0].token_logprobs[0], std::log(0.3), 1e-6);
+  EXPECT_NEAR(run.results[0].token_logprobs[1], std::log(0.75), 1e-6);
+  ASSERT_EQ(run.results[1].token_logprobs.size(), 2u);
+  EXPECT_NEAR(run.results[1].token_logprobs[0], std::log(0.5), 1e-6);
+  EXPECT_NEAR(run.results[1].token_logprobs[1], std::log(0.6), 1e-6);  // EOS
+  EXPECT_EQ(run.emitted_logprobs, run.results[0].token_logprobs);
 }
 
 TEST(BeamSearchTest, LengthPenaltyZeroPrefersTheShortHypothesis) {
@@ -110,6 +118,8 @@ TEST(BeamSearchTest, MinNewTokensKeepsEosOut) {
   EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kA, kA}));
   // The -inf on EOS is applied to log-probs and not renormalised (HF order: log_softmax, processors).
   EXPECT_NEAR(run.results[1].score, std::log(0.1) / 3, 1e-6);
+  ASSERT_EQ(run.results[1].token_logprobs.size(), 2u);  // likewise each token's (A A: .5, then .2)
+  EXPECT_NEAR(run.results[1].token_logprobs[1], std::log(0.2), 1e-6);
 }
 
 // Step 2 candidates: B EOS .27, A EOS .17, A A .165, A B .16 -> two finished hypotheses,

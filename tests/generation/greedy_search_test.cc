@@ -47,6 +47,28 @@ TEST(GreedySearchTest, PicksTheArgmaxAndStopsOnEos) {
   for (const auto& parents : run.parent_rows) EXPECT_EQ(parents, (std::vector<int64_t>{0}));
 }
 
+TEST(GreedySearchTest, EachTokenCarriesItsLogProbabilityUnderTheProcessedScores) {
+  auto options = base_options();
+  options.min_new_tokens = 4;  // EOS masked for steps 0-3: what is left is renormalised
+  GreedySearcher searcher(options);
+  const auto run = drive(searcher, counting_script(3), 0);
+  // Every token but the favourite has 0.3 / 15 = 0.02. Steps 0 and 1: the favourites 2 and 3 of what
+  // is left without EOS (0.98); steps 2 and 3: EOS is the favourite but masked, so the first of the
+  // 0.02 tokens (0) of the 0.3 left; step 4: EOS at 0.7.
+  const auto& r = run.results[0];
+  ASSERT_EQ(r.tokens, (std::vector<int64_t>{2, 3, 0, 0, 1}));
+  ASSERT_EQ(r.token_logprobs.size(), r.tokens.size());
+  const double expected[] = {std::log(0.7 / 0.98), std::log(0.7 / 0.98), std::log(0.02 / 0.3), std::log(0.02 / 0.3),
+                             std::log(0.7)};
+  double sum = 0;
+  for (size_t i = 0; i < r.tokens.size(); ++i) {
+    EXPECT_NEAR(r.token_logprobs[i], expected[i], 1e-5) << "token " << i;
+    sum += r.token_logprobs[i];
+  }
+  EXPECT_NEAR(sum, r.score, 1e-5);
+  EXPECT_EQ(run.emitted_logprobs, r.token_logprobs);  // streamed as decided
+}
+
 TEST(GreedySearchTest, StopsAtMaxNewTokens) {
   auto options = base_options();
   options.max_new_tokens = 3;

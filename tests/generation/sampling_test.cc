@@ -152,6 +152,26 @@ TEST(SamplingTest, StopsOnEosAndScoresTheDrawnTokens) {
   EXPECT_EQ(run.results[0].finish_reason, FinishReason::kEos);
   for (size_t i = 0; i + 1 < tokens.size(); ++i) EXPECT_EQ(tokens[i], 2);
   EXPECT_NEAR(run.results[0].score, static_cast<double>(tokens.size()) * std::log(0.5), 1e-4);
+  ASSERT_EQ(run.results[0].token_logprobs.size(), tokens.size());
+  for (const float p : run.results[0].token_logprobs) EXPECT_NEAR(p, std::log(0.5), 1e-6);
+  EXPECT_EQ(run.emitted_logprobs, run.results[0].token_logprobs);
+}
+
+TEST(SamplingTest, EachTokenCarriesItsLogProbabilityAfterTheWarpers) {
+  auto options = sampling_options(5);
+  options.max_new_tokens = 40;
+  options.top_k = 2;  // tokens 0 and 1 of kDistribution, renormalised: 4/7 and 3/7
+  SamplingSearcher searcher(options);
+  const auto run = drive(searcher, fixed(kDistribution), 0);
+  const auto& r = run.results[0];
+  ASSERT_EQ(r.token_logprobs.size(), r.tokens.size());
+  double sum = 0;
+  for (size_t i = 0; i < r.tokens.size(); ++i) {
+    ASSERT_LT(r.tokens[i], 2);
+    EXPECT_NEAR(r.token_logprobs[i], std::log(r.tokens[i] == 0 ? 0.4 / 0.7 : 0.3 / 0.7), 1e-6) << "token " << i;
+    sum += r.token_logprobs[i];
+  }
+  EXPECT_NEAR(sum, r.score, 1e-4);
 }
 
 TEST(SamplingTest, MinNewTokensAndForcedTokensApplyBeforeSampling) {

@@ -27,6 +27,7 @@ struct Run {
   std::vector<Hypothesis> results;
   int64_t steps = 0;
   std::vector<int64_t> emitted;
+  std::vector<float> emitted_logprobs;
   std::vector<std::vector<int64_t>> parent_rows;  // per step
   std::vector<std::vector<int64_t>> next_tokens;  // per step
 };
@@ -61,6 +62,10 @@ inline Run drive(Searcher& searcher, const Script& script, int64_t start, int64_
     run.parent_rows.push_back(parents);
     run.next_tokens.push_back(tokens);
     run.emitted.insert(run.emitted.end(), step.emitted.begin(), step.emitted.end());
+    if (step.emitted_logprobs.size() != step.emitted.size()) {
+      throw std::runtime_error("a SearchStep must give one log-probability per emitted token");
+    }
+    run.emitted_logprobs.insert(run.emitted_logprobs.end(), step.emitted_logprobs.begin(), step.emitted_logprobs.end());
     if (step.done != searcher.done()) throw std::runtime_error("SearchStep::done disagrees with done()");
   }
   run.results = searcher.results();

@@ -48,6 +48,9 @@ std::string doc_of(int i) {
 }
 
 std::vector<int64_t> ids_of(const v1::SummarizeResponse& r) { return {r.token_ids().begin(), r.token_ids().end()}; }
+std::vector<float> logprobs_of(const v1::SummarizeResponse& r) {
+  return {r.token_logprobs().begin(), r.token_logprobs().end()};
+}
 
 TEST(EngineService, UnaryGreedyAndBeamEqualOfflineGenerate) {
   TestServer server;
@@ -59,6 +62,8 @@ TEST(EngineService, UnaryGreedyAndBeamEqualOfflineGenerate) {
       ASSERT_TRUE(status.ok()) << status.error_message();
       const Hypothesis ref = offline(doc_of(i), 24, beams);
       EXPECT_EQ(ids_of(resp), ref.tokens) << "beams=" << beams << " doc " << i;
+      EXPECT_EQ(logprobs_of(resp), ref.token_logprobs) << "beams=" << beams << " doc " << i;
+      EXPECT_FLOAT_EQ(resp.score(), static_cast<float>(ref.score));
       EXPECT_EQ(resp.summary(), FakeTokenizer().decode(ref.tokens));
       EXPECT_FALSE(resp.summary().empty());
       EXPECT_EQ(resp.model(), "fake");
@@ -124,6 +129,7 @@ TEST(EngineService, StreamingIsIncrementalAndConcatenatesToTheSummary) {
   v1::SummarizeStreamResponse msg;
   std::string text;
   std::vector<int64_t> ids;
+  std::vector<float> logprobs;
   std::vector<std::chrono::steady_clock::time_point> arrivals;
   v1::SummarizeResponse final;
   bool got_final = false;
@@ -134,6 +140,7 @@ TEST(EngineService, StreamingIsIncrementalAndConcatenatesToTheSummary) {
       EXPECT_GE(msg.token().segment(), 0);
       text += msg.token().text();
       ids.push_back(msg.token().token_id());
+      logprobs.push_back(msg.token().logprob());
       arrivals.push_back(std::chrono::steady_clock::now());
     } else {
       final = msg.final();
@@ -143,6 +150,13 @@ TEST(EngineService, StreamingIsIncrementalAndConcatenatesToTheSummary) {
   ASSERT_TRUE(reader->Finish().ok());
   ASSERT_TRUE(got_final);
   EXPECT_EQ(ids, ids_of(final));
+  EXPECT_EQ(logprobs, logprobs_of(final));
+  double sum = 0;
+  for (const float p : logprobs) {
+    EXPECT_LE(p, 0.0f);
+    sum += p;
+  }
+  EXPECT_NEAR(sum, final.score(), 1e-4);  // greedy: the score is their sum
   EXPECT_EQ(text, final.summary());
   ASSERT_GE(arrivals.size(), 5u);
   // One step takes >= 15 ms: tokens must not all arrive at once at the end.
@@ -156,14 +170,21 @@ TEST(EngineService, BeamStreamEmitsTheBestHypothesisOnce) {
   auto reader = server.stub().SummarizeStream(&ctx, request(doc_of(2), 16, 4));
   v1::SummarizeStreamResponse msg;
   std::string text;
+  std::vector<float> logprobs;
   v1::SummarizeResponse final;
   while (reader->Read(&msg)) {
-    if (msg.has_token()) text += msg.token().text();
+    if (msg.has_token()) {
+      text += msg.token().text();
+      logprobs.push_back(msg.token().logprob());
+    }
     if (msg.has_final()) final = msg.final();
   }
   ASSERT_TRUE(reader->Finish().ok());
   EXPECT_EQ(text, final.summary());
-  EXPECT_EQ(ids_of(final), offline(doc_of(2), 16, 4).tokens);
+  const Hypothesis ref = offline(doc_of(2), 16, 4);
+  EXPECT_EQ(ids_of(final), ref.tokens);
+  EXPECT_EQ(logprobs_of(final), ref.token_logprobs);
+  EXPECT_EQ(logprobs, ref.token_logprobs);
 }
 
 TEST(EngineService, CancellationFreesTheRowWithinAStep) {
