@@ -54,6 +54,7 @@ generation options (unset = the model's defaults):
   --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X --early-stopping
   --do-sample | --no-sample, --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N
   --repetition-penalty X --expected-length N --truncate (cut over-long input instead of failing)
+  --num-return-sequences N (beam search: also the next best hypotheses; printed with --json)
 load generator:
   --load --concurrency N (--requests M | --duration S) FILE...
       streams requests over the FILEs round-robin; prints throughput (tokens/s, requests/s),
@@ -120,6 +121,8 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       g.set_min_new_tokens(static_cast<int32_t>(to_int(arg, next())));
     } else if (arg == "--num-beams") {
       g.set_num_beams(static_cast<int32_t>(to_int(arg, next())));
+    } else if (arg == "--num-return-sequences") {
+      g.set_num_return_sequences(static_cast<int32_t>(to_int(arg, next())));
     } else if (arg == "--length-penalty") {
       g.set_length_penalty(static_cast<float>(to_double(arg, next())));
     } else if (arg == "--early-stopping") {

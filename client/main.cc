@@ -55,6 +55,15 @@ const char* finish_name(v1::FinishReason r) {
 
 nlohmann::json to_json(const v1::SummarizeResponse& r) {
   const auto& u = r.usage();
+  auto alternatives = nlohmann::json::array();
+  for (const auto& a : r.alternatives()) {
+    alternatives.push_back(
+        {{"summary", a.summary()},
+         {"token_ids", std::vector<int64_t>(a.token_ids().begin(), a.token_ids().end())},
+         {"token_logprobs", std::vector<float>(a.token_logprobs().begin(), a.token_logprobs().end())},
+         {"score", a.score()},
+         {"finish_reason", finish_name(a.finish_reason())}});
+  }
   return {{"summary", r.summary()},
           {"token_ids", std::vector<int64_t>(r.token_ids().begin(), r.token_ids().end())},
           {"token_logprobs", std::vector<float>(r.token_logprobs().begin(), r.token_logprobs().end())},
@@ -62,6 +71,7 @@ nlohmann::json to_json(const v1::SummarizeResponse& r) {
           {"model", r.model()},
           {"request_id", r.request_id()},
           {"score", r.score()},
+          {"alternatives", std::move(alternatives)},
           {"usage",
            {{"input_tokens", u.input_tokens()},
             {"output_tokens", u.output_tokens()},

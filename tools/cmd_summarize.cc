@@ -24,6 +24,7 @@ namespace {
 const char* kUsage =
     "usage: srformer summarize --model DIR [options] [FILE|-]\n"
     "  --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X --early-stopping\n"
+    "  --num-return-sequences N (beam search: also the next best hypotheses, in --json's alternatives)\n"
     "  --do-sample | --no-sample, --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N\n"
     "  --repetition-penalty X --expected-length L (SRformer schedule; default max-new-tokens)\n"
     "  --truncate (cut over-long input instead of failing) --threads N --json --stream\n"
@@ -45,7 +46,7 @@ int run_summarize(const std::vector<std::string>& args) {
   bool json = false, stream = false, truncate = false;
   int threads = 0;
   LoadOptions load;
-  std::optional<int64_t> max_new, min_new, beams, no_repeat, top_k, expected;
+  std::optional<int64_t> max_new, min_new, beams, no_repeat, top_k, expected, returned;
   std::optional<double> length_penalty, temperature, top_p, rep;
   std::optional<bool> early;
   std::optional<bool> sample;
@@ -63,6 +64,8 @@ int run_summarize(const std::vector<std::string>& args) {
       min_new = std::stoll(r.value());
     } else if (a == "--num-beams") {
       beams = std::stoll(r.value());
+    } else if (a == "--num-return-sequences") {
+      returned = std::stoll(r.value());
     } else if (a == "--length-penalty") {
       length_penalty = std::stod(r.value());
     } else if (a == "--early-stopping") {
@@ -139,6 +142,7 @@ int run_summarize(const std::vector<std::string>& args) {
   o.top_p = top_p.value_or(d.top_p);
   o.seed = seed;
   o.repetition_penalty = rep.value_or(d.repetition_penalty);
+  o.num_return_sequences = returned.value_or(1);
   o.vocab_limit = tokenizer->vocab_size();
   validate(o);
 
@@ -150,7 +154,8 @@ int run_summarize(const std::vector<std::string>& args) {
     if (!stream) return;
     std::cout << detok.push(tok) << std::flush;
   });
-  const auto& best = res.at(0).hypotheses.at(0);
+  const auto& hypotheses = res.at(0).hypotheses;
+  const auto& best = hypotheses.at(0);
   const auto summary = tokenizer->decode(best.tokens);
   if (stream) std::cout << detok.finish() << std::endl;
   if (json) {
@@ -160,6 +165,15 @@ int run_summarize(const std::vector<std::string>& args) {
     j["token_logprobs"] = best.token_logprobs;
     j["finish_reason"] = to_string(best.finish_reason);
     j["score"] = best.score;
+    j["alternatives"] = nlohmann::json::array();
+    for (size_t h = 1; h < hypotheses.size(); ++h) {
+      const auto& a = hypotheses[h];
+      j["alternatives"].push_back({{"summary", tokenizer->decode(a.tokens)},
+                                   {"token_ids", a.tokens},
+                                   {"token_logprobs", a.token_logprobs},
+                                   {"score", a.score},
+                                   {"finish_reason", to_string(a.finish_reason)}});
+    }
     j["usage"] = {{"input_tokens", static_cast<int64_t>(ids.size())},
                   {"original_input_tokens", original},
                   {"truncated", truncated},

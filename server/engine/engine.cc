@@ -37,6 +37,7 @@ Delivery::Job result_job(std::shared_ptr<Request> request, RequestResult result,
     if (tokenizer) {
       try {
         result.summary = tokenizer->decode(result.token_ids, /*skip_special=*/true);
+        for (auto& a : result.alternatives) a.summary = tokenizer->decode(a.token_ids, /*skip_special=*/true);
       } catch (const std::exception& e) {
         result.outcome = RequestOutcome::kError;
         result.error = std::string("decoding the summary failed: ") + e.what();
@@ -706,6 +707,10 @@ Delivery::Job Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome
         result.token_ids = hyps.front().tokens;
         result.token_logprobs = hyps.front().token_logprobs;
         result.score = hyps.front().score;
+      }
+      for (size_t h = 1; h < hyps.size(); ++h) {
+        result.alternatives.push_back(
+            {"", hyps[h].tokens, hyps[h].token_logprobs, hyps[h].score, hyps[h].finish_reason});
       }
     } else {
       result.token_ids = slot.streamed;

@@ -40,6 +40,15 @@ struct RequestUsage {
 
 enum class RequestOutcome { kOk, kCancelled, kDeadlineExceeded, kShutdown, kError };
 
+// A further hypothesis of a beam search asked for several (num_return_sequences > 1).
+struct Alternative {
+  std::string summary;
+  std::vector<int64_t> token_ids;
+  std::vector<float> token_logprobs;
+  double score = 0.0;
+  FinishReason finish_reason = FinishReason::kNone;
+};
+
 struct RequestResult {
   RequestOutcome outcome = RequestOutcome::kOk;
   std::string error;  // kError: what failed
@@ -48,6 +57,7 @@ struct RequestResult {
   std::vector<float> token_logprobs;  // one per token id
   FinishReason finish_reason = FinishReason::kNone;
   double score = 0.0;
+  std::vector<Alternative> alternatives;  // the next best, best first
   RequestUsage usage;
 };
 

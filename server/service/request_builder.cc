@@ -153,6 +153,15 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
   if (o.do_sample && o.num_beams > 1) {
     invalid("beam sampling is not supported: use do_sample=true with num_beams=1, or num_beams>1 without sampling");
   }
+  if (p.has_num_return_sequences()) {
+    if (p.num_return_sequences() < 1 || p.num_return_sequences() > o.num_beams) {
+      invalid("num_return_sequences must be between 1 and num_beams (" + str(o.num_beams) + "), got " +
+              str(p.num_return_sequences()) +
+              (o.num_beams == 1 ? "; ask for num_beams >= num_return_sequences: greedy search and sampling return one"
+                                : ""));
+    }
+    o.num_return_sequences = p.num_return_sequences();
+  }
   if (p.has_length_penalty()) {
     if (!std::isfinite(p.length_penalty())) invalid("length_penalty must be a finite number");
     o.length_penalty = p.length_penalty();

@@ -516,6 +516,14 @@ void fill_response(const RequestResult& r, const Request& req, const std::string
   out->set_model(model);
   out->set_request_id(req.id);
   out->set_score(static_cast<float>(r.score));
+  for (const auto& a : r.alternatives) {
+    auto* alt = out->add_alternatives();
+    alt->set_summary(is_valid_utf8(a.summary) ? a.summary : sanitize_utf8(a.summary));
+    for (const int64_t id : a.token_ids) alt->add_token_ids(id);
+    for (const float p : a.token_logprobs) alt->add_token_logprobs(p);
+    alt->set_score(static_cast<float>(a.score));
+    alt->set_finish_reason(to_proto(a.finish_reason));
+  }
   auto* u = out->mutable_usage();
   u->set_input_tokens(static_cast<int32_t>(r.usage.input_tokens));
   u->set_output_tokens(static_cast<int32_t>(r.usage.output_tokens));

@@ -111,6 +111,23 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
     // The offline tool gives the same summary, ids, per-token log-probabilities and score.
     auto tool = run_command(kTool + " summarize --model " + model_dir_->string() + " --max-new-tokens 20 --num-beams " +
                             std::to_string(beams) + " --json " + doc(1));
+    // ... and the same next best hypotheses.
+    const std::string more = " --num-return-sequences " + std::to_string(beams) + " --json " + doc(1);
+    auto served_more = run_command(kClient + t + opts + more);
+    ASSERT_EQ(served_more.exit_code, 0) << served_more.out;
+    auto tool_more = run_command(kTool + " summarize --model " + model_dir_->string() +
+                                 " --max-new-tokens 20 --num-beams " + std::to_string(beams) + more);
+    ASSERT_EQ(tool_more.exit_code, 0) << tool_more.out;
+    const auto sm = nlohmann::json::parse(served_more.out)["alternatives"];
+    const auto tm = nlohmann::json::parse(tool_more.out)["alternatives"];
+    ASSERT_EQ(sm.size(), static_cast<size_t>(beams - 1));
+    ASSERT_EQ(tm.size(), sm.size());
+    for (size_t a = 0; a < sm.size(); ++a) {
+      EXPECT_EQ(sm[a]["summary"], tm[a]["summary"]);
+      EXPECT_EQ(sm[a]["token_ids"], tm[a]["token_ids"]);
+      EXPECT_EQ(sm[a]["finish_reason"], tm[a]["finish_reason"]);
+      EXPECT_EQ(sm[a]["token_logprobs"].get<std::vector<float>>(), tm[a]["token_logprobs"].get<std::vector<float>>());
+    }
     ASSERT_EQ(tool.exit_code, 0) << tool.out;
     const auto tj = nlohmann::json::parse(tool.out);
     EXPECT_EQ(tj["summary"], j["summary"]);

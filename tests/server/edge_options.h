@@ -49,6 +49,7 @@ inline std::map<grpc::StatusCode, int> send_edge_option_requests(v1::Summarizer:
     if (rng() % 2) o->set_no_repeat_ngram_size(pick(ints));
     if (rng() % 2) o->set_repetition_penalty(pick(floats));
     if (rng() % 2) o->set_expected_length(pick(ints));
+    if (rng() % 4 == 0) o->set_num_return_sequences(pick(ints));
     if (rng() % 4 == 0) r.set_truncation(static_cast<v1::TruncationPolicy>(pick(ints)));
     grpc::ClientContext ctx;
     v1::SummarizeResponse resp;

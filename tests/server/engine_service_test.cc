@@ -80,6 +80,46 @@ TEST(EngineService, UnaryGreedyAndBeamEqualOfflineGenerate) {
   }
 }
 
+TEST(EngineService, BeamSearchReturnsTheNextBestHypothesesAsAlternatives) {
+  TestServer server;
+  const std::string doc = doc_of(3);
+  auto req = request(doc, 16, 4);
+  req.mutable_options()->set_num_return_sequences(3);
+  grpc::ClientContext ctx;
+  v1::SummarizeResponse resp;
+  const auto status = server.stub().Summarize(&ctx, req, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  // What generate() returns for the same options, best first.
+  FakeModel model;
+  const auto ids = FakeTokenizer().encode(doc);
+  const auto input = torch::tensor(ids, torch::kInt64).unsqueeze(0);
+  GenerationOptions o;
+  o.max_new_tokens = 16;
+  o.num_beams = 4;
+  o.num_return_sequences = 3;
+  o = with_model_tokens(o, model.config());
+  const auto ref =
+      generate(model, input, torch::ones_like(input), o, torch::full({1}, int64_t{16}, torch::kInt64)).at(0).hypotheses;
+  ASSERT_EQ(ref.size(), 3u);
+  EXPECT_EQ(ids_of(resp), ref[0].tokens);
+  ASSERT_EQ(resp.alternatives_size(), 2);
+  for (int a = 0; a < 2; ++a) {
+    const auto& alt = resp.alternatives(a);
+    const auto& h = ref[static_cast<size_t>(a) + 1];
+    EXPECT_EQ(std::vector<int64_t>(alt.token_ids().begin(), alt.token_ids().end()), h.tokens) << "alternative " << a;
+    EXPECT_EQ(std::vector<float>(alt.token_logprobs().begin(), alt.token_logprobs().end()), h.token_logprobs);
+    EXPECT_FLOAT_EQ(alt.score(), static_cast<float>(h.score));
+    EXPECT_LE(alt.score(), a == 0 ? resp.score() : resp.alternatives(a - 1).score());  // best first
+    EXPECT_EQ(alt.summary(), FakeTokenizer().decode(h.tokens));
+  }
+  // Without the option, one answer.
+  grpc::ClientContext ctx1;
+  v1::SummarizeResponse one;
+  ASSERT_TRUE(server.stub().Summarize(&ctx1, request(doc, 16, 4), &one).ok());
+  EXPECT_EQ(one.alternatives_size(), 0);
+  EXPECT_EQ(ids_of(one), ref[0].tokens);
+}
+
 TEST(EngineService, SameResultAloneAndAmong32ConcurrentRequests) {
   FakeServerOptions so;
   so.models = {{"fake", FakeModelOptions{256, 4, 2ms}}};

@@ -86,6 +86,20 @@ TEST(Validation, EveryBadInputIsRefusedWithAHelpfulMessage) {
          r.mutable_options()->set_num_beams(2);
        },
        SC::INVALID_ARGUMENT, "beam sampling"},
+      {"num_return_sequences 0", [](auto& r) { r.mutable_options()->set_num_return_sequences(0); },
+       SC::INVALID_ARGUMENT, "num_return_sequences must be between 1 and num_beams"},
+      {"num_return_sequences over num_beams",
+       [](auto& r) {
+         r.mutable_options()->set_num_beams(2);
+         r.mutable_options()->set_num_return_sequences(3);
+       },
+       SC::INVALID_ARGUMENT, "num_return_sequences must be between 1 and num_beams (2), got 3"},
+      {"num_return_sequences with sampling",
+       [](auto& r) {
+         r.mutable_options()->set_do_sample(true);
+         r.mutable_options()->set_num_return_sequences(2);
+       },
+       SC::INVALID_ARGUMENT, "greedy search and sampling return one"},
   };
   for (const auto& c : cases) {
     auto req = make_request("a perfectly fine document");
