@@ -31,7 +31,7 @@ run() {
 f = lambda p: "%s/%s ms" % tuple(round(p[k]) if p[k] is not None else "-" for k in ("p50", "p99"))
 print(round(r["tokens_per_s"], 1), "| TTFT p50/p99", f(r["ttft_ms"]), "| inter-token p50/p99", f(r["inter_token_ms"]))')" \
     "$(grep -o 'engine overhead.*' "$log" | tail -1)"
-  grep -o 'admissions, .*' "$log" | tail -1 | sed 's/^/    /'
+  grep -o 'encoder calls, .*' "$log" | tail -1 | sed 's/^/    /'
   rm -f "$log"
 }
 for _ in $(seq "${ROUNDS:-3}"); do

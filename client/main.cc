@@ -82,7 +82,8 @@ nlohmann::json to_json(const v1::SummarizeResponse& r) {
             {"encode_ms", u.encode_ms()},
             {"decode_ms", u.decode_ms()},
             {"truncated", u.truncated()},
-            {"original_input_tokens", u.original_input_tokens()}}}};
+            {"original_input_tokens", u.original_input_tokens()},
+            {"encoder_cached", u.encoder_cached()}}}};
 }
 
 int fail(const grpc::Status& s) {

@@ -78,6 +78,9 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
     c.queue_bypass_ms = to_int(flag, value, 0);
   } else if (name == "max-state-memory") {
     c.max_state_bytes = parse_memory_size(flag, value);
+  } else if (name == "encoder-cache-memory") {
+    c.encoder_cache_bytes = parse_memory_size(flag, value);
+    if (c.encoder_cache_bytes < 0) throw ConfigError(flag + " needs a size (e.g. 256M; 0 turns it off), not auto");
   } else if (name == "max-message-bytes") {
     c.max_message_bytes = to_int(flag, value, 1024);
   } else if (name == "shutdown-grace-ms") {
@@ -166,6 +169,9 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
                               until it fits, one that alone exceeds it is refused (default auto: half
                               the memory available after loading, the GPU's on CUDA, shared by the
                               models; 0 = unlimited)
+  --encoder-cache-memory SIZE encoder outputs of recent inputs kept per model (256M, 1G, ...): a document
+                              sent again (a retry, other options) skips the encoder, with the same result
+                              (default 0 = off)
   --queue-bypass-ms N         a request that does not fit the batch's budgets lets later ones that fit
                               go first for up to N ms after it was accepted, then admission waits for
                               it (default 1000; 0 = first come, first served)

@@ -39,6 +39,7 @@ struct ServerConfig {
   // available once the models are loaded (host memory, or the GPU's), shared by the models; 0 = unlimited.
   static constexpr int64_t kAutoStateMemory = -1;
   int64_t max_state_bytes = kAutoStateMemory;
+  int64_t encoder_cache_bytes = 0;  // EngineLimits::encoder_cache_bytes; 0 = off
   int64_t max_message_bytes = 4 << 20;
   int64_t shutdown_grace_ms = 10000;
   std::string log_level = "info";

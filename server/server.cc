@@ -68,6 +68,7 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
   limits.max_encode_tokens = config.max_encode_tokens;
   limits.max_state_bytes = state_budget(config, models);
   limits.queue_bypass = std::chrono::milliseconds(config.queue_bypass_ms);
+  limits.encoder_cache_bytes = config.encoder_cache_bytes;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   limits.threads =
       config.threads > 0 ? config.threads : std::max(1, cores / std::max(1, static_cast<int>(models.size())));

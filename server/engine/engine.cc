@@ -112,7 +112,8 @@ Engine::Engine(std::string name, std::unique_ptr<Seq2SeqModel> model, std::share
       footprint_(model_->state_footprint()),
       limits_(limits),
       metrics_(metrics),
-      searcher_factory_(std::move(searcher_factory)) {
+      searcher_factory_(std::move(searcher_factory)),
+      encoder_cache_(limits.encoder_cache_bytes) {
   if (limits_.max_batch_rows < 1) throw std::invalid_argument("max_batch_rows must be >= 1");
   if (limits_.max_queue < 1) throw std::invalid_argument("max_queue must be >= 1");
   // Admission counts what rows use; the bound keeps the buffers' room for growth and the pools'
@@ -202,9 +203,9 @@ void Engine::stop() {
         100.0 * s.search_seconds / s.step_seconds, 100.0 * s.reorder_seconds / s.step_seconds,
         100.0 * s.stream_seconds / s.step_seconds);
     spdlog::info(
-        "model '{}': {} admissions, {:.3f} s encoding and starting rows, {:.3f} s joining them to the batch; "
-        "{} requests went ahead of an older one waiting for room",
-        name_, s.encodes, s.encode_seconds, s.join_seconds, s.bypassed);
+        "model '{}': {} encoder calls, {:.3f} s encoding and starting rows, {:.3f} s joining them to the batch; "
+        "{} requests went ahead of an older one waiting for room; {} requests' encoder output from the cache",
+        name_, s.encodes, s.encode_seconds, s.join_seconds, s.bypassed, s.encoder_cache_hits);
   }
 }
 
@@ -382,38 +383,85 @@ bool Engine::abandon_encode(const std::vector<Pending>& batch) const {
                      [now](const Pending& p) { return p.request->cancelled() || p.request->expired(now); });
 }
 
+EncoderOutput Engine::encode_batch(const std::vector<Pending>& batch) {
+  const auto n = static_cast<int64_t>(batch.size());
+  std::vector<torch::Tensor> cached(batch.size());
+  std::vector<int64_t> fresh;  // rows to encode
+  int64_t kmax = 1, kfresh = 1;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& in = batch[i].request->input_ids;
+    kmax = std::max<int64_t>(kmax, static_cast<int64_t>(in.size()));
+    cached[i] = encoder_cache_.find(in);
+    if (cached[i].defined()) continue;
+    fresh.push_back(i);
+    kfresh = std::max<int64_t>(kfresh, static_cast<int64_t>(in.size()));
+  }
+  EncoderOutput enc;
+  if (!fresh.empty()) {
+    const auto nf = static_cast<int64_t>(fresh.size());
+    auto ids = torch::full({nf, kfresh}, config_.pad_token_id, torch::kInt64);
+    auto mask = torch::zeros({nf, kfresh}, torch::kInt64);
+    auto ida = ids.accessor<int64_t, 2>();
+    auto ma = mask.accessor<int64_t, 2>();
+    for (int64_t j = 0; j < nf; ++j) {
+      const auto& in = batch[fresh[j]].request->input_ids;
+      for (size_t p = 0; p < in.size(); ++p) {
+        ida[j][static_cast<int64_t>(p)] = in[p];
+        ma[j][static_cast<int64_t>(p)] = 1;
+      }
+    }
+    enc = model_->encode(ids.to(device_), mask.to(device_), [this, &batch] { return abandon_encode(batch); });
+    std::lock_guard lock(mu_);
+    ++stats_.encodes;
+    stats_.max_encoded_tokens = std::max(stats_.max_encoded_tokens, mask.sum().item<int64_t>());
+  }
+  if (encoder_cache_.max_bytes() > 0) {
+    for (size_t j = 0; j < fresh.size(); ++j) {
+      const auto k = static_cast<int64_t>(batch[fresh[j]].request->input_ids.size());
+      encoder_cache_.insert(batch[fresh[j]].request->input_ids,
+                            enc.hidden[static_cast<int64_t>(j)].narrow(0, 0, k).clone());
+    }
+    for (int64_t i = 0; i < n; ++i) batch[i].request->usage.encoder_cached = cached[i].defined();
+    const auto hits = static_cast<int64_t>(batch.size() - fresh.size());
+    {
+      std::lock_guard lock(mu_);
+      stats_.encoder_cache_hits += hits;
+      stats_.encoder_cache_bytes = encoder_cache_.bytes();
+    }
+    if (metrics_) {
+      metrics_->on_encoder_cache(static_cast<uint64_t>(hits), fresh.size(),
+                                 static_cast<double>(encoder_cache_.bytes()));
+    }
+  }
+  if (static_cast<int64_t>(fresh.size()) == n) return enc;
+  // Some rows from the cache: every row at its place in a batch padded to the longest (the padding is
+  // masked, as an encode's is).
+  const torch::Tensor like = fresh.empty() ? cached[0] : enc.hidden;
+  EncoderOutput all;
+  all.hidden = torch::zeros({n, kmax, like.size(-1)}, like.options());
+  all.mask = torch::zeros({n, kmax}, like.options().dtype(torch::kBool));
+  for (int64_t i = 0, j = 0; i < n; ++i) {
+    const auto k = static_cast<int64_t>(batch[i].request->input_ids.size());
+    const torch::Tensor row = cached[i].defined() ? cached[i] : enc.hidden[j++].narrow(0, 0, k);
+    all.hidden[i].narrow(0, 0, k).copy_(row);
+    all.mask[i].narrow(0, 0, k).fill_(true);
+  }
+  return all;
+}
+
 void Engine::admit(std::vector<Pending> batch) {
   const auto start = Clock::now();
   const int64_t n = static_cast<int64_t>(batch.size());
-  int64_t kmax = 1;
-  for (const auto& p : batch) kmax = std::max<int64_t>(kmax, static_cast<int64_t>(p.request->input_ids.size()));
-  auto ids = torch::full({n, kmax}, config_.pad_token_id, torch::kInt64);
-  auto mask = torch::zeros({n, kmax}, torch::kInt64);
   auto expected = torch::empty({n}, torch::kInt64);
+  auto ea = expected.accessor<int64_t, 1>();
   std::vector<int64_t> expand;
-  {
-    auto ida = ids.accessor<int64_t, 2>();
-    auto ma = mask.accessor<int64_t, 2>();
-    auto ea = expected.accessor<int64_t, 1>();
-    for (int64_t i = 0; i < n; ++i) {
-      const auto& in = batch[i].request->input_ids;
-      for (size_t j = 0; j < in.size(); ++j) {
-        ida[i][static_cast<int64_t>(j)] = in[j];
-        ma[i][static_cast<int64_t>(j)] = 1;
-      }
-      ea[i] = batch[i].request->expected_length;
-      for (int64_t r = 0; r < batch[i].searcher->num_rows(); ++r) expand.push_back(i);
-    }
+  for (int64_t i = 0; i < n; ++i) {
+    ea[i] = batch[i].request->expected_length;
+    for (int64_t r = 0; r < batch[i].searcher->num_rows(); ++r) expand.push_back(i);
   }
   DecoderState joined;
   try {
-    const EncoderOutput enc =
-        model_->encode(ids.to(device_), mask.to(device_), [this, &batch] { return abandon_encode(batch); });
-    {
-      std::lock_guard lock(mu_);
-      ++stats_.encodes;
-      stats_.max_encoded_tokens = std::max(stats_.max_encoded_tokens, mask.sum().item<int64_t>());
-    }
+    const EncoderOutput enc = encode_batch(batch);
     joined = model_->start(enc, expected.to(device_));
     if (static_cast<int64_t>(expand.size()) != n) {
       joined.select(torch::tensor(expand, torch::kInt64).to(device_));

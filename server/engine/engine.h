@@ -23,6 +23,7 @@
 #include "model/seq2seq.h"
 #include "model/tokenizer/tokenizer.h"
 #include "server/engine/delivery.h"
+#include "server/engine/encoder_cache.h"
 #include "server/engine/request.h"
 
 namespace srformer::server {
@@ -47,6 +48,8 @@ struct EngineLimits {
   // fit go ahead of it until it has waited this long since it was accepted; then admission waits for
   // it (no request starves behind a stream of smaller ones). 0 = first come, first served.
   std::chrono::milliseconds queue_bypass{0};
+  // Bytes of encoder outputs kept for inputs that come again (EncoderCache); 0 = none.
+  int64_t encoder_cache_bytes = 0;
   int threads = 0;  // torch intra-op threads of the decode thread; 0 = leave as is
 };
 
@@ -63,16 +66,18 @@ struct EngineStats {
   // the engine's own per-step work: search, streaming, state reordering).
   double step_seconds = 0;
   double model_seconds = 0;
-  double reorder_seconds = 0;      // of the engine's part: selecting/compacting state rows after a step
-  double search_seconds = 0;       // of the engine's part: the requests' searchers (logits processors, pick)
-  double stream_seconds = 0;       // of the engine's part: queueing tokens and results for the delivery thread
-  double join_seconds = 0;         // admissions: adding the encoded rows to the running batch's state
-  double encode_seconds = 0;       // admissions: encoding and starting the rows' state
-  int64_t encodes = 0;             // encoder calls (one per admitted batch)
-  int64_t bypassed = 0;            // admissions ahead of an older request that did not fit (queue_bypass)
-  int64_t encodes_abandoned = 0;   // encoder calls stopped part-way: all their requests gone (cancelled,
-                                   // past the deadline, shutdown)
-  int64_t max_encoded_tokens = 0;  // the largest encoder call, in input tokens (rows * length)
+  double reorder_seconds = 0;       // of the engine's part: selecting/compacting state rows after a step
+  double search_seconds = 0;        // of the engine's part: the requests' searchers (logits processors, pick)
+  double stream_seconds = 0;        // of the engine's part: queueing tokens and results for the delivery thread
+  double join_seconds = 0;          // admissions: adding the encoded rows to the running batch's state
+  double encode_seconds = 0;        // admissions: encoding and starting the rows' state
+  int64_t encodes = 0;              // encoder calls (one per admitted batch)
+  int64_t bypassed = 0;             // admissions ahead of an older request that did not fit (queue_bypass)
+  int64_t encodes_abandoned = 0;    // encoder calls stopped part-way: all their requests gone (cancelled,
+                                    // past the deadline, shutdown)
+  int64_t max_encoded_tokens = 0;   // the largest encoder call, in input tokens (rows * length)
+  int64_t encoder_cache_hits = 0;   // admitted requests whose encoder output came from the cache
+  int64_t encoder_cache_bytes = 0;  // what the cache holds
 };
 
 // Thrown by submit(); the service maps them to RESOURCE_EXHAUSTED / UNAVAILABLE.
@@ -135,6 +140,9 @@ class Engine {
   // step between two groups (run()); elsewhere one batch.
   std::vector<std::vector<Pending>> admission_groups(std::vector<Pending> admitted) const;
   void admit(std::vector<Pending> batch);
+  // The batch's encoder output: rows the cache holds from there, the others encoded together (and then
+  // held). Marks cached requests' usage. Throws EncodeInterrupted as encode() does.
+  EncoderOutput encode_batch(const std::vector<Pending>& batch);
   void drop_dead_slots();
   // Finishes a request that leaves before decoding: cancelled, expired or shut down while queued
   // (dequeued = now) or while its batch encoded (from dequeued to now).
@@ -193,6 +201,7 @@ class Engine {
   // Decode-thread only.
   std::vector<std::unique_ptr<Slot>> slots_;  // in row order
   DecoderState state_;
+  EncoderCache encoder_cache_;
   int64_t tokens_in_flight_ = 0;
   // publish_stats walks the state for its bytes and RAF figures at most every kStatsInterval while
   // rows are live (~75 us a walk: ~0.4% of a 32-row T5-small step if done at every step).

@@ -36,6 +36,7 @@ struct RequestUsage {
   double queue_ms = 0.0;
   double encode_ms = 0.0;
   double decode_ms = 0.0;
+  bool encoder_cached = false;  // the encoder output came from the engine's cache (EncoderCache)
 };
 
 enum class RequestOutcome { kOk, kCancelled, kDeadlineExceeded, kShutdown, kError };

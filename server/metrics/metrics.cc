@@ -163,6 +163,15 @@ struct Metrics::Families {
                      .Help("Requests admitted ahead of an older queued request that did not fit the batch's "
                            "budgets (--queue-bypass-ms).")
                      .Register(r)),
+        encoder_cache_lookups(BuildCounter()
+                                  .Name("srformer_encoder_cache_lookups_total")
+                                  .Help("Admitted requests whose encoder output the cache held (result=hit) or not "
+                                        "(miss) (--encoder-cache-memory).")
+                                  .Register(r)),
+        encoder_cache_bytes(BuildGauge()
+                                .Name("srformer_encoder_cache_bytes")
+                                .Help("Bytes of encoder outputs the cache holds (--encoder-cache-memory).")
+                                .Register(r)),
         kv_read(BuildCounter()
                     .Name("srformer_cross_attention_kv_read_total")
                     .Help("Cross-attention key/value elements actually read.")
@@ -197,6 +206,8 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Counter>& raf_updates;
   prometheus::Family<prometheus::Counter>& segment_switches;
   prometheus::Family<prometheus::Counter>& bypasses;
+  prometheus::Family<prometheus::Counter>& encoder_cache_lookups;
+  prometheus::Family<prometheus::Gauge>& encoder_cache_bytes;
   prometheus::Family<prometheus::Counter>& kv_read;
   prometheus::Family<prometheus::Counter>& kv_full;
 };
@@ -222,6 +233,9 @@ ModelMetrics::ModelMetrics(Metrics& metrics, const std::string& model)
       raf_updates_total_(metrics.families_->raf_updates.Add({{"model", model}})),
       segment_switches_total_(metrics.families_->segment_switches.Add({{"model", model}})),
       bypasses_total_(metrics.families_->bypasses.Add({{"model", model}})),
+      encoder_cache_hits_(metrics.families_->encoder_cache_lookups.Add({{"model", model}, {"result", "hit"}})),
+      encoder_cache_misses_(metrics.families_->encoder_cache_lookups.Add({{"model", model}, {"result", "miss"}})),
+      encoder_cache_bytes_(metrics.families_->encoder_cache_bytes.Add({{"model", model}})),
       kv_read_total_(metrics.families_->kv_read.Add({{"model", model}})),
       kv_full_total_(metrics.families_->kv_full.Add({{"model", model}})) {
   // Pre-create the bounded reason series so rate() queries see zeros instead of absent series.
@@ -293,6 +307,12 @@ void ModelMetrics::on_raf_updates(std::uint64_t n) { raf_updates_total_.Incremen
 void ModelMetrics::on_segment_switches(std::uint64_t n) { segment_switches_total_.Increment(static_cast<double>(n)); }
 
 void ModelMetrics::on_bypass() { bypasses_total_.Increment(); }
+
+void ModelMetrics::on_encoder_cache(std::uint64_t hits, std::uint64_t misses, double bytes) {
+  encoder_cache_hits_.Increment(static_cast<double>(hits));
+  encoder_cache_misses_.Increment(static_cast<double>(misses));
+  encoder_cache_bytes_.Set(bytes);
+}
 
 void ModelMetrics::on_cross_attention_kv(std::uint64_t read, std::uint64_t full_equivalent) {
   kv_read_total_.Increment(static_cast<double>(read));

@@ -102,6 +102,9 @@ class ModelMetrics {
   void on_segment_switches(std::uint64_t n);
   // A request admitted ahead of an older one that did not fit the batch (--queue-bypass-ms).
   void on_bypass();
+  // Admitted requests whose encoder output the cache held (`hits`) or not (`misses`), and the bytes it
+  // holds now (--encoder-cache-memory).
+  void on_encoder_cache(std::uint64_t hits, std::uint64_t misses, double bytes);
   // Key/value elements read by cross-attention vs what full attention would have read for the same steps.
   void on_cross_attention_kv(std::uint64_t read, std::uint64_t full_equivalent);
 
@@ -132,6 +135,9 @@ class ModelMetrics {
   prometheus::Counter& raf_updates_total_;
   prometheus::Counter& segment_switches_total_;
   prometheus::Counter& bypasses_total_;
+  prometheus::Counter& encoder_cache_hits_;
+  prometheus::Counter& encoder_cache_misses_;
+  prometheus::Gauge& encoder_cache_bytes_;
   prometheus::Counter& kv_read_total_;
   prometheus::Counter& kv_full_total_;
 };

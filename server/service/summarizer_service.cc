@@ -535,6 +535,7 @@ void fill_response(const RequestResult& r, const Request& req, const std::string
   u->set_decode_ms(r.usage.decode_ms);
   u->set_truncated(r.usage.truncated);
   u->set_original_input_tokens(static_cast<int32_t>(r.usage.original_input_tokens));
+  u->set_encoder_cached(r.usage.encoder_cached);
 }
 
 grpc::Status result_status(const RequestResult& r) {

@@ -92,6 +92,20 @@ TEST(ServerConfig, StateMemoryTakesSizesWithBinarySuffixes) {
   EXPECT_EQ(c.max_state_bytes, int64_t{3} << 30);
 }
 
+TEST(ServerConfig, EncoderCacheMemoryIsOffByDefaultAndTakesASize) {
+  EXPECT_EQ(ServerConfig{}.encoder_cache_bytes, 0);
+  ServerConfig c;
+  ASSERT_TRUE(parse({"--model", "a=/x", "--encoder-cache-memory", "256M"}, c));
+  EXPECT_EQ(c.encoder_cache_bytes, int64_t{256} << 20);
+  try {
+    ServerConfig d;
+    (void)parse({"--model", "a=/x", "--encoder-cache-memory", "auto"}, d);
+    ADD_FAILURE() << "auto was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("not auto"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ServerConfig, DeviceAndDtype) {
   EXPECT_TRUE(parse_device("cpu").is_cpu());
   EXPECT_EQ(parse_device("cuda:1").index(), 1);

@@ -641,6 +641,56 @@ TEST(EngineService, ShutdownCancelsWhatOutlivesTheGracePeriod) {
   EXPECT_EQ(fut.get().error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
+// With --encoder-cache-memory, a document that comes again skips the encoder, also when it is admitted
+// together with one that needs it: what each gets is what it gets without the cache.
+TEST(EngineService, EncoderCacheServesACachedAndANewDocumentInOneAdmission) {
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 40ms}}};
+  so.config.encoder_cache_bytes = 1 << 20;
+  so.config.max_new_tokens_cap = 1000;
+  const auto max_start_rows = so.models[0].second.max_start_rows;
+  TestServer server(so);
+  const std::string cached_doc = doc_of(3);
+  grpc::ClientContext ctx0;
+  v1::SummarizeResponse first;
+  ASSERT_TRUE(server.stub().Summarize(&ctx0, request(cached_doc, 8, 1), &first).ok());
+  EXPECT_FALSE(first.usage().encoder_cached());
+  // A long request keeps the engine stepping, so that a batch call's two requests arrive within one
+  // step and are admitted together (tried up to three times with a new document: timing).
+  auto long_req = request(std::string(200, 'q'), 1000, 1);
+  long_req.mutable_options()->set_min_new_tokens(1000);
+  grpc::ClientContext long_ctx;
+  auto long_call = std::async(std::launch::async, [&] {
+    v1::SummarizeResponse r;
+    return server.stub().Summarize(&long_ctx, long_req, &r);
+  });
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
+  bool together = false;
+  for (int attempt = 0; attempt < 3 && !together; ++attempt) {
+    const std::string new_doc = doc_of(10 + 7 * attempt);  // as many words as doc_of(3)
+    *max_start_rows = 0;
+    const auto hits_before = server.engine().stats().encoder_cache_hits;
+    v1::SummarizeBatchRequest batch;
+    *batch.add_requests() = request(cached_doc, 12, 2);
+    *batch.add_requests() = request(new_doc, 12, 1);
+    grpc::ClientContext ctx;
+    v1::SummarizeBatchResponse resp;
+    ASSERT_TRUE(server.stub().SummarizeBatch(&ctx, batch, &resp).ok());
+    ASSERT_EQ(resp.responses_size(), 2);
+    EXPECT_TRUE(resp.responses(0).usage().encoder_cached());
+    EXPECT_FALSE(resp.responses(1).usage().encoder_cached());
+    EXPECT_EQ(ids_of(resp.responses(0)), offline(cached_doc, 12, 2).tokens);
+    EXPECT_EQ(ids_of(resp.responses(1)), offline(new_doc, 12, 1).tokens);
+    EXPECT_EQ(logprobs_of(resp.responses(1)), offline(new_doc, 12, 1).token_logprobs);
+    EXPECT_EQ(server.engine().stats().encoder_cache_hits, hits_before + 1);
+    together = *max_start_rows == 2;
+  }
+  EXPECT_TRUE(together) << "the two requests were never admitted together";
+  EXPECT_GT(server.engine().stats().encoder_cache_bytes, 0);
+  long_ctx.TryCancel();
+  EXPECT_EQ(long_call.get().error_code(), grpc::StatusCode::CANCELLED);
+}
+
 TEST(EngineService, BatchKeepsOrderAndEqualsUnary) {
   TestServer server;
   v1::SummarizeBatchRequest batch;

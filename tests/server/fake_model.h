@@ -77,6 +77,8 @@ struct FakeModelOptions {
   std::shared_ptr<CallLog> call_log = std::make_shared<CallLog>();
   // The most encoder positions a decode step's state held: rows × the batch's (padded) input length.
   std::shared_ptr<std::atomic<int64_t>> max_step_positions = std::make_shared<std::atomic<int64_t>>(0);
+  // The most rows one start() call began (an admission's batch, before beams are expanded).
+  std::shared_ptr<std::atomic<int64_t>> max_start_rows = std::make_shared<std::atomic<int64_t>>(0);
   // What the engine budgets with (--max-state-memory): by default the fake state's own cross keys and
   // values ([B, 1, k, 1] fp32 each) and mask.
   StateFootprint footprint{/*per_encoder_position=*/9};
@@ -125,6 +127,7 @@ class FakeModel : public Seq2SeqModel {
 
   DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length) override {
     const int64_t b = enc.hidden.size(0);
+    if (b > *options_.max_start_rows) *options_.max_start_rows = b;
     DecoderState s;
     LayerState layer;
     layer.cross_k = enc.hidden.unsqueeze(1);  // [B,1,k,1]

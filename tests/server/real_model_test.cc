@@ -187,5 +187,64 @@ TEST_F(RealModel, IdenticalAloneAndAmong32ConcurrentGreedy) {
   expect_same_alone_and_among_32([](int /*i*/) { return 1; });
 }
 
+// With an encoder cache, documents that come again skip the encoder — alone, and in admissions that
+// mix them with documents encoded there — and every answer is what the server without a cache gives.
+TEST_F(RealModel, EncoderCacheGivesTheSameAnswersAndSkipsTheEncoder) {
+  server::ServerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "";
+  config.max_new_tokens_cap = 64;
+  config.encoder_cache_bytes = 64 << 20;
+  std::vector<server::LoadedModel> models;
+  models.push_back(server::load_model_dir({"t5", dir_->string()}, server::ServerConfig{}));
+  server::Server cached(config, std::move(models));
+  cached.start();
+  auto stub = v1::Summarizer::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(cached.port()), grpc::InsecureChannelCredentials()));
+  const auto call = [](v1::Summarizer::Stub& on, const v1::SummarizeRequest& req) {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    const auto status = on.Summarize(&ctx, req, &resp);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return resp;
+  };
+  const auto expect_same = [](const v1::SummarizeResponse& a, const v1::SummarizeResponse& b, int i) {
+    EXPECT_EQ(ids_of(a), ids_of(b)) << "request " << i;
+    ASSERT_EQ(a.token_logprobs_size(), b.token_logprobs_size()) << "request " << i;
+    for (int t = 0; t < a.token_logprobs_size(); ++t) {
+      EXPECT_NEAR(a.token_logprobs(t), b.token_logprobs(t), 1e-5) << "request " << i << " token " << t;
+    }
+  };
+  // Six documents of similar length (admitted in one length group), each asked for twice with other
+  // options: greedy, then beams.
+  std::vector<v1::SummarizeRequest> requests;
+  for (int i = 0; i < 12; ++i) {
+    requests.push_back(request(synthetic_text(4, 300 + static_cast<uint32_t>(i % 6)), 12, i < 6 ? 1 : 3));
+  }
+  const auto first = call(*stub, requests[0]);
+  const auto again = call(*stub, requests[6]);  // the same document: from the cache
+  EXPECT_FALSE(first.usage().encoder_cached());
+  EXPECT_TRUE(again.usage().encoder_cached());
+  expect_same(again, call(*stub_, requests[6]), 6);
+  const auto before = cached.models().find("t5")->stats();
+  EXPECT_EQ(before.encoder_cache_hits, 1);
+  EXPECT_GT(before.encoder_cache_bytes, 0);
+  // All twelve at once: admissions of cached and new documents together.
+  std::vector<std::future<v1::SummarizeResponse>> futures;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    futures.push_back(std::async(std::launch::async, [&, i] { return call(*stub, requests[i]); }));
+  }
+  int hits = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto resp = futures[i].get();
+    hits += resp.usage().encoder_cached() ? 1 : 0;
+    expect_same(resp, call(*stub_, requests[i]), static_cast<int>(i));
+  }
+  const auto after = cached.models().find("t5")->stats();
+  EXPECT_EQ(after.encoder_cache_hits - before.encoder_cache_hits, hits);
+  EXPECT_GE(hits, 2);  // documents 0 and 6 at least were held before
+  cached.shutdown(std::chrono::milliseconds(1000));
+}
+
 }  // namespace
 }  // namespace srformer::testing
