@@ -20,6 +20,7 @@ run() {
   "$server" --model ab="$model" --listen 127.0.0.1:0 --metrics-listen "" --threads "${THREADS:-2}" \
     --max-batch-rows 64 --max-queue 256 ${SERVER_ARGS:-} 2>"$log" &
   pid=$!
+  trap "kill $pid 2>/dev/null || true" EXIT  # a failing client must not leave the server running
   target=$(wait_for_server "$log" $pid)
   line=$("$client" --target "$target" --model ab --load --json --concurrency "${CONCURRENCY:-32}" \
     --requests "${REQUESTS:-96}" --max-new-tokens "${NEW_TOKENS:-64}" --min-new-tokens "${NEW_TOKENS:-64}" \
@@ -31,7 +32,7 @@ run() {
 f = lambda p: "%s/%s ms" % tuple(round(p[k]) if p[k] is not None else "-" for k in ("p50", "p99"))
 print(round(r["tokens_per_s"], 1), "| TTFT p50/p99", f(r["ttft_ms"]), "| inter-token p50/p99", f(r["inter_token_ms"]))')" \
     "$(grep -o 'engine overhead.*' "$log" | tail -1)"
-  grep -o 'encoder calls, .*' "$log" | tail -1 | sed 's/^/    /'
+  grep -o '[0-9]* encoder calls, .*' "$log" | tail -1 | sed 's/^/    /'
   rm -f "$log"
 }
 for _ in $(seq "${ROUNDS:-3}"); do

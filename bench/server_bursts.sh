@@ -26,4 +26,4 @@ for i in $(seq "${BURSTS:-3}"); do
 done
 kill -TERM $pid
 wait $pid || true
-printf '%s | %s\n' "$server" "$(grep -o 'encoder calls, .*' "$log" | tail -1)"
+printf '%s | %s\n' "$server" "$(grep -o '[0-9]* encoder calls, .*' "$log" | tail -1)"
