@@ -385,14 +385,24 @@ bool Engine::abandon_encode(const std::vector<Pending>& batch) const {
 
 EncoderOutput Engine::encode_batch(const std::vector<Pending>& batch) {
   const auto n = static_cast<int64_t>(batch.size());
+  const bool caching = encoder_cache_.max_bytes() > 0;
   std::vector<torch::Tensor> cached(batch.size());
-  std::vector<int64_t> fresh;  // rows to encode
+  std::vector<int64_t> fresh;                         // rows to encode
+  std::vector<int64_t> encoded_as(batch.size(), -1);  // the row of the encode a row takes (-1: cached)
   int64_t kmax = 1, kfresh = 1;
   for (int64_t i = 0; i < n; ++i) {
     const auto& in = batch[i].request->input_ids;
     kmax = std::max<int64_t>(kmax, static_cast<int64_t>(in.size()));
     cached[i] = encoder_cache_.find(in);
     if (cached[i].defined()) continue;
+    // With the cache on, a document twice in one admission is encoded once too.
+    const auto twin = std::find_if(fresh.begin(), fresh.end(),
+                                   [&](int64_t f) { return caching && batch[f].request->input_ids == in; });
+    if (twin != fresh.end()) {
+      encoded_as[i] = twin - fresh.begin();
+      continue;
+    }
+    encoded_as[i] = static_cast<int64_t>(fresh.size());
     fresh.push_back(i);
     kfresh = std::max<int64_t>(kfresh, static_cast<int64_t>(in.size()));
   }
@@ -415,13 +425,14 @@ EncoderOutput Engine::encode_batch(const std::vector<Pending>& batch) {
     ++stats_.encodes;
     stats_.max_encoded_tokens = std::max(stats_.max_encoded_tokens, mask.sum().item<int64_t>());
   }
-  if (encoder_cache_.max_bytes() > 0) {
+  if (caching) {
     for (size_t j = 0; j < fresh.size(); ++j) {
       const auto k = static_cast<int64_t>(batch[fresh[j]].request->input_ids.size());
       encoder_cache_.insert(batch[fresh[j]].request->input_ids,
                             enc.hidden[static_cast<int64_t>(j)].narrow(0, 0, k).clone());
     }
-    for (int64_t i = 0; i < n; ++i) batch[i].request->usage.encoder_cached = cached[i].defined();
+    for (int64_t i = 0; i < n; ++i)
+      batch[i].request->usage.encoder_cached = encoded_as[i] < 0 || fresh[encoded_as[i]] != i;
     const auto hits = static_cast<int64_t>(batch.size() - fresh.size());
     {
       std::lock_guard lock(mu_);
@@ -440,9 +451,9 @@ EncoderOutput Engine::encode_batch(const std::vector<Pending>& batch) {
   EncoderOutput all;
   all.hidden = torch::zeros({n, kmax, like.size(-1)}, like.options());
   all.mask = torch::zeros({n, kmax}, like.options().dtype(torch::kBool));
-  for (int64_t i = 0, j = 0; i < n; ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     const auto k = static_cast<int64_t>(batch[i].request->input_ids.size());
-    const torch::Tensor row = cached[i].defined() ? cached[i] : enc.hidden[j++].narrow(0, 0, k);
+    const torch::Tensor row = cached[i].defined() ? cached[i] : enc.hidden[encoded_as[i]].narrow(0, 0, k);
     all.hidden[i].narrow(0, 0, k).copy_(row);
     all.mask[i].narrow(0, 0, k).fill_(true);
   }

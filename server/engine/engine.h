@@ -141,7 +141,8 @@ class Engine {
   std::vector<std::vector<Pending>> admission_groups(std::vector<Pending> admitted) const;
   void admit(std::vector<Pending> batch);
   // The batch's encoder output: rows the cache holds from there, the others encoded together (and then
-  // held). Marks cached requests' usage. Throws EncodeInterrupted as encode() does.
+  // held; with the cache on, a document twice in the batch once). Marks the usage of requests whose
+  // output was not encoded for them. Throws EncodeInterrupted as encode() does.
   EncoderOutput encode_batch(const std::vector<Pending>& batch);
   void drop_dead_slots();
   // Finishes a request that leaves before decoding: cancelled, expired or shut down while queued

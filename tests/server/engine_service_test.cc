@@ -642,13 +642,15 @@ TEST(EngineService, ShutdownCancelsWhatOutlivesTheGracePeriod) {
 }
 
 // With --encoder-cache-memory, a document that comes again skips the encoder, also when it is admitted
-// together with one that needs it: what each gets is what it gets without the cache.
+// together with one that needs it, and a document twice in one admission is encoded once: what each
+// gets is what it gets without the cache.
 TEST(EngineService, EncoderCacheServesACachedAndANewDocumentInOneAdmission) {
   FakeServerOptions so;
   so.models = {{"fake", FakeModelOptions{256, 4, 40ms}}};
   so.config.encoder_cache_bytes = 1 << 20;
   so.config.max_new_tokens_cap = 1000;
   const auto max_start_rows = so.models[0].second.max_start_rows;
+  const auto batched_encodes = so.models[0].second.batched_encodes;
   TestServer server(so);
   const std::string cached_doc = doc_of(3);
   grpc::ClientContext ctx0;
@@ -670,20 +672,26 @@ TEST(EngineService, EncoderCacheServesACachedAndANewDocumentInOneAdmission) {
     const std::string new_doc = doc_of(10 + 7 * attempt);  // as many words as doc_of(3)
     *max_start_rows = 0;
     const auto hits_before = server.engine().stats().encoder_cache_hits;
+    const int batched_before = *batched_encodes;
     v1::SummarizeBatchRequest batch;
     *batch.add_requests() = request(cached_doc, 12, 2);
     *batch.add_requests() = request(new_doc, 12, 1);
+    *batch.add_requests() = request(new_doc, 10, 2);  // twice in one admission: encoded once
     grpc::ClientContext ctx;
     v1::SummarizeBatchResponse resp;
     ASSERT_TRUE(server.stub().SummarizeBatch(&ctx, batch, &resp).ok());
-    ASSERT_EQ(resp.responses_size(), 2);
-    EXPECT_TRUE(resp.responses(0).usage().encoder_cached());
-    EXPECT_FALSE(resp.responses(1).usage().encoder_cached());
+    ASSERT_EQ(resp.responses_size(), 3);
     EXPECT_EQ(ids_of(resp.responses(0)), offline(cached_doc, 12, 2).tokens);
     EXPECT_EQ(ids_of(resp.responses(1)), offline(new_doc, 12, 1).tokens);
     EXPECT_EQ(logprobs_of(resp.responses(1)), offline(new_doc, 12, 1).token_logprobs);
-    EXPECT_EQ(server.engine().stats().encoder_cache_hits, hits_before + 1);
-    together = *max_start_rows == 2;
+    EXPECT_EQ(ids_of(resp.responses(2)), offline(new_doc, 10, 2).tokens);
+    EXPECT_TRUE(resp.responses(0).usage().encoder_cached());
+    together = *max_start_rows == 3;
+    if (!together) continue;
+    EXPECT_FALSE(resp.responses(1).usage().encoder_cached());
+    EXPECT_TRUE(resp.responses(2).usage().encoder_cached());
+    EXPECT_EQ(server.engine().stats().encoder_cache_hits, hits_before + 2);
+    EXPECT_EQ(*batched_encodes, batched_before) << "the encoder saw more than the one new document";
   }
   EXPECT_TRUE(together) << "the two requests were never admitted together";
   EXPECT_GT(server.engine().stats().encoder_cache_bytes, 0);
