@@ -131,7 +131,8 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
         tokens.push_back({{"token_id", msg.token().token_id()},
                           {"text", msg.token().text()},
                           {"step", msg.token().step()},
-                          {"segment", msg.token().segment()}});
+                          {"segment", msg.token().segment()},
+                          {"logprob", msg.token().logprob()}});
       } else {
         std::cout << msg.token().text() << std::flush;
       }
