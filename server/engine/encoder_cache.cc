@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <iterator>
+
 namespace srformer::server {
 
 namespace {
