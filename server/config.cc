@@ -163,7 +163,7 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
   --max-beams N               largest num_beams a request may ask for (default 8)
   --max-tokens-in-flight N    admission budget: sum of rows*(longest input+max_new_tokens) (default unlimited)
   --max-encode-tokens N       input tokens encoded per iteration while others decode; bounds the stall
-                              a burst of arrivals puts on running streams (default 2048; 0 = unlimited)
+                              a burst of arrivals puts on running streams (default 512; 0 = unlimited)
   --max-state-memory SIZE     decoder state a model's batch may hold (512M, 8G, ...; counted as the model
                               holds it, each request's own input): requests wait
                               until it fits, one that alone exceeds it is refused (default auto: half
