@@ -105,6 +105,14 @@ v1::SummarizeRequest make_request(const ClientOptions& o, const std::string& doc
   return req;
 }
 
+// With num_return_sequences > 1: the next best summaries, one line each, after the best one's.
+void print_alternatives(const v1::SummarizeResponse& r) {
+  for (int a = 0; a < r.alternatives_size(); ++a) {
+    std::cout << "[alternative " << a + 2 << ", score " << r.alternatives(a).score() << "] "
+              << r.alternatives(a).summary() << "\n";
+  }
+}
+
 int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   const std::string doc = read_input(o.inputs.empty() ? "-" : o.inputs.front());
   grpc::ClientContext ctx;
@@ -118,6 +126,7 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
       std::cout << to_json(resp).dump() << "\n";
     } else {
       std::cout << resp.summary() << "\n";
+      print_alternatives(resp);
     }
     return 0;
   }
@@ -151,6 +160,7 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
     std::cout << j.dump() << "\n";
   } else {
     std::cout << "\n";
+    print_alternatives(final);
   }
   return 0;
 }

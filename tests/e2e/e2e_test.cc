@@ -122,6 +122,17 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
     const auto tm = nlohmann::json::parse(tool_more.out)["alternatives"];
     ASSERT_EQ(sm.size(), static_cast<size_t>(beams - 1));
     ASSERT_EQ(tm.size(), sm.size());
+    // Without --json the client prints them after the best summary, a line each.
+    auto plain = run_command(kClient + t + opts + " --num-return-sequences " + std::to_string(beams) + " " + doc(1));
+    ASSERT_EQ(plain.exit_code, 0) << plain.out;
+    std::string expected = j["summary"].get<std::string>() + "\n";
+    for (size_t a = 0; a < sm.size(); ++a) {
+      std::ostringstream line;
+      line << "[alternative " << a + 2 << ", score " << sm[a]["score"].get<float>() << "] "
+           << sm[a]["summary"].get<std::string>() << "\n";
+      expected += line.str();
+    }
+    EXPECT_EQ(plain.out, expected);
     for (size_t a = 0; a < sm.size(); ++a) {
       EXPECT_EQ(sm[a]["summary"], tm[a]["summary"]);
       EXPECT_EQ(sm[a]["token_ids"], tm[a]["token_ids"]);
