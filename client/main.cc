@@ -53,37 +53,36 @@ const char* finish_name(v1::FinishReason r) {
   }
 }
 
+// A summary's fields, shared by the response (the best) and its alternatives (the next best).
+template <typename Message>
+nlohmann::json sequence_json(const Message& m) {
+  return {{"summary", m.summary()},
+          {"token_ids", std::vector<int64_t>(m.token_ids().begin(), m.token_ids().end())},
+          {"token_logprobs", std::vector<float>(m.token_logprobs().begin(), m.token_logprobs().end())},
+          {"finish_reason", finish_name(m.finish_reason())},
+          {"score", m.score()}};
+}
+
 nlohmann::json to_json(const v1::SummarizeResponse& r) {
   const auto& u = r.usage();
   auto alternatives = nlohmann::json::array();
-  for (const auto& a : r.alternatives()) {
-    alternatives.push_back(
-        {{"summary", a.summary()},
-         {"token_ids", std::vector<int64_t>(a.token_ids().begin(), a.token_ids().end())},
-         {"token_logprobs", std::vector<float>(a.token_logprobs().begin(), a.token_logprobs().end())},
-         {"score", a.score()},
-         {"finish_reason", finish_name(a.finish_reason())}});
-  }
-  return {{"summary", r.summary()},
-          {"token_ids", std::vector<int64_t>(r.token_ids().begin(), r.token_ids().end())},
-          {"token_logprobs", std::vector<float>(r.token_logprobs().begin(), r.token_logprobs().end())},
-          {"finish_reason", finish_name(r.finish_reason())},
-          {"model", r.model()},
-          {"request_id", r.request_id()},
-          {"score", r.score()},
-          {"alternatives", std::move(alternatives)},
-          {"usage",
-           {{"input_tokens", u.input_tokens()},
-            {"output_tokens", u.output_tokens()},
-            {"segments", u.segments()},
-            {"raf_firing_rate", u.raf_firing_rate()},
-            {"state_bytes", u.state_bytes()},
-            {"queue_ms", u.queue_ms()},
-            {"encode_ms", u.encode_ms()},
-            {"decode_ms", u.decode_ms()},
-            {"truncated", u.truncated()},
-            {"original_input_tokens", u.original_input_tokens()},
-            {"encoder_cached", u.encoder_cached()}}}};
+  for (const auto& a : r.alternatives()) alternatives.push_back(sequence_json(a));
+  auto j = sequence_json(r);
+  j["model"] = r.model();
+  j["request_id"] = r.request_id();
+  j["alternatives"] = std::move(alternatives);
+  j["usage"] = {{"input_tokens", u.input_tokens()},
+                {"output_tokens", u.output_tokens()},
+                {"segments", u.segments()},
+                {"raf_firing_rate", u.raf_firing_rate()},
+                {"state_bytes", u.state_bytes()},
+                {"queue_ms", u.queue_ms()},
+                {"encode_ms", u.encode_ms()},
+                {"decode_ms", u.decode_ms()},
+                {"truncated", u.truncated()},
+                {"original_input_tokens", u.original_input_tokens()},
+                {"encoder_cached", u.encoder_cached()}};
+  return j;
 }
 
 int fail(const grpc::Status& s) {

@@ -159,20 +159,18 @@ int run_summarize(const std::vector<std::string>& args) {
   const auto summary = tokenizer->decode(best.tokens);
   if (stream) std::cout << detok.finish() << std::endl;
   if (json) {
-    nlohmann::json j;
-    j["summary"] = summary;
-    j["token_ids"] = best.tokens;
-    j["token_logprobs"] = best.token_logprobs;
-    j["finish_reason"] = to_string(best.finish_reason);
-    j["score"] = best.score;
+    // The best hypothesis and the next best alike (as the server's responses and their alternatives).
+    const auto hypothesis_json = [](const Hypothesis& h, const std::string& text) -> nlohmann::json {
+      return {{"summary", text},
+              {"token_ids", h.tokens},
+              {"token_logprobs", h.token_logprobs},
+              {"finish_reason", to_string(h.finish_reason)},
+              {"score", h.score}};
+    };
+    auto j = hypothesis_json(best, summary);
     j["alternatives"] = nlohmann::json::array();
     for (size_t h = 1; h < hypotheses.size(); ++h) {
-      const auto& a = hypotheses[h];
-      j["alternatives"].push_back({{"summary", tokenizer->decode(a.tokens)},
-                                   {"token_ids", a.tokens},
-                                   {"token_logprobs", a.token_logprobs},
-                                   {"score", a.score},
-                                   {"finish_reason", to_string(a.finish_reason)}});
+      j["alternatives"].push_back(hypothesis_json(hypotheses[h], tokenizer->decode(hypotheses[h].tokens)));
     }
     j["usage"] = {{"input_tokens", static_cast<int64_t>(ids.size())},
                   {"original_input_tokens", original},

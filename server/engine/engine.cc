@@ -37,7 +37,7 @@ Delivery::Job result_job(std::shared_ptr<Request> request, RequestResult result,
     if (tokenizer) {
       try {
         result.summary = tokenizer->decode(result.token_ids, /*skip_special=*/true);
-        for (auto& a : result.alternatives) a.summary = tokenizer->decode(a.token_ids, /*skip_special=*/true);
+        for (auto& a : result.alternatives) a.summary = tokenizer->decode(a.hypothesis.tokens, /*skip_special=*/true);
       } catch (const std::exception& e) {
         result.outcome = RequestOutcome::kError;
         result.error = std::string("decoding the summary failed: ") + e.what();
@@ -396,8 +396,9 @@ EncoderOutput Engine::encode_batch(const std::vector<Pending>& batch) {
     cached[i] = encoder_cache_.find(in);
     if (cached[i].defined()) continue;
     // With the cache on, a document twice in one admission is encoded once too.
-    const auto twin = std::find_if(fresh.begin(), fresh.end(),
-                                   [&](int64_t f) { return caching && batch[f].request->input_ids == in; });
+    const auto twin =
+        caching ? std::find_if(fresh.begin(), fresh.end(), [&](int64_t f) { return batch[f].request->input_ids == in; })
+                : fresh.end();
     if (twin != fresh.end()) {
       encoded_as[i] = twin - fresh.begin();
       continue;
@@ -768,8 +769,7 @@ Delivery::Job Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome
         result.score = hyps.front().score;
       }
       for (size_t h = 1; h < hyps.size(); ++h) {
-        result.alternatives.push_back(
-            {"", hyps[h].tokens, hyps[h].token_logprobs, hyps[h].score, hyps[h].finish_reason});
+        result.alternatives.push_back({hyps[h], ""});
       }
     } else {
       result.token_ids = slot.streamed;

@@ -41,13 +41,10 @@ struct RequestUsage {
 
 enum class RequestOutcome { kOk, kCancelled, kDeadlineExceeded, kShutdown, kError };
 
-// A further hypothesis of a beam search asked for several (num_return_sequences > 1).
+// A further hypothesis of a beam search asked for several (num_return_sequences > 1), and its text.
 struct Alternative {
+  Hypothesis hypothesis;
   std::string summary;
-  std::vector<int64_t> token_ids;
-  std::vector<float> token_logprobs;
-  double score = 0.0;
-  FinishReason finish_reason = FinishReason::kNone;
 };
 
 struct RequestResult {

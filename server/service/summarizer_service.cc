@@ -508,21 +508,28 @@ grpc::ServerUnaryReactor* SummarizerService::ListModels(grpc::CallbackServerCont
   return reactor;
 }
 
+namespace {
+
+// A summary's fields, shared by SummarizeResponse (the best) and Alternative (the next best).
+template <typename Message>
+void fill_sequence(const std::string& summary, const std::vector<int64_t>& ids, const std::vector<float>& logprobs,
+                   double score, FinishReason reason, Message* out) {
+  out->set_summary(is_valid_utf8(summary) ? summary : sanitize_utf8(summary));
+  for (const int64_t id : ids) out->add_token_ids(id);
+  for (const float p : logprobs) out->add_token_logprobs(p);
+  out->set_score(static_cast<float>(score));
+  out->set_finish_reason(to_proto(reason));
+}
+
+}  // namespace
+
 void fill_response(const RequestResult& r, const Request& req, const std::string& model, v1::SummarizeResponse* out) {
-  out->set_summary(is_valid_utf8(r.summary) ? r.summary : sanitize_utf8(r.summary));
-  for (const int64_t id : r.token_ids) out->add_token_ids(id);
-  for (const float p : r.token_logprobs) out->add_token_logprobs(p);
-  out->set_finish_reason(to_proto(r.finish_reason));
+  fill_sequence(r.summary, r.token_ids, r.token_logprobs, r.score, r.finish_reason, out);
   out->set_model(model);
   out->set_request_id(req.id);
-  out->set_score(static_cast<float>(r.score));
   for (const auto& a : r.alternatives) {
-    auto* alt = out->add_alternatives();
-    alt->set_summary(is_valid_utf8(a.summary) ? a.summary : sanitize_utf8(a.summary));
-    for (const int64_t id : a.token_ids) alt->add_token_ids(id);
-    for (const float p : a.token_logprobs) alt->add_token_logprobs(p);
-    alt->set_score(static_cast<float>(a.score));
-    alt->set_finish_reason(to_proto(a.finish_reason));
+    const Hypothesis& h = a.hypothesis;
+    fill_sequence(a.summary, h.tokens, h.token_logprobs, h.score, h.finish_reason, out->add_alternatives());
   }
   auto* u = out->mutable_usage();
   u->set_input_tokens(static_cast<int32_t>(r.usage.input_tokens));

@@ -109,21 +109,35 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
     EXPECT_GT(j["usage"]["input_tokens"].get<int>(), 0);
     EXPECT_EQ(j["usage"]["output_tokens"].get<size_t>(), ref.size());
     // The offline tool gives the same summary, ids, per-token log-probabilities and score.
-    auto tool = run_command(kTool + " summarize --model " + model_dir_->string() + " --max-new-tokens 20 --num-beams " +
-                            std::to_string(beams) + " --json " + doc(1));
+    const std::string offline_tool = kTool + " summarize --model " + model_dir_->string() +
+                                     " --max-new-tokens 20 --num-beams " + std::to_string(beams);
+    auto tool = run_command(offline_tool + " --json " + doc(1));
+    ASSERT_EQ(tool.exit_code, 0) << tool.out;
+    const auto tj = nlohmann::json::parse(tool.out);
+    EXPECT_EQ(tj["summary"], j["summary"]);
+    EXPECT_EQ(tj["token_ids"], j["token_ids"]);
+    const auto logprobs = j["token_logprobs"].get<std::vector<float>>();
+    EXPECT_EQ(tj["token_logprobs"].get<std::vector<float>>(), logprobs);
+    EXPECT_EQ(logprobs.size(), ref.size());
+    EXPECT_FLOAT_EQ(tj["score"].get<float>(), j["score"].get<float>());
     // ... and the same next best hypotheses.
-    const std::string more = " --num-return-sequences " + std::to_string(beams) + " --json " + doc(1);
-    auto served_more = run_command(kClient + t + opts + more);
+    const std::string returned = " --num-return-sequences " + std::to_string(beams);
+    auto served_more = run_command(kClient + t + opts + returned + " --json " + doc(1));
     ASSERT_EQ(served_more.exit_code, 0) << served_more.out;
-    auto tool_more = run_command(kTool + " summarize --model " + model_dir_->string() +
-                                 " --max-new-tokens 20 --num-beams " + std::to_string(beams) + more);
+    auto tool_more = run_command(offline_tool + returned + " --json " + doc(1));
     ASSERT_EQ(tool_more.exit_code, 0) << tool_more.out;
     const auto sm = nlohmann::json::parse(served_more.out)["alternatives"];
     const auto tm = nlohmann::json::parse(tool_more.out)["alternatives"];
     ASSERT_EQ(sm.size(), static_cast<size_t>(beams - 1));
     ASSERT_EQ(tm.size(), sm.size());
+    for (size_t a = 0; a < sm.size(); ++a) {
+      EXPECT_EQ(sm[a]["summary"], tm[a]["summary"]);
+      EXPECT_EQ(sm[a]["token_ids"], tm[a]["token_ids"]);
+      EXPECT_EQ(sm[a]["finish_reason"], tm[a]["finish_reason"]);
+      EXPECT_EQ(sm[a]["token_logprobs"].get<std::vector<float>>(), tm[a]["token_logprobs"].get<std::vector<float>>());
+    }
     // Without --json the client prints them after the best summary, a line each.
-    auto plain = run_command(kClient + t + opts + " --num-return-sequences " + std::to_string(beams) + " " + doc(1));
+    auto plain = run_command(kClient + t + opts + returned + " " + doc(1));
     ASSERT_EQ(plain.exit_code, 0) << plain.out;
     std::string expected = j["summary"].get<std::string>() + "\n";
     for (size_t a = 0; a < sm.size(); ++a) {
@@ -133,20 +147,6 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
       expected += line.str();
     }
     EXPECT_EQ(plain.out, expected);
-    for (size_t a = 0; a < sm.size(); ++a) {
-      EXPECT_EQ(sm[a]["summary"], tm[a]["summary"]);
-      EXPECT_EQ(sm[a]["token_ids"], tm[a]["token_ids"]);
-      EXPECT_EQ(sm[a]["finish_reason"], tm[a]["finish_reason"]);
-      EXPECT_EQ(sm[a]["token_logprobs"].get<std::vector<float>>(), tm[a]["token_logprobs"].get<std::vector<float>>());
-    }
-    ASSERT_EQ(tool.exit_code, 0) << tool.out;
-    const auto tj = nlohmann::json::parse(tool.out);
-    EXPECT_EQ(tj["summary"], j["summary"]);
-    EXPECT_EQ(tj["token_ids"], j["token_ids"]);
-    const auto logprobs = j["token_logprobs"].get<std::vector<float>>();
-    EXPECT_EQ(tj["token_logprobs"].get<std::vector<float>>(), logprobs);
-    EXPECT_EQ(logprobs.size(), ref.size());
-    EXPECT_FLOAT_EQ(tj["score"].get<float>(), j["score"].get<float>());
 
     auto streamed = run_command(kClient + t + opts + "--stream " + doc(1));
     ASSERT_EQ(streamed.exit_code, 0);

@@ -19,8 +19,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// What the offline driver produces for one document on a fresh fake model.
-Hypothesis offline(const std::string& doc, int max_new, int beams, FakeModelOptions mo = {}) {
+// What the offline driver produces for one document on a fresh fake model: its `returned` best
+// hypotheses, best first.
+std::vector<Hypothesis> offline_all(const std::string& doc, int max_new, int beams, int returned,
+                                    FakeModelOptions mo = {}) {
   FakeModel model(mo);
   FakeTokenizer tok;
   const auto ids = tok.encode(doc);
@@ -28,10 +30,15 @@ Hypothesis offline(const std::string& doc, int max_new, int beams, FakeModelOpti
   GenerationOptions o;
   o.max_new_tokens = max_new;
   o.num_beams = beams;
+  o.num_return_sequences = returned;
   o = with_model_tokens(o, model.config());
   const auto results = generate(model, input, torch::ones_like(input), o,
                                 torch::full({1}, static_cast<int64_t>(max_new), torch::kInt64));
-  return results.at(0).hypotheses.at(0);
+  return results.at(0).hypotheses;
+}
+
+Hypothesis offline(const std::string& doc, int max_new, int beams, FakeModelOptions mo = {}) {
+  return offline_all(doc, max_new, beams, 1, mo).at(0);
 }
 
 v1::SummarizeRequest request(const std::string& doc, int max_new, int beams) {
@@ -89,17 +96,7 @@ TEST(EngineService, BeamSearchReturnsTheNextBestHypothesesAsAlternatives) {
   v1::SummarizeResponse resp;
   const auto status = server.stub().Summarize(&ctx, req, &resp);
   ASSERT_TRUE(status.ok()) << status.error_message();
-  // What generate() returns for the same options, best first.
-  FakeModel model;
-  const auto ids = FakeTokenizer().encode(doc);
-  const auto input = torch::tensor(ids, torch::kInt64).unsqueeze(0);
-  GenerationOptions o;
-  o.max_new_tokens = 16;
-  o.num_beams = 4;
-  o.num_return_sequences = 3;
-  o = with_model_tokens(o, model.config());
-  const auto ref =
-      generate(model, input, torch::ones_like(input), o, torch::full({1}, int64_t{16}, torch::kInt64)).at(0).hypotheses;
+  const auto ref = offline_all(doc, 16, 4, 3);  // what generate() returns for the same options, best first
   ASSERT_EQ(ref.size(), 3u);
   EXPECT_EQ(ids_of(resp), ref[0].tokens);
   ASSERT_EQ(resp.alternatives_size(), 2);
