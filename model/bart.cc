@@ -137,6 +137,7 @@ class BartModel final : public EncoderDecoderModel {
     for (const auto& l : encoder_) {
       stop_if_asked(stop);
       h = l.self_attn_norm(h + dropout(l.self_attn.forward(h, bias), DropoutSite::kHidden));
+      stop_if_asked(stop);
       h = l.final_norm(h + dropout(l.ffn(h), DropoutSite::kHidden));
     }
     return {h, mask};

@@ -26,9 +26,11 @@ struct EncoderOutput {
   torch::Tensor mask;    // [B, k] bool, true = real token (padding only at the end of a row)
 };
 
-// Asked before each encoder layer; returning true abandons the encode with EncodeInterrupted. A server
-// passes one so that a long input whose requests are all cancelled, past their deadline or shut down
-// stops within one layer instead of running the whole encoder for nobody.
+// Asked before each encoder layer's attention and before its feed-forward; returning true abandons the
+// encode with EncodeInterrupted. A server passes one so that a long input whose requests are all
+// cancelled, past their deadline or shut down stops within half a layer instead of running the whole
+// encoder for nobody, and uses the pause to step its running rows (an encode of a long input would
+// otherwise stall them for seconds).
 using EncodeStop = std::function<bool()>;
 
 class EncodeInterrupted : public std::runtime_error {
@@ -68,7 +70,7 @@ class Seq2SeqModel {
   EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) {
     return encode(input_ids, attention_mask, EncodeStop{});
   }
-  // The same, asking `stop` (when set) before each layer; throws EncodeInterrupted when it says so.
+  // The same, asking `stop` (when set) between sublayers; throws EncodeInterrupted when it says so.
   virtual EncoderOutput encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                const EncodeStop& stop) = 0;
 
@@ -103,7 +105,7 @@ class Seq2SeqModel {
   virtual const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters() const = 0;
 
  protected:
-  // For encode()'s implementations, before each encoder layer: throws EncodeInterrupted when `stop` is
+  // For encode()'s implementations, before each encoder sublayer: throws EncodeInterrupted when `stop` is
   // set and says so.
   static void stop_if_asked(const EncodeStop& stop) {
     if (stop && stop()) throw EncodeInterrupted();

@@ -137,6 +137,7 @@ class T5Model final : public EncoderDecoderModel {
     for (const auto& l : encoder_) {
       stop_if_asked(stop);
       h = h + dropout(l.self_attn.forward(l.self_attn_norm(h), bias, key_mask), DropoutSite::kHidden);
+      stop_if_asked(stop);
       h = h + dropout(l.ffn(l.ffn_norm(h)), DropoutSite::kHidden);
     }
     return {dropout(enc_final_norm_(h), DropoutSite::kHidden), mask};

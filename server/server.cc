@@ -66,6 +66,7 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
   limits.max_queue = config.max_queue;
   limits.max_tokens_in_flight = config.max_tokens_in_flight;
   limits.max_encode_tokens = config.max_encode_tokens;
+  limits.encode_stall = std::chrono::milliseconds(config.encode_stall_ms);
   limits.max_state_bytes = state_budget(config, models);
   limits.queue_bypass = std::chrono::milliseconds(config.queue_bypass_ms);
   limits.encoder_cache_bytes = config.encoder_cache_bytes;

@@ -50,6 +50,11 @@ struct EngineLimits {
   std::chrono::milliseconds queue_bypass{0};
   // Bytes of encoder outputs kept for inputs that come again (EncoderCache); 0 = none.
   int64_t encoder_cache_bytes = 0;
+  // Between two encoder layers of an admission, the running rows take a decode step once they have
+  // waited this long since their last one: an encode stalls the streams for about this long plus one
+  // layer instead of the whole encoder (its own requests start that many steps later). 0 = the encode
+  // runs whole, then the rows step.
+  std::chrono::milliseconds encode_stall{0};
   int threads = 0;  // torch intra-op threads of the decode thread; 0 = leave as is
 };
 
@@ -78,6 +83,7 @@ struct EngineStats {
   int64_t max_encoded_tokens = 0;   // the largest encoder call, in input tokens (rows * length)
   int64_t encoder_cache_hits = 0;   // admitted requests whose encoder output came from the cache
   int64_t encoder_cache_bytes = 0;  // what the cache holds
+  int64_t steps_while_encoding = 0;  // decoder steps run between encoder layers (encode_stall)
 };
 
 // Thrown by submit(); the service maps them to RESOURCE_EXHAUSTED / UNAVAILABLE.
@@ -151,6 +157,9 @@ class Engine {
   // Whether an admitted batch's encode can stop: shutdown cancels everything, or no request in it is
   // still wanted.
   bool abandon_encode(const std::vector<Pending>& batch) const;
+  // Asked between encoder layers: abandons the encode (true) as abandon_encode says, or runs a decode
+  // step for the running rows once they have waited EngineLimits::encode_stall.
+  bool between_encoder_layers(const std::vector<Pending>& batch);
   void step();
   // Every slot's searcher over its rows of the step's logits [rows, vocab], in slot order.
   struct Searched {
@@ -204,6 +213,8 @@ class Engine {
   DecoderState state_;
   EncoderCache encoder_cache_;
   int64_t tokens_in_flight_ = 0;
+  Clock::time_point last_step_end_{};
+  Clock::duration stepped_while_encoding_{};  // by the admission being encoded: not its encode time
   // publish_stats walks the state for its bytes and RAF figures at most every kStatsInterval while
   // rows are live (~75 us a walk: ~0.4% of a 32-row T5-small step if done at every step).
   Clock::time_point state_walked_{};

@@ -372,9 +372,10 @@ TEST_P(Seq2SeqProperties, WindowsReadInPlaceEqualWindowCopies) {
   }
 }
 
-// The server stops a long encode whose requests are all gone: the stop is asked before each layer,
-// an encode it never stops is the plain one, and one it stops throws at that layer.
-TEST_P(Seq2SeqProperties, EncodeAsksItsStopBeforeEachLayerAndStopsWhereItSaysSo) {
+// The server stops a long encode whose requests are all gone, and steps its running rows in the pauses:
+// the stop is asked before each layer's attention and feed-forward, an encode it never stops is the
+// plain one, and one it stops throws there.
+TEST_P(Seq2SeqProperties, EncodeAsksItsStopBeforeEachSublayerAndStopsWhereItSaysSo) {
   const auto ids = random_ids(2, 10);
   const auto mask = torch::ones({2, 10}, torch::kLong);
   const int64_t layers = model_->config().encoder_layers;
@@ -384,15 +385,15 @@ TEST_P(Seq2SeqProperties, EncodeAsksItsStopBeforeEachLayerAndStopsWhereItSaysSo)
     ++asked;
     return false;
   });
-  EXPECT_EQ(asked, layers);
+  EXPECT_EQ(asked, 2 * layers);
   EXPECT_TRUE(torch::equal(never.hidden, model_->encode(ids, mask).hidden));
   asked = 0;
-  EXPECT_THROW(model_->encode(ids, mask, [&asked] { return ++asked == 2; }), EncodeInterrupted);
-  EXPECT_EQ(asked, 2) << "stopped before the second layer, not after the encoder";
+  EXPECT_THROW(model_->encode(ids, mask, [&asked] { return ++asked == 3; }), EncodeInterrupted);
+  EXPECT_EQ(asked, 3) << "stopped before the second layer, not after the encoder";
 }
 
 // Without autograd, on the CPU, rows of much different lengths are encoded in groups of similar length
-// (EncoderDecoderModel::encode): the stop is asked before each layer of each group, and every row's real
+// (EncoderDecoderModel::encode): the stop is asked in each layer of each group, and every row's real
 // positions come out as the row encoded alone, and as in one call over the padded batch.
 TEST_P(Seq2SeqProperties, AnInferenceEncodeGroupsRowsBySimilarLengthAndEachRowEqualsTheRowAlone) {
   const std::vector<int64_t> lengths{20, 6, 19, 12};  // groups {20, 19}, {12}, {6}
@@ -411,11 +412,11 @@ TEST_P(Seq2SeqProperties, AnInferenceEncodeGroupsRowsBySimilarLengthAndEachRowEq
   };
   int64_t one_call = 0;
   const auto padded = model_->encode(ids, mask, counting(one_call));  // autograd on: one call
-  EXPECT_EQ(one_call, layers);
+  EXPECT_EQ(one_call, 2 * layers);
   c10::InferenceMode inference;
   int64_t grouped_asked = 0;
   const auto grouped = model_->encode(ids, mask, counting(grouped_asked));
-  EXPECT_EQ(grouped_asked, 3 * layers) << "three groups of similar length";
+  EXPECT_EQ(grouped_asked, 3 * 2 * layers) << "three groups of similar length";
   ASSERT_EQ(grouped.hidden.sizes(), padded.hidden.sizes());
   EXPECT_TRUE(torch::equal(grouped.mask, padded.mask));
   for (int64_t i = 0; i < B; ++i) {
@@ -429,7 +430,7 @@ TEST_P(Seq2SeqProperties, AnInferenceEncodeGroupsRowsBySimilarLengthAndEachRowEq
   // Rows of one length: one call.
   int64_t equal_asked = 0;
   (void)model_->encode(random_ids(3, 9), torch::ones({3, 9}), counting(equal_asked));
-  EXPECT_EQ(equal_asked, layers);
+  EXPECT_EQ(equal_asked, 2 * layers);
 }
 
 // The footprint a server budgets with, against what states hold: rows of different lengths and

@@ -19,7 +19,7 @@ bool parse(std::vector<std::string> args, ServerConfig& c) {
 TEST(ServerConfig, FlagsOverrideTheFile) {
   const auto path = std::filesystem::temp_directory_path() / "srformer_server_config_test.json";
   std::ofstream(path) << R"({"model": {"a": "/models/a"}, "listen": "127.0.0.1:1234", "max_batch_rows": 16,
-                             "max-queue": 9, "max_encode_tokens": 777, "log-json": true})";
+                             "max-queue": 9, "max_encode_tokens": 777, "encode-stall-ms": 35, "log-json": true})";
   ServerConfig c;
   ASSERT_TRUE(parse({"--config", path.string(), "--max-batch-rows=32", "--device", "cpu", "--precompute-switches",
                      "false", "--packed-weights=false"},
@@ -31,6 +31,7 @@ TEST(ServerConfig, FlagsOverrideTheFile) {
   EXPECT_EQ(c.max_batch_rows, 32);
   EXPECT_EQ(c.max_queue, 9);
   EXPECT_EQ(c.max_encode_tokens, 777);
+  EXPECT_EQ(c.encode_stall_ms, 35);
   EXPECT_TRUE(c.log_json);
   EXPECT_FALSE(c.precompute_switches);
   EXPECT_FALSE(c.packed_weights);

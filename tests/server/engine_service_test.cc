@@ -3,6 +3,7 @@
 // state when cancelled; queue limits, shutdown, health and reflection behave as documented.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <random>
@@ -452,8 +453,54 @@ TEST(EngineService, ABurstOfDifferentLengthsIsEncodedInGroupsOfSimilarLengthWith
   burst_behind_a_running_request(server, docs, 6);
   EXPECT_EQ(*padded, 0) << "of " << *batched << " encoder calls over several rows";
   EXPECT_GE(server.engine().stats().encodes, 1 + 2);
-  const auto calls = log->get();  // 'e' encode, 's' step
+  auto calls = log->get();  // 'e' encode, 'l' its layer, 's' step
+  calls.erase(std::remove(calls.begin(), calls.end(), 'l'), calls.end());
   EXPECT_EQ(calls.find("ee"), std::string::npos) << "two encodes in a row while a request was running: " << calls;
+}
+
+// An encode longer than --encode-stall-ms lets the running rows take decode steps between its layers
+// (a long document would otherwise stall every stream for its whole encode); with 0 it runs whole.
+// Either way the arriving request's answer is the offline one.
+TEST(EngineService, RunningRowsStepBetweenTheLayersOfALongEncode) {
+  for (const int64_t stall_ms : {0, 1}) {
+    SCOPED_TRACE("--encode-stall-ms " + std::to_string(stall_ms));
+    FakeServerOptions so;
+    FakeModelOptions mo{256, 4, 5ms};
+    mo.encode_layers = 8;
+    mo.encode_layer_delay = 20ms;
+    so.models = {{"fake", mo}};
+    so.config.encode_stall_ms = stall_ms;
+    TestServer server(so);
+    auto long_one = request(doc_of(7), 60, 1);  // 60 steps of 5 ms or more
+    long_one.mutable_options()->set_min_new_tokens(60);
+    auto running = summarize_async(server, long_one);
+    ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
+    auto arriving = summarize_async(server, request(doc_of(3), 8, 1));
+    const auto [status, resp] = arriving.get();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(ids_of(resp), offline(doc_of(3), 8, 1).tokens);
+    const auto [running_status, running_resp] = running.get();
+    ASSERT_TRUE(running_status.ok()) << running_status.error_message();
+    EXPECT_EQ(running_resp.token_ids_size(), 60);
+    // The second encode, from its 'e' to its last layer: steps between its layers or none.
+    const auto calls = mo.call_log->get();
+    const size_t second = calls.find('e', calls.find('e') + 1);
+    ASSERT_NE(second, std::string::npos) << calls;
+    size_t end = second;
+    for (int l = 0; l < mo.encode_layers; ++l) end = calls.find('l', end + 1);
+    ASSERT_NE(end, std::string::npos) << calls;
+    const auto during = calls.substr(second, end - second + 1);
+    const auto steps = std::count(during.begin(), during.end(), 's');
+    const auto stats = server.engine().stats();
+    if (stall_ms == 0) {
+      EXPECT_EQ(steps, 0) << during;
+      EXPECT_EQ(stats.steps_while_encoding, 0);
+    } else {
+      // Every layer after the first sleeps 20 ms after the last step: more than the 1 ms allowed.
+      EXPECT_GE(steps, mo.encode_layers - 1) << during;
+      EXPECT_EQ(stats.steps_while_encoding, steps);
+    }
+  }
 }
 
 // A unary Summarize of exactly `new_tokens` tokens (min = max), on its own thread.

@@ -54,14 +54,16 @@ struct FakeModelOptions {
   int64_t max_input_tokens;
   int64_t segment_size;
   std::chrono::milliseconds step_delay;  // makes requests long-lived for cancellation tests
-  // A slow encoder: this many "layers" of encode_layer_delay each, the stop check asked before each.
+  // A slow encoder: this many "layers" of encode_layer_delay each, the stop check asked before each
+  // (each layer logged as 'l' in call_log).
   int encode_layers = 1;
   std::chrono::milliseconds encode_layer_delay{0};
   std::shared_ptr<std::atomic<int>> encode_layers_run = std::make_shared<std::atomic<int>>(0);  // shared with a test
   // Encoder calls over several rows, and those of them where over 1/8 of the positions are padding.
   std::shared_ptr<std::atomic<int>> batched_encodes = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<std::atomic<int>> padded_encodes = std::make_shared<std::atomic<int>>(0);
-  // Every encoder call ('e') and decode step ('s') in order, for tests of what runs between encodes.
+  // Every encoder call ('e'), its layers ('l') and decode steps ('s') in order, for tests of what runs
+  // between encodes and between an encode's layers.
   struct CallLog {
     std::mutex mu;
     std::string calls;
@@ -119,6 +121,7 @@ class FakeModel : public Seq2SeqModel {
     }
     for (int layer = 0; layer < options_.encode_layers; ++layer) {
       stop_if_asked(stop);
+      options_.call_log->add('l');
       ++*options_.encode_layers_run;
       std::this_thread::sleep_for(options_.encode_layer_delay);
     }
