@@ -33,7 +33,7 @@ struct ServerConfig {
   int64_t max_new_tokens_cap = 512;
   int64_t max_beams = 8;
   int64_t max_tokens_in_flight = 0;  // 0 = unlimited
-  int64_t max_encode_tokens = 512;  // input tokens encoded per engine iteration; 0 = unlimited
+  int64_t max_encode_tokens = 512;   // input tokens encoded per engine iteration; 0 = unlimited
   int64_t encode_stall_ms = 200;     // EngineLimits::encode_stall; 0 = encodes run whole
   int64_t queue_bypass_ms = 1000;    // EngineLimits::queue_bypass; 0 = first come, first served
   // Decoder-state bytes per model (EngineLimits::max_state_bytes); kAutoStateMemory = half the memory

@@ -71,18 +71,18 @@ struct EngineStats {
   // the engine's own per-step work: search, streaming, state reordering).
   double step_seconds = 0;
   double model_seconds = 0;
-  double reorder_seconds = 0;       // of the engine's part: selecting/compacting state rows after a step
-  double search_seconds = 0;        // of the engine's part: the requests' searchers (logits processors, pick)
-  double stream_seconds = 0;        // of the engine's part: queueing tokens and results for the delivery thread
-  double join_seconds = 0;          // admissions: adding the encoded rows to the running batch's state
-  double encode_seconds = 0;        // admissions: encoding and starting the rows' state
-  int64_t encodes = 0;              // encoder calls (one per admitted batch)
-  int64_t bypassed = 0;             // admissions ahead of an older request that did not fit (queue_bypass)
-  int64_t encodes_abandoned = 0;    // encoder calls stopped part-way: all their requests gone (cancelled,
-                                    // past the deadline, shutdown)
-  int64_t max_encoded_tokens = 0;   // the largest encoder call, in input tokens (rows * length)
-  int64_t encoder_cache_hits = 0;   // admitted requests whose encoder output came from the cache
-  int64_t encoder_cache_bytes = 0;  // what the cache holds
+  double reorder_seconds = 0;        // of the engine's part: selecting/compacting state rows after a step
+  double search_seconds = 0;         // of the engine's part: the requests' searchers (logits processors, pick)
+  double stream_seconds = 0;         // of the engine's part: queueing tokens and results for the delivery thread
+  double join_seconds = 0;           // admissions: adding the encoded rows to the running batch's state
+  double encode_seconds = 0;         // admissions: encoding and starting the rows' state
+  int64_t encodes = 0;               // encoder calls (one per admitted batch)
+  int64_t bypassed = 0;              // admissions ahead of an older request that did not fit (queue_bypass)
+  int64_t encodes_abandoned = 0;     // encoder calls stopped part-way: all their requests gone (cancelled,
+                                     // past the deadline, shutdown)
+  int64_t max_encoded_tokens = 0;    // the largest encoder call, in input tokens (rows * length)
+  int64_t encoder_cache_hits = 0;    // admitted requests whose encoder output came from the cache
+  int64_t encoder_cache_bytes = 0;   // what the cache holds
   int64_t steps_while_encoding = 0;  // decoder steps run between encoder layers (encode_stall)
 };
 
