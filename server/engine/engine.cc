@@ -393,6 +393,7 @@ bool Engine::between_encoder_layers(const std::vector<Pending>& batch) {
   if (slots_.empty()) return false;
   step();
   stepped_while_encoding_ += Clock::now() - now;
+  if (metrics_) metrics_->on_step_while_encoding();
   std::lock_guard lock(mu_);
   ++stats_.steps_while_encoding;
   return false;

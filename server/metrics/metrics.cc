@@ -163,6 +163,12 @@ struct Metrics::Families {
                      .Help("Requests admitted ahead of an older queued request that did not fit the batch's "
                            "budgets (--queue-bypass-ms).")
                      .Register(r)),
+        steps_while_encoding(BuildCounter()
+                                 .Name("srformer_decode_steps_between_encoder_layers_total")
+                                 .Help("Decode steps the running rows took between two sublayers of an encode "
+                                       "that had stalled them (--encode-stall-ms); also in "
+                                       "srformer_decode_steps_total.")
+                                 .Register(r)),
         encoder_cache_lookups(BuildCounter()
                                   .Name("srformer_encoder_cache_lookups_total")
                                   .Help("Admitted requests whose encoder output the cache held (result=hit) or not "
@@ -206,6 +212,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Counter>& raf_updates;
   prometheus::Family<prometheus::Counter>& segment_switches;
   prometheus::Family<prometheus::Counter>& bypasses;
+  prometheus::Family<prometheus::Counter>& steps_while_encoding;
   prometheus::Family<prometheus::Counter>& encoder_cache_lookups;
   prometheus::Family<prometheus::Gauge>& encoder_cache_bytes;
   prometheus::Family<prometheus::Counter>& kv_read;
@@ -233,6 +240,7 @@ ModelMetrics::ModelMetrics(Metrics& metrics, const std::string& model)
       raf_updates_total_(metrics.families_->raf_updates.Add({{"model", model}})),
       segment_switches_total_(metrics.families_->segment_switches.Add({{"model", model}})),
       bypasses_total_(metrics.families_->bypasses.Add({{"model", model}})),
+      steps_while_encoding_total_(metrics.families_->steps_while_encoding.Add({{"model", model}})),
       encoder_cache_hits_(metrics.families_->encoder_cache_lookups.Add({{"model", model}, {"result", "hit"}})),
       encoder_cache_misses_(metrics.families_->encoder_cache_lookups.Add({{"model", model}, {"result", "miss"}})),
       encoder_cache_bytes_(metrics.families_->encoder_cache_bytes.Add({{"model", model}})),
@@ -307,6 +315,7 @@ void ModelMetrics::on_raf_updates(std::uint64_t n) { raf_updates_total_.Incremen
 void ModelMetrics::on_segment_switches(std::uint64_t n) { segment_switches_total_.Increment(static_cast<double>(n)); }
 
 void ModelMetrics::on_bypass() { bypasses_total_.Increment(); }
+void ModelMetrics::on_step_while_encoding() { steps_while_encoding_total_.Increment(); }
 
 void ModelMetrics::on_encoder_cache(std::uint64_t hits, std::uint64_t misses, double bytes) {
   encoder_cache_hits_.Increment(static_cast<double>(hits));

@@ -102,6 +102,9 @@ class ModelMetrics {
   void on_segment_switches(std::uint64_t n);
   // A request admitted ahead of an older one that did not fit the batch (--queue-bypass-ms).
   void on_bypass();
+  // The running rows took a decode step between two sublayers of an encode (--encode-stall-ms); the step
+  // itself is counted by on_step too.
+  void on_step_while_encoding();
   // Admitted requests whose encoder output the cache held (`hits`) or not (`misses`), and the bytes it
   // holds now (--encoder-cache-memory).
   void on_encoder_cache(std::uint64_t hits, std::uint64_t misses, double bytes);
@@ -135,6 +138,7 @@ class ModelMetrics {
   prometheus::Counter& raf_updates_total_;
   prometheus::Counter& segment_switches_total_;
   prometheus::Counter& bypasses_total_;
+  prometheus::Counter& steps_while_encoding_total_;
   prometheus::Counter& encoder_cache_hits_;
   prometheus::Counter& encoder_cache_misses_;
   prometheus::Gauge& encoder_cache_bytes_;

@@ -464,7 +464,9 @@ TEST(EngineService, ABurstOfDifferentLengthsIsEncodedInGroupsOfSimilarLengthWith
 TEST(EngineService, RunningRowsStepBetweenTheLayersOfALongEncode) {
   for (const int64_t stall_ms : {0, 1}) {
     SCOPED_TRACE("--encode-stall-ms " + std::to_string(stall_ms));
+    server::Metrics metrics("");
     FakeServerOptions so;
+    so.metrics = &metrics;
     FakeModelOptions mo{256, 4, 5ms};
     mo.encode_layers = 8;
     mo.encode_layer_delay = 20ms;
@@ -492,14 +494,16 @@ TEST(EngineService, RunningRowsStepBetweenTheLayersOfALongEncode) {
     const auto during = calls.substr(second, end - second + 1);
     const auto steps = std::count(during.begin(), during.end(), 's');
     const auto stats = server.engine().stats();
+    const auto counted = server::testing::sample(
+        metrics.scrape_text(), "srformer_decode_steps_between_encoder_layers_total", {{"model", "fake"}});
     if (stall_ms == 0) {
       EXPECT_EQ(steps, 0) << during;
-      EXPECT_EQ(stats.steps_while_encoding, 0);
     } else {
       // Every layer after the first sleeps 20 ms after the last step: more than the 1 ms allowed.
       EXPECT_GE(steps, mo.encode_layers - 1) << during;
-      EXPECT_EQ(stats.steps_while_encoding, steps);
     }
+    EXPECT_EQ(stats.steps_while_encoding, steps);
+    EXPECT_EQ(counted, std::optional<double>(static_cast<double>(steps)));
   }
 }
 
