@@ -591,6 +591,18 @@ void Engine::drop_dead_slots() {
 }
 
 void Engine::step() {
+  try {
+    step_rows();
+  } catch (const std::exception& e) {
+    // Past the model's step (which fails its own way below): reordering or compacting the state, e.g.
+    // out of memory. The batch may be half-reordered: fail its requests rather than decode garbage, and
+    // serve on (the engine thread must not die).
+    spdlog::error("model '{}': a decode step over {} rows failed: {}", name_, state_.batch_size(), e.what());
+    fail_all(std::string("decoder step failed: ") + e.what());
+  }
+}
+
+void Engine::step_rows() {
   const auto start = Clock::now();
   std::vector<torch::Tensor> inputs;
   inputs.reserve(slots_.size());

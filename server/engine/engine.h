@@ -160,7 +160,10 @@ class Engine {
   // Asked between encoder layers: abandons the encode (true) as abandon_encode says, or runs a decode
   // step for the running rows once they have waited EngineLimits::encode_stall.
   bool between_encoder_layers(const std::vector<Pending>& batch);
+  // One decode step over every live row (step_rows); whatever fails in it fails the running requests,
+  // not the engine.
   void step();
+  void step_rows();
   // Every slot's searcher over its rows of the step's logits [rows, vocab], in slot order.
   struct Searched {
     SearchStep step;

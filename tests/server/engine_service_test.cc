@@ -458,6 +458,67 @@ TEST(EngineService, ABurstOfDifferentLengthsIsEncodedInGroupsOfSimilarLengthWith
   EXPECT_EQ(calls.find("ee"), std::string::npos) << "two encodes in a row while a request was running: " << calls;
 }
 
+// A model that throws, or leaves a state the engine cannot read, fails the requests it was serving with
+// INTERNAL and a message that says where; the engine serves the next request as before.
+TEST(EngineService, AFailingModelFailsItsRequestsNotTheServer) {
+  struct Fault {
+    std::string where;
+    FakeModelOptions model;
+    std::string message;
+  };
+  std::vector<Fault> faults(3);
+  faults[0] = {"encoder", {}, "generation failed: encoder failed: fake encoder fault"};
+  faults[0].model.fail_encode_call = 1;
+  faults[1] = {"model's step", {}, "generation failed: decoder step failed: fake decoder fault"};
+  faults[1].model.fail_step_call = 3;
+  faults[2] = {"engine's part of the step", {}, "generation failed: decoder step failed:"};
+  faults[2].model.corrupt_state_at_step = 3;
+  for (const auto& fault : faults) {
+    SCOPED_TRACE("a fault in the " + fault.where);
+    FakeServerOptions so;
+    so.models = {{"fake", fault.model}};
+    TestServer server(so);
+    auto req = request(doc_of(0), 8, 1);
+    req.mutable_options()->set_min_new_tokens(8);
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    const auto status = server.stub().Summarize(&ctx, req, &resp);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL);
+    EXPECT_NE(status.error_message().find(fault.message), std::string::npos) << status.error_message();
+    EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_rows == 0 && s.state_bytes == 0; }));
+    grpc::ClientContext next;
+    v1::SummarizeResponse ok;
+    const auto next_status = server.stub().Summarize(&next, request(doc_of(3), 8, 1), &ok);
+    ASSERT_TRUE(next_status.ok()) << next_status.error_message();
+    EXPECT_EQ(ids_of(ok), offline(doc_of(3), 8, 1).tokens);
+  }
+}
+
+// A step that fails between an encode's layers fails the running requests; the request being encoded
+// joins an empty batch and is served.
+TEST(EngineService, AStepFailingInsideAnEncodeFailsTheRunningRequestsOnly) {
+  FakeServerOptions so;
+  FakeModelOptions mo{256, 4, 5ms};
+  mo.encode_layers = 4;
+  mo.encode_layer_delay = 20ms;
+  mo.fail_steps_inside_encode = true;
+  so.models = {{"fake", mo}};
+  so.config.encode_stall_ms = 1;
+  TestServer server(so);
+  auto long_one = request(doc_of(7), 60, 1);
+  long_one.mutable_options()->set_min_new_tokens(60);
+  auto running = summarize_async(server, long_one);
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
+  auto arriving = summarize_async(server, request(doc_of(3), 8, 1));
+  const auto [running_status, running_resp] = running.get();
+  EXPECT_EQ(running_status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(running_status.error_message().find("fake decoder fault"), std::string::npos)
+      << running_status.error_message();
+  const auto [status, resp] = arriving.get();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(ids_of(resp), offline(doc_of(3), 8, 1).tokens);
+}
+
 // An encode longer than --encode-stall-ms lets the running rows take decode steps between its layers
 // (a long document would otherwise stall every stream for its whole encode); with 0 it runs whole.
 // Either way the arriving request's answer is the offline one.

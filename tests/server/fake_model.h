@@ -9,6 +9,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -84,7 +85,14 @@ struct FakeModelOptions {
   // What the engine budgets with (--max-state-memory): by default the fake state's own cross keys and
   // values ([B, 1, k, 1] fp32 each) and mask.
   StateFootprint footprint{/*per_encoder_position=*/9};
-  std::optional<int64_t> max_length;  // config generation defaults
+  // Faults, for tests that a failing model fails its requests and not the server: the Nth encoder call
+  // or decode step (1-based; 0 = none) throws, or leaves a state the engine cannot read (the segment
+  // index as floats).
+  int fail_encode_call = 0;
+  int fail_step_call = 0;
+  int corrupt_state_at_step = 0;
+  bool fail_steps_inside_encode = false;  // a step run between the encoder's layers throws
+  std::optional<int64_t> max_length;      // config generation defaults
   std::optional<int64_t> num_beams;
   std::optional<std::string> prefix;
 };
@@ -113,14 +121,21 @@ class FakeModel : public Seq2SeqModel {
 
   using Seq2SeqModel::encode;
   EncoderOutput encode(const torch::Tensor& ids, const torch::Tensor& mask, const EncodeStop& stop) override {
-    encode_calls++;
+    if (++encode_calls == options_.fail_encode_call) throw std::runtime_error("fake encoder fault");
     options_.call_log->add('e');
     if (ids.size(0) > 1) {
       ++*options_.batched_encodes;
       if (8 * mask.ne(0).sum().item<int64_t>() < 7 * mask.numel()) ++*options_.padded_encodes;
     }
     for (int layer = 0; layer < options_.encode_layers; ++layer) {
-      stop_if_asked(stop);
+      inside_encode_ = true;  // the engine may step the running rows from the hook
+      try {
+        stop_if_asked(stop);
+      } catch (...) {
+        inside_encode_ = false;
+        throw;
+      }
+      inside_encode_ = false;
       options_.call_log->add('l');
       ++*options_.encode_layers_run;
       std::this_thread::sleep_for(options_.encode_layer_delay);
@@ -152,7 +167,9 @@ class FakeModel : public Seq2SeqModel {
 
   torch::Tensor step(DecoderState& s, const torch::Tensor& tokens) override {
     if (options_.step_delay.count() > 0) std::this_thread::sleep_for(options_.step_delay);
-    steps++;
+    if (++steps == options_.fail_step_call || (inside_encode_ && options_.fail_steps_inside_encode)) {
+      throw std::runtime_error("fake decoder fault");
+    }
     options_.call_log->add('s');
     const int64_t b = s.batch_size();
     const auto k = s.cross_valid.size(1);
@@ -184,6 +201,7 @@ class FakeModel : public Seq2SeqModel {
     s.raf_total += 10.0;
     s.raf_fired += ((sig + s.step) % 3).to(torch::kFloat64).unsqueeze(1);
     s.step += 1;
+    if (steps == options_.corrupt_state_at_step) s.segment = s.segment.to(torch::kFloat32);
     return logits;
   }
 
@@ -195,6 +213,7 @@ class FakeModel : public Seq2SeqModel {
   std::atomic<int> steps{0};
 
  private:
+  bool inside_encode_ = false;  // in the stop hook of an encode (the engine's thread only)
   FakeModelOptions options_;
   ModelConfig config_;
   std::vector<std::pair<std::string, torch::Tensor>> params_;
