@@ -625,7 +625,8 @@ void Engine::step_rows() {
   // ops would cost more than the bookkeeping they do).
   std::vector<int64_t> index;
   index.reserve(static_cast<size_t>(state_.batch_size()));
-  std::vector<std::unique_ptr<Slot>> kept;
+  // Slots stay in slots_ until the step has decided everything: whatever throws before then leaves
+  // every request there for step() to fail (none is dropped without a result).
   std::vector<size_t> kept_at;  // each kept slot's position in this step's slot list
   std::vector<size_t> owner;    // the slot position each of this step's rows belongs to
   for (size_t i = 0; i < slots_.size(); ++i) owner.insert(owner.end(), static_cast<size_t>(slots_[i]->rows), i);
@@ -643,8 +644,7 @@ void Engine::step_rows() {
   std::vector<Delivery::Job> jobs;  // the step's callbacks, handed to the delivery thread at once
   jobs.reserve(slots_.size());
   for (size_t i = 0; i < slots_.size(); ++i) {
-    auto& slot = slots_[i];
-    Slot& s = *slot;
+    Slot& s = *slots_[i];
     const SearchStep& result = searched[i].step;
     if (searched[i].error) {
       spdlog::error("request {}: search failed: {}", s.request->id, *searched[i].error);
@@ -702,28 +702,21 @@ void Engine::step_rows() {
       kept_first.push_back(index.size());
       for (int64_t r = 0; r < parents.numel(); ++r) index.push_back(parent[r] + offset);
       s.next_tokens = result.next_tokens.to(torch::kCPU, torch::kInt64);
-      kept.push_back(std::move(slot));
       kept_at.push_back(i);
     }
     offset += s.rows;
   }
-  const auto post_start = Clock::now();
-  delivery_.post(std::move(jobs));
-  stream_seconds += ms_between(post_start, Clock::now()) / 1000.0;
-  if (same_rows && !kept.empty() && kept.size() < slots_.size()) {
+  if (same_rows && !kept_at.empty() && kept_at.size() < slots_.size()) {
     // Requests that stay keep their rows; the last ones move into the holes of those that left.
-    std::vector<std::unique_ptr<Slot>> moved;
     std::vector<int64_t> moved_index;
     std::vector<size_t> moved_at;
     moved_index.reserve(index.size());
     kept_first.push_back(index.size());
     for (const size_t e : fill_holes_from_tail(kept_at)) {
-      moved.push_back(std::move(kept[e]));
       moved_at.push_back(kept_at[e]);
       moved_index.insert(moved_index.end(), index.begin() + static_cast<std::ptrdiff_t>(kept_first[e]),
                          index.begin() + static_cast<std::ptrdiff_t>(kept_first[e + 1]));
     }
-    kept = std::move(moved);
     index = std::move(moved_index);
     kept_at = std::move(moved_at);
   }
@@ -731,13 +724,20 @@ void Engine::step_rows() {
   // differs between beams (DecoderState::retain).
   std::vector<bool> same_request;
   same_request.reserve(index.size());
-  for (size_t e = 0; e < kept.size(); ++e) {
-    for (int64_t r = 0; r < kept[e]->rows; ++r) {
+  for (const size_t at : kept_at) {
+    for (int64_t r = 0; r < slots_[at]->rows; ++r) {
       const size_t row = same_request.size();
-      same_request.push_back(row < owner.size() && owner[row] == kept_at[e]);
+      same_request.push_back(row < owner.size() && owner[row] == at);
     }
   }
+  // The slots that stay, in their new order; those that finished go (their results are in `jobs`).
+  std::vector<std::unique_ptr<Slot>> kept;
+  kept.reserve(kept_at.size());
+  for (const size_t at : kept_at) kept.push_back(std::move(slots_[at]));
   slots_ = std::move(kept);
+  const auto post_start = Clock::now();
+  delivery_.post(std::move(jobs));
+  stream_seconds += ms_between(post_start, Clock::now()) / 1000.0;
   if (slots_.empty()) {
     state_.clear();
   } else {
