@@ -121,7 +121,8 @@ void EncoderDecoderModel::check_tokens(const torch::Tensor& ids, const char* wha
   }
 }
 
-DecoderState EncoderDecoderModel::start(const EncoderOutput& enc, const torch::Tensor& expected_length) {
+DecoderState EncoderDecoderModel::start(const EncoderOutput& enc, const torch::Tensor& expected_length,
+                                        const EncodeStop& stop) {
   torch::NoGradGuard no_grad;
   const int64_t B = enc.hidden.size(0);
   const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device_);
@@ -141,6 +142,7 @@ DecoderState EncoderDecoderModel::start(const EncoderOutput& enc, const torch::T
   const auto& cross = cross_layers();
   st.layers.resize(cross.size());
   for (size_t l = 0; l < cross.size(); ++l) {
+    stop_if_asked(stop);
     auto& ls = st.layers[l];
     cross[l].prepare(enc.hidden, enc.mask, st.num_segments, ls, st.expected_len);
     ls.self_k = torch::zeros({B, config_.num_heads, 0, config_.head_dim}, enc.hidden.options());

@@ -62,7 +62,8 @@ class EncoderDecoderModel : public Seq2SeqModel {
   virtual EncoderOutput encode_batch(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                                      const EncodeStop& stop) = 0;
 
-  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length) override;
+  using Seq2SeqModel::start;
+  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length, const EncodeStop& stop) override;
   torch::Tensor step(DecoderState& state, const torch::Tensor& tokens) override;
   torch::Tensor forward(const EncoderOutput& enc, const torch::Tensor& decoder_input_ids,
                         const std::optional<torch::Tensor>& expected_length) override;

@@ -26,11 +26,11 @@ struct EncoderOutput {
   torch::Tensor mask;    // [B, k] bool, true = real token (padding only at the end of a row)
 };
 
-// Asked before each encoder layer's attention and before its feed-forward; returning true abandons the
-// encode with EncodeInterrupted. A server passes one so that a long input whose requests are all
-// cancelled, past their deadline or shut down stops within half a layer instead of running the whole
-// encoder for nobody, and uses the pause to step its running rows (an encode of a long input would
-// otherwise stall them for seconds).
+// Asked before each encoder layer's attention and before its feed-forward, and by start() before each
+// decoder layer's cross keys/values; returning true abandons the encode with EncodeInterrupted. A
+// server passes one so that a long input whose requests are all cancelled, past their deadline or shut
+// down stops within half a layer instead of running the whole encoder for nobody, and uses the pause to
+// step its running rows (an encode of a long input would otherwise stall them for seconds).
 using EncodeStop = std::function<bool()>;
 
 class EncodeInterrupted : public std::runtime_error {
@@ -76,7 +76,12 @@ class Seq2SeqModel {
 
   // Builds the per-row decoder state from encoder output: cross K/V for every layer, and for
   // segmented variants K^T V, ||K|| and a zero RAF membrane. expected_length: [B] int64 (L per row).
-  virtual DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length) = 0;
+  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length) {
+    return start(enc, expected_length, EncodeStop{});
+  }
+  // The same, asking `stop` (when set) before each decoder layer's part, as encode() does.
+  virtual DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length,
+                             const EncodeStop& stop) = 0;
 
   // One decoding step for every row: tokens [B] int64 (the previous token of each row, the first
   // being decoder_start_token_id). Returns logits [B, vocab] float32 and advances every row's t.

@@ -491,7 +491,7 @@ void Engine::admit(std::vector<Pending> batch) {
   DecoderState joined;
   try {
     const EncoderOutput enc = encode_batch(batch);
-    joined = model_->start(enc, expected.to(device_));
+    joined = model_->start(enc, expected.to(device_), [this, &batch] { return between_encoder_layers(batch); });
     if (static_cast<int64_t>(expand.size()) != n) {
       joined.select(torch::tensor(expand, torch::kInt64).to(device_));
     }

@@ -157,8 +157,8 @@ class Engine {
   // Whether an admitted batch's encode can stop: shutdown cancels everything, or no request in it is
   // still wanted.
   bool abandon_encode(const std::vector<Pending>& batch) const;
-  // Asked between encoder layers: abandons the encode (true) as abandon_encode says, or runs a decode
-  // step for the running rows once they have waited EngineLimits::encode_stall.
+  // Asked between the layers of an admission's encode and start: abandons them (true) as abandon_encode
+  // says, or runs a decode step for the running rows once they have waited EngineLimits::encode_stall.
   bool between_encoder_layers(const std::vector<Pending>& batch);
   // One decode step over every live row (step_rows); whatever fails in it fails the running requests,
   // not the engine.

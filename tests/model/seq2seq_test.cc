@@ -390,6 +390,20 @@ TEST_P(Seq2SeqProperties, EncodeAsksItsStopBeforeEachSublayerAndStopsWhereItSays
   asked = 0;
   EXPECT_THROW(model_->encode(ids, mask, [&asked] { return ++asked == 3; }), EncodeInterrupted);
   EXPECT_EQ(asked, 3) << "stopped before the second layer, not after the encoder";
+  // start(): before each decoder layer's cross keys/values.
+  const auto L = torch::full({2}, 6, torch::kLong);
+  asked = 0;
+  auto started = model_->start(never, L, [&asked] {
+    ++asked;
+    return false;
+  });
+  EXPECT_EQ(asked, model_->config().decoder_layers);
+  auto plain = model_->start(never, L);
+  const auto first = torch::full({2}, model_->config().decoder_start_token_id, torch::kLong);
+  EXPECT_TRUE(torch::equal(model_->step(started, first), model_->step(plain, first)));
+  asked = 0;
+  EXPECT_THROW(model_->start(never, L, [&asked] { return ++asked == 2; }), EncodeInterrupted);
+  EXPECT_EQ(asked, 2);
 }
 
 // Without autograd, on the CPU, rows of much different lengths are encoded in groups of similar length

@@ -143,7 +143,8 @@ class FakeModel : public Seq2SeqModel {
     return {ids.to(torch::kFloat32).unsqueeze(-1), mask.to(torch::kBool)};
   }
 
-  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length) override {
+  using Seq2SeqModel::start;
+  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length, const EncodeStop&) override {
     const int64_t b = enc.hidden.size(0);
     if (b > *options_.max_start_rows) *options_.max_start_rows = b;
     DecoderState s;
