@@ -6,7 +6,9 @@
 # spent encoding and joining.
 #   bench/server_ab.sh SERVER_A SERVER_B MODEL_DIR [DOC...]   (several DOCs: requests take them in turn)
 #   env: ROUNDS (3), CONCURRENCY (32), REQUESTS (96), NEW_TOKENS (64), THREADS (2), CLIENT (build/bin/srformer-client),
-#        SERVER_ARGS (more server flags, e.g. "--dtype bf16"), CLIENT_ARGS (more request options, e.g. "--num-beams 4")
+#        SERVER_ARGS (more server flags, e.g. "--dtype bf16"), CLIENT_ARGS (more request options, e.g. "--num-beams 4"),
+#        ARGS_A / ARGS_B (flags for one side only: one binary under two settings, e.g.
+#        ARGS_A="--encode-stall-ms 0" ARGS_B="--encode-stall-ms 200" bench/server_ab.sh build/bin/srformer-server build/bin/srformer-server MODEL)
 # A binary outside the build tree needs SRFORMER_SPM_PLUGIN=/abs/path/to/libsrformer_spm.so.
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
@@ -15,10 +17,10 @@ a=$1 b=$2 model=$3
 docs=("${@:4}")
 [ ${#docs[@]} -gt 0 ] || docs=("$root/docs/example-document.txt")
 run() {
-  local server=$1 log pid target line
+  local server=$1 side_args=$2 log pid target line
   log=$(mktemp)
   "$server" --model ab="$model" --listen 127.0.0.1:0 --metrics-listen "" --threads "${THREADS:-2}" \
-    --max-batch-rows 64 --max-queue 256 ${SERVER_ARGS:-} 2>"$log" &
+    --max-batch-rows 64 --max-queue 256 ${SERVER_ARGS:-} $side_args 2>"$log" &
   pid=$!
   trap "kill $pid 2>/dev/null || true" EXIT  # a failing client must not leave the server running
   target=$(wait_for_server "$log" $pid)
@@ -27,7 +29,7 @@ run() {
     ${CLIENT_ARGS:-} --truncate "${docs[@]}")
   kill -TERM $pid
   wait $pid || true
-  printf '%s tokens/s %s | %s\n' "$server" \
+  printf '%s tokens/s %s | %s\n' "$server${side_args:+ $side_args}" \
     "$(printf '%s' "$line" | /usr/bin/python3 -c 'import json,sys; r = json.load(sys.stdin)
 f = lambda p: "%s/%s ms" % tuple(round(p[k]) if p[k] is not None else "-" for k in ("p50", "p99"))
 print(round(r["tokens_per_s"], 1), "| TTFT p50/p99", f(r["ttft_ms"]), "| inter-token p50/p99", f(r["inter_token_ms"]))')" \
@@ -36,6 +38,6 @@ print(round(r["tokens_per_s"], 1), "| TTFT p50/p99", f(r["ttft_ms"]), "| inter-t
   rm -f "$log"
 }
 for _ in $(seq "${ROUNDS:-3}"); do
-  run "$a"
-  run "$b"
+  run "$a" "${ARGS_A:-}"
+  run "$b" "${ARGS_B:-}"
 done
