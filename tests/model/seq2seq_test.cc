@@ -406,6 +406,45 @@ TEST_P(Seq2SeqProperties, EncodeAsksItsStopBeforeEachSublayerAndStopsWhereItSays
   EXPECT_EQ(asked, 2);
 }
 
+// The server steps its running rows from inside an encode and a start (the hook above): neither may
+// disturb the other. Rows decoded with an encode and a start of other rows between their steps give
+// the logits they give alone, and that encode and start give what they give uninterrupted.
+TEST_P(Seq2SeqProperties, StepsRunFromInsideAnEncodeAndAStartChangeNeither) {
+  c10::InferenceMode inference;  // as the server runs (and grouped encodes, 26 and 9 tokens)
+  const auto running_ids = random_ids(2, 14);
+  const auto arriving = random_ids(2, 26);
+  auto arriving_mask = torch::ones({2, 26}, torch::kLong);
+  arriving_mask[1].narrow(0, 9, 17).zero_();
+  const auto L = torch::full({2}, 8, torch::kLong);
+  const auto start_token = torch::full({2}, model_->config().decoder_start_token_id, torch::kLong);
+  const auto decode = [&](DecoderState& st, std::vector<torch::Tensor>& logits) {
+    const auto tokens = logits.empty() ? start_token : std::get<1>(logits.back().max(-1));
+    logits.push_back(model_->step(st, tokens));
+  };
+  // Alone: the running rows' steps, then the arriving rows' encode and start.
+  auto alone = model_->start(model_->encode(running_ids, torch::ones_like(running_ids)), L);
+  std::vector<torch::Tensor> alone_logits;
+  for (int s = 0; s < 6; ++s) decode(alone, alone_logits);
+  const auto enc_alone = model_->encode(arriving, arriving_mask);
+  auto started_alone = model_->start(enc_alone, L);
+  // Interleaved: a step at every pause of the encode and the start, as long as there are steps to take.
+  auto running = model_->start(model_->encode(running_ids, torch::ones_like(running_ids)), L);
+  std::vector<torch::Tensor> logits;
+  decode(running, logits);
+  const EncodeStop step_between = [&] {
+    if (logits.size() < alone_logits.size()) decode(running, logits);
+    return false;
+  };
+  const auto enc = model_->encode(arriving, arriving_mask, step_between);
+  auto started = model_->start(enc, L, step_between);
+  ASSERT_EQ(logits.size(), alone_logits.size()) << "the encode and start paused fewer than 5 times";
+  for (size_t s = 0; s < logits.size(); ++s) {
+    EXPECT_TRUE(torch::equal(logits[s], alone_logits[s])) << "step " << s;
+  }
+  EXPECT_TRUE(torch::equal(enc.hidden, enc_alone.hidden));
+  EXPECT_TRUE(torch::equal(model_->step(started, start_token), model_->step(started_alone, start_token)));
+}
+
 // Without autograd, on the CPU, rows of much different lengths are encoded in groups of similar length
 // (EncoderDecoderModel::encode): the stop is asked in each layer of each group, and every row's real
 // positions come out as the row encoded alone, and as in one call over the padded batch.
