@@ -556,6 +556,10 @@ void Engine::admit(std::vector<Pending> batch) {
 }
 
 void Engine::drop_dead_slots() {
+  or_fail_all("dropping finished requests", [this] { drop_dead_rows(); });
+}
+
+void Engine::drop_dead_rows() {
   const auto now = Clock::now();
   bool shutting_down = false;
   {
@@ -563,26 +567,29 @@ void Engine::drop_dead_slots() {
     shutting_down = stop_ || !accepting_;
   }
   std::vector<int64_t> keep;
-  std::vector<std::unique_ptr<Slot>> kept;
+  std::vector<size_t> kept_at;  // as in step_rows: slots leave slots_ only once all are decided
+  std::vector<Delivery::Job> jobs;
   int64_t offset = 0;
-  bool dropped = false;
-  for (auto& slot : slots_) {
-    const int64_t rows = slot->rows;
-    const auto& req = *slot->request;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& slot = *slots_[i];
+    const auto& req = *slot.request;
     if (req.cancelled() || req.expired(now)) {
       const RequestOutcome outcome = req.expired(now)                     ? RequestOutcome::kDeadlineExceeded
                                      : (shutting_down && req.cancelled()) ? RequestOutcome::kShutdown
                                                                           : RequestOutcome::kCancelled;
-      delivery_.post(finish_slot(*slot, offset, outcome, FinishReason::kCancelled));
-      dropped = true;
+      jobs.push_back(finish_slot(slot, offset, outcome, FinishReason::kCancelled));
     } else {
-      for (int64_t r = 0; r < slot->rows; ++r) keep.push_back(offset + r);
-      kept.push_back(std::move(slot));
+      for (int64_t r = 0; r < slot.rows; ++r) keep.push_back(offset + r);
+      kept_at.push_back(i);
     }
-    offset += rows;
+    offset += slot.rows;
   }
+  if (jobs.empty()) return;
+  std::vector<std::unique_ptr<Slot>> kept;
+  kept.reserve(kept_at.size());
+  for (const size_t at : kept_at) kept.push_back(std::move(slots_[at]));
   slots_ = std::move(kept);
-  if (!dropped) return;
+  delivery_.post(std::move(jobs));
   if (keep.empty()) {
     state_.clear();
   } else {
@@ -591,14 +598,18 @@ void Engine::drop_dead_slots() {
 }
 
 void Engine::step() {
+  or_fail_all("decoder step", [this] { step_rows(); });
+}
+
+void Engine::or_fail_all(const char* what, const std::function<void()>& work) {
   try {
-    step_rows();
+    work();
   } catch (const std::exception& e) {
-    // Past the model's step (which fails its own way below): reordering or compacting the state, e.g.
+    // Past the model's own calls (which fail their own way): reordering or compacting the state, e.g.
     // out of memory. The batch may be half-reordered: fail its requests rather than decode garbage, and
     // serve on (the engine thread must not die).
-    spdlog::error("model '{}': a decode step over {} rows failed: {}", name_, state_.batch_size(), e.what());
-    fail_all(std::string("decoder step failed: ") + e.what());
+    spdlog::error("model '{}': {} over {} rows failed: {}", name_, what, state_.batch_size(), e.what());
+    fail_all(std::string(what) + " failed: " + e.what());
   }
 }
 

@@ -150,18 +150,23 @@ class Engine {
   // held; with the cache on, a document twice in the batch once). Marks the usage of requests whose
   // output was not encoded for them. Throws EncodeInterrupted as encode() does.
   EncoderOutput encode_batch(const std::vector<Pending>& batch);
+  // Finishes the requests cancelled or past their deadline and drops their rows (drop_dead_rows), under
+  // or_fail_all.
   void drop_dead_slots();
+  void drop_dead_rows();
   // Finishes a request that leaves before decoding: cancelled, expired or shut down while queued
   // (dequeued = now) or while its batch encoded (from dequeued to now).
   void post_dropped(const Pending& p, Clock::time_point dequeued, Clock::time_point now, bool shutdown);
   // Whether an admitted batch's encode can stop: shutdown cancels everything, or no request in it is
   // still wanted.
   bool abandon_encode(const std::vector<Pending>& batch) const;
+  // Runs `work` (a pass over the running rows); whatever it throws fails the running requests
+  // ("WHAT failed: ..."), not the engine. Every slot stays in slots_ until such a pass has decided all.
+  void or_fail_all(const char* what, const std::function<void()>& work);
   // Asked between the layers of an admission's encode and start: abandons them (true) as abandon_encode
   // says, or runs a decode step for the running rows once they have waited EngineLimits::encode_stall.
   bool between_encoder_layers(const std::vector<Pending>& batch);
-  // One decode step over every live row (step_rows); whatever fails in it fails the running requests,
-  // not the engine.
+  // One decode step over every live row (step_rows), under or_fail_all.
   void step();
   void step_rows();
   // Every slot's searcher over its rows of the step's logits [rows, vocab], in slot order.
