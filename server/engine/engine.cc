@@ -556,7 +556,7 @@ void Engine::admit(std::vector<Pending> batch) {
 }
 
 void Engine::drop_dead_slots() {
-  or_fail_all("dropping finished requests", [this] { drop_dead_rows(); });
+  or_fail_all("dropping cancelled and expired requests", [this] { drop_dead_rows(); });
 }
 
 void Engine::drop_dead_rows() {
