@@ -110,8 +110,8 @@ class Seq2SeqModel {
   virtual const std::vector<std::pair<std::string, torch::Tensor>>& named_parameters() const = 0;
 
  protected:
-  // For encode()'s implementations, before each encoder sublayer: throws EncodeInterrupted when `stop` is
-  // set and says so.
+  // For encode()'s and start()'s implementations, at each of their pauses (EncodeStop): throws
+  // EncodeInterrupted when `stop` is set and says so.
   static void stop_if_asked(const EncodeStop& stop) {
     if (stop && stop()) throw EncodeInterrupted();
   }

@@ -204,7 +204,7 @@ void Engine::stop() {
         100.0 * s.stream_seconds / s.step_seconds);
     spdlog::info(
         "model '{}': {} encoder calls, {:.3f} s encoding and starting rows, {:.3f} s joining them to the batch, "
-        "{} decode steps between encoder layers; {} requests went ahead of an older one waiting for room; {} "
+        "{} decode steps during encodes; {} requests went ahead of an older one waiting for room; {} "
         "requests' encoder output from the cache",
         name_, s.encodes, s.encode_seconds, s.join_seconds, s.steps_while_encoding, s.bypassed, s.encoder_cache_hits);
   }
@@ -384,7 +384,7 @@ bool Engine::abandon_encode(const std::vector<Pending>& batch) const {
                      [now](const Pending& p) { return p.request->cancelled() || p.request->expired(now); });
 }
 
-bool Engine::between_encoder_layers(const std::vector<Pending>& batch) {
+bool Engine::at_admission_pause(const std::vector<Pending>& batch) {
   if (abandon_encode(batch)) return true;
   if (limits_.encode_stall.count() <= 0 || slots_.empty()) return false;
   const auto now = Clock::now();
@@ -437,7 +437,7 @@ EncoderOutput Engine::encode_batch(const std::vector<Pending>& batch) {
         ma[j][static_cast<int64_t>(p)] = 1;
       }
     }
-    enc = model_->encode(ids.to(device_), mask.to(device_), [this, &batch] { return between_encoder_layers(batch); });
+    enc = model_->encode(ids.to(device_), mask.to(device_), [this, &batch] { return at_admission_pause(batch); });
     std::lock_guard lock(mu_);
     ++stats_.encodes;
     stats_.max_encoded_tokens = std::max(stats_.max_encoded_tokens, mask.sum().item<int64_t>());
@@ -491,7 +491,7 @@ void Engine::admit(std::vector<Pending> batch) {
   DecoderState joined;
   try {
     const EncoderOutput enc = encode_batch(batch);
-    joined = model_->start(enc, expected.to(device_), [this, &batch] { return between_encoder_layers(batch); });
+    joined = model_->start(enc, expected.to(device_), [this, &batch] { return at_admission_pause(batch); });
     if (static_cast<int64_t>(expand.size()) != n) {
       joined.select(torch::tensor(expand, torch::kInt64).to(device_));
     }

@@ -50,10 +50,10 @@ struct EngineLimits {
   std::chrono::milliseconds queue_bypass{0};
   // Bytes of encoder outputs kept for inputs that come again (EncoderCache); 0 = none.
   int64_t encoder_cache_bytes = 0;
-  // Between two encoder layers of an admission, the running rows take a decode step once they have
-  // waited this long since their last one: an encode stalls the streams for about this long plus one
-  // layer instead of the whole encoder (its own requests start that many steps later). 0 = the encode
-  // runs whole, then the rows step.
+  // Between two sublayers of an admission's encode (and two layers of its start), the running rows take
+  // a decode step once they have waited this long since their last one: an encode stalls the streams
+  // for about this long plus one sublayer instead of the whole encoder (its own requests start that
+  // many steps later). 0 = the encode runs whole, then the rows step.
   std::chrono::milliseconds encode_stall{0};
   int threads = 0;  // torch intra-op threads of the decode thread; 0 = leave as is
 };
@@ -165,7 +165,7 @@ class Engine {
   void or_fail_all(const char* what, const std::function<void()>& work);
   // Asked between the layers of an admission's encode and start: abandons them (true) as abandon_encode
   // says, or runs a decode step for the running rows once they have waited EngineLimits::encode_stall.
-  bool between_encoder_layers(const std::vector<Pending>& batch);
+  bool at_admission_pause(const std::vector<Pending>& batch);
   // One decode step over every live row (step_rows), under or_fail_all.
   void step();
   void step_rows();

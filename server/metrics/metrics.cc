@@ -164,7 +164,7 @@ struct Metrics::Families {
                            "budgets (--queue-bypass-ms).")
                      .Register(r)),
         steps_while_encoding(BuildCounter()
-                                 .Name("srformer_decode_steps_between_encoder_layers_total")
+                                 .Name("srformer_decode_steps_during_encodes_total")
                                  .Help("Decode steps the running rows took between two sublayers of an encode "
                                        "that had stalled them (--encode-stall-ms); also in "
                                        "srformer_decode_steps_total.")

@@ -555,8 +555,8 @@ TEST(EngineService, RunningRowsStepBetweenTheLayersOfALongEncode) {
     const auto during = calls.substr(second, end - second + 1);
     const auto steps = std::count(during.begin(), during.end(), 's');
     const auto stats = server.engine().stats();
-    const auto counted = server::testing::sample(
-        metrics.scrape_text(), "srformer_decode_steps_between_encoder_layers_total", {{"model", "fake"}});
+    const auto counted = server::testing::sample(metrics.scrape_text(), "srformer_decode_steps_during_encodes_total",
+                                                 {{"model", "fake"}});
     if (stall_ms == 0) {
       EXPECT_EQ(steps, 0) << during;
     } else {
