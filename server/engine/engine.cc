@@ -585,16 +585,20 @@ void Engine::drop_dead_rows() {
     offset += slot.rows;
   }
   if (jobs.empty()) return;
-  std::vector<std::unique_ptr<Slot>> kept;
-  kept.reserve(kept_at.size());
-  for (const size_t at : kept_at) kept.push_back(std::move(slots_[at]));
-  slots_ = std::move(kept);
+  keep_slots(kept_at);
   delivery_.post(std::move(jobs));
   if (keep.empty()) {
     state_.clear();
   } else {
     state_.retain(keep);
   }
+}
+
+void Engine::keep_slots(const std::vector<size_t>& kept_at) {
+  std::vector<std::unique_ptr<Slot>> kept;
+  kept.reserve(kept_at.size());
+  for (const size_t at : kept_at) kept.push_back(std::move(slots_[at]));
+  slots_ = std::move(kept);
 }
 
 void Engine::step() {
@@ -741,11 +745,7 @@ void Engine::step_rows() {
       same_request.push_back(row < owner.size() && owner[row] == at);
     }
   }
-  // The slots that stay, in their new order; those that finished go (their results are in `jobs`).
-  std::vector<std::unique_ptr<Slot>> kept;
-  kept.reserve(kept_at.size());
-  for (const size_t at : kept_at) kept.push_back(std::move(slots_[at]));
-  slots_ = std::move(kept);
+  keep_slots(kept_at);  // those that finished go (their results are in `jobs`)
   const auto post_start = Clock::now();
   delivery_.post(std::move(jobs));
   stream_seconds += ms_between(post_start, Clock::now()) / 1000.0;

@@ -163,6 +163,8 @@ class Engine {
   // Runs `work` (a pass over the running rows); whatever it throws fails the running requests
   // ("WHAT failed: ..."), not the engine. Every slot stays in slots_ until such a pass has decided all.
   void or_fail_all(const char* what, const std::function<void()>& work);
+  // Ends such a pass: the slots at `kept_at` (positions in slots_) stay, in that order; the others go.
+  void keep_slots(const std::vector<size_t>& kept_at);
   // Asked between the layers of an admission's encode and start: abandons them (true) as abandon_encode
   // says, or runs a decode step for the running rows once they have waited EngineLimits::encode_stall.
   bool at_admission_pause(const std::vector<Pending>& batch);

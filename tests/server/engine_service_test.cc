@@ -458,6 +458,37 @@ TEST(EngineService, ABurstOfDifferentLengthsIsEncodedInGroupsOfSimilarLengthWith
   EXPECT_EQ(calls.find("ee"), std::string::npos) << "two encodes in a row while a request was running: " << calls;
 }
 
+// A unary Summarize of exactly `new_tokens` tokens (min = max), on its own thread.
+std::future<grpc::Status> summarize_async(TestServer& server, const std::string& doc, int new_tokens) {
+  return std::async(std::launch::async, [&server, doc, new_tokens] {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    auto req = request(doc, new_tokens, 1);
+    req.mutable_options()->set_min_new_tokens(new_tokens);
+    return server.stub().Summarize(&ctx, req, &resp);
+  });
+}
+
+// --max-tokens-in-flight counts every row at the batch's longest input (the state pads them all to it):
+// a long document that would fit beside short running requests by its own length waits until they
+// leave, instead of padding all of them to its length.
+TEST(EngineService, TokensInFlightCountEveryRowAtTheBatchsLongestInput) {
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
+  so.config.max_tokens_in_flight = 400;
+  const auto positions = so.models[0].second.max_step_positions;
+  TestServer server(so);
+  std::vector<std::future<grpc::Status>> calls;
+  for (int i = 0; i < 4; ++i)
+    calls.push_back(summarize_async(server, "short " + std::to_string(i), 30));  // 4 × (8 + 30)
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 4; }));
+  // 151 + 4 tokens: 152 + 155 fit the budget by each row's own length, 5 × 151 + 4 × 30 + 4 do not.
+  calls.push_back(summarize_async(server, std::string(150, 'x'), 4));
+  for (auto& c : calls) EXPECT_TRUE(c.get().ok());
+  EXPECT_LE(positions->load(), 400) << "a step held more encoder positions than the budget";
+  EXPECT_GE(positions->load(), 151);
+}
+
 // A model that throws, or leaves a state the engine cannot read, fails the requests it was serving with
 // INTERNAL and a message that says where; the engine serves the next request as before.
 TEST(EngineService, AFailingModelFailsItsRequestsNotTheServer) {
@@ -505,12 +536,10 @@ TEST(EngineService, AStepFailingInsideAnEncodeFailsTheRunningRequestsOnly) {
   so.models = {{"fake", mo}};
   so.config.encode_stall_ms = 1;
   TestServer server(so);
-  auto long_one = request(doc_of(7), 60, 1);
-  long_one.mutable_options()->set_min_new_tokens(60);
-  auto running = summarize_async(server, long_one);
+  auto running = summarize_async(server, doc_of(7), 60);
   ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
   auto arriving = summarize_async(server, request(doc_of(3), 8, 1));
-  const auto [running_status, running_resp] = running.get();
+  const auto running_status = running.get();
   EXPECT_EQ(running_status.error_code(), grpc::StatusCode::INTERNAL);
   EXPECT_NE(running_status.error_message().find("fake decoder fault"), std::string::npos)
       << running_status.error_message();
@@ -566,37 +595,6 @@ TEST(EngineService, RunningRowsStepBetweenTheLayersOfALongEncode) {
     EXPECT_EQ(stats.steps_while_encoding, steps);
     EXPECT_EQ(counted, std::optional<double>(static_cast<double>(steps)));
   }
-}
-
-// A unary Summarize of exactly `new_tokens` tokens (min = max), on its own thread.
-std::future<grpc::Status> summarize_async(TestServer& server, const std::string& doc, int new_tokens) {
-  return std::async(std::launch::async, [&server, doc, new_tokens] {
-    grpc::ClientContext ctx;
-    v1::SummarizeResponse resp;
-    auto req = request(doc, new_tokens, 1);
-    req.mutable_options()->set_min_new_tokens(new_tokens);
-    return server.stub().Summarize(&ctx, req, &resp);
-  });
-}
-
-// --max-tokens-in-flight counts every row at the batch's longest input (the state pads them all to it):
-// a long document that would fit beside short running requests by its own length waits until they
-// leave, instead of padding all of them to its length.
-TEST(EngineService, TokensInFlightCountEveryRowAtTheBatchsLongestInput) {
-  FakeServerOptions so;
-  so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
-  so.config.max_tokens_in_flight = 400;
-  const auto positions = so.models[0].second.max_step_positions;
-  TestServer server(so);
-  std::vector<std::future<grpc::Status>> calls;
-  for (int i = 0; i < 4; ++i)
-    calls.push_back(summarize_async(server, "short " + std::to_string(i), 30));  // 4 × (8 + 30)
-  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 4; }));
-  // 151 + 4 tokens: 152 + 155 fit the budget by each row's own length, 5 × 151 + 4 × 30 + 4 do not.
-  calls.push_back(summarize_async(server, std::string(150, 'x'), 4));
-  for (auto& c : calls) EXPECT_TRUE(c.get().ok());
-  EXPECT_LE(positions->load(), 400) << "a step held more encoder positions than the budget";
-  EXPECT_GE(positions->load(), 151);
 }
 
 // A fake model whose state is 1000 bytes per encoder position and row (per request where `pooled`:
