@@ -2,8 +2,8 @@
 # Side-by-side A/B of two srformer-server binaries under the same steady load, the runs taking turns
 # (A, B, A, B, ...) so that slow spells of a shared machine hit both. Each run starts a server, drives
 # it with srformer-client --load, stops it and prints two lines: binary, tokens/s, TTFT and inter-token
-# p50/p99, and the engine's overhead split from the server's shutdown log; then the time its admissions
-# spent encoding and joining.
+# p50/p99, and the engine's overhead split from the server's shutdown log; with several distinct DOCs,
+# each one's TTFT, inter-token and request latency; then the time its admissions spent encoding and joining.
 #   bench/server_ab.sh SERVER_A SERVER_B MODEL_DIR [DOC...]   (several DOCs: requests take them in turn)
 #   env: ROUNDS (3), CONCURRENCY (32), REQUESTS (96), NEW_TOKENS (64), THREADS (2), CLIENT (build/bin/srformer-client),
 #        SERVER_ARGS (more server flags, e.g. "--dtype bf16"), CLIENT_ARGS (more request options, e.g. "--num-beams 4"),
@@ -34,6 +34,11 @@ run() {
 f = lambda p: "%s/%s ms" % tuple(round(p[k]) if p[k] is not None else "-" for k in ("p50", "p99"))
 print(round(r["tokens_per_s"], 1), "| TTFT p50/p99", f(r["ttft_ms"]), "| inter-token p50/p99", f(r["inter_token_ms"]))')" \
     "$(grep -o 'engine overhead.*' "$log" | tail -1)"
+  printf '%s' "$line" | /usr/bin/python3 -c 'import json,sys; r = json.load(sys.stdin)
+f = lambda p: "%s/%s ms" % tuple(round(p[k]) if p[k] is not None else "-" for k in ("p50", "p99"))
+for d in r.get("by_document", []):
+    print("    document %d (%d bytes, %d requests): TTFT p50/p99 %s | inter-token p50/p99 %s | latency p50/p99 %s"
+          % (d["document"], d["bytes"], d["requests_ok"], f(d["ttft_ms"]), f(d["inter_token_ms"]), f(d["latency_ms"])))'
   grep -o '[0-9]* encoder calls, .*' "$log" | tail -1 | sed 's/^/    /'
   rm -f "$log"
 }

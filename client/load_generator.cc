@@ -26,12 +26,42 @@ nlohmann::json percentiles(std::vector<double> v) {
   return {{"p50", at(0.5)}, {"p90", at(0.9)}, {"p99", at(0.99)}, {"count", v.size()}};
 }
 
-struct Totals {
-  std::mutex mu;
+struct Timings {
   std::vector<double> ttft_ms, itl_ms, latency_ms;
   int64_t ok = 0, tokens = 0;
+  void add(double ttft, const std::vector<double>& gaps, double latency, int64_t n_tokens) {
+    ++ok;
+    tokens += n_tokens;
+    if (ttft >= 0) ttft_ms.push_back(ttft);
+    itl_ms.insert(itl_ms.end(), gaps.begin(), gaps.end());
+    latency_ms.push_back(latency);
+  }
+};
+
+struct Totals {
+  std::mutex mu;
+  Timings all;
+  std::vector<Timings> by_document;  // per distinct document, in order of first appearance
   std::map<std::string, int64_t> errors;
 };
+
+// The distinct documents of a mix (one file named several times weighs it): where each first appears,
+// and each document's index among them.
+struct DistinctDocuments {
+  std::vector<size_t> first_at;
+  std::vector<size_t> of;
+};
+
+DistinctDocuments distinct_documents(const std::vector<std::string>& documents) {
+  DistinctDocuments d;
+  for (const auto& doc : documents) {
+    size_t i = 0;
+    while (i < d.first_at.size() && documents[d.first_at[i]] != doc) ++i;
+    if (i == d.first_at.size()) d.first_at.push_back(d.of.size());
+    d.of.push_back(i);
+  }
+  return d;
+}
 
 }  // namespace
 
@@ -39,6 +69,9 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
                         const std::vector<std::string>& documents) {
   auto stub = v1::Summarizer::NewStub(channel);
   Totals totals;
+  const DistinctDocuments distinct = distinct_documents(documents);
+  const auto& first_at = distinct.first_at;
+  totals.by_document.resize(first_at.size());
   std::atomic<int64_t> issued{0};
   const auto start = Clock::now();
   const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration_s));
@@ -49,7 +82,8 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
       if (o.duration_s > 0 && Clock::now() >= end) break;
       v1::SummarizeRequest req;
       req.set_model(o.model);
-      req.set_document(documents[static_cast<size_t>(n) % documents.size()]);
+      const size_t doc = static_cast<size_t>(n) % documents.size();
+      req.set_document(documents[doc]);
       *req.mutable_options() = o.generation;
       req.set_truncation(o.truncation);
       grpc::ClientContext ctx;
@@ -76,11 +110,9 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
       const auto status = reader->Finish();
       std::lock_guard lock(totals.mu);
       if (status.ok()) {
-        ++totals.ok;
-        totals.tokens += tokens;
-        if (ttft >= 0) totals.ttft_ms.push_back(ttft);
-        totals.itl_ms.insert(totals.itl_ms.end(), gaps.begin(), gaps.end());
-        totals.latency_ms.push_back(ms(Clock::now() - t0));
+        const double latency = ms(Clock::now() - t0);
+        totals.all.add(ttft, gaps, latency, tokens);
+        totals.by_document[distinct.of[doc]].add(ttft, gaps, latency, tokens);
       } else {
         ++totals
               .errors[std::string(status_code_name(status.error_code())) + " " + status.error_message().substr(0, 80)];
@@ -93,19 +125,33 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
   const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
   int64_t failed = 0;
   for (const auto& [k, v] : totals.errors) failed += v;
+  const Timings& all = totals.all;
   nlohmann::json report = {
       {"concurrency", o.concurrency},
-      {"requests_ok", totals.ok},
+      {"requests_ok", all.ok},
       {"requests_failed", failed},
       {"errors", totals.errors},
       {"wall_s", wall_s},
-      {"output_tokens", totals.tokens},
-      {"tokens_per_s", wall_s > 0 ? static_cast<double>(totals.tokens) / wall_s : 0.0},
-      {"requests_per_s", wall_s > 0 ? static_cast<double>(totals.ok) / wall_s : 0.0},
-      {"ttft_ms", percentiles(totals.ttft_ms)},
-      {"inter_token_ms", percentiles(totals.itl_ms)},
-      {"latency_ms", percentiles(totals.latency_ms)},
+      {"output_tokens", all.tokens},
+      {"tokens_per_s", wall_s > 0 ? static_cast<double>(all.tokens) / wall_s : 0.0},
+      {"requests_per_s", wall_s > 0 ? static_cast<double>(all.ok) / wall_s : 0.0},
+      {"ttft_ms", percentiles(all.ttft_ms)},
+      {"inter_token_ms", percentiles(all.itl_ms)},
+      {"latency_ms", percentiles(all.latency_ms)},
   };
+  if (first_at.size() > 1) {  // a mix: how each document fared (a long one's wait is not a short one's)
+    auto& by = report["by_document"] = nlohmann::json::array();
+    for (size_t d = 0; d < first_at.size(); ++d) {
+      const Timings& t = totals.by_document[d];
+      by.push_back({{"document", first_at[d]},
+                    {"bytes", documents[first_at[d]].size()},
+                    {"requests_ok", t.ok},
+                    {"output_tokens", t.tokens},
+                    {"ttft_ms", percentiles(t.ttft_ms)},
+                    {"inter_token_ms", percentiles(t.itl_ms)},
+                    {"latency_ms", percentiles(t.latency_ms)}});
+    }
+  }
   if (o.json) {
     std::cout << report.dump() << "\n";
   } else {
@@ -116,13 +162,20 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
                     p["p99"].get<double>());
       return std::string(buf);
     };
-    std::printf("requests: %lld ok, %lld failed in %.2f s (concurrency %d)\n", static_cast<long long>(totals.ok),
+    std::printf("requests: %lld ok, %lld failed in %.2f s (concurrency %d)\n", static_cast<long long>(all.ok),
                 static_cast<long long>(failed), wall_s, o.concurrency);
     std::printf("throughput: %.1f tokens/s, %.2f requests/s\n", report["tokens_per_s"].get<double>(),
                 report["requests_per_s"].get<double>());
     std::printf("time to first token: %s\n", pct(report["ttft_ms"]).c_str());
     std::printf("inter-token latency: %s\n", pct(report["inter_token_ms"]).c_str());
     std::printf("request latency:     %s\n", pct(report["latency_ms"]).c_str());
+    if (report.contains("by_document")) {
+      for (const auto& d : report["by_document"]) {
+        std::printf("document %zu (%zu bytes, %lld ok): first token %s; latency %s\n", d["document"].get<size_t>(),
+                    d["bytes"].get<size_t>(), static_cast<long long>(d["requests_ok"].get<int64_t>()),
+                    pct(d["ttft_ms"]).c_str(), pct(d["latency_ms"]).c_str());
+      }
+    }
     for (const auto& [k, v] : totals.errors) std::printf("error x%lld: %s\n", static_cast<long long>(v), k.c_str());
   }
   return report;

@@ -204,9 +204,11 @@ void Engine::stop() {
         100.0 * s.stream_seconds / s.step_seconds);
     spdlog::info(
         "model '{}': {} encoder calls, {:.3f} s encoding and starting rows, {:.3f} s joining them to the batch, "
-        "{} decode steps during encodes; {} requests went ahead of an older one waiting for room; {} "
+        "{} decode steps and {} requests admitted during encodes; {} requests went ahead of an older one waiting for "
+        "room; {} "
         "requests' encoder output from the cache",
-        name_, s.encodes, s.encode_seconds, s.join_seconds, s.steps_while_encoding, s.bypassed, s.encoder_cache_hits);
+        name_, s.encodes, s.encode_seconds, s.join_seconds, s.steps_while_encoding, s.admitted_while_encoding,
+        s.bypassed, s.encoder_cache_hits);
   }
 }
 
@@ -272,50 +274,7 @@ void Engine::run() {
             ++it;
           }
         }
-        int64_t rows = state_.batch_size();
-        int64_t tokens = tokens_in_flight_;
-        int64_t encode_tokens = 0;
-        // What the batch would be with the next request: the tokens budget counts every row at the
-        // longest input, the state budget what the model holds (its masks and full attention's keys padded
-        // to the longest input, pooled keys at each request's own length).
-        BatchShape shape = queue_.empty() ? BatchShape{} : running_shape();
-        // A request that does not fit lets later ones that do go first while it is younger than
-        // limits_.queue_bypass (a long document waiting for room does not hold up the short requests
-        // behind it); an older one stops admission until the rows leaving make room for it.
-        bool passed_over = false;
-        for (auto it = queue_.begin(); it != queue_.end();) {
-          const Pending& next = *it;
-          const int64_t r = next.searcher->num_rows();
-          const int64_t b = budget_of(next);
-          const BatchShape joined = shape.joined(shape_of(*next.request, r));
-          // The tokens budget counts each row's own input (budget_of); the rest is padding.
-          const int64_t padding = (rows + r) * joined.state.encoder_positions - joined.row_inputs;
-          const bool empty_batch = slots_.empty() && admitted.empty();
-          const bool fits =
-              empty_batch ||
-              (rows + r <= limits_.max_batch_rows &&
-               (limits_.max_tokens_in_flight <= 0 || tokens + b + padding <= limits_.max_tokens_in_flight) &&
-               (limits_.max_state_bytes <= 0 || state_bytes(joined) <= limits_.max_state_bytes));
-          if (!fits) {
-            if (now - next.request->accepted_at >= limits_.queue_bypass) break;
-            passed_over = true;
-            ++it;
-            continue;
-          }
-          const int64_t e = r * static_cast<int64_t>(next.request->input_ids.size());
-          if (!admitted.empty() && limits_.max_encode_tokens > 0 && encode_tokens + e > limits_.max_encode_tokens)
-            break;
-          rows += r;
-          tokens += b;
-          encode_tokens += e;
-          shape = joined;
-          if (passed_over) {
-            ++stats_.bypassed;
-            if (metrics_) metrics_->on_bypass();
-          }
-          admitted.push_back(std::move(*it));
-          it = queue_.erase(it);
-        }
+        admitted = take_admissions(now, {}, /*during_encode=*/false);
       }
       stats_.queued = static_cast<int64_t>(queue_.size());
       stats_.encoding = static_cast<int64_t>(admitted.size());
@@ -330,6 +289,7 @@ void Engine::run() {
       drop_dead_slots();  // finishes them all as kShutdown (see finish outcome below)
     }
     auto groups = admission_groups(std::move(admitted));
+    waiting_groups_ = &groups;  // a group being admitted is moved out of it (an empty vector)
     for (size_t g = 0; g < groups.size(); ++g) {
       if (g > 0 && !slots_.empty()) {  // running rows (and groups admitted so far) wait one group at a time
         drop_dead_slots();
@@ -337,11 +297,77 @@ void Engine::run() {
       }
       admit(std::move(groups[g]));
     }
+    waiting_groups_ = nullptr;
     drop_dead_slots();
     if (!slots_.empty()) step();
     publish_stats();
   }
   publish_stats();
+}
+
+std::vector<Engine::Pending> Engine::take_admissions(Clock::time_point now, const std::vector<const Pending*>& reserved,
+                                                     bool during_encode) {
+  std::vector<Pending> taken;
+  if (during_encode && limits_.max_encode_tokens <= 0) return taken;
+  int64_t rows = state_.batch_size();
+  int64_t tokens = tokens_in_flight_;
+  int64_t encode_tokens = 0;
+  // What the batch would be with the next request: the tokens budget counts every row at the
+  // longest input, the state budget what the model holds (its masks and full attention's keys padded
+  // to the longest input, pooled keys at each request's own length).
+  BatchShape shape = queue_.empty() ? BatchShape{} : running_shape();
+  for (const Pending* p : reserved) {
+    const int64_t r = p->searcher->num_rows();
+    rows += r;
+    tokens += budget_of(*p);
+    shape = shape.joined(shape_of(*p->request, r));
+  }
+  // A request that does not fit lets later ones that do go first while it is younger than
+  // limits_.queue_bypass (a long document waiting for room does not hold up the short requests
+  // behind it); an older one stops admission until the rows leaving make room for it.
+  bool passed_over = false;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    const Pending& next = *it;
+    if (during_encode && (next.request->cancelled() || next.request->expired(now))) {
+      ++it;
+      continue;
+    }
+    const int64_t r = next.searcher->num_rows();
+    const int64_t b = budget_of(next);
+    const BatchShape joined = shape.joined(shape_of(*next.request, r));
+    // The tokens budget counts each row's own input (budget_of); the rest is padding.
+    const int64_t padding = (rows + r) * joined.state.encoder_positions - joined.row_inputs;
+    const bool empty_batch = slots_.empty() && taken.empty() && reserved.empty();
+    const bool fits =
+        empty_batch || (rows + r <= limits_.max_batch_rows &&
+                        (limits_.max_tokens_in_flight <= 0 || tokens + b + padding <= limits_.max_tokens_in_flight) &&
+                        (limits_.max_state_bytes <= 0 || state_bytes(joined) <= limits_.max_state_bytes));
+    if (!fits) {
+      if (now - next.request->accepted_at >= limits_.queue_bypass) break;
+      passed_over = true;
+      ++it;
+      continue;
+    }
+    const int64_t e = r * static_cast<int64_t>(next.request->input_ids.size());
+    if (limits_.max_encode_tokens > 0 && encode_tokens + e > limits_.max_encode_tokens) {
+      if (during_encode) {  // a longer one waits for run(); shorter ones behind it may still fit
+        ++it;
+        continue;
+      }
+      if (!taken.empty()) break;
+    }
+    rows += r;
+    tokens += b;
+    encode_tokens += e;
+    shape = joined;
+    if (passed_over) {
+      ++stats_.bypassed;
+      if (metrics_) metrics_->on_bypass();
+    }
+    taken.push_back(std::move(*it));
+    it = queue_.erase(it);
+  }
+  return taken;
 }
 
 void Engine::post_dropped(const Pending& p, Clock::time_point dequeued, Clock::time_point now, bool shutdown) {
@@ -386,17 +412,64 @@ bool Engine::abandon_encode(const std::vector<Pending>& batch) const {
 
 bool Engine::at_admission_pause(const std::vector<Pending>& batch) {
   if (abandon_encode(batch)) return true;
-  if (limits_.encode_stall.count() <= 0 || slots_.empty()) return false;
+  if (limits_.encode_stall.count() <= 0) return false;
   const auto now = Clock::now();
-  if (now - last_step_end_ < limits_.encode_stall) return false;
+  int64_t joined = 0;
+  // Only a request the cap let in alone (a long document) lets others in: encodes within the cap
+  // already bound the streams' stall, and one inside another would double it.
+  int64_t encode_tokens = 0;
+  for (const auto& p : batch)
+    encode_tokens += p.searcher->num_rows() * static_cast<int64_t>(p.request->input_ids.size());
+  // And no more than half the time: the long document's own encode goes on at least at half speed.
+  const bool its_turn = stepped_while_encoding_ <= (now - admission_started_) - stepped_while_encoding_;
+  if (!admitting_during_encode_ && limits_.max_encode_tokens > 0 && encode_tokens > limits_.max_encode_tokens &&
+      its_turn) {
+    joined = admit_during_encode(batch);
+    if (abandon_encode(batch)) return true;
+  }
+  if (slots_.empty() || (joined == 0 && Clock::now() - last_step_end_ < limits_.encode_stall)) {
+    stepped_while_encoding_ += Clock::now() - now;
+    return false;
+  }
   drop_dead_slots();
-  if (slots_.empty()) return false;
-  step();
+  if (!slots_.empty()) {
+    step();
+    if (metrics_) metrics_->on_step_while_encoding();
+    std::lock_guard lock(mu_);
+    ++stats_.steps_while_encoding;
+  }
   stepped_while_encoding_ += Clock::now() - now;
-  if (metrics_) metrics_->on_step_while_encoding();
-  std::lock_guard lock(mu_);
-  ++stats_.steps_while_encoding;
   return false;
+}
+
+int64_t Engine::admit_during_encode(const std::vector<Pending>& batch) {
+  std::vector<const Pending*> reserved;
+  for (const auto& p : batch) reserved.push_back(&p);
+  if (waiting_groups_ != nullptr) {
+    for (const auto& group : *waiting_groups_) {
+      for (const auto& p : group) reserved.push_back(&p);
+    }
+  }
+  std::vector<Pending> taken;
+  {
+    std::lock_guard lock(mu_);
+    if (queue_.empty()) return 0;
+    taken = take_admissions(Clock::now(), reserved, /*during_encode=*/true);
+    if (taken.empty()) return 0;
+    stats_.queued = static_cast<int64_t>(queue_.size());
+    stats_.admitted_while_encoding += static_cast<int64_t>(taken.size());
+    if (metrics_) metrics_->set_queue_depth(static_cast<double>(queue_.size()));
+  }
+  const auto n = static_cast<int64_t>(taken.size());
+  if (metrics_) metrics_->on_admitted_while_encoding(static_cast<uint64_t>(n));
+  spdlog::debug("model '{}': {} queued requests admitted during an encode of {}", name_, n, batch.size());
+  admitting_during_encode_ = true;  // their own pauses step the rows but admit no more (one level deep)
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{admitting_during_encode_};
+  for (auto& group : admission_groups(std::move(taken))) admit(std::move(group));
+  return n;
 }
 
 EncoderOutput Engine::encode_batch(const std::vector<Pending>& batch) {
@@ -479,7 +552,13 @@ EncoderOutput Engine::encode_batch(const std::vector<Pending>& batch) {
 
 void Engine::admit(std::vector<Pending> batch) {
   const auto start = Clock::now();
-  stepped_while_encoding_ = {};
+  if (!admitting_during_encode_) admission_started_ = start;
+  // An admission during another's encode keeps its own count; the outer's resumes after it.
+  struct Restore {
+    Clock::duration& value;
+    Clock::duration saved;
+    ~Restore() { value = saved; }
+  } restore{stepped_while_encoding_, std::exchange(stepped_while_encoding_, Clock::duration{})};
   const int64_t n = static_cast<int64_t>(batch.size());
   auto expected = torch::empty({n}, torch::kInt64);
   auto ea = expected.accessor<int64_t, 1>();

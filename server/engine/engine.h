@@ -53,7 +53,11 @@ struct EngineLimits {
   // Between two sublayers of an admission's encode (and two layers of its start), the running rows take
   // a decode step once they have waited this long since their last one: an encode stalls the streams
   // for about this long plus one sublayer instead of the whole encoder (its own requests start that
-  // many steps later). 0 = the encode runs whole, then the rows step.
+  // many steps later). Between the sublayers of an encode over max_encode_tokens (a long document, let
+  // in alone), queued requests within that cap are encoded and join too, then step, as long as that and
+  // the steps have taken at most half the encode's time so far: the short ones behind a long document
+  // do not wait for its whole encode, which still runs at half speed or more. 0 = the encode runs whole,
+  // then the rows step.
   std::chrono::milliseconds encode_stall{0};
   int threads = 0;  // torch intra-op threads of the decode thread; 0 = leave as is
 };
@@ -71,19 +75,20 @@ struct EngineStats {
   // the engine's own per-step work: search, streaming, state reordering).
   double step_seconds = 0;
   double model_seconds = 0;
-  double reorder_seconds = 0;        // of the engine's part: selecting/compacting state rows after a step
-  double search_seconds = 0;         // of the engine's part: the requests' searchers (logits processors, pick)
-  double stream_seconds = 0;         // of the engine's part: queueing tokens and results for the delivery thread
-  double join_seconds = 0;           // admissions: adding the encoded rows to the running batch's state
-  double encode_seconds = 0;         // admissions: encoding and starting the rows' state
-  int64_t encodes = 0;               // encoder calls (one per admitted batch)
-  int64_t bypassed = 0;              // admissions ahead of an older request that did not fit (queue_bypass)
-  int64_t encodes_abandoned = 0;     // encoder calls stopped part-way: all their requests gone (cancelled,
-                                     // past the deadline, shutdown)
-  int64_t max_encoded_tokens = 0;    // the largest encoder call, in input tokens (rows * length)
-  int64_t encoder_cache_hits = 0;    // admitted requests whose encoder output came from the cache
-  int64_t encoder_cache_bytes = 0;   // what the cache holds
-  int64_t steps_while_encoding = 0;  // decoder steps run between encoder layers (encode_stall)
+  double reorder_seconds = 0;           // of the engine's part: selecting/compacting state rows after a step
+  double search_seconds = 0;            // of the engine's part: the requests' searchers (logits processors, pick)
+  double stream_seconds = 0;            // of the engine's part: queueing tokens and results for the delivery thread
+  double join_seconds = 0;              // admissions: adding the encoded rows to the running batch's state
+  double encode_seconds = 0;            // admissions: encoding and starting the rows' state
+  int64_t encodes = 0;                  // encoder calls (one per admitted batch)
+  int64_t bypassed = 0;                 // admissions ahead of an older request that did not fit (queue_bypass)
+  int64_t encodes_abandoned = 0;        // encoder calls stopped part-way: all their requests gone (cancelled,
+                                        // past the deadline, shutdown)
+  int64_t max_encoded_tokens = 0;       // the largest encoder call, in input tokens (rows * length)
+  int64_t encoder_cache_hits = 0;       // admitted requests whose encoder output came from the cache
+  int64_t encoder_cache_bytes = 0;      // what the cache holds
+  int64_t steps_while_encoding = 0;     // decoder steps run between encoder layers (encode_stall)
+  int64_t admitted_while_encoding = 0;  // requests encoded and joined between another encode's layers
 };
 
 // Thrown by submit(); the service maps them to RESOURCE_EXHAUSTED / UNAVAILABLE.
@@ -165,9 +170,19 @@ class Engine {
   void or_fail_all(const char* what, const std::function<void()>& work);
   // Ends such a pass: the slots at `kept_at` (positions in slots_) stay, in that order; the others go.
   void keep_slots(const std::vector<size_t>& kept_at);
+  // Under mu_: takes from queue_, in order, the requests that join the batch next within its limits
+  // (rows, tokens, state; `reserved`: taken, not yet joined, counted as joined). `during_encode`: an
+  // admission between another encode's layers: only requests within max_encode_tokens (together),
+  // none of them as the exception a longer one gets; cancelled and expired ones stay for run() to drop.
+  std::vector<Pending> take_admissions(Clock::time_point now, const std::vector<const Pending*>& reserved,
+                                       bool during_encode);
   // Asked between the layers of an admission's encode and start: abandons them (true) as abandon_encode
-  // says, or runs a decode step for the running rows once they have waited EngineLimits::encode_stall.
+  // says; otherwise, inside an encode over max_encode_tokens that has had at least half its time,
+  // admits the queued requests that fit (admit_during_encode), and steps the running rows once they have
+  // waited EngineLimits::encode_stall (or when some joined).
   bool at_admission_pause(const std::vector<Pending>& batch);
+  // Encodes and joins queued requests from inside `batch`'s pause; returns how many joined.
+  int64_t admit_during_encode(const std::vector<Pending>& batch);
   // One decode step over every live row (step_rows), under or_fail_all.
   void step();
   void step_rows();
@@ -225,6 +240,11 @@ class Engine {
   int64_t tokens_in_flight_ = 0;
   Clock::time_point last_step_end_{};
   Clock::duration stepped_while_encoding_{};  // by the admission being encoded: not its encode time
+  // run()'s admitted groups not yet encoded (their rows count against the limits of an admission
+  // during an encode); null outside run()'s admissions.
+  const std::vector<std::vector<Pending>>* waiting_groups_ = nullptr;
+  bool admitting_during_encode_ = false;   // such an admission runs: its own pauses only step
+  Clock::time_point admission_started_{};  // of the admission run() is encoding (not of one inside it)
   // publish_stats walks the state for its bytes and RAF figures at most every kStatsInterval while
   // rows are live (~75 us a walk: ~0.4% of a 32-row T5-small step if done at every step).
   Clock::time_point state_walked_{};

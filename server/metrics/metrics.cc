@@ -169,6 +169,12 @@ struct Metrics::Families {
                                        "that had stalled them (--encode-stall-ms); also in "
                                        "srformer_decode_steps_total.")
                                  .Register(r)),
+        admitted_while_encoding(BuildCounter()
+                                    .Name("srformer_requests_admitted_during_encodes_total")
+                                    .Help("Queued requests encoded and joined between two sublayers of another "
+                                          "encode that had run --encode-stall-ms (short ones do not wait for a "
+                                          "long document's whole encode).")
+                                    .Register(r)),
         encoder_cache_lookups(BuildCounter()
                                   .Name("srformer_encoder_cache_lookups_total")
                                   .Help("Admitted requests whose encoder output the cache held (result=hit) or not "
@@ -213,6 +219,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Counter>& segment_switches;
   prometheus::Family<prometheus::Counter>& bypasses;
   prometheus::Family<prometheus::Counter>& steps_while_encoding;
+  prometheus::Family<prometheus::Counter>& admitted_while_encoding;
   prometheus::Family<prometheus::Counter>& encoder_cache_lookups;
   prometheus::Family<prometheus::Gauge>& encoder_cache_bytes;
   prometheus::Family<prometheus::Counter>& kv_read;
@@ -241,6 +248,7 @@ ModelMetrics::ModelMetrics(Metrics& metrics, const std::string& model)
       segment_switches_total_(metrics.families_->segment_switches.Add({{"model", model}})),
       bypasses_total_(metrics.families_->bypasses.Add({{"model", model}})),
       steps_while_encoding_total_(metrics.families_->steps_while_encoding.Add({{"model", model}})),
+      admitted_while_encoding_total_(metrics.families_->admitted_while_encoding.Add({{"model", model}})),
       encoder_cache_hits_(metrics.families_->encoder_cache_lookups.Add({{"model", model}, {"result", "hit"}})),
       encoder_cache_misses_(metrics.families_->encoder_cache_lookups.Add({{"model", model}, {"result", "miss"}})),
       encoder_cache_bytes_(metrics.families_->encoder_cache_bytes.Add({{"model", model}})),
@@ -316,6 +324,9 @@ void ModelMetrics::on_segment_switches(std::uint64_t n) { segment_switches_total
 
 void ModelMetrics::on_bypass() { bypasses_total_.Increment(); }
 void ModelMetrics::on_step_while_encoding() { steps_while_encoding_total_.Increment(); }
+void ModelMetrics::on_admitted_while_encoding(std::uint64_t requests) {
+  admitted_while_encoding_total_.Increment(static_cast<double>(requests));
+}
 
 void ModelMetrics::on_encoder_cache(std::uint64_t hits, std::uint64_t misses, double bytes) {
   encoder_cache_hits_.Increment(static_cast<double>(hits));

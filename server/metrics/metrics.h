@@ -105,6 +105,8 @@ class ModelMetrics {
   // The running rows took a decode step between two sublayers of an encode (--encode-stall-ms); the step
   // itself is counted by on_step too.
   void on_step_while_encoding();
+  // Queued requests admitted between two sublayers of another encode (--encode-stall-ms).
+  void on_admitted_while_encoding(std::uint64_t requests);
   // Admitted requests whose encoder output the cache held (`hits`) or not (`misses`), and the bytes it
   // holds now (--encoder-cache-memory).
   void on_encoder_cache(std::uint64_t hits, std::uint64_t misses, double bytes);
@@ -139,6 +141,7 @@ class ModelMetrics {
   prometheus::Counter& segment_switches_total_;
   prometheus::Counter& bypasses_total_;
   prometheus::Counter& steps_while_encoding_total_;
+  prometheus::Counter& admitted_while_encoding_total_;
   prometheus::Counter& encoder_cache_hits_;
   prometheus::Counter& encoder_cache_misses_;
   prometheus::Gauge& encoder_cache_bytes_;

@@ -189,8 +189,9 @@ TEST_F(EndToEnd, Bf16OnTheCpuServesWhatOfflineBf16Gives) {
 
 TEST_F(EndToEnd, LoadGeneratorReportsThroughputAndLatency) {
   auto server = start();
+  // doc0 named twice: requests take the files in turn, so it gets half of them.
   auto r = run_command(kClient + " --target " + server->target() + " --load --concurrency 4 --requests 24 --json" +
-                       " --max-new-tokens 16 " + doc(0) + " " + doc(1) + " " + doc(2) + " " + doc(3));
+                       " --max-new-tokens 16 " + doc(0) + " " + doc(1) + " " + doc(0) + " " + doc(3));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["requests_ok"], 24);
@@ -200,6 +201,17 @@ TEST_F(EndToEnd, LoadGeneratorReportsThroughputAndLatency) {
   EXPECT_GT(j["ttft_ms"]["p50"].get<double>(), 0.0);
   EXPECT_LE(j["ttft_ms"]["p50"].get<double>(), j["ttft_ms"]["p99"].get<double>());
   EXPECT_GT(j["inter_token_ms"]["count"].get<int>(), 0);
+  // Each distinct document's own figures, by where it first appears among the files.
+  const auto& by = j["by_document"];
+  ASSERT_EQ(by.size(), 3u) << j.dump();
+  const std::vector<std::pair<int, int>> expected = {{0, 12}, {1, 6}, {3, 6}};  // (position = doc number, requests)
+  for (size_t d = 0; d < by.size(); ++d) {
+    EXPECT_EQ(by[d]["document"], expected[d].first);
+    EXPECT_EQ(by[d]["requests_ok"], expected[d].second);
+    EXPECT_EQ(by[d]["bytes"].get<size_t>(), read(doc(expected[d].first)).size());
+    EXPECT_EQ(by[d]["latency_ms"]["count"], expected[d].second);
+    EXPECT_LE(by[d]["ttft_ms"]["p50"].get<double>(), by[d]["latency_ms"]["p50"].get<double>());
+  }
 }
 
 TEST_F(EndToEnd, SigtermDrainsInFlightRequestsAndExitsZero) {

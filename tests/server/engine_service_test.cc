@@ -597,6 +597,119 @@ TEST(EngineService, RunningRowsStepBetweenTheLayersOfALongEncode) {
   }
 }
 
+// Between the layers of an encode over --max-encode-tokens (a long document, let in alone), a queued
+// request within the cap is encoded and joins (and takes its first steps there) instead of waiting for
+// the whole encode; not with --encode-stall-ms 0, not one over the cap, and not inside an encode within
+// the cap (that would stall the streams twice as long). Answers are the offline ones.
+TEST(EngineService, AShortRequestJoinsBetweenTheLayersOfALongEncode) {
+  struct Case {
+    int64_t stall_ms;
+    int64_t max_encode_tokens;
+    bool joins_inside;
+  };
+  for (const Case c : {Case{0, 100, false}, Case{1, 100, true}, Case{1, 60, false}, Case{1, 200, false}}) {
+    SCOPED_TRACE("--encode-stall-ms " + std::to_string(c.stall_ms) + " --max-encode-tokens " +
+                 std::to_string(c.max_encode_tokens));
+    server::Metrics metrics("");
+    FakeServerOptions so;
+    so.metrics = &metrics;
+    FakeModelOptions mo{256, 4, 5ms};
+    mo.encode_layers = 8;
+    mo.encode_layer_delay = 20ms;
+    so.models = {{"fake", mo}};
+    so.config.encode_stall_ms = c.stall_ms;
+    so.config.max_encode_tokens = c.max_encode_tokens;
+    TestServer server(so);
+    const std::string long_doc(150, 'x');  // 151 tokens
+    auto long_call = summarize_async(server, request(long_doc, 8, 1));
+    ASSERT_TRUE(server.wait_for([&](const server::EngineStats&) { return mo.encode_layers_run->load() >= 1; }));
+    auto short_call = summarize_async(server, request(doc_of(3), 8, 1));  // 67 tokens
+    const auto [status, resp] = short_call.get();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(ids_of(resp), offline(doc_of(3), 8, 1).tokens);
+    const auto [long_status, long_resp] = long_call.get();
+    ASSERT_TRUE(long_status.ok()) << long_status.error_message();
+    EXPECT_EQ(ids_of(long_resp), offline(long_doc, 8, 1).tokens);
+
+    const auto calls = mo.call_log->get();
+    const size_t second = calls.find('e', calls.find('e') + 1);
+    ASSERT_NE(second, std::string::npos) << calls;
+    size_t eighth_layer = std::string::npos;
+    for (int l = 0; l < mo.encode_layers; ++l) eighth_layer = calls.find('l', eighth_layer + 1);
+    const auto stats = server.engine().stats();
+    const auto counted = server::testing::sample(
+        metrics.scrape_text(), "srformer_requests_admitted_during_encodes_total", {{"model", "fake"}});
+    if (c.joins_inside) {
+      EXPECT_LT(second, eighth_layer) << "the short request's encode did not run inside the long one's: " << calls;
+      const size_t first_step = calls.find('s');
+      ASSERT_NE(first_step, std::string::npos) << calls;
+      EXPECT_LT(std::count(calls.begin(), calls.begin() + static_cast<std::ptrdiff_t>(first_step), 'l'),
+                2 * mo.encode_layers)
+          << "the short request took no step before the long encode ended: " << calls;
+    } else {
+      EXPECT_GT(second, eighth_layer) << calls;
+    }
+    EXPECT_EQ(stats.admitted_while_encoding, c.joins_inside ? 1 : 0);
+    EXPECT_EQ(counted, std::optional<double>(c.joins_inside ? 1.0 : 0.0));
+  }
+}
+
+// Encodes inside a long one take at most about half its time: with four short requests queued, each
+// encode as long as the long one's whole encoder (8 layers of 20 ms), one joins inside it, then the long
+// encode's own layers catch up and it ends with the others still queued (4 would join, one per layer,
+// without the rule).
+TEST(EngineService, ALongEncodeKeepsAtLeastHalfItsTime) {
+  FakeServerOptions so;
+  FakeModelOptions mo{256, 4, 5ms};
+  mo.encode_layers = 8;
+  mo.encode_layer_delay = 20ms;
+  so.models = {{"fake", mo}};
+  so.config.encode_stall_ms = 1;
+  so.config.max_encode_tokens = 100;  // one short request (67 tokens) per encode
+  TestServer server(so);
+  const std::string long_doc(150, 'x');
+  auto long_call = summarize_async(server, request(long_doc, 8, 1));
+  ASSERT_TRUE(server.wait_for([&](const server::EngineStats&) { return mo.encode_layers_run->load() >= 1; }));
+  std::vector<std::future<std::pair<grpc::Status, v1::SummarizeResponse>>> short_calls;
+  for (int i = 0; i < 4; ++i) short_calls.push_back(summarize_async(server, request(doc_of(3), 8, 1)));
+  for (auto& c : short_calls) {
+    const auto [status, resp] = c.get();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(ids_of(resp), offline(doc_of(3), 8, 1).tokens);
+  }
+  const auto [long_status, long_resp] = long_call.get();
+  ASSERT_TRUE(long_status.ok()) << long_status.error_message();
+  const auto joined = server.engine().stats().admitted_while_encoding;
+  EXPECT_GE(joined, 1);
+  EXPECT_LE(joined, 2) << mo.call_log->get();
+}
+
+// An encode that fails inside another's fails its own requests only: the long one's encode goes on.
+TEST(EngineService, AnEncodeFailingInsideAnotherFailsOnlyItsOwnRequests) {
+  FakeServerOptions so;
+  FakeModelOptions mo{256, 4, 5ms};
+  mo.encode_layers = 8;
+  mo.encode_layer_delay = 20ms;
+  mo.fail_encode_call = 2;  // the short request's, inside the long one's
+  so.models = {{"fake", mo}};
+  so.config.encode_stall_ms = 1;
+  so.config.max_encode_tokens = 100;
+  TestServer server(so);
+  const std::string long_doc(150, 'x');
+  auto long_call = summarize_async(server, request(long_doc, 8, 1));
+  ASSERT_TRUE(server.wait_for([&](const server::EngineStats&) { return mo.encode_layers_run->load() >= 1; }));
+  const auto [status, resp] = summarize_async(server, request(doc_of(3), 8, 1)).get();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(status.error_message().find("fake encoder fault"), std::string::npos) << status.error_message();
+  const auto [long_status, long_resp] = long_call.get();
+  ASSERT_TRUE(long_status.ok()) << long_status.error_message();
+  EXPECT_EQ(ids_of(long_resp), offline(long_doc, 8, 1).tokens);
+  EXPECT_EQ(server.engine().stats().admitted_while_encoding, 1);
+  const auto [next_status, next_resp] = summarize_async(server, request(doc_of(4), 8, 1)).get();  // still serving
+  ASSERT_TRUE(next_status.ok()) << next_status.error_message();
+  EXPECT_EQ(ids_of(next_resp), offline(doc_of(4), 8, 1).tokens);
+}
+
 // A fake model whose state is 1000 bytes per encoder position and row (per request where `pooled`:
 // beams share its input's keys), under a --max-state-memory of `positions` positions' worth.
 FakeServerOptions state_budget_options(int64_t positions, bool pooled = false) {

@@ -128,14 +128,14 @@ class FakeModel : public Seq2SeqModel {
       if (8 * mask.ne(0).sum().item<int64_t>() < 7 * mask.numel()) ++*options_.padded_encodes;
     }
     for (int layer = 0; layer < options_.encode_layers; ++layer) {
-      inside_encode_ = true;  // the engine may step the running rows from the hook
+      ++inside_encode_;  // the engine may step the running rows (or encode others) from the hook
       try {
         stop_if_asked(stop);
       } catch (...) {
-        inside_encode_ = false;
+        --inside_encode_;
         throw;
       }
-      inside_encode_ = false;
+      --inside_encode_;
       options_.call_log->add('l');
       ++*options_.encode_layers_run;
       std::this_thread::sleep_for(options_.encode_layer_delay);
@@ -168,7 +168,7 @@ class FakeModel : public Seq2SeqModel {
 
   torch::Tensor step(DecoderState& s, const torch::Tensor& tokens) override {
     if (options_.step_delay.count() > 0) std::this_thread::sleep_for(options_.step_delay);
-    if (++steps == options_.fail_step_call || (inside_encode_ && options_.fail_steps_inside_encode)) {
+    if (++steps == options_.fail_step_call || (inside_encode_ > 0 && options_.fail_steps_inside_encode)) {
       throw std::runtime_error("fake decoder fault");
     }
     options_.call_log->add('s');
@@ -214,7 +214,7 @@ class FakeModel : public Seq2SeqModel {
   std::atomic<int> steps{0};
 
  private:
-  bool inside_encode_ = false;  // in the stop hook of an encode (the engine's thread only)
+  int inside_encode_ = 0;  // encodes in their stop hook (the engine's thread only; one may run in another's)
   FakeModelOptions options_;
   ModelConfig config_;
   std::vector<std::pair<std::string, torch::Tensor>> params_;
