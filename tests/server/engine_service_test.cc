@@ -600,16 +600,19 @@ TEST(EngineService, RunningRowsStepBetweenTheLayersOfALongEncode) {
 // Between the layers of an encode over --max-encode-tokens (a long document, let in alone), a queued
 // request within the cap is encoded and joins (and takes its first steps there) instead of waiting for
 // the whole encode; not with --encode-stall-ms 0, not one over the cap, and not inside an encode within
-// the cap (that would stall the streams twice as long). Answers are the offline ones.
+// the cap (that would stall the streams twice as long), and not past the batch's limits, which count the
+// long document's rows as joined. Answers are the offline ones.
 TEST(EngineService, AShortRequestJoinsBetweenTheLayersOfALongEncode) {
   struct Case {
     int64_t stall_ms;
     int64_t max_encode_tokens;
     bool joins_inside;
+    int64_t max_batch_rows = 64;
   };
-  for (const Case c : {Case{0, 100, false}, Case{1, 100, true}, Case{1, 60, false}, Case{1, 200, false}}) {
+  for (const Case c : {Case{0, 100, false}, Case{1, 100, true}, Case{1, 60, false}, Case{1, 200, false},
+                       Case{1, 100, false, /*max_batch_rows=*/1}}) {
     SCOPED_TRACE("--encode-stall-ms " + std::to_string(c.stall_ms) + " --max-encode-tokens " +
-                 std::to_string(c.max_encode_tokens));
+                 std::to_string(c.max_encode_tokens) + " --max-batch-rows " + std::to_string(c.max_batch_rows));
     server::Metrics metrics("");
     FakeServerOptions so;
     so.metrics = &metrics;
@@ -619,6 +622,7 @@ TEST(EngineService, AShortRequestJoinsBetweenTheLayersOfALongEncode) {
     so.models = {{"fake", mo}};
     so.config.encode_stall_ms = c.stall_ms;
     so.config.max_encode_tokens = c.max_encode_tokens;
+    so.config.max_batch_rows = c.max_batch_rows;
     TestServer server(so);
     const std::string long_doc(150, 'x');  // 151 tokens
     auto long_call = summarize_async(server, request(long_doc, 8, 1));
