@@ -246,5 +246,45 @@ TEST_F(RealModel, EncoderCacheGivesTheSameAnswersAndSkipsTheEncoder) {
   cached.shutdown(std::chrono::milliseconds(1000));
 }
 
+// A long document (over --max-encode-tokens, encoded alone) lets the short requests queued behind it be
+// encoded, started and joined between its sublayers: the real encoder paused inside another encode.
+// Every answer is what generate() gives alone. Sent as one SummarizeBatch (queued together, the long
+// one first), again until one joined inside (the long encode takes a few ms; nothing forces the order).
+TEST_F(RealModel, ShortRequestsJoiningInsideALongEncodeGiveTheOfflineAnswers) {
+  server::ServerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "";
+  config.max_new_tokens_cap = 64;
+  config.max_encode_tokens = 96;
+  config.encode_stall_ms = 1;
+  std::vector<server::LoadedModel> models;
+  models.push_back(server::load_model_dir({"t5", dir_->string()}, config));
+  server::Server nesting(config, std::move(models));
+  nesting.start();
+  auto stub = v1::Summarizer::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(nesting.port()), grpc::InsecureChannelCredentials()));
+  v1::SummarizeBatchRequest batch;
+  *batch.add_requests() = request(synthetic_text(150, 41), 12, 1);
+  for (int i = 0; i < 6; ++i)
+    *batch.add_requests() = request(synthetic_text(2, 50 + static_cast<uint32_t>(i)), 10, 1 + i % 3);
+  ASSERT_GT(tokenizer_->encode(batch.requests(0).document()).size(), 96u * 4);
+  for (int attempt = 0; attempt < 10 && nesting.models().find("t5")->stats().admitted_while_encoding == 0; ++attempt) {
+    grpc::ClientContext ctx;
+    v1::SummarizeBatchResponse resp;
+    const auto status = stub->SummarizeBatch(&ctx, batch, &resp);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    ASSERT_EQ(resp.responses_size(), batch.requests_size());
+    for (int i = 0; i < batch.requests_size(); ++i) {
+      const auto& req = batch.requests(i);
+      EXPECT_EQ(ids_of(resp.responses(i)),
+                offline(req.document(), req.options().max_new_tokens(), req.options().num_beams()))
+          << "request " << i << ", attempt " << attempt;
+    }
+  }
+  EXPECT_GT(nesting.models().find("t5")->stats().admitted_while_encoding, 0)
+      << "no short request joined inside the long encode in 10 attempts";
+  nesting.shutdown(std::chrono::milliseconds(1000));
+}
+
 }  // namespace
 }  // namespace srformer::testing
