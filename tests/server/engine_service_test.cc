@@ -267,12 +267,13 @@ TEST(EngineService, DeadlineEndsTheRequestAndFreesItsState) {
   EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_rows == 0 && s.state_bytes == 0; }, 2s));
 }
 
-// A fake encoder of 50 layers x 40 ms: a request that goes while it encodes stops it within a layer
-// (deadline, cancellation, shutdown), where the whole encode would run 2 s for nobody.
-FakeModelOptions slow_encoder() {
+// A fake encoder of `layers` x `delay` (each layer logged; steps of 5 ms). By default 50 x 40 ms: a request
+// that goes while it encodes stops it within a layer (deadline, cancellation, shutdown), where the whole
+// encode would run 2 s for nobody.
+FakeModelOptions slow_encoder(int layers = 50, std::chrono::milliseconds delay = 40ms) {
   FakeModelOptions mo{256, 4, 5ms};
-  mo.encode_layers = 50;
-  mo.encode_layer_delay = 40ms;
+  mo.encode_layers = layers;
+  mo.encode_layer_delay = delay;
   return mo;
 }
 
@@ -557,9 +558,7 @@ TEST(EngineService, RunningRowsStepBetweenTheLayersOfALongEncode) {
     server::Metrics metrics("");
     FakeServerOptions so;
     so.metrics = &metrics;
-    FakeModelOptions mo{256, 4, 5ms};
-    mo.encode_layers = 8;
-    mo.encode_layer_delay = 20ms;
+    const FakeModelOptions mo = slow_encoder(8, 20ms);
     so.models = {{"fake", mo}};
     so.config.encode_stall_ms = stall_ms;
     TestServer server(so);
@@ -616,9 +615,7 @@ TEST(EngineService, AShortRequestJoinsBetweenTheLayersOfALongEncode) {
     server::Metrics metrics("");
     FakeServerOptions so;
     so.metrics = &metrics;
-    FakeModelOptions mo{256, 4, 5ms};
-    mo.encode_layers = 8;
-    mo.encode_layer_delay = 20ms;
+    const FakeModelOptions mo = slow_encoder(8, 20ms);
     so.models = {{"fake", mo}};
     so.config.encode_stall_ms = c.stall_ms;
     so.config.max_encode_tokens = c.max_encode_tokens;
@@ -626,7 +623,7 @@ TEST(EngineService, AShortRequestJoinsBetweenTheLayersOfALongEncode) {
     TestServer server(so);
     const std::string long_doc(150, 'x');  // 151 tokens
     auto long_call = summarize_async(server, request(long_doc, 8, 1));
-    ASSERT_TRUE(server.wait_for([&](const server::EngineStats&) { return mo.encode_layers_run->load() >= 1; }));
+    ASSERT_TRUE(encode_started(mo));
     auto short_call = summarize_async(server, request(doc_of(3), 8, 1));  // 67 tokens
     const auto [status, resp] = short_call.get();
     ASSERT_TRUE(status.ok()) << status.error_message();
@@ -664,16 +661,14 @@ TEST(EngineService, AShortRequestJoinsBetweenTheLayersOfALongEncode) {
 // without the rule).
 TEST(EngineService, ALongEncodeKeepsAtLeastHalfItsTime) {
   FakeServerOptions so;
-  FakeModelOptions mo{256, 4, 5ms};
-  mo.encode_layers = 8;
-  mo.encode_layer_delay = 20ms;
+  FakeModelOptions mo = slow_encoder(8, 20ms);
   so.models = {{"fake", mo}};
   so.config.encode_stall_ms = 1;
   so.config.max_encode_tokens = 100;  // one short request (67 tokens) per encode
   TestServer server(so);
   const std::string long_doc(150, 'x');
   auto long_call = summarize_async(server, request(long_doc, 8, 1));
-  ASSERT_TRUE(server.wait_for([&](const server::EngineStats&) { return mo.encode_layers_run->load() >= 1; }));
+  ASSERT_TRUE(encode_started(mo));
   std::vector<std::future<std::pair<grpc::Status, v1::SummarizeResponse>>> short_calls;
   for (int i = 0; i < 4; ++i) short_calls.push_back(summarize_async(server, request(doc_of(3), 8, 1)));
   for (auto& c : short_calls) {
@@ -691,9 +686,7 @@ TEST(EngineService, ALongEncodeKeepsAtLeastHalfItsTime) {
 // An encode that fails inside another's fails its own requests only: the long one's encode goes on.
 TEST(EngineService, AnEncodeFailingInsideAnotherFailsOnlyItsOwnRequests) {
   FakeServerOptions so;
-  FakeModelOptions mo{256, 4, 5ms};
-  mo.encode_layers = 8;
-  mo.encode_layer_delay = 20ms;
+  FakeModelOptions mo = slow_encoder(8, 20ms);
   mo.fail_encode_call = 2;  // the short request's, inside the long one's
   so.models = {{"fake", mo}};
   so.config.encode_stall_ms = 1;
@@ -701,7 +694,7 @@ TEST(EngineService, AnEncodeFailingInsideAnotherFailsOnlyItsOwnRequests) {
   TestServer server(so);
   const std::string long_doc(150, 'x');
   auto long_call = summarize_async(server, request(long_doc, 8, 1));
-  ASSERT_TRUE(server.wait_for([&](const server::EngineStats&) { return mo.encode_layers_run->load() >= 1; }));
+  ASSERT_TRUE(encode_started(mo));
   const auto [status, resp] = summarize_async(server, request(doc_of(3), 8, 1)).get();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL);
   EXPECT_NE(status.error_message().find("fake encoder fault"), std::string::npos) << status.error_message();
