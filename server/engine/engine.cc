@@ -19,6 +19,21 @@ namespace srformer::server {
 
 namespace {
 
+// Sets a decode-thread member for a scope; what it held before comes back at the scope's end, however
+// the scope ends (an admission inside another's encode must leave the outer's bookkeeping as it was).
+template <typename T>
+class ScopedValue {
+ public:
+  ScopedValue(T& value, T during) : value_(value), saved_(std::exchange(value, std::move(during))) {}
+  ~ScopedValue() { value_ = std::move(saved_); }
+  ScopedValue(const ScopedValue&) = delete;
+  ScopedValue& operator=(const ScopedValue&) = delete;
+
+ private:
+  T& value_;
+  T saved_;
+};
+
 double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
@@ -204,9 +219,8 @@ void Engine::stop() {
         100.0 * s.stream_seconds / s.step_seconds);
     spdlog::info(
         "model '{}': {} encoder calls, {:.3f} s encoding and starting rows, {:.3f} s joining them to the batch, "
-        "{} decode steps and {} requests admitted during encodes; {} requests went ahead of an older one waiting for "
-        "room; {} "
-        "requests' encoder output from the cache",
+        "{} decode steps and {} requests admitted during encodes; {} requests went ahead of an older one "
+        "waiting for room; {} requests' encoder output from the cache",
         name_, s.encodes, s.encode_seconds, s.join_seconds, s.steps_while_encoding, s.admitted_while_encoding,
         s.bypassed, s.encoder_cache_hits);
   }
@@ -463,11 +477,7 @@ int64_t Engine::admit_during_encode(const std::vector<Pending>& batch) {
   const auto n = static_cast<int64_t>(taken.size());
   if (metrics_) metrics_->on_admitted_while_encoding(static_cast<uint64_t>(n));
   spdlog::debug("model '{}': {} queued requests admitted during an encode of {}", name_, n, batch.size());
-  admitting_during_encode_ = true;  // their own pauses step the rows but admit no more (one level deep)
-  struct Reset {
-    bool& flag;
-    ~Reset() { flag = false; }
-  } reset{admitting_during_encode_};
+  const ScopedValue one_level(admitting_during_encode_, true);  // their own pauses step the rows, admit none
   for (auto& group : admission_groups(std::move(taken))) admit(std::move(group));
   return n;
 }
@@ -554,11 +564,7 @@ void Engine::admit(std::vector<Pending> batch) {
   const auto start = Clock::now();
   if (!admitting_during_encode_) admission_started_ = start;
   // An admission during another's encode keeps its own count; the outer's resumes after it.
-  struct Restore {
-    Clock::duration& value;
-    Clock::duration saved;
-    ~Restore() { value = saved; }
-  } restore{stepped_while_encoding_, std::exchange(stepped_while_encoding_, Clock::duration{})};
+  const ScopedValue own_count(stepped_while_encoding_, Clock::duration{});
   const int64_t n = static_cast<int64_t>(batch.size());
   auto expected = torch::empty({n}, torch::kInt64);
   auto ea = expected.accessor<int64_t, 1>();
