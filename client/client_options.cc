@@ -57,8 +57,10 @@ generation options (unset = the model's defaults):
   --num-return-sequences N (beam search: also the next best hypotheses; printed with --json)
 load generator:
   --load --concurrency N (--requests M | --duration S) FILE...
-      streams requests over the FILEs round-robin; prints throughput (tokens/s, requests/s),
-      time to first token and inter-token latency p50/p90/p99 (with --json: one JSON object)
+      streams requests over the FILEs round-robin (name a FILE twice to send it twice as often);
+      prints throughput (tokens/s, requests/s), time to first token, inter-token and request latency
+      p50/p90/p99, and with several distinct FILEs each one's own (with --json: one JSON object,
+      those under "by_document")
 )";
 }
 
