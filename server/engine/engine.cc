@@ -430,12 +430,14 @@ bool Engine::at_admission_pause(const std::vector<Pending>& batch) {
   const auto now = Clock::now();
   int64_t joined = 0;
   // Only a request the cap let in alone (a long document) lets others in: encodes within the cap
-  // already bound the streams' stall, and one inside another would double it.
+  // already bound the streams' stall, and one inside another would double it. Only once it has run
+  // encode_stall (one just over the cap ends about as soon as the next admission would start), and
+  // for no more than half its time (the long document's own encode goes on at least at half speed).
   int64_t encode_tokens = 0;
   for (const auto& p : batch)
     encode_tokens += p.searcher->num_rows() * static_cast<int64_t>(p.request->input_ids.size());
-  // And no more than half the time: the long document's own encode goes on at least at half speed.
-  const bool its_turn = stepped_while_encoding_ <= (now - admission_started_) - stepped_while_encoding_;
+  const auto running = now - admission_started_;
+  const bool its_turn = running >= limits_.encode_stall && stepped_while_encoding_ <= running - stepped_while_encoding_;
   if (!admitting_during_encode_ && limits_.max_encode_tokens > 0 && encode_tokens > limits_.max_encode_tokens &&
       its_turn) {
     joined = admit_during_encode(batch);

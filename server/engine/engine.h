@@ -54,10 +54,10 @@ struct EngineLimits {
   // a decode step once they have waited this long since their last one: an encode stalls the streams
   // for about this long plus one sublayer instead of the whole encoder (its own requests start that
   // many steps later). Between the sublayers of an encode over max_encode_tokens (a long document, let
-  // in alone), queued requests within that cap are encoded and join too, then step, as long as that and
-  // the steps have taken at most half the encode's time so far: the short ones behind a long document
-  // do not wait for its whole encode, which still runs at half speed or more. 0 = the encode runs whole,
-  // then the rows step.
+  // in alone) that has run this long, queued requests within that cap are encoded and join too, then
+  // step, as long as that and the steps have taken at most half the encode's time so far: the short ones
+  // behind a long document do not wait for its whole encode, which still runs at half speed or more.
+  // 0 = the encode runs whole, then the rows step.
   std::chrono::milliseconds encode_stall{0};
   int threads = 0;  // torch intra-op threads of the decode thread; 0 = leave as is
 };
@@ -177,9 +177,9 @@ class Engine {
   std::vector<Pending> take_admissions(Clock::time_point now, const std::vector<const Pending*>& reserved,
                                        bool during_encode);
   // Asked between the layers of an admission's encode and start: abandons them (true) as abandon_encode
-  // says; otherwise, inside an encode over max_encode_tokens that has had at least half its time,
-  // admits the queued requests that fit (admit_during_encode), and steps the running rows once they have
-  // waited EngineLimits::encode_stall (or when some joined).
+  // says; otherwise, inside an encode over max_encode_tokens that has run EngineLimits::encode_stall and
+  // had at least half its time, admits the queued requests that fit (admit_during_encode), and steps the
+  // running rows once they have waited EngineLimits::encode_stall (or when some joined).
   bool at_admission_pause(const std::vector<Pending>& batch);
   // Encodes and joins queued requests from inside `batch`'s pause; returns how many joined.
   int64_t admit_during_encode(const std::vector<Pending>& batch);

@@ -598,9 +598,10 @@ TEST(EngineService, RunningRowsStepBetweenTheLayersOfALongEncode) {
 
 // Between the layers of an encode over --max-encode-tokens (a long document, let in alone), a queued
 // request within the cap is encoded and joins (and takes its first steps there) instead of waiting for
-// the whole encode; not with --encode-stall-ms 0, not one over the cap, and not inside an encode within
-// the cap (that would stall the streams twice as long), and not past the batch's limits, which count the
-// long document's rows as joined. Answers are the offline ones.
+// the whole encode; not with --encode-stall-ms 0, not one over the cap, not inside an encode within the
+// cap (that would stall the streams twice as long), not past the batch's limits, which count the long
+// document's rows as joined, and not before the long encode has run --encode-stall-ms (here 160 ms in
+// all against 1000). Answers are the offline ones.
 TEST(EngineService, AShortRequestJoinsBetweenTheLayersOfALongEncode) {
   struct Case {
     int64_t stall_ms;
@@ -609,7 +610,7 @@ TEST(EngineService, AShortRequestJoinsBetweenTheLayersOfALongEncode) {
     int64_t max_batch_rows = 64;
   };
   for (const Case c : {Case{0, 100, false}, Case{1, 100, true}, Case{1, 60, false}, Case{1, 200, false},
-                       Case{1, 100, false, /*max_batch_rows=*/1}}) {
+                       Case{1, 100, false, /*max_batch_rows=*/1}, Case{1000, 100, false}}) {
     SCOPED_TRACE("--encode-stall-ms " + std::to_string(c.stall_ms) + " --max-encode-tokens " +
                  std::to_string(c.max_encode_tokens) + " --max-batch-rows " + std::to_string(c.max_batch_rows));
     server::Metrics metrics("");
