@@ -708,6 +708,71 @@ TEST(EngineService, AnEncodeFailingInsideAnotherFailsOnlyItsOwnRequests) {
   EXPECT_EQ(ids_of(next_resp), offline(doc_of(4), 8, 1).tokens);
 }
 
+// Random traffic around long encodes: long and short documents, greedy and beams, some deadlines short
+// enough to expire while queued, encoding (inside another's encode or not) or decoding, under a small
+// batch. Every request ends once, with its offline answer or DEADLINE_EXCEEDED, and the engine ends
+// empty.
+TEST(EngineService, RandomTrafficAroundLongEncodesEndsEveryRequestWithItsAnswer) {
+  FakeServerOptions so;
+  so.models = {{"fake", slow_encoder(4, 5ms)}};
+  so.config.encode_stall_ms = 1;
+  so.config.max_encode_tokens = 40;
+  so.config.max_batch_rows = 8;
+  TestServer server(so);
+  std::mt19937 rng(31);
+  struct Call {
+    v1::SummarizeRequest req;
+    int deadline_ms = 0;  // 0: none
+  };
+  std::vector<Call> calls;
+  for (int i = 0; i < 48; ++i) {
+    Call c;
+    const bool long_doc = rng() % 3 == 0;
+    const std::string doc = long_doc ? std::string(60 + rng() % 60, static_cast<char>('a' + rng() % 26)) : doc_of(i);
+    c.req = request(doc, 4 + static_cast<int>(rng() % 12), 1 + static_cast<int>(rng() % 3));
+    if (rng() % 4 == 0) c.deadline_ms = 5 + static_cast<int>(rng() % 80);
+    calls.push_back(std::move(c));
+  }
+  std::atomic<size_t> next{0};
+  std::vector<std::pair<grpc::Status, v1::SummarizeResponse>> results(calls.size());
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t) {
+    clients.emplace_back([&] {
+      for (size_t i = next++; i < calls.size(); i = next++) {
+        grpc::ClientContext ctx;
+        if (calls[i].deadline_ms > 0)
+          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(calls[i].deadline_ms));
+        results[i].first = server.stub().Summarize(&ctx, calls[i].req, &results[i].second);
+      }
+    });
+  }
+  for (auto& c : clients) c.join();
+  int ok = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const auto& [status, resp] = results[i];
+    const auto& o = calls[i].req.options();
+    if (status.ok()) {
+      ++ok;
+      EXPECT_EQ(ids_of(resp), offline(calls[i].req.document(), o.max_new_tokens(), o.num_beams()).tokens)
+          << "request " << i;
+    } else {
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+          << "request " << i << ": " << status.error_message();
+      EXPECT_GT(calls[i].deadline_ms, 0) << "request " << i << " had no deadline";
+    }
+  }
+  const auto without_deadline =
+      std::count_if(calls.begin(), calls.end(), [](const Call& c) { return c.deadline_ms == 0; });
+  EXPECT_GE(ok, without_deadline);
+  EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) {
+    return s.queued == 0 && s.live_requests == 0 && s.live_rows == 0 && s.state_bytes == 0;
+  })) << "the engine did not end empty";
+  const auto stats = server.engine().stats();
+  std::printf("%lld requests joined inside long encodes, %lld steps between layers\n",
+              static_cast<long long>(stats.admitted_while_encoding),
+              static_cast<long long>(stats.steps_while_encoding));
+}
+
 // A fake model whose state is 1000 bytes per encoder position and row (per request where `pooled`:
 // beams share its input's keys), under a --max-state-memory of `positions` positions' worth.
 FakeServerOptions state_budget_options(int64_t positions, bool pooled = false) {
