@@ -165,9 +165,9 @@ struct Metrics::Families {
                      .Register(r)),
         steps_while_encoding(BuildCounter()
                                  .Name("srformer_decode_steps_during_encodes_total")
-                                 .Help("Decode steps the running rows took between two sublayers of an encode "
-                                       "that had stalled them (--encode-stall-ms); also in "
-                                       "srformer_decode_steps_total.")
+                                 .Help("Decode steps the running rows took between two sublayers of an encode, "
+                                       "once it had stalled them for --encode-stall-ms or when requests joined "
+                                       "inside it; also in srformer_decode_steps_total.")
                                  .Register(r)),
         admitted_while_encoding(BuildCounter()
                                     .Name("srformer_requests_admitted_during_encodes_total")
