@@ -258,9 +258,13 @@ Engine::BatchShape Engine::running_shape() const {
 
 int64_t Engine::state_bytes(const BatchShape& shape) const { return footprint_.bytes(shape.state); }
 
-int64_t Engine::budget_of(const Pending& p) const {
+int64_t Engine::budget_of(const Pending& p) {
   return p.searcher->num_rows() *
          (static_cast<int64_t>(p.request->input_ids.size()) + p.request->options.max_new_tokens);
+}
+
+int64_t Engine::encode_tokens_of(const Pending& p) {
+  return p.searcher->num_rows() * static_cast<int64_t>(p.request->input_ids.size());
 }
 
 void Engine::run() {
@@ -322,7 +326,6 @@ void Engine::run() {
 std::vector<Engine::Pending> Engine::take_admissions(Clock::time_point now, const std::vector<const Pending*>& reserved,
                                                      bool during_encode) {
   std::vector<Pending> taken;
-  if (during_encode && limits_.max_encode_tokens <= 0) return taken;
   int64_t rows = state_.batch_size();
   int64_t tokens = tokens_in_flight_;
   int64_t encode_tokens = 0;
@@ -362,7 +365,7 @@ std::vector<Engine::Pending> Engine::take_admissions(Clock::time_point now, cons
       ++it;
       continue;
     }
-    const int64_t e = r * static_cast<int64_t>(next.request->input_ids.size());
+    const int64_t e = encode_tokens_of(next);
     if (limits_.max_encode_tokens > 0 && encode_tokens + e > limits_.max_encode_tokens) {
       if (during_encode) {  // a longer one waits for run(); shorter ones behind it may still fit
         ++it;
@@ -433,13 +436,14 @@ bool Engine::at_admission_pause(const std::vector<Pending>& batch) {
   // already bound the streams' stall, and one inside another would double it. Only once it has run
   // encode_stall (one just over the cap ends about as soon as the next admission would start), and
   // for no more than half its time (the long document's own encode goes on at least at half speed).
-  int64_t encode_tokens = 0;
-  for (const auto& p : batch)
-    encode_tokens += p.searcher->num_rows() * static_cast<int64_t>(p.request->input_ids.size());
+  const auto over_the_cap = [this, &batch] {
+    int64_t tokens = 0;
+    for (const auto& p : batch) tokens += encode_tokens_of(p);
+    return tokens > limits_.max_encode_tokens;
+  };
   const auto running = now - admission_started_;
   const bool its_turn = running >= limits_.encode_stall && stepped_while_encoding_ <= running - stepped_while_encoding_;
-  if (!admitting_during_encode_ && limits_.max_encode_tokens > 0 && encode_tokens > limits_.max_encode_tokens &&
-      its_turn) {
+  if (!admitting_during_encode_ && limits_.max_encode_tokens > 0 && its_turn && over_the_cap()) {
     joined = admit_during_encode(batch);
     if (abandon_encode(batch)) return true;
   }
@@ -621,9 +625,9 @@ void Engine::admit(std::vector<Pending> batch) {
   }
   int64_t rows = 0;
   for (auto& p : batch) {
+    const int64_t budget = budget_of(p);
     auto slot = std::make_unique<Slot>(std::move(p), *tokenizer_);
-    slot->budget =
-        slot->rows * (static_cast<int64_t>(slot->request->input_ids.size()) + slot->request->options.max_new_tokens);
+    slot->budget = budget;
     slot->next_tokens = torch::full({slot->rows}, slot->request->options.decoder_start_token_id, torch::kInt64);
     slot->admitted_at = start;
     slot->decode_start = encoded;

@@ -172,7 +172,7 @@ class Engine {
   void keep_slots(const std::vector<size_t>& kept_at);
   // Under mu_: takes from queue_, in order, the requests that join the batch next within its limits
   // (rows, tokens, state; `reserved`: taken, not yet joined, counted as joined). `during_encode`: an
-  // admission between another encode's layers: only requests within max_encode_tokens (together),
+  // admission between another encode's layers (max_encode_tokens set): only requests within it (together),
   // none of them as the exception a longer one gets; cancelled and expired ones stay for run() to drop.
   std::vector<Pending> take_admissions(Clock::time_point now, const std::vector<const Pending*>& reserved,
                                        bool during_encode);
@@ -197,7 +197,10 @@ class Engine {
   Delivery::Job finish_slot(Slot& slot, int64_t row_offset, RequestOutcome outcome, FinishReason reason);
   void fail_all(const std::string& error);
   void publish_stats();
-  int64_t budget_of(const Pending& p) const;
+  // What a request counts against the tokens budget (rows × (input + max_new_tokens)), and against
+  // EngineLimits::max_encode_tokens (rows × input).
+  static int64_t budget_of(const Pending& p);
+  static int64_t encode_tokens_of(const Pending& p);
   // What the memory bounds count of a batch: its extent for the state budget (what every row is
   // padded to, what each request holds of its own) and Σ rows × own input length for the tokens budget.
   struct BatchShape {
