@@ -1,12 +1,16 @@
 #include "model/tokenizer/sentencepiece_tokenizer.h"
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 #include <stdexcept>
 
 #include "model/tokenizer/tokenizer_error.h"
+#include "model/tokenizer/protobuf_wire.h"
 #include "model/tokenizer/tokenizer_files.h"
 #include "model/tokenizer/unigram_tokenizer_json.h"
+#include "model/tokenizer/utf8.h"
 
 namespace srformer {
 
@@ -45,6 +49,36 @@ void read_token_name(const nlohmann::json& j, const char* role, std::string& nam
   if (auto content = token_content(j[role])) name = std::move(*content);
 }
 
+// The serialized model without SentencePiece's dummy prefix. Protobuf merges an embedded message
+// that comes twice, so a second NormalizerSpec (ModelProto field 3) holding only add_dummy_prefix
+// (its field 3) = false overrides that one setting and keeps the rest.
+SentencePieceProcessor load_unprefixed(std::string serialized) {
+  std::string spec;
+  wire::put_bool(spec, 3, false);
+  wire::put_bytes(serialized, 3, spec);
+  return SentencePieceProcessor::load_from_bytes(serialized);
+}
+
+std::string read_binary_file(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  if (!in) throw TokenizerLoadError("cannot read " + file.string());
+  return bytes.str();
+}
+
+// Hugging Face's "first" prepend scheme for a directory with spiece.model: its tokenizer.json says so
+// where it has one (what the fast tokenizer runs), else tokenizer_config.json's "legacy": false (what
+// T5Tokenizer and its conversion to the fast one follow).
+bool prefixes_first_only(const fs::path& model_dir, const nlohmann::json* parsed_tokenizer_json,
+                         const std::optional<nlohmann::json>& config) {
+  std::optional<nlohmann::json> read_here;
+  if (const nlohmann::json* tj = tokenizer_json_of(model_dir, parsed_tokenizer_json, read_here)) {
+    return metaspace_prefixes_first_only(*tj);
+  }
+  return config && config->contains("legacy") && (*config)["legacy"] == false;
+}
+
 // A fast-tokenizer-only checkpoint: the SentencePiece model its tokenizer.json was converted from.
 std::unique_ptr<SentencePieceTokenizer> load_from_tokenizer_json(const fs::path& model_dir,
                                                                  const nlohmann::json* parsed_tokenizer_json) {
@@ -66,8 +100,9 @@ std::unique_ptr<SentencePieceTokenizer> load_from_tokenizer_json(const fs::path&
   }
   const auto converted = sentencepiece_model_from_tokenizer_json(*tj, file.string(), names);
   try {
-    return std::make_unique<SentencePieceTokenizer>(SentencePieceProcessor::load_from_bytes(converted.model_proto),
-                                                    converted.extra_ids);
+    return std::make_unique<SentencePieceTokenizer>(
+        SentencePieceProcessor::load_from_bytes(converted.model_proto), converted.extra_ids,
+        converted.prefix_first_only ? std::optional(load_unprefixed(converted.model_proto)) : std::nullopt);
   } catch (const std::runtime_error& e) {
     throw TokenizerLoadError("cannot load the SentencePiece model of " + file.string() + ": " + e.what());
   }
@@ -81,7 +116,8 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
   if (!fs::exists(model_file)) return load_from_tokenizer_json(model_dir, parsed_tokenizer_json);
   std::optional<int64_t> extra_ids;
   int64_t listed = 0;
-  if (const auto config = read_tokenizer_file_if_present(model_dir / "tokenizer_config.json")) {
+  const auto config = read_tokenizer_file_if_present(model_dir / "tokenizer_config.json");
+  if (config) {
     if (config->contains("extra_ids") && (*config)["extra_ids"].is_number_integer()) {
       extra_ids = (*config)["extra_ids"].get<int64_t>();
     }
@@ -99,7 +135,10 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
     n = 0;
   }
   try {
-    return std::make_unique<SentencePieceTokenizer>(SentencePieceProcessor::load(model_file), n);
+    auto unprefixed = prefixes_first_only(model_dir, parsed_tokenizer_json, config)
+                          ? std::optional(load_unprefixed(read_binary_file(model_file)))
+                          : std::nullopt;
+    return std::make_unique<SentencePieceTokenizer>(SentencePieceProcessor::load(model_file), n, std::move(unprefixed));
   } catch (const TokenizerLoadError&) {
     throw;
   } catch (const std::runtime_error& e) {
@@ -107,8 +146,9 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
   }
 }
 
-SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids)
-    : sp_(std::move(sp)), sp_size_(sp_.vocab_size()), extra_ids_(extra_ids) {
+SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids,
+                                               std::optional<SentencePieceProcessor> unprefixed)
+    : sp_(std::move(sp)), unprefixed_(std::move(unprefixed)), sp_size_(sp_.vocab_size()), extra_ids_(extra_ids) {
   if (extra_ids_ < 0) throw std::invalid_argument("extra_ids must be >= 0, got " + std::to_string(extra_ids_));
   bos_ = valid_id(sp_.bos_id());
   eos_ = valid_id(sp_.eos_id());
@@ -119,6 +159,17 @@ SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_
   }
   for (int64_t id = sp_size_; id < vocab_size(); ++id) specials.push_back({id_to_token(id), id});
   splitter_ = AddedTokenSplitter(std::move(specials));
+  if (unprefixed_) {
+    for (const char* candidate : {"a", "x", "e", "0", "."}) {
+      const auto ids = unprefixed_->encode(std::string(candidate) + " b");
+      if (ids.size() >= 2 && unprefixed_->id_to_piece(ids[0]) == candidate &&
+          unprefixed_->id_to_piece(ids[1]).compare(0, kSpace.size(), kSpace) == 0) {
+        anchor_ = candidate;
+        anchor_id_ = ids[0];
+        break;
+      }
+    }
+  }
 }
 
 TokenIds SentencePieceTokenizer::encode(std::string_view text) const {
@@ -128,10 +179,31 @@ TokenIds SentencePieceTokenizer::encode(std::string_view text) const {
       ids.push_back(*seg.id);
       continue;
     }
-    for (const int32_t id : sp_.encode(seg.text)) ids.push_back(id);
+    for (const int32_t id : processor_for(seg.text, text).encode(seg.text)) ids.push_back(id);
   }
   if (eos_) ids.push_back(*eos_);
   return ids;
+}
+
+const SentencePieceProcessor& SentencePieceTokenizer::processor_for(std::string_view segment,
+                                                                    std::string_view text) const {
+  // Hugging Face's "first": U+2581 is prepended only to the text at the very start of the input; other
+  // text keeps the space it starts with, which the unprefixed model would strip (SentencePiece
+  // removes leading whitespace), so that text goes through the prefixing model, which gives the same.
+  if (!unprefixed_ || segment.data() == text.data() || starts_with_space(segment)) return sp_;
+  return *unprefixed_;
+}
+
+bool SentencePieceTokenizer::starts_with_space(std::string_view segment) const {
+  // Which characters normalize to a space is the model's character map's business (T5's maps U+200B
+  // to one and drops U+000B), so ask the model: behind the anchor, leading whitespace survives.
+  if (anchor_.empty()) {
+    const size_t len = utf8::sequence_length(segment, 0);
+    return len > 0 && utf8::is_whitespace(utf8::decode_at(segment, 0, len));
+  }
+  const auto ids = unprefixed_->encode(anchor_ + std::string(segment));
+  return ids.size() >= 2 && ids[0] == anchor_id_ &&
+         unprefixed_->id_to_piece(ids[1]).compare(0, kSpace.size(), kSpace) == 0;
 }
 
 void SentencePieceTokenizer::check_id(int64_t id) const {

@@ -24,7 +24,11 @@ class SentencePieceTokenizer final : public Tokenizer {
   static std::unique_ptr<SentencePieceTokenizer> load(const std::filesystem::path& model_dir,
                                                       const nlohmann::json* parsed_tokenizer_json = nullptr);
 
-  SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids);
+  // unprefixed: the same model without SentencePiece's dummy prefix, for Hugging Face's "first"
+  // prepend scheme (tokenizer.json's Metaspace, or tokenizer_config.json's "legacy": false): text
+  // after a special token then gets no U+2581 of its own. Without it, every text does ("always").
+  SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids,
+                         std::optional<SentencePieceProcessor> unprefixed = std::nullopt);
 
   TokenIds encode(std::string_view text) const override;
   std::string decode(const TokenIds& ids, bool skip_special = true) const override;
@@ -46,8 +50,17 @@ class SentencePieceTokenizer final : public Tokenizer {
   // Decodes a run of SentencePiece ids; keeps the leading space SentencePiece drops at the start of
   // a text when the run follows other output.
   std::string decode_run(const std::vector<int32_t>& run, bool at_start) const;
+  // The model that encodes `segment`, a plain part of `text` (SentencePieceTokenizer::encode).
+  const SentencePieceProcessor& processor_for(std::string_view segment, std::string_view text) const;
+  // Whether `segment` starts with whitespace once the model has normalized it (needs unprefixed_).
+  bool starts_with_space(std::string_view segment) const;
 
   SentencePieceProcessor sp_;
+  std::optional<SentencePieceProcessor> unprefixed_;
+  // A one-character piece behind which the unprefixed model keeps a leading space as U+2581 (instead
+  // of stripping it): what starts_with_space asks with. Empty when no candidate qualifies.
+  std::string anchor_;
+  int32_t anchor_id_ = -1;
   int64_t sp_size_;
   int64_t extra_ids_;
   std::optional<int64_t> bos_, eos_, pad_;

@@ -1,6 +1,7 @@
 #include "model/tokenizer/unigram_tokenizer_json.h"
 
 #include <array>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
@@ -112,7 +113,12 @@ void read_pre_tokenizer(const json& p, const std::string& where, Normalization& 
     }
     // Newer files say prepend_scheme ("always", "first", "never"), older ones add_prefix_space.
     if (p.contains("prepend_scheme") && p["prepend_scheme"].is_string()) {
-      out.add_dummy_prefix = p["prepend_scheme"].get<std::string>() != "never";
+      const auto scheme = p["prepend_scheme"].get<std::string>();
+      if (scheme != "always" && scheme != "first" && scheme != "never") {
+        throw TokenizerLoadError(where + ": the Metaspace pre-tokenizer's prepend_scheme is " +
+                                 p["prepend_scheme"].dump() + "; Hugging Face knows \"always\", \"first\" and \"never\"");
+      }
+      out.add_dummy_prefix = scheme != "never";
     } else {
       out.add_dummy_prefix = p.value("add_prefix_space", true);
     }
@@ -197,6 +203,21 @@ std::string serialize(const std::vector<Piece>& pieces, const Normalization& nor
 
 }  // namespace
 
+bool metaspace_prefixes_first_only(const json& tokenizer_json) {
+  const std::function<bool(const json&)> first_only = [&](const json& p) {
+    if (!p.is_object()) return false;
+    if (p.value("type", "") == "Sequence" && p.contains("pretokenizers") && p["pretokenizers"].is_array()) {
+      for (const auto& item : p["pretokenizers"]) {
+        if (first_only(item)) return true;
+      }
+      return false;
+    }
+    return p.value("type", "") == "Metaspace" && p.contains("prepend_scheme") && p["prepend_scheme"] == "first";
+  };
+  return tokenizer_json.is_object() && tokenizer_json.contains("pre_tokenizer") &&
+         first_only(tokenizer_json["pre_tokenizer"]);
+}
+
 bool is_unigram_tokenizer_json(const json& tokenizer_json) {
   return tokenizer_json.is_object() && tokenizer_json.contains("model") && tokenizer_json["model"].is_object() &&
          tokenizer_json["model"].value("type", "") == "Unigram";
@@ -260,6 +281,7 @@ UnigramModelFromJson sentencepiece_model_from_tokenizer_json(const json& tj, con
     }
   }
   out.model_proto = serialize(pieces, norm, byte_fallback, unk_id, names);
+  out.prefix_first_only = metaspace_prefixes_first_only(tj);
   return out;
 }
 

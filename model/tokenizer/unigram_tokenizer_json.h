@@ -14,6 +14,9 @@ struct UnigramModelFromJson {
   // T5's sentinels <extra_id_N> at the end of the vocabulary (<extra_id_0> last): left out of the
   // SentencePiece model, as in spiece.model, for the tokenizer to append.
   int64_t extra_ids = 0;
+  // Metaspace's prepend_scheme "first": only the text at the start of the input gets the leading
+  // U+2581, not the text after a special token (SentencePieceTokenizer::encode).
+  bool prefix_first_only = false;
 };
 
 // The special tokens' names (tokenizer_config.json's eos_token, ...); SentencePiece finds them by name.
@@ -22,6 +25,10 @@ struct SpecialTokenNames {
 };
 
 bool is_unigram_tokenizer_json(const nlohmann::json& tokenizer_json);
+
+// Whether the tokenizer.json's Metaspace pre-tokenizer says prepend_scheme "first" (any model type;
+// false without a Metaspace).
+bool metaspace_prefixes_first_only(const nlohmann::json& tokenizer_json);
 
 // Throws TokenizerLoadError naming the field (`where` names the file) when the tokenizer is not one a
 // SentencePiece model can express: another model type, a normalizer other than the precompiled map,

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "model/tokenizer/tokenizer_error.h"
 #include "tests/tokenizer/tokenizer_test_support.h"
 
@@ -107,33 +109,76 @@ TEST_F(SentencePieceTokenizerTest, ExtraIdsComeFromTokenizerConfig) {
   EXPECT_THROW(SentencePieceTokenizer::load(dir.path()), TokenizerLoadError);
 }
 
-TEST_F(SentencePieceTokenizerTest, ParityWithPythonSentencePiece) {
+// Hugging Face's "first" prepend scheme (T5 with "legacy": false): the text after a special token
+// gets no U+2581 of its own unless it starts with whitespace; the start of the input still does.
+TEST_F(SentencePieceTokenizerTest, LegacyFalseGivesTextAfterASpecialTokenNoSpaceOfItsOwn) {
+  TempDir dir("t5-legacy-false");
+  std::filesystem::copy_file(test::t5_style_spm_dir() / "spiece.model", dir.path() / "spiece.model");
+  test::write_file(dir.path() / "tokenizer_config.json", R"({"legacy": false})");
+  const auto first = SentencePieceTokenizer::load(dir.path());
+  const auto first_piece_after_eos = [](const SentencePieceTokenizer& tok, const std::string& text) {
+    const auto ids = tok.encode(text);
+    const auto eos = std::find(ids.begin(), ids.end(), 1);
+    EXPECT_LT(eos + 1, ids.end() - 1) << text;  // something between it and the final EOS
+    return tok.id_to_token(*(eos + 1));
+  };
+  const std::string space = "\xE2\x96\x81";
+  EXPECT_EQ(first_piece_after_eos(*tok_, "</s>fox").rfind(space, 0), 0u);  // "always"
+  EXPECT_EQ(first_piece_after_eos(*tok_, "the</s>fox").rfind(space, 0), 0u);
+  EXPECT_NE(first_piece_after_eos(*first, "</s>fox").rfind(space, 0), 0u);
+  EXPECT_NE(first_piece_after_eos(*first, "the</s>fox").rfind(space, 0), 0u);
+  EXPECT_EQ(first_piece_after_eos(*first, "the</s> fox").rfind(space, 0), 0u);   // its own space stays
+  EXPECT_EQ(first_piece_after_eos(*first, "the</s>\tfox").rfind(space, 0), 0u);  // whitespace of any kind
+  // ... as the model's character map has it: T5's (nmt_nfkc) turns U+200B into a space and drops U+000B.
+  EXPECT_EQ(first_piece_after_eos(*first, "the</s>\xE2\x80\x8B" "fox").rfind(space, 0), 0u);
+  EXPECT_NE(first_piece_after_eos(*first, "the</s>\x0B" "fox").rfind(space, 0), 0u);
+  EXPECT_EQ(first->encode("the</s> fox"), tok_->encode("the</s> fox"));
+  EXPECT_EQ(first->decode(first->encode("the</s>fox")), "thefox");
+  EXPECT_EQ(tok_->decode(tok_->encode("the</s>fox")), "the fox");
+  // Text without special tokens, and the start of any input, are tokenized as before.
+  test::TextGenerator gen(5);
+  for (const auto& text : gen.texts(200)) EXPECT_EQ(first->encode(text), tok_->encode(text)) << text;
+
+  test::write_file(dir.path() / "tokenizer_config.json", R"({"legacy": true})");
+  EXPECT_EQ(SentencePieceTokenizer::load(dir.path())->encode("</s>fox"), tok_->encode("</s>fox"));
+}
+
+class SentencePieceParity : public SentencePieceTokenizerTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(SentencePieceParity, GivesPythonSentencePiecesIds) {
   const std::string python = test::python_with_module("sentencepiece");
   if (python.empty())
     GTEST_SKIP() << "python3 with the sentencepiece module not found (apt install python3-sentencepiece)";
 
   TempDir dir("spm-parity");
+  const std::string scheme = GetParam();
+  std::filesystem::copy_file(test::t5_style_spm_dir() / "spiece.model", dir.path() / "spiece.model");
+  test::write_file(dir.path() / "tokenizer_config.json",
+                   scheme == "first" ? R"({"legacy": false})" : R"({"legacy": true})");
+  const auto tok = SentencePieceTokenizer::load(dir.path());
   std::vector<std::string> specials = {"</s>", "<pad>", "<unk>", "<extra_id_0>", "<extra_id_42>", "<extra_id_99>"};
   test::TextGenerator gen(2024, specials);
   const auto texts = gen.texts(3000);
   test::write_json_lines(dir.path() / "in.jsonl", texts);
   const std::string script = std::string(SRFORMER_SOURCE_DIR) + "/tests/tokenizer/spm_reference.py";
-  const auto [rc, out] =
-      test::run_command(python + " " + script + " " + (test::t5_style_spm_dir() / "spiece.model").string() + " 100 " +
-                        (dir.path() / "in.jsonl").string() + " " + (dir.path() / "out.jsonl").string() + " 2>&1");
+  const auto [rc, out] = test::run_command(python + " " + script + " " + (dir.path() / "spiece.model").string() +
+                                           " 100 " + (dir.path() / "in.jsonl").string() + " " +
+                                           (dir.path() / "out.jsonl").string() + " " + scheme + " 2>&1");
   ASSERT_EQ(rc, 0) << out;
   const auto expected = test::read_id_lines(dir.path() / "out.jsonl");
   ASSERT_EQ(expected.size(), texts.size());
   size_t mismatches = 0;
   for (size_t i = 0; i < texts.size(); ++i) {
-    if (tok_->encode(texts[i]) != expected[i]) {
+    if (tok->encode(texts[i]) != expected[i]) {
       if (++mismatches <= 5) ADD_FAILURE() << "mismatch on " << nlohmann::json(texts[i]).dump();
     }
   }
-  std::cout << "[ parity ] SentencePiece vs python3-sentencepiece: " << texts.size() << " strings, " << mismatches
-            << " mismatches\n";
+  std::cout << "[ parity ] SentencePiece (" << scheme << ") vs python3-sentencepiece: " << texts.size()
+            << " strings, " << mismatches << " mismatches\n";
   EXPECT_EQ(mismatches, 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(PrependSchemes, SentencePieceParity, ::testing::Values("always", "first"));
 
 }  // namespace
 }  // namespace srformer

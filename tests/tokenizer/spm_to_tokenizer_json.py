@@ -3,7 +3,8 @@ the tokenizer.json-only tests. Reads the model with the protobuf bindings of Deb
 python3-sentencepiece, independently of the C++ converter under test.
 
 usage: spm_to_tokenizer_json.py SPIECE_MODEL EXTRA_IDS STYLE OUT
-  STYLE current: normalizer [Precompiled, Replace " {2,}"], pre-tokenizer Metaspace (prepend_scheme)
+  STYLE current: normalizer [Precompiled, Replace " {2,}"], pre-tokenizer Metaspace (prepend_scheme always)
+  STYLE first:   the same with prepend_scheme first (what T5 with legacy=False converts to)
   STYLE legacy:  normalizer Precompiled, pre-tokenizer [WhitespaceSplit, Metaspace (add_prefix_space)]
 """
 import base64
@@ -35,10 +36,11 @@ def main():
 
     charsmap = base64.b64encode(model.normalizer_spec.precompiled_charsmap).decode("ascii")
     precompiled = {"type": "Precompiled", "precompiled_charsmap": charsmap}
-    if style == "current":
+    if style in ("current", "first"):
         normalizer = {"type": "Sequence", "normalizers": [
             precompiled, {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]}
-        pre_tokenizer = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
+        pre_tokenizer = {"type": "Metaspace", "replacement": "\u2581",
+                         "prepend_scheme": "always" if style == "current" else "first", "split": True}
     elif style == "legacy":
         normalizer = precompiled
         pre_tokenizer = {"type": "Sequence", "pretokenizers": [

@@ -67,7 +67,12 @@ TEST_P(UnigramTokenizerJsonParity, GivesTheIdsOfTheSentencePieceModel) {
     GTEST_SKIP() << "python3 with the sentencepiece module not found (apt install python3-sentencepiece)";
   const auto from_json = load_tokenizer(dir.path());
   ASSERT_NE(dynamic_cast<const SentencePieceTokenizer*>(from_json.get()), nullptr);
-  const auto reference = SentencePieceTokenizer::load(spm_dir);
+  // "first" is what spiece.model with "legacy": false tokenizes as (sentencepiece_tokenizer_test.cc
+  // checks that against python3-sentencepiece).
+  TempDir legacy_false("unigram-json-legacy-false");
+  fs::copy_file(spm_dir / "spiece.model", legacy_false.path() / "spiece.model");
+  test::write_file(legacy_false.path() / "tokenizer_config.json", R"({"legacy": false})");
+  const auto reference = SentencePieceTokenizer::load(style == "first" ? legacy_false.path() : spm_dir);
   EXPECT_EQ(from_json->vocab_size(), reference->vocab_size());
   EXPECT_EQ(dynamic_cast<const SentencePieceTokenizer&>(*from_json).extra_ids(), 100);
   EXPECT_EQ(from_json->eos_id(), reference->eos_id());
@@ -90,7 +95,7 @@ TEST_P(UnigramTokenizerJsonParity, GivesTheIdsOfTheSentencePieceModel) {
 
 INSTANTIATE_TEST_SUITE_P(SourcesAndLayouts, UnigramTokenizerJsonParity,
                          ::testing::Combine(::testing::Values("t5_style", "demo"),
-                                            ::testing::Values("current", "legacy")),
+                                            ::testing::Values("current", "legacy", "first")),
                          [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 TEST(UnigramTokenizerJson, SpecialTokenNamesComeFromTheTokenizerConfig) {
@@ -102,6 +107,26 @@ TEST(UnigramTokenizerJson, SpecialTokenNamesComeFromTheTokenizerConfig) {
   EXPECT_EQ(tok->eos_id(), 0);
   EXPECT_EQ(tok->pad_id(), 1);
   EXPECT_EQ(tok->encode("").back(), 0);
+}
+
+// With spiece.model beside it, tokenizer.json's prepend_scheme still decides (it is what Hugging Face's
+// fast tokenizer runs), over tokenizer_config.json's "legacy".
+TEST(UnigramTokenizerJson, ItsPrependSchemeDecidesForASpieceModelBesideIt) {
+  TempDir dir("unigram-json-beside");
+  if (!write_tokenizer_json(test::t5_style_spm_dir(), "first", dir.path() / "first"))
+    GTEST_SKIP() << "python3 with the sentencepiece module not found (apt install python3-sentencepiece)";
+  ASSERT_TRUE(write_tokenizer_json(test::t5_style_spm_dir(), "current", dir.path() / "always"));
+  const auto plain = SentencePieceTokenizer::load(test::t5_style_spm_dir());
+  const std::string text = "the</s>fox";
+  const auto first_ids = load_tokenizer(dir.path() / "first")->encode(text);
+  ASSERT_NE(first_ids, plain->encode(text));
+  for (const std::string scheme : {"first", "always"}) {  // each with the other's "legacy"
+    fs::copy_file(test::t5_style_spm_dir() / "spiece.model", dir.path() / scheme / "spiece.model");
+    test::write_file(dir.path() / scheme / "tokenizer_config.json",
+                     scheme == "first" ? R"({"legacy": true})" : R"({"legacy": false})");
+    EXPECT_EQ(load_tokenizer(dir.path() / scheme)->encode(text), scheme == "first" ? first_ids : plain->encode(text))
+        << scheme;
+  }
 }
 
 TEST(UnigramTokenizerJson, WhatSentencePieceCannotExpressIsALoadErrorNamingIt) {
@@ -134,6 +159,8 @@ TEST(UnigramTokenizerJson, WhatSentencePieceCannotExpressIsALoadErrorNamingIt) {
             "\"ByteLevel\" pre-tokenizer has no SentencePiece equivalent");
   expect_in(error_with([](json& tj) { tj["pre_tokenizer"]["replacement"] = "_"; }), "not U+2581");
   expect_in(error_with([](json& tj) { tj["pre_tokenizer"] = nullptr; }), "without a Metaspace pre-tokenizer");
+  expect_in(error_with([](json& tj) { tj["pre_tokenizer"]["prepend_scheme"] = "sometimes"; }),
+            "prepend_scheme is \"sometimes\"");
   expect_in(error_with([](json& tj) { tj["model"]["unk_id"] = nullptr; }), "model.unk_id must name a piece");
   expect_in(error_with([](json& tj) { tj["model"]["vocab"][5] = {1, 2}; }), "model.vocab entry 5 must be");
   expect_in(error_with([](json& tj) { tj["model"]["vocab"] = json::array(); }), "model.vocab must be a non-empty");
