@@ -6,8 +6,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "model/tokenizer/tokenizer_error.h"
 #include "model/tokenizer/protobuf_wire.h"
+#include "model/tokenizer/tokenizer_error.h"
 #include "model/tokenizer/tokenizer_files.h"
 #include "model/tokenizer/unigram_tokenizer_json.h"
 #include "model/tokenizer/utf8.h"

@@ -116,7 +116,8 @@ void read_pre_tokenizer(const json& p, const std::string& where, Normalization& 
       const auto scheme = p["prepend_scheme"].get<std::string>();
       if (scheme != "always" && scheme != "first" && scheme != "never") {
         throw TokenizerLoadError(where + ": the Metaspace pre-tokenizer's prepend_scheme is " +
-                                 p["prepend_scheme"].dump() + "; Hugging Face knows \"always\", \"first\" and \"never\"");
+                                 p["prepend_scheme"].dump() +
+                                 "; Hugging Face knows \"always\", \"first\" and \"never\"");
       }
       out.add_dummy_prefix = scheme != "never";
     } else {
