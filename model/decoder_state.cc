@@ -11,6 +11,7 @@
 
 #include "model/attention/products.h"
 #include "model/attention/segments.h"
+#include "model/kernels/parallel.h"
 #include "model/layers.h"
 
 namespace srformer {
@@ -260,14 +261,67 @@ int64_t in_place_row_bytes(const torch::Tensor& t, int64_t n) {
   return row_bytes;
 }
 
+// One row (or one head's live slots of a row) to copy within a tensor's storage.
+struct RowCopy {
+  char* to;
+  const char* from;
+  size_t bytes;
+};
+
+// The copies retain() plans over all of the state's tensors, run together so that both cores copy
+// (a greedy batch whose requests end together moves several rows of every layer's membranes, KᵀV and
+// caches: ~3 MB per T5-small row, a third of a bf16 step's time when done on one thread).
+class RowCopies {
+ public:
+  void add(char* to, const char* from, size_t bytes) { copies_.push_back({to, from, bytes}); }
+  // Space for the rows a tensor's moves overwrite before they read them, kept until run(). The
+  // buffers are the thread's, reused: a beam step stages a few rows of every tensor.
+  char* stage(size_t bytes) {
+    thread_local std::vector<std::vector<char>> buffers;
+    if (stages_used_ == buffers.size()) buffers.emplace_back();
+    auto& buffer = buffers[stages_used_++];
+    buffer.resize(bytes);
+    return buffer.data();
+  }
+
+  void run() {
+    // Pieces of at most 64 KiB, so that the threads' shares come out even.
+    constexpr size_t kPiece = 64 << 10;
+    std::vector<RowCopy> pieces;
+    size_t total = 0;
+    for (const auto& c : copies_) {
+      for (size_t at = 0; at < c.bytes; at += kPiece) {
+        pieces.push_back({c.to + at, c.from + at, std::min(kPiece, c.bytes - at)});
+      }
+      total += c.bytes;
+    }
+    copies_.clear();
+    // Below a megabyte the threads' start costs more than they save.
+    const int threads = total >= (size_t{1} << 20) ? at::get_num_threads() : 1;
+    kernels::parallel_chunks(static_cast<int64_t>(pieces.size()), threads, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const auto& p = pieces[static_cast<size_t>(i)];
+        std::memcpy(p.to, p.from, p.bytes);
+      }
+    });
+    stages_used_ = 0;
+  }
+
+ private:
+  std::vector<RowCopy> copies_;
+  size_t stages_used_ = 0;
+};
+
 // Keeps the planned rows of a [B, ...] tensor within its storage; the tensor becomes a view of its
 // first rows. Leaving rows is the common case of a decode step, beams reordering the next; a fresh
 // copy of the whole state costs page faults on top of the copy (~0.5 ms per MB measured here), and
 // in place only the rows that change position move (a BART-base beam is ~7 MB of state at 64 steps).
-// Not done (returns false) off the CPU, when another state shares the storage (copy-on-write), or
-// when the kept rows would fill less than a quarter of the storage (buffers grow to twice the rows
-// they hold: the batch has halved since): then the caller's compact copy gives the memory back.
-bool retain_rows_in_place(torch::Tensor& t, const RowMoves& plan, int64_t n) {
+// The moves are added to `copies` (rows overwritten before they are read are staged here first), to
+// run with every other tensor's before anything reads the rows. Not done (returns false) off the
+// CPU, when another state shares the storage (copy-on-write), or when the kept rows would fill less
+// than a quarter of the storage (buffers grow to twice the rows they hold: the batch has halved
+// since): then the caller's compact copy gives the memory back.
+bool retain_rows_in_place(torch::Tensor& t, const RowMoves& plan, int64_t n, RowCopies& copies) {
   const int64_t row_bytes = in_place_row_bytes(t, n);
   if (row_bytes == 0) return false;
   auto* base = static_cast<char*>(t.data_ptr());
@@ -286,22 +340,20 @@ bool retain_rows_in_place(torch::Tensor& t, const RowMoves& plan, int64_t n) {
     }
   }
   const auto group_stride = static_cast<size_t>(t.dim() >= 2 ? t.stride(1) * element : 0);
-  const auto copy_row = [&](char* to, const char* from) {
-    if (groups == 1) {
-      std::memcpy(to, from, group_bytes);
-      return;
-    }
+  const auto copy_row = [&](char* to, const char* from, const auto& copy) {
     for (int64_t g = 0; g < groups; ++g) {
-      std::memcpy(to + static_cast<size_t>(g) * group_stride, from + static_cast<size_t>(g) * group_stride,
-                  group_bytes);
+      copy(to + static_cast<size_t>(g) * group_stride, from + static_cast<size_t>(g) * group_stride, group_bytes);
     }
   };
-  thread_local std::vector<char> stage;  // reused: a beam step stages a few rows of every tensor
-  stage.resize(plan.staged.size() * bytes);
-  for (size_t k = 0; k < plan.staged.size(); ++k) copy_row(stage.data() + k * bytes, base + plan.staged[k] * row_bytes);
+  char* const stage = plan.staged.empty() ? nullptr : copies.stage(plan.staged.size() * bytes);
+  for (size_t k = 0; k < plan.staged.size(); ++k) {
+    copy_row(stage + k * bytes, base + plan.staged[k] * row_bytes,
+             [](char* to, const char* from, size_t b) { std::memcpy(to, from, b); });
+  }
   for (const auto& [dst, src] : plan.moves) {
     const int64_t k = plan.stage_slot[static_cast<size_t>(src)];
-    copy_row(base + dst * row_bytes, k >= 0 ? stage.data() + static_cast<size_t>(k) * bytes : base + src * row_bytes);
+    copy_row(base + dst * row_bytes, k >= 0 ? stage + static_cast<size_t>(k) * bytes : base + src * row_bytes,
+             [&](char* to, const char* from, size_t b) { copies.add(to, from, b); });
   }
   // Re-pointed rather than narrowed: a view would hold the old tensor as its base, and the storage
   // would no longer look exclusively this tensor's at the next retain or step.
@@ -622,12 +674,14 @@ void DecoderState::retain(const std::vector<int64_t>& rows, const std::vector<bo
     }
     const auto cache_rows = keep_cache.empty() ? all_rows : plan_row_moves(rows, before, keep_cache);
     torch::Tensor idx;  // made once, for tensors that cannot move in place
+    RowCopies copies;
     for_each_tensor(*this, [&](torch::Tensor& t) {
       const bool cache = std::find(caches.begin(), caches.end(), &t) != caches.end();
-      if (!t.defined() || retain_rows_in_place(t, cache ? cache_rows : request_rows, n)) return;
+      if (!t.defined() || retain_rows_in_place(t, cache ? cache_rows : request_rows, n, copies)) return;
       if (!idx.defined()) idx = torch::tensor(rows, torch::kInt64);
       t = select_rows(t, idx);
     });
+    copies.run();
     release_pools();
   }
   if (static_cast<int64_t>(rows.size()) < before && self_valid.defined()) {

@@ -1081,6 +1081,45 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   EXPECT_THROW(in_place.retain({0, 1}), std::out_of_range);
 }
 
+// A state whose rows hold megabytes (wide heads, many layers) moves them on all of LibTorch's threads
+// (DecoderState::retain runs the copies of every tensor together once they reach 1 MiB): rows
+// leaving, the last ones moving into their holes, and beams swapping (staged rows), each equal to
+// select()'s copy.
+TEST(StateRetain, RowsOfAWideStateMoveOnEveryThreadAsSelectCopies) {
+  TempDir d("retain-wide");
+  auto config = tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4);
+  config.d_model = 128;
+  config.num_heads = 4;
+  config.head_dim = 64;  // each layer's membrane and KᵀV: 64 KiB per row
+  config.decoder_layers = 8;
+  write_random_model(d.path(), config, 21);
+  auto model = load_model(d.path());
+  const auto enc = model->encode(torch::randint(3, 96, {6, 12}, torch::kLong), torch::ones({6, 12}, torch::kLong));
+  const auto tokens = torch::randint(3, 96, {6, 3}, torch::kLong);
+  const auto started = [&] {
+    auto st = model->start(enc, torch::full({6}, 8, torch::kLong));
+    for (int64_t t = 0; t < 2; ++t) model->step(st, tokens.select(1, t));
+    return st;
+  };
+  ASSERT_GE(started().bytes() / 6, int64_t{1} << 20) << "a row must hold a megabyte for the threads to share it";
+  for (const std::vector<int64_t>& rows : std::vector<std::vector<int64_t>>{{0, 5, 2, 4}, {1, 0, 3, 2, 5, 4}}) {
+    SCOPED_TRACE(::testing::PrintToString(rows));
+    auto moved = started();
+    auto copied = started();
+    copied.select(torch::tensor(rows, torch::kLong));
+    const auto* membrane = moved.layers[7].mem.storage().data();
+    moved.retain(rows);
+    EXPECT_EQ(moved.layers[7].mem.storage().data(), membrane) << "in place";
+    for (size_t l = 0; l < moved.layers.size(); ++l) {
+      EXPECT_TRUE(torch::equal(moved.layers[l].mem, copied.layers[l].mem)) << l;
+      EXPECT_TRUE(torch::equal(moved.rows_of_layer(l).self_k, copied.rows_of_layer(l).self_k)) << l;
+      EXPECT_TRUE(torch::equal(moved.rows_of_layer(l).self_v, copied.rows_of_layer(l).self_v)) << l;
+    }
+    const auto tok = tokens.select(1, 2).narrow(0, 0, moved.batch_size());
+    EXPECT_TRUE(torch::equal(model->step(moved, tok), model->step(copied, tok)));
+  }
+}
+
 // Requests of one to three beams join, reorder their beams and leave (the last rows moving into the
 // holes) in random order, as in the engine: a state whose beams share self-attention slots (retain
 // with same_request) decodes like one that select() copies densely, and holds the same slots per row
