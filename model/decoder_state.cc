@@ -99,10 +99,69 @@ torch::Tensor renumber_starts(const torch::Tensor& starts, const std::vector<std
 // as the per-head attention kernels read them), switch tables [E, H, d, d].
 constexpr int64_t kKeyDim = 1, kEntryDim = 0;
 
+// A run of bytes to copy: a row (or one head's live slots of a row), a pool's span.
+struct RowCopy {
+  char* to;
+  const char* from;
+  size_t bytes;
+};
+
+// Copies planned over all of the state's tensors, run together so that every core copies (a greedy
+// batch whose requests end together moves several rows of every layer's membranes, KᵀV and caches:
+// ~3 MB per T5-small row, a third of a bf16 step's time when done on one thread; the pools' and
+// caches' compactions move tens of megabytes at once).
+class RowCopies {
+ public:
+  // `from` and `to` may overlap (a cache's slots moving down within their group).
+  void add(char* to, const char* from, size_t bytes) { copies_.push_back({to, from, bytes}); }
+  // Keeps a tensor's storage alive until run(): the source of copies out of a buffer being replaced.
+  void keep(torch::Tensor t) { sources_.push_back(std::move(t)); }
+  // Space for the rows a tensor's moves overwrite before they read them, kept until run(). The
+  // buffers are the thread's, reused: a beam step stages a few rows of every tensor.
+  char* stage(size_t bytes) {
+    thread_local std::vector<std::vector<char>> buffers;
+    if (stages_used_ == buffers.size()) buffers.emplace_back();
+    auto& buffer = buffers[stages_used_++];
+    buffer.resize(bytes);
+    return buffer.data();
+  }
+
+  void run() {
+    // Pieces of at most 64 KiB, so that the threads' shares come out even.
+    constexpr size_t kPiece = 64 << 10;
+    std::vector<RowCopy> pieces;
+    size_t total = 0;
+    for (const auto& c : copies_) {
+      const bool overlap = c.to < c.from + c.bytes && c.from < c.to + c.bytes;
+      for (size_t at = 0; at < c.bytes; at += overlap ? c.bytes : kPiece) {  // overlapping: one piece
+        pieces.push_back({c.to + at, c.from + at, overlap ? c.bytes : std::min(kPiece, c.bytes - at)});
+      }
+      total += c.bytes;
+    }
+    copies_.clear();
+    // Below a megabyte the threads' start costs more than they save.
+    const int threads = total >= (size_t{1} << 20) ? at::get_num_threads() : 1;
+    kernels::parallel_chunks(static_cast<int64_t>(pieces.size()), threads, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const auto& p = pieces[static_cast<size_t>(i)];
+        std::memmove(p.to, p.from, p.bytes);
+      }
+    });
+    stages_used_ = 0;
+    sources_.clear();
+  }
+
+ private:
+  std::vector<RowCopy> copies_;
+  size_t stages_used_ = 0;
+  std::vector<torch::Tensor> sources_;
+};
+
 // Copies the spans in use of `pools` (tensors sharing one layout of spans along `dim`, e.g. keys and
 // values) densely, in start order, and points `starts` at their new places; the rest is given back.
+// The copies of contiguous pools on the CPU go to `copies` (the caller runs them), others are made here.
 void copy_used_spans(const std::vector<torch::Tensor*>& pools, const std::vector<Span>& used, torch::Tensor& starts,
-                     int64_t dim) {
+                     int64_t dim, RowCopies& copies) {
   std::vector<std::pair<int64_t, int64_t>> moved;
   int64_t next = 0;
   for (const auto& span : used) {
@@ -110,10 +169,35 @@ void copy_used_spans(const std::vector<torch::Tensor*>& pools, const std::vector
     next += span.count;
   }
   for (auto* pool : pools) {
+    auto shape = pool->sizes().vec();
+    shape[static_cast<size_t>(dim)] = next;
+    // Where the positions' elements are contiguous (a pool with room is a view, narrowed along dim):
+    // for each of the `outer` blocks before dim (at most one dimension), one copy per span.
+    const int64_t inner = c10::multiply_integers(shape.begin() + dim + 1, shape.end());
+    bool inner_dense = true;
+    for (int64_t j = pool->dim() - 1, dense = 1; j >= dim; dense *= pool->size(j), --j) {
+      inner_dense = inner_dense && (pool->stride(j) == dense || pool->size(j) == 1);
+    }
+    if (pool->is_cpu() && dim <= 1 && inner_dense && pool->numel() > 0) {
+      const int64_t outer = dim == 1 ? shape[0] : 1;
+      const int64_t outer_stride = dim == 1 ? pool->stride(0) : 0;
+      const auto element = static_cast<int64_t>(pool->element_size());
+      auto out = torch::empty(shape, pool->options());
+      const auto* from = static_cast<const char*>(pool->data_ptr());
+      auto* to = static_cast<char*>(out.data_ptr());
+      for (int64_t o = 0; o < outer; ++o) {
+        for (size_t i = 0; i < used.size(); ++i) {
+          copies.add(to + (o * next + moved[i].second) * inner * element,
+                     from + (o * outer_stride + used[i].start * inner) * element,
+                     static_cast<size_t>(used[i].count * inner * element));
+        }
+      }
+      copies.keep(std::move(*pool));
+      *pool = std::move(out);
+      continue;
+    }
     std::vector<torch::Tensor> kept;
     for (const auto& span : used) kept.push_back(pool->narrow(dim, span.start, span.count));
-    auto shape = pool->sizes().vec();
-    shape[static_cast<size_t>(dim)] = 0;
     *pool = kept.empty() ? torch::empty(shape, pool->options()) : torch::cat(kept, dim);
   }
   starts = renumber_starts(starts, moved);
@@ -133,14 +217,14 @@ void for_each_pool(LayerState& l, const RowCounts& counts, Fn&& fn) {
 // are copied densely (copy_used_spans). Not at half: under steady load the rows in flight swing
 // around a level, and room given back at a low swing was bought again at the next high one, a copy
 // of every span in use into a grown buffer each time.
-void release_layer_pools(LayerState& l, const RowCounts& counts) {
-  for_each_pool(
-      l, counts,
-      [](const std::vector<torch::Tensor*>& pools, torch::Tensor& starts, const std::vector<int64_t>& n, int64_t dim) {
-        const auto used = used_spans(starts, n);
-        const int64_t size = pools.front()->size(dim);
-        if (size > 0 && 4 * total_count(used) <= size) copy_used_spans(pools, used, starts, dim);
-      });
+void release_layer_pools(LayerState& l, const RowCounts& counts, RowCopies& copies) {
+  for_each_pool(l, counts,
+                [&copies](const std::vector<torch::Tensor*>& pools, torch::Tensor& starts,
+                          const std::vector<int64_t>& n, int64_t dim) {
+                  const auto used = used_spans(starts, n);
+                  const int64_t size = pools.front()->size(dim);
+                  if (size > 0 && 4 * total_count(used) <= size) copy_used_spans(pools, used, starts, dim, copies);
+                });
 }
 
 torch::Tensor select_rows(const torch::Tensor& t, const torch::Tensor& rows) {
@@ -260,57 +344,6 @@ int64_t in_place_row_bytes(const torch::Tensor& t, int64_t n) {
   }
   return row_bytes;
 }
-
-// One row (or one head's live slots of a row) to copy within a tensor's storage.
-struct RowCopy {
-  char* to;
-  const char* from;
-  size_t bytes;
-};
-
-// The copies retain() plans over all of the state's tensors, run together so that both cores copy
-// (a greedy batch whose requests end together moves several rows of every layer's membranes, KᵀV and
-// caches: ~3 MB per T5-small row, a third of a bf16 step's time when done on one thread).
-class RowCopies {
- public:
-  void add(char* to, const char* from, size_t bytes) { copies_.push_back({to, from, bytes}); }
-  // Space for the rows a tensor's moves overwrite before they read them, kept until run(). The
-  // buffers are the thread's, reused: a beam step stages a few rows of every tensor.
-  char* stage(size_t bytes) {
-    thread_local std::vector<std::vector<char>> buffers;
-    if (stages_used_ == buffers.size()) buffers.emplace_back();
-    auto& buffer = buffers[stages_used_++];
-    buffer.resize(bytes);
-    return buffer.data();
-  }
-
-  void run() {
-    // Pieces of at most 64 KiB, so that the threads' shares come out even.
-    constexpr size_t kPiece = 64 << 10;
-    std::vector<RowCopy> pieces;
-    size_t total = 0;
-    for (const auto& c : copies_) {
-      for (size_t at = 0; at < c.bytes; at += kPiece) {
-        pieces.push_back({c.to + at, c.from + at, std::min(kPiece, c.bytes - at)});
-      }
-      total += c.bytes;
-    }
-    copies_.clear();
-    // Below a megabyte the threads' start costs more than they save.
-    const int threads = total >= (size_t{1} << 20) ? at::get_num_threads() : 1;
-    kernels::parallel_chunks(static_cast<int64_t>(pieces.size()), threads, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const auto& p = pieces[static_cast<size_t>(i)];
-        std::memcpy(p.to, p.from, p.bytes);
-      }
-    });
-    stages_used_ = 0;
-  }
-
- private:
-  std::vector<RowCopy> copies_;
-  size_t stages_used_ = 0;
-};
 
 // Keeps the planned rows of a [B, ...] tensor within its storage; the tensor becomes a view of its
 // first rows. Leaving rows is the common case of a decode step, beams reordering the next; a fresh
@@ -709,7 +742,9 @@ void DecoderState::trim_padding() {
 void DecoderState::release_pools() {
   if (std::none_of(layers.begin(), layers.end(), pooled)) return;
   const auto counts = row_counts(*this);
-  for (auto& l : layers) release_layer_pools(l, counts);
+  RowCopies copies;
+  for (auto& l : layers) release_layer_pools(l, counts, copies);
+  copies.run();
 }
 
 namespace {
@@ -738,18 +773,20 @@ void DecoderState::keep_within_limit() {
   if (used > held_limit_ && 8 * (held - used) < held) return;
   // Pools with holes or room (not those another state shares: a copy would free nothing).
   const auto counts = row_counts(*this);
+  RowCopies copies;
   for (auto& l : layers) {
     for_each_pool(
         l, counts,
-        [](const std::vector<torch::Tensor*>& pools, torch::Tensor& starts, const std::vector<int64_t>& n,
-           int64_t dim) {
+        [&copies](const std::vector<torch::Tensor*>& pools, torch::Tensor& starts, const std::vector<int64_t>& n,
+                  int64_t dim) {
           const auto used = used_spans(starts, n);
           const torch::Tensor& pool = *pools.front();
           if (owns_storage(pool) && (pool.size(dim) > total_count(used) || pool_capacity(pool, dim) > pool.size(dim))) {
-            copy_used_spans(pools, used, starts, dim);
+            copy_used_spans(pools, used, starts, dim, copies);
           }
         });
   }
+  copies.run();
   // Rows' buffers with room for more rows (likewise not shared ones).
   const auto shed = [](torch::Tensor& t) {
     if (t.defined() && t.numel() > 0 && owns_storage(t) &&
@@ -881,8 +918,9 @@ namespace {
 // Drops a self-attention cache's first `first` slots by moving each (row, head) group's later slots
 // down within its buffer, which keeps its room for more slots: a dense copy (the fallback) costs a
 // fresh allocation and is copied again into a buffer with room at the next step. Returns false where
-// the cache is not such a buffer of this state's alone.
-bool drop_leading_slots_in_place(torch::Tensor& cache, int64_t first) {
+// the cache is not such a buffer of this state's alone. The moves go to `copies`, to run with the
+// other caches'.
+bool drop_leading_slots_in_place(torch::Tensor& cache, int64_t first, RowCopies& copies) {
   if (!cache.is_cpu() || cache.dim() != 4 || cache.storage_offset() != 0 || !owns_storage(cache)) return false;
   const int64_t group = uniform_group_stride(cache);
   if (group == 0) return false;
@@ -891,7 +929,7 @@ bool drop_leading_slots_in_place(torch::Tensor& cache, int64_t first) {
   auto* base = static_cast<char*>(cache.data_ptr());
   for (int64_t g = 0; g < B * H; ++g) {
     char* slots = base + g * group * element;
-    std::memmove(slots, slots + first * d * element, static_cast<size_t>((T - first) * d * element));
+    copies.add(slots, slots + first * d * element, static_cast<size_t>((T - first) * d * element));
   }
   const std::vector<int64_t> strides = cache.strides().vec();
   cache.set_(cache.storage(), 0, {B, H, T - first, d}, strides);
@@ -910,13 +948,15 @@ void DecoderState::compact(int64_t min_unused) {
   self_valid = self_valid.narrow(1, first, keep).contiguous();
   self_pos = self_pos.narrow(1, first, keep).contiguous();
   if (self_src.defined()) self_src = self_src.narrow(1, first, keep).contiguous();
+  RowCopies copies;
   for (auto& l : layers) {
     for (torch::Tensor* cache : {&l.self_k, &l.self_v}) {
-      if (cache->defined() && !drop_leading_slots_in_place(*cache, first)) {
+      if (cache->defined() && !drop_leading_slots_in_place(*cache, first, copies)) {
         *cache = cache->narrow(2, first, keep).contiguous();
       }
     }
   }
+  copies.run();
 }
 
 int64_t DecoderState::bytes() const {
