@@ -11,7 +11,6 @@
 
 #include "model/attention/products.h"
 #include "model/attention/segments.h"
-#include "model/kernels/parallel.h"
 #include "model/layers.h"
 
 namespace srformer {
@@ -99,69 +98,10 @@ torch::Tensor renumber_starts(const torch::Tensor& starts, const std::vector<std
 // as the per-head attention kernels read them), switch tables [E, H, d, d].
 constexpr int64_t kKeyDim = 1, kEntryDim = 0;
 
-// A run of bytes to copy: a row (or one head's live slots of a row), a pool's span.
-struct RowCopy {
-  char* to;
-  const char* from;
-  size_t bytes;
-};
-
-// Copies planned over all of the state's tensors, run together so that every core copies (a greedy
-// batch whose requests end together moves several rows of every layer's membranes, KᵀV and caches:
-// ~3 MB per T5-small row, a third of a bf16 step's time when done on one thread; the pools' and
-// caches' compactions move tens of megabytes at once).
-class RowCopies {
- public:
-  // `from` and `to` may overlap (a cache's slots moving down within their group).
-  void add(char* to, const char* from, size_t bytes) { copies_.push_back({to, from, bytes}); }
-  // Keeps a tensor's storage alive until run(): the source of copies out of a buffer being replaced.
-  void keep(torch::Tensor t) { sources_.push_back(std::move(t)); }
-  // Space for the rows a tensor's moves overwrite before they read them, kept until run(). The
-  // buffers are the thread's, reused: a beam step stages a few rows of every tensor.
-  char* stage(size_t bytes) {
-    thread_local std::vector<std::vector<char>> buffers;
-    if (stages_used_ == buffers.size()) buffers.emplace_back();
-    auto& buffer = buffers[stages_used_++];
-    buffer.resize(bytes);
-    return buffer.data();
-  }
-
-  void run() {
-    // Pieces of at most 64 KiB, so that the threads' shares come out even.
-    constexpr size_t kPiece = 64 << 10;
-    std::vector<RowCopy> pieces;
-    size_t total = 0;
-    for (const auto& c : copies_) {
-      const bool overlap = c.to < c.from + c.bytes && c.from < c.to + c.bytes;
-      for (size_t at = 0; at < c.bytes; at += overlap ? c.bytes : kPiece) {  // overlapping: one piece
-        pieces.push_back({c.to + at, c.from + at, overlap ? c.bytes : std::min(kPiece, c.bytes - at)});
-      }
-      total += c.bytes;
-    }
-    copies_.clear();
-    // Below a megabyte the threads' start costs more than they save.
-    const int threads = total >= (size_t{1} << 20) ? at::get_num_threads() : 1;
-    kernels::parallel_chunks(static_cast<int64_t>(pieces.size()), threads, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const auto& p = pieces[static_cast<size_t>(i)];
-        std::memmove(p.to, p.from, p.bytes);
-      }
-    });
-    stages_used_ = 0;
-    sources_.clear();
-  }
-
- private:
-  std::vector<RowCopy> copies_;
-  size_t stages_used_ = 0;
-  std::vector<torch::Tensor> sources_;
-};
-
 // Copies the spans in use of `pools` (tensors sharing one layout of spans along `dim`, e.g. keys and
 // values) densely, in start order, and points `starts` at their new places; the rest is given back.
-// The copies of contiguous pools on the CPU go to `copies` (the caller runs them), others are made here.
 void copy_used_spans(const std::vector<torch::Tensor*>& pools, const std::vector<Span>& used, torch::Tensor& starts,
-                     int64_t dim, RowCopies& copies) {
+                     int64_t dim) {
   std::vector<std::pair<int64_t, int64_t>> moved;
   int64_t next = 0;
   for (const auto& span : used) {
@@ -169,35 +109,10 @@ void copy_used_spans(const std::vector<torch::Tensor*>& pools, const std::vector
     next += span.count;
   }
   for (auto* pool : pools) {
-    auto shape = pool->sizes().vec();
-    shape[static_cast<size_t>(dim)] = next;
-    // Where the positions' elements are contiguous (a pool with room is a view, narrowed along dim):
-    // for each of the `outer` blocks before dim (at most one dimension), one copy per span.
-    const int64_t inner = c10::multiply_integers(shape.begin() + dim + 1, shape.end());
-    bool inner_dense = true;
-    for (int64_t j = pool->dim() - 1, dense = 1; j >= dim; dense *= pool->size(j), --j) {
-      inner_dense = inner_dense && (pool->stride(j) == dense || pool->size(j) == 1);
-    }
-    if (pool->is_cpu() && dim <= 1 && inner_dense && pool->numel() > 0) {
-      const int64_t outer = dim == 1 ? shape[0] : 1;
-      const int64_t outer_stride = dim == 1 ? pool->stride(0) : 0;
-      const auto element = static_cast<int64_t>(pool->element_size());
-      auto out = torch::empty(shape, pool->options());
-      const auto* from = static_cast<const char*>(pool->data_ptr());
-      auto* to = static_cast<char*>(out.data_ptr());
-      for (int64_t o = 0; o < outer; ++o) {
-        for (size_t i = 0; i < used.size(); ++i) {
-          copies.add(to + (o * next + moved[i].second) * inner * element,
-                     from + (o * outer_stride + used[i].start * inner) * element,
-                     static_cast<size_t>(used[i].count * inner * element));
-        }
-      }
-      copies.keep(std::move(*pool));
-      *pool = std::move(out);
-      continue;
-    }
     std::vector<torch::Tensor> kept;
     for (const auto& span : used) kept.push_back(pool->narrow(dim, span.start, span.count));
+    auto shape = pool->sizes().vec();
+    shape[static_cast<size_t>(dim)] = 0;
     *pool = kept.empty() ? torch::empty(shape, pool->options()) : torch::cat(kept, dim);
   }
   starts = renumber_starts(starts, moved);
@@ -217,14 +132,14 @@ void for_each_pool(LayerState& l, const RowCounts& counts, Fn&& fn) {
 // are copied densely (copy_used_spans). Not at half: under steady load the rows in flight swing
 // around a level, and room given back at a low swing was bought again at the next high one, a copy
 // of every span in use into a grown buffer each time.
-void release_layer_pools(LayerState& l, const RowCounts& counts, RowCopies& copies) {
-  for_each_pool(l, counts,
-                [&copies](const std::vector<torch::Tensor*>& pools, torch::Tensor& starts,
-                          const std::vector<int64_t>& n, int64_t dim) {
-                  const auto used = used_spans(starts, n);
-                  const int64_t size = pools.front()->size(dim);
-                  if (size > 0 && 4 * total_count(used) <= size) copy_used_spans(pools, used, starts, dim, copies);
-                });
+void release_layer_pools(LayerState& l, const RowCounts& counts) {
+  for_each_pool(
+      l, counts,
+      [](const std::vector<torch::Tensor*>& pools, torch::Tensor& starts, const std::vector<int64_t>& n, int64_t dim) {
+        const auto used = used_spans(starts, n);
+        const int64_t size = pools.front()->size(dim);
+        if (size > 0 && 4 * total_count(used) <= size) copy_used_spans(pools, used, starts, dim);
+      });
 }
 
 torch::Tensor select_rows(const torch::Tensor& t, const torch::Tensor& rows) {
@@ -349,12 +264,10 @@ int64_t in_place_row_bytes(const torch::Tensor& t, int64_t n) {
 // first rows. Leaving rows is the common case of a decode step, beams reordering the next; a fresh
 // copy of the whole state costs page faults on top of the copy (~0.5 ms per MB measured here), and
 // in place only the rows that change position move (a BART-base beam is ~7 MB of state at 64 steps).
-// The moves are added to `copies` (rows overwritten before they are read are staged here first), to
-// run with every other tensor's before anything reads the rows. Not done (returns false) off the
-// CPU, when another state shares the storage (copy-on-write), or when the kept rows would fill less
-// than a quarter of the storage (buffers grow to twice the rows they hold: the batch has halved
-// since): then the caller's compact copy gives the memory back.
-bool retain_rows_in_place(torch::Tensor& t, const RowMoves& plan, int64_t n, RowCopies& copies) {
+// Not done (returns false) off the CPU, when another state shares the storage (copy-on-write), or
+// when the kept rows would fill less than a quarter of the storage (buffers grow to twice the rows
+// they hold: the batch has halved since): then the caller's compact copy gives the memory back.
+bool retain_rows_in_place(torch::Tensor& t, const RowMoves& plan, int64_t n) {
   const int64_t row_bytes = in_place_row_bytes(t, n);
   if (row_bytes == 0) return false;
   auto* base = static_cast<char*>(t.data_ptr());
@@ -373,20 +286,22 @@ bool retain_rows_in_place(torch::Tensor& t, const RowMoves& plan, int64_t n, Row
     }
   }
   const auto group_stride = static_cast<size_t>(t.dim() >= 2 ? t.stride(1) * element : 0);
-  const auto copy_row = [&](char* to, const char* from, const auto& copy) {
+  const auto copy_row = [&](char* to, const char* from) {
+    if (groups == 1) {
+      std::memcpy(to, from, group_bytes);
+      return;
+    }
     for (int64_t g = 0; g < groups; ++g) {
-      copy(to + static_cast<size_t>(g) * group_stride, from + static_cast<size_t>(g) * group_stride, group_bytes);
+      std::memcpy(to + static_cast<size_t>(g) * group_stride, from + static_cast<size_t>(g) * group_stride,
+                  group_bytes);
     }
   };
-  char* const stage = plan.staged.empty() ? nullptr : copies.stage(plan.staged.size() * bytes);
-  for (size_t k = 0; k < plan.staged.size(); ++k) {
-    copy_row(stage + k * bytes, base + plan.staged[k] * row_bytes,
-             [](char* to, const char* from, size_t b) { std::memcpy(to, from, b); });
-  }
+  thread_local std::vector<char> stage;  // reused: a beam step stages a few rows of every tensor
+  stage.resize(plan.staged.size() * bytes);
+  for (size_t k = 0; k < plan.staged.size(); ++k) copy_row(stage.data() + k * bytes, base + plan.staged[k] * row_bytes);
   for (const auto& [dst, src] : plan.moves) {
     const int64_t k = plan.stage_slot[static_cast<size_t>(src)];
-    copy_row(base + dst * row_bytes, k >= 0 ? stage + static_cast<size_t>(k) * bytes : base + src * row_bytes,
-             [&](char* to, const char* from, size_t b) { copies.add(to, from, b); });
+    copy_row(base + dst * row_bytes, k >= 0 ? stage.data() + static_cast<size_t>(k) * bytes : base + src * row_bytes);
   }
   // Re-pointed rather than narrowed: a view would hold the old tensor as its base, and the storage
   // would no longer look exclusively this tensor's at the next retain or step.
@@ -707,14 +622,12 @@ void DecoderState::retain(const std::vector<int64_t>& rows, const std::vector<bo
     }
     const auto cache_rows = keep_cache.empty() ? all_rows : plan_row_moves(rows, before, keep_cache);
     torch::Tensor idx;  // made once, for tensors that cannot move in place
-    RowCopies copies;
     for_each_tensor(*this, [&](torch::Tensor& t) {
       const bool cache = std::find(caches.begin(), caches.end(), &t) != caches.end();
-      if (!t.defined() || retain_rows_in_place(t, cache ? cache_rows : request_rows, n, copies)) return;
+      if (!t.defined() || retain_rows_in_place(t, cache ? cache_rows : request_rows, n)) return;
       if (!idx.defined()) idx = torch::tensor(rows, torch::kInt64);
       t = select_rows(t, idx);
     });
-    copies.run();
     release_pools();
   }
   if (static_cast<int64_t>(rows.size()) < before && self_valid.defined()) {
@@ -742,9 +655,7 @@ void DecoderState::trim_padding() {
 void DecoderState::release_pools() {
   if (std::none_of(layers.begin(), layers.end(), pooled)) return;
   const auto counts = row_counts(*this);
-  RowCopies copies;
-  for (auto& l : layers) release_layer_pools(l, counts, copies);
-  copies.run();
+  for (auto& l : layers) release_layer_pools(l, counts);
 }
 
 namespace {
@@ -773,20 +684,18 @@ void DecoderState::keep_within_limit() {
   if (used > held_limit_ && 8 * (held - used) < held) return;
   // Pools with holes or room (not those another state shares: a copy would free nothing).
   const auto counts = row_counts(*this);
-  RowCopies copies;
   for (auto& l : layers) {
     for_each_pool(
         l, counts,
-        [&copies](const std::vector<torch::Tensor*>& pools, torch::Tensor& starts, const std::vector<int64_t>& n,
-                  int64_t dim) {
+        [](const std::vector<torch::Tensor*>& pools, torch::Tensor& starts, const std::vector<int64_t>& n,
+           int64_t dim) {
           const auto used = used_spans(starts, n);
           const torch::Tensor& pool = *pools.front();
           if (owns_storage(pool) && (pool.size(dim) > total_count(used) || pool_capacity(pool, dim) > pool.size(dim))) {
-            copy_used_spans(pools, used, starts, dim, copies);
+            copy_used_spans(pools, used, starts, dim);
           }
         });
   }
-  copies.run();
   // Rows' buffers with room for more rows (likewise not shared ones).
   const auto shed = [](torch::Tensor& t) {
     if (t.defined() && t.numel() > 0 && owns_storage(t) &&
@@ -918,9 +827,8 @@ namespace {
 // Drops a self-attention cache's first `first` slots by moving each (row, head) group's later slots
 // down within its buffer, which keeps its room for more slots: a dense copy (the fallback) costs a
 // fresh allocation and is copied again into a buffer with room at the next step. Returns false where
-// the cache is not such a buffer of this state's alone. The moves go to `copies`, to run with the
-// other caches'.
-bool drop_leading_slots_in_place(torch::Tensor& cache, int64_t first, RowCopies& copies) {
+// the cache is not such a buffer of this state's alone.
+bool drop_leading_slots_in_place(torch::Tensor& cache, int64_t first) {
   if (!cache.is_cpu() || cache.dim() != 4 || cache.storage_offset() != 0 || !owns_storage(cache)) return false;
   const int64_t group = uniform_group_stride(cache);
   if (group == 0) return false;
@@ -929,7 +837,7 @@ bool drop_leading_slots_in_place(torch::Tensor& cache, int64_t first, RowCopies&
   auto* base = static_cast<char*>(cache.data_ptr());
   for (int64_t g = 0; g < B * H; ++g) {
     char* slots = base + g * group * element;
-    copies.add(slots, slots + first * d * element, static_cast<size_t>((T - first) * d * element));
+    std::memmove(slots, slots + first * d * element, static_cast<size_t>((T - first) * d * element));
   }
   const std::vector<int64_t> strides = cache.strides().vec();
   cache.set_(cache.storage(), 0, {B, H, T - first, d}, strides);
@@ -948,15 +856,13 @@ void DecoderState::compact(int64_t min_unused) {
   self_valid = self_valid.narrow(1, first, keep).contiguous();
   self_pos = self_pos.narrow(1, first, keep).contiguous();
   if (self_src.defined()) self_src = self_src.narrow(1, first, keep).contiguous();
-  RowCopies copies;
   for (auto& l : layers) {
     for (torch::Tensor* cache : {&l.self_k, &l.self_v}) {
-      if (cache->defined() && !drop_leading_slots_in_place(*cache, first, copies)) {
+      if (cache->defined() && !drop_leading_slots_in_place(*cache, first)) {
         *cache = cache->narrow(2, first, keep).contiguous();
       }
     }
   }
-  copies.run();
 }
 
 int64_t DecoderState::bytes() const {
