@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <random>
 #include <vector>
@@ -948,6 +949,41 @@ TEST(StateBytes, ASpanFillsTheLastHoleAndTheRoomAfterIt) {
   EXPECT_LE((got - model->step(alone, tokens.narrow(0, 0, 1))[0]).abs().max().item<double>(), 1e-5);
 }
 
+// Tensors a state may leave undefined (switch tables, windows: by variant and kernels) equal only undefined.
+bool same_or_undefined(const torch::Tensor& x, const torch::Tensor& y) {
+  return x.defined() == y.defined() && (!x.defined() || torch::equal(x, y));
+}
+
+// For each row list: retain() on a fresh started() state keeps its self-attention cache's storage
+// (in place) and leaves what select() copies, row for row and layer for layer, and the next step with
+// `tokens` (one per row, cut to the rows kept) gives the same logits.
+void expect_retain_in_place_equals_select(Seq2SeqModel& model, const std::function<DecoderState()>& started,
+                                          const std::vector<std::vector<int64_t>>& row_lists,
+                                          const torch::Tensor& tokens) {
+  for (const auto& rows : row_lists) {
+    SCOPED_TRACE(::testing::PrintToString(rows));
+    auto moved = started();
+    auto copied = started();
+    copied.select(torch::tensor(rows, torch::kLong));
+    const auto* cache = moved.layers[0].self_k.storage().data();
+    moved.retain(rows);
+    EXPECT_EQ(moved.layers[0].self_k.storage().data(), cache) << "in place";
+    ASSERT_EQ(moved.batch_size(), copied.batch_size());
+    EXPECT_TRUE(same_or_undefined(moved.step, copied.step));
+    EXPECT_TRUE(same_or_undefined(moved.self_valid, copied.self_valid));
+    for (size_t l = 0; l < moved.layers.size(); ++l) {
+      EXPECT_TRUE(same_or_undefined(moved.layers[l].self_k, copied.layers[l].self_k)) << l;
+      EXPECT_TRUE(same_or_undefined(moved.layers[l].self_v, copied.layers[l].self_v)) << l;
+      EXPECT_TRUE(same_or_undefined(moved.layers[l].mem, copied.layers[l].mem)) << l;
+      EXPECT_TRUE(same_or_undefined(moved.layers[l].recur, copied.layers[l].recur)) << l;
+      EXPECT_TRUE(same_or_undefined(moved.rows_of_layer(l).cross_k, copied.rows_of_layer(l).cross_k)) << l;
+      EXPECT_TRUE(same_or_undefined(moved.rows_of_layer(l).switch_drive, copied.rows_of_layer(l).switch_drive)) << l;
+    }
+    const auto tok = tokens.narrow(0, 0, moved.batch_size());
+    EXPECT_TRUE(same_or_undefined(model.step(moved, tok), model.step(copied, tok)));
+  }
+}
+
 // Rows leaving after a step (retain with increasing rows) move down in place; the state then equals
 // the one select() copies, decodes the same, never touches a copy taken before, and gives memory
 // back once the kept rows would fill less than half of it.
@@ -955,10 +991,7 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
   TempDir d("retain");
   write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 9);
   auto model = load_model(d.path());
-  // Tensors a state may leave undefined (switch tables, windows: by variant and kernels) equal only undefined.
-  const auto same = [](const torch::Tensor& x, const torch::Tensor& y) {
-    return x.defined() == y.defined() && (!x.defined() || torch::equal(x, y));
-  };
+  const auto same = same_or_undefined;
   const auto enc = model->encode(torch::randint(3, 96, {5, 12}, torch::kLong), torch::ones({5, 12}, torch::kLong));
   const auto tokens = torch::randint(3, 96, {5, 6}, torch::kLong);
   const auto started = [&] {
@@ -1009,28 +1042,9 @@ TEST(StateRetain, LeavingRowsInPlaceEqualsSelect) {
     EXPECT_TRUE(same(filled.layers[0].window_k, filled_copy.layers[0].window_k));
   }
   EXPECT_TRUE(same(filled.step, filled_copy.step));
-  for (const std::vector<int64_t>& beams : std::vector<std::vector<int64_t>>{
-           {1, 0, 2, 3, 4}, {2, 0, 1, 3, 4}, {1, 1, 0, 4, 4}, {1, 0, 0, 4}, {4, 3, 2, 1, 0}, {3, 3, 3}}) {
-    SCOPED_TRACE(::testing::PrintToString(beams));
-    auto moved = started();
-    auto moved_copy = started();
-    moved_copy.select(torch::tensor(beams, torch::kLong));
-    const auto* cache = moved.layers[0].self_k.storage().data();
-    moved.retain(beams);
-    EXPECT_EQ(moved.layers[0].self_k.storage().data(), cache) << "in place";
-    ASSERT_EQ(moved.batch_size(), moved_copy.batch_size());
-    EXPECT_TRUE(same(moved.step, moved_copy.step));
-    EXPECT_TRUE(same(moved.self_valid, moved_copy.self_valid));
-    for (size_t l = 0; l < moved.layers.size(); ++l) {
-      EXPECT_TRUE(same(moved.layers[l].self_k, moved_copy.layers[l].self_k)) << l;
-      EXPECT_TRUE(same(moved.layers[l].self_v, moved_copy.layers[l].self_v)) << l;
-      EXPECT_TRUE(same(moved.layers[l].mem, moved_copy.layers[l].mem)) << l;
-      EXPECT_TRUE(same(moved.rows_of_layer(l).cross_k, moved_copy.rows_of_layer(l).cross_k)) << l;
-      EXPECT_TRUE(same(moved.rows_of_layer(l).switch_drive, moved_copy.rows_of_layer(l).switch_drive)) << l;
-    }
-    const auto tok = tokens.select(1, 2).narrow(0, 0, moved.batch_size());
-    EXPECT_TRUE(same(model->step(moved, tok), model->step(moved_copy, tok)));
-  }
+  expect_retain_in_place_equals_select(
+      *model, started, {{1, 0, 2, 3, 4}, {2, 0, 1, 3, 4}, {1, 1, 0, 4, 4}, {1, 0, 0, 4}, {4, 3, 2, 1, 0}, {3, 3, 3}},
+      tokens.select(1, 2));
 
   // Three beams of one request (rows replicated from one, then fed different tokens) reordered with
   // same_request: the caches stay where they are (the beams read each other's slots through
@@ -1101,22 +1115,7 @@ TEST(StateRetain, RowsOfAWideStateMoveInPlaceAsSelectCopies) {
     return st;
   };
   ASSERT_GE(started().bytes() / 6, int64_t{1} << 20) << "a row of a megabyte or more";
-  for (const std::vector<int64_t>& rows : std::vector<std::vector<int64_t>>{{0, 5, 2, 4}, {1, 0, 3, 2, 5, 4}}) {
-    SCOPED_TRACE(::testing::PrintToString(rows));
-    auto moved = started();
-    auto copied = started();
-    copied.select(torch::tensor(rows, torch::kLong));
-    const auto* membrane = moved.layers[7].mem.storage().data();
-    moved.retain(rows);
-    EXPECT_EQ(moved.layers[7].mem.storage().data(), membrane) << "in place";
-    for (size_t l = 0; l < moved.layers.size(); ++l) {
-      EXPECT_TRUE(torch::equal(moved.layers[l].mem, copied.layers[l].mem)) << l;
-      EXPECT_TRUE(torch::equal(moved.rows_of_layer(l).self_k, copied.rows_of_layer(l).self_k)) << l;
-      EXPECT_TRUE(torch::equal(moved.rows_of_layer(l).self_v, copied.rows_of_layer(l).self_v)) << l;
-    }
-    const auto tok = tokens.select(1, 2).narrow(0, 0, moved.batch_size());
-    EXPECT_TRUE(torch::equal(model->step(moved, tok), model->step(copied, tok)));
-  }
+  expect_retain_in_place_equals_select(*model, started, {{0, 5, 2, 4}, {1, 0, 3, 2, 5, 4}}, tokens.select(1, 2));
 }
 
 // Requests of one to three beams join, reorder their beams and leave (the last rows moving into the
