@@ -656,6 +656,44 @@ TEST(EngineService, AShortRequestJoinsBetweenTheLayersOfALongEncode) {
   }
 }
 
+// The same between the layers of a long document's start() (cross keys/values, and SRformer's switch
+// tables, per decoder layer): the admission's second phase pauses like its encode, and a short request
+// queued meanwhile is encoded, started and stepped there, its answer the offline one.
+TEST(EngineService, AShortRequestJoinsBetweenTheLayersOfALongStart) {
+  FakeServerOptions so;
+  FakeModelOptions mo{256, 4, 5ms};
+  mo.start_layers = 8;
+  mo.start_layer_delay = 20ms;
+  so.models = {{"fake", mo}};
+  so.config.encode_stall_ms = 1;
+  so.config.max_encode_tokens = 100;
+  TestServer server(so);
+  const std::string long_doc(150, 'x');  // 151 tokens: over the cap, admitted alone
+  auto long_call = summarize_async(server, request(long_doc, 8, 1));
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (mo.start_layers_run->load() == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  ASSERT_GT(mo.start_layers_run->load(), 0) << "the long document's start() never ran";
+  const auto [status, resp] = summarize_async(server, request(doc_of(3), 8, 1)).get();  // 67 tokens
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(ids_of(resp), offline(doc_of(3), 8, 1).tokens);
+  const auto [long_status, long_resp] = long_call.get();
+  ASSERT_TRUE(long_status.ok()) << long_status.error_message();
+  EXPECT_EQ(ids_of(long_resp), offline(long_doc, 8, 1).tokens);
+
+  // e l c… e l c×8 s… c…: the short request is encoded, started (its own 8 layers) and stepped
+  // before the long start's last layer, which is therefore the log's last 'c'.
+  const auto calls = mo.call_log->get();
+  const size_t second_encode = calls.find('e', calls.find('e') + 1);
+  const size_t first_step = calls.find('s');
+  const size_t last_start_layer = calls.rfind('c');
+  ASSERT_NE(second_encode, std::string::npos) << calls;
+  ASSERT_NE(first_step, std::string::npos) << calls;
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), 'c'), 2 * mo.start_layers) << calls;
+  EXPECT_LT(calls.find('c'), second_encode) << "the short request did not wait for the long start to begin: " << calls;
+  EXPECT_LT(first_step, last_start_layer) << "the short request took no step before the long start ended: " << calls;
+  EXPECT_EQ(server.engine().stats().admitted_while_encoding, 1);
+}
+
 // Encodes inside a long one take at most about half its time: with four short requests queued, each
 // encode as long as the long one's whole encoder (8 layers of 20 ms), one joins inside it, then the long
 // encode's own layers catch up and it ends with the others still queued (4 would join, one per layer,

@@ -60,11 +60,16 @@ struct FakeModelOptions {
   int encode_layers = 1;
   std::chrono::milliseconds encode_layer_delay{0};
   std::shared_ptr<std::atomic<int>> encode_layers_run = std::make_shared<std::atomic<int>>(0);  // shared with a test
+  // A slow start(): this many decoder "layers" of cross keys/values, start_layer_delay each, the stop
+  // check asked before each (logged as 'c'), as the real models' start() does.
+  int start_layers = 0;
+  std::chrono::milliseconds start_layer_delay{0};
+  std::shared_ptr<std::atomic<int>> start_layers_run = std::make_shared<std::atomic<int>>(0);
   // Encoder calls over several rows, and those of them where over 1/8 of the positions are padding.
   std::shared_ptr<std::atomic<int>> batched_encodes = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<std::atomic<int>> padded_encodes = std::make_shared<std::atomic<int>>(0);
-  // Every encoder call ('e'), its layers ('l') and decode steps ('s') in order, for tests of what runs
-  // between encodes and between an encode's layers.
+  // Every encoder call ('e'), its layers ('l'), start()'s layers ('c') and decode steps ('s') in order,
+  // for tests of what runs between encodes and between an encode's (or a start's) layers.
   struct CallLog {
     std::mutex mu;
     std::string calls;
@@ -127,26 +132,15 @@ class FakeModel : public Seq2SeqModel {
       ++*options_.batched_encodes;
       if (8 * mask.ne(0).sum().item<int64_t>() < 7 * mask.numel()) ++*options_.padded_encodes;
     }
-    for (int layer = 0; layer < options_.encode_layers; ++layer) {
-      ++inside_encode_;  // the engine may step the running rows (or encode others) from the hook
-      try {
-        stop_if_asked(stop);
-      } catch (...) {
-        --inside_encode_;
-        throw;
-      }
-      --inside_encode_;
-      options_.call_log->add('l');
-      ++*options_.encode_layers_run;
-      std::this_thread::sleep_for(options_.encode_layer_delay);
-    }
+    run_layers(stop, options_.encode_layers, options_.encode_layer_delay, 'l', *options_.encode_layers_run);
     return {ids.to(torch::kFloat32).unsqueeze(-1), mask.to(torch::kBool)};
   }
 
   using Seq2SeqModel::start;
-  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length, const EncodeStop&) override {
+  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length, const EncodeStop& stop) override {
     const int64_t b = enc.hidden.size(0);
     if (b > *options_.max_start_rows) *options_.max_start_rows = b;
+    run_layers(stop, options_.start_layers, options_.start_layer_delay, 'c', *options_.start_layers_run);
     DecoderState s;
     LayerState layer;
     layer.cross_k = enc.hidden.unsqueeze(1);  // [B,1,k,1]
@@ -214,6 +208,25 @@ class FakeModel : public Seq2SeqModel {
   std::atomic<int> steps{0};
 
  private:
+  // `layers` pauses of an encode or a start, each asking `stop` (the engine may step the running rows,
+  // or encode others, from it), then logging `mark` and sleeping `delay`.
+  void run_layers(const EncodeStop& stop, int layers, std::chrono::milliseconds delay, char mark,
+                  std::atomic<int>& run) {
+    for (int layer = 0; layer < layers; ++layer) {
+      ++inside_encode_;
+      try {
+        stop_if_asked(stop);
+      } catch (...) {
+        --inside_encode_;
+        throw;
+      }
+      --inside_encode_;
+      options_.call_log->add(mark);
+      ++run;
+      std::this_thread::sleep_for(delay);
+    }
+  }
+
   int inside_encode_ = 0;  // encodes in their stop hook (the engine's thread only; one may run in another's)
   FakeModelOptions options_;
   ModelConfig config_;
