@@ -57,6 +57,14 @@ struct LoadOptions {
   // those weights in memory (T5-small +242 MB, BART-base +551 MB). Only for models whose weights do not
   // change after loading: training turns it off. SRFORMER_CPU_PACKED=0 in the environment also does.
   bool pack_projections = true;
+  // An encode a caller may pause (EncodeStop set, no autograd) runs a long input's sublayers in pieces,
+  // asking `stop` between them (T5; BART's inputs end at 1,024 positions): self-attention by blocks of
+  // queries of at most this many query-key pairs over the batch, the feed-forward by blocks of at most
+  // this many positions over the batch. A 16k-token T5-small attention sublayer is seconds of work; a
+  // piece of either default, tens of milliseconds. SRFORMER_ENCODE_PIECES=0 in the environment keeps
+  // the sublayers whole.
+  int64_t encode_piece_scores = int64_t{1} << 22;
+  int64_t encode_piece_positions = 2048;
 };
 
 class Seq2SeqModel {

@@ -3,9 +3,12 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <functional>
+#include <limits>
 
 #include "model/dropout.h"
 #include "model/io/weight_binder.h"
+#include "model/kernels/avx2.h"
 
 namespace srformer {
 
@@ -27,6 +30,11 @@ class T5Model final : public EncoderDecoderModel {
  public:
   T5Model(const ModelConfig& config, const CheckpointReader& ckpt, const LoadOptions& options) {
     config_ = config;
+    // SRFORMER_ENCODE_PIECES=0 keeps every sublayer whole (side-by-side measurements).
+    const bool pieces = kernels::env_not_zero("SRFORMER_ENCODE_PIECES");
+    constexpr int64_t kWhole = std::numeric_limits<int64_t>::max();
+    piece_scores_ = pieces ? std::max<int64_t>(1, options.encode_piece_scores) : kWhole;
+    piece_positions_ = pieces ? std::max<int64_t>(1, options.encode_piece_positions) : kWhole;
     const bool pack = set_precision(options);
     WeightBinder binder(ckpt, compute_dtype_, device_);
     ParamBinder w(binder, options.init_missing_raf, pack);
@@ -134,11 +142,25 @@ class T5Model final : public EncoderDecoderModel {
     // it would be [B, H, k, k].
     const DiagonalBias bias{position_bias_diagonals(enc_rel_bias_, k), k};
     const auto key_mask = additive_mask(mask.view({B, 1, 1, k}), compute_dtype_);
+    // A long input in an encode the caller pauses runs its sublayers in pieces (LoadOptions), asking
+    // `stop` between them too: otherwise a 16k-token attention sublayer stalls the caller for seconds.
+    const bool in_pieces = stop && !torch::GradMode::is_enabled();
+    const int64_t queries = in_pieces ? std::max<int64_t>(1, piece_scores_ / (B * k)) : k;
+    const int64_t positions = in_pieces ? std::max<int64_t>(1, piece_positions_ / B) : k;
+    const auto pause = [&stop] { stop_if_asked(stop); };
     for (const auto& l : encoder_) {
       stop_if_asked(stop);
-      h = h + dropout(l.self_attn.forward(l.self_attn_norm(h), bias, key_mask), DropoutSite::kHidden);
+      if (queries < k) {
+        h = h + l.self_attn.forward_in_pieces(l.self_attn_norm(h), bias, key_mask, queries, pause);
+      } else {
+        h = h + dropout(l.self_attn.forward(l.self_attn_norm(h), bias, key_mask), DropoutSite::kHidden);
+      }
       stop_if_asked(stop);
-      h = h + dropout(l.ffn(l.ffn_norm(h)), DropoutSite::kHidden);
+      if (positions < k) {
+        h = feed_forward_in_pieces(l, h, positions, pause);
+      } else {
+        h = h + dropout(l.ffn(l.ffn_norm(h)), DropoutSite::kHidden);
+      }
     }
     return {dropout(enc_final_norm_(h), DropoutSite::kHidden), mask};
   }
@@ -161,6 +183,19 @@ class T5Model final : public EncoderDecoderModel {
   const std::vector<CrossAttention>& cross_layers() const override { return cross_; }
 
  private:
+  // h + ffn(ffn_norm(h)) over blocks of `positions` positions, calling between() before each block after
+  // the first (inference: no dropout). Every position's result is the one of the whole.
+  static torch::Tensor feed_forward_in_pieces(const T5EncoderLayer& l, const torch::Tensor& h, int64_t positions,
+                                              const std::function<void()>& between) {
+    auto out = torch::empty_like(h);
+    for (int64_t first = 0; first < h.size(1); first += positions) {
+      if (first > 0) between();
+      const auto part = h.narrow(1, first, std::min(positions, h.size(1) - first)).contiguous();
+      out.narrow(1, first, part.size(1)).copy_(part + l.ffn(l.ffn_norm(part)));
+    }
+    return out;
+  }
+
   // relative [B|1, q, T] (key - query) -> additive bias [B|1, H, q, T], contiguous.
   torch::Tensor position_bias(const torch::Tensor& table, const torch::Tensor& relative, bool bidirectional) const {
     const auto buckets = relative_position_bucket(relative, bidirectional, config_.relative_attention_num_buckets,
@@ -178,6 +213,7 @@ class T5Model final : public EncoderDecoderModel {
   Linear lm_head_;  // the shared embedding when tied
   LayerNorm enc_final_norm_, dec_final_norm_;
   std::vector<T5EncoderLayer> encoder_;
+  int64_t piece_scores_ = 0, piece_positions_ = 0;  // LoadOptions::encode_piece_scores, encode_piece_positions
   std::vector<T5DecoderLayer> decoder_;
   std::vector<CrossAttention> cross_;
 };

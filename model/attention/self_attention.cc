@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -164,15 +165,12 @@ namespace {
 const torch::Tensor& dense_of(const torch::Tensor& bias) { return bias; }
 torch::Tensor dense_of(const DiagonalBias& bias) { return bias.dense(); }
 
+// The attention output of the queries of xq ([B, Tq, D]) over keys/values kh, vh ([B, H, T, d]).
 template <typename Bias>
-torch::Tensor attention_forward(const SelfAttention& a, const torch::Tensor& x, const Bias& bias, torch::Tensor* keys,
-                                torch::Tensor* values, const torch::Tensor& key_mask) {
-  auto qh = split_heads(a.q(x), a.heads);
+torch::Tensor attend_queries(const SelfAttention& a, const torch::Tensor& xq, const torch::Tensor& kh,
+                             const torch::Tensor& vh, const Bias& bias, const torch::Tensor& key_mask) {
+  auto qh = split_heads(a.q(xq), a.heads);
   if (a.scale != 1.0) qh = qh * a.scale;
-  const auto kh = split_heads(a.k(x), a.heads);
-  const auto vh = split_heads(a.v(x), a.heads);
-  if (keys != nullptr) *keys = kh;
-  if (values != nullptr) *values = vh;
   // The kernels have no dropout (nor autograd): training takes LibTorch's form.
   if (is_cpu_inference_float(qh) && is_cpu_inference_float(kh) && !dropout_active(DropoutSite::kAttention)) {
     if (a.bf16_attention && kernels::cpu_bf16_available()) {
@@ -183,6 +181,16 @@ torch::Tensor attention_forward(const SelfAttention& a, const torch::Tensor& x, 
     }
   }
   return a.o(merge_heads(attend(qh, kh, vh, dense_of(bias), key_mask)));
+}
+
+template <typename Bias>
+torch::Tensor attention_forward(const SelfAttention& a, const torch::Tensor& x, const Bias& bias, torch::Tensor* keys,
+                                torch::Tensor* values, const torch::Tensor& key_mask) {
+  const auto kh = split_heads(a.k(x), a.heads);
+  const auto vh = split_heads(a.v(x), a.heads);
+  if (keys != nullptr) *keys = kh;
+  if (values != nullptr) *values = vh;
+  return attend_queries(a, x, kh, vh, bias, key_mask);
 }
 
 }  // namespace
@@ -200,6 +208,27 @@ torch::Tensor SelfAttention::forward(const torch::Tensor& x, const DiagonalBias&
 torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor* keys,
                                      torch::Tensor* values, const torch::Tensor& key_mask) const {
   return attention_forward(*this, x, bias, keys, values, key_mask);
+}
+
+torch::Tensor SelfAttention::forward_in_pieces(const torch::Tensor& x, const DiagonalBias& bias,
+                                               const torch::Tensor& key_mask, int64_t queries,
+                                               const std::function<void()>& between) const {
+  const int64_t T = x.size(1);
+  if (queries <= 0) throw std::invalid_argument("SelfAttention::forward_in_pieces: queries must be positive");
+  if (bias.queries != T) throw std::invalid_argument("SelfAttention::forward_in_pieces: the bias is not x's");
+  const auto kh = split_heads(k(x), heads);
+  const auto vh = split_heads(v(x), heads);
+  torch::Tensor out;
+  for (int64_t first = 0; first < T; first += queries) {
+    if (first > 0) between();
+    const int64_t n = std::min(queries, T - first);
+    // Queries [first, first + n) read the diagonals j − i = −(first + n − 1) … T − 1 − first.
+    const DiagonalBias part{bias.diagonals.narrow(1, T - first - n, n + T - 1), n};
+    const auto piece = attend_queries(*this, x.narrow(1, first, n).contiguous(), kh, vh, part, key_mask);
+    if (!out.defined()) out = torch::empty({x.size(0), T, piece.size(2)}, piece.options());
+    out.narrow(1, first, n).copy_(piece);
+  }
+  return out;
 }
 
 namespace {

@@ -753,6 +753,90 @@ TEST_P(OneSegment, SrformerWithSegmentCoveringTheInputEqualsFullAttention) {
 INSTANTIATE_TEST_SUITE_P(Both, OneSegment, ::testing::Values(Architecture::kBart, Architecture::kT5),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
+// A paused inference encode of a long T5 input runs its sublayers in pieces (LoadOptions::
+// encode_piece_scores, encode_piece_positions), asking the stop between them: the server's running rows
+// then wait for a piece, not for a whole sublayer. Each position's result is the one of the whole
+// sublayer, for an unpadded batch and for a padded one (the key mask in every piece), in fp32 and,
+// where the CPU has it, with bf16 projections and attention.
+TEST(EncodeInPieces, ALongT5InputPausesBetweenPiecesAndEncodesAsWhole) {
+  TempDir d("pieces");
+  write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 11);
+  std::vector<torch::ScalarType> dtypes{torch::kFloat32};
+  if (kernels::cpu_bf16_available()) dtypes.push_back(torch::kBFloat16);
+  for (const auto dtype : dtypes) {
+    SCOPED_TRACE(dtype == torch::kFloat32 ? "fp32" : "bf16");
+    constexpr int64_t B = 2, k = 40;
+    LoadOptions o;
+    o.dtype = dtype;
+    o.encode_piece_scores = B * k * 8;   // attention: 8 queries a piece, 5 pieces
+    o.encode_piece_positions = B * 16;   // feed-forward: 16 positions a piece, 3 pieces
+    const auto model = load_model(d.path(), o);
+    const int64_t layers = model->config().encoder_layers;
+    torch::manual_seed(5);
+    const auto ids = torch::randint(3, model->config().vocab_size, {B, k}, torch::kLong);
+    const auto all_real = torch::ones({B, k}, torch::kLong);
+    auto padded = all_real.clone();
+    padded[1].narrow(0, 36, k - 36).zero_();  // lengths 40 and 36: one group (length_groups), a key mask
+    int64_t asked = 0;
+    const EncodeStop counting = [&asked] {
+      ++asked;
+      return false;
+    };
+    {
+      c10::InferenceMode inference;  // as the server encodes
+      for (const auto& mask : {all_real, padded}) {
+        const auto whole = model->encode(ids, mask);
+        asked = 0;
+        const auto pieces = model->encode(ids, mask, counting);
+        EXPECT_EQ(asked, layers * (2 + 4 + 2)) << "each layer: its two sublayers, 4 attention and 2 feed-forward pauses";
+        const auto pad = mask.eq(0).unsqueeze(-1);
+        const double diff = (pieces.hidden - whole.hidden).masked_fill(pad, 0).abs().max().item<double>();
+        const double scale = whole.hidden.abs().max().item<double>();
+        EXPECT_LE(diff, (dtype == torch::kFloat32 ? 1e-6 : 4e-3) * scale);
+        EXPECT_TRUE(torch::equal(pieces.mask, whole.mask));
+      }
+      // Stopped between two pieces of the first attention sublayer: the encode ends there.
+      asked = 0;
+      EXPECT_THROW(model->encode(ids, all_real, [&asked] { return ++asked == 3; }), EncodeInterrupted);
+      EXPECT_EQ(asked, 3);
+    }
+    // Autograd on (training, which pauses nothing): the sublayers stay whole.
+    asked = 0;
+    (void)model->encode(ids, all_real, counting);
+    EXPECT_EQ(asked, 2 * layers);
+  }
+}
+
+// The attention in pieces on its own: every block size, including ones that do not divide the input
+// and a block of one query, gives each query the output of the whole, with a key mask.
+TEST(EncodeInPieces, SelfAttentionByQueryBlocksEqualsTheWholeAttention) {
+  torch::manual_seed(6);
+  constexpr int64_t B = 2, T = 23, D = 32, H = 4;
+  SelfAttention a;
+  a.heads = H;
+  for (Linear* l : {&a.q, &a.k, &a.v, &a.o}) l->weight = torch::randn({D, D}) * 0.2;
+  for (const bool kernel : {false, true}) {
+    SCOPED_TRACE(kernel ? "our fp32 kernel" : "LibTorch");
+    a.kernel_attention = kernel;
+    c10::InferenceMode inference;
+    const auto x = torch::randn({B, T, D});
+    const DiagonalBias bias{torch::randn({H, 2 * T - 1}), T};
+    auto allowed = torch::ones({B, T}, torch::kBool);
+    allowed[1].narrow(0, 17, T - 17).fill_(false);
+    const auto key_mask = additive_mask(allowed.view({B, 1, 1, T}), torch::kFloat32);
+    const auto whole = a.forward(x, bias, key_mask);
+    for (const int64_t queries : {1, 5, 8, 22, 23, 64}) {
+      int64_t between = 0;
+      const auto pieces = a.forward_in_pieces(x, bias, key_mask, queries, [&between] { ++between; });
+      EXPECT_EQ(between, (T + queries - 1) / queries - 1) << queries << " queries a block";
+      // Rounding only: the blocks' products may sum in another order (a few float ulps of the output).
+      EXPECT_LE((pieces - whole).abs().max().item<double>(), 1e-6 * whole.abs().max().item<double>())
+          << queries << " queries a block";
+    }
+    EXPECT_THROW(a.forward_in_pieces(x, bias, key_mask, 0, [] {}), std::invalid_argument);
+  }
+}
+
 // With a K^T V clamp that bites (the tiny models' products are ~1e-2), the switch table built in one
 // pass per (row, head) at start() clamps K^T V and each K_i^T V_i as the drives computed at each switch
 // do, for padded rows and rows that skip segments.
