@@ -692,7 +692,8 @@ TEST(Fp32Attention, EncoderLayersUseItAndTrainingDoesNot) {
   a.kernel_attention = true;
   const auto kernel = a.forward(x, bias);
   EXPECT_FALSE(torch::equal(kernel, libtorch)) << "the kernel sums in its own order";
-  EXPECT_LT((kernel - libtorch).abs().max().item<double>(), 2e-6);
+  // Rounding only: a few float ulps of the output (LibTorch's BLAS sums in its own CPU-dependent order too).
+  EXPECT_LT((kernel - libtorch).abs().max().item<double>(), 1e-6 * (1.0 + libtorch.abs().max().item<double>()));
   {
     torch::AutoGradMode grad(true);  // training: autograd tracks the input, LibTorch's form runs
     const auto tracked = x.clone().requires_grad_(true);
