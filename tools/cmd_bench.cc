@@ -42,6 +42,7 @@ struct BenchOptions {
   int64_t steps = 16;
   std::vector<int64_t> batches{1, 8, 32};
   std::vector<int64_t> cross_lengths{1024, 4096, 16384};
+  std::vector<int64_t> long_lengths{4096, 8192};  // T5 documents encoded with the server's pauses
   int64_t segment_size = 64;
   int64_t input_tokens = 1024;  // k of the decode figures
   bool quick = false;
@@ -419,6 +420,81 @@ void bench_encode(const BenchOptions& o, const std::string& name, const ModelCon
   }
 }
 
+// One long T5 document encoded as the server encodes it, a stop hook asked at every pause, by a model
+// that runs the sublayers of such an input whole and by one that runs them in pieces (the default,
+// LoadOptions::encode_piece_scores): the time, the pauses and the longest stretch without one, which is
+// how long the server's running streams may wait on that encode. Alternating, best of 2 each.
+void bench_long_encode_as(const BenchOptions& o, const std::string& name, const ModelConfig& c, Seq2SeqModel& whole,
+                          Seq2SeqModel& pieces) {
+  c10::InferenceMode inference;  // as the server encodes
+  for (auto* m : {&whole, &pieces}) (void)m->encode(torch::randint(3, c.vocab_size, {1, 512}), torch::ones({1, 512}));
+  struct Run {
+    double ms = std::numeric_limits<double>::infinity(), longest_ms = 0;
+    int64_t pauses = 0;
+  };
+  for (const int64_t k : o.long_lengths) {
+    const auto ids = torch::randint(3, c.vocab_size, {1, k}, torch::kLong);
+    const auto mask = torch::ones({1, k}, torch::kLong);
+    const auto time = [&](Seq2SeqModel& model, Run& best) {
+      Run run;
+      const auto t0 = Clock::now();
+      auto last = t0;
+      const EncodeStop pause = [&] {
+        run.longest_ms = std::max(run.longest_ms, ms_since(last));
+        ++run.pauses;
+        last = Clock::now();
+        return false;
+      };
+      (void)model.encode(ids, mask, pause);
+      run.longest_ms = std::max(run.longest_ms, ms_since(last));
+      run.ms = ms_since(t0);
+      if (run.ms < best.ms) best = run;
+    };
+    Run w, p;
+    for (int rep = 0; rep < 2; ++rep) {
+      time(whole, w);
+      time(pieces, p);
+    }
+    if (o.json) {
+      for (const auto& [label, r] : {std::pair{"whole", w}, std::pair{"pieces", p}}) {
+        std::cout << nlohmann::json{{"bench", "long_encode"},
+                                    {"model", name},
+                                    {"input_tokens", k},
+                                    {"sublayers", label},
+                                    {"ms", r.ms},
+                                    {"pauses", r.pauses},
+                                    {"longest_stretch_ms", r.longest_ms},
+                                    {"ratio_to_whole", r.ms / w.ms}}
+                         .dump()
+                  << std::endl;
+      }
+      continue;
+    }
+    std::ostringstream h;
+    h << std::fixed << std::setprecision(1) << std::left << std::setw(26) << name << " one document of " << k
+      << " tokens, paused as the server does: sublayers whole " << w.ms << " ms, " << w.pauses
+      << " pauses, longest stretch " << w.longest_ms << " ms | in pieces " << p.ms << " ms (" << std::setprecision(3)
+      << p.ms / w.ms << "x), " << p.pauses << " pauses, longest stretch " << std::setprecision(1) << p.longest_ms
+      << " ms";
+    std::cout << h.str() << std::endl;
+  }
+}
+
+void bench_long_encode(const BenchOptions& o, const std::string& name, const ModelConfig& c) {
+  if (!o.model.empty() && o.model != name) return;
+  const auto dir = ensure_model(o, name, c);
+  for (const auto dtype : o.dtypes) {
+    if (dtype == torch::kBFloat16 && !kernels::cpu_bf16_available()) continue;
+    LoadOptions pieces_options;
+    pieces_options.dtype = dtype;
+    LoadOptions whole_options = pieces_options;
+    whole_options.encode_piece_scores = whole_options.encode_piece_positions = std::numeric_limits<int64_t>::max();
+    const auto whole = load_model(dir, whole_options);
+    const auto pieces = load_model(dir, pieces_options);
+    bench_long_encode_as(o, name + " " + dtype_name(dtype), c, *whole, *pieces);
+  }
+}
+
 int run_bench(const std::vector<std::string>& args) {
   BenchOptions o;
   std::string only;
@@ -430,18 +506,22 @@ int run_bench(const std::vector<std::string>& args) {
                    "                       [--batch N[,N...]] [--model bart-base-srformer-s64|bart-base-full|\n"
                    "                        t5-small-srformer-s64] [--trace PREFIX] [--kernels on|off|both]\n"
                    "                       [--lengths K[,K...]] [--input-tokens K] [--dtype fp32|bf16|both]\n"
+                   "                       [--long-lengths K[,K...]]\n"
                    "  Random weights in BART-base and T5-small shapes (cached under /tmp). Prints encoder time,\n"
                    "  decode step time and tokens/s at batch 1/8/32, per-step cross-attention time of full,\n"
                    "  segmented and srformer as k grows (1k/4k/16k) beside the paper's Table 1 ratio, and the\n"
                    "  bytes of per-request state; the decode step's projections through LibTorch and through\n"
                    "  our few-rows kernel; one encoder call over 8 documents of mixed lengths padded to the\n"
-                   "  longest against one call each (--only encode). --json: one JSON object per measurement.\n"
+                   "  longest against one call each, and one long T5 document encoded with the server's pauses, its\n"
+                   "  sublayers whole and in pieces (--only encode). --json: one JSON object per measurement.\n"
                    "  --trace PREFIX: LibTorch profiler trace of the timed decode steps,\n"
                    "  PREFIX.<model>.b<batch>.json (chrome://tracing). --kernels:\n"
                    "  decode steps with our AVX2 CPU kernels (on, the default), through LibTorch only, or both.\n"
                    "  --lengths: the input lengths of the cross-attention figures (default 1024,4096,16384).\n"
                    "  --input-tokens: the input length of the decode figures (default 1024).\n"
-                   "  --dtype: decode models in fp32 (default), bf16 (projections in bfloat16 on AMX or AVX512-BF16)\n"
+                   "  --long-lengths: the lengths of the long T5 documents (default 4096,8192).\n"
+                   "  --dtype: decode models and long documents in fp32 (default), bf16 (projections in bfloat16 on "
+                   "AMX or AVX512-BF16)\n"
                    "  or both. --only linear adds the packed fp32 product (AVX2/AVX-512) and the bf16 one (AMX or\n"
                    "  AVX512-BF16) beside LibTorch's and the row-major kernel's where the CPU has them. Models load\n"
                    "  with packed fp32 projections where the CPU has AVX2 unless SRFORMER_CPU_PACKED=0;\n"
@@ -467,6 +547,8 @@ int run_bench(const std::vector<std::string>& args) {
       if (o.input_tokens < 1) throw std::invalid_argument("--input-tokens must be >= 1");
     } else if (a == "--lengths") {
       o.cross_lengths = int_list(r.value());
+    } else if (a == "--long-lengths") {
+      o.long_lengths = int_list(r.value());
     } else if (a == "--model") {
       o.model = r.value();
     } else if (a == "--trace") {
@@ -497,6 +579,7 @@ int run_bench(const std::vector<std::string>& args) {
   if (only.empty() || only == "encode") {
     bench_encode(o, "bart-base-srformer-s64", bart_base_config(CrossAttentionKind::kSrformer, 64));
     bench_encode(o, "t5-small-srformer-s64", t5_small_config(CrossAttentionKind::kSrformer, 64));
+    bench_long_encode(o, "t5-small-srformer-s64", t5_small_config(CrossAttentionKind::kSrformer, 64));
   }
   if (only.empty() || only == "cross") bench_cross(o);
   if (only.empty() || only == "linear") bench_linear(o);

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -71,21 +73,46 @@ kernels::AttentionBias kernel_bias(const DiagonalBias& bias, const kernels::Atte
   return b;
 }
 
-// The CPU attention kernels' operand plumbing (kernels/bf16_attention.h, kernels/fp32_attention.h).
-template <typename Bias>
-torch::Tensor attend_with_kernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                 const Bias& bias, const torch::Tensor& key_mask, bool bf16) {
-  // The operands are read where they lie (the projections' [B, T, H*d] seen as [B, H, T, d]) and the
-  // result is written as [B, T, H, d]: merging the heads afterwards is then free.
-  const auto rows_dense = [](const torch::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); };
-  const torch::Tensor qc = rows_dense(q), kc = rows_dense(k), vc = rows_dense(v);
-  const auto layout = [](const torch::Tensor& t) { return kernels::HeadLayout{t.stride(0), t.stride(1), t.stride(2)}; };
+kernels::HeadLayout layout_of(const torch::Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
+
+// The kernels read an operand's rows with unit stride.
+torch::Tensor rows_dense(const torch::Tensor& t) { return t.stride(3) == 1 ? t : t.contiguous(); }
+
+kernels::AttentionShape shape_of(const torch::Tensor& q, const torch::Tensor& k) {
   kernels::AttentionShape shape;
   shape.batch = q.size(0);
   shape.heads = q.size(1);
   shape.queries = q.size(2);
   shape.keys = k.size(2);
   shape.head_dim = q.size(3);
+  return shape;
+}
+
+// The keys and values of an attention prepared once for one of the CPU kernels (kernels::AttentionKeys),
+// with what the kernel reads in place kept alive.
+struct KernelKeys {
+  std::unique_ptr<const kernels::AttentionKeys> keys;
+  torch::Tensor k, v;  // the operands as the kernel read them (fp32: v is read by every call)
+};
+
+KernelKeys prepare_kernel_keys(const torch::Tensor& k, const torch::Tensor& v, bool bf16) {
+  KernelKeys prepared{nullptr, rows_dense(k), rows_dense(v)};
+  const auto prepare = bf16 ? &kernels::bf16_attention_keys : &kernels::fp32_attention_keys;
+  prepared.keys = prepare(prepared.k.data_ptr<float>(), layout_of(prepared.k), prepared.v.data_ptr<float>(),
+                          layout_of(prepared.v), shape_of(prepared.k, prepared.k), at::get_num_threads());
+  return prepared;
+}
+
+// The CPU attention kernels' operand plumbing (kernels/bf16_attention.h, kernels/fp32_attention.h),
+// over k and v as they lie or, where given, as prepared once for several blocks of queries.
+template <typename Bias>
+torch::Tensor attend_with_kernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 const Bias& bias, const torch::Tensor& key_mask, bool bf16,
+                                 const KernelKeys* prepared = nullptr) {
+  // The operands are read where they lie (the projections' [B, T, H*d] seen as [B, H, T, d]) and the
+  // result is written as [B, T, H, d]: merging the heads afterwards is then free.
+  const torch::Tensor qc = rows_dense(q);
+  const auto shape = shape_of(q, k);
   torch::Tensor bc;
   kernels::AttentionBias b = kernel_bias(bias, shape, bc);
   torch::Tensor mc;
@@ -99,10 +126,22 @@ torch::Tensor attend_with_kernel(const torch::Tensor& q, const torch::Tensor& k,
   }
   auto out = torch::empty({shape.batch, shape.queries, shape.heads, shape.head_dim}, qc.options());
   const kernels::HeadLayout out_layout{out.stride(0), out.stride(2), out.stride(1)};
-  using Kernel = decltype(&kernels::fp32_attention);  // bf16_attention's form with explicit layouts
-  const Kernel run = bf16 ? Kernel{kernels::bf16_attention} : Kernel{kernels::fp32_attention};
-  run(qc.data_ptr<float>(), layout(qc), kc.data_ptr<float>(), layout(kc), vc.data_ptr<float>(), layout(vc), b,
-      out.data_ptr<float>(), out_layout, shape, at::get_num_threads());
+  if (prepared != nullptr) {
+    using Kernel =
+        void (*)(const float*, kernels::HeadLayout, const kernels::AttentionKeys&, const kernels::AttentionBias&,
+                 float*, kernels::HeadLayout, const kernels::AttentionShape&, int);
+    const Kernel run = bf16 ? Kernel{kernels::bf16_attention} : Kernel{kernels::fp32_attention};
+    run(qc.data_ptr<float>(), layout_of(qc), *prepared->keys, b, out.data_ptr<float>(), out_layout, shape,
+        at::get_num_threads());
+  } else {
+    const torch::Tensor kc = rows_dense(k), vc = rows_dense(v);
+    using Kernel = void (*)(const float*, kernels::HeadLayout, const float*, kernels::HeadLayout, const float*,
+                            kernels::HeadLayout, const kernels::AttentionBias&, float*, kernels::HeadLayout,
+                            const kernels::AttentionShape&, int);
+    const Kernel run = bf16 ? Kernel{kernels::bf16_attention} : Kernel{kernels::fp32_attention};
+    run(qc.data_ptr<float>(), layout_of(qc), kc.data_ptr<float>(), layout_of(kc), vc.data_ptr<float>(), layout_of(vc),
+        b, out.data_ptr<float>(), out_layout, shape, at::get_num_threads());
+  }
   return out.transpose(1, 2);
 }
 
@@ -165,20 +204,28 @@ namespace {
 const torch::Tensor& dense_of(const torch::Tensor& bias) { return bias; }
 torch::Tensor dense_of(const DiagonalBias& bias) { return bias.dense(); }
 
-// The attention output of the queries of xq ([B, Tq, D]) over keys/values kh, vh ([B, H, T, d]).
+// Which of the CPU attention kernels runs an attention whose operands are like `t` (none: LibTorch's
+// form). The kernels have no dropout (nor autograd): training takes LibTorch's form.
+enum class KernelPath { kNone, kFp32, kBf16 };
+
+KernelPath kernel_path(const SelfAttention& a, const torch::Tensor& t) {
+  if (!is_cpu_inference_float(t) || dropout_active(DropoutSite::kAttention)) return KernelPath::kNone;
+  if (a.bf16_attention && kernels::cpu_bf16_available()) return KernelPath::kBf16;
+  if (a.kernel_attention && kernels::use_cpu_kernels() && kernels::fp32_attention_available()) return KernelPath::kFp32;
+  return KernelPath::kNone;
+}
+
+// The attention output of the queries of xq ([B, Tq, D]) over keys/values kh, vh ([B, H, T, d]), which
+// `prepared` (when given) holds in the kernel's form.
 template <typename Bias>
 torch::Tensor attend_queries(const SelfAttention& a, const torch::Tensor& xq, const torch::Tensor& kh,
-                             const torch::Tensor& vh, const Bias& bias, const torch::Tensor& key_mask) {
+                             const torch::Tensor& vh, const Bias& bias, const torch::Tensor& key_mask,
+                             const KernelKeys* prepared = nullptr) {
   auto qh = split_heads(a.q(xq), a.heads);
   if (a.scale != 1.0) qh = qh * a.scale;
-  // The kernels have no dropout (nor autograd): training takes LibTorch's form.
-  if (is_cpu_inference_float(qh) && is_cpu_inference_float(kh) && !dropout_active(DropoutSite::kAttention)) {
-    if (a.bf16_attention && kernels::cpu_bf16_available()) {
-      return a.o(merge_heads(attend_with_kernel(qh, kh, vh, bias, key_mask, true)));
-    }
-    if (a.kernel_attention && kernels::use_cpu_kernels() && kernels::fp32_attention_available()) {
-      return a.o(merge_heads(attend_with_kernel(qh, kh, vh, bias, key_mask, false)));
-    }
+  const auto path = is_cpu_inference_float(qh) ? kernel_path(a, kh) : KernelPath::kNone;
+  if (path != KernelPath::kNone) {
+    return a.o(merge_heads(attend_with_kernel(qh, kh, vh, bias, key_mask, path == KernelPath::kBf16, prepared)));
   }
   return a.o(merge_heads(attend(qh, kh, vh, dense_of(bias), key_mask)));
 }
@@ -218,13 +265,18 @@ torch::Tensor SelfAttention::forward_in_pieces(const torch::Tensor& x, const Dia
   if (bias.queries != T) throw std::invalid_argument("SelfAttention::forward_in_pieces: the bias is not x's");
   const auto kh = split_heads(k(x), heads);
   const auto vh = split_heads(v(x), heads);
+  // A kernel's form of the keys and values, made once for every block (not once per block).
+  const auto path = kernel_path(*this, kh);
+  const auto prepared =
+      path == KernelPath::kNone ? std::optional<KernelKeys>{} : prepare_kernel_keys(kh, vh, path == KernelPath::kBf16);
   torch::Tensor out;
   for (int64_t first = 0; first < T; first += queries) {
     if (first > 0) between();
     const int64_t n = std::min(queries, T - first);
     // Queries [first, first + n) read the diagonals j − i = −(first + n − 1) … T − 1 − first.
     const DiagonalBias part{bias.diagonals.narrow(1, T - first - n, n + T - 1), n};
-    const auto piece = attend_queries(*this, x.narrow(1, first, n).contiguous(), kh, vh, part, key_mask);
+    const auto piece = attend_queries(*this, x.narrow(1, first, n).contiguous(), kh, vh, part, key_mask,
+                                      prepared ? &*prepared : nullptr);
     if (!out.defined()) out = torch::empty({x.size(0), T, piece.size(2)}, piece.options());
     out.narrow(1, first, n).copy_(piece);
   }

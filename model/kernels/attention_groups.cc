@@ -3,10 +3,23 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "model/kernels/avx2.h"
 
 namespace srformer::kernels {
+
+void AttentionKeys::check(const AttentionShape& shape, const char* kernel) const {
+  if (shape.batch != shape_.batch || shape.heads != shape_.heads || shape.keys != shape_.keys ||
+      shape.head_dim != shape_.head_dim) {
+    throw std::invalid_argument(std::string(kernel) + ": keys prepared for [" + std::to_string(shape_.batch) + ", " +
+                                std::to_string(shape_.heads) + ", " + std::to_string(shape_.keys) + ", " +
+                                std::to_string(shape_.head_dim) + "], not for this attention's [" +
+                                std::to_string(shape.batch) + ", " + std::to_string(shape.heads) + ", " +
+                                std::to_string(shape.keys) + ", " + std::to_string(shape.head_dim) + "]");
+  }
+}
 
 #ifdef SRFORMER_HAVE_AVX2_KERNELS
 

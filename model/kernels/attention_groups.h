@@ -5,6 +5,9 @@
 // per-thread buffer instead of a [B, H, Tq, T] tensor; a group's result depends only on its operands.
 #include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "model/kernels/bf16_attention.h"  // AttentionShape, AttentionBias, HeadLayout
@@ -33,7 +36,7 @@ void attention_groups(const float* q, HeadLayout q_layout, const AttentionBias& 
     const int64_t b = g / shape.heads, h = g % shape.heads;
     thread_local std::vector<float> scores;
     scores.resize(static_cast<size_t>(std::min(tq, kAttentionQueriesPerBlock) * t));
-    const auto products = make_products(b, h);
+    const auto& products = make_products(b, h);  // a temporary, or prepared keys' own
     const float* q_g = q + b * q_layout.batch + h * q_layout.head;
     float* out_g = out + b * out_layout.batch + h * out_layout.head;
     const float* bias_g = bias.data != nullptr ? bias.data + b * bias.b_stride + h * bias.h_stride : nullptr;
@@ -48,6 +51,38 @@ void attention_groups(const float* q, HeadLayout q_layout, const AttentionBias& 
       products.values(scores.data(), n, out_g + i0 * out_layout.row, out_layout.row);
     }
   }
+}
+
+// Every group's products made once (make_products(b, h), split over `threads`), held for several calls
+// of attention_groups over blocks of queries: the kernels' AttentionKeys.
+template <typename Products>
+class GroupProducts final : public AttentionKeys {
+ public:
+  template <typename MakeProducts>
+  GroupProducts(const AttentionShape& shape, int threads, const MakeProducts& make_products) : AttentionKeys(shape) {
+    const int64_t groups = shape.batch * shape.heads;
+    std::vector<std::unique_ptr<Products>> made(static_cast<size_t>(groups));
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1 && groups > 1)
+    for (int64_t g = 0; g < groups; ++g) {
+      made[static_cast<size_t>(g)] = std::make_unique<Products>(make_products(g / shape.heads, g % shape.heads));
+    }
+    groups_ = std::move(made);
+  }
+  const Products& at(int64_t b, int64_t h) const { return *groups_[static_cast<size_t>(b * shape().heads + h)]; }
+
+ private:
+  std::vector<std::unique_ptr<Products>> groups_;
+};
+
+// `keys` as the GroupProducts<Products> a kernel prepared for `shape`; throws std::invalid_argument
+// for another kernel's keys or another shape.
+template <typename Products>
+const GroupProducts<Products>& prepared_products(const AttentionKeys& keys, const AttentionShape& shape,
+                                                 const char* kernel) {
+  keys.check(shape, kernel);
+  const auto* own = dynamic_cast<const GroupProducts<Products>*>(&keys);
+  if (own == nullptr) throw std::invalid_argument(std::string(kernel) + ": keys prepared by another kernel");
+  return *own;
 }
 
 }  // namespace srformer::kernels

@@ -7,6 +7,7 @@
 // A group's result depends only on its own operands: batching and padding (masked keys) change nothing.
 // Plain C++ (no LibTorch). Use only where cpu_bf16_available().
 #include <cstdint>
+#include <memory>
 
 namespace srformer::kernels {
 
@@ -36,11 +37,36 @@ struct HeadLayout {
   static HeadLayout heads_outer(int64_t heads, int64_t rows, int64_t d) { return {heads * rows * d, rows * d, d}; }
 };
 
+// The keys and values of one attention in the form a kernel's products read them (each kernel its own:
+// kᵀ in fp32, or both in bfloat16 tiles), prepared once for several calls over blocks of its queries.
+// A long input's attention in pieces (SelfAttention::forward_in_pieces) would otherwise prepare them
+// again for every block: at 8k keys that doubled the bf16 encode. `shape.queries` is not used.
+class AttentionKeys {
+ public:
+  explicit AttentionKeys(const AttentionShape& shape) : shape_(shape) {}
+  virtual ~AttentionKeys() = default;
+  AttentionKeys(const AttentionKeys&) = delete;
+  AttentionKeys& operator=(const AttentionKeys&) = delete;
+  const AttentionShape& shape() const { return shape_; }
+  // Throws std::invalid_argument unless `shape` has these keys' batch, heads, keys and head size.
+  void check(const AttentionShape& shape, const char* kernel) const;
+
+ private:
+  AttentionShape shape_;
+};
+
 // q [B, H, Tq, d], k and v [B, H, T, d], out [B, H, Tq, d] in the given layouts (rows at least d
 // apart); groups split over `threads` OpenMP threads.
 void bf16_attention(const float* q, HeadLayout q_layout, const float* k, HeadLayout k_layout, const float* v,
                     HeadLayout v_layout, const AttentionBias& bias, float* out, HeadLayout out_layout,
                     const AttentionShape& shape, int threads);
+
+// k and v converted once (they may change or go afterwards), for bf16_attention over any block of queries.
+std::unique_ptr<const AttentionKeys> bf16_attention_keys(const float* k, HeadLayout k_layout, const float* v,
+                                                         HeadLayout v_layout, const AttentionShape& shape, int threads);
+// The same as above over keys from bf16_attention_keys() for this shape.
+void bf16_attention(const float* q, HeadLayout q_layout, const AttentionKeys& keys, const AttentionBias& bias,
+                    float* out, HeadLayout out_layout, const AttentionShape& shape, int threads);
 
 // All four contiguous [B, H, T, d].
 inline void bf16_attention(const float* q, const float* k, const float* v, const AttentionBias& bias, float* out,

@@ -10,6 +10,7 @@
 // (masked) change only the softmax's summation order. Plain C++ (no LibTorch). Use only where
 // fp32_attention_available().
 #include <cstdint>
+#include <memory>
 
 #include "model/kernels/bf16_attention.h"  // AttentionShape, AttentionBias, HeadLayout
 
@@ -23,5 +24,13 @@ bool fp32_attention_available();
 void fp32_attention(const float* q, HeadLayout q_layout, const float* k, HeadLayout k_layout, const float* v,
                     HeadLayout v_layout, const AttentionBias& bias, float* out, HeadLayout out_layout,
                     const AttentionShape& shape, int threads);
+
+// kᵀ prepared once, for fp32_attention over any block of queries. v is read in place by every such
+// call: it must stay unchanged and alive while they run.
+std::unique_ptr<const AttentionKeys> fp32_attention_keys(const float* k, HeadLayout k_layout, const float* v,
+                                                         HeadLayout v_layout, const AttentionShape& shape, int threads);
+// The same as above over keys from fp32_attention_keys() for this shape.
+void fp32_attention(const float* q, HeadLayout q_layout, const AttentionKeys& keys, const AttentionBias& bias,
+                    float* out, HeadLayout out_layout, const AttentionShape& shape, int threads);
 
 }  // namespace srformer::kernels

@@ -176,6 +176,17 @@ TEST(Bf16Attention, MatchesFp32AttentionWithMasksAndPositionBias) {
   }
 }
 
+// Keys and values converted once for several blocks of queries: the same bits as one call.
+TEST(Bf16Attention, KeysPreparedOnceGiveEveryBlockOfQueriesTheSameBits) {
+  SKIP_WITHOUT_BF16();
+  for (const auto& backend : cpu_bf16_backends()) {
+    SCOPED_TRACE(backend);
+    const UseBackend use(backend);
+    testing::expect_prepared_keys_give_the_same_bits(kernels::bf16_attention, kernels::bf16_attention_keys,
+                                                     kernels::bf16_attention);
+  }
+}
+
 TEST(Bf16Attention, QueryWithEveryKeyMaskedGetsZeros) {
   SKIP_WITHOUT_BF16();
   for (const auto& backend : cpu_bf16_backends()) {

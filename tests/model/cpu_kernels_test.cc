@@ -619,6 +619,27 @@ TEST(Fp32Attention, QueryWithEveryKeyMaskedGetsZeros) {
       [] { srformer::testing::expect_fully_masked_query_gets_zeros(srformer::attend_fp32_kernel); });
 }
 
+// kᵀ prepared once for several blocks of queries (a long input's attention in pieces): the same bits as
+// one call, on either instruction set; keys prepared by the bf16 kernel are refused.
+TEST(Fp32Attention, KeysPreparedOnceGiveEveryBlockOfQueriesTheSameBits) {
+  SKIP_WITHOUT_FP32_ATTENTION();
+  using srformer::kernels::fp32_attention;
+  for_each_instruction_set([] {
+    srformer::testing::expect_prepared_keys_give_the_same_bits(fp32_attention, srformer::kernels::fp32_attention_keys,
+                                                               fp32_attention);
+  });
+  if (!srformer::kernels::cpu_bf16_available()) return;
+  const auto q = torch::randn({1, 1, 2, 8}), kv = torch::randn({1, 1, 4, 8});
+  const srformer::kernels::AttentionShape shape{1, 1, 2, 4, 8};
+  const auto layout = srformer::kernels::HeadLayout::heads_outer(1, 4, 8);
+  const auto bf16_keys =
+      srformer::kernels::bf16_attention_keys(kv.data_ptr<float>(), layout, kv.data_ptr<float>(), layout, shape, 1);
+  auto out = torch::zeros({1, 1, 2, 8});
+  EXPECT_THROW(fp32_attention(q.data_ptr<float>(), srformer::kernels::HeadLayout::heads_outer(1, 2, 8), *bf16_keys, {},
+                              out.data_ptr<float>(), srformer::kernels::HeadLayout::heads_outer(1, 2, 8), shape, 1),
+               std::invalid_argument);
+}
+
 // Each output is the same fused multiply-add chain in either block, so the instruction set the CPU
 // has does not change an encoder's output: tails of keys (70) and of the head dimension (40) included.
 TEST(Fp32Attention, AvxTwoAndAvx512GiveTheSameBits) {

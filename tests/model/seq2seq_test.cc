@@ -768,8 +768,8 @@ TEST(EncodeInPieces, ALongT5InputPausesBetweenPiecesAndEncodesAsWhole) {
     constexpr int64_t B = 2, k = 40;
     LoadOptions o;
     o.dtype = dtype;
-    o.encode_piece_scores = B * k * 8;   // attention: 8 queries a piece, 5 pieces
-    o.encode_piece_positions = B * 16;   // feed-forward: 16 positions a piece, 3 pieces
+    o.encode_piece_scores = B * k * 8;  // attention: 8 queries a piece, 5 pieces
+    o.encode_piece_positions = B * 16;  // feed-forward: 16 positions a piece, 3 pieces
     const auto model = load_model(d.path(), o);
     const int64_t layers = model->config().encoder_layers;
     torch::manual_seed(5);
@@ -788,7 +788,8 @@ TEST(EncodeInPieces, ALongT5InputPausesBetweenPiecesAndEncodesAsWhole) {
         const auto whole = model->encode(ids, mask);
         asked = 0;
         const auto pieces = model->encode(ids, mask, counting);
-        EXPECT_EQ(asked, layers * (2 + 4 + 2)) << "each layer: its two sublayers, 4 attention and 2 feed-forward pauses";
+        EXPECT_EQ(asked, layers * (2 + 4 + 2))
+            << "each layer: its two sublayers, 4 attention and 2 feed-forward pauses";
         const auto pad = mask.eq(0).unsqueeze(-1);
         const double diff = (pieces.hidden - whole.hidden).masked_fill(pad, 0).abs().max().item<double>();
         const double scale = whole.hidden.abs().max().item<double>();
