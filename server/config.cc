@@ -168,10 +168,11 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
                               a burst of arrivals puts on running streams (default 512; 0 = unlimited)
   --encode-stall-ms N         between two sublayers of an admission's encode (and of its start), the
                               running streams take a decode step once they have waited N ms: an encode
-                              stalls them for about N ms and one sublayer, not the whole encoder, and
-                              its own requests start a step later for each; once an encode over
-                              --max-encode-tokens has run N ms, queued requests within that cap are
-                              encoded and join there too (default 200; 0 = an encode runs whole)
+                              stalls them for about N ms and one sublayer (a piece of one for a long T5
+                              input), not the whole encoder, and its own requests start a step later
+                              for each; once an encode over --max-encode-tokens has run N ms, queued
+                              requests within that cap are encoded and join there too (default 200;
+                              0 = an encode runs whole)
   --max-state-memory SIZE     decoder state a model's batch may hold (512M, 8G, ...; counted as the model
                               holds it, each request's own input): requests wait
                               until it fits, one that alone exceeds it is refused (default auto: half
