@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -144,9 +145,11 @@ class T5Model final : public EncoderDecoderModel {
     const auto key_mask = additive_mask(mask.view({B, 1, 1, k}), compute_dtype_);
     // A long input in an encode the caller pauses runs its sublayers in pieces (LoadOptions), asking
     // `stop` between them too: otherwise a 16k-token attention sublayer stalls the caller for seconds.
-    const bool in_pieces = stop && !torch::GradMode::is_enabled();
-    const int64_t queries = in_pieces ? std::max<int64_t>(1, piece_scores_ / (B * k)) : k;
-    const int64_t positions = in_pieces ? std::max<int64_t>(1, piece_positions_ / B) : k;
+    // (Inference only: the pieces apply no dropout.)
+    const bool in_pieces = stop && !torch::GradMode::is_enabled() && !dropout_active(DropoutSite::kHidden) &&
+                           !dropout_active(DropoutSite::kAttention);
+    const int64_t queries = in_pieces ? std::max<int64_t>(1, piece_scores_ / std::max<int64_t>(1, B * k)) : k;
+    const int64_t positions = in_pieces ? std::max<int64_t>(1, piece_positions_ / std::max<int64_t>(1, B)) : k;
     const auto pause = [&stop] { stop_if_asked(stop); };
     for (const auto& l : encoder_) {
       stop_if_asked(stop);

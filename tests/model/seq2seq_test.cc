@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "model/attention/segments.h"
@@ -795,6 +796,18 @@ TEST(EncodeInPieces, ALongT5InputPausesBetweenPiecesAndEncodesAsWhole) {
         const double scale = whole.hidden.abs().max().item<double>();
         EXPECT_LE(diff, (dtype == torch::kFloat32 ? 1e-6 : 4e-3) * scale);
         EXPECT_TRUE(torch::equal(pieces.mask, whole.mask));
+      }
+      // An empty input or batch has nothing to cut: with the hook it ends as it does without.
+      for (const auto& sizes : {std::vector<int64_t>{B, 0}, std::vector<int64_t>{0, k}}) {
+        const auto none = torch::zeros(sizes, torch::kLong);
+        const auto outcome = [&](const EncodeStop& stop) -> std::string {
+          try {
+            return "encoded " + std::to_string(model->encode(none, none, stop).hidden.numel()) + " values";
+          } catch (const std::exception& e) {
+            return std::string("threw: ") + e.what();
+          }
+        };
+        EXPECT_EQ(outcome(counting), outcome({})) << sizes[0] << " x " << sizes[1];
       }
       // Stopped between two pieces of the first attention sublayer: the encode ends there.
       asked = 0;
