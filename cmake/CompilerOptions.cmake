@@ -1,9 +1,13 @@
 # Warnings, ccache, sanitizers.
 find_program(CCACHE_PROGRAM ccache)
 if(CCACHE_PROGRAM)
-  set(CMAKE_CXX_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
-  # PCH + ccache need these to hit.
-  set(ENV{CCACHE_SLOPPINESS} "pch_defines,time_macros,include_file_mtime,include_file_ctime")
+  # PCH + ccache need this sloppiness to hit, and it must reach ccache when it compiles: an environment
+  # variable set here would only last for the configure step (every PCH compile was then uncacheable,
+  # "could not use precompiled header", and every clean build compiled everything again).
+  # The base directory makes paths under the checkout relative, so that another clone (CI's) hits too.
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${CMAKE_COMMAND} -E env
+                                  "CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime"
+                                  "CCACHE_BASEDIR=${CMAKE_SOURCE_DIR}" ${CCACHE_PROGRAM})
 endif()
 
 # Flags for our own targets only (third-party headers are included as SYSTEM).
