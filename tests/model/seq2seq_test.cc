@@ -804,7 +804,8 @@ TEST(EncodeInPieces, ALongT5InputPausesBetweenPiecesAndEncodesAsWhole) {
           try {
             return "encoded " + std::to_string(model->encode(none, none, stop).hidden.numel()) + " values";
           } catch (const std::exception& e) {
-            return std::string("threw: ") + e.what();
+            const std::string what = e.what();
+            return "threw: " + what.substr(0, what.find('\n'));  // LibTorch's backtrace differs by call site
           }
         };
         EXPECT_EQ(outcome(counting), outcome({})) << sizes[0] << " x " << sizes[1];
