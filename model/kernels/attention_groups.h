@@ -74,15 +74,17 @@ class GroupProducts final : public AttentionKeys {
   std::vector<std::unique_ptr<Products>> groups_;
 };
 
-// `keys` as the GroupProducts<Products> a kernel prepared for `shape`; throws std::invalid_argument
-// for another kernel's keys or another shape.
+// attention_groups over the products a kernel prepared in `keys` (its GroupProducts<Products>); throws
+// std::invalid_argument for keys of another shape or another kernel.
 template <typename Products>
-const GroupProducts<Products>& prepared_products(const AttentionKeys& keys, const AttentionShape& shape,
-                                                 const char* kernel) {
+void attention_groups(const float* q, HeadLayout q_layout, const AttentionKeys& keys, const char* kernel,
+                      const AttentionBias& bias, float* out, HeadLayout out_layout, const AttentionShape& shape,
+                      int threads) {
   keys.check(shape, kernel);
-  const auto* own = dynamic_cast<const GroupProducts<Products>*>(&keys);
-  if (own == nullptr) throw std::invalid_argument(std::string(kernel) + ": keys prepared by another kernel");
-  return *own;
+  const auto* groups = dynamic_cast<const GroupProducts<Products>*>(&keys);
+  if (groups == nullptr) throw std::invalid_argument(std::string(kernel) + ": keys prepared by another kernel");
+  attention_groups(q, q_layout, bias, out, out_layout, shape, threads,
+                   [groups](int64_t b, int64_t h) -> const Products& { return groups->at(b, h); });
 }
 
 }  // namespace srformer::kernels

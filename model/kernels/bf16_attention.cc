@@ -65,9 +65,7 @@ std::unique_ptr<const AttentionKeys> bf16_attention_keys(const float* k, HeadLay
 void bf16_attention(const float* q, HeadLayout q_layout, const AttentionKeys& keys, const AttentionBias& bias,
                     float* out, HeadLayout out_layout, const AttentionShape& shape, int threads) {
   check_available();
-  const auto& groups = prepared_products<Products>(keys, shape, "bf16_attention");
-  attention_groups(q, q_layout, bias, out, out_layout, shape, threads,
-                   [&](int64_t b, int64_t h) -> const Products& { return groups.at(b, h); });
+  attention_groups<Products>(q, q_layout, keys, "bf16_attention", bias, out, out_layout, shape, threads);
 }
 
 #else

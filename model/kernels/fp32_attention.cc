@@ -90,9 +90,7 @@ std::unique_ptr<const AttentionKeys> fp32_attention_keys(const float* k, HeadLay
 void fp32_attention(const float* q, HeadLayout q_layout, const AttentionKeys& keys, const AttentionBias& bias,
                     float* out, HeadLayout out_layout, const AttentionShape& shape, int threads) {
   check_available();
-  const auto& groups = prepared_products<Products>(keys, shape, "fp32_attention");
-  attention_groups(q, q_layout, bias, out, out_layout, shape, threads,
-                   [&](int64_t b, int64_t h) -> const Products& { return groups.at(b, h); });
+  attention_groups<Products>(q, q_layout, keys, "fp32_attention", bias, out, out_layout, shape, threads);
 }
 
 #else
