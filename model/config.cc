@@ -155,6 +155,7 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c) {
   if (auto v = opt<int64_t>(j, "top_k")) c.top_k = v;
   if (auto v = opt<double>(j, "top_p")) c.top_p = v;
   if (auto v = opt<double>(j, "repetition_penalty")) c.repetition_penalty = v;
+  if (auto v = opt<int64_t>(j, "num_return_sequences")) c.num_return_sequences = v;
   // Hugging Face settings we do not implement, with the value that leaves generation as without them
   // (null: any value but null changes it).
   static const std::pair<const char*, nlohmann::json> kUnsupported[] = {{"num_beam_groups", 1},

@@ -97,6 +97,7 @@ struct ModelConfig {
   std::optional<int64_t> top_k;
   std::optional<double> top_p;
   std::optional<double> repetition_penalty;
+  std::optional<int64_t> num_return_sequences;
   // Generation settings the checkpoint sets that this library does not implement and that would change
   // what Hugging Face generates (group beam search, typical sampling, bad words, ...), as "key=value":
   // callers warn that generation goes on without them.

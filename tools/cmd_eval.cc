@@ -188,7 +188,8 @@ GenerationOptions generation_options(const Args& a, const ModelConfig& c, const 
   o.num_beams = a.beams.value_or(d.num_beams);
   o.length_penalty = a.length_penalty.value_or(d.length_penalty);
   o.no_repeat_ngram_size = a.no_repeat.value_or(d.no_repeat_ngram_size);
-  o.do_sample = false;  // scores must not depend on a seed: greedy or beams even where the checkpoint samples
+  o.do_sample = false;         // scores must not depend on a seed: greedy or beams even where the checkpoint samples
+  o.num_return_sequences = 1;  // one summary scored per document
   o.vocab_limit = tokenizer.vocab_size();
   validate(o);
   return o;

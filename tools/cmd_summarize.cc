@@ -2,6 +2,7 @@
 // tokenizer and generation code the server uses.
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -142,7 +143,7 @@ int run_summarize(const std::vector<std::string>& args) {
   o.top_p = top_p.value_or(d.top_p);
   o.seed = seed;
   o.repetition_penalty = rep.value_or(d.repetition_penalty);
-  o.num_return_sequences = returned.value_or(1);
+  o.num_return_sequences = returned.value_or(std::min(d.num_return_sequences, o.num_beams));
   o.vocab_limit = tokenizer->vocab_size();
   validate(o);
 

@@ -161,6 +161,8 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
                                 : ""));
     }
     o.num_return_sequences = p.num_return_sequences();
+  } else {
+    o.num_return_sequences = std::min(d.num_return_sequences, o.num_beams);
   }
   if (p.has_length_penalty()) {
     if (!std::isfinite(p.length_penalty())) invalid("length_penalty must be a finite number");

@@ -197,6 +197,9 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
   EXPECT_EQ(none.top_k, 50);  // HF's default, where GenerationOptions{} has none
   EXPECT_DOUBLE_EQ(none.top_p, 1.0);
   EXPECT_DOUBLE_EQ(none.repetition_penalty, 1.0);
+  EXPECT_EQ(none.num_return_sequences, 1);
+  config.num_return_sequences = 3;  // with one beam: one sequence (HF refuses more)
+  EXPECT_EQ(model_generation_defaults(config).num_return_sequences, 1);
   config.max_length = 62;
   config.min_length = 11;
   config.num_beams = 4;
@@ -210,6 +213,10 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
   EXPECT_DOUBLE_EQ(set.length_penalty, 2.0);
   EXPECT_TRUE(set.early_stopping);
   EXPECT_EQ(set.no_repeat_ngram_size, 3);
+  EXPECT_EQ(set.num_return_sequences, 3);
+  config.num_return_sequences = 6;
+  EXPECT_EQ(model_generation_defaults(config).num_return_sequences, 4) << "at most one per beam";
+  config.num_return_sequences = 3;
   EXPECT_FALSE(set.do_sample);
   config.do_sample = true;
   config.temperature = 0.7;

@@ -139,7 +139,8 @@ TEST(Config, GenerationConfigReplacesConfigJsonsGenerationDefaults) {
                             {"do_sample", true},
                             {"temperature", 0.7},
                             {"top_p", 0.9},
-                            {"repetition_penalty", 1.1}};
+                            {"repetition_penalty", 1.1},
+                            {"num_return_sequences", 2}};
   const auto c = ModelConfig::from_json(j, &g);
   EXPECT_EQ(c.num_beams, 2);
   EXPECT_EQ(c.max_length, 61) << "max_new_tokens + the decoder start";
@@ -153,6 +154,8 @@ TEST(Config, GenerationConfigReplacesConfigJsonsGenerationDefaults) {
   EXPECT_EQ(c.temperature, 0.7);
   EXPECT_EQ(c.top_p, 0.9);
   EXPECT_EQ(c.repetition_penalty, 1.1);
+  EXPECT_EQ(c.num_return_sequences, 2);
+  EXPECT_FALSE(plain.num_return_sequences);
   EXPECT_FALSE(c.top_k) << "config.json's value is not generation_config.json's";
   EXPECT_TRUE(c.unsupported_generation.empty());
   EXPECT_EQ(c.srformer.expected_length, 60) << "the default L follows the length generation uses";

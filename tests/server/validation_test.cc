@@ -256,6 +256,7 @@ TEST(Validation, DefaultsComeFromTheModelConfig) {
   config.early_stopping = true;
   config.decoder_start_token_id = 2;
   config.eos_token_id = 1;
+  config.num_return_sequences = 3;
   server::ServiceLimits limits;
   const auto r = server::resolve_options({}, config, limits);
   EXPECT_EQ(r.options.max_new_tokens, 61);
@@ -266,12 +267,17 @@ TEST(Validation, DefaultsComeFromTheModelConfig) {
   EXPECT_TRUE(r.options.early_stopping);
   EXPECT_EQ(r.options.decoder_start_token_id, 2);
   EXPECT_EQ(r.expected_length, 61);
+  EXPECT_EQ(r.options.num_return_sequences, 3);
+  v1::GenerationOptions two_beams;  // the config's num_return_sequences, at most one per beam asked for
+  two_beams.set_num_beams(2);
+  EXPECT_EQ(server::resolve_options(two_beams, config, limits).options.num_return_sequences, 2);
   v1::GenerationOptions p;
   p.set_num_beams(1);
   p.set_max_new_tokens(20);
   p.set_expected_length(50);
   const auto q = server::resolve_options(p, config, limits);
   EXPECT_EQ(q.options.num_beams, 1);
+  EXPECT_EQ(q.options.num_return_sequences, 1);
   EXPECT_EQ(q.options.max_new_tokens, 20);
   EXPECT_EQ(q.options.min_new_tokens, 10);
   EXPECT_EQ(q.expected_length, 50);
@@ -285,6 +291,7 @@ TEST(Validation, DefaultsComeFromTheModelConfig) {
   const auto sampled = server::resolve_options({}, config, limits);
   EXPECT_TRUE(sampled.options.do_sample);
   EXPECT_EQ(sampled.options.num_beams, 1);
+  EXPECT_EQ(sampled.options.num_return_sequences, 1);
   EXPECT_DOUBLE_EQ(sampled.options.temperature, 0.7);
   EXPECT_DOUBLE_EQ(sampled.options.top_p, 0.9);
   v1::GenerationOptions greedy;
