@@ -28,6 +28,7 @@ class BartModel final : public EncoderDecoderModel {
  public:
   BartModel(const ModelConfig& config, const CheckpointReader& ckpt, const LoadOptions& options) {
     config_ = config;
+    set_pieces(options);
     const bool pack = set_precision(options);
     WeightBinder binder(ckpt, compute_dtype_, device_);
     ParamBinder w(binder, options.init_missing_raf, pack);

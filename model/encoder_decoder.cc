@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -141,10 +142,14 @@ DecoderState EncoderDecoderModel::start(const EncoderOutput& enc, const torch::T
   st.self_pos = torch::zeros({B, 0}, long_opts);
   const auto& cross = cross_layers();
   st.layers.resize(cross.size());
+  // A long input's cross keys and values are projected in pieces when the caller pauses (set_pieces).
+  const int64_t positions =
+      stop ? std::max<int64_t>(1, piece_positions_ / std::max<int64_t>(1, B)) : std::numeric_limits<int64_t>::max();
+  const auto pause = [&stop] { stop_if_asked(stop); };
   for (size_t l = 0; l < cross.size(); ++l) {
     stop_if_asked(stop);
     auto& ls = st.layers[l];
-    cross[l].prepare(enc.hidden, enc.mask, st.num_segments, ls, st.expected_len);
+    cross[l].prepare(enc.hidden, enc.mask, st.num_segments, ls, st.expected_len, positions, pause);
     ls.self_k = torch::zeros({B, config_.num_heads, 0, config_.head_dim}, enc.hidden.options());
     ls.self_v = torch::zeros_like(ls.self_k);
   }
@@ -217,6 +222,12 @@ torch::Tensor EncoderDecoderModel::forward(const EncoderOutput& enc, const torch
   for (size_t l = 0; l < layers.size(); ++l) cross_layers()[l].prepare(enc.hidden, enc.mask, m, layers[l]);
   DecodeContext ctx(enc, layers, enc_len, m, seg, changed);
   return run_decoder(ids, ctx);
+}
+
+void EncoderDecoderModel::set_pieces(const LoadOptions& options) {
+  if (!kernels::env_not_zero("SRFORMER_ENCODE_PIECES")) return;
+  piece_scores_ = std::max<int64_t>(1, options.encode_piece_scores);
+  piece_positions_ = std::max<int64_t>(1, options.encode_piece_positions);
 }
 
 bool EncoderDecoderModel::set_precision(const LoadOptions& options) {

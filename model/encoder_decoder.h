@@ -4,6 +4,7 @@
 // hides whether the decoder runs over all positions at once or one cached step.
 #include <torch/types.h>
 
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -84,6 +85,12 @@ class EncoderDecoderModel : public Seq2SeqModel {
   torch::ScalarType compute_dtype_ = torch::kFloat32;  // activations and stored weights
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   int64_t packed_bytes_ = 0;  // finish_projections()
+  // The most query-key pairs and positions (over the batch) a piece of a pausable pass covers: encode
+  // and start with EncodeStop set (LoadOptions::encode_piece_scores, encode_piece_positions); the
+  // int64 maximum, i.e. whole, where SRFORMER_ENCODE_PIECES=0 says so (side-by-side measurements).
+  int64_t piece_scores_ = std::numeric_limits<int64_t>::max();
+  int64_t piece_positions_ = std::numeric_limits<int64_t>::max();
+  void set_pieces(const LoadOptions& options);
 
   // Sets device_, dtype_ and compute_dtype_ from the options. bf16 on the CPU computes in fp32 with the
   // projection weights also held in bfloat16 (kernels/bf16_linear.h); returns whether to pack them so.

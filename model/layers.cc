@@ -182,6 +182,22 @@ torch::Tensor split_heads(const torch::Tensor& x, int64_t heads) {
   return x.view({b, t, heads, -1}).transpose(1, 2);
 }
 
+torch::Tensor project_heads(const Linear& proj, const torch::Tensor& x, int64_t heads, int64_t positions,
+                            const std::function<void()>& between) {
+  if (positions <= 0) throw std::invalid_argument("project_heads: positions must be positive");
+  const int64_t T = x.size(1);
+  if (positions >= T) return split_heads(proj(x), heads).contiguous();
+  torch::Tensor out;
+  for (int64_t first = 0; first < T; first += positions) {
+    if (first > 0 && between) between();
+    const int64_t n = std::min(positions, T - first);
+    const auto part = split_heads(proj(x.narrow(1, first, n)), heads);
+    if (!out.defined()) out = torch::empty({x.size(0), heads, T, part.size(3)}, part.options());
+    out.narrow(2, first, n).copy_(part);
+  }
+  return out;
+}
+
 torch::Tensor merge_heads(const torch::Tensor& x) {
   const auto b = x.size(0);
   const auto t = x.size(2);

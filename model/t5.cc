@@ -31,11 +31,7 @@ class T5Model final : public EncoderDecoderModel {
  public:
   T5Model(const ModelConfig& config, const CheckpointReader& ckpt, const LoadOptions& options) {
     config_ = config;
-    // SRFORMER_ENCODE_PIECES=0 keeps every sublayer whole (side-by-side measurements).
-    const bool pieces = kernels::env_not_zero("SRFORMER_ENCODE_PIECES");
-    constexpr int64_t kWhole = std::numeric_limits<int64_t>::max();
-    piece_scores_ = pieces ? std::max<int64_t>(1, options.encode_piece_scores) : kWhole;
-    piece_positions_ = pieces ? std::max<int64_t>(1, options.encode_piece_positions) : kWhole;
+    set_pieces(options);
     const bool pack = set_precision(options);
     WeightBinder binder(ckpt, compute_dtype_, device_);
     ParamBinder w(binder, options.init_missing_raf, pack);
@@ -154,7 +150,7 @@ class T5Model final : public EncoderDecoderModel {
     for (const auto& l : encoder_) {
       stop_if_asked(stop);
       if (queries < k) {
-        h = h + l.self_attn.forward_in_pieces(l.self_attn_norm(h), bias, key_mask, queries, pause);
+        h = h + l.self_attn.forward_in_pieces(l.self_attn_norm(h), bias, key_mask, queries, positions, pause);
       } else {
         h = h + dropout(l.self_attn.forward(l.self_attn_norm(h), bias, key_mask), DropoutSite::kHidden);
       }
@@ -216,7 +212,6 @@ class T5Model final : public EncoderDecoderModel {
   Linear lm_head_;  // the shared embedding when tied
   LayerNorm enc_final_norm_, dec_final_norm_;
   std::vector<T5EncoderLayer> encoder_;
-  int64_t piece_scores_ = 0, piece_positions_ = 0;  // LoadOptions::encode_piece_scores, encode_piece_positions
   std::vector<T5DecoderLayer> decoder_;
   std::vector<CrossAttention> cross_;
 };

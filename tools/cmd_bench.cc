@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "model/attention/cross_attention.h"
@@ -423,7 +424,8 @@ void bench_encode(const BenchOptions& o, const std::string& name, const ModelCon
 // One long T5 document encoded as the server encodes it, a stop hook asked at every pause, by a model
 // that runs the sublayers of such an input whole and by one that runs them in pieces (the default,
 // LoadOptions::encode_piece_scores): the time, the pauses and the longest stretch without one, which is
-// how long the server's running streams may wait on that encode. Alternating, best of 2 each.
+// how long the server's running streams may wait on that encode; then the same of start() on its output
+// (each decoder layer's cross keys and values, whole or by blocks of positions). Alternating, best of 2 each.
 void bench_long_encode_as(const BenchOptions& o, const std::string& name, const ModelConfig& c, Seq2SeqModel& whole,
                           Seq2SeqModel& pieces) {
   c10::InferenceMode inference;  // as the server encodes
@@ -431,23 +433,36 @@ void bench_long_encode_as(const BenchOptions& o, const std::string& name, const 
   struct Run {
     double ms = std::numeric_limits<double>::infinity(), longest_ms = 0;
     int64_t pauses = 0;
+    // start() after it (each decoder layer's cross keys/values and switch table), paused the same way.
+    double start_ms = 0, start_longest_ms = 0;
+    int64_t start_pauses = 0;
   };
   for (const int64_t k : o.long_lengths) {
     const auto ids = torch::randint(3, c.vocab_size, {1, k}, torch::kLong);
     const auto mask = torch::ones({1, k}, torch::kLong);
+    const auto expected = torch::full({1}, 128, torch::kLong);
     const auto time = [&](Seq2SeqModel& model, Run& best) {
       Run run;
-      const auto t0 = Clock::now();
+      auto t0 = Clock::now();
       auto last = t0;
+      double longest = 0;
+      int64_t pauses = 0;
       const EncodeStop pause = [&] {
-        run.longest_ms = std::max(run.longest_ms, ms_since(last));
-        ++run.pauses;
+        longest = std::max(longest, ms_since(last));
+        ++pauses;
         last = Clock::now();
         return false;
       };
-      (void)model.encode(ids, mask, pause);
-      run.longest_ms = std::max(run.longest_ms, ms_since(last));
+      const auto enc = model.encode(ids, mask, pause);
+      run.longest_ms = std::max(longest, ms_since(last));
       run.ms = ms_since(t0);
+      run.pauses = std::exchange(pauses, 0);
+      longest = 0;
+      last = t0 = Clock::now();
+      (void)model.start(enc, expected, pause);
+      run.start_longest_ms = std::max(longest, ms_since(last));
+      run.start_ms = ms_since(t0);
+      run.start_pauses = pauses;
       if (run.ms < best.ms) best = run;
     };
     Run w, p;
@@ -464,6 +479,9 @@ void bench_long_encode_as(const BenchOptions& o, const std::string& name, const 
                                     {"ms", r.ms},
                                     {"pauses", r.pauses},
                                     {"longest_stretch_ms", r.longest_ms},
+                                    {"start_ms", r.start_ms},
+                                    {"start_pauses", r.start_pauses},
+                                    {"start_longest_stretch_ms", r.start_longest_ms},
                                     {"ratio_to_whole", r.ms / w.ms}}
                          .dump()
                   << std::endl;
@@ -475,7 +493,9 @@ void bench_long_encode_as(const BenchOptions& o, const std::string& name, const 
       << " tokens, paused as the server does: sublayers whole " << w.ms << " ms, " << w.pauses
       << " pauses, longest stretch " << w.longest_ms << " ms | in pieces " << p.ms << " ms (" << std::setprecision(3)
       << p.ms / w.ms << "x), " << p.pauses << " pauses, longest stretch " << std::setprecision(1) << p.longest_ms
-      << " ms";
+      << " ms; then start() " << w.start_ms << " ms, " << w.start_pauses << " pauses, longest stretch "
+      << w.start_longest_ms << " ms | " << p.start_ms << " ms, " << p.start_pauses << " pauses, longest stretch "
+      << p.start_longest_ms << " ms";
     std::cout << h.str() << std::endl;
   }
 }
@@ -513,7 +533,8 @@ int run_bench(const std::vector<std::string>& args) {
                    "  bytes of per-request state; the decode step's projections through LibTorch and through\n"
                    "  our few-rows kernel; one encoder call over 8 documents of mixed lengths padded to the\n"
                    "  longest against one call each, and one long T5 document encoded with the server's pauses, its\n"
-                   "  sublayers whole and in pieces (--only encode). --json: one JSON object per measurement.\n"
+                   "  sublayers whole and in pieces, then start() on it likewise (--only encode). --json: one JSON\n"
+                   "  object per measurement.\n"
                    "  --trace PREFIX: LibTorch profiler trace of the timed decode steps,\n"
                    "  PREFIX.<model>.b<batch>.json (chrome://tracing). --kernels:\n"
                    "  decode steps with our AVX2 CPU kernels (on, the default), through LibTorch only, or both.\n"

@@ -168,9 +168,11 @@ StateFootprint CrossAttention::footprint(const torch::Device& device, torch::Sca
 }
 
 void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tensor& enc_mask, const torch::Tensor& m,
-                             LayerState& ls, const torch::Tensor& expected_len) const {
-  ls.cross_k = split_heads(k(enc_hidden), heads).contiguous();
-  ls.cross_v = split_heads(v(enc_hidden), heads).contiguous();
+                             LayerState& ls, const torch::Tensor& expected_len, int64_t positions,
+                             const std::function<void()>& between) const {
+  ls.cross_k = project_heads(k, enc_hidden, heads, positions, between);
+  if (between) between();
+  ls.cross_v = project_heads(v, enc_hidden, heads, positions, between);
   if (recurrent() && precompute_switches && expected_len.defined() && ls.cross_k.is_cpu() &&
       kernels::use_cpu_kernels()) {
     prepare_recurrent_cpu(ls, enc_mask.sum(1).to(torch::kLong), m, expected_len);

@@ -6,6 +6,8 @@
 // differentiable, for checks and training) and a one-step form (generation) that agree.
 #include <torch/types.h>
 
+#include <functional>
+#include <limits>
 #include <optional>
 
 #include "model/attention/raf.h"
@@ -34,9 +36,11 @@ struct CrossAttention {
 
   // Fills the layer's cross K/V (and K^T V, ||K||, zero membrane, global tokens) from the encoder.
   // enc_mask [B,k] bool; m [B] segments per row. With expected_len [B] (L per row, incremental
-  // decoding) and precompute_switches, also the table of switch drives in schedule order.
+  // decoding) and precompute_switches, also the table of switch drives in schedule order. K and V are
+  // projected by blocks of `positions` positions, between() called between any two (project_heads).
   void prepare(const torch::Tensor& enc_hidden, const torch::Tensor& enc_mask, const torch::Tensor& m, LayerState& ls,
-               const torch::Tensor& expected_len = {}) const;
+               const torch::Tensor& expected_len = {}, int64_t positions = std::numeric_limits<int64_t>::max(),
+               const std::function<void()>& between = {}) const;
 
   // Teacher-forced: x [B,q,D]; seg/changed [B,q] (segment per position; whether RAF steps there).
   // fired (optional, [B] float64) accumulates the number of membrane elements that fired.

@@ -258,20 +258,23 @@ torch::Tensor SelfAttention::forward(const torch::Tensor& x, const torch::Tensor
 }
 
 torch::Tensor SelfAttention::forward_in_pieces(const torch::Tensor& x, const DiagonalBias& bias,
-                                               const torch::Tensor& key_mask, int64_t queries,
+                                               const torch::Tensor& key_mask, int64_t queries, int64_t positions,
                                                const std::function<void()>& between) const {
   const int64_t T = x.size(1);
-  if (queries <= 0) throw std::invalid_argument("SelfAttention::forward_in_pieces: queries must be positive");
+  if (queries <= 0 || positions <= 0) {
+    throw std::invalid_argument("SelfAttention::forward_in_pieces: queries and positions must be positive");
+  }
   if (bias.queries != T) throw std::invalid_argument("SelfAttention::forward_in_pieces: the bias is not x's");
-  const auto kh = split_heads(k(x), heads);
-  const auto vh = split_heads(v(x), heads);
+  const auto kh = project_heads(k, x, heads, positions, between);
+  between();
+  const auto vh = project_heads(v, x, heads, positions, between);
   // A kernel's form of the keys and values, made once for every block (not once per block).
   const auto path = kernel_path(*this, kh);
   const auto prepared =
       path == KernelPath::kNone ? std::optional<KernelKeys>{} : prepare_kernel_keys(kh, vh, path == KernelPath::kBf16);
   torch::Tensor out;
   for (int64_t first = 0; first < T; first += queries) {
-    if (first > 0) between();
+    between();
     const int64_t n = std::min(queries, T - first);
     // Queries [first, first + n) read the diagonals j − i = −(first + n − 1) … T − 1 − first.
     const DiagonalBias part{bias.diagonals.narrow(1, T - first - n, n + T - 1), n};

@@ -38,12 +38,13 @@ struct SelfAttention {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias, const torch::Tensor& key_mask = {}) const;
   // Same with a bias given by its diagonals (T5's encoder).
   torch::Tensor forward(const torch::Tensor& x, const DiagonalBias& bias, const torch::Tensor& key_mask = {}) const;
-  // The same over blocks of `queries` query positions, calling between() before each block after the
-  // first: the keys and values are projected once, each block's queries, scores and output apart. Each
-  // query's result is the one forward() gives (attention rows are independent); a long input's
-  // sublayer becomes pieces a caller can pause between (T5's encoder at 16k tokens: seconds each).
+  // The same in pieces, calling between() between any two: the keys' projection, then the values', by
+  // blocks of `positions` positions (project_heads), then blocks of `queries` query positions, each with
+  // its queries, scores and output. Each query's result is the one forward() gives (attention rows are
+  // independent); a long input's sublayer becomes pieces a caller can pause between (T5's encoder at
+  // 16k tokens: seconds whole).
   torch::Tensor forward_in_pieces(const torch::Tensor& x, const DiagonalBias& bias, const torch::Tensor& key_mask,
-                                  int64_t queries, const std::function<void()>& between) const;
+                                  int64_t queries, int64_t positions, const std::function<void()>& between) const;
   // Same, also returning the keys/values [B,H,T,d] to seed a cache.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& bias, torch::Tensor* keys, torch::Tensor* values,
                         const torch::Tensor& key_mask = {}) const;

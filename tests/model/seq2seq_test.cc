@@ -789,8 +789,9 @@ TEST(EncodeInPieces, ALongT5InputPausesBetweenPiecesAndEncodesAsWhole) {
         const auto whole = model->encode(ids, mask);
         asked = 0;
         const auto pieces = model->encode(ids, mask, counting);
-        EXPECT_EQ(asked, layers * (2 + 4 + 2))
-            << "each layer: its two sublayers, 4 attention and 2 feed-forward pauses";
+        // Attention: keys and values projected in 3 blocks of positions each, then 5 blocks of queries.
+        EXPECT_EQ(asked, layers * (2 + (3 + 3 + 5 - 1) + 2))
+            << "each layer: its two sublayers, 10 attention and 2 feed-forward pauses";
         const auto pad = mask.eq(0).unsqueeze(-1);
         const double diff = (pieces.hidden - whole.hidden).masked_fill(pad, 0).abs().max().item<double>();
         const double scale = whole.hidden.abs().max().item<double>();
@@ -822,8 +823,62 @@ TEST(EncodeInPieces, ALongT5InputPausesBetweenPiecesAndEncodesAsWhole) {
   }
 }
 
-// The attention in pieces on its own: every block size, including ones that do not divide the input
-// and a block of one query, gives each query the output of the whole, with a key mask.
+// start() with a stop hook projects each decoder layer's cross keys and values by blocks of positions,
+// pausing between them: the state (keys, values, ||K||, switch table) and every step from it are the
+// whole projection's, for BART and T5, padded rows included; a stop between two blocks ends start().
+TEST(EncodeInPieces, StartProjectsALongInputsCrossKeysAndValuesInPieces) {
+  for (const auto arch : {Architecture::kBart, Architecture::kT5}) {
+    SCOPED_TRACE(to_string(arch));
+    TempDir d("start-pieces");
+    write_random_model(d.path(), tiny_config(arch, CrossAttentionKind::kSrformer, 4), 12);
+    constexpr int64_t B = 2, k = 40;
+    LoadOptions o;
+    o.encode_piece_positions = B * 16;  // 16 positions a block: 3 blocks for the keys, 3 for the values
+    const auto model = load_model(d.path(), o);
+    const auto layers = static_cast<int64_t>(model->config().decoder_layers);
+    torch::manual_seed(8);
+    const auto ids = torch::randint(3, model->config().vocab_size, {B, k}, torch::kLong);
+    auto mask = torch::ones({B, k}, torch::kLong);
+    mask[1].narrow(0, 29, k - 29).zero_();
+    c10::InferenceMode inference;
+    const auto enc = model->encode(ids, mask);
+    const auto L = torch::tensor({12, 5}, torch::kLong);
+    int64_t asked = 0;
+    auto whole = model->start(enc, L);
+    auto pieces = model->start(enc, L, [&asked] {
+      ++asked;
+      return false;
+    });
+    EXPECT_EQ(asked, layers * 2 * 3) << "each layer: before it, and between any two of its 6 blocks";
+    const auto close = [](const torch::Tensor& a, const torch::Tensor& b) {
+      return a.sizes() == b.sizes() &&
+             (a - b).abs().max().item<double>() <= 1e-6 * std::max(1e-30, b.abs().max().item<double>());
+    };
+    for (int64_t l = 0; l < layers; ++l) {
+      const auto& p = pieces.layers[static_cast<size_t>(l)];
+      const auto& w = whole.layers[static_cast<size_t>(l)];
+      EXPECT_TRUE(close(p.cross_k, w.cross_k)) << "layer " << l;
+      EXPECT_TRUE(close(p.cross_v, w.cross_v)) << "layer " << l;
+      ASSERT_TRUE(w.switch_drive.defined() && w.knorm.defined());
+      EXPECT_TRUE(close(p.switch_drive, w.switch_drive)) << "layer " << l;
+      EXPECT_TRUE(close(p.knorm, w.knorm)) << "layer " << l;
+    }
+    const auto tokens = torch::randint(3, model->config().vocab_size, {B, 8}, torch::kLong);
+    for (int64_t t = 0; t < tokens.size(1); ++t) {
+      const auto x = model->step(pieces, tokens.select(1, t));
+      const auto y = model->step(whole, tokens.select(1, t));
+      ASSERT_TRUE(close(x, y)) << "step " << t;
+    }
+    asked = 0;
+    EXPECT_THROW(model->start(enc, L, [&asked] { return ++asked == 3; }), EncodeInterrupted)
+        << "stopped between the first layer's second and third blocks of keys";
+    EXPECT_EQ(asked, 3);
+  }
+}
+
+// The attention in pieces on its own: every block size of queries and of projected positions, including
+// ones that do not divide the input and blocks of one, gives each query the output of the whole, with a
+// key mask.
 TEST(EncodeInPieces, SelfAttentionByQueryBlocksEqualsTheWholeAttention) {
   torch::manual_seed(6);
   constexpr int64_t B = 2, T = 23, D = 32, H = 4;
@@ -841,14 +896,19 @@ TEST(EncodeInPieces, SelfAttentionByQueryBlocksEqualsTheWholeAttention) {
     const auto key_mask = additive_mask(allowed.view({B, 1, 1, T}), torch::kFloat32);
     const auto whole = a.forward(x, bias, key_mask);
     for (const int64_t queries : {1, 5, 8, 22, 23, 64}) {
-      int64_t between = 0;
-      const auto pieces = a.forward_in_pieces(x, bias, key_mask, queries, [&between] { ++between; });
-      EXPECT_EQ(between, (T + queries - 1) / queries - 1) << queries << " queries a block";
-      // Rounding only: the blocks' products may sum in another order (a few float ulps of the output).
-      EXPECT_LE((pieces - whole).abs().max().item<double>(), 1e-6 * whole.abs().max().item<double>())
-          << queries << " queries a block";
+      for (const int64_t positions : {1, 7, 23, 64}) {
+        int64_t between = 0;
+        const auto pieces = a.forward_in_pieces(x, bias, key_mask, queries, positions, [&between] { ++between; });
+        const auto blocks = [](int64_t size) { return (T + size - 1) / size; };
+        EXPECT_EQ(between, 2 * blocks(positions) + blocks(queries) - 1)
+            << queries << " queries, " << positions << " positions a block: a pause between any two";
+        // Rounding only: the blocks' products may sum in another order (a few float ulps of the output).
+        EXPECT_LE((pieces - whole).abs().max().item<double>(), 1e-6 * whole.abs().max().item<double>())
+            << queries << " queries, " << positions << " positions a block";
+      }
     }
-    EXPECT_THROW(a.forward_in_pieces(x, bias, key_mask, 0, [] {}), std::invalid_argument);
+    EXPECT_THROW(a.forward_in_pieces(x, bias, key_mask, 0, 8, [] {}), std::invalid_argument);
+    EXPECT_THROW(a.forward_in_pieces(x, bias, key_mask, 8, 0, [] {}), std::invalid_argument);
   }
 }
 
