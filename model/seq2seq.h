@@ -59,10 +59,11 @@ struct LoadOptions {
   bool pack_projections = true;
   // An encode a caller may pause (EncodeStop set, no autograd) runs a long input's sublayers in pieces,
   // asking `stop` between them (T5; BART's inputs end at 1,024 positions): self-attention by blocks of
-  // queries of at most this many query-key pairs over the batch, the feed-forward by blocks of at most
-  // this many positions over the batch. A 16k-token T5-small attention sublayer is seconds of work; a
-  // piece of either default, tens of milliseconds. SRFORMER_ENCODE_PIECES=0 in the environment keeps
-  // the sublayers whole.
+  // queries of at most this many query-key pairs over the batch, the feed-forward and the keys' and
+  // values' projections by blocks of at most this many positions over the batch; start() with `stop`
+  // set projects each decoder layer's cross keys and values by the same blocks of positions. A
+  // 16k-token T5-small attention sublayer is seconds of work; a piece of either default, tens of
+  // milliseconds. SRFORMER_ENCODE_PIECES=0 in the environment keeps the sublayers whole.
   int64_t encode_piece_scores = int64_t{1} << 22;
   int64_t encode_piece_positions = 2048;
 };

@@ -233,8 +233,14 @@ torch::Tensor attend_queries(const SelfAttention& a, const torch::Tensor& xq, co
 template <typename Bias>
 torch::Tensor attention_forward(const SelfAttention& a, const torch::Tensor& x, const Bias& bias, torch::Tensor* keys,
                                 torch::Tensor* values, const torch::Tensor& key_mask) {
-  const auto kh = split_heads(a.k(x), a.heads);
-  const auto vh = split_heads(a.v(x), a.heads);
+  auto kh = split_heads(a.k(x), a.heads);
+  auto vh = split_heads(a.v(x), a.heads);
+  if (kernel_path(a, kh) != KernelPath::kNone) {
+    // The kernels read a head's keys and values once per block of queries: a head's rows side by side,
+    // not strided by all heads, take ~10% off a T5-small encode at 2k–4k tokens and ~30% at 16k (session 34).
+    kh = kh.contiguous();
+    vh = vh.contiguous();
+  }
   if (keys != nullptr) *keys = kh;
   if (values != nullptr) *values = vh;
   return attend_queries(a, x, kh, vh, bias, key_mask);

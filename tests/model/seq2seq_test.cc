@@ -392,20 +392,20 @@ TEST_P(Seq2SeqProperties, EncodeAsksItsStopBeforeEachSublayerAndStopsWhereItSays
   asked = 0;
   EXPECT_THROW(model_->encode(ids, mask, [&asked] { return ++asked == 3; }), EncodeInterrupted);
   EXPECT_EQ(asked, 3) << "stopped before the second layer, not after the encoder";
-  // start(): before each decoder layer's cross keys/values.
+  // start(): before each decoder layer's cross keys, and between its keys and values.
   const auto L = torch::full({2}, 6, torch::kLong);
   asked = 0;
   auto started = model_->start(never, L, [&asked] {
     ++asked;
     return false;
   });
-  EXPECT_EQ(asked, model_->config().decoder_layers);
+  EXPECT_EQ(asked, 2 * model_->config().decoder_layers);
   auto plain = model_->start(never, L);
   const auto first = torch::full({2}, model_->config().decoder_start_token_id, torch::kLong);
   EXPECT_TRUE(torch::equal(model_->step(started, first), model_->step(plain, first)));
   asked = 0;
-  EXPECT_THROW(model_->start(never, L, [&asked] { return ++asked == 2; }), EncodeInterrupted);
-  EXPECT_EQ(asked, 2);
+  EXPECT_THROW(model_->start(never, L, [&asked] { return ++asked == 3; }), EncodeInterrupted);
+  EXPECT_EQ(asked, 3) << "stopped before the second layer";
 }
 
 // The server steps its running rows from inside an encode and a start (the hook above): neither may
