@@ -104,7 +104,7 @@ v1::SummarizeRequest make_request(const ClientOptions& o, const std::string& doc
   return req;
 }
 
-// With num_return_sequences > 1: the next best summaries, one line each, after the best one's.
+// With num_return_sequences > 1: the next best summaries (or the further samples), one line each.
 void print_alternatives(const v1::SummarizeResponse& r) {
   for (int a = 0; a < r.alternatives_size(); ++a) {
     std::cout << "[alternative " << a + 2 << ", score " << r.alternatives(a).score() << "] "

@@ -319,11 +319,6 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
       read_generation_defaults(*s, c);  // as HF's summarization pipeline applies them
     }
   }
-  // Hugging Face samples num_return_sequences times; we sample once (one beam, one sequence).
-  if (c.do_sample.value_or(false) && c.num_return_sequences.value_or(1) > 1) {
-    c.unsupported_generation.push_back("num_return_sequences=" + std::to_string(*c.num_return_sequences) +
-                                       " with do_sample=true");
-  }
   parse_srformer(j, c);
   return c;
 }

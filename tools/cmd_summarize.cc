@@ -25,7 +25,8 @@ namespace {
 const char* kUsage =
     "usage: srformer summarize --model DIR [options] [FILE|-]\n"
     "  --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X --early-stopping\n"
-    "  --num-return-sequences N (beam search: also the next best hypotheses, in --json's alternatives)\n"
+    "  --num-return-sequences N (beam search: also the next best hypotheses; sampling: N samples; one line\n"
+    "  each after the summary, or --json's alternatives)\n"
     "  --do-sample | --no-sample, --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N\n"
     "  --repetition-penalty X --expected-length L (SRformer schedule; default max-new-tokens)\n"
     "  --truncate (cut over-long input instead of failing) --threads N --json --stream\n"
@@ -143,7 +144,8 @@ int run_summarize(const std::vector<std::string>& args) {
   o.top_p = top_p.value_or(d.top_p);
   o.seed = seed;
   o.repetition_penalty = rep.value_or(d.repetition_penalty);
-  o.num_return_sequences = returned.value_or(std::min(d.num_return_sequences, o.num_beams));
+  o.num_return_sequences =
+      returned.value_or(o.do_sample ? d.num_return_sequences : std::min(d.num_return_sequences, o.num_beams));
   o.vocab_limit = tokenizer->vocab_size();
   validate(o);
 
@@ -179,8 +181,13 @@ int run_summarize(const std::vector<std::string>& args) {
                   {"output_tokens", static_cast<int64_t>(best.tokens.size())},
                   {"expected_length", L}};
     std::cout << j.dump() << std::endl;
-  } else if (!stream) {
-    std::cout << summary << std::endl;
+  } else {
+    if (!stream) std::cout << summary << std::endl;
+    // As srformer-client prints them: the next best hypotheses, or the further samples, one line each.
+    for (size_t h = 1; h < hypotheses.size(); ++h) {
+      std::cout << "[alternative " << h + 1 << ", score " << static_cast<float>(hypotheses[h].score) << "] "
+                << tokenizer->decode(hypotheses[h].tokens) << "\n";
+    }
   }
   return 0;
 }

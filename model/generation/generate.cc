@@ -34,9 +34,10 @@ GenerationOptions model_generation_defaults(const ModelConfig& config) {
   o.top_k = config.top_k.value_or(50);  // HF's default: sampling keeps the 50 likeliest tokens
   o.top_p = config.top_p.value_or(1.0);
   o.repetition_penalty = config.repetition_penalty.value_or(1.0);
-  // At most one per beam (HF refuses more; callers that change num_beams clamp it again).
-  o.num_return_sequences =
-      std::clamp<int64_t>(config.num_return_sequences.value_or(1), 1, std::max<int64_t>(1, o.num_beams));
+  // Sampling draws that many; searching returns at most one per beam (HF refuses more; callers that
+  // change do_sample or num_beams clamp it again).
+  o.num_return_sequences = std::clamp<int64_t>(config.num_return_sequences.value_or(1), 1,
+                                               o.do_sample ? kMaxNumBeams : std::max<int64_t>(1, o.num_beams));
   return o;
 }
 

@@ -29,10 +29,11 @@ GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig
 // max_new_tokens = max_length − 1 (else 128), min_new_tokens = min_length − 1 (else 0; callers clamp it
 // to their max_new_tokens), num_beams, length_penalty, early_stopping, no_repeat_ngram_size, and the
 // sampling settings do_sample, temperature, top_k (else 50, as HF), top_p, repetition_penalty, and
-// num_return_sequences (at most num_beams); the rest GenerationOptions' own defaults. The server,
-// `srformer summarize` and `srformer eval` start here. A checkpoint may ask for beam sampling (do_sample
-// with num_beams > 1), which generate() refuses: callers that sample take one beam (and so return one
-// sequence: callers clamp num_return_sequences to the num_beams they settle on).
+// num_return_sequences (sampling: that many samples; searching: at most num_beams); the rest
+// GenerationOptions' own defaults. The server, `srformer summarize` and `srformer eval` start here. A
+// checkpoint may ask for beam sampling (do_sample with num_beams > 1), which generate() refuses: callers
+// that sample take one beam and draw num_return_sequences samples; callers that search clamp it to the
+// num_beams they settle on.
 GenerationOptions model_generation_defaults(const ModelConfig& config);
 
 // What to tell the user where the checkpoint's generation defaults set something this library does not

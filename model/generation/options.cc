@@ -43,9 +43,15 @@ void validate(const GenerationOptions& o) {
         "sampling with num_beams > 1 (beam sampling) is not supported; set do_sample=false for beam search or "
         "num_beams=1 for sampling");
   }
-  if (o.num_return_sequences < 1 || o.num_return_sequences > o.num_beams) {
+  if (o.do_sample) {  // one row per sample, as many as beam search may have beams
+    if (o.num_return_sequences < 1 || o.num_return_sequences > kMaxNumBeams) {
+      reject("num_return_sequences is " + to_string(o.num_return_sequences) + "; sampling draws between 1 and " +
+             to_string(kMaxNumBeams) + " sequences");
+    }
+  } else if (o.num_return_sequences < 1 || o.num_return_sequences > o.num_beams) {
     reject("num_return_sequences is " + to_string(o.num_return_sequences) + "; set it between 1 and num_beams (" +
-           to_string(o.num_beams) + ")" + (o.num_beams == 1 ? "; greedy search and sampling return one sequence" : ""));
+           to_string(o.num_beams) + ")" +
+           (o.num_beams == 1 ? "; greedy search returns one sequence (do_sample=true draws several)" : ""));
   }
   if (!std::isfinite(o.length_penalty)) reject("length_penalty must be a finite number");
   // Logits are divided by the temperature (and a repeated token's by the penalty): at 1e-38 any logit

@@ -1,6 +1,7 @@
 #include "model/generation/searcher.h"
 
 #include "model/generation/beam_searcher.h"
+#include "model/generation/multi_sample_searcher.h"
 #include "model/generation/single_row_searcher.h"
 
 namespace srformer {
@@ -21,7 +22,10 @@ const char* to_string(FinishReason reason) {
 
 std::unique_ptr<Searcher> make_searcher(const GenerationOptions& options) {
   validate(options);
-  if (options.do_sample) return std::make_unique<SamplingSearcher>(options);
+  if (options.do_sample) {
+    if (options.num_return_sequences > 1) return std::make_unique<MultiSampleSearcher>(options);
+    return std::make_unique<SamplingSearcher>(options);
+  }
   // HF generate() runs greedy search for one beam; BeamSearcher would pick the same tokens but
   // score them as beam search does (length-normalised).
   if (options.num_beams == 1) return std::make_unique<GreedySearcher>(options);

@@ -50,7 +50,8 @@ class Searcher {
   // logits: [num_rows, vocab] float32 for this request's rows, on any device.
   virtual SearchStep advance(const torch::Tensor& logits) = 0;
   virtual bool done() const = 0;
-  // Final hypotheses, best first (num_return_sequences of them). Valid once done().
+  // Final hypotheses, num_return_sequences of them: beam search best first, samples in draw order
+  // (HF's orders). Valid once done().
   virtual std::vector<Hypothesis> results() const = 0;
   // Number of steps taken (new tokens decided per row).
   virtual int64_t steps() const = 0;

@@ -144,20 +144,21 @@ void Engine::submit(std::shared_ptr<Request> request) {
   Pending pending{request, searcher_factory_(request->options)};  // validates the options
   if (pending.searcher->num_rows() > limits_.max_batch_rows) {
     throw std::invalid_argument("the request needs " + std::to_string(pending.searcher->num_rows()) +
-                                " rows (beams) but the model's batch holds at most " +
-                                std::to_string(limits_.max_batch_rows) + "; use fewer beams");
+                                " rows (beams or samples) but the model's batch holds at most " +
+                                std::to_string(limits_.max_batch_rows) + "; ask for fewer beams or samples");
   }
   if (limits_.max_state_bytes > 0) {
     const auto& r = *pending.request;
-    const int64_t need = state_bytes(shape_of(r, pending.searcher->num_rows()));
+    const int64_t rows = pending.searcher->num_rows();
+    const int64_t need = state_bytes(shape_of(r, rows));
     if (need > limits_.max_state_bytes) {
-      throw StateBudgetError("the request needs about " + format_bytes(need) + " of decoder state (" +
-                             std::to_string(r.input_ids.size()) + " input tokens, " +
-                             std::to_string(pending.searcher->num_rows()) + " beam rows, up to " +
-                             std::to_string(r.options.max_new_tokens) + " new tokens), over model '" + name_ +
-                             "''s budget of " + format_bytes(limits_.max_state_bytes) +
-                             " (--max-state-memory); send a shorter document, fewer beams or fewer new tokens, "
-                             "or raise the budget");
+      throw StateBudgetError(
+          "the request needs about " + format_bytes(need) + " of decoder state (" + std::to_string(r.input_ids.size()) +
+          " input tokens, " + std::to_string(rows) + (rows == 1 ? " row" : " rows (one per beam or sample)") +
+          ", up to " + std::to_string(r.options.max_new_tokens) + " new tokens), over model '" + name_ +
+          "''s budget of " + format_bytes(limits_.max_state_bytes) +
+          " (--max-state-memory); send a shorter document, fewer beams or samples, fewer new tokens, "
+          "or raise the budget");
     }
   }
   {

@@ -153,16 +153,23 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
   if (o.do_sample && o.num_beams > 1) {
     invalid("beam sampling is not supported: use do_sample=true with num_beams=1, or num_beams>1 without sampling");
   }
+  // Sampling draws each sequence in a batch row of its own, as many as a beam search may have beams.
+  const int64_t most_returned = o.do_sample ? limits.max_beams : o.num_beams;
   if (p.has_num_return_sequences()) {
-    if (p.num_return_sequences() < 1 || p.num_return_sequences() > o.num_beams) {
-      invalid("num_return_sequences must be between 1 and num_beams (" + str(o.num_beams) + "), got " +
-              str(p.num_return_sequences()) +
-              (o.num_beams == 1 ? "; ask for num_beams >= num_return_sequences: greedy search and sampling return one"
-                                : ""));
+    if (p.num_return_sequences() < 1 || p.num_return_sequences() > most_returned) {
+      invalid(o.do_sample
+                  ? "num_return_sequences must be between 1 and " + str(most_returned) +
+                        " when sampling (the server cap, --max-beams: each sample takes a batch row), got " +
+                        str(p.num_return_sequences())
+                  : "num_return_sequences must be between 1 and num_beams (" + str(o.num_beams) + "), got " +
+                        str(p.num_return_sequences()) +
+                        (o.num_beams == 1 ? "; greedy search returns one: ask for num_beams >= num_return_sequences, "
+                                            "or do_sample=true for several samples"
+                                          : ""));
     }
     o.num_return_sequences = p.num_return_sequences();
   } else {
-    o.num_return_sequences = std::min(d.num_return_sequences, o.num_beams);
+    o.num_return_sequences = std::min(d.num_return_sequences, most_returned);
   }
   if (p.has_length_penalty()) {
     if (!std::isfinite(p.length_penalty())) invalid("length_penalty must be a finite number");

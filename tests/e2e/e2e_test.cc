@@ -147,10 +147,29 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
       expected += line.str();
     }
     EXPECT_EQ(plain.out, expected);
+    EXPECT_EQ(run_command(offline_tool + returned + " " + doc(1)).out, expected) << "the offline tool prints the same";
 
     auto streamed = run_command(kClient + t + opts + "--stream " + doc(1));
     ASSERT_EQ(streamed.exit_code, 0);
     EXPECT_EQ(streamed.out, j["summary"].get<std::string>() + "\n");
+  }
+  // Three samples: served and offline alike, in draw order, the first what one sample with the seed gives.
+  {
+    const std::string sampling = " --max-new-tokens 20 --do-sample --temperature 1.5 --seed 9 ";
+    auto served = run_command(kClient + t + " --model tiny" + sampling + "--num-return-sequences 3 --json " + doc(1));
+    ASSERT_EQ(served.exit_code, 0) << served.out;
+    const std::string offline_tool = kTool + " summarize --model " + model_dir_->string() + sampling;
+    auto tool = run_command(offline_tool + "--num-return-sequences 3 --json " + doc(1));
+    ASSERT_EQ(tool.exit_code, 0) << tool.out;
+    const auto sj = nlohmann::json::parse(served.out);
+    const auto tj = nlohmann::json::parse(tool.out);
+    EXPECT_EQ(sj["token_ids"], tj["token_ids"]);
+    ASSERT_EQ(sj["alternatives"].size(), 2u);
+    ASSERT_EQ(tj["alternatives"].size(), 2u);
+    for (size_t a = 0; a < 2; ++a) EXPECT_EQ(sj["alternatives"][a]["token_ids"], tj["alternatives"][a]["token_ids"]);
+    auto one = run_command(kClient + t + " --model tiny" + sampling + "--json " + doc(1));
+    ASSERT_EQ(one.exit_code, 0) << one.out;
+    EXPECT_EQ(nlohmann::json::parse(one.out)["token_ids"], sj["token_ids"]);
   }
   // stdin input and a bad request: exit code 1 with the server's message.
   auto piped = run_command("printf '   ' | " + kClient + t + " - 2>&1");

@@ -198,7 +198,7 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
   EXPECT_DOUBLE_EQ(none.top_p, 1.0);
   EXPECT_DOUBLE_EQ(none.repetition_penalty, 1.0);
   EXPECT_EQ(none.num_return_sequences, 1);
-  config.num_return_sequences = 3;  // with one beam: one sequence (HF refuses more)
+  config.num_return_sequences = 3;  // greedy search with one beam: one sequence (HF refuses more)
   EXPECT_EQ(model_generation_defaults(config).num_return_sequences, 1);
   config.max_length = 62;
   config.min_length = 11;
@@ -229,6 +229,10 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
   EXPECT_EQ(sampled.top_k, 0);
   EXPECT_DOUBLE_EQ(sampled.top_p, 0.9);
   EXPECT_DOUBLE_EQ(sampled.repetition_penalty, 1.2);
+  EXPECT_EQ(sampled.num_return_sequences, 3) << "sampling draws them all, beams or not";
+  config.num_return_sequences = kMaxNumBeams + 1;
+  EXPECT_EQ(model_generation_defaults(config).num_return_sequences, kMaxNumBeams);
+  config.num_return_sequences = 3;
   EXPECT_EQ(unsupported_generation_warning(config), "");
   config.unsupported_generation = {"num_beam_groups=4", "typical_p=0.9"};
   EXPECT_NE(unsupported_generation_warning(config).find("set num_beam_groups=4, typical_p=0.9, which srformer does "

@@ -45,6 +45,9 @@ TEST(ValidateTest, AcceptsDefaultsAndTypicalSettings) {
   sample.top_p = 0.9;
   sample.repetition_penalty = 1.2;
   EXPECT_NO_THROW(validate(sample));
+  sample.num_return_sequences = kMaxNumBeams;  // one row per sample, however many beams there are
+  EXPECT_NO_THROW(validate(sample));
+  EXPECT_EQ(make_searcher(sample)->num_rows(), kMaxNumBeams);
 }
 
 TEST(ValidateTest, RejectsEachBadOptionWithItsName) {
@@ -67,7 +70,7 @@ TEST(ValidateTest, RejectsEachBadOptionWithItsName) {
   expect_rejected(
       [](auto& o) {
         o.do_sample = true;
-        o.num_return_sequences = 2;
+        o.num_return_sequences = kMaxNumBeams + 1;
       },
       "num_return_sequences");
   expect_rejected(

@@ -1,9 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <vector>
 
+#include "model/generation/multi_sample_searcher.h"
 #include "model/generation/single_row_searcher.h"
 #include "scripted_model.h"
 
@@ -187,6 +190,74 @@ TEST(SamplingTest, MinNewTokensAndForcedTokensApplyBeforeSampling) {
   ASSERT_GE(tokens.size(), 4u);
   EXPECT_EQ((std::vector<int64_t>(tokens.begin(), tokens.begin() + 3)), (std::vector<int64_t>{3, 2, 2}));
   EXPECT_TRUE(tokens.back() == kEos || tokens.size() == 6u);
+}
+
+// Several samples per request: each row is the draw a one-sample request with that row's seed makes,
+// sample 0's seed is the request's, and the rows end on their own.
+TEST(MultiSampleTest, EachSampleIsTheOneSampleDrawWithItsSeed) {
+  auto options = sampling_options(2024);
+  options.max_new_tokens = 24;
+  options.num_return_sequences = 5;
+  const auto script = testing::random_script(12, 3, kEos, 0.5f);  // EOS likely enough to end rows early
+  MultiSampleSearcher several(options);
+  ASSERT_EQ(several.num_rows(), 5);
+  const auto run = drive(several, script, 0);
+  ASSERT_EQ(run.results.size(), 5u);
+  EXPECT_EQ(MultiSampleSearcher::sample_seed(2024, 0), 2024u);
+  std::set<std::vector<int64_t>> distinct;
+  std::set<size_t> lengths;
+  int64_t longest = 0;
+  for (int64_t i = 0; i < 5; ++i) {
+    auto one = options;
+    one.num_return_sequences = 1;
+    one.seed = MultiSampleSearcher::sample_seed(options.seed, i);
+    SamplingSearcher alone(one);
+    const auto expected = drive(alone, script, 0).results.at(0);
+    const auto& got = run.results[static_cast<size_t>(i)];
+    EXPECT_EQ(got.tokens, expected.tokens) << "sample " << i;
+    EXPECT_EQ(got.token_logprobs, expected.token_logprobs) << "sample " << i;
+    EXPECT_EQ(got.score, expected.score) << "sample " << i;
+    EXPECT_EQ(got.finish_reason, expected.finish_reason) << "sample " << i;
+    distinct.insert(got.tokens);
+    lengths.insert(got.tokens.size());
+    longest = std::max(longest, static_cast<int64_t>(got.tokens.size()));
+  }
+  EXPECT_GE(distinct.size(), 4u) << "the samples draw with seeds of their own";
+  ASSERT_GE(lengths.size(), 2u) << "the script should end some samples before others";
+  EXPECT_EQ(run.steps, longest);
+  // A neighbouring seed's first sample is not this seed's second.
+  EXPECT_NE(MultiSampleSearcher::sample_seed(2024, 1), 2025u);
+  EXPECT_NE(MultiSampleSearcher::sample_seed(2024, 1), MultiSampleSearcher::sample_seed(2025, 1));
+}
+
+TEST(MultiSampleTest, EndedRowsAreFedPadAndSampleZeroIsStreamed) {
+  auto options = sampling_options(8);
+  options.max_new_tokens = 30;
+  options.num_return_sequences = 3;
+  options.pad_token_id = 7;  // outside the script's vocabulary of 5: a fed pad is recognisable
+  const auto script = fixed({0.3, 0.3, 0.2, 0.0, 0.2});  // EOS 1 in 5: the samples end at different steps
+  MultiSampleSearcher several(options);
+  const auto run = drive(several, script, 0);
+  ASSERT_TRUE(std::any_of(run.results.begin(), run.results.end(), [&](const auto& h) {
+    return static_cast<int64_t>(h.tokens.size()) < run.steps;
+  })) << "the script should end a sample before the others";
+  EXPECT_EQ(run.emitted, run.results[0].tokens) << "sample 0's tokens, as they are drawn";
+  EXPECT_EQ(run.emitted_logprobs, run.results[0].token_logprobs);
+  ASSERT_EQ(static_cast<int64_t>(run.next_tokens.size()), run.steps);
+  for (size_t step = 0; step < run.next_tokens.size(); ++step) {
+    EXPECT_EQ(run.parent_rows[step], (std::vector<int64_t>{0, 1, 2})) << "samples never move between rows";
+    for (size_t row = 0; row < 3; ++row) {
+      const auto& tokens = run.results[row].tokens;
+      const int64_t fed = run.next_tokens[step][row];
+      if (step < tokens.size()) {
+        EXPECT_EQ(fed, tokens[step]) << "row " << row << " step " << step;
+      } else {
+        EXPECT_EQ(fed, 7) << "row " << row << " has ended: pad at step " << step;
+      }
+    }
+  }
+  EXPECT_TRUE(several.done());
+  EXPECT_THROW(several.advance(torch::zeros({3, 5})), std::logic_error);
 }
 
 }  // namespace

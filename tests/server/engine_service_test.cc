@@ -906,7 +906,7 @@ TEST(EngineService, ARequestOverTheStateBudgetAloneIsRefusedWithWhatToChange) {
   v1::SummarizeResponse resp;
   const auto status = server.stub().Summarize(&ctx, request(std::string(150, 'x'), 4, 1), &resp);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  for (const char* part : {"needs about 147 KiB of decoder state (151 input tokens, 1 beam rows, up to 4 new tokens)",
+  for (const char* part : {"needs about 147 KiB of decoder state (151 input tokens, 1 row, up to 4 new tokens)",
                            "budget of 98 KiB (--max-state-memory)", "send a shorter document"}) {
     EXPECT_NE(status.error_message().find(part), std::string::npos) << status.error_message();
   }

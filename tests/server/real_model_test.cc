@@ -84,6 +84,31 @@ class RealModel : public ::testing::Test {
 
 std::vector<int64_t> ids_of(const v1::SummarizeResponse& r) { return {r.token_ids().begin(), r.token_ids().end()}; }
 
+// A streamed summary: its status, the token ids and text deltas as they came, and the final message.
+struct Streamed {
+  grpc::Status status;
+  std::vector<int64_t> token_ids;
+  std::string text;
+  v1::SummarizeResponse final;
+};
+
+Streamed read_stream(v1::Summarizer::Stub& stub, const v1::SummarizeRequest& req) {
+  grpc::ClientContext ctx;
+  auto reader = stub.SummarizeStream(&ctx, req);
+  Streamed out;
+  v1::SummarizeStreamResponse msg;
+  while (reader->Read(&msg)) {
+    if (msg.has_token()) {
+      out.text += msg.token().text();
+      out.token_ids.push_back(msg.token().token_id());
+    } else {
+      out.final = msg.final();
+    }
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
 TEST_F(RealModel, OptionsAtTheirEdgesAreServedOrRefusedNeverInternal) {
   auto seen = send_edge_option_requests(*stub_, 150, 13);
   EXPECT_GT(seen[grpc::StatusCode::OK], 0);
@@ -102,21 +127,8 @@ TEST_F(RealModel, UnaryAndStreamEqualOfflineGenerate) {
     EXPECT_GE(resp.usage().raf_firing_rate(), 0.0);
     EXPECT_LE(resp.usage().raf_firing_rate(), 1.0);
 
-    grpc::ClientContext sctx;
-    auto reader = stub_->SummarizeStream(&sctx, request(doc, 20, beams));
-    v1::SummarizeStreamResponse msg;
-    std::string text;
-    std::vector<int64_t> streamed;
-    v1::SummarizeResponse final;
-    while (reader->Read(&msg)) {
-      if (msg.has_token()) {
-        text += msg.token().text();
-        streamed.push_back(msg.token().token_id());
-      } else {
-        final = msg.final();
-      }
-    }
-    ASSERT_TRUE(reader->Finish().ok());
+    const auto [status, streamed, text, final] = read_stream(*stub_, request(doc, 20, beams));
+    ASSERT_TRUE(status.ok()) << status.error_message();
     EXPECT_EQ(streamed, ref);
     EXPECT_EQ(ids_of(final), ref);
     EXPECT_EQ(text, final.summary());
@@ -284,6 +296,84 @@ TEST_F(RealModel, ShortRequestsJoiningInsideALongEncodeGiveTheOfflineAnswers) {
   EXPECT_GT(nesting.models().find("t5")->stats().admitted_while_encoding, 0)
       << "no short request joined inside the long encode in 10 attempts";
   nesting.shutdown(std::chrono::milliseconds(1000));
+}
+
+// Several samples per request (do_sample, num_return_sequences 3): the summary and its alternatives are
+// generate()'s samples in draw order, the same streamed and unary, alone and beside other requests;
+// the first is what a one-sample request with the same seed gets.
+TEST_F(RealModel, SeveralSamplesEqualOfflineGenerateInDrawOrder) {
+  const std::string doc = synthetic_text(3, 29);
+  const auto sampled = [](const std::string& text, int samples) {
+    auto r = request(text, 16, 1);
+    r.mutable_options()->set_do_sample(true);
+    r.mutable_options()->set_seed(17);
+    r.mutable_options()->set_temperature(1.5F);  // spread: the samples differ on a random tiny model
+    r.mutable_options()->set_num_return_sequences(samples);
+    return r;
+  };
+  auto o = model_generation_defaults(reference_->config());  // the server's defaults (top_k 50 …)
+  o.max_new_tokens = 16;
+  o.min_new_tokens = std::min<int64_t>(o.min_new_tokens, 16);
+  o.do_sample = true;
+  o.num_beams = 1;
+  o.seed = 17;
+  o.temperature = 1.5;
+  o.num_return_sequences = 3;
+  o.vocab_limit = tokenizer_->vocab_size();
+  const auto ids = tokenizer_->encode(doc);
+  const auto input = torch::tensor(ids, torch::kInt64).unsqueeze(0);
+  const auto ref =
+      generate(*reference_, input, torch::ones_like(input), o, torch::full({1}, int64_t{16}, torch::kInt64))
+          .at(0)
+          .hypotheses;
+  ASSERT_EQ(ref.size(), 3u);
+  EXPECT_FALSE(ref[0].tokens == ref[1].tokens && ref[1].tokens == ref[2].tokens) << "three identical samples";
+  const auto expect_samples = [&](const v1::SummarizeResponse& resp, const std::string& how) {
+    EXPECT_EQ(ids_of(resp), ref[0].tokens) << how;
+    EXPECT_EQ(resp.summary(), tokenizer_->decode(ref[0].tokens)) << how;
+    ASSERT_EQ(resp.alternatives_size(), 2) << how;
+    for (int a = 0; a < 2; ++a) {
+      const auto& alt = resp.alternatives(a);
+      EXPECT_EQ(std::vector<int64_t>(alt.token_ids().begin(), alt.token_ids().end()), ref[a + 1].tokens)
+          << how << ", sample " << a + 1;
+      EXPECT_EQ(alt.summary(), tokenizer_->decode(ref[a + 1].tokens)) << how;
+    }
+  };
+  {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    ASSERT_TRUE(stub_->Summarize(&ctx, sampled(doc, 3), &resp).ok());
+    expect_samples(resp, "unary");
+    grpc::ClientContext one_ctx;
+    v1::SummarizeResponse one;
+    ASSERT_TRUE(stub_->Summarize(&one_ctx, sampled(doc, 1), &one).ok());
+    EXPECT_EQ(ids_of(one), ref[0].tokens) << "one sample with the same seed is the first";
+    EXPECT_EQ(one.alternatives_size(), 0);
+  }
+  {
+    const auto [status, streamed, text, final] = read_stream(*stub_, sampled(doc, 3));
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(streamed, ref[0].tokens) << "the first sample streams as it is drawn";
+    EXPECT_EQ(text, final.summary());
+    expect_samples(final, "streamed");
+  }
+  // Beside eight greedy and beam requests of other lengths, in one batch.
+  std::vector<std::future<std::pair<grpc::Status, v1::SummarizeResponse>>> futures;
+  for (int i = 0; i < 9; ++i) {
+    const auto req =
+        i == 4 ? sampled(doc, 3) : request(synthetic_text(1 + i % 5, 60 + static_cast<uint32_t>(i)), 12, 1 + i % 2);
+    futures.push_back(std::async(std::launch::async, [this, req] {
+      grpc::ClientContext ctx;
+      v1::SummarizeResponse resp;
+      auto status = stub_->Summarize(&ctx, req, &resp);
+      return std::make_pair(status, resp);
+    }));
+  }
+  for (int i = 0; i < 9; ++i) {
+    auto [status, resp] = futures[static_cast<size_t>(i)].get();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    if (i == 4) expect_samples(resp, "among others");
+  }
 }
 
 }  // namespace

@@ -94,12 +94,15 @@ TEST(Validation, EveryBadInputIsRefusedWithAHelpfulMessage) {
          r.mutable_options()->set_num_return_sequences(3);
        },
        SC::INVALID_ARGUMENT, "num_return_sequences must be between 1 and num_beams (2), got 3"},
-      {"num_return_sequences with sampling",
+      {"num_return_sequences over one with greedy search",
+       [](auto& r) { r.mutable_options()->set_num_return_sequences(2); }, SC::INVALID_ARGUMENT,
+       "greedy search returns one: ask for num_beams >= num_return_sequences, or do_sample=true"},
+      {"more samples than the server's rows per request",
        [](auto& r) {
          r.mutable_options()->set_do_sample(true);
-         r.mutable_options()->set_num_return_sequences(2);
+         r.mutable_options()->set_num_return_sequences(5);
        },
-       SC::INVALID_ARGUMENT, "greedy search and sampling return one"},
+       SC::INVALID_ARGUMENT, "num_return_sequences must be between 1 and 4 when sampling (the server cap, --max-beams"},
   };
   for (const auto& c : cases) {
     auto req = make_request("a perfectly fine document");
@@ -291,7 +294,10 @@ TEST(Validation, DefaultsComeFromTheModelConfig) {
   const auto sampled = server::resolve_options({}, config, limits);
   EXPECT_TRUE(sampled.options.do_sample);
   EXPECT_EQ(sampled.options.num_beams, 1);
-  EXPECT_EQ(sampled.options.num_return_sequences, 1);
+  EXPECT_EQ(sampled.options.num_return_sequences, 3) << "the config's samples, with one beam";
+  server::ServiceLimits two_rows;
+  two_rows.max_beams = 2;
+  EXPECT_EQ(server::resolve_options({}, config, two_rows).options.num_return_sequences, 2) << "the server's cap";
   EXPECT_DOUBLE_EQ(sampled.options.temperature, 0.7);
   EXPECT_DOUBLE_EQ(sampled.options.top_p, 0.9);
   v1::GenerationOptions greedy;
