@@ -143,8 +143,7 @@ DecoderState EncoderDecoderModel::start(const EncoderOutput& enc, const torch::T
   const auto& cross = cross_layers();
   st.layers.resize(cross.size());
   // A long input's cross keys and values are projected in pieces when the caller pauses (set_pieces).
-  const int64_t positions =
-      stop ? std::max<int64_t>(1, piece_positions_ / std::max<int64_t>(1, B)) : std::numeric_limits<int64_t>::max();
+  const int64_t positions = stop ? piece_share(piece_positions_, B) : std::numeric_limits<int64_t>::max();
   const auto pause = [&stop] { stop_if_asked(stop); };
   for (size_t l = 0; l < cross.size(); ++l) {
     stop_if_asked(stop);

@@ -4,6 +4,7 @@
 // hides whether the decoder runs over all positions at once or one cached step.
 #include <torch/types.h>
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -91,6 +92,10 @@ class EncoderDecoderModel : public Seq2SeqModel {
   int64_t piece_scores_ = std::numeric_limits<int64_t>::max();
   int64_t piece_positions_ = std::numeric_limits<int64_t>::max();
   void set_pieces(const LoadOptions& options);
+  // What a piece covers of each of `units` (rows, or rows × keys) within `budget`: at least one.
+  static int64_t piece_share(int64_t budget, int64_t units) {
+    return std::max<int64_t>(1, budget / std::max<int64_t>(1, units));
+  }
 
   // Sets device_, dtype_ and compute_dtype_ from the options. bf16 on the CPU computes in fp32 with the
   // projection weights also held in bfloat16 (kernels/bf16_linear.h); returns whether to pack them so.

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "model/dropout.h"
@@ -187,13 +188,24 @@ torch::Tensor project_heads(const Linear& proj, const torch::Tensor& x, int64_t 
   if (positions <= 0) throw std::invalid_argument("project_heads: positions must be positive");
   const int64_t T = x.size(1);
   if (positions >= T) return split_heads(proj(x), heads).contiguous();
+  return concat_blocks(T, positions, 2, between,
+                       [&](int64_t first, int64_t n) { return split_heads(proj(x.narrow(1, first, n)), heads); });
+}
+
+torch::Tensor concat_blocks(int64_t total, int64_t block, int64_t dim, const std::function<void()>& between,
+                            const std::function<torch::Tensor(int64_t first, int64_t n)>& piece) {
+  if (block <= 0) throw std::invalid_argument("concat_blocks: block must be positive");
   torch::Tensor out;
-  for (int64_t first = 0; first < T; first += positions) {
+  for (int64_t first = 0; first < total; first += block) {
     if (first > 0 && between) between();
-    const int64_t n = std::min(positions, T - first);
-    const auto part = split_heads(proj(x.narrow(1, first, n)), heads);
-    if (!out.defined()) out = torch::empty({x.size(0), heads, T, part.size(3)}, part.options());
-    out.narrow(2, first, n).copy_(part);
+    const int64_t n = std::min(block, total - first);
+    const auto part = piece(first, n);
+    if (!out.defined()) {
+      auto sizes = part.sizes().vec();
+      sizes.at(static_cast<size_t>(dim)) = total;
+      out = torch::empty(sizes, part.options());
+    }
+    out.narrow(dim, first, n).copy_(part);
   }
   return out;
 }

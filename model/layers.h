@@ -73,6 +73,13 @@ struct FeedForward {
 torch::Tensor split_heads(const torch::Tensor& x, int64_t heads);
 torch::Tensor merge_heads(const torch::Tensor& x);
 
+// A tensor `total` long along `dim`, made of piece(first, n) for the blocks [first, first + n) of at
+// most `block` (> 0) that cover [0, total) in order, between() (if set) called before each block after
+// the first. The long passes a caller pauses (encode, start) run in such pieces; each piece gives its
+// block's part of the whole, of one shape but along `dim`.
+torch::Tensor concat_blocks(int64_t total, int64_t block, int64_t dim, const std::function<void()>& between,
+                            const std::function<torch::Tensor(int64_t first, int64_t n)>& piece);
+
 // split_heads(proj(x), heads) as a contiguous [B, H, T, d]. With `positions` < T, projected by blocks of
 // at most that many positions, between() called before each block after the first: a long input's
 // projection becomes pieces a caller can pause between (T5-small's keys at 16k tokens: ~0.1 s whole).

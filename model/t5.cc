@@ -144,8 +144,8 @@ class T5Model final : public EncoderDecoderModel {
     // (Inference only: the pieces apply no dropout.)
     const bool in_pieces = stop && !torch::GradMode::is_enabled() && !dropout_active(DropoutSite::kHidden) &&
                            !dropout_active(DropoutSite::kAttention);
-    const int64_t queries = in_pieces ? std::max<int64_t>(1, piece_scores_ / std::max<int64_t>(1, B * k)) : k;
-    const int64_t positions = in_pieces ? std::max<int64_t>(1, piece_positions_ / std::max<int64_t>(1, B)) : k;
+    const int64_t queries = in_pieces ? piece_share(piece_scores_, B * k) : k;
+    const int64_t positions = in_pieces ? piece_share(piece_positions_, B) : k;
     const auto pause = [&stop] { stop_if_asked(stop); };
     for (const auto& l : encoder_) {
       stop_if_asked(stop);
@@ -186,13 +186,10 @@ class T5Model final : public EncoderDecoderModel {
   // the first (inference: no dropout). Every position's result is the one of the whole.
   static torch::Tensor feed_forward_in_pieces(const T5EncoderLayer& l, const torch::Tensor& h, int64_t positions,
                                               const std::function<void()>& between) {
-    auto out = torch::empty_like(h);
-    for (int64_t first = 0; first < h.size(1); first += positions) {
-      if (first > 0) between();
-      const auto part = h.narrow(1, first, std::min(positions, h.size(1) - first)).contiguous();
-      out.narrow(1, first, part.size(1)).copy_(part + l.ffn(l.ffn_norm(part)));
-    }
-    return out;
+    return concat_blocks(h.size(1), positions, 1, between, [&](int64_t first, int64_t n) {
+      const auto part = h.narrow(1, first, n).contiguous();
+      return part + l.ffn(l.ffn_norm(part));
+    });
   }
 
   // relative [B|1, q, T] (key - query) -> additive bias [B|1, H, q, T], contiguous.

@@ -278,18 +278,13 @@ torch::Tensor SelfAttention::forward_in_pieces(const torch::Tensor& x, const Dia
   const auto path = kernel_path(*this, kh);
   const auto prepared =
       path == KernelPath::kNone ? std::optional<KernelKeys>{} : prepare_kernel_keys(kh, vh, path == KernelPath::kBf16);
-  torch::Tensor out;
-  for (int64_t first = 0; first < T; first += queries) {
-    between();
-    const int64_t n = std::min(queries, T - first);
+  between();
+  return concat_blocks(T, queries, 1, between, [&](int64_t first, int64_t n) {
     // Queries [first, first + n) read the diagonals j − i = −(first + n − 1) … T − 1 − first.
     const DiagonalBias part{bias.diagonals.narrow(1, T - first - n, n + T - 1), n};
-    const auto piece = attend_queries(*this, x.narrow(1, first, n).contiguous(), kh, vh, part, key_mask,
-                                      prepared ? &*prepared : nullptr);
-    if (!out.defined()) out = torch::empty({x.size(0), T, piece.size(2)}, piece.options());
-    out.narrow(1, first, n).copy_(piece);
-  }
-  return out;
+    return attend_queries(*this, x.narrow(1, first, n).contiguous(), kh, vh, part, key_mask,
+                          prepared ? &*prepared : nullptr);
+  });
 }
 
 namespace {

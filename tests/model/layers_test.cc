@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
 namespace {
 
 torch::Tensor reference(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
@@ -41,6 +45,41 @@ TEST(Linear, ManyRowsAndNonContiguousInput) {
   const auto col = wide.slice(1, 2, 3).t();  // [1, 8], stride 4
   ASSERT_FALSE(col.is_contiguous());
   EXPECT_TRUE(torch::allclose(srformer::linear(col, w, b).to(torch::kFloat64), reference(col, w, b), 1e-5, 1e-5));
+}
+
+// The pieces of a pausable pass: blocks in order, covering everything once, a pause between each two.
+TEST(ConcatBlocks, BlocksInOrderWithAPauseBetweenEachTwo) {
+  const auto whole = torch::arange(2 * 10 * 3, torch::kFloat32).view({2, 10, 3});
+  std::vector<std::pair<int64_t, int64_t>> blocks;
+  int pauses = 0;
+  const auto out = srformer::concat_blocks(
+      10, 4, 1, [&] { ++pauses; },
+      [&](int64_t first, int64_t n) {
+        blocks.emplace_back(first, n);
+        return whole.narrow(1, first, n) * 1;
+      });
+  EXPECT_EQ(blocks, (std::vector<std::pair<int64_t, int64_t>>{{0, 4}, {4, 4}, {8, 2}}));
+  EXPECT_EQ(pauses, 2);
+  EXPECT_TRUE(torch::equal(out, whole));
+  // One block covering all; no pause, and no `between` needed.
+  EXPECT_TRUE(torch::equal(srformer::concat_blocks(10, 64, 1, {}, [&](int64_t, int64_t) { return whole * 1; }), whole));
+  EXPECT_THROW(srformer::concat_blocks(10, 0, 1, {}, [&](int64_t, int64_t) { return whole; }), std::invalid_argument);
+}
+
+// A projection by blocks of positions is the whole projection, heads contiguous.
+TEST(ProjectHeads, ByBlocksEqualsWholeAndIsContiguous) {
+  torch::manual_seed(5);
+  srformer::Linear proj;
+  proj.weight = torch::randn({12, 8});
+  const auto x = torch::randn({2, 9, 8});
+  const auto whole = srformer::split_heads(proj(x), 3);
+  int pauses = 0;
+  const auto blocks = srformer::project_heads(proj, x, 3, 4, [&] { ++pauses; });
+  EXPECT_EQ(pauses, 2);
+  EXPECT_TRUE(blocks.is_contiguous());
+  EXPECT_EQ(blocks.sizes(), whole.sizes());
+  EXPECT_TRUE(torch::allclose(blocks, whole, 1e-5, 1e-5));
+  EXPECT_TRUE(srformer::project_heads(proj, x, 3).is_contiguous());
 }
 
 }  // namespace
