@@ -2,6 +2,8 @@
 // or generate load.
 #include <grpcpp/grpcpp.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -184,6 +186,47 @@ int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   return 0;
 }
 
+// A float as the shortest decimal that reads back as it (0.7f as 0.7, not 0.699999988).
+double shortest(float v) {
+  char text[32];
+  for (int digits = 6; digits < 9; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, static_cast<double>(v));
+    if (std::strtof(text, nullptr) == v) return std::strtod(text, nullptr);
+  }
+  return static_cast<double>(v);
+}
+
+// The fields a message sets, by their proto names (scalars: what GenerationOptions holds).
+nlohmann::json set_fields(const google::protobuf::Message& m) {
+  using google::protobuf::FieldDescriptor;
+  nlohmann::json j = nlohmann::json::object();
+  const auto* reflection = m.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  reflection->ListFields(m, &fields);
+  for (const auto* f : fields) {
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_INT32:
+        j[f->name()] = reflection->GetInt32(m, f);
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        j[f->name()] = reflection->GetInt64(m, f);
+        break;
+      case FieldDescriptor::CPPTYPE_UINT64:
+        j[f->name()] = reflection->GetUInt64(m, f);
+        break;
+      case FieldDescriptor::CPPTYPE_FLOAT:
+        j[f->name()] = shortest(reflection->GetFloat(m, f));
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        j[f->name()] = reflection->GetBool(m, f);
+        break;
+      default:  // no other kind in GenerationOptions; a newer one is left out rather than misread
+        break;
+    }
+  }
+  return j;
+}
+
 int list_models(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   grpc::ClientContext ctx;
   set_deadline(ctx, o);
@@ -201,7 +244,8 @@ int list_models(const ClientOptions& o, v1::Summarizer::Stub& stub) {
                      {"device", m.device()},
                      {"dtype", m.dtype()},
                      {"parameters", m.parameters()},
-                     {"default_expected_length", m.default_expected_length()}});
+                     {"default_expected_length", m.default_expected_length()},
+                     {"defaults", m.has_defaults() ? set_fields(m.defaults()) : nlohmann::json(nullptr)}});
     } else {
       std::cout << m.name() << "\t" << m.architecture() << "\t" << m.cross_attention() << "\ts=" << m.segment_size()
                 << "\tmax_input=" << m.max_input_tokens() << "\t" << m.device() << "/" << m.dtype() << "\t"

@@ -62,8 +62,6 @@ void parse_srformer(const nlohmann::json& j, ModelConfig& c) {
   s.raf_init_threshold = 0.1;
   s.raf_init_leak = c.arch == Architecture::kT5 ? 0.1 : 0.5;
   s.kv_clamp = c.arch == Architecture::kBart ? std::optional<double>(2.0) : std::nullopt;
-  s.expected_length = c.max_length.value_or(128);
-  if (s.expected_length > 1) s.expected_length = s.expected_length - 1;  // HF max_length counts the start token
 
   const auto it = j.find("srformer");
   if (it == j.end() || it->is_null()) return;  // plain checkpoint: full attention
@@ -400,7 +398,7 @@ nlohmann::json ModelConfig::to_json(const nlohmann::json* original) const {
     s["kv_clamp"] = srformer.kv_clamp ? nlohmann::json(*srformer.kv_clamp) : nlohmann::json(nullptr);
     s["raf_init"] = {{"threshold", srformer.raf_init_threshold}, {"leak", srformer.raf_init_leak}};
     if (srformer.raf_init_weight_scale != 1.0) s["raf_init"]["weight_scale"] = srformer.raf_init_weight_scale;
-    s["expected_length"] = srformer.expected_length;
+    if (srformer.expected_length) s["expected_length"] = *srformer.expected_length;
     j["srformer"] = s;
   }
   return j;

@@ -37,7 +37,9 @@ struct SrformerConfig {
   // SNN_kv's initial weights U(-b, b), b = weight_scale / sqrt(d): 1 is nn.Linear's default (the
   // authors'); smaller values start the recurrent term small when converting a trained model.
   double raf_init_weight_scale = 1.0;
-  int64_t expected_length = 128;  // default L for generation
+  // srformer.expected_length: the L to generate with where a request sets none (a model trained here:
+  // its training L). Unset: each request's max_new_tokens (default_expected_length, generate.h).
+  std::optional<int64_t> expected_length;
   // True when the cross-attention variant carries RAF parameters/state.
   bool uses_raf() const;
   // True when the variant reads segments (everything but full).

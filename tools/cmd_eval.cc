@@ -195,7 +195,8 @@ GenerationOptions generation_options(const Args& a, const ModelConfig& c, const 
   return o;
 }
 
-// Generated with expected length L = max_new_tokens, in data order (model/eval/batch_summarize.h).
+// Generated with the model's default expected length L (default_expected_length), in data order
+// (model/eval/batch_summarize.h).
 GenerationRun generate_all(const Args& a, const std::string& model_dir, const std::vector<Example>& data) {
   if (!fs::is_directory(model_dir)) throw std::invalid_argument("model directory '" + model_dir + "' not found");
   if (a.threads > 0) at::set_num_threads(a.threads);
@@ -242,7 +243,7 @@ GenerationRun generate_all(const Args& a, const std::string& model_dir, const st
                  {"length_penalty", o.length_penalty},
                  {"early_stopping", o.early_stopping},
                  {"no_repeat_ngram_size", o.no_repeat_ngram_size},
-                 {"expected_length", o.max_new_tokens},
+                 {"expected_length", default_expected_length(c, o.max_new_tokens)},
                  {"max_input_tokens", run.max_input_tokens},
                  {"summarization_prefix", c.summarization_prefix ? nlohmann::json(*c.summarization_prefix) : nullptr},
                  {"threads", at::get_num_threads()}};

@@ -151,7 +151,7 @@ int run_summarize(const std::vector<std::string>& args) {
 
   const auto input = torch::tensor(ids, torch::kLong).view({1, -1});
   const auto mask = torch::ones_like(input);
-  const int64_t L = expected.value_or(o.max_new_tokens);
+  const int64_t L = expected.value_or(default_expected_length(c, o.max_new_tokens));
   IncrementalDetokenizer detok(*tokenizer);
   const auto res = generate(*model, input, mask, o, torch::full({1}, L, torch::kLong), [&](int64_t, int64_t tok) {
     if (!stream) return;

@@ -20,7 +20,7 @@ struct BatchSummaries {
 };
 
 // Documents longer than max_input_tokens are truncated (counted in `truncated`). SRformer's expected
-// length L is options.max_new_tokens. progress(done, total) is called after every batch.
+// length L is the model's default (default_expected_length). progress(done, total) is called after every batch.
 BatchSummaries summarize_all(Seq2SeqModel& model, const Tokenizer& tokenizer, const std::vector<std::string>& documents,
                              const GenerationOptions& options, int64_t batch_size, int64_t max_input_tokens,
                              const std::function<void(size_t, size_t)>& progress = {});

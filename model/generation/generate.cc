@@ -41,6 +41,10 @@ GenerationOptions model_generation_defaults(const ModelConfig& config) {
   return o;
 }
 
+int64_t default_expected_length(const ModelConfig& config, int64_t max_new_tokens) {
+  return config.srformer.expected_length.value_or(max_new_tokens);
+}
+
 std::string unsupported_generation_warning(const ModelConfig& config) {
   if (config.unsupported_generation.empty()) return "";
   std::string settings;
@@ -68,7 +72,7 @@ std::vector<GenerateResult> generate(Seq2SeqModel& model, const torch::Tensor& i
     lengths = expected_length->to(torch::kInt64);
     if (lengths.min().item<int64_t>() < 1) throw std::invalid_argument("expected_length values must be >= 1");
   } else {
-    lengths = torch::full({batch}, options.max_new_tokens, torch::kInt64);
+    lengths = torch::full({batch}, default_expected_length(model.config(), options.max_new_tokens), torch::kInt64);
   }
 
   torch::NoGradGuard no_grad;

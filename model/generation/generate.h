@@ -36,14 +36,19 @@ GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig
 // num_beams they settle on.
 GenerationOptions model_generation_defaults(const ModelConfig& config);
 
+// SRformer's expected length L (the step -> segment schedule) where a request sets none: the checkpoint's
+// srformer.expected_length (the L a model trained here was trained with), else the request's
+// max_new_tokens. The server, `srformer summarize`, `srformer eval` and generate() all use it.
+int64_t default_expected_length(const ModelConfig& config, int64_t max_new_tokens);
+
 // What to tell the user where the checkpoint's generation defaults set something this library does not
 // implement (ModelConfig::unsupported_generation); empty where they set nothing of the kind.
 std::string unsupported_generation_warning(const ModelConfig& config);
 
 // input_ids [B,k] int64, attention_mask [B,k]. expected_length: [B] int64 (the SRformer L per row);
-// empty -> options.max_new_tokens for every row. on_token(row, token) is called for every token a
-// searcher emits (greedy/sampling: each step; beam search: the best hypothesis once it is done).
-// Every row uses `options` with its own searcher (sampling rows share options.seed).
+// empty -> default_expected_length(model.config(), options.max_new_tokens) for every row. on_token(row, token) is
+// called for every token a searcher emits (greedy/sampling: each step; beam search: the best hypothesis once it is
+// done). Every row uses `options` with its own searcher (sampling rows share options.seed).
 std::vector<GenerateResult> generate(Seq2SeqModel& model, const torch::Tensor& input_ids,
                                      const torch::Tensor& attention_mask, const GenerationOptions& options,
                                      const std::optional<torch::Tensor>& expected_length = std::nullopt,

@@ -222,7 +222,7 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
     }
     r.expected_length = p.expected_length();
   } else {
-    r.expected_length = o.max_new_tokens;
+    r.expected_length = default_expected_length(config, o.max_new_tokens);
   }
   try {
     validate(o);
@@ -230,6 +230,26 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
     invalid(e.what());
   }
   return r;
+}
+
+v1::GenerationOptions to_proto(const ResolvedOptions& resolved) {
+  const GenerationOptions& o = resolved.options;
+  v1::GenerationOptions p;
+  p.set_max_new_tokens(static_cast<int32_t>(o.max_new_tokens));
+  p.set_min_new_tokens(static_cast<int32_t>(o.min_new_tokens));
+  p.set_num_beams(static_cast<int32_t>(o.num_beams));
+  p.set_length_penalty(static_cast<float>(o.length_penalty));
+  p.set_early_stopping(o.early_stopping);
+  p.set_do_sample(o.do_sample);
+  p.set_temperature(static_cast<float>(o.temperature));
+  p.set_top_k(static_cast<int32_t>(o.top_k));
+  p.set_top_p(static_cast<float>(o.top_p));
+  p.set_seed(o.seed);
+  p.set_no_repeat_ngram_size(static_cast<int32_t>(o.no_repeat_ngram_size));
+  p.set_repetition_penalty(static_cast<float>(o.repetition_penalty));
+  p.set_expected_length(static_cast<int32_t>(resolved.expected_length));
+  p.set_num_return_sequences(static_cast<int32_t>(o.num_return_sequences));
+  return p;
 }
 
 std::shared_ptr<Request> build_request(const v1::SummarizeRequest& in, const Engine& engine,

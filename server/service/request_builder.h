@@ -49,6 +49,10 @@ bool is_valid_utf8(std::string_view text);
 ResolvedOptions resolve_options(const v1::GenerationOptions& proto, const ModelConfig& config,
                                 const ServiceLimits& limits);
 
+// The request options that resolve to `resolved`, every field set (ListModels' defaults). Floating-point
+// options travel as float, as in any request.
+v1::GenerationOptions to_proto(const ResolvedOptions& resolved);
+
 // Input tokens a request may hold: the smaller of the model's limit and --max-input-tokens; for a model
 // whose config.json sets none (ModelConfig::max_input_tokens_is_fallback), --max-input-tokens, else
 // kUnboundedModelInputTokens (an encoder's attention time grows with the square of the input, and its

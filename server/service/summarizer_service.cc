@@ -11,6 +11,7 @@
 
 #include "common/status_code_name.h"
 #include "model/dtype_name.h"
+#include "model/generation/generate.h"
 #include "server/metrics/metrics.h"
 #include "server/service/message_body.h"
 
@@ -502,7 +503,14 @@ grpc::ServerUnaryReactor* SummarizerService::ListModels(grpc::CallbackServerCont
     m->set_device(e->device().str());
     m->set_dtype(dtype_name(e->dtype()));
     m->set_parameters(e->parameter_count());
-    m->set_default_expected_length(static_cast<int32_t>(c.srformer.expected_length));
+    try {
+      const auto defaults = resolve_options({}, c, limits_);
+      *m->mutable_defaults() = to_proto(defaults);
+      m->set_default_expected_length(static_cast<int32_t>(defaults.expected_length));
+    } catch (const RequestError&) {  // defaults no request can use as they are: the L alone
+      const int64_t max_new = std::min(model_generation_defaults(c).max_new_tokens, limits_.max_new_tokens_cap);
+      m->set_default_expected_length(static_cast<int32_t>(default_expected_length(c, max_new)));
+    }
   }
   reactor->Finish(serialize_body(out, *response));
   return reactor;

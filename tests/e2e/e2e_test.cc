@@ -97,6 +97,13 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
   EXPECT_EQ(mj[0]["name"], "tiny");
   EXPECT_EQ(mj[0]["cross_attention"], "srformer");
   EXPECT_EQ(mj[0]["segment_size"], 4);
+  // The options a request that sets none gets, by their field names (the tiny model's max_length 20: 19 new
+  // tokens, and L follows them).
+  EXPECT_EQ(mj[0]["defaults"]["max_new_tokens"], 19);
+  EXPECT_EQ(mj[0]["defaults"]["expected_length"], 19);
+  EXPECT_EQ(mj[0]["defaults"]["do_sample"], false);
+  EXPECT_EQ(mj[0]["defaults"]["length_penalty"], 1.0);
+  EXPECT_EQ(mj[0]["default_expected_length"], 19);
 
   for (const int beams : {1, 3}) {
     const std::string opts = " --model tiny --max-new-tokens 20 --num-beams " + std::to_string(beams) + " ";

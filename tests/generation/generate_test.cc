@@ -28,7 +28,7 @@ testing::Script document_script(int64_t document) {
 // layers[0].self_k [B, 1, T, 1] (what differs between beams of one request, DecoderState::retain).
 class FakeModel : public Seq2SeqModel {
  public:
-  FakeModel() { config_.vocab_size = kVocab; }
+  explicit FakeModel(ModelConfig config = {}) : config_(std::move(config)) { config_.vocab_size = kVocab; }
   const ModelConfig& config() const override { return config_; }
   torch::Device device() const override { return torch::kCPU; }
   torch::ScalarType dtype() const override { return torch::kFloat32; }
@@ -137,6 +137,20 @@ TEST(GenerateTest, GreedyBatchMatchesEachRequestAloneAndStreamsTokens) {
   // Default expected length L = max_new_tokens for every row.
   ASSERT_EQ(model.expected_lengths.size(), 1u);
   EXPECT_TRUE(model.expected_lengths[0].equal(torch::full({4}, options.max_new_tokens, torch::kInt64)));
+}
+
+// A checkpoint's srformer.expected_length is the L of rows given none, whatever max_new_tokens is.
+TEST(GenerateTest, DefaultExpectedLengthIsTheCheckpointsElseMaxNewTokens) {
+  ModelConfig config;
+  EXPECT_EQ(default_expected_length(config, 40), 40);
+  config.srformer.expected_length = 7;
+  EXPECT_EQ(default_expected_length(config, 40), 7);
+  FakeModel model(config);
+  generate(model, kInputs, kMask, options_for(1));
+  ASSERT_EQ(model.expected_lengths.size(), 1u);
+  EXPECT_TRUE(model.expected_lengths[0].equal(torch::full({4}, int64_t{7}, torch::kInt64)));
+  generate(model, kInputs, kMask, options_for(1), torch::tensor({4, 5, 6, 7}, torch::kInt64));
+  EXPECT_TRUE(model.expected_lengths[1].equal(torch::tensor({4, 5, 6, 7}, torch::kInt64))) << "a given L wins";
 }
 
 TEST(GenerateTest, BeamBatchMatchesEachRequestAlone) {

@@ -92,6 +92,10 @@ TEST(Config, SrformerBlock) {
   const auto again = ModelConfig::from_json(c.to_json());
   EXPECT_EQ(again.srformer.segment_size, 16);
   EXPECT_EQ(again.srformer.cross_attention, CrossAttentionKind::kSrformer);
+  EXPECT_EQ(again.srformer.expected_length, 100);
+  // Without one, none is written (a saved model keeps taking each request's max_new_tokens).
+  j["srformer"].erase("expected_length");
+  EXPECT_FALSE(ModelConfig::from_json(j).to_json()["srformer"].contains("expected_length"));
 }
 
 TEST(Config, ClearErrors) {
@@ -129,7 +133,7 @@ TEST(Config, GenerationConfigReplacesConfigJsonsGenerationDefaults) {
   EXPECT_EQ(plain.num_beams, 4);
   EXPECT_EQ(plain.top_k, 10);
   EXPECT_FALSE(plain.do_sample);
-  EXPECT_EQ(plain.srformer.expected_length, 141);
+  EXPECT_FALSE(plain.srformer.expected_length) << "no srformer.expected_length: each request's max_new_tokens";
   const nlohmann::json g = {{"num_beams", 2},
                             {"max_new_tokens", 60},
                             {"min_length", 11},
@@ -159,7 +163,7 @@ TEST(Config, GenerationConfigReplacesConfigJsonsGenerationDefaults) {
   // Several samples per request are drawn: nothing to warn of.
   EXPECT_TRUE(c.unsupported_generation.empty());
   EXPECT_FALSE(c.top_k) << "config.json's value is not generation_config.json's";
-  EXPECT_EQ(c.srformer.expected_length, 60) << "the default L follows the length generation uses";
+  EXPECT_FALSE(c.srformer.expected_length) << "not derived from max_length: the request's max_new_tokens";
   // A summarization task's parameters still win, as in HF's summarization pipeline.
   j["task_specific_params"] = {{"summarization", {{"num_beams", 6}, {"prefix", "summarize: "}}}};
   const auto task = ModelConfig::from_json(j, &g);

@@ -1098,12 +1098,18 @@ TEST(EngineService, ABatchCountsUnderEveryModelItAsksFor) {
 
 TEST(EngineService, SeveralModelsByNameAndListModels) {
   FakeServerOptions so;
-  so.models = {{"alpha", FakeModelOptions{}}, {"beta", FakeModelOptions{32, 8}}};
+  FakeModelOptions beta{32, 8};
+  beta.max_length = 7;  // 6 new tokens
+  beta.num_beams = 3;
+  beta.expected_length = 9;
+  FakeModelOptions delta;
+  delta.temperature = 0.0;  // samples by default at temperature 0: no request can take its defaults as they are
+  so.models = {{"alpha", FakeModelOptions{}}, {"beta", beta}, {"delta", delta}};
   TestServer server(so);
   grpc::ClientContext ctx;
   v1::ListModelsResponse models;
   ASSERT_TRUE(server.stub().ListModels(&ctx, {}, &models).ok());
-  ASSERT_EQ(models.models_size(), 2);
+  ASSERT_EQ(models.models_size(), 3);
   EXPECT_EQ(models.models(0).name(), "alpha");
   EXPECT_EQ(models.models(1).name(), "beta");
   EXPECT_EQ(models.models(1).segment_size(), 8);
@@ -1111,6 +1117,20 @@ TEST(EngineService, SeveralModelsByNameAndListModels) {
   EXPECT_EQ(models.models(0).device(), "cpu");
   EXPECT_EQ(models.models(0).dtype(), "fp32");
   EXPECT_EQ(models.models(0).architecture(), "bart");
+  // What a request that sets no option gets, every field set.
+  const auto& alpha_defaults = models.models(0).defaults();
+  EXPECT_EQ(alpha_defaults.max_new_tokens(), 128) << "no max_length in the config: 128";
+  EXPECT_EQ(alpha_defaults.num_beams(), 1);
+  EXPECT_EQ(alpha_defaults.expected_length(), 128) << "no srformer.expected_length: max_new_tokens";
+  EXPECT_EQ(models.models(0).default_expected_length(), 128);
+  EXPECT_TRUE(alpha_defaults.has_do_sample() && alpha_defaults.has_seed() && alpha_defaults.has_top_k());
+  const auto& beta_defaults = models.models(1).defaults();
+  EXPECT_EQ(beta_defaults.max_new_tokens(), 6);
+  EXPECT_EQ(beta_defaults.num_beams(), 3);
+  EXPECT_EQ(beta_defaults.expected_length(), 9) << "the checkpoint's L";
+  EXPECT_EQ(models.models(1).default_expected_length(), 9);
+  EXPECT_FALSE(models.models(2).has_defaults()) << "unusable defaults are left out, and listing still works";
+  EXPECT_EQ(models.models(2).default_expected_length(), 128);
   for (const std::string name : {"alpha", "beta", ""}) {
     grpc::ClientContext c;
     v1::SummarizeResponse resp;

@@ -100,6 +100,8 @@ struct FakeModelOptions {
   std::optional<int64_t> max_length;      // config generation defaults
   std::optional<int64_t> num_beams;
   std::optional<std::string> prefix;
+  std::optional<int64_t> expected_length;  // srformer.expected_length
+  std::optional<double> temperature;       // with do_sample set when given
 };
 
 class FakeModel : public Seq2SeqModel {
@@ -116,6 +118,11 @@ class FakeModel : public Seq2SeqModel {
     config_.max_length = o.max_length;
     config_.num_beams = o.num_beams;
     config_.summarization_prefix = o.prefix;
+    config_.srformer.expected_length = o.expected_length;
+    if (o.temperature) {
+      config_.do_sample = true;
+      config_.temperature = o.temperature;
+    }
   }
   const ModelConfig& config() const override { return config_; }
   torch::Device device() const override { return torch::kCPU; }

@@ -4,6 +4,8 @@
 
 #include <map>
 #include <random>
+#include <tuple>
+#include <vector>
 
 #include "server/service/request_builder.h"
 #include "tests/server/edge_options.h"
@@ -309,6 +311,56 @@ TEST(Validation, DefaultsComeFromTheModelConfig) {
   v1::GenerationOptions warmer;
   warmer.set_temperature(0.5F);
   EXPECT_DOUBLE_EQ(server::resolve_options(warmer, config, limits).options.temperature, 0.5);
+}
+
+// A checkpoint's srformer.expected_length is the L of every request that sets none, whatever its
+// max_new_tokens; without one, L follows max_new_tokens.
+TEST(Validation, DefaultExpectedLengthIsTheCheckpointsElseMaxNewTokens) {
+  ModelConfig config;
+  server::ServiceLimits limits;
+  v1::GenerationOptions twenty;
+  twenty.set_max_new_tokens(20);
+  EXPECT_EQ(server::resolve_options(twenty, config, limits).expected_length, 20);
+  config.srformer.expected_length = 33;
+  EXPECT_EQ(server::resolve_options(twenty, config, limits).expected_length, 33);
+  EXPECT_EQ(server::resolve_options({}, config, limits).expected_length, 33);
+  twenty.set_expected_length(5);
+  EXPECT_EQ(server::resolve_options(twenty, config, limits).expected_length, 5) << "the request's own L wins";
+}
+
+// ListModels' defaults, sent back as a request's options, resolve to the same options.
+TEST(Validation, DefaultsAsRequestOptionsResolveToThemselves) {
+  ModelConfig config;
+  config.max_length = 41;
+  config.num_beams = 1;
+  config.do_sample = true;
+  config.temperature = 0.7;
+  config.top_p = 0.9;
+  config.num_return_sequences = 2;
+  config.no_repeat_ngram_size = 3;
+  config.srformer.expected_length = 50;
+  server::ServiceLimits limits;
+  const auto defaults = server::resolve_options({}, config, limits);
+  const auto proto = server::to_proto(defaults);
+  EXPECT_EQ(proto.max_new_tokens(), 40);
+  EXPECT_TRUE(proto.do_sample());
+  EXPECT_FLOAT_EQ(proto.temperature(), 0.7F);
+  EXPECT_EQ(proto.num_return_sequences(), 2);
+  EXPECT_EQ(proto.expected_length(), 50);
+  const auto again = server::resolve_options(proto, config, limits);
+  EXPECT_EQ(server::to_proto(again).SerializeAsString(), proto.SerializeAsString());
+  const auto& a = defaults.options;
+  const auto& b = again.options;
+  EXPECT_EQ(std::tie(a.max_new_tokens, a.min_new_tokens, a.num_beams, a.early_stopping, a.do_sample, a.top_k, a.seed,
+                     a.no_repeat_ngram_size, a.num_return_sequences),
+            std::tie(b.max_new_tokens, b.min_new_tokens, b.num_beams, b.early_stopping, b.do_sample, b.top_k, b.seed,
+                     b.no_repeat_ngram_size, b.num_return_sequences));
+  EXPECT_NEAR(b.temperature, a.temperature, 1e-7);  // float on the wire
+  EXPECT_NEAR(b.top_p, a.top_p, 1e-7);
+  // Every field is set: a client that copies them sends no field the server would fill in differently.
+  std::vector<const google::protobuf::FieldDescriptor*> set;
+  proto.GetReflection()->ListFields(proto, &set);
+  EXPECT_EQ(static_cast<int>(set.size()), v1::GenerationOptions::descriptor()->field_count());
 }
 
 TEST(Validation, InputLimitOfAModelWhoseConfigSetsNoneIsTheServers) {

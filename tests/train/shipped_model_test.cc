@@ -31,7 +31,8 @@ TEST(ShippedModel, IsASmallSrformerT5WithTheTrainingLengthAsItsDefault) {
   EXPECT_EQ(c.arch, Architecture::kT5);
   EXPECT_EQ(c.srformer.cross_attention, CrossAttentionKind::kSrformer);
   ASSERT_TRUE(c.max_length.has_value());
-  EXPECT_EQ(c.srformer.expected_length, *c.max_length - 1);  // serving's L = the L it was trained with
+  ASSERT_TRUE(c.srformer.expected_length.has_value());
+  EXPECT_EQ(*c.srformer.expected_length, *c.max_length - 1);  // serving's L = the L it was trained with
 }
 
 TEST(ShippedModel, TeacherForcedLossOnUnseenDescriptionsIsFarBelowChance) {
@@ -39,7 +40,7 @@ TEST(ShippedModel, TeacherForcedLossOnUnseenDescriptionsIsFarBelowChance) {
   const auto tok = load_tokenizer(kModel);
   TrainOptions o;
   o.max_input_tokens = 256;
-  o.max_target_tokens = model->config().srformer.expected_length;
+  o.max_target_tokens = model->config().srformer.expected_length.value();
   const double loss = validation_loss(*model, *tok, data::read_examples(kHeldOut.string()), o);
   const double chance = std::log(static_cast<double>(tok->vocab_size()));
   EXPECT_LT(loss, 0.6 * chance) << "loss " << loss << " vs uniform " << chance;
@@ -55,7 +56,7 @@ TEST(ShippedModel, SummarizesEachDocumentWithinItsDefaults) {
   std::vector<std::string> docs;
   for (const auto& e : examples) docs.push_back(e.document);
   GenerationOptions g;
-  g.max_new_tokens = model->config().srformer.expected_length;
+  g.max_new_tokens = model->config().srformer.expected_length.value();
   g = with_model_tokens(g, model->config());
   g.vocab_limit = tok->vocab_size();
   ASSERT_EQ(model->config().no_repeat_ngram_size.value_or(0), 3);
