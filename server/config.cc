@@ -157,12 +157,12 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
   --device cpu|cuda[:N]       where the models run (default cpu)
   --dtype fp32|fp16|bf16      weights dtype (default fp32 on CPU, fp16 on CUDA; fp16 needs CUDA, bf16 on the CPU needs AMX or AVX512-BF16)
   --threads N                 torch intra-op threads per model engine (default: cores / models)
-  --max-batch-rows N          rows (beams count) decoded together per model (default 64)
+  --max-batch-rows N          rows (beams and samples count) decoded together per model (default 64)
   --max-queue N               requests waiting per model before RESOURCE_EXHAUSTED (default 256)
   --max-input-tokens N        input token limit (default: each model's own; a model whose config.json
                               sets none, e.g. a T5 without n_positions: 4096, which N may also raise)
   --max-new-tokens-cap N      largest max_new_tokens a request may ask for (default 512)
-  --max-beams N               largest num_beams a request may ask for (default 8)
+  --max-beams N               largest num_beams, or number of samples, a request may ask for (default 8)
   --max-tokens-in-flight N    admission budget: sum of rows*(longest input+max_new_tokens) (default unlimited)
   --max-encode-tokens N       input tokens encoded per iteration while others decode; bounds the stall
                               a burst of arrivals puts on running streams (default 512; 0 = unlimited)
