@@ -119,7 +119,8 @@ std::vector<GenerateResult> generate(Seq2SeqModel& model, const torch::Tensor& i
       } else {
         const auto parents = step.parent_rows.accessor<int64_t, 1>();
         const auto chosen = step.next_tokens.accessor<int64_t, 1>();
-        for (int64_t i = 0; i < n; ++i) {
+        // One per row after the step: as many as before, or fewer where samples ended.
+        for (int64_t i = 0; i < parents.size(0); ++i) {
           same_request.push_back(owner[keep.size()] == request.request);
           keep.push_back(offset + parents[i]);
           next_tokens.push_back(chosen[i]);

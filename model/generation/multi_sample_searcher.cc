@@ -27,11 +27,14 @@ uint64_t MultiSampleSearcher::sample_seed(uint64_t seed, int64_t index) {
   return z ^ (z >> 31);
 }
 
-MultiSampleSearcher::MultiSampleSearcher(const GenerationOptions& options) : pad_token_id_(options.pad_token_id) {
+MultiSampleSearcher::MultiSampleSearcher(const GenerationOptions& options) {
   validate(options);
   if (!options.do_sample) throw std::invalid_argument("MultiSampleSearcher needs do_sample=true");
   samples_.reserve(static_cast<size_t>(options.num_return_sequences));
-  for (int64_t i = 0; i < options.num_return_sequences; ++i) samples_.emplace_back(one_sample(options, i));
+  for (int64_t i = 0; i < options.num_return_sequences; ++i) {
+    samples_.emplace_back(one_sample(options, i));
+    live_.push_back(static_cast<size_t>(i));
+  }
 }
 
 SearchStep MultiSampleSearcher::advance(const torch::Tensor& logits) {
@@ -41,26 +44,29 @@ SearchStep MultiSampleSearcher::advance(const torch::Tensor& logits) {
     throw std::invalid_argument("MultiSampleSearcher::advance expects logits [" + std::to_string(rows) + ", vocab]");
   }
   SearchStep step;
-  step.next_tokens = torch::full({rows}, pad_token_id_, torch::kInt64);
-  step.parent_rows = torch::arange(rows, torch::kInt64);
-  auto* next = step.next_tokens.data_ptr<int64_t>();
-  for (int64_t i = 0; i < rows; ++i) {
-    auto& sample = samples_[static_cast<size_t>(i)];
-    if (sample.done()) continue;
-    SearchStep drawn = sample.advance(logits.narrow(0, i, 1));
-    next[i] = drawn.next_tokens.data_ptr<int64_t>()[0];
-    if (i == 0) {
+  std::vector<int64_t> parents, next;
+  std::vector<size_t> still;
+  for (int64_t r = 0; r < rows; ++r) {
+    const size_t index = live_[static_cast<size_t>(r)];
+    SearchStep drawn = samples_[index].advance(logits.narrow(0, r, 1));
+    if (index == 0) {
       step.emitted = std::move(drawn.emitted);
       step.emitted_logprobs = std::move(drawn.emitted_logprobs);
     }
+    if (!drawn.done) {
+      parents.push_back(r);
+      next.push_back(drawn.next_tokens.data_ptr<int64_t>()[0]);
+      still.push_back(index);
+    }
   }
-  step.done = done();
+  live_ = std::move(still);
+  step.next_tokens = torch::tensor(next, torch::kInt64);
+  step.parent_rows = torch::tensor(parents, torch::kInt64);
+  step.done = live_.empty();
   return step;
 }
 
-bool MultiSampleSearcher::done() const {
-  return std::all_of(samples_.begin(), samples_.end(), [](const auto& s) { return s.done(); });
-}
+bool MultiSampleSearcher::done() const { return live_.empty(); }
 
 std::vector<Hypothesis> MultiSampleSearcher::results() const {
   std::vector<Hypothesis> out;

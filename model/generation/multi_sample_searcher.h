@@ -10,15 +10,15 @@ namespace srformer {
 
 // One row per sample, each a SamplingSearcher with a seed of its own: sample 0 uses options.seed, so
 // it is the sequence a one-sample request with that seed gets; the others use seeds mixed from it and
-// their index. A sample that ends keeps its row until every sample has ended (the row is fed the pad
-// token, as HF does, and its logits are ignored), so the request's rows stay constant. Sample 0's
-// tokens are emitted as they are drawn (a stream shows it, and it leads the results); results() are in
-// draw order, as HF returns them, not ordered by score.
+// their index. A sample that ends leaves the batch at once (its row is left out of parent_rows): HF
+// keeps feeding it the pad token until every sample has ended, which changes no sample's tokens but
+// costs a row-step each. Sample 0's tokens are emitted as they are drawn (a stream shows it, and it
+// leads the results); results() are in draw order, as HF returns them, not ordered by score.
 class MultiSampleSearcher : public Searcher {
  public:
   explicit MultiSampleSearcher(const GenerationOptions& options);
 
-  int64_t num_rows() const override { return static_cast<int64_t>(samples_.size()); }
+  int64_t num_rows() const override { return static_cast<int64_t>(live_.size()); }
   SearchStep advance(const torch::Tensor& logits) override;
   bool done() const override;
   std::vector<Hypothesis> results() const override;
@@ -29,7 +29,7 @@ class MultiSampleSearcher : public Searcher {
 
  private:
   std::vector<SamplingSearcher> samples_;
-  int64_t pad_token_id_;
+  std::vector<size_t> live_;  // the sample each row draws, in row order (those not yet ended)
 };
 
 }  // namespace srformer

@@ -33,7 +33,8 @@ struct SearchStep {
   // For each of the searcher's rows after this step: the token to feed next step [rows] int64 (CPU).
   torch::Tensor next_tokens;
   // For each row after this step: which of the searcher's rows (before the step) it continues
-  // [rows] int64 (CPU). Identity for greedy/sampling; beam search reorders.
+  // [rows] int64 (CPU). Identity for greedy/sampling; beam search reorders; several samples leave out
+  // the rows of samples that ended (the request's rows fall).
   torch::Tensor parent_rows;
   // Tokens that became final this step, for streaming (greedy/sampling: the chosen token of the
   // single row; beam search: empty until done, then the best hypothesis).
@@ -45,7 +46,8 @@ struct SearchStep {
 class Searcher {
  public:
   virtual ~Searcher() = default;
-  // Rows this request occupies in the batch (1, or num_beams for beam search). Constant.
+  // Rows this request occupies in the batch now: 1, num_beams for beam search, or the samples still
+  // drawing. Never rises; falls only where a step's parent_rows leave rows out.
   virtual int64_t num_rows() const = 0;
   // logits: [num_rows, vocab] float32 for this request's rows, on any device.
   virtual SearchStep advance(const torch::Tensor& logits) = 0;

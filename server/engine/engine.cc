@@ -97,13 +97,19 @@ struct Engine::Slot {
       : request(std::move(p.request)),
         searcher(std::move(p.searcher)),
         detok(request->on_tokens ? std::make_shared<IncrementalDetokenizer>(tokenizer) : nullptr),
-        rows(searcher->num_rows()) {}
+        rows(searcher->num_rows()),
+        most_rows(rows) {}
 
   std::shared_ptr<Request> request;
   std::unique_ptr<Searcher> searcher;
   // Streaming requests only; used by their delivery jobs, which run in order on the delivery thread.
   std::shared_ptr<IncrementalDetokenizer> detok;
-  const int64_t rows;
+  int64_t rows;             // in the batch now (samples that ended have left)
+  const int64_t most_rows;  // at admission, the most it holds
+  int64_t row_steps = 0;    // rows summed over the decode steps it took
+  // RAF counts (raf_counts) of rows that left before the request did: the firing rate covers every row.
+  double raf_fired_left = 0.0;
+  double raf_total_left = 0.0;
   int64_t budget = 0;
   torch::Tensor next_tokens;      // [rows] int64, CPU
   std::vector<int64_t> streamed;  // tokens emitted so far
@@ -750,8 +756,10 @@ void Engine::step_rows() {
   const double search_seconds = ms_between(search_start, Clock::now()) / 1000.0;
   std::vector<Delivery::Job> jobs;  // the step's callbacks, handed to the delivery thread at once
   jobs.reserve(slots_.size());
+  bool rows_fell = false;  // a request kept fewer rows than it had (samples that ended)
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = *slots_[i];
+    s.row_steps += s.rows;
     const SearchStep& result = searched[i].step;
     if (searched[i].error) {
       spdlog::error("request {}: search failed: {}", s.request->id, *searched[i].error);
@@ -803,6 +811,7 @@ void Engine::step_rows() {
       jobs.push_back(finish_slot(s, offset, RequestOutcome::kOk, reason));
     }
     stream_seconds += ms_between(now, Clock::now()) / 1000.0;
+    const int64_t rows_before = s.rows;
     if (!result.done) {
       const auto parents = result.parent_rows.to(torch::kCPU, torch::kInt64).contiguous();
       const int64_t* parent = parents.data_ptr<int64_t>();
@@ -810,10 +819,27 @@ void Engine::step_rows() {
       for (int64_t r = 0; r < parents.numel(); ++r) index.push_back(parent[r] + offset);
       s.next_tokens = result.next_tokens.to(torch::kCPU, torch::kInt64);
       kept_at.push_back(i);
+      if (parents.numel() < rows_before) {
+        // Rows no parent names leave now: their RAF counts stay with the request, and they are counted
+        // as rows that ended (by EOS: an end by length ends every sample at once).
+        std::vector<bool> named(static_cast<size_t>(rows_before), false);
+        for (int64_t r = 0; r < parents.numel(); ++r) named.at(static_cast<size_t>(parent[r])) = true;
+        for (int64_t r = 0; r < rows_before; ++r) {
+          if (named[static_cast<size_t>(r)]) continue;
+          const auto [fired, total] = raf_counts(offset + r, 1);
+          s.raf_fired_left += fired;
+          s.raf_total_left += total;
+        }
+        if (metrics_) metrics_->on_rows_left(LeaveReason::kEos, static_cast<uint64_t>(rows_before - parents.numel()));
+        s.rows = parents.numel();
+        rows_fell = true;
+      }
     }
-    offset += s.rows;
+    offset += rows_before;
   }
-  if (same_rows && !kept_at.empty() && kept_at.size() < slots_.size()) {
+  // Moving the last requests into the holes of those that left keeps the others' rows in place only where
+  // every request holds as many rows (a request whose samples ended this step holds fewer).
+  if (same_rows && !rows_fell && !kept_at.empty() && kept_at.size() < slots_.size()) {
     // Requests that stay keep their rows; the last ones move into the holes of those that left.
     std::vector<int64_t> moved_index;
     std::vector<size_t> moved_at;
@@ -887,6 +913,14 @@ std::vector<Engine::Searched> Engine::search_all(const torch::Tensor& logits) {
   return out;
 }
 
+std::pair<double, double> Engine::raf_counts(int64_t first_row, int64_t rows) const {
+  if (!state_.raf_fired.defined() || !state_.raf_total.defined() || rows <= 0) return {0.0, 0.0};
+  // raf_fired is [B, layers] (or [B]); raf_total [B] counts elements per layer.
+  const auto fired_rows = state_.raf_fired.narrow(0, first_row, rows);
+  const double layers = fired_rows.dim() == 2 ? static_cast<double>(fired_rows.size(1)) : 1.0;
+  return {fired_rows.sum().item<double>(), state_.raf_total.narrow(0, first_row, rows).sum().item<double>() * layers};
+}
+
 Delivery::Job Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome outcome, FinishReason reason) {
   Request& req = *slot.request;
   RequestResult result;
@@ -916,15 +950,14 @@ Delivery::Job Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome
     u.decode_ms = ms_between(slot.decode_start, now);
     if (state_.num_segments.defined()) u.segments = state_.num_segments[row_offset].item<int64_t>();
     if (state_.raf_fired.defined() && state_.raf_total.defined()) {
-      // raf_fired is [B, layers] (or [B]); raf_total [B] counts elements per layer.
-      const auto fired_rows = state_.raf_fired.narrow(0, row_offset, slot.rows);
-      const double layers = fired_rows.dim() == 2 ? static_cast<double>(fired_rows.size(1)) : 1.0;
-      const double fired = fired_rows.sum().item<double>();
-      const double total = state_.raf_total.narrow(0, row_offset, slot.rows).sum().item<double>() * layers;
+      auto [fired, total] = raf_counts(row_offset, slot.rows);
+      fired += slot.raf_fired_left;
+      total += slot.raf_total_left;
       u.raf_firing_rate = total > 0 ? fired / total : 0.0;
     }
     // Every row holds an equal share of the batched state (row_bytes): one walk over it, not one per beam.
-    u.state_bytes = state_.row_bytes(row_offset) * slot.rows;
+    // Rows that left earlier held less (a shorter cache): the most rows at today's share bound the peak.
+    u.state_bytes = state_.row_bytes(row_offset) * slot.most_rows;
   } catch (const std::exception& e) {
     result.outcome = RequestOutcome::kError;
     result.error = std::string("collecting the result failed: ") + e.what();
@@ -935,7 +968,7 @@ Delivery::Job Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome
       // Cross-attention reads s keys per step instead of k (the paper's saving), for every row.
       const auto k = static_cast<uint64_t>(state_.enc_len[row_offset].item<int64_t>());
       const auto s = std::min<uint64_t>(k, static_cast<uint64_t>(std::max<int64_t>(1, config_.srformer.segment_size)));
-      const auto steps = static_cast<uint64_t>(slot.segments.size()) * static_cast<uint64_t>(slot.rows);
+      const auto steps = static_cast<uint64_t>(slot.row_steps);
       metrics_->on_cross_attention_kv(steps * s, steps * k);
     }
     if (state_.segment_switches.defined()) {

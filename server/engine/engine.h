@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "model/decoder_state.h"
@@ -195,6 +196,8 @@ class Engine {
   // Collects a leaving slot's result and usage (its rows are still in state_); returns the delivery
   // job that decodes the summary and hands the result over.
   Delivery::Job finish_slot(Slot& slot, int64_t row_offset, RequestOutcome outcome, FinishReason reason);
+  // RAF neurons that fired, and neuron updates, over `rows` batch rows from `first_row` (0, 0 without RAF).
+  std::pair<double, double> raf_counts(int64_t first_row, int64_t rows) const;
   void fail_all(const std::string& error);
   void publish_stats();
   // What a request counts against the tokens budget (rows × (input + max_new_tokens)), and against

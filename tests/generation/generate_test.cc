@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/generation/beam_searcher.h"
+#include "model/generation/multi_sample_searcher.h"
 #include "model/generation/single_row_searcher.h"
 #include "scripted_model.h"
 
@@ -137,6 +138,31 @@ TEST(GenerateTest, GreedyBatchMatchesEachRequestAloneAndStreamsTokens) {
   // Default expected length L = max_new_tokens for every row.
   ASSERT_EQ(model.expected_lengths.size(), 1u);
   EXPECT_TRUE(model.expected_lengths[0].equal(torch::full({4}, options.max_new_tokens, torch::kInt64)));
+}
+
+// Several samples per request: each is what its searcher gives alone, and a sample that ends leaves the
+// batch (each step runs one row per sample still drawing).
+TEST(GenerateTest, SeveralSamplesLeaveTheBatchAsTheyEnd) {
+  FakeModel model;
+  auto options = options_for(1);
+  options.do_sample = true;
+  options.seed = 5;
+  options.num_return_sequences = 3;
+  const auto results = generate(model, kInputs, kMask, options);
+  expect_same_as_alone(results, [&] { return std::make_unique<MultiSampleSearcher>(options); });
+  bool ended_before_a_sibling = false;
+  for (size_t s = 0; s < model.batch_sizes.size(); ++s) {
+    int64_t drawing = 0;
+    for (const auto& r : results) {
+      int64_t mine = 0;
+      for (const auto& h : r.hypotheses) mine += h.tokens.size() > s ? 1 : 0;
+      drawing += mine;
+      ended_before_a_sibling = ended_before_a_sibling || (mine > 0 && mine < 3);
+    }
+    EXPECT_EQ(model.batch_sizes[s], drawing) << "step " << s;
+  }
+  EXPECT_EQ(model.batch_sizes.front(), 12);  // 4 requests x 3 samples
+  EXPECT_TRUE(ended_before_a_sibling) << "no sample ended before another of its request: the test shows nothing";
 }
 
 // A checkpoint's srformer.expected_length is the L of rows given none, whatever max_new_tokens is.

@@ -230,11 +230,11 @@ TEST(MultiSampleTest, EachSampleIsTheOneSampleDrawWithItsSeed) {
   EXPECT_NE(MultiSampleSearcher::sample_seed(2024, 1), MultiSampleSearcher::sample_seed(2025, 1));
 }
 
-TEST(MultiSampleTest, EndedRowsAreFedPadAndSampleZeroIsStreamed) {
+// A sample that ends leaves the batch at once: the others keep their order, each row its own sample.
+TEST(MultiSampleTest, EndedSamplesLeaveTheirRowsAndSampleZeroIsStreamed) {
   auto options = sampling_options(8);
   options.max_new_tokens = 30;
   options.num_return_sequences = 3;
-  options.pad_token_id = 7;  // outside the script's vocabulary of 5: a fed pad is recognisable
   const auto script = fixed({0.3, 0.3, 0.2, 0.0, 0.2});  // EOS 1 in 5: the samples end at different steps
   MultiSampleSearcher several(options);
   const auto run = drive(several, script, 0);
@@ -245,18 +245,29 @@ TEST(MultiSampleTest, EndedRowsAreFedPadAndSampleZeroIsStreamed) {
   EXPECT_EQ(run.emitted_logprobs, run.results[0].token_logprobs);
   ASSERT_EQ(static_cast<int64_t>(run.next_tokens.size()), run.steps);
   for (size_t step = 0; step < run.next_tokens.size(); ++step) {
-    EXPECT_EQ(run.parent_rows[step], (std::vector<int64_t>{0, 1, 2})) << "samples never move between rows";
-    for (size_t row = 0; row < 3; ++row) {
-      const auto& tokens = run.results[row].tokens;
-      const int64_t fed = run.next_tokens[step][row];
-      if (step < tokens.size()) {
-        EXPECT_EQ(fed, tokens[step]) << "row " << row << " step " << step;
-      } else {
-        EXPECT_EQ(fed, 7) << "row " << row << " has ended: pad at step " << step;
+    // Rows at this step: the samples longer than `step`, in sample order; kept: those longer than step + 1.
+    std::vector<int64_t> parents, tokens;
+    int64_t row = 0;
+    for (const auto& h : run.results) {
+      if (h.tokens.size() <= step) continue;
+      if (h.tokens.size() > step + 1) {
+        parents.push_back(row);
+        tokens.push_back(h.tokens[step]);
       }
+      ++row;
     }
+    EXPECT_EQ(run.parent_rows[step], parents) << "step " << step;
+    EXPECT_EQ(run.next_tokens[step], tokens) << "step " << step;
   }
+  // The rows each step ran (3, then those kept by the step before): one per token drawn.
+  int64_t row_steps = 3, drawn = 0;
+  for (size_t step = 0; step + 1 < run.parent_rows.size(); ++step) {
+    row_steps += static_cast<int64_t>(run.parent_rows[step].size());
+  }
+  for (const auto& h : run.results) drawn += static_cast<int64_t>(h.tokens.size());
+  EXPECT_EQ(row_steps, drawn) << "no row-step spent on a sample that ended";
   EXPECT_TRUE(several.done());
+  EXPECT_EQ(several.num_rows(), 0);
   EXPECT_THROW(several.advance(torch::zeros({3, 5})), std::logic_error);
 }
 

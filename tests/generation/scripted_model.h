@@ -33,12 +33,14 @@ struct Run {
 };
 
 // Runs `searcher` to completion against `script`, as the batch owner would: num_rows() identical
-// rows start with `start`; after each step row i continues row parent_rows[i] with next_tokens[i].
+// rows start with `start`; after each step row i continues row parent_rows[i] with next_tokens[i]
+// (as many rows as parent_rows has: the searcher's rows may fall, never rise).
 inline Run drive(Searcher& searcher, const Script& script, int64_t start, int64_t max_steps = 10000) {
-  const int64_t rows = searcher.num_rows();
-  std::vector<std::vector<int64_t>> histories(static_cast<size_t>(rows), std::vector<int64_t>{start});
+  std::vector<std::vector<int64_t>> histories(static_cast<size_t>(searcher.num_rows()), std::vector<int64_t>{start});
   Run run;
   for (int64_t s = 0; s < max_steps && !searcher.done(); ++s) {
+    const auto rows = static_cast<int64_t>(histories.size());
+    if (searcher.num_rows() != rows) throw std::runtime_error("num_rows() disagrees with the rows kept");
     std::vector<float> flat;
     int64_t vocab = -1;
     for (const auto& h : histories) {
@@ -47,12 +49,13 @@ inline Run drive(Searcher& searcher, const Script& script, int64_t start, int64_
       flat.insert(flat.end(), logits.begin(), logits.end());
     }
     const auto step = searcher.advance(torch::tensor(flat).view({rows, vocab}));
-    if (step.next_tokens.numel() != rows || step.parent_rows.numel() != rows) {
-      throw std::runtime_error("a SearchStep must give one token and one parent per row");
+    const int64_t after = step.parent_rows.numel();
+    if (step.next_tokens.numel() != after || after > rows) {
+      throw std::runtime_error("a SearchStep must give one token and one parent per row it keeps, no more rows");
     }
-    std::vector<int64_t> parents(static_cast<size_t>(rows)), tokens(static_cast<size_t>(rows));
-    std::vector<std::vector<int64_t>> next(static_cast<size_t>(rows));
-    for (int64_t i = 0; i < rows; ++i) {
+    std::vector<int64_t> parents(static_cast<size_t>(after)), tokens(static_cast<size_t>(after));
+    std::vector<std::vector<int64_t>> next(static_cast<size_t>(after));
+    for (int64_t i = 0; i < after; ++i) {
       parents[i] = step.parent_rows[i].item<int64_t>();
       tokens[i] = step.next_tokens[i].item<int64_t>();
       next[i] = histories.at(static_cast<size_t>(parents[i]));

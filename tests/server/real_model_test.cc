@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <functional>
 #include <future>
+#include <set>
 #include <thread>
 
 #include "model/generation/generate.h"
@@ -59,6 +60,33 @@ class RealModel : public ::testing::Test {
     auto r = generate(*reference_, input, torch::ones_like(input), o,
                       torch::full({1}, static_cast<int64_t>(max_new), torch::kInt64));
     return r.at(0).hypotheses.at(0).tokens;
+  }
+
+  // Sampling at a high temperature, 16 new tokens at most: on this random tiny model the samples differ, and
+  // EOS comes often enough that some end before others.
+  static v1::SummarizeRequest sampling_request(const std::string& doc, int samples, uint64_t seed) {
+    auto r = request(doc, 16, 1);
+    r.mutable_options()->set_do_sample(true);
+    r.mutable_options()->set_seed(seed);
+    r.mutable_options()->set_temperature(3.0F);
+    r.mutable_options()->set_num_return_sequences(samples);
+    return r;
+  }
+  // What generate() draws for sampling_request(doc, samples, seed), in draw order.
+  std::vector<Hypothesis> offline_samples(const std::string& doc, int samples, uint64_t seed) {
+    auto o = model_generation_defaults(reference_->config());  // the server's defaults (top_k 50 …)
+    o.max_new_tokens = 16;
+    o.min_new_tokens = std::min<int64_t>(o.min_new_tokens, 16);
+    o.do_sample = true;
+    o.num_beams = 1;
+    o.seed = seed;
+    o.temperature = 3.0;
+    o.num_return_sequences = samples;
+    o.vocab_limit = tokenizer_->vocab_size();
+    const auto input = torch::tensor(tokenizer_->encode(doc), torch::kInt64).unsqueeze(0);
+    return generate(*reference_, input, torch::ones_like(input), o, torch::full({1}, int64_t{16}, torch::kInt64))
+        .at(0)
+        .hypotheses;
   }
 
   static v1::SummarizeRequest request(const std::string& doc, int max_new, int beams, int no_repeat = 0) {
@@ -303,29 +331,8 @@ TEST_F(RealModel, ShortRequestsJoiningInsideALongEncodeGiveTheOfflineAnswers) {
 // the first is what a one-sample request with the same seed gets.
 TEST_F(RealModel, SeveralSamplesEqualOfflineGenerateInDrawOrder) {
   const std::string doc = synthetic_text(3, 29);
-  const auto sampled = [](const std::string& text, int samples) {
-    auto r = request(text, 16, 1);
-    r.mutable_options()->set_do_sample(true);
-    r.mutable_options()->set_seed(17);
-    r.mutable_options()->set_temperature(1.5F);  // spread: the samples differ on a random tiny model
-    r.mutable_options()->set_num_return_sequences(samples);
-    return r;
-  };
-  auto o = model_generation_defaults(reference_->config());  // the server's defaults (top_k 50 …)
-  o.max_new_tokens = 16;
-  o.min_new_tokens = std::min<int64_t>(o.min_new_tokens, 16);
-  o.do_sample = true;
-  o.num_beams = 1;
-  o.seed = 17;
-  o.temperature = 1.5;
-  o.num_return_sequences = 3;
-  o.vocab_limit = tokenizer_->vocab_size();
-  const auto ids = tokenizer_->encode(doc);
-  const auto input = torch::tensor(ids, torch::kInt64).unsqueeze(0);
-  const auto ref =
-      generate(*reference_, input, torch::ones_like(input), o, torch::full({1}, int64_t{16}, torch::kInt64))
-          .at(0)
-          .hypotheses;
+  const auto sampled = [](const std::string& text, int samples) { return sampling_request(text, samples, 17); };
+  const auto ref = offline_samples(doc, 3, 17);
   ASSERT_EQ(ref.size(), 3u);
   EXPECT_FALSE(ref[0].tokens == ref[1].tokens && ref[1].tokens == ref[2].tokens) << "three identical samples";
   const auto expect_samples = [&](const v1::SummarizeResponse& resp, const std::string& how) {
@@ -374,6 +381,50 @@ TEST_F(RealModel, SeveralSamplesEqualOfflineGenerateInDrawOrder) {
     ASSERT_TRUE(status.ok()) << status.error_message();
     if (i == 4) expect_samples(resp, "among others");
   }
+}
+
+// Requests of several samples each, decoded together: samples that end leave the batch while their
+// request's others and the other requests go on (rows of one request fall; no request moves into
+// another's place then), and every request still gets what generate() draws alone.
+TEST_F(RealModel, SamplesLeavingTheBatchChangeNoOtherRow) {
+  std::vector<std::vector<Hypothesis>> refs;
+  std::vector<std::future<std::pair<grpc::Status, v1::SummarizeResponse>>> futures;
+  bool ended_early = false;
+  for (int i = 0; i < 6; ++i) {
+    const std::string doc = synthetic_text(2 + i % 3, 70 + static_cast<uint32_t>(i));
+    refs.push_back(offline_samples(doc, 4, 100 + static_cast<uint64_t>(i)));
+    std::set<size_t> lengths;
+    for (const auto& h : refs.back()) lengths.insert(h.tokens.size());
+    ended_early = ended_early || lengths.size() > 1;
+    const auto req = sampling_request(doc, 4, 100 + static_cast<uint64_t>(i));
+    futures.push_back(std::async(std::launch::async, [this, req] {
+      grpc::ClientContext ctx;
+      v1::SummarizeResponse resp;
+      auto status = stub_->Summarize(&ctx, req, &resp);
+      return std::make_pair(status, resp);
+    }));
+  }
+  ASSERT_TRUE(ended_early) << "no sample ended before another of its request: nothing left the batch early";
+  for (size_t i = 0; i < refs.size(); ++i) {
+    auto [status, resp] = futures[i].get();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(ids_of(resp), refs[i][0].tokens) << "request " << i;
+    ASSERT_EQ(resp.alternatives_size(), 3) << "request " << i;
+    for (int a = 0; a < 3; ++a) {
+      const auto& alt = resp.alternatives(a);
+      EXPECT_EQ(std::vector<int64_t>(alt.token_ids().begin(), alt.token_ids().end()),
+                refs[i][static_cast<size_t>(a) + 1].tokens)
+          << "request " << i << ", sample " << a + 1;
+    }
+    EXPECT_GE(resp.usage().raf_firing_rate(), 0.0);
+    EXPECT_LE(resp.usage().raf_firing_rate(), 1.0);
+    EXPECT_GT(resp.usage().state_bytes(), 0);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (server_->models().find("t5")->stats().state_held_bytes != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(server_->models().find("t5")->stats().state_bytes, 0) << "every row left";
 }
 
 }  // namespace
