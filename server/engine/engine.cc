@@ -831,6 +831,10 @@ void Engine::step_rows() {
           s.raf_total_left += total;
         }
         if (metrics_) metrics_->on_rows_left(LeaveReason::kEos, static_cast<uint64_t>(rows_before - parents.numel()));
+        // Their share of the tokens budget (budget_of: the same per row) makes room for admissions.
+        const int64_t released = s.budget / rows_before * (rows_before - parents.numel());
+        s.budget -= released;
+        tokens_in_flight_ -= released;
         s.rows = parents.numel();
         rows_fell = true;
       }
@@ -1039,6 +1043,7 @@ void Engine::publish_stats() {
     std::lock_guard lock(mu_);
     stats_.live_requests = static_cast<int64_t>(slots_.size());
     stats_.live_rows = rows;
+    stats_.tokens_in_flight = tokens_in_flight_;
     stats_.max_live_rows = std::max(stats_.max_live_rows, rows);
     stats_.state_bytes = bytes;
     stats_.state_held_bytes = state_held_bytes_;

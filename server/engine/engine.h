@@ -68,6 +68,7 @@ struct EngineStats {
   int64_t encoding = 0;  // taken from the queue, their batch encoding (neither queued nor live)
   int64_t live_requests = 0;
   int64_t live_rows = 0;
+  int64_t tokens_in_flight = 0;  // what the live requests count against --max-tokens-in-flight
   int64_t state_bytes = 0;       // DecoderState bytes the rows use after the last iteration
   int64_t state_held_bytes = 0;  // memory the state keeps allocated for them (DecoderState::held_bytes)
   int64_t steps = 0;             // decoder steps run so far

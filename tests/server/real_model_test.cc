@@ -425,6 +425,8 @@ TEST_F(RealModel, SamplesLeavingTheBatchChangeNoOtherRow) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(server_->models().find("t5")->stats().state_bytes, 0) << "every row left";
+  EXPECT_EQ(server_->models().find("t5")->stats().tokens_in_flight, 0)
+      << "rows that left early gave back their budget once";
 }
 
 }  // namespace
