@@ -13,6 +13,7 @@
 #include "client/client_options.h"
 #include "client/grpc_health.h"
 #include "client/load_generator.h"
+#include "common/alternative_line.h"
 #include "common/status_code_name.h"
 #include "srformer/v1/summarizer.grpc.pb.h"
 
@@ -109,8 +110,8 @@ v1::SummarizeRequest make_request(const ClientOptions& o, const std::string& doc
 // With num_return_sequences > 1: the next best summaries (or the further samples), one line each.
 void print_alternatives(const v1::SummarizeResponse& r) {
   for (int a = 0; a < r.alternatives_size(); ++a) {
-    std::cout << "[alternative " << a + 2 << ", score " << r.alternatives(a).score() << "] "
-              << r.alternatives(a).summary() << "\n";
+    srformer::print_alternative_line(std::cout, static_cast<size_t>(a) + 2, r.alternatives(a).score(),
+                                     r.alternatives(a).summary());
   }
 }
 

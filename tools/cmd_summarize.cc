@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/alternative_line.h"
 #include "model/data/encode.h"
 #include "model/dtype_name.h"
 #include "model/generation/generate.h"
@@ -28,7 +29,8 @@ const char* kUsage =
     "  --num-return-sequences N (beam search: also the next best hypotheses; sampling: N samples; one line\n"
     "  each after the summary, or --json's alternatives)\n"
     "  --do-sample | --no-sample, --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N\n"
-    "  --repetition-penalty X --expected-length L (SRformer schedule; default max-new-tokens)\n"
+    "  --repetition-penalty X --expected-length L (SRformer schedule; default: the model's\n"
+    "  srformer.expected_length, else max-new-tokens)\n"
     "  --truncate (cut over-long input instead of failing) --threads N --json --stream\n"
     "  --dtype fp32|bf16 (bf16: projections in bfloat16; needs a CPU with AMX or AVX512-BF16)\n"
     "  Defaults come from the model's generation_config.json, else config.json (max_length, num_beams,\n"
@@ -144,8 +146,7 @@ int run_summarize(const std::vector<std::string>& args) {
   o.top_p = top_p.value_or(d.top_p);
   o.seed = seed;
   o.repetition_penalty = rep.value_or(d.repetition_penalty);
-  o.num_return_sequences =
-      returned.value_or(o.do_sample ? d.num_return_sequences : std::min(d.num_return_sequences, o.num_beams));
+  o.num_return_sequences = returned.value_or(default_num_return_sequences(d, o.do_sample, o.num_beams));
   o.vocab_limit = tokenizer->vocab_size();
   validate(o);
 
@@ -185,8 +186,8 @@ int run_summarize(const std::vector<std::string>& args) {
     if (!stream) std::cout << summary << std::endl;
     // As srformer-client prints them: the next best hypotheses, or the further samples, one line each.
     for (size_t h = 1; h < hypotheses.size(); ++h) {
-      std::cout << "[alternative " << h + 1 << ", score " << static_cast<float>(hypotheses[h].score) << "] "
-                << tokenizer->decode(hypotheses[h].tokens) << "\n";
+      print_alternative_line(std::cout, h + 1, static_cast<float>(hypotheses[h].score),
+                             tokenizer->decode(hypotheses[h].tokens));
     }
   }
   return 0;

@@ -41,6 +41,10 @@ GenerationOptions model_generation_defaults(const ModelConfig& config) {
   return o;
 }
 
+int64_t default_num_return_sequences(const GenerationOptions& defaults, bool do_sample, int64_t num_beams) {
+  return do_sample ? defaults.num_return_sequences : std::min(defaults.num_return_sequences, num_beams);
+}
+
 int64_t default_expected_length(const ModelConfig& config, int64_t max_new_tokens) {
   return config.srformer.expected_length.value_or(max_new_tokens);
 }

@@ -36,6 +36,11 @@ GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig
 // num_beams they settle on.
 GenerationOptions model_generation_defaults(const ModelConfig& config);
 
+// num_return_sequences where the caller sets none, once it has settled do_sample and num_beams: the
+// model's default (model_generation_defaults), as many samples when sampling, at most one per beam when
+// searching.
+int64_t default_num_return_sequences(const GenerationOptions& defaults, bool do_sample, int64_t num_beams);
+
 // SRformer's expected length L (the step -> segment schedule) where a request sets none: the checkpoint's
 // srformer.expected_length (the L a model trained here was trained with), else the request's
 // max_new_tokens. The server, `srformer summarize`, `srformer eval` and generate() all use it.

@@ -111,13 +111,17 @@ int64_t effective_max_input_tokens(const ModelConfig& config, const ServiceLimit
   return limit;
 }
 
+int64_t default_max_new_tokens(const ModelConfig& config, const ServiceLimits& limits) {
+  return std::min(model_generation_defaults(config).max_new_tokens, limits.max_new_tokens_cap);
+}
+
 ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfig& config,
                                 const ServiceLimits& limits) {
   ResolvedOptions r;
   const GenerationOptions d = model_generation_defaults(config);
   GenerationOptions& o = r.options;
   o = d;
-  const int64_t default_max_new = std::min(d.max_new_tokens, limits.max_new_tokens_cap);
+  const int64_t default_max_new = default_max_new_tokens(config, limits);
   if (p.has_max_new_tokens()) {
     if (p.max_new_tokens() < 1) {
       invalid("max_new_tokens must be at least 1 (got " + str(p.max_new_tokens()) +
@@ -169,7 +173,7 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
     }
     o.num_return_sequences = p.num_return_sequences();
   } else {
-    o.num_return_sequences = std::min(d.num_return_sequences, most_returned);
+    o.num_return_sequences = std::min(default_num_return_sequences(d, o.do_sample, o.num_beams), most_returned);
   }
   if (p.has_length_penalty()) {
     if (!std::isfinite(p.length_penalty())) invalid("length_penalty must be a finite number");

@@ -45,6 +45,9 @@ void validate_document(std::string_view document);
 // True when `text` is well-formed UTF-8 (no overlongs, surrogates or code points over U+10FFFF).
 bool is_valid_utf8(std::string_view text);
 
+// max_new_tokens of a request that sets none: the model's default within --max-new-tokens-cap.
+int64_t default_max_new_tokens(const ModelConfig& config, const ServiceLimits& limits);
+
 // Applies the model config's defaults to unset fields and checks every option against the caps.
 ResolvedOptions resolve_options(const v1::GenerationOptions& proto, const ModelConfig& config,
                                 const ServiceLimits& limits);

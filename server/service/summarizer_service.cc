@@ -508,8 +508,8 @@ grpc::ServerUnaryReactor* SummarizerService::ListModels(grpc::CallbackServerCont
       *m->mutable_defaults() = to_proto(defaults);
       m->set_default_expected_length(static_cast<int32_t>(defaults.expected_length));
     } catch (const RequestError&) {  // defaults no request can use as they are: the L alone
-      const int64_t max_new = std::min(model_generation_defaults(c).max_new_tokens, limits_.max_new_tokens_cap);
-      m->set_default_expected_length(static_cast<int32_t>(default_expected_length(c, max_new)));
+      m->set_default_expected_length(
+          static_cast<int32_t>(default_expected_length(c, default_max_new_tokens(c, limits_))));
     }
   }
   reactor->Finish(serialize_body(out, *response));
