@@ -109,6 +109,34 @@ std::pair<torch::Tensor, torch::Tensor> masked_keys_values(const LayerState& ls,
   return {ls.cross_k.to(torch::kFloat32) * w, ls.cross_v.to(torch::kFloat32) * w};
 }
 
+// One mean-pooled key/value per segment (LongT5-style global tokens) [B, H, mmax, d], zeros past a row's
+// m. Each row is pooled over its own real positions in shapes that do not depend on the batch: a row's
+// tokens are the same bits padded among longer rows as alone (a product over the padded length was not).
+torch::Tensor segment_means(const torch::Tensor& x, const torch::Tensor& enc_mask, int64_t segment_size, int64_t mmax) {
+  const auto lengths = enc_mask.sum(1).to(torch::kCPU, torch::kLong).contiguous();
+  std::vector<torch::Tensor> rows;
+  for (int64_t b = 0; b < x.size(0); ++b) {
+    const int64_t n = lengths.data_ptr<int64_t>()[b];
+    const int64_t full = n / segment_size;
+    const int64_t rest = n - full * segment_size;
+    const auto row = x[b];  // [H, k, d]
+    std::vector<torch::Tensor> parts;
+    if (full > 0) {
+      parts.push_back(row.narrow(1, 0, full * segment_size)
+                          .contiguous()
+                          .view({row.size(0), full, segment_size, row.size(2)})
+                          .sum(2) /
+                      static_cast<double>(segment_size));
+    }
+    if (rest > 0)
+      parts.push_back(row.narrow(1, full * segment_size, rest).contiguous().sum(1, true) / static_cast<double>(rest));
+    const int64_t m = full + (rest > 0 ? 1 : 0);
+    if (m < mmax) parts.push_back(torch::zeros({row.size(0), mmax - m, row.size(2)}, x.options()));
+    rows.push_back(torch::cat(parts, 1));
+  }
+  return torch::stack(rows);
+}
+
 }  // namespace
 
 bool CrossAttention::recurrent() const {
@@ -192,17 +220,9 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
     }
   }
   if (kind == CrossAttentionKind::kGlobalTokens) {
-    // One mean-pooled key/value per segment (LongT5-style global tokens).
-    const int64_t kmax = enc_mask.size(1);
-    const int64_t mmax = (kmax + segment_size - 1) / segment_size;
-    const auto key_seg = torch::div(torch::arange(kmax, m.options()), segment_size, "floor");
-    const auto member = key_seg.view({1, 1, -1})
-                            .eq(torch::arange(mmax, m.options()).view({1, -1, 1}))
-                            .logical_and(enc_mask.unsqueeze(1));  // [B, mmax, k]
-    const auto weights = member.to(ls.cross_k.scalar_type());
-    const auto counts = weights.sum(-1, true).clamp_min(1).unsqueeze(1);  // [B,1,mmax,1]
-    ls.global_k = torch::matmul(weights.unsqueeze(1), ls.cross_k) / counts;
-    ls.global_v = torch::matmul(weights.unsqueeze(1), ls.cross_v) / counts;
+    const int64_t mmax = (enc_mask.size(1) + segment_size - 1) / segment_size;
+    ls.global_k = segment_means(ls.cross_k, enc_mask, segment_size, mmax);
+    ls.global_v = segment_means(ls.cross_v, enc_mask, segment_size, mmax);
   }
   if (expected_len.defined() && kind != CrossAttentionKind::kFull && has_softmax() &&
       !windows_in_place(ls.cross_k, kind)) {

@@ -66,4 +66,13 @@ torch::Tensor weights_value_product(const torch::Tensor& p, const torch::Tensor&
   return out;
 }
 
+torch::Tensor softmax_last_dim(const torch::Tensor& scores) {
+  const bool kernel = scores.dim() == 4 && scores.size(2) == 1 && scores.size(3) > 0 &&
+                      is_cpu_inference_float(scores) && kernels::use_cpu_kernels();
+  if (!kernel) return torch::softmax(scores, -1);
+  auto probs = scores.contiguous().clone();
+  kernels::softmax_rows(probs.data_ptr<float>(), probs.numel() / probs.size(3), probs.size(3));
+  return probs;
+}
+
 }  // namespace srformer

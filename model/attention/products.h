@@ -13,6 +13,12 @@ torch::Tensor weights_value_product(const torch::Tensor& p, const torch::Tensor&
 // k [B, H, T, d]ᵀ · v [B, H, T, d] -> [B, H, d, d]  (kernels for segments: T up to 512)
 torch::Tensor keys_values_product(const torch::Tensor& k, const torch::Tensor& v);
 
+// softmax over the last dimension. In a decode step's shape ([B, H, 1, T], CPU fp32, no autograd) each
+// row runs kernels::attention_softmax_row, whose bits do not change when masked keys follow the row's own
+// (a batch whose other rows read more keys); LibTorch's softmax sums a row of fewer than 16 scores in
+// another order than a longer one, so a row's probabilities depended on its batch.
+torch::Tensor softmax_last_dim(const torch::Tensor& scores);
+
 // t [B, H, T, d] as B*H groups of T dense rows of d, each group at one stride (>= T*d) from the
 // last: that stride, else 0. A self-attention cache is such a view of a buffer with room for more.
 int64_t uniform_group_stride(const torch::Tensor& t);

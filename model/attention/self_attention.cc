@@ -25,8 +25,7 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
   auto scores = query_key_product(q, k);
   if (bias.defined()) scores = scores + bias;
   if (key_mask.defined()) scores = scores + key_mask;
-  const auto probs =
-      dropout(torch::softmax(scores.to(torch::kFloat32), -1).to(v.scalar_type()), DropoutSite::kAttention);
+  const auto probs = dropout(softmax_last_dim(scores.to(torch::kFloat32)).to(v.scalar_type()), DropoutSite::kAttention);
   return weights_value_product(probs, v);
 }
 

@@ -81,6 +81,10 @@ void weighted_value_sum(const float* p, const float* v, int64_t v_stride, int64_
   for (int64_t g = 0; g < groups; ++g) sum_group(p + g * T, 1, v + g * v_stride, T, d, out + g * d);
 }
 
+void softmax_rows(float* scores, int64_t rows, int64_t n) {
+  for (int64_t r = 0; r < rows; ++r) attention_softmax_row(scores + r * n, nullptr, nullptr, n);
+}
+
 void slot_attention(const float* q, HeadLayout q_layout, const float* k, const float* v, HeadLayout cache,
                     const int32_t* slot_rows, int64_t slot_rows_stride, const AttentionBias& bias, float* out,
                     HeadLayout out_layout, const SlotAttentionShape& shape, int threads) {
@@ -146,6 +150,10 @@ void key_value_outer_sum(const float* k, const float* v, int64_t groups, int64_t
 }
 
 #else  // not x86-64: callers use LibTorch; these plain loops only keep the functions correct
+
+void softmax_rows(float*, int64_t, int64_t) {
+  throw std::logic_error("softmax_rows needs AVX2 + FMA, which this build or platform lacks");
+}
 
 void slot_attention(const float*, HeadLayout, const float*, const float*, HeadLayout, const int32_t*, int64_t,
                     const AttentionBias&, float*, HeadLayout, const SlotAttentionShape&, int) {

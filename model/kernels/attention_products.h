@@ -20,6 +20,10 @@ void query_key_scores(const float* q, const float* k, int64_t k_stride, int64_t 
 void weighted_value_sum(const float* p, const float* v, int64_t v_stride, int64_t groups, int64_t T, int64_t d,
                         float* out, int threads);
 
+// Each of `rows` rows of n scores into probabilities, in place: softmax as attention_groups.h's
+// attention_softmax_row computes it (a row's bits do not depend on masked keys after its own).
+void softmax_rows(float* scores, int64_t rows, int64_t n);
+
 struct SlotAttentionShape {
   int64_t batch = 0, heads = 0;
   int64_t slots = 0;  // T

@@ -589,6 +589,29 @@ TEST(BeamCandidates, TiesByIndexAndRefusals) {
   });
 }
 
+// Attention's softmax row: against double precision, and bit for bit the same when masked keys follow
+// the row's own (a row padded to a longer one in its batch, the next rows' windows or global tokens).
+// Before, the keys past the last whole block of 8 were summed after the blocks' lanes, so a row gave
+// other bits padded than alone, and a request's summary could depend on its batch.
+TEST(CpuKernels, SoftmaxRowMatchesDoubleAndIgnoresMaskedKeysAfterIt) {
+  SKIP_WITHOUT_AVX2();
+  torch::manual_seed(5);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t n = 1; n <= 40; ++n) {
+    const auto x = torch::randn({n}) * 4;
+    auto alone = x.clone();
+    srformer::kernels::softmax_rows(alone.data_ptr<float>(), 1, n);
+    const auto want = x.to(torch::kFloat64).softmax(0);
+    EXPECT_LE((alone.to(torch::kFloat64) - want).abs().max().item<double>(), 1e-6) << n << " keys";
+    for (const int64_t pad : {1, 7, 8, 9, 23}) {
+      auto padded = torch::cat({x, torch::full({pad}, ninf)});  // a key mask adds -inf
+      srformer::kernels::softmax_rows(padded.data_ptr<float>(), 1, n + pad);
+      EXPECT_TRUE(torch::equal(padded.narrow(0, 0, n), alone)) << n << " keys, " << pad << " masked after them";
+      EXPECT_TRUE(torch::equal(padded.narrow(0, n, pad), torch::zeros({pad}))) << n << " keys, " << pad << " masked";
+    }
+  }
+}
+
 #define SKIP_WITHOUT_FP32_ATTENTION()                 \
   if (!srformer::kernels::fp32_attention_available()) \
   GTEST_SKIP() << "this CPU has no AVX2+FMA: the encoder's fp32 attention kernel never runs here"

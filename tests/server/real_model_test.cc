@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "model/generation/generate.h"
+#include "model/kernels/avx2.h"
 #include "server/server.h"
 #include "tests/server/edge_options.h"
 #include "tests/server/tiny_real_model.h"
@@ -50,6 +51,10 @@ class RealModel : public ::testing::Test {
 
   // Offline reference: the generate() driver on its own model instance.
   std::vector<int64_t> offline(const std::string& doc, int max_new, int beams, int no_repeat = 0) {
+    return offline_best(doc, max_new, beams, no_repeat).tokens;
+  }
+  // The same, with the best hypothesis' score and per-token log-probabilities.
+  Hypothesis offline_best(const std::string& doc, int max_new, int beams, int no_repeat = 0) {
     auto ids = tokenizer_->encode(doc);
     const auto input = torch::tensor(ids, torch::kInt64).unsqueeze(0);
     GenerationOptions o;
@@ -59,7 +64,7 @@ class RealModel : public ::testing::Test {
     o = with_model_tokens(o, reference_->config());
     auto r = generate(*reference_, input, torch::ones_like(input), o,
                       torch::full({1}, static_cast<int64_t>(max_new), torch::kInt64));
-    return r.at(0).hypotheses.at(0).tokens;
+    return r.at(0).hypotheses.at(0);
   }
 
   // Sampling at a high temperature, 16 new tokens at most: on this random tiny model the samples differ, and
@@ -169,7 +174,7 @@ void RealModel::expect_same_alone_and_among_32(const std::function<int(int)>& be
                                                const std::function<bool(int)>& cut_short) {
   struct Case {
     v1::SummarizeRequest req;
-    std::vector<int64_t> ref;
+    Hypothesis ref;
   };
   std::vector<Case> cases;
   for (int i = 0; i < 32; ++i) {
@@ -177,7 +182,7 @@ void RealModel::expect_same_alone_and_among_32(const std::function<int(int)>& be
     const int max_new = 6 + (i * 7) % 25;
     const int beams = beams_of(i);
     const int no_repeat = i % 4 == 3 ? 2 : 0;
-    cases.push_back({request(doc, max_new, beams, no_repeat), offline(doc, max_new, beams, no_repeat)});
+    cases.push_back({request(doc, max_new, beams, no_repeat), offline_best(doc, max_new, beams, no_repeat)});
   }
   std::vector<std::future<std::pair<grpc::Status, v1::SummarizeResponse>>> futures;
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -198,7 +203,15 @@ void RealModel::expect_same_alone_and_among_32(const std::function<int(int)>& be
       continue;
     }
     ASSERT_TRUE(status.ok()) << status.error_message();
-    EXPECT_EQ(ids_of(resp), cases[i].ref) << "request " << i;
+    EXPECT_EQ(ids_of(resp), cases[i].ref.tokens) << "request " << i;
+    // With the CPU kernels a row computes the same bits in any batch (padded among longer inputs too), so
+    // the scores are equal as well, not only the tokens they picked.
+    if (kernels::use_cpu_kernels()) {
+      EXPECT_EQ(resp.score(), static_cast<float>(cases[i].ref.score)) << "request " << i;
+      EXPECT_EQ(std::vector<float>(resp.token_logprobs().begin(), resp.token_logprobs().end()),
+                cases[i].ref.token_logprobs)
+          << "request " << i;
+    }
   }
   if (cut_short) std::printf("%d of the requests cut short ended before their summary\n", ended_early);
   EXPECT_GT(server_->models().find("t5")->stats().max_live_rows, 4) << "requests were not batched together";
