@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Random requests against a running srformer-server: many at once, then each valid one again alone.
 
-Draws N requests from a seed (documents of 0 to ~600 words, every generation option, valid and
+Draws N requests from a seed (documents of 0 to W words, every generation option, valid and
 invalid values, unary and streaming calls, a few with deadlines of a few milliseconds), sends them
 through C concurrent callers, and checks what a client may rely on:
 
@@ -45,11 +45,11 @@ def load_messages():
     return summarizer_pb2
 
 
-def draw_request(pb, rng, models, index):
+def draw_request(pb, rng, models, index, max_words):
     """One request; mostly valid values, each option sometimes unset, sometimes out of range."""
     r = pb.SummarizeRequest(request_id="random-%d" % index)
     r.model = rng.choice(models) if rng.random() > 0.02 else "no-such-model"
-    n = rng.choice([1, 2, 5, 20, 60, 150, 400, 600]) if rng.random() > 0.02 else 0
+    n = rng.choice([1, 2, 5, 20, 60, 150, 400, max_words]) if rng.random() > 0.02 else 0
     start = rng.randrange(len(WORDS))
     text = " ".join((WORDS * (n // len(WORDS) + 2))[start:start + n])
     if rng.random() < 0.02:
@@ -136,13 +136,14 @@ def main():
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--max-words", type=int, default=600, help="the longest documents' words")
     ap.add_argument("--replays", type=int, default=10**9, help="most requests sent again alone")
     args = ap.parse_args()
 
     pb = load_messages()
     caller = Caller(pb, args.target)
     rng = random.Random(args.seed)
-    requests = [draw_request(pb, rng, args.models.split(","), i) for i in range(args.requests)]
+    requests = [draw_request(pb, rng, args.models.split(","), i, args.max_words) for i in range(args.requests)]
     streaming = [rng.random() < 0.4 for _ in requests]
     deadlines = [rng.choice([0.005, 0.02]) if rng.random() < 0.05 else 120.0 for _ in requests]
 
