@@ -137,7 +137,7 @@ int run_summarize(const std::vector<std::string>& args) {
   o.max_new_tokens = max_new.value_or(d.max_new_tokens);
   o.min_new_tokens = min_new.value_or(std::min(o.max_new_tokens, d.min_new_tokens));
   o.do_sample = sample.value_or(d.do_sample);
-  o.num_beams = beams.value_or(o.do_sample ? 1 : d.num_beams);  // no beam sampling: one beam when sampling
+  o.num_beams = beams.value_or(d.num_beams);  // with do_sample and several beams: beam sampling
   o.length_penalty = length_penalty.value_or(d.length_penalty);
   o.early_stopping = early.value_or(d.early_stopping);
   o.no_repeat_ngram_size = no_repeat.value_or(d.no_repeat_ngram_size);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -28,9 +29,9 @@ BeamSearcher::BeamSearcher(const GenerationOptions& options)
     : options_(options),
       beams_(static_cast<size_t>(options.num_beams), TokenHistory{options.decoder_start_token_id}),
       beam_scores_(static_cast<size_t>(options.num_beams), -1e9f),
-      beam_sums_(static_cast<size_t>(options.num_beams)) {
+      beam_sums_(static_cast<size_t>(options.num_beams)),
+      rng_(options.seed) {
   validate(options_);
-  if (options_.do_sample) throw std::invalid_argument("BeamSearcher does not sample; set do_sample=false");
   // Only the first beam is live at the start; the others cannot win a top-k slot from it.
   beam_scores_[0] = 0.0f;
 }
@@ -40,15 +41,17 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
   const int64_t num_beams = options_.num_beams;
   const int64_t vocab = logits.defined() && logits.dim() == 2 ? logits.size(1) : 0;
   const int64_t candidates = std::min(2 * num_beams, num_beams * vocab);
-  auto top = candidates_in_place(logits, candidates);
+  auto top = options_.do_sample ? std::vector<kernels::BeamCandidate>{} : candidates_in_place(logits, candidates);
   if (top.empty()) {
     const auto copied = scores_from_logits(logits, num_beams, options_, logits_);
     if (!scores_.defined() || scores_.sizes() != copied.sizes()) scores_ = torch::empty_like(copied);
     const auto& scores = at::log_softmax_out(scores_, copied, -1);
     // HF applies the processors to the log-probabilities here (unlike greedy search and sampling).
     process_logits(options_, beams_, scores);
+    if (options_.do_sample) warp_logits(options_, scores, candidates);
     scores.add_(torch::from_blob(beam_scores_.data(), {num_beams, 1}, torch::kFloat32));
-    top = top_candidates(scores.data_ptr<float>(), num_beams * vocab, candidates);
+    top = options_.do_sample ? sample_candidates(scores, candidates)
+                             : top_candidates(scores.data_ptr<float>(), num_beams * vocab, candidates);
   }
 
   const auto cur_len = static_cast<int64_t>(beams_.front().size());
@@ -56,7 +59,9 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
   std::vector<std::vector<float>> next_sums;
   std::vector<float> next_scores;
   std::vector<int64_t> next_tokens, parents;
-  for (int64_t rank = 0; rank < candidates && static_cast<int64_t>(next_beams.size()) < num_beams; ++rank) {
+  // Beam sampling may draw fewer than `candidates` (fewer have a positive probability).
+  for (int64_t rank = 0; rank < static_cast<int64_t>(top.size()) && static_cast<int64_t>(next_beams.size()) < num_beams;
+       ++rank) {
     const auto [score, index] = top[static_cast<size_t>(rank)];
     const int64_t parent = index / vocab;
     const int64_t token = index % vocab;
@@ -120,6 +125,59 @@ std::vector<kernels::BeamCandidate> BeamSearcher::candidates_in_place(const torc
   }
   auto best = kernels::beam_candidates(rows, count);
   return best ? std::move(*best) : std::vector<kernels::BeamCandidate>{};
+}
+
+std::vector<kernels::BeamCandidate> BeamSearcher::sample_candidates(const torch::Tensor& scores, int64_t count) {
+  const auto flat = scores.reshape({-1}).contiguous();
+  const auto probs = flat.softmax(0);
+  const float* s = flat.data_ptr<float>();
+  const float* p = probs.data_ptr<float>();
+  const int64_t n = flat.numel();
+  std::vector<std::pair<int64_t, double>> left;  // (index, probability) of the candidates with mass
+  for (int64_t i = 0; i < n; ++i) {
+    if (p[i] > 0.0f) left.emplace_back(i, p[i]);
+  }
+  if (left.empty()) {
+    throw std::runtime_error(
+        "beam sampling found no token with a positive probability (every token was filtered out or the logits "
+        "hold NaN); check the logits processors' options");
+  }
+  std::vector<kernels::BeamCandidate> drawn;
+  std::vector<bool> taken(static_cast<size_t>(n), false);
+  while (static_cast<int64_t>(drawn.size()) < count && !left.empty()) {
+    // Inverse-CDF draw over the candidates not drawn yet (as SamplingSearcher draws one token); the total
+    // summed afresh, since subtracting a draw of ~1 would leave only rounding of the rest.
+    double total = 0.0;
+    for (const auto& c : left) total += c.second;
+    const double target = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
+    double cumulative = 0.0;
+    size_t pick = left.size() - 1;  // should rounding leave target above the final sum
+    for (size_t j = 0; j < left.size(); ++j) {
+      cumulative += left[j].second;
+      if (cumulative > target) {
+        pick = j;
+        break;
+      }
+    }
+    const int64_t index = left[pick].first;
+    drawn.push_back({s[index], index});
+    taken[static_cast<size_t>(index)] = true;
+    left.erase(left.begin() + static_cast<std::ptrdiff_t>(pick));
+  }
+  // Fewer candidates with a float probability above 0 than draws (a low temperature puts all the mass on a
+  // few): the rest follow by score, where draws of vanishing probability would come from, so that every
+  // beam is filled (HF's multinomial refuses to draw there). Filtered candidates (-inf) never come back.
+  if (static_cast<int64_t>(drawn.size()) < count) {
+    kernels::BestCandidates best(count - static_cast<int64_t>(drawn.size()));
+    for (int64_t i = 0; i < n; ++i) {
+      if (!taken[static_cast<size_t>(i)] && s[i] > -std::numeric_limits<float>::infinity()) best.offer(s[i], i);
+    }
+    for (const auto& c : std::move(best).sorted()) drawn.push_back(c);
+  }
+  std::sort(drawn.begin(), drawn.end(), [](const kernels::BeamCandidate& a, const kernels::BeamCandidate& b) {
+    return a.score != b.score ? a.score > b.score : a.index < b.index;
+  });
+  return drawn;
 }
 
 void BeamSearcher::add_hypothesis(const TokenHistory& tokens, std::vector<float> sums, FinishReason reason) {

@@ -1,7 +1,8 @@
 #pragma once
 // Beam search with exactly the decisions of Hugging Face transformers 4.11 beam_search() and
-// BeamSearchScorer / BeamHypotheses (one request = one HF batch row).
+// BeamSearchScorer / BeamHypotheses (one request = one HF batch row); with do_sample, beam sampling.
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "model/generation/logits_processors.h"
@@ -13,6 +14,13 @@ namespace srformer {
 class BeamSearcher : public Searcher {
  public:
   // Any num_beams >= 1 (HF uses greedy search for 1; this class then gives the same tokens).
+  // do_sample: beam sampling as transformers 4.4x's _beam_search(do_sample=True) decides a step: the
+  // warpers (temperature, top-k, top-p) act on each beam's processed log-probabilities, which then get
+  // the beam's score, and 2*num_beams candidates are drawn without replacement from the softmax over
+  // all beams' candidates, then ranked by score as beam search ranks its top 2*num_beams. (4.11 warped
+  // after adding the beam score, so its temperature rescaled the whole history at every step.) Top-k
+  // and top-p keep at least 2*num_beams tokens per beam, where HF keeps 2 and fails when fewer than
+  // 2*num_beams candidates are left to draw. The draws use a generator seeded from options.seed.
   explicit BeamSearcher(const GenerationOptions& options);
 
   int64_t num_rows() const override { return options_.num_beams; }
@@ -35,6 +43,10 @@ class BeamSearcher : public Searcher {
   // lie (kernels::beam_candidates); empty where that does not apply (processors that change scores,
   // no CPU kernels, NaN): advance() then scores a copy of the logits as HF does.
   std::vector<kernels::BeamCandidate> candidates_in_place(const torch::Tensor& logits, int64_t count) const;
+  // Beam sampling: `count` candidates (fewer where fewer have a positive probability) drawn without
+  // replacement from softmax(scores) over all beams' candidates [num_beams, vocab], best score first
+  // (ties by index).
+  std::vector<kernels::BeamCandidate> sample_candidates(const torch::Tensor& scores, int64_t count);
   // BeamHypotheses.add: keeps the num_beams best finished hypotheses.
   void add_hypothesis(const TokenHistory& tokens, std::vector<float> sums, FinishReason reason);
   // BeamHypotheses.is_done.
@@ -48,6 +60,7 @@ class BeamSearcher : public Searcher {
   std::vector<std::vector<float>> beam_sums_;
   std::vector<Finished> finished_;  // in insertion order, as HF's list (order breaks ties)
   torch::Tensor logits_, scores_;   // this step's logits copy and log-probabilities (reused buffers)
+  std::mt19937_64 rng_;             // beam sampling's draws
   double worst_score_ = 1e9;
   int64_t steps_ = 0;
   bool done_ = false;

@@ -34,15 +34,17 @@ GenerationOptions model_generation_defaults(const ModelConfig& config) {
   o.top_k = config.top_k.value_or(50);  // HF's default: sampling keeps the 50 likeliest tokens
   o.top_p = config.top_p.value_or(1.0);
   o.repetition_penalty = config.repetition_penalty.value_or(1.0);
-  // Sampling draws that many; searching returns at most one per beam (HF refuses more; callers that
-  // change do_sample or num_beams clamp it again).
-  o.num_return_sequences = std::clamp<int64_t>(config.num_return_sequences.value_or(1), 1,
-                                               o.do_sample ? kMaxNumBeams : std::max<int64_t>(1, o.num_beams));
+  // Sampling with one beam draws that many; beams (searched or sampled) return at most one per beam
+  // (HF refuses more; callers that change do_sample or num_beams clamp it again).
+  o.num_return_sequences =
+      std::clamp<int64_t>(config.num_return_sequences.value_or(1), 1,
+                          o.do_sample && o.num_beams <= 1 ? kMaxNumBeams : std::max<int64_t>(1, o.num_beams));
   return o;
 }
 
 int64_t default_num_return_sequences(const GenerationOptions& defaults, bool do_sample, int64_t num_beams) {
-  return do_sample ? defaults.num_return_sequences : std::min(defaults.num_return_sequences, num_beams);
+  return do_sample && num_beams == 1 ? defaults.num_return_sequences
+                                     : std::min(defaults.num_return_sequences, num_beams);
 }
 
 int64_t default_expected_length(const ModelConfig& config, int64_t max_new_tokens) {

@@ -29,16 +29,15 @@ GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig
 // max_new_tokens = max_length − 1 (else 128), min_new_tokens = min_length − 1 (else 0; callers clamp it
 // to their max_new_tokens), num_beams, length_penalty, early_stopping, no_repeat_ngram_size, and the
 // sampling settings do_sample, temperature, top_k (else 50, as HF), top_p, repetition_penalty, and
-// num_return_sequences (sampling: that many samples; searching: at most num_beams); the rest
-// GenerationOptions' own defaults. The server, `srformer summarize` and `srformer eval` start here. A
-// checkpoint may ask for beam sampling (do_sample with num_beams > 1), which generate() refuses: callers
-// that sample take one beam and draw num_return_sequences samples; callers that search clamp it to the
-// num_beams they settle on.
+// num_return_sequences (sampling with one beam: that many samples; beams, searched or sampled: at most
+// num_beams); the rest GenerationOptions' own defaults. The server, `srformer summarize` and `srformer
+// eval` start here; callers that change do_sample or num_beams clamp num_return_sequences again
+// (default_num_return_sequences).
 GenerationOptions model_generation_defaults(const ModelConfig& config);
 
 // num_return_sequences where the caller sets none, once it has settled do_sample and num_beams: the
-// model's default (model_generation_defaults), as many samples when sampling, at most one per beam when
-// searching.
+// model's default (model_generation_defaults): as many samples when sampling with one beam, at most one
+// per beam otherwise (beam search, beam sampling).
 int64_t default_num_return_sequences(const GenerationOptions& defaults, bool do_sample, int64_t num_beams);
 
 // SRformer's expected length L (the step -> segment schedule) where a request sets none: the checkpoint's

@@ -210,10 +210,10 @@ int64_t token_limit(const GenerationOptions& options, int64_t vocab) {
   return options.vocab_limit > 0 && options.vocab_limit < vocab ? options.vocab_limit : vocab;
 }
 
-void warp_logits(const GenerationOptions& options, const torch::Tensor& scores) {
+void warp_logits(const GenerationOptions& options, const torch::Tensor& scores, int64_t min_tokens_to_keep) {
   if (options.temperature != 1.0) apply_temperature(scores, options.temperature);
-  if (options.top_k != 0) apply_top_k(scores, options.top_k);
-  if (options.top_p < 1.0) apply_top_p(scores, options.top_p);
+  if (options.top_k != 0) apply_top_k(scores, options.top_k, min_tokens_to_keep);
+  if (options.top_p < 1.0) apply_top_p(scores, options.top_p, min_tokens_to_keep);
 }
 
 }  // namespace srformer

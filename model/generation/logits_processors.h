@@ -61,7 +61,8 @@ std::optional<std::vector<int64_t>> excluded_tokens(const GenerationOptions& opt
 bool kernels_read_in_place(const torch::Tensor& logits, int64_t rows);
 // The first token id process_logits excludes for the vocabulary limit (vocab when none).
 int64_t token_limit(const GenerationOptions& options, int64_t vocab);
-// The warpers HF sample() applies after the processors.
-void warp_logits(const GenerationOptions& options, const torch::Tensor& scores);
+// The warpers HF sample() applies after the processors; top-k and top-p keep at least
+// `min_tokens_to_keep` tokens per row.
+void warp_logits(const GenerationOptions& options, const torch::Tensor& scores, int64_t min_tokens_to_keep = 1);
 
 }  // namespace srformer

@@ -22,14 +22,14 @@ const char* to_string(FinishReason reason) {
 
 std::unique_ptr<Searcher> make_searcher(const GenerationOptions& options) {
   validate(options);
-  if (options.do_sample) {
+  if (options.do_sample && options.num_beams == 1) {
     if (options.num_return_sequences > 1) return std::make_unique<MultiSampleSearcher>(options);
     return std::make_unique<SamplingSearcher>(options);
   }
   // HF generate() runs greedy search for one beam; BeamSearcher would pick the same tokens but
   // score them as beam search does (length-normalised).
   if (options.num_beams == 1) return std::make_unique<GreedySearcher>(options);
-  return std::make_unique<BeamSearcher>(options);
+  return std::make_unique<BeamSearcher>(options);  // beam search, or beam sampling with do_sample
 }
 
 }  // namespace srformer

@@ -152,16 +152,15 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
     }
     o.num_beams = p.num_beams();
   } else {
-    o.num_beams = o.do_sample ? 1 : std::clamp<int64_t>(d.num_beams, 1, limits.max_beams);
+    o.num_beams = std::clamp<int64_t>(d.num_beams, 1, limits.max_beams);  // with do_sample: beam sampling
   }
-  if (o.do_sample && o.num_beams > 1) {
-    invalid("beam sampling is not supported: use do_sample=true with num_beams=1, or num_beams>1 without sampling");
-  }
-  // Sampling draws each sequence in a batch row of its own, as many as a beam search may have beams.
-  const int64_t most_returned = o.do_sample ? limits.max_beams : o.num_beams;
+  // Sampling with one beam draws each sequence in a batch row of its own, as many as a beam search may
+  // have beams; beams (searched or sampled) return at most one sequence each.
+  const bool samples = o.do_sample && o.num_beams == 1;
+  const int64_t most_returned = samples ? limits.max_beams : o.num_beams;
   if (p.has_num_return_sequences()) {
     if (p.num_return_sequences() < 1 || p.num_return_sequences() > most_returned) {
-      invalid(o.do_sample
+      invalid(samples
                   ? "num_return_sequences must be between 1 and " + str(most_returned) +
                         " when sampling (the server cap, --max-beams: each sample takes a batch row), got " +
                         str(p.num_return_sequences())

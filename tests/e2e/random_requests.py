@@ -68,9 +68,9 @@ def draw_request(pb, rng, models, index, max_words):
     maybe(0.3, "min_new_tokens", [t for t in [0, 1, 3, 8] if t <= limit], [-1, limit + 1])
     maybe(0.4, "do_sample", [True, False])
     sampling = o.HasField("do_sample") and o.do_sample
-    # Beam sampling (do_sample with beams) is refused: now and then.
-    maybe(0.4 if not sampling else 0.03, "num_beams", [1, 2, 3, 4], [0, 99])
-    most = max(o.num_beams, 3 if sampling else 1) if o.HasField("num_beams") else (3 if sampling else 1)
+    maybe(0.4, "num_beams", [1, 2, 3, 4], [0, 99])  # with do_sample: beam sampling
+    beams = o.num_beams if o.HasField("num_beams") else 1
+    most = 3 if sampling and beams == 1 else max(beams, 1)
     maybe(0.3, "num_return_sequences", list(range(1, most + 1)), [0, most + 1])
     maybe(0.3, "temperature", [0.3, 0.7, 1.0, 1.5], [0.0, -1.0])
     maybe(0.3, "top_k", [0, 1, 5, 20])

@@ -2,8 +2,12 @@
 // start, 1 = EOS, 2 = A, 3 = B; two beams. Each script gives next-token probabilities per history.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <vector>
 
@@ -244,6 +248,110 @@ TEST(BeamSearchTest, InPlaceCandidatesChooseWhatTheProcessedCopyChooses) {
       for (const int64_t t : runs[0].results[r].tokens) EXPECT_LT(t, limit) << seed;
       EXPECT_GE(runs[0].results[r].tokens.size(), 4u) << seed;
     }
+  }
+}
+
+}  // namespace
+}  // namespace srformer
+
+namespace srformer {
+namespace {
+
+// Beam sampling (do_sample with beams): 2*num_beams candidates drawn without replacement from the
+// softmax over all beams' warped log-probabilities plus beam scores, ranked and kept as beam search
+// keeps its top 2*num_beams.
+GenerationOptions beam_sampling_options(int64_t beams, uint64_t seed) {
+  GenerationOptions o;
+  o.decoder_start_token_id = 0;
+  o.eos_token_id = 1;
+  o.num_beams = beams;
+  o.num_return_sequences = beams;
+  o.max_new_tokens = 12;
+  o.do_sample = true;
+  o.seed = seed;
+  return o;
+}
+
+testing::Run run_beam_search(GenerationOptions o, const testing::Script& script) {
+  BeamSearcher searcher(o);
+  return testing::drive(searcher, script, 0);
+}
+
+std::vector<std::vector<int64_t>> tokens_of(const testing::Run& run) {
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& h : run.results) out.push_back(h.tokens);
+  return out;
+}
+
+// Near temperature 0 each step's draws come out in order of score, so beam sampling keeps beam search's
+// beams: the same hypotheses, their scores those of the warped log-probabilities (divided by T).
+TEST(BeamSamplingTest, AtATinyTemperatureItKeepsBeamSearchsBeams) {
+  for (const uint64_t script_seed : {3u, 4u, 5u}) {
+    SCOPED_TRACE("script " + std::to_string(script_seed));
+    const auto script = testing::random_script(40, script_seed, 1, 1.5f);
+    auto searched = beam_sampling_options(3, 0);
+    searched.do_sample = false;
+    auto sampled = beam_sampling_options(3, 7);
+    sampled.temperature = 1e-4;
+    const auto want = run_beam_search(searched, script);
+    const auto got = run_beam_search(sampled, script);
+    EXPECT_EQ(tokens_of(got), tokens_of(want));
+    ASSERT_EQ(got.results.size(), want.results.size());
+    for (size_t i = 0; i < got.results.size(); ++i) {
+      EXPECT_NEAR(got.results[i].score * 1e-4, want.results[i].score, 1e-3 * std::abs(want.results[i].score));
+    }
+  }
+}
+
+// A request's beams depend on its seed only: the same seed draws the same, other seeds draw others.
+TEST(BeamSamplingTest, TheSeedDecides) {
+  const auto script = testing::random_script(40, 11, 1, 1.0f);
+  const auto first = tokens_of(run_beam_search(beam_sampling_options(2, 1), script));
+  EXPECT_EQ(tokens_of(run_beam_search(beam_sampling_options(2, 1), script)), first);
+  std::set<std::vector<std::vector<int64_t>>> seen{first};
+  for (uint64_t seed = 2; seed <= 8; ++seed)
+    seen.insert(tokens_of(run_beam_search(beam_sampling_options(2, seed), script)));
+  EXPECT_GE(seen.size(), 4u) << "8 seeds at temperature 1 on a flat distribution drew nearly the same beams";
+}
+
+// Every candidate a step keeps comes from its beam's top-k (at least 2*num_beams of them, so that a small
+// top_k still leaves enough to draw: HF keeps 2 and fails there), and the first step, where only the
+// first beam is live, still fills every beam.
+TEST(BeamSamplingTest, CandidatesComeFromEachBeamsTopK) {
+  const auto script = testing::random_script(40, 21, 1);
+  for (const int64_t top_k : {1, 5}) {
+    SCOPED_TRACE("top_k " + std::to_string(top_k));
+    auto o = beam_sampling_options(2, 5);
+    o.top_k = top_k;
+    o.max_new_tokens = 6;
+    o.min_new_tokens = 6;  // no EOS: every step keeps two beams
+    const int64_t keep = std::max<int64_t>(top_k, 2 * o.num_beams);
+    BeamSearcher searcher(o);
+    std::vector<History> rows(2, History{0});
+    while (!searcher.done()) {
+      std::vector<float> flat;
+      for (const auto& h : rows) {
+        const auto l = script(h);
+        flat.insert(flat.end(), l.begin(), l.end());
+      }
+      const auto step = searcher.advance(torch::tensor(flat).view({2, 40}));
+      std::vector<History> next;
+      for (int64_t i = 0; i < step.parent_rows.numel(); ++i) {
+        const auto& parent = rows.at(static_cast<size_t>(step.parent_rows[i].item<int64_t>()));
+        const int64_t token = step.next_tokens[i].item<int64_t>();
+        auto logits = script(parent);
+        logits[1] = -std::numeric_limits<float>::infinity();  // EOS is banned below min_new_tokens
+        std::vector<float> sorted = logits;
+        std::sort(sorted.begin(), sorted.end(), std::greater<>());
+        EXPECT_GE(logits[static_cast<size_t>(token)], sorted[static_cast<size_t>(keep - 1)])
+            << "token " << token << " is outside its beam's top " << keep;
+        next.push_back(parent);
+        next.back().push_back(token);
+      }
+      ASSERT_EQ(next.size(), 2u);
+      rows = std::move(next);
+    }
+    EXPECT_EQ(searcher.results().size(), 2u);
   }
 }
 

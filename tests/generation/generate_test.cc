@@ -269,9 +269,13 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
   EXPECT_EQ(sampled.top_k, 0);
   EXPECT_DOUBLE_EQ(sampled.top_p, 0.9);
   EXPECT_DOUBLE_EQ(sampled.repetition_penalty, 1.2);
-  EXPECT_EQ(sampled.num_return_sequences, 3) << "sampling draws them all, beams or not";
+  EXPECT_EQ(sampled.num_beams, 4) << "beam sampling";
+  EXPECT_EQ(sampled.num_return_sequences, 3);
+  config.num_return_sequences = 6;
+  EXPECT_EQ(model_generation_defaults(config).num_return_sequences, 4) << "beam sampling: at most one per beam";
+  config.num_beams = 1;
   config.num_return_sequences = kMaxNumBeams + 1;
-  EXPECT_EQ(model_generation_defaults(config).num_return_sequences, kMaxNumBeams);
+  EXPECT_EQ(model_generation_defaults(config).num_return_sequences, kMaxNumBeams) << "one beam: samples";
   config.num_return_sequences = 3;
   EXPECT_EQ(unsupported_generation_warning(config), "");
   config.unsupported_generation = {"num_beam_groups=4", "typical_p=0.9"};

@@ -104,17 +104,23 @@ TEST(ValidateTest, RejectsEachBadOptionWithItsName) {
   expect_rejected([](auto& o) { o.forced_bos_token_id = -3; }, "forced_bos_token_id");
 }
 
-TEST(ValidateTest, RejectsBeamSamplingAsUnsupported) {
+// Beam sampling (do_sample with beams) returns at most one sequence per beam, as beam search does;
+// sampling with one beam draws up to kMaxNumBeams.
+TEST(ValidateTest, BeamSamplingReturnsAtMostOneSequencePerBeam) {
   GenerationOptions options;
   options.do_sample = true;
   options.num_beams = 4;
+  options.num_return_sequences = 4;
+  EXPECT_NO_THROW(validate(options));
+  options.num_return_sequences = 5;
   try {
     validate(options);
-    FAIL() << "beam sampling accepted";
+    FAIL() << "5 sequences from 4 sampled beams accepted";
   } catch (const std::invalid_argument& e) {
-    EXPECT_THAT(e.what(), HasSubstr("not supported"));
-    EXPECT_THAT(e.what(), HasSubstr("num_beams"));
+    EXPECT_THAT(e.what(), HasSubstr("between 1 and num_beams (4)"));
   }
+  options.num_beams = 1;
+  EXPECT_NO_THROW(validate(options)) << "5 samples of one beam each";
 }
 
 TEST(ValidateTest, TemperatureOnlyMattersWhenSampling) {

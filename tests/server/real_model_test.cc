@@ -339,6 +339,56 @@ TEST_F(RealModel, ShortRequestsJoiningInsideALongEncodeGiveTheOfflineAnswers) {
   nesting.shutdown(std::chrono::milliseconds(1000));
 }
 
+// Beam sampling (do_sample with 3 beams, 2 sequences returned): the server's summary and alternative are
+// generate()'s with the same seed, streamed and unary alike, and the beams keep their request's seed in
+// a batch (a second request decodes beside it).
+TEST_F(RealModel, BeamSamplingEqualsOfflineGenerate) {
+  const std::string doc = synthetic_text(3, 31);
+  auto req = sampling_request(doc, 2, 23);
+  req.mutable_options()->set_num_beams(3);
+  auto o = model_generation_defaults(reference_->config());
+  o.max_new_tokens = 16;
+  o.min_new_tokens = std::min<int64_t>(o.min_new_tokens, 16);
+  o.do_sample = true;
+  o.num_beams = 3;
+  o.seed = 23;
+  o.temperature = 3.0;
+  o.num_return_sequences = 2;
+  o.vocab_limit = tokenizer_->vocab_size();
+  const auto input = torch::tensor(tokenizer_->encode(doc), torch::kInt64).unsqueeze(0);
+  const auto ref =
+      generate(*reference_, input, torch::ones_like(input), o, torch::full({1}, int64_t{16}, torch::kInt64)).at(0);
+  ASSERT_EQ(ref.hypotheses.size(), 2u);
+  auto other = std::async(std::launch::async, [&] {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    return stub_->Summarize(&ctx, request(synthetic_text(5, 3), 24, 2), &resp).ok();
+  });
+  grpc::ClientContext ctx;
+  v1::SummarizeResponse resp;
+  ASSERT_TRUE(stub_->Summarize(&ctx, req, &resp).ok());
+  EXPECT_EQ(ids_of(resp), ref.hypotheses[0].tokens);
+  EXPECT_EQ(resp.score(), static_cast<float>(ref.hypotheses[0].score));
+  ASSERT_EQ(resp.alternatives_size(), 1);
+  EXPECT_EQ(std::vector<int64_t>(resp.alternatives(0).token_ids().begin(), resp.alternatives(0).token_ids().end()),
+            ref.hypotheses[1].tokens);
+  const auto [status, streamed, text, final] = read_stream(*stub_, req);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(streamed, ref.hypotheses[0].tokens);
+  EXPECT_EQ(ids_of(final), ref.hypotheses[0].tokens);
+  EXPECT_TRUE(other.get());
+  // Another seed draws other beams (on this random model at temperature 3).
+  bool differs = false;
+  for (uint64_t seed = 24; seed < 30 && !differs; ++seed) {
+    req.mutable_options()->set_seed(seed);
+    grpc::ClientContext c;
+    v1::SummarizeResponse r;
+    ASSERT_TRUE(stub_->Summarize(&c, req, &r).ok());
+    differs = ids_of(r) != ref.hypotheses[0].tokens;
+  }
+  EXPECT_TRUE(differs) << "six other seeds drew the same best beam";
+}
+
 // Several samples per request (do_sample, num_return_sequences 3): the summary and its alternatives are
 // generate()'s samples in draw order, the same streamed and unary, alone and beside other requests;
 // the first is what a one-sample request with the same seed gets.

@@ -82,12 +82,13 @@ TEST(Validation, EveryBadInputIsRefusedWithAHelpfulMessage) {
        "expected_length must be between 1 and 400"},
       {"expected_length huge", [](auto& r) { r.mutable_options()->set_expected_length(401); }, SC::INVALID_ARGUMENT,
        "expected_length"},
-      {"beam sampling",
+      {"beam sampling, more sequences than beams",
        [](auto& r) {
          r.mutable_options()->set_do_sample(true);
          r.mutable_options()->set_num_beams(2);
+         r.mutable_options()->set_num_return_sequences(3);
        },
-       SC::INVALID_ARGUMENT, "beam sampling"},
+       SC::INVALID_ARGUMENT, "num_return_sequences must be between 1 and num_beams (2)"},
       {"num_return_sequences 0", [](auto& r) { r.mutable_options()->set_num_return_sequences(0); },
        SC::INVALID_ARGUMENT, "num_return_sequences must be between 1 and num_beams"},
       {"num_return_sequences over num_beams",
@@ -286,8 +287,9 @@ TEST(Validation, DefaultsComeFromTheModelConfig) {
   EXPECT_EQ(q.options.max_new_tokens, 20);
   EXPECT_EQ(q.options.min_new_tokens, 10);
   EXPECT_EQ(q.expected_length, 50);
-  // Sampling: HF's top_k of 50 where the config sets none; a checkpoint that samples by default samples
-  // with one beam (beam sampling is not supported), and decodes with its beams when a request says not to.
+  // Sampling: HF's top_k of 50 where the config sets none; a checkpoint that samples by default with beams
+  // samples its beams (HF's beam sampling), draws that many samples with one beam, and decodes with its
+  // beams when a request says not to sample.
   EXPECT_FALSE(r.options.do_sample);
   EXPECT_EQ(r.options.top_k, 50);
   config.do_sample = true;
@@ -295,11 +297,16 @@ TEST(Validation, DefaultsComeFromTheModelConfig) {
   config.top_p = 0.9;
   const auto sampled = server::resolve_options({}, config, limits);
   EXPECT_TRUE(sampled.options.do_sample);
-  EXPECT_EQ(sampled.options.num_beams, 1);
-  EXPECT_EQ(sampled.options.num_return_sequences, 3) << "the config's samples, with one beam";
+  EXPECT_EQ(sampled.options.num_beams, 4) << "beam sampling with the config's beams";
+  EXPECT_EQ(sampled.options.num_return_sequences, 3);
+  v1::GenerationOptions one_beam;
+  one_beam.set_num_beams(1);
+  EXPECT_EQ(server::resolve_options(one_beam, config, limits).options.num_return_sequences, 3)
+      << "the config's samples, with one beam";
   server::ServiceLimits two_rows;
   two_rows.max_beams = 2;
-  EXPECT_EQ(server::resolve_options({}, config, two_rows).options.num_return_sequences, 2) << "the server's cap";
+  EXPECT_EQ(server::resolve_options({}, config, two_rows).options.num_beams, 2) << "the server's cap";
+  EXPECT_EQ(server::resolve_options({}, config, two_rows).options.num_return_sequences, 2) << "one per beam";
   EXPECT_DOUBLE_EQ(sampled.options.temperature, 0.7);
   EXPECT_DOUBLE_EQ(sampled.options.top_p, 0.9);
   v1::GenerationOptions greedy;
