@@ -52,7 +52,8 @@ void validate(const GenerationOptions& o) {
   // Logits are divided by the temperature (and a repeated token's by the penalty): at 1e-38 any logit
   // over ~3.4 overflows fp32 and sampling finds no finite probability; from 1e-4 logits stay finite up
   // to ~1e34, and sampling at 1e-4 is already greedy in effect.
-  constexpr double kMinDivisor = 1e-4;
+  // As float32 rounds it (the API's fields are float: 1e-4 arrives as 9.99999975e-5, and must pass).
+  constexpr double kMinDivisor = static_cast<double>(1e-4f);
   if (o.do_sample && !(o.temperature >= kMinDivisor && std::isfinite(o.temperature))) {
     reject("temperature is " + number(o.temperature) +
            "; it must be at least 1e-4 (and finite) when do_sample is true (do_sample=false decodes greedily)");

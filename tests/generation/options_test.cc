@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <stdexcept>
@@ -121,6 +122,18 @@ TEST(ValidateTest, BeamSamplingReturnsAtMostOneSequencePerBeam) {
   }
   options.num_beams = 1;
   EXPECT_NO_THROW(validate(options)) << "5 samples of one beam each";
+}
+
+// The API's float fields: 1e-4 arrives as float32's 9.99999975e-5, and is the smallest temperature and
+// repetition penalty accepted, not refused as below 1e-4.
+TEST(ValidateTest, TheSmallestDivisorsPassAsFloat32RoundsThem) {
+  GenerationOptions options;
+  options.do_sample = true;
+  options.temperature = static_cast<double>(1e-4f);
+  options.repetition_penalty = static_cast<double>(1e-4f);
+  EXPECT_NO_THROW(validate(options));
+  options.temperature = static_cast<double>(std::nextafter(1e-4f, 0.0f));
+  EXPECT_THROW(validate(options), std::invalid_argument);
 }
 
 TEST(ValidateTest, TemperatureOnlyMattersWhenSampling) {
