@@ -144,25 +144,26 @@ std::vector<kernels::BeamCandidate> BeamSearcher::sample_candidates(const torch:
   }
   std::vector<kernels::BeamCandidate> drawn;
   std::vector<bool> taken(static_cast<size_t>(n), false);
-  while (static_cast<int64_t>(drawn.size()) < count && !left.empty()) {
-    // Inverse-CDF draw over the candidates not drawn yet (as SamplingSearcher draws one token); the total
-    // summed afresh, since subtracting a draw of ~1 would leave only rounding of the rest.
+  for (int64_t draw = 0; draw < count && draw < static_cast<int64_t>(left.size()); ++draw) {
+    // Inverse-CDF draw over the candidates not drawn yet (a drawn one's probability is set to 0), as
+    // SamplingSearcher draws one token; the total summed afresh, since subtracting a draw of ~1 would
+    // leave only rounding of the rest.
     double total = 0.0;
     for (const auto& c : left) total += c.second;
+    if (!(total > 0.0)) break;
     const double target = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
     double cumulative = 0.0;
-    size_t pick = left.size() - 1;  // should rounding leave target above the final sum
+    size_t pick = 0;
     for (size_t j = 0; j < left.size(); ++j) {
+      if (left[j].second <= 0.0) continue;
+      pick = j;  // the last with mass, should rounding leave target above the final sum
       cumulative += left[j].second;
-      if (cumulative > target) {
-        pick = j;
-        break;
-      }
+      if (cumulative > target) break;
     }
     const int64_t index = left[pick].first;
     drawn.push_back({s[index], index});
     taken[static_cast<size_t>(index)] = true;
-    left.erase(left.begin() + static_cast<std::ptrdiff_t>(pick));
+    left[pick].second = 0.0;
   }
   // Fewer candidates with a float probability above 0 than draws (a low temperature puts all the mass on a
   // few): the rest follow by score, where draws of vanishing probability would come from, so that every
