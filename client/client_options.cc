@@ -54,7 +54,9 @@ generation options (unset = the model's defaults):
   --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X --early-stopping
   --do-sample | --no-sample, --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N
   --repetition-penalty X --expected-length N --truncate (cut over-long input instead of failing)
-  --num-return-sequences N (beam search: also the next best hypotheses; printed with --json)
+  --num-return-sequences N (beams: also the next best hypotheses; sampling with one beam: N samples;
+                           one line each after the summary, or --json's alternatives)
+  (--do-sample with --num-beams N > 1 samples the beams: Hugging Face's beam sampling)
 load generator:
   --load --concurrency N (--requests M | --duration S) FILE...
       streams requests over the FILEs round-robin (name a FILE twice to send it twice as often);

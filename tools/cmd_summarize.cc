@@ -26,8 +26,9 @@ namespace {
 const char* kUsage =
     "usage: srformer summarize --model DIR [options] [FILE|-]\n"
     "  --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X --early-stopping\n"
-    "  --num-return-sequences N (beam search: also the next best hypotheses; sampling: N samples; one line\n"
-    "  each after the summary, or --json's alternatives)\n"
+    "  --num-return-sequences N (beams: also the next best hypotheses; sampling with one beam: N samples;\n"
+    "  one line each after the summary, or --json's alternatives)\n"
+    "  (--do-sample with --num-beams N > 1 samples the beams: Hugging Face's beam sampling)\n"
     "  --do-sample | --no-sample, --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N\n"
     "  --repetition-penalty X --expected-length L (SRformer schedule; default: the model's\n"
     "  srformer.expected_length, else max-new-tokens)\n"
