@@ -21,9 +21,11 @@ usage: random_requests.py HOST:PORT MODEL[,MODEL...] [--requests N] [--concurren
 Prints one JSON object (counts, and `failures`: what broke, at most 20) and exits 1 when anything failed.
 """
 import argparse
+import atexit
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,6 +40,7 @@ WORDS = ("the cat sat on a mat while rain fell in the old park and a red dog ran
 
 def load_messages():
     out = tempfile.mkdtemp(prefix="srformer_pb_")
+    atexit.register(shutil.rmtree, out, True)  # the generated classes, once the process ends
     subprocess.run(["protoc", "--proto_path=" + os.path.join(ROOT, "proto"), "--python_out=" + out,
                     "srformer/v1/summarizer.proto"], check=True)
     sys.path.insert(0, out)
