@@ -147,7 +147,7 @@ int run_summarize(const std::vector<std::string>& args) {
   o.top_p = top_p.value_or(d.top_p);
   o.seed = seed;
   o.repetition_penalty = rep.value_or(d.repetition_penalty);
-  o.num_return_sequences = returned.value_or(default_num_return_sequences(d, o.do_sample, o.num_beams));
+  o.num_return_sequences = returned.value_or(default_num_return_sequences(d, o));
   o.vocab_limit = tokenizer->vocab_size();
   validate(o);
 

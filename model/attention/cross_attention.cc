@@ -112,8 +112,8 @@ std::pair<torch::Tensor, torch::Tensor> masked_keys_values(const LayerState& ls,
 // One mean-pooled key/value per segment (LongT5-style global tokens) [B, H, mmax, d], zeros past a row's
 // m. Each row is pooled over its own real positions in shapes that do not depend on the batch: a row's
 // tokens are the same bits padded among longer rows as alone (a product over the padded length was not).
-torch::Tensor segment_means(const torch::Tensor& x, const torch::Tensor& enc_mask, int64_t segment_size, int64_t mmax) {
-  const auto lengths = enc_mask.sum(1).to(torch::kCPU, torch::kLong).contiguous();
+// `lengths`: each row's real positions, [B] int64 on the CPU.
+torch::Tensor segment_means(const torch::Tensor& x, const torch::Tensor& lengths, int64_t segment_size, int64_t mmax) {
   std::vector<torch::Tensor> rows;
   for (int64_t b = 0; b < x.size(0); ++b) {
     const int64_t n = lengths.data_ptr<int64_t>()[b];
@@ -221,8 +221,9 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
   }
   if (kind == CrossAttentionKind::kGlobalTokens) {
     const int64_t mmax = (enc_mask.size(1) + segment_size - 1) / segment_size;
-    ls.global_k = segment_means(ls.cross_k, enc_mask, segment_size, mmax);
-    ls.global_v = segment_means(ls.cross_v, enc_mask, segment_size, mmax);
+    const auto lengths = enc_mask.sum(1).to(torch::kCPU, torch::kLong).contiguous();
+    ls.global_k = segment_means(ls.cross_k, lengths, segment_size, mmax);
+    ls.global_v = segment_means(ls.cross_v, lengths, segment_size, mmax);
   }
   if (expected_len.defined() && kind != CrossAttentionKind::kFull && has_softmax() &&
       !windows_in_place(ls.cross_k, kind)) {

@@ -70,7 +70,7 @@ torch::Tensor softmax_last_dim(const torch::Tensor& scores) {
   const bool kernel = scores.dim() == 4 && scores.size(2) == 1 && scores.size(3) > 0 &&
                       is_cpu_inference_float(scores) && kernels::use_cpu_kernels();
   if (!kernel) return torch::softmax(scores, -1);
-  auto probs = scores.contiguous().clone();
+  auto probs = scores.clone(at::MemoryFormat::Contiguous);
   kernels::softmax_rows(probs.data_ptr<float>(), probs.numel() / probs.size(3), probs.size(3));
   return probs;
 }

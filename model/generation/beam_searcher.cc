@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "model/generation/weighted_draw.h"
 #include "model/kernels/beam_candidates.h"
 
 namespace srformer {
@@ -145,25 +146,15 @@ std::vector<kernels::BeamCandidate> BeamSearcher::sample_candidates(const torch:
   std::vector<kernels::BeamCandidate> drawn;
   std::vector<bool> taken(static_cast<size_t>(n), false);
   for (int64_t draw = 0; draw < count && draw < static_cast<int64_t>(left.size()); ++draw) {
-    // Inverse-CDF draw over the candidates not drawn yet (a drawn one's probability is set to 0), as
-    // SamplingSearcher draws one token; the total summed afresh, since subtracting a draw of ~1 would
-    // leave only rounding of the rest.
-    double total = 0.0;
-    for (const auto& c : left) total += c.second;
-    if (!(total > 0.0)) break;
-    const double target = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
-    double cumulative = 0.0;
-    size_t pick = 0;
-    for (size_t j = 0; j < left.size(); ++j) {
-      if (left[j].second <= 0.0) continue;
-      pick = j;  // the last with mass, should rounding leave target above the final sum
-      cumulative += left[j].second;
-      if (cumulative > target) break;
-    }
-    const int64_t index = left[pick].first;
+    // As SamplingSearcher draws one token, over the candidates not drawn yet (a drawn one's probability is
+    // set to 0, and the total summed afresh: subtracting a draw of ~1 would leave only rounding of the rest).
+    const auto pick = draw_weighted(rng_, static_cast<int64_t>(left.size()),
+                                    [&left](int64_t j) { return left[static_cast<size_t>(j)].second; });
+    if (pick.index < 0) break;
+    auto& [index, probability] = left[static_cast<size_t>(pick.index)];
     drawn.push_back({s[index], index});
     taken[static_cast<size_t>(index)] = true;
-    left[pick].second = 0.0;
+    probability = 0.0;
   }
   // Fewer candidates with a float probability above 0 than draws (a low temperature puts all the mass on a
   // few): the rest follow by score, where draws of vanishing probability would come from, so that every

@@ -38,13 +38,13 @@ GenerationOptions model_generation_defaults(const ModelConfig& config) {
   // (HF refuses more; callers that change do_sample or num_beams clamp it again).
   o.num_return_sequences =
       std::clamp<int64_t>(config.num_return_sequences.value_or(1), 1,
-                          o.do_sample && o.num_beams <= 1 ? kMaxNumBeams : std::max<int64_t>(1, o.num_beams));
+                          draws_independent_samples(o) ? kMaxNumBeams : std::max<int64_t>(1, o.num_beams));
   return o;
 }
 
-int64_t default_num_return_sequences(const GenerationOptions& defaults, bool do_sample, int64_t num_beams) {
-  return do_sample && num_beams == 1 ? defaults.num_return_sequences
-                                     : std::min(defaults.num_return_sequences, num_beams);
+int64_t default_num_return_sequences(const GenerationOptions& defaults, const GenerationOptions& settled) {
+  return draws_independent_samples(settled) ? defaults.num_return_sequences
+                                            : std::min(defaults.num_return_sequences, settled.num_beams);
 }
 
 int64_t default_expected_length(const ModelConfig& config, int64_t max_new_tokens) {

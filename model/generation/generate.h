@@ -35,10 +35,10 @@ GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig
 // (default_num_return_sequences).
 GenerationOptions model_generation_defaults(const ModelConfig& config);
 
-// num_return_sequences where the caller sets none, once it has settled do_sample and num_beams: the
+// num_return_sequences where the caller sets none, once `settled` has its do_sample and num_beams: the
 // model's default (model_generation_defaults): as many samples when sampling with one beam, at most one
 // per beam otherwise (beam search, beam sampling).
-int64_t default_num_return_sequences(const GenerationOptions& defaults, bool do_sample, int64_t num_beams);
+int64_t default_num_return_sequences(const GenerationOptions& defaults, const GenerationOptions& settled);
 
 // SRformer's expected length L (the step -> segment schedule) where a request sets none: the checkpoint's
 // srformer.expected_length (the L a model trained here was trained with), else the request's

@@ -38,7 +38,7 @@ void validate(const GenerationOptions& o) {
   if (o.num_beams < 1 || o.num_beams > kMaxNumBeams) {
     reject("num_beams is " + to_string(o.num_beams) + "; set it between 1 and " + to_string(kMaxNumBeams));
   }
-  if (o.do_sample && o.num_beams == 1) {  // one row per sample, as many as beam search may have beams
+  if (draws_independent_samples(o)) {  // one row per sample, as many as beam search may have beams
     if (o.num_return_sequences < 1 || o.num_return_sequences > kMaxNumBeams) {
       reject("num_return_sequences is " + to_string(o.num_return_sequences) + "; sampling draws between 1 and " +
              to_string(kMaxNumBeams) + " sequences");

@@ -35,6 +35,11 @@ struct GenerationOptions {
   int64_t vocab_limit = 0;
 };
 
+// Sampling with one beam: each returned sequence is an independent sample drawing in a batch row of its
+// own (up to kMaxNumBeams of them). Otherwise (greedy search, beam search, beam sampling) a request
+// returns at most one sequence per beam.
+inline bool draws_independent_samples(const GenerationOptions& o) { return o.do_sample && o.num_beams <= 1; }
+
 // Throws std::invalid_argument with a message that says what to fix.
 void validate(const GenerationOptions& options);
 

@@ -22,7 +22,7 @@ const char* to_string(FinishReason reason) {
 
 std::unique_ptr<Searcher> make_searcher(const GenerationOptions& options) {
   validate(options);
-  if (options.do_sample && options.num_beams == 1) {
+  if (draws_independent_samples(options)) {
     if (options.num_return_sequences > 1) return std::make_unique<MultiSampleSearcher>(options);
     return std::make_unique<SamplingSearcher>(options);
   }

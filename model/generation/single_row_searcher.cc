@@ -6,6 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "model/generation/weighted_draw.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/greedy_pick.h"
 
@@ -96,26 +97,14 @@ int64_t SamplingSearcher::choose(const torch::Tensor& scores, double& logprob) {
   warp_logits(options_, scores);
   const auto probs = scores[0].softmax(-1);
   const auto* p = probs.data_ptr<float>();
-  const int64_t vocab = probs.size(0);
-  double total = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) total += p[i];
-  if (!(total > 0.0) || !std::isfinite(total)) {
+  const auto drawn = draw_weighted(rng_, probs.size(0), [p](int64_t i) { return static_cast<double>(p[i]); });
+  if (drawn.index < 0) {
     throw std::runtime_error(
         "sampling found no token with a positive probability (every token was filtered out "
         "or the logits hold NaN); check the logits processors' options");
   }
-  // Inverse-CDF draw in double precision; 53 random bits make u uniform in [0, 1).
-  const double target = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
-  double cumulative = 0.0;
-  int64_t token = -1;
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (p[i] <= 0.0f) continue;
-    token = i;  // the last token with mass, should rounding leave target above the final sum
-    cumulative += p[i];
-    if (cumulative > target) break;
-  }
-  logprob = std::log(static_cast<double>(p[token]) / total);
-  return token;
+  logprob = std::log(static_cast<double>(p[drawn.index]) / drawn.total);
+  return drawn.index;
 }
 
 }  // namespace srformer

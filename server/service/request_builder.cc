@@ -156,7 +156,7 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
   }
   // Sampling with one beam draws each sequence in a batch row of its own, as many as a beam search may
   // have beams; beams (searched or sampled) return at most one sequence each.
-  const bool samples = o.do_sample && o.num_beams == 1;
+  const bool samples = draws_independent_samples(o);
   const int64_t most_returned = samples ? limits.max_beams : o.num_beams;
   if (p.has_num_return_sequences()) {
     if (p.num_return_sequences() < 1 || p.num_return_sequences() > most_returned) {
@@ -172,7 +172,7 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
     }
     o.num_return_sequences = p.num_return_sequences();
   } else {
-    o.num_return_sequences = std::min(default_num_return_sequences(d, o.do_sample, o.num_beams), most_returned);
+    o.num_return_sequences = std::min(default_num_return_sequences(d, o), most_returned);
   }
   if (p.has_length_penalty()) {
     if (!std::isfinite(p.length_penalty())) invalid("length_penalty must be a finite number");
