@@ -51,7 +51,8 @@ Summarizes FILE (or stdin) with an srformer-server.
   --health                 check grpc.health.v1; exit 0 if SERVING, 1 otherwise
   --list-models            print the server's models
 generation options (unset = the model's defaults):
-  --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X --early-stopping
+  --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X
+  --early-stopping | --no-early-stopping | --early-stopping-never (beam search: true, false, "never")
   --do-sample | --no-sample, --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N
   --repetition-penalty X --expected-length N --truncate (cut over-long input instead of failing)
   --num-return-sequences N (beams: also the next best hypotheses; sampling with one beam: N samples;
@@ -131,6 +132,10 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       g.set_length_penalty(static_cast<float>(to_double(arg, next())));
     } else if (arg == "--early-stopping") {
       g.set_early_stopping(true);
+    } else if (arg == "--no-early-stopping") {  // where the model stops early by default
+      g.set_early_stopping(false);
+    } else if (arg == "--early-stopping-never") {
+      g.set_early_stopping_mode(v1::EARLY_STOPPING_MODE_NEVER);
     } else if (arg == "--do-sample") {
       g.set_do_sample(true);
     } else if (arg == "--no-sample") {  // where the model samples by default

@@ -221,6 +221,13 @@ nlohmann::json set_fields(const google::protobuf::Message& m) {
       case FieldDescriptor::CPPTYPE_BOOL:
         j[f->name()] = reflection->GetBool(m, f);
         break;
+      case FieldDescriptor::CPPTYPE_ENUM:  // its name; the number where this client's proto has none
+        if (const auto* value = f->enum_type()->FindValueByNumber(reflection->GetEnumValue(m, f))) {
+          j[f->name()] = value->name();
+        } else {
+          j[f->name()] = reflection->GetEnumValue(m, f);
+        }
+        break;
       default:  // no other kind in GenerationOptions; a newer one is left out rather than misread
         break;
     }

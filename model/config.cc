@@ -123,6 +123,15 @@ CrossAttentionKind cross_attention_from_string(const std::string& name) {
 
 const char* to_string(Architecture arch) { return arch == Architecture::kBart ? "bart" : "t5"; }
 
+EarlyStopping early_stopping_from_json(const nlohmann::json& value, const std::string& where) {
+  if (value.is_boolean()) return early_stopping_from_bool(value.get<bool>());
+  if (value.is_string()) {
+    if (const auto parsed = parse_early_stopping(value.get<std::string>())) return *parsed;
+  }
+  throw std::invalid_argument(where + ": 'early_stopping' is " + value.dump() +
+                              "; Hugging Face's values are true, false and \"never\"");
+}
+
 bool SrformerConfig::uses_raf() const {
   switch (cross_attention) {
     case CrossAttentionKind::kSrformer:
@@ -147,6 +156,9 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c) {
   if (auto v = opt<int64_t>(j, "min_new_tokens")) c.min_length = *v + 1;
   if (auto v = opt<int64_t>(j, "num_beams")) c.num_beams = v;
   if (auto v = opt<double>(j, "length_penalty")) c.length_penalty = v;
+  if (const auto it = j.find("early_stopping"); it != j.end() && !it->is_null()) {
+    c.early_stopping = early_stopping_from_json(*it, std::string(kConfigFile));
+  }
   if (auto v = opt<int64_t>(j, "no_repeat_ngram_size")) c.no_repeat_ngram_size = v;
   if (auto v = opt<bool>(j, "do_sample")) c.do_sample = v;
   if (auto v = opt<double>(j, "temperature")) c.temperature = v;
@@ -183,12 +195,6 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c) {
         c.unsupported_generation.end()) {
       c.unsupported_generation.push_back(setting);
     }
-  }
-  // true, false, or "never" (a stricter variant of false's heuristic; taken as false).
-  if (const auto it = j.find("early_stopping"); it != j.end() && it->is_string() && *it == "never") {
-    c.early_stopping = false;
-  } else if (auto v = opt<bool>(j, "early_stopping")) {
-    c.early_stopping = v;
   }
 }
 

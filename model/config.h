@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "model/generation/early_stopping.h"
+
 namespace srformer {
 
 enum class Architecture { kBart, kT5 };
@@ -27,6 +29,9 @@ enum class CrossAttentionKind {
 const char* to_string(CrossAttentionKind kind);
 CrossAttentionKind cross_attention_from_string(const std::string& name);  // throws on unknown
 const char* to_string(Architecture arch);
+// A Hugging Face early_stopping value: true, false or "never". Otherwise throws std::invalid_argument
+// starting with `where` (the file).
+EarlyStopping early_stopping_from_json(const nlohmann::json& value, const std::string& where);
 
 struct SrformerConfig {
   CrossAttentionKind cross_attention = CrossAttentionKind::kFull;
@@ -92,7 +97,7 @@ struct ModelConfig {
   std::optional<int64_t> min_length;
   std::optional<int64_t> num_beams;
   std::optional<double> length_penalty;
-  std::optional<bool> early_stopping;
+  std::optional<EarlyStopping> early_stopping;
   std::optional<int64_t> no_repeat_ngram_size;
   std::optional<bool> do_sample;
   std::optional<double> temperature;

@@ -52,7 +52,9 @@ GenerationOptions options_from(const nlohmann::json& rec, const ModelConfig& cfg
   o.max_new_tokens = rec.at("max_new_tokens").get<int64_t>();
   o.num_beams = s.value("num_beams", 1);
   o.length_penalty = s.value("length_penalty", 1.0);
-  o.early_stopping = s.value("early_stopping", false);
+  if (const auto it = s.find("early_stopping"); it != s.end() && !it->is_null()) {
+    o.early_stopping = early_stopping_from_json(*it, "case.json settings");
+  }
   o.min_new_tokens = std::max<int64_t>(0, s.value("min_length", 0) - 1);
   o.no_repeat_ngram_size = s.value("no_repeat_ngram_size", 0);
   o.repetition_penalty = s.value("repetition_penalty", 1.0);

@@ -76,6 +76,10 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
     c.max_encode_tokens = to_int(flag, value, 0);
   } else if (name == "encode-stall-ms") {
     c.encode_stall_ms = to_int(flag, value, 0);
+  } else if (name == "encode-piece-scores") {
+    c.encode_piece_scores = to_int(flag, value, 1);
+  } else if (name == "encode-piece-positions") {
+    c.encode_piece_positions = to_int(flag, value, 1);
   } else if (name == "queue-bypass-ms") {
     c.queue_bypass_ms = to_int(flag, value, 0);
   } else if (name == "max-state-memory") {
@@ -173,6 +177,13 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
                               for each; once an encode over --max-encode-tokens has run N ms, queued
                               requests within that cap are encoded and join there too (default 200;
                               0 = an encode runs whole)
+  --encode-piece-scores N --encode-piece-positions N
+                              a long input's sublayers between those pauses: self-attention by blocks
+                              of at most N query-key pairs over the batch (default 4194304), the
+                              feed-forward and the cross keys and values by blocks of at most N
+                              positions (default 2048); smaller pieces pause more often, for a
+                              shorter stall of running streams, at some cost to the encode (the
+                              defaults cut long T5 inputs; BART's end at 1,024 positions)
   --max-state-memory SIZE     decoder state a model's batch may hold (512M, 8G, ...; counted as the model
                               holds it, each request's own input): requests wait
                               until it fits, one that alone exceeds it is refused (default auto: half

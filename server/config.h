@@ -35,7 +35,10 @@ struct ServerConfig {
   int64_t max_tokens_in_flight = 0;  // 0 = unlimited
   int64_t max_encode_tokens = 512;   // input tokens encoded per engine iteration; 0 = unlimited
   int64_t encode_stall_ms = 200;     // EngineLimits::encode_stall; 0 = encodes run whole
-  int64_t queue_bypass_ms = 1000;    // EngineLimits::queue_bypass; 0 = first come, first served
+  // The pieces a paused encode runs in (LoadOptions::encode_piece_scores, encode_piece_positions).
+  int64_t encode_piece_scores = int64_t{1} << 22;
+  int64_t encode_piece_positions = 2048;
+  int64_t queue_bypass_ms = 1000;  // EngineLimits::queue_bypass; 0 = first come, first served
   // Decoder-state bytes per model (EngineLimits::max_state_bytes); kAutoStateMemory = half the memory
   // available once the models are loaded (host memory, or the GPU's), shared by the models; 0 = unlimited.
   static constexpr int64_t kAutoStateMemory = -1;

@@ -16,15 +16,21 @@
 
 namespace srformer::server {
 
-LoadedModel load_model_dir(const ModelSpec& spec, const ServerConfig& config) {
+LoadOptions load_options(const ServerConfig& config) {
   LoadOptions options;
   options.device = parse_device(config.device);
   options.dtype = parse_dtype(config.dtype, options.device);
   options.precompute_switches = config.precompute_switches;
   options.pack_projections = config.packed_weights;
+  options.encode_piece_scores = config.encode_piece_scores;
+  options.encode_piece_positions = config.encode_piece_positions;
+  return options;
+}
+
+LoadedModel load_model_dir(const ModelSpec& spec, const ServerConfig& config) {
   LoadedModel loaded;
   loaded.name = spec.name;
-  loaded.model = load_model(spec.dir, options);
+  loaded.model = load_model(spec.dir, load_options(config));
   loaded.tokenizer = load_tokenizer(spec.dir);
   return loaded;
 }

@@ -25,7 +25,9 @@ struct LoadedModel {
   std::shared_ptr<const Tokenizer> tokenizer;
 };
 
-// Loads a model directory (weights + tokenizer) for the given device/dtype strings.
+// How the flags load a model: device, dtype, switch drives, packed projections, encode pieces.
+LoadOptions load_options(const ServerConfig& config);
+// Loads a model directory (weights + tokenizer) with load_options(config).
 LoadedModel load_model_dir(const ModelSpec& spec, const ServerConfig& config);
 
 class Server {

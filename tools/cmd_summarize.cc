@@ -25,7 +25,8 @@ namespace {
 
 const char* kUsage =
     "usage: srformer summarize --model DIR [options] [FILE|-]\n"
-    "  --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X --early-stopping\n"
+    "  --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X\n"
+    "  --early-stopping | --no-early-stopping | --early-stopping-never (beam search: true, false, \"never\")\n"
     "  --num-return-sequences N (beams: also the next best hypotheses; sampling with one beam: N samples;\n"
     "  one line each after the summary, or --json's alternatives)\n"
     "  (--do-sample with --num-beams N > 1 samples the beams: Hugging Face's beam sampling)\n"
@@ -53,7 +54,7 @@ int run_summarize(const std::vector<std::string>& args) {
   LoadOptions load;
   std::optional<int64_t> max_new, min_new, beams, no_repeat, top_k, expected, returned;
   std::optional<double> length_penalty, temperature, top_p, rep;
-  std::optional<bool> early;
+  std::optional<EarlyStopping> early;
   std::optional<bool> sample;
   uint64_t seed = 0;
   for (ArgReader r(args); r.next();) {
@@ -74,7 +75,11 @@ int run_summarize(const std::vector<std::string>& args) {
     } else if (a == "--length-penalty") {
       length_penalty = std::stod(r.value());
     } else if (a == "--early-stopping") {
-      early = true;
+      early = EarlyStopping::kWhenFull;
+    } else if (a == "--no-early-stopping") {
+      early = EarlyStopping::kHeuristic;
+    } else if (a == "--early-stopping-never") {
+      early = EarlyStopping::kNever;
     } else if (a == "--do-sample") {
       sample = true;
     } else if (a == "--no-sample") {

@@ -19,11 +19,15 @@ PROTO_ROOT = os.path.join(HERE, "..", "..", "proto")
 
 
 def load_messages():
-    out = tempfile.mkdtemp(prefix="srformer_pb_")
-    subprocess.run(["protoc", "--proto_path=" + PROTO_ROOT, "--python_out=" + out, "srformer/v1/summarizer.proto"],
-                   check=True)
-    sys.path.insert(0, out)
-    from srformer.v1 import summarizer_pb2  # noqa: E402  (generated above)
+    # Generated into a directory that goes once the module is imported: Python keeps it in memory.
+    with tempfile.TemporaryDirectory(prefix="srformer_pb_") as out:
+        subprocess.run(["protoc", "--proto_path=" + PROTO_ROOT, "--python_out=" + out,
+                        "srformer/v1/summarizer.proto"], check=True)
+        sys.path.insert(0, out)
+        try:
+            from srformer.v1 import summarizer_pb2  # noqa: E402  (generated above)
+        finally:
+            sys.path.remove(out)
     return summarizer_pb2
 
 

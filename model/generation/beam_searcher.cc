@@ -195,9 +195,13 @@ void BeamSearcher::add_hypothesis(const TokenHistory& tokens, std::vector<float>
 
 bool BeamSearcher::hypotheses_done(float best_sum_logprobs, int64_t cur_len) const {
   if (static_cast<int64_t>(finished_.size()) < options_.num_beams) return false;
-  if (options_.early_stopping) return true;
-  const double best_possible =
-      static_cast<double>(best_sum_logprobs) / std::pow(static_cast<double>(cur_len), options_.length_penalty);
+  if (options_.early_stopping == EarlyStopping::kWhenFull) return true;
+  // The best running beam's score were it to end now (the heuristic), or, "never" with length_penalty > 0,
+  // at the longest length a hypothesis reaches: the decoder start and max_new_tokens tokens, as the search's
+  // end scores it (HF 4.26's max_length; 4.35 on count one fewer there and in their finalize alike).
+  const bool longest = options_.early_stopping == EarlyStopping::kNever && options_.length_penalty > 0.0;
+  const double length = static_cast<double>(longest ? options_.max_new_tokens + 1 : cur_len);
+  const double best_possible = static_cast<double>(best_sum_logprobs) / std::pow(length, options_.length_penalty);
   return worst_score_ >= best_possible;
 }
 

@@ -27,7 +27,7 @@ GenerationOptions model_generation_defaults(const ModelConfig& config) {
   o.min_new_tokens = config.min_length ? std::max<int64_t>(0, *config.min_length - 1) : 0;
   o.num_beams = config.num_beams.value_or(1);
   o.length_penalty = config.length_penalty.value_or(1.0);
-  o.early_stopping = config.early_stopping.value_or(false);
+  o.early_stopping = config.early_stopping.value_or(EarlyStopping::kHeuristic);
   o.no_repeat_ngram_size = config.no_repeat_ngram_size.value_or(0);
   o.do_sample = config.do_sample.value_or(false);
   o.temperature = config.temperature.value_or(1.0);

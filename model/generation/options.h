@@ -1,7 +1,9 @@
 #pragma once
-// Generation options with Hugging Face meanings (transformers 4.11 generate()).
+// Generation options with Hugging Face meanings (transformers generate()).
 #include <cstdint>
 #include <optional>
+
+#include "model/generation/early_stopping.h"
 
 namespace srformer {
 
@@ -14,7 +16,7 @@ struct GenerationOptions {
   int64_t min_new_tokens = 0;    // EOS is suppressed before this many new tokens
   int64_t num_beams = 1;
   double length_penalty = 1.0;
-  bool early_stopping = false;
+  EarlyStopping early_stopping = EarlyStopping::kHeuristic;
   int64_t num_return_sequences = 1;
   bool do_sample = false;
   double temperature = 1.0;

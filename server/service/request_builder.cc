@@ -17,6 +17,40 @@ namespace {
   throw RequestError(grpc::StatusCode::INVALID_ARGUMENT, message);
 }
 
+// The request's early_stopping_mode, or its early_stopping, or the default; the two fields must agree.
+EarlyStopping early_stopping_of(const v1::GenerationOptions& p, EarlyStopping fallback) {
+  const auto mode = p.early_stopping_mode();
+  if (mode == v1::EARLY_STOPPING_MODE_UNSPECIFIED) {
+    return p.has_early_stopping() ? early_stopping_from_bool(p.early_stopping()) : fallback;
+  }
+  if (mode != v1::EARLY_STOPPING_MODE_HEURISTIC && mode != v1::EARLY_STOPPING_MODE_WHEN_FULL &&
+      mode != v1::EARLY_STOPPING_MODE_NEVER) {
+    invalid("early_stopping_mode " + std::to_string(mode) +
+            " is not one of HEURISTIC (1), WHEN_FULL (2) or NEVER (3); leave it unset for the model's default");
+  }
+  const EarlyStopping e = mode == v1::EARLY_STOPPING_MODE_WHEN_FULL ? EarlyStopping::kWhenFull
+                          : mode == v1::EARLY_STOPPING_MODE_NEVER   ? EarlyStopping::kNever
+                                                                    : EarlyStopping::kHeuristic;
+  if (p.has_early_stopping() && p.early_stopping() != (e == EarlyStopping::kWhenFull)) {
+    invalid(std::string("early_stopping is ") + (p.early_stopping() ? "true" : "false") +
+            " but early_stopping_mode is " + v1::EarlyStoppingMode_Name(mode) +
+            "; set one of them (early_stopping true is WHEN_FULL)");
+  }
+  return e;
+}
+
+v1::EarlyStoppingMode mode_of(EarlyStopping e) {
+  switch (e) {
+    case EarlyStopping::kWhenFull:
+      return v1::EARLY_STOPPING_MODE_WHEN_FULL;
+    case EarlyStopping::kNever:
+      return v1::EARLY_STOPPING_MODE_NEVER;
+    case EarlyStopping::kHeuristic:
+      break;
+  }
+  return v1::EARLY_STOPPING_MODE_HEURISTIC;
+}
+
 bool is_space(uint32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
          (cp >= 0x2000 && cp <= 0x200B) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
@@ -180,7 +214,7 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
   } else {
     o.length_penalty = d.length_penalty;
   }
-  o.early_stopping = p.has_early_stopping() ? p.early_stopping() : d.early_stopping;
+  o.early_stopping = early_stopping_of(p, d.early_stopping);
   if (p.has_temperature()) {
     if (!std::isfinite(p.temperature())) {
       invalid("temperature must be a finite number (got " + str(p.temperature()) + ")");
@@ -242,7 +276,8 @@ v1::GenerationOptions to_proto(const ResolvedOptions& resolved) {
   p.set_min_new_tokens(static_cast<int32_t>(o.min_new_tokens));
   p.set_num_beams(static_cast<int32_t>(o.num_beams));
   p.set_length_penalty(static_cast<float>(o.length_penalty));
-  p.set_early_stopping(o.early_stopping);
+  p.set_early_stopping(o.early_stopping == EarlyStopping::kWhenFull);
+  p.set_early_stopping_mode(mode_of(o.early_stopping));
   p.set_do_sample(o.do_sample);
   p.set_temperature(static_cast<float>(o.temperature));
   p.set_top_k(static_cast<int32_t>(o.top_k));

@@ -103,6 +103,8 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
   EXPECT_EQ(mj[0]["defaults"]["expected_length"], 19);
   EXPECT_EQ(mj[0]["defaults"]["do_sample"], false);
   EXPECT_EQ(mj[0]["defaults"]["length_penalty"], 1.0);
+  EXPECT_EQ(mj[0]["defaults"]["early_stopping"], false);
+  EXPECT_EQ(mj[0]["defaults"]["early_stopping_mode"], "EARLY_STOPPING_MODE_HEURISTIC");  // enums by name
   EXPECT_EQ(mj[0]["default_expected_length"], 19);
 
   for (const int beams : {1, 3}) {
@@ -532,6 +534,33 @@ TEST_F(EndToEnd, NodeGrpcJsExampleClient) {
   EXPECT_EQ(stream.out.substr(0, summary.size() + 1), summary + "\n") << stream.out;
   const auto usage = nlohmann::json::parse(unary.out.substr(unary.out.rfind('{')));
   EXPECT_EQ(std::to_string(ref["usage"]["output_tokens"].get<int64_t>()), usage["output_tokens"].dump());
+}
+
+TEST_F(EndToEnd, PythonExampleClient) {
+  // examples/python/summarize.py with Debian's python3-grpcio: unary and streaming print our client's summary,
+  // and the message classes it generates for itself leave nothing behind in its temporary directory.
+  if (run_command("/usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null").exit_code != 0) {
+    GTEST_SKIP() << "python3-grpcio / python3-protobuf not installed (deploy/setup-deps.sh)";
+  }
+  auto server = start();
+  const auto tmp = *work_ / "python_example_tmp";
+  fs::create_directories(tmp);
+  const std::string python = "TMPDIR=" + tmp.string() + " /usr/bin/python3 " + std::string(SRFORMER_SOURCE_DIR) +
+                             "/examples/python/summarize.py --target " + server->target() + " --max-new-tokens 24 ";
+  auto unary = run_command(python + doc(2));
+  ASSERT_EQ(unary.exit_code, 0) << unary.out;
+  auto stream = run_command(python + "--stream " + doc(2));
+  ASSERT_EQ(stream.exit_code, 0) << stream.out;
+  auto ours = run_command(kClient + " --target " + server->target() + " --max-new-tokens 24 --json " + doc(2));
+  ASSERT_EQ(ours.exit_code, 0) << ours.out;
+  const std::string summary = nlohmann::json::parse(ours.out)["summary"];
+  ASSERT_FALSE(summary.empty());
+  EXPECT_EQ(unary.out, summary + "\n");
+  EXPECT_EQ(stream.out, summary + "\n");
+  EXPECT_TRUE(fs::is_empty(tmp)) << "the generated message classes were left in " << tmp;
+  auto refused = run_command(python + "/dev/null 2>&1");
+  EXPECT_EQ(refused.exit_code, 1) << refused.out;
+  EXPECT_NE(refused.out.find("error: INVALID_ARGUMENT: document is empty"), std::string::npos) << refused.out;
 }
 
 TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {

@@ -84,6 +84,7 @@ def draw_request(pb, rng, models, index, max_words):
     maybe(0.3, "repetition_penalty", [1.0, 1.2, 2.0], [-1.0])
     maybe(0.3, "length_penalty", [-1.0, 0.0, 1.0, 2.0])
     maybe(0.3, "early_stopping", [True, False])
+    maybe(0.2, "early_stopping_mode", [1, 2, 3], [7])  # HEURISTIC, WHEN_FULL, NEVER; may disagree with the bool
     maybe(0.3, "expected_length", [1, 3, 16, 64], [0, -5])
     return r
 

@@ -41,7 +41,7 @@ GenerationOptions beam_options(int64_t max_new_tokens, double length_penalty, bo
   options.num_return_sequences = 2;
   options.max_new_tokens = max_new_tokens;
   options.length_penalty = length_penalty;
-  options.early_stopping = early_stopping;
+  options.early_stopping = early_stopping_from_bool(early_stopping);
   return options;
 }
 
@@ -174,6 +174,52 @@ TEST(BeamSearchTest, WithoutEarlyStoppingDoneWhenNoBeamCanBeatTheWorstFinished) 
   ASSERT_EQ(run.results.size(), 2u);
   EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kB, kEos}));
   EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kA, kEos}));
+}
+
+// early_stopping "never": the same script, but the running beams are scored at the longest length, 6 (the
+// start and max_new_tokens 5): log(.066) / 6 = -0.454 may still beat -0.886, so the search goes on. Step 4:
+// "A A A EOS" log(.066 * .97) / 4 = -0.687 replaces "A EOS"; "A B B EOS" -0.728 does not enter. Step 5
+// (the last): log(.001254 * .5) / 6 = -1.229 cannot beat -0.687.
+TEST(BeamSearchTest, EarlyStoppingNeverGoesOnWhileALongerBeamCouldStillWin) {
+  auto probs = two_finished_after_step_two();
+  probs[{0, kA, kA}] = {0.1, 0.2, 0.4, 0.3};
+  probs[{0, kA, kB}] = {0.1, 0.25, 0.3, 0.35};
+  probs[{0, kA, kA, kA}] = {0.001, 0.97, 0.019, 0.01};
+  probs[{0, kA, kB, kB}] = {0.001, 0.97, 0.01, 0.019};
+  probs[{0, kA, kA, kA, kA}] = {0.001, 0.001, 0.5, 0.498};
+  probs[{0, kA, kB, kB, kB}] = {0.001, 0.001, 0.5, 0.498};
+  auto options = beam_options(5, 1.0, false);
+  options.early_stopping = EarlyStopping::kNever;
+  BeamSearcher searcher(options);
+  const auto run = drive(searcher, table(probs), 0);
+  EXPECT_EQ(run.steps, 5);
+  ASSERT_EQ(run.results.size(), 2u);
+  EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kB, kEos}));
+  EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kA, kA, kA, kEos}));
+  EXPECT_NEAR(run.results[1].score, std::log(0.5 * 0.33 * 0.4 * 0.97) / 4, 1e-6);
+  EXPECT_EQ(run.results[1].finish_reason, FinishReason::kEos);
+}
+
+// With length_penalty <= 0 a longer beam only scores lower, and "never" stops where false does (step 3).
+TEST(BeamSearchTest, EarlyStoppingNeverWithoutAPositiveLengthPenaltyIsTheHeuristic) {
+  auto probs = two_finished_after_step_two();
+  probs[{0, kA, kA}] = {0.1, 0.2, 0.4, 0.3};
+  probs[{0, kA, kB}] = {0.1, 0.25, 0.3, 0.35};
+  for (const double length_penalty : {0.0, -1.0}) {
+    auto options = beam_options(5, length_penalty, false);
+    BeamSearcher heuristic(options);
+    const auto expected = drive(heuristic, table(probs), 0);
+    options.early_stopping = EarlyStopping::kNever;
+    BeamSearcher never(options);
+    const auto run = drive(never, table(probs), 0);
+    EXPECT_EQ(run.steps, 3) << "length_penalty " << length_penalty;
+    EXPECT_EQ(run.steps, expected.steps);
+    ASSERT_EQ(run.results.size(), expected.results.size());
+    for (size_t i = 0; i < run.results.size(); ++i) {
+      EXPECT_EQ(run.results[i].tokens, expected.results[i].tokens);
+      EXPECT_EQ(run.results[i].score, expected.results[i].score);
+    }
+  }
 }
 
 TEST(BeamSearchTest, EosRankedBelowNumBeamsIsNotFinished) {

@@ -228,7 +228,7 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
   EXPECT_EQ(none.min_new_tokens, 0);
   EXPECT_EQ(none.num_beams, 1);
   EXPECT_DOUBLE_EQ(none.length_penalty, 1.0);
-  EXPECT_FALSE(none.early_stopping);
+  EXPECT_EQ(none.early_stopping, EarlyStopping::kHeuristic);
   EXPECT_EQ(none.no_repeat_ngram_size, 0);
   EXPECT_EQ(none.decoder_start_token_id, 3);
   EXPECT_EQ(none.forced_bos_token_id, 0);
@@ -244,14 +244,14 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
   config.min_length = 11;
   config.num_beams = 4;
   config.length_penalty = 2.0;
-  config.early_stopping = true;
+  config.early_stopping = EarlyStopping::kNever;
   config.no_repeat_ngram_size = 3;
   const auto set = model_generation_defaults(config);
   EXPECT_EQ(set.max_new_tokens, 61);
   EXPECT_EQ(set.min_new_tokens, 10);
   EXPECT_EQ(set.num_beams, 4);
   EXPECT_DOUBLE_EQ(set.length_penalty, 2.0);
-  EXPECT_TRUE(set.early_stopping);
+  EXPECT_EQ(set.early_stopping, EarlyStopping::kNever);
   EXPECT_EQ(set.no_repeat_ngram_size, 3);
   EXPECT_EQ(set.num_return_sequences, 3);
   config.num_return_sequences = 6;

@@ -35,7 +35,7 @@ TEST(ValidateTest, AcceptsDefaultsAndTypicalSettings) {
   beam.num_beams = 4;
   beam.num_return_sequences = 4;
   beam.length_penalty = 2.0;
-  beam.early_stopping = true;
+  beam.early_stopping = EarlyStopping::kWhenFull;
   beam.no_repeat_ngram_size = 3;
   beam.min_new_tokens = 128;
   EXPECT_NO_THROW(validate(beam));

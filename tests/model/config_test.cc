@@ -149,7 +149,7 @@ TEST(Config, GenerationConfigReplacesConfigJsonsGenerationDefaults) {
   EXPECT_EQ(c.num_beams, 2);
   EXPECT_EQ(c.max_length, 61) << "max_new_tokens + the decoder start";
   EXPECT_EQ(c.min_length, 11);
-  EXPECT_EQ(c.early_stopping, false);
+  EXPECT_EQ(c.early_stopping, EarlyStopping::kNever);
   EXPECT_FALSE(c.no_repeat_ngram_size) << "config.json's value is not generation_config.json's";
   EXPECT_FALSE(c.forced_bos_token_id);
   EXPECT_EQ(c.forced_eos_token_id, 1);
@@ -199,6 +199,10 @@ TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
   const auto bad_type = error_loading(R"({"num_beams": "four"})");
   EXPECT_EQ(bad_type.find((dir.path() / "generation_config.json: key 'num_beams' has the wrong type").string()), 0u)
       << bad_type;
+  const auto bad_early = error_loading(R"({"early_stopping": "sometimes"})");
+  EXPECT_NE(bad_early.find(R"(generation_config.json: 'early_stopping' is "sometimes"; Hugging Face's values are)"),
+            std::string::npos)
+      << bad_early;
   const auto bad_json = error_loading("{");
   EXPECT_NE(bad_json.find("generation_config.json: not valid JSON"), std::string::npos) << bad_json;
   const auto bad_id = error_loading(R"({"forced_bos_token_id": 999})");

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "server/server.h"
+
 namespace srformer::server {
 namespace {
 
@@ -37,6 +39,15 @@ TEST(ServerConfig, FlagsOverrideTheFile) {
   EXPECT_FALSE(c.packed_weights);
   EXPECT_TRUE(ServerConfig{}.packed_weights);
   validate(c);
+  ServerConfig pieces;
+  ASSERT_TRUE(parse({"--encode-piece-scores", "65536", "--encode-piece-positions=256"}, pieces));
+  EXPECT_EQ(load_options(pieces).encode_piece_scores, 65536);
+  EXPECT_EQ(load_options(pieces).encode_piece_positions, 256);
+  EXPECT_FALSE(load_options(c).pack_projections);
+  EXPECT_FALSE(load_options(c).precompute_switches);
+  // Unset, the model library's own defaults.
+  EXPECT_EQ(load_options(ServerConfig{}).encode_piece_scores, LoadOptions{}.encode_piece_scores);
+  EXPECT_EQ(load_options(ServerConfig{}).encode_piece_positions, LoadOptions{}.encode_piece_positions);
 
   ServerConfig d;
   ASSERT_TRUE(parse({"--config", path.string(), "--model", "b=/m/b", "--model", "c=/m/c", "--metrics-listen", ""}, d));
@@ -64,6 +75,8 @@ TEST(ServerConfig, ErrorsSayWhatToFix) {
   EXPECT_NE(message({"--model", "a=/x", "--device", "tpu"}).find("cpu, cuda or cuda:N"), std::string::npos);
   EXPECT_NE(message({"--model", "a=/x", "--model", "a=/y"}).find("twice"), std::string::npos);
   EXPECT_NE(message({"--model", "a=/x", "--bogus", "1"}).find("unknown flag --bogus"), std::string::npos);
+  EXPECT_NE(message({"--model", "a=/x", "--encode-piece-positions", "0"}).find("--encode-piece-positions must be >= 1"),
+            std::string::npos);
   EXPECT_NE(message({"--config", "/nonexistent.json"}).find("cannot open"), std::string::npos);
   ServerConfig c;
   EXPECT_FALSE(parse({"--help"}, c));

@@ -41,6 +41,7 @@ inline std::map<grpc::StatusCode, int> send_edge_option_requests(v1::Summarizer:
     if (rng() % 3 == 0) o->set_num_beams(pick(ints));
     if (rng() % 2) o->set_length_penalty(pick(floats));
     if (rng() % 2) o->set_early_stopping(rng() % 2);
+    if (rng() % 4 == 0) o->set_early_stopping_mode(static_cast<v1::EarlyStoppingMode>(rng() % 5));  // 4: none
     if (rng() % 2) o->set_do_sample(rng() % 2);
     if (rng() % 2) o->set_temperature(pick(floats));
     if (rng() % 2) o->set_top_k(pick(ints));

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -78,6 +79,15 @@ TEST(Validation, EveryBadInputIsRefusedWithAHelpfulMessage) {
        SC::INVALID_ARGUMENT, "repetition_penalty must be > 0"},
       {"negative no_repeat_ngram_size", [](auto& r) { r.mutable_options()->set_no_repeat_ngram_size(-2); },
        SC::INVALID_ARGUMENT, "no_repeat_ngram_size"},
+      {"unknown early_stopping_mode",
+       [](auto& r) { r.mutable_options()->set_early_stopping_mode(static_cast<v1::EarlyStoppingMode>(7)); },
+       SC::INVALID_ARGUMENT, "early_stopping_mode 7 is not one of HEURISTIC (1), WHEN_FULL (2) or NEVER (3)"},
+      {"early_stopping and its mode disagree",
+       [](auto& r) {
+         r.mutable_options()->set_early_stopping(true);
+         r.mutable_options()->set_early_stopping_mode(v1::EARLY_STOPPING_MODE_NEVER);
+       },
+       SC::INVALID_ARGUMENT, "early_stopping is true but early_stopping_mode is EARLY_STOPPING_MODE_NEVER"},
       {"expected_length 0", [](auto& r) { r.mutable_options()->set_expected_length(0); }, SC::INVALID_ARGUMENT,
        "expected_length must be between 1 and 400"},
       {"expected_length huge", [](auto& r) { r.mutable_options()->set_expected_length(401); }, SC::INVALID_ARGUMENT,
@@ -259,7 +269,7 @@ TEST(Validation, DefaultsComeFromTheModelConfig) {
   config.num_beams = 4;
   config.length_penalty = 2.0;
   config.no_repeat_ngram_size = 3;
-  config.early_stopping = true;
+  config.early_stopping = EarlyStopping::kWhenFull;
   config.decoder_start_token_id = 2;
   config.eos_token_id = 1;
   config.num_return_sequences = 3;
@@ -270,7 +280,7 @@ TEST(Validation, DefaultsComeFromTheModelConfig) {
   EXPECT_EQ(r.options.num_beams, 4);
   EXPECT_DOUBLE_EQ(r.options.length_penalty, 2.0);
   EXPECT_EQ(r.options.no_repeat_ngram_size, 3);
-  EXPECT_TRUE(r.options.early_stopping);
+  EXPECT_EQ(r.options.early_stopping, EarlyStopping::kWhenFull);
   EXPECT_EQ(r.options.decoder_start_token_id, 2);
   EXPECT_EQ(r.expected_length, 61);
   EXPECT_EQ(r.options.num_return_sequences, 3);
@@ -322,6 +332,28 @@ TEST(Validation, DefaultsComeFromTheModelConfig) {
 
 // A checkpoint's srformer.expected_length is the L of every request that sets none, whatever its
 // max_new_tokens; without one, L follows max_new_tokens.
+// A request's early_stopping_mode, else its early_stopping, else the config's (here true).
+TEST(Validation, EarlyStoppingComesFromTheModeTheBoolOrTheConfig) {
+  ModelConfig config;
+  config.num_beams = 4;
+  config.early_stopping = EarlyStopping::kWhenFull;
+  const server::ServiceLimits limits;
+  const auto early_stopping = [&](std::optional<bool> flag, v1::EarlyStoppingMode mode) {
+    v1::GenerationOptions p;
+    if (flag) p.set_early_stopping(*flag);
+    p.set_early_stopping_mode(mode);
+    return server::resolve_options(p, config, limits).options.early_stopping;
+  };
+  EXPECT_EQ(early_stopping(std::nullopt, v1::EARLY_STOPPING_MODE_UNSPECIFIED), EarlyStopping::kWhenFull);
+  EXPECT_EQ(early_stopping(false, v1::EARLY_STOPPING_MODE_UNSPECIFIED), EarlyStopping::kHeuristic);
+  EXPECT_EQ(early_stopping(std::nullopt, v1::EARLY_STOPPING_MODE_NEVER), EarlyStopping::kNever);
+  EXPECT_EQ(early_stopping(false, v1::EARLY_STOPPING_MODE_NEVER), EarlyStopping::kNever) << "never is not true";
+  EXPECT_EQ(early_stopping(std::nullopt, v1::EARLY_STOPPING_MODE_HEURISTIC), EarlyStopping::kHeuristic);
+  EXPECT_EQ(early_stopping(true, v1::EARLY_STOPPING_MODE_WHEN_FULL), EarlyStopping::kWhenFull);
+  EXPECT_THROW(early_stopping(false, v1::EARLY_STOPPING_MODE_WHEN_FULL), server::RequestError);
+  EXPECT_THROW(early_stopping(true, v1::EARLY_STOPPING_MODE_HEURISTIC), server::RequestError);
+}
+
 TEST(Validation, DefaultExpectedLengthIsTheCheckpointsElseMaxNewTokens) {
   ModelConfig config;
   server::ServiceLimits limits;
@@ -345,11 +377,14 @@ TEST(Validation, DefaultsAsRequestOptionsResolveToThemselves) {
   config.top_p = 0.9;
   config.num_return_sequences = 2;
   config.no_repeat_ngram_size = 3;
+  config.early_stopping = EarlyStopping::kNever;
   config.srformer.expected_length = 50;
   server::ServiceLimits limits;
   const auto defaults = server::resolve_options({}, config, limits);
   const auto proto = server::to_proto(defaults);
   EXPECT_EQ(proto.max_new_tokens(), 40);
+  EXPECT_FALSE(proto.early_stopping()) << "\"never\" is not true";
+  EXPECT_EQ(proto.early_stopping_mode(), v1::EARLY_STOPPING_MODE_NEVER);
   EXPECT_TRUE(proto.do_sample());
   EXPECT_FLOAT_EQ(proto.temperature(), 0.7F);
   EXPECT_EQ(proto.num_return_sequences(), 2);

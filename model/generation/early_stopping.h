@@ -1,0 +1,44 @@
+#pragma once
+// When beam search stops: Hugging Face's early_stopping, whose values are true, false and "never".
+#include <optional>
+#include <string_view>
+
+namespace srformer {
+
+enum class EarlyStopping {
+  // false: stop once num_beams hypotheses are finished and the best running beam, scored at its current
+  // length, cannot beat the worst of them (a heuristic where length_penalty > 0: a longer beam scores higher).
+  kHeuristic,
+  // true: stop as soon as num_beams hypotheses are finished.
+  kWhenFull,
+  // "never": as kHeuristic, but with length_penalty > 0 the running beam is scored at max_new_tokens, the
+  // length at which it scores best, so the search ends only where no beam can still win.
+  kNever,
+};
+
+// "false", "true", "never": how config.json and generation_config.json write it.
+constexpr std::string_view to_string(EarlyStopping e) {
+  switch (e) {
+    case EarlyStopping::kWhenFull:
+      return "true";
+    case EarlyStopping::kNever:
+      return "never";
+    case EarlyStopping::kHeuristic:
+      break;
+  }
+  return "false";
+}
+
+// Parses "true", "false" or "never"; nullopt for anything else.
+constexpr std::optional<EarlyStopping> parse_early_stopping(std::string_view s) {
+  if (s == "true") return EarlyStopping::kWhenFull;
+  if (s == "false") return EarlyStopping::kHeuristic;
+  if (s == "never") return EarlyStopping::kNever;
+  return std::nullopt;
+}
+
+constexpr EarlyStopping early_stopping_from_bool(bool stop_when_full) {
+  return stop_when_full ? EarlyStopping::kWhenFull : EarlyStopping::kHeuristic;
+}
+
+}  // namespace srformer
