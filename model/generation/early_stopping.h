@@ -11,8 +11,8 @@ enum class EarlyStopping {
   kHeuristic,
   // true: stop as soon as num_beams hypotheses are finished.
   kWhenFull,
-  // "never": as kHeuristic, but with length_penalty > 0 the running beam is scored at max_new_tokens, the
-  // length at which it scores best, so the search ends only where no beam can still win.
+  // "never": as kHeuristic, but with length_penalty > 0 the best running beam is scored as if it ran to
+  // max_new_tokens tokens, where it could score best, so the search ends only where no beam can still win.
   kNever,
 };
 
