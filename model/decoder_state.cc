@@ -621,12 +621,14 @@ void DecoderState::retain(const std::vector<int64_t>& rows, const std::vector<bo
       keep_cache = share_beam_slots(rows, same_request, in_place);
     }
     const auto cache_rows = keep_cache.empty() ? all_rows : plan_row_moves(rows, before, keep_cache);
-    torch::Tensor idx;  // made once, for tensors that cannot move in place
+    // Made once (and copied to the model's device once), for tensors that cannot move in place.
+    torch::Tensor idx, device_idx;
     for_each_tensor(*this, [&](torch::Tensor& t) {
       const bool cache = std::find(caches.begin(), caches.end(), &t) != caches.end();
       if (!t.defined() || retain_rows_in_place(t, cache ? cache_rows : request_rows, n)) return;
       if (!idx.defined()) idx = torch::tensor(rows, torch::kInt64);
-      t = select_rows(t, idx);
+      if (!t.is_cpu() && !device_idx.defined()) device_idx = idx.to(t.device());
+      t = select_rows(t, t.is_cpu() ? idx : device_idx);
     });
     release_pools();
   }

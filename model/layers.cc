@@ -20,6 +20,17 @@ bool is_cpu_inference_float(const torch::Tensor& t) {
          !(torch::GradMode::is_enabled() && t.requires_grad());
 }
 
+torch::Tensor clamp_fp16_overflow(const torch::Tensor& h) {
+  if (h.scalar_type() != torch::kFloat16) return h;
+  constexpr double kMax = 65504.0;  // the largest finite fp16
+  const auto bound = torch::where(torch::isinf(h).any(), torch::full({}, kMax - 1000.0, h.options()),
+                                  torch::full({}, kMax, h.options()));
+  if (h.is_cpu()) {  // LibTorch 1.13 has no fp16 clamp on the CPU (only tests get here: fp16 is for CUDA)
+    return torch::where(h > bound, bound, torch::where(h < -bound, -bound, h));
+  }
+  return torch::clamp(h, -bound, bound);
+}
+
 bool owns_storage(const torch::Tensor& t) { return t.use_count() == 1 && t.storage().use_count() == 1; }
 
 namespace {

@@ -27,6 +27,11 @@ bool is_cpu_inference_float(const torch::Tensor& t);
 // No other tensor, view or state shares t's storage: the state holding t may write it in place.
 bool owns_storage(const torch::Tensor& t);
 
+// Hugging Face's guard for activations in fp16 (T5Block, BartEncoderLayer): where any element of h is
+// infinite, every element is clamped to ±(65504 − 1000), so that the next norm sees finite numbers; else
+// h is unchanged. Other dtypes pass through. No host sync (the choice is a tensor op).
+torch::Tensor clamp_fp16_overflow(const torch::Tensor& h);
+
 struct Linear {
   torch::Tensor weight;  // [out, in]
   torch::Tensor bias;    // [out] or undefined

@@ -1,3 +1,4 @@
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <fstream>
@@ -27,6 +28,11 @@ void check_device_available(const torch::Device& device) {
   }
 }
 
+torch::ScalarType default_dtype(const ModelConfig& config, const torch::Device& device, bool gpu_has_bf16) {
+  if (!device.is_cuda()) return torch::kFloat32;
+  return config.arch == Architecture::kT5 && gpu_has_bf16 ? torch::kBFloat16 : torch::kFloat16;
+}
+
 std::unique_ptr<Seq2SeqModel> load_model(const std::filesystem::path& dir, const LoadOptions& options) {
   check_device_available(options.device);
   auto config = ModelConfig::load(dir / "config.json");
@@ -40,6 +46,12 @@ std::unique_ptr<Seq2SeqModel> load_model(const std::filesystem::path& dir, const
         "bf16 on the CPU needs Intel AMX (Xeon Sapphire Rapids or newer, Linux 5.16 or newer) or AVX512-BF16 "
         "(AMD Zen 4 or newer, Intel Cooper Lake), which this CPU lacks (or SRFORMER_CPU_AMX=0 and "
         "SRFORMER_CPU_BF16_DOT=0 turned them off); use fp32");
+  }
+  if (options.device.is_cuda() && options.dtype == torch::kFloat16 && config.arch == Architecture::kT5) {
+    spdlog::warn(
+        "{}: T5 in fp16 can overflow (clamped as Hugging Face does, which changes the outputs where it "
+        "happens); on a GPU with bfloat16 (compute capability 8.0 or newer) bf16 keeps fp32's range",
+        dir.string());
   }
   const auto ckpt = CheckpointReader::open_dir(dir);
   if (config.arch == Architecture::kBart) return load_bart(config, ckpt, options);

@@ -31,7 +31,7 @@ class ParamBinder {
   torch::Tensor take_raf(const std::string& name, const std::vector<int64_t>& shape, Init&& init) {
     if (init_missing_raf_) {
       if (auto t = binder_.take_optional(name, shape)) return record(name, t->to(torch::kFloat32));
-      return record(name, init());
+      return record(name, init().to(binder_.device()));  // init() makes it on the CPU
     }
     return record(name, binder_.take_fp32(name, shape));
   }

@@ -126,6 +126,11 @@ class Seq2SeqModel {
   }
 };
 
+// The dtype a model runs in where the user names none: fp32 on the CPU; on CUDA fp16, except T5 on a GPU
+// with native bfloat16 (`gpu_has_bf16`): T5's activations overflow fp16 on some checkpoints (Hugging Face
+// clamps them and keeps its feed-forward output projection in fp32), and bf16 has fp32's range.
+torch::ScalarType default_dtype(const ModelConfig& config, const torch::Device& device, bool gpu_has_bf16);
+
 // Loads a Hugging Face model directory (config.json + model.safetensors | sharded | pytorch_model.bin).
 std::unique_ptr<Seq2SeqModel> load_model(const std::filesystem::path& dir, const LoadOptions& options = {});
 

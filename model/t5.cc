@@ -147,6 +147,8 @@ class T5Model final : public EncoderDecoderModel {
     const int64_t queries = in_pieces ? piece_share(piece_scores_, B * k) : k;
     const int64_t positions = in_pieces ? piece_share(piece_positions_, B) : k;
     const auto pause = [&stop] { stop_if_asked(stop); };
+    // In fp16 (CUDA) each sublayer's sum is clamped as Hugging Face's T5Block does: T5's feed-forward
+    // outputs can overflow fp16.
     for (const auto& l : encoder_) {
       stop_if_asked(stop);
       if (queries < k) {
@@ -154,12 +156,14 @@ class T5Model final : public EncoderDecoderModel {
       } else {
         h = h + dropout(l.self_attn.forward(l.self_attn_norm(h), bias, key_mask), DropoutSite::kHidden);
       }
+      h = clamp_fp16_overflow(h);
       stop_if_asked(stop);
       if (positions < k) {
         h = feed_forward_in_pieces(l, h, positions, pause);
       } else {
         h = h + dropout(l.ffn(l.ffn_norm(h)), DropoutSite::kHidden);
       }
+      h = clamp_fp16_overflow(h);
     }
     return {dropout(enc_final_norm_(h), DropoutSite::kHidden), mask};
   }
@@ -170,9 +174,11 @@ class T5Model final : public EncoderDecoderModel {
                       additive_mask(ctx.self_allowed().unsqueeze(1), compute_dtype_);
     for (size_t i = 0; i < decoder_.size(); ++i) {
       const auto& l = decoder_[i];
-      h = h + dropout(ctx.self_attention(i, l.self_attn, l.self_attn_norm(h), bias), DropoutSite::kHidden);
-      h = h + dropout(ctx.cross_attention(i, cross_[i], l.cross_attn_norm(h)), DropoutSite::kHidden);
-      h = h + dropout(l.ffn(l.ffn_norm(h)), DropoutSite::kHidden);
+      h = clamp_fp16_overflow(
+          h + dropout(ctx.self_attention(i, l.self_attn, l.self_attn_norm(h), bias), DropoutSite::kHidden));
+      h = clamp_fp16_overflow(h +
+                              dropout(ctx.cross_attention(i, cross_[i], l.cross_attn_norm(h)), DropoutSite::kHidden));
+      h = clamp_fp16_overflow(h + dropout(l.ffn(l.ffn_norm(h)), DropoutSite::kHidden));
     }
     h = dropout(dec_final_norm_(h), DropoutSite::kHidden);
     if (config_.tie_word_embeddings) h = h * std::pow(static_cast<double>(config_.d_model), -0.5);

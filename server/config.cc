@@ -159,7 +159,9 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
                               serve gRPC over TLS with this PEM certificate chain and key (default plaintext)
   --tls-client-ca FILE        with TLS: require client certificates signed by this PEM CA (mutual TLS)
   --device cpu|cuda[:N]       where the models run (default cpu)
-  --dtype fp32|fp16|bf16      weights dtype (default fp32 on CPU, fp16 on CUDA; fp16 needs CUDA, bf16 on the CPU needs AMX or AVX512-BF16)
+  --dtype fp32|fp16|bf16      weights dtype (default fp32 on CPU; on CUDA fp16, but bf16 for T5 on GPUs
+                              that have it, compute capability 8.0+, as T5 overflows fp16; fp16 needs
+                              CUDA, bf16 on the CPU needs AMX or AVX512-BF16)
   --threads N                 torch intra-op threads per model engine (default: cores / models)
   --max-batch-rows N          rows (beams and samples count) decoded together per model (default 64)
   --max-queue N               requests waiting per model before RESOURCE_EXHAUSTED (default 256)

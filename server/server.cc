@@ -28,9 +28,14 @@ LoadOptions load_options(const ServerConfig& config) {
 }
 
 LoadedModel load_model_dir(const ModelSpec& spec, const ServerConfig& config) {
+  auto options = load_options(config);
+  if (config.dtype.empty() && options.device.is_cuda()) {  // fp16, or bf16 for a T5 where the GPU has it
+    const int index = options.device.has_index() ? options.device.index() : 0;
+    options.dtype = default_dtype(ModelConfig::load(spec.dir + "/config.json"), options.device, cuda_has_bf16(index));
+  }
   LoadedModel loaded;
   loaded.name = spec.name;
-  loaded.model = load_model(spec.dir, load_options(config));
+  loaded.model = load_model(spec.dir, options);
   loaded.tokenizer = load_tokenizer(spec.dir);
   return loaded;
 }

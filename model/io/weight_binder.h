@@ -38,6 +38,7 @@ class WeightBinder {
   // checkpoint tensor. Call once after construction.
   void finish() const;
   const std::vector<std::string>& used() const { return used_; }  // checkpoint names taken, first use first
+  torch::Device device() const { return device_; }
 
  private:
   torch::Tensor bind(const std::string& name, const std::vector<int64_t>& shape,

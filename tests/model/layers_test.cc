@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <limits>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -83,3 +84,18 @@ TEST(ProjectHeads, ByBlocksEqualsWholeAndIsContiguous) {
 }
 
 }  // namespace
+
+// Hugging Face's fp16 guard: nothing changes while every element is finite; one infinite element
+// anywhere clamps all of them to ±(65504 − 1000). Other dtypes pass through untouched.
+TEST(ClampFp16Overflow, ClampsEverythingOnlyWhereSomethingOverflowed) {
+  const auto finite = torch::tensor({1.5, -65504.0, 65000.0, 0.0}).to(torch::kFloat16);
+  EXPECT_TRUE(torch::equal(srformer::clamp_fp16_overflow(finite), finite));
+  const auto inf = std::numeric_limits<double>::infinity();
+  const auto overflowed = torch::tensor({1.5, -inf, 65000.0, inf}).to(torch::kFloat16);
+  const auto clamped = srformer::clamp_fp16_overflow(overflowed);
+  EXPECT_EQ(clamped.scalar_type(), torch::kFloat16);
+  // 64504 as fp16 holds it (64512: fp16 steps by 32 there).
+  EXPECT_TRUE(torch::equal(clamped, torch::tensor({1.5, -64504.0, 64504.0, 64504.0}).to(torch::kFloat16))) << clamped;
+  const auto fp32 = torch::tensor({1.0F, std::numeric_limits<float>::infinity()});
+  EXPECT_TRUE(torch::equal(srformer::clamp_fp16_overflow(fp32), fp32)) << "fp32 has the range: left alone";
+}

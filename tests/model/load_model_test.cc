@@ -229,6 +229,21 @@ TEST(LoadModel, SavedInHalfPrecisionReloadsToTheRoundedWeightsInHalfTheBytes) {
   EXPECT_THROW(save_model(*m, f32.path(), a.path(), torch::kInt32), std::invalid_argument);
 }
 
+// fp32 on the CPU; on CUDA fp16, but bf16 for T5 where the GPU has it (T5 overflows fp16).
+TEST(LoadModel, DefaultDtypeIsBf16OnlyForT5OnAGpuWithIt) {
+  ModelConfig bart, t5;
+  bart.arch = Architecture::kBart;
+  t5.arch = Architecture::kT5;
+  const torch::Device cpu(torch::kCPU), cuda(torch::kCUDA, 0);
+  for (const bool bf16 : {false, true}) {
+    EXPECT_EQ(default_dtype(bart, cpu, bf16), torch::kFloat32);
+    EXPECT_EQ(default_dtype(t5, cpu, bf16), torch::kFloat32);
+    EXPECT_EQ(default_dtype(bart, cuda, bf16), torch::kFloat16);
+  }
+  EXPECT_EQ(default_dtype(t5, cuda, false), torch::kFloat16);
+  EXPECT_EQ(default_dtype(t5, cuda, true), torch::kBFloat16);
+}
+
 TEST(LoadModel, NotAModelDirectory) {
   TempDir d("empty");
   const auto err = load_error(d.path());
