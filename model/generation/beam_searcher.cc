@@ -198,7 +198,7 @@ bool BeamSearcher::hypotheses_done(float best_sum_logprobs, int64_t cur_len) con
   if (options_.early_stopping == EarlyStopping::kWhenFull) return true;
   // The best running beam's score were it to end now (the heuristic), or, "never" with length_penalty > 0,
   // at the longest length a hypothesis reaches: the decoder start and max_new_tokens tokens, as the search's
-  // end scores it (HF 4.26's max_length; 4.35 on count one fewer there and in their finalize alike).
+  // end scores it (HF 4.26-4.34's max_length; 4.35 and later count one fewer here and at the end alike).
   const bool longest = options_.early_stopping == EarlyStopping::kNever && options_.length_penalty > 0.0;
   const double length = static_cast<double>(longest ? options_.max_new_tokens + 1 : cur_len);
   const double best_possible = static_cast<double>(best_sum_logprobs) / std::pow(length, options_.length_penalty);
