@@ -178,8 +178,9 @@ torch::Tensor EncoderDecoderModel::step(DecoderState& st, const torch::Tensor& t
     throw std::invalid_argument("step: tokens must be [" + std::to_string(B) + "], one per row");
   }
   if (B == 0) return torch::zeros({0, config_.vocab_size}, torch::TensorOptions().device(device_));
+  // Checked where the caller holds them: on the host, no wait for the GPU (the engine passes host tokens).
+  check_tokens(tokens.view({B, 1}), "step tokens");
   const auto tok = tokens.to(device_, torch::kLong).view({B, 1});
-  check_tokens(tok, "step tokens");
   const auto seg = config_.srformer.segmented() ? segment_schedule(st.step, st.num_segments, st.expected_len)
                                                 : torch::zeros_like(st.step);
   const auto changed = seg.ne(st.segment);

@@ -725,7 +725,7 @@ void Engine::step_rows() {
   double model_seconds = 0;
   try {
     // On the host once: every request's searcher reads its rows there (a copy per request on a GPU).
-    logits = model_->step(state_, torch::cat(inputs).to(device_)).to(torch::kCPU);
+    logits = model_->step(state_, torch::cat(inputs)).to(torch::kCPU);  // host tokens: the model moves them
     segment =
         state_.segment.defined() ? state_.segment.to(torch::kCPU).contiguous() : torch::Tensor();  // syncs the device
     model_seconds = ms_between(start, Clock::now()) / 1000.0;

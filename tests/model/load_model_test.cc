@@ -108,6 +108,29 @@ TEST(LoadModel, SaveThenReloadGivesIdenticalLogits) {
   EXPECT_EQ(m2->config().srformer.segment_size, 4);
 }
 
+// A step whose token is outside the vocabulary is refused before it touches the state: the rows step on
+// afterwards as if it had never been tried.
+TEST(LoadModel, AStepWithATokenOutsideTheVocabularyChangesNothing) {
+  TempDir dir("vocab");
+  write_random_model(dir.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 5);
+  auto model = load_model(dir.path());
+  const auto ids = torch::randint(3, 96, {2, 9}, torch::kLong);
+  const auto enc = model->encode(ids, torch::ones({2, 9}, torch::kLong));
+  auto tried = model->start(enc, torch::full({2}, 6, torch::kLong));
+  auto plain = model->start(enc, torch::full({2}, 6, torch::kLong));
+  const auto first = torch::full({2}, model->config().decoder_start_token_id, torch::kLong);
+  const int64_t vocab = model->config().vocab_size;
+  try {
+    (void)model->step(tried, torch::tensor({int64_t{4}, vocab}));
+    ADD_FAILURE() << "token " << vocab << " was accepted";
+  } catch (const std::out_of_range& e) {
+    EXPECT_NE(std::string(e.what()).find("step tokens holds token id " + std::to_string(vocab)), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(torch::equal(model->step(tried, first), model->step(plain, first)));
+  EXPECT_EQ(tried.step[0].item<int64_t>(), 1);
+}
+
 // mT5 checkpoints (model_type "mt5": multilingual summarizers such as XLSum's) are T5 v1.1 with MT5Config's
 // defaults, an untied head and gated-gelu: the same weights under "t5" with those keys set give the same
 // logits, and a save keeps "mt5".
