@@ -125,11 +125,14 @@ const char* to_string(Architecture arch) { return arch == Architecture::kBart ? 
 
 EarlyStopping early_stopping_from_json(const nlohmann::json& value, const std::string& where) {
   if (value.is_boolean()) return early_stopping_from_bool(value.get<bool>());
-  if (value.is_string()) {
-    if (const auto parsed = parse_early_stopping(value.get<std::string>())) return *parsed;
-  }
+  if (value == "never") return EarlyStopping::kNever;
+  if (value == "true" || value == "false") return early_stopping_from_bool(value == "true");  // as strings too
   throw std::invalid_argument(where + ": 'early_stopping' is " + value.dump() +
                               "; Hugging Face's values are true, false and \"never\"");
+}
+
+nlohmann::json early_stopping_to_json(EarlyStopping e) {
+  return e == EarlyStopping::kNever ? nlohmann::json("never") : nlohmann::json(e == EarlyStopping::kWhenFull);
 }
 
 bool SrformerConfig::uses_raf() const {

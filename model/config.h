@@ -32,6 +32,8 @@ const char* to_string(Architecture arch);
 // A Hugging Face early_stopping value: true, false or "never". Otherwise throws std::invalid_argument
 // starting with `where` (the file).
 EarlyStopping early_stopping_from_json(const nlohmann::json& value, const std::string& where);
+// As Hugging Face writes it: true, false or "never".
+nlohmann::json early_stopping_to_json(EarlyStopping e);
 
 struct SrformerConfig {
   CrossAttentionKind cross_attention = CrossAttentionKind::kFull;

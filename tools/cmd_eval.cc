@@ -241,9 +241,7 @@ GenerationRun generate_all(const Args& a, const std::string& model_dir, const st
                  {"min_new_tokens", o.min_new_tokens},
                  {"num_beams", o.num_beams},
                  {"length_penalty", o.length_penalty},
-                 {"early_stopping", o.early_stopping == EarlyStopping::kNever
-                                        ? nlohmann::json("never")
-                                        : nlohmann::json(o.early_stopping == EarlyStopping::kWhenFull)},
+                 {"early_stopping", early_stopping_to_json(o.early_stopping)},
                  {"no_repeat_ngram_size", o.no_repeat_ngram_size},
                  {"expected_length", default_expected_length(c, o.max_new_tokens)},
                  {"max_input_tokens", run.max_input_tokens},

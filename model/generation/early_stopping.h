@@ -1,7 +1,5 @@
 #pragma once
 // When beam search stops: Hugging Face's early_stopping, whose values are true, false and "never".
-#include <optional>
-#include <string_view>
 
 namespace srformer {
 
@@ -15,27 +13,6 @@ enum class EarlyStopping {
   // max_new_tokens tokens, where it could score best, so the search ends only where no beam can still win.
   kNever,
 };
-
-// "false", "true", "never": how config.json and generation_config.json write it.
-constexpr std::string_view to_string(EarlyStopping e) {
-  switch (e) {
-    case EarlyStopping::kWhenFull:
-      return "true";
-    case EarlyStopping::kNever:
-      return "never";
-    case EarlyStopping::kHeuristic:
-      break;
-  }
-  return "false";
-}
-
-// Parses "true", "false" or "never"; nullopt for anything else.
-constexpr std::optional<EarlyStopping> parse_early_stopping(std::string_view s) {
-  if (s == "true") return EarlyStopping::kWhenFull;
-  if (s == "false") return EarlyStopping::kHeuristic;
-  if (s == "never") return EarlyStopping::kNever;
-  return std::nullopt;
-}
 
 constexpr EarlyStopping early_stopping_from_bool(bool stop_when_full) {
   return stop_when_full ? EarlyStopping::kWhenFull : EarlyStopping::kHeuristic;

@@ -724,8 +724,9 @@ void Engine::step_rows() {
   torch::Tensor segment;
   double model_seconds = 0;
   try {
-    // On the host once: every request's searcher reads its rows there (a copy per request on a GPU).
-    logits = model_->step(state_, torch::cat(inputs)).to(torch::kCPU);  // host tokens: the model moves them
+    // Host tokens in (the model moves them); logits to the host once: every request's searcher reads its
+    // rows there (a copy per request on a GPU otherwise).
+    logits = model_->step(state_, torch::cat(inputs)).to(torch::kCPU);
     segment =
         state_.segment.defined() ? state_.segment.to(torch::kCPU).contiguous() : torch::Tensor();  // syncs the device
     model_seconds = ms_between(start, Clock::now()) / 1000.0;

@@ -254,6 +254,7 @@ TEST_F(EvalModelTest, BatchedEqualsUnbatchedEqualsOfflineGenerate) {
   EXPECT_EQ(scores["model"], model_.string());
   EXPECT_EQ(scores["options"]["batch"], 3);
   EXPECT_EQ(scores["options"]["max_new_tokens"], 12);
+  EXPECT_EQ(scores["options"]["early_stopping"], false) << "as Hugging Face writes it: a bool, or \"never\"";
   EXPECT_EQ(scores["generation"]["truncated_documents"], 0);
   EXPECT_GT(scores["generation"]["generated_tokens"].get<int64_t>(), 0);
   EXPECT_GT(scores["generation"]["tokens_per_second"].get<double>(), 0.0);
