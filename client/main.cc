@@ -249,6 +249,7 @@ int list_models(const ClientOptions& o, v1::Summarizer::Stub& stub) {
                      {"cross_attention", m.cross_attention()},
                      {"segment_size", m.segment_size()},
                      {"max_input_tokens", m.max_input_tokens()},
+                     {"max_new_tokens", m.max_new_tokens()},
                      {"device", m.device()},
                      {"dtype", m.dtype()},
                      {"parameters", m.parameters()},
@@ -256,8 +257,8 @@ int list_models(const ClientOptions& o, v1::Summarizer::Stub& stub) {
                      {"defaults", m.has_defaults() ? set_fields(m.defaults()) : nlohmann::json(nullptr)}});
     } else {
       std::cout << m.name() << "\t" << m.architecture() << "\t" << m.cross_attention() << "\ts=" << m.segment_size()
-                << "\tmax_input=" << m.max_input_tokens() << "\t" << m.device() << "/" << m.dtype() << "\t"
-                << m.parameters() << " params\n";
+                << "\tmax_input=" << m.max_input_tokens() << "\tmax_new=" << m.max_new_tokens() << "\t" << m.device()
+                << "/" << m.dtype() << "\t" << m.parameters() << " params\n";
     }
   }
   if (o.json) std::cout << all.dump() << "\n";

@@ -139,7 +139,7 @@ class BartModel final : public EncoderDecoderModel {
       stop_if_asked(stop);
       h = l.self_attn_norm(h + dropout(l.self_attn.forward(h, bias), DropoutSite::kHidden));
       stop_if_asked(stop);
-      h = l.final_norm(h + dropout(l.ffn(h), DropoutSite::kHidden));
+      h = clamp_fp16_overflow(l.final_norm(h + dropout(l.ffn(h), DropoutSite::kHidden)));  // as BartEncoderLayer
     }
     return {h, mask};
   }
@@ -147,7 +147,7 @@ class BartModel final : public EncoderDecoderModel {
   torch::Tensor run_decoder(const torch::Tensor& tokens, DecodeContext& ctx) override {
     const auto& pos = ctx.query_positions();
     const int64_t max_pos = config_.max_position_embeddings;
-    if (pos.numel() > 0 && pos.max().item<int64_t>() >= max_pos) {
+    if (ctx.highest_position() >= max_pos) {
       throw std::out_of_range("decoder position exceeds this BART model's " + std::to_string(max_pos) +
                               " positions; lower max_new_tokens");
     }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "model/attention/segments.h"
@@ -27,6 +28,7 @@ DecodeContext::DecodeContext(const EncoderOutput& enc, std::vector<LayerState>& 
       changed_(std::move(changed)) {
   const int64_t B = seg_.size(0);
   const int64_t q = seg_.size(1);
+  highest_position_ = q - 1;
   const auto pos = torch::arange(q, seg_.options());
   query_pos_ = pos.view({1, q}).expand({B, q});
   relative_ = (pos.view({1, 1, q}) - pos.view({1, q, 1})).expand({B, q, q});
@@ -34,13 +36,15 @@ DecodeContext::DecodeContext(const EncoderOutput& enc, std::vector<LayerState>& 
   fired_.assign(layers.size(), torch::zeros({B}, seg_.options().dtype(torch::kFloat64)));
 }
 
-DecodeContext::DecodeContext(DecoderState& state, torch::Tensor seg, torch::Tensor changed)
+DecodeContext::DecodeContext(DecoderState& state, torch::Tensor seg, torch::Tensor changed_rows,
+                             int64_t highest_position)
     : state_(&state),
       enc_mask_(state.cross_valid),
       enc_len_(state.enc_len),
       m_(state.num_segments),
       seg_(std::move(seg)),
-      changed_(std::move(changed)) {
+      changed_(std::move(changed_rows)),
+      highest_position_(highest_position) {
   const int64_t B = state.batch_size();
   query_pos_ = state.step.view({B, 1});
   relative_ = (state.self_pos - query_pos_).unsqueeze(1);  // [B,1,T]
@@ -64,6 +68,43 @@ torch::Tensor DecodeContext::cross_attention(size_t layer, const CrossAttention&
 }
 
 namespace {
+
+// What the host needs of a step, read from the model's device in one copy before any layer runs: the
+// rows whose segment changes (as indices back on the device, for the layers' index_select) and the
+// highest decoder position. On a GPU each read waits for the queue; here it holds a few small kernels,
+// where a read in each layer would stall it mid-step. Also checks the schedule's invariant that a
+// changed row has a switch-table entry left (on a GPU a read past the table faults the device).
+struct StepPlan {
+  torch::Tensor changed_rows;
+  int64_t highest_position = 0;
+};
+
+StepPlan plan_step(const DecoderState& st, const torch::Tensor& changed) {
+  const int64_t B = changed.size(0);
+  const auto host =
+      torch::stack({changed.to(torch::kLong), st.step, st.segment_switches, st.num_segments, st.expected_len})
+          .to(torch::kCPU, torch::kLong)
+          .contiguous();
+  const int64_t* is_changed = host.data_ptr<int64_t>();
+  const int64_t* step = is_changed + B;
+  const int64_t* switches = step + B;
+  const int64_t* m = switches + B;
+  const int64_t* L = m + B;
+  StepPlan plan;
+  std::vector<int64_t> rows;
+  for (int64_t b = 0; b < B; ++b) {
+    plan.highest_position = std::max(plan.highest_position, step[b]);
+    if (is_changed[b] == 0) continue;
+    if (switches[b] < 0 || switches[b] >= visited_segment_count(m[b], std::max<int64_t>(1, L[b]))) {
+      throw std::logic_error("step: row " + std::to_string(b) + " switched segments more often than its schedule (" +
+                             std::to_string(switches[b]) + " switches, m=" + std::to_string(m[b]) +
+                             ", L=" + std::to_string(L[b]) + ")");
+    }
+    rows.push_back(b);
+  }
+  plan.changed_rows = torch::tensor(rows, torch::kLong).to(changed.device());
+  return plan;
+}
 
 // length_groups() of a right-padded batch's rows; empty where one call over the padded batch is the way:
 // a mask that is not each row's real tokens followed by padding, or an empty row.
@@ -184,11 +225,12 @@ torch::Tensor EncoderDecoderModel::step(DecoderState& st, const torch::Tensor& t
   const auto seg = config_.srformer.segmented() ? segment_schedule(st.step, st.num_segments, st.expected_len)
                                                 : torch::zeros_like(st.step);
   const auto changed = seg.ne(st.segment);
+  const StepPlan plan = plan_step(st, changed);
   // The new position occupies a new slot (right-aligned: every row writes the same last slot).
   st.self_valid = torch::cat({st.self_valid, torch::ones({B, 1}, st.self_valid.options())}, 1);
   st.self_pos = torch::cat({st.self_pos, st.step.view({B, 1})}, 1);
   if (st.self_src.defined()) st.self_src = torch::cat({st.self_src, torch::arange(B, torch::kInt32).view({B, 1})}, 1);
-  DecodeContext ctx(st, seg, changed);
+  DecodeContext ctx(st, seg, plan.changed_rows, plan.highest_position);
   auto logits = run_decoder(tok, ctx).select(1, 0);
   if (config_.srformer.uses_raf() || config_.srformer.cross_attention == CrossAttentionKind::kAblationIII) {
     st.raf_fired = st.raf_fired + torch::stack(ctx.fired(), 1);

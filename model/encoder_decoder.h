@@ -21,12 +21,15 @@ class DecodeContext {
   // Teacher-forced over q positions.
   DecodeContext(const EncoderOutput& enc, std::vector<LayerState>& layers, torch::Tensor enc_len, torch::Tensor m,
                 torch::Tensor seg, torch::Tensor changed);
-  // One step over a batched state (whose self slots already include the new position).
-  DecodeContext(DecoderState& state, torch::Tensor seg, torch::Tensor changed);
+  // One step over a batched state (whose self slots already include the new position): changed_rows
+  // [n] the rows whose segment changes, highest_position the largest of the state's steps.
+  DecodeContext(DecoderState& state, torch::Tensor seg, torch::Tensor changed_rows, int64_t highest_position);
 
   bool incremental() const { return state_ != nullptr; }
-  // Absolute decoder positions of the queries [B,q] (int64).
+  // Absolute decoder positions of the queries [B,q] (int64), and the highest of them as the host knows it
+  // (a model that checks it waits for no device).
   const torch::Tensor& query_positions() const { return query_pos_; }
+  int64_t highest_position() const { return highest_position_; }
   // Self-attention: which keys each query may see [B,q,T] and their relative positions (key - query).
   const torch::Tensor& self_allowed() const { return self_allowed_; }
   const torch::Tensor& relative_positions() const { return relative_; }
@@ -41,8 +44,10 @@ class DecodeContext {
  private:
   DecoderState* state_ = nullptr;
   std::vector<LayerState>* layers_ = nullptr;
+  // changed_: teacher-forced, [B,q] whether RAF steps at each position; incremental, the changed rows [n].
   torch::Tensor enc_mask_, enc_len_, m_, seg_, changed_;
   torch::Tensor query_pos_, self_allowed_, relative_;
+  int64_t highest_position_ = 0;
   std::vector<torch::Tensor> fired_;
 };
 

@@ -221,7 +221,8 @@ void bench_cross(const BenchOptions& o) {
           for (int64_t t = 0; t < steps; ++t) {
             const auto seg = segment_schedule(torch::full({1}, t, torch::kLong), m, expected);
             const auto changed = seg.ne(prev);
-            (void)run.attention.step(x, run.state, mask, enc_len, m, seg, changed, switches, nullptr);
+            (void)run.attention.step(x, run.state, mask, enc_len, m, seg, changed.nonzero().view(-1), switches,
+                                     nullptr);
             switches = switches + changed.to(torch::kLong);
             prev = seg;
           }

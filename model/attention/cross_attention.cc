@@ -414,9 +414,8 @@ int64_t CrossAttention::window_width() const {
   return kind == CrossAttentionKind::kXlMemory ? 2 * segment_size : segment_size;
 }
 
-void CrossAttention::refresh_windows(LayerState& ls, const torch::Tensor& idx, const torch::Tensor& changed,
+void CrossAttention::refresh_windows(LayerState& ls, const torch::Tensor& idx, const torch::Tensor& rows,
                                      const torch::Tensor& enc_len) const {
-  const auto rows = changed.nonzero().view(-1);
   if (rows.numel() == 0) return;
   const auto picked = idx.index_select(0, rows);
   const auto where = keys_of(ls, rows);
@@ -425,32 +424,29 @@ void CrossAttention::refresh_windows(LayerState& ls, const torch::Tensor& idx, c
   overwrite_rows(ls.window_v, rows, window_rows(ls.cross_v, picked, where, len));
 }
 
-void CrossAttention::apply_switch_table(LayerState& ls, const torch::Tensor& changed, const torch::Tensor& switches,
-                                        torch::Tensor* fired) const {
+void CrossAttention::apply_switch_table(LayerState& ls, const torch::Tensor& changed_rows,
+                                        const torch::Tensor& switches, torch::Tensor* fired) const {
   // Row b's entry e is pool entry drive_start[b] + e (LayerState::drive_start). The schedule bounds e
-  // by the row's own entries; the pool's end is what is checked here, so that no read leaves it.
-  const int64_t entries = ls.switch_drive.size(0);
-  const auto too_many = [] {
-    return std::logic_error("cross-attention: a row switched segments more often than the switch table holds");
-  };
+  // by the row's own entries (checked by the step); here the host holds the integers, the pool's end
+  // is checked too.
+  if (changed_rows.numel() == 0) return;
   const bool ablation3 = kind == CrossAttentionKind::kAblationIII;
   if (!ablation3 && is_cpu_inference_float(ls.mem) && kernels::use_cpu_kernels()) {
     // In place, one pass per changed row, from plain integers: the LibTorch form below costs ~20
     // small ops, more than the update itself.
-    const auto ch = changed.to(torch::kBool).contiguous();
+    const int64_t entries = ls.switch_drive.size(0);
+    const auto picked = changed_rows.to(torch::kLong).contiguous();
+    const std::vector<int64_t> rows(picked.data_ptr<int64_t>(), picked.data_ptr<int64_t>() + picked.numel());
     const auto sw = switches.to(torch::kLong).contiguous();
-    const bool* is_changed = ch.data_ptr<bool>();
     const int64_t* entry = sw.data_ptr<int64_t>();
     const auto starts = ls.drive_start.to(torch::kCPU, torch::kLong).contiguous();
     const int64_t* start = starts.data_ptr<int64_t>();
-    const int64_t B = ch.numel();
-    std::vector<int64_t> rows;
-    for (int64_t b = 0; b < B; ++b) {
-      if (!is_changed[b]) continue;
-      if (entry[b] < 0 || start[b] < 0 || start[b] + entry[b] >= entries) throw too_many();
-      rows.push_back(b);
+    const int64_t B = sw.numel();
+    for (const int64_t b : rows) {
+      if (b < 0 || b >= B || entry[b] < 0 || start[b] < 0 || start[b] + entry[b] >= entries) {
+        throw std::logic_error("cross-attention: a row switched segments more often than the switch table holds");
+      }
     }
-    if (rows.empty()) return;
     make_exclusive(ls.mem);
     make_exclusive(ls.recur);
     const auto table = ls.switch_drive.contiguous();
@@ -471,11 +467,8 @@ void CrossAttention::apply_switch_table(LayerState& ls, const torch::Tensor& cha
     }
     return;
   }
-  const auto rows = changed.nonzero().view(-1);
-  if (rows.numel() == 0) return;
-  const auto entry = switches.index_select(0, rows);
-  const auto at = ls.drive_start.index_select(0, rows) + entry;
-  if (entry.min().item<int64_t>() < 0 || at.max().item<int64_t>() >= entries) throw too_many();
+  const auto& rows = changed_rows;
+  const auto at = ls.drive_start.index_select(0, rows) + switches.index_select(0, rows);
   const auto drive = ls.switch_drive.index_select(0, at);
   if (ablation3) {
     ls.recur = ls.recur.index_copy(0, rows, drive);
@@ -624,7 +617,7 @@ torch::Tensor CrossAttention::teacher_forced_recurrence(const torch::Tensor& qf,
 
 torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const torch::Tensor& enc_mask,
                                    const torch::Tensor& enc_len, const torch::Tensor& m, const torch::Tensor& seg,
-                                   const torch::Tensor& changed, const torch::Tensor& switches,
+                                   const torch::Tensor& changed_rows, const torch::Tensor& switches,
                                    torch::Tensor* fired) const {
   auto qh = split_heads(q(x), heads);
   if (scale != 1.0) qh = qh * scale;
@@ -653,7 +646,7 @@ torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const
       attn = attend_window_in_place(qh, ls, seg, enc_len, segment_size, xl ? -1 : 0, window_width());
     } else {
       const auto win = segment_window(seg, enc_len, segment_size, xl ? -1 : 0, window_width(), kmax);
-      if (ls.window_k.defined()) refresh_windows(ls, win.idx, changed, enc_len);
+      if (ls.window_k.defined()) refresh_windows(ls, win.idx, changed_rows, enc_len);
       // Without windows (a state started with the kernels on, stepped with them off), from the pools.
       auto keys = ls.window_k.defined() ? ls.window_k : window_rows(ls.cross_k, win.idx, ls.cross_start, enc_len);
       auto values = ls.window_v.defined() ? ls.window_v : window_rows(ls.cross_v, win.idx, ls.cross_start, enc_len);
@@ -674,8 +667,8 @@ torch::Tensor CrossAttention::step(const torch::Tensor& x, LayerState& ls, const
   if (recurrent()) {
     const Fp32Region fp32;
     if (ls.switch_drive.defined()) {
-      apply_switch_table(ls, changed, switches, fired);
-    } else if (const auto rows = changed.nonzero().view(-1); rows.numel() > 0) {
+      apply_switch_table(ls, changed_rows, switches, fired);
+    } else if (const auto& rows = changed_rows; rows.numel() > 0) {
       // Only rows whose segment changed pay for K_i^T V_i and the RAF step.
       const auto upd =
           recurrent_update(ls.kv.index_select(0, rows), ls.cross_k, ls.cross_v, ls.mem.index_select(0, rows),

@@ -48,11 +48,14 @@ struct CrossAttention {
                         const torch::Tensor& enc_len, const torch::Tensor& m, const torch::Tensor& seg,
                         const torch::Tensor& changed, torch::Tensor* fired) const;
 
-  // One step: x [B,1,D]; seg/changed [B]; switches [B] segment switches each row took before this
-  // step (its entry in the switch table). Updates the membrane and R of the changed rows in ls.
+  // One step: x [B,1,D]; seg [B]; changed_rows [n] int64, the rows whose segment changed (on x's device:
+  // index tensors, never read by the host on a GPU, so a step waits for no kernel); switches [B] segment
+  // switches each row took before this step (its entry in the switch table, which the caller keeps
+  // within the row's entries: EncoderDecoderModel::step checks it). Updates the membrane and R of the
+  // changed rows in ls.
   torch::Tensor step(const torch::Tensor& x, LayerState& ls, const torch::Tensor& enc_mask,
                      const torch::Tensor& enc_len, const torch::Tensor& m, const torch::Tensor& seg,
-                     const torch::Tensor& changed, const torch::Tensor& switches, torch::Tensor* fired) const;
+                     const torch::Tensor& changed_rows, const torch::Tensor& switches, torch::Tensor* fired) const;
 
   // Key/value rows one decoder step reads (per row): k (full), s, 2s (xl) or s + m (global).
   int64_t keys_read_per_step(int64_t enc_len) const;
@@ -85,7 +88,7 @@ struct CrossAttention {
   void prepare_recurrent_cpu(LayerState& ls, const torch::Tensor& enc_len, const torch::Tensor& m,
                              const torch::Tensor& expected_len) const;
   // Applies the changed rows' precomputed drives (entry `switches` of each row's table) to ls.
-  void apply_switch_table(LayerState& ls, const torch::Tensor& changed, const torch::Tensor& switches,
+  void apply_switch_table(LayerState& ls, const torch::Tensor& changed_rows, const torch::Tensor& switches,
                           torch::Tensor* fired) const;
   // Teacher-forced recurrent term q R for every position: qf [B,H,q,d] fp32 -> [B,H,q,d] fp32. The
   // RAF recurrence runs over each row's segment switches (not over positions), from drives computed
@@ -104,8 +107,8 @@ struct CrossAttention {
   // Keys a segmented softmax reads per step: s, or 2s for xl (previous segment too).
   int64_t window_width() const;
   // Gathers the window (rows idx [B,W] of cross K/V; enc_len [B]) of the rows whose segment changed
-  // into ls.window_k/window_v.
-  void refresh_windows(LayerState& ls, const torch::Tensor& idx, const torch::Tensor& changed,
+  // (changed_rows [n]) into ls.window_k/window_v.
+  void refresh_windows(LayerState& ls, const torch::Tensor& idx, const torch::Tensor& changed_rows,
                        const torch::Tensor& enc_len) const;
 };
 

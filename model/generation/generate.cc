@@ -17,6 +17,7 @@ GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig
   options.pad_token_id = config.pad_token_id;
   if (!options.forced_bos_token_id) options.forced_bos_token_id = config.forced_bos_token_id;
   if (!options.forced_eos_token_id) options.forced_eos_token_id = config.forced_eos_token_id;
+  options.decoder_positions = config.arch == Architecture::kBart ? config.max_position_embeddings : 0;
   return options;
 }
 
@@ -24,6 +25,7 @@ GenerationOptions model_generation_defaults(const ModelConfig& config) {
   GenerationOptions o = with_model_tokens(GenerationOptions{}, config);
   // HF's max_length / min_length count the decoder start token; new tokens are one fewer.
   o.max_new_tokens = config.max_length ? std::max<int64_t>(1, *config.max_length - 1) : 128;
+  if (o.decoder_positions > 0) o.max_new_tokens = std::min(o.max_new_tokens, o.decoder_positions);
   o.min_new_tokens = config.min_length ? std::max<int64_t>(0, *config.min_length - 1) : 0;
   o.num_beams = config.num_beams.value_or(1);
   o.length_penalty = config.length_penalty.value_or(1.0);

@@ -22,12 +22,12 @@ struct GenerateResult {
 };
 
 // Copies the model's token ids (decoder start, EOS, pad, and forced BOS/EOS unless `options` already
-// sets them) into `options`.
+// sets them) and its decoder positions (BART's max_position_embeddings; T5 has no limit) into `options`.
 GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig& config);
 
 // The model's generation defaults (Hugging Face meanings, ModelConfig's generation fields): its tokens,
-// max_new_tokens = max_length − 1 (else 128), min_new_tokens = min_length − 1 (else 0; callers clamp it
-// to their max_new_tokens), num_beams, length_penalty, early_stopping, no_repeat_ngram_size, and the
+// max_new_tokens = max_length − 1 (else 128; at most the decoder's positions), min_new_tokens = min_length − 1 (else 0;
+// callers clamp it to their max_new_tokens), num_beams, length_penalty, early_stopping, no_repeat_ngram_size, and the
 // sampling settings do_sample, temperature, top_k (else 50, as HF), top_p, repetition_penalty, and
 // num_return_sequences (sampling with one beam: that many samples; beams, searched or sampled: at most
 // num_beams); the rest GenerationOptions' own defaults. The server, `srformer summarize` and `srformer

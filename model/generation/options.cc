@@ -27,6 +27,12 @@ void validate(const GenerationOptions& o) {
     reject("max_new_tokens is " + to_string(o.max_new_tokens) + "; set it between 1 and " +
            to_string(kMaxNewTokensLimit));
   }
+  if (o.decoder_positions < 0) reject("decoder_positions is " + to_string(o.decoder_positions) + "; it must be >= 0");
+  if (o.decoder_positions > 0 && o.max_new_tokens > o.decoder_positions) {
+    reject("max_new_tokens is " + to_string(o.max_new_tokens) + " but this model has " +
+           to_string(o.decoder_positions) + " decoder positions (max_position_embeddings); set it to at most " +
+           to_string(o.decoder_positions));
+  }
   if (o.vocab_limit < 0 || (o.vocab_limit > 0 && o.eos_token_id >= o.vocab_limit)) {
     reject("vocab_limit is " + to_string(o.vocab_limit) + " but EOS is id " + to_string(o.eos_token_id) +
            "; the tokenizer does not match the model");

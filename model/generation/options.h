@@ -35,6 +35,9 @@ struct GenerationOptions {
   // Ids at or above this are never generated (0 = no limit): the tokenizer's vocabulary size, since a
   // model's embedding may have rows past it that no text stands for (T5: 32128 rows, 32100 tokens).
   int64_t vocab_limit = 0;
+  // Decoder positions the model has (0 = no limit): BART's learned position embeddings bound
+  // max_new_tokens (new token n is decided at position n - 1); T5's relative positions do not.
+  int64_t decoder_positions = 0;
 };
 
 // Sampling with one beam: each returned sequence is an independent sample drawing in a batch row of its

@@ -423,6 +423,14 @@ class Run {
     }
     scaler_ = LossScaler(mode_.mixed == c10::ScalarType::Half, saved_scale_, saved_good_updates_);
     model_ = load_model(load_dir_, lo);
+    // A target of n tokens is read at decoder positions 0 .. n - 1 (BART's are learned: so many of them).
+    if (const int64_t positions = with_model_tokens({}, model_->config()).decoder_positions;
+        positions > 0 && o_.max_target_tokens > positions) {
+      throw std::invalid_argument("--max-target-tokens " + std::to_string(o_.max_target_tokens) +
+                                  " is more than this model's " + std::to_string(positions) +
+                                  " decoder positions (max_position_embeddings); set it to at most " +
+                                  std::to_string(positions));
+    }
     mode_.dropout = o_.dropout ? DropoutRates{*o_.dropout, *o_.dropout, *o_.dropout} : model_->config().dropout;
     console_ << "dropout: hidden " << mode_.dropout.hidden << ", attention " << mode_.dropout.attention
              << ", activation " << mode_.dropout.activation << (o_.dropout ? " (--dropout)" : " (the model's config)")

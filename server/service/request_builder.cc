@@ -145,8 +145,13 @@ int64_t effective_max_input_tokens(const ModelConfig& config, const ServiceLimit
   return limit;
 }
 
+int64_t max_new_tokens_limit(const ModelConfig& config, const ServiceLimits& limits) {
+  const int64_t positions = with_model_tokens({}, config).decoder_positions;
+  return positions > 0 ? std::min(limits.max_new_tokens_cap, positions) : limits.max_new_tokens_cap;
+}
+
 int64_t default_max_new_tokens(const ModelConfig& config, const ServiceLimits& limits) {
-  return std::min(model_generation_defaults(config).max_new_tokens, limits.max_new_tokens_cap);
+  return std::min(model_generation_defaults(config).max_new_tokens, max_new_tokens_limit(config, limits));
 }
 
 ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfig& config,
@@ -164,6 +169,10 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
     if (p.max_new_tokens() > limits.max_new_tokens_cap) {
       invalid("max_new_tokens " + str(p.max_new_tokens()) + " is over the server cap of " +
               str(limits.max_new_tokens_cap) + "; ask for at most " + str(limits.max_new_tokens_cap));
+    }
+    if (const int64_t most = max_new_tokens_limit(config, limits); p.max_new_tokens() > most) {
+      invalid("max_new_tokens " + str(p.max_new_tokens()) + " is more than this model can write: its decoder has " +
+              str(most) + " positions (config.json's max_position_embeddings); ask for at most " + str(most));
     }
     o.max_new_tokens = p.max_new_tokens();
   } else {

@@ -45,7 +45,10 @@ void validate_document(std::string_view document);
 // True when `text` is well-formed UTF-8 (no overlongs, surrogates or code points over U+10FFFF).
 bool is_valid_utf8(std::string_view text);
 
-// max_new_tokens of a request that sets none: the model's default within --max-new-tokens-cap.
+// The most max_new_tokens a request may ask for: --max-new-tokens-cap, or fewer where the model's decoder
+// has fewer positions (BART's max_position_embeddings).
+int64_t max_new_tokens_limit(const ModelConfig& config, const ServiceLimits& limits);
+// max_new_tokens of a request that sets none: the model's default within max_new_tokens_limit.
 int64_t default_max_new_tokens(const ModelConfig& config, const ServiceLimits& limits);
 
 // Applies the model config's defaults to unset fields and checks every option against the caps.

@@ -500,6 +500,7 @@ grpc::ServerUnaryReactor* SummarizerService::ListModels(grpc::CallbackServerCont
     m->set_cross_attention(to_string(c.srformer.cross_attention));
     m->set_segment_size(static_cast<int32_t>(c.srformer.segment_size));
     m->set_max_input_tokens(static_cast<int32_t>(effective_max_input_tokens(c, limits_)));
+    m->set_max_new_tokens(static_cast<int32_t>(max_new_tokens_limit(c, limits_)));
     m->set_device(e->device().str());
     m->set_dtype(dtype_name(e->dtype()));
     m->set_parameters(e->parameter_count());

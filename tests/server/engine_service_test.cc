@@ -1114,6 +1114,7 @@ TEST(EngineService, SeveralModelsByNameAndListModels) {
   EXPECT_EQ(models.models(1).name(), "beta");
   EXPECT_EQ(models.models(1).segment_size(), 8);
   EXPECT_EQ(models.models(1).max_input_tokens(), 32);
+  EXPECT_EQ(models.models(1).max_new_tokens(), 512) << "the server's cap: under the fake BART's 1024 positions";
   EXPECT_EQ(models.models(0).device(), "cpu");
   EXPECT_EQ(models.models(0).dtype(), "fp32");
   EXPECT_EQ(models.models(0).architecture(), "bart");

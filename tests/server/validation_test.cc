@@ -405,6 +405,39 @@ TEST(Validation, DefaultsAsRequestOptionsResolveToThemselves) {
   EXPECT_EQ(static_cast<int>(set.size()), v1::GenerationOptions::descriptor()->field_count());
 }
 
+// BART's learned positions bound what a request may ask for (new token n is decided at position n - 1);
+// T5's relative ones do not. The refusal says how many to ask for, and ListModels reports the limit.
+TEST(Validation, MaxNewTokensStopsAtABartDecodersPositions) {
+  using server::max_new_tokens_limit;
+  ModelConfig bart;
+  bart.arch = Architecture::kBart;
+  bart.max_position_embeddings = 50;
+  ModelConfig t5 = bart;
+  t5.arch = Architecture::kT5;
+  server::ServiceLimits limits, tight;
+  limits.max_new_tokens_cap = 64;
+  tight.max_new_tokens_cap = 40;
+  EXPECT_EQ(max_new_tokens_limit(bart, limits), 50);
+  EXPECT_EQ(max_new_tokens_limit(bart, tight), 40);
+  EXPECT_EQ(max_new_tokens_limit(t5, limits), 64);
+  EXPECT_EQ(server::resolve_options({}, bart, limits).options.max_new_tokens, 50) << "128 by default, cut to 50";
+  v1::GenerationOptions p;
+  p.set_max_new_tokens(50);
+  EXPECT_EQ(server::resolve_options(p, bart, limits).options.max_new_tokens, 50);
+  p.set_max_new_tokens(51);
+  EXPECT_EQ(server::resolve_options(p, t5, limits).options.max_new_tokens, 51);
+  try {
+    (void)server::resolve_options(p, bart, limits);
+    ADD_FAILURE() << "51 new tokens from 50 positions was accepted";
+  } catch (const server::RequestError& e) {
+    EXPECT_EQ(e.code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find("its decoder has 50 positions (config.json's max_position_embeddings); ask "
+                                         "for at most 50"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Validation, InputLimitOfAModelWhoseConfigSetsNoneIsTheServers) {
   using server::effective_max_input_tokens;
   ModelConfig bounded;  // BART's max_position_embeddings, a T5's n_positions

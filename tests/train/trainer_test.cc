@@ -206,6 +206,20 @@ TEST_F(Fixture, ClearErrors) {
   o = options("err");
   o.autocast = "fp8";
   EXPECT_THROW(train(o, console), std::invalid_argument);
+  o = options("err");  // a BART reads its target at its learned positions: 4 of them here
+  auto bart = tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4, 32);
+  bart.max_position_embeddings = 4;
+  o.model_dir = tmp.path() / "bart";
+  write_random_model(o.model_dir, bart, 3, 0.0);
+  fs::copy_file(model / "spiece.model", o.model_dir / "spiece.model");
+  try {
+    train(o, console);
+    FAIL() << "6 target tokens at 4 positions";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--max-target-tokens 6 is more than this model's 4 decoder positions"),
+              std::string::npos)
+        << e.what();
+  }
   o = options("err");
   o.autocast = "fp16";  // LibTorch's CPU autocast is bf16 only
   try {
