@@ -167,7 +167,8 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
   --max-queue N               requests waiting per model before RESOURCE_EXHAUSTED (default 256)
   --max-input-tokens N        input token limit (default: each model's own; a model whose config.json
                               sets none, e.g. a T5 without n_positions: 4096, which N may also raise)
-  --max-new-tokens-cap N      largest max_new_tokens a request may ask for (default 512)
+  --max-new-tokens-cap N      largest max_new_tokens a request may ask for (default 512; a BART
+                              model allows at most its max_position_embeddings)
   --max-beams N               largest num_beams, or number of samples, a request may ask for (default 8)
   --max-tokens-in-flight N    admission budget: sum of rows*(longest input+max_new_tokens) (default unlimited)
   --max-encode-tokens N       input tokens encoded per iteration while others decode; bounds the stall
