@@ -1,4 +1,4 @@
-// `srformer inspect DIR [--input-tokens K]`: configuration, parameter count, per-request state bytes.
+// `srformer inspect DIR [--input-tokens K]`: configuration, parameter count, limits, per-request state bytes.
 #include <torch/torch.h>
 
 #include <iostream>
@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "model/generation/generate.h"
 #include "model/seq2seq.h"
 
 namespace srformer::tools {
@@ -42,7 +43,8 @@ int run_inspect(const std::vector<std::string>& args) {
   auto state = model->start(enc, torch::full({1}, new_tokens, torch::kLong));
   const int64_t start_bytes = state.bytes();
   auto tok = torch::full({1}, c.decoder_start_token_id, torch::kLong);
-  const int64_t steps = c.arch == Architecture::kBart ? std::min(new_tokens, c.max_position_embeddings) : new_tokens;
+  const int64_t positions = with_model_tokens({}, c).decoder_positions;  // BART's learned ones; T5: 0, no limit
+  const int64_t steps = positions > 0 ? std::min(new_tokens, positions) : new_tokens;
   for (int64_t t = 0; t < steps; ++t) tok = model->step(state, tok).argmax(-1);
   nlohmann::json j;
   j["model"] = dir;
@@ -58,6 +60,7 @@ int run_inspect(const std::vector<std::string>& args) {
   j["weight_bytes"] = model->parameter_bytes();      // as loaded (fp32 on the CPU, tied tensors once)
   j["packed_bytes"] = model->packed_weight_bytes();  // the projections' packed copies beside them
   j["max_input_tokens"] = c.max_input_tokens;
+  j["max_new_tokens"] = positions > 0 ? nlohmann::json(positions) : nlohmann::json(nullptr);  // null: no limit
   // What the server's --max-state-memory counts for such a request (one row; docs/OPERATIONS.md, "Memory").
   const auto f = model->state_footprint();
   j["state"] = {{"input_tokens", k},

@@ -639,6 +639,7 @@ TEST_F(EndToEnd, InspectEstimatesTheStateItMeasures) {
   EXPECT_LE(estimated - measured, measured / 20) << r.out;
   EXPECT_GT(j["state_footprint"]["per_encoder_position"].get<int64_t>(), 0);
   EXPECT_TRUE(j["state_footprint"]["inputs_shared_by_beams"].get<bool>());  // an SRformer model: slots
+  EXPECT_TRUE(j["max_new_tokens"].is_null()) << "a T5's relative positions set no limit: " << r.out;
 }
 
 TEST_F(EndToEnd, BadFlagsExplainThemselves) {
