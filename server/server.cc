@@ -109,6 +109,13 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
           "in each request",
           e->name(), err.what());
     }
+    if (e->tokenizer().vocab_size() > e->config().vocab_size) {
+      spdlog::warn(
+          "model '{}': its tokenizer has {} tokens but its embedding {} rows (config.json's vocab_size): the "
+          "tokenizer files may not belong to this checkpoint; a document holding a token past the rows is refused "
+          "(FAILED_PRECONDITION)",
+          e->name(), e->tokenizer().vocab_size(), e->config().vocab_size);
+    }
     if (const auto warning = unsupported_generation_warning(e->config()); !warning.empty()) {
       spdlog::warn("model '{}': {}", e->name(), warning);
     }

@@ -102,13 +102,14 @@ struct FakeModelOptions {
   std::optional<std::string> prefix;
   std::optional<int64_t> expected_length;  // srformer.expected_length
   std::optional<double> temperature;       // with do_sample set when given
+  int64_t vocab_size = 259;                // the config's (embedding rows); FakeTokenizer has 259 tokens
 };
 
 class FakeModel : public Seq2SeqModel {
  public:
   explicit FakeModel(FakeModelOptions o = {}) : options_(o) {
     config_.arch = Architecture::kBart;
-    config_.vocab_size = 259;
+    config_.vocab_size = o.vocab_size;
     config_.pad_token_id = 0;
     config_.eos_token_id = 1;
     config_.decoder_start_token_id = 2;

@@ -438,6 +438,29 @@ TEST(Validation, MaxNewTokensStopsAtABartDecodersPositions) {
   }
 }
 
+// A model served with a tokenizer larger than its embedding (FakeTokenizer: 259 tokens; this model 100
+// rows): a document whose tokens all fit is served, one holding a token past the rows is refused alone,
+// before the engine, where it would fail every request encoded beside it.
+TEST(Validation, ATokenPastTheModelsEmbeddingIsRefusedAndOnlyThatRequest) {
+  FakeServerOptions so;
+  FakeModelOptions narrow;
+  narrow.vocab_size = 100;  // ids 0..99: bytes below 'a' (id = byte + 3)
+  so.models = {{"narrow", narrow}};
+  TestServer server(so);
+  grpc::ClientContext bad_ctx;
+  v1::SummarizeResponse bad;
+  const auto refused = server.stub().Summarize(&bad_ctx, make_request("ABC abc", "narrow"), &bad);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("the document holds the token 'a' (id 100), past the 100 rows of model "
+                                         "'narrow''s embedding: its tokenizer has 259 tokens"),
+            std::string::npos)
+      << refused.error_message();
+  grpc::ClientContext ok_ctx;
+  v1::SummarizeResponse ok;
+  const auto served = server.stub().Summarize(&ok_ctx, make_request("ABC DEF", "narrow"), &ok);
+  EXPECT_TRUE(served.ok()) << served.error_message();
+}
+
 TEST(Validation, InputLimitOfAModelWhoseConfigSetsNoneIsTheServers) {
   using server::effective_max_input_tokens;
   ModelConfig bounded;  // BART's max_position_embeddings, a T5's n_positions
