@@ -165,8 +165,9 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
   --threads N                 torch intra-op threads per model engine (default: cores / models)
   --max-batch-rows N          rows (beams and samples count) decoded together per model (default 64)
   --max-queue N               requests waiting per model before RESOURCE_EXHAUSTED (default 256)
-  --max-input-tokens N        input token limit (default: each model's own; a model whose config.json
-                              sets none, e.g. a T5 without n_positions: 4096, which N may also raise)
+  --max-input-tokens N        input token limit (default: each model's own; N may lower it, and raise a
+                              T5's n_positions, which relative positions make advisory; a T5 whose
+                              config.json sets none: 4096)
   --max-new-tokens-cap N      largest max_new_tokens a request may ask for (default 512; a BART
                               model allows at most its max_position_embeddings)
   --max-beams N               largest num_beams, or number of samples, a request may ask for (default 8)

@@ -124,6 +124,13 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
           "model '{}': config.json sets no input limit (n_positions); serving inputs of up to {} tokens "
           "(--max-input-tokens N to change: the encoder's time grows with the square of it)",
           e->name(), effective_max_input_tokens(e->config(), service_limits));
+    } else if (const int64_t served = effective_max_input_tokens(e->config(), service_limits);
+               served > e->config().max_input_tokens) {
+      spdlog::info(
+          "model '{}': serving inputs of up to {} tokens (--max-input-tokens), over the {} its config.json names "
+          "(n_positions: relative positions read any length; past the length it was trained at, quality is the "
+          "checkpoint's)",
+          e->name(), served, e->config().max_input_tokens);
     }
   }
 }

@@ -26,6 +26,7 @@
 #include "model/eval/batch_summarize.h"
 #include "model/eval/rouge.h"
 #include "model/generation/generate.h"
+#include "model/input_limit.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tools/arg_reader.h"
@@ -207,7 +208,7 @@ GenerationRun generate_all(const Args& a, const std::string& model_dir, const st
 
   GenerationRun run;
   run.max_input_tokens = a.max_input.value_or(c.max_input_tokens);
-  if (run.max_input_tokens > c.max_input_tokens) {
+  if (run.max_input_tokens > c.max_input_tokens && !input_limit_can_be_raised(c)) {
     throw std::invalid_argument("--max-input-tokens " + std::to_string(run.max_input_tokens) +
                                 " is over the model's limit of " + std::to_string(c.max_input_tokens));
   }

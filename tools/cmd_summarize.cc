@@ -15,6 +15,7 @@
 #include "model/data/encode.h"
 #include "model/dtype_name.h"
 #include "model/generation/generate.h"
+#include "model/input_limit.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tools/arg_reader.h"
@@ -34,6 +35,7 @@ const char* kUsage =
     "  --repetition-penalty X --expected-length L (SRformer schedule; default: the model's\n"
     "  srformer.expected_length, else max-new-tokens)\n"
     "  --truncate (cut over-long input instead of failing) --threads N --json --stream\n"
+    "  --max-input-tokens N (lowers the model's input limit; a T5's n_positions is advisory: N may raise it)\n"
     "  --dtype fp32|bf16 (bf16: projections in bfloat16; needs a CPU with AMX or AVX512-BF16)\n"
     "  Defaults come from the model's generation_config.json, else config.json (max_length, num_beams,\n"
     "  do_sample, top_k (else 50), ...), as in the server.\n";
@@ -52,7 +54,7 @@ int run_summarize(const std::vector<std::string>& args) {
   bool json = false, stream = false, truncate = false;
   int threads = 0;
   LoadOptions load;
-  std::optional<int64_t> max_new, min_new, beams, no_repeat, top_k, expected, returned;
+  std::optional<int64_t> max_new, min_new, beams, no_repeat, top_k, expected, returned, max_input;
   std::optional<double> length_penalty, temperature, top_p, rep;
   std::optional<EarlyStopping> early;
   std::optional<bool> sample;
@@ -100,6 +102,8 @@ int run_summarize(const std::vector<std::string>& args) {
       expected = std::stoll(r.value());
     } else if (a == "--truncate") {
       truncate = true;
+    } else if (a == "--max-input-tokens") {
+      max_input = std::stoll(r.value());
     } else if (a == "--threads") {
       threads = std::stoi(r.value());
     } else if (a == "--dtype") {
@@ -126,13 +130,22 @@ int run_summarize(const std::vector<std::string>& args) {
   auto ids = tokenizer->encode(text);
   const int64_t original = static_cast<int64_t>(ids.size());
   bool truncated = false;
-  if (original > c.max_input_tokens) {
+  // The server's rule (effective_max_input_tokens): the model's limit, which --max-input-tokens lowers,
+  // or sets outright where the limit is advisory (T5's n_positions).
+  const int64_t limit =
+      max_input && (*max_input < c.max_input_tokens || input_limit_can_be_raised(c)) ? *max_input : c.max_input_tokens;
+  if (max_input && *max_input < 1) throw std::invalid_argument("--max-input-tokens must be at least 1");
+  if (max_input && *max_input > limit) {
+    throw std::invalid_argument("--max-input-tokens " + std::to_string(*max_input) + " is over the model's limit of " +
+                                std::to_string(limit) + " (BART's max_position_embeddings)");
+  }
+  if (original > limit) {
     if (!truncate) {
-      throw std::invalid_argument("the document has " + std::to_string(original) +
-                                  " tokens, over the model's limit of " + std::to_string(c.max_input_tokens) +
-                                  "; pass --truncate to cut it");
+      throw std::invalid_argument("the document has " + std::to_string(original) + " tokens, over the limit of " +
+                                  std::to_string(limit) + "; pass --truncate to cut it" +
+                                  (input_limit_can_be_raised(c) ? " or --max-input-tokens to raise it" : ""));
     }
-    truncated = data::truncate_keeping_last(ids, c.max_input_tokens);
+    truncated = data::truncate_keeping_last(ids, limit);
   }
 
   const GenerationOptions d = model_generation_defaults(c);

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "model/generation/generate.h"
+#include "model/input_limit.h"
 
 namespace srformer::server {
 
@@ -140,6 +141,8 @@ int64_t effective_max_input_tokens(const ModelConfig& config, const ServiceLimit
     // No limit of the checkpoint's own: the operator's, else kUnboundedModelInputTokens.
     return limits.max_input_tokens > 0 ? limits.max_input_tokens : kUnboundedModelInputTokens;
   }
+  // An advisory limit (T5's n_positions): the operator's, above or below it.
+  if (limits.max_input_tokens > 0 && input_limit_can_be_raised(config)) return limits.max_input_tokens;
   int64_t limit = config.max_input_tokens > 0 ? config.max_input_tokens : limits.max_input_tokens;
   if (limits.max_input_tokens > 0) limit = std::min(limit, limits.max_input_tokens);
   return limit;

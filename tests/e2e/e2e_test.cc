@@ -642,6 +642,46 @@ TEST_F(EndToEnd, InspectEstimatesTheStateItMeasures) {
   EXPECT_TRUE(j["max_new_tokens"].is_null()) << "a T5's relative positions set no limit: " << r.out;
 }
 
+// A T5's n_positions is the length it was made for, not what its relative positions can read (an SRformer
+// fine-tuned on long documents keeps T5's 512): --max-input-tokens may raise it, in the server and in
+// `srformer summarize` alike, and both give the same summary of a document past it.
+TEST_F(EndToEnd, AT5sNPositionsIsAdvisoryAndTheFlagRaisesIt) {
+  const fs::path dir = *work_ / "t5_n_positions";
+  fs::create_directories(dir);
+  for (const auto& f : fs::directory_iterator(*model_dir_)) {
+    fs::copy_file(f.path(), dir / f.path().filename(), fs::copy_options::overwrite_existing);
+  }
+  nlohmann::json config;
+  std::ifstream(dir / "config.json") >> config;
+  config["n_positions"] = 16;
+  std::ofstream(dir / "config.json") << config.dump();
+  const std::string summarize = kTool + " summarize --model " + dir.string() + " --max-new-tokens 8 --json ";
+  auto refused = run_command(summarize + doc(3) + " 2>&1");  // ~60 words: past 16 tokens
+  EXPECT_EQ(refused.exit_code, 1) << refused.out;
+  EXPECT_NE(refused.out.find("over the limit of 16; pass --truncate to cut it or --max-input-tokens to raise it"),
+            std::string::npos)
+      << refused.out;
+  auto offline_run = run_command(summarize + "--max-input-tokens 400 " + doc(3));
+  ASSERT_EQ(offline_run.exit_code, 0) << offline_run.out;
+  const auto offline_json = nlohmann::json::parse(offline_run.out);
+  EXPECT_GT(offline_json["usage"]["input_tokens"].get<int>(), 16) << offline_run.out;
+
+  ServerProcess server(kServer,
+                       {"--model", "long=" + dir.string(), "--listen", "127.0.0.1:0", "--metrics-listen", "",
+                        "--max-input-tokens", "400"},
+                       (*work_ / "server_n_positions.log").string());
+  EXPECT_NE(server.log().find("serving inputs of up to 400 tokens (--max-input-tokens), over the 16"),
+            std::string::npos)
+      << server.log();
+  const std::string t = " --target " + server.target();
+  auto models = run_command(kClient + t + " --list-models --json");
+  ASSERT_EQ(models.exit_code, 0) << models.out;
+  EXPECT_EQ(nlohmann::json::parse(models.out)[0]["max_input_tokens"], 400);
+  auto served = run_command(kClient + t + " --max-new-tokens 8 --json " + doc(3));
+  ASSERT_EQ(served.exit_code, 0) << served.out;
+  EXPECT_EQ(nlohmann::json::parse(served.out)["token_ids"], offline_json["token_ids"]);
+}
+
 TEST_F(EndToEnd, BadFlagsExplainThemselves) {
   auto r = run_command(kServer + " --model nodir 2>&1");
   EXPECT_EQ(r.exit_code, 2);

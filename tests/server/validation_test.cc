@@ -479,6 +479,13 @@ TEST(Validation, InputLimitOfAModelWhoseConfigSetsNoneIsTheServers) {
   EXPECT_EQ(effective_max_input_tokens(unbounded, none), server::kUnboundedModelInputTokens);
   EXPECT_EQ(effective_max_input_tokens(unbounded, lower), 512);
   EXPECT_EQ(effective_max_input_tokens(unbounded, higher), 8000);
+  // A T5's n_positions is advisory (relative positions): the operator's limit, above or below it.
+  ModelConfig advisory;
+  advisory.arch = Architecture::kT5;
+  advisory.max_input_tokens = 1024;
+  EXPECT_EQ(effective_max_input_tokens(advisory, none), 1024);
+  EXPECT_EQ(effective_max_input_tokens(advisory, lower), 512);
+  EXPECT_EQ(effective_max_input_tokens(advisory, higher), 8000);
 }
 
 }  // namespace
