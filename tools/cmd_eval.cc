@@ -26,7 +26,7 @@
 #include "model/eval/batch_summarize.h"
 #include "model/eval/rouge.h"
 #include "model/generation/generate.h"
-#include "model/input_limit.h"
+#include "model/limits.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tools/arg_reader.h"
@@ -207,11 +207,7 @@ GenerationRun generate_all(const Args& a, const std::string& model_dir, const st
   const auto o = generation_options(a, c, *tokenizer);
 
   GenerationRun run;
-  run.max_input_tokens = a.max_input.value_or(c.max_input_tokens);
-  if (run.max_input_tokens > c.max_input_tokens && !input_limit_can_be_raised(c)) {
-    throw std::invalid_argument("--max-input-tokens " + std::to_string(run.max_input_tokens) +
-                                " is over the model's limit of " + std::to_string(c.max_input_tokens));
-  }
+  run.max_input_tokens = input_limit_with(c, a.max_input);
   std::vector<std::string> documents;
   for (const auto& e : data) documents.push_back(e.document);
   const auto started = Clock::now();

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model/generation/generate.h"
+#include "model/limits.h"
 #include "model/seq2seq.h"
 
 namespace srformer::tools {
@@ -43,7 +43,7 @@ int run_inspect(const std::vector<std::string>& args) {
   auto state = model->start(enc, torch::full({1}, new_tokens, torch::kLong));
   const int64_t start_bytes = state.bytes();
   auto tok = torch::full({1}, c.decoder_start_token_id, torch::kLong);
-  const int64_t positions = with_model_tokens({}, c).decoder_positions;  // BART's learned ones; T5: 0, no limit
+  const int64_t positions = decoder_positions(c);  // BART's learned ones; T5: 0, no limit
   const int64_t steps = positions > 0 ? std::min(new_tokens, positions) : new_tokens;
   for (int64_t t = 0; t < steps; ++t) tok = model->step(state, tok).argmax(-1);
   nlohmann::json j;

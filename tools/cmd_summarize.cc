@@ -15,7 +15,7 @@
 #include "model/data/encode.h"
 #include "model/dtype_name.h"
 #include "model/generation/generate.h"
-#include "model/input_limit.h"
+#include "model/limits.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tools/arg_reader.h"
@@ -132,13 +132,7 @@ int run_summarize(const std::vector<std::string>& args) {
   bool truncated = false;
   // The server's rule (effective_max_input_tokens): the model's limit, which --max-input-tokens lowers,
   // or sets outright where the limit is advisory (T5's n_positions).
-  const int64_t limit =
-      max_input && (*max_input < c.max_input_tokens || input_limit_can_be_raised(c)) ? *max_input : c.max_input_tokens;
-  if (max_input && *max_input < 1) throw std::invalid_argument("--max-input-tokens must be at least 1");
-  if (max_input && *max_input > limit) {
-    throw std::invalid_argument("--max-input-tokens " + std::to_string(*max_input) + " is over the model's limit of " +
-                                std::to_string(limit) + " (BART's max_position_embeddings)");
-  }
+  const int64_t limit = input_limit_with(c, max_input);
   if (original > limit) {
     if (!truncate) {
       throw std::invalid_argument("the document has " + std::to_string(original) + " tokens, over the limit of " +

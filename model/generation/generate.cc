@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "model/kernels/serial_region.h"
+#include "model/limits.h"
 
 namespace srformer {
 
@@ -17,7 +18,7 @@ GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig
   options.pad_token_id = config.pad_token_id;
   if (!options.forced_bos_token_id) options.forced_bos_token_id = config.forced_bos_token_id;
   if (!options.forced_eos_token_id) options.forced_eos_token_id = config.forced_eos_token_id;
-  options.decoder_positions = config.arch == Architecture::kBart ? config.max_position_embeddings : 0;
+  options.decoder_positions = decoder_positions(config);
   return options;
 }
 

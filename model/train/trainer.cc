@@ -23,6 +23,7 @@
 #include "model/eval/batch_summarize.h"
 #include "model/eval/rouge.h"
 #include "model/generation/generate.h"
+#include "model/limits.h"
 #include "model/seq2seq.h"
 #include "model/train/batch_plan.h"
 #include "model/train/loss.h"
@@ -424,7 +425,7 @@ class Run {
     scaler_ = LossScaler(mode_.mixed == c10::ScalarType::Half, saved_scale_, saved_good_updates_);
     model_ = load_model(load_dir_, lo);
     // A target of n tokens is read at decoder positions 0 .. n - 1 (BART's are learned: so many of them).
-    if (const int64_t positions = with_model_tokens({}, model_->config()).decoder_positions;
+    if (const int64_t positions = decoder_positions(model_->config());
         positions > 0 && o_.max_target_tokens > positions) {
       throw std::invalid_argument("--max-target-tokens " + std::to_string(o_.max_target_tokens) +
                                   " is more than this model's " + std::to_string(positions) +

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "model/generation/generate.h"
-#include "model/input_limit.h"
+#include "model/limits.h"
 
 namespace srformer::server {
 
@@ -149,7 +149,7 @@ int64_t effective_max_input_tokens(const ModelConfig& config, const ServiceLimit
 }
 
 int64_t max_new_tokens_limit(const ModelConfig& config, const ServiceLimits& limits) {
-  const int64_t positions = with_model_tokens({}, config).decoder_positions;
+  const int64_t positions = decoder_positions(config);
   return positions > 0 ? std::min(limits.max_new_tokens_cap, positions) : limits.max_new_tokens_cap;
 }
 

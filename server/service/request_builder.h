@@ -60,7 +60,7 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& proto, const ModelC
 v1::GenerationOptions to_proto(const ResolvedOptions& resolved);
 
 // Input tokens a request may hold: the smaller of the model's limit and --max-input-tokens; for a model
-// whose limit is advisory (input_limit_can_be_raised: T5's n_positions), --max-input-tokens where set,
+// whose limit is advisory (input_limit_can_be_raised, model/limits.h: T5's n_positions), --max-input-tokens where set,
 // above or below it; for a model whose config.json sets none (ModelConfig::max_input_tokens_is_fallback),
 // --max-input-tokens, else kUnboundedModelInputTokens (an encoder's attention time grows with the square of the input,
 // and its memory too without the CPU attention kernels: 4096 tokens cost a sixteenth of 16384).
