@@ -368,6 +368,12 @@ class BatchCall final : public grpc::ServerUnaryReactor {
  private:
   void done(int i, RequestResult result) {
     std::unique_lock lock(mu_);
+    // The first item to fail decides the call's status: the others' answers could not be returned, so
+    // stop their work now rather than decode them to the end (they come back cancelled).
+    if (const grpc::Status s = result_status(result); !s.ok() && error_.ok()) {
+      error_ = grpc::Status(s.error_code(), "requests[" + std::to_string(i) + "]: " + s.error_message());
+      for (auto& r : requests_) r->cancel();
+    }
     results_[i] = std::move(result);
     const bool last = --remaining_ == 0;
     lock.unlock();
@@ -375,15 +381,6 @@ class BatchCall final : public grpc::ServerUnaryReactor {
   }
   void complete() {
     grpc::Status status = error_;
-    if (status.ok()) {
-      for (size_t i = 0; i < results_.size(); ++i) {
-        const grpc::Status s = result_status(results_[i]);
-        if (!s.ok()) {
-          status = grpc::Status(s.error_code(), "requests[" + std::to_string(i) + "]: " + s.error_message());
-          break;
-        }
-      }
-    }
     if (status.ok()) {
       v1::SummarizeBatchResponse response;
       for (size_t i = 0; i < results_.size(); ++i) {

@@ -1037,6 +1037,45 @@ TEST(EngineService, BatchKeepsOrderAndEqualsUnary) {
   EXPECT_NE(st.error_message().find("requests[6]"), std::string::npos) << st.error_message();
 }
 
+// An item that fails while the batch runs ends the call with its status at once: the other items,
+// whose answers could no longer be returned, are cancelled rather than decoded to their end.
+TEST(EngineService, ABatchItemFailingCancelsTheOthersAndEndsTheCall) {
+  FakeServerOptions so;
+  FakeModelOptions faulty;
+  faulty.fail_encode_call = 1;
+  so.models = {{"slow", FakeModelOptions{256, 4, 5ms}}, {"faulty", faulty}};
+  TestServer server(so);
+  constexpr int kLong = 400;  // 2 s of 5 ms steps
+  v1::SummarizeBatchRequest batch;
+  *batch.add_requests() = request(doc_of(1), kLong, 1);
+  batch.mutable_requests(0)->set_model("slow");
+  batch.mutable_requests(0)->mutable_options()->set_min_new_tokens(kLong);
+  *batch.add_requests() = request(doc_of(2), 8, 1);
+  batch.mutable_requests(1)->set_model("faulty");
+  grpc::ClientContext ctx;
+  v1::SummarizeBatchResponse resp;
+  const auto status = server.stub().SummarizeBatch(&ctx, batch, &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(status.error_message().find("requests[1]: generation failed: encoder failed: fake encoder fault"),
+            std::string::npos)
+      << status.error_message();
+  EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_rows == 0 && s.state_bytes == 0; },
+                              std::chrono::seconds(10), "slow"));
+  EXPECT_LT(server.engine("slow").stats().steps, kLong) << "the slow item was decoded to its end";
+  // Both models serve the next call.
+  v1::SummarizeBatchRequest next;
+  *next.add_requests() = request(doc_of(3), 8, 1);
+  next.mutable_requests(0)->set_model("slow");
+  *next.add_requests() = request(doc_of(4), 8, 2);
+  next.mutable_requests(1)->set_model("faulty");
+  grpc::ClientContext ctx2;
+  const auto next_status = server.stub().SummarizeBatch(&ctx2, next, &resp);
+  ASSERT_TRUE(next_status.ok()) << next_status.error_message();
+  ASSERT_EQ(resp.responses_size(), 2);
+  EXPECT_EQ(ids_of(resp.responses(0)), offline(doc_of(3), 8, 1).tokens);
+  EXPECT_EQ(ids_of(resp.responses(1)), offline(doc_of(4), 8, 2).tokens);
+}
+
 TEST(EngineService, ABatchLargerThanTheQueueIsRefusedUpFrontAndNothingRuns) {
   FakeServerOptions so;
   so.config.max_queue = 4;
