@@ -361,10 +361,14 @@ void bench_search(const BenchOptions& o) {
 
 }  // namespace
 
-std::vector<int64_t> int_list(const std::string& csv) {
+std::vector<int64_t> int_list(const std::string& flag, const std::string& csv) {
   std::vector<int64_t> out;
   std::istringstream list(csv);
-  for (std::string v; std::getline(list, v, ',');) out.push_back(std::stoll(v));
+  for (std::string v; std::getline(list, v, ',');) {
+    out.push_back(parse_integer(flag, v));
+    if (out.back() < 1) throw std::invalid_argument(flag + " takes positive integers, got " + v);
+  }
+  if (out.empty()) throw std::invalid_argument(flag + " needs a comma-separated list of positive integers");
   return out;
 }
 
@@ -552,9 +556,9 @@ int run_bench(const std::vector<std::string>& args) {
     if (a == "--json") {
       o.json = true;
     } else if (a == "--threads") {
-      o.threads = std::stoi(r.value());
+      o.threads = static_cast<int>(r.int_value(1));
     } else if (a == "--steps") {
-      o.steps = std::stoll(r.value());
+      o.steps = r.int_value(1);
     } else if (a == "--only") {
       only = r.value();
     } else if (a == "--quick") {
@@ -562,14 +566,13 @@ int run_bench(const std::vector<std::string>& args) {
       o.batches = {1, 8};
       o.steps = 4;
     } else if (a == "--batch") {
-      o.batches = int_list(r.value());
+      o.batches = int_list(a, r.value());
     } else if (a == "--input-tokens") {
-      o.input_tokens = std::stoll(r.value());
-      if (o.input_tokens < 1) throw std::invalid_argument("--input-tokens must be >= 1");
+      o.input_tokens = r.int_value(1);
     } else if (a == "--lengths") {
-      o.cross_lengths = int_list(r.value());
+      o.cross_lengths = int_list(a, r.value());
     } else if (a == "--long-lengths") {
-      o.long_lengths = int_list(r.value());
+      o.long_lengths = int_list(a, r.value());
     } else if (a == "--model") {
       o.model = r.value();
     } else if (a == "--trace") {

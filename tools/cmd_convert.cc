@@ -35,11 +35,11 @@ int run_convert(const std::vector<std::string>& args) {
     if (a == "--cross-attention") {
       kind = r.value();
     } else if (a == "--segment-size") {
-      segment = std::stoll(r.value());
+      segment = r.int_value(1);
     } else if (a == "--seed") {
-      seed = std::stoull(r.value());
+      seed = r.unsigned_value();
     } else if (a == "--raf-init-weight-scale") {
-      weight_scale = std::stod(r.value());
+      weight_scale = r.number_value();
     } else if (a == "--dtype") {
       storage = float_dtype_from_flag(r.value());
     } else if (src.empty()) {

@@ -1,9 +1,10 @@
-// `srformer init-model`: writes a randomly initialised SRformer BART/T5 directory with a real
-// SentencePiece tokenizer trained on a corpus: the starting point for training, tests and the demo.
+// `srformer init-model`: writes a randomly initialised SRformer BART/T5 directory with a real tokenizer
+// (T5: SentencePiece trained on a corpus; BART: byte-level BPE): the start of training, tests and the demo.
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,29 +36,59 @@ void write_byte_level_tokenizer(const std::string& dir, int64_t vocab_size) {
   std::ofstream(dir + "/merges.txt") << "#version: 0.2\n";
 }
 
+// --heads, --d-model, --d-ff, --layers and --dropout over a shape's configuration (0: the shape's own).
+void apply_overrides(ModelConfig& c, int64_t heads, int64_t d_model, int64_t d_ff, int64_t layers, double dropout) {
+  if (heads > 0) c.num_heads = heads;
+  if (d_model > 0) {
+    c.d_model = d_model;
+    c.d_ff = 2 * d_model;
+  }
+  if (d_model > 0 || heads > 0) {
+    if (c.d_model % c.num_heads != 0) {
+      throw std::invalid_argument("--d-model (" + std::to_string(c.d_model) + ") must be a multiple of --heads (" +
+                                  std::to_string(c.num_heads) + ")");
+    }
+    c.head_dim = c.d_model / c.num_heads;
+  }
+  if (d_ff > 0) c.d_ff = d_ff;
+  if (layers > 0) c.encoder_layers = c.decoder_layers = layers;
+  if (!(dropout >= 0.0 && dropout < 1.0)) throw std::invalid_argument("--dropout must be in [0, 1)");
+  c.dropout = {dropout, dropout, dropout};
+}
+
+// BART's byte-level tokenizer holds its 4 specials, 256 byte symbols and <mask>.
+constexpr int64_t kMinByteLevelVocab = 4 + 256 + 1;
+
 }  // namespace
 
 int run_init_model(const std::vector<std::string>& args) {
-  std::string out, corpus, arch = "t5", kind = "srformer", shape = "tiny";
-  int64_t segment = 16, vocab = 2000, seed = 1;
+  std::string out, corpus, kind = "srformer", shape = "tiny";
+  std::optional<std::string> arch;
+  std::optional<int64_t> vocab;
+  int64_t segment = 16;
+  uint64_t seed = 1;
   int64_t d_model = 0, layers = 0, heads = 0, d_ff = 0;
   double init_std = 0.0, dropout = 0.0;
   for (ArgReader r(args); r.next();) {
     const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
-      std::cout
-          << "usage: srformer init-model --corpus TEXT_FILE|SPLIT.jsonl [--arch t5] [--cross-attention srformer]\n"
-             "                           [--segment-size 16] [--vocab 2000] [--d-model 32] [--seed 1]\n"
-             "                           [--shape tiny|t5-small|bart-base] [--layers N] [--heads N]\n"
-             "                           [--d-ff N] [--init-std X] [--dropout X] OUT_DIR\n"
-             "  Trains a SentencePiece tokenizer on TEXT_FILE (T5 conventions: pad 0, eos 1, unk 2) and\n"
-             "  writes random weights: an untrained model whose output is not a summary (the start of\n"
-             "  `srformer train` from scratch). Weights follow Hugging Face's initialisation unless\n"
-             "  --init-std X > 0 gives every matrix N(0, X). --layers N sets encoder and decoder depth.\n"
-             "  --shape t5-small / bart-base: the paper's base shapes (for load benchmarks); bart-base writes\n"
-             "  a byte-level BPE tokenizer without merges (one token per byte) and needs no corpus.\n"
-             "  --dropout X: the config's dropout_rate for training (default 0, as the recipes in docs/ were\n"
-             "  trained; Hugging Face's T5 default is 0.1; `srformer train --dropout` overrides it).\n";
+      std::cout << "usage: srformer init-model [--arch t5|bart] [--corpus TEXT_FILE|SPLIT.jsonl]\n"
+                   "                           [--cross-attention srformer]\n"
+                   "                           [--segment-size 16] [--vocab 2000] [--d-model 32] [--seed 1]\n"
+                   "                           [--shape tiny|t5-small|bart-base] [--layers N] [--heads N]\n"
+                   "                           [--d-ff N] [--init-std X] [--dropout X] OUT_DIR\n"
+                   "  Writes random weights: an untrained model whose output is not a summary (the start of\n"
+                   "  `srformer train` from scratch, or a model for tests and benchmarks).\n"
+                   "  T5 (the default): trains a SentencePiece tokenizer on TEXT_FILE (T5 conventions: pad 0, eos 1,\n"
+                   "  unk 2); --corpus is required. BART (--arch bart or --shape bart-base): a byte-level BPE\n"
+                   "  tokenizer without merges (one token per byte, filler tokens up to --vocab, at least 261),\n"
+                   "  no corpus. Weights follow Hugging Face's initialisation unless --init-std X > 0 gives every\n"
+                   "  matrix N(0, X).\n"
+                   "  --shape: tiny (d_model 32, 4 heads, 2+2 layers), or the paper's base shapes t5-small and\n"
+                   "  bart-base (for load benchmarks); --d-model (d_ff 2x unless --d-ff), --heads, --d-ff and\n"
+                   "  --layers (encoder and decoder depth) change the shape's values.\n"
+                   "  --dropout X: the config's dropout rates for training (default 0, as the recipes in docs/ were\n"
+                   "  trained; Hugging Face's T5 default is 0.1; `srformer train --dropout` overrides it).\n";
       return 0;
     }
     if (a == "--corpus") {
@@ -65,15 +96,15 @@ int run_init_model(const std::vector<std::string>& args) {
     } else if (a == "--arch") {
       arch = r.value();
     } else if (a == "--dropout") {
-      dropout = std::stod(r.value());
+      dropout = r.number_value();
     } else if (a == "--cross-attention") {
       kind = r.value();
     } else if (a == "--segment-size") {
-      segment = std::stoll(r.value());
+      segment = r.int_value(1);
     } else if (a == "--vocab") {
-      vocab = std::stoll(r.value());
+      vocab = r.int_value(1);
     } else if (a == "--d-model") {
-      d_model = std::stoll(r.value());
+      d_model = r.int_value(1);
     } else if (a == "--layers") {
       layers = r.int_value(1);
     } else if (a == "--heads") {
@@ -85,28 +116,50 @@ int run_init_model(const std::vector<std::string>& args) {
     } else if (a == "--shape") {
       shape = r.value();
     } else if (a == "--seed") {
-      seed = std::stoll(r.value());
-    } else if (out.empty()) {
+      seed = r.unsigned_value();
+    } else if (out.empty() && (a.empty() || a[0] != '-')) {
       out = a;
     } else {
-      throw std::invalid_argument("unexpected argument '" + a + "'");
+      throw std::invalid_argument("unexpected argument '" + a + "' (see --help)");
     }
   }
   if (shape != "tiny" && shape != "t5-small" && shape != "bart-base") {
     throw std::invalid_argument("--shape must be tiny, t5-small or bart-base");
   }
-  if (shape == "bart-base") {
-    if (out.empty()) throw std::invalid_argument("need OUT_DIR (see --help)");
+  if (arch && *arch != "t5" && *arch != "bart") throw std::invalid_argument("--arch must be t5 or bart");
+  const std::string shape_arch = shape == "bart-base" ? "bart" : shape == "t5-small" ? "t5" : arch.value_or("t5");
+  if (arch && *arch != shape_arch) {
+    throw std::invalid_argument("--shape " + shape + " is a " + shape_arch + " shape, not --arch " + *arch);
+  }
+  if (out.empty()) throw std::invalid_argument("need OUT_DIR (see --help)");
+  const auto cross_attention = cross_attention_from_string(kind);
+
+  if (shape_arch == "bart") {
+    if (!corpus.empty()) {
+      throw std::invalid_argument(
+          "--corpus trains a T5's SentencePiece tokenizer; a BART gets a byte-level one "
+          "and needs no corpus");
+    }
+    auto c = shape == "bart-base" ? bart_base_config(cross_attention, segment)
+                                  : tiny_config(Architecture::kBart, cross_attention, segment, vocab.value_or(2000));
+    if (vocab) c.vocab_size = *vocab;
+    if (c.vocab_size < kMinByteLevelVocab) {
+      throw std::invalid_argument("--vocab must be at least " + std::to_string(kMinByteLevelVocab) +
+                                  " for a BART (its byte-level tokenizer's specials and 256 byte symbols)");
+    }
+    apply_overrides(c, heads, d_model, d_ff, layers, dropout);
     std::filesystem::create_directories(out);
-    const auto c = bart_base_config(cross_attention_from_string(kind), segment);
     write_byte_level_tokenizer(out, c.vocab_size);
-    write_random_model(out, c, static_cast<uint64_t>(seed), init_std);
-    std::cout << "wrote " << out << " (BART-base shape, vocab " << c.vocab_size << ", "
-              << to_string(c.srformer.cross_attention) << ", segment " << segment << ")\n";
+    write_random_model(out, c, seed, init_std);
+    std::cout << "wrote " << out << " (BART, d_model " << c.d_model << ", " << c.encoder_layers << "+"
+              << c.decoder_layers << " layers, vocab " << c.vocab_size << ", " << to_string(c.srformer.cross_attention)
+              << ", segment " << segment << ")\n";
     return 0;
   }
-  if (out.empty() || corpus.empty()) throw std::invalid_argument("need --corpus FILE and OUT_DIR (see --help)");
-  if (arch != "t5") throw std::invalid_argument("init-model writes T5-style models (SentencePiece); use --arch t5");
+  if (corpus.empty()) throw std::invalid_argument("a T5 needs --corpus FILE to train its tokenizer on (see --help)");
+  auto c = shape == "t5-small" ? t5_small_config(cross_attention, segment)
+                               : tiny_config(Architecture::kT5, cross_attention, segment);
+  apply_overrides(c, heads, d_model, d_ff, layers, dropout);
   std::filesystem::create_directories(out);
   std::filesystem::path text_corpus = corpus;
   if (std::filesystem::path(corpus).extension() == ".jsonl") {
@@ -116,29 +169,15 @@ int run_init_model(const std::vector<std::string>& args) {
     for (const auto& e : data::read_examples(corpus)) text << e.document << "\n" << e.summary << "\n";
   }
   train_sentencepiece("--input=" + text_corpus.string() + " --model_prefix=" + out +
-                      "/spiece --vocab_size=" + std::to_string(vocab) +
+                      "/spiece --vocab_size=" + std::to_string(vocab.value_or(2000)) +
                       " --model_type=unigram --character_coverage=1.0 --pad_id=0 --eos_id=1 --unk_id=2 --bos_id=-1"
                       " --hard_vocab_limit=false --minloglevel=2");
   if (text_corpus != corpus) std::filesystem::remove(text_corpus);
   const auto sp = SentencePieceProcessor::load(out + "/spiece.model");
-  auto c = shape == "t5-small" ? t5_small_config(cross_attention_from_string(kind), segment)
-                               : tiny_config(Architecture::kT5, cross_attention_from_string(kind), segment);
   // + T5's <extra_id_N> sentinels; the t5-small shape keeps T5's 32128 embedding rows (the LM head's
   // real cost) even past a smaller tokenizer, whose vocabulary bounds generation.
   c.vocab_size = std::max<int64_t>(sp.vocab_size() + 100, shape == "t5-small" ? c.vocab_size : 0);
-  if (heads > 0) c.num_heads = heads;
-  if (d_model > 0) {
-    c.d_model = d_model;
-    c.d_ff = 2 * d_model;
-  }
-  if (d_model > 0 || heads > 0) {
-    if (c.d_model % c.num_heads != 0) throw std::invalid_argument("--d-model must be a multiple of --heads");
-    c.head_dim = c.d_model / c.num_heads;
-  }
-  if (d_ff > 0) c.d_ff = d_ff;
-  if (layers > 0) c.encoder_layers = c.decoder_layers = layers;
-  c.dropout = {dropout, dropout, dropout};
-  write_random_model(out, c, static_cast<uint64_t>(seed), init_std);
+  write_random_model(out, c, seed, init_std);
   std::ofstream(out + "/tokenizer_config.json") << R"({"extra_ids": 100, "model_max_length": 16384})"
                                                 << "\n";
   std::cout << "wrote " << out << " (vocab " << c.vocab_size << ", " << to_string(c.srformer.cross_attention)

@@ -8,6 +8,7 @@
 
 #include "model/limits.h"
 #include "model/seq2seq.h"
+#include "tools/arg_reader.h"
 
 namespace srformer::tools {
 
@@ -15,22 +16,23 @@ int run_inspect(const std::vector<std::string>& args) {
   std::string dir;
   int64_t k = 512;
   int64_t new_tokens = 128;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--help" || args[i] == "-h") {
+  for (ArgReader r(args); r.next();) {
+    const auto& a = r.arg();
+    if (a == "--help" || a == "-h") {
       std::cout << "usage: srformer inspect DIR [--input-tokens K] [--new-tokens N]\n"
                    "  Prints the model's configuration, parameter count and the decoder state one request\n"
                    "  holds for K input tokens after N generated tokens, with the estimate the server budgets\n"
                    "  memory with and what it is made of (state_footprint; JSON).\n";
       return 0;
     }
-    if (args[i] == "--input-tokens" && i + 1 < args.size()) {
-      k = std::stoll(args[++i]);
-    } else if (args[i] == "--new-tokens" && i + 1 < args.size()) {
-      new_tokens = std::stoll(args[++i]);
-    } else if (dir.empty()) {
-      dir = args[i];
+    if (a == "--input-tokens") {
+      k = r.int_value(1);
+    } else if (a == "--new-tokens") {
+      new_tokens = r.int_value(0);
+    } else if (dir.empty() && (a.empty() || a[0] != '-')) {
+      dir = a;
     } else {
-      throw std::invalid_argument("unexpected argument '" + args[i] + "'");
+      throw std::invalid_argument("unexpected argument '" + a + "' (see --help)");
     }
   }
   if (dir.empty()) throw std::invalid_argument("missing model directory (see --help)");

@@ -67,15 +67,15 @@ int run_summarize(const std::vector<std::string>& args) {
     } else if (a == "--model") {
       model_dir = r.value();
     } else if (a == "--max-new-tokens") {
-      max_new = std::stoll(r.value());
+      max_new = r.integer_value();
     } else if (a == "--min-new-tokens") {
-      min_new = std::stoll(r.value());
+      min_new = r.integer_value();
     } else if (a == "--num-beams") {
-      beams = std::stoll(r.value());
+      beams = r.integer_value();
     } else if (a == "--num-return-sequences") {
-      returned = std::stoll(r.value());
+      returned = r.integer_value();
     } else if (a == "--length-penalty") {
-      length_penalty = std::stod(r.value());
+      length_penalty = r.number_value();
     } else if (a == "--early-stopping") {
       early = EarlyStopping::kWhenFull;
     } else if (a == "--no-early-stopping") {
@@ -87,25 +87,25 @@ int run_summarize(const std::vector<std::string>& args) {
     } else if (a == "--no-sample") {
       sample = false;
     } else if (a == "--temperature") {
-      temperature = std::stod(r.value());
+      temperature = r.number_value();
     } else if (a == "--top-k") {
-      top_k = std::stoll(r.value());
+      top_k = r.integer_value();
     } else if (a == "--top-p") {
-      top_p = std::stod(r.value());
+      top_p = r.number_value();
     } else if (a == "--seed") {
-      seed = std::stoull(r.value());
+      seed = r.unsigned_value();
     } else if (a == "--no-repeat-ngram-size") {
-      no_repeat = std::stoll(r.value());
+      no_repeat = r.integer_value();
     } else if (a == "--repetition-penalty") {
-      rep = std::stod(r.value());
+      rep = r.number_value();
     } else if (a == "--expected-length") {
-      expected = std::stoll(r.value());
+      expected = r.integer_value();
     } else if (a == "--truncate") {
       truncate = true;
     } else if (a == "--max-input-tokens") {
-      max_input = std::stoll(r.value());
+      max_input = r.int_value(1);
     } else if (a == "--threads") {
-      threads = std::stoi(r.value());
+      threads = static_cast<int>(r.int_value(1));
     } else if (a == "--dtype") {
       load.dtype = float_dtype_from_flag(r.value());
     } else if (a == "--json") {

@@ -693,5 +693,48 @@ TEST_F(EndToEnd, BadFlagsExplainThemselves) {
   EXPECT_EQ(run_command(kClient + " --help").exit_code, 0);
 }
 
+// `srformer init-model` writes the shape it is asked for, BART included (byte-level tokenizer, no corpus),
+// and the model it writes serves; every tool's numeric flag is read whole, and a bad one is refused
+// with the flag's name (std::stoll alone said "stoll", took "12x" as 12 and -1 as a seed of 2^64-1).
+TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
+  const std::string dir = (*work_ / "tiny_bart").string();
+  auto made = run_command(kTool + " init-model --arch bart --layers 1 --d-model 16 --heads 2 --d-ff 24 --vocab 300 " +
+                          dir + " 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  auto inspected = run_command(kTool + " inspect " + dir + " --input-tokens 20 --new-tokens 3");
+  ASSERT_EQ(inspected.exit_code, 0) << inspected.out;
+  const auto j = nlohmann::json::parse(inspected.out);
+  EXPECT_EQ(j["architecture"], "bart");
+  EXPECT_EQ(j["d_model"], 16);
+  EXPECT_EQ(j["heads"], 2);
+  EXPECT_EQ(j["layers"], nlohmann::json({1, 1}));
+  EXPECT_EQ(j["vocab_size"], 300);
+  auto summary = run_command(kTool + " summarize --model " + dir + " --max-new-tokens 4 --min-new-tokens 4 --json " +
+                             doc(0) + " 2>&1");
+  ASSERT_EQ(summary.exit_code, 0) << summary.out;
+  EXPECT_EQ(nlohmann::json::parse(summary.out)["token_ids"].size(), 4u) << summary.out;
+
+  const std::string t5 = model_dir_->string();
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"summarize --model " + t5 + " --max-new-tokens 12x " + doc(0), "--max-new-tokens needs an integer, got '12x'"},
+      {"summarize --model " + t5 + " --seed -1 " + doc(0), "--seed needs an integer from 0"},
+      {"summarize --model " + t5 + " --temperature hot " + doc(0), "--temperature needs a number, got 'hot'"},
+      {"inspect " + t5 + " --input-tokens 0", "--input-tokens needs an integer >= 1"},
+      {"inspect " + t5 + " --new-tokens", "--new-tokens needs a value"},
+      {"init-model --vocab many --corpus " + doc(0) + " " + dir + "_x", "--vocab needs an integer, got 'many'"},
+      {"init-model --shape bart-base --corpus " + doc(0) + " " + dir + "_x", "needs no corpus"},
+      {"init-model --arch bart --vocab 100 " + dir + "_x", "--vocab must be at least 261"},
+      {"init-model --shape t5-small --arch bart " + dir + "_x", "not --arch bart"},
+      {"convert " + t5 + " " + dir + "_x --segment-size 0", "--segment-size needs an integer >= 1"},
+      {"bench --batch 1,x", "--batch needs an integer, got 'x'"},
+  };
+  for (const auto& [args, message] : refused) {
+    auto r = run_command(kTool + " " + args + " 2>&1");
+    EXPECT_EQ(r.exit_code, 1) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(message), std::string::npos) << args << ": " << r.out;
+  }
+  EXPECT_FALSE(fs::exists(dir + "_x")) << "a refused command wrote its output";
+}
+
 }  // namespace
 }  // namespace srformer::testing
