@@ -3,10 +3,13 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <string_view>
 #include <vector>
 
+#include "model/io/lfs_pointer.h"
 #include "model/io/load_error.h"
 
 namespace srformer {
@@ -35,6 +38,9 @@ std::map<std::string, torch::Tensor> load_pytorch_bin(const std::filesystem::pat
   if (in.bad()) throw fail("read error");
   // torch.save has written zip archives since PyTorch 1.6; LibTorch cannot read the older raw pickles.
   if (bytes.size() < 4 || bytes[0] != 'P' || bytes[1] != 'K' || bytes[2] != '\x03' || bytes[3] != '\x04') {
+    if (auto pointer = lfs_pointer_message(bin, std::string_view(bytes.data(), std::min<size_t>(bytes.size(), 1024)))) {
+      throw LoadError(*pointer);
+    }
     throw fail("not a zip-format torch.save file (legacy pre-1.6 format or not a PyTorch checkpoint)");
   }
 

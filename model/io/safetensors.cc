@@ -7,8 +7,10 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
 #include <tuple>
 
+#include "model/io/lfs_pointer.h"
 #include "model/io/load_error.h"
 #include "model/io/mapped_file.h"
 #include "model/io/safetensors_dtype.h"
@@ -125,6 +127,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   auto mapping = std::make_shared<const MappedFile>(path);
   const uint64_t size = mapping->size();
   const auto fail = [&](const std::string& what) { throw LoadError(path.string() + ": " + what); };
+  const std::string_view head(reinterpret_cast<const char*>(mapping->data()), std::min<uint64_t>(size, 1024));
+  if (auto pointer = lfs_pointer_message(path, head)) throw LoadError(*pointer);
 
   if (size < 8) fail("file is " + std::to_string(size) + " bytes, too short for the 8-byte header length");
   uint64_t header_size = 0;

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "model/io/lfs_pointer.h"
 #include "model/tokenizer/byte_level_bpe.h"
 #include "model/tokenizer/tokenizer_error.h"
 #include "model/tokenizer/tokenizer_files.h"
@@ -40,6 +41,7 @@ std::pair<std::string, std::string> parse_merge(const std::string& line, const s
 }
 
 std::vector<std::pair<std::string, std::string>> read_merges(const fs::path& file) {
+  if (auto pointer = lfs_pointer_message(file)) throw TokenizerLoadError(*pointer);
   std::ifstream in(file);
   if (!in) throw TokenizerLoadError("cannot open " + file.string());
   std::vector<std::pair<std::string, std::string>> merges;

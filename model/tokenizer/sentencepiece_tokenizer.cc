@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "model/io/lfs_pointer.h"
 #include "model/tokenizer/protobuf_wire.h"
 #include "model/tokenizer/tokenizer_error.h"
 #include "model/tokenizer/tokenizer_files.h"
@@ -134,6 +135,7 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
   } else if (extra_ids) {
     n = 0;
   }
+  if (auto pointer = lfs_pointer_message(model_file)) throw TokenizerLoadError(*pointer);
   try {
     auto unprefixed = prefixes_first_only(model_dir, parsed_tokenizer_json, config)
                           ? std::optional(load_unprefixed(read_binary_file(model_file)))
@@ -142,7 +144,10 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
   } catch (const TokenizerLoadError&) {
     throw;
   } catch (const std::runtime_error& e) {
-    throw TokenizerLoadError("cannot load SentencePiece model " + model_file.string() + ": " + e.what());
+    const std::string what = e.what();  // SentencePieceProcessor::load's names the file already
+    throw TokenizerLoadError(what.find(model_file.string()) != std::string::npos
+                                 ? what
+                                 : "cannot load SentencePiece model " + model_file.string() + ": " + what);
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <fstream>
 
+#include "model/io/lfs_pointer.h"
 #include "model/tokenizer/tokenizer_error.h"
 
 namespace srformer {
@@ -14,6 +15,7 @@ nlohmann::json read_tokenizer_file(const fs::path& file) {
   try {
     return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
+    if (auto pointer = lfs_pointer_message(file)) throw TokenizerLoadError(*pointer);
     throw TokenizerLoadError(file.string() + " is not valid JSON (" + e.what() +
                              "); restore the file from the model's repository");
   }

@@ -15,6 +15,7 @@ namespace {
 using ::testing::ElementsAre;
 using testing::fixtures_dir;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::ScratchDir;
 using testing::write_bytes;
 
@@ -156,6 +157,42 @@ TEST(CheckpointReader, UnreadablePytorchBinExplainsHowToConvert) {
     EXPECT_THAT(message, HasSubstr("python -c"));
     EXPECT_THAT(message, HasSubstr("save_file"));
     EXPECT_THAT(message, HasSubstr("srformer convert"));
+  }
+}
+
+// A checkout made without Git LFS holds pointers in place of the weights: the message says so and how
+// to fetch them, for a single file, a shard and pytorch_model.bin alike.
+TEST(CheckpointReader, AGitLfsPointerIsNamedWithTheFix) {
+  const std::string pointer =
+      "version https://git-lfs.github.com/spec/v1\n"
+      "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+      "size 557971229\n";
+  const auto expect_pointer_message = [](const std::string& message, const std::string& file) {
+    EXPECT_THAT(message, HasSubstr(file + " is a Git LFS pointer"));
+    EXPECT_THAT(message, HasSubstr("557971229 bytes"));
+    EXPECT_THAT(message, HasSubstr("git lfs pull"));
+  };
+  {
+    const ScratchDir dir;
+    write_bytes(dir / "model.safetensors", pointer);
+    expect_pointer_message(load_error(dir.path()), (dir / "model.safetensors").string());
+  }
+  {
+    const ScratchDir dir;
+    write_sharded(dir);
+    write_bytes(dir / "model-00002-of-00002.safetensors", pointer);
+    expect_pointer_message(load_error(dir.path()), (dir / "model-00002-of-00002.safetensors").string());
+  }
+  {
+    const ScratchDir dir;
+    write_bytes(dir / "pytorch_model.bin", pointer);
+    expect_pointer_message(load_error(dir.path()), (dir / "pytorch_model.bin").string());
+  }
+  {
+    // Text that only starts like one is still reported as what it is.
+    const ScratchDir dir;
+    write_bytes(dir / "model.safetensors", "version 2 of my weights");
+    EXPECT_THAT(load_error(dir.path()), Not(HasSubstr("Git LFS")));
   }
 }
 

@@ -45,7 +45,9 @@ TEST(LoadTokenizer, CorruptSentencePieceModelIsALoadError) {
   TempDir dir("load-corrupt");
   test::write_file(dir.path() / "spiece.model", "this is not a protobuf");
   const auto msg = load_error(dir.path());
-  EXPECT_NE(msg.find("spiece.model"), std::string::npos) << msg;
+  const auto named = msg.find("spiece.model");
+  EXPECT_NE(named, std::string::npos) << msg;
+  EXPECT_EQ(msg.find("spiece.model", named + 1), std::string::npos) << "named twice: " << msg;
 }
 
 TEST(LoadTokenizer, CorruptVocabJsonIsALoadError) {
@@ -63,6 +65,36 @@ TEST(LoadTokenizer, CorruptTokenizerJsonIsALoadError) {
   const auto msg = load_error(dir.path());
   EXPECT_NE(msg.find("tokenizer.json is not valid JSON"), std::string::npos) << msg;
   EXPECT_NE(msg.find("restore the file"), std::string::npos) << msg;
+}
+
+// Git LFS pointers in place of spiece.model (LFS-tracked in most T5 repositories), tokenizer.json, or
+// vocab.json and merges.txt: the message names the file and the fix, not a parse error.
+TEST(LoadTokenizer, AGitLfsPointerIsNamedWithTheFix) {
+  const std::string pointer =
+      "version https://git-lfs.github.com/spec/v1\n"
+      "oid sha256:d60acb128cf7b7f2536e8f38a5b18a05535c9e14c7a355904270e15b0945ea86\n"
+      "size 791656\n";
+  const auto expect_pointer = [](const std::string& msg, const std::string& file) {
+    EXPECT_NE(msg.find(file + " is a Git LFS pointer"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("791656 bytes"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("git lfs pull"), std::string::npos) << msg;
+  };
+  {
+    TempDir dir("lfs-spiece");
+    test::write_file(dir.path() / "spiece.model", pointer);
+    expect_pointer(load_error(dir.path()), (dir.path() / "spiece.model").string());
+  }
+  {
+    TempDir dir("lfs-tokenizer-json");
+    test::write_file(dir.path() / "tokenizer.json", pointer);
+    expect_pointer(load_error(dir.path()), (dir.path() / "tokenizer.json").string());
+  }
+  for (const std::string file : {"vocab.json", "merges.txt"}) {
+    TempDir dir("lfs-bpe");
+    test::write_tiny_bpe_dir(dir.path());
+    test::write_file(dir.path() / file, pointer);
+    expect_pointer(load_error(dir.path()), (dir.path() / file).string());
+  }
 }
 
 }  // namespace
