@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
@@ -27,10 +28,21 @@ void list(std::ostringstream& out, const char* title, const std::vector<std::str
   if (items.size() > kMaxListed) out << "\n    ... and " << items.size() - kMaxListed << " more";
 }
 
+// Elements in `shape`, saturating instead of overflowing (a config may ask for absurd sizes).
+double element_count(c10::IntArrayRef shape) {
+  double n = 1;
+  for (const int64_t d : shape) n *= static_cast<double>(std::max<int64_t>(d, 0));
+  return n;
+}
+
 }  // namespace
 
 WeightBinder::WeightBinder(const CheckpointReader& ckpt, torch::ScalarType dtype, torch::Device device)
-    : ckpt_(ckpt), dtype_(dtype), device_(device) {}
+    : ckpt_(ckpt), dtype_(dtype), device_(device) {
+  const auto names = ckpt_.names();
+  for (const auto& name : names) checkpoint_elements_ += element_count(ckpt_.shape(name));
+  max_problems_ = std::max<size_t>(1000, 2 * names.size());
+}
 
 torch::Tensor WeightBinder::take(const std::string& name, const std::vector<int64_t>& shape,
                                  const std::vector<std::string>& aliases) {
@@ -56,7 +68,23 @@ torch::Tensor WeightBinder::bind(const std::string& name, const std::vector<int6
   for (size_t i = 0; found == nullptr && i < aliases.size(); ++i) {
     if (ckpt_.contains(aliases[i])) found = &aliases[i];
   }
-  const auto placeholder = [&] { return torch::zeros(shape, torch::TensorOptions().dtype(dtype).device(device_)); };
+  // A stand-in so that construction goes on until finish() lists every problem, unless the config asks
+  // for far more than the checkpoint holds: then the list so far is the answer, before placeholders
+  // exhaust memory or a loop over a million "layers" runs for hours.
+  const auto placeholder = [&] {
+    placeholder_elements_ += element_count(shape);
+    if (placeholder_elements_ > 2 * checkpoint_elements_) {
+      fail_early("stopped at " + name + ", " + shape_string(shape) +
+                 ": what config.json's model needs and the checkpoint lacks is already over twice the " +
+                 std::to_string(static_cast<uint64_t>(checkpoint_elements_)) + " elements the checkpoint holds");
+    }
+    if (missing_.size() + mismatched_.size() > max_problems_) {
+      fail_early("stopped after " + std::to_string(max_problems_) +
+                 " problems: the model config.json describes has far more tensors than the checkpoint's " +
+                 std::to_string(ckpt_.names().size()) + " (more layers than it holds?)");
+    }
+    return torch::zeros(shape, torch::TensorOptions().dtype(dtype).device(device_));
+  };
   if (found == nullptr) {
     std::string line = name;
     for (size_t i = 0; i < aliases.size(); ++i) line += (i ? ", " : " (also tried ") + aliases[i];
@@ -88,6 +116,8 @@ void WeightBinder::ignore(const std::string& name_regex) {
   }
 }
 
+void WeightBinder::fail_early(const std::string& why) const { throw LoadError(report({}, why)); }
+
 void WeightBinder::finish() const {
   std::vector<std::string> unexpected;
   for (const std::string& name : ckpt_.names()) {
@@ -97,17 +127,25 @@ void WeightBinder::finish() const {
     if (!ignored) unexpected.push_back(name);
   }
   if (missing_.empty() && mismatched_.empty() && unexpected.empty()) return;
+  throw LoadError(report(unexpected, ""));
+}
 
+std::string WeightBinder::report(const std::vector<std::string>& unexpected, const std::string& stopped) const {
   std::ostringstream out;
   out << "cannot load weights from " << (ckpt_.dir() / ckpt_.describe()).string() << ": " << missing_.size()
-      << " missing, " << mismatched_.size() << " with the wrong shape, " << unexpected.size() << " unexpected";
+      << " missing, " << mismatched_.size() << " with the wrong shape";
+  if (stopped.empty()) {
+    out << ", " << unexpected.size() << " unexpected";
+  } else {
+    out << " (" << stopped << ")";
+  }
   list(out, "missing", missing_);
   list(out, "wrong shape", mismatched_);
   list(out, "unexpected (in the file, used by nothing)", unexpected);
   out << "\nhint: check that config.json describes these weights (architecture, d_model, heads, layers, "
          "vocab_size) and that the checkpoint is a BART/T5 model in Hugging Face naming; wrong shapes usually "
          "mean a config mismatch, many missing plus many unexpected names a different model family or prefix.";
-  throw LoadError(out.str());
+  return out.str();
 }
 
 }  // namespace srformer

@@ -44,6 +44,10 @@ class WeightBinder {
   torch::Tensor bind(const std::string& name, const std::vector<int64_t>& shape,
                      const std::vector<std::string>& aliases, torch::ScalarType dtype, bool required);
   void mark_used(const std::string& name);
+  // Throws LoadError with the problems found so far and why construction stopped before finish().
+  [[noreturn]] void fail_early(const std::string& why) const;
+  // The error listing the problems; `stopped` non-empty: construction stopped early (unexpected untold).
+  std::string report(const std::vector<std::string>& unexpected, const std::string& stopped) const;
 
   const CheckpointReader& ckpt_;
   torch::ScalarType dtype_;
@@ -52,6 +56,9 @@ class WeightBinder {
   std::set<std::string> used_set_;
   std::vector<std::pair<std::string, std::regex>> ignored_;
   std::vector<std::string> missing_, mismatched_;
+  double checkpoint_elements_ = 0;   // every checkpoint tensor's elements
+  double placeholder_elements_ = 0;  // every stand-in's so far (the elements the config asks for in vain)
+  size_t max_problems_ = 0;
 };
 
 }  // namespace srformer

@@ -123,6 +123,39 @@ TEST_F(WeightBinderTest, BadIgnoreRegexIsInvalidArgument) {
   EXPECT_THROW(binder.ignore("extra.(one"), std::invalid_argument);
 }
 
+// A config far larger than its checkpoint (a d_model of 10^9, a billion layers) is refused with the
+// problems found so far, before its stand-ins exhaust memory or its layers run for hours.
+TEST_F(WeightBinderTest, AConfigFarLargerThanTheCheckpointStopsAtOnce) {
+  {
+    WeightBinder binder(*ckpt_, torch::kFloat32, torch::kCPU);
+    try {
+      binder.take("shared.weight", {1000000000, 1000000000});  // 4 EB as a stand-in
+      FAIL() << "took it";
+    } catch (const LoadError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("0 missing, 1 with the wrong shape (stopped at shared.weight"));
+      EXPECT_THAT(e.what(), HasSubstr("over twice the 21 elements the checkpoint holds"));
+      EXPECT_THAT(e.what(), HasSubstr("shared.weight: expected [1000000000, 1000000000], file has [3, 2]"));
+    }
+  }
+  {
+    WeightBinder binder(*ckpt_, torch::kFloat32, torch::kCPU);
+    int64_t layers = 0;
+    try {
+      for (; layers < 1000000000; ++layers) binder.take("layers." + std::to_string(layers) + ".bias", {0});
+      FAIL() << "took them all";
+    } catch (const LoadError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("1001 missing, 0 with the wrong shape (stopped after 1000 problems"));
+      EXPECT_THAT(e.what(), HasSubstr("layers.0.bias: expected [0]"));
+    }
+    EXPECT_EQ(layers, 1000);
+  }
+  // Within bounds, stand-ins go on so that finish() lists everything (as above): what the checkpoint
+  // lacks may add up to twice what it holds.
+  WeightBinder binder(*ckpt_, torch::kFloat32, torch::kCPU);
+  EXPECT_NO_THROW(binder.take("dec.fc.weight", {21, 2}));
+  EXPECT_THAT(finish_error(binder), HasSubstr("1 missing, 0 with the wrong shape, 7 unexpected"));
+}
+
 TEST(WeightBinder, ShortensVeryLongLists) {
   const ScratchDir dir;
   std::vector<std::pair<std::string, torch::Tensor>> tensors;

@@ -59,6 +59,29 @@ TEST(LoadModel, MissingAndMisshapedTensorsAreNamedTogether) {
   EXPECT_NE(err.find("model.decoder.unexpected.weight"), std::string::npos) << err;
 }
 
+// config.json of another, far larger model over these weights is refused at once, naming the mismatch
+// (it allocated a 1.2 TB stand-in for d_model 10^9, and looped for hours over 10^9 layers).
+TEST(LoadModel, AConfigFarLargerThanItsWeightsIsRefusedAtOnce) {
+  for (const auto arch : {Architecture::kBart, Architecture::kT5}) {
+    TempDir d("load-absurd");
+    write_random_model(d.path(), tiny_config(arch, CrossAttentionKind::kSrformer, 4), 1);
+    nlohmann::json original;
+    std::ifstream(d.path() / "config.json") >> original;
+    const std::string layers_key = arch == Architecture::kBart ? "decoder_layers" : "num_decoder_layers";
+    for (const auto& [key, value] : {std::pair<std::string, int64_t>{"d_model", 1000000000},
+                                     std::pair<std::string, int64_t>{layers_key, 1000000000}}) {
+      SCOPED_TRACE(key);
+      nlohmann::json edited = original;
+      edited[key] = value;
+      if (key == "d_model" && arch == Architecture::kT5) edited["d_kv"] = 250000000;
+      std::ofstream(d.path() / "config.json") << edited.dump();
+      const auto err = load_error(d.path());
+      EXPECT_NE(err.find("(stopped a"), std::string::npos) << err;
+      EXPECT_NE(err.find("hint: check that config.json"), std::string::npos) << err;
+    }
+  }
+}
+
 TEST(LoadModel, PlainCheckpointServedAsSrformerNeedsConversion) {
   TempDir d("plain");
   write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kFull, 0), 2);
