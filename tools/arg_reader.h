@@ -9,18 +9,26 @@
 
 namespace srformer::tools {
 
-// `text` as a whole 64-bit integer, or an error naming `flag` (std::stoll alone says "stoll" and takes
-// "12abc" as 12).
-inline int64_t parse_integer(const std::string& flag, const std::string& text) {
+// `text` read whole by `parse` (std::stoll and the like: they take "12abc" as 12), or an error naming
+// `flag` and saying it needs `expected` (std::stoll alone says only "stoll").
+template <typename T, typename Parse>
+T parse_whole(const std::string& flag, const std::string& text, Parse parse, const std::string& expected) {
   size_t used = 0;
-  int64_t n = 0;
+  T x{};
   try {
-    n = std::stoll(text, &used);
+    x = parse(text, &used);
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != text.size()) throw std::invalid_argument(flag + " needs an integer, got '" + text + "'");
-  return n;
+  if (used == 0 || used != text.size()) {
+    throw std::invalid_argument(flag + " needs " + expected + ", got '" + text + "'");
+  }
+  return x;
+}
+
+inline int64_t parse_integer(const std::string& flag, const std::string& text) {
+  return parse_whole<int64_t>(
+      flag, text, [](const std::string& t, size_t* used) { return std::stoll(t, used); }, "an integer");
 }
 
 class ArgReader {
@@ -44,39 +52,26 @@ class ArgReader {
     const auto& flag = arg();
     const auto& v = value();
     const int64_t n = parse_integer(flag, v);
-    if (n < min) throw std::invalid_argument(flag + " needs an integer >= " + std::to_string(min) + ", got '" + v + "'");
+    if (n < min) {
+      throw std::invalid_argument(flag + " needs an integer >= " + std::to_string(min) + ", got '" + v + "'");
+    }
     return n;
   }
   // The value as an unsigned 64-bit integer (seeds), or an error naming the flag.
   uint64_t unsigned_value() {
     const auto& flag = arg();
-    const auto& v = value();
-    size_t used = 0;
-    uint64_t n = 0;
-    try {
-      // stoull takes "-1" as 2^64 - 1 (and skips blanks before it): take digits only.
-      if (!v.empty() && std::isdigit(static_cast<unsigned char>(v[0]))) n = std::stoull(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != v.size()) {
-      throw std::invalid_argument(flag + " needs an integer from 0 to 18446744073709551615, got '" + v + "'");
-    }
-    return n;
+    // std::stoull takes "-1" as 2^64 - 1 (and skips blanks before it): digits only.
+    const auto digits_only = [](const std::string& t, size_t* used) -> uint64_t {
+      if (t.empty() || !std::isdigit(static_cast<unsigned char>(t[0]))) return 0;
+      return std::stoull(t, used);
+    };
+    return parse_whole<uint64_t>(flag, value(), digits_only, "an integer from 0 to 18446744073709551615");
   }
   // The value as a number, or an error naming the flag.
   double number_value() {
     const auto& flag = arg();
-    const auto& v = value();
-    size_t used = 0;
-    double x = 0;
-    try {
-      x = std::stod(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != v.size()) throw std::invalid_argument(flag + " needs a number, got '" + v + "'");
-    return x;
+    return parse_whole<double>(
+        flag, value(), [](const std::string& t, size_t* used) { return std::stod(t, used); }, "a number");
   }
 
  private:
