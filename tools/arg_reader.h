@@ -26,9 +26,10 @@ T parse_whole(const std::string& flag, const std::string& text, Parse parse, con
   return x;
 }
 
-inline int64_t parse_integer(const std::string& flag, const std::string& text) {
+inline int64_t parse_integer(const std::string& flag, const std::string& text,
+                             const std::string& expected = "an integer") {
   return parse_whole<int64_t>(
-      flag, text, [](const std::string& t, size_t* used) { return std::stoll(t, used); }, "an integer");
+      flag, text, [](const std::string& t, size_t* used) { return std::stoll(t, used); }, expected);
 }
 
 class ArgReader {
@@ -51,10 +52,9 @@ class ArgReader {
   int64_t int_value(int64_t min) {
     const auto& flag = arg();
     const auto& v = value();
-    const int64_t n = parse_integer(flag, v);
-    if (n < min) {
-      throw std::invalid_argument(flag + " needs an integer >= " + std::to_string(min) + ", got '" + v + "'");
-    }
+    const std::string expected = "an integer >= " + std::to_string(min);
+    const int64_t n = parse_integer(flag, v, expected);
+    if (n < min) throw std::invalid_argument(flag + " needs " + expected + ", got '" + v + "'");
     return n;
   }
   // The value as an unsigned 64-bit integer (seeds), or an error naming the flag.

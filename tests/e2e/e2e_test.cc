@@ -721,7 +721,7 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
       {"summarize --model " + t5 + " --temperature hot " + doc(0), "--temperature needs a number, got 'hot'"},
       {"inspect " + t5 + " --input-tokens 0", "--input-tokens needs an integer >= 1"},
       {"inspect " + t5 + " --new-tokens", "--new-tokens needs a value"},
-      {"init-model --vocab many --corpus " + doc(0) + " " + dir + "_x", "--vocab needs an integer, got 'many'"},
+      {"init-model --vocab many --corpus " + doc(0) + " " + dir + "_x", "--vocab needs an integer >= 1, got 'many'"},
       {"init-model --shape bart-base --corpus " + doc(0) + " " + dir + "_x", "needs no corpus"},
       {"init-model --arch bart --vocab 100 " + dir + "_x", "--vocab must be at least 261"},
       {"init-model --shape t5-small --arch bart " + dir + "_x", "not --arch bart"},
