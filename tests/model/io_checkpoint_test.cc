@@ -8,6 +8,7 @@
 #include "model/io/load_error.h"
 #include "model/io/safetensors.h"
 #include "tests/model/io_test_util.h"
+#include "tests/support/lfs_pointer.h"
 
 namespace srformer {
 namespace {
@@ -163,14 +164,10 @@ TEST(CheckpointReader, UnreadablePytorchBinExplainsHowToConvert) {
 // A checkout made without Git LFS holds pointers in place of the weights: the message says so and how
 // to fetch them, for a single file, a shard and pytorch_model.bin alike.
 TEST(CheckpointReader, AGitLfsPointerIsNamedWithTheFix) {
-  const std::string pointer =
-      "version https://git-lfs.github.com/spec/v1\n"
-      "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
-      "size 557971229\n";
+  constexpr int64_t kSize = 557971229;
+  const std::string pointer = testing::lfs_pointer_text(kSize);
   const auto expect_pointer_message = [](const std::string& message, const std::string& file) {
-    EXPECT_THAT(message, HasSubstr(file + " is a Git LFS pointer"));
-    EXPECT_THAT(message, HasSubstr("557971229 bytes"));
-    EXPECT_THAT(message, HasSubstr("git lfs pull"));
+    testing::expect_lfs_pointer_message(message, file, kSize);
   };
   {
     const ScratchDir dir;
