@@ -1,11 +1,14 @@
 #pragma once
-// The few protobuf wire-format encodings needed to write a SentencePiece ModelProto by hand: the
-// model library must not link libprotobuf's generated code for sentencepiece (the shim owns its own
-// protobuf, spm_plugin_api.h), and bytes are all the shim needs.
+// The few protobuf wire-format encodings needed to write a SentencePiece ModelProto by hand, and to
+// list a serialized one's top-level fields: the model library must not link libprotobuf's generated
+// code for sentencepiece (the shim owns its own protobuf, spm_plugin_api.h), and bytes are all the
+// shim needs.
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace srformer::wire {
 
@@ -44,6 +47,56 @@ inline void put_float(std::string& out, int field, float v) {
   char bytes[sizeof v];
   std::memcpy(bytes, &v, sizeof v);
   out.append(bytes, sizeof v);
+}
+
+struct Field {
+  int number;
+  size_t end;  // offset just past the field
+};
+
+// A serialized message's top-level fields in order, without looking inside embedded ones; nullopt
+// where the bytes are not well-formed wire format (a varint or length running past the end, or a
+// wire type other than 0, 1, 2 and 5).
+inline std::optional<std::vector<Field>> top_level_fields(std::string_view bytes) {
+  size_t at = 0;
+  const auto varint = [&]() -> std::optional<uint64_t> {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64 && at < bytes.size(); shift += 7) {
+      const auto byte = static_cast<uint8_t>(bytes[at++]);
+      v |= static_cast<uint64_t>(byte & 0x7F) << shift;
+      if (byte < 0x80) return v;
+    }
+    return std::nullopt;
+  };
+  std::vector<Field> fields;
+  while (at < bytes.size()) {
+    const auto tag = varint();
+    if (!tag || (*tag >> 3) == 0 || (*tag >> 3) >= (uint64_t{1} << 29)) return std::nullopt;
+    uint64_t skip = 0;
+    switch (*tag & 7) {
+      case 0:
+        if (!varint()) return std::nullopt;
+        break;
+      case 1:
+        skip = 8;
+        break;
+      case 2: {
+        const auto length = varint();
+        if (!length) return std::nullopt;
+        skip = *length;
+        break;
+      }
+      case 5:
+        skip = 4;
+        break;
+      default:
+        return std::nullopt;
+    }
+    if (skip > bytes.size() - at) return std::nullopt;
+    at += skip;
+    fields.push_back({static_cast<int>(*tag >> 3), at});
+  }
+  return fields;
 }
 
 }  // namespace srformer::wire

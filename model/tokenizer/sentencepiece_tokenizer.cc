@@ -1,5 +1,6 @@
 #include "model/tokenizer/sentencepiece_tokenizer.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -66,6 +67,28 @@ std::string read_binary_file(const fs::path& file) {
   bytes << in.rdbuf();
   if (!in) throw TokenizerLoadError("cannot read " + file.string());
   return bytes.str();
+}
+
+// spm_train writes the pieces (ModelProto field 1) first, then trainer_spec (2) and normalizer_spec (3).
+// A file cut short at a piece's end still parses, but then SentencePiece falls back to default
+// special ids and no normalization, and the model writes nonsense without a word of error.
+void check_not_cut_short(std::string_view serialized, const fs::path& file) {
+  if (serialized.empty()) throw TokenizerLoadError(file.string() + " is empty (0 bytes): download it again");
+  const auto fields = wire::top_level_fields(serialized);
+  if (!fields) return;  // SentencePiece's own parse says what is wrong
+  const auto count = [&](int number) {
+    return std::count_if(fields->begin(), fields->end(), [&](const wire::Field& f) { return f.number == number; });
+  };
+  const bool trainer = count(2) > 0;
+  const bool normalizer = count(3) > 0;
+  if (trainer && normalizer) return;
+  const auto pieces = count(1);
+  throw TokenizerLoadError(file.string() + " holds " + std::to_string(pieces) + " pieces but no " +
+                           (trainer      ? "normalizer_spec"
+                            : normalizer ? "trainer_spec"
+                                         : "trainer_spec or normalizer_spec") +
+                           ", which every model SentencePiece's trainer writes has: the file (" +
+                           std::to_string(serialized.size()) + " bytes) looks cut short; download it again");
 }
 
 // Hugging Face's "first" prepend scheme for a directory with spiece.model: its tokenizer.json says so
@@ -137,8 +160,10 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
   }
   if (auto pointer = lfs_pointer_message(model_file)) throw TokenizerLoadError(*pointer);
   try {
+    std::string serialized = read_binary_file(model_file);
+    check_not_cut_short(serialized, model_file);
     auto unprefixed = prefixes_first_only(model_dir, parsed_tokenizer_json, config)
-                          ? std::optional(load_unprefixed(read_binary_file(model_file)))
+                          ? std::optional(load_unprefixed(std::move(serialized)))
                           : std::nullopt;
     return std::make_unique<SentencePieceTokenizer>(SentencePieceProcessor::load(model_file), n, std::move(unprefixed));
   } catch (const TokenizerLoadError&) {

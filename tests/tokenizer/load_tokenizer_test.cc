@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "model/tokenizer/byte_level_bpe.h"
+#include "model/tokenizer/protobuf_wire.h"
 #include "model/tokenizer/sentencepiece_tokenizer.h"
 #include "model/tokenizer/tokenizer_error.h"
 #include "tests/support/lfs_pointer.h"
@@ -49,6 +50,39 @@ TEST(LoadTokenizer, CorruptSentencePieceModelIsALoadError) {
   const auto named = msg.find("spiece.model");
   EXPECT_NE(named, std::string::npos) << msg;
   EXPECT_EQ(msg.find("spiece.model", named + 1), std::string::npos) << "named twice: " << msg;
+}
+
+// A spiece.model cut short at a piece's end still parses: SentencePiece would load it with default
+// special ids and no normalization, and the model would write nonsense. Cut after the pieces, after
+// the trainer_spec, and at 0 bytes, it is refused with the fix.
+TEST(LoadTokenizer, ASentencePieceModelCutShortIsALoadError) {
+  const auto file = test::t5_style_spm_dir() / "spiece.model";
+  const std::string whole = test::read_file(file);
+  const auto fields = wire::top_level_fields(whole);
+  ASSERT_TRUE(fields.has_value()) << file;
+  size_t pieces_end = 0;
+  size_t trainer_end = 0;
+  for (const auto& field : *fields) {
+    if (field.number == 1) pieces_end = field.end;
+    if (field.number == 2) trainer_end = field.end;
+  }
+  ASSERT_GT(pieces_end, 0U);
+  ASSERT_GT(trainer_end, pieces_end);
+  ASSERT_LT(trainer_end, whole.size());
+  for (const auto& [bytes, says] :
+       std::vector<std::pair<size_t, std::string>>{{pieces_end, "but no trainer_spec or normalizer_spec"},
+                                                   {trainer_end, "but no normalizer_spec"},
+                                                   {0, "is empty"}}) {
+    TempDir dir("spiece-cut-short");
+    test::write_file(dir.path() / "spiece.model", whole.substr(0, bytes));
+    const auto msg = load_error(dir.path());
+    EXPECT_NE(msg.find((dir.path() / "spiece.model").string() + " "), std::string::npos) << msg;
+    EXPECT_NE(msg.find(says), std::string::npos) << msg;
+    EXPECT_NE(msg.find("download it again"), std::string::npos) << msg;
+  }
+  TempDir whole_dir("spiece-whole");
+  test::write_file(whole_dir.path() / "spiece.model", whole);
+  EXPECT_EQ(load_tokenizer(whole_dir.path())->encode("").back(), 1);
 }
 
 TEST(LoadTokenizer, CorruptVocabJsonIsALoadError) {
