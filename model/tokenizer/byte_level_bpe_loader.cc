@@ -3,6 +3,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <unordered_set>
 
 #include "model/io/lfs_pointer.h"
 #include "model/tokenizer/byte_level_bpe.h"
@@ -113,6 +114,33 @@ std::optional<TokenSpec> parse_token(const json& j, bool special) {
   return t;
 }
 
+// merges.txt cut short at a line's end still loads, but the tokens only its lost merges build can no
+// longer be made, and text splits into smaller pieces than the model saw in training. Every token of a
+// trained vocabulary is a byte symbol, a merge's result or an added token; a few more may be filler,
+// but over 1% (and 64) unbuildable is a cut file. A vocabulary with no merges at all is bytes only
+// (as `srformer init-model` writes one, with filler tokens), not a cut file.
+void check_merges_not_cut_short(const ByteLevelBpeConfig& config, const fs::path& merges_file,
+                                const fs::path& vocab_file) {
+  if (config.merges.empty()) return;
+  std::unordered_set<std::string> buildable;
+  for (const auto& symbol : byte_level_symbols()) buildable.insert(symbol);
+  for (const auto& [left, right] : config.merges) buildable.insert(left + right);
+  for (const auto& added : config.added_tokens) buildable.insert(added.content);
+  size_t unbuildable = 0;
+  const std::pair<const std::string, int64_t>* first = nullptr;
+  for (const auto& entry : config.vocab) {
+    if (buildable.count(entry.first) > 0) continue;
+    ++unbuildable;
+    if (first == nullptr || entry.second < first->second) first = &entry;
+  }
+  if (unbuildable <= std::max<size_t>(64, config.vocab.size() / 100)) return;
+  throw TokenizerLoadError(merges_file.string() + " holds " + std::to_string(config.merges.size()) + " merges, but " +
+                           std::to_string(unbuildable) + " of the " + std::to_string(config.vocab.size()) +
+                           " tokens of " + vocab_file.string() + " are built by none of them (the first is '" +
+                           first->first + "', id " + std::to_string(first->second) +
+                           "): merges.txt looks cut short; download it again");
+}
+
 }  // namespace
 
 std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::path& model_dir,
@@ -121,7 +149,8 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
   std::optional<json> read_here;
   const json* const tokenizer_json = tokenizer_json_of(model_dir, parsed_tokenizer_json, read_here);
   ByteLevelBpeConfig config;
-  if (fs::exists(vocab_file) || fs::exists(merges_file) || !tokenizer_json) {
+  const bool from_merges_txt = fs::exists(vocab_file) || fs::exists(merges_file) || !tokenizer_json;
+  if (from_merges_txt) {
     for (const auto& f : {vocab_file, merges_file}) {
       if (!fs::exists(f)) {
         throw TokenizerLoadError("byte-level BPE tokenizer needs vocab.json and merges.txt (or tokenizer.json): " +
@@ -217,6 +246,7 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
     }
     config.added_tokens.push_back({content, *id, spec.special, spec.lstrip, spec.rstrip});
   }
+  if (from_merges_txt) check_merges_not_cut_short(config, merges_file, vocab_file);
   try {
     return std::make_unique<ByteLevelBpeTokenizer>(std::move(config));
   } catch (const std::invalid_argument& e) {

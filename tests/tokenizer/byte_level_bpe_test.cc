@@ -208,6 +208,48 @@ TEST(ByteLevelBpe, ATokenizerJsonItCannotReadSaysWhatToCopy) {
   EXPECT_NE(bad_merge.find("model.merges entry 1"), std::string::npos) << bad_merge;
 }
 
+// merges.txt cut short at a line's end parses; the tokens only the lost merges built would never be
+// made again. A vocabulary of the 256 byte symbols and 300 two-symbol merges (ids after the tiny
+// directory's 265) is cut after 150, 200 and 299 merges: the first two leave over 64 tokens
+// unbuildable and are refused; the last (and the whole file) loads.
+TEST(ByteLevelBpe, AMergesFileCutShortIsALoadError) {
+  TempDir dir("bpe-cut-short");
+  test::write_tiny_bpe_dir(dir.path());
+  auto vocab = nlohmann::json::parse(test::read_file(dir.path() / "vocab.json"));
+  std::vector<std::string> merge_lines;
+  for (int i = 0; i < 300; ++i) {
+    const auto left = test::gpt2_byte_symbol('a' + i % 26), right = test::gpt2_byte_symbol('a' + i / 26);
+    vocab[left + right] = 265 + i;
+    merge_lines.push_back(left + " " + right);
+  }
+  test::write_file(dir.path() / "vocab.json", vocab.dump());
+  const auto write_merges = [&](size_t kept) {
+    std::string text = "#version: 0.2\n";
+    for (size_t i = 0; i < kept; ++i) text += merge_lines[i] + "\n";
+    test::write_file(dir.path() / "merges.txt", text);
+  };
+  for (const size_t kept : {150, 200}) {
+    write_merges(kept);
+    try {
+      (void)ByteLevelBpeTokenizer::load(dir.path());
+      ADD_FAILURE() << "merges.txt with " << kept << " of 300 merges loaded";
+    } catch (const TokenizerLoadError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("holds " + std::to_string(kept) + " merges, but " + std::to_string(300 - kept + 4) +
+                         " of the 565 tokens"),
+                std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find("the first is 'lo', id 260"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("looks cut short; download it again"), std::string::npos) << msg;
+    }
+  }
+  for (const size_t kept : {299, 300}) {
+    write_merges(kept);
+    const auto tok = ByteLevelBpeTokenizer::load(dir.path());
+    EXPECT_EQ(tok->encode("aa"), (TokenIds{0, 265, 2})) << kept << " merges";
+  }
+}
+
 TEST(ByteLevelBpe, RejectsBrokenFiles) {
   TempDir dir("bpe-broken");
   test::write_tiny_bpe_dir(dir.path());
