@@ -42,6 +42,9 @@ Summarizes FILE (or stdin) with an srformer-server.
   --stream                 print the summary as tokens arrive (SummarizeStream)
   --json                   print one JSON object (summary, token_ids, finish_reason, usage, ...)
   --batch                  send every FILE in one SummarizeBatch call
+  --partial                with --batch: each FILE succeeds or fails on its own (partial_results); a
+                           failed one prints an empty line (--json: {"error": ...}) and its error on
+                           stderr, and the exit status is 1
   --deadline-ms N          per-call deadline
   --tls --ca FILE          TLS with this CA bundle | --insecure (default) plaintext
   --cert FILE --key FILE   client certificate and its key (PEM), for a server with --tls-client-ca
@@ -99,6 +102,8 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       o.json = true;
     } else if (arg == "--batch") {
       o.batch = true;
+    } else if (arg == "--partial") {
+      o.partial = true;
     } else if (arg == "--deadline-ms") {
       o.deadline_ms = to_int(arg, next());
     } else if (arg == "--tls") {
@@ -177,6 +182,8 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
   }
   if (!o.cert_file.empty() && !o.tls) throw std::invalid_argument("--cert/--key need --tls --ca FILE");
   if (!o.tls_server_name.empty() && !o.tls) throw std::invalid_argument("--tls-server-name needs --tls --ca FILE");
+  if (o.partial && !o.batch)
+    throw std::invalid_argument("--partial goes with --batch (SummarizeBatch's partial_results)");
   if (o.load && o.requests <= 0 && o.duration_s <= 0) {
     throw std::invalid_argument("--load needs --requests M or --duration S");
   }

@@ -21,7 +21,8 @@ struct ClientOptions {
   std::string tls_server_name;      // the name to verify the server's certificate against, if not the target's
   bool health = false;
   bool list_models = false;
-  bool batch = false;  // every input file in one SummarizeBatch call
+  bool batch = false;    // every input file in one SummarizeBatch call
+  bool partial = false;  // with batch: partial_results
   v1::GenerationOptions generation;
   v1::TruncationPolicy truncation = v1::TRUNCATION_POLICY_UNSPECIFIED;
   std::string request_id;

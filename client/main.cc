@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -170,21 +171,33 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
 int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   v1::SummarizeBatchRequest batch;
   for (const auto& path : o.inputs) *batch.add_requests() = make_request(o, read_input(path));
+  batch.set_partial_results(o.partial);
   grpc::ClientContext ctx;
   set_deadline(ctx, o);
   v1::SummarizeBatchResponse resp;
   const auto st = stub.SummarizeBatch(&ctx, batch, &resp);
   if (!st.ok()) return fail(st);
+  std::map<int, const v1::BatchItemError*> errors;
+  for (const auto& e : resp.errors()) errors[e.index()] = &e;
   nlohmann::json all = nlohmann::json::array();
-  for (const auto& r : resp.responses()) {
-    if (o.json) {
-      all.push_back(to_json(r));
+  for (int i = 0; i < resp.responses_size(); ++i) {
+    const auto error = errors.find(i);
+    if (error != errors.end()) {
+      const auto code = static_cast<grpc::StatusCode>(error->second->code());
+      std::cerr << "srformer-client: " << o.inputs.at(static_cast<size_t>(i)) << ": "
+                << srformer::status_code_name(code) << ": " << error->second->message() << "\n";
+      if (o.json)
+        all.push_back({{"error", {{"code", srformer::status_code_name(code)}, {"message", error->second->message()}}}});
+      else
+        std::cout << "\n";
+    } else if (o.json) {
+      all.push_back(to_json(resp.responses(i)));
     } else {
-      std::cout << r.summary() << "\n";
+      std::cout << resp.responses(i).summary() << "\n";
     }
   }
   if (o.json) std::cout << all.dump() << "\n";
-  return 0;
+  return errors.empty() ? 0 : 1;
 }
 
 // A float as the shortest decimal that reads back as it (0.7f as 0.7, not 0.699999988).

@@ -288,7 +288,8 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   std::optional<grpc::Status> status_;
 };
 
-// SummarizeBatch: all requests queued together, one response in request order.
+// SummarizeBatch: all requests queued together, one response in request order. By default the first
+// item refused or failing ends the call; with partial_results each item ends on its own.
 class BatchCall final : public grpc::ServerUnaryReactor {
  public:
   BatchCall(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body,
@@ -306,22 +307,30 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       end(empty);
       return;
     }
+    partial_ = in_.partial_results();
+    items_.resize(static_cast<size_t>(n));
     std::vector<SummarizerService::Prepared> prepared(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
+      const auto& request = in_.requests(i);
       try {
-        prepared[i] = service.prepare(in_.requests(i), context);
+        prepared[i] = service.prepare(request, context);
       } catch (const RequestError& e) {
-        const grpc::Status status(e.code(), "requests[" + std::to_string(i) + "]: " + e.what());
-        const auto& item = in_.requests(i);
-        record_.refused(service.request_id(item), item.model(), service.find_model(item.model()), status);
-        end(status);
-        return;
+        Engine* const engine = service.find_model(request.model());
+        items_[i].id = service.request_id(request);
+        items_[i].model = engine ? engine->name() : request.model();
+        items_[i].error = grpc::Status(e.code(), e.what());
+        record_.refused(items_[i].id, request.model(), engine, item_status(i));
+        if (!partial_) {
+          end(item_status(i));
+          return;
+        }
       }
     }
     // A batch holding more requests for one model than its queue takes could never be admitted whole:
     // say so now rather than RESOURCE_EXHAUSTED, which invites a retry that fails again.
     std::map<const Engine*, int64_t> per_engine;
     for (const auto& p : prepared) {
+      if (!p.engine) continue;
       const int64_t count = ++per_engine[p.engine];
       if (count > p.engine->limits().max_queue) {
         const grpc::Status status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -333,62 +342,113 @@ class BatchCall final : public grpc::ServerUnaryReactor {
         return;
       }
     }
-    for (const auto& p : prepared) record_.started(p.engine->name());
-    results_.resize(static_cast<size_t>(n));
-    models_.resize(static_cast<size_t>(n));
-    remaining_ = n;
+    std::unique_lock lock(mu_);  // items finishing while later ones are submitted
     for (int i = 0; i < n; ++i) {
-      models_[i] = prepared[i].engine->name();
-      requests_.push_back(prepared[i].request);
+      if (!prepared[i].engine) continue;
+      record_.started(prepared[i].engine->name());
+      items_[i].id = prepared[i].request->id;
+      items_[i].model = prepared[i].engine->name();
+      items_[i].request = prepared[i].request;
       prepared[i].request->on_finish = [this, i](RequestResult result) { done(i, std::move(result)); };
+      ++remaining_;
     }
     for (int i = 0; i < n; ++i) {
+      if (!prepared[i].engine) continue;
+      lock.unlock();
       try {
         service.submit(prepared[i]);
+        lock.lock();
       } catch (const RequestError& e) {
-        // Refuse the whole batch: cancel what was queued, report why once all of it has come back.
-        std::unique_lock lock(mu_);
-        error_ = grpc::Status(e.code(), "requests[" + std::to_string(i) + "]: " + e.what());
-        record_.refused(requests_[i]->id, models_[i], prepared[i].engine, error_);
-        for (int j = 0; j < i; ++j) requests_[j]->cancel();
-        remaining_ -= n - i;
-        const bool last = remaining_ == 0;
-        lock.unlock();
-        if (last) complete();
-        return;
+        lock.lock();
+        --remaining_;
+        items_[i].request.reset();  // never queued: its on_finish will not run
+        items_[i].error = grpc::Status(e.code(), e.what());
+        record_.refused(items_[i].id, items_[i].model, prepared[i].engine, item_status(i));
+        if (!partial_) {
+          // Refuse the whole batch: cancel what was queued, report why once all of it has come back.
+          failed_ = i;
+          for (int j = 0; j < i; ++j) cancel(j);
+          remaining_ -= count_queued_after(i, prepared);
+          for (int j = i + 1; j < n; ++j) items_[j].request.reset();
+          break;
+        }
       }
     }
+    const bool last = remaining_ == 0;
+    lock.unlock();
+    if (last) complete();
   }
   void OnCancel() override {
     std::lock_guard lock(mu_);
-    for (auto& r : requests_) r->cancel();
+    for (size_t i = 0; i < items_.size(); ++i) cancel(i);
   }
   void OnDone() override { delete this; }
 
  private:
+  struct Item {
+    std::string id;
+    std::string model;
+    std::shared_ptr<Request> request;  // null: refused before it was queued
+    RequestResult result;
+    grpc::Status error;  // the item's own failure, without the "requests[i]: " prefix
+  };
+
+  static int count_queued_after(int i, const std::vector<SummarizerService::Prepared>& prepared) {
+    return static_cast<int>(std::count_if(prepared.begin() + i + 1, prepared.end(),
+                                          [](const SummarizerService::Prepared& p) { return p.engine != nullptr; }));
+  }
+  void cancel(size_t i) {
+    if (items_[i].request) items_[i].request->cancel();
+  }
+  grpc::Status item_status(int i) const {
+    const grpc::Status& e = items_[static_cast<size_t>(i)].error;
+    return grpc::Status(e.error_code(), "requests[" + std::to_string(i) + "]: " + e.error_message());
+  }
   void done(int i, RequestResult result) {
     std::unique_lock lock(mu_);
-    // The first item to fail decides the call's status: the others' answers could not be returned, so
-    // stop their work now rather than decode them to the end (they come back cancelled).
-    if (const grpc::Status s = result_status(result); !s.ok() && error_.ok()) {
-      error_ = grpc::Status(s.error_code(), "requests[" + std::to_string(i) + "]: " + s.error_message());
-      for (auto& r : requests_) r->cancel();
+    if (const grpc::Status s = result_status(result); !s.ok()) {
+      items_[i].error = s;
+      // Without partial_results the first item to fail decides the call's status: the others' answers
+      // could not be returned, so stop their work now rather than decode them to the end.
+      if (!partial_ && !failed_) {
+        failed_ = i;
+        for (size_t j = 0; j < items_.size(); ++j) cancel(j);
+      }
     }
-    results_[i] = std::move(result);
+    items_[i].result = std::move(result);
     const bool last = --remaining_ == 0;
     lock.unlock();
     if (last) complete();
   }
   void complete() {
-    grpc::Status status = error_;
-    if (status.ok()) {
-      v1::SummarizeBatchResponse response;
-      for (size_t i = 0; i < results_.size(); ++i) {
-        fill_response(results_[i], *requests_[i], models_[i], response.add_responses());
-      }
-      status = serialize_body(response, *out_);
+    if (failed_) {
+      const grpc::Status status = item_status(*failed_);
+      spdlog::info("batch of {} requests ended with {}", items_.size(), status_code_name(status.error_code()));
+      end(status);
+      return;
     }
-    spdlog::info("batch of {} requests ended with {}", results_.size(), status_code_name(status.error_code()));
+    v1::SummarizeBatchResponse response;
+    int failures = 0;
+    for (size_t i = 0; i < items_.size(); ++i) {
+      const Item& item = items_[i];
+      auto* const out = response.add_responses();
+      // Items refused before they were queued were logged then; the others get their result line here.
+      if (item.request) log_result(record_.method(), *item.request, item.model, item.result, item.error);
+      if (item.error.ok()) {
+        fill_response(item.result, *item.request, item.model, out);
+        continue;
+      }
+      ++failures;
+      out->set_request_id(item.id);
+      out->set_model(item.model);
+      auto* const error = response.add_errors();
+      error->set_index(static_cast<int32_t>(i));
+      error->set_code(static_cast<int32_t>(item.error.error_code()));
+      error->set_message(item.error.error_message());
+    }
+    const grpc::Status status = serialize_body(response, *out_);
+    spdlog::info("batch of {} requests ended with {}{}", items_.size(), status_code_name(status.error_code()),
+                 failures > 0 ? " (" + std::to_string(failures) + " of them failed)" : std::string());
     end(status);
   }
   void end(const grpc::Status& status) {
@@ -399,12 +459,11 @@ class BatchCall final : public grpc::ServerUnaryReactor {
   CallRecord record_;
   v1::SummarizeBatchRequest in_;
   grpc::ByteBuffer* out_;
+  bool partial_ = false;
   std::mutex mu_;
-  std::vector<std::shared_ptr<Request>> requests_;
-  std::vector<RequestResult> results_;
-  std::vector<std::string> models_;
+  std::vector<Item> items_;
   int remaining_ = 0;
-  grpc::Status error_;
+  std::optional<int> failed_;  // without partial_results: the item whose failure ends the call
 };
 
 }  // namespace

@@ -187,6 +187,48 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
   EXPECT_EQ(piped.out.rfind("srformer-client: INVALID_ARGUMENT: document ", 0), 0u) << piped.out;
 }
 
+// The client's --batch: one SummarizeBatch call, a summary per FILE in order, each what it gives alone.
+// An empty FILE fails the whole call; with --partial it fails alone (its error on stderr, exit status 1).
+TEST_F(EndToEnd, ClientBatchAndPartialBatch) {
+  auto server = start();
+  const std::string base = kClient + " --target " + server->target() + " --model tiny --max-new-tokens 12 --batch ";
+  const std::string blank = (*work_ / "blank.txt").string();
+  std::ofstream(blank) << "   ";
+  const std::string errors = (*work_ / "batch-errors.txt").string();
+
+  auto whole = run_command(base + "--json " + doc(1) + " " + doc(2));
+  ASSERT_EQ(whole.exit_code, 0) << whole.out;
+  const auto wj = nlohmann::json::parse(whole.out);
+  ASSERT_EQ(wj.size(), 2u);
+  EXPECT_EQ(wj[0]["token_ids"].get<std::vector<int64_t>>(), offline(*model_dir_, read(doc(1)), 12, 1));
+  EXPECT_EQ(wj[1]["token_ids"].get<std::vector<int64_t>>(), offline(*model_dir_, read(doc(2)), 12, 1));
+
+  auto refused = run_command(base + doc(1) + " " + blank + " 2>&1");
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_EQ(refused.out.rfind("srformer-client: INVALID_ARGUMENT: requests[1]: document contains only whitespace", 0),
+            0u)
+      << refused.out;
+
+  auto partial = run_command(base + "--json --partial " + doc(1) + " " + blank + " " + doc(2) + " 2>" + errors);
+  EXPECT_EQ(partial.exit_code, 1);
+  const auto pj = nlohmann::json::parse(partial.out);
+  ASSERT_EQ(pj.size(), 3u);
+  EXPECT_EQ(pj[0]["token_ids"], wj[0]["token_ids"]);
+  EXPECT_EQ(pj[2]["token_ids"], wj[1]["token_ids"]);
+  EXPECT_EQ(pj[1]["error"]["code"], "INVALID_ARGUMENT");
+  EXPECT_NE(pj[1]["error"]["message"].get<std::string>().find("only whitespace"), std::string::npos) << pj[1];
+  EXPECT_EQ(read(errors),
+            "srformer-client: " + blank + ": INVALID_ARGUMENT: " + pj[1]["error"]["message"].get<std::string>() + "\n");
+  // Plain text: the failed FILE's line is empty, so line i is still FILE i's summary.
+  auto plain = run_command(base + "--partial " + doc(1) + " " + blank + " " + doc(2) + " 2>/dev/null");
+  EXPECT_EQ(plain.exit_code, 1);
+  EXPECT_EQ(plain.out, wj[0]["summary"].get<std::string>() + "\n\n" + wj[1]["summary"].get<std::string>() + "\n");
+
+  auto lone = run_command(kClient + " --target " + server->target() + " --partial " + doc(1) + " 2>&1");
+  EXPECT_EQ(lone.exit_code, 2);
+  EXPECT_NE(lone.out.find("--partial goes with --batch"), std::string::npos) << lone.out;
+}
+
 // bf16 on the CPU (AMX or AVX512-BF16): the server says so, and each summary, decoded among others, equals the offline
 // bf16 one.
 TEST_F(EndToEnd, Bf16OnTheCpuServesWhatOfflineBf16Gives) {

@@ -1076,6 +1076,121 @@ TEST(EngineService, ABatchItemFailingCancelsTheOthersAndEndsTheCall) {
   EXPECT_EQ(ids_of(resp.responses(1)), offline(doc_of(4), 8, 2).tokens);
 }
 
+// partial_results: items refused up front (an empty document, an unknown model, max_new_tokens 0) or
+// failing while they run (the faulty model's encoder) are listed in errors with their own status, their
+// responses keep only request_id and model, and the other items are answered as if alone.
+TEST(EngineService, APartialBatchAnswersEachItemOnItsOwn) {
+  FakeServerOptions so;
+  FakeModelOptions faulty;
+  faulty.fail_encode_call = 1;
+  so.models = {{"fake", FakeModelOptions{}}, {"faulty", faulty}};
+  TestServer server(so);
+  v1::SummarizeBatchRequest batch;
+  batch.set_partial_results(true);
+  *batch.add_requests() = request(doc_of(1), 12, 1);
+  *batch.add_requests() = make_request("");
+  batch.mutable_requests(1)->set_request_id("empty-one");
+  *batch.add_requests() = make_request(doc_of(2), "nope");
+  *batch.add_requests() = request(doc_of(3), 12, 2);
+  *batch.add_requests() = request(doc_of(4), 8, 1);
+  batch.mutable_requests(4)->set_model("faulty");
+  *batch.add_requests() = request(doc_of(5), 0, 1);
+  grpc::ClientContext ctx;
+  v1::SummarizeBatchResponse resp;
+  const auto status = server.stub().SummarizeBatch(&ctx, batch, &resp);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(resp.responses_size(), 6);
+  EXPECT_EQ(ids_of(resp.responses(0)), offline(doc_of(1), 12, 1).tokens);
+  EXPECT_EQ(ids_of(resp.responses(3)), offline(doc_of(3), 12, 2).tokens);
+  EXPECT_EQ(resp.responses(3).model(), "fake");
+  ASSERT_EQ(resp.errors_size(), 4);
+  const std::vector<std::tuple<int, grpc::StatusCode, std::string>> expected = {
+      {1, grpc::StatusCode::INVALID_ARGUMENT, "document is empty"},
+      {2, grpc::StatusCode::NOT_FOUND, "nope"},
+      {4, grpc::StatusCode::INTERNAL, "generation failed: encoder failed: fake encoder fault"},
+      {5, grpc::StatusCode::INVALID_ARGUMENT, "max_new_tokens"}};
+  for (int e = 0; e < 4; ++e) {
+    const auto& [index, code, says] = expected[static_cast<size_t>(e)];
+    const auto& error = resp.errors(e);
+    EXPECT_EQ(error.index(), index);
+    EXPECT_EQ(error.code(), static_cast<int>(code)) << error.message();
+    EXPECT_NE(error.message().find(says), std::string::npos) << error.message();
+    EXPECT_EQ(error.message().find("requests["), std::string::npos) << "the index is a field: " << error.message();
+    const auto& empty = resp.responses(index);
+    EXPECT_TRUE(empty.summary().empty() && empty.token_ids().empty()) << index;
+    EXPECT_EQ(empty.finish_reason(), v1::FINISH_REASON_UNSPECIFIED) << index;
+    EXPECT_FALSE(empty.request_id().empty()) << index;
+  }
+  EXPECT_EQ(resp.responses(1).request_id(), "empty-one");
+  EXPECT_EQ(resp.responses(4).model(), "faulty");
+  EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_rows == 0 && s.state_bytes == 0; }));
+
+  // Every item failing is still an answer: OK, with every error listed.
+  v1::SummarizeBatchRequest bad;
+  bad.set_partial_results(true);
+  *bad.add_requests() = make_request("  ");
+  *bad.add_requests() = make_request(doc_of(1), "nope");
+  grpc::ClientContext ctx2;
+  ASSERT_TRUE(server.stub().SummarizeBatch(&ctx2, bad, &resp).ok());
+  EXPECT_EQ(resp.responses_size(), 2);
+  ASSERT_EQ(resp.errors_size(), 2);
+  EXPECT_EQ(resp.errors(0).index(), 0);
+  EXPECT_EQ(resp.errors(1).index(), 1);
+  // Without partial_results the same batch fails as a whole, naming the first item refused.
+  bad.set_partial_results(false);
+  grpc::ClientContext ctx3;
+  const auto whole = server.stub().SummarizeBatch(&ctx3, bad, &resp);
+  EXPECT_EQ(whole.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(whole.error_message().rfind("requests[0]: ", 0), 0U) << whole.error_message();
+}
+
+// partial_results with a full queue: the item the queue cannot take is RESOURCE_EXHAUSTED on its own,
+// the one it took is answered once the queue moves.
+TEST(EngineService, APartialBatchItemTheQueueCannotTakeFailsAlone) {
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
+  so.config.max_batch_rows = 1;
+  so.config.max_beams = 1;
+  so.config.max_queue = 2;
+  so.config.max_new_tokens_cap = 1000;
+  TestServer server(so);
+  auto slow = request(std::string(50, 'q'), 1000, 1);
+  slow.mutable_options()->set_min_new_tokens(1000);
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::SummarizeStreamResponse>>> readers;
+  for (int i = 0; i < 2; ++i) {
+    ctxs.push_back(std::make_unique<grpc::ClientContext>());
+    readers.push_back(server.stub().SummarizeStream(ctxs.back().get(), slow));
+    ASSERT_TRUE(server.wait_for([i](const server::EngineStats& s) { return s.live_requests == 1 && s.queued == i; }));
+  }
+  v1::SummarizeBatchRequest batch;
+  batch.set_partial_results(true);
+  *batch.add_requests() = request(doc_of(1), 6, 1);
+  *batch.add_requests() = request(doc_of(2), 6, 1);
+  v1::SummarizeBatchResponse resp;
+  auto call = std::async(std::launch::async, [&] {
+    grpc::ClientContext ctx;
+    return server.stub().SummarizeBatch(&ctx, batch, &resp);
+  });
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.queued == 2; }));
+  for (auto& c : ctxs) c->TryCancel();
+  v1::SummarizeStreamResponse msg;
+  for (auto& r : readers) {
+    while (r->Read(&msg)) {
+    }
+    EXPECT_EQ(r->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  const auto status = call.get();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(resp.responses_size(), 2);
+  EXPECT_EQ(ids_of(resp.responses(0)), offline(doc_of(1), 6, 1, FakeModelOptions{256, 4, 20ms}).tokens);
+  ASSERT_EQ(resp.errors_size(), 1);
+  EXPECT_EQ(resp.errors(0).index(), 1);
+  EXPECT_EQ(resp.errors(0).code(), static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
+  EXPECT_NE(resp.errors(0).message().find("--max-queue"), std::string::npos) << resp.errors(0).message();
+  EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.queued == 0 && s.live_rows == 0; }));
+}
+
 TEST(EngineService, ABatchLargerThanTheQueueIsRefusedUpFrontAndNothingRuns) {
   FakeServerOptions so;
   so.config.max_queue = 4;
