@@ -343,6 +343,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       }
     }
     std::unique_lock lock(mu_);  // items finishing while later ones are submitted
+    remaining_ = 1;              // this constructor's share: no item's done() completes the call before it ends
     for (int i = 0; i < n; ++i) {
       if (!prepared[i].engine) continue;
       record_.started(prepared[i].engine->name());
@@ -366,7 +367,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
         record_.refused(items_[i].id, items_[i].model, prepared[i].engine, item_status(i));
         if (!partial_) {
           // Refuse the whole batch: cancel what was queued, report why once all of it has come back.
-          failed_ = i;
+          if (!failed_) failed_ = i;
           for (int j = 0; j < i; ++j) cancel(j);
           remaining_ -= count_queued_after(i, prepared);
           for (int j = i + 1; j < n; ++j) items_[j].request.reset();
@@ -374,7 +375,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
         }
       }
     }
-    const bool last = remaining_ == 0;
+    const bool last = --remaining_ == 0;
     lock.unlock();
     if (last) complete();
   }
