@@ -316,10 +316,10 @@ TEST_F(EndToEnd, SigtermDrainsInFlightRequestsAndExitsZero) {
 }
 
 // Random requests (tests/e2e/random_requests.py: every option, valid and invalid values, unary and
-// streaming, a few short deadlines) 32 at a time, then each determined one again alone: only client
-// errors with a message, streams that match their summaries, and bit for bit the same answer alone as
-// among the others (until session 36 a document padded in its encode group got other last bits, so
-// scores, log-probabilities and near-ties could depend on the batch).
+// streaming, a few short deadlines) 32 at a time, then each determined one again alone and in partial_results
+// batches of 8: only client errors with a message, streams that match their summaries, and bit for bit the
+// same answer (or error code) alone and in a batch as among the others (until session 36 a document padded in its
+// encode group got other last bits, so scores, log-probabilities and near-ties could depend on the batch).
 TEST_F(EndToEnd, RandomRequestsGiveTheSameAnswersAmongOthersAsAlone) {
   if (run_command("/usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null").exit_code != 0) {
     GTEST_SKIP() << "python3-grpcio / python3-protobuf not installed (deploy/setup-deps.sh)";
@@ -335,6 +335,7 @@ TEST_F(EndToEnd, RandomRequestsGiveTheSameAnswersAmongOthersAsAlone) {
     EXPECT_GE(j["codes"].value("OK", 0), 60) << "too few requests were valid to say much: " << r.out;
     EXPECT_GE(j["codes"].value("INVALID_ARGUMENT", 0), 10) << r.out;
     EXPECT_GE(j["replayed"].get<int>(), 100) << r.out;
+    EXPECT_GE(j["batched"].get<int>(), 100) << "partial_results batches: " << r.out;
   }
 }
 

@@ -12,12 +12,14 @@ through C concurrent callers, and checks what a client may rely on:
     again when sent alone: tokens, text, scores, per-token log-probabilities, alternatives, finish
     reason and usage counts, bit for bit (batching must not change results), and a refused one is
     refused again with the same code;
+  * sent again in SummarizeBatch calls with partial_results (B at a time), each item ends as it did
+    alone: the same answer, or a BatchItemError with the same code;
   * the server answers a plain request afterwards.
 
 Needs Debian's python3-grpcio and python3-protobuf, and protoc for the message classes.
 
 usage: random_requests.py HOST:PORT MODEL[,MODEL...] [--requests N] [--concurrency C] [--seed S]
-                          [--max-words W] [--replays R]
+                          [--max-words W] [--replays R] [--batch-size B]
 Prints one JSON object (counts, and `failures`: what broke, at most 20) and exits 1 when anything failed.
 """
 import argparse
@@ -98,6 +100,18 @@ class Caller:
         self.stream = channel.unary_stream("/srformer.v1.Summarizer/SummarizeStream",
                                            request_serializer=pb.SummarizeRequest.SerializeToString,
                                            response_deserializer=pb.SummarizeStreamResponse.FromString)
+        self.batch_call = channel.unary_unary("/srformer.v1.Summarizer/SummarizeBatch",
+                                              request_serializer=pb.SummarizeBatchRequest.SerializeToString,
+                                              response_deserializer=pb.SummarizeBatchResponse.FromString)
+        self.pb = pb
+
+    def batch(self, requests):
+        """A partial_results batch: (code name, response or error message)."""
+        try:
+            return "OK", self.batch_call(self.pb.SummarizeBatchRequest(requests=requests, partial_results=True),
+                                         timeout=600.0)
+        except grpc.RpcError as e:
+            return e.code().name, e.details()
 
     def call(self, request, streaming=False, deadline_s=120.0):
         """(code name, response or error message, streamed (token ids, text) or None)."""
@@ -142,6 +156,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--max-words", type=int, default=600, help="the longest documents' words")
     ap.add_argument("--replays", type=int, default=10**9, help="most requests sent again alone")
+    ap.add_argument("--batch-size", type=int, default=8, help="items per partial_results batch (0: no batches)")
     args = ap.parse_args()
 
     pb = load_messages()
@@ -184,10 +199,34 @@ def main():
                              "options": str(requests[i].options).replace("\n", " "),
                              "fields": [k for k in a if a[k] != b[k]]})
 
+    batched = 0
+    code_names = {c.value[0]: c.name for c in grpc.StatusCode}
+    eligible = [i for i, (code, _, _) in enumerate(results) if code != "DEADLINE_EXCEEDED" and determined(requests[i])]
+    for start in range(0, len(eligible) if args.batch_size > 0 else 0, max(args.batch_size, 1)):
+        group = eligible[start:start + args.batch_size]
+        code, response = caller.batch([requests[i] for i in group])
+        if code != "OK":
+            failures.append({"batch": group, "code": code, "message": response})
+            continue
+        errors = {e.index: e for e in response.errors}
+        for k, i in enumerate(group):
+            batched += 1
+            want_code, want, _ = results[i]
+            got_code = code_names.get(errors[k].code, str(errors[k].code)) if k in errors else "OK"
+            if got_code != want_code:
+                failures.append({"request": i, "what": "another code in a partial batch", "alone": [want_code, str(want)],
+                                 "in_batch": [got_code, errors[k].message if k in errors else ""]})
+            elif got_code != "OK" and not errors[k].message:
+                failures.append({"request": i, "what": "a batch item's error says nothing to fix"})
+            elif got_code == "OK" and answer(response.responses[k]) != answer(want):
+                a, b = answer(want), answer(response.responses[k])
+                failures.append({"request": i, "what": "another answer in a partial batch",
+                                 "fields": [f for f in a if a[f] != b[f]]})
+
     final_code, _, _ = caller.call(pb.SummarizeRequest(model=args.models.split(",")[0], document=b"the cat sat"))
     if final_code != "OK":
         failures.append({"what": "a plain request afterwards", "code": final_code})
-    print(json.dumps({"requests": len(requests), "codes": codes, "replayed": replayed,
+    print(json.dumps({"requests": len(requests), "codes": codes, "replayed": replayed, "batched": batched,
                       "failures": failures[:20], "failed": len(failures)}))
     return 1 if failures else 0
 
