@@ -320,7 +320,11 @@ class BatchCall final : public grpc::ServerUnaryReactor {
         items_[i].model = engine ? engine->name() : request.model();
         items_[i].error = grpc::Status(e.code(), e.what());
         record_.refused(items_[i].id, request.model(), engine, item_status(i));
-        if (!partial_) {
+        // A server shutting down or a deadline already past refuse every item alike: the call says so
+        // (UNAVAILABLE invites the retry on another replica), partial_results or not.
+        const bool whole_call =
+            e.code() == grpc::StatusCode::UNAVAILABLE || e.code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+        if (!partial_ || whole_call) {
           end(item_status(i));
           return;
         }

@@ -935,6 +935,15 @@ TEST(EngineService, GracefulShutdownFinishesInFlightAndRefusesNew) {
     const auto st = server.stub().Summarize(&ctx, request("late", 4, 1), &resp);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
   }
+  {  // A partial_results batch too: the call is UNAVAILABLE (retry elsewhere), not OK with failed items.
+    v1::SummarizeBatchRequest batch;
+    batch.set_partial_results(true);
+    *batch.add_requests() = request("late", 4, 1);
+    grpc::ClientContext ctx;
+    v1::SummarizeBatchResponse resp;
+    const auto st = server.stub().SummarizeBatch(&ctx, batch, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+  }
   for (int i = 0; i < 3; ++i) {
     auto [status, resp] = inflight[i].get();
     EXPECT_TRUE(status.ok()) << status.error_message();
