@@ -228,12 +228,22 @@ void apply_config_file(const std::string& path, ServerConfig& config) {
   for (const auto& [key, value] : j.items()) {
     const std::string name = normalise(key);
     if (name == "model" || name == "models") {
+      const ConfigError shape("config key '" + key + "' in '" + path +
+                              "' must be {\"name\": \"dir\", ...}, [\"name=dir\", ...] or \"name=dir\"");
       if (value.is_object()) {
-        for (const auto& [n, dir] : value.items()) config.models.push_back({n, dir.get<std::string>()});
+        for (const auto& [n, dir] : value.items()) {
+          if (!dir.is_string()) throw shape;
+          config.models.push_back({n, dir.get<std::string>()});
+        }
       } else if (value.is_array()) {
-        for (const auto& v : value) config.models.push_back(parse_model(v.get<std::string>()));
+        for (const auto& v : value) {
+          if (!v.is_string()) throw shape;
+          config.models.push_back(parse_model(v.get<std::string>()));
+        }
+      } else if (value.is_string()) {
+        config.models.push_back(parse_model(value.get<std::string>()));
       } else {
-        throw ConfigError("config key '" + key + "' must be {\"name\": \"dir\"} or [\"name=dir\"]");
+        throw shape;
       }
       continue;
     }

@@ -78,6 +78,21 @@ TEST(ServerConfig, ErrorsSayWhatToFix) {
   EXPECT_NE(message({"--model", "a=/x", "--encode-piece-positions", "0"}).find("--encode-piece-positions must be >= 1"),
             std::string::npos);
   EXPECT_NE(message({"--config", "/nonexistent.json"}).find("cannot open"), std::string::npos);
+  // The config file's model list: a non-string directory is named, not a JSON library type error.
+  const auto path = std::filesystem::temp_directory_path() / "srformer_server_config_models.json";
+  for (const char* models : {R"({"a": 5})", R"([5])", "7"}) {
+    std::ofstream(path) << R"({"model": )" << models << "}";
+    const auto got = message({"--config", path.string()});
+    EXPECT_NE(got.find("config key 'model' in '" + path.string() + "' must be {\"name\": \"dir\", ...}"),
+              std::string::npos)
+        << models << ": " << got;
+  }
+  std::ofstream(path) << R"({"model": "a=/models/a"})";  // one model as a string, as --model takes it
+  ServerConfig one;
+  ASSERT_TRUE(parse({"--config", path.string()}, one));
+  ASSERT_EQ(one.models.size(), 1u);
+  EXPECT_EQ(one.models[0].dir, "/models/a");
+  std::filesystem::remove(path);
   ServerConfig c;
   EXPECT_FALSE(parse({"--help"}, c));
 }
