@@ -364,38 +364,57 @@ TEST(EngineService, ShutdownPastTheGraceStopsALongEncode) {
   EXPECT_LT(mo.encode_layers_run->load(), mo.encode_layers);
 }
 
-TEST(EngineService, QueueFullIsResourceExhausted) {
+// One decoding row and a queue of two, kept busy by 1000-token streams (the first decoding, the others
+// queued) until cancel().
+FakeServerOptions one_row_queue_of_two() {
   FakeServerOptions so;
   so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
   so.config.max_batch_rows = 1;
   so.config.max_beams = 1;
   so.config.max_queue = 2;
   so.config.max_new_tokens_cap = 1000;
-  TestServer server(so);
-  auto slow = request(std::string(50, 'q'), 1000, 1);
-  slow.mutable_options()->set_min_new_tokens(1000);
-  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
-  std::vector<std::unique_ptr<grpc::ClientReader<v1::SummarizeStreamResponse>>> readers;
-  for (int i = 0; i < 3; ++i) {
-    ctxs.push_back(std::make_unique<grpc::ClientContext>());
-    readers.push_back(server.stub().SummarizeStream(ctxs.back().get(), slow));
-    // The first must be decoding (not merely queued) before the next arrives, or the queue holds both.
-    ASSERT_TRUE(server.wait_for([i](const server::EngineStats& s) { return s.live_requests == 1 && s.queued == i; }))
-        << "request " << i << ": live " << server.engine().stats().live_requests << ", queued "
-        << server.engine().stats().queued;
+  return so;
+}
+
+class SlowStreams {
+ public:
+  void open(TestServer& server, int n) {
+    auto slow = request(std::string(50, 'q'), 1000, 1);
+    slow.mutable_options()->set_min_new_tokens(1000);
+    for (int i = 0; i < n; ++i) {
+      ctxs_.push_back(std::make_unique<grpc::ClientContext>());
+      readers_.push_back(server.stub().SummarizeStream(ctxs_.back().get(), slow));
+      // The first must be decoding (not merely queued) before the next arrives, or the queue holds both.
+      ASSERT_TRUE(server.wait_for([i](const server::EngineStats& s) { return s.live_requests == 1 && s.queued == i; }))
+          << "request " << i << ": live " << server.engine().stats().live_requests << ", queued "
+          << server.engine().stats().queued;
+    }
   }
+  void cancel() {
+    for (auto& c : ctxs_) c->TryCancel();
+    v1::SummarizeStreamResponse msg;
+    for (auto& r : readers_) {
+      while (r->Read(&msg)) {
+      }
+      EXPECT_EQ(r->Finish().error_code(), grpc::StatusCode::CANCELLED);
+    }
+  }
+
+ private:
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs_;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::SummarizeStreamResponse>>> readers_;
+};
+
+TEST(EngineService, QueueFullIsResourceExhausted) {
+  TestServer server(one_row_queue_of_two());
+  SlowStreams slow;
+  ASSERT_NO_FATAL_FAILURE(slow.open(server, 3));
   grpc::ClientContext ctx;
   v1::SummarizeResponse resp;
   const auto status = server.stub().Summarize(&ctx, request("hello", 4, 1), &resp);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(status.error_message().find("--max-queue"), std::string::npos) << status.error_message();
-  for (auto& c : ctxs) c->TryCancel();
-  v1::SummarizeStreamResponse msg;
-  for (auto& r : readers) {
-    while (r->Read(&msg)) {
-    }
-    EXPECT_EQ(r->Finish().error_code(), grpc::StatusCode::CANCELLED);
-  }
+  slow.cancel();
   EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.queued == 0 && s.live_rows == 0; }));
 }
 
@@ -1156,22 +1175,9 @@ TEST(EngineService, APartialBatchAnswersEachItemOnItsOwn) {
 // partial_results with a full queue: the item the queue cannot take is RESOURCE_EXHAUSTED on its own,
 // the one it took is answered once the queue moves.
 TEST(EngineService, APartialBatchItemTheQueueCannotTakeFailsAlone) {
-  FakeServerOptions so;
-  so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
-  so.config.max_batch_rows = 1;
-  so.config.max_beams = 1;
-  so.config.max_queue = 2;
-  so.config.max_new_tokens_cap = 1000;
-  TestServer server(so);
-  auto slow = request(std::string(50, 'q'), 1000, 1);
-  slow.mutable_options()->set_min_new_tokens(1000);
-  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
-  std::vector<std::unique_ptr<grpc::ClientReader<v1::SummarizeStreamResponse>>> readers;
-  for (int i = 0; i < 2; ++i) {
-    ctxs.push_back(std::make_unique<grpc::ClientContext>());
-    readers.push_back(server.stub().SummarizeStream(ctxs.back().get(), slow));
-    ASSERT_TRUE(server.wait_for([i](const server::EngineStats& s) { return s.live_requests == 1 && s.queued == i; }));
-  }
+  TestServer server(one_row_queue_of_two());
+  SlowStreams slow;
+  ASSERT_NO_FATAL_FAILURE(slow.open(server, 2));
   v1::SummarizeBatchRequest batch;
   batch.set_partial_results(true);
   *batch.add_requests() = request(doc_of(1), 6, 1);
@@ -1182,13 +1188,7 @@ TEST(EngineService, APartialBatchItemTheQueueCannotTakeFailsAlone) {
     return server.stub().SummarizeBatch(&ctx, batch, &resp);
   });
   ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.queued == 2; }));
-  for (auto& c : ctxs) c->TryCancel();
-  v1::SummarizeStreamResponse msg;
-  for (auto& r : readers) {
-    while (r->Read(&msg)) {
-    }
-    EXPECT_EQ(r->Finish().error_code(), grpc::StatusCode::CANCELLED);
-  }
+  slow.cancel();
   const auto status = call.get();
   ASSERT_TRUE(status.ok()) << status.error_message();
   ASSERT_EQ(resp.responses_size(), 2);
