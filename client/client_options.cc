@@ -182,6 +182,9 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
   }
   if (!o.cert_file.empty() && !o.tls) throw std::invalid_argument("--cert/--key need --tls --ca FILE");
   if (!o.tls_server_name.empty() && !o.tls) throw std::invalid_argument("--tls-server-name needs --tls --ca FILE");
+  if (o.batch && o.stream)
+    throw std::invalid_argument("--batch and --stream do not go together (SummarizeBatch answers once)");
+  if (o.batch && o.load) throw std::invalid_argument("--batch and --load do not go together");
   if (o.partial && !o.batch)
     throw std::invalid_argument("--partial goes with --batch (SummarizeBatch's partial_results)");
   if (o.load && o.requests <= 0 && o.duration_s <= 0) {

@@ -227,6 +227,9 @@ TEST_F(EndToEnd, ClientBatchAndPartialBatch) {
   auto lone = run_command(kClient + " --target " + server->target() + " --partial " + doc(1) + " 2>&1");
   EXPECT_EQ(lone.exit_code, 2);
   EXPECT_NE(lone.out.find("--partial goes with --batch"), std::string::npos) << lone.out;
+  auto streamed = run_command(base + "--stream " + doc(1) + " 2>&1");
+  EXPECT_EQ(streamed.exit_code, 2);
+  EXPECT_NE(streamed.out.find("--batch and --stream do not go together"), std::string::npos) << streamed.out;
 }
 
 // bf16 on the CPU (AMX or AVX512-BF16): the server says so, and each summary, decoded among others, equals the offline
