@@ -83,6 +83,10 @@ struct Metrics::Families {
                      .Name("srformer_requests_rejected_total")
                      .Help("Requests refused before queueing (queue_full|shutting_down|invalid).")
                      .Register(r)),
+        batch_items(BuildCounter()
+                        .Name("srformer_batch_items_total")
+                        .Help("Items of SummarizeBatch calls with partial_results, by their own gRPC status code.")
+                        .Register(r)),
         queue_wait(BuildHistogram()
                        .Name("srformer_queue_wait_seconds")
                        .Help("Time a request waited in the queue.")
@@ -197,6 +201,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Gauge>& in_flight;
   prometheus::Family<prometheus::Gauge>& queue_depth;
   prometheus::Family<prometheus::Counter>& rejected;
+  prometheus::Family<prometheus::Counter>& batch_items;
   prometheus::Family<prometheus::Histogram>& queue_wait;
   prometheus::Family<prometheus::Histogram>& encode;
   prometheus::Family<prometheus::Histogram>& ttft;
@@ -274,6 +279,10 @@ void ModelMetrics::on_request_end(const std::string& method, const std::string& 
 
 void ModelMetrics::on_rejected(RejectReason reason) {
   metrics_.families_->rejected.Add({{"model", model_}, {"reason", to_string(reason)}}).Increment();
+}
+
+void ModelMetrics::on_batch_item(const std::string& code) {
+  metrics_.families_->batch_items.Add({{"model", model_}, {"code", code}}).Increment();
 }
 
 void ModelMetrics::set_queue_depth(double depth) { queue_depth_.Set(depth); }

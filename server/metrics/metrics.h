@@ -64,6 +64,9 @@ class ModelMetrics {
   void on_request_end(const std::string& method, const std::string& code, double seconds);
   // A request was refused before queueing (also count it with on_request_end if it had started).
   void on_rejected(RejectReason reason);
+  // An item of a SummarizeBatch with partial_results ended with `code` (status_code_name()): the call
+  // itself is OK even where its items failed, so srformer_requests_total does not see them.
+  void on_batch_item(const std::string& code);
   // Current number of requests waiting in this model's queue.
   void set_queue_depth(double depth);
   // Time a request spent queued before its encoder ran.

@@ -294,7 +294,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
  public:
   BatchCall(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body,
             grpc::ByteBuffer* out)
-      : record_(service.metrics(), "SummarizeBatch"), out_(out) {
+      : record_(service.metrics(), "SummarizeBatch"), metrics_(service.metrics()), out_(out) {
     if (const grpc::Status parsed = parse_body(body, in_); !parsed.ok()) {
       record_.refused(service.next_request_id(), "", nullptr, parsed);
       end(parsed);
@@ -318,6 +318,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
         Engine* const engine = service.find_model(request.model());
         items_[i].id = service.request_id(request);
         items_[i].model = engine ? engine->name() : request.model();
+        items_[i].known_model = engine != nullptr;
         items_[i].error = grpc::Status(e.code(), e.what());
         record_.refused(items_[i].id, request.model(), engine, item_status(i));
         // A server shutting down or a deadline already past refuse every item alike: the call says so
@@ -353,6 +354,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       record_.started(prepared[i].engine->name());
       items_[i].id = prepared[i].request->id;
       items_[i].model = prepared[i].engine->name();
+      items_[i].known_model = true;
       items_[i].request = prepared[i].request;
       prepared[i].request->on_finish = [this, i](RequestResult result) { done(i, std::move(result)); };
       ++remaining_;
@@ -393,6 +395,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
   struct Item {
     std::string id;
     std::string model;
+    bool known_model = false;          // `model` names one of this server's (else it is the client's text)
     std::shared_ptr<Request> request;  // null: refused before it was queued
     RequestResult result;
     grpc::Status error;  // the item's own failure, without the "requests[i]: " prefix
@@ -439,6 +442,9 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       auto* const out = response.add_responses();
       // Items refused before they were queued were logged then; the others get their result line here.
       if (item.request) log_result(record_.method(), *item.request, item.model, item.result, item.error);
+      if (partial_ && metrics_ && item.known_model) {
+        metrics_->model(item.model).on_batch_item(status_code_name(item.error.error_code()));
+      }
       if (item.error.ok()) {
         fill_response(item.result, *item.request, item.model, out);
         continue;
@@ -462,6 +468,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
   }
 
   CallRecord record_;
+  Metrics* metrics_;
   v1::SummarizeBatchRequest in_;
   grpc::ByteBuffer* out_;
   bool partial_ = false;

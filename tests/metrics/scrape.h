@@ -172,6 +172,7 @@ inline void populate_every_family(Metrics& metrics) {
   m.on_request_start();
   m.on_request_end("Summarize", "OK", 0.4);
   m.on_rejected(RejectReason::kQueueFull);
+  m.on_batch_item("INTERNAL");
   m.set_queue_depth(2);
   m.observe_queue_wait(0.01);
   m.observe_encode(0.05);

@@ -1257,6 +1257,25 @@ TEST(EngineService, ABatchCountsUnderEveryModelItAsksFor) {
   EXPECT_EQ(
       sample(metrics.scrape_text(), "srformer_requests_rejected_total", {{"model", "alpha"}, {"reason", "invalid"}}),
       0.0);
+  EXPECT_FALSE(sample(metrics.scrape_text(), "srformer_batch_items_total", {{"model", "beta"}, {"code", "OK"}}))
+      << "only partial_results batches count their items";
+
+  // partial_results: the call is OK; each item counts under its model with its own code (an unknown
+  // model's item under none: the name is the client's text).
+  *batch.add_requests() = make_request(doc_of(3), "nope");
+  batch.set_partial_results(true);
+  grpc::ClientContext ctx3;
+  ASSERT_TRUE(server.stub().SummarizeBatch(&ctx3, batch, &resp).ok());
+  EXPECT_EQ(resp.errors_size(), 2);
+  const auto items = [&](const std::string& model, const std::string& code) {
+    return sample(metrics.scrape_text(), "srformer_batch_items_total", {{"model", model}, {"code", code}})
+        .value_or(0.0);
+  };
+  EXPECT_EQ(items("alpha", "OK"), 1.0);
+  EXPECT_EQ(items("beta", "OK"), 2.0);
+  EXPECT_EQ(items("beta", "INVALID_ARGUMENT"), 1.0);
+  EXPECT_EQ(metrics.scrape_text().find("nope"), std::string::npos);
+  EXPECT_EQ(calls("beta", "OK"), 2.0);
 }
 
 TEST(EngineService, SeveralModelsByNameAndListModels) {
