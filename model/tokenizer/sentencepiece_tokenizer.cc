@@ -75,7 +75,12 @@ std::string read_binary_file(const fs::path& file) {
 void check_not_cut_short(std::string_view serialized, const fs::path& file) {
   if (serialized.empty()) throw TokenizerLoadError(file.string() + " is empty (0 bytes): download it again");
   const auto fields = wire::top_level_fields(serialized);
-  if (!fields) return;  // SentencePiece's own parse says what is wrong
+  if (!fields) {
+    throw TokenizerLoadError(file.string() +
+                             " is not a SentencePiece model: its protobuf encoding breaks off or is "
+                             "corrupt (" +
+                             std::to_string(serialized.size()) + " bytes, cut short?); download it again");
+  }
   const auto count = [&](int number) {
     return std::count_if(fields->begin(), fields->end(), [&](const wire::Field& f) { return f.number == number; });
   };

@@ -50,11 +50,13 @@ TEST(LoadTokenizer, CorruptSentencePieceModelIsALoadError) {
   const auto named = msg.find("spiece.model");
   EXPECT_NE(named, std::string::npos) << msg;
   EXPECT_EQ(msg.find("spiece.model", named + 1), std::string::npos) << "named twice: " << msg;
+  EXPECT_NE(msg.find("is not a SentencePiece model: its protobuf encoding breaks off or is corrupt"), std::string::npos)
+      << msg;
 }
 
 // A spiece.model cut short at a piece's end still parses: SentencePiece would load it with default
 // special ids and no normalization, and the model would write nonsense. Cut after the pieces, after
-// the trainer_spec, and at 0 bytes, it is refused with the fix.
+// the trainer_spec, inside the last piece, and at 0 bytes, it is refused with the fix.
 TEST(LoadTokenizer, ASentencePieceModelCutShortIsALoadError) {
   const auto file = test::t5_style_spm_dir() / "spiece.model";
   const std::string whole = test::read_file(file);
@@ -72,6 +74,7 @@ TEST(LoadTokenizer, ASentencePieceModelCutShortIsALoadError) {
   for (const auto& [bytes, says] :
        std::vector<std::pair<size_t, std::string>>{{pieces_end, "but no trainer_spec or normalizer_spec"},
                                                    {trainer_end, "but no normalizer_spec"},
+                                                   {pieces_end - 1, "protobuf encoding breaks off"},
                                                    {0, "is empty"}}) {
     TempDir dir("spiece-cut-short");
     test::write_file(dir.path() / "spiece.model", whole.substr(0, bytes));
