@@ -168,6 +168,20 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   return 0;
 }
 
+// A batch's status "requests[i]: ..." with the FILE that request i was read from.
+grpc::Status naming_the_file(const grpc::Status& status, const std::vector<std::string>& inputs) {
+  const std::string& message = status.error_message();
+  const std::string prefix = "requests[";
+  if (message.rfind(prefix, 0) != 0) return status;
+  const size_t close = message.find("]: ", prefix.size());
+  if (close == std::string::npos || close == prefix.size() || close - prefix.size() > 9) return status;
+  const std::string digits = message.substr(prefix.size(), close - prefix.size());
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return status;
+  const size_t index = std::stoul(digits);
+  if (index >= inputs.size()) return status;
+  return grpc::Status(status.error_code(), message + " (requests[" + digits + "] is " + inputs[index] + ")");
+}
+
 int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   v1::SummarizeBatchRequest batch;
   for (const auto& path : o.inputs) *batch.add_requests() = make_request(o, read_input(path));
@@ -176,7 +190,7 @@ int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   set_deadline(ctx, o);
   v1::SummarizeBatchResponse resp;
   const auto st = stub.SummarizeBatch(&ctx, batch, &resp);
-  if (!st.ok()) return fail(st);
+  if (!st.ok()) return fail(naming_the_file(st, o.inputs));
   std::map<int, const v1::BatchItemError*> errors;
   for (const auto& e : resp.errors()) errors[e.index()] = &e;
   nlohmann::json all = nlohmann::json::array();

@@ -208,6 +208,8 @@ TEST_F(EndToEnd, ClientBatchAndPartialBatch) {
   EXPECT_EQ(refused.out.rfind("srformer-client: INVALID_ARGUMENT: requests[1]: document contains only whitespace", 0),
             0u)
       << refused.out;
+  EXPECT_NE(refused.out.find(" (requests[1] is " + blank + ")\n"), std::string::npos)
+      << "names the FILE: " << refused.out;
 
   auto partial = run_command(base + "--json --partial " + doc(1) + " " + blank + " " + doc(2) + " 2>" + errors);
   EXPECT_EQ(partial.exit_code, 1);
