@@ -200,10 +200,11 @@ int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub) {
       const auto code = static_cast<grpc::StatusCode>(error->second->code());
       std::cerr << "srformer-client: " << o.inputs.at(static_cast<size_t>(i)) << ": "
                 << srformer::status_code_name(code) << ": " << error->second->message() << "\n";
-      if (o.json)
+      if (o.json) {
         all.push_back({{"error", {{"code", srformer::status_code_name(code)}, {"message", error->second->message()}}}});
-      else
-        std::cout << "\n";
+      } else {
+        std::cout << "\n";  // line i stays FILE i's
+      }
     } else if (o.json) {
       all.push_back(to_json(resp.responses(i)));
     } else {

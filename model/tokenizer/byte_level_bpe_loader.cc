@@ -122,9 +122,18 @@ std::optional<TokenSpec> parse_token(const json& j, bool special) {
 void check_merges_not_cut_short(const ByteLevelBpeConfig& config, const fs::path& merges_file,
                                 const fs::path& vocab_file) {
   if (config.merges.empty()) return;
+  // Files that do not fit together at all (a symbol or a merge's result missing from the vocabulary)
+  // are the tokenizer's to name, more precisely.
+  const auto in_vocab = [&](const std::string& token) { return config.vocab.count(token) > 0; };
   std::unordered_set<std::string> buildable;
-  for (const auto& symbol : byte_level_symbols()) buildable.insert(symbol);
-  for (const auto& [left, right] : config.merges) buildable.insert(left + right);
+  for (const auto& symbol : byte_level_symbols()) {
+    if (!in_vocab(symbol)) return;
+    buildable.insert(symbol);
+  }
+  for (const auto& [left, right] : config.merges) {
+    if (!in_vocab(left + right)) return;
+    buildable.insert(left + right);
+  }
   for (const auto& added : config.added_tokens) buildable.insert(added.content);
   size_t unbuildable = 0;
   const std::pair<const std::string, int64_t>* first = nullptr;
