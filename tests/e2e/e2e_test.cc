@@ -289,6 +289,17 @@ TEST_F(EndToEnd, LoadGeneratorReportsThroughputAndLatency) {
   }
 }
 
+// Polls `probe` every 100 ms until it returns true or `timeout` passes.
+template <typename Probe>
+bool eventually(Probe probe, std::chrono::seconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (probe()) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return probe();
+}
+
 TEST_F(EndToEnd, SigtermDrainsInFlightRequestsAndExitsZero) {
   auto server = start({"--shutdown-grace-ms", "20000", "--max-batch-rows", "2", "--max-beams", "2"});
   // Enough queued work that some is in flight when the signal arrives.
@@ -296,7 +307,11 @@ TEST_F(EndToEnd, SigtermDrainsInFlightRequestsAndExitsZero) {
                           " --load --concurrency 8 --requests 400 --json --max-new-tokens 64 --min-new-tokens 64 " +
                           doc(3);
   auto load = std::async(std::launch::async, [&] { return run_command(cmd); });
-  std::this_thread::sleep_for(300ms);
+  // Signalled once a request has finished: the load is surely running (a fixed wait was too short for
+  // a slow-starting client, e.g. under ASan, which then found the port closed).
+  ASSERT_TRUE(
+      eventually([&] { return server->log().find("SummarizeStream model=tiny in=") != std::string::npos; }, 60s))
+      << server->log();
   server->signal(SIGTERM);
   EXPECT_EQ(server->wait(60s), 0) << server->log();
   const auto r = load.get();
@@ -390,17 +405,6 @@ int free_port() {
                   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   close(fd);
   return ok ? ntohs(addr.sin_port) : 0;
-}
-
-// Polls `probe` every 100 ms until it returns true or `timeout` passes.
-template <typename Probe>
-bool eventually(Probe probe, std::chrono::seconds timeout) {
-  const auto end = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < end) {
-    if (probe()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return probe();
 }
 
 TEST_F(EndToEnd, MetricsOfARunningServerFollowRealRequests) {
