@@ -165,12 +165,13 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
   }
   if (auto pointer = lfs_pointer_message(model_file)) throw TokenizerLoadError(*pointer);
   try {
-    std::string serialized = read_binary_file(model_file);
+    std::string serialized = read_binary_file(model_file);  // read once: checked, then loaded from these bytes
     check_not_cut_short(serialized, model_file);
+    auto sp = SentencePieceProcessor::load_from_bytes(serialized);
     auto unprefixed = prefixes_first_only(model_dir, parsed_tokenizer_json, config)
                           ? std::optional(load_unprefixed(std::move(serialized)))
                           : std::nullopt;
-    return std::make_unique<SentencePieceTokenizer>(SentencePieceProcessor::load(model_file), n, std::move(unprefixed));
+    return std::make_unique<SentencePieceTokenizer>(std::move(sp), n, std::move(unprefixed));
   } catch (const TokenizerLoadError&) {
     throw;
   } catch (const std::runtime_error& e) {
