@@ -67,6 +67,16 @@ const char* to_string(LeaveReason reason) {
   return "error";
 }
 
+const char* to_string(UnroutedReason reason) {
+  switch (reason) {
+    case UnroutedReason::kUnknownModel:
+      return "unknown_model";
+    case UnroutedReason::kMalformed:
+      return "malformed";
+  }
+  return "malformed";
+}
+
 // Every per-model family, registered once per Metrics.
 struct Metrics::Families {
   explicit Families(prometheus::Registry& r)
@@ -82,6 +92,11 @@ struct Metrics::Families {
         rejected(BuildCounter()
                      .Name("srformer_requests_rejected_total")
                      .Help("Requests refused before queueing (queue_full|shutting_down|invalid).")
+                     .Register(r)),
+        unrouted(BuildCounter()
+                     .Name("srformer_requests_unrouted_total")
+                     .Help("Calls and SummarizeBatch items that reached no model, by RPC method and reason "
+                           "(unknown_model|malformed); not in srformer_requests_total.")
                      .Register(r)),
         batch_items(BuildCounter()
                         .Name("srformer_batch_items_total")
@@ -201,6 +216,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Gauge>& in_flight;
   prometheus::Family<prometheus::Gauge>& queue_depth;
   prometheus::Family<prometheus::Counter>& rejected;
+  prometheus::Family<prometheus::Counter>& unrouted;
   prometheus::Family<prometheus::Counter>& batch_items;
   prometheus::Family<prometheus::Histogram>& queue_wait;
   prometheus::Family<prometheus::Histogram>& encode;
@@ -353,6 +369,12 @@ Metrics::Metrics(const std::string& listen_address, std::chrono::milliseconds sa
       registry_(std::make_shared<prometheus::Registry>()),
       families_(std::make_unique<Families>(*registry_)),
       process_monitor_(std::make_unique<ProcessMonitor>(*registry_, sample_interval)) {
+  // Zeros from the start, as for the per-model reasons: rate() sees a series before the first stray call.
+  for (const char* method : {"Summarize", "SummarizeStream", "SummarizeBatch"}) {
+    for (const auto reason : {UnroutedReason::kUnknownModel, UnroutedReason::kMalformed}) {
+      families_->unrouted.Add({{"method", method}, {"reason", to_string(reason)}});
+    }
+  }
   if (listen_address.empty()) return;
   try {
     // Sample at scrape time, as Prometheus' own clients do: a gauge read between two periodic samples could
@@ -376,6 +398,10 @@ ModelMetrics& Metrics::model(const std::string& name) {
   auto it = models_.find(name);
   if (it == models_.end()) it = models_.emplace(name, std::make_unique<ModelMetrics>(*this, name)).first;
   return *it->second;
+}
+
+void Metrics::on_unrouted(const std::string& method, UnroutedReason reason) {
+  families_->unrouted.Add({{"method", method}, {"reason", to_string(reason)}}).Increment();
 }
 
 bool Metrics::start_gpu_monitor(std::unique_ptr<NvmlApi> nvml) {

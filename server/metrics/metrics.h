@@ -31,9 +31,13 @@ class TorchMemorySampler;
 enum class RejectReason { kQueueFull, kShuttingDown, kInvalid };
 // Why a row left the running batch (label `reason` of srformer_rows_left_total).
 enum class LeaveReason { kEos, kLength, kCancelled, kError };
+// Why a call (or a SummarizeBatch item) reached no model (label `reason` of srformer_requests_unrouted_total):
+// it named a model this server does not hold, or its body did not parse.
+enum class UnroutedReason { kUnknownModel, kMalformed };
 
 const char* to_string(RejectReason reason);
 const char* to_string(LeaveReason reason);
+const char* to_string(UnroutedReason reason);
 
 // One LibTorch CUDA caching-allocator reading, provided by the engine (keeps this library free of CUDA).
 struct TorchCudaMemory {
@@ -167,6 +171,10 @@ class Metrics {
 
   // The handles of model `name`, created on first use (stable reference).
   ModelMetrics& model(const std::string& name);
+  // A call or batch item that reached no model: srformer_requests_unrouted_total{method,reason} += 1. These
+  // have no model label (an unknown name is the client's text), so srformer_requests_total cannot count
+  // them; without this a fleet of clients asking for a renamed model would show nowhere.
+  void on_unrouted(const std::string& method, UnroutedReason reason);
 
   // Starts sampling GPU gauges via NVML (nullptr = load libnvidia-ml.so.1 at run time). If NVML is unavailable,
   // logs once why and registers no GPU series. Returns whether GPU sampling runs.

@@ -69,14 +69,22 @@ class CallRecord {
   // A request refused before it reached the engine (bad input, shutting down, queue full): its log line,
   // srformer_requests_rejected_total{reason} and, once ended(), srformer_requests_total{code}. `engine`:
   // the model it asked for, or null where this server holds none of that name (the name is then the
-  // client's text: logged, never made a label).
+  // client's text: logged, never made a label; srformer_requests_unrouted_total counts it).
   void refused(const std::string& id, const std::string& requested, const Engine* engine, const grpc::Status& status) {
     if (engine != nullptr) {
       started(engine->name());
       if (metrics_) metrics_->model(engine->name()).on_rejected(reject_reason(status.error_code()));
+    } else if (metrics_ && status.error_code() == grpc::StatusCode::NOT_FOUND) {
+      metrics_->on_unrouted(method_, UnroutedReason::kUnknownModel);
     }
     spdlog::info("request {}: {} model={} refused with {}: {}", shown_name(id), method_,
                  engine ? engine->name() : shown_name(requested), status_code_name(status.error_code()),
+                 status.error_message());
+  }
+  // A call whose body did not parse, or a batch holding no request: nothing names a model.
+  void malformed(const std::string& id, const grpc::Status& status) {
+    if (metrics_) metrics_->on_unrouted(method_, UnroutedReason::kMalformed);
+    spdlog::info("request {}: {} refused with {}: {}", shown_name(id), method_, status_code_name(status.error_code()),
                  status.error_message());
   }
   void ended(const grpc::Status& status) {
@@ -111,7 +119,7 @@ void log_result(const std::string& method, const Request& req, const std::string
 grpc::Status open_call(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body,
                        v1::SummarizeRequest& in, CallRecord& record, SummarizerService::Prepared& prepared) {
   if (grpc::Status parsed = parse_body(body, in); !parsed.ok()) {
-    record.refused(service.next_request_id(), "", nullptr, parsed);
+    record.malformed(service.next_request_id(), parsed);
     return parsed;
   }
   try {
@@ -296,14 +304,14 @@ class BatchCall final : public grpc::ServerUnaryReactor {
             grpc::ByteBuffer* out)
       : record_(service.metrics(), "SummarizeBatch"), metrics_(service.metrics()), out_(out) {
     if (const grpc::Status parsed = parse_body(body, in_); !parsed.ok()) {
-      record_.refused(service.next_request_id(), "", nullptr, parsed);
+      record_.malformed(service.next_request_id(), parsed);
       end(parsed);
       return;
     }
     const int n = in_.requests_size();
     if (n == 0) {
       const grpc::Status empty(grpc::StatusCode::INVALID_ARGUMENT, "requests is empty; send at least one request");
-      record_.refused(service.next_request_id(), "", nullptr, empty);
+      record_.malformed(service.next_request_id(), empty);
       end(empty);
       return;
     }

@@ -68,6 +68,27 @@ TEST(Metrics, RejectionAndLeaveReasonsExistAtZeroAndCount) {
   EXPECT_EQ(sample(text, "srformer_rows_left_total", {{"reason", "cancelled"}}), 1.0);
 }
 
+TEST(Metrics, UnroutedCallsExistAtZeroWithoutAModelAndCount) {
+  Metrics metrics("");
+  std::string text = metrics.scrape_text();
+  for (const char* method : {"Summarize", "SummarizeStream", "SummarizeBatch"}) {
+    for (const char* r : {"unknown_model", "malformed"}) {
+      EXPECT_EQ(sample(text, "srformer_requests_unrouted_total", {{"method", method}, {"reason", r}}), 0.0)
+          << method << " " << r;
+    }
+  }
+  metrics.on_unrouted("Summarize", UnroutedReason::kUnknownModel);
+  metrics.on_unrouted("Summarize", UnroutedReason::kUnknownModel);
+  metrics.on_unrouted("SummarizeBatch", UnroutedReason::kMalformed);
+  text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_requests_unrouted_total", {{"method", "Summarize"}, {"reason", "unknown_model"}}),
+            2.0);
+  EXPECT_EQ(sample(text, "srformer_requests_unrouted_total", {{"method", "SummarizeBatch"}, {"reason", "malformed"}}),
+            1.0);
+  EXPECT_EQ(sample(text, "srformer_requests_unrouted_total", {{"method", "Summarize"}, {"reason", "malformed"}}), 0.0);
+  EXPECT_EQ(text.find("model=\""), std::string::npos) << "no model series were asked for";
+}
+
 TEST(Metrics, EngineStepsAndTokens) {
   Metrics metrics("");
   ModelMetrics& m = metrics.model("bart");

@@ -1276,6 +1276,23 @@ TEST(EngineService, ABatchCountsUnderEveryModelItAsksFor) {
   EXPECT_EQ(items("beta", "INVALID_ARGUMENT"), 1.0);
   EXPECT_EQ(metrics.scrape_text().find("nope"), std::string::npos);
   EXPECT_EQ(calls("beta", "OK"), 2.0);
+
+  // Calls and items naming a model this server does not hold count apart, without the name.
+  const auto unrouted = [&](const std::string& method) {
+    return sample(metrics.scrape_text(), "srformer_requests_unrouted_total",
+                  {{"method", method}, {"reason", "unknown_model"}});
+  };
+  EXPECT_EQ(unrouted("SummarizeBatch"), 1.0);
+  EXPECT_EQ(unrouted("Summarize"), 0.0) << "present at zero before the first";
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext c;
+    v1::SummarizeResponse r;
+    EXPECT_EQ(server.stub().Summarize(&c, make_request(doc_of(4), "nope"), &r).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  EXPECT_EQ(unrouted("Summarize"), 2.0);
+  EXPECT_EQ(calls("alpha", "NOT_FOUND") + calls("beta", "NOT_FOUND"), 0.0);
+  EXPECT_EQ(metrics.scrape_text().find("nope"), std::string::npos);
 }
 
 TEST(EngineService, SeveralModelsByNameAndListModels) {

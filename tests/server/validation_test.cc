@@ -8,7 +8,9 @@
 #include <tuple>
 #include <vector>
 
+#include "server/metrics/metrics.h"
 #include "server/service/request_builder.h"
+#include "tests/metrics/scrape.h"
 #include "tests/server/edge_options.h"
 #include "tests/server/test_server.h"
 
@@ -167,7 +169,10 @@ grpc::Status raw_call(TestServer& server, const std::string& method, const std::
 }
 
 TEST(Validation, ABodyThatIsNotTheRequestMessageIsInvalidArgument) {
-  TestServer server;
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.metrics = &metrics;
+  TestServer server(so);
   const std::vector<std::pair<const char*, std::string>> bodies = {
       {"cut short", std::string("\x12\x05"
                                 "ab",
@@ -196,6 +201,14 @@ TEST(Validation, ABodyThatIsNotTheRequestMessageIsInvalidArgument) {
           << status.error_message();
     }
   }
+  // Each counted once, by method, under no model (none was named).
+  for (const char* method : {"Summarize", "SummarizeStream", "SummarizeBatch"}) {
+    EXPECT_EQ(server::testing::sample(metrics.scrape_text(), "srformer_requests_unrouted_total",
+                                      {{"method", method}, {"reason", "malformed"}}),
+              3.0)
+        << method;
+  }
+  EXPECT_EQ(metrics.scrape_text().find("srformer_requests_total{"), std::string::npos);
   // Well-formed bodies on the same path still work: an empty one is a valid (empty) message.
   EXPECT_EQ(raw_call(server, "ListModels", "", false).error_code(), grpc::StatusCode::OK);
   EXPECT_EQ(raw_call(server, "Summarize", std::string("\x12\x02ok", 4), false).error_code(), grpc::StatusCode::OK);
