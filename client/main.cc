@@ -15,6 +15,7 @@
 #include "client/grpc_health.h"
 #include "client/load_generator.h"
 #include "common/alternative_line.h"
+#include "common/read_input.h"
 #include "common/status_code_name.h"
 #include "srformer/v1/summarizer.grpc.pb.h"
 
@@ -23,12 +24,8 @@ namespace {
 using srformer::client::ClientOptions;
 namespace v1 = srformer::v1;
 
-std::string read_input(const std::string& path) {
-  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read '" + path + "'");
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using srformer::read_document;
+using srformer::read_input;
 
 std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& o) {
   grpc::ChannelArguments args;
@@ -117,7 +114,7 @@ void print_alternatives(const v1::SummarizeResponse& r) {
 }
 
 int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
-  const std::string doc = read_input(o.inputs.empty() ? "-" : o.inputs.front());
+  const std::string doc = read_document(o.inputs.empty() ? "-" : o.inputs.front());
   grpc::ClientContext ctx;
   set_deadline(ctx, o);
   const auto req = make_request(o, doc);
@@ -184,7 +181,7 @@ grpc::Status naming_the_file(const grpc::Status& status, const std::vector<std::
 
 int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   v1::SummarizeBatchRequest batch;
-  for (const auto& path : o.inputs) *batch.add_requests() = make_request(o, read_input(path));
+  for (const auto& path : o.inputs) *batch.add_requests() = make_request(o, read_document(path));
   batch.set_partial_results(o.partial);
   grpc::ClientContext ctx;
   set_deadline(ctx, o);
@@ -321,7 +318,7 @@ int main(int argc, char** argv) {
     if (o.list_models) return list_models(o, *stub);
     if (o.load) {
       std::vector<std::string> docs;
-      for (const auto& p : o.inputs) docs.push_back(read_input(p));
+      for (const auto& p : o.inputs) docs.push_back(read_document(p));
       const auto report = srformer::client::run_load(channel, o, docs);
       return report["requests_failed"].get<int64_t>() == 0 ? 0 : 1;
     }

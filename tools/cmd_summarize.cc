@@ -3,20 +3,20 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/alternative_line.h"
+#include "common/read_input.h"
 #include "model/data/encode.h"
 #include "model/dtype_name.h"
 #include "model/generation/generate.h"
 #include "model/limits.h"
 #include "model/seq2seq.h"
+#include "model/tokenizer/document_check.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tools/arg_reader.h"
 
@@ -39,13 +39,6 @@ const char* kUsage =
     "  --dtype fp32|bf16 (bf16: projections in bfloat16; needs a CPU with AMX or AVX512-BF16)\n"
     "  Defaults come from the model's generation_config.json, else config.json (max_length, num_beams,\n"
     "  do_sample, top_k (else 50), ...), as in the server.\n";
-
-std::string read_input(const std::string& path) {
-  if (path.empty() || path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 }  // namespace
 
@@ -124,8 +117,14 @@ int run_summarize(const std::vector<std::string>& args) {
   const auto tokenizer = load_tokenizer(model_dir);
   const auto& c = model->config();
 
-  std::string text = read_input(input_path);
-  if (text.find_first_not_of(" \t\r\n") == std::string::npos) throw std::invalid_argument("the document is empty");
+  std::string text = read_document(input_path.empty() ? "-" : input_path);
+  // The server's checks (validate_document), so that both answer the same documents.
+  if (const auto fault = find_document_fault(text)) {
+    const std::string source = input_path.empty() || input_path == "-" ? "stdin" : input_path;
+    const bool encoding = fault->kind == DocumentFault::Kind::kNotUtf8 || fault->kind == DocumentFault::Kind::kNul;
+    throw std::invalid_argument("the document (" + source + ") " + fault->what +
+                                (encoding ? "; re-encode it as UTF-8 (iconv -f ENCODING -t UTF-8)" : ""));
+  }
   if (c.summarization_prefix) text = *c.summarization_prefix + text;
   auto ids = tokenizer->encode(text);
   const int64_t original = static_cast<int64_t>(ids.size());

@@ -9,6 +9,8 @@
 
 #include "model/generation/generate.h"
 #include "model/limits.h"
+#include "model/tokenizer/document_check.h"
+#include "model/tokenizer/utf8.h"
 
 namespace srformer::server {
 
@@ -52,39 +54,6 @@ v1::EarlyStoppingMode mode_of(EarlyStopping e) {
   return v1::EARLY_STOPPING_MODE_HEURISTIC;
 }
 
-bool is_space(uint32_t cp) {
-  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200B) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
-         cp == 0x3000 || cp == 0xFEFF;
-}
-
-// Decodes one code point at text[i]; returns its length, or 0 if malformed.
-size_t decode_utf8(std::string_view text, size_t i, uint32_t& cp) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(text[i + k]); };
-  const unsigned char c = b(0);
-  size_t len = 0;
-  uint32_t min = 0;
-  if (c < 0x80) {
-    cp = c;
-    return 1;
-  } else if ((c & 0xE0) == 0xC0) {
-    len = 2, cp = c & 0x1F, min = 0x80;
-  } else if ((c & 0xF0) == 0xE0) {
-    len = 3, cp = c & 0x0F, min = 0x800;
-  } else if ((c & 0xF8) == 0xF0) {
-    len = 4, cp = c & 0x07, min = 0x10000;
-  } else {
-    return 0;
-  }
-  if (i + len > text.size()) return 0;
-  for (size_t k = 1; k < len; ++k) {
-    if ((b(k) & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (b(k) & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  return len;
-}
-
 // Numbers as a person writes them: 1e-38, 0.7, nan (std::to_string gives 0.000000 for 1e-38).
 template <typename T>
 std::string str(T v) {
@@ -93,47 +62,18 @@ std::string str(T v) {
 
 }  // namespace
 
-bool is_valid_utf8(std::string_view text) {
-  uint32_t cp = 0;
-  for (size_t i = 0; i < text.size();) {
-    const size_t n = decode_utf8(text, i, cp);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
-}
-
-std::string sanitize_utf8(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  uint32_t cp = 0;
-  for (size_t i = 0; i < text.size();) {
-    const size_t n = decode_utf8(text, i, cp);
-    if (n == 0) {
-      out += "\xEF\xBF\xBD";
-      ++i;
-    } else {
-      out.append(text.substr(i, n));
-      i += n;
-    }
-  }
-  return out;
-}
-
 void validate_document(std::string_view document) {
-  if (document.empty()) invalid("document is empty; send the text to summarize in the 'document' field");
-  bool blank = true;
-  uint32_t cp = 0;
-  for (size_t i = 0; i < document.size();) {
-    const size_t n = decode_utf8(document, i, cp);
-    if (n == 0) {
-      invalid("document is not valid UTF-8 (bad byte sequence at byte offset " + str(i) +
-              "); re-encode the text as UTF-8");
-    }
-    if (!is_space(cp)) blank = false;
-    i += n;
+  const auto fault = find_document_fault(document);
+  if (!fault) return;
+  switch (fault->kind) {
+    case DocumentFault::Kind::kEmpty:
+      invalid("document " + fault->what + "; send the text to summarize in the 'document' field");
+    case DocumentFault::Kind::kBlank:
+      invalid("document " + fault->what + "; send the text to summarize");
+    case DocumentFault::Kind::kNotUtf8:
+    case DocumentFault::Kind::kNul:
+      invalid("document " + fault->what + "; re-encode the text as UTF-8");
   }
-  if (blank) invalid("document contains only whitespace; send the text to summarize");
 }
 
 int64_t effective_max_input_tokens(const ModelConfig& config, const ServiceLimits& limits) {
@@ -347,7 +287,7 @@ std::shared_ptr<Request> build_request(const v1::SummarizeRequest& in, const Eng
       std::find_if(req->input_ids.begin(), req->input_ids.end(), [&](int64_t id) { return id >= config.vocab_size; });
   if (past != req->input_ids.end()) {
     throw RequestError(grpc::StatusCode::FAILED_PRECONDITION,
-                       "the document holds the token '" + sanitize_utf8(engine.tokenizer().id_to_token(*past)) +
+                       "the document holds the token '" + utf8::to_valid(engine.tokenizer().id_to_token(*past)) +
                            "' (id " + str(*past) + "), past the " + str(config.vocab_size) + " rows of model '" +
                            engine.name() + "''s embedding: its tokenizer has " + str(engine.tokenizer().vocab_size()) +
                            " tokens; the server's operator should serve the checkpoint with its own tokenizer files");

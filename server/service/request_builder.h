@@ -40,10 +40,9 @@ struct ResolvedOptions {
   int64_t expected_length = 0;
 };
 
-// Throws RequestError(INVALID_ARGUMENT) for an empty, whitespace-only or non-UTF-8 document.
+// Throws RequestError(INVALID_ARGUMENT) for an empty, whitespace-only or non-UTF-8 document, or one holding
+// a NUL byte (find_document_fault, model/tokenizer/document_check.h).
 void validate_document(std::string_view document);
-// True when `text` is well-formed UTF-8 (no overlongs, surrogates or code points over U+10FFFF).
-bool is_valid_utf8(std::string_view text);
 
 // The most max_new_tokens a request may ask for: --max-new-tokens-cap, or fewer where the model's decoder
 // has fewer positions (BART's max_position_embeddings).
@@ -66,9 +65,6 @@ v1::GenerationOptions to_proto(const ResolvedOptions& resolved);
 // and its memory too without the CPU attention kernels: 4096 tokens cost a sixteenth of 16384).
 inline constexpr int64_t kUnboundedModelInputTokens = 4096;
 int64_t effective_max_input_tokens(const ModelConfig& config, const ServiceLimits& limits);
-
-// `text` with every malformed sequence replaced by U+FFFD (protobuf string fields must be UTF-8).
-std::string sanitize_utf8(std::string_view text);
 
 // Full request: document checks, options, tokenization, truncation policy. Callbacks are left unset.
 std::shared_ptr<Request> build_request(const v1::SummarizeRequest& request, const Engine& engine,

@@ -12,6 +12,7 @@
 #include "common/status_code_name.h"
 #include "model/dtype_name.h"
 #include "model/generation/generate.h"
+#include "model/tokenizer/utf8.h"
 #include "server/metrics/metrics.h"
 #include "server/service/message_body.h"
 
@@ -195,7 +196,8 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       for (size_t i = 0; i < events.size(); ++i) {
         auto* t = msgs[i].mutable_token();
         t->set_token_id(events[i].token_id);
-        t->set_text(is_valid_utf8(events[i].text) ? std::move(events[i].text) : sanitize_utf8(events[i].text));
+        // protobuf string fields must be UTF-8: a malformed sequence becomes U+FFFD.
+        t->set_text(utf8::is_valid(events[i].text) ? std::move(events[i].text) : utf8::to_valid(events[i].text));
         t->set_step(events[i].step);
         t->set_segment(events[i].segment);
         t->set_logprob(events[i].logprob);
@@ -599,7 +601,7 @@ namespace {
 template <typename Message>
 void fill_sequence(const std::string& summary, const std::vector<int64_t>& ids, const std::vector<float>& logprobs,
                    double score, FinishReason reason, Message* out) {
-  out->set_summary(is_valid_utf8(summary) ? summary : sanitize_utf8(summary));
+  out->set_summary(utf8::is_valid(summary) ? summary : utf8::to_valid(summary));
   for (const int64_t id : ids) out->add_token_ids(id);
   for (const float p : logprobs) out->add_token_logprobs(p);
   out->set_score(static_cast<float>(score));

@@ -734,6 +734,61 @@ TEST_F(EndToEnd, AT5sNPositionsIsAdvisoryAndTheFlagRaisesIt) {
   EXPECT_EQ(nlohmann::json::parse(served.out)["token_ids"], offline_json["token_ids"]);
 }
 
+// Document files are read alike by the client and the offline tool, and refused alike: a UTF-8 byte-order
+// mark (Windows editors write one) is dropped by both, so the served and the offline summary are those of
+// the text without it; a UTF-16 file is refused by the server and by `srformer summarize` with the reason.
+TEST_F(EndToEnd, ClientAndOfflineToolReadAndRefuseDocumentFilesAlike) {
+  // A byte-level BPE model reads U+FEFF as tokens of its own (SentencePiece's normalization drops it).
+  const std::string bart = (*work_ / "bom_bart").string();
+  const auto made = run_command(kTool + " init-model --arch bart --layers 1 --d-model 16 --heads 2 --d-ff 24 " +
+                                "--vocab 300 " + bart + " 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  auto server = start({"--model", "bart=" + bart});
+  const std::string client = kClient + " --target " + server->target() + " --model bart --max-new-tokens 8 --json ";
+  const std::string tool = kTool + " summarize --model " + bart + " --max-new-tokens 8 --json ";
+  const std::string text = read(doc(2));
+  const std::string with_bom = (*work_ / "bom.txt").string(), utf16 = (*work_ / "utf16.txt").string();
+  std::ofstream(with_bom, std::ios::binary) << "\xEF\xBB\xBF" << text;
+  {
+    std::ofstream out(utf16, std::ios::binary);
+    out << "\xFF\xFE";
+    for (const char c : text) out << c << '\0';
+  }
+  const auto tokenizer = load_tokenizer(bart);
+  ASSERT_NE(tokenizer->encode("\xEF\xBB\xBF" + text), tokenizer->encode(text)) << "the mark would change the input";
+  const auto input_tokens = [](const CommandResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out)["usage"]["input_tokens"] : nlohmann::json();
+  };
+  const auto summary = [](const CommandResult& r) {
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out)["token_ids"] : nlohmann::json();
+  };
+  const auto plain = run_command(client + doc(2));
+  EXPECT_EQ(input_tokens(plain), tokenizer->encode(text).size());
+  for (const auto& command : {client + with_bom, tool + with_bom, tool + doc(2)}) {
+    const auto r = run_command(command);
+    EXPECT_EQ(input_tokens(r), input_tokens(plain)) << command;
+    EXPECT_EQ(summary(r), summary(plain)) << command;
+  }
+
+  const auto refused = run_command(client + utf16 + " 2>&1");
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.out.find("INVALID_ARGUMENT: document is not valid UTF-8 (bad byte sequence at byte offset 0: it "
+                             "starts with a UTF-16 byte-order mark"),
+            std::string::npos)
+      << refused.out;
+  const auto offline_refused = run_command(tool + utf16 + " 2>&1");
+  EXPECT_EQ(offline_refused.exit_code, 1);
+  EXPECT_NE(offline_refused.out.find("the document (" + utf16 +
+                                     ") is not valid UTF-8 (bad byte sequence at byte offset 0: it starts with a "
+                                     "UTF-16 byte-order mark, the text is UTF-16); re-encode it as UTF-8"),
+            std::string::npos)
+      << offline_refused.out;
+  const auto blank = run_command("printf '\\302\\240 \\n' | " + tool + "- 2>&1");
+  EXPECT_EQ(blank.exit_code, 1);
+  EXPECT_NE(blank.out.find("the document (stdin) contains only whitespace"), std::string::npos) << blank.out;
+}
+
 TEST_F(EndToEnd, BadFlagsExplainThemselves) {
   auto r = run_command(kServer + " --model nodir 2>&1");
   EXPECT_EQ(r.exit_code, 2);

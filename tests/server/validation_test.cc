@@ -40,6 +40,12 @@ TEST(Validation, EveryBadInputIsRefusedWithAHelpfulMessage) {
        "not valid UTF-8 (bad byte sequence at byte offset 4)"},
       {"over the input limit", [](auto& r) { r.set_document(std::string(100, 'a')); }, SC::INVALID_ARGUMENT,
        "over the limit of 64"},
+      {"UTF-16 with its byte-order mark", [](auto& r) { r.set_document(std::string("\xFF\xFEh\0i\0", 6)); },
+       SC::INVALID_ARGUMENT, "a UTF-16 byte-order mark, the text is UTF-16); re-encode the text as UTF-8"},
+      {"a NUL byte", [](auto& r) { r.set_document(std::string("h\0i\0", 4)); }, SC::INVALID_ARGUMENT,
+       "contains a NUL byte (at byte offset 1)"},
+      {"zero-width spaces and a byte-order mark only", [](auto& r) { r.set_document("\xEF\xBB\xBF\xE2\x80\x8B "); },
+       SC::INVALID_ARGUMENT, "only whitespace"},
       {"unknown model", [](auto& r) { r.set_model("nope"); }, SC::NOT_FOUND, "holds: fake"},
       // Quoted back cut short: in full it would overflow the status's metadata (and a NUL end it).
       {"unknown model, 10 kB name", [](auto& r) { r.set_model(std::string(10000, 'x') + '\0'); }, SC::NOT_FOUND,
@@ -257,15 +263,7 @@ TEST(Validation, OptionsAtTheirEdgesAreServedOrRefusedNeverInternal) {
   EXPECT_GT(seen[grpc::StatusCode::INVALID_ARGUMENT], 0);
 }
 
-TEST(Validation, Utf8Checker) {
-  using server::is_valid_utf8;
-  EXPECT_TRUE(is_valid_utf8("plain ascii"));
-  EXPECT_TRUE(is_valid_utf8("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"));
-  EXPECT_FALSE(is_valid_utf8("\xFF"));
-  EXPECT_FALSE(is_valid_utf8("\xC3"));              // truncated
-  EXPECT_FALSE(is_valid_utf8("\xC0\xAF"));          // overlong '/'
-  EXPECT_FALSE(is_valid_utf8("\xED\xA0\x80"));      // surrogate
-  EXPECT_FALSE(is_valid_utf8("\xF4\x90\x80\x80"));  // > U+10FFFF
+TEST(Validation, ADocumentThatIsNotUtf8IsInvalidArgument) {
   EXPECT_THROW(server::validate_document("ok \xFF"), server::RequestError);
   try {
     server::validate_document("ok \xFF");
