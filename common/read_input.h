@@ -2,6 +2,7 @@
 // Reading a FILE argument, or stdin, alike in srformer-client and the offline tools.
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -14,6 +15,9 @@ namespace srformer {
 // The bytes of `path`, or of stdin for "-".
 inline std::string read_input(const std::string& path) {
   if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw std::runtime_error("cannot read '" + path + "': it is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot read '" + path + "': " + std::strerror(errno));
   return std::string(std::istreambuf_iterator<char>(in), {});

@@ -784,6 +784,12 @@ TEST_F(EndToEnd, ClientAndOfflineToolReadAndRefuseDocumentFilesAlike) {
                                      "UTF-16 byte-order mark, the text is UTF-16); re-encode it as UTF-8"),
             std::string::npos)
       << offline_refused.out;
+  for (const auto& command : {client, tool}) {
+    const auto directory = run_command(command + work_->string() + " 2>&1");
+    EXPECT_EQ(directory.exit_code, 1);
+    EXPECT_NE(directory.out.find("cannot read '" + work_->string() + "': it is a directory"), std::string::npos)
+        << directory.out;
+  }
   const auto blank = run_command("printf '\\302\\240 \\n' | " + tool + "- 2>&1");
   EXPECT_EQ(blank.exit_code, 1);
   EXPECT_NE(blank.out.find("the document (stdin) contains only whitespace"), std::string::npos) << blank.out;
