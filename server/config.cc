@@ -99,6 +99,8 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
     c.precompute_switches = to_bool(flag, value);
   } else if (name == "packed-weights") {
     c.packed_weights = to_bool(flag, value);
+  } else if (name == "warm-up") {
+    c.warm_up = to_bool(flag, value);
   } else {
     return false;
   }
@@ -207,6 +209,8 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
                               panels of output features, which encodes and decode steps multiply
                               faster, for a second copy of those weights in memory (T5-small +242 MB,
                               BART-base +551 MB) (default true)
+  --warm-up true|false        summarize a short text with each model before listening, so that the
+                              first request does not pay for the process's first run (default true)
   --max-message-bytes N       largest request message accepted (default 4194304)
   --shutdown-grace-ms N       on SIGTERM/SIGINT, time given to in-flight requests (default 10000)
   --log-level LEVEL           trace|debug|info|warn|error (default info)

@@ -49,6 +49,7 @@ struct ServerConfig {
   std::string log_level = "info";
   bool log_json = false;
   bool precompute_switches = true;  // SRformer: switch drives computed when a request starts decoding
+  bool warm_up = true;              // one short request per model before listening (server/service/warm_up.h)
   bool packed_weights = true;  // fp32 on AVX2/AVX-512: projections also held packed (LoadOptions::pack_projections)
 };
 

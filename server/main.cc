@@ -52,6 +52,7 @@ int run(const ServerConfig& config) {
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   srformer::server::Server server(config, std::move(models), metrics.get());
+  if (config.warm_up) server.warm_up();
   server.start();
   spdlog::info("listening on {} (OpenMP wait policy: {})", server.address(), srformer::openmp_wait_policy());
 

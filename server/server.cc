@@ -12,6 +12,7 @@
 #include "model/generation/generate.h"
 #include "server/engine/cuda_memory.h"
 #include "server/metrics/metrics.h"
+#include "server/service/warm_up.h"
 #include "server/system_memory.h"
 
 namespace srformer::server {
@@ -94,7 +95,7 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
     models_.add(
         std::make_unique<Engine>(m.name, std::move(m.model), std::move(m.tokenizer), limits, mm, searcher_factory));
   }
-  ServiceLimits service_limits;
+  ServiceLimits& service_limits = service_limits_;
   service_limits.max_input_tokens = config.max_input_tokens;
   service_limits.max_new_tokens_cap = config.max_new_tokens_cap;
   service_limits.max_beams = config.max_beams;
@@ -157,6 +158,13 @@ std::shared_ptr<grpc::ServerCredentials> Server::credentials() const {
     ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(ssl);
+}
+
+void Server::warm_up() {
+  for (const auto& report : server::warm_up(models_, service_limits_)) {
+    spdlog::info("model '{}': warmed up in {:.0f} ms ({} input tokens, {} segments, {} new tokens; --warm-up)",
+                 report.model, report.milliseconds, report.input_tokens, report.segments, report.output_tokens);
+  }
 }
 
 void Server::start() {

@@ -39,6 +39,9 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
+  // Runs one short request on every model (server/service/warm_up.h) and logs what each took; call it
+  // before start(). Throws std::runtime_error naming a model whose request failed.
+  void warm_up();
   // Binds config.listen and starts serving (health SERVING). Throws std::runtime_error when it cannot bind.
   void start();
   // The bound port (resolves port 0).
@@ -60,6 +63,7 @@ class Server {
   std::shared_ptr<grpc::ServerCredentials> credentials() const;
   const ServerConfig config_;
   ModelRegistry models_;
+  ServiceLimits service_limits_;
   std::unique_ptr<SummarizerService> service_;
 #if defined(SRFORMER_OWN_REFLECTION_V1)
   std::unique_ptr<ReflectionV1> reflection_v1_;  // grpc.reflection.v1 beside the plugin's v1alpha

@@ -82,9 +82,10 @@ std::string read(const std::string& path) {
 TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
   auto server = start();
   const std::string t = " --target " + server->target();
-  // Exactly one "listening on" line, at info.
+  // Exactly one "listening on" line, at info, after the model's warm-up.
   const std::string log = server->log();
   EXPECT_EQ(log.find("listening on"), log.rfind("listening on"));
+  EXPECT_LT(log.find("model 'tiny': warmed up in "), log.find("listening on")) << log;
 
   auto health = run_command(kClient + t + " --health");
   EXPECT_EQ(health.exit_code, 0);
@@ -423,6 +424,12 @@ TEST_F(EndToEnd, MetricsOfARunningServerFollowRealRequests) {
   EXPECT_GE(scrape::sample(loaded, "srformer_weight_bytes", {{"model", "tiny"}, {"form", "packed"}}).value_or(-1), 0);
   // The default state budget (--max-state-memory auto): half the memory available after loading.
   EXPECT_GT(scrape::sample(loaded, "srformer_state_budget_bytes", tiny).value_or(0), 0);
+  // The warm-up request (--warm-up, on by default) is the engine's work, no client's request.
+  EXPECT_EQ(scrape::sample(loaded, "srformer_rows_joined_total", tiny), 1);
+  EXPECT_EQ(scrape::sample(loaded, "srformer_requests_in_flight", tiny), 0);
+  const auto since_start = [&](const std::string& now, const std::string& name) {
+    return scrape::sample(now, name, tiny).value_or(-1) - scrape::sample(loaded, name, tiny).value_or(0);
+  };
 
   // Six streamed requests of exactly 8 tokens each (min = max new tokens).
   auto r = run_command(kClient + " --target " + server->target() + " --load --concurrency 3 --requests 6 --json" +
@@ -437,10 +444,10 @@ TEST_F(EndToEnd, MetricsOfARunningServerFollowRealRequests) {
       },
       10s))
       << text;
-  EXPECT_EQ(scrape::sample(text, "srformer_generated_tokens_total", tiny), 48);
-  EXPECT_EQ(scrape::sample(text, "srformer_time_to_first_token_seconds_count", tiny), 6);
-  EXPECT_EQ(scrape::sample(text, "srformer_input_tokens_count", tiny), 6);
-  EXPECT_GT(scrape::sample(text, "srformer_decode_steps_total", tiny).value_or(0), 8);
+  EXPECT_EQ(since_start(text, "srformer_generated_tokens_total"), 48);
+  EXPECT_EQ(since_start(text, "srformer_time_to_first_token_seconds_count"), 6);
+  EXPECT_EQ(since_start(text, "srformer_input_tokens_count"), 6);
+  EXPECT_GT(since_start(text, "srformer_decode_steps_total"), 8);
   // Every segment switch runs the RAF neuron once per decoder layer.
   const double switches = scrape::sample(text, "srformer_segment_switches_total", tiny).value_or(-1);
   EXPECT_GT(switches, 0);

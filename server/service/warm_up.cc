@@ -1,0 +1,80 @@
+#include "server/service/warm_up.h"
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <stdexcept>
+
+namespace srformer::server {
+
+namespace {
+
+constexpr int64_t kNewTokens = 4;
+constexpr int kMaxSentences = 64;
+constexpr std::string_view kSentence =
+    "The server summarizes this short text once before it listens, so that its first request runs at full speed. ";
+
+// A document of more tokens than one segment holds (two segments at least for an SRformer), within
+// the model's limit (the request truncates).
+v1::SummarizeRequest warm_up_request(const Engine& engine, const ServiceLimits& limits) {
+  const int64_t segment = engine.config().srformer.segment_size;
+  std::string document(kSentence);
+  for (int n = 1; n < kMaxSentences && static_cast<int64_t>(engine.tokenizer().encode(document).size()) <= segment;
+       ++n) {
+    document += kSentence;
+  }
+  v1::SummarizeRequest request;
+  request.set_request_id("warm-up");
+  request.set_document(document);
+  request.set_truncation(v1::TRUNCATION_POLICY_TRUNCATE);
+  auto& options = *request.mutable_options();
+  const int64_t new_tokens = std::min(kNewTokens, max_new_tokens_limit(engine.config(), limits));
+  options.set_max_new_tokens(static_cast<int32_t>(new_tokens));
+  options.set_min_new_tokens(static_cast<int32_t>(new_tokens));
+  options.set_expected_length(static_cast<int32_t>(new_tokens));  // the steps cross into the last segment
+  options.set_num_beams(1);
+  options.set_do_sample(false);
+  return request;
+}
+
+}  // namespace
+
+std::vector<WarmUpReport> warm_up(const ModelRegistry& models, const ServiceLimits& limits) {
+  struct Running {
+    Engine* engine;
+    std::chrono::steady_clock::time_point start;
+    std::future<RequestResult> result;
+  };
+  std::vector<Running> running;
+  for (const auto& engine : models.engines()) {
+    // Shared with the callback: a request already queued when a later model's throws still finishes.
+    auto done = std::make_shared<std::promise<RequestResult>>();
+    try {
+      const auto request = build_request(warm_up_request(*engine, limits), *engine, limits, std::nullopt);
+      request->on_finish = [done](RequestResult result) { done->set_value(std::move(result)); };
+      running.push_back({engine.get(), std::chrono::steady_clock::now(), done->get_future()});
+      engine->submit(request);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("model '" + engine->name() + "': its warm-up request was refused (" + e.what() +
+                               "); --warm-up false starts without it");
+    }
+  }
+  std::vector<WarmUpReport> reports;
+  for (auto& r : running) {
+    const RequestResult result = r.result.get();
+    if (result.outcome != RequestOutcome::kOk) {
+      throw std::runtime_error("model '" + r.engine->name() + "' failed its warm-up request: " +
+                               (result.error.empty() ? std::string("it did not finish") : result.error));
+    }
+    WarmUpReport report;
+    report.model = r.engine->name();
+    report.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r.start).count();
+    report.input_tokens = result.usage.input_tokens;
+    report.output_tokens = result.usage.output_tokens;
+    report.segments = result.usage.segments;
+    reports.push_back(report);
+  }
+  return reports;
+}
+
+}  // namespace srformer::server
