@@ -3,6 +3,8 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "client/retry_policy.h"
+
 namespace srformer::client {
 
 namespace {
@@ -45,7 +47,10 @@ Summarizes FILE (or stdin) with an srformer-server.
   --partial                with --batch: each FILE succeeds or fails on its own (partial_results); a
                            failed one prints an empty line (--json: {"error": ...}) and its error on
                            stderr, and the exit status is 1
-  --deadline-ms N          per-call deadline
+  --deadline-ms N          per-call deadline (covers every attempt)
+  --retries N              retry a call refused with UNAVAILABLE or RESOURCE_EXHAUSTED up to N times
+                           (0-4; default 0), after the server's grpc-retry-pushback-ms or a backoff
+                           from 0.2 s; a stream only until its first token has arrived
   --tls --ca FILE          TLS with this CA bundle | --insecure (default) plaintext
   --cert FILE --key FILE   client certificate and its key (PEM), for a server with --tls-client-ca
   --tls-server-name NAME   verify the server's certificate for NAME instead of the target's host (e.g.
@@ -106,6 +111,13 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       o.partial = true;
     } else if (arg == "--deadline-ms") {
       o.deadline_ms = to_int(arg, next());
+    } else if (arg == "--retries") {
+      const int64_t n = to_int(arg, next());
+      if (n < 0 || n > kMaxRetries) {
+        throw std::invalid_argument("--retries must be between 0 and " + std::to_string(kMaxRetries) +
+                                    " (gRPC makes at most 5 attempts), got " + std::to_string(n));
+      }
+      o.retries = static_cast<int>(n);
     } else if (arg == "--tls") {
       o.tls = true;
     } else if (arg == "--ca") {

@@ -15,6 +15,7 @@ struct ClientOptions {
   bool stream = false;
   bool json = false;
   int64_t deadline_ms = 0;  // 0 = none
+  int retries = 0;          // retry_service_config (client/retry_policy.h); 0 = none
   bool tls = false;
   std::string ca_file;
   std::string cert_file, key_file;  // client certificate (mutual TLS)

@@ -14,6 +14,7 @@
 #include "client/client_options.h"
 #include "client/grpc_health.h"
 #include "client/load_generator.h"
+#include "client/retry_policy.h"
 #include "common/alternative_line.h"
 #include "common/read_input.h"
 #include "common/status_code_name.h"
@@ -30,6 +31,7 @@ using srformer::read_input;
 std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& o) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
+  if (o.retries > 0) args.SetServiceConfigJSON(srformer::client::retry_service_config(o.retries));
   if (!o.tls) return grpc::CreateCustomChannel(o.target, grpc::InsecureChannelCredentials(), args);
   if (!o.tls_server_name.empty()) args.SetSslTargetNameOverride(o.tls_server_name);
   grpc::SslCredentialsOptions ssl;

@@ -89,6 +89,8 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
     if (c.encoder_cache_bytes < 0) throw ConfigError(flag + " needs a size (e.g. 256M; 0 turns it off), not auto");
   } else if (name == "max-message-bytes") {
     c.max_message_bytes = to_int(flag, value, 1024);
+  } else if (name == "retry-pushback-ms") {
+    c.retry_pushback_ms = to_int(flag, value, 0);
   } else if (name == "shutdown-grace-ms") {
     c.shutdown_grace_ms = to_int(flag, value, 0);
   } else if (name == "log-level") {
@@ -167,6 +169,9 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
   --threads N                 torch intra-op threads per model engine (default: cores / models)
   --max-batch-rows N          rows (beams and samples count) decoded together per model (default 64)
   --max-queue N               requests waiting per model before RESOURCE_EXHAUSTED (default 256)
+  --retry-pushback-ms N       with RESOURCE_EXHAUSTED, ask the client to retry after about N ms (+-50%;
+                              trailing metadata grpc-retry-pushback-ms, which gRPC clients with a
+                              retry policy honour) (default 1000; 0 = none)
   --max-input-tokens N        input token limit (default: each model's own; N may lower it, and raise a
                               T5's n_positions, which relative positions make advisory; a T5 whose
                               config.json sets none: 4096)

@@ -45,6 +45,7 @@ struct ServerConfig {
   int64_t max_state_bytes = kAutoStateMemory;
   int64_t encoder_cache_bytes = 0;  // EngineLimits::encoder_cache_bytes; 0 = off
   int64_t max_message_bytes = 4 << 20;
+  int64_t retry_pushback_ms = 1000;  // ServiceLimits::retry_pushback_ms; 0 = none
   int64_t shutdown_grace_ms = 10000;
   std::string log_level = "info";
   bool log_json = false;

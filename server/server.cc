@@ -99,6 +99,7 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
   service_limits.max_input_tokens = config.max_input_tokens;
   service_limits.max_new_tokens_cap = config.max_new_tokens_cap;
   service_limits.max_beams = config.max_beams;
+  service_limits.retry_pushback_ms = config.retry_pushback_ms;
   service_ = std::make_unique<SummarizerService>(models_, service_limits, metrics);
   for (const auto& e : models_.engines()) {
     try {

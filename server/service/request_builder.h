@@ -22,6 +22,10 @@ struct ServiceLimits {
   int64_t max_new_tokens_cap = 1024;  // largest max_new_tokens a request may ask for
   int64_t max_beams = 8;
   int64_t max_expected_length = 0;  // 0 = 4 * max_new_tokens_cap
+  // With RESOURCE_EXHAUSTED (a full queue): trailing metadata grpc-retry-pushback-ms of about this many
+  // milliseconds (±50%, so that the clients refused together do not come back together), which a gRPC
+  // client with a retry policy waits before its next attempt; 0 = none.
+  int64_t retry_pushback_ms = 0;
 };
 
 // An error to return to the client with this status code.

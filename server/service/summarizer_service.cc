@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <utility>
 
 #include "common/status_code_name.h"
@@ -61,7 +62,11 @@ RejectReason reject_reason(grpc::StatusCode code) {
 // asks for (a SummarizeBatch may ask several): once in srformer_requests_in_flight / _total per model.
 class CallRecord {
  public:
-  CallRecord(Metrics* metrics, std::string method) : metrics_(metrics), method_(std::move(method)) {}
+  CallRecord(const SummarizerService& service, grpc::CallbackServerContext* context, std::string method)
+      : metrics_(service.metrics()),
+        method_(std::move(method)),
+        context_(context),
+        retry_pushback_ms_(service.limits().retry_pushback_ms) {}
   void started(const std::string& model) {
     if (std::find(models_.begin(), models_.end(), model) != models_.end()) return;
     models_.push_back(model);
@@ -88,7 +93,14 @@ class CallRecord {
     spdlog::info("request {}: {} refused with {}: {}", shown_name(id), method_, status_code_name(status.error_code()),
                  status.error_message());
   }
+  // Before Finish(status): the metrics, and the pushback a full queue gives.
   void ended(const grpc::Status& status) {
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED && retry_pushback_ms_ > 0) {
+      thread_local std::mt19937 rng{std::random_device{}()};
+      const auto half = retry_pushback_ms_ / 2;
+      const auto ms = std::uniform_int_distribution<int64_t>(retry_pushback_ms_ - half, retry_pushback_ms_ + half)(rng);
+      context_->AddTrailingMetadata("grpc-retry-pushback-ms", std::to_string(ms));
+    }
     if (!metrics_) return;
     for (const auto& model : models_) {
       metrics_->model(model).on_request_end(method_, status_code_name(status.error_code()), seconds_since(start_));
@@ -99,6 +111,8 @@ class CallRecord {
  private:
   Metrics* metrics_;
   std::string method_;
+  grpc::CallbackServerContext* context_;
+  int64_t retry_pushback_ms_;
   std::vector<std::string> models_;
   Clock::time_point start_ = Clock::now();
 };
@@ -138,7 +152,7 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
  public:
   SummarizeCall(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body,
                 grpc::ByteBuffer* out)
-      : record_(service.metrics(), "Summarize"), out_(out) {
+      : record_(service, context, "Summarize"), out_(out) {
     SummarizerService::Prepared prepared;
     if (const grpc::Status opened = open_call(service, context, body, in_, record_, prepared); !opened.ok()) {
       finish(opened);
@@ -183,7 +197,7 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
 class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   StreamCall(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body)
-      : record_(service.metrics(), "SummarizeStream") {
+      : record_(service, context, "SummarizeStream") {
     SummarizerService::Prepared prepared;
     if (const grpc::Status opened = open_call(service, context, body, in_, record_, prepared); !opened.ok()) {
       end(opened);
@@ -304,7 +318,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
  public:
   BatchCall(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body,
             grpc::ByteBuffer* out)
-      : record_(service.metrics(), "SummarizeBatch"), metrics_(service.metrics()), out_(out) {
+      : record_(service, context, "SummarizeBatch"), metrics_(service.metrics()), out_(out) {
     if (const grpc::Status parsed = parse_body(body, in_); !parsed.ok()) {
       record_.malformed(service.next_request_id(), parsed);
       end(parsed);

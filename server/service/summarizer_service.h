@@ -48,6 +48,7 @@ class SummarizerService final : public RawSummarizerService {
   // Queues it; throws RequestError (RESOURCE_EXHAUSTED, UNAVAILABLE, INVALID_ARGUMENT).
   void submit(const Prepared& prepared);
   Metrics* metrics() const { return metrics_; }
+  const ServiceLimits& limits() const { return limits_; }
   std::string next_request_id();
   // The client's request_id, else a new one.
   std::string request_id(const v1::SummarizeRequest& request);

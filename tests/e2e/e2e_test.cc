@@ -770,7 +770,7 @@ TEST_F(EndToEnd, ClientAndOfflineToolReadAndRefuseDocumentFilesAlike) {
   const auto summary = [](const CommandResult& r) {
     return r.exit_code == 0 ? nlohmann::json::parse(r.out)["token_ids"] : nlohmann::json();
   };
-  const auto plain = run_command(client + doc(2));
+  const auto plain = run_command(client + "--retries 2 " + doc(2));  // a retry policy changes no answer
   EXPECT_EQ(input_tokens(plain), tokenizer->encode(text).size());
   for (const auto& command : {client + with_bom, tool + with_bom, tool + doc(2)}) {
     const auto r = run_command(command);
@@ -811,6 +811,10 @@ TEST_F(EndToEnd, BadFlagsExplainThemselves) {
   EXPECT_NE(r.out.find("/nonexistent/dir"), std::string::npos) << r.out;
   EXPECT_EQ(run_command(kServer + " --help").exit_code, 0);
   EXPECT_EQ(run_command(kClient + " --help").exit_code, 0);
+  r = run_command(kClient + " --retries 5 " + doc(0) + " 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--retries must be between 0 and 4 (gRPC makes at most 5 attempts), got 5"), std::string::npos)
+      << r.out;
 }
 
 // `srformer init-model` writes the shape it is asked for, BART included (byte-level tokenizer, no corpus),

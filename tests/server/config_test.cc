@@ -22,7 +22,7 @@ TEST(ServerConfig, FlagsOverrideTheFile) {
   const auto path = std::filesystem::temp_directory_path() / "srformer_server_config_test.json";
   std::ofstream(path) << R"({"model": {"a": "/models/a"}, "listen": "127.0.0.1:1234", "max_batch_rows": 16,
                              "max-queue": 9, "max_encode_tokens": 777, "encode-stall-ms": 35, "log-json": true,
-                             "warm_up": false})";
+                             "warm_up": false, "retry_pushback_ms": 250})";
   ServerConfig c;
   ASSERT_TRUE(parse({"--config", path.string(), "--max-batch-rows=32", "--device", "cpu", "--precompute-switches",
                      "false", "--packed-weights=false"},
@@ -41,6 +41,8 @@ TEST(ServerConfig, FlagsOverrideTheFile) {
   EXPECT_TRUE(ServerConfig{}.packed_weights);
   EXPECT_FALSE(c.warm_up);
   EXPECT_TRUE(ServerConfig{}.warm_up);
+  EXPECT_EQ(c.retry_pushback_ms, 250);
+  EXPECT_EQ(ServerConfig{}.retry_pushback_ms, 1000);
   validate(c);
   ServerConfig pieces;
   ASSERT_TRUE(parse({"--encode-piece-scores", "65536", "--encode-piece-positions=256"}, pieces));

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "client/grpc_health.h"
+#include "client/retry_policy.h"
 #include "model/generation/generate.h"
 #include "server/metrics/metrics.h"
 #include "tests/metrics/scrape.h"
@@ -416,6 +417,53 @@ TEST(EngineService, QueueFullIsResourceExhausted) {
   EXPECT_NE(status.error_message().find("--max-queue"), std::string::npos) << status.error_message();
   slow.cancel();
   EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.queued == 0 && s.live_rows == 0; }));
+}
+
+// A full queue asks for a retry after about --retry-pushback-ms (grpc-retry-pushback-ms, ±50%), and a
+// client with srformer-client's retry policy gets in once a place is free, without a call of its own.
+TEST(EngineService, AFullQueueSaysWhenToRetryAndARetryingClientGetsIn) {
+  server::Metrics metrics("");
+  FakeServerOptions so = one_row_queue_of_two();
+  so.config.retry_pushback_ms = 200;
+  so.metrics = &metrics;
+  TestServer server(so);
+  SlowStreams slow;
+  ASSERT_NO_FATAL_FAILURE(slow.open(server, 3));
+  for (int i = 0; i < 5; ++i) {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    ASSERT_EQ(server.stub().Summarize(&ctx, request("hello", 4, 1), &resp).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+    const auto& trailers = ctx.GetServerTrailingMetadata();
+    const auto pushback = trailers.find("grpc-retry-pushback-ms");
+    ASSERT_NE(pushback, trailers.end());
+    const int ms = std::stoi(std::string(pushback->second.data(), pushback->second.size()));
+    EXPECT_GE(ms, 100);
+    EXPECT_LE(ms, 300);
+  }
+  const auto queue_full = [&] {
+    return server::testing::sample(metrics.scrape_text(), "srformer_requests_rejected_total",
+                                   {{"model", "fake"}, {"reason", "queue_full"}})
+        .value_or(-1);
+  };
+  EXPECT_EQ(queue_full(), 5.0);
+
+  grpc::ChannelArguments args;
+  args.SetServiceConfigJSON(client::retry_service_config(4));
+  const auto retrying = grpc::CreateCustomChannel(server.target(), grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::Summarizer::NewStub(retrying);
+  auto call = std::async(std::launch::async, [&] {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    return std::make_pair(stub->Summarize(&ctx, request("hello", 4, 1), &resp), resp);
+  });
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (queue_full() < 6.0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(2ms);
+  ASSERT_GE(queue_full(), 6.0) << "the retrying call's first attempt was refused";
+  slow.cancel();
+  const auto [status, resp] = call.get();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(resp.usage().output_tokens(), 4);
 }
 
 // Sends every document at once while another request decodes (20 tokens of doc_of(7)), so that they
