@@ -25,7 +25,13 @@ const def = protoLoader.loadSync(path.join(__dirname, '../../proto/srformer/v1/s
   keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true,
 });
 const {Summarizer} = grpc.loadPackageDefinition(def).srformer.v1;
-const client = new Summarizer(target, grpc.credentials.createInsecure());
+// Calls refused before any work (a full queue, a server shutting down) are sent again, after the
+// server's grpc-retry-pushback-ms where it gives one (docs/API.md, "Retries").
+const retry = {methodConfig: [{name: [{service: 'srformer.v1.Summarizer'}], retryPolicy: {
+  maxAttempts: 3, initialBackoff: '0.2s', maxBackoff: '5s', backoffMultiplier: 2,
+  retryableStatusCodes: ['UNAVAILABLE', 'RESOURCE_EXHAUSTED']}}]};
+const client = new Summarizer(target, grpc.credentials.createInsecure(),
+                              {'grpc.service_config': JSON.stringify(retry)});
 // document is bytes on the wire: send the UTF-8 encoding of the text.
 const request = {model, document: fs.readFileSync(file), options: {max_new_tokens: 64}};
 

@@ -7,6 +7,7 @@ calls use grpcio's generic stubs, so the gRPC Python code generator is not neede
   python3 examples/python/summarize.py --target localhost:50051 [--stream] [--model NAME] FILE
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -42,7 +43,12 @@ def main():
     args = ap.parse_args()
 
     pb = load_messages()
-    channel = grpc.insecure_channel(args.target)
+    # Calls refused before any work (a full queue, a server shutting down) are sent again, after the
+    # server's grpc-retry-pushback-ms where it gives one (docs/API.md, "Retries").
+    retry = {"methodConfig": [{"name": [{"service": "srformer.v1.Summarizer"}], "retryPolicy": {
+        "maxAttempts": 3, "initialBackoff": "0.2s", "maxBackoff": "5s", "backoffMultiplier": 2,
+        "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]}}]}
+    channel = grpc.insecure_channel(args.target, options=[("grpc.service_config", json.dumps(retry))])
     req = pb.SummarizeRequest(model=args.model, document=open(args.file, "rb").read())  # bytes: UTF-8 text
     if args.max_new_tokens:
         req.options.max_new_tokens = args.max_new_tokens
