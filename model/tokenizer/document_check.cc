@@ -30,7 +30,7 @@ std::optional<DocumentFault> find_document_fault(std::string_view text) {
     if (text[i] == '\0') {
       return DocumentFault{Kind::kNul, i,
                            "contains a NUL byte (at byte offset " + std::to_string(i) +
-                               "), which no text holds: it is UTF-16 text or binary data"};
+                               "), which text does not hold (UTF-16 text, or binary data?)"};
     }
     if (blank && !shows_nothing(utf8::decode_at(text, i, len))) blank = false;
     i += len;

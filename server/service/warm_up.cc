@@ -1,9 +1,11 @@
 #include "server/service/warm_up.h"
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <memory>
 #include <stdexcept>
+#include <string_view>
 
 namespace srformer::server {
 
