@@ -89,6 +89,10 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
     if (c.encoder_cache_bytes < 0) throw ConfigError(flag + " needs a size (e.g. 256M; 0 turns it off), not auto");
   } else if (name == "max-message-bytes") {
     c.max_message_bytes = to_int(flag, value, 1024);
+  } else if (name == "max-connection-age-ms") {
+    c.max_connection_age_ms = to_int(flag, value, 0);
+  } else if (name == "max-connection-age-grace-ms") {
+    c.max_connection_age_grace_ms = to_int(flag, value, 0);
   } else if (name == "retry-pushback-ms") {
     c.retry_pushback_ms = to_int(flag, value, 0);
   } else if (name == "shutdown-grace-ms") {
@@ -217,6 +221,10 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
   --warm-up true|false        summarize a short text with each model before listening, so that the
                               first request does not pay for the process's first run (default true)
   --max-message-bytes N       largest request message accepted (default 4194304)
+  --max-connection-age-ms N   close each client connection (GOAWAY) after about N ms, so that clients
+                              balancing over DNS (round_robin) reconnect and reach replicas added since
+                              (default 0 = never); calls open on it get --max-connection-age-grace-ms
+                              (default 60000) to finish
   --shutdown-grace-ms N       on SIGTERM/SIGINT, time given to in-flight requests (default 10000)
   --log-level LEVEL           trace|debug|info|warn|error (default info)
   --log-json                  one JSON object per log line

@@ -45,7 +45,11 @@ struct ServerConfig {
   int64_t max_state_bytes = kAutoStateMemory;
   int64_t encoder_cache_bytes = 0;  // EngineLimits::encoder_cache_bytes; 0 = off
   int64_t max_message_bytes = 4 << 20;
-  int64_t retry_pushback_ms = 1000;  // ServiceLimits::retry_pushback_ms; 0 = none
+  // gRPC's max connection age: a client connection is closed (GOAWAY) after about this long, so that
+  // clients balancing over DNS (round_robin) reconnect and find replicas added since; 0 = never.
+  int64_t max_connection_age_ms = 0;
+  int64_t max_connection_age_grace_ms = 60000;  // calls still open on such a connection get this long
+  int64_t retry_pushback_ms = 1000;             // ServiceLimits::retry_pushback_ms; 0 = none
   int64_t shutdown_grace_ms = 10000;
   std::string log_level = "info";
   bool log_json = false;

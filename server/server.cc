@@ -1,11 +1,14 @@
 #include "server/server.h"
 
+#include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <thread>
 
 #include "common/byte_size.h"
@@ -174,6 +177,13 @@ void Server::start() {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config_.listen, credentials(), &port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
+  if (config_.max_connection_age_ms > 0) {
+    const auto clamp = [](int64_t ms) {
+      return static_cast<int>(std::min<int64_t>(ms, std::numeric_limits<int>::max()));
+    };
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, clamp(config_.max_connection_age_ms));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, clamp(config_.max_connection_age_grace_ms));
+  }
   builder.RegisterService(service_.get());
 #if defined(SRFORMER_OWN_REFLECTION_V1)
   reflection_v1_ = std::make_unique<ReflectionV1>(

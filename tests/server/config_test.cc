@@ -22,7 +22,8 @@ TEST(ServerConfig, FlagsOverrideTheFile) {
   const auto path = std::filesystem::temp_directory_path() / "srformer_server_config_test.json";
   std::ofstream(path) << R"({"model": {"a": "/models/a"}, "listen": "127.0.0.1:1234", "max_batch_rows": 16,
                              "max-queue": 9, "max_encode_tokens": 777, "encode-stall-ms": 35, "log-json": true,
-                             "warm_up": false, "retry_pushback_ms": 250})";
+                             "warm_up": false, "retry_pushback_ms": 250,
+                             "max_connection_age_ms": 600000})";
   ServerConfig c;
   ASSERT_TRUE(parse({"--config", path.string(), "--max-batch-rows=32", "--device", "cpu", "--precompute-switches",
                      "false", "--packed-weights=false"},
@@ -43,6 +44,8 @@ TEST(ServerConfig, FlagsOverrideTheFile) {
   EXPECT_TRUE(ServerConfig{}.warm_up);
   EXPECT_EQ(c.retry_pushback_ms, 250);
   EXPECT_EQ(ServerConfig{}.retry_pushback_ms, 1000);
+  EXPECT_EQ(c.max_connection_age_ms, 600000);
+  EXPECT_EQ(ServerConfig{}.max_connection_age_ms, 0);
   validate(c);
   ServerConfig pieces;
   ASSERT_TRUE(parse({"--encode-piece-scores", "65536", "--encode-piece-positions=256"}, pieces));

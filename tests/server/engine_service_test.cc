@@ -466,6 +466,28 @@ TEST(EngineService, AFullQueueSaysWhenToRetryAndARetryingClientGetsIn) {
   EXPECT_EQ(resp.usage().output_tokens(), 4);
 }
 
+// --max-connection-age-ms: the server closes a client's connection after about that long (GOAWAY), and
+// the client's next call reconnects (where it would re-resolve DNS and reach new replicas).
+TEST(EngineService, ConnectionsAreClosedAfterTheirMaxAgeAndClientsReconnect) {
+  FakeServerOptions so;
+  so.config.max_connection_age_ms = 300;
+  so.config.max_connection_age_grace_ms = 1000;
+  TestServer server(so);
+  const auto call = [&] {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    return server.stub().Summarize(&ctx, request("hello", 4, 1), &resp);
+  };
+  ASSERT_TRUE(call().ok());
+  EXPECT_EQ(server.channel()->GetState(false), GRPC_CHANNEL_READY);
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (server.channel()->GetState(false) == GRPC_CHANNEL_READY && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_NE(server.channel()->GetState(false), GRPC_CHANNEL_READY) << "the connection outlived its age";
+  EXPECT_TRUE(call().ok()) << "the next call reconnects";
+}
+
 // Sends every document at once while another request decodes (20 tokens of doc_of(7)), so that they
 // queue together; checks each summary against the offline driver, and the running request.
 void burst_behind_a_running_request(TestServer& server, const std::vector<std::string>& docs, int max_new) {
