@@ -363,6 +363,15 @@ void validate(const ServerConfig& c) {
     throw ConfigError("--tls-client-ca needs TLS: give --tls-cert and --tls-key too");
   }
   parse_dtype(c.dtype, parse_device(c.device));
+  // gRPC reads these as int milliseconds; an hour is past any sensible value.
+  constexpr int64_t kHourMs = 3600 * 1000;
+  for (const auto& [flag, ms] : {std::pair<const char*, int64_t>{"--retry-pushback-ms", c.retry_pushback_ms},
+                                 {"--max-connection-age-grace-ms", c.max_connection_age_grace_ms}}) {
+    if (ms > kHourMs) {
+      throw ConfigError(std::string(flag) + " is " + std::to_string(ms) + "; at most " + std::to_string(kHourMs) +
+                        " (an hour)");
+    }
+  }
   if (c.max_beams > c.max_batch_rows) {
     throw ConfigError("--max-beams (" + std::to_string(c.max_beams) + ") cannot exceed --max-batch-rows (" +
                       std::to_string(c.max_batch_rows) + ")");

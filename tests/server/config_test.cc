@@ -86,6 +86,10 @@ TEST(ServerConfig, ErrorsSayWhatToFix) {
   EXPECT_NE(message({"--model", "a=/x", "--encode-piece-positions", "0"}).find("--encode-piece-positions must be >= 1"),
             std::string::npos);
   EXPECT_NE(message({"--config", "/nonexistent.json"}).find("cannot open"), std::string::npos);
+  EXPECT_NE(message({"--model", "a=/x", "--retry-pushback-ms", "86400000"})
+                .find("--retry-pushback-ms is 86400000; at most 3600000 (an hour)"),
+            std::string::npos);
+  EXPECT_NE(message({"--model", "a=/x", "--retry-pushback-ms", "-1"}).find("--retry-pushback-ms"), std::string::npos);
   // The config file's model list: a non-string directory is named, not a JSON library type error.
   const auto path = std::filesystem::temp_directory_path() / "srformer_server_config_models.json";
   for (const char* models : {R"({"a": 5})", R"([5])", "7"}) {
