@@ -176,7 +176,7 @@ void Engine::submit(std::shared_ptr<Request> request) {
     }
     queue_.push_back(std::move(pending));
     stats_.queued = static_cast<int64_t>(queue_.size());
-    if (metrics_) metrics_->set_queue_depth(static_cast<double>(queue_.size()));
+    if (ModelMetrics* const m = metrics()) m->set_queue_depth(static_cast<double>(queue_.size()));
   }
   wake_.notify_one();
 }
@@ -303,7 +303,7 @@ void Engine::run() {
       }
       stats_.queued = static_cast<int64_t>(queue_.size());
       stats_.encoding = static_cast<int64_t>(admitted.size());
-      if (metrics_) metrics_->set_queue_depth(static_cast<double>(queue_.size()));
+      if (ModelMetrics* const m = metrics()) m->set_queue_depth(static_cast<double>(queue_.size()));
       if (stop_ && queue_.empty() && slots_.empty() && admitted.empty() && dropped.empty() && !shutdown_now) break;
     }
 
@@ -386,7 +386,7 @@ std::vector<Engine::Pending> Engine::take_admissions(Clock::time_point now, cons
     shape = joined;
     if (passed_over) {
       ++stats_.bypassed;
-      if (metrics_) metrics_->on_bypass();
+      if (ModelMetrics* const m = metrics()) m->on_bypass();
     }
     taken.push_back(std::move(*it));
     it = queue_.erase(it);
@@ -403,7 +403,7 @@ void Engine::post_dropped(const Pending& p, Clock::time_point dequeued, Clock::t
   result.usage = p.request->usage;
   result.usage.queue_ms = ms_between(p.request->accepted_at, dequeued);
   result.usage.encode_ms = ms_between(dequeued, now);
-  if (metrics_ && shutdown) metrics_->on_rejected(RejectReason::kShuttingDown);
+  if (ModelMetrics* const m = metrics(); m && shutdown) m->on_rejected(RejectReason::kShuttingDown);
   delivery_.post(result_job(p.request, std::move(result)));
 }
 
@@ -461,7 +461,7 @@ bool Engine::at_admission_pause(const std::vector<Pending>& batch) {
   drop_dead_slots();
   if (!slots_.empty()) {
     step();
-    if (metrics_) metrics_->on_step_while_encoding();
+    if (ModelMetrics* const m = metrics()) m->on_step_while_encoding();
     std::lock_guard lock(mu_);
     ++stats_.steps_while_encoding;
   }
@@ -485,10 +485,10 @@ int64_t Engine::admit_during_encode(const std::vector<Pending>& batch) {
     if (taken.empty()) return 0;
     stats_.queued = static_cast<int64_t>(queue_.size());
     stats_.admitted_while_encoding += static_cast<int64_t>(taken.size());
-    if (metrics_) metrics_->set_queue_depth(static_cast<double>(queue_.size()));
+    if (ModelMetrics* const m = metrics()) m->set_queue_depth(static_cast<double>(queue_.size()));
   }
   const auto n = static_cast<int64_t>(taken.size());
-  if (metrics_) metrics_->on_admitted_while_encoding(static_cast<uint64_t>(n));
+  if (ModelMetrics* const m = metrics()) m->on_admitted_while_encoding(static_cast<uint64_t>(n));
   spdlog::debug("model '{}': {} queued requests admitted during an encode of {}", name_, n, batch.size());
   const ScopedValue one_level(admitting_during_encode_, true);  // their own pauses step the rows, admit none
   for (auto& group : admission_groups(std::move(taken))) admit(std::move(group));
@@ -552,9 +552,8 @@ EncoderOutput Engine::encode_batch(const std::vector<Pending>& batch) {
       stats_.encoder_cache_hits += hits;
       stats_.encoder_cache_bytes = encoder_cache_.bytes();
     }
-    if (metrics_) {
-      metrics_->on_encoder_cache(static_cast<uint64_t>(hits), fresh.size(),
-                                 static_cast<double>(encoder_cache_.bytes()));
+    if (ModelMetrics* const m = metrics()) {
+      m->on_encoder_cache(static_cast<uint64_t>(hits), fresh.size(), static_cast<double>(encoder_cache_.bytes()));
     }
   }
   if (static_cast<int64_t>(fresh.size()) == n) return enc;
@@ -642,14 +641,15 @@ void Engine::admit(std::vector<Pending> batch) {
     slot->encode_ms = encode_ms;
     tokens_in_flight_ += slot->budget;
     rows += slot->rows;
-    if (metrics_) metrics_->observe_queue_wait(ms_between(slot->request->accepted_at, start) / 1000.0);
+    if (ModelMetrics* const m = metrics())
+      m->observe_queue_wait(ms_between(slot->request->accepted_at, start) / 1000.0);
     spdlog::debug("request {}: admitted to '{}' ({} input tokens, {} rows)", slot->request->id, name_,
                   slot->request->input_ids.size(), slot->rows);
     slots_.push_back(std::move(slot));
   }
-  if (metrics_) {
-    metrics_->observe_encode(encoder_ms / 1000.0);
-    metrics_->on_rows_joined(static_cast<uint64_t>(rows));
+  if (ModelMetrics* const m = metrics()) {
+    m->observe_encode(encoder_ms / 1000.0);
+    m->on_rows_joined(static_cast<uint64_t>(rows));
   }
 }
 
@@ -771,7 +771,7 @@ void Engine::step_rows() {
       failed.usage = s.request->usage;
       jobs.push_back(result_job(s.request, std::move(failed)));
       tokens_in_flight_ -= s.budget;
-      if (metrics_) metrics_->on_rows_left(LeaveReason::kError, static_cast<uint64_t>(s.rows));
+      if (ModelMetrics* const m = metrics()) m->on_rows_left(LeaveReason::kError, static_cast<uint64_t>(s.rows));
       offset += s.rows;
       continue;
     }
@@ -786,11 +786,11 @@ void Engine::step_rows() {
       ev.logprob = e < result.emitted_logprobs.size() ? result.emitted_logprobs[e] : 0.0f;
       ev.step = static_cast<int32_t>(s.streamed.size());
       ev.segment = ev.step < static_cast<int32_t>(s.segments.size()) ? s.segments[ev.step] : seg;
-      if (metrics_) {
+      if (ModelMetrics* const m = metrics()) {
         if (s.streamed.empty()) {
-          metrics_->observe_time_to_first_token(ms_between(s.request->accepted_at, now) / 1000.0);
+          m->observe_time_to_first_token(ms_between(s.request->accepted_at, now) / 1000.0);
         } else {
-          metrics_->observe_inter_token(ms_between(s.last_token, now) / 1000.0);
+          m->observe_inter_token(ms_between(s.last_token, now) / 1000.0);
         }
       }
       s.streamed.push_back(token);
@@ -832,7 +832,8 @@ void Engine::step_rows() {
           s.raf_fired_left += fired;
           s.raf_total_left += total;
         }
-        if (metrics_) metrics_->on_rows_left(LeaveReason::kEos, static_cast<uint64_t>(rows_before - parents.numel()));
+        if (ModelMetrics* const m = metrics())
+          m->on_rows_left(LeaveReason::kEos, static_cast<uint64_t>(rows_before - parents.numel()));
         // Their share of the tokens budget (budget_of: the same per row) makes room for admissions.
         const int64_t released = s.budget / rows_before * (rows_before - parents.numel());
         s.budget -= released;
@@ -882,7 +883,8 @@ void Engine::step_rows() {
   }
   last_step_end_ = Clock::now();
   const double step_seconds = ms_between(start, last_step_end_) / 1000.0;
-  if (metrics_) metrics_->on_step(static_cast<uint64_t>(rows_before), step_seconds, static_cast<uint64_t>(new_tokens));
+  if (ModelMetrics* const m = metrics())
+    m->on_step(static_cast<uint64_t>(rows_before), step_seconds, static_cast<uint64_t>(new_tokens));
   std::lock_guard lock(mu_);
   ++stats_.steps;
   stats_.step_seconds += step_seconds;
@@ -969,25 +971,25 @@ Delivery::Job Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome
     result.error = std::string("collecting the result failed: ") + e.what();
   }
   tokens_in_flight_ -= slot.budget;
-  if (metrics_) {
+  if (ModelMetrics* const m = metrics()) {
     if (config_.srformer.segmented() && state_.enc_len.defined()) {
       // Cross-attention reads s keys per step instead of k (the paper's saving), for every row.
       const auto k = static_cast<uint64_t>(state_.enc_len[row_offset].item<int64_t>());
       const auto s = std::min<uint64_t>(k, static_cast<uint64_t>(std::max<int64_t>(1, config_.srformer.segment_size)));
       const auto steps = static_cast<uint64_t>(slot.row_steps);
-      metrics_->on_cross_attention_kv(steps * s, steps * k);
+      m->on_cross_attention_kv(steps * s, steps * k);
     }
     if (state_.segment_switches.defined()) {
       const auto switches = static_cast<uint64_t>(state_.segment_switches[row_offset].item<int64_t>());
-      metrics_->on_segment_switches(switches);
+      m->on_segment_switches(switches);
       // Each switch runs the RAF neuron once in every decoder layer.
       if (config_.srformer.uses_raf()) {
-        metrics_->on_raf_updates(switches * static_cast<uint64_t>(std::max<int64_t>(0, config_.decoder_layers)));
+        m->on_raf_updates(switches * static_cast<uint64_t>(std::max<int64_t>(0, config_.decoder_layers)));
       }
     }
-    metrics_->on_rows_left(leave_reason(result.outcome, reason), static_cast<uint64_t>(slot.rows));
-    metrics_->observe_request_tokens(static_cast<uint64_t>(result.usage.input_tokens),
-                                     static_cast<uint64_t>(result.usage.output_tokens));
+    m->on_rows_left(leave_reason(result.outcome, reason), static_cast<uint64_t>(slot.rows));
+    m->observe_request_tokens(static_cast<uint64_t>(result.usage.input_tokens),
+                              static_cast<uint64_t>(result.usage.output_tokens));
   }
   spdlog::debug("request {}: finished ({}, {} tokens, {:.1f} ms decode)", req.id, to_string(reason),
                 result.usage.output_tokens, result.usage.decode_ms);
@@ -1004,7 +1006,7 @@ void Engine::fail_all(const std::string& error) {
     result.token_ids = slot->streamed;
     result.token_logprobs = slot->streamed_logprobs;
     tokens_in_flight_ -= slot->budget;
-    if (metrics_) metrics_->on_rows_left(LeaveReason::kError, static_cast<uint64_t>(slot->rows));
+    if (ModelMetrics* const m = metrics()) m->on_rows_left(LeaveReason::kError, static_cast<uint64_t>(slot->rows));
     delivery_.post(result_job(slot->request, std::move(result)));
   }
   slots_.clear();
@@ -1026,8 +1028,8 @@ void Engine::publish_stats() {
     state_held_bytes_ = state_.batch_size() > 0 ? state_.held_bytes() : 0;
   }
   const int64_t bytes = state_bytes_;
-  if (metrics_ && walk) {
-    metrics_->set_state_bytes(static_cast<double>(bytes), static_cast<double>(state_held_bytes_));
+  if (ModelMetrics* const m = metrics(); m && walk) {
+    m->set_state_bytes(static_cast<double>(bytes), static_cast<double>(state_held_bytes_));
     // Per-layer RAF firing ratio over the live rows (raf_fired [B, layers], raf_total [B] per layer).
     if (state_.batch_size() > 0 && state_.raf_fired.defined() && state_.raf_fired.dim() == 2 &&
         state_.raf_total.defined()) {
@@ -1035,7 +1037,7 @@ void Engine::publish_stats() {
       if (total > 0) {
         const auto per_layer = (state_.raf_fired.sum(0) / total).to(torch::kCPU, torch::kFloat64);
         for (int64_t l = 0; l < per_layer.size(0); ++l) {
-          metrics_->set_raf_fired_ratio(static_cast<int>(l), per_layer[l].item<double>());
+          m->set_raf_fired_ratio(static_cast<int>(l), per_layer[l].item<double>());
         }
       }
     }

@@ -5,6 +5,7 @@
 // tokens and finished results for the delivery thread (which detokenizes and runs the requests'
 // callbacks), and reorders/drops rows with a single DecoderState::retain. RPC threads never touch
 // tensors.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -130,6 +131,10 @@ class Engine {
   void cancel_all();
   // Cancels everything and joins the decode thread. Idempotent.
   void stop();
+  // Where the engine reports from now on (null: nowhere). For work that is no client's, such as the
+  // server's warm-up: detach, run it, wait for its result, attach again.
+  void set_metrics(ModelMetrics* metrics) { metrics_.store(metrics, std::memory_order_release); }
+  ModelMetrics* metrics() const { return metrics_.load(std::memory_order_acquire); }
 
   EngineStats stats() const;
   const std::string& name() const { return name_; }
@@ -225,7 +230,7 @@ class Engine {
   const int64_t parameters_;
   const StateFootprint footprint_;
   const EngineLimits limits_;
-  ModelMetrics* const metrics_;
+  std::atomic<ModelMetrics*> metrics_;  // read at each use: set_metrics may change it between requests
   const SearcherFactory searcher_factory_;
 
   // Shared with submitting threads.

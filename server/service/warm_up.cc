@@ -41,7 +41,32 @@ v1::SummarizeRequest warm_up_request(const Engine& engine, const ServiceLimits& 
 
 }  // namespace
 
+namespace {
+
+// Detaches every engine's metrics for the warm-up (no client's work) and attaches them again after,
+// whatever happens. The engines' decode threads read the pointer at each use.
+class MetricsDetached {
+ public:
+  explicit MetricsDetached(const ModelRegistry& models) {
+    for (const auto& engine : models.engines()) {
+      saved_.emplace_back(engine.get(), engine->metrics());
+      engine->set_metrics(nullptr);
+    }
+  }
+  ~MetricsDetached() {
+    for (const auto& [engine, metrics] : saved_) engine->set_metrics(metrics);
+  }
+  MetricsDetached(const MetricsDetached&) = delete;
+  MetricsDetached& operator=(const MetricsDetached&) = delete;
+
+ private:
+  std::vector<std::pair<Engine*, ModelMetrics*>> saved_;
+};
+
+}  // namespace
+
 std::vector<WarmUpReport> warm_up(const ModelRegistry& models, const ServiceLimits& limits) {
+  const MetricsDetached detached(models);
   struct Running {
     Engine* engine;
     std::chrono::steady_clock::time_point start;
@@ -76,6 +101,9 @@ std::vector<WarmUpReport> warm_up(const ModelRegistry& models, const ServiceLimi
     report.segments = result.usage.segments;
     reports.push_back(report);
   }
+  // The result is handed over before the engine's iteration ends (its step and state are counted
+  // after): the metrics go back only once each engine has finished it.
+  for (const auto& r : running) r.engine->wait_idle(Clock::now() + std::chrono::seconds(10));
   return reports;
 }
 

@@ -3,15 +3,19 @@
 
 #include <gtest/gtest.h>
 
+#include "server/metrics/metrics.h"
+#include "tests/metrics/scrape.h"
 #include "tests/server/test_server.h"
 
 namespace srformer::testing {
 namespace {
 
 TEST(WarmUp, RunsAShortRequestOnEveryModelAcrossSegments) {
+  server::Metrics metrics("");
   FakeServerOptions so;
   FakeModelOptions small{20, 4};  // a 20-token input limit: the warm-up's document is truncated to it
   so.models = {{"alpha", FakeModelOptions{}}, {"small", small}};
+  so.metrics = &metrics;
   TestServer server(so);
   server::ServiceLimits limits;
   const auto reports = server::warm_up(server.server().models(), limits);
@@ -31,6 +35,21 @@ TEST(WarmUp, RunsAShortRequestOnEveryModelAcrossSegments) {
                                 std::chrono::seconds(10), model))
         << model << ": the warm-up leaves no state behind";
   }
+
+  // No client asked for it: no series counts it, and the engines report again afterwards.
+  const auto alpha = [&](const std::string& name) {
+    return server::testing::sample(metrics.scrape_text(), name, {{"model", "alpha"}}).value_or(-1);
+  };
+  for (const char* name :
+       {"srformer_rows_joined_total", "srformer_decode_steps_total", "srformer_generated_tokens_total",
+        "srformer_input_tokens_count", "srformer_time_to_first_token_seconds_count", "srformer_encode_seconds_count"}) {
+    EXPECT_EQ(alpha(name), 0.0) << name;
+  }
+  grpc::ClientContext ctx;
+  v1::SummarizeResponse resp;
+  ASSERT_TRUE(server.stub().Summarize(&ctx, make_request("some text", "alpha"), &resp).ok());
+  EXPECT_EQ(alpha("srformer_rows_joined_total"), 1.0);
+  EXPECT_EQ(alpha("srformer_generated_tokens_total"), static_cast<double>(resp.usage().output_tokens()));
 
   // A cap under four new tokens is kept to.
   limits.max_new_tokens_cap = 2;
