@@ -21,8 +21,9 @@ struct WarmUpReport {
 // Builds the request as a client's would be (the service's own checks and tokenizer), greedy, a few
 // tokens over an input of two segments or more where the model has them (a segment switch runs too),
 // runs it on every engine at once and waits. The engines' metrics are detached meanwhile: no client
-// asked for this work, so no series counts it. Call it while no client's request runs. Throws std::runtime_error naming
-// the model whose request failed: a model that cannot summarize a sentence should not start serving.
+// asked for this work, so no series counts it. Call it while no client's request runs. Throws
+// std::runtime_error naming the model whose request failed: a model that cannot summarize a sentence
+// should not start serving.
 std::vector<WarmUpReport> warm_up(const ModelRegistry& models, const ServiceLimits& limits);
 
 }  // namespace srformer::server
