@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Consistency checks of the shipped deployment files (no Docker engine or cluster needed).
 
-usage: check_deploy.py --root SRC --metrics TYPES_FILE [--dashboard JSON] [--alerts YAML]
+usage: check_deploy.py --root SRC --metrics TYPES_FILE [--dashboard JSON] [--alerts YAML] [--server-help FILE]
 TYPES_FILE holds "name type" lines: the metric families a fully populated srformer Metrics registers
 (written by tests/metrics/deploy_files_test.cc). Prints one line per problem; exit 1 if any.
 """
@@ -82,7 +82,7 @@ def port_of(address):
     return int(str(address).rsplit(":", 1)[1])
 
 
-def check_compose(root, grpc_port, metrics_port):
+def check_compose(root, grpc_port, metrics_port, known_flags=None):
     compose = load_yaml(root, "docker-compose.yml")
     services = compose.get("services", {})
     for name in ("srformer", "prometheus", "grafana"):
@@ -90,6 +90,8 @@ def check_compose(root, grpc_port, metrics_port):
     srf = services.get("srformer", {})
     check(srf.get("build", {}).get("target") == "cpu", "docker-compose.yml: srformer must build the Dockerfile's cpu target")
     cmd = srf.get("command", [])
+    if known_flags is not None:
+        check_flags("docker-compose.yml", cmd, known_flags)
     check(flag_value(cmd, "--listen") and port_of(flag_value(cmd, "--listen")) == grpc_port,
           f"docker-compose.yml: srformer --listen must use port {grpc_port}")
     check(flag_value(cmd, "--metrics-listen") and port_of(flag_value(cmd, "--metrics-listen")) == metrics_port,
@@ -219,7 +221,15 @@ def check_alerts(path, registered):
                 check(n in registered or n == "up", f"alert {rule.get('alert')}: metric {n} is not registered")
 
 
-def check_k8s(root, registered, grpc_port, metrics_port):
+def check_flags(where, args, known):
+    """Every --flag in a shipped command line is one srformer-server's --help names."""
+    for a in [str(x) for x in args or []]:
+        if a.startswith("--"):
+            flag = a.split("=", 1)[0]
+            check(flag in known, f"{where}: srformer-server has no flag {flag}")
+
+
+def check_k8s(root, registered, grpc_port, metrics_port, known_flags=None):
     docs = []
     for rel in ("deploy/k8s/deployment.yaml", "deploy/k8s/service.yaml", "deploy/k8s/hpa.yaml",
                 "deploy/k8s/prometheus-adapter.yaml"):
@@ -238,6 +248,8 @@ def check_k8s(root, registered, grpc_port, metrics_port):
     ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
     check(ports.get("grpc") == grpc_port and ports.get("metrics") == metrics_port,
           f"k8s: container ports must be grpc={grpc_port}, metrics={metrics_port}")
+    if known_flags is not None:
+        check_flags("k8s", c.get("args"), known_flags)
     check(port_of(flag_value(c.get("args"), "--listen") or ":0") == grpc_port, "k8s: --listen port differs from the grpc port")
     check(port_of(flag_value(c.get("args"), "--metrics-listen") or ":0") == metrics_port,
           "k8s: --metrics-listen port differs from the metrics port")
@@ -277,14 +289,19 @@ def main():
     ap.add_argument("--metrics", required=True)
     ap.add_argument("--dashboard")
     ap.add_argument("--alerts")
+    ap.add_argument("--server-help", help="srformer-server --help output: the flags the command lines may use")
     a = ap.parse_args()
     registered = load_registered(a.metrics)
+    known_flags = None
+    if a.server_help:
+        with open(a.server_help) as f:
+            known_flags = set(re.findall(r"--[a-z][a-z0-9-]*", f.read()))
     grpc_port, metrics_port = 50051, 9464  # srformer-server defaults (server/config.h)
-    uids = check_compose(a.root, grpc_port, metrics_port)
+    uids = check_compose(a.root, grpc_port, metrics_port, known_flags)
     check_dockerfile(a.root, grpc_port, metrics_port)
     check_dashboard(a.dashboard or os.path.join(a.root, "deploy/grafana/dashboards/srformer.json"), registered, uids)
     check_alerts(a.alerts or os.path.join(a.root, "deploy/prometheus/alerts.yml"), registered)
-    check_k8s(a.root, registered, grpc_port, metrics_port)
+    check_k8s(a.root, registered, grpc_port, metrics_port, known_flags)
     for p in problems:
         print(p)
     print(f"check_deploy: {len(problems)} problem(s)")

@@ -50,6 +50,25 @@ TEST_F(DeployFiles, ComposeDockerfileDashboardAlertsAndK8sAreConsistent) {
   EXPECT_EQ(check("", out), 0) << out;
 }
 
+// The command lines of docker-compose.yml and the Kubernetes Deployment use only flags the built
+// server's --help names (a misspelt or removed flag would stop the container at start).
+TEST_F(DeployFiles, CommandLinesUseOnlyTheServersFlags) {
+  const std::string help = ::testing::TempDir() + "srformer_server_help_" + std::to_string(getpid()) + ".txt";
+  std::string out;
+  ASSERT_EQ(testing::run_command(std::string(SRFORMER_BIN_DIR) + "/srformer-server --help > " + help, out), 0) << out;
+  EXPECT_EQ(check(" --server-help " + help, out), 0) << out;
+  // A help without one of the Deployment's flags: the checker names it.
+  std::ifstream in(help);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string without = text.str();
+  for (size_t at; (at = without.find("--max-connection-age-ms")) != std::string::npos;) without.erase(at, 23);
+  std::ofstream(help) << without;
+  EXPECT_EQ(check(" --server-help " + help, out), 1) << out;
+  EXPECT_NE(out.find("k8s: srformer-server has no flag --max-connection-age-ms"), std::string::npos) << out;
+  std::remove(help.c_str());
+}
+
 TEST_F(DeployFiles, DashboardNamingAnUnknownMetricIsCaught) {
   // The checker must see a renamed metric: the dashboard with one name changed fails.
   std::ifstream in(kSource + "/deploy/grafana/dashboards/srformer.json");
