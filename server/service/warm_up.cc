@@ -39,10 +39,6 @@ v1::SummarizeRequest warm_up_request(const Engine& engine, const ServiceLimits& 
   return request;
 }
 
-}  // namespace
-
-namespace {
-
 // Detaches every engine's metrics for the warm-up (no client's work) and attaches them again after,
 // whatever happens. The engines' decode threads read the pointer at each use.
 class MetricsDetached {
@@ -67,19 +63,24 @@ class MetricsDetached {
 
 std::vector<WarmUpReport> warm_up(const ModelRegistry& models, const ServiceLimits& limits) {
   const MetricsDetached detached(models);
+  // The result and when it came: the engines run at once, and are waited for one after the other.
+  struct Finished {
+    RequestResult result;
+    Clock::time_point at;
+  };
   struct Running {
     Engine* engine;
-    std::chrono::steady_clock::time_point start;
-    std::future<RequestResult> result;
+    Clock::time_point start;
+    std::future<Finished> finished;
   };
   std::vector<Running> running;
   for (const auto& engine : models.engines()) {
     // Shared with the callback: a request already queued when a later model's throws still finishes.
-    auto done = std::make_shared<std::promise<RequestResult>>();
+    auto done = std::make_shared<std::promise<Finished>>();
     try {
       const auto request = build_request(warm_up_request(*engine, limits), *engine, limits, std::nullopt);
-      request->on_finish = [done](RequestResult result) { done->set_value(std::move(result)); };
-      running.push_back({engine.get(), std::chrono::steady_clock::now(), done->get_future()});
+      request->on_finish = [done](RequestResult result) { done->set_value({std::move(result), Clock::now()}); };
+      running.push_back({engine.get(), Clock::now(), done->get_future()});
       engine->submit(request);
     } catch (const std::exception& e) {
       throw std::runtime_error("model '" + engine->name() + "': its warm-up request was refused (" + e.what() +
@@ -88,14 +89,14 @@ std::vector<WarmUpReport> warm_up(const ModelRegistry& models, const ServiceLimi
   }
   std::vector<WarmUpReport> reports;
   for (auto& r : running) {
-    const RequestResult result = r.result.get();
+    const auto [result, at] = r.finished.get();
     if (result.outcome != RequestOutcome::kOk) {
       throw std::runtime_error("model '" + r.engine->name() + "' failed its warm-up request: " +
                                (result.error.empty() ? std::string("it did not finish") : result.error));
     }
     WarmUpReport report;
     report.model = r.engine->name();
-    report.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - r.start).count();
+    report.milliseconds = std::chrono::duration<double, std::milli>(at - r.start).count();
     report.input_tokens = result.usage.input_tokens;
     report.output_tokens = result.usage.output_tokens;
     report.segments = result.usage.segments;
