@@ -437,8 +437,10 @@ TEST_F(EndToEnd, MetricsOfARunningServerFollowRealRequests) {
   std::string text;
   ASSERT_TRUE(eventually(
       [&] {
+        // A step's tokens are counted once the step ends, after its results went out: wait for both.
         text = body();
-        return scrape::sample(text, "srformer_requests_total", ok).value_or(0) == 6;
+        return scrape::sample(text, "srformer_requests_total", ok).value_or(0) == 6 &&
+               scrape::sample(text, "srformer_generated_tokens_total", tiny).value_or(0) >= 48;
       },
       10s))
       << text;
