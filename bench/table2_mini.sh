@@ -51,7 +51,9 @@ for v in $variants; do
         --raf-init-weight-scale "$scale" >/dev/null
     fi
     start=$(date +%s)
-    "$bin" train "$out/$name-init" "$data/train.jsonl" --out "$out/$name" --steps "$steps" --batch "${BATCH:-16}" \
+    resume=()  # a run cut short continues from its newest checkpoint
+    compgen -G "$out/$name/checkpoint-*/trainer_state.json" >/dev/null && resume=(--resume)
+    "$bin" train "$out/$name-init" "$data/train.jsonl" --out "$out/$name" "${resume[@]}" --steps "$steps" --batch "${BATCH:-16}" \
       --lr "${LR:-3e-3}" --warmup "${WARMUP:-0}" --max-input-tokens "${MAX_INPUT:-256}" --max-target-tokens "${MAX_TARGET:-32}" --log-every 50 --threads "${THREADS:-2}" --dropout "${DROPOUT:-0}" \
       >"$out/$name.train.log" 2>&1
     echo "$(( $(date +%s) - start ))" > "$out/$name.seconds"

@@ -1,12 +1,15 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace srformer {
@@ -38,6 +41,18 @@ template <typename T>
 std::optional<T> opt(const nlohmann::json& j, const char* key) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) return std::nullopt;
+  if constexpr (std::is_same_v<T, int64_t>) {
+    // nlohmann converts 16.5 to 16 and 1e30 to INT64_MIN: a count or an id must be a whole number in range
+    // (2.0 is one; exporters write some so).
+    constexpr double kLimit = 9007199254740992.0;  // 2^53: beyond it doubles skip integers
+    const bool whole = it->is_number_integer() && !(it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX);
+    const bool whole_float = it->is_number_float() && std::trunc(it->get<double>()) == it->get<double>() &&
+                             std::abs(it->get<double>()) <= kLimit;
+    if (it->is_number() && !whole && !whole_float) {
+      config_error(std::string("key '") + key + "' must be a whole number within range, got " + it->dump());
+    }
+    if (whole_float) return static_cast<int64_t>(it->get<double>());
+  }
   try {
     return it->get<T>();
   } catch (const nlohmann::json::exception&) {
@@ -75,7 +90,11 @@ void parse_srformer(const nlohmann::json& j, ModelConfig& c) {
                    "' (known: cross_attention, segment_size, kv_clamp, raf_init, expected_length)");
     }
   }
-  s.cross_attention = cross_attention_from_string(opt<std::string>(b, "cross_attention").value_or("full"));
+  try {
+    s.cross_attention = cross_attention_from_string(opt<std::string>(b, "cross_attention").value_or("full"));
+  } catch (const std::invalid_argument& e) {
+    config_error(std::string("srformer: ") + e.what());
+  }
   const auto seg = opt<int64_t>(b, "segment_size");
   if (s.segmented()) {
     if (!seg)
@@ -84,18 +103,33 @@ void parse_srformer(const nlohmann::json& j, ModelConfig& c) {
     if (*seg <= 0) config_error("srformer.segment_size must be positive, got " + std::to_string(*seg));
     s.segment_size = *seg;
   } else if (seg && *seg != 0) {
-    config_error("srformer.segment_size is set but cross_attention is 'full'; remove it or pick a segmented variant");
+    config_error(
+        "srformer.segment_size is set but cross_attention is 'full' (the default where it is unset or null); "
+        "remove segment_size or pick a segmented variant");
   }
   if (b.contains("kv_clamp")) {
     s.kv_clamp = opt<double>(b, "kv_clamp");
     if (s.kv_clamp && *s.kv_clamp <= 0) config_error("srformer.kv_clamp must be positive or null");
   }
-  if (const auto r = b.find("raf_init"); r != b.end() && r->is_object()) {
+  if (const auto r = b.find("raf_init"); r != b.end() && !r->is_null()) {
+    if (!r->is_object()) config_error("srformer.raf_init must be an object (threshold, leak, weight_scale)");
+    for (const auto& [key, value] : r->items()) {
+      if (key != "threshold" && key != "leak" && key != "weight_scale") {
+        config_error("unknown key 'srformer.raf_init." + key + "' (known: threshold, leak, weight_scale)");
+      }
+    }
     s.raf_init_threshold = opt<double>(*r, "threshold").value_or(s.raf_init_threshold);
     s.raf_init_leak = opt<double>(*r, "leak").value_or(s.raf_init_leak);
     s.raf_init_weight_scale = opt<double>(*r, "weight_scale").value_or(s.raf_init_weight_scale);
-    if (s.raf_init_threshold <= 0) config_error("srformer.raf_init.threshold must be positive");
-    if (!(s.raf_init_weight_scale >= 0)) config_error("srformer.raf_init.weight_scale must be >= 0");
+    if (!(s.raf_init_threshold > 0) || !std::isfinite(s.raf_init_threshold)) {
+      config_error("srformer.raf_init.threshold must be a positive number");
+    }
+    if (!std::isfinite(s.raf_init_leak)) config_error("srformer.raf_init.leak must be a finite number");
+    try {
+      check_raf_init_weight_scale(s.raf_init_weight_scale, "srformer.raf_init.weight_scale");
+    } catch (const std::invalid_argument& e) {
+      config_error(e.what());
+    }
   }
   if (const auto L = opt<int64_t>(b, "expected_length")) {
     if (*L <= 0) config_error("srformer.expected_length must be positive");
@@ -104,6 +138,13 @@ void parse_srformer(const nlohmann::json& j, ModelConfig& c) {
 }
 
 }  // namespace
+
+void check_raf_init_weight_scale(double scale, const std::string& name) {
+  if (!(scale >= 0 && scale <= kMaxRafInitWeightScale)) {
+    throw std::invalid_argument(name + " must be in [0, " + std::to_string(static_cast<int>(kMaxRafInitWeightScale)) +
+                                "] (1 is the authors' initialisation), got " + std::to_string(scale));
+  }
+}
 
 const char* to_string(CrossAttentionKind kind) {
   for (const auto& k : kKinds) {
@@ -154,7 +195,11 @@ namespace {
 void read_generation_defaults(const nlohmann::json& j, ModelConfig& c) {
   // HF's max_length / min_length count the decoder start token; *_new_tokens, where set, win.
   if (auto v = opt<int64_t>(j, "max_length")) c.max_length = v;
-  if (auto v = opt<int64_t>(j, "max_new_tokens")) c.max_length = *v + 1;
+  if (auto v = opt<int64_t>(j, "max_new_tokens")) {
+    // As Hugging Face's GenerationConfig.validate: no room for a token is a mistake, not a default.
+    if (*v <= 0) config_error("'max_new_tokens' must be positive, got " + std::to_string(*v));
+    c.max_length = *v + 1;
+  }
   if (auto v = opt<int64_t>(j, "min_length")) c.min_length = v;
   if (auto v = opt<int64_t>(j, "min_new_tokens")) c.min_length = *v + 1;
   if (auto v = opt<int64_t>(j, "num_beams")) c.num_beams = v;
@@ -252,6 +297,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
     c.encoder_layers = req<int64_t>(j, "encoder_layers");
     c.decoder_layers = req<int64_t>(j, "decoder_layers");
     c.max_position_embeddings = req<int64_t>(j, "max_position_embeddings");
+    require_positive(c.max_position_embeddings, "max_position_embeddings");
     c.scale_embedding = opt<bool>(j, "scale_embedding").value_or(false);
     c.normalize_before = opt<bool>(j, "normalize_before").value_or(false);
     if (c.normalize_before) config_error("normalize_before (mBART-style pre-LN) is not supported yet");
@@ -269,6 +315,23 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
     c.layer_norm_eps = opt<double>(j, "layer_norm_epsilon").value_or(1e-6);
     c.relative_attention_num_buckets = opt<int64_t>(j, "relative_attention_num_buckets").value_or(32);
     c.relative_attention_max_distance = opt<int64_t>(j, "relative_attention_max_distance").value_or(128);
+    require_positive(c.num_heads, "num_heads");
+    // Each direction's half of the buckets starts with exact distances: at least one bucket each.
+    if (c.relative_attention_num_buckets < 4) {
+      config_error("'relative_attention_num_buckets' must be at least 4, got " +
+                   std::to_string(c.relative_attention_num_buckets) + " (T5 uses 32)");
+    }
+    // Past the exact buckets, distances are bucketed by log(distance / exact) / log(max_distance / exact):
+    // a max_distance within the exact range divides by zero or less.
+    if (c.relative_attention_max_distance <= c.relative_attention_num_buckets / 2) {
+      config_error("'relative_attention_max_distance' must exceed half of relative_attention_num_buckets (" +
+                   std::to_string(c.relative_attention_num_buckets / 2) + "), got " +
+                   std::to_string(c.relative_attention_max_distance) + " (T5 uses 128 with 32 buckets)");
+    }
+    if (!(c.layer_norm_eps > 0) || !std::isfinite(c.layer_norm_eps)) {
+      config_error("'layer_norm_epsilon' must be a small positive number (T5 uses 1e-6), got " +
+                   std::to_string(c.layer_norm_eps));
+    }
     const auto ff = opt<std::string>(j, "feed_forward_proj").value_or(type == "mt5" ? "gated-gelu" : "relu");
     if (ff == "relu") {
       c.activation = "relu";
@@ -284,6 +347,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
       config_error("feed_forward_proj '" + ff + "' is not supported (relu, gelu, gated-gelu, gated-relu)");
     }
     const auto n_positions = opt<int64_t>(j, "n_positions");
+    if (n_positions) require_positive(*n_positions, "n_positions");
     c.max_input_tokens = n_positions.value_or(16384);
     c.max_input_tokens_is_fallback = !n_positions.has_value();
     const double rate = opt<double>(j, "dropout_rate").value_or(0.1);
@@ -331,6 +395,9 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
 }
 
 ModelConfig ModelConfig::load(const std::filesystem::path& config_json) {
+  if (std::filesystem::is_directory(config_json)) {
+    throw std::runtime_error(config_json.string() + " is a directory; it must be the model's JSON configuration");
+  }
   std::ifstream in(config_json);
   if (!in)
     throw std::runtime_error("cannot open " + config_json.string() + ": is this a Hugging Face model directory?");

@@ -35,6 +35,13 @@ EarlyStopping early_stopping_from_json(const nlohmann::json& value, const std::s
 // As Hugging Face writes it: true, false or "never".
 nlohmann::json early_stopping_to_json(EarlyStopping e);
 
+// SNN_kv's initial scale (raf_init.weight_scale, `convert --raf-init-weight-scale`): 1 is the authors'
+// initialisation; far above it the recurrent term swamps attention, and near float's range the
+// initial bound overflows.
+inline constexpr double kMaxRafInitWeightScale = 1000.0;
+// Throws std::invalid_argument starting with `name` when `scale` is outside [0, kMaxRafInitWeightScale].
+void check_raf_init_weight_scale(double scale, const std::string& name);
+
 struct SrformerConfig {
   CrossAttentionKind cross_attention = CrossAttentionKind::kFull;
   int64_t segment_size = 0;        // s; 0 for full

@@ -3,6 +3,9 @@
 #include <torch/torch.h>
 
 #include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "model/generation/generate.h"
 #include "model/io/safetensors.h"
@@ -29,16 +32,51 @@ Comparison compare(const torch::Tensor& actual, const torch::Tensor& expected, d
   return {diff.max().item<double>(), excess.max().item<double>()};
 }
 
+// A fixture that does not hold what its format says: which file, and what is wrong.
+class FixtureFormatError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+std::string shape_string(const torch::Tensor& t) {
+  std::string s = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
+  return s + "]";
+}
+
+// `name` from `file` must have `sizes` (-1: any size in that dimension).
+void expect_shape(const torch::Tensor& t, const std::vector<int64_t>& sizes, const std::string& file,
+                  const char* name) {
+  bool ok = t.dim() == static_cast<int64_t>(sizes.size());
+  for (size_t d = 0; ok && d < sizes.size(); ++d) ok = sizes[d] < 0 || t.size(static_cast<int64_t>(d)) == sizes[d];
+  if (!ok) {
+    std::string want = "[";
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      want += (d ? ", " : "") + (sizes[d] < 0 ? std::string("*") : std::to_string(sizes[d]));
+    }
+    throw FixtureFormatError(file + ": '" + name + "' has shape " + shape_string(t) + ", expected " + want + "]");
+  }
+}
+
 // ids [B][len] from JSON, each starting with decoder_start; compare to our new tokens padded with pad.
 bool ids_match(const nlohmann::json& expected, const std::vector<std::vector<int64_t>>& ours, int64_t start,
                int64_t pad, std::string& detail, const char* what) {
-  bool ok = expected.size() == ours.size();
-  for (size_t b = 0; ok && b < ours.size(); ++b) {
+  if (!expected.is_array() || expected.size() != ours.size()) {
+    throw FixtureFormatError(
+        std::string("case.json: ") + what + ".ids must list " + std::to_string(ours.size()) +
+        " rows (one per input), it has " +
+        (expected.is_array() ? std::to_string(expected.size()) : std::string(expected.type_name())));
+  }
+  bool ok = true;
+  for (size_t b = 0; b < ours.size(); ++b) {
     std::vector<int64_t> row{start};
     row.insert(row.end(), ours[b].begin(), ours[b].end());
-    const auto want = expected[b].get<std::vector<int64_t>>();
+    const auto want = expected.at(b).get<std::vector<int64_t>>();
     while (row.size() < want.size()) row.push_back(pad);
-    if (row != want) {
+    if (row.size() > want.size()) {
+      ok = false;
+      detail += std::string(what) + " row " + std::to_string(b) + " is longer than the reference; ";
+    } else if (row != want) {
       ok = false;
       detail += std::string(what) + " row " + std::to_string(b) + " differs; ";
     }
@@ -80,15 +118,20 @@ nlohmann::json FixtureReport::to_json() const {
   return j;
 }
 
-FixtureReport check_fixture(const std::filesystem::path& dir) {
+namespace {
+
+FixtureReport replay(const std::filesystem::path& dir) {
   FixtureReport r;
   r.fixture = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
   nlohmann::json meta;
   {
     std::ifstream in(dir / "case.json");
-    if (!in) throw std::runtime_error("no case.json in " + dir.string() + ": not a fixture directory");
+    if (!in || std::filesystem::is_directory(dir / "case.json")) {
+      throw std::runtime_error("no case.json in " + dir.string() + ": not a fixture directory");
+    }
     in >> meta;
   }
+  if (!meta.is_object()) throw FixtureFormatError("case.json: the top level must be a JSON object");
   r.atol = meta.value("atol", 1e-4);
   r.rtol = meta.value("rtol", 1e-4);
   auto model = load_model(dir / "model");
@@ -97,6 +140,13 @@ FixtureReport check_fixture(const std::filesystem::path& dir) {
   const auto input_ids = data.tensor("input_ids");
   const auto mask = data.tensor("attention_mask");
   const auto dec = data.tensor("decoder_input_ids");
+  expect_shape(input_ids, {-1, -1}, "case.safetensors", "input_ids");
+  const int64_t B = input_ids.size(0);
+  expect_shape(mask, {B, input_ids.size(1)}, "case.safetensors", "attention_mask");
+  expect_shape(dec, {B, -1}, "case.safetensors", "decoder_input_ids");
+  expect_shape(data.tensor("encoder_hidden"), {B, input_ids.size(1), cfg.d_model}, "case.safetensors",
+               "encoder_hidden");
+  expect_shape(data.tensor("logits"), {B, dec.size(1), cfg.vocab_size}, "case.safetensors", "logits");
 
   torch::NoGradGuard no_grad;
   const auto enc = model->encode(input_ids, mask);
@@ -118,15 +168,21 @@ FixtureReport check_fixture(const std::filesystem::path& dir) {
     const auto res = generate(*model, input_ids, mask, opts);
     std::vector<std::vector<int64_t>> ours;
     for (const auto& g : res) ours.push_back(g.hypotheses.at(0).tokens);
-    r.greedy_match = ids_match(rec["ids"], ours, cfg.decoder_start_token_id, cfg.pad_token_id, r.detail, "greedy");
+    r.greedy_match =
+        ids_match(rec.at("ids"), ours, cfg.decoder_start_token_id, cfg.pad_token_id, r.detail, "generate_greedy");
     ok = ok && *r.greedy_match;
     // Per-step logits of the cached decoder, while each row is unfinished.
     if (std::filesystem::exists(dir / "generate.safetensors")) {
       const auto gen = SafetensorsFile::open(dir / "generate.safetensors");
       const auto want = gen.tensor("greedy_step_logits");
       const auto ids = gen.tensor("greedy_ids");
-      const int64_t B = want.size(0);
+      expect_shape(want, {B, -1, cfg.vocab_size}, "generate.safetensors", "greedy_step_logits");
       const int64_t steps = want.size(1);
+      if (ids.dim() != 2 || ids.size(0) != B || ids.size(1) < steps) {
+        throw FixtureFormatError("generate.safetensors: 'greedy_ids' has shape " + shape_string(ids) + ", expected [" +
+                                 std::to_string(B) + ", at least " + std::to_string(steps) +
+                                 "] (a column per step of greedy_step_logits)");
+      }
       auto state = model->start(enc, torch::full({B}, opts.max_new_tokens, torch::kLong));
       double worst = -1e30;
       for (int64_t s = 0; s < steps; ++s) {
@@ -147,17 +203,23 @@ FixtureReport check_fixture(const std::filesystem::path& dir) {
   if (meta.contains("generate_beam") && !meta["generate_beam"].is_null()) {
     const auto& rec = meta["generate_beam"];
     const auto res = generate(*model, input_ids, mask, options_from(rec, cfg));
+    const bool scored = rec.contains("sequences_scores");
+    if (scored && (!rec["sequences_scores"].is_array() || rec["sequences_scores"].size() != res.size())) {
+      throw FixtureFormatError("case.json: generate_beam.sequences_scores must list " + std::to_string(res.size()) +
+                               " numbers (one per input)");
+    }
     std::vector<std::vector<int64_t>> ours;
     double worst = 0;
     for (size_t b = 0; b < res.size(); ++b) {
       ours.push_back(res[b].hypotheses.at(0).tokens);
-      if (rec.contains("sequences_scores")) {
-        worst = std::max(worst, std::abs(res[b].hypotheses.at(0).score - rec["sequences_scores"][b].get<double>()));
+      if (scored) {
+        worst = std::max(worst, std::abs(res[b].hypotheses.at(0).score - rec["sequences_scores"].at(b).get<double>()));
       }
     }
-    r.beam_match = ids_match(rec["ids"], ours, cfg.decoder_start_token_id, cfg.pad_token_id, r.detail, "beam");
+    r.beam_match =
+        ids_match(rec.at("ids"), ours, cfg.decoder_start_token_id, cfg.pad_token_id, r.detail, "generate_beam");
     ok = ok && *r.beam_match;
-    if (rec.contains("sequences_scores")) {
+    if (scored) {
       r.max_abs_diff_beam_scores = worst;
       if (worst > r.atol + 1e-4) {
         ok = false;
@@ -167,6 +229,20 @@ FixtureReport check_fixture(const std::filesystem::path& dir) {
   }
   r.ok = ok;
   return r;
+}
+
+}  // namespace
+
+FixtureReport check_fixture(const std::filesystem::path& dir) {
+  // Errors in the fixture's own files (not the model's) name the file in the fixture directory.
+  try {
+    return replay(dir);
+  } catch (const FixtureFormatError& e) {
+    throw std::invalid_argument((dir / e.what()).string());
+  } catch (const nlohmann::json::exception& e) {
+    throw std::invalid_argument((dir / "case.json").string() + ": " + e.what() +
+                                " (the format is in shared/fixtures/README.md)");
+  }
 }
 
 }  // namespace srformer

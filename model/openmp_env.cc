@@ -3,7 +3,9 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <thread>
 
 namespace srformer {
 
@@ -19,6 +21,8 @@ bool is_set(const char* (*get)(const char*), const char* name) {
 const char* getenv_fn(const char* name) { return std::getenv(name); }
 
 }  // namespace
+
+int max_useful_threads() { return std::max(8, 4 * static_cast<int>(std::thread::hardware_concurrency())); }
 
 std::optional<std::pair<std::string, std::string>> openmp_setting_to_apply(const char* (*get)(const char*)) {
   if (is_set(get, "OMP_WAIT_POLICY") || is_set(get, "GOMP_SPINCOUNT") || is_set(get, "SRFORMER_KEEP_OMP_POLICY")) {

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "model/dtype_name.h"
+#include "model/openmp_env.h"
 
 namespace srformer::server {
 
@@ -59,7 +60,12 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
   } else if (name == "dtype") {
     c.dtype = value;
   } else if (name == "threads") {
-    c.threads = static_cast<int>(to_int(flag, value, 0));
+    const int64_t threads = to_int(flag, value, 0);
+    if (threads > max_useful_threads()) {
+      throw ConfigError(flag + " " + value + " is more than 4x this machine's CPUs; use at most " +
+                        std::to_string(max_useful_threads()) + " (0: the cores shared among the models)");
+    }
+    c.threads = static_cast<int>(threads);
   } else if (name == "max-batch-rows") {
     c.max_batch_rows = to_int(flag, value, 1);
   } else if (name == "max-queue") {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "model/openmp_env.h"
+
 namespace srformer::tools {
 
 // `text` read whole by `parse` (std::stoll and the like: they take "12abc" as 12), or an error naming
@@ -56,6 +58,17 @@ class ArgReader {
     const int64_t n = parse_integer(flag, v, expected);
     if (n < min) throw std::invalid_argument(flag + " needs " + expected + ", got '" + v + "'");
     return n;
+  }
+  // A --threads value: 1 to max_useful_threads(), or an error naming the flag.
+  int threads_value() {
+    const auto& flag = arg();
+    const auto n = int_value(1);
+    if (n > max_useful_threads()) {
+      throw std::invalid_argument(flag + " " + std::to_string(n) +
+                                  " is more than 4x this machine's CPUs; use at most " +
+                                  std::to_string(max_useful_threads()) + " (threads beyond the cores only wait)");
+    }
+    return static_cast<int>(n);
   }
   // The value as an unsigned 64-bit integer (seeds), or an error naming the flag.
   uint64_t unsigned_value() {

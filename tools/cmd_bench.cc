@@ -556,11 +556,15 @@ int run_bench(const std::vector<std::string>& args) {
     if (a == "--json") {
       o.json = true;
     } else if (a == "--threads") {
-      o.threads = static_cast<int>(r.int_value(1));
+      o.threads = r.threads_value();
     } else if (a == "--steps") {
       o.steps = r.int_value(1);
     } else if (a == "--only") {
       only = r.value();
+      static const char* kParts[] = {"decode", "encode", "cross", "linear", "search"};
+      if (std::find(std::begin(kParts), std::end(kParts), only) == std::end(kParts)) {
+        throw std::invalid_argument("--only takes decode, encode, cross, linear or search, got '" + only + "'");
+      }
     } else if (a == "--quick") {
       o.quick = true;
       o.batches = {1, 8};
@@ -575,6 +579,11 @@ int run_bench(const std::vector<std::string>& args) {
       o.long_lengths = int_list(a, r.value());
     } else if (a == "--model") {
       o.model = r.value();
+      static const char* kModels[] = {"bart-base-srformer-s64", "bart-base-full", "t5-small-srformer-s64"};
+      if (std::find(std::begin(kModels), std::end(kModels), o.model) == std::end(kModels)) {
+        throw std::invalid_argument(
+            "--model takes bart-base-srformer-s64, bart-base-full or t5-small-srformer-s64, got '" + o.model + "'");
+      }
     } else if (a == "--trace") {
       o.trace = r.value();
     } else if (a == "--kernels") {

@@ -1,9 +1,11 @@
 // `srformer convert SRC DST [--cross-attention KIND --segment-size S]`: rewrites any loadable model
 // as a Hugging Face directory; turning a plain BART/T5 into SRformer adds the RAF parameters with
 // the authors' initial values (threshold 0.1; leak 0.1 T5 / 0.5 BART).
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "model/dtype_name.h"
@@ -51,6 +53,10 @@ int run_convert(const std::vector<std::string>& args) {
     }
   }
   if (src.empty() || dst.empty()) throw std::invalid_argument("need SRC_DIR and DST_DIR (see --help)");
+  if (std::error_code ec; std::filesystem::equivalent(src, dst, ec)) {
+    // Writing over the weights being converted would lose the model if anything failed half-way.
+    throw std::invalid_argument("DST_DIR " + dst + " is SRC_DIR " + src + "; convert into a new directory");
+  }
   LoadOptions o;
   o.seed = seed;
   o.pack_projections = false;  // converts and saves the weights, never multiplies them
@@ -60,7 +66,7 @@ int run_convert(const std::vector<std::string>& args) {
     if (cfg.srformer.segmented() && segment <= 0) throw std::invalid_argument("--segment-size is required for " + kind);
     cfg.srformer.segment_size = cfg.srformer.segmented() ? segment : 0;
     if (weight_scale) {
-      if (!(*weight_scale >= 0)) throw std::invalid_argument("--raf-init-weight-scale must be >= 0");
+      check_raf_init_weight_scale(*weight_scale, "--raf-init-weight-scale");
       cfg.srformer.raf_init_weight_scale = *weight_scale;
     }
     o.srformer = cfg.srformer;

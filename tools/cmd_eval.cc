@@ -118,7 +118,7 @@ std::optional<Args> parse_args(const std::vector<std::string>& args) {
       a.max_input = r.int_value(1);
     } else if (f == "--threads") {
       gen();
-      a.threads = static_cast<int>(r.int_value(1));
+      a.threads = r.threads_value();
     } else if (f == "--dtype") {
       gen();
       a.load.dtype = float_dtype_from_flag(r.value());

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "model/generation/options.h"
 #include "model/limits.h"
 #include "model/seq2seq.h"
 #include "tools/arg_reader.h"
@@ -29,6 +30,11 @@ int run_inspect(const std::vector<std::string>& args) {
       k = r.int_value(1);
     } else if (a == "--new-tokens") {
       new_tokens = r.int_value(0);
+      // Each token is a real decoder step: the server's cap on max_new_tokens bounds it here too.
+      if (new_tokens > kMaxNewTokensLimit) {
+        throw std::invalid_argument("--new-tokens " + std::to_string(new_tokens) + " is more than a request may ask (" +
+                                    std::to_string(kMaxNewTokensLimit) + ")");
+      }
     } else if (dir.empty() && (a.empty() || a[0] != '-')) {
       dir = a;
     } else {

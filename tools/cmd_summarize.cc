@@ -98,7 +98,7 @@ int run_summarize(const std::vector<std::string>& args) {
     } else if (a == "--max-input-tokens") {
       max_input = r.int_value(1);
     } else if (a == "--threads") {
-      threads = static_cast<int>(r.int_value(1));
+      threads = r.threads_value();
     } else if (a == "--dtype") {
       load.dtype = float_dtype_from_flag(r.value());
     } else if (a == "--json") {
@@ -107,6 +107,9 @@ int run_summarize(const std::vector<std::string>& args) {
       stream = true;
     } else if (!a.empty() && a[0] == '-' && a != "-") {
       throw std::invalid_argument("unknown option '" + a + "' (see --help)");
+    } else if (!input_path.empty()) {
+      throw std::invalid_argument("one document at a time: got '" + input_path + "' and '" + a +
+                                  "' (srformer eval summarizes a JSONL file of many)");
     } else {
       input_path = a;
     }

@@ -96,7 +96,7 @@ int run_train(const std::vector<std::string>& args) {
     } else if (f == "--seed") {
       o.seed = static_cast<uint64_t>(r.int_value(0));
     } else if (f == "--threads") {
-      at::set_num_threads(static_cast<int>(r.int_value(1)));
+      at::set_num_threads(r.threads_value());
     } else if (f == "--device") {
       o.device = r.value();
     } else if (f == "--dropout") {

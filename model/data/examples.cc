@@ -9,7 +9,11 @@
 namespace srformer::data {
 
 void for_each_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, const std::string&)>& fn) {
-  if (!std::filesystem::is_regular_file(path)) throw std::invalid_argument("cannot read '" + path + "': no such file");
+  if (!std::filesystem::is_regular_file(path)) {
+    throw std::invalid_argument(
+        "cannot read '" + path +
+        "': " + (std::filesystem::is_directory(path) ? "a directory; pass a JSONL file" : "no such file"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::invalid_argument("cannot read '" + path + "'");
   std::string line;

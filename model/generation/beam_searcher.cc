@@ -48,6 +48,8 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
     if (!scores_.defined() || scores_.sizes() != copied.sizes()) scores_ = torch::empty_like(copied);
     const auto& scores = at::log_softmax_out(scores_, copied, -1);
     // HF applies the processors to the log-probabilities here (unlike greedy search and sampling).
+    // The in-place pass refuses NaN and lands here: a NaN would rank anywhere, and its beams score NaN.
+    if (at::isnan(scores).any().item<bool>()) throw std::runtime_error(non_finite_logits_message(steps_));
     process_logits(options_, beams_, scores);
     if (options_.do_sample) warp_logits(options_, scores, candidates);
     scores.add_(torch::from_blob(beam_scores_.data(), {num_beams, 1}, torch::kFloat32));

@@ -6,6 +6,12 @@
 
 namespace srformer {
 
+std::string non_finite_logits_message(int64_t step) {
+  return "the model's logits hold NaN at step " + std::to_string(step) +
+         " (or the options excluded every token): its weights or config.json make non-finite values; "
+         "check the weights for NaN and settings such as layer_norm_epsilon";
+}
+
 const char* to_string(FinishReason reason) {
   switch (reason) {
     case FinishReason::kNone:

@@ -59,6 +59,9 @@ class Searcher {
   virtual int64_t steps() const = 0;
 };
 
+// Why a search stops where the model's logits at `step` hold NaN: the model, not the request, is at fault.
+std::string non_finite_logits_message(int64_t step);
+
 // Creates the searcher the options ask for (validates them first).
 std::unique_ptr<Searcher> make_searcher(const GenerationOptions& options);
 

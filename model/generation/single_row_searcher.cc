@@ -36,6 +36,7 @@ SearchStep GreedySearcher::advance(const torch::Tensor& logits) {
     const auto scores = scores_from_logits(logits, 1, options_, scores_);
     process_logits(options_, {history_}, scores);
     token = choose(scores, logprob);
+    if (std::isnan(logprob)) throw std::runtime_error(non_finite_logits_message(steps()));
   }
   score_ += logprob;
   logprobs_.push_back(static_cast<float>(logprob));

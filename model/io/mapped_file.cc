@@ -35,7 +35,8 @@ class FileDescriptor {
 }  // namespace
 
 MappedFile::MappedFile(const std::filesystem::path& path) {
-  const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer forever; fstat below refuses it.
+  const FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) fail(path, "cannot open");
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) fail(path, "cannot stat");

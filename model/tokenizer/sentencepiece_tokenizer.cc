@@ -163,6 +163,14 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
   } else if (extra_ids) {
     n = 0;
   }
+  // Each sentinel becomes a special token matched in every document: a typo's million would take
+  // gigabytes and minutes before the first request.
+  if (n > kMaxExtraIds) {
+    throw TokenizerLoadError(model_dir.string() + ": the tokenizer files ask for " + std::to_string(n) +
+                             " <extra_id_N> sentinel tokens (tokenizer_config.json's extra_ids, or the highest N "
+                             "listed), more than " +
+                             std::to_string(kMaxExtraIds) + " (T5 has 100); correct them");
+  }
   if (auto pointer = lfs_pointer_message(model_file)) throw TokenizerLoadError(*pointer);
   try {
     std::string serialized = read_binary_file(model_file);  // read once: checked, then loaded from these bytes

@@ -15,6 +15,7 @@ namespace srformer {
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   static constexpr int64_t kDefaultExtraIds = 100;
+  static constexpr int64_t kMaxExtraIds = 100000;  // what tokenizer_config.json's extra_ids may ask for
 
   // Loads <dir>/spiece.model; the number of extra ids comes from tokenizer_config.json
   // ("extra_ids") or the <extra_id_N> tokens the directory's JSON files list, else 100. Without

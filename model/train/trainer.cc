@@ -267,6 +267,13 @@ class Run {
 
   TrainResult go() {
     validate(o_);
+    if (const auto earlier = checkpoints(o_.out_dir); !o_.resume && !earlier.empty()) {
+      // A new run would interleave its checkpoints and log with the earlier run's, and --resume would
+      // then pick whichever step is highest.
+      throw std::invalid_argument(o_.out_dir.string() + " holds an earlier run's checkpoints (" +
+                                  earlier.back().second.filename().string() +
+                                  "); pass --resume to continue it, or choose another --out");
+    }
     fs::create_directories(o_.out_dir);
     torch::manual_seed(o_.seed);
     load();

@@ -851,6 +851,13 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
       {"init-model --shape t5-small --arch bart " + dir + "_x", "not --arch bart"},
       {"convert " + t5 + " " + dir + "_x --segment-size 0", "--segment-size needs an integer >= 1"},
       {"bench --batch 1,x", "--batch needs an integer, got 'x'"},
+      {"bench --only bogus", "--only takes decode, encode, cross, linear or search, got 'bogus'"},
+      {"bench --model nope", "--model takes bart-base-srformer-s64, bart-base-full or t5-small-srformer-s64"},
+      {"summarize --model " + t5 + " --threads 100000 " + doc(0), "--threads 100000 is more than 4x this machine's"},
+      {"summarize --model " + t5 + " " + doc(0) + " " + doc(1), "one document at a time"},
+      {"inspect " + t5 + " --new-tokens 9000000000", "--new-tokens 9000000000 is more than a request may ask (4096)"},
+      {"convert " + t5 + " " + dir + "_x --raf-init-weight-scale 1e300 --cross-attention srformer --segment-size 4",
+       "--raf-init-weight-scale must be in [0, 1000]"},
   };
   for (const auto& [args, message] : refused) {
     auto r = run_command(kTool + " " + args + " 2>&1");
@@ -858,6 +865,49 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
     EXPECT_NE(r.out.find(message), std::string::npos) << args << ": " << r.out;
   }
   EXPECT_FALSE(fs::exists(dir + "_x")) << "a refused command wrote its output";
+}
+
+// `srformer convert` never writes over the model it reads (it overwrote the weights, then failed copying
+// the tokenizer onto itself), and writing over an earlier model leaves none of that model's files behind
+// (a stale generation_config.json capped every summary of the new one).
+TEST_F(EndToEnd, ConvertWritesANewDirectoryAndLeavesNothingOfAnEarlierModel) {
+  const fs::path source = *work_ / "convert_source";
+  fs::copy(*model_dir_, source, fs::copy_options::recursive);
+  const auto weights = source / "model.safetensors";
+  const auto before = fs::last_write_time(weights);
+  for (const std::string dst : {source.string(), source.string() + "/", (source / ".." / source.filename()).string()}) {
+    auto r = run_command(kTool + " convert " + source.string() + " " + dst + " --cross-attention full 2>&1");
+    EXPECT_EQ(r.exit_code, 1) << dst << ": " << r.out;
+    EXPECT_NE(r.out.find("convert into a new directory"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(fs::last_write_time(weights), before) << "a refused convert rewrote the source";
+
+  const fs::path dst = *work_ / "convert_dst";
+  fs::create_directories(dst);
+  std::ofstream(dst / "generation_config.json") << R"({"max_new_tokens": 2})";
+  std::ofstream(dst / "model.safetensors.index.json")
+      << R"({"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})";
+  std::ofstream(dst / "model-00001-of-00002.safetensors") << "old";
+  std::ofstream(dst / "model-00002-of-00002.safetensors") << "old";
+  std::ofstream(dst / "vocab.json") << "{}";
+  std::ofstream(dst / "notes.txt") << "a person's file";
+  ASSERT_FALSE(fs::exists(source / "generation_config.json"));
+  auto r = run_command(kTool + " convert " + source.string() + " " + dst.string() + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const char* stale : {"generation_config.json", "model.safetensors.index.json",
+                            "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "vocab.json"}) {
+    EXPECT_FALSE(fs::exists(dst / stale)) << stale;
+  }
+  EXPECT_TRUE(fs::exists(dst / "notes.txt"));
+  EXPECT_TRUE(fs::exists(dst / "spiece.model"));
+  // The converted model summarizes as the source does, past the old file's 2 tokens.
+  const std::string options = " --max-new-tokens 6 --min-new-tokens 6 --json " + doc(0) + " 2>/dev/null";
+  auto a = run_command(kTool + " summarize --model " + source.string() + options);
+  auto b = run_command(kTool + " summarize --model " + dst.string() + options);
+  ASSERT_EQ(a.exit_code, 0) << a.out;
+  ASSERT_EQ(b.exit_code, 0) << b.out;
+  EXPECT_EQ(nlohmann::json::parse(b.out)["token_ids"].size(), 6u);
+  EXPECT_EQ(nlohmann::json::parse(a.out)["token_ids"], nlohmann::json::parse(b.out)["token_ids"]);
 }
 
 }  // namespace

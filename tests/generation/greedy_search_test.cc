@@ -203,5 +203,39 @@ TEST(GreedySearchTest, BeamSearchWithOneBeamPicksTheSameTokens) {
   }
 }
 
+// A model whose logits hold NaN (NaN weights, a layer norm with a negative epsilon) stops the search with
+// an error that blames the model, with the kernels and without: greedy search took NaN's index as the
+// argmax and returned an empty summary, and beam search ranked NaN scores anywhere.
+TEST(NonFiniteLogitsTest, GreedyAndBeamSearchRefuseNaNLogits) {
+  testing::KernelSwitchesRestored restore;
+  for (const bool kernels_on : {true, false}) {
+    kernels::set_cpu_kernels(kernels_on);
+    SCOPED_TRACE(kernels_on ? "kernels on" : "kernels off");
+    auto logits = torch::zeros({1, 16});
+    logits[0][5] = std::nanf("");
+    GreedySearcher greedy(base_options());
+    try {
+      greedy.advance(logits);
+      ADD_FAILURE() << "greedy search took NaN logits";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("the model's logits hold NaN at step 0"), std::string::npos) << e.what();
+    }
+    auto options = base_options();
+    options.num_beams = 2;
+    BeamSearcher beam(options);
+    auto rows = torch::zeros({2, 16});
+    rows[1][3] = std::nanf("");
+    try {
+      beam.advance(rows);
+      ADD_FAILURE() << "beam search took NaN logits";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("the model's logits hold NaN at step 0"), std::string::npos) << e.what();
+    }
+    // The same rows without the NaN are searched as ever.
+    GreedySearcher clean(base_options());
+    EXPECT_EQ(clean.advance(torch::zeros({1, 16})).emitted.size(), 1u);
+  }
+}
+
 }  // namespace
 }  // namespace srformer

@@ -120,6 +120,66 @@ TEST(Config, ClearErrors) {
   EXPECT_NE(error_of(k).find("outside the vocabulary"), std::string::npos);
 }
 
+// Values nlohmann would silently bend (16.5 to 16, 1e30 to INT64_MIN) and settings whose arithmetic
+// fails later (a negative epsilon makes NaN; a bucket count under 4 divides by zero) stop the load.
+TEST(Config, NumbersOutOfShapeAreRefusedByName) {
+  const auto refused = [](const char* key, const nlohmann::json& value, const std::string& says) {
+    auto j = t5_json();
+    j[key] = value;
+    const auto error = error_of(j);
+    EXPECT_NE(error.find("config.json: "), std::string::npos) << key << ": " << error;
+    EXPECT_NE(error.find(says), std::string::npos) << key << ": " << error;
+  };
+  refused("d_model", 32.5, "key 'd_model' must be a whole number within range, got 32.5");
+  refused("d_model", 1e30, "key 'd_model' must be a whole number within range");
+  refused("eos_token_id", 18446744073709551615ULL, "key 'eos_token_id' must be a whole number within range");
+  refused("num_heads", -4, "'num_heads' must be positive, got -4");
+  refused("relative_attention_num_buckets", -1, "'relative_attention_num_buckets' must be at least 4, got -1");
+  refused("relative_attention_max_distance", -5, "'relative_attention_max_distance' must exceed half");
+  refused("relative_attention_max_distance", 16, "'relative_attention_max_distance' must exceed half");
+  refused("layer_norm_epsilon", -1, "'layer_norm_epsilon' must be a small positive number");
+  refused("layer_norm_epsilon", 0, "'layer_norm_epsilon' must be a small positive number");
+  refused("n_positions", 0, "'n_positions' must be positive, got 0");
+  refused("max_new_tokens", 0, "'max_new_tokens' must be positive, got 0");
+  // A whole number written as a float is one (some exporters write 32.0), and the edges still load.
+  auto j = t5_json();
+  j["d_model"] = 32.0;
+  j["relative_attention_num_buckets"] = 4;
+  j["relative_attention_max_distance"] = 3;
+  EXPECT_EQ(ModelConfig::from_json(j).d_model, 32);
+
+  auto bart = nlohmann::json{
+      {"model_type", "bart"},  {"vocab_size", 64},    {"d_model", 32},       {"encoder_attention_heads", 4},
+      {"encoder_ffn_dim", 64}, {"encoder_layers", 1}, {"decoder_layers", 1}, {"max_position_embeddings", 64}};
+  EXPECT_EQ(error_of(bart), "");
+  bart["max_position_embeddings"] = -3;
+  EXPECT_NE(error_of(bart).find("'max_position_embeddings' must be positive, got -3"), std::string::npos)
+      << error_of(bart);
+}
+
+TEST(Config, TheRafInitialisationIsCheckedLikeTheRestOfTheBlock) {
+  const auto error_with = [](const nlohmann::json& raf_init) {
+    auto j = t5_json();
+    j["srformer"] = {{"cross_attention", "srformer"}, {"segment_size", 8}, {"raf_init", raf_init}};
+    return error_of(j);
+  };
+  EXPECT_NE(error_with({{"treshold", 0.2}}).find("config.json: unknown key 'srformer.raf_init.treshold'"),
+            std::string::npos)
+      << error_with({{"treshold", 0.2}});
+  EXPECT_NE(error_with(5).find("srformer.raf_init must be an object"), std::string::npos);
+  EXPECT_NE(error_with({{"threshold", "x"}}).find("key 'threshold' has the wrong type"), std::string::npos);
+  EXPECT_NE(error_with({{"weight_scale", 1e300}}).find("srformer.raf_init.weight_scale must be in [0, 1000]"),
+            std::string::npos)
+      << error_with({{"weight_scale", 1e300}});
+  EXPECT_EQ(error_with({{"threshold", 0.2}, {"leak", 0.3}, {"weight_scale", 0.5}}), "");
+  EXPECT_EQ(error_with(nullptr), "");
+  // An unknown variant names the file and the key.
+  auto j = t5_json();
+  j["srformer"] = {{"cross_attention", "magic"}, {"segment_size", 8}};
+  EXPECT_NE(error_of(j).find("config.json: srformer: unknown cross_attention 'magic'"), std::string::npos)
+      << error_of(j);
+}
+
 // Newer transformers save generation defaults only in generation_config.json; Hugging Face then
 // generates with that file's values and ignores config.json's (keys it lacks take HF's defaults).
 TEST(Config, GenerationConfigReplacesConfigJsonsGenerationDefaults) {

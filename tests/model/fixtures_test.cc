@@ -1,9 +1,14 @@
 // Every fixture directory under ../shared/fixtures reproduces the authors' reference outputs.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
 
 #include "model/fixture_check.h"
+#include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -40,4 +45,76 @@ TEST(Fixtures, EveryFixtureMatchesTheAuthorsOutputs) {
   }
   // All four reference fixtures are expected when shared/ is present.
   EXPECT_GE(dirs.size(), 4u);
+}
+
+namespace {
+
+// A copy of a fixture whose case.json the test edits (the model and tensors are linked, not copied).
+struct EditedFixture {
+  srformer::testing::TempDir tmp{"fixture"};
+  fs::path dir = tmp.path() / "t5-full";
+  nlohmann::json meta;
+
+  explicit EditedFixture(const fs::path& source) {
+    fs::create_directories(dir);
+    for (const char* name : {"model", "case.safetensors", "generate.safetensors"}) {
+      fs::create_symlink(fs::absolute(source / name), dir / name);
+    }
+    std::ifstream(source / "case.json") >> meta;
+  }
+  void write() const { std::ofstream(dir / "case.json") << meta.dump(); }
+};
+
+std::string check_error(const fs::path& dir) {
+  try {
+    srformer::check_fixture(dir);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(Fixtures, AFixtureThatContradictsItselfIsNamedNotReplayed) {
+  const fs::path source = fs::path(SRFORMER_FIXTURES_DIR) / "t5-full";
+  if (!fs::exists(source / "case.json")) GTEST_SKIP() << "fixture t5-full not found under " << SRFORMER_FIXTURES_DIR;
+  using ::testing::HasSubstr;
+  {
+    // Fewer beam scores than inputs (batch 2): read past the list's end before.
+    for (const auto& scores : {nlohmann::json::array(), nlohmann::json::array({-1.0})}) {
+      EditedFixture f(source);
+      f.meta["generate_beam"]["sequences_scores"] = scores;
+      f.write();
+      const auto error = check_error(f.dir);
+      EXPECT_THAT(error, HasSubstr("case.json: generate_beam.sequences_scores must list 2 numbers")) << error;
+    }
+  }
+  {
+    EditedFixture f(source);
+    f.meta["generate_greedy"]["ids"] = nlohmann::json::array({f.meta["generate_greedy"]["ids"][0]});
+    f.write();
+    EXPECT_THAT(check_error(f.dir),
+                HasSubstr("case.json: generate_greedy.ids must list 2 rows (one per input), it has 1"));
+  }
+  {
+    EditedFixture f(source);
+    f.meta["generate_greedy"].erase("ids");
+    f.write();
+    const auto error = check_error(f.dir);
+    EXPECT_THAT(error, HasSubstr((f.dir / "case.json").string() + ": ")) << error;
+    EXPECT_THAT(error, HasSubstr("'ids'")) << error;
+  }
+  {
+    EditedFixture f(source);
+    f.meta["generate_beam"]["sequences_scores"][1] = "high";
+    f.write();
+    EXPECT_THAT(check_error(f.dir), HasSubstr((f.dir / "case.json").string() + ": "));
+  }
+  {
+    // The same files untouched replay fine: the edits above are what the errors are about.
+    EditedFixture f(source);
+    f.write();
+    EXPECT_TRUE(srformer::check_fixture(f.dir).ok);
+  }
 }

@@ -159,6 +159,15 @@ TEST_F(Fixture, ResumeContinuesExactlyAsAnUninterruptedRun) {
   EXPECT_TRUE(fs::exists(first.out_dir / "checkpoint-5" / "optimizer.safetensors"));
   EXPECT_FALSE(fs::exists(first.out_dir / "model.safetensors"));  // no final model yet
   auto second = options("pieces");
+  // Without --resume, a new run into the same directory would mix its checkpoints with these.
+  try {
+    train(second, console);
+    FAIL() << "a new run over an earlier run's checkpoints";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("holds an earlier run's checkpoints (checkpoint-5); pass --resume"),
+              std::string::npos)
+        << e.what();
+  }
   second.resume = true;
   train(second, console);
   EXPECT_NE(console.str().find("resuming from"), std::string::npos);
