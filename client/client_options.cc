@@ -111,6 +111,10 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       o.partial = true;
     } else if (arg == "--deadline-ms") {
       o.deadline_ms = to_int(arg, next());
+      if (o.deadline_ms < 0) {
+        throw std::invalid_argument("--deadline-ms must be >= 0 (0: no deadline), got " +
+                                    std::to_string(o.deadline_ms));
+      }
     } else if (arg == "--retries") {
       const int64_t n = to_int(arg, next());
       if (n < 0 || n > kMaxRetries) {
@@ -203,6 +207,9 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     throw std::invalid_argument("--load needs --requests M or --duration S");
   }
   if (o.load && o.inputs.empty()) throw std::invalid_argument("--load needs at least one input FILE");
+  if (o.health + o.list_models + o.batch + o.load > 1) {
+    throw std::invalid_argument("--health, --list-models, --batch and --load each pick what the client does; give one");
+  }
   return true;
 }
 

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "model/dtype_name.h"
+#include "model/generation/options.h"
 #include "model/openmp_env.h"
 
 namespace srformer::server {
@@ -241,15 +244,34 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
 void apply_config_file(const std::string& path, ServerConfig& config) {
   std::ifstream in(path);
   if (!in) throw ConfigError("cannot open config file '" + path + "'; check the --config path");
+  // nlohmann keeps the last of a repeated key without a word: which one a person meant is not ours to guess.
+  std::vector<std::set<std::string>> keys;  // one set per object being read
+  std::string repeated;
+  const nlohmann::json::parser_callback_t note_keys = [&](int, nlohmann::json::parse_event_t event,
+                                                          nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::object_start) keys.emplace_back();
+    if (event == nlohmann::json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    if (event == nlohmann::json::parse_event_t::key && !keys.empty() && repeated.empty() &&
+        !keys.back().insert(parsed.get<std::string>()).second) {
+      repeated = parsed.get<std::string>();
+    }
+    return true;
+  };
   nlohmann::json j;
   try {
-    in >> j;
+    j = nlohmann::json::parse(in, note_keys);  // the whole file: anything after the object is an error
   } catch (const std::exception& e) {
     throw ConfigError("config file '" + path + "' is not valid JSON: " + e.what());
   }
+  if (!repeated.empty()) throw ConfigError("config file '" + path + "' gives key '" + repeated + "' twice; keep one");
   if (!j.is_object()) throw ConfigError("config file '" + path + "' must hold a JSON object");
+  std::map<std::string, std::string> spelled;  // normalised name -> the key as written
   for (const auto& [key, value] : j.items()) {
     const std::string name = normalise(key);
+    if (const auto [at, fresh] = spelled.emplace(name, key); !fresh) {
+      throw ConfigError("config file '" + path + "' gives '" + name + "' twice (as '" + at->second + "' and '" + key +
+                        "'); keep one");
+    }
     if (name == "model" || name == "models") {
       const ConfigError shape("config key '" + key + "' in '" + path +
                               "' must be {\"name\": \"dir\", ...}, [\"name=dir\", ...] or \"name=dir\"");
@@ -311,8 +333,11 @@ bool parse_server_args(int argc, const char* const* argv, ServerConfig& config) 
     }
     flags.emplace_back(name, value);
   }
+  bool have_file = false;
   for (const auto& [name, value] : flags) {
     if (name == "config") {
+      if (have_file) throw ConfigError("--config is given twice; put the settings in one file (flags override it)");
+      have_file = true;
       apply_config_file(value, config);
       file_models = !config.models.empty();
     }
@@ -349,6 +374,23 @@ torch::ScalarType parse_dtype(const std::string& dtype, const torch::Device& dev
   return *t;
 }
 
+namespace {
+
+// HOST:PORT with a port gRPC and the kernel take (gRPC wraps 99999 to 34463, and reads "HOST:" as 443).
+// gRPC's Unix-socket forms (unix:PATH, unix-abstract:NAME) have no port.
+void check_address(const char* flag, const std::string& address, bool unix_allowed) {
+  if (unix_allowed && (address.rfind("unix:", 0) == 0 || address.rfind("unix-abstract:", 0) == 0)) return;
+  const auto colon = address.rfind(':');
+  const std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
+  const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits || std::stoi(port) > 65535) {
+    throw ConfigError(std::string(flag) + " needs HOST:PORT with a port from 0 to 65535 (0 picks a free one), got '" +
+                      address + "'" + (unix_allowed ? " (or unix:PATH)" : ""));
+  }
+}
+
+}  // namespace
+
 void validate(const ServerConfig& c) {
   if (c.models.empty()) throw ConfigError("no model given; pass --model NAME=DIR (see --help)");
   for (size_t i = 0; i < c.models.size(); ++i) {
@@ -358,10 +400,8 @@ void validate(const ServerConfig& c) {
       }
     }
   }
-  if (c.listen.find(':') == std::string::npos) throw ConfigError("--listen needs HOST:PORT, got '" + c.listen + "'");
-  if (!c.metrics_listen.empty() && c.metrics_listen.find(':') == std::string::npos) {
-    throw ConfigError("--metrics-listen needs HOST:PORT (or \"\" to disable), got '" + c.metrics_listen + "'");
-  }
+  check_address("--listen", c.listen, true);
+  if (!c.metrics_listen.empty()) check_address("--metrics-listen", c.metrics_listen, false);
   if (c.tls_cert.empty() != c.tls_key.empty()) {
     throw ConfigError("TLS needs both --tls-cert and --tls-key (PEM files); give both, or neither for plaintext");
   }
@@ -378,9 +418,19 @@ void validate(const ServerConfig& c) {
                         " (an hour)");
     }
   }
+  if (c.max_new_tokens_cap > kMaxNewTokensLimit) {
+    throw ConfigError("--max-new-tokens-cap is " + std::to_string(c.max_new_tokens_cap) + "; at most " +
+                      std::to_string(kMaxNewTokensLimit) + ", the most any request may generate");
+  }
+  if (c.max_beams > kMaxNumBeams) {
+    throw ConfigError("--max-beams is " + std::to_string(c.max_beams) + "; at most " + std::to_string(kMaxNumBeams));
+  }
   if (c.max_beams > c.max_batch_rows) {
-    throw ConfigError("--max-beams (" + std::to_string(c.max_beams) + ") cannot exceed --max-batch-rows (" +
-                      std::to_string(c.max_batch_rows) + ")");
+    // A beam search decodes all its beams in one batch.
+    throw ConfigError("--max-beams (" + std::to_string(c.max_beams) +
+                      (c.max_beams == ServerConfig{}.max_beams ? ", the default" : "") +
+                      ") cannot exceed --max-batch-rows (" + std::to_string(c.max_batch_rows) +
+                      "): a beam search decodes its beams in one batch; lower --max-beams too");
   }
 }
 

@@ -39,6 +39,7 @@ int run(const ServerConfig& config) {
     metrics->set_torch_cuda_memory_source(srformer::server::torch_cuda_memory);
   }
 
+  srformer::server::check_can_listen(config);
   std::vector<srformer::server::LoadedModel> models;
   for (const auto& spec : config.models) {
     const auto t0 = std::chrono::steady_clock::now();

@@ -145,8 +145,11 @@ Server::~Server() {
   models_.stop();
 }
 
-std::shared_ptr<grpc::ServerCredentials> Server::credentials() const {
-  if (config_.tls_cert.empty()) return grpc::InsecureServerCredentials();
+namespace {
+
+// Plaintext, or TLS (optionally mutual) from the configured PEM files; throws with the flag to fix.
+std::shared_ptr<grpc::ServerCredentials> credentials(const ServerConfig& config) {
+  if (config.tls_cert.empty()) return grpc::InsecureServerCredentials();
   const auto read = [](const std::string& path, const char* flag) {
     std::ifstream in(path, std::ios::binary);
     const std::string pem(std::istreambuf_iterator<char>(in), {});
@@ -156,12 +159,39 @@ std::shared_ptr<grpc::ServerCredentials> Server::credentials() const {
     return pem;
   };
   grpc::SslServerCredentialsOptions ssl;
-  ssl.pem_key_cert_pairs.push_back({read(config_.tls_key, "--tls-key"), read(config_.tls_cert, "--tls-cert")});
-  if (!config_.tls_client_ca.empty()) {
-    ssl.pem_root_certs = read(config_.tls_client_ca, "--tls-client-ca");
+  ssl.pem_key_cert_pairs.push_back({read(config.tls_key, "--tls-key"), read(config.tls_cert, "--tls-cert")});
+  if (!config.tls_client_ca.empty()) {
+    ssl.pem_root_certs = read(config.tls_client_ca, "--tls-client-ca");
     ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(ssl);
+}
+
+// Adds config.listen to `builder`; `port` receives the bound port when the server starts.
+void add_listening_port(grpc::ServerBuilder& builder, const ServerConfig& config, int* port) {
+  builder.AddListeningPort(config.listen, credentials(config), port);
+  // gRPC sets SO_REUSEPORT by default: a second server on a taken port then starts without a word and
+  // takes half the connections (an old version left running, a typo in a second instance's flags).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+}
+
+std::string listen_failure(const ServerConfig& config) {
+  return "cannot listen on " + config.listen + "; is the port in use or the address wrong? (--listen HOST:PORT)" +
+         (config.tls_cert.empty() ? ""
+                                  : " Or do --tls-key and --tls-cert not belong together (the key must be the "
+                                    "certificate's private key, both PEM)?");
+}
+
+}  // namespace
+
+void check_can_listen(const ServerConfig& config) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  add_listening_port(builder, config, &port);
+  const auto trial = builder.BuildAndStart();
+  if (!trial || port == 0) throw std::runtime_error(listen_failure(config));
+  trial->Shutdown(std::chrono::system_clock::now());
+  trial->Wait();
 }
 
 void Server::warm_up() {
@@ -175,7 +205,7 @@ void Server::start() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config_.listen, credentials(), &port_);
+  add_listening_port(builder, config_, &port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
   if (config_.max_connection_age_ms > 0) {
     const auto clamp = [](int64_t ms) {
@@ -192,10 +222,7 @@ void Server::start() {
   builder.RegisterService(reflection_v1_.get());
 #endif
   server_ = builder.BuildAndStart();
-  if (!server_ || port_ == 0) {
-    throw std::runtime_error("cannot listen on " + config_.listen +
-                             "; is the port in use or the address wrong? (--listen HOST:PORT)");
-  }
+  if (!server_ || port_ == 0) throw std::runtime_error(listen_failure(config_));
   // Overall ("") and per service, as grpc.health.v1 clients ask either (a Kubernetes gRPC probe's
   // `service` field, grpc-health-probe -service).
   server_->GetHealthCheckService()->SetServingStatus(true);
@@ -203,6 +230,8 @@ void Server::start() {
 }
 
 std::string Server::address() const {
+  // A Unix socket's address is its path (gRPC reports port 1 for it).
+  if (config_.listen.rfind("unix:", 0) == 0 || config_.listen.rfind("unix-abstract:", 0) == 0) return config_.listen;
   const auto colon = config_.listen.rfind(':');
   return config_.listen.substr(0, colon) + ":" + std::to_string(port_);
 }

@@ -30,6 +30,11 @@ LoadOptions load_options(const ServerConfig& config);
 // Loads a model directory (weights + tokenizer) with load_options(config).
 LoadedModel load_model_dir(const ModelSpec& spec, const ServerConfig& config);
 
+// Binds config.listen with its TLS files and lets go again, so that a taken port, a wrong address or a
+// key that is not the certificate's stops the start before the models load. Throws std::runtime_error
+// saying what to check.
+void check_can_listen(const ServerConfig& config);
+
 class Server {
  public:
   // metrics may be null. Engines start at once; call start() to listen.
@@ -59,8 +64,6 @@ class Server {
   SummarizerService& service() { return *service_; }
 
  private:
-  // Plaintext, or TLS (optionally mutual) from the configured PEM files; throws with the flag to fix.
-  std::shared_ptr<grpc::ServerCredentials> credentials() const;
   const ServerConfig config_;
   ModelRegistry models_;
   ServiceLimits service_limits_;

@@ -54,7 +54,10 @@ void validate(const GenerationOptions& o) {
            to_string(o.num_beams) + ")" +
            (o.num_beams == 1 ? "; greedy search returns one sequence (do_sample=true draws several)" : ""));
   }
-  if (!std::isfinite(o.length_penalty)) reject("length_penalty must be a finite number");
+  if (!(std::abs(o.length_penalty) <= kMaxLengthPenalty)) {
+    reject("length_penalty is " + number(o.length_penalty) + "; set it between -" + number(kMaxLengthPenalty) +
+           " and " + number(kMaxLengthPenalty));
+  }
   // Logits are divided by the temperature (and a repeated token's by the penalty): at 1e-38 any logit
   // over ~3.4 overflows fp32 and sampling finds no finite probability; from 1e-4 logits stay finite up
   // to ~1e34, and sampling at 1e-4 is already greedy in effect.

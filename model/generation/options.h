@@ -10,6 +10,8 @@ namespace srformer {
 // Limits enforced by validate() (the server may apply tighter ones of its own).
 inline constexpr int64_t kMaxNewTokensLimit = 4096;
 inline constexpr int64_t kMaxNumBeams = 64;
+// |length_penalty| beyond it leaves beam scores sum(logprob) / length^penalty at -0 or -inf for all.
+inline constexpr double kMaxLengthPenalty = 10.0;
 
 struct GenerationOptions {
   int64_t max_new_tokens = 128;  // tokens after decoder_start (HF max_length - 1)

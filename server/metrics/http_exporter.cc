@@ -12,41 +12,36 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace srformer::server {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
 
-// One client is served at a time, so each gets a deadline for the whole exchange: a client that
-// trickles its request (or never reads the reply) cannot hold /metrics, or shutdown, for longer.
+// Each connection gets a deadline for its request and one for its reply: a client that trickles its
+// request (or never reads the reply) holds a slot for that long at most, never /metrics itself.
 constexpr auto kRequestBudget = std::chrono::seconds(2);
 constexpr auto kReplyBudget = std::chrono::seconds(5);
+constexpr size_t kMaxRequestHead = 8192;
+// Open connections served at once; past it the one that has been waiting longest for its request goes
+// (scrapers send their request at once, so idle sockets are what fill the slots).
+constexpr size_t kMaxConnections = 32;
 
-// Waits until fd is ready for `events`; false once `deadline` passes or `stop` is set.
-bool ready(int fd, short events, SteadyClock::time_point deadline, const std::atomic<bool>& stop) {
-  while (!stop) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
-    if (left <= 0) return false;
-    pollfd p{fd, events, 0};
-    const int rc = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 100)));
-    if (rc > 0) return true;
-    if (rc < 0 && errno != EINTR) return false;
-  }
-  return false;
-}
-
-void send_all(int fd, const std::string& data, SteadyClock::time_point deadline, const std::atomic<bool>& stop) {
-  size_t sent = 0;
-  while (sent < data.size() && ready(fd, POLLOUT, deadline, stop)) {
-    const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (n <= 0) return;
-    sent += static_cast<size_t>(n);
-  }
+bool head_complete(const std::string& request) {
+  return request.find("\r\n\r\n") != std::string::npos || request.find("\n\n") != std::string::npos;
 }
 
 }  // namespace
+
+struct HttpExporter::Connection {
+  int fd = -1;
+  std::string request;
+  std::string reply;  // empty while the request is read
+  size_t sent = 0;
+  SteadyClock::time_point deadline;
+};
 
 HttpExporter::HttpExporter(const std::string& address, std::function<std::string()> body) : body_(std::move(body)) {
   const auto colon = address.rfind(':');
@@ -64,7 +59,7 @@ HttpExporter::HttpExporter(const std::string& address, std::function<std::string
   }
   std::string error = "no address";
   for (const addrinfo* a = res; a != nullptr && listen_fd_ < 0; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) continue;
     const int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -92,38 +87,82 @@ HttpExporter::~HttpExporter() {
 }
 
 void HttpExporter::serve() {
+  std::vector<Connection> connections;
+  const auto close_at = [&](size_t i) {
+    ::close(connections[i].fd);
+    connections.erase(connections.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+  std::vector<pollfd> fds;
   while (!stop_) {
-    pollfd p{listen_fd_, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (client < 0) continue;
-    handle(client);
-    ::close(client);
+    fds.assign(1, pollfd{listen_fd_, POLLIN, 0});
+    for (const auto& c : connections) fds.push_back({c.fd, static_cast<short>(c.reply.empty() ? POLLIN : POLLOUT), 0});
+    if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) continue;
+    const auto now = SteadyClock::now();
+    // Newest first, so that closing one leaves the indexes still to visit alone.
+    for (size_t i = connections.size(); i-- > 0;) {
+      Connection& c = connections[i];
+      const short events = fds[i + 1].revents;
+      bool done = now >= c.deadline || (events & (POLLERR | POLLNVAL)) != 0;
+      if (!done && c.reply.empty() && (events & (POLLIN | POLLHUP)) != 0) {
+        char buf[1024];
+        const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+        if (n <= 0) {
+          done = n == 0 || (errno != EAGAIN && errno != EINTR);
+        } else {
+          c.request.append(buf, static_cast<size_t>(n));
+          if (head_complete(c.request)) {
+            c.reply = reply_to(c.request);
+            c.deadline = now + kReplyBudget;
+          } else if (c.request.size() >= kMaxRequestHead) {
+            done = true;
+          }
+        }
+      }
+      if (!done && !c.reply.empty() && (events & POLLOUT) != 0) {
+        const ssize_t n = ::send(c.fd, c.reply.data() + c.sent, c.reply.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n > 0) c.sent += static_cast<size_t>(n);
+        done = c.sent == c.reply.size() || (n < 0 && errno != EAGAIN && errno != EINTR);
+      }
+      if (done) close_at(i);
+    }
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    for (int client; (client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0;) {
+      if (connections.size() >= kMaxConnections) {
+        // The connection still reading that has waited longest (all are within their request budget).
+        size_t oldest = connections.size();
+        for (size_t i = 0; i < connections.size(); ++i) {
+          if (connections[i].reply.empty() &&
+              (oldest == connections.size() || connections[i].deadline < connections[oldest].deadline)) {
+            oldest = i;
+          }
+        }
+        if (oldest == connections.size()) {  // every slot is sending a reply: the newcomer waits no better
+          ::close(client);
+          continue;
+        }
+        close_at(oldest);
+      }
+      connections.push_back({client, {}, {}, 0, now + kRequestBudget});
+    }
   }
+  for (const auto& c : connections) ::close(c.fd);
 }
 
-void HttpExporter::handle(int client) const {
-  // Read the request head (bounded: 8 KiB, 2 s in all) — scrapers send a few hundred bytes at once.
-  const auto read_by = SteadyClock::now() + kRequestBudget;
-  std::string request;
-  char buf[1024];
-  while (request.find("\r\n\r\n") == std::string::npos && request.find("\n\n") == std::string::npos &&
-         request.size() < 8192) {
-    if (!ready(client, POLLIN, read_by, stop_)) return;
-    const ssize_t n = ::recv(client, buf, sizeof buf, 0);
-    if (n <= 0) return;
-    request.append(buf, static_cast<size_t>(n));
-  }
+std::string HttpExporter::reply_to(const std::string& request) const {
+  // HEAD: what GET would answer, without the body (curl -I, load balancers' checks).
+  const bool head = request.rfind("HEAD ", 0) == 0;
   const bool get = request.rfind("GET ", 0) == 0;
-  const auto path_end = request.find(' ', 4);
-  const std::string path = get && path_end != std::string::npos ? request.substr(4, path_end - 4) : "";
+  const size_t path_start = head ? 5 : 4;
+  const auto path_end = request.find(' ', path_start);
+  const std::string path =
+      (get || head) && path_end != std::string::npos ? request.substr(path_start, path_end - path_start) : "";
   std::string status = "200 OK";
   std::string type = "text/plain; version=0.0.4; charset=utf-8";
   std::string body;
-  if (!get) {
+  if (!get && !head) {
     status = "405 Method Not Allowed";
     type = "text/plain";
-    body = "only GET is supported\n";
+    body = "only GET and HEAD are supported\n";
   } else if (path != "/metrics" && path.rfind("/metrics?", 0) != 0) {
     status = "404 Not Found";
     type = "text/plain";
@@ -131,10 +170,8 @@ void HttpExporter::handle(int client) const {
   } else {
     body = body_();
   }
-  send_all(client,
-           "HTTP/1.1 " + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " + std::to_string(body.size()) +
-               "\r\nConnection: close\r\n\r\n" + body,
-           SteadyClock::now() + kReplyBudget, stop_);
+  return "HTTP/1.1 " + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\nConnection: close\r\n\r\n" + (head ? std::string() : body);
 }
 
 }  // namespace srformer::server

@@ -11,7 +11,8 @@ namespace srformer::server {
 
 class HttpExporter {
  public:
-  // Binds "HOST:PORT" (port 0 = ephemeral) and serves `body()` at /metrics from one thread.
+  // Binds "HOST:PORT" (port 0 = ephemeral) and serves `body()` at /metrics (GET and HEAD) from one
+  // thread, to up to 32 connections at once.
   // Throws std::runtime_error if the address cannot be bound.
   HttpExporter(const std::string& address, std::function<std::string()> body);
   ~HttpExporter();
@@ -21,8 +22,9 @@ class HttpExporter {
   int port() const { return port_; }
 
  private:
+  struct Connection;
   void serve();
-  void handle(int client) const;
+  std::string reply_to(const std::string& request) const;
 
   const std::function<std::string()> body_;
   int listen_fd_ = -1;

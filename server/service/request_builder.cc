@@ -161,7 +161,11 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
     o.num_return_sequences = std::min(default_num_return_sequences(d, o), most_returned);
   }
   if (p.has_length_penalty()) {
-    if (!std::isfinite(p.length_penalty())) invalid("length_penalty must be a finite number");
+    if (!std::isfinite(p.length_penalty()) || std::abs(p.length_penalty()) > kMaxLengthPenalty) {
+      // A hypothesis scores sum(logprob) / length^penalty: at 40 every score rounds to -0, at -1e38 to -inf.
+      invalid("length_penalty must be between -" + str(kMaxLengthPenalty) + " and " + str(kMaxLengthPenalty) +
+              " (1 scores by mean log-probability, > 1 favours longer summaries), got " + str(p.length_penalty()));
+    }
     o.length_penalty = p.length_penalty();
   } else {
     o.length_penalty = d.length_penalty;
@@ -203,11 +207,14 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
     }
     o.repetition_penalty = p.repetition_penalty();
   }
-  const int64_t max_l = limits.max_expected_length > 0 ? limits.max_expected_length : 4 * limits.max_new_tokens_cap;
+  // The model's own L (srformer.expected_length), which ListModels advertises, is always a valid choice.
+  const int64_t model_l = config.srformer.expected_length.value_or(0);
+  const int64_t max_l = limits.max_expected_length > 0 ? limits.max_expected_length
+                                                       : std::max<int64_t>(4 * limits.max_new_tokens_cap, model_l);
   if (p.has_expected_length()) {
     if (p.expected_length() < 1 || p.expected_length() > max_l) {
       invalid("expected_length must be between 1 and " + str(max_l) + ", got " + str(p.expected_length()) +
-              "; leave it unset to use max_new_tokens");
+              "; leave it unset for " + (model_l > 0 ? "the model's " + str(model_l) : std::string("max_new_tokens")));
     }
     r.expected_length = p.expected_length();
   } else {
@@ -253,6 +260,10 @@ std::shared_ptr<Request> build_request(const v1::SummarizeRequest& in, const Eng
   const ModelConfig& config = engine.config();
   ResolvedOptions resolved = resolve_options(in.options(), config, limits);
 
+  if (in.request_id().size() > kMaxRequestIdBytes) {
+    // It is echoed in every log line and response of the request.
+    invalid("request_id is " + str(in.request_id().size()) + " bytes; at most " + str(kMaxRequestIdBytes));
+  }
   auto req = std::make_shared<Request>();
   req->id = in.request_id();
   req->options = resolved.options;

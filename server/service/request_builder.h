@@ -70,6 +70,9 @@ v1::GenerationOptions to_proto(const ResolvedOptions& resolved);
 inline constexpr int64_t kUnboundedModelInputTokens = 4096;
 int64_t effective_max_input_tokens(const ModelConfig& config, const ServiceLimits& limits);
 
+// The longest client-chosen request_id: it is echoed in every log line and response of its request.
+inline constexpr size_t kMaxRequestIdBytes = 128;
+
 // Full request: document checks, options, tokenization, truncation policy. Callbacks are left unset.
 std::shared_ptr<Request> build_request(const v1::SummarizeRequest& request, const Engine& engine,
                                        const ServiceLimits& limits, std::optional<Clock::time_point> deadline);

@@ -331,6 +331,10 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       end(empty);
       return;
     }
+    // The call counts once under every model it asks for, whichever item ends it.
+    for (const auto& request : in_.requests()) {
+      if (const Engine* const engine = service.find_model(request.model())) record_.started(engine->name());
+    }
     partial_ = in_.partial_results();
     items_.resize(static_cast<size_t>(n));
     std::vector<SummarizerService::Prepared> prepared(static_cast<size_t>(n));
@@ -510,7 +514,9 @@ SummarizerService::SummarizerService(ModelRegistry& models, ServiceLimits limits
 std::string SummarizerService::next_request_id() { return "req-" + std::to_string(next_id_.fetch_add(1)); }
 
 std::string SummarizerService::request_id(const v1::SummarizeRequest& request) {
-  return request.request_id().empty() ? next_request_id() : request.request_id();
+  // One too long to take (build_request refuses it) is not logged whole either.
+  return request.request_id().empty() || request.request_id().size() > kMaxRequestIdBytes ? next_request_id()
+                                                                                          : request.request_id();
 }
 
 Engine* SummarizerService::find_model(const std::string& name) const { return models_.find(name); }

@@ -681,6 +681,15 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
                          "127.0.0.1:0 --tls-cert " + doc(0) + " --tls-key " + key + " 2>&1");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.out.find("--tls-cert"), std::string::npos) << bad.out;
+  // A key that is not the certificate's: said so, before the models load (it said "is the port in use?"
+  // after loading and warming them up).
+  auto mismatched =
+      run_command(kServer + " --model tiny=" + model_dir_->string() + " --metrics-listen '' --listen " +
+                  "127.0.0.1:0 --tls-cert " + cert + " --tls-key " + (dir / "named-key.pem").string() + " 2>&1");
+  EXPECT_EQ(mismatched.exit_code, 1) << mismatched.out;
+  EXPECT_NE(mismatched.out.find("do --tls-key and --tls-cert not belong together"), std::string::npos)
+      << mismatched.out;
+  EXPECT_EQ(mismatched.out.find("model tiny:"), std::string::npos) << mismatched.out;
 }
 
 // `srformer inspect` gives, beside the state a request holds, the estimate the server's memory budget
@@ -815,6 +824,29 @@ TEST_F(EndToEnd, BadFlagsExplainThemselves) {
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("--retries must be between 0 and 4 (gRPC makes at most 5 attempts), got 5"), std::string::npos)
       << r.out;
+  r = run_command(kClient + " --deadline-ms -5 " + doc(0) + " 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--deadline-ms must be >= 0 (0: no deadline), got -5"), std::string::npos) << r.out;
+  r = run_command(kClient + " --health --list-models 2>&1");  // one of them ran, silently
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("give one"), std::string::npos) << r.out;
+  r = run_command(kServer + " --model tiny=" + model_dir_->string() + " --listen 127.0.0.1:99999 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.out;  // gRPC would have listened on 34463
+  EXPECT_NE(r.out.find("--listen needs HOST:PORT with a port from 0 to 65535"), std::string::npos) << r.out;
+}
+
+// A second server on a taken port stops before loading its models, saying so; gRPC's default
+// SO_REUSEPORT let it start and take half of the first one's connections.
+TEST_F(EndToEnd, ASecondServerOnATakenPortStopsAtOnce) {
+  auto first = start();
+  const auto r = run_command(kServer + " --model tiny=" + model_dir_->string() + " --listen " + first->target() +
+                             " --metrics-listen '' 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("cannot listen on " + first->target() + "; is the port in use"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("model tiny:"), std::string::npos) << "it loaded the model first:\n" << r.out;
+  // The first one serves on.
+  const auto ok = run_command(kClient + " --target " + first->target() + " --max-new-tokens 2 " + doc(0));
+  EXPECT_EQ(ok.exit_code, 0) << ok.out;
 }
 
 // `srformer init-model` writes the shape it is asked for, BART included (byte-level tokenizer, no corpus),
@@ -875,7 +907,7 @@ TEST_F(EndToEnd, ConvertWritesANewDirectoryAndLeavesNothingOfAnEarlierModel) {
   fs::copy(*model_dir_, source, fs::copy_options::recursive);
   const auto weights = source / "model.safetensors";
   const auto before = fs::last_write_time(weights);
-  for (const std::string dst : {source.string(), source.string() + "/", (source / ".." / source.filename()).string()}) {
+  for (const auto& dst : {source.string(), source.string() + "/", (source / ".." / source.filename()).string()}) {
     auto r = run_command(kTool + " convert " + source.string() + " " + dst + " --cross-attention full 2>&1");
     EXPECT_EQ(r.exit_code, 1) << dst << ": " << r.out;
     EXPECT_NE(r.out.find("convert into a new directory"), std::string::npos) << r.out;

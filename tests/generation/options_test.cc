@@ -100,6 +100,7 @@ TEST(ValidateTest, RejectsEachBadOptionWithItsName) {
   expect_rejected([](auto& o) { o.repetition_penalty = 1e-38; }, "between 1e-4");
   expect_rejected([](auto& o) { o.length_penalty = std::numeric_limits<double>::infinity(); }, "length_penalty");
   expect_rejected([](auto& o) { o.length_penalty = std::numeric_limits<double>::quiet_NaN(); }, "length_penalty");
+  expect_rejected([](auto& o) { o.length_penalty = 40; }, "length_penalty is 40; set it between -10 and 10");
   expect_rejected([](auto& o) { o.no_repeat_ngram_size = -2; }, "no_repeat_ngram_size");
   expect_rejected([](auto& o) { o.eos_token_id = -1; }, "eos_token_id");
   expect_rejected([](auto& o) { o.forced_bos_token_id = -3; }, "forced_bos_token_id");

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "server/metrics/metrics.h"
 #include "tests/metrics/scrape.h"
@@ -59,8 +60,8 @@ TEST(Exposer, UnknownPathIsNotFound) {
   EXPECT_EQ(status_code(response), "404") << response.substr(0, 200);
 }
 
-// One client is served at a time: a client that sends its request a byte at a time (or never
-// finishes it) is dropped when its 2-second budget runs out, and the next scrape is served.
+// A client that sends its request a byte at a time (or never finishes it) is dropped when its 2-second
+// budget runs out, and scrapes meanwhile are served beside it.
 TEST(Exposer, ATricklingClientCannotHoldTheEndpoint) {
   Metrics metrics("127.0.0.1:0");
   const int port = metrics.listening_ports().at(0);
@@ -90,6 +91,47 @@ TEST(Exposer, ATricklingClientCannotHoldTheEndpoint) {
   EXPECT_EQ(status_code(response), "200") << response.substr(0, 200);
   // Not a speed figure: without the budget the scrape waits out the whole 40 s trickle.
   EXPECT_LT(waited, std::chrono::seconds(15));
+}
+
+// Idle connections (a port scanner, a stuck load balancer) take no turn from a scrape: each used to hold
+// the single-file endpoint for its 2-second budget, so 40 of them kept /metrics away for 80 s.
+TEST(Exposer, IdleConnectionsDoNotDelayAScrape) {
+  Metrics metrics("127.0.0.1:0");
+  const int port = metrics.listening_ports().at(0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::vector<int> idle;
+  for (int i = 0; i < 40; ++i) {  // more than the 32 connections served at once
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0);
+    const std::string part = "GET /met";
+    ASSERT_EQ(send(fd, part.data(), part.size(), MSG_NOSIGNAL), static_cast<ssize_t>(part.size()));
+    idle.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // all accepted
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string response = http_get(port, "/metrics");
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  for (const int fd : idle) close(fd);
+  EXPECT_EQ(status_code(response), "200") << response.substr(0, 200);
+  // Not a speed figure: served in turn, the scrape would wait 80 s.
+  EXPECT_LT(waited, std::chrono::seconds(10));
+}
+
+// HEAD answers as GET does, without the body; other methods are refused.
+TEST(Exposer, HeadAnswersWithoutTheBody) {
+  Metrics metrics("127.0.0.1:0");
+  const int port = metrics.listening_ports().at(0);
+  const std::string head = http_get(port, "/metrics", "HEAD");
+  ASSERT_EQ(status_code(head), "200") << head;
+  EXPECT_EQ(testing::http_body(head), "");
+  const auto length = head.find("Content-Length: ");
+  ASSERT_NE(length, std::string::npos) << head;
+  EXPECT_GT(std::stoll(head.substr(length + 16)), 0);
+  EXPECT_EQ(status_code(http_get(port, "/metrics", "POST")), "405");
 }
 
 TEST(Exposer, TakenPortThrowsWithHint) {

@@ -90,8 +90,9 @@ inline std::set<std::string> family_names(const std::string& text) {
   return names;
 }
 
-// Minimal HTTP/1.0 GET against 127.0.0.1:port; returns the whole response (status line, headers, body).
-inline std::string http_get(int port, const std::string& path) {
+// Minimal HTTP/1.0 request (GET unless `method` says otherwise) against 127.0.0.1:port; returns the whole
+// response (status line, headers, body).
+inline std::string http_get(int port, const std::string& path, const std::string& method = "GET") {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) throw std::runtime_error("socket() failed");
   sockaddr_in addr{};
@@ -100,7 +101,7 @@ inline std::string http_get(int port, const std::string& path) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string response;
   if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0) {
-    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    const std::string request = method + " " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
     if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
       char buf[4096];
       for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) response.append(buf, static_cast<size_t>(n));

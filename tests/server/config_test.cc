@@ -109,6 +109,88 @@ TEST(ServerConfig, ErrorsSayWhatToFix) {
   EXPECT_FALSE(parse({"--help"}, c));
 }
 
+// What gRPC would bend without a word: ports past 65535 wrap (99999 listened on 34463), "HOST:" is 443.
+TEST(ServerConfig, AddressesNeedAPortInRange) {
+  const auto message = [](const std::string& flag, const std::string& address) {
+    ServerConfig c;
+    try {
+      parse({"--model", "a=/x", flag, address}, c);
+      validate(c);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  for (const char* bad : {"127.0.0.1:99999", "127.0.0.1:65536", "127.0.0.1:", "localhost", "[::1]:-1", ":5x"}) {
+    EXPECT_NE(message("--listen", bad).find("--listen needs HOST:PORT with a port from 0 to 65535"), std::string::npos)
+        << bad << ": " << message("--listen", bad);
+    EXPECT_NE(message("--metrics-listen", bad).find("--metrics-listen needs HOST:PORT with a port from 0 to 65535"),
+              std::string::npos)
+        << bad;
+  }
+  for (const char* good : {"127.0.0.1:0", "0.0.0.0:65535", "[::]:50051", "localhost:9464"}) {
+    EXPECT_EQ(message("--listen", good), "no error") << good;
+    EXPECT_EQ(message("--metrics-listen", good), "no error") << good;
+  }
+  EXPECT_EQ(message("--listen", "unix:/tmp/srformer.sock"), "no error");
+  EXPECT_NE(message("--metrics-listen", "unix:/tmp/m.sock"), "no error");
+}
+
+// A config file means one thing: a key given twice (in either spelling), text after the object, or a
+// second --config file are errors, not a silent choice.
+TEST(ServerConfig, AConfigFileThatSaysTwoThingsIsRefused) {
+  const auto path = std::filesystem::temp_directory_path() / "srformer_server_config_twice.json";
+  const auto message = [&](const std::string& text, std::vector<std::string> more = {}) {
+    std::ofstream(path) << text;
+    ServerConfig c;
+    more.insert(more.begin(), {"--config", path.string()});
+    try {
+      parse(more, c);
+      validate(c);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(R"({"model": "a=/x", "max_queue": 4, "max_queue": 9999})").find("gives key 'max_queue' twice"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"model": "a=/x", "max_queue": 4, "max-queue": 8})")
+                .find("gives 'max-queue' twice (as 'max-queue' and 'max_queue'); keep one"),
+            std::string::npos)
+      << message(R"({"model": "a=/x", "max_queue": 4, "max-queue": 8})");
+  EXPECT_NE(message(R"({"model": {"a": "/x", "a": "/y"}})").find("gives key 'a' twice"), std::string::npos);
+  EXPECT_NE(message(R"({"model": "a=/x"} {"max_queue": 8})").find("is not valid JSON"), std::string::npos);
+  EXPECT_NE(message(R"({"model": "a=/x"} garbage)").find("is not valid JSON"), std::string::npos);
+  EXPECT_NE(message(R"({"model": "a=/x"})", {"--config", path.string()}).find("--config is given twice"),
+            std::string::npos);
+  // The same keys in separate objects are not repeats.
+  EXPECT_EQ(message(R"({"model": {"a": "/x", "b": "/y"}, "max_queue": 4})"), "no error");
+  std::filesystem::remove(path);
+}
+
+TEST(ServerConfig, LimitsTheEngineCannotHonourAreRefused) {
+  const auto message = [](std::vector<std::string> args) {
+    ServerConfig c;
+    args.insert(args.begin(), {"--model", "a=/x"});
+    try {
+      parse(args, c);
+      validate(c);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // ListModels advertised 5000 while requests over 4096 were refused.
+  EXPECT_NE(message({"--max-new-tokens-cap", "5000"}).find("--max-new-tokens-cap is 5000; at most 4096"),
+            std::string::npos);
+  EXPECT_EQ(message({"--max-new-tokens-cap", "4096"}), "no error");
+  EXPECT_NE(message({"--max-beams", "65"}).find("--max-beams is 65; at most 64"), std::string::npos);
+  EXPECT_NE(message({"--max-batch-rows", "4"}).find("--max-beams (8, the default) cannot exceed --max-batch-rows (4)"),
+            std::string::npos)
+      << message({"--max-batch-rows", "4"});
+  EXPECT_EQ(message({"--max-batch-rows", "4", "--max-beams", "4"}), "no error");
+}
+
 TEST(ServerConfig, StateMemoryTakesSizesWithBinarySuffixes) {
   const auto size = [](const std::string& v) { return parse_memory_size("--max-state-memory", v); };
   EXPECT_EQ(ServerConfig{}.max_state_bytes, ServerConfig::kAutoStateMemory);

@@ -1292,8 +1292,9 @@ TEST(EngineService, ABatchLargerThanTheQueueIsRefusedUpFrontAndNothingRuns) {
   EXPECT_EQ(resp.responses_size(), 4);
 }
 
-// A batch asking two models counts once under each (srformer_requests_total is per model); a refusal
-// counts under the model of the request refused, not the batch's first.
+// A batch asking two models counts once under each (srformer_requests_total is per model), with the
+// call's code whichever item ended it; the refusal itself (srformer_requests_rejected_total) counts under
+// the model of the request refused, not the batch's first.
 TEST(EngineService, ABatchCountsUnderEveryModelItAsksFor) {
   server::Metrics metrics("");
   FakeServerOptions so;
@@ -1321,6 +1322,7 @@ TEST(EngineService, ABatchCountsUnderEveryModelItAsksFor) {
   grpc::ClientContext ctx2;
   EXPECT_EQ(server.stub().SummarizeBatch(&ctx2, batch, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(calls("beta", "INVALID_ARGUMENT"), 1.0);
+  EXPECT_EQ(calls("alpha", "INVALID_ARGUMENT"), 1.0) << "the call asked alpha too (it counted under beta only)";
   EXPECT_EQ(
       sample(metrics.scrape_text(), "srformer_requests_rejected_total", {{"model", "beta"}, {"reason", "invalid"}}),
       1.0);
@@ -1362,6 +1364,15 @@ TEST(EngineService, ABatchCountsUnderEveryModelItAsksFor) {
   }
   EXPECT_EQ(unrouted("Summarize"), 2.0);
   EXPECT_EQ(calls("alpha", "NOT_FOUND") + calls("beta", "NOT_FOUND"), 0.0);
+  // A whole batch ended by an item naming no model still counts under the models it did name.
+  v1::SummarizeBatchRequest lost;
+  *lost.add_requests() = make_request(doc_of(0), "alpha");
+  *lost.add_requests() = make_request(doc_of(1), "nope");
+  grpc::ClientContext ctx4;
+  EXPECT_EQ(server.stub().SummarizeBatch(&ctx4, lost, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(calls("alpha", "NOT_FOUND"), 1.0);
+  EXPECT_EQ(unrouted("SummarizeBatch"), 2.0);
+  EXPECT_EQ(sample(metrics.scrape_text(), "srformer_requests_in_flight", {{"model", "alpha"}}), 0.0);
   EXPECT_EQ(metrics.scrape_text().find("nope"), std::string::npos);
 }
 

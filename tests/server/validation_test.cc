@@ -70,6 +70,12 @@ TEST(Validation, EveryBadInputIsRefusedWithAHelpfulMessage) {
          r.mutable_options()->set_min_new_tokens(6);
        },
        SC::INVALID_ARGUMENT, "min_new_tokens"},
+      {"length_penalty past 10", [](auto& r) { r.mutable_options()->set_length_penalty(40); }, SC::INVALID_ARGUMENT,
+       "length_penalty must be between -10 and 10"},
+      {"length_penalty -1e38", [](auto& r) { r.mutable_options()->set_length_penalty(-1e38F); }, SC::INVALID_ARGUMENT,
+       "length_penalty must be between -10 and 10"},
+      {"request_id of 129 bytes", [](auto& r) { r.set_request_id(std::string(129, 'r')); }, SC::INVALID_ARGUMENT,
+       "request_id is 129 bytes; at most 128"},
       {"num_beams 0", [](auto& r) { r.mutable_options()->set_num_beams(0); }, SC::INVALID_ARGUMENT,
        "num_beams must be between 1 and 4"},
       {"num_beams over cap", [](auto& r) { r.mutable_options()->set_num_beams(5); }, SC::INVALID_ARGUMENT,
@@ -376,6 +382,22 @@ TEST(Validation, DefaultExpectedLengthIsTheCheckpointsElseMaxNewTokens) {
   EXPECT_EQ(server::resolve_options({}, config, limits).expected_length, 33);
   twenty.set_expected_length(5);
   EXPECT_EQ(server::resolve_options(twenty, config, limits).expected_length, 5) << "the request's own L wins";
+  // The model's L is taken when sent back even past 4x the cap (ListModels advertises it as the default).
+  limits.max_new_tokens_cap = 5;
+  config.srformer.expected_length = 32;
+  v1::GenerationOptions advertised;
+  advertised.set_max_new_tokens(5);
+  advertised.set_expected_length(32);
+  EXPECT_EQ(server::resolve_options(advertised, config, limits).expected_length, 32);
+  advertised.set_expected_length(33);
+  try {
+    server::resolve_options(advertised, config, limits);
+    ADD_FAILURE() << "expected_length 33 over the bound";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("between 1 and 32, got 33; leave it unset for the model's 32"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // ListModels' defaults, sent back as a request's options, resolve to the same options.
