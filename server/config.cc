@@ -188,9 +188,10 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
   --max-input-tokens N        input token limit (default: each model's own; N may lower it, and raise a
                               T5's n_positions, which relative positions make advisory; a T5 whose
                               config.json sets none: 4096)
-  --max-new-tokens-cap N      largest max_new_tokens a request may ask for (default 512; a BART
-                              model allows at most its max_position_embeddings)
-  --max-beams N               largest num_beams, or number of samples, a request may ask for (default 8)
+  --max-new-tokens-cap N      largest max_new_tokens a request may ask for (default 512, at most 4096;
+                              a BART model allows at most its max_position_embeddings)
+  --max-beams N               largest num_beams, or number of samples, a request may ask for (default 8,
+                              at most 64 and --max-batch-rows)
   --max-tokens-in-flight N    admission budget: sum of rows*(longest input+max_new_tokens) (default unlimited)
   --max-encode-tokens N       input tokens encoded per iteration while others decode; bounds the stall
                               a burst of arrivals puts on running streams (default 512; 0 = unlimited)
