@@ -245,7 +245,10 @@ bool SentencePieceTokenizer::starts_with_space(std::string_view segment) const {
     const size_t len = utf8::sequence_length(segment, 0);
     return len > 0 && utf8::is_whitespace(utf8::decode_at(segment, 0, len));
   }
-  const auto ids = unprefixed_->encode(anchor_ + std::string(segment));
+  // Only its start matters: its first 64 bytes, not a whole document encoded once more, unless the model
+  // drops all of those (a run of characters its normalizer removes).
+  auto ids = unprefixed_->encode(anchor_ + std::string(segment.substr(0, 64)));
+  if (ids.size() < 2 && segment.size() > 64) ids = unprefixed_->encode(anchor_ + std::string(segment));
   return ids.size() >= 2 && ids[0] == anchor_id_ &&
          unprefixed_->id_to_piece(ids[1]).compare(0, kSpace.size(), kSpace) == 0;
 }
