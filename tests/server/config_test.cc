@@ -18,6 +18,18 @@ bool parse(std::vector<std::string> args, ServerConfig& c) {
   return parse_server_args(static_cast<int>(argv.size()), argv.data(), c);
 }
 
+// What parsing and validating `args` says: the ConfigError's message, or "no error".
+std::string config_error(std::vector<std::string> args) {
+  ServerConfig c;
+  try {
+    parse(std::move(args), c);
+    validate(c);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 TEST(ServerConfig, FlagsOverrideTheFile) {
   const auto path = std::filesystem::temp_directory_path() / "srformer_server_config_test.json";
   std::ofstream(path) << R"({"model": {"a": "/models/a"}, "listen": "127.0.0.1:1234", "max_batch_rows": 16,
@@ -66,16 +78,7 @@ TEST(ServerConfig, FlagsOverrideTheFile) {
 }
 
 TEST(ServerConfig, ErrorsSayWhatToFix) {
-  const auto message = [](std::vector<std::string> args) {
-    ServerConfig c;
-    try {
-      parse(args, c);
-      validate(c);
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto message = config_error;
   EXPECT_NE(message({"--model", "nodir"}).find("NAME=DIR"), std::string::npos);
   EXPECT_NE(message({}).find("--model"), std::string::npos);
   EXPECT_NE(message({"--model", "a=/x", "--max-batch-rows", "zero"}).find("integer"), std::string::npos);
@@ -112,14 +115,7 @@ TEST(ServerConfig, ErrorsSayWhatToFix) {
 // What gRPC would bend without a word: ports past 65535 wrap (99999 listened on 34463), "HOST:" is 443.
 TEST(ServerConfig, AddressesNeedAPortInRange) {
   const auto message = [](const std::string& flag, const std::string& address) {
-    ServerConfig c;
-    try {
-      parse({"--model", "a=/x", flag, address}, c);
-      validate(c);
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return config_error({"--model", "a=/x", flag, address});
   };
   for (const char* bad : {"127.0.0.1:99999", "127.0.0.1:65536", "127.0.0.1:", "localhost", "[::1]:-1", ":5x"}) {
     EXPECT_NE(message("--listen", bad).find("--listen needs HOST:PORT with a port from 0 to 65535"), std::string::npos)
@@ -142,15 +138,8 @@ TEST(ServerConfig, AConfigFileThatSaysTwoThingsIsRefused) {
   const auto path = std::filesystem::temp_directory_path() / "srformer_server_config_twice.json";
   const auto message = [&](const std::string& text, std::vector<std::string> more = {}) {
     std::ofstream(path) << text;
-    ServerConfig c;
     more.insert(more.begin(), {"--config", path.string()});
-    try {
-      parse(more, c);
-      validate(c);
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return config_error(more);
   };
   EXPECT_NE(message(R"({"model": "a=/x", "max_queue": 4, "max_queue": 9999})").find("gives key 'max_queue' twice"),
             std::string::npos);
@@ -170,15 +159,8 @@ TEST(ServerConfig, AConfigFileThatSaysTwoThingsIsRefused) {
 
 TEST(ServerConfig, LimitsTheEngineCannotHonourAreRefused) {
   const auto message = [](std::vector<std::string> args) {
-    ServerConfig c;
     args.insert(args.begin(), {"--model", "a=/x"});
-    try {
-      parse(args, c);
-      validate(c);
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return config_error(args);
   };
   // ListModels advertised 5000 while requests over 4096 were refused.
   EXPECT_NE(message({"--max-new-tokens-cap", "5000"}).find("--max-new-tokens-cap is 5000; at most 4096"),
