@@ -246,6 +246,29 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c) {
   }
 }
 
+// generation_config.json's eos_token_id, which Hugging Face generates with: one id, or a list of them. We
+// stop at one: a list keeps config.json's id where it lists it (else its first), and the others are
+// reported as unsupported rather than dropped without a word.
+void read_generation_eos(const nlohmann::json& g, ModelConfig& c) {
+  const auto it = g.find("eos_token_id");
+  if (it == g.end() || it->is_null()) return;
+  if (!it->is_array()) {
+    c.eos_token_id = *opt<int64_t>(g, "eos_token_id");
+    return;
+  }
+  std::vector<int64_t> ids;
+  for (const auto& id : *it) {
+    if (!id.is_number_integer()) config_error("'eos_token_id' must be an id or a list of ids, got " + it->dump());
+    ids.push_back(id.get<int64_t>());
+  }
+  if (ids.empty()) return;
+  if (std::find(ids.begin(), ids.end(), c.eos_token_id) == ids.end()) c.eos_token_id = ids.front();
+  if (ids.size() > 1) {
+    c.unsupported_generation.push_back("eos_token_id=" + it->dump() + " (generation stops at " +
+                                       std::to_string(c.eos_token_id) + " only)");
+  }
+}
+
 // Every special token id the config sets (generation_config.json may set some again) in the vocabulary.
 void check_token_ids(const ModelConfig& c) {
   for (const auto& id :
@@ -374,6 +397,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
     try {
       if (!g.is_object()) config_error("top level must be a JSON object");
       if (auto v = opt<int64_t>(g, "decoder_start_token_id")) c.decoder_start_token_id = *v;
+      read_generation_eos(g, c);
       c.forced_bos_token_id = opt<int64_t>(g, "forced_bos_token_id");
       c.forced_eos_token_id = opt<int64_t>(g, "forced_eos_token_id");
       read_generation_defaults(g, c);

@@ -62,6 +62,11 @@ SentencePieceProcessor load_unprefixed(std::string serialized) {
 }
 
 std::string read_binary_file(const fs::path& file) {
+  if (!fs::is_regular_file(file)) {
+    throw TokenizerLoadError(file.string() + " is not a regular file (" +
+                             (fs::is_directory(file) ? "a directory" : "a device, socket or pipe") +
+                             "); it must be the SentencePiece model file");
+  }
   std::ifstream in(file, std::ios::binary);
   std::ostringstream bytes;
   bytes << in.rdbuf();

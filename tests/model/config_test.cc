@@ -25,6 +25,15 @@ std::string error_of(const nlohmann::json& j) {
   return "";
 }
 
+std::string error_with_generation(const nlohmann::json& j, const nlohmann::json& generation) {
+  try {
+    (void)ModelConfig::from_json(j, &generation);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
 TEST(Config, PlainCheckpointLoadsAsFullAttention) {
   const auto c = ModelConfig::from_json(t5_json());
   EXPECT_EQ(c.srformer.cross_attention, CrossAttentionKind::kFull);
@@ -178,6 +187,29 @@ TEST(Config, TheRafInitialisationIsCheckedLikeTheRestOfTheBlock) {
   j["srformer"] = {{"cross_attention", "magic"}, {"segment_size", 8}};
   EXPECT_NE(error_of(j).find("config.json: srformer: unknown cross_attention 'magic'"), std::string::npos)
       << error_of(j);
+}
+
+// Hugging Face generates with generation_config.json's eos_token_id (an id or a list); we stop at one id.
+TEST(Config, GenerationConfigsEosIsTheOneGeneratedWith) {
+  const auto j = t5_json();  // eos 1
+  const auto with = [&](const nlohmann::json& eos) {
+    const nlohmann::json g = {{"eos_token_id", eos}};
+    return ModelConfig::from_json(j, &g);
+  };
+  EXPECT_EQ(with(5).eos_token_id, 5);
+  EXPECT_TRUE(with(5).unsupported_generation.empty());
+  EXPECT_EQ(with(nlohmann::json::array({7})).eos_token_id, 7);
+  const auto listed =
+      with(nlohmann::json::array({3, 1}));  // keeps config.json's where listed, and says what it leaves out
+  EXPECT_EQ(listed.eos_token_id, 1);
+  ASSERT_EQ(listed.unsupported_generation.size(), 1u);
+  EXPECT_NE(listed.unsupported_generation[0].find("eos_token_id=[3,1]"), std::string::npos);
+  EXPECT_EQ(with(nlohmann::json::array({4, 6})).eos_token_id, 4);
+  EXPECT_NE(error_with_generation(j, {{"eos_token_id", 999}}).find("generation_config.json: special token id 999"),
+            std::string::npos);
+  EXPECT_NE(error_with_generation(j, {{"eos_token_id", nlohmann::json::array({"x"})}})
+                .find("'eos_token_id' must be an id or a list"),
+            std::string::npos);
 }
 
 // Newer transformers save generation defaults only in generation_config.json; Hugging Face then

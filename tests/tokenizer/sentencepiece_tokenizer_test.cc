@@ -124,6 +124,18 @@ TEST_F(SentencePieceTokenizerTest, ExtraIdsComeFromTokenizerConfig) {
   EXPECT_EQ(SentencePieceTokenizer::load(dir.path())->extra_ids(), 100000);
 }
 
+TEST_F(SentencePieceTokenizerTest, AModelFileThatIsADirectoryIsNamedSo) {
+  TempDir dir("t5-dir-model");
+  std::filesystem::create_directories(dir.path() / "spiece.model");
+  try {
+    SentencePieceTokenizer::load(dir.path());
+    ADD_FAILURE() << "a directory loaded as spiece.model";
+  } catch (const TokenizerLoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("spiece.model is not a regular file (a directory)"), std::string::npos)
+        << e.what();  // it said "is empty (0 bytes): download it again"
+  }
+}
+
 // Hugging Face's "first" prepend scheme (T5 with "legacy": false): the text after a special token
 // gets no U+2581 of its own unless it starts with whitespace; the start of the input still does.
 TEST_F(SentencePieceTokenizerTest, LegacyFalseGivesTextAfterASpecialTokenNoSpaceOfItsOwn) {
