@@ -13,6 +13,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace srformer::server {
@@ -143,6 +144,10 @@ void HttpExporter::serve() {
         close_at(oldest);
       }
       connections.push_back({client, {}, {}, 0, now + kRequestBudget});
+    }
+    // Out of descriptors (or memory): the listening socket stays readable, so wait rather than spin.
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
   for (const auto& c : connections) ::close(c.fd);
