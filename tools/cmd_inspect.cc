@@ -44,7 +44,7 @@ int run_inspect(const std::vector<std::string>& args) {
   if (dir.empty()) throw std::invalid_argument("missing model directory (see --help)");
   auto model = load_model(dir);
   const auto& c = model->config();
-  k = std::min(k, c.max_input_tokens);
+  k = std::min(k, input_limit_with(c, std::nullopt));
   torch::NoGradGuard no_grad;
   const auto ids = torch::full({1, k}, c.eos_token_id, torch::kLong);
   const auto enc = model->encode(ids, torch::ones({1, k}, torch::kLong));
@@ -67,7 +67,7 @@ int run_inspect(const std::vector<std::string>& args) {
   j["parameters"] = model->parameter_count();
   j["weight_bytes"] = model->parameter_bytes();      // as loaded (fp32 on the CPU, tied tensors once)
   j["packed_bytes"] = model->packed_weight_bytes();  // the projections' packed copies beside them
-  j["max_input_tokens"] = c.max_input_tokens;
+  j["max_input_tokens"] = input_limit_with(c, std::nullopt);  // what the server serves by default
   j["max_new_tokens"] = positions > 0 ? nlohmann::json(positions) : nlohmann::json(nullptr);  // null: no limit
   // What the server's --max-state-memory counts for such a request (one row; docs/OPERATIONS.md, "Memory").
   const auto f = model->state_footprint();

@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "model/config.h"
+#include "model/limits.h"
 #include "server/engine/engine.h"
 #include "srformer/v1/summarizer.pb.h"
 
@@ -65,9 +66,7 @@ v1::GenerationOptions to_proto(const ResolvedOptions& resolved);
 // Input tokens a request may hold: the smaller of the model's limit and --max-input-tokens; for a model
 // whose limit is advisory (input_limit_can_be_raised, model/limits.h: T5's n_positions), --max-input-tokens where set,
 // above or below it; for a model whose config.json sets none (ModelConfig::max_input_tokens_is_fallback),
-// --max-input-tokens, else kUnboundedModelInputTokens (an encoder's attention time grows with the square of the input,
-// and its memory too without the CPU attention kernels: 4096 tokens cost a sixteenth of 16384).
-inline constexpr int64_t kUnboundedModelInputTokens = 4096;
+// --max-input-tokens, else kUnboundedModelInputTokens (model/limits.h).
 int64_t effective_max_input_tokens(const ModelConfig& config, const ServiceLimits& limits);
 
 // The longest client-chosen request_id: it is echoed in every log line and response of its request.

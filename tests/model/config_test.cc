@@ -1,5 +1,6 @@
 // Configuration parsing: HF configs, the "srformer" block, and clear errors.
 #include "model/config.h"
+#include "model/limits.h"
 
 #include <gtest/gtest.h>
 
@@ -87,6 +88,13 @@ TEST(Config, AT5WithoutNPositionsSaysItsInputLimitIsAFallback) {
   const auto set = ModelConfig::from_json(j);
   EXPECT_FALSE(set.max_input_tokens_is_fallback);
   EXPECT_EQ(set.max_input_tokens, 512);
+  // The offline tools take the server's limit for it (summarize accepted 16384 tokens where the server
+  // refused 4097), and a flag raises or lowers it there as on the server.
+  EXPECT_EQ(input_limit_with(none, std::nullopt), kUnboundedModelInputTokens);
+  EXPECT_EQ(input_limit_with(none, 9000), 9000);
+  EXPECT_EQ(input_limit_with(none, 100), 100);
+  EXPECT_EQ(input_limit_with(set, std::nullopt), 512);
+  EXPECT_EQ(input_limit_with(set, 2048), 2048);
 }
 
 TEST(Config, SrformerBlock) {

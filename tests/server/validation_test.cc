@@ -509,7 +509,7 @@ TEST(Validation, InputLimitOfAModelWhoseConfigSetsNoneIsTheServers) {
   EXPECT_EQ(effective_max_input_tokens(bounded, lower), 512);
   EXPECT_EQ(effective_max_input_tokens(bounded, higher), 1024);
   // None: the server's default, or whatever the operator sets, above or below it.
-  EXPECT_EQ(effective_max_input_tokens(unbounded, none), server::kUnboundedModelInputTokens);
+  EXPECT_EQ(effective_max_input_tokens(unbounded, none), kUnboundedModelInputTokens);
   EXPECT_EQ(effective_max_input_tokens(unbounded, lower), 512);
   EXPECT_EQ(effective_max_input_tokens(unbounded, higher), 8000);
   // A T5's n_positions is advisory (relative positions): the operator's limit, above or below it.
