@@ -408,6 +408,21 @@ int free_port() {
   return ok ? ntohs(addr.sin_port) : 0;
 }
 
+// The load generator against a target that refuses every call (here: nothing listens) waits between
+// attempts, doubling from 50 ms to 1 s: it made ~190,000 attempts a second before.
+TEST_F(EndToEnd, TheLoadGeneratorBacksOffFromATargetThatIsGone) {
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  auto r = run_command(kClient + " --target 127.0.0.1:" + std::to_string(port) +
+                       " --load --concurrency 2 --duration 2 --json " + doc(0) + " 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 1) << r.out;  // every request failed
+  const auto report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["requests_ok"], 0);
+  EXPECT_GT(report["requests_failed"].get<int64_t>(), 0);
+  // About 6 per worker in 2 s with the backoff (50+100+200+400+800 ms, then the end); thousands without.
+  EXPECT_LT(report["requests_failed"].get<int64_t>(), 100) << r.out;
+}
+
 TEST_F(EndToEnd, MetricsOfARunningServerFollowRealRequests) {
   namespace scrape = server::testing;
   auto server = start({"--metrics-listen", "127.0.0.1:0"});
