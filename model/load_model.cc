@@ -1,11 +1,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
-#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <string>
-#include <vector>
 
 #include "model/bart.h"
 #include "model/io/checkpoint.h"
@@ -64,40 +61,6 @@ std::unique_ptr<Seq2SeqModel> load_model(const std::filesystem::path& dir, const
 }  // namespace srformer
 
 namespace srformer {
-
-namespace {
-
-// Weights an earlier model left in `dir` besides the model.safetensors just written: sharded or
-// pickled checkpoints and the shards their indexes name. The loader reads model.safetensors first;
-// the rest would only take disk and mislead a person (as Hugging Face's save_pretrained removes them).
-void remove_other_weight_files(const std::filesystem::path& dir) {
-  namespace fs = std::filesystem;
-  std::vector<fs::path> stale;
-  for (const char* index : {"model.safetensors.index.json", "pytorch_model.bin.index.json"}) {
-    if (!fs::is_regular_file(dir / index)) continue;
-    stale.push_back(dir / index);
-    try {
-      std::ifstream in(dir / index);
-      const auto json = nlohmann::json::parse(in);
-      for (const auto& [name, shard] : json.at("weight_map").items()) {
-        const fs::path file = shard.get<std::string>();
-        if (!file.has_parent_path() && !file.empty() && file != "model.safetensors") stale.push_back(dir / file);
-      }
-    } catch (const std::exception& e) {
-      spdlog::warn("{}: not a readable index ({}); its shards are left in place", (dir / index).string(), e.what());
-    }
-  }
-  stale.push_back(dir / "pytorch_model.bin");
-  std::sort(stale.begin(), stale.end());
-  stale.erase(std::unique(stale.begin(), stale.end()), stale.end());
-  for (const auto& file : stale) {
-    std::error_code ec;
-    if (fs::remove(file, ec))
-      spdlog::info("{}: removed the earlier checkpoint's {}", dir.string(), file.filename().string());
-  }
-}
-
-}  // namespace
 
 void save_model(const Seq2SeqModel& model, const std::filesystem::path& dir, const std::filesystem::path& source_dir,
                 torch::ScalarType storage) {

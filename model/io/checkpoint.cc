@@ -1,9 +1,12 @@
 #include "model/io/checkpoint.h"
 
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 #include "model/io/load_error.h"
 #include "model/io/pytorch_bin.h"
@@ -47,6 +50,30 @@ std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& 
 }
 
 }  // namespace
+
+void remove_other_weight_files(const fs::path& dir) {
+  std::vector<fs::path> stale;
+  for (const char* index : {kShardedSafetensors, kShardedBin}) {
+    if (!fs::is_regular_file(dir / index)) continue;
+    stale.push_back(dir / index);
+    try {
+      for (const auto& [shard, names] : read_weight_map(dir / index)) {
+        if (shard != kSingleSafetensors) stale.push_back(dir / shard);
+      }
+    } catch (const LoadError& e) {
+      spdlog::warn("{} (its shards are left in place)", e.what());
+    }
+  }
+  stale.push_back(dir / kSingleBin);
+  std::sort(stale.begin(), stale.end());
+  stale.erase(std::unique(stale.begin(), stale.end()), stale.end());
+  for (const auto& file : stale) {
+    std::error_code ec;
+    if (fs::remove(file, ec)) {
+      spdlog::info("{}: removed the earlier checkpoint's {}", dir.string(), file.filename().string());
+    }
+  }
+}
 
 CheckpointReader CheckpointReader::open_dir(const fs::path& dir) {
   std::error_code ec;

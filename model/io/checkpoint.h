@@ -11,6 +11,13 @@
 
 namespace srformer {
 
+// Removes the weight files in `dir` other than model.safetensors: sharded or pickled checkpoints and the
+// shards their indexes name (an index it cannot read goes, its shards stay, with a warning). For a
+// directory a model.safetensors was just written into (save_model): the reader takes model.safetensors
+// first, and the rest would only take disk and mislead a person (Hugging Face's save_pretrained removes
+// them too).
+void remove_other_weight_files(const std::filesystem::path& dir);
+
 class CheckpointReader {
  public:
   // Looks, in this order, for model.safetensors, model.safetensors.index.json (shards named by its
