@@ -375,12 +375,16 @@ torch::ScalarType parse_dtype(const std::string& dtype, const torch::Device& dev
   return *t;
 }
 
+bool is_unix_socket_address(const std::string& address) {
+  return address.rfind("unix:", 0) == 0 || address.rfind("unix-abstract:", 0) == 0;
+}
+
 namespace {
 
 // HOST:PORT with a port gRPC and the kernel take (gRPC wraps 99999 to 34463, and reads "HOST:" as 443).
-// gRPC's Unix-socket forms (unix:PATH, unix-abstract:NAME) have no port.
+// gRPC's Unix-socket forms have no port.
 void check_address(const char* flag, const std::string& address, bool unix_allowed) {
-  if (unix_allowed && (address.rfind("unix:", 0) == 0 || address.rfind("unix-abstract:", 0) == 0)) return;
+  if (unix_allowed && is_unix_socket_address(address)) return;
   const auto colon = address.rfind(':');
   const std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
   const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;

@@ -65,6 +65,8 @@ bool parse_server_args(int argc, const char* const* argv, ServerConfig& config);
 void apply_config_file(const std::string& path, ServerConfig& config);
 // Checks ranges and combinations; throws ConfigError.
 void validate(const ServerConfig& config);
+// gRPC's Unix-socket addresses (unix:PATH, unix-abstract:NAME): no port, and the address is its own name.
+bool is_unix_socket_address(const std::string& address);
 std::string server_usage();
 
 // "auto", or bytes with an optional binary suffix: 512M, 8G, 1.5GiB, 1073741824 (0 = unlimited).

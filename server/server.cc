@@ -231,7 +231,7 @@ void Server::start() {
 
 std::string Server::address() const {
   // A Unix socket's address is its path (gRPC reports port 1 for it).
-  if (config_.listen.rfind("unix:", 0) == 0 || config_.listen.rfind("unix-abstract:", 0) == 0) return config_.listen;
+  if (is_unix_socket_address(config_.listen)) return config_.listen;
   const auto colon = config_.listen.rfind(':');
   return config_.listen.substr(0, colon) + ":" + std::to_string(port_);
 }
