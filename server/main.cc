@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "model/dtype_name.h"
+#include "model/error_message.h"
 #include "model/openmp_env.h"
 #include "server/config.h"
 #include "server/engine/cuda_memory.h"
@@ -95,7 +96,7 @@ int main(int argc, char** argv) {
   try {
     return run(config);
   } catch (const std::exception& e) {
-    spdlog::critical("srformer-server: {}", e.what());
+    spdlog::critical("srformer-server: {}", srformer::error_message(e));
     return 1;
   }
 }

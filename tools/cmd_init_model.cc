@@ -58,6 +58,8 @@ void apply_overrides(ModelConfig& c, int64_t heads, int64_t d_model, int64_t d_f
 
 // BART's byte-level tokenizer holds its 4 specials, 256 byte symbols and <mask>.
 constexpr int64_t kMinByteLevelVocab = 4 + 256 + 1;
+// ... and at most every pair of byte symbols as filler: ids past the last token would not decode.
+constexpr int64_t kMaxByteLevelVocab = 4 + 256 + 256 * 256 + 1;
 
 }  // namespace
 
@@ -146,6 +148,11 @@ int run_init_model(const std::vector<std::string>& args) {
     if (c.vocab_size < kMinByteLevelVocab) {
       throw std::invalid_argument("--vocab must be at least " + std::to_string(kMinByteLevelVocab) +
                                   " for a BART (its byte-level tokenizer's specials and 256 byte symbols)");
+    }
+    if (c.vocab_size > kMaxByteLevelVocab) {
+      throw std::invalid_argument("--vocab must be at most " + std::to_string(kMaxByteLevelVocab) +
+                                  " for a BART (its byte-level tokenizer's specials, 256 byte symbols and their "
+                                  "pairs as filler tokens)");
     }
     apply_overrides(c, heads, d_model, d_ff, layers, dropout);
     std::filesystem::create_directories(out);

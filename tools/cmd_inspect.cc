@@ -65,8 +65,8 @@ int run_inspect(const std::vector<std::string>& args) {
   j["layers"] = {c.encoder_layers, c.decoder_layers};
   j["vocab_size"] = c.vocab_size;
   j["parameters"] = model->parameter_count();
-  j["weight_bytes"] = model->parameter_bytes();      // as loaded (fp32 on the CPU, tied tensors once)
-  j["packed_bytes"] = model->packed_weight_bytes();  // the projections' packed copies beside them
+  j["weight_bytes"] = model->parameter_bytes();               // as loaded (fp32 on the CPU, tied tensors once)
+  j["packed_bytes"] = model->packed_weight_bytes();           // the projections' packed copies beside them
   j["max_input_tokens"] = input_limit_with(c, std::nullopt);  // what the server serves by default
   j["max_new_tokens"] = positions > 0 ? nlohmann::json(positions) : nlohmann::json(nullptr);  // null: no limit
   // What the server's --max-state-memory counts for such a request (one row; docs/OPERATIONS.md, "Memory").

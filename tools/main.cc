@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "model/error_message.h"
 #include "model/openmp_env.h"
 #include "tools/commands.h"
 
@@ -30,7 +31,7 @@ int main(int argc, char** argv) {
       try {
         return c.run(args);
       } catch (const std::exception& e) {
-        std::cerr << "srformer " << name << ": " << e.what() << "\n";
+        std::cerr << "srformer " << name << ": " << srformer::error_message(e) << "\n";
         return 1;
       }
     }

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/byte_size.h"
+#include "model/error_message.h"
 #include "model/kernels/parallel.h"
 #include "model/kernels/serial_region.h"
 #include "model/length_groups.h"
@@ -55,13 +56,13 @@ Delivery::Job result_job(std::shared_ptr<Request> request, RequestResult result,
         for (auto& a : result.alternatives) a.summary = tokenizer->decode(a.hypothesis.tokens, /*skip_special=*/true);
       } catch (const std::exception& e) {
         result.outcome = RequestOutcome::kError;
-        result.error = std::string("decoding the summary failed: ") + e.what();
+        result.error = std::string("decoding the summary failed: ") + error_message(e);
       }
     }
     try {
       request->on_finish(std::move(result));
     } catch (const std::exception& e) {
-      spdlog::error("request {}: on_finish failed: {}", request->id, e.what());
+      spdlog::error("request {}: on_finish failed: {}", request->id, error_message(e));
     }
   };
 }
@@ -84,7 +85,7 @@ Delivery::Job tokens_job(std::shared_ptr<Request> request, std::shared_ptr<Incre
       }
       if (!events.empty()) request->on_tokens(std::move(events));
     } catch (const std::exception& e) {
-      spdlog::error("request {}: streaming tokens failed: {}", request->id, e.what());
+      spdlog::error("request {}: streaming tokens failed: {}", request->id, error_message(e));
     }
   };
 }
@@ -605,11 +606,11 @@ void Engine::admit(std::vector<Pending> batch) {
     for (const auto& p : batch) post_dropped(p, start, now, shutdown);
     return;
   } catch (const std::exception& e) {
-    spdlog::error("model '{}': encoding a batch of {} failed: {}", name_, n, e.what());
+    spdlog::error("model '{}': encoding a batch of {} failed: {}", name_, n, error_message(e));
     for (auto& p : batch) {
       RequestResult result;
       result.outcome = RequestOutcome::kError;
-      result.error = std::string("encoder failed: ") + e.what();
+      result.error = std::string("encoder failed: ") + error_message(e);
       result.usage = p.request->usage;
       delivery_.post(result_job(p.request, std::move(result)));
     }
@@ -626,7 +627,7 @@ void Engine::admit(std::vector<Pending> batch) {
   } catch (const std::exception& e) {
     // The running batch may be inconsistent now: fail everything rather than decode garbage.
     for (auto& p : batch) slots_.push_back(std::make_unique<Slot>(std::move(p), *tokenizer_));
-    fail_all(std::string("joining the batch failed: ") + e.what());
+    fail_all(std::string("joining the batch failed: ") + error_message(e));
     return;
   }
   int64_t rows = 0;
@@ -710,8 +711,8 @@ void Engine::or_fail_all(const char* what, const std::function<void()>& work) {
     // Past the model's own calls (which fail their own way): reordering or compacting the state, e.g.
     // out of memory. The batch may be half-reordered: fail its requests rather than decode garbage, and
     // serve on (the engine thread must not die).
-    spdlog::error("model '{}': {} over {} rows failed: {}", name_, what, state_.batch_size(), e.what());
-    fail_all(std::string(what) + " failed: " + e.what());
+    spdlog::error("model '{}': {} over {} rows failed: {}", name_, what, state_.batch_size(), error_message(e));
+    fail_all(std::string(what) + " failed: " + error_message(e));
   }
 }
 
@@ -731,8 +732,8 @@ void Engine::step_rows() {
         state_.segment.defined() ? state_.segment.to(torch::kCPU).contiguous() : torch::Tensor();  // syncs the device
     model_seconds = ms_between(start, Clock::now()) / 1000.0;
   } catch (const std::exception& e) {
-    spdlog::error("model '{}': decoder step over {} rows failed: {}", name_, state_.batch_size(), e.what());
-    fail_all(std::string("decoder step failed: ") + e.what());
+    spdlog::error("model '{}': decoder step over {} rows failed: {}", name_, state_.batch_size(), error_message(e));
+    fail_all(std::string("decoder step failed: ") + error_message(e));
     return;
   }
 
@@ -904,7 +905,7 @@ std::vector<Engine::Searched> Engine::search_all(const torch::Tensor& logits) {
       try {
         out[i].step = slots_[i]->searcher->advance(logits.narrow(0, offsets[i], slots_[i]->rows));
       } catch (const std::exception& e) {
-        out[i].error = e.what();
+        out[i].error = error_message(e);
       }
     }
   };
@@ -968,7 +969,7 @@ Delivery::Job Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome
     u.state_bytes = state_.row_bytes(row_offset) * slot.most_rows;
   } catch (const std::exception& e) {
     result.outcome = RequestOutcome::kError;
-    result.error = std::string("collecting the result failed: ") + e.what();
+    result.error = std::string("collecting the result failed: ") + error_message(e);
   }
   tokens_in_flight_ -= slot.budget;
   if (ModelMetrics* const m = metrics()) {

@@ -12,6 +12,7 @@
 
 #include "common/status_code_name.h"
 #include "model/dtype_name.h"
+#include "model/error_message.h"
 #include "model/generation/generate.h"
 #include "model/tokenizer/utf8.h"
 #include "server/metrics/metrics.h"
@@ -547,7 +548,8 @@ SummarizerService::Prepared SummarizerService::prepare(const v1::SummarizeReques
   } catch (const RequestError&) {
     throw;
   } catch (const std::exception& e) {
-    throw RequestError(grpc::StatusCode::INVALID_ARGUMENT, std::string("cannot prepare the request: ") + e.what());
+    throw RequestError(grpc::StatusCode::INVALID_ARGUMENT,
+                       std::string("cannot prepare the request: ") + error_message(e));
   }
   if (p.request->id.empty()) p.request->id = next_request_id();
   return p;

@@ -895,6 +895,7 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
       {"init-model --vocab many --corpus " + doc(0) + " " + dir + "_x", "--vocab needs an integer >= 1, got 'many'"},
       {"init-model --shape bart-base --corpus " + doc(0) + " " + dir + "_x", "needs no corpus"},
       {"init-model --arch bart --vocab 100 " + dir + "_x", "--vocab must be at least 261"},
+      {"init-model --arch bart --vocab 2000000000 " + dir + "_x", "--vocab must be at most 65797"},
       {"init-model --shape t5-small --arch bart " + dir + "_x", "not --arch bart"},
       {"convert " + t5 + " " + dir + "_x --segment-size 0", "--segment-size needs an integer >= 1"},
       {"bench --batch 1,x", "--batch needs an integer, got 'x'"},

@@ -1,0 +1,38 @@
+// error_message: what users see of an exception, LibTorch's without its C++ backtrace.
+#include "model/error_message.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <stdexcept>
+
+namespace srformer {
+namespace {
+
+TEST(ErrorMessage, LibTorchErrorsLoseTheirBacktraceAndKeepTheirMessage) {
+  try {
+    // Petabytes: the CPU allocator refuses, with a backtrace in what().
+    (void)torch::empty({int64_t{1} << 50}, torch::kFloat32);
+    FAIL() << "a 4 PB tensor was allocated";
+  } catch (const std::exception& e) {
+    const std::string full = e.what();
+    const std::string shown = error_message(e);
+    ASSERT_NE(full.find("frame #"), std::string::npos) << "LibTorch's what() carries no backtrace here:\n" << full;
+    EXPECT_EQ(shown.find("frame #"), std::string::npos) << shown;
+    EXPECT_EQ(shown.find('\n'), std::string::npos) << shown;
+    EXPECT_NE(shown.find("can't allocate memory"), std::string::npos) << shown;
+  }
+  try {
+    TORCH_CHECK(false, "the thing a user must fix");
+  } catch (const std::exception& e) {
+    EXPECT_EQ(error_message(e).rfind("the thing a user must fix", 0), 0u) << error_message(e);
+  }
+}
+
+TEST(ErrorMessage, OtherExceptionsAreShownWhole) {
+  const std::runtime_error plain("line one\nline two");
+  EXPECT_EQ(error_message(plain), "line one\nline two");
+}
+
+}  // namespace
+}  // namespace srformer
