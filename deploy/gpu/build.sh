@@ -26,7 +26,7 @@ while [ $# -gt 0 ]; do
     --install) install=$2; shift 2 ;;
     --no-tests) tests=OFF; shift ;;
     --test) run_tests=1; shift; ctest_args=("$@"); break ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -47,19 +47,25 @@ if [ ! -f "$prefix/.unpacked" ] || [ "$bundle" -nt "$prefix/.unpacked" ]; then
   step "unpacking ${#debs[@]} packages into $prefix"
   for deb in "${debs[@]}"; do dpkg-deb -x "$deb" "$prefix"; done
 
+  # Re-aims link $1 (to $2) at the host's library of the same soname.
+  aim_at_host() {
+    local soname dir
+    soname=$(basename "$2" | sed -E 's/(\.so\.[0-9]+).*/\1/')
+    for dir in /lib/x86_64-linux-gnu /usr/lib/x86_64-linux-gnu /usr/lib64; do
+      if [ -e "$dir/$soname" ]; then ln -sfn "$dir/$soname" "$1"; return; fi
+    done
+    case "$soname" in *.so*) echo "build.sh: warning: $1 -> $2 leads nowhere (no $soname here)" >&2 ;; esac
+  }
   # Absolute symlinks (e.g. libz.so -> /lib/.../libz.so.1.2.13) point outside the prefix: re-aim them at the
-  # prefix copy, else at the host's library of the same soname.
+  # prefix copy, else at the host's library.
   while IFS= read -r link; do
     target=$(readlink "$link")
-    if [ -e "$prefix$target" ]; then
-      ln -sfn "$prefix$target" "$link"
-    else
-      soname=$(basename "$target" | sed -E 's/(\.so\.[0-9]+).*/\1/')
-      for dir in /lib/x86_64-linux-gnu /usr/lib/x86_64-linux-gnu /usr/lib64; do
-        if [ -e "$dir/$soname" ]; then ln -sfn "$dir/$soname" "$link"; break; fi
-      done
-    fi
+    if [ -e "$prefix$target" ]; then ln -sfn "$prefix$target" "$link"; else aim_at_host "$link" "$target"; fi
   done < <(find "$prefix" -type l -lname '/*')
+  # Relative links to a runtime library the bundle leaves to the image (libssl.so -> libssl.so.3,
+  # libpcre2-8.so -> libpcre2-8.so.0.11.2: fetch-debs.sh skips libssl3 and libpcre2-8-0) lead nowhere in
+  # the prefix: the host's library too.
+  while IFS= read -r link; do aim_at_host "$link" "$(readlink "$link")"; done < <(find "$prefix" -xtype l)
 
   # pkg-config files say prefix=/usr (used by our PCRE2 lookup and gRPC's RE2/c-ares lookups).
   find "$prefix/$arch_lib/pkgconfig" "$prefix/usr/share/pkgconfig" -name '*.pc' 2>/dev/null |

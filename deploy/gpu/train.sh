@@ -10,7 +10,7 @@
 # NOTE: written on a machine without a GPU and never run there by its author (see docs/TRAINING.md).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
-if [ $# -lt 2 ]; then sed -n '2,11p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,10p' "$0"; exit 2; fi
 model=$1 data=$2
 shift 2
 out=${OUT:-out/gpu-train}/train

@@ -192,15 +192,32 @@ def check_dashboard(path, registered, datasource_uids):
         targets = panel.get("targets", [])
         check(targets, f"dashboard panel '{title}': no queries")
         uid = panel.get("datasource", {}).get("uid")
-        check(uid in datasource_uids, f"dashboard panel '{title}': datasource uid {uid} is not provisioned")
+        check(uid == "${datasource}", f"dashboard panel '{title}': datasource uid {uid} is not the $datasource variable")
         for t in targets:
+            if "datasource" in t:
+                tuid = t["datasource"].get("uid")
+                check(tuid == "${datasource}", f"dashboard panel '{title}': a query's datasource uid {tuid} is not the $datasource variable")
+            check(not re.search(r'\bjob\s*=\s*"', t.get("expr", "")),
+                  f"dashboard panel '{title}': a fixed job name (Kubernetes scrapes name jobs otherwise; use $job): {t.get('expr')}")
             names = metric_names(t.get("expr", ""))
             check(names, f"dashboard panel '{title}': query names no metric: {t.get('expr')}")
             for n in names:
                 check(n in registered, f"dashboard panel '{title}': metric {n} is not registered by Metrics")
             used |= names
     check(len(ids) == len(set(ids)), "dashboard: panel ids are not unique")
-    for var in dash.get("templating", {}).get("list", []):
+    variables = dash.get("templating", {}).get("list", [])
+    # The datasource and the job are chosen in the dashboard, not fixed: an existing Grafana has its own
+    # datasource uids, and a Kubernetes scrape names its job after the PodMonitor or scrape config.
+    check(any(v.get("name") == "datasource" and v.get("type") == "datasource" and v.get("query") == "prometheus"
+              for v in variables), "dashboard: needs a 'datasource' variable of type datasource (prometheus)")
+    check(any(v.get("name") == "job" and v.get("type") == "query" for v in variables), "dashboard: needs a 'job' variable")
+    check(any(d is not None for d in datasource_uids), "grafana provisioning: the datasource needs a uid")
+    for var in variables:
+        if var.get("type") == "query":
+            uid = var.get("datasource", {}).get("uid")
+            check(uid == "${datasource}", f"dashboard variable '{var.get('name')}': datasource uid {uid} is not $datasource")
+        else:
+            continue  # a datasource variable's query is a plugin type, not PromQL
         q = var.get("query", {})
         for n in metric_names(q.get("query", "") if isinstance(q, dict) else str(q)):
             check(n in registered, f"dashboard variable '{var.get('name')}': metric {n} is not registered")
@@ -232,7 +249,7 @@ def check_flags(where, args, known):
 def check_k8s(root, registered, grpc_port, metrics_port, known_flags=None):
     docs = []
     for rel in ("deploy/k8s/deployment.yaml", "deploy/k8s/service.yaml", "deploy/k8s/hpa.yaml",
-                "deploy/k8s/prometheus-adapter.yaml"):
+                "deploy/k8s/prometheus-adapter.yaml", "deploy/k8s/podmonitor.yaml"):
         docs += load_yaml(root, rel, multi=True)
     by_kind = {}
     for d in docs:
@@ -272,6 +289,17 @@ def check_k8s(root, registered, grpc_port, metrics_port, known_flags=None):
         for p in s["spec"]["ports"]:
             check(p.get("targetPort") in ports or p.get("targetPort") in ports.values(),
                   f"k8s: Service {s['metadata']['name']} targets unknown port {p.get('targetPort')}")
+    # The PodMonitor scrapes the pods' metrics port under the job name the alert rules match.
+    alert_jobs = set(re.findall(r'\bjob\s*=\s*"([^"]*)"', open(os.path.join(root, "deploy/prometheus/alerts.yml")).read()))
+    monitors = by_kind.get("PodMonitor", [])
+    check(len(monitors) == 1, "k8s: expected one PodMonitor")
+    for pm in monitors:
+        spec = pm.get("spec", {})
+        check(spec.get("selector", {}).get("matchLabels", {}).items() <= labels.items(), "k8s: the PodMonitor selects no pod")
+        check(all(e.get("port") in ports for e in spec.get("podMetricsEndpoints", [])) and spec.get("podMetricsEndpoints"),
+              "k8s: the PodMonitor must scrape the pods' named metrics port")
+        job = labels.get(spec.get("jobLabel"))
+        check(alert_jobs <= {job}, f"k8s: the PodMonitor's job ({job}, from jobLabel) is not the alerts' job {sorted(alert_jobs)}")
     for hpa in by_kind.get("HorizontalPodAutoscaler", []):
         check(hpa["spec"]["scaleTargetRef"]["name"] == dep["metadata"]["name"], "k8s: HPA targets another Deployment")
         for m in hpa["spec"].get("metrics", []):

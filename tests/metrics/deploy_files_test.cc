@@ -87,6 +87,33 @@ TEST_F(DeployFiles, DashboardNamingAnUnknownMetricIsCaught) {
   std::remove(bad.c_str());
 }
 
+// The dashboard works in any Grafana and with any scrape's job name: a panel tied to the compose
+// datasource's uid or to job="srformer" (a Kubernetes scrape names its job otherwise) is caught.
+TEST_F(DeployFiles, DashboardTiedToOneDatasourceOrJobNameIsCaught) {
+  std::ifstream in(kSource + "/deploy/grafana/dashboards/srformer.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string original = ss.str();
+  const std::vector<std::pair<std::string, std::string>> edits = {
+      {R"("uid": "${datasource}")", R"("uid": "srformer-prometheus")"},
+      {R"(process_resident_memory_bytes{job=~\"$job\")", R"(process_resident_memory_bytes{job=\"srformer\")"},
+  };
+  for (const auto& [from, to] : edits) {
+    std::string json = original;
+    const auto pos = json.rfind(from);  // the last: a panel's, not a variable's
+    ASSERT_NE(pos, std::string::npos) << from;
+    json.replace(pos, from.size(), to);
+    const std::string bad = ::testing::TempDir() + "srformer_tied_dashboard_" + std::to_string(getpid()) + ".json";
+    std::ofstream(bad) << json;
+    std::string out;
+    EXPECT_EQ(check(" --dashboard " + bad, out), 1) << to << ": " << out;
+    EXPECT_NE(out.find(to.find("uid") != std::string::npos ? "is not the $datasource variable" : "a fixed job name"),
+              std::string::npos)
+        << out;
+    std::remove(bad.c_str());
+  }
+}
+
 TEST_F(DeployFiles, AlertOnUnknownMetricIsCaught) {
   const std::string bad = ::testing::TempDir() + "srformer_bad_alerts_" + std::to_string(getpid()) + ".yml";
   std::ofstream(bad) << "groups:\n  - name: x\n    rules:\n      - alert: X\n        expr: srformer_queue_length > 1\n";
