@@ -3,7 +3,9 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "model/dtype_name.h"
@@ -20,13 +22,53 @@ namespace {
 
 using srformer::server::ServerConfig;
 
-int run(const ServerConfig& config) {
-  // Signals are taken synchronously by sigwait below; every thread created from here inherits the mask.
+sigset_t stop_signals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  return signals;
+}
+
+const char* signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : "SIGINT"; }
+
+// Until the server is about to listen, a stop signal ends the process at once: loading a large model and
+// warming it up can take minutes, which an orchestrator stopping a pod that serves nothing yet should not
+// wait for (the signal used to stay pending until the server listened, then drained).
+class StartupSignalWatch {
+ public:
+  explicit StartupSignalWatch(const sigset_t& signals) : signals_(signals), thread_([this] { watch(); }) {}
+  StartupSignalWatch(const StartupSignalWatch&) = delete;
+  StartupSignalWatch& operator=(const StartupSignalWatch&) = delete;
+  ~StartupSignalWatch() {
+    done_.store(true);
+    thread_.join();
+  }
+
+ private:
+  void watch() {
+    const timespec tick{0, 100 * 1000 * 1000};
+    while (!done_.load()) {
+      const int sig = sigtimedwait(&signals_, nullptr, &tick);
+      if (sig > 0) {
+        spdlog::info("received {} while starting; exiting before serving", signal_name(sig));
+        spdlog::shutdown();
+        std::_Exit(0);
+      }
+    }
+  }
+
+  const sigset_t signals_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;  // last: it reads the members above
+};
+
+int run(const ServerConfig& config) {
+  // Signals are taken synchronously (by the startup watch, then sigwait below); main() blocked them
+  // before anything else, and every thread created from here inherits the mask.
+  const sigset_t signals = stop_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::optional<StartupSignalWatch> startup_watch(std::in_place, signals);
 
   std::unique_ptr<srformer::server::Metrics> metrics;
   metrics = std::make_unique<srformer::server::Metrics>(config.metrics_listen);
@@ -55,12 +97,13 @@ int run(const ServerConfig& config) {
   }
   srformer::server::Server server(config, std::move(models), metrics.get());
   if (config.warm_up) server.warm_up();
+  startup_watch.reset();  // a signal from here on stays pending for the sigwait below: the server drains
   server.start();
   spdlog::info("listening on {} (OpenMP wait policy: {})", server.address(), srformer::openmp_wait_policy());
 
   int sig = 0;
   sigwait(&signals, &sig);
-  spdlog::info("received {}; draining (grace {} ms)", sig == SIGTERM ? "SIGTERM" : "SIGINT", config.shutdown_grace_ms);
+  spdlog::info("received {}; draining (grace {} ms)", signal_name(sig), config.shutdown_grace_ms);
   std::thread drain([&] { server.shutdown(std::chrono::milliseconds(config.shutdown_grace_ms)); });
   // A second signal skips the rest of the grace period.
   std::atomic<bool> drained{false};
@@ -83,6 +126,10 @@ int run(const ServerConfig& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Blocked before the re-exec, whose image inherits the mask (and any signal pending): a stop signal
+  // that arrives while it loads its libraries waits for the startup watch instead of killing it.
+  const sigset_t signals = stop_signals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   srformer::reexec_with_openmp_policy(argv);
   ServerConfig config;
   try {

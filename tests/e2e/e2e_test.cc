@@ -1,6 +1,7 @@
 // End to end: the srformer-server binary with a real tiny SRformer T5, driven by the srformer-client
 // binary and by an independent Python grpcio client through server reflection.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -848,6 +849,30 @@ TEST_F(EndToEnd, BadFlagsExplainThemselves) {
   r = run_command(kServer + " --model tiny=" + model_dir_->string() + " --listen 127.0.0.1:99999 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.out;  // gRPC would have listened on 34463
   EXPECT_NE(r.out.find("--listen needs HOST:PORT with a port from 0 to 65535"), std::string::npos) << r.out;
+}
+
+// A stop signal while the models load ends the server at once, with exit 0: it stayed pending until the
+// server listened, so a pod stopped during a minutes-long load waited for it (here: forever, as reading
+// a config.json that is a FIFO nobody writes never ends).
+TEST_F(EndToEnd, AStopSignalWhileLoadingEndsTheServerAtOnce) {
+  const fs::path dir = *work_ / "loads_forever";
+  fs::create_directories(dir);
+  ASSERT_EQ(mkfifo((dir / "config.json").c_str(), 0600), 0);
+  const std::string log = (*work_ / "loads_forever.log").string();
+  // The metrics line comes before the models load; the signal goes after it.
+  // A server still there 10 s after the signal is killed (it would hold the test forever).
+  const auto r = run_command("bash -c '" + kServer + " --model stuck=" + dir.string() +
+                             " --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 > " + log +
+                             " 2>&1 & pid=$!; for i in $(seq 300); do grep -q \"metrics on\" " + log +
+                             " && break; sleep 0.1; done; kill -TERM $pid; for i in $(seq 100); do kill -0 $pid "
+                             "2>/dev/null || break; sleep 0.1; done; if kill -0 $pid 2>/dev/null; then kill -KILL "
+                             "$pid; wait $pid; echo still running; else wait $pid; echo rc=$?; fi'");
+  EXPECT_EQ(r.out, "rc=0\n") << r.out;
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("received SIGTERM while starting; exiting before serving"), std::string::npos)
+      << text.str();
 }
 
 // A second server on a taken port stops before loading its models, saying so; gRPC's default
