@@ -29,6 +29,7 @@ for shape in ${SHAPES:-t5-small bart-base}; do
       cat "$root/README.md" "$root"/docs/*.md >"$cache/corpus.txt"
       tokenizer=(--corpus "$cache/corpus.txt" --vocab 4000)
     fi
+    rm -rf "$model"  # an interrupted earlier init (init-model writes only into a new or empty directory)
     "$build/bin/srformer" init-model --shape "$shape" "${tokenizer[@]}" --segment-size 64 "$model" >&2
   fi
   for setting in $(for k in ${KERNELS:-on}; do for p in ${SWITCHES:-true}; do for d in ${DTYPES:-fp32}; do

@@ -134,6 +134,14 @@ int run_init_model(const std::vector<std::string>& args) {
     throw std::invalid_argument("--shape " + shape + " is a " + shape_arch + " shape, not --arch " + *arch);
   }
   if (out.empty()) throw std::invalid_argument("need OUT_DIR (see --help)");
+  // A new directory, or an empty one: written over a model, it replaced the weights and left the other
+  // model's tokenizer beside a BART's (which then read with it), and it deleted a corpus.txt it had not made.
+  if (std::error_code ec;
+      std::filesystem::exists(out, ec) && (!std::filesystem::is_directory(out) || !std::filesystem::is_empty(out))) {
+    throw std::invalid_argument(out +
+                                " exists and is not an empty directory; init-model writes a new model "
+                                "directory: remove it or choose another OUT_DIR");
+  }
   const auto cross_attention = cross_attention_from_string(kind);
 
   if (shape_arch == "bart") {

@@ -2,6 +2,8 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
 #include <iomanip>
 #include <iostream>
 #include <string>
@@ -13,6 +15,24 @@
 namespace srformer::tools {
 
 namespace {
+
+// SIGINT/SIGTERM (a preempted job, Ctrl-C) end the run after the current update, with a checkpoint to
+// resume from; a second one kills it at once (SA_RESETHAND restores the default action).
+std::atomic<bool> g_stop_requested{false};
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void request_stop(int sig) {
+  g_stop_signal = sig;
+  g_stop_requested.store(true);
+}
+
+void stop_on_signals() {
+  struct sigaction action {};
+  action.sa_handler = request_stop;
+  action.sa_flags = SA_RESETHAND | SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  for (const int sig : {SIGINT, SIGTERM}) sigaction(sig, &action, nullptr);
+}
 
 const char* kUsage =
     "usage: srformer train MODEL_DIR TRAIN.jsonl --out DIR [options]\n"
@@ -118,10 +138,22 @@ int run_train(const std::vector<std::string>& args) {
   o.model_dir = positional[0];
   o.train_file = positional[1];
   o.progress_bar = isatty(STDERR_FILENO) != 0;
+  o.stop_requested = &g_stop_requested;
+  stop_on_signals();
   const auto r = train::train(o, std::cerr);
+  if (r.stopped_by_signal) return 128 + static_cast<int>(g_stop_signal);  // as a shell reports a signal's end
   if (r.steps < o.steps) return 0;  // --stop-after: the trainer said where it stopped
-  std::cout << std::fixed << std::setprecision(4) << "trained " << r.steps << " steps in " << std::setprecision(1)
-            << r.seconds << " s (" << r.tokens << " target tokens); last loss " << std::setprecision(4) << r.last_loss;
+  if (r.updates == 0) {
+    std::cout << "nothing to train: the run was complete at step " << r.steps << " (--steps); wrote its model to "
+              << o.out_dir.string() << " again" << std::endl;
+    return 0;
+  }
+  std::cout << std::fixed << std::setprecision(4) << "trained "
+            << (r.updates < r.steps ? "steps " + std::to_string(r.steps - r.updates + 1) + "-" +
+                                          std::to_string(r.steps) + " of " + std::to_string(r.steps)
+                                    : std::to_string(r.steps) + " steps")
+            << " in " << std::setprecision(1) << r.seconds << " s (" << r.tokens << " target tokens); last loss "
+            << std::setprecision(4) << r.last_loss;
   if (r.skipped_updates > 0) std::cout << "; " << r.skipped_updates << " updates skipped (fp16 overflow)";
   if (r.validation_loss) {
     std::cout << "; validation loss " << *r.validation_loss << ", ROUGE-1/2/L/Lsum " << std::setprecision(2)

@@ -77,10 +77,28 @@ void AdamW::load(const std::filesystem::path& file) {
       if (t.sizes() != dst->sizes()) {
         throw std::runtime_error(file.string() + ": optimizer state '" + name + "' has the wrong shape");
       }
+      // Damaged state would turn every weight it updates into NaN.
+      if (!torch::isfinite(t).all().item<bool>() || (dst == &s.exp_avg_sq && (t < 0).any().item<bool>())) {
+        throw std::runtime_error(file.string() + ": optimizer state '" + name + "' holds " +
+                                 (dst == &s.exp_avg_sq ? "negative, NaN or infinite" : "NaN or infinite") +
+                                 " values; the checkpoint is damaged (remove it to resume from an earlier one)");
+      }
       dst->copy_(t);
     }
   }
-  steps_ = std::stoll(meta.at("step").get<std::string>());
+  const std::string step = meta.at("step").get<std::string>();
+  size_t used = 0;
+  int64_t parsed = -1;
+  try {
+    parsed = std::stoll(step, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != step.size() || parsed < 0) {
+    throw std::runtime_error(file.string() + ": the metadata's \"step\" is '" + step +
+                             "', not a count of updates; the checkpoint is damaged");
+  }
+  steps_ = parsed;
 }
 
 double clip_grad_norm(const std::vector<std::pair<std::string, torch::Tensor>>& params, double max_norm) {

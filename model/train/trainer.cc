@@ -110,13 +110,19 @@ nlohmann::json options_json(const TrainOptions& o) {
           {"dropout", o.dropout ? nlohmann::json(*o.dropout) : nlohmann::json()}};
 }
 
+// Documents are cut to --max-input-tokens, and to a BART's encoder positions (max_position_embeddings),
+// past which it cannot read: the default 512 is more than a small BART has.
+int64_t input_tokens_for(const ModelConfig& c, const TrainOptions& o) {
+  return input_limit_can_be_raised(c) ? o.max_input_tokens : std::min(o.max_input_tokens, c.max_input_tokens);
+}
+
 std::vector<TokenizedExample> tokenize(const std::vector<data::Example>& examples, const Tokenizer& tok,
                                        const ModelConfig& c, const TrainOptions& o, int64_t* truncated) {
   std::vector<TokenizedExample> out;
   out.reserve(examples.size());
   for (const auto& e : examples) {
     bool cut = false;
-    TokenizedExample t{data::encode_document(tok, c, e.document, o.max_input_tokens, &cut),
+    TokenizedExample t{data::encode_document(tok, c, e.document, input_tokens_for(c, o), &cut),
                        data::encode_truncated(tok, e.summary, o.max_target_tokens)};
     if (truncated && cut) ++*truncated;
     out.push_back(std::move(t));
@@ -204,7 +210,7 @@ Validation validate_model(Seq2SeqModel& model, const Tokenizer& tok, const std::
     docs.push_back(e.document);
     refs.push_back(e.summary);
   }
-  const auto s = eval::summarize_all(model, tok, docs, g, o.eval_batch, o.max_input_tokens);
+  const auto s = eval::summarize_all(model, tok, docs, g, o.eval_batch, input_tokens_for(model.config(), o));
   v.rouge = eval::score_corpus(s.predictions, refs, {}, {1, 0.95, 0}).mean;
   v.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return v;
@@ -274,6 +280,11 @@ class Run {
                                   earlier.back().second.filename().string() +
                                   "); pass --resume to continue it, or choose another --out");
     }
+    if (std::error_code ec; fs::equivalent(o_.out_dir, o_.model_dir, ec)) {
+      throw std::invalid_argument("--out " + o_.out_dir.string() +
+                                  " is MODEL_DIR: the trained model would replace the one it starts from; choose "
+                                  "another --out");
+    }
     fs::create_directories(o_.out_dir);
     torch::manual_seed(o_.seed);
     load();
@@ -307,6 +318,10 @@ class Run {
       }
       if (scaler_.enabled()) unscale_gradients();
       const double norm = clip_grad_norm(params_, o_.clip_norm > 0 ? o_.clip_norm : 1e30);
+      // Without loss scaling a non-finite gradient is no overflow to skip: the loss or the weights are
+      // NaN or infinite already.
+      if (!scaler_.enabled() && !std::isfinite(norm))
+        diverged(step + 1, "the gradient norm is " + std::to_string(norm));
       if (scaler_.update(std::isfinite(norm))) {
         optimizer_->step(lr);
         interval_norm += norm;
@@ -317,6 +332,7 @@ class Run {
       }
       optimizer_->zero_grad();
       ++interval_updates;
+      ++result.updates;
       result.tokens += group_tokens;
 
       const int64_t done = step + 1;
@@ -347,7 +363,8 @@ class Run {
         interval_tokens = interval_updates = interval_applied = interval_skipped = 0;
       }
       const bool last = done == o_.steps;
-      const bool stopping = !last && done == o_.stop_after;
+      const bool signalled = o_.stop_requested != nullptr && o_.stop_requested->load();
+      const bool stopping = !last && (done == o_.stop_after || signalled);
       if (!validation_.empty() && (last || (o_.eval_every > 0 && done % o_.eval_every == 0))) {
         const auto v = validate_model(*model_, *tokenizer_, validation_raw_, validation_, o_, classes_);
         nlohmann::json entry = {{"step", done}, {"validation_loss", v.loss}, {"validation_seconds", v.seconds}};
@@ -371,8 +388,9 @@ class Run {
       }
       if (stopping) {
         end_line();
-        console_ << "stopped after update " << done << " of " << o_.steps << " (--stop-after); continue with --resume"
-                 << std::endl;
+        console_ << "stopped after update " << done << " of " << o_.steps
+                 << (signalled ? " (a stop signal)" : " (--stop-after)") << "; continue with --resume" << std::endl;
+        result.stopped_by_signal = signalled;
         result.steps = done;
         result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
         result.skipped_updates = skipped_;
@@ -380,7 +398,8 @@ class Run {
       }
     }
     end_line();
-    save_model(*model_, o_.out_dir, load_dir_);
+    check_weights_finite(o_.steps);
+    save_model(*model_, o_.out_dir, files_from_);
     set_generation_defaults(o_.out_dir, o_.max_target_tokens);
     result.steps = o_.steps;
     result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
@@ -399,21 +418,37 @@ class Run {
         throw std::invalid_argument("--resume: no checkpoint-N directory with " + std::string(kStateFile) + " in " +
                                     o_.out_dir.string());
       }
-      nlohmann::json state;
-      std::ifstream(ckpt / kStateFile) >> state;
-      const auto saved = state.at("options");
-      const auto now = options_json(o_);
+      nlohmann::json saved;
+      try {
+        nlohmann::json state;
+        std::ifstream(ckpt / kStateFile) >> state;
+        saved = state.at("options");
+        if (!saved.is_object()) throw std::invalid_argument("\"options\" is not an object");
+        start_step_ = state.at("step").get<int64_t>();
+        elapsed_before_ = state.value("elapsed_seconds", 0.0);
+        skipped_ = state.value("skipped_updates", int64_t{0});
+        saved_scale_ = state.value("loss_scale", LossScaler::kInitialScale);
+        saved_good_updates_ = state.value("loss_scale_good_updates", int64_t{0});
+      } catch (const std::exception& e) {
+        // nlohmann's own words name neither the file nor what to do.
+        throw std::runtime_error((ckpt / kStateFile).string() + " is damaged (" + e.what() + "); remove " +
+                                 ckpt.string() + " to resume from an earlier checkpoint");
+      }
+      if (start_step_ > o_.steps) {
+        throw std::invalid_argument("the newest checkpoint, " + ckpt.string() + ", is at update " +
+                                    std::to_string(start_step_) + ", past --steps " + std::to_string(o_.steps) +
+                                    "; pass --steps " + std::to_string(start_step_) + " or more to finish that run");
+      }
+      const auto now = options_json(o_);  // items() refers to it: not a temporary
       for (const auto& [key, value] : now.items()) {
-        if (saved.contains(key) && saved[key] != value) {
+        if (key == "model_dir" && saved.contains(key) && saved[key] != value) {
+          console_ << "note: MODEL_DIR " << value.dump() << " is not read: the run resumes from " << ckpt.string()
+                   << " (it started from " << saved[key].dump() << ")" << std::endl;
+        } else if (saved.contains(key) && saved[key] != value) {
           console_ << "warning: " << key << " was " << saved[key].dump() << " when the checkpoint was written, now "
                    << value.dump() << ": the resumed run will differ from an uninterrupted one" << std::endl;
         }
       }
-      start_step_ = state.at("step").get<int64_t>();
-      elapsed_before_ = state.value("elapsed_seconds", 0.0);
-      skipped_ = state.value("skipped_updates", int64_t{0});
-      saved_scale_ = state.value("loss_scale", LossScaler::kInitialScale);
-      saved_good_updates_ = state.value("loss_scale_good_updates", int64_t{0});
       load_dir_ = ckpt;
     }
     LoadOptions lo;
@@ -439,6 +474,11 @@ class Run {
                                   " decoder positions (max_position_embeddings); set it to at most " +
                                   std::to_string(positions));
     }
+    if (const int64_t cut = input_tokens_for(model_->config(), o_); cut < o_.max_input_tokens) {
+      console_ << "note: --max-input-tokens " << o_.max_input_tokens << " is more than this model's " << cut
+               << " encoder positions (max_position_embeddings): documents are cut to " << cut << " tokens"
+               << std::endl;
+    }
     mode_.dropout = o_.dropout ? DropoutRates{*o_.dropout, *o_.dropout, *o_.dropout} : model_->config().dropout;
     console_ << "dropout: hidden " << mode_.dropout.hidden << ", attention " << mode_.dropout.attention
              << ", activation " << mode_.dropout.activation << (o_.dropout ? " (--dropout)" : " (the model's config)")
@@ -462,6 +502,7 @@ class Run {
       }
       console_ << "resuming from " << load_dir_.string() << " at step " << start_step_ << std::endl;
     }
+    files_from_ = load_dir_;
   }
 
   void prepare_data() {
@@ -475,8 +516,8 @@ class Run {
       input_tokens += static_cast<int64_t>(e.input.size());
     }
     console_ << "training on " << train_.size() << " examples (" << input_tokens << " input / " << target_tokens
-             << " target tokens; " << truncated << " documents truncated to " << o_.max_input_tokens << " tokens), "
-             << batches_per_epoch_ << " batches of " << o_.batch_size << " per epoch; " << o_.steps
+             << " target tokens; " << truncated << " documents truncated to " << input_tokens_for(model_->config(), o_)
+             << " tokens), " << batches_per_epoch_ << " batches of " << o_.batch_size << " per epoch; " << o_.steps
              << " updates = " << std::setprecision(3)
              << static_cast<double>(o_.steps * o_.grad_accum) / static_cast<double>(batches_per_epoch_) << " epochs"
              << std::endl;
@@ -496,11 +537,29 @@ class Run {
     return plan_[static_cast<size_t>(index % batches_per_epoch_)];
   }
 
+  // A diverged run stops with an error and saves nothing: a model of NaN weights looked like a finished
+  // run (exit 0) until something summarized with it.
+  [[noreturn]] void diverged(int64_t update, const std::string& what) const {
+    std::ostringstream lr;
+    lr << o_.lr;
+    throw std::runtime_error("training diverged at update " + std::to_string(update) + ": " + what +
+                             "; nothing from it was saved (checkpoints written before it are kept). Lower --lr (" +
+                             lr.str() + ") or check the data");
+  }
+
+  void check_weights_finite(int64_t update) const {
+    torch::NoGradGuard no_grad;
+    for (const auto& [name, p] : params_) {
+      if (!torch::isfinite(p).all().item<bool>()) diverged(update, "the weights of " + name + " are NaN or infinite");
+    }
+  }
+
   void save_checkpoint(int64_t step, double elapsed) {
+    check_weights_finite(step);
     const auto dir = o_.out_dir / (kCheckpointPrefix + std::to_string(step));
     const auto tmp = o_.out_dir / (kCheckpointPrefix + std::to_string(step) + ".tmp");
     fs::remove_all(tmp);
-    save_model(*model_, tmp, load_dir_);
+    save_model(*model_, tmp, files_from_);
     set_generation_defaults(tmp, o_.max_target_tokens);
     optimizer_->save(tmp / kOptimizerFile);
     nlohmann::json state = {
@@ -512,6 +571,9 @@ class Run {
     std::ofstream(tmp / kStateFile) << state.dump(2) << "\n";
     fs::remove_all(dir);
     fs::rename(tmp, dir);  // a checkpoint is complete or absent
+    // The newest checkpoint is never rotated away: later saves take their tokenizer files from it, not
+    // from the directory loaded, which rotation removes once a resumed run has saved --keep more.
+    files_from_ = dir;
     auto all = checkpoints(o_.out_dir);
     while (static_cast<int64_t>(all.size()) > o_.keep_checkpoints) {
       fs::remove_all(all.front().second);
@@ -557,6 +619,7 @@ class Run {
   const TrainOptions& o_;
   std::ostream& console_;
   fs::path load_dir_;
+  fs::path files_from_;  // whose tokenizer and config files go beside saved weights (save_model)
   std::unique_ptr<Seq2SeqModel> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   Params params_;

@@ -3,6 +3,7 @@
 // cross-attention variant; gradients flow through the RAF recurrence over segments) with AdamW,
 // linear warm-up/decay, gradient clipping and accumulation, optional label smoothing. Seeded and
 // reproducible: a run resumed from a checkpoint repeats the uninterrupted run's losses exactly.
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <iosfwd>
@@ -57,6 +58,8 @@ struct TrainOptions {
   // Ends this run after update N (0 = run to `steps`) with a checkpoint, keeping the learning-rate
   // schedule of `steps`: for time-boxed or preemptible jobs that continue with `resume`.
   int64_t stop_after = 0;
+  // Set (by a signal handler) to end the run after the current update as --stop-after would.
+  const std::atomic<bool>* stop_requested = nullptr;
 
   uint64_t seed = 0;
   bool resume = false;        // continue from the newest out_dir/checkpoint-N
@@ -65,12 +68,14 @@ struct TrainOptions {
 
 struct TrainResult {
   int64_t steps = 0;
+  int64_t updates = 0;     // of them, run in this run (a resumed run's checkpoint had the others)
   double last_loss = 0.0;  // mean NLL per token over the last log interval
   std::optional<double> validation_loss;
   std::optional<double> rouge1, rouge2, rougeL, rougeLsum;  // F1 x100 on the validation examples
   double seconds = 0.0;
-  int64_t tokens = 0;           // target tokens trained on in this run
-  int64_t skipped_updates = 0;  // fp16: updates whose gradients overflowed (the loss scale then halves)
+  int64_t tokens = 0;              // target tokens trained on in this run
+  int64_t skipped_updates = 0;     // fp16: updates whose gradients overflowed (the loss scale then halves)
+  bool stopped_by_signal = false;  // stop_requested ended it (with a checkpoint)
 };
 
 // Throws std::invalid_argument for bad options or data, std::runtime_error for I/O failures.

@@ -922,6 +922,7 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
       {"init-model --arch bart --vocab 100 " + dir + "_x", "--vocab must be at least 261"},
       {"init-model --arch bart --vocab 2000000000 " + dir + "_x", "--vocab must be at most 65797"},
       {"init-model --shape t5-small --arch bart " + dir + "_x", "not --arch bart"},
+      {"init-model --arch bart " + t5, t5 + " exists and is not an empty directory"},
       {"convert " + t5 + " " + dir + "_x --segment-size 0", "--segment-size needs an integer >= 1"},
       {"bench --batch 1,x", "--batch needs an integer, got 'x'"},
       {"bench --only bogus", "--only takes decode, encode, cross, linear or search, got 'bogus'"},
@@ -938,6 +939,39 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
     EXPECT_NE(r.out.find(message), std::string::npos) << args << ": " << r.out;
   }
   EXPECT_FALSE(fs::exists(dir + "_x")) << "a refused command wrote its output";
+}
+
+// SIGTERM (a preempted job) ends `srformer train` after the update in progress with a checkpoint, exit
+// 143 as a signal's end (trainer_test resumes such a run); it used to die at once, losing everything since
+// the last --save-every.
+TEST_F(EndToEnd, TrainStopsOnSigtermWithACheckpointToResumeFrom) {
+  const fs::path data = *work_ / "sigterm-train.jsonl";
+  {
+    std::ofstream out(data);
+    for (int i = 0; i < 8; ++i) {
+      out << nlohmann::json{{"id", std::to_string(i)}, {"document", read(doc(i % 4))}, {"summary", "a summary"}}.dump()
+          << "\n";
+    }
+  }
+  const fs::path out = *work_ / "sigterm-run";
+  const std::string log = (*work_ / "sigterm-train.log").string();
+  const std::string train = kTool + " train " + model_dir_->string() + " " + data.string() + " --out " + out.string() +
+                            " --batch 2 --max-input-tokens 32 --max-target-tokens 4 --log-every 1 --threads 1";
+  // Signalled once an update is logged; a process still there 60 s later is killed (it would hold the test).
+  const auto r =
+      run_command("bash -c '" + train + " --steps 1000000 > " + log + " 2>&1 & pid=$!; for i in $(seq 600); " +
+                  "do grep -q \"step 1/\" " + log + " && break; sleep 0.1; done; kill -TERM $pid; " +
+                  "for i in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; " +
+                  "if kill -0 $pid 2>/dev/null; then kill -KILL $pid; wait $pid; echo still running; " +
+                  "else wait $pid; echo rc=$?; fi'");
+  EXPECT_EQ(r.out, "rc=143\n") << r.out << read(log);
+  EXPECT_NE(read(log).find("(a stop signal); continue with --resume"), std::string::npos) << read(log);
+  bool checkpoint = false;
+  for (const auto& entry : fs::directory_iterator(out)) {
+    checkpoint |= entry.path().filename().string().rfind("checkpoint-", 0) == 0 &&
+                  fs::exists(entry.path() / "optimizer.safetensors");
+  }
+  EXPECT_TRUE(checkpoint) << "no checkpoint in " << out;
 }
 
 // `srformer convert` never writes over the model it reads (it overwrote the weights, then failed copying

@@ -3,15 +3,18 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 #include <sstream>
 
 #include "model/data/encode.h"
 #include "model/random_model.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/sentencepiece_library.h"
+#include "model/tokenizer/tokenizer.h"
 #include "tests/support/temp_dir.h"
 
 namespace srformer::train {
@@ -237,6 +240,142 @@ TEST_F(Fixture, ClearErrors) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("needs a CUDA device"), std::string::npos) << e.what();
   }
+}
+
+// A resumed run that saves --keep checkpoints or more rotates away the one it resumed from: every later
+// checkpoint, and the final model, still carries the tokenizer (they took it from that removed directory,
+// and the model could be neither used nor resumed), and the run resumes again.
+TEST_F(Fixture, AResumedRunKeepsTheTokenizerWhenItsCheckpointRotatesAway) {
+  std::ostringstream console;
+  auto o = options("rotate-resume");
+  o.save_every = 2;
+  o.keep_checkpoints = 2;
+  o.stop_after = 4;
+  train(o, console);
+  o.stop_after = 0;
+  o.resume = true;
+  const auto r = train(o, console);
+  EXPECT_EQ(r.steps, 12);
+  EXPECT_EQ(r.updates, 8);
+  EXPECT_FALSE(fs::exists(o.out_dir / "checkpoint-4"));
+  for (const auto& dir : {o.out_dir, o.out_dir / "checkpoint-10", o.out_dir / "checkpoint-12"}) {
+    EXPECT_TRUE(fs::exists(dir / "spiece.model")) << dir;
+    EXPECT_NO_THROW(load_tokenizer(dir)) << dir;
+  }
+  o.steps = 14;
+  EXPECT_EQ(train(o, console).updates, 2);
+}
+
+// A run whose loss, gradients or weights turn NaN or infinite stops with an error and saves nothing (it
+// finished with exit 0 and a model of NaN weights); so does a checkpoint's damaged optimizer state.
+TEST_F(Fixture, ADivergedRunStopsAndSavesNothing) {
+  std::ostringstream console;
+  auto o = options("diverged");
+  o.lr = 1e30;
+  o.save_every = 1;
+  int64_t update = 0;
+  try {
+    train(o, console);
+    FAIL() << "a learning rate of 1e30 trained";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(what, m, std::regex("training diverged at update ([0-9]+): "))) << what;
+    update = std::stoll(m[1]);
+    EXPECT_NE(what.find("Lower --lr (1e+30)"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(fs::exists(o.out_dir / "model.safetensors"));
+  // Checkpoints before the update that diverged stay (finite weights), none from it on.
+  const auto newest = latest_checkpoint(o.out_dir);
+  if (!newest.empty()) {
+    EXPECT_LT(std::stoll(newest.filename().string().substr(11)), update) << newest;
+  }
+  EXPECT_FALSE(fs::exists(o.out_dir / ("checkpoint-" + std::to_string(update))));
+}
+
+// A checkpoint's damaged bookkeeping is named with the file and what to do; --out may not be MODEL_DIR;
+// a checkpoint past --steps is refused, and a finished run resumed trains nothing.
+TEST_F(Fixture, DamagedCheckpointsAndMisdirectedRunsAreNamed) {
+  std::ostringstream console;
+  auto o = options("damaged");
+  o.stop_after = 3;
+  train(o, console);
+  const auto state = o.out_dir / "checkpoint-3" / "trainer_state.json";
+  std::stringstream good;
+  good << std::ifstream(state).rdbuf();
+  o.stop_after = 0;
+  o.resume = true;
+  for (const std::string bad : {"{", R"({"step": "abc", "options": {}})", "[1]", R"({"step": 3})"}) {
+    std::ofstream(state) << bad;
+    try {
+      train(o, console);
+      FAIL() << bad;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(state.string() + " is damaged ("), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("to resume from an earlier checkpoint"), std::string::npos) << e.what();
+    }
+  }
+  std::ofstream(state) << good.str();
+  auto past = o;
+  past.steps = 2;
+  try {
+    train(past, console);
+    FAIL() << "a checkpoint at update 3 resumed with --steps 2";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("is at update 3, past --steps 2; pass --steps 3 or more"), std::string::npos)
+        << e.what();
+  }
+  auto finish = o;
+  finish.steps = 3;
+  EXPECT_EQ(train(finish, console).updates, 0);
+  EXPECT_TRUE(fs::exists(o.out_dir / "model.safetensors"));
+
+  auto over_itself = options("unused");
+  over_itself.out_dir = model / ".";
+  try {
+    train(over_itself, console);
+    FAIL() << "--out MODEL_DIR";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("is MODEL_DIR"), std::string::npos) << e.what();
+  }
+}
+
+// A stop request (SIGINT/SIGTERM in `srformer train`) ends the run after the current update with a
+// checkpoint, which resumes as --stop-after's does.
+TEST_F(Fixture, AStopRequestEndsTheRunWithACheckpoint) {
+  std::ostringstream console;
+  const std::atomic<bool> stop{true};
+  auto o = options("stop-request");
+  o.stop_requested = &stop;
+  const auto r = train(o, console);
+  EXPECT_TRUE(r.stopped_by_signal);
+  EXPECT_EQ(r.steps, 1);
+  EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-1" / "optimizer.safetensors"));
+  EXPECT_NE(console.str().find("stopped after update 1 of 12 (a stop signal); continue with --resume"),
+            std::string::npos)
+      << console.str();
+  o.stop_requested = nullptr;
+  o.resume = true;
+  EXPECT_EQ(train(o, console).updates, 11);
+}
+
+// A BART reads at most max_position_embeddings input tokens: longer --max-input-tokens (the default
+// 512 over a small BART's 256) cut documents there, said once, instead of failing the run at the first
+// long batch.
+TEST_F(Fixture, ABartsDocumentsAreCutToItsPositions) {
+  std::ostringstream console;
+  auto o = options("bart-positions");
+  auto bart = tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4, 32);
+  bart.max_position_embeddings = 8;
+  o.model_dir = tmp.path() / "bart8";
+  write_random_model(o.model_dir, bart, 3, 0.0);
+  fs::copy_file(model / "spiece.model", o.model_dir / "spiece.model");
+  o.steps = 2;
+  EXPECT_NO_THROW(train(o, console)) << console.str();
+  EXPECT_NE(console.str().find("note: --max-input-tokens 16 is more than this model's 8 encoder positions"),
+            std::string::npos)
+      << console.str();
+  EXPECT_NE(console.str().find("documents truncated to 8 tokens"), std::string::npos) << console.str();
 }
 
 // Dropout (here --dropout 0.2 over a config without it) changes training, and a resumed run still
