@@ -1,5 +1,6 @@
 #include "client/client_options.h"
 
+#include <cctype>
 #include <iostream>
 #include <stdexcept>
 
@@ -18,6 +19,22 @@ int64_t to_int(const std::string& flag, const std::string& v) {
     used = 0;
   }
   if (v.empty() || used != v.size()) throw std::invalid_argument(flag + " needs an integer, got '" + v + "'");
+  return x;
+}
+
+// The proto's seed is a uint64, as the offline tool's --seed: digits only (std::stoull takes "-1" as
+// 2^64 - 1), the whole range.
+uint64_t to_unsigned(const std::string& flag, const std::string& v) {
+  size_t used = 0;
+  uint64_t x = 0;
+  try {
+    if (!v.empty() && std::isdigit(static_cast<unsigned char>(v[0]))) x = std::stoull(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (v.empty() || used != v.size()) {
+    throw std::invalid_argument(flag + " needs an integer from 0 to 18446744073709551615, got '" + v + "'");
+  }
   return x;
 }
 
@@ -168,7 +185,7 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     } else if (arg == "--top-p") {
       g.set_top_p(static_cast<float>(to_double(arg, next())));
     } else if (arg == "--seed") {
-      g.set_seed(static_cast<uint64_t>(to_int(arg, next())));
+      g.set_seed(to_unsigned(arg, next()));
     } else if (arg == "--no-repeat-ngram-size") {
       g.set_no_repeat_ngram_size(static_cast<int32_t>(to_int(arg, next())));
     } else if (arg == "--repetition-penalty") {

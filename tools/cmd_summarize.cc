@@ -148,6 +148,11 @@ int run_summarize(const std::vector<std::string>& args) {
   if (const auto warning = unsupported_generation_warning(c); !warning.empty()) {
     std::cerr << "warning: the model: " << warning << "\n";
   }
+  // The API carries these as float32 (srformer.v1.GenerationOptions): read as the server reads them, a
+  // value such as 0.448 gives the same beam scores here and served.
+  for (auto* given : {&length_penalty, &temperature, &top_p, &rep}) {
+    if (*given) *given = static_cast<double>(static_cast<float>(**given));
+  }
   GenerationOptions o = d;
   o.max_new_tokens = max_new.value_or(d.max_new_tokens);
   o.min_new_tokens = min_new.value_or(std::min(o.max_new_tokens, d.min_new_tokens));

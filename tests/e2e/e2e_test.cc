@@ -164,6 +164,19 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
     ASSERT_EQ(streamed.exit_code, 0);
     EXPECT_EQ(streamed.out, j["summary"].get<std::string>() + "\n");
   }
+  // Options the API carries as float32 are read offline as the server reads them: a length penalty of
+  // 0.448 (no float32) gave beam scores 1 ulp apart.
+  {
+    const std::string opts = " --max-new-tokens 20 --num-beams 4 --length-penalty 0.448 --num-return-sequences 2 ";
+    auto served = run_command(kClient + t + " --model tiny" + opts + "--json " + doc(2));
+    ASSERT_EQ(served.exit_code, 0) << served.out;
+    auto tool = run_command(kTool + " summarize --model " + model_dir_->string() + opts + "--json " + doc(2));
+    ASSERT_EQ(tool.exit_code, 0) << tool.out;
+    const auto sj = nlohmann::json::parse(served.out), tj = nlohmann::json::parse(tool.out);
+    EXPECT_EQ(sj["token_ids"], tj["token_ids"]);
+    EXPECT_EQ(sj["score"].get<float>(), tj["score"].get<float>());
+    EXPECT_EQ(sj["alternatives"][0]["score"].get<float>(), tj["alternatives"][0]["score"].get<float>());
+  }
   // Three samples: served and offline alike, in draw order, the first what one sample with the seed gives.
   {
     const std::string sampling = " --max-new-tokens 20 --do-sample --temperature 1.5 --seed 9 ";
@@ -840,6 +853,14 @@ TEST_F(EndToEnd, BadFlagsExplainThemselves) {
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("--retries must be between 0 and 4 (gRPC makes at most 5 attempts), got 5"), std::string::npos)
       << r.out;
+  r = run_command(kClient + " --seed -1 " + doc(0) + " 2>&1");  // it was sent as 2^64 - 1
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--seed needs an integer from 0 to 18446744073709551615, got '-1'"), std::string::npos) << r.out;
+  // The top of the proto's uint64 range is read (it was refused from 2^63): the flags pass, the call
+  // then finds no server.
+  r = run_command(kClient + " --target 127.0.0.1:1 --deadline-ms 200 --seed 18446744073709551615 " + doc(0) + " 2>&1");
+  EXPECT_EQ(r.out.find("--seed"), std::string::npos) << r.out;
+  EXPECT_NE(r.exit_code, 2) << r.out;
   r = run_command(kClient + " --deadline-ms -5 " + doc(0) + " 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("--deadline-ms must be >= 0 (0: no deadline), got -5"), std::string::npos) << r.out;
