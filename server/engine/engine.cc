@@ -800,13 +800,18 @@ void Engine::step_rows() {
       events.push_back(std::move(ev));
     }
     new_tokens += static_cast<int64_t>(result.emitted.size());
-    if (s.detok && (!events.empty() || result.done)) {
+    // The streamed sequence ends with its EOS, which for several samples (sample 0 streams) may come
+    // steps before the request is done: flush the detokenizer onto that EOS event then. Flushing only
+    // at `done` would find no event to carry the held-back text and repeat the last token for it.
+    const bool stream_ends =
+        result.done || (!result.emitted.empty() && result.emitted.back() == s.request->options.eos_token_id);
+    if (s.detok && (!events.empty() || stream_ends)) {
       TokenEvent last;
       last.token_id = s.streamed.empty() ? config_.eos_token_id : s.streamed.back();
       last.logprob = s.streamed_logprobs.empty() ? 0.0f : s.streamed_logprobs.back();
       last.step = static_cast<int32_t>(s.streamed.size()) - 1;
       last.segment = seg;
-      jobs.push_back(tokens_job(s.request, s.detok, std::move(events), result.done, std::move(last)));
+      jobs.push_back(tokens_job(s.request, s.detok, std::move(events), stream_ends, std::move(last)));
     }
     if (result.done) {
       const auto hyps = s.searcher->results();
