@@ -39,14 +39,15 @@ namespace {
 bool is_plain_float(const torch::Tensor& t) { return !t.defined() || (is_cpu_inference_float(t) && t.is_contiguous()); }
 
 // Up to 8 rows the weight-streaming kernel is 3-10x faster than OpenBLAS's sgemm here, at 32 rows
-// 1.4-1.8x with AVX-512 (`srformer bench --only linear` prints both side by side); up to 32 rows a
-// decode batch also gets projections that do not depend on its other rows. Autograd and non-fp32
-// tensors take LibTorch's path.
-constexpr int64_t kFewRowsMax = 32;
-
+// 1.4-1.8x with AVX-512 (`srformer bench --only linear` prints both side by side). It takes every row
+// count (groups of 32 rows, each summed as one row alone would be), so that a row's projections do not
+// depend on how many other rows share the call: a decode batch of any size, a document encoded alone or
+// with others of its length. sgemm sums a row in another order than the kernel, so switching to it above
+// some row count would change a request's last bits once its batch grew past that count. Autograd and
+// non-fp32 tensors take LibTorch's path.
 bool use_few_rows(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, int64_t rows) {
-  return rows >= 1 && rows <= kFewRowsMax && is_cpu_inference_float(x) && is_plain_float(weight) &&
-         is_plain_float(bias) && kernels::use_cpu_kernels();
+  return rows >= 1 && is_cpu_inference_float(x) && is_plain_float(weight) && is_plain_float(bias) &&
+         kernels::use_cpu_kernels();
 }
 
 // x [..., in] (CPU float32) as `rows` contiguous rows -> kernel(x rows, y rows) -> y [..., out].

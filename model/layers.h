@@ -15,9 +15,10 @@ class Bf16PackedMatrix;
 class Fp32PackedMatrix;
 }  // namespace kernels
 
-// y = x Wᵀ + b. Up to 32 rows on the CPU in fp32 without autograd (a decode step) go through
-// kernels::few_rows_linear, which reads W once for all rows; OpenBLAS 0.3.21's sgemm packs all of W on
-// every call, which doubles or worse the memory traffic of a step that is memory-bound anyway.
+// y = x Wᵀ + b. On the CPU in fp32 without autograd, any number of rows goes through
+// kernels::few_rows_linear, which reads W once per 32 rows and sums each row as it would alone (batching
+// changes no bits); OpenBLAS 0.3.21's sgemm packs all of W on every call, which doubles or worse the
+// memory traffic of a decode step that is memory-bound anyway.
 // Without the AVX2 kernels one row takes a matrix-vector product, more rows LibTorch's linear.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias = {});
 

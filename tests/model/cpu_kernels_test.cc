@@ -108,6 +108,26 @@ TEST(FewRowsLinear, EachRowIsBitIdenticalAloneAndInAnyBatch) {
   });
 }
 
+// srformer::linear (the projections of a model loaded without packed weights) gives a row the same bits
+// in a call of any number of rows: above 32 rows it took OpenBLAS's sgemm, which sums in another order,
+// so a request's logprobs changed once its decode batch grew past 32 rows.
+TEST(FewRowsLinear, ModelLinearGivesARowTheSameBitsInACallOfAnySize) {
+  const srformer::testing::KernelSwitchesRestored restore_switches;
+  SKIP_WITHOUT_CPU_KERNELS();
+  torch::manual_seed(14);
+  const auto w = torch::randn({48, 96});
+  const auto b = torch::randn({48});
+  const auto x = torch::randn({321, 96});
+  torch::NoGradGuard no_grad;
+  for (const int64_t rows : {1, 32, 33, 64, 321}) {
+    const auto together = srformer::linear(x.narrow(0, 0, rows), w, b);
+    for (int64_t r = 0; r < rows; r += 16) {
+      ASSERT_TRUE(torch::equal(srformer::linear(x.narrow(0, r, 1), w, b)[0], together[r]))
+          << rows << " rows, row " << r;
+    }
+  }
+}
+
 TEST(FewRowsLinear, ModelLinearUsesItForDecodeRowsAndStaysDifferentiableForTraining) {
   const srformer::testing::KernelSwitchesRestored restore_switches;
   SKIP_WITHOUT_CPU_KERNELS();
@@ -732,7 +752,9 @@ TEST(Fp32Attention, EncoderLayersUseItAndTrainingDoesNot) {
   const auto x = torch::randn({2, 21, D});
   const auto bias = torch::randn({1, 2, 21, 21});
   torch::NoGradGuard no_grad;
+  srformer::kernels::set_cpu_kernels(false);  // LibTorch's form throughout, the projections too
   const auto libtorch = a.forward(x, bias);
+  srformer::kernels::set_cpu_kernels(true);
   a.kernel_attention = true;
   const auto kernel = a.forward(x, bias);
   EXPECT_FALSE(torch::equal(kernel, libtorch)) << "the kernel sums in its own order";
