@@ -96,10 +96,24 @@ torch::Tensor pool_positions(torch::Tensor& keys, torch::Tensor& values, const t
 
 // What a switch feeds the membrane, from K^T V and the segment's K_i^T V_i ([..., H, d, d] fp32):
 // P_i W^T (ablation IV: K_i^T V_i W^T), or P_i itself for ablation III (no RAF: P is R).
+// The product with W^T runs row by row with our kernel where it may (as prepare_recurrent_cpu's table
+// does): one BLAS call over the n rows switching this step would sum a row in an order that depends on
+// n, i.e. on which other requests switch segments in the same step (a row alone took another kernel).
 torch::Tensor drive_from_products(const CrossAttention& a, const torch::Tensor& kv, torch::Tensor ksvs) {
   if (a.kv_clamp) ksvs = ksvs.clamp(-*a.kv_clamp, *a.kv_clamp);
   if (a.kind == CrossAttentionKind::kAblationIII) return kv - ksvs;
-  return torch::matmul(a.kind == CrossAttentionKind::kAblationIV ? ksvs : kv - ksvs, a.raf.weight.t());
+  const auto p = (a.kind == CrossAttentionKind::kAblationIV ? ksvs : kv - ksvs).contiguous();
+  const int64_t d = a.raf.weight.size(0);
+  if (p.dim() >= 2 && p.size(-1) == d && is_cpu_inference_float(p) && is_cpu_inference_float(a.raf.weight) &&
+      kernels::use_cpu_kernels()) {
+    const auto wt = a.raf.weight.t().contiguous();
+    auto out = torch::empty_like(p);
+    // Row r of P W^T: the rows of W^T weighted by row r of P (the same W^T for every row: stride 0).
+    kernels::weighted_value_sum(p.data_ptr<float>(), wt.data_ptr<float>(), 0, p.numel() / d, d, d,
+                                out.data_ptr<float>(), at::get_num_threads());
+    return out;
+  }
+  return torch::matmul(p, a.raf.weight.t());
 }
 
 // The layer's cross keys and values in fp32 with padded positions zeroed ([B,H,k,d] each): what

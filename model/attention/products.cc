@@ -28,10 +28,11 @@ int64_t uniform_group_stride(const torch::Tensor& t) {
 }
 
 torch::Tensor keys_values_product(const torch::Tensor& k, const torch::Tensor& v) {
-  // Over a whole document (T in the thousands) one BLAS call per group costs little next to its work.
-  constexpr int64_t kMaxKernelRows = 512;
-  const bool kernel = k.dim() == 4 && k.sizes() == v.sizes() && k.size(2) <= kMaxKernelRows &&
-                      is_cpu_inference_float(k) && is_cpu_inference_float(v) && kernels::use_cpu_kernels();
+  // The kernel at any T: each sum is one chain over t = 0, 1, ... from zero, so the zero-padded positions
+  // of a batch's longer rows change no bits. (BLAS above some T summed a row in another order padded to a
+  // long document than alone: K^T V, with --precompute-switches false, depended on the batch.)
+  const bool kernel = k.dim() == 4 && k.sizes() == v.sizes() && is_cpu_inference_float(k) &&
+                      is_cpu_inference_float(v) && kernels::use_cpu_kernels();
   if (!kernel) return torch::matmul(k.transpose(-1, -2), v);
   const auto kc = k.contiguous();
   const auto vc = v.contiguous();

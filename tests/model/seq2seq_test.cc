@@ -336,6 +336,35 @@ TEST_P(Seq2SeqProperties, PrecomputedSwitchDrivesEqualDrivesComputedAtEachSwitch
   }
 }
 
+// Without the precomputed switch table (--precompute-switches false) a row decodes to the same bits alone
+// and in a batch: the drive at a switch was one BLAS product over the rows switching in that step, and
+// K^T V took BLAS once the batch held a document of over 512 positions (padding the short row to it).
+TEST_P(Seq2SeqProperties, WithoutTheSwitchTableARowDecodesTheSameAloneAndInABatch) {
+  if (!model_->config().srformer.segmented()) GTEST_SKIP() << "no segment switches";
+  if (!kernels::use_cpu_kernels()) GTEST_SKIP() << "bit-identity is what the CPU kernels promise";
+  LoadOptions o;
+  o.precompute_switches = false;
+  o.dtype = GetParam().dtype;
+  const auto m = load_model(dir_.path(), o);
+  const auto ids = random_ids(1, 17);
+  const auto dec = random_ids(3, 8);
+  auto alone = m->start(m->encode(ids, torch::ones({1, 17}, torch::kLong)), torch::tensor({8}, torch::kLong));
+  // T5 reads any length; BART's learned positions end at 256 here.
+  const int64_t n = m->config().arch == Architecture::kT5 ? 530 : m->config().max_input_tokens;
+  auto batch_ids = random_ids(3, n);
+  auto mask = torch::ones({3, n}, torch::kLong);
+  batch_ids[0].narrow(0, 0, 17).copy_(ids[0]);
+  batch_ids[0].narrow(0, 17, n - 17).fill_(m->config().pad_token_id);
+  mask[0].narrow(0, 17, n - 17).fill_(0);
+  mask[2].narrow(0, 23, n - 23).fill_(0);
+  auto together = m->start(m->encode(batch_ids, mask), torch::tensor({8, 8, 8}, torch::kLong));
+  for (int64_t t = 0; t < dec.size(1); ++t) {
+    const auto a = m->step(alone, dec.narrow(0, 0, 1).select(1, t));
+    const auto b = m->step(together, dec.select(1, t));
+    ASSERT_TRUE(torch::equal(a[0], b[0])) << "step " << t << ": " << (a[0] - b[0]).abs().max().item<double>();
+  }
+}
+
 // With the CPU kernels on, a segmented softmax reads each row's window where it lies in the row's
 // span of the cross keys/values pools (no per-row window copies in the state); the logits equal those
 // of a state that keeps window copies (kernels off) for rows of different k, rows skipping segments and
