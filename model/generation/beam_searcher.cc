@@ -140,11 +140,7 @@ std::vector<kernels::BeamCandidate> BeamSearcher::sample_candidates(const torch:
   for (int64_t i = 0; i < n; ++i) {
     if (p[i] > 0.0f) left.emplace_back(i, p[i]);
   }
-  if (left.empty()) {
-    throw std::runtime_error(
-        "beam sampling found no token with a positive probability (every token was filtered out or the logits "
-        "hold NaN); check the logits processors' options");
-  }
+  if (left.empty()) throw_no_choice(flat, steps_);  // no token with a positive probability
   std::vector<kernels::BeamCandidate> drawn;
   std::vector<bool> taken(static_cast<size_t>(n), false);
   for (int64_t draw = 0; draw < count && draw < static_cast<int64_t>(left.size()); ++draw) {

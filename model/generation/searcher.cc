@@ -1,5 +1,7 @@
 #include "model/generation/searcher.h"
 
+#include <limits>
+
 #include "model/generation/beam_searcher.h"
 #include "model/generation/multi_sample_searcher.h"
 #include "model/generation/single_row_searcher.h"
@@ -8,8 +10,22 @@ namespace srformer {
 
 std::string non_finite_logits_message(int64_t step) {
   return "the model's logits hold NaN at step " + std::to_string(step) +
-         " (or the options excluded every token): its weights or config.json make non-finite values; "
-         "check the weights for NaN and settings such as layer_norm_epsilon";
+         ": its weights or config.json make non-finite values; check the weights for NaN and settings such "
+         "as layer_norm_epsilon";
+}
+
+NoTokenLeftError::NoTokenLeftError(int64_t step)
+    : std::invalid_argument("at step " + std::to_string(step) +
+                            " the request's options leave no token to choose (no_repeat_ngram_size, "
+                            "min_new_tokens, repetition_penalty, top_k/top_p together exclude every one); "
+                            "relax them, e.g. a smaller no_repeat_ngram_size or min_new_tokens") {}
+
+void throw_no_choice(const torch::Tensor& scores, int64_t step) {
+  if (scores.defined() && scores.numel() > 0 && !at::isnan(scores).any().item<bool>() &&
+      (scores == -std::numeric_limits<float>::infinity()).all().item<bool>()) {
+    throw NoTokenLeftError(step);
+  }
+  throw std::runtime_error(non_finite_logits_message(step));
 }
 
 const char* to_string(FinishReason reason) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,18 @@ class Searcher {
 
 // Why a search stops where the model's logits at `step` hold NaN: the model, not the request, is at fault.
 std::string non_finite_logits_message(int64_t step);
+
+// A request whose options leave no token to choose at `step` (every one excluded, e.g. by
+// no_repeat_ngram_size with min_new_tokens over a small vocabulary): the request, not the model, is at
+// fault, and the server answers INVALID_ARGUMENT.
+class NoTokenLeftError : public std::invalid_argument {
+ public:
+  explicit NoTokenLeftError(int64_t step);
+};
+
+// Throws NoTokenLeftError where every one of `scores` (processed, [rows, vocab]) is -inf, else the
+// runtime_error of non_finite_logits_message: what a search that found nothing to choose says.
+[[noreturn]] void throw_no_choice(const torch::Tensor& scores, int64_t step);
 
 // Creates the searcher the options ask for (validates them first).
 std::unique_ptr<Searcher> make_searcher(const GenerationOptions& options);

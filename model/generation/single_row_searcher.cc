@@ -36,7 +36,7 @@ SearchStep GreedySearcher::advance(const torch::Tensor& logits) {
     const auto scores = scores_from_logits(logits, 1, options_, scores_);
     process_logits(options_, {history_}, scores);
     token = choose(scores, logprob);
-    if (std::isnan(logprob)) throw std::runtime_error(non_finite_logits_message(steps()));
+    if (std::isnan(logprob)) throw_no_choice(scores, steps());
   }
   score_ += logprob;
   logprobs_.push_back(static_cast<float>(logprob));
@@ -99,11 +99,7 @@ int64_t SamplingSearcher::choose(const torch::Tensor& scores, double& logprob) {
   const auto probs = scores[0].softmax(-1);
   const auto* p = probs.data_ptr<float>();
   const auto drawn = draw_weighted(rng_, probs.size(0), [p](int64_t i) { return static_cast<double>(p[i]); });
-  if (drawn.index < 0) {
-    throw std::runtime_error(
-        "sampling found no token with a positive probability (every token was filtered out "
-        "or the logits hold NaN); check the logits processors' options");
-  }
+  if (drawn.index < 0) throw_no_choice(scores, steps());  // no token with a positive probability
   logprob = std::log(static_cast<double>(p[drawn.index]) / drawn.total);
   return drawn.index;
 }

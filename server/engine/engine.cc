@@ -765,10 +765,15 @@ void Engine::step_rows() {
     s.row_steps += s.rows;
     const SearchStep& result = searched[i].step;
     if (searched[i].error) {
-      spdlog::error("request {}: search failed: {}", s.request->id, *searched[i].error);
+      if (searched[i].request_at_fault) {
+        spdlog::info("request {}: its options left no token: {}", s.request->id, *searched[i].error);
+      } else {
+        spdlog::error("request {}: search failed: {}", s.request->id, *searched[i].error);
+      }
       RequestResult failed;
       failed.outcome = RequestOutcome::kError;
-      failed.error = "search failed: " + *searched[i].error;
+      failed.request_at_fault = searched[i].request_at_fault;
+      failed.error = searched[i].request_at_fault ? *searched[i].error : "search failed: " + *searched[i].error;
       failed.usage = s.request->usage;
       jobs.push_back(result_job(s.request, std::move(failed)));
       tokens_in_flight_ -= s.budget;
@@ -909,6 +914,9 @@ std::vector<Engine::Searched> Engine::search_all(const torch::Tensor& logits) {
     for (auto i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {
       try {
         out[i].step = slots_[i]->searcher->advance(logits.narrow(0, offsets[i], slots_[i]->rows));
+      } catch (const NoTokenLeftError& e) {
+        out[i].error = e.what();
+        out[i].request_at_fault = true;
       } catch (const std::exception& e) {
         out[i].error = error_message(e);
       }

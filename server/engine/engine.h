@@ -197,6 +197,7 @@ class Engine {
   struct Searched {
     SearchStep step;
     std::optional<std::string> error;  // what the searcher threw
+    bool request_at_fault = false;     // ... a NoTokenLeftError: the request's options
   };
   std::vector<Searched> search_all(const torch::Tensor& logits);
   // Collects a leaving slot's result and usage (its rows are still in state_); returns the delivery

@@ -49,7 +49,8 @@ struct Alternative {
 
 struct RequestResult {
   RequestOutcome outcome = RequestOutcome::kOk;
-  std::string error;  // kError: what failed
+  std::string error;              // kError: what failed
+  bool request_at_fault = false;  // kError: the request's options failed it (INVALID_ARGUMENT), not the server
   std::string summary;
   std::vector<int64_t> token_ids;
   std::vector<float> token_logprobs;  // one per token id

@@ -668,6 +668,7 @@ grpc::Status result_status(const RequestResult& r) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           "the server shut down before the summary was complete; retry on another replica");
     case RequestOutcome::kError:
+      if (r.request_at_fault) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, r.error);
       return grpc::Status(grpc::StatusCode::INTERNAL, "generation failed: " + r.error);
   }
   return grpc::Status(grpc::StatusCode::UNKNOWN, "unknown outcome");

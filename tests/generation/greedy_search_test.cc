@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "model/generation/beam_searcher.h"
+#include "model/generation/searcher.h"
 #include "model/generation/single_row_searcher.h"
 #include "model/kernels/avx2.h"
 #include "scripted_model.h"
@@ -234,6 +235,40 @@ TEST(NonFiniteLogitsTest, GreedyAndBeamSearchRefuseNaNLogits) {
     // The same rows without the NaN are searched as ever.
     GreedySearcher clean(base_options());
     EXPECT_EQ(clean.advance(torch::zeros({1, 16})).emitted.size(), 1u);
+  }
+}
+
+// Options that leave no token to choose (here: each of 5 tokens at most once, EOS barred until 10 new
+// tokens) end the search with NoTokenLeftError, which blames the request (the server answers
+// INVALID_ARGUMENT), for greedy search, sampling, several samples and beam sampling, with the kernels and
+// without; it said the model's logits held NaN (INTERNAL).
+TEST(NonFiniteLogitsTest, OptionsThatLeaveNoTokenBlameTheRequest) {
+  testing::KernelSwitchesRestored restore;
+  for (const bool kernels_on : {true, false}) {
+    kernels::set_cpu_kernels(kernels_on);
+    for (const int kind : {0, 1, 2, 3}) {
+      SCOPED_TRACE(std::string(kernels_on ? "kernels on, " : "kernels off, ") + "searcher " + std::to_string(kind));
+      auto options = base_options();
+      options.no_repeat_ngram_size = 1;
+      options.min_new_tokens = 10;
+      options.do_sample = kind != 0;
+      options.num_return_sequences = kind == 2 ? 2 : 1;
+      options.num_beams = kind == 3 ? 2 : 1;
+      options.seed = 4;
+      const auto searcher = make_searcher(options);
+      const int64_t rows = searcher->num_rows();
+      bool refused = false;
+      for (int step = 0; step < 10 && !refused; ++step) {
+        try {
+          (void)searcher->advance(torch::randn({rows, 5}));
+        } catch (const NoTokenLeftError& e) {
+          refused = true;
+          EXPECT_NE(std::string(e.what()).find("the request's options leave no token to choose"), std::string::npos)
+              << e.what();
+        }
+      }
+      EXPECT_TRUE(refused) << "10 new tokens from the 3 that are neither the start token nor EOS, none twice";
+    }
   }
 }
 

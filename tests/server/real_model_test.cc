@@ -145,6 +145,19 @@ Streamed read_stream(v1::Summarizer::Stub& stub, const v1::SummarizeRequest& req
 TEST_F(RealModel, OptionsAtTheirEdgesAreServedOrRefusedNeverInternal) {
   auto seen = send_edge_option_requests(*stub_, 150, 13);
   EXPECT_GT(seen[grpc::StatusCode::OK], 0);
+  // Options that leave no token to choose before min_new_tokens (no token twice, over a vocabulary of
+  // 64): INVALID_ARGUMENT naming them, greedy and sampled (it was INTERNAL, blaming the model's weights).
+  for (const bool sample : {false, true}) {
+    auto r = request(synthetic_text(2, 5), 64, 1, /*no_repeat=*/1);
+    r.mutable_options()->set_min_new_tokens(64);
+    r.mutable_options()->set_do_sample(sample);
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    const auto status = stub_->Summarize(&ctx, r, &resp);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_NE(status.error_message().find("the request's options leave no token to choose"), std::string::npos)
+        << status.error_message();
+  }
 }
 
 TEST_F(RealModel, UnaryAndStreamEqualOfflineGenerate) {
