@@ -867,17 +867,27 @@ void DecoderState::compact(int64_t min_unused) {
   }
 }
 
-int64_t DecoderState::bytes() const {
+namespace {
+
+// Bytes of the [B, ...] tensors (the pools' spans aside).
+int64_t dense_bytes(const DecoderState& s) {
   int64_t total = 0;
-  for_each_tensor(const_cast<DecoderState&>(*this), [&](torch::Tensor& t) { total += tensor_bytes(t); });
-  total += tensor_bytes(self_src);
+  for_each_tensor(const_cast<DecoderState&>(s), [&](torch::Tensor& t) { total += tensor_bytes(t); });
+  return total + tensor_bytes(s.self_src);
+}
+
+// Bytes of one position (key, or table entry) of a pool whose positions lie along `dim`.
+int64_t per_position(const torch::Tensor& pool, int64_t dim) {
+  if (pool.dim() <= dim || pool.size(dim) == 0) return int64_t{0};
+  return pool.numel() / pool.size(dim) * static_cast<int64_t>(pool.element_size());
+}
+
+}  // namespace
+
+int64_t DecoderState::bytes() const {
+  int64_t total = dense_bytes(*this);
   if (std::none_of(layers.begin(), layers.end(), pooled)) return total;
   const auto counts = row_counts(*this);
-  // Bytes of one position (key, or table entry) of a pool whose positions lie along `dim`.
-  const auto per_position = [](const torch::Tensor& pool, int64_t dim) {
-    if (pool.dim() <= dim || pool.size(dim) == 0) return int64_t{0};
-    return pool.numel() / pool.size(dim) * static_cast<int64_t>(pool.element_size());
-  };
   for (const auto& l : layers) {
     if (!pooled(l)) continue;
     total += total_count(used_spans(l.cross_start, counts.keys)) *
@@ -946,10 +956,21 @@ LayerState DecoderState::rows_of_layer(size_t layer) const {
   return out;
 }
 
-int64_t DecoderState::row_bytes(int64_t b) const {
+int64_t DecoderState::request_bytes(int64_t first_row, int64_t rows) const {
   const auto n = batch_size();
-  if (b < 0 || b >= n) throw std::out_of_range("DecoderState::row_bytes: no row " + std::to_string(b));
-  return bytes() / n;  // every tensor is [B, ...]: each row holds an equal share (padding included)
+  if (first_row < 0 || first_row >= n || rows < 1) {
+    throw std::out_of_range("DecoderState::request_bytes: no row " + std::to_string(first_row));
+  }
+  int64_t total = dense_bytes(*this) / n * rows;
+  if (std::none_of(layers.begin(), layers.end(), pooled)) return total;
+  const auto counts = row_counts(*this);
+  const auto b = static_cast<size_t>(first_row);
+  for (const auto& l : layers) {
+    if (!pooled(l)) continue;
+    total += counts.keys.at(b) * (per_position(l.cross_k, kKeyDim) + per_position(l.cross_v, kKeyDim));
+    if (l.switch_drive.defined()) total += counts.entries.at(b) * per_position(l.switch_drive, kEntryDim);
+  }
+  return total;
 }
 
 }  // namespace srformer

@@ -108,9 +108,12 @@ class DecoderState {
   // of the state bytes a full row move would (BART-base, srformer). With self_src, not even those:
   // such a row takes its parent's row of the slot table instead.
   void retain(const std::vector<int64_t>& rows, const std::vector<bool>& same_request = {});
-  // Bytes held for row b (its share of every tensor, padding included), and in total. A pool counts
-  // the spans some row uses (holes wait for the next join; at most three times what is used).
-  int64_t row_bytes(int64_t b) const;
+  // Bytes held for the request whose `rows` rows (beams, samples; their most) start at first_row: each
+  // row's share of the [B, ...] tensors (their padding to the batch's longest included, which the batch
+  // really holds for it), and its own spans of the pools once (its rows share them); not a share of
+  // other requests' spans. And the bytes of the whole state: a pool counts the spans some row uses
+  // (holes wait for the next join; at most three times what is used).
+  int64_t request_bytes(int64_t first_row, int64_t rows) const;
   int64_t bytes() const;
   // The memory the state's tensors keep allocated, each buffer once: bytes() plus the room kept for
   // growth (self-attention caches and rows appended into buffers with room, pools' heads) and the

@@ -977,9 +977,10 @@ Delivery::Job Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome
       total += slot.raf_total_left;
       u.raf_firing_rate = total > 0 ? fired / total : 0.0;
     }
-    // Every row holds an equal share of the batched state (row_bytes): one walk over it, not one per beam.
+    // Its rows' shares of the batched tensors and its own spans of the pools (request_bytes; it was the
+    // batch's bytes over its rows, so a short document beside a long one reported the long one's keys).
     // Rows that left earlier held less (a shorter cache): the most rows at today's share bound the peak.
-    u.state_bytes = state_.row_bytes(row_offset) * slot.most_rows;
+    u.state_bytes = state_.request_bytes(row_offset, slot.most_rows);
   } catch (const std::exception& e) {
     result.outcome = RequestOutcome::kError;
     result.error = std::string("collecting the result failed: ") + error_message(e);

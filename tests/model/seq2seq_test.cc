@@ -976,6 +976,33 @@ TEST(SwitchTableClamp, PrecomputedDrivesClampLikeDrivesComputedAtEachSwitch) {
   }
 }
 
+// A request's bytes are its rows' shares of the batched tensors and its own spans of the pools: a short
+// document beside a long one reports its own keys, not half of both (usage.state_bytes was the batch's
+// bytes over its rows), and the requests' bytes add up to the state's.
+TEST(StateBytes, ARequestCountsItsOwnSpansNotAShareOfOthers) {
+  const testing::KernelSwitchesRestored restore_switches;
+  kernels::set_cpu_kernels(true);
+  TempDir d("request-bytes");
+  write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 9);
+  auto model = load_model(d.path());
+  const auto start = [&](int64_t k) {
+    const auto ids = torch::randint(3, 96, {1, k}, torch::kLong);
+    return model->start(model->encode(ids, torch::ones({1, k}, torch::kLong)), torch::full({1}, 8, torch::kLong));
+  };
+  auto alone = start(6);
+  auto st = start(6);
+  st.append(start(300));
+  ASSERT_TRUE(st.layers[0].cross_start.defined()) << "the pools this test is about";
+  const int64_t short_bytes = st.request_bytes(0, 1), long_bytes = st.request_bytes(1, 1);
+  EXPECT_LT(4 * short_bytes, long_bytes);
+  EXPECT_NEAR(static_cast<double>(short_bytes + long_bytes), static_cast<double>(st.bytes()), 2.0);
+  // Beside the long row, the short one holds its padding of the batched tensors more than alone, and
+  // the same spans.
+  EXPECT_GE(short_bytes, alone.request_bytes(0, 1));
+  EXPECT_LT(short_bytes, 2 * alone.request_bytes(0, 1));
+  EXPECT_THROW((void)st.request_bytes(2, 1), std::out_of_range);
+}
+
 TEST(StateBytes, GrowWithStepsAndShrinkWithRows) {
   TempDir d("bytes");
   write_random_model(d.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4), 9);
@@ -993,7 +1020,7 @@ TEST(StateBytes, GrowWithStepsAndShrinkWithRows) {
   st.select(torch::tensor({2}, torch::kLong));
   EXPECT_EQ(st.batch_size(), 1);
   EXPECT_NEAR(static_cast<double>(st.bytes()), dense.bytes() / 3.0, 1.0);
-  EXPECT_EQ(st.row_bytes(0), st.bytes());
+  EXPECT_EQ(st.request_bytes(0, 1), st.bytes());
   EXPECT_THROW(st.select(torch::tensor({5}, torch::kLong)), std::out_of_range);
 }
 
