@@ -121,7 +121,8 @@ struct Metrics::Families {
                              .Register(r)),
         generated_tokens(BuildHistogram()
                              .Name("srformer_generated_tokens")
-                             .Help("Tokens generated per finished request.")
+                             .Help("Tokens of each finished request's summary (the best beam or the first "
+                                   "sample; further sequences returned are not counted).")
                              .Register(r)),
         input_tokens(BuildHistogram()
                          .Name("srformer_input_tokens")
@@ -134,7 +135,8 @@ struct Metrics::Families {
         decode_steps(BuildCounter().Name("srformer_decode_steps_total").Help("Batched decode steps.").Register(r)),
         generated_tokens_total(BuildCounter()
                                    .Name("srformer_generated_tokens_total")
-                                   .Help("Tokens generated over all requests.")
+                                   .Help("Tokens of the summaries decided, as they are decided (the best beam "
+                                         "or the first sample of each request; further sequences not counted).")
                                    .Register(r)),
         rows_joined(BuildCounter()
                         .Name("srformer_rows_joined_total")

@@ -263,6 +263,14 @@ v1::GenerationOptions to_proto(const ResolvedOptions& resolved) {
   return p;
 }
 
+std::string request_id_problem(std::string_view id) {
+  if (id.size() > kMaxRequestIdBytes) {
+    return "request_id is " + str(id.size()) + " bytes; at most " + str(kMaxRequestIdBytes);
+  }
+  if (!utf8::is_valid(id)) return "request_id is not valid UTF-8";  // a JSON log line would not be either
+  return {};
+}
+
 std::shared_ptr<Request> build_request(const v1::SummarizeRequest& in, const Engine& engine,
                                        const ServiceLimits& limits, std::optional<Clock::time_point> deadline) {
   validate_document(in.document());
@@ -274,10 +282,7 @@ std::shared_ptr<Request> build_request(const v1::SummarizeRequest& in, const Eng
   const ModelConfig& config = engine.config();
   ResolvedOptions resolved = resolve_options(in.options(), config, limits);
 
-  if (in.request_id().size() > kMaxRequestIdBytes) {
-    // It is echoed in every log line and response of the request.
-    invalid("request_id is " + str(in.request_id().size()) + " bytes; at most " + str(kMaxRequestIdBytes));
-  }
+  if (const std::string problem = request_id_problem(in.request_id()); !problem.empty()) invalid(problem);
   auto req = std::make_shared<Request>();
   req->id = in.request_id();
   req->options = resolved.options;

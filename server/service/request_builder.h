@@ -72,6 +72,10 @@ int64_t effective_max_input_tokens(const ModelConfig& config, const ServiceLimit
 // The longest client-chosen request_id: it is echoed in every log line and response of its request.
 inline constexpr size_t kMaxRequestIdBytes = 128;
 
+// Why a client-chosen request_id cannot be taken (empty: it can): over kMaxRequestIdBytes, or not UTF-8.
+// (The logger escapes control characters; it cannot make ill-formed UTF-8 valid JSON.)
+std::string request_id_problem(std::string_view id);
+
 // Full request: document checks, options, tokenization, truncation policy. Callbacks are left unset.
 std::shared_ptr<Request> build_request(const v1::SummarizeRequest& request, const Engine& engine,
                                        const ServiceLimits& limits, std::optional<Clock::time_point> deadline);

@@ -38,12 +38,29 @@ v1::FinishReason to_proto(FinishReason reason) {
 // A client-given name as quoted back in an error: at most 64 bytes (a long one would not fit in the
 // status's metadata), control characters (NUL would end the message) as '?'.
 std::string shown_name(std::string_view name) {
+  // Cut on a character's boundary (a cut through one made the line invalid UTF-8, and so invalid JSON),
+  // with ill-formed bytes and control characters shown as '?'.
   constexpr size_t kMax = 64;
-  std::string out(name.substr(0, kMax));
-  for (char& c : out) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) c = '?';
+  std::string out;
+  size_t pos = 0;
+  while (pos < name.size()) {
+    const size_t len = utf8::sequence_length(name, pos);
+    if (len == 0) {
+      if (out.size() + 1 > kMax) break;
+      out += '?';
+      ++pos;
+      continue;
+    }
+    if (out.size() + len > kMax) break;
+    const unsigned char c = static_cast<unsigned char>(name[pos]);
+    if (len == 1 && (c < 0x20 || c == 0x7F)) {
+      out += '?';
+    } else {
+      out.append(name.substr(pos, len));
+    }
+    pos += len;
   }
-  return name.size() > kMax ? out + "... (" + std::to_string(name.size()) + " bytes)" : out;
+  return pos < name.size() ? out + "... (" + std::to_string(name.size()) + " bytes)" : out;
 }
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -84,14 +101,14 @@ class CallRecord {
     } else if (metrics_ && status.error_code() == grpc::StatusCode::NOT_FOUND) {
       metrics_->on_unrouted(method_, UnroutedReason::kUnknownModel);
     }
-    spdlog::info("request {}: {} model={} refused with {}: {}", shown_name(id), method_,
+    spdlog::info("request {}: {} model={} refused with {}: {}", id, method_,
                  engine ? engine->name() : shown_name(requested), status_code_name(status.error_code()),
                  status.error_message());
   }
   // A call whose body did not parse, or a batch holding no request: nothing names a model.
   void malformed(const std::string& id, const grpc::Status& status) {
     if (metrics_) metrics_->on_unrouted(method_, UnroutedReason::kMalformed);
-    spdlog::info("request {}: {} refused with {}: {}", shown_name(id), method_, status_code_name(status.error_code()),
+    spdlog::info("request {}: {} refused with {}: {}", id, method_, status_code_name(status.error_code()),
                  status.error_message());
   }
   // Before Finish(status): the metrics, and the pushback a full queue gives.
@@ -319,7 +336,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
  public:
   BatchCall(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body,
             grpc::ByteBuffer* out)
-      : record_(service, context, "SummarizeBatch"), metrics_(service.metrics()), out_(out) {
+      : record_(service, context, "SummarizeBatch"), context_(context), metrics_(service.metrics()), out_(out) {
     if (const grpc::Status parsed = parse_body(body, in_); !parsed.ok()) {
       record_.malformed(service.next_request_id(), parsed);
       end(parsed);
@@ -405,7 +422,12 @@ class BatchCall final : public grpc::ServerUnaryReactor {
           if (!failed_) failed_ = i;
           for (int j = 0; j < i; ++j) cancel(j);
           remaining_ -= count_queued_after(i, prepared);
-          for (int j = i + 1; j < n; ++j) items_[j].request.reset();
+          for (int j = i + 1; j < n; ++j) {
+            if (!items_[j].request) continue;
+            spdlog::info("request {}: {} model={} not run: requests[{}] of its batch was refused", items_[j].id,
+                         record_.method(), items_[j].model, i);
+            items_[j].request.reset();
+          }
           break;
         }
       }
@@ -458,6 +480,24 @@ class BatchCall final : public grpc::ServerUnaryReactor {
     if (last) complete();
   }
   void complete() {
+    // Every item that was queued gets its line (its result, or why it stopped), whatever ends the call:
+    // the client's request ids are echoed in the logs. (Items refused before they were queued were
+    // logged then.)
+    for (const Item& item : items_) {
+      if (item.request) log_result(record_.method(), *item.request, item.model, item.result, item.error);
+    }
+    if (context_->IsCancelled()) {
+      // The client has its status already (its deadline, or its cancel): count and log that one, not
+      // the OK of a partial_results response nobody receives (nor its items).
+      const bool expired = context_->deadline() <= std::chrono::system_clock::now();
+      const grpc::Status status = expired
+                                      ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                                     "the deadline expired before every request of the batch finished")
+                                      : grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the batch");
+      spdlog::info("batch of {} requests ended with {}", items_.size(), status_code_name(status.error_code()));
+      end(status);
+      return;
+    }
     if (failed_) {
       const grpc::Status status = item_status(*failed_);
       spdlog::info("batch of {} requests ended with {}", items_.size(), status_code_name(status.error_code()));
@@ -469,8 +509,6 @@ class BatchCall final : public grpc::ServerUnaryReactor {
     for (size_t i = 0; i < items_.size(); ++i) {
       const Item& item = items_[i];
       auto* const out = response.add_responses();
-      // Items refused before they were queued were logged then; the others get their result line here.
-      if (item.request) log_result(record_.method(), *item.request, item.model, item.result, item.error);
       if (partial_ && metrics_ && item.known_model) {
         metrics_->model(item.model).on_batch_item(status_code_name(item.error.error_code()));
       }
@@ -497,6 +535,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
   }
 
   CallRecord record_;
+  grpc::CallbackServerContext* context_;
   Metrics* metrics_;
   v1::SummarizeBatchRequest in_;
   grpc::ByteBuffer* out_;
@@ -515,9 +554,9 @@ SummarizerService::SummarizerService(ModelRegistry& models, ServiceLimits limits
 std::string SummarizerService::next_request_id() { return "req-" + std::to_string(next_id_.fetch_add(1)); }
 
 std::string SummarizerService::request_id(const v1::SummarizeRequest& request) {
-  // One too long to take (build_request refuses it) is not logged whole either.
-  return request.request_id().empty() || request.request_id().size() > kMaxRequestIdBytes ? next_request_id()
-                                                                                          : request.request_id();
+  // One build_request refuses (too long, not printable UTF-8) is not logged: the refusal names it.
+  return request.request_id().empty() || !request_id_problem(request.request_id()).empty() ? next_request_id()
+                                                                                           : request.request_id();
 }
 
 Engine* SummarizerService::find_model(const std::string& name) const { return models_.find(name); }

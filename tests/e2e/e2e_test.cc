@@ -518,6 +518,13 @@ TEST_F(EndToEnd, RefusedRequestsAreCountedAndLoggedOnceInValidJsonLines) {
   EXPECT_NE(streamed.exit_code, 0);
   auto unknown = run_command(client + " --model nope " + doc(0) + " 2>&1");
   EXPECT_NE(unknown.out.find("NOT_FOUND"), std::string::npos) << unknown.out;
+  // A long model name of two-byte characters, cut for the log on a character's boundary (the cut through
+  // one made the line invalid UTF-8, so invalid JSON), and a request id of 100 bytes, logged whole.
+  std::string accents = "r3-";  // 3 bytes: a cut at 64 falls inside a character
+  for (int i = 0; i < 40; ++i) accents += "\xC3\xA9";
+  const std::string long_id = "id-" + std::string(97, 'L');
+  auto long_names = run_command(client + " --model '" + accents + "' --request-id " + long_id + " " + doc(0) + " 2>&1");
+  EXPECT_NE(long_names.out.find("NOT_FOUND"), std::string::npos) << long_names.out;
   const std::string text = body();
   EXPECT_EQ(scrape::sample(text, "srformer_requests_rejected_total", {{"model", "tiny"}, {"reason", "invalid"}}), 2)
       << text;
@@ -541,17 +548,18 @@ TEST_F(EndToEnd, RefusedRequestsAreCountedAndLoggedOnceInValidJsonLines) {
     const std::string msg = j.at("msg");
     if (msg.find(" refused with ") == std::string::npos) continue;
     ++refused;
-    if (msg.find("NOT_FOUND") != std::string::npos) {
-      EXPECT_NE(msg.find("model=nope"), std::string::npos) << msg;
+    if (msg.find("NOT_FOUND") != std::string::npos && msg.find("model=nope") == std::string::npos) {
+      EXPECT_EQ(msg.rfind("request " + long_id + ": Summarize model=" + accents.substr(0, 63) + "... (83 bytes)", 0), 0)
+          << msg;
     }
     if (msg.rfind("request say", 0) == 0) {
-      // Control characters of client text shown as '?' (the quote stays, escaped in the file).
-      EXPECT_EQ(msg.rfind("request say \"hi\"? twice: Summarize model=tiny refused with INVALID_ARGUMENT", 0), 0)
+      // The client's id as it sent it, as on the lines of requests that ran (escaped in the file).
+      EXPECT_EQ(msg.rfind("request say \"hi\"\n twice: Summarize model=tiny refused with INVALID_ARGUMENT", 0), 0)
           << msg;
     }
   }
-  EXPECT_EQ(refused, 3) << log;
-  EXPECT_NE(log.find(R"(request say \"hi\"? twice)"), std::string::npos) << "escaped in the file: " << log;
+  EXPECT_EQ(refused, 4) << log;
+  EXPECT_NE(log.find(R"(request say \"hi\"\n twice)"), std::string::npos) << "escaped in the file: " << log;
 }
 
 TEST_F(EndToEnd, RealPrometheusScrapesTheServer) {

@@ -2,11 +2,14 @@
 // offline generate() driver, stay identical under concurrency, stream incrementally, and free their
 // state when cancelled; queue limits, shutdown, health and reflection behave as documented.
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
 #include <future>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "client/grpc_health.h"
@@ -1295,6 +1298,91 @@ TEST(EngineService, ABatchLargerThanTheQueueIsRefusedUpFrontAndNothingRuns) {
 // A batch asking two models counts once under each (srformer_requests_total is per model), with the
 // call's code whichever item ended it; the refusal itself (srformer_requests_rejected_total) counts under
 // the model of the request refused, not the batch's first.
+// A partial_results batch ended by its deadline or the client's cancel counts and logs the status the
+// client got, not the OK of a response nobody receives, and none of its items (it counted OK, with its
+// items under srformer_batch_items_total).
+TEST(EngineService, ABatchEndedByItsDeadlineOrACancelCountsThatStatus) {
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
+  so.config.max_new_tokens_cap = 1000;
+  so.metrics = &metrics;
+  TestServer server(so);
+  v1::SummarizeBatchRequest batch;
+  batch.set_partial_results(true);
+  for (int i = 0; i < 2; ++i) {
+    *batch.add_requests() = request(doc_of(i), 1000, 1);
+    batch.mutable_requests(i)->mutable_options()->set_min_new_tokens(1000);
+  }
+  using server::testing::sample;
+  const auto calls = [&](const std::string& code) {
+    return sample(metrics.scrape_text(), "srformer_requests_total",
+                  {{"model", "fake"}, {"method", "SummarizeBatch"}, {"code", code}})
+        .value_or(0.0);
+  };
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 200ms);
+    v1::SummarizeBatchResponse resp;
+    EXPECT_EQ(server.stub().SummarizeBatch(&ctx, batch, &resp).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::SummarizeBatchResponse resp;
+    std::thread cancel([&] {
+      std::this_thread::sleep_for(200ms);
+      ctx.TryCancel();
+    });
+    EXPECT_EQ(server.stub().SummarizeBatch(&ctx, batch, &resp).error_code(), grpc::StatusCode::CANCELLED);
+    cancel.join();
+  }
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_rows == 0; }, 5s));
+  // The server ends each call once its items have stopped, after the client has its status.
+  for (int i = 0; i < 100 && !(calls("DEADLINE_EXCEEDED") == 1.0 && calls("CANCELLED") == 1.0); ++i) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(calls("DEADLINE_EXCEEDED"), 1.0) << metrics.scrape_text();
+  EXPECT_EQ(calls("CANCELLED"), 1.0);
+  EXPECT_EQ(calls("OK"), 0.0);
+  for (const std::string code : {"OK", "DEADLINE_EXCEEDED", "CANCELLED"}) {
+    EXPECT_FALSE(sample(metrics.scrape_text(), "srformer_batch_items_total", {{"model", "fake"}, {"code", code}}))
+        << code << ": the call returned no items";
+  }
+}
+
+// Every item of a batch that was queued gets its log line with its request id, also when another
+// item's failure ends the call (only the call's line was logged then), and an item the call's end kept
+// from running says so.
+TEST(EngineService, EveryQueuedItemOfAFailedBatchIsLoggedWithItsId) {
+  std::ostringstream captured;
+  const auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(captured);
+  auto& sinks = spdlog::default_logger()->sinks();
+  sinks.push_back(sink);
+  {
+    FakeServerOptions so;
+    FakeModelOptions faulty;
+    faulty.fail_encode_call = 1;
+    so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}, {"faulty", faulty}};
+    so.config.max_new_tokens_cap = 1000;
+    TestServer server(so);
+    v1::SummarizeBatchRequest batch;
+    *batch.add_requests() = request(doc_of(0), 1000, 1);
+    batch.mutable_requests(0)->mutable_options()->set_min_new_tokens(1000);
+    batch.mutable_requests(0)->set_request_id("item-slow");
+    *batch.add_requests() = request(doc_of(1), 8, 1);
+    batch.mutable_requests(1)->set_model("faulty");
+    batch.mutable_requests(1)->set_request_id("item-faulty");
+    grpc::ClientContext ctx;
+    v1::SummarizeBatchResponse resp;
+    EXPECT_EQ(server.stub().SummarizeBatch(&ctx, batch, &resp).error_code(), grpc::StatusCode::INTERNAL);
+    EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_rows == 0; }, 5s));
+  }
+  sinks.erase(std::find(sinks.begin(), sinks.end(), sink));
+  const std::string log = captured.str();
+  EXPECT_NE(log.find("request item-slow: SummarizeBatch model=fake ended with CANCELLED"), std::string::npos) << log;
+  EXPECT_NE(log.find("request item-faulty: SummarizeBatch model=faulty ended with INTERNAL"), std::string::npos) << log;
+}
+
 TEST(EngineService, ABatchCountsUnderEveryModelItAsksFor) {
   server::Metrics metrics("");
   FakeServerOptions so;
