@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -422,6 +423,23 @@ void validate(const ServerConfig& c) {
       throw ConfigError(std::string(flag) + " is " + std::to_string(ms) + "; at most " + std::to_string(kHourMs) +
                         " (an hour)");
     }
+  }
+  // Durations added to clock readings in nanoseconds: past about 292 years they overflow and flip meaning
+  // (a huge --shutdown-grace-ms cancelled every request at once). A day is past any sensible value.
+  constexpr int64_t kDayMs = 24 * kHourMs;
+  for (const auto& [flag, ms] : {std::pair<const char*, int64_t>{"--shutdown-grace-ms", c.shutdown_grace_ms},
+                                 {"--queue-bypass-ms", c.queue_bypass_ms},
+                                 {"--encode-stall-ms", c.encode_stall_ms},
+                                 {"--max-connection-age-ms", c.max_connection_age_ms}}) {
+    if (ms > kDayMs) {
+      throw ConfigError(std::string(flag) + " is " + std::to_string(ms) + "; at most " + std::to_string(kDayMs) +
+                        " (a day)");
+    }
+  }
+  // gRPC takes it as an int (2^32 read as 0 refused every message).
+  if (c.max_message_bytes > std::numeric_limits<int>::max()) {
+    throw ConfigError("--max-message-bytes is " + std::to_string(c.max_message_bytes) + "; at most " +
+                      std::to_string(std::numeric_limits<int>::max()) + " (gRPC's limit)");
   }
   if (c.max_new_tokens_cap > kMaxNewTokensLimit) {
     throw ConfigError("--max-new-tokens-cap is " + std::to_string(c.max_new_tokens_cap) + "; at most " +

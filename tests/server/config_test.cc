@@ -171,6 +171,17 @@ TEST(ServerConfig, LimitsTheEngineCannotHonourAreRefused) {
             std::string::npos)
       << message({"--max-batch-rows", "4"});
   EXPECT_EQ(message({"--max-batch-rows", "4", "--max-beams", "4"}), "no error");
+  // Durations past a day (a huge --shutdown-grace-ms overflowed the clock and cancelled every request at
+  // once) and a message limit past gRPC's int (2^32 was read as 0: every message refused).
+  for (const std::string flag :
+       {"--shutdown-grace-ms", "--queue-bypass-ms", "--encode-stall-ms", "--max-connection-age-ms"}) {
+    EXPECT_NE(message({flag, "10000000000000"}).find(flag + " is 10000000000000; at most 86400000 (a day)"),
+              std::string::npos)
+        << message({flag, "10000000000000"});
+    EXPECT_EQ(message({flag, "86400000"}), "no error") << flag;
+  }
+  EXPECT_NE(message({"--max-message-bytes", "4294967296"}).find("at most 2147483647"), std::string::npos);
+  EXPECT_EQ(message({"--max-message-bytes", "2147483647"}), "no error");
 }
 
 TEST(ServerConfig, StateMemoryTakesSizesWithBinarySuffixes) {
