@@ -1038,23 +1038,12 @@ void Engine::publish_stats() {
   // for them); in between, gauges a scrape reads every few seconds need not follow every step.
   const bool walk = state_.batch_size() == 0 || state_bytes_ == 0 || now - state_walked_ >= kStatsInterval;
   if (walk) {
-    state_walked_ = now;
-    state_bytes_ = state_.batch_size() > 0 ? state_.bytes() : 0;
-    state_held_bytes_ = state_.batch_size() > 0 ? state_.held_bytes() : 0;
-  }
-  const int64_t bytes = state_bytes_;
-  if (ModelMetrics* const m = metrics(); m && walk) {
-    m->set_state_bytes(static_cast<double>(bytes), static_cast<double>(state_held_bytes_));
-    // Per-layer RAF firing ratio over the live rows (raf_fired [B, layers], raf_total [B] per layer).
-    if (state_.batch_size() > 0 && state_.raf_fired.defined() && state_.raf_fired.dim() == 2 &&
-        state_.raf_total.defined()) {
-      const double total = state_.raf_total.sum().item<double>();
-      if (total > 0) {
-        const auto per_layer = (state_.raf_fired.sum(0) / total).to(torch::kCPU, torch::kFloat64);
-        for (int64_t l = 0; l < per_layer.size(0); ++l) {
-          m->set_raf_fired_ratio(static_cast<int>(l), per_layer[l].item<double>());
-        }
-      }
+    // Figures only: a failure here (a CUDA error surfacing at a sync, out of memory) is logged, not thrown
+    // out of the engine thread, which would end the process; the next step fails its batch instead.
+    try {
+      publish_state_figures(now);
+    } catch (const std::exception& e) {
+      spdlog::warn("model '{}': reading the decoder state's figures failed: {}", name_, error_message(e));
     }
   }
   bool idle = false;
@@ -1064,12 +1053,32 @@ void Engine::publish_stats() {
     stats_.live_rows = rows;
     stats_.tokens_in_flight = tokens_in_flight_;
     stats_.max_live_rows = std::max(stats_.max_live_rows, rows);
-    stats_.state_bytes = bytes;
+    stats_.state_bytes = state_bytes_;
     stats_.state_held_bytes = state_held_bytes_;
     stats_.encoding = 0;  // admit() has made them slots or finished them
     idle = stats_.queued == 0 && slots_.empty();
   }
   if (idle) idle_cv_.notify_all();
+}
+
+void Engine::publish_state_figures(Clock::time_point now) {
+  state_walked_ = now;
+  state_bytes_ = state_.batch_size() > 0 ? state_.bytes() : 0;
+  state_held_bytes_ = state_.batch_size() > 0 ? state_.held_bytes() : 0;
+  ModelMetrics* const m = metrics();
+  if (!m) return;
+  m->set_state_bytes(static_cast<double>(state_bytes_), static_cast<double>(state_held_bytes_));
+  // Per-layer RAF firing ratio over the live rows (raf_fired [B, layers], raf_total [B] per layer).
+  if (state_.batch_size() > 0 && state_.raf_fired.defined() && state_.raf_fired.dim() == 2 &&
+      state_.raf_total.defined()) {
+    const double total = state_.raf_total.sum().item<double>();
+    if (total > 0) {
+      const auto per_layer = (state_.raf_fired.sum(0) / total).to(torch::kCPU, torch::kFloat64);
+      for (int64_t l = 0; l < per_layer.size(0); ++l) {
+        m->set_raf_fired_ratio(static_cast<int>(l), per_layer[l].item<double>());
+      }
+    }
+  }
 }
 
 }  // namespace srformer::server

@@ -207,6 +207,8 @@ class Engine {
   std::pair<double, double> raf_counts(int64_t first_row, int64_t rows) const;
   void fail_all(const std::string& error);
   void publish_stats();
+  // The state's bytes and RAF firing figures (every kStatsInterval while rows are live): may throw.
+  void publish_state_figures(Clock::time_point now);
   // What a request counts against the tokens budget (rows × (input + max_new_tokens)), and against
   // EngineLimits::max_encode_tokens (rows × input).
   static int64_t budget_of(const Pending& p);

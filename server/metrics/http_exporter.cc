@@ -173,7 +173,13 @@ std::string HttpExporter::reply_to(const std::string& request) const {
     type = "text/plain";
     body = "metrics are at /metrics\n";
   } else {
-    body = body_();
+    try {
+      body = body_();
+    } catch (const std::exception& e) {  // this thread has no one above it to catch: it would end the process
+      status = "500 Internal Server Error";
+      type = "text/plain";
+      body = std::string("collecting the metrics failed: ") + e.what() + "\n";
+    }
   }
   return "HTTP/1.1 " + status + "\r\nContent-Type: " + type + "\r\nContent-Length: " + std::to_string(body.size()) +
          "\r\nConnection: close\r\n\r\n" + (head ? std::string() : body);

@@ -147,6 +147,17 @@ void log_result(const std::string& method, const Request& req, const std::string
   }
 }
 
+// Builds an answer; an exception there (out of memory) becomes INTERNAL rather than escape the callback
+// before Finish(), which left the call open and the server's shutdown waiting for it.
+template <typename Build>
+grpc::Status answer_or_internal(Build&& build) {
+  try {
+    return build();
+  } catch (const std::exception& e) {
+    return grpc::Status(grpc::StatusCode::INTERNAL, std::string("building the response failed: ") + e.what());
+  }
+}
+
 // The start shared by Summarize and SummarizeStream: parses the body into `in`, finds the model and builds
 // the request. A refusal is recorded and returned: the status to end the call with.
 grpc::Status open_call(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body,
@@ -181,9 +192,11 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
     request_->on_finish = [this, model](RequestResult result) {
       grpc::Status status = result_status(result);
       if (status.ok()) {
-        v1::SummarizeResponse response;
-        fill_response(result, *request_, model, &response);
-        status = serialize_body(response, *out_);
+        status = answer_or_internal([&] {
+          v1::SummarizeResponse response;
+          fill_response(result, *request_, model, &response);
+          return serialize_body(response, *out_);
+        });
       }
       log_result(record_.method(), *request_, model, result, status);
       finish(status);  // last use of this
@@ -237,13 +250,17 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       enqueue(msgs, std::nullopt);
     };
     request_->on_finish = [this, model](RequestResult result) {
-      const grpc::Status status = result_status(result);
-      log_result(record_.method(), *request_, model, result, status);
+      grpc::Status status = result_status(result);
       std::vector<v1::SummarizeStreamResponse> msgs;
       if (status.ok()) {
-        msgs.emplace_back();
-        fill_response(result, *request_, model, msgs.back().mutable_final());
+        status = answer_or_internal([&] {
+          msgs.emplace_back();
+          fill_response(result, *request_, model, msgs.back().mutable_final());
+          return grpc::Status::OK;
+        });
+        if (!status.ok()) msgs.clear();
       }
+      log_result(record_.method(), *request_, model, result, status);
       enqueue(msgs, status);  // last use of this from the engine
     };
     try {
@@ -409,7 +426,15 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       if (!prepared[i].engine) continue;
       lock.unlock();
       try {
-        service.submit(prepared[i]);
+        try {
+          service.submit(prepared[i]);
+        } catch (const RequestError&) {
+          throw;
+        } catch (const std::exception& e) {
+          // Anything else must not leave this constructor once items are queued: their on_finish
+          // would call back into a BatchCall gRPC has freed.
+          throw RequestError(grpc::StatusCode::INTERNAL, std::string("queueing the request failed: ") + e.what());
+        }
         lock.lock();
       } catch (const RequestError& e) {
         lock.lock();
@@ -504,27 +529,29 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       end(status);
       return;
     }
-    v1::SummarizeBatchResponse response;
     int failures = 0;
-    for (size_t i = 0; i < items_.size(); ++i) {
-      const Item& item = items_[i];
-      auto* const out = response.add_responses();
-      if (partial_ && metrics_ && item.known_model) {
-        metrics_->model(item.model).on_batch_item(status_code_name(item.error.error_code()));
+    const grpc::Status status = answer_or_internal([&] {
+      v1::SummarizeBatchResponse response;
+      for (size_t i = 0; i < items_.size(); ++i) {
+        const Item& item = items_[i];
+        auto* const out = response.add_responses();
+        if (partial_ && metrics_ && item.known_model) {
+          metrics_->model(item.model).on_batch_item(status_code_name(item.error.error_code()));
+        }
+        if (item.error.ok()) {
+          fill_response(item.result, *item.request, item.model, out);
+          continue;
+        }
+        ++failures;
+        out->set_request_id(item.id);
+        out->set_model(item.model);
+        auto* const error = response.add_errors();
+        error->set_index(static_cast<int32_t>(i));
+        error->set_code(static_cast<int32_t>(item.error.error_code()));
+        error->set_message(item.error.error_message());
       }
-      if (item.error.ok()) {
-        fill_response(item.result, *item.request, item.model, out);
-        continue;
-      }
-      ++failures;
-      out->set_request_id(item.id);
-      out->set_model(item.model);
-      auto* const error = response.add_errors();
-      error->set_index(static_cast<int32_t>(i));
-      error->set_code(static_cast<int32_t>(item.error.error_code()));
-      error->set_message(item.error.error_message());
-    }
-    const grpc::Status status = serialize_body(response, *out_);
+      return serialize_body(response, *out_);
+    });
     spdlog::info("batch of {} requests ended with {}{}", items_.size(), status_code_name(status.error_code()),
                  failures > 0 ? " (" + std::to_string(failures) + " of them failed)" : std::string());
     end(status);

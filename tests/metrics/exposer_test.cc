@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "server/metrics/http_exporter.h"
 #include "server/metrics/metrics.h"
 #include "tests/metrics/scrape.h"
 
@@ -132,6 +133,20 @@ TEST(Exposer, HeadAnswersWithoutTheBody) {
   ASSERT_NE(length, std::string::npos) << head;
   EXPECT_GT(std::stoll(head.substr(length + 16)), 0);
   EXPECT_EQ(status_code(http_get(port, "/metrics", "POST")), "405");
+}
+
+// A body that throws answers 500 and the endpoint serves on: the exception escaped the exporter's
+// thread, which has no one above it to catch it, and ended the process.
+TEST(Exposer, ABodyThatThrowsAnswers500AndServesOn) {
+  std::atomic<int> calls{0};
+  HttpExporter exporter("127.0.0.1:0", [&]() -> std::string {
+    if (calls++ == 0) throw std::runtime_error("out of memory, say");
+    return "ok_metric 1\n";
+  });
+  const std::string failed = testing::http_get(exporter.port(), "/metrics");
+  EXPECT_EQ(failed.rfind("HTTP/1.1 500 Internal Server Error", 0), 0u) << failed;
+  EXPECT_NE(failed.find("collecting the metrics failed: out of memory, say"), std::string::npos) << failed;
+  EXPECT_EQ(testing::http_body(testing::http_get(exporter.port(), "/metrics")), "ok_metric 1\n");
 }
 
 TEST(Exposer, TakenPortThrowsWithHint) {
