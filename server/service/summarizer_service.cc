@@ -511,10 +511,11 @@ class BatchCall final : public grpc::ServerUnaryReactor {
     for (const Item& item : items_) {
       if (item.request) log_result(record_.method(), *item.request, item.model, item.result, item.error);
     }
-    if (context_->IsCancelled()) {
-      // The client has its status already (its deadline, or its cancel): count and log that one, not
-      // the OK of a partial_results response nobody receives (nor its items).
-      const bool expired = context_->deadline() <= std::chrono::system_clock::now();
+    // The client has its status already (its deadline, or its cancel): count and log that one, not the OK
+    // of a partial_results response nobody receives (nor its items). The engine may end the items at the
+    // deadline before gRPC's own timer marks the call cancelled: a deadline passed counts as much.
+    const bool expired = context_->deadline() <= std::chrono::system_clock::now();
+    if (expired || context_->IsCancelled()) {
       const grpc::Status status = expired
                                       ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                                                      "the deadline expired before every request of the batch finished")
