@@ -1,5 +1,6 @@
 // `srformer init-model`: writes a randomly initialised SRformer BART/T5 directory with a real tokenizer
 // (T5: SentencePiece trained on a corpus; BART: byte-level BPE): the start of training, tests and the demo.
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -54,6 +55,35 @@ void apply_overrides(ModelConfig& c, int64_t heads, int64_t d_model, int64_t d_f
   if (layers > 0) c.encoder_layers = c.decoder_layers = layers;
   if (!(dropout >= 0.0 && dropout < 1.0)) throw std::invalid_argument("--dropout must be in [0, 1)");
   c.dropout = {dropout, dropout, dropout};
+}
+
+// Removes the output directory it was made for unless kept: a failed init-model (out of memory, a
+// corpus SentencePiece cannot learn from) leaves no partial model, which would also refuse the next
+// attempt as a directory that is not empty.
+class RemovedUnlessKept {
+ public:
+  explicit RemovedUnlessKept(std::filesystem::path dir) : dir_(std::move(dir)) {}
+  RemovedUnlessKept(const RemovedUnlessKept&) = delete;
+  RemovedUnlessKept& operator=(const RemovedUnlessKept&) = delete;
+  ~RemovedUnlessKept() {
+    std::error_code ec;
+    if (!kept_) std::filesystem::remove_all(dir_, ec);
+  }
+  void keep() { kept_ = true; }
+
+ private:
+  std::filesystem::path dir_;
+  bool kept_ = false;
+};
+
+// True where the file holds a character other than white space: SentencePiece refuses a corpus without
+// one with an internal check ("!sentences_.empty()").
+bool holds_text(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  for (char c; in.get(c);) {
+    if (!std::isspace(static_cast<unsigned char>(c))) return true;
+  }
+  return false;
 }
 
 // BART's byte-level tokenizer holds its 4 specials, 256 byte symbols and <mask>.
@@ -164,8 +194,10 @@ int run_init_model(const std::vector<std::string>& args) {
     }
     apply_overrides(c, heads, d_model, d_ff, layers, dropout);
     std::filesystem::create_directories(out);
+    RemovedUnlessKept made(out);
     write_byte_level_tokenizer(out, c.vocab_size);
     write_random_model(out, c, seed, init_std);
+    made.keep();
     std::cout << "wrote " << out << " (BART, d_model " << c.d_model << ", " << c.encoder_layers << "+"
               << c.decoder_layers << " layers, vocab " << c.vocab_size << ", " << to_string(c.srformer.cross_attention)
               << ", segment " << segment << ")\n";
@@ -176,6 +208,7 @@ int run_init_model(const std::vector<std::string>& args) {
                                : tiny_config(Architecture::kT5, cross_attention, segment);
   apply_overrides(c, heads, d_model, d_ff, layers, dropout);
   std::filesystem::create_directories(out);
+  RemovedUnlessKept made(out);
   std::filesystem::path text_corpus = corpus;
   if (std::filesystem::path(corpus).extension() == ".jsonl") {
     // A dataset split ({"document", "summary"} lines): the tokenizer learns from both sides.
@@ -183,18 +216,26 @@ int run_init_model(const std::vector<std::string>& args) {
     std::ofstream text(text_corpus);
     for (const auto& e : data::read_examples(corpus)) text << e.document << "\n" << e.summary << "\n";
   }
+  if (!holds_text(text_corpus)) {
+    throw std::invalid_argument(corpus + " holds no text to train the tokenizer on (only white space)");
+  }
   train_sentencepiece("--input=" + text_corpus.string() + " --model_prefix=" + out +
                       "/spiece --vocab_size=" + std::to_string(vocab.value_or(2000)) +
                       " --model_type=unigram --character_coverage=1.0 --pad_id=0 --eos_id=1 --unk_id=2 --bos_id=-1"
                       " --hard_vocab_limit=false --minloglevel=2");
   if (text_corpus != corpus) std::filesystem::remove(text_corpus);
   const auto sp = SentencePieceProcessor::load(out + "/spiece.model");
+  if (sp.vocab_size() < vocab.value_or(2000)) {
+    std::cerr << "note: the corpus gives the tokenizer " << sp.vocab_size() << " pieces, fewer than the "
+              << vocab.value_or(2000) << " asked (--vocab): a larger corpus gives more\n";
+  }
   // + T5's <extra_id_N> sentinels; the t5-small shape keeps T5's 32128 embedding rows (the LM head's
   // real cost) even past a smaller tokenizer, whose vocabulary bounds generation.
   c.vocab_size = std::max<int64_t>(sp.vocab_size() + 100, shape == "t5-small" ? c.vocab_size : 0);
   write_random_model(out, c, seed, init_std);
   std::ofstream(out + "/tokenizer_config.json") << R"({"extra_ids": 100, "model_max_length": 16384})"
                                                 << "\n";
+  made.keep();
   std::cout << "wrote " << out << " (vocab " << c.vocab_size << ", " << to_string(c.srformer.cross_attention)
             << ", segment " << segment << ")\n";
   return 0;

@@ -942,7 +942,7 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
   EXPECT_EQ(nlohmann::json::parse(summary.out)["token_ids"].size(), 4u) << summary.out;
 
   const std::string t5 = model_dir_->string();
-  const std::vector<std::pair<std::string, std::string>> refused = {
+  std::vector<std::pair<std::string, std::string>> refused = {
       {"summarize --model " + t5 + " --max-new-tokens 12x " + doc(0), "--max-new-tokens needs an integer, got '12x'"},
       {"summarize --model " + t5 + " --seed -1 " + doc(0), "--seed needs an integer from 0"},
       {"summarize --model " + t5 + " --temperature hot " + doc(0), "--temperature needs a number, got 'hot'"},
@@ -964,12 +964,16 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
       {"convert " + t5 + " " + dir + "_x --raf-init-weight-scale 1e300 --cross-attention srformer --segment-size 4",
        "--raf-init-weight-scale must be in [0, 1000]"},
   };
+  const std::string blank = (*work_ / "blank.txt").string();
+  std::ofstream(blank) << "  \n\t\n";
+  refused.push_back(
+      {"init-model --corpus " + blank + " " + dir + "_x", blank + " holds no text to train the tokenizer"});
   for (const auto& [args, message] : refused) {
     auto r = run_command(kTool + " " + args + " 2>&1");
     EXPECT_EQ(r.exit_code, 1) << args << ": " << r.out;
     EXPECT_NE(r.out.find(message), std::string::npos) << args << ": " << r.out;
   }
-  EXPECT_FALSE(fs::exists(dir + "_x")) << "a refused command wrote its output";
+  EXPECT_FALSE(fs::exists(dir + "_x")) << "a refused command wrote its output (or left a partial one)";
 }
 
 // A stream sends each token once, with steps 0, 1, ... and text that adds up to the summary, also where
