@@ -40,7 +40,7 @@ const char* kUsage =
     "  on {\"id\", \"document\", \"summary\"} lines, teacher-forced with the model's own cross-attention variant.\n"
     "  DIR gets checkpoint-N/ (model + optimizer.safetensors + trainer_state.json), train_log.jsonl (every\n"
     "  figure) and, at the end, the trained model itself (serve it with --model name=DIR).\n"
-    "  --validation FILE       validation loss and ROUGE (greedy) on its first --eval-examples (default 100)\n"
+    "  --validation FILE       validation loss and ROUGE (greedy) on its first --eval-examples (default 100; 0: all)\n"
     "  --steps N (1000)        optimizer updates        --batch N (16)     --grad-accum N (1)\n"
     "  --lr X (5e-4)           peak learning rate; linear warm-up over --warmup N (default 5% of steps), then\n"
     "                          linear decay to 0      --weight-decay X (0.01)  --clip X (1.0; 0 = off)\n"
