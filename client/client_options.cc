@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <iostream>
+#include <limits>
 #include <stdexcept>
 
 #include "client/retry_policy.h"
@@ -9,6 +10,9 @@
 namespace srformer::client {
 
 namespace {
+
+constexpr int64_t kDayMs = int64_t{24} * 3600 * 1000;
+constexpr int64_t kMaxConcurrency = 4096;
 
 int64_t to_int(const std::string& flag, const std::string& v) {
   size_t used = 0;
@@ -20,6 +24,15 @@ int64_t to_int(const std::string& flag, const std::string& v) {
   }
   if (v.empty() || used != v.size()) throw std::invalid_argument(flag + " needs an integer, got '" + v + "'");
   return x;
+}
+
+// An int32 field of the proto (it wrapped: --max-new-tokens 4294967299 asked for 3).
+int32_t to_int32(const std::string& flag, const std::string& v) {
+  const int64_t x = to_int(flag, v);
+  if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) {
+    throw std::invalid_argument(flag + " " + v + " is out of range (an int32 field)");
+  }
+  return static_cast<int32_t>(x);
 }
 
 // The proto's seed is a uint64, as the offline tool's --seed: digits only (std::stoull takes "-1" as
@@ -53,7 +66,7 @@ double to_double(const std::string& flag, const std::string& v) {
 }  // namespace
 
 std::string client_usage() {
-  return R"(usage: srformer-client --target HOST:PORT [--model NAME] [options] [FILE|-]...
+  return R"(usage: srformer-client --target HOST:PORT [--model NAME] [options] [FILE|-]   (--batch, --load: FILE...)
 
 Summarizes FILE (or stdin) with an srformer-server.
   --target HOST:PORT       server address (default localhost:50051)
@@ -81,7 +94,8 @@ generation options (unset = the model's defaults):
   --do-sample | --no-sample, --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N
   --repetition-penalty X --expected-length N --truncate (cut over-long input instead of failing)
   --num-return-sequences N (beams: also the next best hypotheses; sampling with one beam: N samples;
-                           one line each after the summary, or --json's alternatives)
+                           one line each after the summary, or --json's alternatives; with --batch,
+                           whose output is a line per FILE, --json's only)
   (--do-sample with --num-beams N > 1 samples the beams: Hugging Face's beam sampling)
 load generator:
   --load --concurrency N (--requests M | --duration S) FILE...
@@ -94,6 +108,7 @@ load generator:
 
 bool parse_client_args(int argc, char** argv, ClientOptions& o) {
   auto& g = o.generation;
+  bool tls_asked = false, insecure_asked = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     std::string value;
@@ -128,9 +143,10 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       o.partial = true;
     } else if (arg == "--deadline-ms") {
       o.deadline_ms = to_int(arg, next());
-      if (o.deadline_ms < 0) {
-        throw std::invalid_argument("--deadline-ms must be >= 0 (0: no deadline), got " +
-                                    std::to_string(o.deadline_ms));
+      if (o.deadline_ms < 0 || o.deadline_ms > kDayMs) {
+        // Past a day it is no deadline a summary needs; far past it, now + it overflowed into the past.
+        throw std::invalid_argument("--deadline-ms must be from 0 (no deadline) to " + std::to_string(kDayMs) +
+                                    " (a day), got " + std::to_string(o.deadline_ms));
       }
     } else if (arg == "--retries") {
       const int64_t n = to_int(arg, next());
@@ -141,9 +157,11 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       o.retries = static_cast<int>(n);
     } else if (arg == "--tls") {
       o.tls = true;
+      tls_asked = true;
     } else if (arg == "--ca") {
       o.ca_file = next();
       o.tls = true;
+      tls_asked = true;
     } else if (arg == "--cert") {
       o.cert_file = next();
     } else if (arg == "--key") {
@@ -151,7 +169,7 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     } else if (arg == "--tls-server-name") {
       o.tls_server_name = next();
     } else if (arg == "--insecure") {
-      o.tls = false;
+      insecure_asked = true;
     } else if (arg == "--request-id") {
       o.request_id = next();
     } else if (arg == "--health") {
@@ -159,13 +177,13 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     } else if (arg == "--list-models") {
       o.list_models = true;
     } else if (arg == "--max-new-tokens") {
-      g.set_max_new_tokens(static_cast<int32_t>(to_int(arg, next())));
+      g.set_max_new_tokens(to_int32(arg, next()));
     } else if (arg == "--min-new-tokens") {
-      g.set_min_new_tokens(static_cast<int32_t>(to_int(arg, next())));
+      g.set_min_new_tokens(to_int32(arg, next()));
     } else if (arg == "--num-beams") {
-      g.set_num_beams(static_cast<int32_t>(to_int(arg, next())));
+      g.set_num_beams(to_int32(arg, next()));
     } else if (arg == "--num-return-sequences") {
-      g.set_num_return_sequences(static_cast<int32_t>(to_int(arg, next())));
+      g.set_num_return_sequences(to_int32(arg, next()));
     } else if (arg == "--length-penalty") {
       g.set_length_penalty(static_cast<float>(to_double(arg, next())));
     } else if (arg == "--early-stopping") {
@@ -181,34 +199,46 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     } else if (arg == "--temperature") {
       g.set_temperature(static_cast<float>(to_double(arg, next())));
     } else if (arg == "--top-k") {
-      g.set_top_k(static_cast<int32_t>(to_int(arg, next())));
+      g.set_top_k(to_int32(arg, next()));
     } else if (arg == "--top-p") {
       g.set_top_p(static_cast<float>(to_double(arg, next())));
     } else if (arg == "--seed") {
       g.set_seed(to_unsigned(arg, next()));
     } else if (arg == "--no-repeat-ngram-size") {
-      g.set_no_repeat_ngram_size(static_cast<int32_t>(to_int(arg, next())));
+      g.set_no_repeat_ngram_size(to_int32(arg, next()));
     } else if (arg == "--repetition-penalty") {
       g.set_repetition_penalty(static_cast<float>(to_double(arg, next())));
     } else if (arg == "--expected-length") {
-      g.set_expected_length(static_cast<int32_t>(to_int(arg, next())));
+      g.set_expected_length(to_int32(arg, next()));
     } else if (arg == "--truncate") {
       o.truncation = v1::TRUNCATION_POLICY_TRUNCATE;
     } else if (arg == "--load") {
       o.load = true;
     } else if (arg == "--concurrency") {
-      o.concurrency = static_cast<int>(to_int(arg, next()));
-      if (o.concurrency < 1) throw std::invalid_argument("--concurrency must be >= 1");
+      const int64_t n = to_int(arg, next());
+      if (n < 1 || n > kMaxConcurrency) {
+        // Each stream is a thread: 50000 of them aborted the client.
+        throw std::invalid_argument("--concurrency must be from 1 to " + std::to_string(kMaxConcurrency) + ", got " +
+                                    std::to_string(n));
+      }
+      o.concurrency = static_cast<int>(n);
     } else if (arg == "--requests") {
       o.requests = to_int(arg, next());
+      if (o.requests < 1) throw std::invalid_argument("--requests must be >= 1");
     } else if (arg == "--duration") {
       o.duration_s = to_double(arg, next());
+      if (!(o.duration_s > 0 && o.duration_s <= kDayMs / 1000.0)) {  // NaN ran forever; 1e10 not at all
+        throw std::invalid_argument("--duration must be more than 0 and at most 86400 seconds (a day), got " +
+                                    std::to_string(o.duration_s));
+      }
     } else if (arg == "-" || arg.rfind("--", 0) != 0) {
       o.inputs.push_back(arg);
     } else {
       throw std::invalid_argument("unknown flag " + arg + " (see --help)");
     }
   }
+  if (tls_asked && insecure_asked)
+    throw std::invalid_argument("--insecure (plaintext) and --tls/--ca do not go together");
   if (o.tls && o.ca_file.empty()) throw std::invalid_argument("--tls needs --ca FILE (the CA bundle to trust)");
   if (o.cert_file.empty() != o.key_file.empty()) {
     throw std::invalid_argument("--cert and --key go together (the client certificate and its private key)");
@@ -226,6 +256,15 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
   if (o.load && o.inputs.empty()) throw std::invalid_argument("--load needs at least one input FILE");
   if (o.health + o.list_models + o.batch + o.load > 1) {
     throw std::invalid_argument("--health, --list-models, --batch and --load each pick what the client does; give one");
+  }
+  if ((o.health || o.list_models) && !o.inputs.empty()) {
+    throw std::invalid_argument(std::string(o.health ? "--health" : "--list-models") + " reads no FILE, got '" +
+                                o.inputs.front() + "'");
+  }
+  if (!o.batch && !o.load && o.inputs.size() > 1) {
+    // The others were ignored without a word.
+    throw std::invalid_argument("one FILE at a time (got " + std::to_string(o.inputs.size()) +
+                                "); --batch summarizes several in one call");
   }
   return true;
 }

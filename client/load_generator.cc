@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <csignal>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -19,10 +21,15 @@ using Clock = std::chrono::steady_clock;
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+// Nearest-rank percentiles: the smallest value with at least q of the values at or below it (of two
+// values, p50 is the lower; the rounded interpolation index took the upper).
 nlohmann::json percentiles(std::vector<double> v) {
   if (v.empty()) return {{"p50", nullptr}, {"p90", nullptr}, {"p99", nullptr}, {"count", 0}};
   std::sort(v.begin(), v.end());
-  const auto at = [&](double q) { return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))]; };
+  const auto at = [&](double q) {
+    const auto rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+    return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
+  };
   return {{"p50", at(0.5)}, {"p90", at(0.9)}, {"p99", at(0.99)}, {"count", v.size()}};
 }
 
@@ -45,23 +52,53 @@ struct Totals {
   std::map<std::string, int64_t> errors;
 };
 
-// The distinct documents of a mix (one file named several times weighs it): where each first appears,
-// and each document's index among them.
+// The distinct files of a mix (one file named several times weighs it; two files of the same text are
+// two documents): where each first appears, and each input's index among them.
 struct DistinctDocuments {
   std::vector<size_t> first_at;
   std::vector<size_t> of;
 };
 
-DistinctDocuments distinct_documents(const std::vector<std::string>& documents) {
+DistinctDocuments distinct_documents(const std::vector<std::string>& files) {
   DistinctDocuments d;
-  for (const auto& doc : documents) {
+  for (const auto& file : files) {
     size_t i = 0;
-    while (i < d.first_at.size() && documents[d.first_at[i]] != doc) ++i;
+    while (i < d.first_at.size() && files[d.first_at[i]] != file) ++i;
     if (i == d.first_at.size()) d.first_at.push_back(d.of.size());
     d.of.push_back(i);
   }
   return d;
 }
+
+// SIGINT (Ctrl-C) ends a run early with the report of what finished: the calls in flight are cancelled
+// and not counted. A second SIGINT ends the client at once (SA_RESETHAND).
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void on_interrupt(int) { g_interrupted.store(true); }
+
+// The calls in flight, to cancel when interrupted.
+class InFlight {
+ public:
+  void add(grpc::ClientContext* ctx) {
+    std::lock_guard lock(mu_);
+    calls_.push_back(ctx);
+    if (cancelled_) ctx->TryCancel();
+  }
+  void remove(grpc::ClientContext* ctx) {
+    std::lock_guard lock(mu_);
+    calls_.erase(std::find(calls_.begin(), calls_.end(), ctx));
+  }
+  void cancel_all() {
+    std::lock_guard lock(mu_);
+    cancelled_ = true;
+    for (auto* ctx : calls_) ctx->TryCancel();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<grpc::ClientContext*> calls_;
+  bool cancelled_ = false;
+};
 
 }  // namespace
 
@@ -69,7 +106,8 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
                         const std::vector<std::string>& documents) {
   auto stub = v1::Summarizer::NewStub(channel);
   Totals totals;
-  const DistinctDocuments distinct = distinct_documents(documents);
+  InFlight in_flight;
+  const DistinctDocuments distinct = distinct_documents(o.inputs.size() == documents.size() ? o.inputs : documents);
   const auto& first_at = distinct.first_at;
   totals.by_document.resize(first_at.size());
   std::atomic<int64_t> issued{0};
@@ -79,7 +117,7 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
     // After a refusal that says "not now" (no server, a full queue), each worker waits, doubling from 50 ms
     // to 1 s: without it a dead target took ~190,000 attempts a second.
     std::chrono::milliseconds backoff{0};
-    while (true) {
+    while (!g_interrupted.load()) {
       const int64_t n = issued.fetch_add(1);
       if (o.requests > 0 && n >= o.requests) break;
       if (o.duration_s > 0 && Clock::now() >= end) break;
@@ -93,6 +131,7 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
       if (o.deadline_ms > 0)
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o.deadline_ms));
       const auto t0 = Clock::now();
+      in_flight.add(&ctx);
       auto reader = stub->SummarizeStream(&ctx, req);
       v1::SummarizeStreamResponse msg;
       std::vector<double> gaps;
@@ -111,6 +150,8 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
         ++tokens;
       }
       const auto status = reader->Finish();
+      in_flight.remove(&ctx);
+      if (g_interrupted.load() && !status.ok()) break;  // cancelled by the interrupt: not counted
       {
         std::lock_guard lock(totals.mu);
         if (status.ok()) {
@@ -118,8 +159,7 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
           totals.all.add(ttft, gaps, latency, tokens);
           totals.by_document[distinct.of[doc]].add(ttft, gaps, latency, tokens);
         } else {
-          ++totals.errors[std::string(status_code_name(status.error_code())) + " " +
-                          status.error_message().substr(0, 80)];
+          ++totals.errors[std::string(status_code_name(status.error_code())) + " " + status.error_message()];
         }
       }
       const auto code = status.error_code();
@@ -130,18 +170,39 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
       backoff = std::clamp(backoff * 2, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
       auto wake = Clock::now() + backoff;
       if (o.duration_s > 0) wake = std::min(wake, end);
-      std::this_thread::sleep_until(wake);
+      while (Clock::now() < wake && !g_interrupted.load()) {
+        std::this_thread::sleep_for(std::min<Clock::duration>(wake - Clock::now(), std::chrono::milliseconds(50)));
+      }
     }
   };
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  action.sa_flags = SA_RESETHAND | SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  std::atomic<bool> workers_done{false};
+  std::thread watch([&] {  // TryCancel is no call for a signal handler: this thread makes it
+    while (!workers_done.load()) {
+      if (g_interrupted.load()) {
+        in_flight.cancel_all();
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
   std::vector<std::thread> threads;
   for (int i = 0; i < o.concurrency; ++i) threads.emplace_back(worker);
   for (auto& t : threads) t.join();
+  workers_done.store(true);
+  watch.join();
+  signal(SIGINT, SIG_DFL);
   const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
   int64_t failed = 0;
   for (const auto& [k, v] : totals.errors) failed += v;
   const Timings& all = totals.all;
   nlohmann::json report = {
       {"concurrency", o.concurrency},
+      {"interrupted", g_interrupted.load()},
       {"requests_ok", all.ok},
       {"requests_failed", failed},
       {"errors", totals.errors},
@@ -158,6 +219,7 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
     for (size_t d = 0; d < first_at.size(); ++d) {
       const Timings& t = totals.by_document[d];
       by.push_back({{"document", first_at[d]},
+                    {"file", o.inputs.size() == documents.size() ? o.inputs[first_at[d]] : std::string()},
                     {"bytes", documents[first_at[d]].size()},
                     {"requests_ok", t.ok},
                     {"output_tokens", t.tokens},
@@ -176,8 +238,9 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
                     p["p99"].get<double>());
       return std::string(buf);
     };
-    std::printf("requests: %lld ok, %lld failed in %.2f s (concurrency %d)\n", static_cast<long long>(all.ok),
-                static_cast<long long>(failed), wall_s, o.concurrency);
+    std::printf("requests: %lld ok, %lld failed in %.2f s (concurrency %d)%s\n", static_cast<long long>(all.ok),
+                static_cast<long long>(failed), wall_s, o.concurrency,
+                g_interrupted.load() ? "; interrupted: calls in flight cancelled and not counted" : "");
     std::printf("throughput: %.1f tokens/s, %.2f requests/s\n", report["tokens_per_s"].get<double>(),
                 report["requests_per_s"].get<double>());
     std::printf("time to first token: %s\n", pct(report["ttft_ms"]).c_str());
@@ -185,9 +248,10 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
     std::printf("request latency:     %s\n", pct(report["latency_ms"]).c_str());
     if (report.contains("by_document")) {
       for (const auto& d : report["by_document"]) {
-        std::printf("document %zu (%zu bytes, %lld ok): first token %s; latency %s\n", d["document"].get<size_t>(),
-                    d["bytes"].get<size_t>(), static_cast<long long>(d["requests_ok"].get<int64_t>()),
-                    pct(d["ttft_ms"]).c_str(), pct(d["latency_ms"]).c_str());
+        std::printf("document %zu, %s (%zu bytes, %lld ok): first token %s; latency %s\n", d["document"].get<size_t>(),
+                    d["file"].get<std::string>().c_str(), d["bytes"].get<size_t>(),
+                    static_cast<long long>(d["requests_ok"].get<int64_t>()), pct(d["ttft_ms"]).c_str(),
+                    pct(d["latency_ms"]).c_str());
       }
     }
     for (const auto& [k, v] : totals.errors) std::printf("error x%lld: %s\n", static_cast<long long>(v), k.c_str());

@@ -16,6 +16,7 @@
 #include "client/load_generator.h"
 #include "client/retry_policy.h"
 #include "common/alternative_line.h"
+#include "common/pem_file.h"
 #include "common/read_input.h"
 #include "common/status_code_name.h"
 #include "srformer/v1/summarizer.grpc.pb.h"
@@ -35,10 +36,10 @@ std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& o) {
   if (!o.tls) return grpc::CreateCustomChannel(o.target, grpc::InsecureChannelCredentials(), args);
   if (!o.tls_server_name.empty()) args.SetSslTargetNameOverride(o.tls_server_name);
   grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = read_input(o.ca_file);
+  ssl.pem_root_certs = srformer::read_pem(o.ca_file, "--ca", srformer::PemKind::kCertificate);
   if (!o.cert_file.empty()) {
-    ssl.pem_cert_chain = read_input(o.cert_file);
-    ssl.pem_private_key = read_input(o.key_file);
+    ssl.pem_cert_chain = srformer::read_pem(o.cert_file, "--cert", srformer::PemKind::kCertificate);
+    ssl.pem_private_key = srformer::read_pem(o.key_file, "--key", srformer::PemKind::kPrivateKey);
   }
   return grpc::CreateCustomChannel(o.target, grpc::SslCredentials(ssl), args);
 }
@@ -136,6 +137,7 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   v1::SummarizeStreamResponse msg;
   v1::SummarizeResponse final;
   nlohmann::json tokens = nlohmann::json::array();
+  bool printed = false;  // text on the line: a failure ends it (a failure before any leaves stdout empty)
   while (reader->Read(&msg)) {
     if (msg.has_token()) {
       if (o.json) {
@@ -146,6 +148,7 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
                           {"logprob", msg.token().logprob()}});
       } else {
         std::cout << msg.token().text() << std::flush;
+        printed = printed || !msg.token().text().empty();
       }
     } else if (msg.has_final()) {
       final = msg.final();
@@ -153,7 +156,7 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   }
   const auto st = reader->Finish();
   if (!st.ok()) {
-    if (!o.json) std::cout << "\n";
+    if (printed) std::cout << "\n";
     return fail(st);
   }
   if (o.json) {
@@ -322,7 +325,8 @@ int main(int argc, char** argv) {
       std::vector<std::string> docs;
       for (const auto& p : o.inputs) docs.push_back(read_document(p));
       const auto report = srformer::client::run_load(channel, o, docs);
-      return report["requests_failed"].get<int64_t>() == 0 ? 0 : 1;
+      if (report["interrupted"].get<bool>()) return 130;  // as a shell reports Ctrl-C, after the report
+      return report["requests_failed"].get<int64_t>() == 0 && report["requests_ok"].get<int64_t>() > 0 ? 0 : 1;
     }
     if (o.batch) return summarize_batch(o, *stub);
     return summarize(o, *stub);

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/byte_size.h"
+#include "common/pem_file.h"
 #include "model/generation/generate.h"
 #include "server/engine/cuda_memory.h"
 #include "server/metrics/metrics.h"
@@ -150,18 +151,11 @@ namespace {
 // Plaintext, or TLS (optionally mutual) from the configured PEM files; throws with the flag to fix.
 std::shared_ptr<grpc::ServerCredentials> credentials(const ServerConfig& config) {
   if (config.tls_cert.empty()) return grpc::InsecureServerCredentials();
-  const auto read = [](const std::string& path, const char* flag) {
-    std::ifstream in(path, std::ios::binary);
-    const std::string pem(std::istreambuf_iterator<char>(in), {});
-    if (pem.find("-----BEGIN") == std::string::npos) {
-      throw std::runtime_error("cannot read a PEM file from '" + path + "' (" + flag + "); check the path and format");
-    }
-    return pem;
-  };
   grpc::SslServerCredentialsOptions ssl;
-  ssl.pem_key_cert_pairs.push_back({read(config.tls_key, "--tls-key"), read(config.tls_cert, "--tls-cert")});
+  ssl.pem_key_cert_pairs.push_back({read_pem(config.tls_key, "--tls-key", PemKind::kPrivateKey),
+                                    read_pem(config.tls_cert, "--tls-cert", PemKind::kCertificate)});
   if (!config.tls_client_ca.empty()) {
-    ssl.pem_root_certs = read(config.tls_client_ca, "--tls-client-ca");
+    ssl.pem_root_certs = read_pem(config.tls_client_ca, "--tls-client-ca", PemKind::kCertificate);
     ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(ssl);

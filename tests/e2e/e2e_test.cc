@@ -729,6 +729,30 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
   EXPECT_NE(mismatched.out.find("do --tls-key and --tls-cert not belong together"), std::string::npos)
       << mismatched.out;
   EXPECT_EQ(mismatched.out.find("model tiny:"), std::string::npos) << mismatched.out;
+  // A key as the client CA, a directory as the certificate: named with the flag (they were blamed on the
+  // port, or read as "basic_filebuf::underflow").
+  auto key_as_ca =
+      run_command(kServer + " --model tiny=" + model_dir_->string() + " --metrics-listen '' --listen 127.0.0.1:0" +
+                  " --tls-cert " + cert + " --tls-key " + key + " --tls-client-ca " + key + " 2>&1");
+  EXPECT_EQ(key_as_ca.exit_code, 1) << key_as_ca.out;
+  EXPECT_NE(key_as_ca.out.find("--tls-client-ca " + key + " holds no PEM certificate"), std::string::npos)
+      << key_as_ca.out;
+  auto dir_as_cert = run_command(kServer + " --model tiny=" + model_dir_->string() +
+                                 " --metrics-listen '' --listen 127.0.0.1:0 --tls-cert " + dir.string() +
+                                 " --tls-key " + key + " 2>&1");
+  EXPECT_NE(dir_as_cert.out.find("--tls-cert: cannot read '" + dir.string() + "': it is a directory"),
+            std::string::npos)
+      << dir_as_cert.out;
+  // The client checks its own PEM files the same way (gRPC said "empty address list").
+  for (const auto& [flags, says] : std::vector<std::pair<std::string, std::string>>{
+           {" --tls --ca " + key, "--ca " + key + " holds no PEM certificate"},
+           {" --tls --ca " + cert + " --cert " + key + " --key " + cert, "--cert " + key + " holds no PEM certificate"},
+           {" --tls --ca " + cert + " --cert " + cert + " --key " + cert,
+            "--key " + cert + " holds no PEM private key"}}) {
+    auto r = run_command(kClient + " --target 127.0.0.1:1" + flags + " --health 2>&1");
+    EXPECT_NE(r.exit_code, 0) << flags;
+    EXPECT_NE(r.out.find(says), std::string::npos) << flags << ": " << r.out;
+  }
 }
 
 // `srformer inspect` gives, beside the state a request holds, the estimate the server's memory budget
@@ -871,9 +895,23 @@ TEST_F(EndToEnd, BadFlagsExplainThemselves) {
   r = run_command(kClient + " --target 127.0.0.1:1 --deadline-ms 200 --seed 18446744073709551615 " + doc(0) + " 2>&1");
   EXPECT_EQ(r.out.find("--seed"), std::string::npos) << r.out;
   EXPECT_NE(r.exit_code, 2) << r.out;
+  // Values a flag cannot carry, and arguments that were ignored without a word.
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--max-new-tokens 4294967299 " + doc(0), "--max-new-tokens 4294967299 is out of range"},       // ran 3
+           {"--load --concurrency 50000 --requests 3 " + doc(0), "--concurrency must be from 1 to 4096"},  // abort
+           {"--load --concurrency 1 --duration nan " + doc(0), "--duration must be more than 0"},  // ran forever
+           {"--deadline-ms 9223372036854775807 " + doc(0), "--deadline-ms must be from 0 (no deadline) to 86400000"},
+           {doc(0) + " " + doc(1), "one FILE at a time (got 2); --batch"},
+           {"--health " + doc(0), "--health reads no FILE"},
+           {"--tls --insecure --ca " + doc(0) + " " + doc(0), "--insecure (plaintext) and --tls/--ca do not go"}}) {
+    r = run_command(kClient + " " + args + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << args << ": " << r.out;
+  }
   r = run_command(kClient + " --deadline-ms -5 " + doc(0) + " 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.out;
-  EXPECT_NE(r.out.find("--deadline-ms must be >= 0 (0: no deadline), got -5"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--deadline-ms must be from 0 (no deadline) to 86400000 (a day), got -5"), std::string::npos)
+      << r.out;
   r = run_command(kClient + " --health --list-models 2>&1");  // one of them ran, silently
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("give one"), std::string::npos) << r.out;
