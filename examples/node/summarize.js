@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Summarize a file with srformer-server from Node.js (@grpc/grpc-js + @grpc/proto-loader).
-//   npm install && node summarize.js --target localhost:50051 [--stream] [--model NAME] FILE
+//   npm install && node summarize.js --target localhost:50051 [--stream] [--model NAME] [--max-new-tokens N] FILE
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -14,10 +14,11 @@ const flag = (name, dflt) => {
 };
 const target = flag('--target', 'localhost:50051');
 const model = flag('--model', '');
+const maxNewTokens = flag('--max-new-tokens', undefined);  // unset: the model's default
 const stream = args.includes('--stream');
 const file = args.filter((a) => a !== '--stream')[0];
 if (!file) {
-  console.error('usage: node summarize.js [--target HOST:PORT] [--model NAME] [--stream] FILE');
+  console.error('usage: node summarize.js [--target HOST:PORT] [--model NAME] [--stream] [--max-new-tokens N] FILE');
   process.exit(2);
 }
 
@@ -33,7 +34,10 @@ const retry = {methodConfig: [{name: [{service: 'srformer.v1.Summarizer'}], retr
 const client = new Summarizer(target, grpc.credentials.createInsecure(),
                               {'grpc.service_config': JSON.stringify(retry)});
 // document is bytes on the wire: send the UTF-8 encoding of the text.
-const request = {model, document: fs.readFileSync(file), options: {max_new_tokens: 64}};
+const options = maxNewTokens === undefined ? {} : {max_new_tokens: Number(maxNewTokens)};
+const request = {model, document: fs.readFileSync(file), options};
+// Status codes by name (14 is UNAVAILABLE).
+const codeName = (code) => Object.keys(grpc.status).find((k) => grpc.status[k] === code) || String(code);
 
 if (stream) {
   const call = client.SummarizeStream(request);
@@ -41,10 +45,10 @@ if (stream) {
     if (msg.event === 'token') process.stdout.write(msg.token.text);
     else console.log('\n' + JSON.stringify(msg.final.usage));
   });
-  call.on('error', (e) => { console.error(`error: ${e.code} ${e.details}`); process.exit(1); });
+  call.on('error', (e) => { console.error(`error: ${codeName(e.code)}: ${e.details}`); process.exit(1); });
 } else {
   client.Summarize(request, (err, resp) => {
-    if (err) { console.error(`error: ${err.code} ${err.details}`); process.exit(1); }
+    if (err) { console.error(`error: ${codeName(err.code)}: ${err.details}`); process.exit(1); }
     console.log(resp.summary);
     console.log(JSON.stringify(resp.usage));
   });

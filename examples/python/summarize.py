@@ -49,10 +49,16 @@ def main():
         "maxAttempts": 3, "initialBackoff": "0.2s", "maxBackoff": "5s", "backoffMultiplier": 2,
         "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]}}]}
     channel = grpc.insecure_channel(args.target, options=[("grpc.service_config", json.dumps(retry))])
-    req = pb.SummarizeRequest(model=args.model, document=open(args.file, "rb").read())  # bytes: UTF-8 text
-    if args.max_new_tokens:
+    try:
+        with open(args.file, "rb") as f:
+            req = pb.SummarizeRequest(model=args.model, document=f.read())  # bytes: UTF-8 text
+    except OSError as e:
+        print("error: cannot read %s: %s" % (args.file, e.strerror), file=sys.stderr)
+        return 2
+    # Set only when given (0 included: the server then says why it refuses it); unset: the model's default.
+    if args.max_new_tokens is not None:
         req.options.max_new_tokens = args.max_new_tokens
-    if args.num_beams:
+    if args.num_beams is not None:
         req.options.num_beams = args.num_beams
 
     try:

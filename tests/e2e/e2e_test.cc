@@ -617,11 +617,14 @@ TEST_F(EndToEnd, NodeGrpcJsExampleClient) {
   auto server = start();
   const std::string node =
       "NODE_PATH=" + modules + " node " + src + "/examples/node/summarize.js --target " + server->target() + " ";
-  auto unary = run_command(node + doc(2));
+  auto refused = run_command(node + "--max-new-tokens 0 " + doc(2) + " 2>&1");  // errors by their names
+  EXPECT_EQ(refused.exit_code, 1) << refused.out;
+  EXPECT_NE(refused.out.find("error: INVALID_ARGUMENT: "), std::string::npos) << refused.out;
+  auto unary = run_command(node + "--max-new-tokens 64 " + doc(2));
   ASSERT_EQ(unary.exit_code, 0) << unary.out;
-  auto stream = run_command(node + "--stream " + doc(2));
+  auto stream = run_command(node + "--max-new-tokens 64 --stream " + doc(2));
   ASSERT_EQ(stream.exit_code, 0) << stream.out;
-  // The example asks for 64 new tokens; our own client gives the reference answer.
+  // Asked for 64 new tokens, as our own client, which gives the reference answer.
   auto ours = run_command(kClient + " --target " + server->target() + " --max-new-tokens 64 --json " + doc(2));
   ASSERT_EQ(ours.exit_code, 0) << ours.out;
   const auto ref = nlohmann::json::parse(ours.out);
@@ -659,6 +662,14 @@ TEST_F(EndToEnd, PythonExampleClient) {
   auto refused = run_command(python + "/dev/null 2>&1");
   EXPECT_EQ(refused.exit_code, 1) << refused.out;
   EXPECT_NE(refused.out.find("error: INVALID_ARGUMENT: document is empty"), std::string::npos) << refused.out;
+  // --max-new-tokens 0 is sent (the server says why it refuses it; it was dropped as unset), and a
+  // missing file is a line, not a traceback.
+  auto zero = run_command(python + "--max-new-tokens 0 " + doc(2) + " 2>&1");
+  EXPECT_EQ(zero.exit_code, 1) << zero.out;
+  EXPECT_NE(zero.out.find("error: INVALID_ARGUMENT: "), std::string::npos) << zero.out;
+  auto missing = run_command(python + "/nonexistent/file.txt 2>&1");
+  EXPECT_EQ(missing.exit_code, 2) << missing.out;
+  EXPECT_NE(missing.out.find("error: cannot read /nonexistent/file.txt"), std::string::npos) << missing.out;
 }
 
 TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
