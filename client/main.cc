@@ -89,8 +89,31 @@ nlohmann::json to_json(const v1::SummarizeResponse& r) {
   return j;
 }
 
-int fail(const grpc::Status& s) {
-  std::cerr << "srformer-client: " << srformer::status_code_name(s.error_code()) << ": " << s.error_message() << "\n";
+// What a failure's message leaves a command-line user to guess: gRPC's words for a TLS mismatch ("Socket
+// closed", "wrong version number"), and the API's name for --truncate.
+std::string hint(const grpc::Status& s, const ClientOptions& o) {
+  const std::string& m = s.error_message();
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    if (!o.tls && m.find("Socket closed") != std::string::npos) {
+      return " (does the server use TLS? then --tls --ca FILE, and --cert/--key where it asks for client "
+             "certificates)";
+    }
+    if (o.tls && m.find("wrong version number") != std::string::npos)
+      return " (the server speaks plaintext: --insecure)";
+    if (o.tls && m.find("Socket closed") != std::string::npos && o.cert_file.empty()) {
+      return " (a server with --tls-client-ca takes only clients with a certificate it signed: --cert/--key)";
+    }
+  }
+  if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT &&
+      m.find("TRUNCATION_POLICY_TRUNCATE") != std::string::npos) {
+    return " (srformer-client: --truncate)";
+  }
+  return "";
+}
+
+int fail(const grpc::Status& s, const ClientOptions& o) {
+  std::cerr << "srformer-client: " << srformer::status_code_name(s.error_code()) << ": " << s.error_message()
+            << hint(s, o) << "\n";
   return 1;
 }
 
@@ -124,7 +147,7 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   if (!o.stream) {
     v1::SummarizeResponse resp;
     const auto st = stub.Summarize(&ctx, req, &resp);
-    if (!st.ok()) return fail(st);
+    if (!st.ok()) return fail(st, o);
     if (o.json) {
       std::cout << to_json(resp).dump() << "\n";
     } else {
@@ -157,7 +180,7 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   const auto st = reader->Finish();
   if (!st.ok()) {
     if (printed) std::cout << "\n";
-    return fail(st);
+    return fail(st, o);
   }
   if (o.json) {
     auto j = to_json(final);
@@ -192,7 +215,7 @@ int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   set_deadline(ctx, o);
   v1::SummarizeBatchResponse resp;
   const auto st = stub.SummarizeBatch(&ctx, batch, &resp);
-  if (!st.ok()) return fail(naming_the_file(st, o.inputs));
+  if (!st.ok()) return fail(naming_the_file(st, o.inputs), o);
   std::map<int, const v1::BatchItemError*> errors;
   for (const auto& e : resp.errors()) errors[e.index()] = &e;
   nlohmann::json all = nlohmann::json::array();
@@ -270,7 +293,7 @@ int list_models(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   set_deadline(ctx, o);
   v1::ListModelsResponse resp;
   const auto st = stub.ListModels(&ctx, {}, &resp);
-  if (!st.ok()) return fail(st);
+  if (!st.ok()) return fail(st, o);
   nlohmann::json all = nlohmann::json::array();
   for (const auto& m : resp.models()) {
     if (o.json) {

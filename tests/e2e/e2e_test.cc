@@ -687,6 +687,10 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
   auto health = run_command(kClient + t + " --tls --ca " + cert + " --health");
   EXPECT_EQ(health.exit_code, 0) << health.out;
   EXPECT_EQ(health.out, "SERVING\n");
+  // Plaintext against TLS: gRPC's "Socket closed", with the client's hint.
+  auto plaintext = run_command(kClient + t + " --max-new-tokens 2 --deadline-ms 5000 " + doc(0) + " 2>&1");
+  EXPECT_EQ(plaintext.exit_code, 1) << plaintext.out;
+  EXPECT_NE(plaintext.out.find("(does the server use TLS? then --tls --ca FILE"), std::string::npos) << plaintext.out;
   auto unary = run_command(kClient + t + " --tls --ca " + cert + " --max-new-tokens 12 --json " + doc(0));
   ASSERT_EQ(unary.exit_code, 0) << unary.out;
   EXPECT_EQ(nlohmann::json::parse(unary.out)["token_ids"].get<std::vector<int64_t>>(),
