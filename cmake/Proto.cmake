@@ -18,5 +18,8 @@ function(srformer_add_proto)
   endforeach()
   add_library(${ARG_TARGET} STATIC ${srcs})
   target_include_directories(${ARG_TARGET} SYSTEM PUBLIC ${out_dir})
-  target_link_libraries(${ARG_TARGET} PUBLIC protobuf::libprotobuf gRPC::grpc++)
+  # PyTorch's CMake config (found first) defines its own protobuf::libprotobuf, which links nothing (its
+  # protobuf is inside libtorch); FindProtobuf then keeps that target. Link the library it found too
+  # (the first GPU build, session 43, failed to link without it).
+  target_link_libraries(${ARG_TARGET} PUBLIC protobuf::libprotobuf ${Protobuf_LIBRARY} gRPC::grpc++)
 endfunction()
