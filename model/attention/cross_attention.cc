@@ -225,7 +225,7 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
     auto kv = keys_values_product(kf, vf);
     if (kv_clamp) kv = kv.clamp(-*kv_clamp, *kv_clamp);
     ls.kv = kv;
-    ls.knorm = kf.pow(2).sum(2).sqrt();
+    ls.knorm = key_norms(kf);
     ls.mem = torch::zeros_like(kv);
     ls.recur = torch::zeros_like(kv);
     if (precompute_switches && expected_len.defined()) {

@@ -2,8 +2,12 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+#include <vector>
+
 #include "model/kernels/attention_products.h"
 #include "model/kernels/avx2.h"
+#include "model/kernels/parallel.h"
 #include "model/layers.h"
 
 namespace srformer {
@@ -40,6 +44,27 @@ torch::Tensor keys_values_product(const torch::Tensor& k, const torch::Tensor& v
   auto out = torch::empty({B, H, d, d}, kc.options());
   kernels::key_value_outer_sum(kc.data_ptr<float>(), vc.data_ptr<float>(), B * H, T, d, out.data_ptr<float>(),
                                at::get_num_threads());
+  return out;
+}
+
+torch::Tensor key_norms(const torch::Tensor& k) {
+  if (k.dim() != 4 || !is_cpu_inference_float(k) || !kernels::use_cpu_kernels()) return k.pow(2).sum(2).sqrt();
+  const auto kc = k.contiguous();
+  const int64_t groups = k.size(0) * k.size(1), T = k.size(2), d = k.size(3);
+  auto out = torch::empty({k.size(0), k.size(1), d}, kc.options());
+  const float* kp = kc.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  kernels::parallel_chunks(groups, at::get_num_threads(), [&](int64_t begin, int64_t end) {
+    std::vector<float> sq(static_cast<size_t>(d));
+    for (int64_t g = begin; g < end; ++g) {
+      std::fill(sq.begin(), sq.end(), 0.0F);
+      const float* K = kp + g * T * d;
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t a = 0; a < d; ++a) sq[static_cast<size_t>(a)] += K[t * d + a] * K[t * d + a];
+      }
+      for (int64_t a = 0; a < d; ++a) o[g * d + a] = std::sqrt(sq[static_cast<size_t>(a)]);
+    }
+  });
   return out;
 }
 

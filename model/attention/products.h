@@ -10,8 +10,13 @@ namespace srformer {
 torch::Tensor query_key_product(const torch::Tensor& q, const torch::Tensor& k);
 // p [B, H, Tq, T] · v [B, H, T, d] -> [B, H, Tq, d]
 torch::Tensor weights_value_product(const torch::Tensor& p, const torch::Tensor& v);
-// k [B, H, T, d]ᵀ · v [B, H, T, d] -> [B, H, d, d]  (kernels for segments: T up to 512)
+// k [B, H, T, d]ᵀ · v [B, H, T, d] -> [B, H, d, d] (the kernel at any T: padding changes no bits)
 torch::Tensor keys_values_product(const torch::Tensor& k, const torch::Tensor& v);
+
+// ||K|| over positions: k [B, H, T, d] -> [B, H, d]. On the CPU in fp32 without autograd each norm is
+// one sum over t = 0, 1, ... from zero, so a row's zero-padded positions change no bits (LibTorch's
+// reduction groups its terms by the padded length: a row padded beside a longer one got other bits).
+torch::Tensor key_norms(const torch::Tensor& k);
 
 // softmax over the last dimension. In a decode step's shape ([B, H, 1, T], CPU fp32, no autograd) each
 // row runs kernels::attention_softmax_row, whose bits do not change when masked keys follow the row's own

@@ -365,6 +365,44 @@ TEST_P(Seq2SeqProperties, WithoutTheSwitchTableARowDecodesTheSameAloneAndInABatc
   }
 }
 
+// The same without the switch table for rows of other lengths and schedules, started together (a short
+// row padded to a longer one: LibTorch's ||K|| summed its keys grouped by the padded length) or apart and
+// joined, and one leaving midway.
+TEST_P(Seq2SeqProperties, WithoutTheSwitchTableAPaddedRowDecodesTheSameAsAlone) {
+  if (!model_->config().srformer.segmented()) GTEST_SKIP() << "no segment switches";
+  if (!kernels::use_cpu_kernels()) GTEST_SKIP() << "bit-identity is what the CPU kernels promise";
+  LoadOptions o;
+  o.precompute_switches = false;
+  o.dtype = GetParam().dtype;
+  const auto m = load_model(dir_.path(), o);
+  const auto a_ids = random_ids(1, 30), b_ids = random_ids(1, 37);
+  const auto dec = random_ids(2, 20);
+  for (const bool together : {true, false}) {
+    SCOPED_TRACE(together ? "started together" : "joined");
+    auto alone = m->start(m->encode(a_ids, torch::ones({1, 30}, torch::kLong)), torch::tensor({48}, torch::kLong));
+    DecoderState both;
+    if (together) {
+      auto ids = torch::full({2, 37}, m->config().pad_token_id, torch::kLong);
+      auto mask = torch::zeros({2, 37}, torch::kLong);
+      ids[0].narrow(0, 0, 30).copy_(a_ids[0]);
+      mask[0].narrow(0, 0, 30).fill_(1);
+      ids[1].copy_(b_ids[0]);
+      mask[1].fill_(1);
+      both = m->start(m->encode(ids, mask), torch::tensor({48, 5}, torch::kLong));
+    } else {
+      both = m->start(m->encode(a_ids, torch::ones({1, 30}, torch::kLong)), torch::tensor({48}, torch::kLong));
+      both.append(m->start(m->encode(b_ids, torch::ones({1, 37}, torch::kLong)), torch::tensor({5}, torch::kLong)));
+    }
+    for (int64_t t = 0; t < dec.size(1); ++t) {
+      const bool b_in = t <= 5;
+      const auto x = m->step(alone, dec.narrow(0, 0, 1).select(1, t));
+      const auto y = m->step(both, b_in ? dec.select(1, t) : dec.narrow(0, 0, 1).select(1, t));
+      ASSERT_TRUE(torch::equal(x[0], y[0])) << "step " << t << ": " << (x[0] - y[0]).abs().max().item<double>();
+      if (t == 5) both.retain({0});  // the short row leaves
+    }
+  }
+}
+
 // With the CPU kernels on, a segmented softmax reads each row's window where it lies in the row's
 // span of the cross keys/values pools (no per-row window copies in the state); the logits equal those
 // of a state that keeps window copies (kernels off) for rows of different k, rows skipping segments and
