@@ -87,6 +87,13 @@ class Seq2SeqProperties : public ::testing::TestWithParam<Case> {
       EXPECT_LE((got - want).abs().max().item<double>(), tolerance(1e-5, want));
     }
   }
+  // The same model loaded with --precompute-switches false: each switch computes its drive then.
+  std::unique_ptr<Seq2SeqModel> without_switch_table() const {
+    LoadOptions o;
+    o.precompute_switches = false;
+    o.dtype = GetParam().dtype;
+    return load_model(dir_.path(), o);
+  }
   TempDir dir_{"seq2seq"};
   std::unique_ptr<Seq2SeqModel> model_;
 };
@@ -342,10 +349,7 @@ TEST_P(Seq2SeqProperties, PrecomputedSwitchDrivesEqualDrivesComputedAtEachSwitch
 TEST_P(Seq2SeqProperties, WithoutTheSwitchTableARowDecodesTheSameAloneAndInABatch) {
   if (!model_->config().srformer.segmented()) GTEST_SKIP() << "no segment switches";
   if (!kernels::use_cpu_kernels()) GTEST_SKIP() << "bit-identity is what the CPU kernels promise";
-  LoadOptions o;
-  o.precompute_switches = false;
-  o.dtype = GetParam().dtype;
-  const auto m = load_model(dir_.path(), o);
+  const auto m = without_switch_table();
   const auto ids = random_ids(1, 17);
   const auto dec = random_ids(3, 8);
   auto alone = m->start(m->encode(ids, torch::ones({1, 17}, torch::kLong)), torch::tensor({8}, torch::kLong));
@@ -371,10 +375,7 @@ TEST_P(Seq2SeqProperties, WithoutTheSwitchTableARowDecodesTheSameAloneAndInABatc
 TEST_P(Seq2SeqProperties, WithoutTheSwitchTableAPaddedRowDecodesTheSameAsAlone) {
   if (!model_->config().srformer.segmented()) GTEST_SKIP() << "no segment switches";
   if (!kernels::use_cpu_kernels()) GTEST_SKIP() << "bit-identity is what the CPU kernels promise";
-  LoadOptions o;
-  o.precompute_switches = false;
-  o.dtype = GetParam().dtype;
-  const auto m = load_model(dir_.path(), o);
+  const auto m = without_switch_table();
   const auto a_ids = random_ids(1, 30), b_ids = random_ids(1, 37);
   const auto dec = random_ids(2, 20);
   for (const bool together : {true, false}) {
