@@ -882,6 +882,12 @@ int64_t per_position(const torch::Tensor& pool, int64_t dim) {
   return pool.numel() / pool.size(dim) * static_cast<int64_t>(pool.element_size());
 }
 
+// Bytes of `keys` positions of a pooled layer's cross keys and values, and `entries` of its switch table.
+int64_t pooled_bytes(const LayerState& l, int64_t keys, int64_t entries) {
+  const int64_t table = l.switch_drive.defined() ? entries * per_position(l.switch_drive, kEntryDim) : 0;
+  return keys * (per_position(l.cross_k, kKeyDim) + per_position(l.cross_v, kKeyDim)) + table;
+}
+
 }  // namespace
 
 int64_t DecoderState::bytes() const {
@@ -890,11 +896,8 @@ int64_t DecoderState::bytes() const {
   const auto counts = row_counts(*this);
   for (const auto& l : layers) {
     if (!pooled(l)) continue;
-    total += total_count(used_spans(l.cross_start, counts.keys)) *
-             (per_position(l.cross_k, kKeyDim) + per_position(l.cross_v, kKeyDim));
-    if (l.switch_drive.defined()) {
-      total += total_count(used_spans(l.drive_start, counts.entries)) * per_position(l.switch_drive, kEntryDim);
-    }
+    const int64_t entries = l.switch_drive.defined() ? total_count(used_spans(l.drive_start, counts.entries)) : 0;
+    total += pooled_bytes(l, total_count(used_spans(l.cross_start, counts.keys)), entries);
   }
   return total;
 }
@@ -967,8 +970,7 @@ int64_t DecoderState::request_bytes(int64_t first_row, int64_t rows) const {
   const auto b = static_cast<size_t>(first_row);
   for (const auto& l : layers) {
     if (!pooled(l)) continue;
-    total += counts.keys.at(b) * (per_position(l.cross_k, kKeyDim) + per_position(l.cross_v, kKeyDim));
-    if (l.switch_drive.defined()) total += counts.entries.at(b) * per_position(l.switch_drive, kEntryDim);
+    total += pooled_bytes(l, counts.keys.at(b), l.switch_drive.defined() ? counts.entries.at(b) : 0);
   }
   return total;
 }
