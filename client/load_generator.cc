@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 
 #include "common/status_code_name.h"
@@ -107,7 +108,8 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
   auto stub = v1::Summarizer::NewStub(channel);
   Totals totals;
   InFlight in_flight;
-  const DistinctDocuments distinct = distinct_documents(o.inputs.size() == documents.size() ? o.inputs : documents);
+  if (documents.size() != o.inputs.size()) throw std::invalid_argument("run_load: a document per input FILE");
+  const DistinctDocuments distinct = distinct_documents(o.inputs);
   const auto& first_at = distinct.first_at;
   totals.by_document.resize(first_at.size());
   std::atomic<int64_t> issued{0};
@@ -219,7 +221,7 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
     for (size_t d = 0; d < first_at.size(); ++d) {
       const Timings& t = totals.by_document[d];
       by.push_back({{"document", first_at[d]},
-                    {"file", o.inputs.size() == documents.size() ? o.inputs[first_at[d]] : std::string()},
+                    {"file", o.inputs[first_at[d]]},
                     {"bytes", documents[first_at[d]].size()},
                     {"requests_ok", t.ok},
                     {"output_tokens", t.tokens},

@@ -10,7 +10,8 @@
 
 namespace srformer::client {
 
-// Runs the load described by `options` against `channel`; returns the report (also printed).
+// Runs the load described by `options` against `channel` with the text of each of its input FILEs
+// (`documents`, in the same order); returns the report (also printed).
 nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const ClientOptions& options,
                         const std::vector<std::string>& documents);
 
