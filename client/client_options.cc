@@ -1,11 +1,11 @@
 #include "client/client_options.h"
 
-#include <cctype>
 #include <iostream>
 #include <limits>
 #include <stdexcept>
 
 #include "client/retry_policy.h"
+#include "common/whole_number.h"
 
 namespace srformer::client {
 
@@ -15,15 +15,9 @@ constexpr int64_t kDayMs = int64_t{24} * 3600 * 1000;
 constexpr int64_t kMaxConcurrency = 4096;
 
 int64_t to_int(const std::string& flag, const std::string& v) {
-  size_t used = 0;
-  int64_t x = 0;
-  try {
-    x = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (v.empty() || used != v.size()) throw std::invalid_argument(flag + " needs an integer, got '" + v + "'");
-  return x;
+  const auto x = whole_int64(v);
+  if (!x) throw std::invalid_argument(flag + " needs an integer, got '" + v + "'");
+  return *x;
 }
 
 // An int32 field of the proto (it wrapped: --max-new-tokens 4294967299 asked for 3).
@@ -35,20 +29,11 @@ int32_t to_int32(const std::string& flag, const std::string& v) {
   return static_cast<int32_t>(x);
 }
 
-// The proto's seed is a uint64, as the offline tool's --seed: digits only (std::stoull takes "-1" as
-// 2^64 - 1), the whole range.
+// The proto's seed is a uint64, as the offline tool's --seed.
 uint64_t to_unsigned(const std::string& flag, const std::string& v) {
-  size_t used = 0;
-  uint64_t x = 0;
-  try {
-    if (!v.empty() && std::isdigit(static_cast<unsigned char>(v[0]))) x = std::stoull(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (v.empty() || used != v.size()) {
-    throw std::invalid_argument(flag + " needs an integer from 0 to 18446744073709551615, got '" + v + "'");
-  }
-  return x;
+  const auto x = whole_uint64(v);
+  if (!x) throw std::invalid_argument(flag + " needs an integer from 0 to 18446744073709551615, got '" + v + "'");
+  return *x;
 }
 
 double to_double(const std::string& flag, const std::string& v) {

@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "common/whole_number.h"
 #include "model/dtype_name.h"
 #include "model/generation/options.h"
 #include "model/openmp_env.h"
@@ -18,14 +19,9 @@ namespace srformer::server {
 namespace {
 
 int64_t to_int(const std::string& flag, const std::string& value, int64_t min) {
-  size_t used = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != value.size() || value.empty()) throw ConfigError(flag + " needs an integer, got '" + value + "'");
+  const auto parsed = whole_int64(value);
+  if (!parsed) throw ConfigError(flag + " needs an integer, got '" + value + "'");
+  const int64_t v = *parsed;
   if (v < min) throw ConfigError(flag + " must be >= " + std::to_string(min) + ", got " + value);
   return v;
 }

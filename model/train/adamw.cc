@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "common/whole_number.h"
 #include "model/io/safetensors.h"
 
 namespace srformer::train {
@@ -87,18 +88,12 @@ void AdamW::load(const std::filesystem::path& file) {
     }
   }
   const std::string step = meta.at("step").get<std::string>();
-  size_t used = 0;
-  int64_t parsed = -1;
-  try {
-    parsed = std::stoll(step, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != step.size() || parsed < 0) {
+  const auto parsed = whole_int64(step);
+  if (!parsed || *parsed < 0) {
     throw std::runtime_error(file.string() + ": the metadata's \"step\" is '" + step +
                              "', not a count of updates; the checkpoint is damaged");
   }
-  steps_ = parsed;
+  steps_ = *parsed;
 }
 
 double clip_grad_norm(const std::vector<std::pair<std::string, torch::Tensor>>& params, double max_norm) {
