@@ -87,6 +87,17 @@ struct Fixture : ::testing::Test {
   }
 };
 
+// train() refuses `o` (std::invalid_argument) with a message that holds `says`.
+::testing::AssertionResult refused_with(const TrainOptions& o, std::ostream& console, const std::string& says) {
+  try {
+    train(o, console);
+  } catch (const std::invalid_argument& e) {
+    if (std::string(e.what()).find(says) != std::string::npos) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "refused with: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "it trained";
+}
+
 std::vector<double> logged_losses(const fs::path& out) {
   std::vector<double> losses;
   std::ifstream in(out / "train_log.jsonl");
@@ -163,14 +174,7 @@ TEST_F(Fixture, ResumeContinuesExactlyAsAnUninterruptedRun) {
   EXPECT_FALSE(fs::exists(first.out_dir / "model.safetensors"));  // no final model yet
   auto second = options("pieces");
   // Without --resume, a new run into the same directory would mix its checkpoints with these.
-  try {
-    train(second, console);
-    FAIL() << "a new run over an earlier run's checkpoints";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("holds an earlier run's checkpoints (checkpoint-5); pass --resume"),
-              std::string::npos)
-        << e.what();
-  }
+  EXPECT_TRUE(refused_with(second, console, "holds an earlier run's checkpoints (checkpoint-5); pass --resume"));
   second.resume = true;
   train(second, console);
   EXPECT_NE(console.str().find("resuming from"), std::string::npos);
@@ -197,12 +201,7 @@ TEST_F(Fixture, ClearErrors) {
   std::ostringstream console;
   auto o = options("err");
   o.resume = true;
-  try {
-    train(o, console);
-    FAIL() << "resume without a checkpoint";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("no checkpoint"), std::string::npos) << e.what();
-  }
+  EXPECT_TRUE(refused_with(o, console, "no checkpoint"));  // resume without a checkpoint
   o = options("err");
   o.train_file = tmp.path() / "missing.jsonl";
   EXPECT_THROW(train(o, console), std::invalid_argument);
@@ -224,22 +223,11 @@ TEST_F(Fixture, ClearErrors) {
   o.model_dir = tmp.path() / "bart";
   write_random_model(o.model_dir, bart, 3, 0.0);
   fs::copy_file(model / "spiece.model", o.model_dir / "spiece.model");
-  try {
-    train(o, console);
-    FAIL() << "6 target tokens at 4 positions";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("--max-target-tokens 6 is more than this model's 4 decoder positions"),
-              std::string::npos)
-        << e.what();
-  }
+  // 6 target tokens at 4 positions
+  EXPECT_TRUE(refused_with(o, console, "--max-target-tokens 6 is more than this model's 4 decoder positions"));
   o = options("err");
-  o.autocast = "fp16";  // LibTorch's CPU autocast is bf16 only
-  try {
-    train(o, console);
-    FAIL() << "fp16 autocast on the CPU";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("needs a CUDA device"), std::string::npos) << e.what();
-  }
+  o.autocast = "fp16";                                           // LibTorch's CPU autocast is bf16 only
+  EXPECT_TRUE(refused_with(o, console, "needs a CUDA device"));  // fp16 autocast on the CPU
 }
 
 // A resumed run that saves --keep checkpoints or more rotates away the one it resumed from: every later
@@ -318,13 +306,8 @@ TEST_F(Fixture, DamagedCheckpointsAndMisdirectedRunsAreNamed) {
   std::ofstream(state) << good.str();
   auto past = o;
   past.steps = 2;
-  try {
-    train(past, console);
-    FAIL() << "a checkpoint at update 3 resumed with --steps 2";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("is at update 3, past --steps 2; pass --steps 3 or more"), std::string::npos)
-        << e.what();
-  }
+  // A checkpoint at update 3 resumed with --steps 2.
+  EXPECT_TRUE(refused_with(past, console, "is at update 3, past --steps 2; pass --steps 3 or more"));
   auto finish = o;
   finish.steps = 3;
   EXPECT_EQ(train(finish, console).updates, 0);
@@ -332,12 +315,7 @@ TEST_F(Fixture, DamagedCheckpointsAndMisdirectedRunsAreNamed) {
 
   auto over_itself = options("unused");
   over_itself.out_dir = model / ".";
-  try {
-    train(over_itself, console);
-    FAIL() << "--out MODEL_DIR";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("is MODEL_DIR"), std::string::npos) << e.what();
-  }
+  EXPECT_TRUE(refused_with(over_itself, console, "is MODEL_DIR"));  // --out MODEL_DIR
 }
 
 // A stop request (SIGINT/SIGTERM in `srformer train`) ends the run after the current update with a
