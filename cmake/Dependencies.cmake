@@ -66,6 +66,19 @@ if(TORCH_CXX_FLAGS)
   target_compile_options(srformer_torch INTERFACE ${_torch_flags})
 endif()
 
+# libstdc++ ahead of LibTorch in every executable's list of needed libraries. PyTorch's wheels (2.x) carry a
+# static copy of part of libstdc++'s std::filesystem (recursive_directory_iterator) and export it
+# (pytorch/pytorch#133437; later wheels make it weak, which the dynamic loader binds all the same). With
+# libtorch_cpu.so listed before libstdc++.so, the loader binds libstdc++'s own remove_all to that copy's
+# constructor. The likely cause of the first GPU build's crashes (session 43): every test that removed a
+# non-empty directory died on a call through a null pointer, and those that removed only empty ones
+# passed. Listed first, libstdc++ serves every std:: symbol it defines, to everyone.
+# tests/link/ checks this with a stand-in library that exports such a copy.
+add_library(srformer_libstdcxx_first INTERFACE)
+target_link_options(srformer_libstdcxx_first INTERFACE
+  "SHELL:-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state")
+target_link_libraries(srformer_torch INTERFACE srformer_libstdcxx_first)
+
 # tcmalloc under every executable that runs models. LibTorch allocates and frees tensors of many MiB
 # at every step; glibc hands such blocks back to the kernel (mmap/munmap) and each reuse page-faults
 # afresh. Measured on a T5-small bf16 decode benchmark: 5.9M page faults and 18 s of kernel time in

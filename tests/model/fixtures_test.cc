@@ -8,24 +8,13 @@
 #include <string>
 
 #include "model/fixture_check.h"
+#include "model/kernels/bf16_linear.h"
+#include "tests/support/fixture_dirs.h"
 #include "tests/support/temp_dir.h"
 
 namespace fs = std::filesystem;
 
-namespace {
-
-std::vector<fs::path> fixture_dirs() {
-  std::vector<fs::path> dirs;
-  const fs::path root = SRFORMER_FIXTURES_DIR;
-  if (!fs::is_directory(root)) return dirs;
-  for (const auto& e : fs::directory_iterator(root)) {
-    if (fs::exists(e.path() / "case.json") && fs::exists(e.path() / "model" / "config.json")) dirs.push_back(e.path());
-  }
-  std::sort(dirs.begin(), dirs.end());
-  return dirs;
-}
-
-}  // namespace
+using srformer::testing::fixture_dirs;
 
 TEST(Fixtures, EveryFixtureMatchesTheAuthorsOutputs) {
   const auto dirs = fixture_dirs();
@@ -45,6 +34,26 @@ TEST(Fixtures, EveryFixtureMatchesTheAuthorsOutputs) {
   }
   // All four reference fixtures are expected when shared/ is present.
   EXPECT_GE(dirs.size(), 4u);
+}
+
+// The same fixtures with the CPU's bfloat16 projections: within the tolerance check_fixture widens to for
+// bf16 (16 units in bfloat16's last place), which a GPU's fp16/bf16 replay uses too (tests/model/cuda_test.cc).
+TEST(Fixtures, Bf16ProjectionsStayWithinTheWidenedTolerance) {
+  const auto dirs = fixture_dirs();
+  if (dirs.empty()) GTEST_SKIP() << "no fixtures found under " << SRFORMER_FIXTURES_DIR << " (shared/ absent)";
+  if (!srformer::kernels::cpu_bf16_available()) GTEST_SKIP() << "this CPU has neither AMX-BF16 nor AVX512-BF16";
+  srformer::LoadOptions bf16;
+  bf16.dtype = torch::kBFloat16;
+  for (const auto& dir : dirs) {
+    SCOPED_TRACE(dir.string());
+    const auto r = srformer::check_fixture(dir, bf16);
+    EXPECT_TRUE(r.ok) << r.to_json().dump();
+    EXPECT_EQ(r.dtype, "bf16");
+    EXPECT_EQ(r.atol, srformer::half_precision_tolerance(torch::kBFloat16));
+    EXPECT_FALSE(r.greedy_match) << "generation is not replayed in bf16";
+    // bf16 does round: the logits are not the fp32 ones, only near them.
+    EXPECT_GT(r.max_abs_diff_logits, srformer::check_fixture(dir).max_abs_diff_logits);
+  }
 }
 
 namespace {
