@@ -30,7 +30,8 @@ class ParamBinder {
   template <typename Init>
   torch::Tensor take_raf(const std::string& name, const std::vector<int64_t>& shape, Init&& init) {
     if (init_missing_raf_) {
-      if (auto t = binder_.take_optional(name, shape)) return record(name, t->to(torch::kFloat32));
+      // Read as float32: through the model's fp16/bf16 it would come back rounded.
+      if (auto t = binder_.take_optional_fp32(name, shape)) return record(name, *t);
       return record(name, init().to(binder_.device()));  // init() makes it on the CPU
     }
     return record(name, binder_.take_fp32(name, shape));

@@ -55,9 +55,19 @@ torch::Tensor WeightBinder::take_fp32(const std::string& name, const std::vector
 }
 
 std::optional<torch::Tensor> WeightBinder::take_optional(const std::string& name, const std::vector<int64_t>& shape) {
+  return bind_optional(name, shape, dtype_);
+}
+
+std::optional<torch::Tensor> WeightBinder::take_optional_fp32(const std::string& name,
+                                                              const std::vector<int64_t>& shape) {
+  return bind_optional(name, shape, torch::kFloat32);
+}
+
+std::optional<torch::Tensor> WeightBinder::bind_optional(const std::string& name, const std::vector<int64_t>& shape,
+                                                         torch::ScalarType dtype) {
   if (!ckpt_.contains(name)) return std::nullopt;
   const size_t problems = mismatched_.size();
-  torch::Tensor tensor = bind(name, shape, {}, dtype_, false);
+  torch::Tensor tensor = bind(name, shape, {}, dtype, false);
   if (mismatched_.size() != problems) return std::nullopt;
   return tensor;
 }

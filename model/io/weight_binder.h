@@ -30,6 +30,8 @@ class WeightBinder {
                           const std::vector<std::string>& aliases = {});
   // nullopt when absent (not a problem); a wrong shape is recorded and also gives nullopt.
   std::optional<torch::Tensor> take_optional(const std::string& name, const std::vector<int64_t>& shape);
+  // As take_optional(), keeping float32 (take_fp32's RAF parameters, where a checkpoint may lack them).
+  std::optional<torch::Tensor> take_optional_fp32(const std::string& name, const std::vector<int64_t>& shape);
   // Checkpoint names (whole-name ECMAScript regex) allowed to stay unused, e.g. tied copies or buffers.
   // Throws std::invalid_argument for a bad regex.
   void ignore(const std::string& name_regex);
@@ -41,6 +43,8 @@ class WeightBinder {
   torch::Device device() const { return device_; }
 
  private:
+  std::optional<torch::Tensor> bind_optional(const std::string& name, const std::vector<int64_t>& shape,
+                                             torch::ScalarType dtype);
   torch::Tensor bind(const std::string& name, const std::vector<int64_t>& shape,
                      const std::vector<std::string>& aliases, torch::ScalarType dtype, bool required);
   void mark_used(const std::string& name);

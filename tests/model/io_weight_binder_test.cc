@@ -7,6 +7,7 @@
 #include "model/io/load_error.h"
 #include "model/io/safetensors.h"
 #include "model/io/weight_binder.h"
+#include "model/param_binder.h"
 #include "tests/model/io_test_util.h"
 
 namespace srformer {
@@ -64,6 +65,22 @@ TEST_F(WeightBinderTest, BindsEverythingAndConvertsFloatingPointDtypes) {
   EXPECT_NO_THROW(binder.finish());
   EXPECT_THAT(binder.used(), ElementsAre("shared.weight", "enc.norm.weight", "enc.fc.weight", "dec.raf.threshold",
                                          "enc.position_ids"));
+}
+
+// A conversion (ParamBinder::take_raf with init_missing_raf) takes the RAF parameters a checkpoint has as
+// they are: 1 + 2^-12 is not a half-precision number, and a model loaded in fp16 must still see it.
+TEST_F(WeightBinderTest, RafParametersTakenWhereTheCheckpointHasThemStayFloat32InAHalfModel) {
+  const float exact = 1.0F + 1.0F / 4096;
+  save_safetensors(dir_ / "model.safetensors", {{"dec.raf.leak", torch::tensor({exact})}});
+  const auto ckpt = CheckpointReader::open_dir(dir_.path());
+  WeightBinder binder(ckpt, torch::kFloat16, torch::kCPU);
+  ParamBinder params(binder, /*init_missing_raf=*/true);
+  const auto leak = params.take_raf("dec.raf.leak", {1}, [] { return torch::zeros({1}); });
+  EXPECT_EQ(leak.scalar_type(), torch::kFloat32);
+  EXPECT_EQ(leak.item<float>(), exact);
+  const auto absent = params.take_raf("dec.raf.threshold", {1}, [] { return torch::full({1}, 0.5F); });
+  EXPECT_EQ(absent.item<float>(), 0.5F) << "initialised where the checkpoint lacks it";
+  EXPECT_FALSE(binder.take_optional_fp32("dec.raf.leak", {2})) << "a wrong shape gives nothing";
 }
 
 TEST_F(WeightBinderTest, CollectsMissingMisshapedAndUnexpectedIntoOneError) {
