@@ -3,8 +3,11 @@
 #include <dlfcn.h>
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <string>
 #include <type_traits>
+
+#include "server/metrics/visible_gpus.h"
 
 namespace srformer::server {
 namespace {
@@ -55,6 +58,7 @@ class DlopenNvml final : public NvmlApi {
     sym(temperature_, "nvmlDeviceGetTemperature");
     sym(clock_, "nvmlDeviceGetClockInfo");
     if (!missing.empty()) return "libnvidia-ml.so.1 lacks " + missing + " (driver too old?)";
+    uuid_ = reinterpret_cast<decltype(uuid_)>(dlsym(handle_, "nvmlDeviceGetUUID"));  // optional
     const nvmlReturn_t rc = init_();
     if (rc != kNvmlSuccess) return std::string("nvmlInit failed: ") + error_string_(rc);
     initialized_ = true;
@@ -96,6 +100,12 @@ class DlopenNvml final : public NvmlApi {
     return mhz * 1e6;
   }
 
+  std::optional<std::string> uuid(unsigned index) override {
+    char id[96] = {};  // NVML_DEVICE_UUID_V2_BUFFER_SIZE
+    if (!uuid_ || !device(index) || uuid_(dev_, id, sizeof(id)) != kNvmlSuccess) return std::nullopt;
+    return std::string(id);
+  }
+
  private:
   // Resolves the handle of `index` into dev_ (callers are serialized by GpuMonitor::sample's single thread).
   bool device(unsigned index) { return handle_by_index_(index, &dev_) == kNvmlSuccess; }
@@ -113,6 +123,7 @@ class DlopenNvml final : public NvmlApi {
   nvmlReturn_t (*power_)(nvmlDevice_t, unsigned*) = nullptr;
   nvmlReturn_t (*temperature_)(nvmlDevice_t, int, unsigned*) = nullptr;
   nvmlReturn_t (*clock_)(nvmlDevice_t, int, unsigned*) = nullptr;
+  nvmlReturn_t (*uuid_)(nvmlDevice_t, char*, unsigned) = nullptr;
 };
 
 }  // namespace
@@ -127,9 +138,17 @@ GpuMonitor::GpuMonitor(prometheus::Registry& registry, std::unique_ptr<NvmlApi> 
     spdlog::info("metrics: GPU metrics disabled: {}", error);
     return;
   }
-  const unsigned count = nvml_->device_count();
-  if (count == 0) {
+  if (nvml_->device_count() == 0) {
     spdlog::info("metrics: GPU metrics disabled: NVML sees no GPU");
+    return;
+  }
+  const char* visible_env = std::getenv("CUDA_VISIBLE_DEVICES");
+  auto visible = visible_gpus(visible_env, nvml_->device_count(), [this](unsigned i) { return nvml_->uuid(i); });
+  if (!visible.note.empty()) spdlog::warn("metrics: {}", visible.note);
+  nvml_index_ = std::move(visible.nvml_index);
+  const auto count = static_cast<unsigned>(nvml_index_.size());
+  if (count == 0) {
+    spdlog::info("metrics: GPU metrics disabled: CUDA_VISIBLE_DEVICES shows this process no GPU");
     return;
   }
   const auto gauge = [&](const char* name, const char* help) -> prometheus::Family<prometheus::Gauge>& {
@@ -143,7 +162,15 @@ GpuMonitor::GpuMonitor(prometheus::Registry& registry, std::unique_ptr<NvmlApi> 
   auto& clock = gauge("srformer_gpu_sm_clock_hertz", "GPU SM clock.");
   devices_.assign(count, DeviceGauges{{&util}, {&used}, {&total}, {&power}, {&temp}, {&clock}});
   active_ = true;
-  spdlog::info("metrics: sampling {} GPU(s) via NVML every {} ms", count, interval.count());
+  std::string numbering;
+  if (visible_env != nullptr) {
+    for (unsigned d = 0; d < count; ++d) {
+      numbering += (d ? ", " : " (CUDA_VISIBLE_DEVICES: ") + std::string("gpu ") + std::to_string(d) + " is NVML's " +
+                   std::to_string(nvml_index_[d]);
+    }
+    numbering += ")";
+  }
+  spdlog::info("metrics: sampling {} GPU(s) via NVML every {} ms{}", count, interval.count(), numbering);
   sample();
   if (interval.count() > 0) sampler_ = std::make_unique<PeriodicSampler>(interval, [this] { sample(); });
 }
@@ -158,16 +185,17 @@ void GpuMonitor::LazyGauge::set(unsigned device, double value) {
 void GpuMonitor::sample() {
   if (!active_) return;
   const std::lock_guard<std::mutex> lock(mutex_);
-  for (unsigned i = 0; i < devices_.size(); ++i) {
-    DeviceGauges& g = devices_[i];
-    if (const auto v = nvml_->utilization_ratio(i)) g.utilization.set(i, *v);
+  for (unsigned d = 0; d < devices_.size(); ++d) {
+    DeviceGauges& g = devices_[d];
+    const unsigned i = nvml_index_[d];
+    if (const auto v = nvml_->utilization_ratio(i)) g.utilization.set(d, *v);
     if (const auto m = nvml_->memory(i)) {
-      g.memory_used.set(i, m->used_bytes);
-      g.memory_total.set(i, m->total_bytes);
+      g.memory_used.set(d, m->used_bytes);
+      g.memory_total.set(d, m->total_bytes);
     }
-    if (const auto v = nvml_->power_watts(i)) g.power.set(i, *v);
-    if (const auto v = nvml_->temperature_celsius(i)) g.temperature.set(i, *v);
-    if (const auto v = nvml_->sm_clock_hertz(i)) g.sm_clock.set(i, *v);
+    if (const auto v = nvml_->power_watts(i)) g.power.set(d, *v);
+    if (const auto v = nvml_->temperature_celsius(i)) g.temperature.set(d, *v);
+    if (const auto v = nvml_->sm_clock_hertz(i)) g.sm_clock.set(d, *v);
   }
 }
 

@@ -32,13 +32,19 @@ class NvmlApi {
   virtual std::optional<double> power_watts(unsigned index) = 0;
   virtual std::optional<double> temperature_celsius(unsigned index) = 0;
   virtual std::optional<double> sm_clock_hertz(unsigned index) = 0;
+  // "GPU-..." as CUDA_VISIBLE_DEVICES may name it; nullopt when NVML cannot say.
+  virtual std::optional<std::string> uuid(unsigned index) {
+    (void)index;
+    return std::nullopt;
+  }
 };
 
 // NVML through dlopen("libnvidia-ml.so.1"); init() reports the dlopen/dlsym/nvmlInit error if any.
 std::unique_ptr<NvmlApi> load_nvml();
 
 // Registers srformer_gpu_* gauges{gpu="<index>"} and refreshes them every interval; if NVML fails to
-// initialize, logs the reason once and registers nothing.
+// initialize, logs the reason once and registers nothing. <index> is the CUDA device number (--device
+// cuda:N): the GPUs CUDA_VISIBLE_DEVICES shows this process, in its order (visible_gpus.h).
 class GpuMonitor {
  public:
   GpuMonitor(prometheus::Registry& registry, std::unique_ptr<NvmlApi> nvml, std::chrono::milliseconds interval);
@@ -66,7 +72,8 @@ class GpuMonitor {
   std::mutex mutex_;  // sample() runs from the sampler thread and from Metrics::sample_now()
   std::unique_ptr<NvmlApi> nvml_;
   bool active_ = false;
-  std::vector<DeviceGauges> devices_;
+  std::vector<DeviceGauges> devices_;         // by CUDA device number
+  std::vector<unsigned> nvml_index_;          // [CUDA device number] -> NVML's
   std::unique_ptr<PeriodicSampler> sampler_;  // last: stops before the gauges it writes go away
 };
 

@@ -153,6 +153,7 @@ class FakeNvml : public NvmlApi {
   }
   std::optional<double> temperature_celsius(unsigned) override { return s_->celsius; }
   std::optional<double> sm_clock_hertz(unsigned) override { return s_->hertz; }
+  std::optional<std::string> uuid(unsigned i) override { return "GPU-fa4e-" + std::to_string(i); }
 
  private:
   std::shared_ptr<Shared> s_;
