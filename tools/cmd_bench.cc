@@ -50,11 +50,17 @@ struct BenchOptions {
   std::string model;                        // empty: all three decode models
   std::string trace;                        // chrome://tracing file of the timed decode steps (LibTorch's profiler)
   std::vector<bool> kernel_settings{true};  // decode steps with our CPU kernels on and/or off
-  std::vector<torch::ScalarType> dtypes{torch::kFloat32};  // decode models loaded as fp32 and/or bf16
+  std::vector<torch::ScalarType> dtypes{torch::kFloat32};  // decode models loaded as fp32, fp16 and/or bf16
+  torch::Device device = torch::kCPU;                      // where the decode models run
   std::filesystem::path cache = std::filesystem::temp_directory_path() / "srformer-bench-models";
 };
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// A CUDA device runs what it was given after the call returns: wait for it before reading the clock.
+void finish_work(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
 
 void emit(const BenchOptions& o, const nlohmann::json& j, const std::string& human) {
   if (o.json) {
@@ -77,8 +83,10 @@ void bench_model_as(const BenchOptions& o, const std::string& name, const ModelC
                     torch::ScalarType dtype) {
   LoadOptions lo;
   lo.dtype = dtype;
+  lo.device = o.device;
   auto model = load_model(ensure_model(o, name, c), lo);
   const auto dtype_label = dtype_name(dtype);
+  const auto device_label = o.device.str();
   torch::NoGradGuard no_grad;
   for (const int64_t B : o.batches) {
     const auto ids = torch::randint(3, c.vocab_size, {B, k}, torch::kLong);
@@ -91,6 +99,7 @@ void bench_model_as(const BenchOptions& o, const std::string& name, const ModelC
     for (int rep = 0; rep < 3; ++rep) {
       const auto t0 = Clock::now();
       enc = model->encode(ids, mask);
+      finish_work(o.device);
       enc_ms = std::min(enc_ms, ms_since(t0));
     }
     encode_profile.reset();
@@ -100,28 +109,39 @@ void bench_model_as(const BenchOptions& o, const std::string& name, const ModelC
       if (!o.trace.empty()) start_profile.emplace(o.trace + "." + name + ".b" + std::to_string(B) + ".start.json");
       auto t0 = Clock::now();
       auto st = model->start(enc, torch::full({B}, 128, torch::kLong));
+      finish_work(o.device);
       const double start_ms = ms_since(t0);
       start_profile.reset();
       auto tok = torch::full({B}, c.decoder_start_token_id, torch::kLong);
       tok = model->step(st, tok).argmax(-1);  // warm-up
+      finish_work(o.device);
       std::optional<torch::autograd::profiler::RecordProfile> profile;
       if (!o.trace.empty()) profile.emplace(o.trace + "." + name + ".b" + std::to_string(B) + ".json");
       t0 = Clock::now();
       for (int64_t s = 0; s < o.steps; ++s) tok = model->step(st, tok).argmax(-1);
+      finish_work(o.device);
       const double step_ms = ms_since(t0) / static_cast<double>(o.steps);
       profile.reset();
       const double tps = 1000.0 * static_cast<double>(B) / step_ms;
-      const bool used = kernels_on && kernels::avx2_fma_available();
-      nlohmann::json j{
-          {"bench", "decode"},   {"model", name},       {"cross_attention", to_string(c.srformer.cross_attention)},
-          {"input_tokens", k},   {"batch", B},          {"dtype", dtype_label},
-          {"cpu_kernels", used}, {"encode_ms", enc_ms}, {"start_ms", start_ms},
-          {"step_ms", step_ms},  {"tokens_per_s", tps}, {"state_bytes_per_request", st.bytes() / B}};
+      const bool used = kernels_on && kernels::avx2_fma_available() && o.device.is_cpu();
+      nlohmann::json j{{"bench", "decode"},
+                       {"model", name},
+                       {"cross_attention", to_string(c.srformer.cross_attention)},
+                       {"input_tokens", k},
+                       {"batch", B},
+                       {"dtype", dtype_label},
+                       {"device", device_label},
+                       {"cpu_kernels", used},
+                       {"encode_ms", enc_ms},
+                       {"start_ms", start_ms},
+                       {"step_ms", step_ms},
+                       {"tokens_per_s", tps},
+                       {"state_bytes_per_request", st.bytes() / B}};
       std::ostringstream h;
       h << std::fixed << std::setprecision(2) << std::left << std::setw(26) << name << " k=" << std::setw(6) << k
-        << " batch=" << std::setw(3) << B << " " << dtype_label << " kernels " << std::setw(4) << (used ? "on" : "off")
-        << " encode " << std::setw(9) << enc_ms << " ms  start " << std::setw(8) << start_ms << " ms  step "
-        << std::setw(8) << step_ms << " ms  " << std::setw(8) << tps << " tok/s  state/request "
+        << " batch=" << std::setw(3) << B << " " << device_label << " " << dtype_label << " kernels " << std::setw(4)
+        << (used ? "on" : "off") << " encode " << std::setw(9) << enc_ms << " ms  start " << std::setw(8) << start_ms
+        << " ms  step " << std::setw(8) << step_ms << " ms  " << std::setw(8) << tps << " tok/s  state/request "
         << (st.bytes() / B) / 1024 << " KiB";
       emit(o, j, h.str());
     }
@@ -521,7 +541,7 @@ void bench_long_encode(const BenchOptions& o, const std::string& name, const Mod
 
 int run_bench(const std::vector<std::string>& args) {
   BenchOptions o;
-  std::string only;
+  std::string only, dtype_flag;
   for (ArgReader r(args); r.next();) {
     const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
@@ -530,7 +550,7 @@ int run_bench(const std::vector<std::string>& args) {
                    "                       [--batch N[,N...]] [--model bart-base-srformer-s64|bart-base-full|\n"
                    "                        t5-small-srformer-s64] [--trace PREFIX] [--kernels on|off|both]\n"
                    "                       [--lengths K[,K...]] [--input-tokens K] [--dtype fp32|bf16|both]\n"
-                   "                       [--long-lengths K[,K...]]\n"
+                   "                       [--long-lengths K[,K...]] [--device cpu|cuda[:N]]\n"
                    "  Random weights in BART-base and T5-small shapes (cached under /tmp). Prints encoder time,\n"
                    "  decode step time and tokens/s at batch 1/8/32, per-step cross-attention time of full,\n"
                    "  segmented and srformer as k grows (1k/4k/16k) beside the paper's Table 1 ratio, and the\n"
@@ -550,7 +570,9 @@ int run_bench(const std::vector<std::string>& args) {
                    "  or both. --only linear adds the packed fp32 product (AVX2/AVX-512) and the bf16 one (AMX or\n"
                    "  AVX512-BF16) beside LibTorch's and the row-major kernel's where the CPU has them. Models load\n"
                    "  with packed fp32 projections where the CPU has AVX2 unless SRFORMER_CPU_PACKED=0;\n"
-                   "  SRFORMER_CPU_AVX512=0 runs every kernel with AVX2 only.\n";
+                   "  SRFORMER_CPU_AVX512=0 runs every kernel with AVX2 only.\n"
+                   "  --device cuda[:N]: the decode figures on that GPU (the other parts are the CPU's own), with\n"
+                   "  --dtype fp32, fp16, bf16 or a comma-separated list of them (default fp16).\n";
       return 0;
     }
     if (a == "--json") {
@@ -592,13 +614,39 @@ int run_bench(const std::vector<std::string>& args) {
       o.kernel_settings = v == "both" ? std::vector<bool>{false, true} : std::vector<bool>{v == "on"};
     } else if (a == "--dtype") {
       const auto v = r.value();
-      if (v != "fp32" && v != "bf16" && v != "both") throw std::invalid_argument("--dtype takes fp32, bf16 or both");
-      o.dtypes = v == "both"   ? std::vector<torch::ScalarType>{torch::kFloat32, torch::kBFloat16}
-                 : v == "bf16" ? std::vector<torch::ScalarType>{torch::kBFloat16}
-                               : std::vector<torch::ScalarType>{torch::kFloat32};
+      dtype_flag = v;
+      if (v == "both") {
+        o.dtypes = {torch::kFloat32, torch::kBFloat16};
+      } else {
+        o.dtypes.clear();
+        std::istringstream names(v);
+        for (std::string name; std::getline(names, name, ',');) {
+          const auto t = float_dtype_from_name(name);
+          if (!t)
+            throw std::invalid_argument("--dtype takes fp32, fp16, bf16, a list of them or both, got '" + v + "'");
+          o.dtypes.push_back(*t);
+        }
+      }
+    } else if (a == "--device") {
+      const auto v = r.value();
+      try {
+        o.device = torch::Device(v);
+      } catch (const std::exception&) {
+        throw std::invalid_argument("--device must be cpu, cuda or cuda:N, got '" + v + "'");
+      }
     } else {
       throw std::invalid_argument("unknown option '" + a + "' (see --help)");
     }
+  }
+  if (o.device.is_cuda()) {
+    check_device_available(o.device);
+    if (!only.empty() && only != "decode") {
+      throw std::invalid_argument("--device " + o.device.str() + " times the decode figures only (--only decode)");
+    }
+    only = "decode";
+    if (dtype_flag.empty()) o.dtypes = {torch::kFloat16};
+  } else if (std::find(o.dtypes.begin(), o.dtypes.end(), torch::kFloat16) != o.dtypes.end()) {
+    throw std::invalid_argument("--dtype fp16 is for --device cuda; on the CPU use fp32 or bf16");
   }
   at::set_num_threads(o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency()));
   std::cerr << "intra-op threads: " << at::get_num_threads() << ", OpenMP wait policy: " << openmp_wait_policy()

@@ -6,7 +6,7 @@
 # 3. the tests of the GPU paths: `ctest -R Cuda` (tests/model/cuda_test.cc: the model on cuda in fp32,
 #    fp16, bf16 against the CPU; the fixtures on cuda), link order, CUDA memory, CUDA autocast training;
 # 4. a server on cuda:0: the demo model's summary in fp32 against the offline tool's on the CPU, fp16
-#    serving, and the GPU metrics;
+#    serving, and the GPU metrics; decode speed on the GPU (srformer bench --device cuda:0);
 # 5. the rest of the model, generation, server and training suites, until the budget runs out.
 # With the device tool (about 15 minutes a session, of which the build takes about 4):
 #   run(command="bash deploy/gpu/check.sh --bundle build-gpu-bundle --budget 480", carry=["build-gpu-bundle"])
@@ -64,6 +64,13 @@ run_ctest gpu-paths 240 -R 'Cuda|LinkOrder|LibstdcxxFirst|TorchCudaMemory'
 # 4. A server on the GPU.
 step "server on cuda:0"
 bash "$src/deploy/gpu/serve_check.sh" "$bin" cuda:0 || fail "server on cuda:0"
+
+# 4b. Decode speed on the GPU: BART-base shapes, SRformer (s = 64) and full attention, k = 1024.
+step "bench on cuda:0"
+for m in bart-base-srformer-s64 bart-base-full; do
+  timeout 120 "$bin/srformer" bench --device cuda:0 --dtype fp32,fp16,bf16 --model "$m" --batch 1,8,32 ||
+    fail "bench $m on cuda:0"
+done
 
 # 5. The rest, while time is left.
 OMP_THREADS=2 run_ctest model-rest "$(left)" -L 'model|generation' -E 'Cuda|RandomChurn'
