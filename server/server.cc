@@ -13,6 +13,7 @@
 
 #include "common/byte_size.h"
 #include "common/pem_file.h"
+#include "model/cuda_device.h"
 #include "model/generation/generate.h"
 #include "server/engine/cuda_memory.h"
 #include "server/metrics/metrics.h"
@@ -34,10 +35,7 @@ LoadOptions load_options(const ServerConfig& config) {
 
 LoadedModel load_model_dir(const ModelSpec& spec, const ServerConfig& config) {
   auto options = load_options(config);
-  if (config.dtype.empty() && options.device.is_cuda()) {  // fp16, or bf16 for a T5 where the GPU has it
-    const int index = options.device.has_index() ? options.device.index() : 0;
-    options.dtype = default_dtype(ModelConfig::load(spec.dir + "/config.json"), options.device, cuda_has_bf16(index));
-  }
+  if (config.dtype.empty()) options.dtype = default_dtype_for(spec.dir, options.device);  // fp16, or bf16 for a T5
   LoadedModel loaded;
   loaded.name = spec.name;
   loaded.model = load_model(spec.dir, options);

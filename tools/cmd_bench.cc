@@ -30,6 +30,7 @@
 #include "model/random_model.h"
 #include "model/seq2seq.h"
 #include "tools/arg_reader.h"
+#include "tools/device_flag.h"
 
 namespace srformer::tools {
 
@@ -628,12 +629,7 @@ int run_bench(const std::vector<std::string>& args) {
         }
       }
     } else if (a == "--device") {
-      const auto v = r.value();
-      try {
-        o.device = torch::Device(v);
-      } catch (const std::exception&) {
-        throw std::invalid_argument("--device must be cpu, cuda or cuda:N, got '" + v + "'");
-      }
+      o.device = device_from_flag(r.value());
     } else {
       throw std::invalid_argument("unknown option '" + a + "' (see --help)");
     }

@@ -7,6 +7,7 @@
 #include "model/dtype_name.h"
 #include "model/fixture_check.h"
 #include "tools/arg_reader.h"
+#include "tools/device_flag.h"
 
 namespace srformer::tools {
 
@@ -32,12 +33,7 @@ int run_check_fixture(const std::vector<std::string>& args) {
       std::cout << kUsage;
       return 0;
     } else if (a == "--device") {
-      const auto& name = r.value();
-      try {
-        load.device = torch::Device(name);
-      } catch (const std::exception&) {
-        throw std::invalid_argument("--device must be cpu, cuda or cuda:N, got '" + name + "'");
-      }
+      load.device = device_from_flag(r.value());
     } else if (a == "--dtype") {
       load.dtype = float_dtype_from_flag(r.value());
     } else if (!a.empty() && a[0] == '-') {

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "model/cuda_device.h"
 #include "model/data/examples.h"
 #include "model/dtype_name.h"
 #include "model/eval/batch_summarize.h"
@@ -30,6 +31,7 @@
 #include "model/seq2seq.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tools/arg_reader.h"
+#include "tools/device_flag.h"
 
 namespace srformer::tools {
 
@@ -56,7 +58,8 @@ const char* kUsage =
     "  as in `summarize`, but never sampled: greedy or beam search):\n"
     "  --batch N (default 8) --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X\n"
     "  --no-repeat-ngram-size N --max-input-tokens N (truncate documents to N tokens; default and\n"
-    "  upper bound: the model's limit) --threads N --dtype fp32|bf16 (as in `summarize`)\n";
+    "  upper bound: the model's limit) --threads N --dtype fp32|fp16|bf16 --device cpu|cuda[:N] (as in\n"
+    "  `summarize`)\n";
 
 struct Args {
   std::vector<std::string> positional;
@@ -66,6 +69,7 @@ struct Args {
   int64_t batch = 8;
   int threads = 0;
   LoadOptions load;
+  bool dtype_given = false;
   bool stem = false;
   int bootstrap = 1000;
   uint64_t seed = 0;
@@ -122,6 +126,10 @@ std::optional<Args> parse_args(const std::vector<std::string>& args) {
     } else if (f == "--dtype") {
       gen();
       a.load.dtype = float_dtype_from_flag(r.value());
+      a.dtype_given = true;
+    } else if (f == "--device") {
+      gen();
+      a.load.device = device_from_flag(r.value());
     } else if (!f.empty() && f[0] == '-') {
       throw std::invalid_argument("unknown option '" + f + "' (see --help)");
     } else {
@@ -201,7 +209,10 @@ GenerationOptions generation_options(const Args& a, const ModelConfig& c, const 
 GenerationRun generate_all(const Args& a, const std::string& model_dir, const std::vector<Example>& data) {
   if (!fs::is_directory(model_dir)) throw std::invalid_argument("model directory '" + model_dir + "' not found");
   if (a.threads > 0) at::set_num_threads(a.threads);
-  auto model = load_model(model_dir, a.load);
+  check_device_available(a.load.device);
+  auto load = a.load;
+  if (!a.dtype_given) load.dtype = default_dtype_for(model_dir, load.device);
+  auto model = load_model(model_dir, load);
   const auto tokenizer = load_tokenizer(model_dir);
   const auto& c = model->config();
   const auto o = generation_options(a, c, *tokenizer);

@@ -11,6 +11,7 @@
 
 #include "common/alternative_line.h"
 #include "common/read_input.h"
+#include "model/cuda_device.h"
 #include "model/data/encode.h"
 #include "model/dtype_name.h"
 #include "model/generation/generate.h"
@@ -19,6 +20,7 @@
 #include "model/tokenizer/document_check.h"
 #include "model/tokenizer/tokenizer.h"
 #include "tools/arg_reader.h"
+#include "tools/device_flag.h"
 
 namespace srformer::tools {
 
@@ -37,6 +39,8 @@ const char* kUsage =
     "  --truncate (cut over-long input instead of failing) --threads N --json --stream\n"
     "  --max-input-tokens N (lowers the model's input limit; a T5's n_positions is advisory: N may raise it)\n"
     "  --dtype fp32|bf16 (bf16: projections in bfloat16; needs a CPU with AMX or AVX512-BF16)\n"
+    "  --device cpu|cuda[:N] (cuda: --dtype fp16, bf16 or fp32; default as the server's: fp16, bf16 for a T5\n"
+    "  where the GPU has it)\n"
     "  Defaults come from the model's generation_config.json, else config.json (max_length, num_beams,\n"
     "  do_sample, top_k (else 50), ...), as in the server.\n";
 
@@ -47,6 +51,7 @@ int run_summarize(const std::vector<std::string>& args) {
   bool json = false, stream = false, truncate = false;
   int threads = 0;
   LoadOptions load;
+  bool dtype_given = false;
   std::optional<int64_t> max_new, min_new, beams, no_repeat, top_k, expected, returned, max_input;
   std::optional<double> length_penalty, temperature, top_p, rep;
   std::optional<EarlyStopping> early;
@@ -101,6 +106,9 @@ int run_summarize(const std::vector<std::string>& args) {
       threads = r.threads_value();
     } else if (a == "--dtype") {
       load.dtype = float_dtype_from_flag(r.value());
+      dtype_given = true;
+    } else if (a == "--device") {
+      load.device = device_from_flag(r.value());
     } else if (a == "--json") {
       json = true;
     } else if (a == "--stream") {
@@ -116,6 +124,8 @@ int run_summarize(const std::vector<std::string>& args) {
   }
   if (model_dir.empty()) throw std::invalid_argument("--model DIR is required (see --help)");
   if (threads > 0) at::set_num_threads(threads);
+  check_device_available(load.device);
+  if (!dtype_given) load.dtype = default_dtype_for(model_dir, load.device);
   auto model = load_model(model_dir, load);
   const auto tokenizer = load_tokenizer(model_dir);
   const auto& c = model->config();

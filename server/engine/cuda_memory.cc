@@ -44,15 +44,4 @@ std::optional<int64_t> cuda_free_bytes(int device) {
 #endif
 }
 
-bool cuda_has_bf16(int device) {
-#if defined(SRFORMER_TORCH_CUDA)
-  if (device < 0 || device >= static_cast<int>(torch::cuda::device_count())) return false;
-  int major = 0;
-  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 8;
-#else
-  (void)device;
-  return false;
-#endif
-}
-
 }  // namespace srformer::server

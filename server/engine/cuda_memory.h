@@ -16,8 +16,4 @@ std::vector<TorchCudaMemory> torch_cuda_memory();
 // any other process holds). nullopt without CUDA or when the driver cannot say.
 std::optional<int64_t> cuda_free_bytes(int device);
 
-// CUDA device `device` computes in bfloat16 natively (compute capability 8.0 or newer: A100, H100, RTX 30xx
-// on). false without CUDA or when the driver cannot say.
-bool cuda_has_bf16(int device);
-
 }  // namespace srformer::server

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <torch/cuda.h>
 
 #include <filesystem>
 #include <fstream>
@@ -1016,7 +1017,15 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
       {"inspect " + t5 + " --new-tokens 9000000000", "--new-tokens 9000000000 is more than a request may ask (4096)"},
       {"convert " + t5 + " " + dir + "_x --raf-init-weight-scale 1e300 --cross-attention srformer --segment-size 4",
        "--raf-init-weight-scale must be in [0, 1000]"},
+      {"summarize --model " + t5 + " --device gpu " + doc(0), "--device must be cpu, cuda or cuda:N, got 'gpu'"},
+      {"eval " + t5 + " " + doc(0) + " --device cuda:x", "--device must be cpu, cuda or cuda:N, got 'cuda:x'"},
+      {"bench --device cpu --dtype fp16", "--dtype fp16 is for --device cuda"},
+      {"check-fixture " + dir + " --device tpu", "--device must be cpu, cuda or cuda:N, got 'tpu'"},
   };
+  if (!torch::cuda::is_available()) {  // a CUDA device asked of a build or machine without one
+    refused.push_back({"summarize --model " + t5 + " --device cuda " + doc(0), "device cuda: this build or machine"});
+    refused.push_back({"bench --device cuda:1 --quick", "device cuda:1: this build or machine has no CUDA"});
+  }
   const std::string blank = (*work_ / "blank.txt").string();
   std::ofstream(blank) << "  \n\t\n";
   refused.push_back(
