@@ -339,7 +339,11 @@ int main(int argc, char** argv) {
         std::cerr << "srformer-client: health check failed: " << error << "\n";
         return 1;
       }
-      std::cout << names[static_cast<int>(status)] << "\n";
+      if (o.json) {
+        std::cout << nlohmann::json{{"status", names[static_cast<int>(status)]}}.dump() << "\n";
+      } else {
+        std::cout << names[static_cast<int>(status)] << "\n";
+      }
       return status == srformer::client::HealthStatus::kServing ? 0 : 1;
     }
     auto stub = v1::Summarizer::NewStub(channel);

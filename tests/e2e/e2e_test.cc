@@ -94,6 +94,9 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
   auto health = run_command(kClient + t + " --health");
   EXPECT_EQ(health.exit_code, 0);
   EXPECT_EQ(health.out, "SERVING\n");
+  health = run_command(kClient + t + " --health --json");  // a script reading --json output reads this too
+  EXPECT_EQ(health.exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(health.out), (nlohmann::json{{"status", "SERVING"}}));
 
   auto models = run_command(kClient + t + " --list-models --json");
   ASSERT_EQ(models.exit_code, 0);
