@@ -21,6 +21,7 @@ foreach(_dir IN LISTS TORCH_INCLUDE_DIRS)
 endforeach()
 find_package(Protobuf REQUIRED)
 find_package(gRPC CONFIG REQUIRED)
+find_package(OpenSSL REQUIRED)  # gRPC's TLS library; the server also reads its certificate (tls_certificate.cc)
 find_package(spdlog REQUIRED)
 # PyTorch's LibTorch (2.x) carries fmt's headers in its include directory (fmt 12 in 2.11); spdlog was
 # built against the system's fmt (Debian bookworm: 9), and with torch's copy found first its <fmt/...>

@@ -19,6 +19,7 @@
 #include "server/metrics/metrics.h"
 #include "server/service/warm_up.h"
 #include "server/system_memory.h"
+#include "server/tls_certificate.h"
 
 namespace srformer::server {
 
@@ -150,8 +151,12 @@ namespace {
 std::shared_ptr<grpc::ServerCredentials> credentials(const ServerConfig& config) {
   if (config.tls_cert.empty()) return grpc::InsecureServerCredentials();
   grpc::SslServerCredentialsOptions ssl;
-  ssl.pem_key_cert_pairs.push_back({read_pem(config.tls_key, "--tls-key", PemKind::kPrivateKey),
-                                    read_pem(config.tls_cert, "--tls-cert", PemKind::kCertificate)});
+  auto key = read_pem(config.tls_key, "--tls-key", PemKind::kPrivateKey);
+  auto cert = read_pem(config.tls_cert, "--tls-cert", PemKind::kCertificate);
+  if (const auto warning = check_certificate_pair(cert, key, config.tls_cert, config.tls_key); !warning.empty()) {
+    spdlog::warn("{}", warning);
+  }
+  ssl.pem_key_cert_pairs.push_back({std::move(key), std::move(cert)});
   if (!config.tls_client_ca.empty()) {
     ssl.pem_root_certs = read_pem(config.tls_client_ca, "--tls-client-ca", PemKind::kCertificate);
     ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;

@@ -5,7 +5,9 @@
 
 #include <array>
 #include <climits>
+#include <functional>
 #include <mutex>
+#include <queue>
 #include <stdexcept>
 
 #include "model/tokenizer/utf8.h"
@@ -75,37 +77,53 @@ struct ByteLevelBpeTokenizer::Impl {
   }
 };
 
+// The lowest-ranked adjacent pair is merged first, the leftmost of equal ranks first, until no pair has
+// a merge: Hugging Face's order (and GPT-2's, for any merges file that creates a token before it uses
+// it). Symbols form a linked list over the word's bytes and the candidate pairs a heap, so a word of n
+// bytes takes O(n log n): rescanning every pair after each merge took minutes for a 1 MB word, which a
+// client could send to hold a core.
 std::vector<int64_t> ByteLevelBpeTokenizer::Impl::bpe(std::string_view word) const {
-  std::vector<int64_t> syms;
+  struct Symbol {
+    int64_t id;
+    int32_t prev, next;  // -1: none
+    bool alive = true;
+  };
+  struct Candidate {
+    int32_t rank, left;         // the pair starting at symbol `left`
+    int64_t left_id, right_id;  // what it was made of (stale once either symbol changed)
+    int64_t merged;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  const auto n = static_cast<int32_t>(word.size());
+  std::vector<Symbol> syms;
   syms.reserve(word.size());
-  for (const char c : word) syms.push_back(byte_id[static_cast<unsigned char>(c)]);
-  std::vector<int64_t> next;
-  while (syms.size() > 1) {
-    int32_t best_rank = INT32_MAX;
-    uint64_t best_key = 0;
-    int64_t merged = 0;
-    for (size_t i = 0; i + 1 < syms.size(); ++i) {
-      const auto it = merges.find(pair_key(syms[i], syms[i + 1]));
-      if (it != merges.end() && it->second.first < best_rank) {
-        best_rank = it->second.first;
-        best_key = it->first;
-        merged = it->second.second;
-      }
+  for (int32_t i = 0; i < n; ++i)
+    syms.push_back({byte_id[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1});
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  const auto consider = [&](int32_t left) {
+    if (left < 0 || syms[left].next < 0) return;
+    const int64_t a = syms[left].id, b = syms[syms[left].next].id;
+    if (const auto it = merges.find(pair_key(a, b)); it != merges.end()) {
+      heap.push({it->second.first, left, a, b, it->second.second});
     }
-    if (best_rank == INT32_MAX) break;
-    // Merge every occurrence of the best pair, left to right.
-    next.clear();
-    for (size_t i = 0; i < syms.size();) {
-      if (i + 1 < syms.size() && pair_key(syms[i], syms[i + 1]) == best_key) {
-        next.push_back(merged);
-        i += 2;
-      } else {
-        next.push_back(syms[i++]);
-      }
-    }
-    syms.swap(next);
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) consider(i);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    Symbol& left = syms[c.left];
+    if (!left.alive || left.id != c.left_id || left.next < 0 || syms[left.next].id != c.right_id) continue;
+    Symbol& right = syms[left.next];
+    left.id = c.merged;
+    right.alive = false;
+    left.next = right.next;
+    if (right.next >= 0) syms[right.next].prev = c.left;
+    consider(left.prev);
+    consider(c.left);
   }
-  return syms;
+  std::vector<int64_t> out;
+  for (int32_t i = n > 0 ? 0 : -1; i >= 0; i = syms[i].next) out.push_back(syms[i].id);
+  return out;
 }
 
 void ByteLevelBpeTokenizer::Impl::encode_plain(std::string_view text, pcre2_match_data* md, TokenIds& out) const {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <random>
 #include <sstream>
 
 #include "model/tokenizer/tokenizer.h"
@@ -102,7 +103,20 @@ TEST(ByteLevelBpe, ParityWithHuggingFaceTokenizers) {
   if (test::run_command("node --version >/dev/null 2>&1").first != 0) GTEST_SKIP() << "node not found";
 
   test::TextGenerator gen(42, {"<mask>", "<s>", "</s>", "<pad>"});
-  const auto texts = gen.texts(4000);
+  auto texts = gen.texts(4000);
+  // Long words, where merges chain across thousands of symbols (the merge order over a whole word).
+  std::mt19937 rng(9);
+  for (const int length : {300, 3000, 20000}) {
+    std::string letters, mixed;
+    for (int i = 0; i < length; ++i) {
+      letters += static_cast<char>('a' + rng() % 26);
+      mixed += std::vector<std::string>{"a", "Z", "\u00e9", "0", "_"}[rng() % 5];
+    }
+    texts.push_back(letters);
+    texts.push_back(" " + mixed);
+    texts.push_back(std::string(static_cast<size_t>(length), 'e'));
+    texts.push_back("x" + std::string(static_cast<size_t>(length), '9'));
+  }
   test::write_json_lines(dir.path() / "in.jsonl", texts);
   const auto [rc, out] = test::run_command(
       "node " + std::string(SRFORMER_SOURCE_DIR) + "/tests/tokenizer/bpe_reference.js " + modules.string() + " " +
