@@ -739,13 +739,13 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
                          "127.0.0.1:0 --tls-cert " + doc(0) + " --tls-key " + key + " 2>&1");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.out.find("--tls-cert"), std::string::npos) << bad.out;
-  // A key that is not the certificate's: said so, before the models load (it said "is the port in use?"
-  // after loading and warming them up).
+  // A key that is not the certificate's: said so, naming both files, before the models load (it said "is
+  // the port in use?" after loading and warming them up, then "do they not belong together?").
   auto mismatched =
       run_command(kServer + " --model tiny=" + model_dir_->string() + " --metrics-listen '' --listen " +
                   "127.0.0.1:0 --tls-cert " + cert + " --tls-key " + (dir / "named-key.pem").string() + " 2>&1");
   EXPECT_EQ(mismatched.exit_code, 1) << mismatched.out;
-  EXPECT_NE(mismatched.out.find("do --tls-key and --tls-cert not belong together"), std::string::npos)
+  EXPECT_NE(mismatched.out.find("named-key.pem is not the private key of --tls-cert " + cert), std::string::npos)
       << mismatched.out;
   EXPECT_EQ(mismatched.out.find("model tiny:"), std::string::npos) << mismatched.out;
   // A key as the client CA, a directory as the certificate: named with the flag (they were blamed on the
