@@ -319,7 +319,9 @@ std::string SentencePieceTokenizer::id_to_token(int64_t id) const {
 
 bool SentencePieceTokenizer::is_special(int64_t id) const {
   if (id < 0 || id >= vocab_size()) return false;
-  return is_extra(id) || sp_.is_control(static_cast<int32_t>(id));
+  // <unk> too, as Hugging Face's T5 tokenizers count it: skipped with the special tokens, else shown as its
+  // piece ("<unk>"); SentencePiece's own decode renders it " \u2047 ".
+  return is_extra(id) || sp_.is_control(static_cast<int32_t>(id)) || sp_.is_unknown(static_cast<int32_t>(id));
 }
 
 }  // namespace srformer
