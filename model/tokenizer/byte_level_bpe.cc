@@ -21,6 +21,7 @@ namespace {
 constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 constexpr size_t kCacheLimit = 1 << 16;
+constexpr int64_t kMaxTokenIds = int64_t{1} << 24;
 
 struct CodeDeleter {
   void operator()(pcre2_code* c) const { pcre2_code_free(c); }
@@ -174,8 +175,11 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(ByteLevelBpeConfig config) : impl_(
   for (const auto& t : config.added_tokens) m.vocab.emplace(t.content, t.id);
   int64_t size = 0;
   for (const auto& [token, id] : m.vocab) {
-    if (id < 0 || id > INT32_MAX) {
-      throw std::invalid_argument("token '" + token + "' has id " + std::to_string(id) + ", outside [0, 2^31)");
+    // Tables are sized by the largest id: one far past any model's vocabulary (the largest hold ~256k)
+    // is a damaged file, not a reason to allocate gigabytes.
+    if (id < 0 || id >= kMaxTokenIds) {
+      throw std::invalid_argument("token '" + token + "' has id " + std::to_string(id) + ", outside [0, " +
+                                  std::to_string(kMaxTokenIds) + "): is the vocabulary file damaged?");
     }
     size = std::max(size, id + 1);
   }

@@ -290,6 +290,12 @@ TEST(ByteLevelBpe, RejectsBrokenFiles) {
   expect_error("is not an integer");
   test::write_file(dir.path() / "vocab.json", R"({"a": 0})");
   expect_error("byte-level symbol");
+  // An id far past any vocabulary: named, before tables of that size are made (it was std::bad_alloc).
+  test::write_tiny_bpe_dir(dir.path());
+  auto vocab = nlohmann::json::parse(test::read_file(dir.path() / "vocab.json"));
+  vocab["<huge>"] = 2147483647;
+  test::write_file(dir.path() / "vocab.json", vocab.dump());
+  expect_error("token '<huge>' has id 2147483647, outside [0, 16777216): is the vocabulary file damaged?");
 }
 
 }  // namespace
