@@ -1,6 +1,7 @@
 #include "model/tokenizer/added_tokens.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "model/tokenizer/utf8.h"
 
@@ -31,6 +32,37 @@ size_t whitespace_after(std::string_view s, size_t begin) {
   return pos - begin;
 }
 
+bool is_word_char(char32_t cp) {
+  if (cp < 0x80) return (cp >= '0' && cp <= '9') || (cp >= 'A' && cp <= 'Z') || (cp >= 'a' && cp <= 'z') || cp == '_';
+  return !utf8::is_whitespace(cp);
+}
+
+// The code point that ends at `end` (none at the start or after an ill-formed byte).
+std::optional<char32_t> code_point_before(std::string_view s, size_t end) {
+  if (end == 0) return std::nullopt;
+  size_t start = end - 1;
+  while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+  const size_t len = utf8::sequence_length(s, start);
+  if (len != end - start) return std::nullopt;
+  return utf8::decode_at(s, start, len);
+}
+
+std::optional<char32_t> code_point_at(std::string_view s, size_t pos) {
+  if (pos >= s.size()) return std::nullopt;
+  const size_t len = utf8::sequence_length(s, pos);
+  if (len == 0) return std::nullopt;
+  return utf8::decode_at(s, pos, len);
+}
+
+// A single_word token at `pos` stands as a word: no word character runs on into it at a word-character end.
+bool stands_alone(std::string_view text, size_t pos, const AddedToken& t) {
+  const auto first = code_point_at(t.content, 0), last = code_point_before(t.content, t.content.size());
+  const auto before = code_point_before(text, pos), after = code_point_at(text, pos + t.content.size());
+  if (first && is_word_char(*first) && before && is_word_char(*before)) return false;
+  if (last && is_word_char(*last) && after && is_word_char(*after)) return false;
+  return true;
+}
+
 }  // namespace
 
 AddedTokenSplitter::AddedTokenSplitter(std::vector<AddedToken> tokens) : tokens_(std::move(tokens)) {
@@ -51,7 +83,8 @@ std::vector<AddedTokenSplitter::Segment> AddedTokenSplitter::split(std::string_v
     const auto& candidates = by_first_[static_cast<unsigned char>(text[pos])];
     const AddedToken* match = nullptr;
     for (const size_t i : candidates) {
-      if (text.compare(pos, tokens_[i].content.size(), tokens_[i].content) == 0) {
+      if (text.compare(pos, tokens_[i].content.size(), tokens_[i].content) == 0 &&
+          (!tokens_[i].single_word || stands_alone(text, pos, tokens_[i]))) {
         match = &tokens_[i];
         break;  // longest first
       }

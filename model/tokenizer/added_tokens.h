@@ -17,6 +17,10 @@ struct AddedToken {
   bool special = true;
   bool lstrip = false;  // swallow whitespace just before the token
   bool rstrip = false;  // swallow whitespace just after the token
+  // Only as a word of its own: not where a word character touches its word-character end (Hugging
+  // Face's \b). Word characters: ASCII letters, digits and '_', and every non-ASCII character but
+  // whitespace (an approximation of Unicode's \w that errs on non-ASCII punctuation).
+  bool single_word = false;
 };
 
 class AddedTokenSplitter {

@@ -160,7 +160,7 @@ struct TokenSpec {
   std::string content;
   std::optional<int64_t> id = std::nullopt;
   bool special = true;
-  bool lstrip = false, rstrip = false;
+  bool lstrip = false, rstrip = false, single_word = false;
 };
 
 std::optional<TokenSpec> parse_token(const json& j, bool special) {
@@ -171,6 +171,7 @@ std::optional<TokenSpec> parse_token(const json& j, bool special) {
     t.special = j.value("special", special);
     t.lstrip = j.value("lstrip", false);
     t.rstrip = j.value("rstrip", false);
+    t.single_word = j.value("single_word", false);
     if (j.contains("id") && j["id"].is_number_integer()) t.id = j["id"].get<int64_t>();
   }
   return t;
@@ -300,6 +301,7 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
       t.id = it->second.id;
       t.lstrip = t.lstrip || it->second.lstrip;
       t.rstrip = t.rstrip || it->second.rstrip;
+      t.single_word = t.single_word || it->second.single_word;
     }
     add(t);
   }
@@ -319,7 +321,7 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
       if (it == config.vocab.end()) continue;  // a role token this vocabulary does not have
       id = it->second;
     }
-    config.added_tokens.push_back({content, *id, spec.special, spec.lstrip, spec.rstrip});
+    config.added_tokens.push_back({content, *id, spec.special, spec.lstrip, spec.rstrip, spec.single_word});
   }
   if (from_merges_txt) check_merges_not_cut_short(config, merges_file, vocab_file);
   try {

@@ -1,0 +1,51 @@
+// AddedTokenSplitter: added tokens matched in text, longest first, with Hugging Face's lstrip, rstrip and
+// single_word.
+#include "model/tokenizer/added_tokens.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace srformer {
+namespace {
+
+// The split as text: plain segments as they are, tokens as [id].
+std::string shown(const AddedTokenSplitter& s, std::string_view text) {
+  std::string out;
+  for (const auto& seg : s.split(text)) {
+    out += seg.id ? "[" + std::to_string(*seg.id) + "]" : "<" + std::string(seg.text) + ">";
+  }
+  return out;
+}
+
+TEST(AddedTokens, LongestFirstWithStrippedWhitespace) {
+  AddedToken mask{"<mask>", 7};
+  mask.lstrip = true;
+  const AddedTokenSplitter s({{"<s>", 0}, mask, {"<s>x", 9}});
+  // <mask> takes the spaces before it.
+  EXPECT_EQ(shown(s, "a <s>b <s>x  <mask>c"), "<a >[0]<b >[9][7]<c>");
+}
+
+// A single_word token stands only as a word of its own (Hugging Face: \b where the token has a word
+// character at that end); inside "azq" or "zqa" it is ordinary text.
+TEST(AddedTokens, ASingleWordTokenMatchesOnlyWhereNoWordRunsOnIntoIt) {
+  AddedToken zq{"zq", 5};
+  zq.single_word = true;
+  const AddedTokenSplitter s({zq});
+  EXPECT_EQ(shown(s, "azq zqa zq"), "<azq zqa >[5]");
+  EXPECT_EQ(shown(s, "(zq), zq_x zq9 zq"), "<(>[5]<), zq_x zq9 >[5]");
+  EXPECT_EQ(shown(s, "\u00e9zq zq\u00e9"), "<\u00e9zq zq\u00e9>") << "a non-ASCII letter is a word character";
+  EXPECT_EQ(shown(s, "zq\u00a0zq"), "[5]<\u00a0>[5]") << "no-break space is not";
+  // A token with punctuation at an end needs no boundary there (\b only beside a word character).
+  AddedToken tag{"<zq", 6};
+  tag.single_word = true;
+  const AddedTokenSplitter t({tag});
+  EXPECT_EQ(shown(t, "a<zq b<zqc"), "<a>[6]< b<zqc>");
+  // Without the flag it matches inside words too.
+  const AddedTokenSplitter plain({{"zq", 5}});
+  EXPECT_EQ(shown(plain, "azqa"), "<a>[5]<a>");
+}
+
+}  // namespace
+}  // namespace srformer
