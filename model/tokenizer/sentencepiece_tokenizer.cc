@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -49,6 +51,52 @@ std::optional<int64_t> valid_id(int32_t id) { return id >= 0 ? std::optional<int
 void read_token_name(const nlohmann::json& j, const char* role, std::string& name) {
   if (!j.is_object() || !j.contains(role)) return;
   if (auto content = token_content(j[role])) name = std::move(*content);
+}
+
+// Tokens a checkpoint added (added_tokens.json's {content: id}, tokenizer_config.json's
+// added_tokens_decoder and tokenizer.json's added_tokens), by id. Those of added_tokens.json alone are
+// special where additional_special_tokens lists them. The caller keeps those past the sentinels.
+std::map<int64_t, AddedToken> listed_added_tokens(const fs::path& model_dir, const nlohmann::json* tokenizer_json,
+                                                  const std::optional<nlohmann::json>& config) {
+  std::map<int64_t, AddedToken> out;
+  std::set<std::string> special_names;
+  for (const char* name : {"special_tokens_map.json", "tokenizer_config.json"}) {
+    const auto j = read_tokenizer_file_if_present(model_dir / name);
+    if (!j || !j->is_object() || !j->contains("additional_special_tokens")) continue;
+    for (const auto& t : (*j)["additional_special_tokens"]) {
+      if (auto content = token_content(t)) special_names.insert(*content);
+    }
+  }
+  if (const auto j = read_tokenizer_file_if_present(model_dir / "added_tokens.json"); j && j->is_object()) {
+    for (const auto& [content, id] : j->items()) {
+      if (id.is_number_integer())
+        out[id.get<int64_t>()] = {content, id.get<int64_t>(), special_names.count(content) > 0};
+    }
+  }
+  const auto take = [&](int64_t id, const nlohmann::json& t) {
+    auto content = token_content(t);
+    if (!content) return;
+    AddedToken a{*content, id, t.is_object() ? t.value("special", special_names.count(*content) > 0) : false};
+    if (t.is_object()) {
+      a.lstrip = t.value("lstrip", false);
+      a.rstrip = t.value("rstrip", false);
+      a.single_word = t.value("single_word", false);
+    }
+    out[id] = std::move(a);
+  };
+  if (config && config->contains("added_tokens_decoder") && (*config)["added_tokens_decoder"].is_object()) {
+    for (const auto& [id, t] : (*config)["added_tokens_decoder"].items()) {
+      if (!id.empty() && id.find_first_not_of("0123456789") == std::string::npos && id.size() < 10) {
+        take(std::stoll(id), t);
+      }
+    }
+  }
+  if (tokenizer_json && tokenizer_json->contains("added_tokens") && (*tokenizer_json)["added_tokens"].is_array()) {
+    for (const auto& t : (*tokenizer_json)["added_tokens"]) {
+      if (t.is_object() && t.contains("id") && t["id"].is_number_integer()) take(t["id"].get<int64_t>(), t);
+    }
+  }
+  return out;
 }
 
 // The serialized model without SentencePiece's dummy prefix. Protobuf merges an embedded message
@@ -177,16 +225,25 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
                              std::to_string(kMaxExtraIds) + " (T5 has 100); correct them");
   }
   if (auto pointer = lfs_pointer_message(model_file)) throw TokenizerLoadError(*pointer);
+  std::optional<nlohmann::json> tokenizer_json_here;
+  const auto added_listed =
+      listed_added_tokens(model_dir, tokenizer_json_of(model_dir, parsed_tokenizer_json, tokenizer_json_here), config);
   try {
     std::string serialized = read_binary_file(model_file);  // read once: checked, then loaded from these bytes
     check_not_cut_short(serialized, model_file);
     auto sp = SentencePieceProcessor::load_from_bytes(serialized);
+    std::vector<AddedToken> added;
+    for (const auto& [id, token] : added_listed) {
+      if (id >= sp.vocab_size() + n) added.push_back(token);  // the rest: pieces and sentinels
+    }
     auto unprefixed = prefixes_first_only(model_dir, parsed_tokenizer_json, config)
                           ? std::optional(load_unprefixed(std::move(serialized)))
                           : std::nullopt;
-    return std::make_unique<SentencePieceTokenizer>(std::move(sp), n, std::move(unprefixed));
+    return std::make_unique<SentencePieceTokenizer>(std::move(sp), n, std::move(unprefixed), std::move(added));
   } catch (const TokenizerLoadError&) {
     throw;
+  } catch (const std::invalid_argument& e) {
+    throw TokenizerLoadError(model_dir.string() + ": " + e.what());
   } catch (const std::runtime_error& e) {
     const std::string what = e.what();  // SentencePieceProcessor::load's names the file already
     throw TokenizerLoadError(what.find(model_file.string()) != std::string::npos
@@ -196,9 +253,22 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
 }
 
 SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids,
-                                               std::optional<SentencePieceProcessor> unprefixed)
-    : sp_(std::move(sp)), unprefixed_(std::move(unprefixed)), sp_size_(sp_.vocab_size()), extra_ids_(extra_ids) {
+                                               std::optional<SentencePieceProcessor> unprefixed,
+                                               std::vector<AddedToken> added)
+    : sp_(std::move(sp)),
+      unprefixed_(std::move(unprefixed)),
+      sp_size_(sp_.vocab_size()),
+      extra_ids_(extra_ids),
+      added_(std::move(added)) {
   if (extra_ids_ < 0) throw std::invalid_argument("extra_ids must be >= 0, got " + std::to_string(extra_ids_));
+  for (size_t i = 0; i < added_.size(); ++i) {
+    if (added_[i].id != extras_end() + static_cast<int64_t>(i)) {
+      throw std::invalid_argument("added token '" + added_[i].content + "' has id " + std::to_string(added_[i].id) +
+                                  "; added tokens take the ids after the SentencePiece pieces and the " +
+                                  std::to_string(extra_ids_) + " sentinels, one after another from " +
+                                  std::to_string(extras_end()));
+    }
+  }
   bos_ = valid_id(sp_.bos_id());
   eos_ = valid_id(sp_.eos_id());
   pad_ = valid_id(sp_.pad_id());
@@ -206,7 +276,8 @@ SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_
   for (int32_t id = 0; id < sp_size_; ++id) {
     if (sp_.is_control(id) || sp_.is_unknown(id)) specials.push_back({sp_.id_to_piece(id), id});
   }
-  for (int64_t id = sp_size_; id < vocab_size(); ++id) specials.push_back({id_to_token(id), id});
+  for (int64_t id = sp_size_; id < extras_end(); ++id) specials.push_back({id_to_token(id), id});
+  specials.insert(specials.end(), added_.begin(), added_.end());
   splitter_ = AddedTokenSplitter(std::move(specials));
   if (unprefixed_) {
     for (const char* candidate : {"a", "x", "e", "0", "."}) {
@@ -286,8 +357,8 @@ std::string SentencePieceTokenizer::decode(const TokenIds& ids, bool skip_specia
   std::vector<int32_t> run;
   for (const int64_t id : ids) {
     check_id(id);
-    if (is_special(id)) {
-      if (skip_special) continue;
+    if (is_special(id) || added(id) != nullptr) {  // an added token that is not special is text of its own
+      if (skip_special && is_special(id)) continue;
       if (!run.empty()) out += decode_run(run, out.empty());
       run.clear();
       out += id_to_token(id);
@@ -304,7 +375,10 @@ std::optional<int64_t> SentencePieceTokenizer::token_to_id(std::string_view toke
   std::match_results<std::string_view::const_iterator> m;
   if (std::regex_match(token.begin(), token.end(), m, kExtra)) {
     const int64_t n = std::stoll(m[1].str());
-    if (n < extra_ids_) return vocab_size() - 1 - n;
+    if (n < extra_ids_) return extras_end() - 1 - n;
+  }
+  for (const auto& a : added_) {
+    if (a.content == token) return a.id;
   }
   const int32_t id = sp_.piece_to_id(token);
   if (id == sp_.unk_id() && sp_.id_to_piece(id) != token) return std::nullopt;
@@ -313,7 +387,8 @@ std::optional<int64_t> SentencePieceTokenizer::token_to_id(std::string_view toke
 
 std::string SentencePieceTokenizer::id_to_token(int64_t id) const {
   check_id(id);
-  if (is_extra(id)) return "<extra_id_" + std::to_string(vocab_size() - 1 - id) + ">";
+  if (is_extra(id)) return "<extra_id_" + std::to_string(extras_end() - 1 - id) + ">";
+  if (const auto* a = added(id)) return a->content;
   return sp_.id_to_piece(static_cast<int32_t>(id));
 }
 
@@ -321,6 +396,7 @@ bool SentencePieceTokenizer::is_special(int64_t id) const {
   if (id < 0 || id >= vocab_size()) return false;
   // <unk> too, as Hugging Face's T5 tokenizers count it: skipped with the special tokens, else shown as its
   // piece ("<unk>"); SentencePiece's own decode renders it " \u2047 ".
+  if (const auto* a = added(id)) return a->special;
   return is_extra(id) || sp_.is_control(static_cast<int32_t>(id)) || sp_.is_unknown(static_cast<int32_t>(id));
 }
 

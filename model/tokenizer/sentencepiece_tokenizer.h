@@ -28,13 +28,16 @@ class SentencePieceTokenizer final : public Tokenizer {
   // unprefixed: the same model without SentencePiece's dummy prefix, for Hugging Face's "first"
   // prepend scheme (tokenizer.json's Metaspace, or tokenizer_config.json's "legacy": false): text
   // after a special token then gets no U+2581 of its own. Without it, every text does ("always").
+  // added: tokens a checkpoint added after the sentinels (added_tokens.json, tokenizer_config.json's
+  // added_tokens_decoder), with consecutive ids from SentencePiece's size + extra_ids on.
   SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids,
-                         std::optional<SentencePieceProcessor> unprefixed = std::nullopt);
+                         std::optional<SentencePieceProcessor> unprefixed = std::nullopt,
+                         std::vector<AddedToken> added = {});
 
   TokenIds encode(std::string_view text) const override;
   std::string decode(const TokenIds& ids, bool skip_special = true) const override;
 
-  int64_t vocab_size() const override { return sp_size_ + extra_ids_; }
+  int64_t vocab_size() const override { return sp_size_ + extra_ids_ + static_cast<int64_t>(added_.size()); }
   std::optional<int64_t> token_to_id(std::string_view token) const override;
   std::string id_to_token(int64_t id) const override;
   bool is_special(int64_t id) const override;
@@ -46,7 +49,12 @@ class SentencePieceTokenizer final : public Tokenizer {
   int64_t extra_ids() const { return extra_ids_; }
 
  private:
-  bool is_extra(int64_t id) const { return id >= sp_size_ && id < vocab_size(); }
+  int64_t extras_end() const { return sp_size_ + extra_ids_; }
+  bool is_extra(int64_t id) const { return id >= sp_size_ && id < extras_end(); }
+  // The added token of `id`, or nullptr.
+  const AddedToken* added(int64_t id) const {
+    return id >= extras_end() && id < vocab_size() ? &added_[static_cast<size_t>(id - extras_end())] : nullptr;
+  }
   void check_id(int64_t id) const;
   // Decodes a run of SentencePiece ids; keeps the leading space SentencePiece drops at the start of
   // a text when the run follows other output.
@@ -65,6 +73,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   int64_t sp_size_;
   int64_t extra_ids_;
   std::optional<int64_t> bos_, eos_, pad_;
+  std::vector<AddedToken> added_;  // by id - extras_end()
   AddedTokenSplitter splitter_;
 };
 

@@ -126,6 +126,48 @@ TEST_F(SentencePieceTokenizerTest, ExtraIdsComeFromTokenizerConfig) {
   EXPECT_EQ(SentencePieceTokenizer::load(dir.path())->extra_ids(), 100000);
 }
 
+// Tokens a checkpoint added after the sentinels (added_tokens.json, tokenizer_config.json's
+// added_tokens_decoder) are matched in text and decoded, special or not, as Hugging Face's T5 tokenizers
+// do; they were split into pieces, and their ids refused in decoding.
+TEST_F(SentencePieceTokenizerTest, AddedTokensAfterTheSentinelsAreMatchedAndDecoded) {
+  TempDir dir("t5-added");
+  std::filesystem::copy_file(test::t5_style_spm_dir() / "spiece.model", dir.path() / "spiece.model");
+  test::write_file(dir.path() / "tokenizer_config.json",
+                   R"({"extra_ids": 3, "additional_special_tokens": ["<sep>"],
+                       "added_tokens_decoder": {"1": {"content": "</s>", "special": true},
+                                                "604": {"content": "[kw]", "special": false, "lstrip": true}}})");
+  test::write_file(dir.path() / "added_tokens.json", R"({"<sep>": 603, "<extra_id_0>": 602})");
+  const auto tok = SentencePieceTokenizer::load(dir.path());
+  EXPECT_EQ(tok->vocab_size(), 605);
+  EXPECT_EQ(tok->token_to_id("<sep>"), 603);
+  EXPECT_EQ(tok->id_to_token(604), "[kw]");
+  EXPECT_TRUE(tok->is_special(603));
+  EXPECT_FALSE(tok->is_special(604));
+  const auto sp = SentencePieceProcessor::load(dir.path() / "spiece.model");
+  TokenIds expected;
+  for (const int32_t id : sp.encode("the")) expected.push_back(id);
+  expected.push_back(603);
+  for (const int32_t id : sp.encode(" fox")) expected.push_back(id);
+  expected.push_back(604);  // its lstrip takes the space before it
+  for (const int32_t id : sp.encode(" dog")) expected.push_back(id);
+  expected.push_back(1);
+  const auto ids = tok->encode("the<sep> fox [kw] dog");
+  EXPECT_EQ(ids, expected);
+  EXPECT_EQ(tok->decode(ids), "the fox[kw] dog") << "<sep> skipped with the special tokens, [kw] kept";
+  EXPECT_EQ(tok->decode(ids, false), "the<sep> fox[kw] dog</s>");
+  // An added id past a gap cannot be placed: named.
+  test::write_file(dir.path() / "added_tokens.json", R"({"<sep>": 650})");
+  try {
+    (void)SentencePieceTokenizer::load(dir.path());
+    ADD_FAILURE() << "an added token after a gap loaded";
+  } catch (const TokenizerLoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("added token '[kw]' has id 604; added tokens take the ids after the "
+                                         "SentencePiece pieces and the 3 sentinels, one after another from 603"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(SentencePieceTokenizerTest, AModelFileThatIsADirectoryIsNamedSo) {
   TempDir dir("t5-dir-model");
   std::filesystem::create_directories(dir.path() / "spiece.model");
