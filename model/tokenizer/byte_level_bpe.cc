@@ -259,7 +259,7 @@ TokenIds ByteLevelBpeTokenizer::encode(std::string_view text) const {
   return ids;
 }
 
-std::string ByteLevelBpeTokenizer::decode(const TokenIds& ids, bool skip_special) const {
+std::string ByteLevelBpeTokenizer::decode_raw(const TokenIds& ids, bool skip_special) const {
   const Impl& m = *impl_;
   std::string bytes;
   for (const int64_t id : ids) {

@@ -42,7 +42,7 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   ~ByteLevelBpeTokenizer() override;
 
   TokenIds encode(std::string_view text) const override;
-  std::string decode(const TokenIds& ids, bool skip_special = true) const override;
+  std::string decode_raw(const TokenIds& ids, bool skip_special = true) const override;
 
   int64_t vocab_size() const override;
   std::optional<int64_t> token_to_id(std::string_view token) const override;

@@ -1,7 +1,8 @@
 // IncrementalDetokenizer: re-decodes a short window of recent ids per token and emits what is new.
 // The window starts at a token that decodes to text by itself, so SentencePiece's dropping of a
 // leading space happens identically every time the window is decoded, and deltas measured against
-// the window's own earlier decode agree with the full decode.
+// the window's own earlier decode agree with the full decode. Where the tokenizer cleans up spaces, the
+// deltas of the raw decode go through a SpaceCleanupStream, which gives what decode() does whole.
 #include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/utf8.h"
 
@@ -21,7 +22,7 @@ std::string IncrementalDetokenizer::push(int64_t id) {
   ids_.push_back(id);
   std::string text;
   try {
-    text = tokenizer_.decode(ids_, skip_special_);
+    text = tokenizer_.decode_raw(ids_, skip_special_);
   } catch (...) {
     ids_.pop_back();  // an invalid id must not poison later pushes
     throw;
@@ -34,11 +35,12 @@ std::string IncrementalDetokenizer::push(int64_t id) {
     delta = text.substr(emitted_bytes_, stable - emitted_bytes_);
     emitted_bytes_ = stable;
   }
+  if (tokenizer_.cleans_up_spaces()) delta = cleanup_.push(delta);
   if (held == 0 && ids_.size() > kMaxWindow) {
     for (size_t cut = ids_.size() - kKeep; cut > 0; --cut) {
-      if (!tokenizer_.decode({ids_[cut]}, skip_special_).empty()) {
+      if (!tokenizer_.decode_raw({ids_[cut]}, skip_special_).empty()) {
         ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(cut));
-        emitted_bytes_ = tokenizer_.decode(ids_, skip_special_).size();
+        emitted_bytes_ = tokenizer_.decode_raw(ids_, skip_special_).size();
         break;
       }
     }
@@ -47,10 +49,14 @@ std::string IncrementalDetokenizer::push(int64_t id) {
 }
 
 std::string IncrementalDetokenizer::finish() {
-  const std::string text = tokenizer_.decode(ids_, skip_special_);
+  const std::string text = tokenizer_.decode_raw(ids_, skip_special_);
   std::string rest = text.size() > emitted_bytes_ ? text.substr(emitted_bytes_) : std::string();
   ids_.clear();
   emitted_bytes_ = 0;
+  if (tokenizer_.cleans_up_spaces()) {
+    rest = cleanup_.push(rest);  // before finish(): the operands of + are evaluated in no set order
+    rest += cleanup_.finish();
+  }
   return rest;
 }
 

@@ -1,4 +1,5 @@
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "model/tokenizer/byte_level_bpe.h"
 #include "model/tokenizer/sentencepiece_tokenizer.h"
@@ -11,7 +12,9 @@ namespace srformer {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& model_dir) {
+namespace {
+
+std::unique_ptr<Tokenizer> load_tokenizer_files(const fs::path& model_dir) {
   if (!fs::is_directory(model_dir)) {
     throw TokenizerLoadError("tokenizer directory " + model_dir.string() + " does not exist or is not a directory");
   }
@@ -34,6 +37,20 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& model_dir) {
                            ": looked for spiece.model or a Unigram tokenizer.json (SentencePiece, T5), vocab.json + "
                            "merges.txt or a BPE tokenizer.json (byte-level BPE, BART); copy the tokenizer files from "
                            "the model's repository");
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& model_dir) {
+  auto tokenizer = load_tokenizer_files(model_dir);
+  // transformers' decode cleans up spaces where tokenizer_config.json says so (its default has changed
+  // between versions: absent, we leave the text as the tokens spell it).
+  if (const auto config = read_tokenizer_file_if_present(model_dir / "tokenizer_config.json");
+      config && config->is_object()) {
+    const auto it = config->find("clean_up_tokenization_spaces");
+    tokenizer->set_clean_up_spaces(it != config->end() && it->is_boolean() && it->get<bool>());
+  }
+  return tokenizer;
 }
 
 }  // namespace srformer

@@ -352,7 +352,7 @@ std::string SentencePieceTokenizer::decode_run(const std::vector<int32_t>& run, 
   return spaces + text;
 }
 
-std::string SentencePieceTokenizer::decode(const TokenIds& ids, bool skip_special) const {
+std::string SentencePieceTokenizer::decode_raw(const TokenIds& ids, bool skip_special) const {
   std::string out;
   std::vector<int32_t> run;
   for (const int64_t id : ids) {

@@ -35,7 +35,7 @@ class SentencePieceTokenizer final : public Tokenizer {
                          std::vector<AddedToken> added = {});
 
   TokenIds encode(std::string_view text) const override;
-  std::string decode(const TokenIds& ids, bool skip_special = true) const override;
+  std::string decode_raw(const TokenIds& ids, bool skip_special = true) const override;
 
   int64_t vocab_size() const override { return sp_size_ + extra_ids_ + static_cast<int64_t>(added_.size()); }
   std::optional<int64_t> token_to_id(std::string_view token) const override;

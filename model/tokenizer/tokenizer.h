@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "model/tokenizer/space_cleanup.h"
+
 namespace srformer {
 
 using TokenIds = std::vector<int64_t>;
@@ -18,8 +20,17 @@ class Tokenizer {
 
   // Text -> ids with the model's conventions (T5: EOS appended; BART: <s> ... </s>).
   virtual TokenIds encode(std::string_view text) const = 0;
-  // Ids -> text. Special tokens (pad, eos, bos, unk-less control tokens) are dropped when skip_special.
-  virtual std::string decode(const TokenIds& ids, bool skip_special = true) const = 0;
+  // Ids -> text. Special tokens (pad, eos, bos, unk, control tokens) are dropped when skip_special. Then
+  // Hugging Face's clean_up_tokenization_spaces (space_cleanup.h) where the tokenizer's files ask for it.
+  std::string decode(const TokenIds& ids, bool skip_special = true) const {
+    std::string text = decode_raw(ids, skip_special);
+    return clean_up_spaces_ ? clean_up_spaces(text) : text;
+  }
+  // decode() without the clean-up (IncrementalDetokenizer cleans its deltas up as a stream).
+  virtual std::string decode_raw(const TokenIds& ids, bool skip_special = true) const = 0;
+  // tokenizer_config.json's clean_up_tokenization_spaces (load_tokenizer sets it).
+  bool cleans_up_spaces() const { return clean_up_spaces_; }
+  void set_clean_up_spaces(bool on) { clean_up_spaces_ = on; }
 
   virtual int64_t vocab_size() const = 0;
   virtual std::optional<int64_t> token_to_id(std::string_view token) const = 0;
@@ -29,6 +40,9 @@ class Tokenizer {
   virtual std::optional<int64_t> bos_id() const = 0;
   virtual std::optional<int64_t> eos_id() const = 0;
   virtual std::optional<int64_t> pad_id() const = 0;
+
+ private:
+  bool clean_up_spaces_ = false;
 };
 
 // Loads the tokenizer that lives in a Hugging Face model directory:
@@ -52,6 +66,7 @@ class IncrementalDetokenizer {
   bool skip_special_;
   TokenIds ids_;
   size_t emitted_bytes_ = 0;
+  SpaceCleanupStream cleanup_;  // used where the tokenizer cleans up spaces
 };
 
 }  // namespace srformer

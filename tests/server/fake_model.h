@@ -27,7 +27,7 @@ class FakeTokenizer : public Tokenizer {
     ids.push_back(1);
     return ids;
   }
-  std::string decode(const TokenIds& ids, bool skip_special = true) const override {
+  std::string decode_raw(const TokenIds& ids, bool skip_special = true) const override {
     std::string out;
     for (const int64_t id : ids) {
       if (id >= 3) out.push_back(static_cast<char>(id - 3));

@@ -6,6 +6,7 @@
 
 #include "model/tokenizer/byte_level_bpe.h"
 #include "model/tokenizer/sentencepiece_tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/utf8.h"
 #include "tests/tokenizer/tokenizer_test_support.h"
 
@@ -58,6 +59,25 @@ TEST(IncrementalDetokenizer, ByteLevelBpeHoldsBackSplitCharacters) {
   const auto cut = stream(*tok, {4 + 'a', 4 + 0xE6, 4 + 0x97}, true);
   EXPECT_EQ(cut, (std::vector<std::string>{"a", "", "", "\xEF\xBF\xBD"}));
   check_texts_and_random_ids(*tok, 1);
+}
+
+// tokenizer_config.json's clean_up_tokenization_spaces: decode() drops the space before "." and "'s" as
+// transformers' decode does, and the stream's deltas still add up to it.
+TEST(IncrementalDetokenizer, CleanedUpSpacesStreamAsTheWholeDecodeHasThem) {
+  TempDir dir("detok-cleanup");
+  test::write_tiny_bpe_dir(dir.path());
+  const TokenIds ids{0, 261, 4 + ' ', 4 + '.', 4 + ' ', 4 + '\'', 4 + 's', 262, 4 + 'o', 4 + 'w', 4 + ' ', 4 + ',', 2};
+  EXPECT_EQ(load_tokenizer(dir.path())->decode(ids), "low . 's low ,") << "no clean-up unless the files ask";
+  test::write_file(dir.path() / "tokenizer_config.json", R"({"clean_up_tokenization_spaces": true})");
+  const auto tok = load_tokenizer(dir.path());
+  EXPECT_TRUE(tok->cleans_up_spaces());
+  EXPECT_EQ(tok->decode(ids), "low.'s low,");
+  EXPECT_EQ(tok->decode_raw(ids), "low . 's low ,");
+  const auto deltas = stream(*tok, ids, true);
+  EXPECT_EQ(deltas.front(), "") << "held back until nothing after can reach it";
+  check_texts_and_random_ids(*tok, 3);
+  test::write_file(dir.path() / "tokenizer_config.json", R"({"clean_up_tokenization_spaces": false})");
+  EXPECT_FALSE(load_tokenizer(dir.path())->cleans_up_spaces());
 }
 
 TEST(IncrementalDetokenizer, ByteLevelBpeOnGpt2Vocabulary) {
