@@ -102,8 +102,16 @@ void read_tokenizer_json_model(const json& tj, const fs::path& file, ByteLevelBp
 bool read_tokenizer_json_processing(const json& tj, const fs::path& file, const std::string& bos,
                                     const std::string& eos) {
   if (const auto it = tj.find("normalizer"); it != tj.end() && !it->is_null()) {
-    throw TokenizerLoadError(file.string() + " has a normalizer (" +
-                             (it->is_object() ? it->value("type", std::string("?")) : std::string("?")) +
+    // A Sequence is named by what it holds ("Sequence of Lowercase, NFKC").
+    std::string type = it->is_object() ? it->value("type", std::string("?")) : std::string("?");
+    if (type == "Sequence" && it->contains("normalizers") && (*it)["normalizers"].is_array()) {
+      std::string inner;
+      for (const auto& n : (*it)["normalizers"]) {
+        inner += (inner.empty() ? "" : ", ") + (n.is_object() ? n.value("type", std::string("?")) : std::string("?"));
+      }
+      type += " of " + inner;
+    }
+    throw TokenizerLoadError(file.string() + " has a normalizer (" + type +
                              ") that this server does not apply, so its ids would differ from Hugging Face's; "
                              "byte-level BPE (BART, RoBERTa, GPT-2) tokenizers have none");
   }
