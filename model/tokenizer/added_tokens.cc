@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 
 #include "model/tokenizer/utf8.h"
 
@@ -32,9 +33,22 @@ size_t whitespace_after(std::string_view s, size_t begin) {
   return pos - begin;
 }
 
+// Unicode's \w (letters, marks, decimal digits, connector punctuation, joiners), approximated: ASCII
+// exactly; past it, everything but whitespace and the punctuation and symbol blocks real text meets
+// (typographic quotes and dashes, CJK and full-width punctuation, arrows, math, shapes, emoji).
 bool is_word_char(char32_t cp) {
   if (cp < 0x80) return (cp >= '0' && cp <= '9') || (cp >= 'A' && cp <= 'Z') || (cp >= 'a' && cp <= 'z') || cp == '_';
-  return !utf8::is_whitespace(cp);
+  if (utf8::is_whitespace(cp)) return false;
+  if (cp == 0x200C || cp == 0x200D || cp == 0x203F || cp == 0x2040 || cp == 0x2054) return true;  // joiners, Pc
+  constexpr std::pair<char32_t, char32_t> kNotWord[] = {
+      {0x00A1, 0x00A9}, {0x00AB, 0x00B4}, {0x00B6, 0x00B9},  {0x00BB, 0x00BF}, {0x00D7, 0x00D7}, {0x00F7, 0x00F7},
+      {0x2000, 0x206F}, {0x20A0, 0x20CF}, {0x2190, 0x2BFF},  {0x2E00, 0x2E7F}, {0x3000, 0x3004}, {0x3008, 0x3020},
+      {0x30FB, 0x30FB}, {0xFE10, 0xFE19}, {0xFE30, 0xFE6B},  {0xFF01, 0xFF0F}, {0xFF1A, 0xFF20}, {0xFF3B, 0xFF3E},
+      {0xFF40, 0xFF40}, {0xFF5B, 0xFF65}, {0x1F000, 0x1FAFF}};
+  for (const auto& [first, last] : kNotWord) {
+    if (cp >= first && cp <= last) return false;
+  }
+  return true;
 }
 
 // The code point that ends at `end` (none at the start or after an ill-formed byte).

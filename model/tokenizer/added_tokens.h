@@ -18,8 +18,8 @@ struct AddedToken {
   bool lstrip = false;  // swallow whitespace just before the token
   bool rstrip = false;  // swallow whitespace just after the token
   // Only as a word of its own: not where a word character touches its word-character end (Hugging
-  // Face's \b). Word characters: ASCII letters, digits and '_', and every non-ASCII character but
-  // whitespace (an approximation of Unicode's \w that errs on non-ASCII punctuation).
+  // Face's \b). Word characters: Unicode's \w, approximated past ASCII by leaving out whitespace and
+  // the common punctuation and symbol blocks (added_tokens.cc).
   bool single_word = false;
 };
 

@@ -37,6 +37,10 @@ TEST(AddedTokens, ASingleWordTokenMatchesOnlyWhereNoWordRunsOnIntoIt) {
   EXPECT_EQ(shown(s, "(zq), zq_x zq9 zq"), "<(>[5]<), zq_x zq9 >[5]");
   EXPECT_EQ(shown(s, "\u00e9zq zq\u00e9"), "<\u00e9zq zq\u00e9>") << "a non-ASCII letter is a word character";
   EXPECT_EQ(shown(s, "zq\u00a0zq"), "[5]<\u00a0>[5]") << "no-break space is not";
+  // Typographic punctuation and emoji are not either (Hugging Face matches the token beside them).
+  EXPECT_EQ(shown(s, "zq\u2014x zq\u2019s \U0001F600zq \u00abzq\u00bb"),
+            "[5]<\u2014x >[5]<\u2019s \U0001F600>[5]< \u00ab>[5]<\u00bb>");
+  EXPECT_EQ(shown(s, "\u0436zq zq\u0301"), "<\u0436zq zq\u0301>") << "a Cyrillic letter, a combining mark are";
   // A token with punctuation at an end needs no boundary there (\b only beside a word character).
   AddedToken tag{"<zq", 6};
   tag.single_word = true;
