@@ -98,9 +98,11 @@ void read_tokenizer_json_model(const json& tj, const fs::path& file, ByteLevelBp
 // What a tokenizer.json does around the byte-level BPE that Hugging Face's fast tokenizer would do and we
 // must not leave out silently: a normalizer (refused: we apply none), and the post-processor, which
 // decides whether <s> ... </s> wrap the ids (RoBERTa/BART processing, or a template of that shape) or
-// nothing does (none, or GPT-2's ByteLevel processor). Returns whether to wrap.
+// nothing does (none, or GPT-2's ByteLevel processor). Returns whether to wrap. `id_of`: a token's id
+// here, which the processor's own ids for <s> and </s> must be (we write the vocabulary's).
 bool read_tokenizer_json_processing(const json& tj, const fs::path& file, const std::string& bos,
-                                    const std::string& eos) {
+                                    const std::string& eos,
+                                    const std::function<std::optional<int64_t>(const std::string&)>& id_of) {
   if (const auto it = tj.find("normalizer"); it != tj.end() && !it->is_null()) {
     // A Sequence is named by what it holds ("Sequence of Lowercase, NFKC").
     std::string type = it->is_object() ? it->value("type", std::string("?")) : std::string("?");
@@ -120,6 +122,12 @@ bool read_tokenizer_json_processing(const json& tj, const fs::path& file, const 
                               " is not supported; byte-level BPE here wraps the ids in " + bos + " ... " + eos +
                               " (RobertaProcessing, or a TemplateProcessing of that shape) or adds nothing");
   };
+  const auto check_id = [&](const std::string& token, const json& ids) {
+    if (ids.is_array() && !(ids.size() == 1 && ids[0].is_number_integer() && id_of(token) == ids[0].get<int64_t>())) {
+      throw unsupported("giving '" + token + "' the ids " + ids.dump() + " (the vocabulary's: " +
+                        (id_of(token) ? std::to_string(*id_of(token)) : std::string("none")) + ")");
+    }
+  };
   // One processor's answer: true/false to wrap, nullopt when it changes nothing (ByteLevel's offsets).
   std::function<std::optional<bool>(const json&)> wraps = [&](const json& p) -> std::optional<bool> {
     const std::string type = p.is_object() ? p.value("type", "") : "";
@@ -131,6 +139,9 @@ bool read_tokenizer_json_processing(const json& tj, const fs::path& file, const 
       };
       if (token("cls") != bos || token("sep") != eos) {
         throw unsupported(type + " with cls '" + token("cls") + "' and sep '" + token("sep") + "'");
+      }
+      for (const char* key : {"cls", "sep"}) {
+        if (p[key].size() > 1) check_id(p[key][0].get<std::string>(), json::array({p[key][1]}));
       }
       return true;
     }
@@ -144,7 +155,15 @@ bool read_tokenizer_json_processing(const json& tj, const fs::path& file, const 
         }
       }
       if (items == std::vector<std::string>{"$A"}) return false;
-      if (items == std::vector<std::string>{bos, "$A", eos}) return true;
+      if (items == std::vector<std::string>{bos, "$A", eos}) {
+        const json& specials = p.contains("special_tokens") ? p["special_tokens"] : json::object();
+        for (const auto& token : {bos, eos}) {
+          if (specials.is_object() && specials.contains(token) && specials[token].contains("ids")) {
+            check_id(token, specials[token]["ids"]);
+          }
+        }
+        return true;
+      }
       std::string shape;
       for (const auto& i : items) shape += (shape.empty() ? "" : " ") + i;
       throw unsupported("TemplateProcessing '" + shape + "'");
@@ -315,10 +334,6 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
   }
   config.bos_token = roles["bos_token"].content;
   config.eos_token = roles["eos_token"].content;
-  if (tokenizer_json) {
-    config.add_bos_eos = read_tokenizer_json_processing(*tokenizer_json, model_dir / "tokenizer.json", config.bos_token,
-                                                        config.eos_token);
-  }
   config.pad_token = roles["pad_token"].content;
   config.unk_token = roles["unk_token"].content;
 
@@ -330,6 +345,17 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
       id = it->second;
     }
     config.added_tokens.push_back({content, *id, spec.special, spec.lstrip, spec.rstrip, spec.single_word});
+  }
+  if (tokenizer_json) {
+    const auto id_of = [&](const std::string& token) -> std::optional<int64_t> {
+      for (const auto& a : config.added_tokens) {
+        if (a.content == token) return a.id;
+      }
+      const auto it = config.vocab.find(token);
+      return it == config.vocab.end() ? std::nullopt : std::optional<int64_t>(it->second);
+    };
+    config.add_bos_eos = read_tokenizer_json_processing(*tokenizer_json, model_dir / "tokenizer.json", config.bos_token,
+                                                        config.eos_token, id_of);
   }
   if (from_merges_txt) check_merges_not_cut_short(config, merges_file, vocab_file);
   try {

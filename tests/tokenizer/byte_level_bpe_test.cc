@@ -242,6 +242,21 @@ TEST(ByteLevelBpe, TokenizerJsonsPostProcessorDecidesTheWrappingAndANormalizerIs
     }
     return "";
   };
+  // The processor's ids for <s> and </s> must be the vocabulary's (we write those).
+  auto other_ids = base;
+  auto template_with_ids = template_of({"<s>", "$A", "</s>"});
+  template_with_ids["special_tokens"] = {{"<s>", {{"id", "<s>"}, {"ids", {50256}}, {"tokens", {"<s>"}}}},
+                                         {"</s>", {{"id", "</s>"}, {"ids", {2}}, {"tokens", {"</s>"}}}}};
+  other_ids["post_processor"] = template_with_ids;
+  EXPECT_NE(error_of(other_ids).find("giving '<s>' the ids [50256] (the vocabulary's: 0)"), std::string::npos)
+      << error_of(other_ids);
+  template_with_ids["special_tokens"]["<s>"]["ids"] = {0};
+  EXPECT_EQ(ids_with(template_with_ids), wrapped);
+  auto roberta_ids = base["post_processor"];
+  roberta_ids["sep"] = {"</s>", 7};
+  other_ids["post_processor"] = roberta_ids;
+  EXPECT_NE(error_of(other_ids).find("giving '</s>' the ids [7] (the vocabulary's: 2)"), std::string::npos)
+      << error_of(other_ids);
   auto t5_shaped = base;
   t5_shaped["post_processor"] = template_of({"$A", "</s>"});
   EXPECT_NE(error_of(t5_shaped).find("post_processor TemplateProcessing '$A </s>' is not supported"), std::string::npos)
