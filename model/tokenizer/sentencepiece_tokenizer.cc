@@ -233,8 +233,22 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
     check_not_cut_short(serialized, model_file);
     auto sp = SentencePieceProcessor::load_from_bytes(serialized);
     std::vector<AddedToken> added;
+    const int64_t base = sp.vocab_size() + n;
     for (const auto& [id, token] : added_listed) {
-      if (id >= sp.vocab_size() + n) added.push_back(token);  // the rest: pieces and sentinels
+      if (id >= base) {
+        added.push_back(token);
+        continue;
+      }
+      // The rest name pieces or sentinels, as Hugging Face lists every special token: they must be those.
+      const std::string here = id < 0                 ? std::string("outside the vocabulary")
+                               : id < sp.vocab_size() ? "'" + sp.id_to_piece(static_cast<int32_t>(id)) + "'"
+                                                      : "'<extra_id_" + std::to_string(base - 1 - id) + ">'";
+      if (id < 0 || here != "'" + token.content + "'") {
+        throw TokenizerLoadError(model_dir.string() + ": the tokenizer files give '" + token.content + "' the id " +
+                                 std::to_string(id) + ", which is " + here +
+                                 " in spiece.model and the sentinels; correct the files (added_tokens.json, "
+                                 "tokenizer_config.json's added_tokens_decoder)");
+      }
     }
     auto unprefixed = prefixes_first_only(model_dir, parsed_tokenizer_json, config)
                           ? std::optional(load_unprefixed(std::move(serialized)))

@@ -155,6 +155,19 @@ TEST_F(SentencePieceTokenizerTest, AddedTokensAfterTheSentinelsAreMatchedAndDeco
   EXPECT_EQ(ids, expected);
   EXPECT_EQ(tok->decode(ids), "the fox[kw] dog") << "<sep> skipped with the special tokens, [kw] kept";
   EXPECT_EQ(tok->decode(ids, false), "the<sep> fox[kw] dog</s>");
+  // An added token given the id of a piece or sentinel that is something else: named.
+  for (const auto& [added, says] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"<sep>": 602})", "give '<sep>' the id 602, which is '<extra_id_0>' in spiece.model and the sentinels"},
+           {R"({"<sep>": 5})", "give '<sep>' the id 5, which is '"},
+           {R"({"<sep>": -1})", "give '<sep>' the id -1, which is outside the vocabulary"}}) {
+    test::write_file(dir.path() / "added_tokens.json", added);
+    try {
+      (void)SentencePieceTokenizer::load(dir.path());
+      ADD_FAILURE() << added << " loaded";
+    } catch (const TokenizerLoadError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
   // An added id past a gap cannot be placed: named.
   test::write_file(dir.path() / "added_tokens.json", R"({"<sep>": 650})");
   try {
