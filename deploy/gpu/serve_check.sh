@@ -30,7 +30,9 @@ serve() {
   mport=$(grep -o 'metrics on [^ ]*' "$log" | head -n1 | sed -E 's#.*:([0-9]+)/metrics#\1#')
   if [ -n "$port" ]; then
     "$bin/srformer-client" --target "127.0.0.1:$port" --model demo --max-new-tokens 40 "$work/doc.txt"
-    [ -n "$mport" ] && curl -s "127.0.0.1:$mport/metrics" | grep '^srformer_gpu' >"$work/metrics"
+    # python3 rather than curl: a PyTorch image has the one, not always the other.
+    [ -n "$mport" ] && python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+      "http://127.0.0.1:$mport/metrics" | grep '^srformer_gpu' >"$work/metrics"
   fi
   kill -TERM "$pid" 2>/dev/null
   wait "$pid" || echo "serve_check.sh: the $1 server exited with status $? after SIGTERM" >&2
