@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "client/percentiles.h"
 #include "common/status_code_name.h"
 #include "srformer/v1/summarizer.grpc.pb.h"
 
@@ -21,18 +22,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-// Nearest-rank percentiles: the smallest value with at least q of the values at or below it (of two
-// values, p50 is the lower; the rounded interpolation index took the upper).
-nlohmann::json percentiles(std::vector<double> v) {
-  if (v.empty()) return {{"p50", nullptr}, {"p90", nullptr}, {"p99", nullptr}, {"count", 0}};
-  std::sort(v.begin(), v.end());
-  const auto at = [&](double q) {
-    const auto rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
-    return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
-  };
-  return {{"p50", at(0.5)}, {"p90", at(0.9)}, {"p99", at(0.99)}, {"count", v.size()}};
-}
 
 struct Timings {
   std::vector<double> ttft_ms, itl_ms, latency_ms;
