@@ -67,8 +67,16 @@ T req(const nlohmann::json& j, const char* key) {
   return *v;
 }
 
+// A size or count: positive, and far below where products of two of them overflow (2^24: the largest
+// real vocabulary is ~256k, the widest layer ~50k); a larger one is a damaged or mistyped file.
+constexpr int64_t kMaxConfigSize = int64_t{1} << 24;
+
 void require_positive(int64_t v, const char* key) {
   if (v <= 0) config_error(std::string("'") + key + "' must be positive, got " + std::to_string(v));
+  if (v > kMaxConfigSize) {
+    config_error(std::string("'") + key + "' is " + std::to_string(v) + "; at most " + std::to_string(kMaxConfigSize) +
+                 " (2^24) is taken: is the file damaged?");
+  }
 }
 
 void parse_srformer(const nlohmann::json& j, ModelConfig& c) {
@@ -100,7 +108,7 @@ void parse_srformer(const nlohmann::json& j, ModelConfig& c) {
     if (!seg)
       config_error(std::string("srformer.segment_size is required for cross_attention '") +
                    to_string(s.cross_attention) + "'");
-    if (*seg <= 0) config_error("srformer.segment_size must be positive, got " + std::to_string(*seg));
+    require_positive(*seg, "srformer.segment_size");
     s.segment_size = *seg;
   } else if (seg && *seg != 0) {
     config_error(
@@ -132,7 +140,7 @@ void parse_srformer(const nlohmann::json& j, ModelConfig& c) {
     }
   }
   if (const auto L = opt<int64_t>(b, "expected_length")) {
-    if (*L <= 0) config_error("srformer.expected_length must be positive");
+    require_positive(*L, "srformer.expected_length");
     s.expected_length = *L;
   }
 }
@@ -197,7 +205,7 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c) {
   if (auto v = opt<int64_t>(j, "max_length")) c.max_length = v;
   if (auto v = opt<int64_t>(j, "max_new_tokens")) {
     // As Hugging Face's GenerationConfig.validate: no room for a token is a mistake, not a default.
-    if (*v <= 0) config_error("'max_new_tokens' must be positive, got " + std::to_string(*v));
+    require_positive(*v, "max_new_tokens");
     c.max_length = *v + 1;
   }
   if (auto v = opt<int64_t>(j, "min_length")) c.min_length = v;
@@ -339,11 +347,13 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
     c.relative_attention_num_buckets = opt<int64_t>(j, "relative_attention_num_buckets").value_or(32);
     c.relative_attention_max_distance = opt<int64_t>(j, "relative_attention_max_distance").value_or(128);
     require_positive(c.num_heads, "num_heads");
+    require_positive(c.head_dim, "d_kv");
     // Each direction's half of the buckets starts with exact distances: at least one bucket each.
     if (c.relative_attention_num_buckets < 4) {
       config_error("'relative_attention_num_buckets' must be at least 4, got " +
                    std::to_string(c.relative_attention_num_buckets) + " (T5 uses 32)");
     }
+    require_positive(c.relative_attention_num_buckets, "relative_attention_num_buckets");
     // Past the exact buckets, distances are bucketed by log(distance / exact) / log(max_distance / exact):
     // a max_distance within the exact range divides by zero or less.
     if (c.relative_attention_max_distance <= c.relative_attention_num_buckets / 2) {
@@ -351,6 +361,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
                    std::to_string(c.relative_attention_num_buckets / 2) + "), got " +
                    std::to_string(c.relative_attention_max_distance) + " (T5 uses 128 with 32 buckets)");
     }
+    require_positive(c.relative_attention_max_distance, "relative_attention_max_distance");
     if (!(c.layer_norm_eps > 0) || !std::isfinite(c.layer_norm_eps)) {
       config_error("'layer_norm_epsilon' must be a small positive number (T5 uses 1e-6), got " +
                    std::to_string(c.layer_norm_eps));

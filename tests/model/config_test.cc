@@ -1,12 +1,12 @@
 // Configuration parsing: HF configs, the "srformer" block, and clear errors.
 #include "model/config.h"
-#include "model/limits.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "model/limits.h"
 #include "tests/support/temp_dir.h"
 
 namespace srformer {
@@ -158,6 +158,24 @@ TEST(Config, NumbersOutOfShapeAreRefusedByName) {
   refused("layer_norm_epsilon", 0, "'layer_norm_epsilon' must be a small positive number");
   refused("n_positions", 0, "'n_positions' must be positive, got 0");
   refused("max_new_tokens", 0, "'max_new_tokens' must be positive, got 0");
+  // Sizes past 2^24 are a damaged file, refused before anything multiplies them (they overflowed int64).
+  for (const auto& [key, name] : std::vector<std::pair<const char*, const char*>>{
+           {"num_heads", "num_heads"},
+           {"d_kv", "d_kv"},
+           {"d_model", "d_model"},
+           {"d_ff", "d_ff"},
+           {"num_layers", "encoder layers"},
+           {"vocab_size", "vocab_size"},
+           {"n_positions", "n_positions"},
+           {"relative_attention_num_buckets", "relative_attention_num_buckets"},
+           {"relative_attention_max_distance", "relative_attention_max_distance"}}) {
+    refused(key, int64_t{1} << 62, "'" + std::string(name) + "' is 4611686018427387904; at most 16777216 (2^24)");
+  }
+  auto huge_segments = t5_json();
+  huge_segments["srformer"] = {{"cross_attention", "srformer"}, {"segment_size", INT64_MAX}};
+  EXPECT_NE(error_of(huge_segments).find("'srformer.segment_size' is 9223372036854775807; at most 16777216"),
+            std::string::npos)
+      << error_of(huge_segments);
   // A whole number written as a float is one (some exporters write 32.0), and the edges still load.
   auto j = t5_json();
   j["d_model"] = 32.0;
@@ -169,6 +187,10 @@ TEST(Config, NumbersOutOfShapeAreRefusedByName) {
       {"model_type", "bart"},  {"vocab_size", 64},    {"d_model", 32},       {"encoder_attention_heads", 4},
       {"encoder_ffn_dim", 64}, {"encoder_layers", 1}, {"decoder_layers", 1}, {"max_position_embeddings", 64}};
   EXPECT_EQ(error_of(bart), "");
+  bart["max_position_embeddings"] = INT64_MAX;
+  EXPECT_NE(error_of(bart).find("'max_position_embeddings' is 9223372036854775807; at most 16777216"),
+            std::string::npos)
+      << error_of(bart);
   bart["max_position_embeddings"] = -3;
   EXPECT_NE(error_of(bart).find("'max_position_embeddings' must be positive, got -3"), std::string::npos)
       << error_of(bart);
