@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -11,6 +12,8 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+
+#include "model/io/json_depth.h"
 
 namespace srformer {
 
@@ -437,8 +440,10 @@ ModelConfig ModelConfig::load(const std::filesystem::path& config_json) {
   if (!in)
     throw std::runtime_error("cannot open " + config_json.string() + ": is this a Hugging Face model directory?");
   nlohmann::json j;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  check_json_depth<std::invalid_argument>(text, config_json.string() + ": ");
   try {
-    in >> j;
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(config_json.string() + ": not valid JSON: " + e.what());
   }
@@ -447,9 +452,10 @@ ModelConfig ModelConfig::load(const std::filesystem::path& config_json) {
   std::optional<nlohmann::json> generation;
   if (std::filesystem::exists(generation_json)) {
     std::ifstream g(generation_json);
+    const std::string generation_text((std::istreambuf_iterator<char>(g)), std::istreambuf_iterator<char>());
+    check_json_depth<std::invalid_argument>(generation_text, generation_json.string() + ": ");
     try {
-      generation.emplace();
-      g >> *generation;
+      generation = nlohmann::json::parse(generation_text);
     } catch (const nlohmann::json::exception& e) {
       throw std::invalid_argument(generation_json.string() + ": not valid JSON: " + e.what());
     }

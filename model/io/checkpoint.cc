@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <system_error>
 
+#include "model/io/json_depth.h"
 #include "model/io/load_error.h"
 #include "model/io/pytorch_bin.h"
 
@@ -28,8 +30,10 @@ std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& 
   std::ifstream in(index);
   if (!in) throw fail("cannot open");
   nlohmann::json json;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  check_json_depth<LoadError>(text, index.string() + ": ");
   try {
-    json = nlohmann::json::parse(in);
+    json = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw fail(std::string("not valid JSON: ") + e.what());
   }

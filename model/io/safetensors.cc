@@ -10,6 +10,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "model/io/json_depth.h"
 #include "model/io/lfs_pointer.h"
 #include "model/io/load_error.h"
 #include "model/io/mapped_file.h"
@@ -146,7 +147,10 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   const auto* header_begin = reinterpret_cast<const char*>(mapping->data()) + 8;
   json header;
   try {
+    check_json_depth<std::invalid_argument>(std::string_view(header_begin, header_size), "the header ");
     header = json::parse(header_begin, header_begin + header_size);
+  } catch (const std::invalid_argument& e) {
+    fail(e.what());
   } catch (const json::exception& e) {
     fail(std::string("header is not valid JSON: ") + e.what());
   }

@@ -1,7 +1,9 @@
 #include "model/tokenizer/tokenizer_files.h"
 
 #include <fstream>
+#include <iterator>
 
+#include "model/io/json_depth.h"
 #include "model/io/lfs_pointer.h"
 #include "model/tokenizer/tokenizer_error.h"
 
@@ -12,8 +14,10 @@ namespace fs = std::filesystem;
 nlohmann::json read_tokenizer_file(const fs::path& file) {
   std::ifstream in(file);
   if (!in) throw TokenizerLoadError("cannot open " + file.string());
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  check_json_depth<TokenizerLoadError>(text, file.string() + " ");
   try {
-    return nlohmann::json::parse(in);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     if (auto pointer = lfs_pointer_message(file)) throw TokenizerLoadError(*pointer);
     throw TokenizerLoadError(file.string() + " is not valid JSON (" + e.what() +
