@@ -110,8 +110,15 @@ torch::Tensor WeightBinder::bind(const std::string& name, const std::vector<int6
     return placeholder();
   }
   torch::Tensor tensor = ckpt_.get(*found);
-  const auto target = tensor.is_floating_point() ? dtype : tensor.scalar_type();
-  return tensor.to(device_, target).contiguous();
+  // Every parameter a model binds is a weight: an integer tensor under its name would only fail later,
+  // inside a product ("expected scalar type Int but found Float").
+  if (!tensor.is_floating_point()) {
+    const std::string via = *found == name ? "" : " (via " + *found + ")";
+    mismatched_.push_back(name + via + ": the file holds " + std::string(c10::toString(tensor.scalar_type())) +
+                          " numbers; a weight is F32, F16 or BF16");
+    return placeholder();
+  }
+  return tensor.to(device_, dtype).contiguous();
 }
 
 void WeightBinder::mark_used(const std::string& name) {
@@ -143,14 +150,14 @@ void WeightBinder::finish() const {
 std::string WeightBinder::report(const std::vector<std::string>& unexpected, const std::string& stopped) const {
   std::ostringstream out;
   out << "cannot load weights from " << (ckpt_.dir() / ckpt_.describe()).string() << ": " << missing_.size()
-      << " missing, " << mismatched_.size() << " with the wrong shape";
+      << " missing, " << mismatched_.size() << " with the wrong shape or type";
   if (stopped.empty()) {
     out << ", " << unexpected.size() << " unexpected";
   } else {
     out << " (" << stopped << ")";
   }
   list(out, "missing", missing_);
-  list(out, "wrong shape", mismatched_);
+  list(out, "wrong shape or type", mismatched_);
   list(out, "unexpected (in the file, used by nothing)", unexpected);
   out << "\nhint: check that config.json describes these weights (architecture, d_model, heads, layers, "
          "vocab_size) and that the checkpoint is a BART/T5 model in Hugging Face naming; wrong shapes usually "
