@@ -204,27 +204,37 @@ namespace {
 // Generation defaults in Hugging Face's keys, from config.json, generation_config.json or a
 // task's parameters; keys the object lacks leave the value as it was.
 void read_generation_defaults(const nlohmann::json& j, ModelConfig& c) {
+  // Counts (lengths, beams, n-gram sizes): past 2^24 either way the file is damaged; nearer 2^63 adding
+  // the start token overflowed. Their meaning is checked where generation options are (options.cc).
+  const auto count = [&j](const char* key) -> std::optional<int64_t> {
+    const auto v = opt<int64_t>(j, key);
+    if (v && (*v > kMaxConfigSize || *v < -kMaxConfigSize)) {
+      config_error(std::string("'") + key + "' is " + std::to_string(*v) + "; a count past " +
+                   std::to_string(kMaxConfigSize) + " (2^24) is not taken: is the file damaged?");
+    }
+    return v;
+  };
   // HF's max_length / min_length count the decoder start token; *_new_tokens, where set, win.
-  if (auto v = opt<int64_t>(j, "max_length")) c.max_length = v;
-  if (auto v = opt<int64_t>(j, "max_new_tokens")) {
+  if (auto v = count("max_length")) c.max_length = v;
+  if (auto v = count("max_new_tokens")) {
     // As Hugging Face's GenerationConfig.validate: no room for a token is a mistake, not a default.
     require_positive(*v, "max_new_tokens");
     c.max_length = *v + 1;
   }
-  if (auto v = opt<int64_t>(j, "min_length")) c.min_length = v;
-  if (auto v = opt<int64_t>(j, "min_new_tokens")) c.min_length = *v + 1;
-  if (auto v = opt<int64_t>(j, "num_beams")) c.num_beams = v;
+  if (auto v = count("min_length")) c.min_length = v;
+  if (auto v = count("min_new_tokens")) c.min_length = *v + 1;
+  if (auto v = count("num_beams")) c.num_beams = v;
   if (auto v = opt<double>(j, "length_penalty")) c.length_penalty = v;
   if (const auto it = j.find("early_stopping"); it != j.end() && !it->is_null()) {
     c.early_stopping = early_stopping_from_json(*it, std::string(kConfigFile));
   }
-  if (auto v = opt<int64_t>(j, "no_repeat_ngram_size")) c.no_repeat_ngram_size = v;
+  if (auto v = count("no_repeat_ngram_size")) c.no_repeat_ngram_size = v;
   if (auto v = opt<bool>(j, "do_sample")) c.do_sample = v;
   if (auto v = opt<double>(j, "temperature")) c.temperature = v;
-  if (auto v = opt<int64_t>(j, "top_k")) c.top_k = v;
+  if (auto v = count("top_k")) c.top_k = v;
   if (auto v = opt<double>(j, "top_p")) c.top_p = v;
   if (auto v = opt<double>(j, "repetition_penalty")) c.repetition_penalty = v;
-  if (auto v = opt<int64_t>(j, "num_return_sequences")) c.num_return_sequences = v;
+  if (auto v = count("num_return_sequences")) c.num_return_sequences = v;
   // Hugging Face settings we do not implement, with the value that leaves generation as without them
   // (null: any value but null changes it).
   static const std::pair<const char*, nlohmann::json> kUnsupported[] = {{"num_beam_groups", 1},

@@ -171,6 +171,9 @@ TEST(Config, NumbersOutOfShapeAreRefusedByName) {
            {"relative_attention_max_distance", "relative_attention_max_distance"}}) {
     refused(key, int64_t{1} << 62, "'" + std::string(name) + "' is 4611686018427387904; at most 16777216 (2^24)");
   }
+  // Generation counts likewise (min_new_tokens near 2^63 overflowed adding the start token).
+  refused("min_new_tokens", INT64_MAX, "'min_new_tokens' is 9223372036854775807; a count past 16777216");
+  refused("num_beams", int64_t{1} << 40, "'num_beams' is 1099511627776; a count past 16777216");
   auto huge_segments = t5_json();
   huge_segments["srformer"] = {{"cross_attention", "srformer"}, {"segment_size", INT64_MAX}};
   EXPECT_NE(error_of(huge_segments).find("'srformer.segment_size' is 9223372036854775807; at most 16777216"),
