@@ -124,6 +124,10 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
     if (const auto warning = unsupported_generation_warning(e->config()); !warning.empty()) {
       spdlog::warn("model '{}': {}", e->name(), warning);
     }
+    if (const auto warning = unusable_generation_defaults(e->config()); !warning.empty()) {
+      spdlog::warn("model '{}': {}: requests that leave it unset are refused until the file is corrected", e->name(),
+                   warning);
+    }
     if (e->config().max_input_tokens_is_fallback) {
       spdlog::info(
           "model '{}': config.json sets no input limit (n_positions); serving inputs of up to {} tokens "

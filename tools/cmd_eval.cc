@@ -191,6 +191,9 @@ GenerationOptions generation_options(const Args& a, const ModelConfig& c, const 
   if (const auto warning = unsupported_generation_warning(c); !warning.empty()) {
     std::cerr << "warning: the model: " << warning << "\n";
   }
+  if (const auto warning = unusable_generation_defaults(c); !warning.empty()) {
+    std::cerr << "warning: the model: " << warning << " (set those options with their flags)\n";
+  }
   GenerationOptions o = d;
   o.max_new_tokens = a.max_new.value_or(d.max_new_tokens);
   o.min_new_tokens = a.min_new.value_or(std::min(o.max_new_tokens, d.min_new_tokens));

@@ -158,6 +158,9 @@ int run_summarize(const std::vector<std::string>& args) {
   if (const auto warning = unsupported_generation_warning(c); !warning.empty()) {
     std::cerr << "warning: the model: " << warning << "\n";
   }
+  if (const auto warning = unusable_generation_defaults(c); !warning.empty()) {
+    std::cerr << "warning: the model: " << warning << " (set those options with their flags)\n";
+  }
   // The API carries these as float32 (srformer.v1.GenerationOptions): read as the server reads them, a
   // value such as 0.448 gives the same beam scores here and served.
   for (auto* given : {&length_penalty, &temperature, &top_p, &rep}) {

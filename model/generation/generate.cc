@@ -62,6 +62,20 @@ std::string unsupported_generation_warning(const ModelConfig& config) {
          ", which srformer does not implement; generating without (outputs may differ from Hugging Face's)";
 }
 
+std::string unusable_generation_defaults(const ModelConfig& config) {
+  try {
+    // Lengths past the limits are clamped by every caller (the server's limit, --max-new-tokens), not refused.
+    GenerationOptions d = model_generation_defaults(config);
+    d.max_new_tokens = std::min(d.max_new_tokens, kMaxNewTokensLimit);
+    d.min_new_tokens = std::min(d.min_new_tokens, d.max_new_tokens);
+    validate(d);
+  } catch (const std::invalid_argument& e) {
+    return std::string("its generation defaults (generation_config.json, else config.json) are not usable: ") +
+           e.what() + "; what a request or flag leaves unset comes from them";
+  }
+  return "";
+}
+
 std::vector<GenerateResult> generate(Seq2SeqModel& model, const torch::Tensor& input_ids,
                                      const torch::Tensor& attention_mask, const GenerationOptions& options,
                                      const std::optional<torch::Tensor>& expected_length,

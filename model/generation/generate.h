@@ -49,6 +49,11 @@ int64_t default_expected_length(const ModelConfig& config, int64_t max_new_token
 // implement (ModelConfig::unsupported_generation); empty where they set nothing of the kind.
 std::string unsupported_generation_warning(const ModelConfig& config);
 
+// Why the checkpoint's generation defaults (generation_config.json, else config.json) are not usable as
+// they stand (validate() refuses them: num_beams 0, top_p -1, ...), naming where they come from; empty
+// when they are. Whatever a request or flag leaves unset is taken from them, and then refused.
+std::string unusable_generation_defaults(const ModelConfig& config);
+
 // input_ids [B,k] int64, attention_mask [B,k]. expected_length: [B] int64 (the SRformer L per row);
 // empty -> default_expected_length(model.config(), options.max_new_tokens) for every row. on_token(row, token) is
 // called for every token a searcher emits (greedy/sampling: each step; beam search: the best hypothesis once it is

@@ -285,5 +285,25 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
       << unsupported_generation_warning(config);
 }
 
+// A checkpoint whose generation defaults validate() refuses is named with the file they come from (the
+// server warns at start, the tools before running): every request leaving the option unset was refused,
+// saying nothing of where the value came from. Lengths past the limits are clamped by the callers: usable.
+TEST(ModelGenerationDefaults, UnusableOnesAreNamedWithTheirFile) {
+  ModelConfig config;
+  config.decoder_start_token_id = 0;
+  EXPECT_EQ(unusable_generation_defaults(config), "");
+  config.max_length = 1000000;
+  EXPECT_EQ(unusable_generation_defaults(config), "") << "clamped to the limit, not refused";
+  config.num_beams = 0;
+  const auto beams = unusable_generation_defaults(config);
+  EXPECT_NE(beams.find("generation defaults (generation_config.json, else config.json) are not usable"),
+            std::string::npos)
+      << beams;
+  EXPECT_NE(beams.find("num_beams is 0"), std::string::npos) << beams;
+  config.num_beams = 1;
+  config.top_p = -1.0;
+  EXPECT_NE(unusable_generation_defaults(config).find("top_p is -1"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace srformer
