@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string_view>
 #include <vector>
 
@@ -26,6 +27,26 @@ std::string pytorch_bin_conversion_hint(const std::filesystem::path& bin) {
          "', metadata={'format': 'pt'})\"\n"
          "or with our tool: srformer convert " +
          bin.parent_path().string();
+}
+
+std::string view_outside_storage(const torch::Tensor& t) {
+  if (t.numel() == 0) return "";
+  if (t.storage_offset() < 0) return "starts at a negative offset";
+  uint64_t last = static_cast<uint64_t>(t.storage_offset());
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.stride(d) < 0) return "has a negative stride";
+    const auto reach = static_cast<unsigned __int128>(t.size(d) - 1) * static_cast<uint64_t>(t.stride(d));
+    if (reach > std::numeric_limits<uint64_t>::max() / 4 || last > std::numeric_limits<uint64_t>::max() / 4) {
+      return "reaches past any storage";
+    }
+    last += static_cast<uint64_t>(reach);
+  }
+  const auto needed = static_cast<unsigned __int128>(last + 1) * static_cast<uint64_t>(t.element_size());
+  const auto held = static_cast<uint64_t>(t.storage().nbytes());
+  if (needed > held) {
+    return "reads " + std::to_string(static_cast<uint64_t>(needed)) + " bytes of a storage of " + std::to_string(held);
+  }
+  return "";
 }
 
 std::map<std::string, torch::Tensor> load_pytorch_bin(const std::filesystem::path& bin) {
@@ -59,7 +80,12 @@ std::map<std::string, torch::Tensor> load_pytorch_bin(const std::filesystem::pat
       throw fail("expected a {name: tensor} dict, found an entry of kind " + item.key().tagKind() + " -> " +
                  item.value().tagKind());
     }
-    tensors.emplace(item.key().toStringRef(), item.value().toTensor());
+    const auto& name = item.key().toStringRef();
+    const auto tensor = item.value().toTensor();
+    if (const auto problem = view_outside_storage(tensor); !problem.empty()) {
+      throw fail("tensor '" + name + "' " + problem + " (a damaged file)");
+    }
+    tensors.emplace(name, tensor);
   }
   return tensors;
 }

@@ -16,4 +16,9 @@ std::string pytorch_bin_conversion_hint(const std::filesystem::path& bin);
 // legacy (pre-1.6) files or Python OrderedDicts on LibTorch 1.x.
 std::map<std::string, torch::Tensor> load_pytorch_bin(const std::filesystem::path& bin);
 
+// What is wrong where a tensor's view (offset, sizes, strides) reaches outside its storage's bytes, as a
+// damaged file's can (LibTorch's unpickler does not check); empty where it stays inside. A storage record
+// cut short is not seen here: the storage then claims the bytes the pickle declares.
+std::string view_outside_storage(const torch::Tensor& t);
+
 }  // namespace srformer

@@ -6,6 +6,7 @@
 
 #include "model/io/checkpoint.h"
 #include "model/io/load_error.h"
+#include "model/io/pytorch_bin.h"
 #include "model/io/safetensors.h"
 #include "tests/model/io_test_util.h"
 #include "tests/support/lfs_pointer.h"
@@ -209,6 +210,26 @@ TEST(CheckpointReader, ReadsAZipFormatPytorchBin) {
   EXPECT_THAT(ckpt.shape("encoder.w"), ElementsAre(3, 1));
   EXPECT_TRUE(torch::equal(ckpt.get("encoder.w").flatten(), torch::tensor({1.0f, 2.0f, 3.0f})));
   EXPECT_EQ(ckpt.get("ids").scalar_type(), torch::kInt64);
+}
+
+// LibTorch's unpickler takes a tensor's view (offset, sizes, strides) as the file gives it: one reaching
+// past its storage was read past its end (ASan, fuzzing: heap-buffer-overflow when the weights were
+// packed). Such views are made here through TensorImpl, as a damaged file makes them.
+TEST(CheckpointReader, APytorchBinViewReachingPastItsStorageIsNamed) {
+  const auto view = [](int64_t offset, std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+    auto t = torch::zeros({256});  // 1,024 bytes of storage
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
+    t.unsafeGetTensorImpl()->set_storage_offset(offset);
+    return t;
+  };
+  EXPECT_EQ(view_outside_storage(view(0, {16, 16}, {16, 1})), "");
+  EXPECT_EQ(view_outside_storage(view(100, {12, 13}, {13, 1})), "") << "ends at 255";
+  EXPECT_EQ(view_outside_storage(view(100, {16, 16}, {16, 1})), "reads 1424 bytes of a storage of 1024");
+  EXPECT_EQ(view_outside_storage(view(0, {16, 16}, {int64_t{1} << 40, 1})),
+            "reads 65970697666624 bytes of a storage of 1024");
+  EXPECT_EQ(view_outside_storage(view(0, {4, 16}, {int64_t{1} << 62, 1})), "reaches past any storage");
+  EXPECT_EQ(view_outside_storage(view(int64_t{1} << 40, {2}, {1})), "reads 4398046511112 bytes of a storage of 1024");
+  EXPECT_EQ(view_outside_storage(view(0, {0, 16}, {16, 1})), "") << "nothing to read";
 }
 
 TEST(CheckpointReader, PytorchBinThatIsNotATensorDictIsRefused) {
