@@ -461,6 +461,9 @@ ModelConfig ModelConfig::load(const std::filesystem::path& config_json) {
   const auto generation_json = config_json.parent_path() / "generation_config.json";
   std::optional<nlohmann::json> generation;
   if (std::filesystem::exists(generation_json)) {
+    if (std::filesystem::is_directory(generation_json)) {
+      throw std::invalid_argument(generation_json.string() + " is a directory; it must be a JSON file or absent");
+    }
     std::ifstream g(generation_json);
     const std::string generation_text((std::istreambuf_iterator<char>(g)), std::istreambuf_iterator<char>());
     check_json_depth<std::invalid_argument>(generation_text, generation_json.string() + ": ");

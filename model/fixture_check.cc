@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "model/dtype_name.h"
 #include "model/generation/generate.h"
+#include "model/io/json_depth.h"
 #include "model/io/safetensors.h"
 #include "model/seq2seq.h"
 
@@ -135,7 +137,9 @@ FixtureReport replay(const std::filesystem::path& dir, const LoadOptions& load) 
     if (!in || std::filesystem::is_directory(dir / "case.json")) {
       throw std::runtime_error("no case.json in " + dir.string() + ": not a fixture directory");
     }
-    in >> meta;
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    check_json_depth<FixtureFormatError>(text, "case.json: ");
+    meta = nlohmann::json::parse(text);
   }
   if (!meta.is_object()) throw FixtureFormatError("case.json: the top level must be a JSON object");
   const double widened = half_precision_tolerance(load.dtype);

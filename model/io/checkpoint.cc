@@ -27,6 +27,7 @@ constexpr const char* kShardedBin = "pytorch_model.bin.index.json";
 // Shard name -> tensor names it holds, from an index file's "weight_map".
 std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& index) {
   const auto fail = [&](const std::string& what) { return LoadError(index.string() + ": " + what); };
+  if (fs::is_directory(index)) throw fail("is a directory; it must be the JSON index of the shards");
   std::ifstream in(index);
   if (!in) throw fail("cannot open");
   nlohmann::json json;

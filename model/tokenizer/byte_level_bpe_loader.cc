@@ -312,6 +312,11 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
     if (j->contains("added_tokens_decoder") && (*j)["added_tokens_decoder"].is_object()) {
       for (const auto& [id, a] : (*j)["added_tokens_decoder"].items()) {
         if (auto t = parse_token(a, false)) {
+          // Keys are ids written as text: anything else is named, not left to std::stoll's "stoll".
+          if (id.empty() || id.size() > 9 || id.find_first_not_of("0123456789") != std::string::npos) {
+            throw TokenizerLoadError((model_dir / name).string() + ": added_tokens_decoder key '" + id +
+                                     "' is not a token id (a whole number below 10^9)");
+          }
           t->id = std::stoll(id);
           add(*t);
         }

@@ -42,7 +42,15 @@ std::unique_ptr<Tokenizer> load_tokenizer_files(const fs::path& model_dir) {
 }  // namespace
 
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& model_dir) {
-  auto tokenizer = load_tokenizer_files(model_dir);
+  std::unique_ptr<Tokenizer> tokenizer;
+  try {
+    tokenizer = load_tokenizer_files(model_dir);
+  } catch (const nlohmann::json::exception& e) {
+    // A key of the wrong type ("lstrip": "yes") that no reader checked by itself: say where to look.
+    throw TokenizerLoadError(model_dir.string() + ": a tokenizer file (tokenizer.json, tokenizer_config.json, " +
+                             "special_tokens_map.json, added_tokens.json) holds a value of the wrong type: " +
+                             e.what() + "; restore the files from the model's repository");
+  }
   // transformers' decode cleans up spaces where tokenizer_config.json says so (its default has changed
   // between versions: absent, we leave the text as the tokens spell it).
   if (const auto config = read_tokenizer_file_if_present(model_dir / "tokenizer_config.json");

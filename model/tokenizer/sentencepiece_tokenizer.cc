@@ -26,7 +26,8 @@ constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's 
 
 // Highest N + 1 over the <extra_id_N> strings found anywhere in j (keys or values), 0 when none.
 int64_t count_extra_ids(const nlohmann::json& j) {
-  static const std::regex kExtra(R"(<extra_id_(\d+)>)");
+  // Nine digits at most: more is past any count (kMaxExtraIds refuses it), and std::stoll's range.
+  static const std::regex kExtra(R"(<extra_id_(\d{1,9})>)");
   int64_t best = 0;
   const auto consider = [&](const std::string& s) {
     std::smatch m;

@@ -330,6 +330,17 @@ TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
       << bad_early;
   const auto bad_json = error_loading("{");
   EXPECT_NE(bad_json.find("generation_config.json: not valid JSON"), std::string::npos) << bad_json;
+  std::filesystem::remove(dir.path() / "generation_config.json");
+  std::filesystem::create_directories(dir.path() / "generation_config.json");
+  try {
+    (void)ModelConfig::load(dir.path() / "config.json");
+    ADD_FAILURE() << "a directory read as generation_config.json";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("generation_config.json is a directory; it must be a JSON file or absent"),
+              std::string::npos)
+        << e.what();  // it said "basic_filebuf::underflow error reading the file: Is a directory"
+  }
+  std::filesystem::remove(dir.path() / "generation_config.json");
   const auto bad_id = error_loading(R"({"forced_bos_token_id": 999})");
   EXPECT_NE(bad_id.find("generation_config.json: special token id 999 outside the vocabulary"), std::string::npos)
       << bad_id;

@@ -357,6 +357,20 @@ TEST(ByteLevelBpe, RejectsBrokenFiles) {
   expect_error("is not an integer");
   test::write_file(dir.path() / "vocab.json", R"({"a": 0})");
   expect_error("byte-level symbol");
+  // Keys and values of the wrong kind in tokenizer_config.json are named (they said "stoll", or gave
+  // nlohmann's type_error alone).
+  test::write_tiny_bpe_dir(dir.path());
+  test::write_file(dir.path() / "tokenizer_config.json", R"({"added_tokens_decoder": {"abc": {"content": "zz"}}})");
+  expect_error("tokenizer_config.json: added_tokens_decoder key 'abc' is not a token id");
+  test::write_file(dir.path() / "tokenizer_config.json", R"({"mask_token": {"content": "<mask>", "lstrip": "yes"}})");
+  try {
+    (void)load_tokenizer(dir.path());
+    ADD_FAILURE() << "a string lstrip loaded";
+  } catch (const TokenizerLoadError& e) {
+    EXPECT_NE(std::string(e.what()).find("a tokenizer file (tokenizer.json, tokenizer_config.json"), std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove(dir.path() / "tokenizer_config.json");
   // An id far past any vocabulary: named, before tables of that size are made (it was std::bad_alloc).
   test::write_tiny_bpe_dir(dir.path());
   auto vocab = nlohmann::json::parse(test::read_file(dir.path() / "vocab.json"));
