@@ -92,15 +92,16 @@ GenerationOptions options_from(const nlohmann::json& rec, const ModelConfig& cfg
   const auto& s = rec.at("settings");
   GenerationOptions o;
   o.max_new_tokens = rec.at("max_new_tokens").get<int64_t>();
-  o.num_beams = s.value("num_beams", 1);
+  // int64_t defaults: with `1`, nlohmann reads into int and 2^40 beams came out as 0.
+  o.num_beams = s.value("num_beams", int64_t{1});
   o.length_penalty = s.value("length_penalty", 1.0);
   if (const auto it = s.find("early_stopping"); it != s.end() && !it->is_null()) {
     o.early_stopping = early_stopping_from_json(*it, "case.json settings");
   }
-  o.min_new_tokens = std::max<int64_t>(0, s.value("min_length", 0) - 1);
-  o.no_repeat_ngram_size = s.value("no_repeat_ngram_size", 0);
+  o.min_new_tokens = std::max<int64_t>(0, s.value("min_length", int64_t{0}) - 1);
+  o.no_repeat_ngram_size = s.value("no_repeat_ngram_size", int64_t{0});
   o.repetition_penalty = s.value("repetition_penalty", 1.0);
-  o.num_return_sequences = s.value("num_return_sequences", 1);
+  o.num_return_sequences = s.value("num_return_sequences", int64_t{1});
   return with_model_tokens(o, cfg);
 }
 

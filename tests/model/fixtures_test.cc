@@ -100,6 +100,13 @@ TEST(Fixtures, AFixtureThatContradictsItselfIsNamedNotReplayed) {
     }
   }
   {
+    // Settings are read whole: 2^40 beams were read as 0 (an int), and reported so.
+    EditedFixture f(source);
+    f.meta["generate_beam"]["settings"]["num_beams"] = int64_t{1} << 40;
+    f.write();
+    EXPECT_THAT(check_error(f.dir), HasSubstr("num_beams is 1099511627776")) << check_error(f.dir);
+  }
+  {
     EditedFixture f(source);
     f.meta["generate_greedy"]["ids"] = nlohmann::json::array({f.meta["generate_greedy"]["ids"][0]});
     f.write();
