@@ -313,11 +313,12 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
       for (const auto& [id, a] : (*j)["added_tokens_decoder"].items()) {
         if (auto t = parse_token(a, false)) {
           // Keys are ids written as text: anything else is named, not left to std::stoll's "stoll".
-          if (id.empty() || id.size() > 9 || id.find_first_not_of("0123456789") != std::string::npos) {
+          const auto key_id = token_id_key(id);
+          if (!key_id) {
             throw TokenizerLoadError((model_dir / name).string() + ": added_tokens_decoder key '" + id +
                                      "' is not a token id (a whole number below 10^9)");
           }
-          t->id = std::stoll(id);
+          t->id = *key_id;
           add(*t);
         }
       }

@@ -87,9 +87,7 @@ std::map<int64_t, AddedToken> listed_added_tokens(const fs::path& model_dir, con
   };
   if (config && config->contains("added_tokens_decoder") && (*config)["added_tokens_decoder"].is_object()) {
     for (const auto& [id, t] : (*config)["added_tokens_decoder"].items()) {
-      if (!id.empty() && id.find_first_not_of("0123456789") == std::string::npos && id.size() < 10) {
-        take(std::stoll(id), t);
-      }
+      if (const auto key_id = token_id_key(id)) take(*key_id, t);
     }
   }
   if (tokenizer_json && tokenizer_json->contains("added_tokens") && (*tokenizer_json)["added_tokens"].is_array()) {
@@ -153,12 +151,9 @@ void check_not_cut_short(std::string_view serialized, const fs::path& file) {
 // Hugging Face's "first" prepend scheme for a directory with spiece.model: its tokenizer.json says so
 // where it has one (what the fast tokenizer runs), else tokenizer_config.json's "legacy": false (what
 // T5Tokenizer and its conversion to the fast one follow).
-bool prefixes_first_only(const fs::path& model_dir, const nlohmann::json* parsed_tokenizer_json,
-                         const std::optional<nlohmann::json>& config) {
-  std::optional<nlohmann::json> read_here;
-  if (const nlohmann::json* tj = tokenizer_json_of(model_dir, parsed_tokenizer_json, read_here)) {
-    return metaspace_prefixes_first_only(*tj);
-  }
+// `tokenizer_json`: the directory's, nullptr where it has none.
+bool prefixes_first_only(const nlohmann::json* tokenizer_json, const std::optional<nlohmann::json>& config) {
+  if (tokenizer_json != nullptr) return metaspace_prefixes_first_only(*tokenizer_json);
   return config && config->contains("legacy") && (*config)["legacy"] == false;
 }
 
@@ -226,9 +221,10 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
                              std::to_string(kMaxExtraIds) + " (T5 has 100); correct them");
   }
   if (auto pointer = lfs_pointer_message(model_file)) throw TokenizerLoadError(*pointer);
+  // Read once (it can be megabytes), for the added tokens and the prepend scheme.
   std::optional<nlohmann::json> tokenizer_json_here;
-  const auto added_listed =
-      listed_added_tokens(model_dir, tokenizer_json_of(model_dir, parsed_tokenizer_json, tokenizer_json_here), config);
+  const nlohmann::json* const tj = tokenizer_json_of(model_dir, parsed_tokenizer_json, tokenizer_json_here);
+  const auto added_listed = listed_added_tokens(model_dir, tj, config);
   try {
     std::string serialized = read_binary_file(model_file);  // read once: checked, then loaded from these bytes
     check_not_cut_short(serialized, model_file);
@@ -251,9 +247,8 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
                                  "tokenizer_config.json's added_tokens_decoder)");
       }
     }
-    auto unprefixed = prefixes_first_only(model_dir, parsed_tokenizer_json, config)
-                          ? std::optional(load_unprefixed(std::move(serialized)))
-                          : std::nullopt;
+    auto unprefixed =
+        prefixes_first_only(tj, config) ? std::optional(load_unprefixed(std::move(serialized))) : std::nullopt;
     return std::make_unique<SentencePieceTokenizer>(std::move(sp), n, std::move(unprefixed), std::move(added));
   } catch (const TokenizerLoadError&) {
     throw;

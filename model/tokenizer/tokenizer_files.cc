@@ -30,6 +30,11 @@ std::optional<nlohmann::json> read_tokenizer_file_if_present(const fs::path& fil
   return read_tokenizer_file(file);
 }
 
+std::optional<int64_t> token_id_key(const std::string& key) {
+  if (key.empty() || key.size() > 9 || key.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::stoll(key);
+}
+
 const nlohmann::json* tokenizer_json_of(const fs::path& model_dir, const nlohmann::json* parsed,
                                         std::optional<nlohmann::json>& storage) {
   if (parsed != nullptr) return parsed;

@@ -20,4 +20,8 @@ const nlohmann::json* tokenizer_json_of(const std::filesystem::path& model_dir, 
 // A token as the files name it: "</s>" or {"content": "</s>", ...}; nullopt for anything else.
 std::optional<std::string> token_content(const nlohmann::json& j);
 
+// A token id written as a JSON key (added_tokens_decoder's "32100"): digits only, below 10^9; nullopt
+// for anything else.
+std::optional<int64_t> token_id_key(const std::string& key);
+
 }  // namespace srformer
