@@ -13,7 +13,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "model/io/json_depth.h"
+#include "model/io/json_file.h"
 
 namespace srformer {
 
@@ -446,32 +446,15 @@ ModelConfig ModelConfig::load(const std::filesystem::path& config_json) {
   if (std::filesystem::is_directory(config_json)) {
     throw std::runtime_error(config_json.string() + " is a directory; it must be the model's JSON configuration");
   }
-  std::ifstream in(config_json);
-  if (!in)
+  if (!std::filesystem::exists(config_json)) {
     throw std::runtime_error("cannot open " + config_json.string() + ": is this a Hugging Face model directory?");
-  nlohmann::json j;
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  check_json_depth<std::invalid_argument>(text, config_json.string() + ": ");
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw std::invalid_argument(config_json.string() + ": not valid JSON: " + e.what());
   }
+  const auto j = read_json_file<std::invalid_argument>(config_json, "the model's JSON configuration");
   // Hugging Face generates with the defaults in generation_config.json where the directory has one.
   const auto generation_json = config_json.parent_path() / "generation_config.json";
   std::optional<nlohmann::json> generation;
   if (std::filesystem::exists(generation_json)) {
-    if (std::filesystem::is_directory(generation_json)) {
-      throw std::invalid_argument(generation_json.string() + " is a directory; it must be a JSON file or absent");
-    }
-    std::ifstream g(generation_json);
-    const std::string generation_text((std::istreambuf_iterator<char>(g)), std::istreambuf_iterator<char>());
-    check_json_depth<std::invalid_argument>(generation_text, generation_json.string() + ": ");
-    try {
-      generation = nlohmann::json::parse(generation_text);
-    } catch (const nlohmann::json::exception& e) {
-      throw std::invalid_argument(generation_json.string() + ": not valid JSON: " + e.what());
-    }
+    generation = read_json_file<std::invalid_argument>(generation_json, "a JSON file or absent");
   }
   try {
     return from_json(j, generation ? &*generation : nullptr);

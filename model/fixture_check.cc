@@ -11,7 +11,7 @@
 
 #include "model/dtype_name.h"
 #include "model/generation/generate.h"
-#include "model/io/json_depth.h"
+#include "model/io/json_file.h"
 #include "model/io/safetensors.h"
 #include "model/seq2seq.h"
 
@@ -132,16 +132,10 @@ FixtureReport replay(const std::filesystem::path& dir, const LoadOptions& load) 
   r.fixture = dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string();
   r.device = load.device.str();
   r.dtype = dtype_name(load.dtype);
-  nlohmann::json meta;
-  {
-    std::ifstream in(dir / "case.json");
-    if (!in || std::filesystem::is_directory(dir / "case.json")) {
-      throw std::runtime_error("no case.json in " + dir.string() + ": not a fixture directory");
-    }
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    check_json_depth<FixtureFormatError>(text, "case.json: ");
-    meta = nlohmann::json::parse(text);
+  if (!std::filesystem::exists(dir / "case.json")) {
+    throw std::runtime_error("no case.json in " + dir.string() + ": not a fixture directory");
   }
+  const auto meta = read_json_file<FixtureFormatError>(dir / "case.json", "the fixture's JSON description");
   if (!meta.is_object()) throw FixtureFormatError("case.json: the top level must be a JSON object");
   const double widened = half_precision_tolerance(load.dtype);
   r.atol = std::max(meta.value("atol", 1e-4), widened);

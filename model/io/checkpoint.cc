@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <system_error>
 
-#include "model/io/json_depth.h"
+#include "model/io/json_file.h"
 #include "model/io/load_error.h"
 #include "model/io/pytorch_bin.h"
 
@@ -27,17 +27,7 @@ constexpr const char* kShardedBin = "pytorch_model.bin.index.json";
 // Shard name -> tensor names it holds, from an index file's "weight_map".
 std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& index) {
   const auto fail = [&](const std::string& what) { return LoadError(index.string() + ": " + what); };
-  if (fs::is_directory(index)) throw fail("is a directory; it must be the JSON index of the shards");
-  std::ifstream in(index);
-  if (!in) throw fail("cannot open");
-  nlohmann::json json;
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  check_json_depth<LoadError>(text, index.string() + ": ");
-  try {
-    json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw fail(std::string("not valid JSON: ") + e.what());
-  }
+  const auto json = read_json_file<LoadError>(index, "the JSON index of the shards");
   const auto map = json.is_object() ? json.find("weight_map") : json.end();
   if (map == json.end() || !map->is_object()) throw fail("expected an object with a \"weight_map\" object");
   std::map<std::string, std::vector<std::string>> shards;

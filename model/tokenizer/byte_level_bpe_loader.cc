@@ -286,12 +286,7 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
     if (pre.is_object() && pre.value("type", "") == "ByteLevel")
       config.add_prefix_space = pre.value("add_prefix_space", false);
   }
-  if (const auto aj = read_tokenizer_file_if_present(model_dir / "added_tokens.json")) {
-    if (!aj->is_object()) throw TokenizerLoadError((model_dir / "added_tokens.json").string() + " must be an object");
-    for (const auto& [content, id] : aj->items()) {
-      if (id.is_number_integer()) add({content, id.get<int64_t>(), false});
-    }
-  }
+  for (const auto& [content, id] : read_added_tokens_json(model_dir)) add({content, id, false});
   for (const char* name : {"tokenizer_config.json", "special_tokens_map.json"}) {
     const auto j = read_tokenizer_file_if_present(model_dir / name);
     if (!j || !j->is_object()) continue;
@@ -309,18 +304,10 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
         if (auto t = parse_token(a, true)) add(*t);
       }
     }
-    if (j->contains("added_tokens_decoder") && (*j)["added_tokens_decoder"].is_object()) {
-      for (const auto& [id, a] : (*j)["added_tokens_decoder"].items()) {
-        if (auto t = parse_token(a, false)) {
-          // Keys are ids written as text: anything else is named, not left to std::stoll's "stoll".
-          const auto key_id = token_id_key(id);
-          if (!key_id) {
-            throw TokenizerLoadError((model_dir / name).string() + ": added_tokens_decoder key '" + id +
-                                     "' is not a token id (a whole number below 10^9)");
-          }
-          t->id = *key_id;
-          add(*t);
-        }
+    for (const auto& [id, a] : added_tokens_decoder(*j, model_dir / name)) {
+      if (auto t = parse_token(*a, false)) {
+        t->id = id;
+        add(*t);
       }
     }
     if (j->contains("add_prefix_space") && (*j)["add_prefix_space"].is_boolean()) {

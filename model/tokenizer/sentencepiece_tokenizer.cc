@@ -68,11 +68,8 @@ std::map<int64_t, AddedToken> listed_added_tokens(const fs::path& model_dir, con
       if (auto content = token_content(t)) special_names.insert(*content);
     }
   }
-  if (const auto j = read_tokenizer_file_if_present(model_dir / "added_tokens.json"); j && j->is_object()) {
-    for (const auto& [content, id] : j->items()) {
-      if (id.is_number_integer())
-        out[id.get<int64_t>()] = {content, id.get<int64_t>(), special_names.count(content) > 0};
-    }
+  for (const auto& [content, id] : read_added_tokens_json(model_dir)) {
+    out[id] = {content, id, special_names.count(content) > 0};
   }
   const auto take = [&](int64_t id, const nlohmann::json& t) {
     auto content = token_content(t);
@@ -85,10 +82,8 @@ std::map<int64_t, AddedToken> listed_added_tokens(const fs::path& model_dir, con
     }
     out[id] = std::move(a);
   };
-  if (config && config->contains("added_tokens_decoder") && (*config)["added_tokens_decoder"].is_object()) {
-    for (const auto& [id, t] : (*config)["added_tokens_decoder"].items()) {
-      if (const auto key_id = token_id_key(id)) take(*key_id, t);
-    }
+  if (config) {
+    for (const auto& [id, t] : added_tokens_decoder(*config, model_dir / "tokenizer_config.json")) take(id, *t);
   }
   if (tokenizer_json && tokenizer_json->contains("added_tokens") && (*tokenizer_json)["added_tokens"].is_array()) {
     for (const auto& t : (*tokenizer_json)["added_tokens"]) {

@@ -1,10 +1,6 @@
 #include "model/tokenizer/tokenizer_files.h"
 
-#include <fstream>
-#include <iterator>
-
-#include "model/io/json_depth.h"
-#include "model/io/lfs_pointer.h"
+#include "model/io/json_file.h"
 #include "model/tokenizer/tokenizer_error.h"
 
 namespace srformer {
@@ -12,17 +8,7 @@ namespace srformer {
 namespace fs = std::filesystem;
 
 nlohmann::json read_tokenizer_file(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) throw TokenizerLoadError("cannot open " + file.string());
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  check_json_depth<TokenizerLoadError>(text, file.string() + " ");
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    if (auto pointer = lfs_pointer_message(file)) throw TokenizerLoadError(*pointer);
-    throw TokenizerLoadError(file.string() + " is not valid JSON (" + e.what() +
-                             "); restore the file from the model's repository");
-  }
+  return read_json_file<TokenizerLoadError>(file, "a JSON file", "restore the file from the model's repository");
 }
 
 std::optional<nlohmann::json> read_tokenizer_file_if_present(const fs::path& file) {
@@ -46,6 +32,36 @@ std::optional<std::string> token_content(const nlohmann::json& j) {
   if (j.is_string()) return j.get<std::string>();
   if (j.is_object() && j.contains("content") && j["content"].is_string()) return j["content"].get<std::string>();
   return std::nullopt;
+}
+
+std::vector<std::pair<std::string, int64_t>> read_added_tokens_json(const fs::path& model_dir) {
+  const auto file = model_dir / "added_tokens.json";
+  const auto j = read_tokenizer_file_if_present(file);
+  if (!j) return {};
+  if (!j->is_object()) throw TokenizerLoadError(file.string() + " must be an object of {token: id}");
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& [content, id] : j->items()) {
+    if (id.is_number_integer()) out.emplace_back(content, id.get<int64_t>());
+  }
+  return out;
+}
+
+std::vector<std::pair<int64_t, const nlohmann::json*>> added_tokens_decoder(const nlohmann::json& config,
+                                                                            const fs::path& file) {
+  if (!config.is_object() || !config.contains("added_tokens_decoder") || !config["added_tokens_decoder"].is_object()) {
+    return {};
+  }
+  std::vector<std::pair<int64_t, const nlohmann::json*>> out;
+  for (const auto& [key, token] : config["added_tokens_decoder"].items()) {
+    // Keys are ids written as text: anything else is named, not left to std::stoll's "stoll".
+    const auto id = token_id_key(key);
+    if (!id) {
+      throw TokenizerLoadError(file.string() + ": added_tokens_decoder key '" + key +
+                               "' is not a token id (a whole number below 10^9)");
+    }
+    out.emplace_back(*id, &token);
+  }
+  return out;
 }
 
 }  // namespace srformer

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace srformer {
 
@@ -23,5 +25,14 @@ std::optional<std::string> token_content(const nlohmann::json& j);
 // A token id written as a JSON key (added_tokens_decoder's "32100"): digits only, below 10^9; nullopt
 // for anything else.
 std::optional<int64_t> token_id_key(const std::string& key);
+
+// added_tokens.json's {content: id} pairs, in the file's order; entries whose id is not an integer are
+// skipped. Empty when the directory has no such file; throws TokenizerLoadError when it is no object.
+std::vector<std::pair<std::string, int64_t>> read_added_tokens_json(const std::filesystem::path& model_dir);
+
+// The tokens of `config`'s added_tokens_decoder ({"32100": token, ...}) with their ids, empty when it has
+// none; throws TokenizerLoadError naming `file` for a key that is no token id.
+std::vector<std::pair<int64_t, const nlohmann::json*>> added_tokens_decoder(const nlohmann::json& config,
+                                                                            const std::filesystem::path& file);
 
 }  // namespace srformer

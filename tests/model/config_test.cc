@@ -329,7 +329,7 @@ TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
             std::string::npos)
       << bad_early;
   const auto bad_json = error_loading("{");
-  EXPECT_NE(bad_json.find("generation_config.json: not valid JSON"), std::string::npos) << bad_json;
+  EXPECT_NE(bad_json.find("generation_config.json is not valid JSON"), std::string::npos) << bad_json;
   std::filesystem::remove(dir.path() / "generation_config.json");
   std::filesystem::create_directories(dir.path() / "generation_config.json");
   try {

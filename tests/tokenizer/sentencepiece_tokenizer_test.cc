@@ -181,6 +181,28 @@ TEST_F(SentencePieceTokenizerTest, AddedTokensAfterTheSentinelsAreMatchedAndDeco
   }
 }
 
+// The files listing added tokens are read as the byte-level BPE loader reads them: a key of
+// added_tokens_decoder that is no id, or an added_tokens.json that is no object, is named (both were
+// skipped without a word here).
+TEST_F(SentencePieceTokenizerTest, MalformedAddedTokenFilesAreNamed) {
+  TempDir dir("t5-added-bad");
+  std::filesystem::copy_file(test::t5_style_spm_dir() / "spiece.model", dir.path() / "spiece.model");
+  const auto expect_error = [&](const std::string& needle) {
+    try {
+      (void)SentencePieceTokenizer::load(dir.path());
+      ADD_FAILURE() << "expected TokenizerLoadError mentioning " << needle;
+    } catch (const TokenizerLoadError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  test::write_file(dir.path() / "tokenizer_config.json",
+                   R"({"added_tokens_decoder": {"six hundred": {"content": "<sep>"}}})");
+  expect_error("tokenizer_config.json: added_tokens_decoder key 'six hundred' is not a token id");
+  std::filesystem::remove(dir.path() / "tokenizer_config.json");
+  test::write_file(dir.path() / "added_tokens.json", R"(["<sep>", 603])");
+  expect_error("added_tokens.json must be an object of {token: id}");
+}
+
 TEST_F(SentencePieceTokenizerTest, AModelFileThatIsADirectoryIsNamedSo) {
   TempDir dir("t5-dir-model");
   std::filesystem::create_directories(dir.path() / "spiece.model");
