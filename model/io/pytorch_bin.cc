@@ -1,17 +1,17 @@
 #include "model/io/pytorch_bin.h"
 
-#include <torch/serialize.h>
 #include <torch/torch.h>
 
-#include <algorithm>
-#include <fstream>
-#include <iterator>
-#include <limits>
+#include <cstring>
+#include <memory>
 #include <string_view>
-#include <vector>
 
 #include "model/io/lfs_pointer.h"
 #include "model/io/load_error.h"
+#include "model/io/mapped_file.h"
+#include "model/io/torch_unpickler.h"
+#include "model/io/view_bounds.h"
+#include "model/io/zip_archive.h"
 
 namespace srformer {
 
@@ -30,64 +30,95 @@ std::string pytorch_bin_conversion_hint(const std::filesystem::path& bin) {
 }
 
 std::string view_outside_storage(const torch::Tensor& t) {
-  if (t.numel() == 0) return "";
-  if (t.storage_offset() < 0) return "starts at a negative offset";
-  uint64_t last = static_cast<uint64_t>(t.storage_offset());
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.stride(d) < 0) return "has a negative stride";
-    const auto reach = static_cast<unsigned __int128>(t.size(d) - 1) * static_cast<uint64_t>(t.stride(d));
-    if (reach > std::numeric_limits<uint64_t>::max() / 4 || last > std::numeric_limits<uint64_t>::max() / 4) {
-      return "reaches past any storage";
-    }
-    last += static_cast<uint64_t>(reach);
-  }
-  const auto needed = static_cast<unsigned __int128>(last + 1) * static_cast<uint64_t>(t.element_size());
-  const auto held = static_cast<uint64_t>(t.storage().nbytes());
-  if (needed > held) {
-    return "reads " + std::to_string(static_cast<uint64_t>(needed)) + " bytes of a storage of " + std::to_string(held);
-  }
-  return "";
+  return view_outside_bytes(t.storage_offset(), t.sizes().vec(), t.strides().vec(), t.element_size(),
+                            t.storage().nbytes());
 }
+
+namespace {
+
+// The directory all entries of a torch.save archive sit in: "archive/", or the file's stem for torch
+// before 1.9 (LibTorch reads either).
+std::string archive_prefix(const ZipArchive& zip) {
+  if (zip.entries().empty()) throw LoadError("the zip archive is empty");
+  const std::string& first = zip.entries().front().name;
+  const size_t slash = first.find('/');
+  if (slash == std::string::npos || slash == 0) throw LoadError("zip entry '" + first + "' is not inside a directory");
+  std::string prefix = first.substr(0, slash + 1);
+  for (const ZipArchive::Entry& e : zip.entries()) {
+    if (e.name.compare(0, prefix.size(), prefix) != 0) {
+      throw LoadError("zip entries '" + first + "' and '" + e.name + "' are not in one top-level directory");
+    }
+  }
+  return prefix;
+}
+
+// One storage record as a 1-D tensor of its dtype viewing the mapping (kept alive by the tensor).
+torch::Tensor storage_tensor(const std::shared_ptr<const MappedFile>& mapping, const ZipArchive& zip,
+                             const std::string& prefix, const std::string& key, torch::ScalarType dtype,
+                             uint64_t numel) {
+  const std::string name = prefix + "data/" + key;
+  const ZipArchive::Entry* entry = zip.find(name);
+  if (entry == nullptr) throw LoadError("storage '" + key + "' has no record " + name);
+  const auto element_size = static_cast<uint64_t>(c10::elementSize(dtype));
+  if (numel > entry->size / element_size || numel * element_size != entry->size) {
+    throw LoadError("record " + name + " holds " + std::to_string(entry->size) + " bytes, but the pickle declares " +
+                    std::to_string(numel) + " elements of " + std::to_string(element_size) +
+                    " bytes (the file is truncated or damaged)");
+  }
+  const auto options = torch::TensorOptions().dtype(dtype);
+  const auto count = static_cast<int64_t>(numel);
+  if (numel == 0) return torch::empty({0}, options);
+  std::byte* const data = mapping->data() + entry->data_offset;
+  if (reinterpret_cast<uintptr_t>(data) % element_size != 0) {
+    // torch.save aligns records to 64 bytes; another writer may not: copy rather than misalign kernels.
+    torch::Tensor copy = torch::empty({count}, options);
+    std::memcpy(copy.data_ptr(), data, entry->size);
+    return copy;
+  }
+  auto keep_alive = mapping;
+  return torch::from_blob(
+      data, {count}, [keep_alive](void*) {}, options);
+}
+
+}  // namespace
 
 std::map<std::string, torch::Tensor> load_pytorch_bin(const std::filesystem::path& bin) {
   const auto fail = [&](const std::string& what) -> LoadError {
     return LoadError(bin.string() + ": " + what + "; " + pytorch_bin_conversion_hint(bin));
   };
-  std::ifstream in(bin, std::ios::binary);
-  if (!in) throw fail("cannot open");
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw fail("read error");
-  // torch.save has written zip archives since PyTorch 1.6; LibTorch cannot read the older raw pickles.
-  if (bytes.size() < 4 || bytes[0] != 'P' || bytes[1] != 'K' || bytes[2] != '\x03' || bytes[3] != '\x04') {
-    if (auto pointer = lfs_pointer_message(bin, std::string_view(bytes.data(), std::min<size_t>(bytes.size(), 1024)))) {
-      throw LoadError(*pointer);
-    }
+  std::shared_ptr<const MappedFile> mapping;
+  try {
+    mapping = std::make_shared<const MappedFile>(bin);
+  } catch (const LoadError& e) {
+    throw LoadError(std::string(e.what()) + "; " + pytorch_bin_conversion_hint(bin));
+  }
+  const std::string_view bytes(reinterpret_cast<const char*>(mapping->data()), mapping->size());
+  // torch.save has written zip archives since PyTorch 1.6; the older raw pickles are not read.
+  if (bytes.substr(0, 4) != std::string_view("PK\x03\x04", 4)) {
+    if (auto pointer = lfs_pointer_message(bin, bytes.substr(0, 1024))) throw LoadError(*pointer);
     throw fail("not a zip-format torch.save file (legacy pre-1.6 format or not a PyTorch checkpoint)");
   }
-
-  torch::IValue value;
   try {
-    value = torch::pickle_load(bytes);
+    const ZipArchive zip(mapping->data(), mapping->size());
+    const std::string prefix = archive_prefix(zip);
+    if (const ZipArchive::Entry* order = zip.find(prefix + "byteorder")) {
+      if (zip.bytes(*order) != "little") {
+        throw LoadError("its byteorder record says '" + std::string(zip.bytes(*order).substr(0, 16)) +
+                        "': only little-endian checkpoints are read");
+      }
+    }
+    const ZipArchive::Entry* pickle = zip.find(prefix + "data.pkl");
+    if (pickle == nullptr) throw LoadError("the zip archive has no " + prefix + "data.pkl");
+    zip.check_crc(*pickle);
+    return unpickle_state_dict(zip.bytes(*pickle),
+                               [&](const std::string& key, torch::ScalarType dtype, uint64_t numel) {
+                                 return storage_tensor(mapping, zip, prefix, key, dtype, numel);
+                               });
+  } catch (const LoadError& e) {
+    throw fail(e.what());
   } catch (const c10::Error& e) {
-    throw fail(std::string("LibTorch cannot unpickle it (") + e.what_without_backtrace() + ")");
-  } catch (const std::exception& e) {
-    throw fail(std::string("LibTorch cannot unpickle it (") + e.what() + ")");
+    throw fail(std::string("LibTorch refuses it (") + e.what_without_backtrace() + ")");
   }
-  if (!value.isGenericDict()) throw fail("expected a {name: tensor} dict, got " + value.tagKind());
-  std::map<std::string, torch::Tensor> tensors;
-  for (const auto& item : value.toGenericDict()) {
-    if (!item.key().isString() || !item.value().isTensor()) {
-      throw fail("expected a {name: tensor} dict, found an entry of kind " + item.key().tagKind() + " -> " +
-                 item.value().tagKind());
-    }
-    const auto& name = item.key().toStringRef();
-    const auto tensor = item.value().toTensor();
-    if (const auto problem = view_outside_storage(tensor); !problem.empty()) {
-      throw fail("tensor '" + name + "' " + problem + " (a damaged file)");
-    }
-    tensors.emplace(name, tensor);
-  }
-  return tensors;
 }
 
 }  // namespace srformer

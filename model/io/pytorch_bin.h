@@ -1,5 +1,6 @@
 #pragma once
-// Best-effort reader for PyTorch `torch.save` state dicts (pytorch_model.bin), via LibTorch's unpickler.
+// Reader for PyTorch `torch.save` state dicts (pytorch_model.bin): our own zip reader and restricted
+// unpickler, which refuse a damaged file with a LoadError where LibTorch's pickle_load could crash.
 #include <torch/types.h>
 
 #include <filesystem>
@@ -12,13 +13,13 @@ namespace srformer {
 std::string pytorch_bin_conversion_hint(const std::filesystem::path& bin);
 
 // Reads a zip-format torch.save file holding a flat {name: tensor} dict. Tensors are CPU, in their stored
-// dtype. Throws LoadError (with the conversion hint) for anything LibTorch cannot read cleanly, such as
-// legacy (pre-1.6) files or Python OrderedDicts on LibTorch 1.x.
+// dtype, viewing the file's memory mapping (tied weights share one storage). Throws LoadError (with the
+// conversion hint) for anything else: legacy (pre-1.6) files, a damaged archive or pickle, other globals.
 std::map<std::string, torch::Tensor> load_pytorch_bin(const std::filesystem::path& bin);
 
 // What is wrong where a tensor's view (offset, sizes, strides) reaches outside its storage's bytes, as a
-// damaged file's can (LibTorch's unpickler does not check); empty where it stays inside. A storage record
-// cut short is not seen here: the storage then claims the bytes the pickle declares.
+// damaged file's can; empty where it stays inside. (load_pytorch_bin checks each view before making it,
+// and each storage record's size against the pickle's element count.)
 std::string view_outside_storage(const torch::Tensor& t);
 
 }  // namespace srformer
