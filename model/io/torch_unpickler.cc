@@ -15,8 +15,10 @@ namespace srformer {
 namespace {
 
 // Limits far above what any state dict needs, so that a damaged file fails instead of eating memory.
-constexpr size_t kMaxStack = size_t{1} << 24;
-constexpr size_t kMaxMemo = size_t{1} << 24;
+// A state dict needs about a dozen objects per tensor: two million allow 100,000s of tensors.
+constexpr size_t kMaxObjects = size_t{1} << 21;
+constexpr size_t kMaxStack = size_t{1} << 20;
+constexpr size_t kMaxMemo = size_t{1} << 21;
 constexpr size_t kMaxMarks = 1024;
 constexpr size_t kMaxDims = 64;
 constexpr size_t kMaxGlobalName = 256;
@@ -115,11 +117,12 @@ class Unpickler {
     return value;
   }
   std::string read_line() {
-    const size_t end = data_.find('\n', pos_);
-    if (end == std::string_view::npos || end - pos_ > kMaxGlobalName) fail("a GLOBAL name is not terminated");
-    std::string line(data_.substr(pos_, end - pos_));
-    pos_ = end + 1;
-    return line;
+    const std::string_view rest = data_.substr(pos_, kMaxGlobalName + 1);
+    const size_t end = rest.find('\n');
+    if (end == std::string_view::npos)
+      fail("a GLOBAL name is not terminated within " + std::to_string(kMaxGlobalName) + " bytes");
+    pos_ += end + 1;
+    return std::string(rest.substr(0, end));
   }
   // A two's-complement little-endian integer of `n` bytes (LONG1, LONG4).
   int64_t read_long(uint64_t n) {
@@ -131,6 +134,7 @@ class Unpickler {
   }
 
   Object* make(Kind kind) {
+    if (arena_.size() >= kMaxObjects) fail("the pickle makes more than " + std::to_string(kMaxObjects) + " objects");
     Object& o = arena_.emplace_back();
     o.kind = kind;
     return &o;
@@ -268,9 +272,11 @@ class Unpickler {
         arity(2, 2);
         expect(args[1], Kind::kStr, "a type tag");
         return args[0];
-      case Global::kRebuildParameter:  // (tensor, requires_grad, backward_hooks[, state])
-      case Global::kRebuildParameterWithState:
-        callable->global == Global::kRebuildParameter ? arity(3, 3) : arity(4, 4);
+      case Global::kRebuildParameter:  // (tensor, requires_grad, backward_hooks): the tensor
+        arity(3, 3);
+        return expect(args[0], Kind::kTensor, "a parameter's data");
+      case Global::kRebuildParameterWithState:  // (tensor, requires_grad, backward_hooks, state)
+        arity(4, 4);
         return expect(args[0], Kind::kTensor, "a parameter's data");
       case Global::kRebuildTensorV2: {
         // (storage, storage_offset, sizes, strides, requires_grad, backward_hooks[, metadata])
@@ -402,8 +408,7 @@ class Unpickler {
           break;
         }
         case 'b': {  // BUILD: torch.save sets an OrderedDict's _metadata, which only Python uses
-          Object* state = pop();
-          (void)state;
+          pop();     // the state
           if (top()->kind != Kind::kDict) fail(std::string("BUILD sets the state of a ") + kind_name(top()->kind));
           break;
         }

@@ -212,9 +212,9 @@ TEST(CheckpointReader, ReadsAZipFormatPytorchBin) {
   EXPECT_EQ(ckpt.get("ids").scalar_type(), torch::kInt64);
 }
 
-// LibTorch's unpickler takes a tensor's view (offset, sizes, strides) as the file gives it: one reaching
-// past its storage was read past its end (ASan, fuzzing: heap-buffer-overflow when the weights were
-// packed). Such views are made here through TensorImpl, as a damaged file makes them.
+// A tensor's view (offset, sizes, strides) comes from the file: one reaching past its storage was read
+// past its end under LibTorch's unpickler (ASan, fuzzing: heap-buffer-overflow when the weights were
+// packed). Such views are made here through TensorImpl, as a damaged file could make them.
 TEST(CheckpointReader, APytorchBinViewReachingPastItsStorageIsNamed) {
   const auto view = [](int64_t offset, std::vector<int64_t> sizes, std::vector<int64_t> strides) {
     auto t = torch::zeros({256});  // 1,024 bytes of storage

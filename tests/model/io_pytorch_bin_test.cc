@@ -93,6 +93,27 @@ TEST(PytorchBin, ReadsAnOlderArchiveNamedAfterTheFile) {
   expect_same(load_pytorch_bin(dir / "pytorch_model.bin"), sample.expected);
 }
 
+// A file whose data.pkl Python's own pickle module wrote (tests/data/torch_save/README.md).
+TEST(PytorchBin, ReadsTheStdlibPickledFixture) {
+  const auto got =
+      load_pytorch_bin(std::filesystem::path(SRFORMER_SOURCE_DIR) / "tests/data/torch_save/state_dict.bin");
+  const torch::Tensor weight = torch::arange(12, torch::kFloat).reshape({3, 4}) / 4;
+  std::map<std::string, torch::Tensor> expected = {
+      {"shared.weight", weight},
+      {"lm_head.weight", weight},
+      {"row", weight[2]},
+      {"transposed", weight.t()},
+      {"half", torch::tensor({1.5, -2.0, 65504.0}, torch::kHalf)},
+      {"bf16", torch::tensor({3.0, -0.5, 256.0, 1.0}, torch::kBFloat16).reshape({2, 2})},
+      {"ids", torch::tensor({int64_t{1} << 40, int64_t{-7}})},
+      {"empty", torch::zeros({0, 5})},
+      {"param", weight[1]},
+  };
+  expect_same(got, expected);
+  EXPECT_EQ(got.at("shared.weight").storage().data(), got.at("lm_head.weight").storage().data()) << "tied";
+  EXPECT_EQ(got.at("row").storage_offset(), 8);
+}
+
 // Tied weights and views: three tensors over one storage of 12 floats, at offsets and with a transposed
 // (non-contiguous) stride, must share that storage as in Python.
 TEST(PytorchBin, TensorsSharingAStorageShareIt) {
