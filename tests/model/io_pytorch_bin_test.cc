@@ -377,6 +377,13 @@ TEST(TorchUnpickler, RefusesMalformedPickles) {
   EXPECT_THAT(unpickle_error("\x80\x02]q\x00h\x00\x61."s), HasSubstr("got a list"));
 }
 
+TEST(TorchUnpickler, EmptyViewsWithNegativeOffsetsOrStridesAreRefused) {
+  EXPECT_THAT(unpickle_error(torch_save_pickle({{"a", "0", "FloatStorage", 4, -1, {0}, {1}}})),
+              HasSubstr("tensor 'a' starts at a negative offset"));
+  EXPECT_THAT(unpickle_error(torch_save_pickle({{"a", "0", "FloatStorage", 4, 0, {0, 2}, {1, -1}}})),
+              HasSubstr("tensor 'a' has a negative stride"));
+}
+
 TEST(TorchUnpickler, StorageDeclaredTwiceDifferentlyIsRefused) {
   std::vector<SavedTensor> tensors = {{"a", "0", "FloatStorage", 4, 0, {4}, {1}},
                                       {"b", "0", "HalfStorage", 4, 0, {4}, {1}}};
