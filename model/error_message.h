@@ -6,7 +6,8 @@
 
 namespace srformer {
 
-// e.what(), without LibTorch's backtrace and source-location suffix where e is a c10::Error.
+// e.what(), without LibTorch's backtrace and source-location suffix where e is a c10::Error; a
+// std::filesystem error as the path and the reason, with what to do about a permission denied.
 std::string error_message(const std::exception& e);
 
 }  // namespace srformer

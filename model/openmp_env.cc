@@ -5,7 +5,8 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <thread>
+
+#include "model/usable_cpus.h"
 
 namespace srformer {
 
@@ -22,7 +23,7 @@ const char* getenv_fn(const char* name) { return std::getenv(name); }
 
 }  // namespace
 
-int max_useful_threads() { return std::max(8, 4 * static_cast<int>(std::thread::hardware_concurrency())); }
+int max_useful_threads() { return std::max(8, 4 * usable_cpus()); }
 
 std::optional<std::pair<std::string, std::string>> openmp_setting_to_apply(const char* (*get)(const char*)) {
   if (is_set(get, "OMP_WAIT_POLICY") || is_set(get, "GOMP_SPINCOUNT") || is_set(get, "SRFORMER_KEEP_OMP_POLICY")) {

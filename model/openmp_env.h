@@ -28,7 +28,7 @@ std::optional<std::pair<std::string, std::string>> openmp_setting_to_apply(const
 // exec fails.
 void reexec_with_openmp_policy(char** argv);
 
-// The most intra-op threads a --threads flag may ask for: 4x the CPUs this machine reports (at least 8).
+// The most intra-op threads a --threads flag may ask for: 4x the CPUs this process may use (at least 8).
 // More only wait on each other: 5000 on 2 cores took minutes for one short summary.
 int max_useful_threads();
 

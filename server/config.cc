@@ -1,6 +1,9 @@
 #include "server/config.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -62,7 +65,7 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
   } else if (name == "threads") {
     const int64_t threads = to_int(flag, value, 0);
     if (threads > max_useful_threads()) {
-      throw ConfigError(flag + " " + value + " is more than 4x this machine's CPUs; use at most " +
+      throw ConfigError(flag + " " + value + " is more than 4x the CPUs this process may use; use at most " +
                         std::to_string(max_useful_threads()) + " (0: the cores shared among the models)");
     }
     c.threads = static_cast<int>(threads);
@@ -176,7 +179,8 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
   --dtype fp32|fp16|bf16      weights dtype (default fp32 on CPU; on CUDA fp16, but bf16 for T5 on GPUs
                               that have it, compute capability 8.0+, as T5 overflows fp16; fp16 needs
                               CUDA, bf16 on the CPU needs AMX or AVX512-BF16)
-  --threads N                 torch intra-op threads per model engine (default: cores / models)
+  --threads N                 torch intra-op threads per model engine (default: the CPUs this process
+                              may use, after taskset/cpuset and a cgroup CPU quota, / models)
   --max-batch-rows N          rows (beams and samples count) decoded together per model (default 64)
   --max-queue N               requests waiting per model before RESOURCE_EXHAUSTED (default 256)
   --retry-pushback-ms N       with RESOURCE_EXHAUSTED, ask the client to retry after about N ms (+-50%;
@@ -240,24 +244,31 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
 }
 
 void apply_config_file(const std::string& path, ServerConfig& config) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw ConfigError("config file '" + path + "' is a directory; --config takes a JSON file");
+  }
   std::ifstream in(path);
-  if (!in) throw ConfigError("cannot open config file '" + path + "'; check the --config path");
+  if (!in) {
+    throw ConfigError("cannot open config file '" + path + "' (" + std::strerror(errno) + "); check the --config path");
+  }
   // nlohmann keeps the last of a repeated key without a word: which one a person meant is not ours to guess.
   std::vector<std::set<std::string>> keys;  // one set per object being read
   std::string repeated;
-  const nlohmann::json::parser_callback_t note_keys = [&](int, nlohmann::json::parse_event_t event,
-                                                          nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::object_start) keys.emplace_back();
-    if (event == nlohmann::json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
-    if (event == nlohmann::json::parse_event_t::key && !keys.empty() && repeated.empty() &&
+  // ordered_json keeps the file's order: the first model listed is the default one, as with --model flags.
+  const nlohmann::ordered_json::parser_callback_t note_keys = [&](int, nlohmann::ordered_json::parse_event_t event,
+                                                                  nlohmann::ordered_json& parsed) {
+    if (event == nlohmann::ordered_json::parse_event_t::object_start) keys.emplace_back();
+    if (event == nlohmann::ordered_json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    if (event == nlohmann::ordered_json::parse_event_t::key && !keys.empty() && repeated.empty() &&
         !keys.back().insert(parsed.get<std::string>()).second) {
       repeated = parsed.get<std::string>();
     }
     return true;
   };
-  nlohmann::json j;
+  nlohmann::ordered_json j;
   try {
-    j = nlohmann::json::parse(in, note_keys);  // the whole file: anything after the object is an error
+    j = nlohmann::ordered_json::parse(in, note_keys);  // the whole file: anything after the object is an error
   } catch (const std::exception& e) {
     throw ConfigError("config file '" + path + "' is not valid JSON: " + e.what());
   }
@@ -276,7 +287,7 @@ void apply_config_file(const std::string& path, ServerConfig& config) {
       if (value.is_object()) {
         for (const auto& [n, dir] : value.items()) {
           if (!dir.is_string()) throw shape;
-          config.models.push_back({n, dir.get<std::string>()});
+          config.models.push_back(parse_model(n + "=" + dir.get<std::string>()));  // the checks --model makes
         }
       } else if (value.is_array()) {
         for (const auto& v : value) {
@@ -389,6 +400,32 @@ void check_address(const char* flag, const std::string& address, bool unix_allow
     throw ConfigError(std::string(flag) + " needs HOST:PORT with a port from 0 to 65535 (0 picks a free one), got '" +
                       address + "'" + (unix_allowed ? " (or unix:PATH)" : ""));
   }
+  // gRPC cannot parse ":PORT" and then reports only that nothing could be bound.
+  if (unix_allowed && colon == 0) {
+    throw ConfigError(std::string(flag) + " '" + address + "' has no host: use 0.0.0.0" + address +
+                      " for every interface, or 127.0.0.1" + address + " for this machine only");
+  }
+}
+
+bool is_wildcard_host(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::" || host == "*";
+}
+
+// Both listeners on one port would fail at bind time with "is the port in use?", the process colliding
+// with itself; say so before anything is bound.
+void check_distinct_ports(const ServerConfig& c) {
+  if (c.metrics_listen.empty() || is_unix_socket_address(c.listen)) return;
+  const auto split = [](const std::string& address) {
+    const auto colon = address.rfind(':');
+    return std::pair(address.substr(0, colon), address.substr(colon + 1));
+  };
+  const auto [grpc_host, grpc_port] = split(c.listen);
+  const auto [metrics_host, metrics_port] = split(c.metrics_listen);
+  if (grpc_port != metrics_port || std::stoi(grpc_port) == 0) return;
+  if (grpc_host == metrics_host || is_wildcard_host(grpc_host) || is_wildcard_host(metrics_host)) {
+    throw ConfigError("--listen " + c.listen + " and --metrics-listen " + c.metrics_listen +
+                      " name the same port; give each its own");
+  }
 }
 
 }  // namespace
@@ -404,6 +441,7 @@ void validate(const ServerConfig& c) {
   }
   check_address("--listen", c.listen, true);
   if (!c.metrics_listen.empty()) check_address("--metrics-listen", c.metrics_listen, false);
+  check_distinct_ports(c);
   if (c.tls_cert.empty() != c.tls_key.empty()) {
     throw ConfigError("TLS needs both --tls-cert and --tls-key (PEM files); give both, or neither for plaintext");
   }

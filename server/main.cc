@@ -1,4 +1,4 @@
-// srformer-server: loads the models, serves srformer.v1.Summarizer until SIGTERM/SIGINT, then drains.
+// srformer-server: loads the models, serves srformer.v1.Summarizer until SIGTERM/SIGINT/SIGHUP, then drains.
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -27,10 +27,22 @@ sigset_t stop_signals() {
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
+  // A hang-up (the terminal that started the server closed) drains as a stop does: by default it killed
+  // the process, cutting in-flight requests without a word in the log.
+  sigaddset(&signals, SIGHUP);
   return signals;
 }
 
-const char* signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : "SIGINT"; }
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "SIGINT";
+  }
+}
 
 // Until the server is about to listen, a stop signal ends the process at once: loading a large model and
 // warming it up can take minutes, which an orchestrator stopping a pod that serves nothing yet should not

@@ -4,17 +4,23 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <thread>
 
 #include "common/byte_size.h"
 #include "common/pem_file.h"
 #include "model/cuda_device.h"
 #include "model/generation/generate.h"
+#include "model/usable_cpus.h"
 #include "server/engine/cuda_memory.h"
 #include "server/metrics/metrics.h"
 #include "server/service/warm_up.h"
@@ -85,7 +91,7 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
   limits.max_state_bytes = state_budget(config, models);
   limits.queue_bypass = std::chrono::milliseconds(config.queue_bypass_ms);
   limits.encoder_cache_bytes = config.encoder_cache_bytes;
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = usable_cpus();  // the affinity mask and cgroup quota, not the machine's count
   limits.threads =
       config.threads > 0 ? config.threads : std::max(1, cores / std::max(1, static_cast<int>(models.size())));
   for (auto& m : models) {
@@ -183,9 +189,41 @@ std::string listen_failure(const ServerConfig& config) {
                                     "certificate's private key, both PEM)?");
 }
 
+// The file a "unix:PATH" or "unix:///PATH" address names; nullopt for other addresses (TCP, and
+// unix-abstract:, which the kernel refuses to bind twice by itself).
+std::optional<std::string> unix_socket_path(const std::string& address) {
+  if (address.rfind("unix:", 0) != 0) return std::nullopt;
+  std::string path = address.substr(5);
+  if (path.rfind("//", 0) == 0) path = path.substr(2);
+  return path;
+}
+
+bool unix_socket_accepts(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) return false;
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool accepted = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return accepted;
+}
+
+// gRPC unlinks a Unix socket's file before binding its own: a second server on the path of a running
+// one would cut that one off (its file gone, itself still running), even by the trial bind of a start
+// that then fails. A socket that accepts a connection is in use; one that refuses is stale.
+void refuse_unix_socket_in_use(const ServerConfig& config) {
+  if (const auto path = unix_socket_path(config.listen); path && unix_socket_accepts(*path)) {
+    throw std::runtime_error("cannot listen on " + config.listen + ": a running process accepts connections on " +
+                             *path + " (another srformer-server?); stop it, or give --listen another path");
+  }
+}
+
 }  // namespace
 
 void check_can_listen(const ServerConfig& config) {
+  refuse_unix_socket_in_use(config);
   grpc::ServerBuilder builder;
   int port = 0;
   add_listening_port(builder, config, &port);
@@ -205,6 +243,7 @@ void Server::warm_up() {
 void Server::start() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  refuse_unix_socket_in_use(config_);  // again: loading took long enough for another to start
   grpc::ServerBuilder builder;
   add_listening_port(builder, config_, &port_);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));

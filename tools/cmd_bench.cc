@@ -29,6 +29,7 @@
 #include "model/openmp_env.h"
 #include "model/random_model.h"
 #include "model/seq2seq.h"
+#include "model/usable_cpus.h"
 #include "tools/arg_reader.h"
 #include "tools/device_flag.h"
 
@@ -644,7 +645,7 @@ int run_bench(const std::vector<std::string>& args) {
   } else if (std::find(o.dtypes.begin(), o.dtypes.end(), torch::kFloat16) != o.dtypes.end()) {
     throw std::invalid_argument("--dtype fp16 is for --device cuda; on the CPU use fp32 or bf16");
   }
-  at::set_num_threads(o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency()));
+  at::set_num_threads(o.threads > 0 ? o.threads : usable_cpus());
   std::cerr << "intra-op threads: " << at::get_num_threads() << ", OpenMP wait policy: " << openmp_wait_policy()
             << "\n";
   torch::manual_seed(0);

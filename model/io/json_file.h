@@ -3,6 +3,8 @@
 // a shard index, tokenizer files, case.json). Every reader needs the same guards, so they live here:
 // a directory in the file's place, nesting deep enough to overflow nlohmann's recursion (json_depth.h),
 // a Git LFS pointer where the JSON should be, and an error that names the file.
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -21,7 +23,7 @@ nlohmann::json read_json_file(const std::filesystem::path& file, const std::stri
                               const std::string& remedy = "") {
   if (std::filesystem::is_directory(file)) throw Error(file.string() + " is a directory; it must be " + role);
   std::ifstream in(file, std::ios::binary);
-  if (!in) throw Error("cannot open " + file.string());
+  if (!in) throw Error("cannot open " + file.string() + ": " + std::strerror(errno));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) throw Error("cannot read " + file.string());
   check_json_depth<Error>(text, file.string() + ": ");

@@ -1,6 +1,8 @@
 #include "model/tokenizer/sentencepiece_tokenizer.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -110,6 +112,7 @@ std::string read_binary_file(const fs::path& file) {
                              "); it must be the SentencePiece model file");
   }
   std::ifstream in(file, std::ios::binary);
+  if (!in) throw TokenizerLoadError("cannot read " + file.string() + ": " + std::strerror(errno));
   std::ostringstream bytes;
   bytes << in.rdbuf();
   if (!in) throw TokenizerLoadError("cannot read " + file.string());

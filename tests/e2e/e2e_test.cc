@@ -356,6 +356,40 @@ TEST_F(EndToEnd, SigtermDrainsInFlightRequestsAndExitsZero) {
   EXPECT_NE(run_command(kClient + " --target " + server->target() + " --health --deadline-ms 500").exit_code, 0);
 }
 
+// A hang-up (the terminal that started the server closed) drains and exits 0 as SIGTERM does; it killed
+// the server at once (exit 129), with nothing in the log.
+TEST_F(EndToEnd, SighupDrainsAndExitsZero) {
+  auto server = start();
+  server->signal(SIGHUP);
+  EXPECT_EQ(server->wait(60s), 0) << server->log();
+  EXPECT_NE(server->log().find("received SIGHUP; draining"), std::string::npos) << server->log();
+}
+
+// gRPC unlinks a Unix socket's file before it binds: a second start on a running server's socket cut that
+// server off (its socket file gone), even a start that then failed to load its model.
+TEST_F(EndToEnd, ASecondServerOnALiveUnixSocketIsRefusedAndTheFirstKeepsServing) {
+  const auto socket = *work_ / "live.sock";
+  const std::string address = "unix:" + socket.string();
+  auto first = start({"--listen", address});
+  const std::string health = kClient + " --target " + address + " --health --deadline-ms 5000 2>&1";
+  ASSERT_EQ(run_command(health).exit_code, 0);
+  for (const std::string& model : {std::string("/nonexistent"), model_dir_->string()}) {
+    const auto second = run_command(kServer + " --model other=" + model + " --listen " + address +
+                                    " --metrics-listen '' --warm-up false 2>&1");
+    EXPECT_EQ(second.exit_code, 1) << second.out;
+    EXPECT_NE(second.out.find("a running process accepts connections on " + socket.string()), std::string::npos)
+        << second.out;
+    EXPECT_TRUE(fs::exists(socket));
+    EXPECT_EQ(run_command(health).exit_code, 0) << "the first server was cut off";
+  }
+  // A stale socket (its server gone) is no obstacle.
+  first->signal(SIGKILL);
+  first->wait(30s);
+  ASSERT_TRUE(fs::exists(socket)) << "the test needs a stale socket file";
+  auto third = start({"--listen", address});
+  EXPECT_EQ(run_command(health).exit_code, 0);
+}
+
 // Random requests (tests/e2e/random_requests.py: every option, valid and invalid values, unary and
 // streaming, a few short deadlines) 32 at a time, then each determined one again alone and in partial_results
 // batches of 8: only client errors with a message, streams that match their summaries, and bit for bit the

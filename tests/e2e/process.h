@@ -56,12 +56,16 @@ class ServerProcess {
       execv(binary.c_str(), argv.data());
       _exit(127);
     }
-    const std::regex listening("listening on ([^ \\n]+):([0-9]+)");
+    // HOST:PORT, or a unix: socket (port() then 0).
+    const std::regex listening("listening on ([^ \\n]+)");
+    const std::regex port(":([0-9]+)$");
     for (int i = 0; i < 600; ++i) {
       std::smatch m;
       const std::string log = this->log();
       if (std::regex_search(log, m, listening)) {
-        port_ = std::stoi(m[2]);
+        const std::string address = m[1];
+        std::smatch p;
+        if (address.rfind("unix:", 0) != 0 && std::regex_search(address, p, port)) port_ = std::stoi(p[1]);
         return;
       }
       int status = 0;

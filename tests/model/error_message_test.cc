@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <stdexcept>
 
 namespace srformer {
@@ -27,6 +28,19 @@ TEST(ErrorMessage, LibTorchErrorsLoseTheirBacktraceAndKeepTheirMessage) {
   } catch (const std::exception& e) {
     EXPECT_EQ(error_message(e).rfind("the thing a user must fix", 0), 0u) << error_message(e);
   }
+}
+
+// libstdc++'s "filesystem error: status: Permission denied [DIR/config.json]" (a model directory the
+// server's user may not search) becomes the path, the reason and what to do.
+TEST(ErrorMessage, FilesystemErrorsNameThePathAndTheFix) {
+  const std::filesystem::filesystem_error denied("status", "/models/t5/config.json",
+                                                 std::make_error_code(std::errc::permission_denied));
+  EXPECT_EQ(error_message(denied),
+            "cannot access /models/t5/config.json: Permission denied (the user running this needs read permission "
+            "on it and search (x) permission on every directory above it)");
+  const std::filesystem::filesystem_error gone("status", "/x",
+                                               std::make_error_code(std::errc::no_such_file_or_directory));
+  EXPECT_EQ(error_message(gone), "cannot access /x: No such file or directory");
 }
 
 TEST(ErrorMessage, OtherExceptionsAreShownWhole) {

@@ -40,7 +40,7 @@ TEST(JsonFile, ReadsAValidFile) {
 TEST(JsonFile, NamesTheFileForEachProblem) {
   const ScratchDir dir;
   const auto missing = dir / "missing.json";
-  EXPECT_EQ(error_of<LoadError>(missing, "x"), "cannot open " + missing.string());
+  EXPECT_EQ(error_of<LoadError>(missing, "x"), "cannot open " + missing.string() + ": No such file or directory");
 
   std::filesystem::create_directory(dir / "d.json");
   EXPECT_EQ(error_of<LoadError>(dir / "d.json", "the shard index"),

@@ -124,12 +124,58 @@ TEST(ServerConfig, AddressesNeedAPortInRange) {
               std::string::npos)
         << bad;
   }
-  for (const char* good : {"127.0.0.1:0", "0.0.0.0:65535", "[::]:50051", "localhost:9464"}) {
+  for (const char* good : {"127.0.0.1:0", "0.0.0.0:65535", "[::]:50052", "localhost:9465"}) {
     EXPECT_EQ(message("--listen", good), "no error") << good;
     EXPECT_EQ(message("--metrics-listen", good), "no error") << good;
   }
   EXPECT_EQ(message("--listen", "unix:/tmp/srformer.sock"), "no error");
   EXPECT_NE(message("--metrics-listen", "unix:/tmp/m.sock"), "no error");
+}
+
+// An operator's slips with addresses are named before anything is bound: gRPC could not parse ":PORT"
+// and both said only "is the port in use?"; the two listeners on one port collided with each other.
+TEST(ServerConfig, ListenersNeedAHostAndPortsOfTheirOwn) {
+  const auto message = [](std::vector<std::string> flags) {
+    flags.insert(flags.begin(), {"--model", "a=/x"});
+    return config_error(flags);
+  };
+  EXPECT_NE(message({"--listen", ":50152"})
+                .find("--listen ':50152' has no host: use 0.0.0.0:50152 for every interface, or 127.0.0.1:50152"),
+            std::string::npos)
+      << message({"--listen", ":50152"});
+  EXPECT_EQ(message({"--metrics-listen", ":9566"}), "no error");  // the metrics server reads it as every interface
+  for (const auto& [grpc, metrics] :
+       std::vector<std::pair<std::string, std::string>>{{"127.0.0.1:5000", "127.0.0.1:5000"},
+                                                        {"127.0.0.1:5000", "0.0.0.0:5000"},
+                                                        {"[::]:5000", "127.0.0.1:5000"},
+                                                        {"0.0.0.0:5000", ":5000"}}) {
+    EXPECT_NE(message({"--listen", grpc, "--metrics-listen", metrics})
+                  .find("--listen " + grpc + " and --metrics-listen " + metrics + " name the same port"),
+              std::string::npos)
+        << grpc << " " << metrics;
+  }
+  EXPECT_EQ(message({"--listen", "127.0.0.1:5000", "--metrics-listen", "127.0.0.2:5000"}), "no error");
+  EXPECT_EQ(message({"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"}), "no error");
+  EXPECT_EQ(message({"--listen", "unix:/tmp/s.sock", "--metrics-listen", "127.0.0.1:5000"}), "no error");
+}
+
+// The object form of the config file's models keeps the file's order (the first is the default model,
+// as with --model flags; nlohmann's default object sorted them by name) and checks names as --model does.
+TEST(ServerConfig, ConfigFileModelsKeepTheirOrder) {
+  const auto path = std::filesystem::temp_directory_path() / "srformer_server_config_order.json";
+  std::ofstream(path) << R"({"model": {"t5": "/m/t5", "bart": "/m/bart", "mt5": "/m/mt5"}})";
+  ServerConfig c;
+  ASSERT_TRUE(parse({"--config", path.string()}, c));
+  ASSERT_EQ(c.models.size(), 3u);
+  EXPECT_EQ(c.models[0].name, "t5");
+  EXPECT_EQ(c.models[1].name, "bart");
+  EXPECT_EQ(c.models[2].name, "mt5");
+  std::ofstream(path) << R"({"model": {"": "/m/t5"}})";
+  EXPECT_NE(config_error({"--config", path.string()}).find("needs NAME=DIR"), std::string::npos);
+  std::filesystem::remove(path);
+  const auto dir = std::filesystem::temp_directory_path();
+  EXPECT_EQ(config_error({"--config", dir.string()}),
+            "config file '" + dir.string() + "' is a directory; --config takes a JSON file");
 }
 
 // A config file means one thing: a key given twice (in either spelling), text after the object, or a
@@ -144,7 +190,7 @@ TEST(ServerConfig, AConfigFileThatSaysTwoThingsIsRefused) {
   EXPECT_NE(message(R"({"model": "a=/x", "max_queue": 4, "max_queue": 9999})").find("gives key 'max_queue' twice"),
             std::string::npos);
   EXPECT_NE(message(R"({"model": "a=/x", "max_queue": 4, "max-queue": 8})")
-                .find("gives 'max-queue' twice (as 'max-queue' and 'max_queue'); keep one"),
+                .find("gives 'max-queue' twice (as 'max_queue' and 'max-queue'); keep one"),
             std::string::npos)
       << message(R"({"model": "a=/x", "max_queue": 4, "max-queue": 8})");
   EXPECT_NE(message(R"({"model": {"a": "/x", "a": "/y"}})").find("gives key 'a' twice"), std::string::npos);

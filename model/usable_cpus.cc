@@ -1,0 +1,95 @@
+#include "model/usable_cpus.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace srformer {
+
+namespace {
+
+std::optional<double> read_ratio(const std::filesystem::path& quota_file, const std::filesystem::path& period_file) {
+  std::ifstream q(quota_file);
+  std::ifstream p(period_file);
+  std::string quota;
+  double period = 0;
+  if (!(q >> quota) || !(p >> period) || quota == "max" || period <= 0) return std::nullopt;
+  try {
+    const double value = std::stod(quota);
+    if (value <= 0) return std::nullopt;  // v1 writes -1 for "no quota"
+    return value / period;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+// v2's cpu.max holds both numbers on one line.
+std::optional<double> read_cpu_max(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::string quota;
+  double period = 0;
+  if (!(in >> quota >> period) || quota == "max" || period <= 0) return std::nullopt;
+  try {
+    const double value = std::stod(quota);
+    return value > 0 ? std::optional<double>(value / period) : std::nullopt;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::optional<double> cgroup_cpu_quota(const std::filesystem::path& cgroup_root, const std::string& proc_self_cgroup) {
+  std::optional<double> v2;
+  std::optional<double> v1;
+  std::istringstream lines(proc_self_cgroup);
+  for (std::string line; std::getline(lines, line);) {
+    // "ID:CONTROLLERS:PATH"; v2's line is "0::PATH".
+    const auto first = line.find(':');
+    const auto second = first == std::string::npos ? std::string::npos : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    const std::filesystem::path group = std::filesystem::path(line.substr(second + 1)).relative_path();
+    if (controllers.empty()) {
+      // A quota anywhere above the group bounds it too; the tightest wins.
+      for (auto dir = group;; dir = dir.parent_path()) {
+        if (const auto q = read_cpu_max(cgroup_root / dir / "cpu.max")) v2 = std::min(v2.value_or(*q), *q);
+        if (dir.empty()) break;
+      }
+    } else if (("," + controllers + ",").find(",cpu,") != std::string::npos) {
+      for (const char* mount : {"cpu", "cpu,cpuacct", "cpuacct,cpu"}) {
+        const auto dir = cgroup_root / mount / group;
+        if (const auto q = read_ratio(dir / "cpu.cfs_quota_us", dir / "cpu.cfs_period_us")) {
+          v1 = *q;
+          break;
+        }
+        // Inside a container the group's own directory is usually the mount's root.
+        const auto root = cgroup_root / mount;
+        if (const auto q = read_ratio(root / "cpu.cfs_quota_us", root / "cpu.cfs_period_us")) {
+          v1 = *q;
+          break;
+        }
+      }
+    }
+  }
+  return v2 ? v2 : v1;
+}
+
+int usable_cpus() {
+  int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = std::max(1, CPU_COUNT(&set));
+  std::ifstream in("/proc/self/cgroup");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (const auto quota = cgroup_cpu_quota("/sys/fs/cgroup", text)) {
+    cpus = std::min(cpus, std::max(1, static_cast<int>(std::ceil(*quota - 1e-9))));
+  }
+  return cpus;
+}
+
+}  // namespace srformer
