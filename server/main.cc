@@ -13,6 +13,7 @@
 #include "model/openmp_env.h"
 #include "server/config.h"
 #include "server/engine/cuda_memory.h"
+#include "server/grpc_log.h"
 #include "server/logging.h"
 #include "server/metrics/gpu_monitor.h"
 #include "server/metrics/metrics.h"
@@ -148,6 +149,7 @@ int main(int argc, char** argv) {
     if (!srformer::server::parse_server_args(argc, argv, config)) return 0;
     srformer::server::validate(config);
     srformer::server::init_logging(config.log_level, config.log_json);
+    srformer::server::route_grpc_logs_to_spdlog();
   } catch (const std::exception& e) {
     std::cerr << "srformer-server: " << e.what() << "\n";
     return 2;

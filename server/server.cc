@@ -22,6 +22,7 @@
 #include "model/generation/generate.h"
 #include "model/usable_cpus.h"
 #include "server/engine/cuda_memory.h"
+#include "server/grpc_log.h"
 #include "server/metrics/metrics.h"
 #include "server/service/warm_up.h"
 #include "server/system_memory.h"
@@ -182,8 +183,11 @@ void add_listening_port(grpc::ServerBuilder& builder, const ServerConfig& config
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
 }
 
-std::string listen_failure(const ServerConfig& config) {
-  return "cannot listen on " + config.listen + "; is the port in use or the address wrong? (--listen HOST:PORT)" +
+// `reason`: the operating system's, where gRPC's log gave one ("Address already in use").
+std::string listen_failure(const ServerConfig& config, const std::string& reason) {
+  const std::string what = reason.empty() ? "; is the port in use or the address wrong? (--listen HOST:PORT)"
+                                          : ": " + reason + " (--listen HOST:PORT)";
+  return "cannot listen on " + config.listen + what +
          (config.tls_cert.empty() ? ""
                                   : " Or do --tls-key and --tls-cert not belong together (the key must be the "
                                     "certificate's private key, both PEM)?");
@@ -227,8 +231,17 @@ void check_can_listen(const ServerConfig& config) {
   grpc::ServerBuilder builder;
   int port = 0;
   add_listening_port(builder, config, &port);
-  const auto trial = builder.BuildAndStart();
-  if (!trial || port == 0) throw std::runtime_error(listen_failure(config));
+  std::unique_ptr<grpc::Server> trial;
+  std::string grpc_said;
+  {
+    const GrpcLogCapture capture;
+    trial = builder.BuildAndStart();
+    grpc_said = capture.text();
+  }
+  if (!trial || port == 0) {
+    if (!grpc_said.empty()) spdlog::debug("grpc: {}", grpc_said);
+    throw std::runtime_error(listen_failure(config, grpc_os_error(grpc_said)));
+  }
   trial->Shutdown(std::chrono::system_clock::now());
   trial->Wait();
 }
@@ -261,8 +274,14 @@ void Server::start() {
                                "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"});
   builder.RegisterService(reflection_v1_.get());
 #endif
-  server_ = builder.BuildAndStart();
-  if (!server_ || port_ == 0) throw std::runtime_error(listen_failure(config_));
+  std::string grpc_said;
+  {
+    const GrpcLogCapture capture;
+    server_ = builder.BuildAndStart();
+    grpc_said = capture.text();
+  }
+  if (!server_ || port_ == 0) throw std::runtime_error(listen_failure(config_, grpc_os_error(grpc_said)));
+  if (!grpc_said.empty()) spdlog::warn("grpc: {}", grpc_said);
   // Overall ("") and per service, as grpc.health.v1 clients ask either (a Kubernetes gRPC probe's
   // `service` field, grpc-health-probe -service).
   server_->GetHealthCheckService()->SetServingStatus(true);

@@ -1,0 +1,48 @@
+#include "server/grpc_log.h"
+
+#include <grpc/support/log.h>
+#include <spdlog/spdlog.h>
+
+namespace srformer::server {
+
+namespace {
+
+thread_local GrpcLogCapture* capture = nullptr;
+thread_local std::string* capture_text = nullptr;
+
+void to_spdlog(gpr_log_func_args* args) {
+  if (capture_text != nullptr) {
+    *capture_text += args->message;
+    *capture_text += '\n';
+    return;
+  }
+  const auto level = args->severity == GPR_LOG_SEVERITY_ERROR  ? spdlog::level::err
+                     : args->severity == GPR_LOG_SEVERITY_INFO ? spdlog::level::info
+                                                               : spdlog::level::debug;
+  spdlog::log(level, "grpc: {} ({}:{})", args->message, args->file, args->line);
+}
+
+}  // namespace
+
+void route_grpc_logs_to_spdlog() { gpr_set_log_function(to_spdlog); }
+
+GrpcLogCapture::GrpcLogCapture() : outer_(capture) {
+  route_grpc_logs_to_spdlog();  // the default function writes to stderr without asking us
+  capture = this;
+  capture_text = &text_;
+}
+
+GrpcLogCapture::~GrpcLogCapture() {
+  capture = outer_;
+  capture_text = outer_ != nullptr ? &outer_->text_ : nullptr;
+}
+
+std::string grpc_os_error(const std::string& text) {
+  const std::string key = "os_error:\"";
+  const auto at = text.find(key);
+  if (at == std::string::npos) return "";
+  const auto end = text.find('"', at + key.size());
+  return end == std::string::npos ? "" : text.substr(at + key.size(), end - at - key.size());
+}
+
+}  // namespace srformer::server
