@@ -17,6 +17,7 @@
 
 #include "model/config.h"
 #include "model/decoder_state.h"
+#include "model/raf_init.h"
 #include "model/state_footprint.h"
 
 namespace srformer {
@@ -45,9 +46,9 @@ struct LoadOptions {
   torch::ScalarType dtype = torch::kFloat32;
   // Replaces the checkpoint's "srformer" block (e.g. serve a plain checkpoint segmented).
   std::optional<SrformerConfig> srformer;
-  // Creates RAF parameters the checkpoint lacks with the authors' initial values (conversion of a
-  // plain BART/T5 checkpoint into an SRformer one); otherwise their absence is a load error.
-  bool init_missing_raf = false;
+  // Where RAF parameters come from (param_binder.h): by default the checkpoint must hold them; a
+  // conversion into SRformer creates those it lacks (or all) with the authors' initial values.
+  RafInit raf_init = RafInit::kFromCheckpoint;
   uint64_t seed = 0;  // for initialised RAF weights
   // SRformer: compute every segment switch's RAF drive when a row starts decoding (flat step time in
   // the input length, more state per row; CrossAttention::precompute_switches).

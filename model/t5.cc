@@ -34,7 +34,7 @@ class T5Model final : public EncoderDecoderModel {
     set_pieces(options);
     const bool pack = set_precision(options);
     WeightBinder binder(ckpt, compute_dtype_, device_);
-    ParamBinder w(binder, options.init_missing_raf, pack);
+    ParamBinder w(binder, options.raf_init, pack);
     const auto& c = config_;
     const int64_t D = c.d_model;
     const int64_t I = c.inner_dim();

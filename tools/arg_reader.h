@@ -65,7 +65,7 @@ class ArgReader {
     const auto n = int_value(1);
     if (n > max_useful_threads()) {
       throw std::invalid_argument(flag + " " + std::to_string(n) +
-                                  " is more than 4x this machine's CPUs; use at most " +
+                                  " is more than 4x the CPUs this process may use; use at most " +
                                   std::to_string(max_useful_threads()) + " (threads beyond the cores only wait)");
     }
     return static_cast<int>(n);

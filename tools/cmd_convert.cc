@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -18,6 +19,7 @@ int run_convert(const std::vector<std::string>& args) {
   std::string src, dst, kind;
   int64_t segment = 0;
   uint64_t seed = 0;
+  bool seed_given = false;
   std::optional<double> weight_scale;
   torch::ScalarType storage = torch::kFloat32;
   for (ArgReader r(args); r.next();) {
@@ -31,7 +33,10 @@ int run_convert(const std::vector<std::string>& args) {
                    "  --dtype: how the weights are stored (default fp32; fp16/bf16 halve the file, and the model\n"
                    "  then computes with the rounded weights).\n"
                    "  --raf-init-weight-scale X: SNN_kv starts as U(-X/sqrt(d), X/sqrt(d)) (default 1, the authors'\n"
-                   "  nn.Linear init); recorded in config.json's srformer.raf_init (docs/TRAINING.md, Table 3).\n";
+                   "  nn.Linear init); recorded in config.json's srformer.raf_init (docs/TRAINING.md, Table 3).\n"
+                   "  With it, RAF parameters a full or segmented checkpoint holds (unused by its attention)\n"
+                   "  are drawn anew; an SRformer checkpoint's are trained, and the flag is refused.\n"
+                   "  --segment-size, --seed and --raf-init-weight-scale need --cross-attention.\n";
       return 0;
     }
     if (a == "--cross-attention") {
@@ -40,6 +45,7 @@ int run_convert(const std::vector<std::string>& args) {
       segment = r.int_value(1);
     } else if (a == "--seed") {
       seed = r.unsigned_value();
+      seed_given = true;
     } else if (a == "--raf-init-weight-scale") {
       weight_scale = r.number_value();
     } else if (a == "--dtype") {
@@ -60,22 +66,53 @@ int run_convert(const std::vector<std::string>& args) {
   LoadOptions o;
   o.seed = seed;
   o.pack_projections = false;  // converts and saves the weights, never multiplies them
-  if (!kind.empty()) {
-    auto cfg = ModelConfig::load(std::filesystem::path(src) / "config.json");
+  std::string raf_note;
+  if (kind.empty()) {
+    // Each shapes only a change of variant: alone it would be dropped without a word.
+    if (segment > 0 || seed_given || weight_scale) {
+      throw std::invalid_argument(
+          "--segment-size, --seed and --raf-init-weight-scale set up a new cross-attention variant: give "
+          "--cross-attention too (e.g. --cross-attention srformer --segment-size 64)");
+    }
+  } else {
+    const auto source = ModelConfig::load(std::filesystem::path(src) / "config.json");
+    auto cfg = source;
     cfg.srformer.cross_attention = cross_attention_from_string(kind);
     if (cfg.srformer.segmented() && segment <= 0) throw std::invalid_argument("--segment-size is required for " + kind);
+    if (!cfg.srformer.segmented() && segment > 0) {
+      throw std::invalid_argument("--cross-attention full has no segments; leave out --segment-size");
+    }
     cfg.srformer.segment_size = cfg.srformer.segmented() ? segment : 0;
+    o.raf_init = RafInit::kCreateMissing;
     if (weight_scale) {
       check_raf_init_weight_scale(*weight_scale, "--raf-init-weight-scale");
+      if (!cfg.srformer.uses_raf()) {
+        throw std::invalid_argument("--raf-init-weight-scale sets how RAF parameters start, and " + kind +
+                                    " cross-attention has none; leave it out");
+      }
+      // A checkpoint whose attention used its RAF parameters has trained them: a new start would throw
+      // that away. One whose attention did not (the authors' modules save them with full attention
+      // too) holds only their initial values: those are drawn anew at the scale asked for (they were
+      // kept, the scale recorded but not applied).
+      if (source.srformer.uses_raf()) {
+        throw std::invalid_argument(src + " uses its RAF parameters (cross-attention " +
+                                    to_string(source.srformer.cross_attention) +
+                                    "), so they are trained; --raf-init-weight-scale only sets how new ones start");
+      }
       cfg.srformer.raf_init_weight_scale = *weight_scale;
+      o.raf_init = RafInit::kCreateAll;
+      std::ostringstream scale;
+      scale << *weight_scale;
+      raf_note = "; RAF parameters drawn at weight scale " + scale.str() +
+                 " (any the checkpoint held were unused by its " + to_string(source.srformer.cross_attention) +
+                 " attention, and are replaced)";
     }
     o.srformer = cfg.srformer;
-    o.init_missing_raf = true;
   }
   const auto model = load_model(src, o);
   save_model(*model, dst, src, storage);
   std::cout << "wrote " << dst << " (" << to_string(model->config().srformer.cross_attention) << ", "
-            << model->parameter_count() << " parameters)\n";
+            << model->parameter_count() << " parameters" << raf_note << ")\n";
   return 0;
 }
 

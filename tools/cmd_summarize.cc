@@ -185,16 +185,42 @@ int run_summarize(const std::vector<std::string>& args) {
 
   const auto input = torch::tensor(ids, torch::kLong).view({1, -1});
   const auto mask = torch::ones_like(input);
+  if (expected) {
+    // As the server bounds it (request_builder.cc): the schedule's cost grows with L, and past a few
+    // times the longest summary a request may ask for no L means anything.
+    const int64_t model_l = c.srformer.expected_length.value_or(0);
+    const int64_t max_l = std::max<int64_t>(4 * kMaxNewTokensLimit, model_l);
+    if (*expected < 1 || *expected > max_l) {
+      throw std::invalid_argument("--expected-length must be between 1 and " + std::to_string(max_l) + ", got " +
+                                  std::to_string(*expected) + "; leave it out for " +
+                                  (model_l > 0 ? "the model's " + std::to_string(model_l) : "--max-new-tokens"));
+    }
+  }
   const int64_t L = expected.value_or(default_expected_length(c, o.max_new_tokens));
   IncrementalDetokenizer detok(*tokenizer);
+  // With --json the streamed pieces go into the object (as srformer-client's "stream"), so that stdout
+  // stays one JSON object.
+  nlohmann::json streamed = nlohmann::json::array();
   const auto res = generate(*model, input, mask, o, torch::full({1}, L, torch::kLong), [&](int64_t, int64_t tok) {
     if (!stream) return;
-    std::cout << detok.push(tok) << std::flush;
+    const std::string text = detok.push(tok);
+    if (json) {
+      streamed.push_back({{"token_id", tok}, {"text", text}, {"step", streamed.size()}});
+    } else {
+      std::cout << text << std::flush;
+    }
   });
   const auto& hypotheses = res.at(0).hypotheses;
   const auto& best = hypotheses.at(0);
   const auto summary = tokenizer->decode(best.tokens);
-  if (stream) std::cout << detok.finish() << std::endl;
+  if (stream) {
+    const std::string rest = detok.finish();
+    if (!json) {
+      std::cout << rest << std::endl;
+    } else if (!streamed.empty()) {
+      streamed.back()["text"] = streamed.back()["text"].get<std::string>() + rest;
+    }
+  }
   if (json) {
     // The best hypothesis and the next best alike (as the server's responses and their alternatives).
     const auto hypothesis_json = [](const Hypothesis& h, const std::string& text) -> nlohmann::json {
@@ -214,6 +240,7 @@ int run_summarize(const std::vector<std::string>& args) {
                   {"truncated", truncated},
                   {"output_tokens", static_cast<int64_t>(best.tokens.size())},
                   {"expected_length", L}};
+    if (stream) j["stream"] = streamed;
     std::cout << j.dump() << std::endl;
   } else {
     if (!stream) std::cout << summary << std::endl;

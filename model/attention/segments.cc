@@ -18,11 +18,15 @@ torch::Tensor segment_schedule(const torch::Tensor& t, const torch::Tensor& m, c
 std::vector<int64_t> visited_segments(int64_t m, int64_t L) {
   std::vector<int64_t> segs;
   if (m <= 0 || L <= 0) return segs;
-  for (int64_t t = 0; t <= L; ++t) {
-    const int64_t i = std::min(t * m / L, m - 1);  // segment_schedule, in integers
-    if (segs.empty() || segs.back() != i) segs.push_back(i);
-    if (i == m - 1) break;
+  // O(segments), not O(L): walking every step took minutes for a huge L (and t * m overflowed).
+  if (m <= L) {
+    // The schedule advances by m / L <= 1 a step: it visits every segment.
+    segs.resize(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) segs[static_cast<size_t>(i)] = i;
+    return segs;
   }
+  // m > L: each of the L + 1 steps lands in a segment of its own (t * m < m^2 fits: m is a segment count).
+  for (int64_t t = 0; t <= L; ++t) segs.push_back(std::min(t * m / L, m - 1));  // segment_schedule, in integers
   return segs;
 }
 

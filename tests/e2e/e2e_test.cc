@@ -1034,6 +1034,17 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
                              doc(0) + " 2>&1");
   ASSERT_EQ(summary.exit_code, 0) << summary.out;
   EXPECT_EQ(nlohmann::json::parse(summary.out)["token_ids"].size(), 4u) << summary.out;
+  // --json with --stream stays one JSON object, the pieces in its "stream" (the text came first).
+  auto streamed = run_command(kTool + " summarize --model " + dir +
+                              " --max-new-tokens 4 --min-new-tokens 4 --json --stream " + doc(0));
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.out;
+  const auto sj = nlohmann::json::parse(streamed.out);
+  ASSERT_EQ(sj["stream"].size(), 4u) << streamed.out;
+  std::string joined;
+  for (const auto& piece : sj["stream"]) joined += piece["text"].get<std::string>();
+  EXPECT_EQ(joined, sj["summary"].get<std::string>());
+  EXPECT_EQ(sj["stream"][3]["step"], 3);
+  EXPECT_EQ(sj["stream"][0]["token_id"], sj["token_ids"][0]);
 
   const std::string t5 = model_dir_->string();
   std::vector<std::pair<std::string, std::string>> refused = {
@@ -1049,11 +1060,23 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
       {"init-model --shape t5-small --arch bart " + dir + "_x", "not --arch bart"},
       {"init-model --arch bart " + t5, t5 + " exists and is not an empty directory"},
       {"convert " + t5 + " " + dir + "_x --segment-size 0", "--segment-size needs an integer >= 1"},
+      // Flags that shape a new variant, without one, were dropped without a word.
+      {"convert " + t5 + " " + dir + "_x --raf-init-weight-scale 0.01", "give --cross-attention too"},
+      {"convert " + t5 + " " + dir + "_x --seed 3", "give --cross-attention too"},
+      {"convert " + t5 + " " + dir + "_x --cross-attention full --segment-size 8", "full has no segments"},
+      {"convert " + t5 + " " + dir + "_x --cross-attention segmented --segment-size 8 --raf-init-weight-scale 0.1",
+       "segmented cross-attention has none"},
+      // An SRformer model's RAF parameters are trained: a new start is not what a scale can mean there.
+      {"convert " + t5 + " " + dir + "_x --cross-attention srformer --segment-size 8 --raf-init-weight-scale 0.1",
+       "so they are trained; --raf-init-weight-scale only sets how new ones start"},
       {"bench --batch 1,x", "--batch needs an integer, got 'x'"},
       {"bench --only bogus", "--only takes decode, encode, cross, linear or search, got 'bogus'"},
       {"bench --model nope", "--model takes bart-base-srformer-s64, bart-base-full or t5-small-srformer-s64"},
-      {"summarize --model " + t5 + " --threads 100000 " + doc(0), "--threads 100000 is more than 4x this machine's"},
+      {"summarize --model " + t5 + " --threads 100000 " + doc(0),
+       "--threads 100000 is more than 4x the CPUs this process may use"},
       {"summarize --model " + t5 + " " + doc(0) + " " + doc(1), "one document at a time"},
+      {"summarize --model " + t5 + " --expected-length 100000000000 " + doc(0),
+       "--expected-length must be between 1 and 16384, got 100000000000"},
       {"inspect " + t5 + " --new-tokens 9000000000", "--new-tokens 9000000000 is more than a request may ask (4096)"},
       {"convert " + t5 + " " + dir + "_x --raf-init-weight-scale 1e300 --cross-attention srformer --segment-size 4",
        "--raf-init-weight-scale must be in [0, 1000]"},

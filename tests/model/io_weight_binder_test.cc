@@ -73,14 +73,14 @@ TEST_F(WeightBinderTest, AnIntegerTensorWhereAWeightGoesIsNamed) {
               HasSubstr("enc.position_ids: the file holds Long numbers; a weight is F32, F16 or BF16"));
 }
 
-// A conversion (ParamBinder::take_raf with init_missing_raf) takes the RAF parameters a checkpoint has as
+// A conversion (ParamBinder::take_raf with RafInit::kCreateMissing) takes the RAF parameters a checkpoint has as
 // they are: 1 + 2^-12 is not a half-precision number, and a model loaded in fp16 must still see it.
 TEST_F(WeightBinderTest, RafParametersTakenWhereTheCheckpointHasThemStayFloat32InAHalfModel) {
   const float exact = 1.0F + 1.0F / 4096;
   save_safetensors(dir_ / "model.safetensors", {{"dec.raf.leak", torch::tensor({exact})}});
   const auto ckpt = CheckpointReader::open_dir(dir_.path());
   WeightBinder binder(ckpt, torch::kFloat16, torch::kCPU);
-  ParamBinder params(binder, /*init_missing_raf=*/true);
+  ParamBinder params(binder, RafInit::kCreateMissing);
   const auto leak = params.take_raf("dec.raf.leak", {1}, [] { return torch::zeros({1}); });
   EXPECT_EQ(leak.scalar_type(), torch::kFloat32);
   EXPECT_EQ(leak.item<float>(), exact);

@@ -91,7 +91,7 @@ TEST(LoadModel, PlainCheckpointServedAsSrformerNeedsConversion) {
   const auto err = load_error(d.path(), o);
   EXPECT_NE(err.find("SNN_kv.weight"), std::string::npos) << err;
   // Conversion initialises RAF parameters with the authors' values.
-  o.init_missing_raf = true;
+  o.raf_init = RafInit::kCreateMissing;
   auto model = load_model(d.path(), o);
   bool found = false;
   for (const auto& [name, t] : model->named_parameters()) {
@@ -116,6 +116,37 @@ TEST(LoadModel, PlainCheckpointServedAsSrformerNeedsConversion) {
   EXPECT_TRUE(torch::allclose(weight(*small), 0.25 * weight(*model)));
   EXPECT_GT(weight(*model).abs().max().item<double>(), 0.8 / std::sqrt(8.0));  // U(-1/sqrt(d), ..), d = 8
   EXPECT_DOUBLE_EQ(ModelConfig::from_json(small->config().to_json()).srformer.raf_init_weight_scale, 0.25);
+}
+
+// The authors' modules save RAF parameters with full attention too, never used there: converting such a
+// checkpoint with an initialisation asked for (RafInit::kCreateAll) draws them anew, where kCreateMissing
+// kept the checkpoint's and the asked scale was recorded but not applied.
+TEST(LoadModel, AFullCheckpointsUnusedRafParametersAreDrawnAnewWhenAsked) {
+  const std::filesystem::path dir = std::filesystem::path(SRFORMER_FIXTURES_DIR) / "t5-full" / "model";
+  if (!std::filesystem::exists(dir / "config.json")) GTEST_SKIP() << "fixture t5-full not found under " << dir;
+  const std::string name = "decoder.block.0.layer.1.EncDecAttention.SNN_kv.weight";
+  const auto held = SafetensorsFile::open(dir / "model.safetensors").tensor(name);
+  const auto snn_kv = [&](const Seq2SeqModel& m) {
+    for (const auto& [n, t] : m.named_parameters()) {
+      if (n == name) return t;
+    }
+    return torch::Tensor();
+  };
+  LoadOptions o;
+  o.pack_projections = false;
+  o.srformer = ModelConfig::load(dir / "config.json").srformer;
+  o.srformer->cross_attention = CrossAttentionKind::kSrformer;
+  o.srformer->segment_size = 4;
+  o.srformer->raf_init_weight_scale = 0.01;
+  o.raf_init = RafInit::kCreateMissing;
+  const auto kept = snn_kv(*load_model(dir, o));
+  ASSERT_TRUE(kept.defined());
+  EXPECT_TRUE(torch::equal(kept, held.to(torch::kFloat32)));
+  o.raf_init = RafInit::kCreateAll;
+  const auto drawn = snn_kv(*load_model(dir, o));
+  const double bound = 0.01 / std::sqrt(static_cast<double>(drawn.size(0)));
+  EXPECT_LE(drawn.abs().max().item<double>(), bound);
+  EXPECT_GT(held.abs().max().item<double>(), 10 * bound) << "the fixture's own values would pass for drawn ones";
 }
 
 TEST(LoadModel, SaveThenReloadGivesIdenticalLogits) {

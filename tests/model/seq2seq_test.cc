@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -806,7 +807,7 @@ TEST_P(OneSegment, SrformerWithSegmentCoveringTheInputEqualsFullAttention) {
   // The same weights served as SRformer with s = 64 >= k (RAF parameters initialised).
   LoadOptions o;
   o.srformer = tiny_config(GetParam(), CrossAttentionKind::kSrformer, 64).srformer;
-  o.init_missing_raf = true;
+  o.raf_init = RafInit::kCreateMissing;
   auto sr = load_model(a.path(), o);
   ASSERT_EQ(sr->config().srformer.cross_attention, CrossAttentionKind::kSrformer);
   torch::manual_seed(3);
@@ -1665,6 +1666,8 @@ TEST(StateRetain, CompactionMovesSlotsWithinTheCacheBuffer) {
 TEST(SwitchTable, VisitedSegmentsFollowTheSchedule) {
   EXPECT_EQ(visited_segments(6, 3), (std::vector<int64_t>{0, 2, 4, 5}));
   EXPECT_EQ(visited_segments(1, 50), (std::vector<int64_t>{0}));
+  // A huge L costs what its segments do (it walked every step: minutes, and t * m overflowed).
+  EXPECT_EQ(visited_segments(3, std::numeric_limits<int64_t>::max()), (std::vector<int64_t>{0, 1, 2}));
   for (int64_t m = 1; m <= 12; ++m) {
     for (int64_t L = 1; L <= 15; ++L) {
       const auto t = torch::arange(3 * L + 2, torch::kLong);
