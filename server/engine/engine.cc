@@ -108,6 +108,9 @@ struct Engine::Slot {
   int64_t rows;             // in the batch now (samples that ended have left)
   const int64_t most_rows;  // at admission, the most it holds
   int64_t row_steps = 0;    // rows summed over the decode steps it took
+  // Rows summed over the steps at which its segment changed (its rows share one schedule): each such
+  // row-step ran the RAF neuron once per decoder layer, however many segments the step skipped.
+  int64_t row_switches = 0;
   // RAF counts (raf_counts) of rows that left before the request did: the firing rate covers every row.
   double raf_fired_left = 0.0;
   double raf_total_left = 0.0;
@@ -763,6 +766,10 @@ void Engine::step_rows() {
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = *slots_[i];
     s.row_steps += s.rows;
+    const int32_t seg = segment.defined() ? static_cast<int32_t>(segment.data_ptr<int64_t>()[offset]) : -1;
+    if (config_.srformer.segmented() && seg >= 0 && (s.segments.empty() || s.segments.back() != seg)) {
+      s.row_switches += s.rows;
+    }
     const SearchStep& result = searched[i].step;
     if (searched[i].error) {
       if (searched[i].request_at_fault) {
@@ -781,7 +788,6 @@ void Engine::step_rows() {
       offset += s.rows;
       continue;
     }
-    const int32_t seg = segment.defined() ? static_cast<int32_t>(segment.data_ptr<int64_t>()[offset]) : -1;
     s.segments.push_back(seg);
     const auto now = Clock::now();  // also where this request's streaming work starts
     std::vector<TokenEvent> events;
@@ -994,8 +1000,9 @@ Delivery::Job Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome
       const auto steps = static_cast<uint64_t>(slot.row_steps);
       m->on_cross_attention_kv(steps * s, steps * k);
     }
-    if (state_.segment_switches.defined()) {
-      const auto switches = static_cast<uint64_t>(state_.segment_switches[row_offset].item<int64_t>());
+    if (config_.srformer.segmented()) {
+      // Per row, as the K/V counts above: every beam or sample switches and runs its own RAF state.
+      const auto switches = static_cast<uint64_t>(slot.row_switches);
       m->on_segment_switches(switches);
       // Each switch runs the RAF neuron once in every decoder layer.
       if (config_.srformer.uses_raf()) {

@@ -140,11 +140,11 @@ struct Metrics::Families {
                                    .Register(r)),
         rows_joined(BuildCounter()
                         .Name("srformer_rows_joined_total")
-                        .Help("Rows (requests) that joined the running batch.")
+                        .Help("Rows that joined the running batch: one per beam or sample of each admitted request.")
                         .Register(r)),
         rows_left(BuildCounter()
                       .Name("srformer_rows_left_total")
-                      .Help("Rows that left the running batch (eos|length|cancelled|error).")
+                      .Help("Rows that left the running batch, one per beam or sample (eos|length|cancelled|error).")
                       .Register(r)),
         state_bytes(BuildGauge()
                         .Name("srformer_state_bytes")
@@ -173,12 +173,15 @@ struct Metrics::Families {
                       .Register(r)),
         raf_updates(BuildCounter()
                         .Name("srformer_raf_updates_total")
-                        .Help("RAF state updates (row x layer x step).")
+                        .Help("RAF neuron updates: one per row (each beam or sample), decoder layer and segment switch "
+                              "(srformer_segment_switches_total x decoder layers).")
                         .Register(r)),
-        segment_switches(BuildCounter()
-                             .Name("srformer_segment_switches_total")
-                             .Help("Times a row moved on to the next encoder segment.")
-                             .Register(r)),
+        segment_switches(
+            BuildCounter()
+                .Name("srformer_segment_switches_total")
+                .Help("Decode steps at which a row (each beam or sample) attended another encoder segment than at its "
+                      "previous step, its first step included; a step that skips segments counts once.")
+                .Register(r)),
         bypasses(BuildCounter()
                      .Name("srformer_queue_bypasses_total")
                      .Help("Requests admitted ahead of an older queued request that did not fit the batch's "
@@ -207,7 +210,8 @@ struct Metrics::Families {
                                 .Register(r)),
         kv_read(BuildCounter()
                     .Name("srformer_cross_attention_kv_read_total")
-                    .Help("Cross-attention key/value elements actually read.")
+                    .Help("Cross-attention key/value elements actually read, summed over rows (each beam or sample) "
+                          "and steps.")
                     .Register(r)),
         kv_full(BuildCounter()
                     .Name("srformer_cross_attention_kv_full_equivalent_total")

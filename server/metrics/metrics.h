@@ -87,7 +87,7 @@ class ModelMetrics {
   // --- engine (continuous batcher) ---
   // One decode step over `batch_size` rows took `seconds` and produced `tokens` new tokens.
   void on_step(std::uint64_t batch_size, double seconds, std::uint64_t tokens);
-  // `n` rows joined the running batch.
+  // `n` rows joined the running batch (a request joins with one row per beam or sample).
   void on_rows_joined(std::uint64_t n = 1);
   // `n` rows left the running batch for `reason`.
   void on_rows_left(LeaveReason reason, std::uint64_t n = 1);
@@ -103,9 +103,10 @@ class ModelMetrics {
   // --- SRformer cross-attention ---
   // Running fraction (0..1) of RAF membrane elements that fired in decoder layer `layer`.
   void set_raf_fired_ratio(int layer, double ratio);
-  // `n` RAF state updates (one per row, layer and step).
+  // `n` RAF neuron updates (one per row, decoder layer and segment switch).
   void on_raf_updates(std::uint64_t n);
-  // `n` segment switches (a row's decoder moved on to the next encoder segment).
+  // `n` segment switches: row-steps whose segment differs from the row's previous step (one however many
+  // segments the step skipped; the first step counts).
   void on_segment_switches(std::uint64_t n);
   // A request admitted ahead of an older one that did not fit the batch (--queue-bypass-ms).
   void on_bypass();

@@ -14,7 +14,9 @@
 
 #include "model/generation/generate.h"
 #include "model/kernels/avx2.h"
+#include "server/metrics/metrics.h"
 #include "server/server.h"
+#include "tests/metrics/scrape.h"
 #include "tests/server/edge_options.h"
 #include "tests/server/tiny_real_model.h"
 
@@ -310,6 +312,66 @@ TEST_F(RealModel, EncoderCacheGivesTheSameAnswersAndSkipsTheEncoder) {
   EXPECT_EQ(after.encoder_cache_hits - before.encoder_cache_hits, hits);
   EXPECT_GE(hits, 2);  // documents 0 and 6 at least were held before
   cached.shutdown(std::chrono::milliseconds(1000));
+}
+
+// The row counters count rows: a request's beams each join, switch segments, run the RAF neuron and read
+// cross keys/values. Expected values from the responses' usage and the paper's schedule (step t reads
+// segment min(floor(t*m/L), m-1)), with L < m so that steps skip segments: a greedy request, then 4 beams.
+TEST_F(RealModel, RowCountersCountEveryBeamOfARequest) {
+  server::Metrics metrics("");
+  server::ServerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "";
+  config.max_new_tokens_cap = 64;
+  config.warm_up = false;
+  std::vector<server::LoadedModel> models;
+  models.push_back(server::load_model_dir({"t5", dir_->string()}, server::ServerConfig{}));
+  server::Server counted(config, std::move(models), &metrics);
+  counted.start();
+  auto stub = v1::Summarizer::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(counted.port()), grpc::InsecureChannelCredentials()));
+  const server::testing::LabelSet t5{{"model", "t5"}};
+  const auto counters = [&] {
+    const std::string text = metrics.scrape_text();
+    std::map<std::string, double> c;
+    for (const char* name :
+         {"srformer_rows_joined_total", "srformer_segment_switches_total", "srformer_raf_updates_total",
+          "srformer_cross_attention_kv_read_total", "srformer_cross_attention_kv_full_equivalent_total"}) {
+      c[name] = server::testing::sample(text, name, t5).value_or(0);
+    }
+    return c;
+  };
+  constexpr int kTokens = 20;
+  constexpr int kExpectedLength = 6;
+  const int64_t segment_size = reference_->config().srformer.segment_size;
+  const int64_t layers = reference_->config().decoder_layers;
+  const std::string doc = synthetic_text(8, 11);
+  for (const int beams : {1, 4}) {
+    auto req = request(doc, kTokens, beams);
+    req.mutable_options()->set_min_new_tokens(kTokens);  // every beam runs exactly kTokens steps
+    req.mutable_options()->set_expected_length(kExpectedLength);
+    const auto before = counters();
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    ASSERT_TRUE(stub->Summarize(&ctx, req, &resp).ok());
+    const auto after = counters();
+    const int64_t m = resp.usage().segments();
+    const int64_t k = resp.usage().input_tokens();
+    const int64_t steps = resp.usage().output_tokens();
+    ASSERT_EQ(steps, kTokens);
+    ASSERT_GT(m, kExpectedLength + 1) << "the document must have more segments than L, so that steps skip some";
+    std::set<int64_t> visited;
+    for (int64_t t = 0; t < steps; ++t) visited.insert(std::min(t * m / kExpectedLength, m - 1));
+    const auto switches = static_cast<double>(beams * static_cast<int64_t>(visited.size()));
+    const auto delta = [&](const char* name) { return after.at(name) - before.at(name); };
+    EXPECT_EQ(delta("srformer_rows_joined_total"), beams);
+    EXPECT_EQ(delta("srformer_segment_switches_total"), switches) << beams << " beams, m=" << m;
+    EXPECT_EQ(delta("srformer_raf_updates_total"), switches * static_cast<double>(layers)) << beams << " beams";
+    EXPECT_EQ(delta("srformer_cross_attention_kv_read_total"),
+              static_cast<double>(beams * steps * std::min(k, segment_size)));
+    EXPECT_EQ(delta("srformer_cross_attention_kv_full_equivalent_total"), static_cast<double>(beams * steps * k));
+  }
+  counted.shutdown(std::chrono::milliseconds(1000));
 }
 
 // A long document (over --max-encode-tokens, encoded alone) lets the short requests queued behind it be
