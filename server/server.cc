@@ -18,6 +18,7 @@
 
 #include "common/byte_size.h"
 #include "common/pem_file.h"
+#include "grpc/health/v1/health.pb.h"
 #include "model/cuda_device.h"
 #include "model/generation/generate.h"
 #include "model/usable_cpus.h"
@@ -255,6 +256,10 @@ void Server::warm_up() {
 
 void Server::start() {
   grpc::EnableDefaultHealthCheckService(true);
+  // Reflection describes what the descriptor pool holds, and gRPC's health service brings no descriptors:
+  // naming ours (proto/grpc/health/v1) links them in, so that grpcurl can describe and call it.
+  const std::string health_service =
+      grpc::health::v1::HealthCheckRequest::descriptor()->file()->service(0)->full_name();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   refuse_unix_socket_in_use(config_);  // again: loading took long enough for another to start
   grpc::ServerBuilder builder;
@@ -270,7 +275,7 @@ void Server::start() {
   builder.RegisterService(service_.get());
 #if defined(SRFORMER_OWN_REFLECTION_V1)
   reflection_v1_ = std::make_unique<ReflectionV1>(
-      std::vector<std::string>{v1::Summarizer::service_full_name(), "grpc.health.v1.Health",
+      std::vector<std::string>{v1::Summarizer::service_full_name(), health_service,
                                "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"});
   builder.RegisterService(reflection_v1_.get());
 #endif

@@ -438,6 +438,8 @@ TEST_F(EndToEnd, PythonGrpcioClientThroughReflection) {
     EXPECT_EQ(j["stream"]["text"], j["unary"]["summary"]);
     EXPECT_EQ(j["stream"]["final_summary"], j["unary"]["summary"]);
     EXPECT_EQ(j["whitespace_error"]["code"], "INVALID_ARGUMENT");
+    // The health service it lists is described too, and called from what reflection said of it.
+    EXPECT_EQ(j["health"], "SERVING");
   }
 }
 

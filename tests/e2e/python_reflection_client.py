@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """An independent client (Debian python3-grpcio + python3-protobuf, no generated code): lists the
 server's services through gRPC server reflection, fetches the Summarizer's descriptors the same way,
-builds message classes from them and calls Summarize, SummarizeStream and ListModels.
+builds message classes from them and calls Summarize, SummarizeStream and ListModels; then does the same
+for grpc.health.v1.Health (as `grpcurl describe` / `grpcurl ... grpc.health.v1.Health/Check` would) and
+calls Check.
 
 usage: python_reflection_client.py HOST:PORT DOCUMENT_FILE [v1|v1alpha]   (the reflection version, default v1)
-Prints one JSON object: services, models, unary {summary, token_ids}, stream {text, token_ids, final}.
+Prints one JSON object: services, models, unary {summary, token_ids}, stream {text, token_ids, final},
+health (Check's status name, or the reflection error).
 """
 import json
 import sys
@@ -61,6 +64,44 @@ def reflect(channel, version, requests):
     return list(call(iter(requests), timeout=60))
 
 
+def pool_of(files):
+    """A descriptor pool holding the serialized FileDescriptorProtos `files`."""
+    pool = descriptor_pool.DescriptorPool()
+    pending = [descriptor_pb2.FileDescriptorProto.FromString(f) for f in files]
+    while pending:  # add in dependency order
+        progress = False
+        for fd in list(pending):
+            try:
+                pool.Add(fd)
+                pending.remove(fd)
+                progress = True
+            except Exception:
+                pass
+        if not progress:
+            raise SystemExit("cannot resolve descriptors: %s" % [f.name for f in pending])
+    return pool
+
+
+def health_through_reflection(channel, version):
+    """Check's status name, from messages built out of what reflection says of grpc.health.v1.Health."""
+    files = []
+    for resp in reflect(channel, version, [field_bytes(4, b"grpc.health.v1.Health")]):
+        for number, _, value in fields(resp):
+            if number == 4:
+                files += [v for n, _, v in fields(value) if n == 1]
+            elif number == 7:  # error_response: error_code (1), error_message (2)
+                return "reflection error: " + "".join(v.decode() for n, _, v in fields(value) if n == 2)
+    pool = pool_of(files)
+    service = pool.FindServiceByName("grpc.health.v1.Health")
+    check = service.FindMethodByName("Check")
+    factory = message_factory.MessageFactory(pool)
+    req_cls, resp_cls = factory.GetPrototype(check.input_type), factory.GetPrototype(check.output_type)
+    call = channel.unary_unary("/grpc.health.v1.Health/Check", request_serializer=req_cls.SerializeToString,
+                               response_deserializer=resp_cls.FromString)
+    resp = call(req_cls(service="srformer.v1.Summarizer"), timeout=10)
+    return check.output_type.fields_by_name["status"].enum_type.values_by_number[resp.status].name
+
+
 def main():
     target, doc_file = sys.argv[1], sys.argv[2]
     version = sys.argv[3] if len(sys.argv) > 3 else "v1"
@@ -80,19 +121,7 @@ def main():
             elif number == 7:
                 raise SystemExit("reflection error: %r" % value)
 
-    pool = descriptor_pool.DescriptorPool()
-    pending = [descriptor_pb2.FileDescriptorProto.FromString(f) for f in files]
-    while pending:  # add in dependency order
-        progress = False
-        for fd in list(pending):
-            try:
-                pool.Add(fd)
-                pending.remove(fd)
-                progress = True
-            except Exception:
-                pass
-        if not progress:
-            raise SystemExit("cannot resolve descriptors: %s" % [f.name for f in pending])
+    pool = pool_of(files)
     factory = message_factory.MessageFactory(pool)
     cls = lambda name: factory.GetPrototype(pool.FindMessageTypeByName("srformer.v1." + name))
     Request, Response = cls("SummarizeRequest"), cls("SummarizeResponse")
@@ -130,6 +159,7 @@ def main():
                   "finish_reason": unary.finish_reason, "input_tokens": unary.usage.input_tokens},
         "stream": {"text": text, "token_ids": ids, "final_summary": final.summary if final else None},
         "whitespace_error": error,
+        "health": health_through_reflection(channel, version),
     }))
 
 

@@ -8,6 +8,7 @@
 
 #include <set>
 
+#include "client/grpc_health.h"
 #include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "tests/server/test_server.h"
 
@@ -73,6 +74,31 @@ TEST_F(ReflectionV1Test, ListsTheServicesAndSendsEachFileWithTheDependenciesNotS
   std::set<std::string> methods;
   for (const auto& m : file.service(0).method()) methods.insert(m.name());
   EXPECT_EQ(methods, (std::set<std::string>{"Summarize", "SummarizeStream", "SummarizeBatch", "ListModels"}));
+}
+
+// The health service it lists can be described too (grpcurl describe/call): its file, by the service's name
+// and by a message's, and the server's own health service still answers.
+TEST_F(ReflectionV1Test, DescribesTheHealthServiceItLists) {
+  const auto resp = ask({symbol("grpc.health.v1.Health"), symbol("grpc.health.v1.HealthCheckRequest"),
+                         symbol("grpc.health.v1.Health.Check")});
+  ASSERT_EQ(resp.size(), 3u);
+  for (const auto& r : resp) {
+    ASSERT_FALSE(r.has_error_response()) << r.error_response().error_message();
+  }
+  EXPECT_EQ(file_names(resp[0]), std::vector<std::string>{"grpc/health/v1/health.proto"});
+  google::protobuf::FileDescriptorProto file;
+  ASSERT_TRUE(file.ParseFromString(resp[0].file_descriptor_response().file_descriptor_proto(0)));
+  EXPECT_EQ(file.package(), "grpc.health.v1");
+  ASSERT_EQ(file.service_size(), 1);
+  EXPECT_EQ(file.service(0).name(), "Health");
+  std::set<std::string> methods;
+  for (const auto& m : file.service(0).method()) methods.insert(m.name());
+  EXPECT_EQ(methods, (std::set<std::string>{"Check", "Watch"}));
+  EXPECT_EQ(file_names(resp[1]), std::vector<std::string>{"grpc/health/v1/health.proto"});
+
+  // Without the generated health classes here: the descriptors must come from the server's side.
+  EXPECT_EQ(client::check_health(server_.channel(), "srformer.v1.Summarizer", std::chrono::seconds(10)),
+            client::HealthStatus::kServing);
 }
 
 TEST_F(ReflectionV1Test, WhatIsNotThereIsNotFoundAndTheStreamGoesOn) {
