@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "client/message_size_hint.h"
 #include "client/percentiles.h"
 #include "common/status_code_name.h"
 #include "srformer/v1/summarizer.grpc.pb.h"
@@ -150,7 +151,8 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
           totals.all.add(ttft, gaps, latency, tokens);
           totals.by_document[distinct.of[doc]].add(ttft, gaps, latency, tokens);
         } else {
-          ++totals.errors[std::string(status_code_name(status.error_code())) + " " + status.error_message()];
+          ++totals.errors[std::string(status_code_name(status.error_code())) + " " + status.error_message() +
+                          message_size_hint(status, req.ByteSizeLong())];
         }
       }
       const auto code = status.error_code();

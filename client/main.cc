@@ -14,6 +14,7 @@
 #include "client/client_options.h"
 #include "client/grpc_health.h"
 #include "client/load_generator.h"
+#include "client/message_size_hint.h"
 #include "client/retry_policy.h"
 #include "common/alternative_line.h"
 #include "common/pem_file.h"
@@ -31,7 +32,7 @@ using srformer::read_input;
 
 std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& o) {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxReceiveMessageSize(static_cast<int>(srformer::client::kMaxResponseBytes));
   if (o.retries > 0) args.SetServiceConfigJSON(srformer::client::retry_service_config(o.retries));
   if (!o.tls) return grpc::CreateCustomChannel(o.target, grpc::InsecureChannelCredentials(), args);
   if (!o.tls_server_name.empty()) args.SetSslTargetNameOverride(o.tls_server_name);
@@ -90,9 +91,11 @@ nlohmann::json to_json(const v1::SummarizeResponse& r) {
 }
 
 // What a failure's message leaves a command-line user to guess: gRPC's words for a TLS mismatch ("Socket
-// closed", "wrong version number"), and the API's name for --truncate.
-std::string hint(const grpc::Status& s, const ClientOptions& o) {
+// closed", "wrong version number") or a message over a size limit, and the API's name for --truncate.
+// `sent_bytes`: the size of the request message the call sent.
+std::string hint(const grpc::Status& s, const ClientOptions& o, uint64_t sent_bytes) {
   const std::string& m = s.error_message();
+  if (std::string size = srformer::client::message_size_hint(s, sent_bytes); !size.empty()) return size;
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
     if (!o.tls && m.find("Socket closed") != std::string::npos) {
       return " (does the server use TLS? then --tls --ca FILE, and --cert/--key where it asks for client "
@@ -111,9 +114,9 @@ std::string hint(const grpc::Status& s, const ClientOptions& o) {
   return "";
 }
 
-int fail(const grpc::Status& s, const ClientOptions& o) {
+int fail(const grpc::Status& s, const ClientOptions& o, uint64_t sent_bytes = 0) {
   std::cerr << "srformer-client: " << srformer::status_code_name(s.error_code()) << ": " << s.error_message()
-            << hint(s, o) << "\n";
+            << hint(s, o, sent_bytes) << "\n";
   return 1;
 }
 
@@ -147,7 +150,7 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   if (!o.stream) {
     v1::SummarizeResponse resp;
     const auto st = stub.Summarize(&ctx, req, &resp);
-    if (!st.ok()) return fail(st, o);
+    if (!st.ok()) return fail(st, o, req.ByteSizeLong());
     if (o.json) {
       std::cout << to_json(resp).dump() << "\n";
     } else {
@@ -180,7 +183,7 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   const auto st = reader->Finish();
   if (!st.ok()) {
     if (printed) std::cout << "\n";
-    return fail(st, o);
+    return fail(st, o, req.ByteSizeLong());
   }
   if (o.json) {
     auto j = to_json(final);
@@ -215,7 +218,7 @@ int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   set_deadline(ctx, o);
   v1::SummarizeBatchResponse resp;
   const auto st = stub.SummarizeBatch(&ctx, batch, &resp);
-  if (!st.ok()) return fail(naming_the_file(st, o.inputs), o);
+  if (!st.ok()) return fail(naming_the_file(st, o.inputs), o, batch.ByteSizeLong());
   std::map<int, const v1::BatchItemError*> errors;
   for (const auto& e : resp.errors()) errors[e.index()] = &e;
   nlohmann::json all = nlohmann::json::array();

@@ -111,6 +111,7 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
   service_limits.max_new_tokens_cap = config.max_new_tokens_cap;
   service_limits.max_beams = config.max_beams;
   service_limits.retry_pushback_ms = config.retry_pushback_ms;
+  service_limits.max_message_bytes = config.max_message_bytes;
   service_ = std::make_unique<SummarizerService>(models_, service_limits, metrics);
   for (const auto& e : models_.engines()) {
     try {
@@ -264,7 +265,11 @@ void Server::start() {
   refuse_unix_socket_in_use(config_);  // again: loading took long enough for another to start
   grpc::ServerBuilder builder;
   add_listening_port(builder, config_, &port_);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
+  // --max-message-bytes is the service's to enforce (ServiceLimits): refused by gRPC, an oversized request
+  // never reached it, so it went unlogged and uncounted. gRPC 1.51 holds the whole message before its
+  // own check either way, so lifting it costs no memory; other services (health, reflection) then take
+  // any size, as they parse what gRPC has already received.
+  builder.SetMaxReceiveMessageSize(-1);
   if (config_.max_connection_age_ms > 0) {
     const auto clamp = [](int64_t ms) {
       return static_cast<int>(std::min<int64_t>(ms, std::numeric_limits<int>::max()));

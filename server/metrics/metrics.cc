@@ -73,6 +73,8 @@ const char* to_string(UnroutedReason reason) {
       return "unknown_model";
     case UnroutedReason::kMalformed:
       return "malformed";
+    case UnroutedReason::kTooLarge:
+      return "too_large";
   }
   return "malformed";
 }
@@ -93,11 +95,12 @@ struct Metrics::Families {
                      .Name("srformer_requests_rejected_total")
                      .Help("Requests refused before queueing (queue_full|shutting_down|invalid).")
                      .Register(r)),
-        unrouted(BuildCounter()
-                     .Name("srformer_requests_unrouted_total")
-                     .Help("Calls and SummarizeBatch items that reached no model, by RPC method and reason "
-                           "(unknown_model|malformed); not in srformer_requests_total.")
-                     .Register(r)),
+        unrouted(
+            BuildCounter()
+                .Name("srformer_requests_unrouted_total")
+                .Help("Calls and SummarizeBatch items that reached no model, by RPC method and reason "
+                      "(unknown_model|malformed|too_large: over --max-message-bytes); not in srformer_requests_total.")
+                .Register(r)),
         batch_items(BuildCounter()
                         .Name("srformer_batch_items_total")
                         .Help("Items of SummarizeBatch calls with partial_results, by their own gRPC status code.")
@@ -377,7 +380,7 @@ Metrics::Metrics(const std::string& listen_address, std::chrono::milliseconds sa
       process_monitor_(std::make_unique<ProcessMonitor>(*registry_, sample_interval)) {
   // Zeros from the start, as for the per-model reasons: rate() sees a series before the first stray call.
   for (const char* method : {"Summarize", "SummarizeStream", "SummarizeBatch"}) {
-    for (const auto reason : {UnroutedReason::kUnknownModel, UnroutedReason::kMalformed}) {
+    for (const auto reason : {UnroutedReason::kUnknownModel, UnroutedReason::kMalformed, UnroutedReason::kTooLarge}) {
       families_->unrouted.Add({{"method", method}, {"reason", to_string(reason)}});
     }
   }

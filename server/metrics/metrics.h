@@ -32,8 +32,8 @@ enum class RejectReason { kQueueFull, kShuttingDown, kInvalid };
 // Why a row left the running batch (label `reason` of srformer_rows_left_total).
 enum class LeaveReason { kEos, kLength, kCancelled, kError };
 // Why a call (or a SummarizeBatch item) reached no model (label `reason` of srformer_requests_unrouted_total):
-// it named a model this server does not hold, or its body did not parse.
-enum class UnroutedReason { kUnknownModel, kMalformed };
+// it named a model this server does not hold, its body did not parse, or its body was over --max-message-bytes.
+enum class UnroutedReason { kUnknownModel, kMalformed, kTooLarge };
 
 const char* to_string(RejectReason reason);
 const char* to_string(LeaveReason reason);

@@ -26,6 +26,17 @@ grpc::Status parse_body(const grpc::ByteBuffer& body, google::protobuf::Message&
   return grpc::Status::OK;
 }
 
+grpc::Status check_body_size(const grpc::ByteBuffer& body, int64_t max_bytes) {
+  const size_t bytes = body.Length();
+  if (max_bytes <= 0 || bytes <= static_cast<size_t>(max_bytes)) return grpc::Status::OK;
+  const std::string limit = std::to_string(max_bytes);
+  return {grpc::StatusCode::RESOURCE_EXHAUSTED,
+          "Received message larger than max (" + std::to_string(bytes) + " vs. " + limit +
+              "): this server accepts request messages of up to " + limit +
+              " bytes (its --max-message-bytes); shorten the document (or send fewer in a batch) or raise the "
+              "server's limit"};
+}
+
 grpc::Status serialize_body(const google::protobuf::Message& message, grpc::ByteBuffer& out) {
   bool own_buffer = false;
   const grpc::Status status =

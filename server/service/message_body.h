@@ -6,10 +6,17 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/status.h>
 
+#include <cstdint>
+
 namespace srformer::server {
 
 // Parses `body` into `out`; INVALID_ARGUMENT naming the message type when it is not one.
 grpc::Status parse_body(const grpc::ByteBuffer& body, google::protobuf::Message& out);
+
+// RESOURCE_EXHAUSTED for a body over `max_bytes` (0: no limit), else OK. The message starts as gRPC's own
+// refusal does ("Received message larger than max (N vs. LIMIT)", which clients and tools recognise) and
+// says what to change.
+grpc::Status check_body_size(const grpc::ByteBuffer& body, int64_t max_bytes);
 
 // INTERNAL where it cannot (a message over protobuf's 2 GB limit; never for the responses we build).
 grpc::Status serialize_body(const google::protobuf::Message& message, grpc::ByteBuffer& out);

@@ -27,6 +27,9 @@ struct ServiceLimits {
   // milliseconds (±50%, so that the clients refused together do not come back together), which a gRPC
   // client with a retry policy waits before its next attempt; 0 = none.
   int64_t retry_pushback_ms = 0;
+  // Request bodies over this many bytes are refused with RESOURCE_EXHAUSTED, logged and counted
+  // (--max-message-bytes; 0 = no limit here). gRPC's own limit would refuse them before the service.
+  int64_t max_message_bytes = 0;
 };
 
 // An error to return to the client with this status code.

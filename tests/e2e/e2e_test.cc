@@ -542,6 +542,40 @@ TEST_F(EndToEnd, MetricsOfARunningServerFollowRealRequests) {
   }
 }
 
+// A request over --max-message-bytes reaches the service, which refuses it (gRPC's own limit refused it
+// before, unlogged and uncounted): one warning line naming the method, the peer and the sizes,
+// srformer_requests_unrouted_total{reason="too_large"}, a message that says what to do, and no retry
+// although the client retries RESOURCE_EXHAUSTED (the pushback says not to).
+TEST_F(EndToEnd, RequestsOverTheMessageLimitAreLoggedCountedAndExplained) {
+  namespace scrape = server::testing;
+  auto server = start({"--metrics-listen", "127.0.0.1:0", "--max-message-bytes", "4096"});
+  const int port = metrics_port(*server);
+  ASSERT_GT(port, 0) << server->log();
+  const auto big = *work_ / "big.txt";
+  std::ofstream(big) << synthetic_text(200, 9);
+  ASSERT_GT(fs::file_size(big), 4096u);
+  const std::string client = kClient + " --target " + server->target() + " --retries 3 ";
+  for (const auto& [flags, method] : std::vector<std::pair<std::string, std::string>>{
+           {"", "Summarize"}, {"--stream ", "SummarizeStream"}, {"--batch " + doc(0) + " ", "SummarizeBatch"}}) {
+    SCOPED_TRACE(method);
+    auto r = run_command(client + flags + big.string() + " 2>&1");
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_NE(r.out.find("RESOURCE_EXHAUSTED: Received message larger than max ("), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("up to 4096 bytes (its --max-message-bytes)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("shorten the document"), std::string::npos) << r.out;
+    const std::regex logged(": " + method +
+                            " from [^ ]+ refused with RESOURCE_EXHAUSTED: Received message larger than max "
+                            "\\([0-9]+ vs\\. 4096\\)");
+    EXPECT_TRUE(std::regex_search(server->log(), logged)) << server->log();
+    const std::string text = scrape::http_body(scrape::http_get(port, "/metrics"));
+    EXPECT_EQ(scrape::sample(text, "srformer_requests_unrouted_total", {{"method", method}, {"reason", "too_large"}}),
+              1)
+        << "counted once: not retried";
+  }
+  // The limit is on one message: a short document still goes through.
+  EXPECT_EQ(run_command(client + doc(0)).exit_code, 0);
+}
+
 TEST_F(EndToEnd, RefusedRequestsAreCountedAndLoggedOnceInValidJsonLines) {
   namespace scrape = server::testing;
   auto server = start({"--metrics-listen", "127.0.0.1:0", "--log-json"});

@@ -159,25 +159,35 @@ TEST(Validation, EveryBadInputIsRefusedWithAHelpfulMessage) {
 // A body that does not parse as the method's message (a client built from another proto, a string field
 // holding invalid UTF-8, bytes cut short) is the client's error, said so: gRPC's callback API would
 // answer UNIMPLEMENTED with no message, as if the method did not exist.
-grpc::Status raw_call(TestServer& server, const std::string& method, const std::string& body, bool streaming) {
+// `pushback`, where given, receives the trailing grpc-retry-pushback-ms ("" when absent).
+grpc::Status raw_call(TestServer& server, const std::string& method, const std::string& body, bool streaming,
+                      std::string* pushback = nullptr) {
   grpc::Slice slice(body);
   const grpc::ByteBuffer request(&slice, 1);
   grpc::ClientContext ctx;
   const std::string name = "/srformer.v1.Summarizer/" + method;
+  grpc::Status status;
   if (!streaming) {
     grpc::ByteBuffer response;
-    return grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+    status = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
         server.channel().get(), grpc::internal::RpcMethod(name.c_str(), grpc::internal::RpcMethod::NORMAL_RPC), &ctx,
         request, &response);
+  } else {
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+            server.channel().get(),
+            grpc::internal::RpcMethod(name.c_str(), grpc::internal::RpcMethod::SERVER_STREAMING), &ctx, request));
+    grpc::ByteBuffer message;
+    while (reader->Read(&message)) {
+    }
+    status = reader->Finish();
   }
-  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-          server.channel().get(), grpc::internal::RpcMethod(name.c_str(), grpc::internal::RpcMethod::SERVER_STREAMING),
-          &ctx, request));
-  grpc::ByteBuffer message;
-  while (reader->Read(&message)) {
+  if (pushback) {
+    const auto& trailers = ctx.GetServerTrailingMetadata();
+    const auto it = trailers.find("grpc-retry-pushback-ms");
+    *pushback = it == trailers.end() ? "" : std::string(it->second.data(), it->second.size());
   }
-  return reader->Finish();
+  return status;
 }
 
 TEST(Validation, ABodyThatIsNotTheRequestMessageIsInvalidArgument) {
@@ -228,6 +238,43 @@ TEST(Validation, ABodyThatIsNotTheRequestMessageIsInvalidArgument) {
   const grpc::Status empty = raw_call(server, "Summarize", "", false);
   EXPECT_EQ(empty.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(empty.error_message().find("document is empty"), std::string::npos) << empty.error_message();
+}
+
+// A body over --max-message-bytes reaches the service (gRPC's own limit is lifted), which refuses it with
+// RESOURCE_EXHAUSTED and what to do, tells retrying clients not to (a negative pushback), and counts it
+// under srformer_requests_unrouted_total{reason="too_large"}; a body of exactly the limit is served.
+TEST(Validation, ABodyOverTheMessageLimitIsRefusedCountedAndNotToBeRetried) {
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.metrics = &metrics;
+  so.config.max_message_bytes = 2048;
+  TestServer server(so);
+  const auto body_of = [](size_t bytes) {
+    v1::SummarizeRequest r;
+    r.set_truncation(v1::TRUNCATION_POLICY_TRUNCATE);                // the fake model's input limit is short
+    r.set_document(std::string(bytes - r.ByteSizeLong() - 3, 'a'));  // the document's tag and a 2-byte length
+    EXPECT_EQ(r.ByteSizeLong(), bytes);
+    return r.SerializeAsString();
+  };
+  const std::vector<std::pair<const char*, bool>> methods = {
+      {"Summarize", false}, {"SummarizeStream", true}, {"SummarizeBatch", false}, {"ListModels", false}};
+  for (const auto& [method, streaming] : methods) {
+    SCOPED_TRACE(method);
+    std::string pushback;
+    const grpc::Status status = raw_call(server, method, body_of(2049), streaming, &pushback);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+    EXPECT_EQ(status.error_message(),
+              "Received message larger than max (2049 vs. 2048): this server accepts request messages of up to 2048 "
+              "bytes (its --max-message-bytes); shorten the document (or send fewer in a batch) or raise the "
+              "server's limit");
+    EXPECT_EQ(pushback, "-1");
+    EXPECT_EQ(server::testing::sample(metrics.scrape_text(), "srformer_requests_unrouted_total",
+                                      {{"method", method}, {"reason", "too_large"}}),
+              1.0);
+  }
+  EXPECT_EQ(metrics.scrape_text().find("srformer_requests_total{"), std::string::npos);
+  const grpc::Status at_limit = raw_call(server, "Summarize", body_of(2048), false);
+  EXPECT_TRUE(at_limit.ok()) << at_limit.error_message();
 }
 
 // Random bodies (fixed seed) through every method: each gets OK or a refusal that names the problem
