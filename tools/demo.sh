@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
 # The README's main command: installs, builds, starts the server on the default model, sends a
 # document with the client and prints the streamed summary.
-#   bash tools/demo.sh [DOCUMENT]     (as root on Debian bookworm)
+#   bash tools/demo.sh [DOCUMENT]     (as root on Debian bookworm; DOCUMENT from any directory, - for stdin)
 # Env: MODEL_DIR (default: models/debian-synopsis-t5, the small model trained by our own tools that ships
-# in the repo; see its README.md), PORT (50051), METRICS_PORT (9464).
+# in the repo; see its README.md; a relative path is from the current directory), PORT (50051),
+# METRICS_PORT (9464).
 set -euo pipefail
+
+# DOCUMENT and MODEL_DIR name paths from the caller's directory: resolved before the cd below (the defaults
+# are the repository's own). "-" is standard input, as for srformer-client.
+doc=docs/example-package-description.txt
+if [ $# -gt 0 ]; then
+  if [ "$1" = - ]; then doc=-; else doc=$(realpath -m -- "$1"); fi
+fi
+model=models/debian-synopsis-t5
+if [ -n "${MODEL_DIR:-}" ]; then model=$(realpath -m -- "$MODEL_DIR"); fi
 cd "$(dirname "$0")/.."
+# Checked before the set-up and the build, which take minutes.
+[ "$doc" = - ] || [ -f "$doc" ] || { echo "demo: no document '$doc' (DOCUMENT: a text file)" >&2; exit 1; }
+[ -f "$model/config.json" ] || { echo "demo: no model in '$model' (MODEL_DIR: a Hugging Face BART/T5 directory)" >&2; exit 1; }
 
 bash deploy/setup-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -13,9 +26,6 @@ cmake --build build --target srformer srformer-server srformer-client
 
 port=${PORT:-50051}
 metrics_port=${METRICS_PORT:-9464}
-model=${MODEL_DIR:-models/debian-synopsis-t5}
-doc=${1:-docs/example-package-description.txt}
-[ -f "$model/config.json" ] || { echo "demo: no model in '$model' (MODEL_DIR: a Hugging Face BART/T5 directory)" >&2; exit 1; }
 
 log=$(mktemp)
 build/bin/srformer-server --model "default=$model" --listen "127.0.0.1:$port" \
