@@ -378,7 +378,8 @@ torch::ScalarType parse_dtype(const std::string& dtype, const torch::Device& dev
   const auto t = float_dtype_from_name(dtype);
   if (!t) throw ConfigError("--dtype must be fp32, fp16 or bf16, got '" + dtype + "'");
   if (*t == torch::kFloat16 && !device.is_cuda()) {
-    throw ConfigError("--dtype fp16 needs --device cuda; on the CPU use fp32, or bf16 where the CPU has AMX");
+    throw ConfigError(
+        "--dtype fp16 needs --device cuda; on the CPU use fp32, or bf16 where the CPU has AMX or AVX512-BF16");
   }
   return *t;
 }

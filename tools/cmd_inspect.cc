@@ -3,9 +3,11 @@
 
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "model/generation/generate.h"
 #include "model/generation/options.h"
 #include "model/limits.h"
 #include "model/seq2seq.h"
@@ -16,24 +18,28 @@ namespace srformer::tools {
 int run_inspect(const std::vector<std::string>& args) {
   std::string dir;
   int64_t k = 512;
-  int64_t new_tokens = 128;
+  std::optional<int64_t> new_tokens_flag;  // else the model's own default, as a request that sets none
   for (ArgReader r(args); r.next();) {
     const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
       std::cout << "usage: srformer inspect DIR [--input-tokens K] [--new-tokens N]\n"
                    "  Prints the model's configuration, parameter count and the decoder state one request\n"
                    "  holds for K input tokens after N generated tokens, with the estimate the server budgets\n"
-                   "  memory with and what it is made of (state_footprint; JSON).\n";
+                   "  memory with and what it is made of (state_footprint; JSON).\n"
+                   "  K defaults to 512 (at most the model's input limit); N to the model's own default max new\n"
+                   "  tokens, what a request that sets none gets (generation_config.json's or config.json's\n"
+                   "  max_length - 1, else 128; a server lowers it to its --max-new-tokens-cap), and the\n"
+                   "  expected length L to the checkpoint's srformer.expected_length, else N, as the server's.\n";
       return 0;
     }
     if (a == "--input-tokens") {
       k = r.int_value(1);
     } else if (a == "--new-tokens") {
-      new_tokens = r.int_value(0);
+      new_tokens_flag = r.int_value(0);
       // Each token is a real decoder step: the server's cap on max_new_tokens bounds it here too.
-      if (new_tokens > kMaxNewTokensLimit) {
-        throw std::invalid_argument("--new-tokens " + std::to_string(new_tokens) + " is more than a request may ask (" +
-                                    std::to_string(kMaxNewTokensLimit) + ")");
+      if (*new_tokens_flag > kMaxNewTokensLimit) {
+        throw std::invalid_argument("--new-tokens " + std::to_string(*new_tokens_flag) +
+                                    " is more than a request may ask (" + std::to_string(kMaxNewTokensLimit) + ")");
       }
     } else if (dir.empty() && (a.empty() || a[0] != '-')) {
       dir = a;
@@ -45,10 +51,13 @@ int run_inspect(const std::vector<std::string>& args) {
   auto model = load_model(dir);
   const auto& c = model->config();
   k = std::min(k, input_limit_with(c, std::nullopt));
+  // The model's default, not a fixed 128: the demo model's is 32, and the estimate follows the length.
+  const int64_t new_tokens = new_tokens_flag.value_or(model_generation_defaults(c).max_new_tokens);
+  const int64_t expected_length = default_expected_length(c, new_tokens);
   torch::NoGradGuard no_grad;
   const auto ids = torch::full({1, k}, c.eos_token_id, torch::kLong);
   const auto enc = model->encode(ids, torch::ones({1, k}, torch::kLong));
-  auto state = model->start(enc, torch::full({1}, new_tokens, torch::kLong));
+  auto state = model->start(enc, torch::full({1}, expected_length, torch::kLong));
   const int64_t start_bytes = state.bytes();
   auto tok = torch::full({1}, c.decoder_start_token_id, torch::kLong);
   const int64_t positions = decoder_positions(c);  // BART's learned ones; T5: 0, no limit
@@ -76,7 +85,8 @@ int run_inspect(const std::vector<std::string>& args) {
                 {"bytes_at_start", start_bytes},
                 {"bytes_after_new_tokens", state.bytes()},
                 {"new_tokens", steps},
-                {"estimated_bytes", f.request_bytes(1, k, f.switches(k, new_tokens), steps)}};
+                {"expected_length", expected_length},
+                {"estimated_bytes", f.request_bytes(1, k, f.switches(k, expected_length), steps)}};
   j["state_footprint"] = {{"per_encoder_position", f.per_encoder_position},
                           {"per_switch", f.per_switch},
                           {"inputs_shared_by_beams", f.inputs_shared_by_beams},

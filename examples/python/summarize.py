@@ -2,7 +2,9 @@
 """Summarize a file with srformer-server from Python (grpcio + protobuf).
 
 Message classes come from the .proto with `protoc --python_out` (Debian: protobuf-compiler); the
-calls use grpcio's generic stubs, so the gRPC Python code generator is not needed.
+calls use grpcio's generic stubs, so the gRPC Python code generator is not needed. Debian bookworm's
+`python3 -m grpc_tools.protoc` (python3-grpc-tools 1.14) refuses the proto's `optional` fields ("Explicit
+'optional' labels are disallowed in the Proto3 syntax"); `protoc` from protobuf-compiler (3.21) is what works.
 
   python3 examples/python/summarize.py --target localhost:50051 [--stream] [--model NAME] FILE
 """

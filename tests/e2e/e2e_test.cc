@@ -860,6 +860,18 @@ TEST_F(EndToEnd, InspectEstimatesTheStateItMeasures) {
   EXPECT_GT(j["state_footprint"]["per_encoder_position"].get<int64_t>(), 0);
   EXPECT_TRUE(j["state_footprint"]["inputs_shared_by_beams"].get<bool>());  // an SRformer model: slots
   EXPECT_TRUE(j["max_new_tokens"].is_null()) << "a T5's relative positions set no limit: " << r.out;
+
+  // Without --new-tokens: the model's own default (config.json's max_length 20: 19 new tokens, as
+  // ListModels' defaults say), not a fixed 128; the expected length follows it.
+  auto defaults =
+      run_command(std::string(SRFORMER_BIN_DIR) + "/srformer inspect " + model_dir_->string() + " --input-tokens 40");
+  ASSERT_EQ(defaults.exit_code, 0) << defaults.out;
+  const auto d = nlohmann::json::parse(defaults.out);
+  const auto config = nlohmann::json::parse(read((*model_dir_ / "config.json").string()));
+  EXPECT_EQ(d["state"]["new_tokens"], config["max_length"].get<int64_t>() - 1) << defaults.out;
+  EXPECT_EQ(d["state"]["expected_length"], d["state"]["new_tokens"]) << defaults.out;
+  auto help = run_command(std::string(SRFORMER_BIN_DIR) + "/srformer inspect --help");
+  EXPECT_NE(help.out.find("N to the model's own default max new"), std::string::npos) << help.out;
 }
 
 // A T5's n_positions is the length it was made for, not what its relative positions can read (an SRformer

@@ -83,6 +83,9 @@ TEST(ServerConfig, ErrorsSayWhatToFix) {
   EXPECT_NE(message({}).find("--model"), std::string::npos);
   EXPECT_NE(message({"--model", "a=/x", "--max-batch-rows", "zero"}).find("integer"), std::string::npos);
   EXPECT_NE(message({"--model", "a=/x", "--dtype", "fp16"}).find("needs --device cuda"), std::string::npos);
+  // bf16 runs on either of the CPU's backends (model/kernels/bf16_linear.h), not only on AMX.
+  EXPECT_NE(message({"--model", "a=/x", "--dtype", "fp16"}).find("bf16 where the CPU has AMX or AVX512-BF16"),
+            std::string::npos);
   EXPECT_NE(message({"--model", "a=/x", "--device", "tpu"}).find("cpu, cuda or cuda:N"), std::string::npos);
   EXPECT_NE(message({"--model", "a=/x", "--model", "a=/y"}).find("twice"), std::string::npos);
   EXPECT_NE(message({"--model", "a=/x", "--bogus", "1"}).find("unknown flag --bogus"), std::string::npos);
