@@ -40,15 +40,20 @@ const char* kUsage =
     "  on {\"id\", \"document\", \"summary\"} lines, teacher-forced with the model's own cross-attention variant.\n"
     "  DIR gets checkpoint-N/ (model + optimizer.safetensors + trainer_state.json), train_log.jsonl (every\n"
     "  figure) and, at the end, the trained model itself (serve it with --model name=DIR).\n"
-    "  --validation FILE       validation loss and ROUGE (greedy) on its first --eval-examples (default 100; 0: all)\n"
+    "  --validation FILE       validation loss and ROUGE (greedy) on its first --eval-examples (default 100; 0: all),\n"
+    "                          documents cut to --max-input-tokens as in training (`srformer eval` reads up to\n"
+    "                          the model's limit: give it the same --max-input-tokens to compare)\n"
     "  --steps N (1000)        optimizer updates        --batch N (16)     --grad-accum N (1)\n"
-    "  --lr X (5e-4)           peak learning rate; linear warm-up over --warmup N (default 5% of steps), then\n"
+    "  --lr X (5e-4)           peak learning rate; linear warm-up over --warmup N (default 5% of steps; at\n"
+    "                          most --steps), then\n"
     "                          linear decay to 0      --weight-decay X (0.01)  --clip X (1.0; 0 = off)\n"
     "  --beta1 X (0.9) --beta2 X (0.999) --adam-eps X (1e-8)   --label-smoothing X (0)\n"
-    "  --max-input-tokens N (512)   --max-target-tokens N (64): also SRformer's expected length L in\n"
-    "                          training and the saved model's default for generation\n"
+    "  --max-input-tokens N (512)   --max-target-tokens N (64; at most 4096, and a BART's decoder\n"
+    "                          positions): also SRformer's expected length L in training and the saved\n"
+    "                          model's default for generation\n"
     "  --limit N               train on the first N examples only\n"
-    "  --log-every N (10) --eval-every N (0 = at the end) --save-every N (0 = at the end) --keep N (2)\n"
+    "  --log-every N (10) --eval-every N (0 = at the end; needs --validation) --save-every N (0 = at the\n"
+    "                          end) --keep N (2)\n"
     "  --dropout X             every dropout rate (0 = off); default: the model config's (HF: BART dropout 0.1,\n"
     "                          attention/activation 0; T5 dropout_rate 0.1)\n"
     "  --device cpu|cuda[:N] (cpu)\n"
@@ -56,14 +61,17 @@ const char* kUsage =
     "                          with dynamic loss scaling); weights, optimizer, loss, K^T V, ||K|| and the RAF\n"
     "                          membrane stay fp32, the saved model is fp32\n"
     "  --eval-batch N (16) --seed N (0) --threads N --resume (continue from DIR's newest checkpoint)\n"
-    "  --stop-after N          end this run after update N with a checkpoint (the schedule stays that of\n"
-    "                          --steps); continue later with --resume\n";
+    "  --stop-after N          end this run after update N (at most --steps) with a checkpoint (the schedule\n"
+    "                          stays that of --steps); continue later with --resume\n"
+    "  Refused as --out: MODEL_DIR, a DIR with checkpoints unless --resume continues them, and a DIR\n"
+    "  holding a model (config.json and weights) but no checkpoints (it would be replaced).\n";
 
 }  // namespace
 
 int run_train(const std::vector<std::string>& args) {
   train::TrainOptions o;
   std::vector<std::string> positional;
+  bool eval_examples_given = false;
   for (ArgReader r(args); r.next();) {
     const auto& f = r.arg();
     if (f == "--help" || f == "-h") {
@@ -111,6 +119,7 @@ int run_train(const std::vector<std::string>& args) {
       o.keep_checkpoints = r.int_value(1);
     } else if (f == "--eval-examples") {
       o.eval_examples = r.int_value(0);
+      eval_examples_given = true;
     } else if (f == "--eval-batch") {
       o.eval_batch = r.int_value(1);
     } else if (f == "--seed") {
@@ -135,6 +144,10 @@ int run_train(const std::vector<std::string>& args) {
   }
   if (positional.size() != 2) throw std::invalid_argument("expected MODEL_DIR and TRAIN.jsonl (see --help)");
   if (o.out_dir.empty()) throw std::invalid_argument("--out DIR is required");
+  // (The trainer refuses --eval-every without it; --eval-examples has a default it cannot tell apart.)
+  if (eval_examples_given && o.validation_file.empty()) {
+    throw std::invalid_argument("--eval-examples needs --validation FILE to take its examples from");
+  }
   o.model_dir = positional[0];
   o.train_file = positional[1];
   o.progress_bar = isatty(STDERR_FILENO) != 0;

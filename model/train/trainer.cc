@@ -61,9 +61,25 @@ void validate(const TrainOptions& o) {
   check(o.adam.eps > 0 && o.adam.weight_decay >= 0, "Adam eps must be > 0 and weight decay >= 0");
   check(o.max_input_tokens >= 2, "max input tokens must be >= 2");
   check(o.max_target_tokens >= 1, "max target tokens must be >= 1");
+  // Validation, `summarize`, `eval` and the server decode up to max_target_tokens new tokens (the saved
+  // max_length): past what generation allows, the run would fail at its first validation, or save a
+  // model that every one of them refuses.
+  check(o.max_target_tokens <= kMaxNewTokensLimit,
+        "--max-target-tokens " + std::to_string(o.max_target_tokens) + " is more than the " +
+            std::to_string(kMaxNewTokensLimit) + " tokens a summary may have (validation and the saved model " +
+            "generate that many); set it to at most " + std::to_string(kMaxNewTokensLimit));
   check(!o.train_limit || *o.train_limit >= 1, "the training limit must be >= 1");
   check(o.log_every >= 1, "log every must be >= 1");
   check(o.eval_every >= 0 && o.save_every >= 0, "eval/save intervals must be >= 0");
+  check(o.eval_every == 0 || !o.validation_file.empty(),
+        "--eval-every " + std::to_string(o.eval_every) + " needs --validation FILE to validate on");
+  // A warm-up longer than the run never reaches --lr; a stop after the last update never happens.
+  check(o.warmup_steps <= o.steps, "--warmup " + std::to_string(o.warmup_steps) + " is more than --steps " +
+                                       std::to_string(o.steps) + ": the learning rate would never reach --lr; " +
+                                       "lower --warmup or raise --steps");
+  check(o.stop_after <= o.steps, "--stop-after " + std::to_string(o.stop_after) + " is past --steps " +
+                                     std::to_string(o.steps) + ": the run ends there anyway; lower --stop-after " +
+                                     "or raise --steps");
   check(o.keep_checkpoints >= 1, "keep at least one checkpoint");
   check(o.stop_after >= 0, "stop-after must be >= 0");
   check(o.eval_examples >= 0 && o.eval_batch >= 1, "eval examples must be >= 0 and the eval batch >= 1");
@@ -251,6 +267,17 @@ std::vector<std::pair<int64_t, fs::path>> checkpoints(const fs::path& out_dir) {
   return found;
 }
 
+// The weight file of a model directory in `dir` (config.json beside weights), or "" when there is none.
+std::string model_weights_in(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "config.json", ec)) return {};
+  for (const char* f :
+       {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"}) {
+    if (fs::exists(dir / f, ec)) return f;
+  }
+  return {};
+}
+
 // Rewrites the log keeping only entries up to `step` (a resumed run redoes what followed).
 void truncate_log(const fs::path& log, int64_t step) {
   if (!fs::exists(log)) return;
@@ -284,6 +311,13 @@ class Run {
       throw std::invalid_argument("--out " + o_.out_dir.string() +
                                   " is MODEL_DIR: the trained model would replace the one it starts from; choose "
                                   "another --out");
+    }
+    if (const auto weights = model_weights_in(o_.out_dir); !o_.resume && !weights.empty()) {
+      // Not this run's (it has no checkpoints there): the trained model would replace it, and files the
+      // save does not write (a README.md model card) would be left describing a different model.
+      throw std::invalid_argument("--out " + o_.out_dir.string() + " holds a model (config.json, " + weights +
+                                  ") and no checkpoints of a run to resume: training would replace it; choose "
+                                  "another --out, or remove that model first");
     }
     fs::create_directories(o_.out_dir);
     torch::manual_seed(o_.seed);
@@ -367,14 +401,18 @@ class Run {
       const bool stopping = !last && (done == o_.stop_after || signalled);
       if (!validation_.empty() && (last || (o_.eval_every > 0 && done % o_.eval_every == 0))) {
         const auto v = validate_model(*model_, *tokenizer_, validation_raw_, validation_, o_, classes_);
-        nlohmann::json entry = {{"step", done}, {"validation_loss", v.loss}, {"validation_seconds", v.seconds}};
+        nlohmann::json entry = {{"step", done},
+                                {"validation_loss", v.loss},
+                                {"validation_seconds", v.seconds},
+                                {"validation_max_input_tokens", input_tokens_for(model_->config(), o_)}};
         for (const auto t : eval::kRougeTypes) entry[eval::rouge_type_name(t)] = 100 * (*v.rouge)[t].fmeasure;
         write_log(entry);
         end_line();
         console_ << "step " << done << ": validation loss " << std::fixed << std::setprecision(4) << v.loss
                  << ", ROUGE-1/2/L " << std::setprecision(2) << entry["rouge1"].get<double>() << "/"
                  << entry["rouge2"].get<double>() << "/" << entry["rougeL"].get<double>() << " on "
-                 << validation_.size() << " examples (" << std::setprecision(1) << v.seconds << " s)" << std::endl;
+                 << validation_.size() << " examples, documents cut to " << entry["validation_max_input_tokens"]
+                 << " tokens (" << std::setprecision(1) << v.seconds << " s)" << std::endl;
         if (last) {
           result.validation_loss = v.loss;
           result.rouge1 = entry["rouge1"].get<double>();
@@ -525,6 +563,12 @@ class Run {
       validation_raw_ = data::read_examples(
           o_.validation_file.string(), o_.eval_examples > 0 ? std::optional<int64_t>(o_.eval_examples) : std::nullopt);
       validation_ = tokenize(validation_raw_, *tokenizer_, model_->config(), o_, nullptr);
+      // `srformer eval` reads documents up to the model's limit, not this run's: its ROUGE differs unless
+      // given the same cut.
+      const auto cut = input_tokens_for(model_->config(), o_);
+      console_ << "validation: " << validation_.size() << " examples of " << o_.validation_file.string()
+               << ", documents cut to " << cut << " tokens as in training (`srformer eval --max-input-tokens " << cut
+               << "` scores the saved model alike)" << std::endl;
     }
   }
 

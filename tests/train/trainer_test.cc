@@ -134,6 +134,10 @@ TEST_F(Fixture, LossFallsAndTheSavedModelReloadsToTheSameLoss) {
   EXPECT_LT(losses.back(), 0.5 * losses.front()) << console.str();
   ASSERT_TRUE(r.validation_loss.has_value());
   ASSERT_TRUE(r.rouge1.has_value());
+  // Validation ROUGE reads documents cut as training does: `srformer eval` needs the same cut to match.
+  EXPECT_NE(console.str().find("documents cut to 16 tokens as in training (`srformer eval --max-input-tokens 16`"),
+            std::string::npos)
+      << console.str();
 
   // The final directory is a complete model: it reloads to the validation loss training measured on it
   // (bit for bit with the trainer's arithmetic, row-major weights; to rounding with packed ones).
@@ -228,6 +232,63 @@ TEST_F(Fixture, ClearErrors) {
   o = options("err");
   o.autocast = "fp16";                                           // LibTorch's CPU autocast is bf16 only
   EXPECT_TRUE(refused_with(o, console, "needs a CUDA device"));  // fp16 autocast on the CPU
+}
+
+// Options that would waste a run, or be ignored, are refused before any update, naming the flags.
+TEST_F(Fixture, OptionsThatCannotWorkAreRefusedUpFront) {
+  std::ostringstream console;
+  auto o = options("up-front");
+  // A T5 has no position limit, but validation and the saved model generate max_target_tokens tokens:
+  // 5000 failed at the first validation, or saved a max_length that summarize and eval refuse.
+  o.max_target_tokens = 5000;
+  o.validation_file = valid_file;
+  EXPECT_TRUE(refused_with(o, console, "--max-target-tokens 5000 is more than the 4096 tokens"));
+  o.validation_file.clear();
+  EXPECT_TRUE(refused_with(o, console, "set it to at most 4096"));
+  o = options("up-front");
+  o.eval_every = 5;  // nothing to validate on
+  EXPECT_TRUE(refused_with(o, console, "--eval-every 5 needs --validation FILE"));
+  o = options("up-front");
+  o.warmup_steps = 13;  // steps 12
+  EXPECT_TRUE(refused_with(o, console, "--warmup 13 is more than --steps 12"));
+  o = options("up-front");
+  o.stop_after = 13;
+  EXPECT_TRUE(refused_with(o, console, "--stop-after 13 is past --steps 12"));
+  EXPECT_FALSE(fs::exists(o.out_dir)) << "a refused run wrote its --out";
+  // The bounds themselves are fine.
+  o.warmup_steps = 12;
+  o.stop_after = 12;
+  o.max_target_tokens = 4096;
+  o.steps = 12;
+  EXPECT_EQ(train(o, console).steps, 12);
+}
+
+// --out holding a model that is not this run's (no checkpoints) is refused: training replaced its
+// weights, config and tokenizer and left its README.md model card beside them. A run's own directory
+// still resumes and finishes.
+TEST_F(Fixture, AnotherModelInOutIsNotReplaced) {
+  std::ostringstream console;
+  const auto other = tmp.path() / "other";
+  fs::copy(model, other);
+  std::ofstream(other / "README.md") << "# another model\n";
+  const auto weights_before = fs::file_size(other / "model.safetensors");
+  auto o = options("unused");
+  o.out_dir = other;
+  EXPECT_TRUE(refused_with(o, console, "--out " + other.string() + " holds a model (config.json, model.safetensors)"));
+  EXPECT_TRUE(refused_with(o, console, "choose another --out, or remove that model first"));
+  EXPECT_EQ(fs::file_size(other / "model.safetensors"), weights_before);
+  EXPECT_FALSE(fs::exists(other / "train_log.jsonl"));
+
+  // A finished run: its directory holds the model and its checkpoints; --resume finishes it again.
+  auto own = options("own");
+  train(own, console);
+  own.resume = true;
+  EXPECT_EQ(train(own, console).updates, 0);
+  // A directory with files but no model is no model to protect.
+  auto notes = options("notes");
+  fs::create_directories(notes.out_dir);
+  std::ofstream(notes.out_dir / "config.json") << "{}";  // e.g. a run's settings, no weights
+  EXPECT_EQ(train(notes, console).steps, 12);
 }
 
 // A resumed run that saves --keep checkpoints or more rotates away the one it resumed from: every later
