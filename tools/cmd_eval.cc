@@ -50,16 +50,22 @@ const char* kUsage =
     "  DATA.jsonl: {\"id\", \"document\", \"summary\"} per line; PRED.jsonl: {\"id\", \"prediction\"} per line.\n"
     "  --split-name NAME   label in scores.json (default: DATA's file name without extension)\n"
     "  --limit N           score only the first N examples of DATA\n"
-    "  --out DIR           output directory (default: DATA-stem.eval/ next to DATA, or PRED-stem.eval/\n"
-    "                      next to PRED): predictions.jsonl and scores.json\n"
+    "  --out DIR           output directory for predictions.jsonl and scores.json; default, next to DATA:\n"
+    "                      DATA-stem.MODEL.eval/ (MODEL: MODEL_DIR's name), or PRED-stem.eval/ next to PRED.\n"
+    "                      A default directory holding another model's results is refused (pass --out);\n"
+    "                      --out DIR replaces what DIR holds, with a note when it was another's\n"
     "  --stem              Porter-stem tokens (rouge-score's use_stemmer)\n"
-    "  --bootstrap N       bootstrap resamples for the 95% intervals (default 1000)  --seed N (default 0)\n"
+    "  --bootstrap N       bootstrap resamples for the 95% intervals (default 1000, at most 100000)\n"
+    "  --seed N            the resampling's seed, 0 to 2^64-1 (default 0)\n"
     "  generation (model mode only; defaults from the model's generation_config.json, else config.json,\n"
     "  as in `summarize`, but never sampled: greedy or beam search):\n"
     "  --batch N (default 8) --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X\n"
-    "  --no-repeat-ngram-size N --max-input-tokens N (truncate documents to N tokens; default and\n"
-    "  upper bound: the model's limit) --threads N --dtype fp32|fp16|bf16 --device cpu|cuda[:N] (as in\n"
-    "  `summarize`)\n";
+    "  --no-repeat-ngram-size N --max-input-tokens N (truncate documents to N tokens; default: the\n"
+    "  model's limit, which N may lower; a T5's n_positions is advisory: N may raise it, a BART's\n"
+    "  positions it may not) --threads N --dtype fp32|fp16|bf16 --device cpu|cuda[:N] (as in `summarize`)\n";
+
+// More resamples only refine the intervals' third digit; each one costs a pass over every pair.
+constexpr int64_t kMaxBootstrap = 100000;
 
 struct Args {
   std::vector<std::string> positional;
@@ -96,9 +102,15 @@ std::optional<Args> parse_args(const std::vector<std::string>& args) {
     } else if (f == "--stem") {
       a.stem = true;
     } else if (f == "--bootstrap") {
-      a.bootstrap = static_cast<int>(r.int_value(1));
+      const auto n = r.int_value(1);
+      if (n > kMaxBootstrap) {
+        throw std::invalid_argument("--bootstrap " + std::to_string(n) + " is more than the " +
+                                    std::to_string(kMaxBootstrap) + " resamples it takes (1000, the default, is " +
+                                    "rouge-score's)");
+      }
+      a.bootstrap = static_cast<int>(n);
     } else if (f == "--seed") {
-      a.seed = static_cast<uint64_t>(r.int_value(0));
+      a.seed = r.unsigned_value();  // as summarize's and convert's
     } else if (f == "--batch") {
       gen();
       a.batch = r.int_value(1);
@@ -272,9 +284,44 @@ std::string utc_now() {
   return s.str();
 }
 
+// MODEL_DIR's own name ("runA" for runA/, runA/. or ./runA).
+std::string model_dir_name(const fs::path& dir) {
+  fs::path p = fs::absolute(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  const auto name = p.filename().string();
+  return name.empty() ? "model" : name;
+}
+
+// Per model, so that evaluating a second model on the same split does not replace the first one's results
+// (DATA.eval/ was shared by all); predictions files are their own source already.
 fs::path default_out_dir(const Args& a) {
-  const fs::path source = a.predictions_path.empty() ? fs::path(a.positional.back()) : fs::path(a.predictions_path);
-  return source.parent_path() / (source.stem().string() + ".eval");
+  if (!a.predictions_path.empty()) {
+    const fs::path pred(a.predictions_path);
+    return pred.parent_path() / (pred.stem().string() + ".eval");
+  }
+  const fs::path data(a.positional.back());
+  return data.parent_path() / (data.stem().string() + "." + model_dir_name(a.positional.front()) + ".eval");
+}
+
+// Whose results `out` holds when they are not this run's source (another model or predictions file):
+// "model X" / "predictions X"; "" when it holds none, this source's, or a scores.json it cannot read.
+std::string other_results_in(const fs::path& out, const Args& a) {
+  std::ifstream in(out / "scores.json");
+  if (!in) return {};
+  const auto j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object()) return {};
+  const bool model_mode = a.predictions_path.empty();
+  const char* key = model_mode ? "model" : "predictions";
+  const std::string mine = model_mode ? a.positional.front() : a.predictions_path;
+  for (const char* k : {"model", "predictions"}) {
+    const auto it = j.find(k);
+    if (it == j.end() || !it->is_string()) continue;
+    const auto theirs = it->get<std::string>();
+    std::error_code ec;
+    if (std::string(k) == key && (theirs == mine || fs::equivalent(theirs, mine, ec))) return {};
+    return std::string(k) + " " + theirs;
+  }
+  return {};
 }
 
 }  // namespace
@@ -286,6 +333,15 @@ int run_eval(const std::vector<std::string>& args) {
   const auto started = Clock::now();
   const std::string data_path = a.positional.back();
   const auto data = read_examples(data_path, a.limit);
+  // Checked before generating: a refusal after an hour of generation would waste it.
+  const fs::path out = a.out_dir.empty() ? default_out_dir(a) : fs::path(a.out_dir);
+  if (const auto other = other_results_in(out, a); !other.empty()) {
+    if (a.out_dir.empty()) {
+      throw std::invalid_argument(out.string() + " holds the results of " + other +
+                                  "; pass --out DIR to write these elsewhere, or remove " + out.string());
+    }
+    std::cerr << "note: replacing " << out.string() << "'s results of " << other << "\n";
+  }
 
   std::optional<GenerationRun> run;
   std::vector<std::string> predictions;
@@ -300,7 +356,6 @@ int run_eval(const std::vector<std::string>& args) {
   for (const auto& e : data) references.push_back(e.summary);
   const auto corpus = eval::score_corpus(predictions, references, {a.stem}, {a.bootstrap, 0.95, a.seed});
 
-  const fs::path out = a.out_dir.empty() ? default_out_dir(a) : fs::path(a.out_dir);
   fs::create_directories(out);
   {
     std::ofstream f(out / "predictions.jsonl", std::ios::binary);

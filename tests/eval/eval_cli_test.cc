@@ -135,6 +135,16 @@ TEST_F(EvalPredictionsTest, DefaultOutputDirIsNextToPredictions) {
   EXPECT_NE(r.err.find("ignored 1 prediction"), std::string::npos) << r.err;
 }
 
+// --seed takes summarize's and convert's range, the whole uint64.
+TEST_F(EvalPredictionsTest, SeedTakesTheWholeUnsignedRange) {
+  const auto r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string(), "--bootstrap", "100000",
+                                        "--seed", "18446744073709551615"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto scores = json::parse(slurp(dir_.path() / "pred.eval" / "scores.json"));
+  EXPECT_EQ(scores["options"]["seed"].get<uint64_t>(), 18446744073709551615ull);
+  EXPECT_EQ(scores["options"]["bootstrap"], 100000);
+}
+
 TEST_F(EvalPredictionsTest, MissingPredictionIsNamed) {
   write_jsonl(pred_, {{{"id", "same"}, {"prediction", "x"}}});
   const auto r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string()});
@@ -164,6 +174,10 @@ TEST_F(EvalPredictionsTest, BadInvocationsSayWhatToFix) {
   const auto p = pred_.string(), d = data_.string();
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--predictions", p, d, "--bootstrap", "0"}, "--bootstrap needs an integer >= 1, got '0'"},
+      // Read whole, not cast to int (4294967297 ran 1 resample; 2147483648 said "samples must be positive").
+      {{"--predictions", p, d, "--bootstrap", "4294967297"}, "--bootstrap 4294967297 is more than the 100000"},
+      {{"--predictions", p, d, "--bootstrap", "2147483648"}, "--bootstrap 2147483648 is more than the 100000"},
+      {{"--predictions", p, d, "--seed", "-1"}, "--seed needs an integer from 0 to 18446744073709551615"},
       {{"--predictions", p, d, "--limit", "x"}, "--limit needs an integer >= 1, got 'x'"},
       {{"--predictions", p, d, "--frobnicate"}, "unknown option '--frobnicate'"},
       {{"--predictions", p, d, "--num-beams", "4"}, "--num-beams is a generation option"},
@@ -269,7 +283,7 @@ TEST_F(EvalModelTest, TruncatesToMaxInputTokensAndSaysHowMany) {
   const auto r = run_eval(dir_.path(), concat({model_.string(), data_.string(), "--max-input-tokens", "20"}, gen_));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find(std::to_string(over) + " of 7 documents truncated to 20 tokens"), std::string::npos) << r.err;
-  const auto scores = json::parse(slurp(dir_.path() / "test.eval" / "scores.json"));
+  const auto scores = json::parse(slurp(dir_.path() / "test.model.eval" / "scores.json"));
   EXPECT_EQ(scores["generation"]["truncated_documents"].get<size_t>(), over);
   EXPECT_EQ(scores["options"]["max_input_tokens"], 20);
   // A T5's limit is advisory (relative positions read any length): the flag may also raise it (a BART's
@@ -277,7 +291,44 @@ TEST_F(EvalModelTest, TruncatesToMaxInputTokensAndSaysHowMany) {
   const auto raised =
       run_eval(dir_.path(), concat({model_.string(), data_.string(), "--max-input-tokens", "999999"}, gen_));
   ASSERT_EQ(raised.code, 0) << raised.err;
-  EXPECT_EQ(json::parse(slurp(dir_.path() / "test.eval" / "scores.json"))["options"]["max_input_tokens"], 999999);
+  EXPECT_EQ(json::parse(slurp(dir_.path() / "test.model.eval" / "scores.json"))["options"]["max_input_tokens"], 999999);
+}
+
+// Each model gets its own default output directory (DATA.eval/ was shared: a second model's eval replaced
+// the first's predictions and scores without a word); one of the same name does not replace another's.
+TEST_F(EvalModelTest, TheDefaultOutputDirectoryIsPerModel) {
+  const auto run_a = dir_.path() / "runA";
+  fs::copy(model_, run_a);
+  auto r = run_eval(dir_.path(), concat({model_.string(), data_.string()}, gen_));
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = run_eval(dir_.path(), concat({run_a.string() + "/", data_.string()}, gen_));  // its name, not ""
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(slurp(dir_.path() / "test.model.eval" / "scores.json"))["model"], model_.string());
+  EXPECT_EQ(json::parse(slurp(dir_.path() / "test.runA.eval" / "scores.json"))["model"], run_a.string() + "/");
+  EXPECT_FALSE(fs::exists(dir_.path() / "test.eval"));
+  // The same model again replaces its own results.
+  r = run_eval(dir_.path(), concat({(model_ / ".").string(), data_.string()}, gen_));
+  ASSERT_EQ(r.code, 0) << r.err;
+
+  // Another model directory named "model": refused before generating, the first one's results kept.
+  const auto twin = dir_.path() / "elsewhere" / "model";
+  fs::create_directories(twin.parent_path());
+  fs::copy(model_, twin);
+  const auto before = slurp(dir_.path() / "test.model.eval" / "scores.json");
+  r = run_eval(dir_.path(), concat({twin.string(), data_.string()}, gen_));
+  EXPECT_EQ(r.code, 1);
+  const auto out = (dir_.path() / "test.model.eval").string();
+  EXPECT_NE(r.err.find(out + " holds the results of model " + (model_ / ".").string() + "; pass --out DIR"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("batch 1/"), std::string::npos) << "generated before refusing: " << r.err;
+  EXPECT_EQ(slurp(dir_.path() / "test.model.eval" / "scores.json"), before);
+  // --out is the user's choice: it replaces them, saying whose they were.
+  r = run_eval(dir_.path(), concat({twin.string(), data_.string(), "--out", out}, gen_));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("note: replacing " + out + "'s results of model " + (model_ / ".").string()), std::string::npos)
+      << r.err;
+  EXPECT_EQ(json::parse(slurp(dir_.path() / "test.model.eval" / "scores.json"))["model"], twin.string());
 }
 
 }  // namespace
