@@ -131,6 +131,7 @@ void bench_model_as(const BenchOptions& o, const std::string& name, const ModelC
                        {"cross_attention", to_string(c.srformer.cross_attention)},
                        {"input_tokens", k},
                        {"batch", B},
+                       {"steps", o.steps},
                        {"dtype", dtype_label},
                        {"device", device_label},
                        {"cpu_kernels", used},
@@ -544,6 +545,9 @@ void bench_long_encode(const BenchOptions& o, const std::string& name, const Mod
 int run_bench(const std::vector<std::string>& args) {
   BenchOptions o;
   std::string only, dtype_flag;
+  // Given flags win over --quick's settings whichever comes first.
+  std::optional<int64_t> steps_flag;
+  std::optional<std::vector<int64_t>> batch_flag;
   for (ArgReader r(args); r.next();) {
     const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
@@ -573,6 +577,8 @@ int run_bench(const std::vector<std::string>& args) {
                    "  AVX512-BF16) beside LibTorch's and the row-major kernel's where the CPU has them. Models load\n"
                    "  with packed fp32 projections where the CPU has AVX2 unless SRFORMER_CPU_PACKED=0;\n"
                    "  SRFORMER_CPU_AVX512=0 runs every kernel with AVX2 only.\n"
+                   "  --quick: fewer and shorter measurements, decode figures at batch 1,8 with 4 steps (--batch\n"
+                   "  and --steps still set those, before or after --quick).\n"
                    "  --device cuda[:N]: the decode figures on that GPU (the other parts are the CPU's own), with\n"
                    "  --dtype fp32, fp16, bf16 or a comma-separated list of them (default fp16).\n";
       return 0;
@@ -582,7 +588,7 @@ int run_bench(const std::vector<std::string>& args) {
     } else if (a == "--threads") {
       o.threads = r.threads_value();
     } else if (a == "--steps") {
-      o.steps = r.int_value(1);
+      steps_flag = r.int_value(1);
     } else if (a == "--only") {
       only = r.value();
       static const char* kParts[] = {"decode", "encode", "cross", "linear", "search"};
@@ -591,10 +597,8 @@ int run_bench(const std::vector<std::string>& args) {
       }
     } else if (a == "--quick") {
       o.quick = true;
-      o.batches = {1, 8};
-      o.steps = 4;
     } else if (a == "--batch") {
-      o.batches = int_list(a, r.value());
+      batch_flag = int_list(a, r.value());
     } else if (a == "--input-tokens") {
       o.input_tokens = r.int_value(1);
     } else if (a == "--lengths") {
@@ -635,6 +639,12 @@ int run_bench(const std::vector<std::string>& args) {
       throw std::invalid_argument("unknown option '" + a + "' (see --help)");
     }
   }
+  if (o.quick) {
+    o.batches = {1, 8};
+    o.steps = 4;
+  }
+  if (batch_flag) o.batches = *batch_flag;
+  if (steps_flag) o.steps = *steps_flag;
   if (o.device.is_cuda()) {
     check_device_available(o.device);
     if (!only.empty() && only != "decode") {

@@ -1,6 +1,9 @@
 // `srformer init-model`: writes a randomly initialised SRformer BART/T5 directory with a real tokenizer
 // (T5: SentencePiece trained on a corpus; BART: byte-level BPE): the start of training, tests and the demo.
 #include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -87,6 +90,24 @@ bool holds_text(const std::filesystem::path& file) {
   return false;
 }
 
+// The corpus opens as a file, or an error saying why not: holds_text() reads an unopenable file as
+// empty, which said "only white space" of a missing file or a directory.
+void check_readable(const std::string& corpus) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(corpus, ec)) {
+    throw std::invalid_argument("cannot read --corpus '" + corpus +
+                                "': a directory; pass a text file or a SPLIT.jsonl");
+  }
+  if (!std::filesystem::exists(corpus, ec)) {
+    throw std::invalid_argument("cannot read --corpus '" + corpus + "': no such file");
+  }
+  errno = 0;
+  if (!std::ifstream(corpus, std::ios::binary)) {
+    throw std::invalid_argument("cannot read --corpus '" + corpus +
+                                "': " + (errno != 0 ? std::strerror(errno) : "it cannot be opened"));
+  }
+}
+
 // BART's byte-level tokenizer holds its 4 specials, 256 byte symbols and <mask>.
 constexpr int64_t kMinByteLevelVocab = 4 + 256 + 1;
 // ... and at most every pair of byte symbols as filler: ids past the last token would not decode.
@@ -99,6 +120,7 @@ int run_init_model(const std::vector<std::string>& args) {
   std::optional<std::string> arch;
   std::optional<int64_t> vocab;
   int64_t segment = 16;
+  bool segment_given = false;
   uint64_t seed = 1;
   int64_t d_model = 0, layers = 0, heads = 0, d_ff = 0;
   double init_std = 0.0, dropout = 0.0;
@@ -106,7 +128,7 @@ int run_init_model(const std::vector<std::string>& args) {
     const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
       std::cout << "usage: srformer init-model [--arch t5|bart] [--corpus TEXT_FILE|SPLIT.jsonl]\n"
-                   "                           [--cross-attention srformer]\n"
+                   "                           [--cross-attention srformer|full|segmented|...]\n"
                    "                           [--segment-size 16] [--vocab 2000] [--d-model 32] [--seed 1]\n"
                    "                           [--shape tiny|t5-small|bart-base] [--layers N] [--heads N]\n"
                    "                           [--d-ff N] [--init-std X] [--dropout X] OUT_DIR\n"
@@ -117,6 +139,8 @@ int run_init_model(const std::vector<std::string>& args) {
                    "  tokenizer without merges (one token per byte, filler tokens up to --vocab, at least 261),\n"
                    "  no corpus. Weights follow Hugging Face's initialisation unless --init-std X > 0 gives every\n"
                    "  matrix N(0, X).\n"
+                   "  --segment-size S: the segment size of a segmented cross-attention (srformer, the default, and\n"
+                   "  the other variants); --cross-attention full has none and refuses it.\n"
                    "  --shape: tiny (d_model 32, 4 heads, 2+2 layers), or the paper's base shapes t5-small and\n"
                    "  bart-base (for load benchmarks); --d-model (d_ff 2x unless --d-ff), --heads, --d-ff and\n"
                    "  --layers (encoder and decoder depth) change the shape's values.\n"
@@ -134,6 +158,7 @@ int run_init_model(const std::vector<std::string>& args) {
       kind = r.value();
     } else if (a == "--segment-size") {
       segment = r.int_value(1);
+      segment_given = true;
     } else if (a == "--vocab") {
       vocab = r.int_value(1);
     } else if (a == "--d-model") {
@@ -174,6 +199,19 @@ int run_init_model(const std::vector<std::string>& args) {
                                 "directory: remove it or choose another OUT_DIR");
   }
   const auto cross_attention = cross_attention_from_string(kind);
+  // The config of a full-attention model has no segment size (a config that sets one is refused on load).
+  if (cross_attention == CrossAttentionKind::kFull && segment_given) {
+    throw std::invalid_argument(
+        "--segment-size is for a segmented cross-attention (--cross-attention srformer, the default, or "
+        "another segmented variant); --cross-attention full has no segments");
+  }
+  // 0 keeps Hugging Face's initialisation; a negative or NaN std is no distribution.
+  if (!(init_std >= 0.0 && std::isfinite(init_std))) {
+    throw std::invalid_argument("--init-std must be a number > 0 (or 0, the default: Hugging Face's initialisation)");
+  }
+  if (!corpus.empty()) check_readable(corpus);
+  const std::string segment_note =
+      cross_attention == CrossAttentionKind::kFull ? "" : ", segment " + std::to_string(segment);
 
   if (shape_arch == "bart") {
     if (!corpus.empty()) {
@@ -201,7 +239,7 @@ int run_init_model(const std::vector<std::string>& args) {
     made.keep();
     std::cout << "wrote " << out << " (BART, d_model " << c.d_model << ", " << c.encoder_layers << "+"
               << c.decoder_layers << " layers, vocab " << c.vocab_size << ", " << to_string(c.srformer.cross_attention)
-              << ", segment " << segment << ")\n";
+              << segment_note << ")\n";
     return 0;
   }
   if (corpus.empty()) throw std::invalid_argument("a T5 needs --corpus FILE to train its tokenizer on (see --help)");
@@ -238,7 +276,7 @@ int run_init_model(const std::vector<std::string>& args) {
                                                 << "\n";
   made.keep();
   std::cout << "wrote " << out << " (vocab " << c.vocab_size << ", " << to_string(c.srformer.cross_attention)
-            << ", segment " << segment << ")\n";
+            << segment_note << ")\n";
   return 0;
 }
 

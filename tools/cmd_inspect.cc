@@ -26,10 +26,12 @@ int run_inspect(const std::vector<std::string>& args) {
                    "  Prints the model's configuration, parameter count and the decoder state one request\n"
                    "  holds for K input tokens after N generated tokens, with the estimate the server budgets\n"
                    "  memory with and what it is made of (state_footprint; JSON).\n"
-                   "  K defaults to 512 (at most the model's input limit); N to the model's own default max new\n"
-                   "  tokens, what a request that sets none gets (generation_config.json's or config.json's\n"
-                   "  max_length - 1, else 128; a server lowers it to its --max-new-tokens-cap), and the\n"
-                   "  expected length L to the checkpoint's srformer.expected_length, else N, as the server's.\n";
+                   "  K defaults to 512; N to the model's own default max new tokens, what a request that sets\n"
+                   "  none gets (generation_config.json's or config.json's max_length - 1, else 128; a server\n"
+                   "  lowers it to its --max-new-tokens-cap), and the expected length L to the checkpoint's\n"
+                   "  srformer.expected_length, else N, as the server's. K and N above the model's limits (its\n"
+                   "  input limit; a BART's decoder positions) are measured at those limits, as \"notes\" in\n"
+                   "  the JSON and on stderr say.\n";
       return 0;
     }
     if (a == "--input-tokens") {
@@ -50,7 +52,13 @@ int run_inspect(const std::vector<std::string>& args) {
   if (dir.empty()) throw std::invalid_argument("missing model directory (see --help)");
   auto model = load_model(dir);
   const auto& c = model->config();
-  k = std::min(k, input_limit_with(c, std::nullopt));
+  // Measured within the model's limits, and said so: the JSON's figures were for fewer tokens than asked.
+  std::vector<std::string> notes;
+  if (const int64_t limit = input_limit_with(c, std::nullopt); k > limit) {
+    notes.push_back("--input-tokens " + std::to_string(k) + " is more than the model's input limit of " +
+                    std::to_string(limit) + ": measured at " + std::to_string(limit) + " input tokens");
+    k = limit;
+  }
   // The model's default, not a fixed 128: the demo model's is 32, and the estimate follows the length.
   const int64_t new_tokens = new_tokens_flag.value_or(model_generation_defaults(c).max_new_tokens);
   const int64_t expected_length = default_expected_length(c, new_tokens);
@@ -62,6 +70,11 @@ int run_inspect(const std::vector<std::string>& args) {
   auto tok = torch::full({1}, c.decoder_start_token_id, torch::kLong);
   const int64_t positions = decoder_positions(c);  // BART's learned ones; T5: 0, no limit
   const int64_t steps = positions > 0 ? std::min(new_tokens, positions) : new_tokens;
+  if (steps < new_tokens) {
+    notes.push_back("--new-tokens " + std::to_string(new_tokens) + " is more than the model's " +
+                    std::to_string(positions) + " decoder positions: measured after " + std::to_string(steps) +
+                    " new tokens");
+  }
   for (int64_t t = 0; t < steps; ++t) tok = model->step(state, tok).argmax(-1);
   nlohmann::json j;
   j["model"] = dir;
@@ -94,6 +107,8 @@ int run_inspect(const std::vector<std::string>& args) {
                           {"per_decoder_position", f.per_decoder_position},
                           {"fixed", f.fixed},
                           {"segment_size", f.segment_size}};
+  j["notes"] = notes;
+  for (const auto& n : notes) std::cerr << "note: " << n << "\n";
   std::cout << j.dump(2) << std::endl;
   return 0;
 }

@@ -18,7 +18,7 @@ const std::vector<Command>& commands() {
       {"inspect", "print a model's config, parameter count and per-request state bytes", run_inspect},
       {"summarize", "summarize a document offline (same code path as the server)", run_summarize},
       {"convert", "plain BART/T5 -> SRformer, or any model -> Hugging Face directory", run_convert},
-      {"init-model", "write a random SRformer model with a SentencePiece tokenizer trained on a corpus",
+      {"init-model", "write a random model (T5: SentencePiece tokenizer from a corpus; BART: byte-level BPE)",
        run_init_model},
       {"eval", "ROUGE-1/2/L/Lsum of a model (or of given predictions) on a JSONL split", run_eval},
       {"train", "fine-tune a model on a JSONL split (AdamW, checkpoints with optimizer state, resume)", run_train},

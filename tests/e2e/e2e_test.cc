@@ -1078,6 +1078,19 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
   EXPECT_EQ(j["heads"], 2);
   EXPECT_EQ(j["layers"], nlohmann::json({1, 1}));
   EXPECT_EQ(j["vocab_size"], 300);
+  EXPECT_EQ(j["notes"], nlohmann::json::array()) << inspected.out;
+  // Past the model's limits (256 positions) inspect measures at the limits: said, not silently clamped.
+  inspected = run_command(kTool + " inspect " + dir + " --input-tokens 100000000 --new-tokens 300 2>&1");
+  ASSERT_EQ(inspected.exit_code, 0) << inspected.out;
+  EXPECT_NE(inspected.out.find("note: --input-tokens 100000000 is more than the model's input limit of 256: measured "
+                               "at 256 input tokens"),
+            std::string::npos)
+      << inspected.out;
+  EXPECT_NE(inspected.out.find("note: --new-tokens 300 is more than the model's 256 decoder positions"),
+            std::string::npos)
+      << inspected.out;
+  inspected = run_command(kTool + " inspect " + dir + " --input-tokens 100000000 --new-tokens 300 2>/dev/null");
+  EXPECT_EQ(nlohmann::json::parse(inspected.out)["notes"].size(), 2u) << inspected.out;
   auto summary = run_command(kTool + " summarize --model " + dir + " --max-new-tokens 4 --min-new-tokens 4 --json " +
                              doc(0) + " 2>&1");
   ASSERT_EQ(summary.exit_code, 0) << summary.out;
@@ -1141,12 +1154,50 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
   std::ofstream(blank) << "  \n\t\n";
   refused.push_back(
       {"init-model --corpus " + blank + " " + dir + "_x", blank + " holds no text to train the tokenizer"});
+  // An unreadable corpus said "holds no text ... (only white space)" too.
+  const std::string missing = (*work_ / "missing.txt").string();
+  refused.push_back(
+      {"init-model --corpus " + missing + " " + dir + "_x", "cannot read --corpus '" + missing + "': no such file"});
+  refused.push_back({"init-model --corpus " + work_->string() + " " + dir + "_x",
+                     "cannot read --corpus '" + work_->string() + "': a directory"});
+  // A full-attention model has no segments (it printed "segment 8" and wrote none).
+  refused.push_back({"init-model --cross-attention full --segment-size 8 --corpus " + doc(0) + " " + dir + "_x",
+                     "--cross-attention full has no segments"});
+  refused.push_back(
+      {"init-model --init-std -1 --corpus " + doc(0) + " " + dir + "_x", "--init-std must be a number > 0"});
+  // Ignored without a validation file (--eval-every is the trainer's own check, tests/train).
+  refused.push_back({"train " + t5 + " " + doc(0) + " --out " + dir + "_x --eval-examples 5",
+                     "--eval-examples needs --validation FILE"});
   for (const auto& [args, message] : refused) {
     auto r = run_command(kTool + " " + args + " 2>&1");
     EXPECT_EQ(r.exit_code, 1) << args << ": " << r.out;
     EXPECT_NE(r.out.find(message), std::string::npos) << args << ": " << r.out;
   }
   EXPECT_FALSE(fs::exists(dir + "_x")) << "a refused command wrote its output (or left a partial one)";
+}
+
+// --quick sets the decode figures' batches and steps unless --batch/--steps say otherwise, before or after it
+// (given first, they were reset).
+TEST_F(EndToEnd, BenchFlagsWinOverQuickInEitherOrder) {
+  for (const std::string flags : {"--batch 2 --steps 7 --quick", "--quick --batch 2 --steps 7"}) {
+    auto r = run_command(kTool + " bench --only decode --model t5-small-srformer-s64 --input-tokens 8 --threads 1 " +
+                         "--json " + flags + " 2>/dev/null");
+    ASSERT_EQ(r.exit_code, 0) << flags << ": " << r.out;
+    std::istringstream lines(r.out);
+    int figures = 0;
+    for (std::string line; std::getline(lines, line);) {
+      const auto j = nlohmann::json::parse(line);
+      EXPECT_EQ(j["batch"], 2) << flags << ": " << line;
+      EXPECT_EQ(j["steps"], 7) << flags << ": " << line;
+      ++figures;
+    }
+    EXPECT_EQ(figures, 1) << flags << ": " << r.out;
+  }
+  auto quick = run_command(kTool + " bench --only decode --model t5-small-srformer-s64 --input-tokens 8 --threads 1 " +
+                           "--json --quick 2>/dev/null");
+  ASSERT_EQ(quick.exit_code, 0) << quick.out;
+  EXPECT_NE(quick.out.find(R"("batch":8)"), std::string::npos) << quick.out;
+  EXPECT_NE(quick.out.find(R"("steps":4)"), std::string::npos) << quick.out;
 }
 
 // A stream sends each token once, with steps 0, 1, ... and text that adds up to the summary, also where
