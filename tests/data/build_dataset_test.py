@@ -270,6 +270,41 @@ class BuildDatasetTest(unittest.TestCase):
         self.assertGreater(s["document_words"]["mean"], 20)
         self.assertGreaterEqual(s["document_words"]["p95"], s["document_words"]["median"])
 
+    def run_main(self, extra):
+        """bd.main on the fixture lists with `extra` arguments into a fresh directory: (rc or SystemExit
+        code, stderr, whether the output directory was written)."""
+        import contextlib
+        import io
+
+        err = io.StringIO()
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "o")
+            with contextlib.redirect_stderr(err):
+                try:
+                    lists = ["--packages", self.packages, "--translation", self.translation]
+                    rc = bd.main(["--out", out, "--quiet"] + lists + extra)
+                except SystemExit as e:
+                    rc = e.code
+            return rc, err.getvalue(), os.path.exists(out)
+
+    def test_a_minimum_over_its_maximum_is_refused(self):
+        # It removed every record and wrote three empty splits with exit 0.
+        rc, err, written = self.run_main(["--min-doc-words", "500", "--max-doc-words", "10"])
+        self.assertEqual(rc, 2)
+        self.assertIn("--min-doc-words 500 is more than --max-doc-words 10", err)
+        self.assertFalse(written)
+
+    def test_an_empty_split_is_an_error(self):
+        rc, err, written = self.run_main(["--min-summary-words", "1000"])
+        self.assertEqual(rc, 1)
+        self.assertIn("the train, validation and test splits would be empty: 0 of", err)
+        self.assertIn("summary < 1000 words", err)
+        self.assertFalse(written)
+        # A split given no share is empty on purpose.
+        rc, err, written = self.run_main(["--split", "100,0,0"])
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(written)
+
     def test_missing_lists_give_a_clear_error(self):
         with tempfile.TemporaryDirectory() as empty:
             rc = bd.main(["--out", os.path.join(empty, "o"), "--lists-dir", empty, "--quiet"])

@@ -409,6 +409,12 @@ def parse_with_split(parser, argv):
     args.split = [float(x) for x in args.split.split(",")]
     if len(args.split) != 3 or abs(sum(args.split) - 100) > 1e-9 or min(args.split) < 0:
         parser.error("--split needs three non-negative percentages summing to 100")
+    # A minimum over its maximum removes every record: three empty splits and exit 0.
+    for what in ("doc", "summary"):
+        low, high = getattr(args, "min_%s_words" % what, None), getattr(args, "max_%s_words" % what, None)
+        if low is not None and high is not None and low > high:
+            parser.error("--min-%s-words %d is more than --max-%s-words %d: no record would pass"
+                         % (what, low, what, high))
     return args
 
 
@@ -442,6 +448,20 @@ def main(argv=None):
             return 2
     records = collect_records(translation, packages)
     splits, removed, group_sizes = build(records, args)
+    # A split asked for (a share above 0) that comes out empty is no dataset: `srformer train` and
+    # `eval` refuse it later ("has no examples"); say why now, before writing anything.
+    empty = [name for name, share in zip(SPLITS, args.split) if share > 0 and not splits[name]]
+    if empty:
+        kept = sum(len(rows) for rows in splits.values())
+        why = ", ".join("%s: %d" % kv for kv in sorted(removed.items())) or "none"
+        print(
+            "build_dataset: the %s split%s would be empty: %d of %d description records kept (removed: %s); "
+            "loosen the filters (--min-doc-words, --max-doc-words, --min-summary-words) or give more lists"
+            % (", ".join(empty[:-1]) + " and " + empty[-1] if len(empty) > 1 else empty[0],
+               "s" if len(empty) > 1 else "", kept, len(records), why),
+            file=sys.stderr,
+        )
+        return 1
 
     stats = {
         "inputs": {"translation": translation, "packages": packages},
