@@ -96,6 +96,10 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
   const int cores = usable_cpus();  // the affinity mask and cgroup quota, not the machine's count
   limits.threads =
       config.threads > 0 ? config.threads : std::max(1, cores / std::max(1, static_cast<int>(models.size())));
+  spdlog::info("{} intra-op thread{} per model ({})", limits.threads, limits.threads == 1 ? "" : "s",
+               config.threads > 0 ? std::string("--threads")
+                                  : std::to_string(cores) + " usable CPUs / " + std::to_string(models.size()) +
+                                        " model" + (models.size() == 1 ? "" : "s"));
   for (auto& m : models) {
     ModelMetrics* mm = metrics ? &metrics->model(m.name) : nullptr;
     if (mm != nullptr) {

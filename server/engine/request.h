@@ -1,6 +1,7 @@
 #pragma once
 // One summarization request as the engine sees it: token ids and options in, token events and one
 // result out. Built and validated by the service; owned jointly by the service call and the engine.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -60,6 +61,15 @@ struct RequestResult {
   RequestUsage usage;
 };
 
+// gRPC ends a call at its client's deadline by cancelling it, and that cancel can reach us before our copy
+// of the deadline passes: ours starts when the call arrives, from the time left that the client sent,
+// and a loaded machine delays the arrival (the deadline then counted as a cancel). A cancel with at most
+// a quarter of the call's time left, and at most 250 ms, counts as its deadline's.
+inline bool cancel_near_deadline(Clock::duration elapsed, Clock::duration left) {
+  const Clock::duration slack = std::min<Clock::duration>(std::chrono::milliseconds(250), (elapsed + left) / 4);
+  return left <= slack;
+}
+
 struct Request {
   std::string id;
   std::vector<int64_t> input_ids;  // already truncated to the limit
@@ -78,6 +88,10 @@ struct Request {
   void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
   bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
   bool expired(Clock::time_point now) const { return deadline && now >= *deadline; }
+  // Whether a cancelled request stopped for its deadline (cancel_near_deadline).
+  bool cancel_near_deadline(Clock::time_point now) const {
+    return deadline && srformer::server::cancel_near_deadline(now - accepted_at, *deadline - now);
+  }
 
  private:
   std::atomic<bool> cancelled_{false};

@@ -137,6 +137,7 @@ class CallRecord {
     }
   }
   const std::string& method() const { return method_; }
+  Clock::duration elapsed() const { return Clock::now() - start_; }
 
  private:
   Metrics* metrics_;
@@ -536,8 +537,12 @@ class BatchCall final : public grpc::ServerUnaryReactor {
     // The client has its status already (its deadline, or its cancel): count and log that one, not the OK
     // of a partial_results response nobody receives (nor its items). The engine may end the items at the
     // deadline before gRPC's own timer marks the call cancelled: a deadline passed counts as much.
-    const bool expired = context_->deadline() <= std::chrono::system_clock::now();
-    if (expired || context_->IsCancelled()) {
+    const auto left = context_->deadline() - std::chrono::system_clock::now();
+    const bool cancelled = context_->IsCancelled();
+    const bool expired = left <= std::chrono::system_clock::duration::zero() ||
+                         (cancelled && context_->deadline() != std::chrono::system_clock::time_point::max() &&
+                          cancel_near_deadline(record_.elapsed(), std::chrono::duration_cast<Clock::duration>(left)));
+    if (expired || cancelled) {
       const grpc::Status status = expired
                                       ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                                                      "the deadline expired before every request of the batch finished")
