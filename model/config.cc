@@ -255,7 +255,9 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c) {
                                                                         {"sequence_bias", nullptr},
                                                                         {"exponential_decay_length_penalty", nullptr},
                                                                         {"guidance_scale", nullptr},
-                                                                        {"max_time", nullptr}};
+                                                                        {"max_time", nullptr},
+                                                                        {"renormalize_logits", false},
+                                                                        {"stop_strings", nullptr}};
   for (const auto& [key, neutral] : kUnsupported) {
     const auto it = j.find(key);
     if (it == j.end() || it->is_null() || *it == neutral) continue;
@@ -301,12 +303,82 @@ void check_token_ids(const ModelConfig& c) {
   }
 }
 
+std::string supported_activations() {
+  std::string names;
+  for (const char* a : kActivations) names += std::string(names.empty() ? "" : ", ") + a;
+  return names;
+}
+
+// T5Config's derivation (configuration_t5.py): feed_forward_proj is "ACT" or "gated-ACT", where
+// "gated-gelu" means gelu_new (kept so for old checkpoints) but plain "gelu" the exact (erf) GELU. A
+// config.json's own dense_act_fn and is_gated_act (newer transformers save them) win, since
+// PretrainedConfig sets the keys left over after T5Config's own last.
+void parse_t5_feed_forward(const nlohmann::json& j, const std::string& type, ModelConfig& c) {
+  const auto ff = opt<std::string>(j, "feed_forward_proj").value_or(type == "mt5" ? "gated-gelu" : "relu");
+  const auto dash = ff.find('-');
+  const bool gated = dash != std::string::npos && ff.compare(0, dash, "gated") == 0;
+  if (dash != std::string::npos && (!gated || ff.find('-', dash + 1) != std::string::npos)) {
+    config_error("'feed_forward_proj' is '" + ff + "'; it must be ACT or gated-ACT (e.g. relu, gated-gelu)");
+  }
+  c.gated_ffn = gated;
+  c.activation = ff == "gated-gelu" ? "gelu_new" : ff.substr(gated ? dash + 1 : 0);
+  const auto dense_act_fn = opt<std::string>(j, "dense_act_fn");
+  if (dense_act_fn) c.activation = *dense_act_fn;
+  if (const auto is_gated = opt<bool>(j, "is_gated_act")) c.gated_ffn = *is_gated;
+  if (!is_supported_activation(c.activation)) {
+    config_error((dense_act_fn ? "dense_act_fn '" + *dense_act_fn + "'" : "feed_forward_proj '" + ff + "'") +
+                 ": activation '" + c.activation + "' is not supported (supported: " + supported_activations() + ")");
+  }
+}
+
+// Keys of transformers 3's BartConfig, when mBART, Marian and Blenderbot-90M checkpoints were "bart" too.
+// Today's BartModel ignores them and computes plain BART (post-LN, layernorm_embedding, learned positions,
+// no final stack norm), and so do we: any other value means weights trained for another network.
+void refuse_legacy_bart_variants(const nlohmann::json& j) {
+  struct Legacy {
+    const char* key;
+    bool bart;  // plain BART's value
+    const char* what;
+  };
+  static constexpr Legacy kLegacy[] = {
+      {"normalize_before", false, "mBART-style pre-LN"},
+      {"add_final_layer_norm", false, "a layer norm after each stack, as mBART"},
+      {"normalize_embedding", true, "layernorm_embedding; false: none"},
+      {"static_position_embeddings", false, "sinusoidal positions, as Marian"},
+      {"do_blenderbot_90_layernorm", false, "Blenderbot-90M's layer norms"},
+  };
+  for (const auto& l : kLegacy) {
+    if (opt<bool>(j, l.key).value_or(l.bart) != l.bart) {
+      config_error(std::string("'") + l.key + "' is " + (l.bart ? "false" : "true") + " (" + l.what +
+                   "); only plain BART's value (" + (l.bart ? "true" : "false") +
+                   ") is supported: is this an mBART, Marian or Blenderbot checkpoint?");
+    }
+  }
+}
+
+// PretrainedConfig fields that change which weights exist: Hugging Face prunes heads (T5) or fails (BART),
+// and ties the decoder's weights to the encoder's; the weights here would not fit either way.
+void refuse_weight_layout_changes(const nlohmann::json& j) {
+  if (const auto it = j.find("pruned_heads"); it != j.end() && !it->is_null() && !it->empty()) {
+    config_error("'pruned_heads' is " + it->dump() + "; models with pruned attention heads are not supported");
+  }
+  if (opt<bool>(j, "tie_encoder_decoder").value_or(false)) {
+    config_error("'tie_encoder_decoder' is true (decoder weights shared with the encoder's); not supported");
+  }
+}
+
 }  // namespace
+
+bool is_supported_activation(const std::string& name) {
+  return std::find_if(std::begin(kActivations), std::end(kActivations), [&](const char* a) { return name == a; }) !=
+         std::end(kActivations);
+}
 
 ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json* generation) {
   if (!j.is_object()) config_error("top level must be a JSON object");
   ModelConfig c;
   const auto type = opt<std::string>(j, "model_type").value_or("");
+  if (type.empty()) config_error("no 'model_type' (supported: bart, t5, mt5)");
   if (type == "bart") {
     c.arch = Architecture::kBart;
   } else if (type == "t5" || type == "mt5") {
@@ -317,13 +389,29 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
   c.model_type = type;
   c.vocab_size = req<int64_t>(j, "vocab_size");
   c.d_model = req<int64_t>(j, "d_model");
-  c.pad_token_id = opt<int64_t>(j, "pad_token_id").value_or(c.arch == Architecture::kBart ? 1 : 0);
-  c.eos_token_id = opt<int64_t>(j, "eos_token_id").value_or(c.arch == Architecture::kBart ? 2 : 1);
-  c.bos_token_id = opt<int64_t>(j, "bos_token_id");
-  c.decoder_start_token_id = opt<int64_t>(j, "decoder_start_token_id")
-                                 .value_or(c.arch == Architecture::kBart ? c.eos_token_id : c.pad_token_id);
+  const bool bart = c.arch == Architecture::kBart;
+  // BartConfig's and T5Config's defaults where a key is absent; an explicit null is no id.
+  c.pad_token_id = opt<int64_t>(j, "pad_token_id").value_or(bart ? 1 : 0);
+  c.eos_token_id = opt<int64_t>(j, "eos_token_id").value_or(bart ? 2 : 1);
+  c.bos_token_id = j.contains("bos_token_id") || !bart ? opt<int64_t>(j, "bos_token_id") : std::optional<int64_t>(0);
+  if (!j.contains("decoder_start_token_id")) {
+    // BartConfig's default is 2 itself, not eos_token_id. T5Config has none (Hugging Face cannot generate
+    // then); T5 starts with the pad id, as every T5 checkpoint says.
+    c.decoder_start_token_id = bart ? 2 : c.pad_token_id;
+  } else if (const auto start = opt<int64_t>(j, "decoder_start_token_id")) {
+    c.decoder_start_token_id = *start;
+  } else {  // null: Hugging Face's generate starts with bos_token_id
+    c.decoder_start_token_id = c.bos_token_id.value_or(bart ? c.eos_token_id : c.pad_token_id);
+  }
   c.forced_bos_token_id = opt<int64_t>(j, "forced_bos_token_id");
-  c.forced_eos_token_id = opt<int64_t>(j, "forced_eos_token_id");
+  // BartConfig forces token 2 at max_length unless the key says otherwise (null: nothing forced).
+  c.forced_eos_token_id =
+      j.contains("forced_eos_token_id") || !bart ? opt<int64_t>(j, "forced_eos_token_id") : std::optional<int64_t>(2);
+  // transformers < 4.2's BART-CNN flag, which BartConfig still turns into forced_bos_token_id = bos.
+  if (bart && !c.forced_bos_token_id && opt<bool>(j, "force_bos_token_to_be_generated").value_or(false)) {
+    c.forced_bos_token_id = c.bos_token_id;
+  }
+  refuse_weight_layout_changes(j);
   // Hugging Face's MT5Config unties the LM head by default, T5Config and BartConfig tie it.
   c.tie_word_embeddings = opt<bool>(j, "tie_word_embeddings").value_or(type != "mt5");
 
@@ -343,9 +431,12 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
     c.max_position_embeddings = req<int64_t>(j, "max_position_embeddings");
     require_positive(c.max_position_embeddings, "max_position_embeddings");
     c.scale_embedding = opt<bool>(j, "scale_embedding").value_or(false);
-    c.normalize_before = opt<bool>(j, "normalize_before").value_or(false);
-    if (c.normalize_before) config_error("normalize_before (mBART-style pre-LN) is not supported yet");
+    refuse_legacy_bart_variants(j);
     c.activation = opt<std::string>(j, "activation_function").value_or("gelu");
+    if (!is_supported_activation(c.activation)) {
+      config_error("activation_function '" + c.activation +
+                   "' is not supported (supported: " + supported_activations() + ")");
+    }
     c.dropout = {opt<double>(j, "dropout").value_or(0.1), opt<double>(j, "attention_dropout").value_or(0.0),
                  opt<double>(j, "activation_dropout").value_or(0.0)};
     c.layer_norm_eps = 1e-5;
@@ -379,20 +470,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
       config_error("'layer_norm_epsilon' must be a small positive number (T5 uses 1e-6), got " +
                    std::to_string(c.layer_norm_eps));
     }
-    const auto ff = opt<std::string>(j, "feed_forward_proj").value_or(type == "mt5" ? "gated-gelu" : "relu");
-    if (ff == "relu") {
-      c.activation = "relu";
-    } else if (ff == "gated-gelu") {
-      c.activation = "gelu_new";
-      c.gated_ffn = true;
-    } else if (ff == "gated-relu") {
-      c.activation = "relu";
-      c.gated_ffn = true;
-    } else if (ff == "gelu") {
-      c.activation = "gelu_new";
-    } else {
-      config_error("feed_forward_proj '" + ff + "' is not supported (relu, gelu, gated-gelu, gated-relu)");
-    }
+    parse_t5_feed_forward(j, type, c);
     const auto n_positions = opt<int64_t>(j, "n_positions");
     if (n_positions) require_positive(*n_positions, "n_positions");
     c.max_input_tokens = n_positions.value_or(16384);
@@ -402,9 +480,6 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
   }
   for (const double p : {c.dropout.hidden, c.dropout.attention, c.dropout.activation}) {
     if (!(p >= 0.0 && p < 1.0)) config_error("dropout rates must be in [0, 1), got " + std::to_string(p));
-  }
-  if (c.activation != "gelu" && c.activation != "relu" && c.activation != "gelu_new") {
-    config_error("activation '" + c.activation + "' is not supported (gelu, gelu_new, relu)");
   }
   require_positive(c.vocab_size, "vocab_size");
   require_positive(c.d_model, "d_model");
@@ -476,7 +551,11 @@ nlohmann::json ModelConfig::to_json(const nlohmann::json* original) const {
   j["eos_token_id"] = eos_token_id;
   j["decoder_start_token_id"] = decoder_start_token_id;
   j["tie_word_embeddings"] = tie_word_embeddings;
-  if (bos_token_id) j["bos_token_id"] = *bos_token_id;
+  // Written even when unset: an absent key means BartConfig's default (bos 0, forced_eos 2) on reading.
+  const auto id_or_null = [](const std::optional<int64_t>& id) { return id ? nlohmann::json(*id) : nlohmann::json(); };
+  j["bos_token_id"] = id_or_null(bos_token_id);
+  j["forced_bos_token_id"] = id_or_null(forced_bos_token_id);
+  j["forced_eos_token_id"] = id_or_null(forced_eos_token_id);
   if (arch == Architecture::kBart) {
     j["encoder_attention_heads"] = num_heads;
     j["decoder_attention_heads"] = num_heads;
@@ -500,8 +579,12 @@ nlohmann::json ModelConfig::to_json(const nlohmann::json* original) const {
     j["relative_attention_num_buckets"] = relative_attention_num_buckets;
     j["relative_attention_max_distance"] = relative_attention_max_distance;
     j["dropout_rate"] = dropout.hidden;
+    // dense_act_fn and is_gated_act as newer transformers write them: they say what feed_forward_proj
+    // cannot ("gated-gelu" reads as gelu_new).
     j["feed_forward_proj"] =
-        gated_ffn ? (activation == "relu" ? "gated-relu" : "gated-gelu") : (activation == "relu" ? "relu" : "gelu");
+        gated_ffn && activation == "gelu_new" ? "gated-gelu" : (gated_ffn ? "gated-" : "") + activation;
+    j["dense_act_fn"] = activation;
+    j["is_gated_act"] = gated_ffn;
   }
   if (srformer.cross_attention != CrossAttentionKind::kFull ||
       (original != nullptr && original->contains("srformer"))) {

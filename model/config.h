@@ -13,6 +13,11 @@ namespace srformer {
 
 enum class Architecture { kBart, kT5 };
 
+// The Hugging Face activation names (ACT2FN keys) a feed-forward may use; others are refused by name.
+inline constexpr const char* kActivations[] = {
+    "relu", "gelu", "gelu_python", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "silu", "swish"};
+bool is_supported_activation(const std::string& name);
+
 // Cross-attention variants (paper §4.2-4.3). All share one interface (attention/cross_attention.h).
 enum class CrossAttentionKind {
   kFull,          // standard softmax over all keys
@@ -92,11 +97,11 @@ struct ModelConfig {
   // BART
   int64_t max_position_embeddings = 1024;
   bool scale_embedding = false;
-  bool normalize_before = false;    // mBART-style pre-LN; BART is post-LN (false)
-  std::string activation = "gelu";  // BART activation_function / T5 dense act ("relu", "gelu_new")
+  // BART activation_function / T5 dense_act_fn, in Hugging Face's ACT2FN names (kActivations).
+  std::string activation = "gelu";
 
   // T5
-  bool gated_ffn = false;  // feed_forward_proj "gated-*"
+  bool gated_ffn = false;  // is_gated_act: feed_forward_proj "gated-*"
   int64_t relative_attention_num_buckets = 32;
   int64_t relative_attention_max_distance = 128;
 

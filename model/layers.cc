@@ -160,8 +160,11 @@ LayerNorm LayerNorm::bind(ParamBinder& w, const std::string& prefix, int64_t dim
 
 Activation activation_from_string(const std::string& name) {
   if (name == "relu") return Activation::kRelu;
-  if (name == "gelu") return Activation::kGelu;
-  if (name == "gelu_new" || name == "gelu_pytorch_tanh") return Activation::kGeluTanh;
+  if (name == "gelu" || name == "gelu_python") return Activation::kGelu;
+  // gelu_fast writes the same tanh formula as gelu_new, with the constant rounded to 10 digits.
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") return Activation::kGeluTanh;
+  if (name == "silu" || name == "swish") return Activation::kSilu;
+  if (name == "quick_gelu") return Activation::kQuickGelu;
   throw std::invalid_argument("unsupported activation '" + name + "'");
 }
 
@@ -176,6 +179,10 @@ torch::Tensor activate(const torch::Tensor& x, Activation act) {
       constexpr double kSqrt2OverPi = 0.7978845608028654;
       return 0.5 * x * (1.0 + torch::tanh(kSqrt2OverPi * (x + 0.044715 * torch::pow(x, 3.0))));
     }
+    case Activation::kSilu:
+      return torch::silu(x);
+    case Activation::kQuickGelu:
+      return x * torch::sigmoid(1.702 * x);
   }
   return x;
 }

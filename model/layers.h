@@ -64,7 +64,10 @@ struct LayerNorm {
   static LayerNorm bind(ParamBinder& w, const std::string& prefix, int64_t dim, double eps, bool rms);
 };
 
-enum class Activation { kRelu, kGelu, kGeluTanh };
+// Hugging Face's ACT2FN functions by what they compute: kGelu the exact (erf) GELU, kGeluTanh its tanh
+// approximation, kSilu x sigmoid(x), kQuickGelu x sigmoid(1.702 x).
+enum class Activation { kRelu, kGelu, kGeluTanh, kSilu, kQuickGelu };
+// An ACT2FN name (config.h's kActivations); throws std::invalid_argument on any other.
 Activation activation_from_string(const std::string& name);
 torch::Tensor activate(const torch::Tensor& x, Activation act);
 

@@ -35,6 +35,163 @@ std::string error_with_generation(const nlohmann::json& j, const nlohmann::json&
   return "";
 }
 
+nlohmann::json bart_json() {
+  return {{"model_type", "bart"},  {"vocab_size", 64},    {"d_model", 32},       {"encoder_attention_heads", 4},
+          {"encoder_ffn_dim", 64}, {"encoder_layers", 1}, {"decoder_layers", 1}, {"max_position_embeddings", 64}};
+}
+
+// T5Config (configuration_t5.py) splits feed_forward_proj at '-': dense_act_fn is the last part, except
+// that "gated-gelu" means gelu_new; is_gated_act is a leading "gated". Keys the file sets itself win.
+TEST(Config, T5FeedForwardProjIsReadAsHuggingFaceDerivesIt) {
+  struct Want {
+    const char* feed_forward_proj;
+    const char* act;
+    bool gated;
+  };
+  for (const auto& w : {Want{"relu", "relu", false}, Want{"gelu", "gelu", false}, Want{"gated-gelu", "gelu_new", true},
+                        Want{"gated-relu", "relu", true}, Want{"gated-silu", "silu", true}, Want{"silu", "silu", false},
+                        Want{"gelu_new", "gelu_new", false}, Want{"gated-gelu_new", "gelu_new", true},
+                        Want{"gated-gelu_pytorch_tanh", "gelu_pytorch_tanh", true}}) {
+    SCOPED_TRACE(w.feed_forward_proj);
+    auto j = t5_json();
+    j["feed_forward_proj"] = w.feed_forward_proj;
+    const auto c = ModelConfig::from_json(j);
+    EXPECT_EQ(c.activation, w.act);
+    EXPECT_EQ(c.gated_ffn, w.gated);
+    const auto again = ModelConfig::from_json(c.to_json(&j));  // saved and read back, by us or by HF
+    EXPECT_EQ(again.activation, w.act);
+    EXPECT_EQ(again.gated_ffn, w.gated);
+    EXPECT_EQ(c.to_json()["dense_act_fn"], w.act);
+  }
+  auto j = t5_json();
+  j["feed_forward_proj"] = "gated-gelu";
+  j["dense_act_fn"] = "gelu";  // as PretrainedConfig sets leftover keys after T5Config's derivation
+  EXPECT_EQ(ModelConfig::from_json(j).activation, "gelu");
+  j["is_gated_act"] = false;
+  EXPECT_FALSE(ModelConfig::from_json(j).gated_ffn);
+  // gated + exact gelu cannot be written as feed_forward_proj alone: dense_act_fn keeps it.
+  j["is_gated_act"] = true;
+  const auto exact = ModelConfig::from_json(j);
+  const auto back = ModelConfig::from_json(exact.to_json());
+  EXPECT_EQ(back.activation, "gelu");
+  EXPECT_TRUE(back.gated_ffn);
+
+  const auto refused = [](const nlohmann::json& edits, const std::string& says) {
+    auto k = t5_json();
+    k.merge_patch(edits);
+    EXPECT_NE(error_of(k).find(says), std::string::npos) << edits.dump() << ": " << error_of(k);
+  };
+  refused({{"feed_forward_proj", "gelu-new"}}, "'feed_forward_proj' is 'gelu-new'; it must be ACT or gated-ACT");
+  refused({{"feed_forward_proj", "gated-gelu-new"}}, "it must be ACT or gated-ACT");
+  refused({{"feed_forward_proj", "gated-mish"}},
+          "feed_forward_proj 'gated-mish': activation 'mish' is not supported (supported: relu, gelu,");
+  refused({{"feed_forward_proj", "gated-"}}, "activation '' is not supported");
+  refused({{"dense_act_fn", "tanh"}}, "dense_act_fn 'tanh': activation 'tanh' is not supported");
+}
+
+TEST(Config, BartTakesTheActivationsItComputesAndNamesTheOthers) {
+  for (const char* act : kActivations) {
+    auto j = bart_json();
+    j["activation_function"] = act;
+    EXPECT_EQ(ModelConfig::from_json(j).activation, act);
+    EXPECT_EQ(ModelConfig::from_json(ModelConfig::from_json(j).to_json()).activation, act);
+  }
+  auto j = bart_json();
+  j["activation_function"] = "mish";
+  EXPECT_NE(error_of(j).find("config.json: activation_function 'mish' is not supported (supported: relu, gelu, "
+                             "gelu_python, gelu_new, gelu_pytorch_tanh, gelu_fast, quick_gelu, silu, swish)"),
+            std::string::npos)
+      << error_of(j);
+}
+
+// BartConfig's defaults where config.json lacks a key (older and tiny checkpoints): bos 0, decoder start 2
+// and forced_eos_token_id 2 whatever eos_token_id is; null means none. T5Config has none of these.
+TEST(Config, BartSpecialTokensTakeBartConfigsDefaults) {
+  auto j = bart_json();
+  j["eos_token_id"] = 5;
+  const auto c = ModelConfig::from_json(j);
+  EXPECT_EQ(c.bos_token_id, 0);
+  EXPECT_EQ(c.decoder_start_token_id, 2);
+  EXPECT_EQ(c.forced_eos_token_id, 2);
+  EXPECT_FALSE(c.forced_bos_token_id);
+  j["forced_eos_token_id"] = nullptr;
+  EXPECT_FALSE(ModelConfig::from_json(j).forced_eos_token_id);
+  j["decoder_start_token_id"] = nullptr;  // generate then starts with bos_token_id
+  j["bos_token_id"] = 3;
+  EXPECT_EQ(ModelConfig::from_json(j).decoder_start_token_id, 3);
+  // transformers < 4.2's flag for BART-CNN: BartConfig turns it into forced_bos_token_id = bos_token_id.
+  j["force_bos_token_to_be_generated"] = true;
+  EXPECT_EQ(ModelConfig::from_json(j).forced_bos_token_id, 3);
+  j["forced_bos_token_id"] = 4;
+  EXPECT_EQ(ModelConfig::from_json(j).forced_bos_token_id, 4);
+  // A config made in code keeps "none" through a save (the keys are written as null).
+  auto unset = bart_json();
+  unset["forced_eos_token_id"] = nullptr;
+  unset["bos_token_id"] = nullptr;
+  const auto none = ModelConfig::from_json(ModelConfig::from_json(unset).to_json());
+  EXPECT_FALSE(none.forced_eos_token_id);
+  EXPECT_FALSE(none.bos_token_id);
+  // generation_config.json replaces them all: no forced_eos_token_id there is none.
+  const nlohmann::json g = {{"num_beams", 2}};
+  EXPECT_FALSE(ModelConfig::from_json(bart_json(), &g).forced_eos_token_id);
+  const auto t5 = ModelConfig::from_json(t5_json());
+  EXPECT_FALSE(t5.forced_eos_token_id);
+  EXPECT_FALSE(t5.bos_token_id);
+  EXPECT_EQ(t5.decoder_start_token_id, 0);
+}
+
+// transformers 3's BartConfig keys for mBART/Marian/Blenderbot-style networks: today's BartModel ignores
+// them, so a checkpoint that sets one was trained for another network and is refused by name.
+TEST(Config, LegacyBartVariantKeysAreRefusedByName) {
+  for (const auto& [key, value] : std::vector<std::pair<const char*, bool>>{{"normalize_before", true},
+                                                                            {"add_final_layer_norm", true},
+                                                                            {"normalize_embedding", false},
+                                                                            {"static_position_embeddings", true},
+                                                                            {"do_blenderbot_90_layernorm", true}}) {
+    auto j = bart_json();
+    j[key] = value;
+    EXPECT_NE(error_of(j).find("config.json: '" + std::string(key) + "' is " + (value ? "true" : "false")),
+              std::string::npos)
+        << error_of(j);
+    j[key] = !value;  // plain BART's value, as bart-base's config.json writes them
+    EXPECT_EQ(error_of(j), "");
+  }
+}
+
+TEST(Config, PrunedHeadsAndEncoderDecoderTyingAreRefused) {
+  for (auto j : {t5_json(), bart_json()}) {
+    j["pruned_heads"] = nlohmann::json::object();
+    j["tie_encoder_decoder"] = false;
+    EXPECT_EQ(error_of(j), "");
+    j["pruned_heads"] = {{"0", {1, 2}}};
+    EXPECT_NE(error_of(j).find("'pruned_heads' is {\"0\":[1,2]}; models with pruned attention heads are not"),
+              std::string::npos)
+        << error_of(j);
+    j["pruned_heads"] = nullptr;
+    j["tie_encoder_decoder"] = true;
+    EXPECT_NE(error_of(j).find("'tie_encoder_decoder' is true"), std::string::npos) << error_of(j);
+  }
+}
+
+// Hugging Face's other encoder-decoder families share key names with BART or T5 but compute otherwise:
+// each is refused with what is supported, never loaded as its look-alike.
+TEST(Config, OtherModelTypesAreRefusedNamingTheSupportedOnes) {
+  for (const char* type :
+       {"mbart", "pegasus", "pegasus_x", "longt5", "umt5", "switch_transformers", "led", "marian", "blenderbot",
+        "blenderbot-small", "bigbird_pegasus", "plbart", "fsmt", "prophetnet", "m2m_100", "nllb-moe", "BART", "T5"}) {
+    for (auto j : {bart_json(), t5_json()}) {
+      j["model_type"] = type;
+      EXPECT_NE(error_of(j).find("model_type '" + std::string(type) + "' is not supported (supported: bart, t5, mt5)"),
+                std::string::npos)
+          << error_of(j);
+    }
+  }
+  auto j = t5_json();
+  j.erase("model_type");
+  EXPECT_NE(error_of(j).find("config.json: no 'model_type' (supported: bart, t5, mt5)"), std::string::npos)
+      << error_of(j);
+}
+
 TEST(Config, PlainCheckpointLoadsAsFullAttention) {
   const auto c = ModelConfig::from_json(t5_json());
   EXPECT_EQ(c.srformer.cross_attention, CrossAttentionKind::kFull);
@@ -186,9 +343,7 @@ TEST(Config, NumbersOutOfShapeAreRefusedByName) {
   j["relative_attention_max_distance"] = 3;
   EXPECT_EQ(ModelConfig::from_json(j).d_model, 32);
 
-  auto bart = nlohmann::json{
-      {"model_type", "bart"},  {"vocab_size", 64},    {"d_model", 32},       {"encoder_attention_heads", 4},
-      {"encoder_ffn_dim", 64}, {"encoder_layers", 1}, {"decoder_layers", 1}, {"max_position_embeddings", 64}};
+  auto bart = bart_json();
   EXPECT_EQ(error_of(bart), "");
   bart["max_position_embeddings"] = INT64_MAX;
   EXPECT_NE(error_of(bart).find("'max_position_embeddings' is 9223372036854775807; at most 16777216"),
@@ -321,6 +476,10 @@ TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
   const auto unsupported = ModelConfig::load(dir.path() / "config.json");
   EXPECT_EQ(unsupported.unsupported_generation,
             (std::vector<std::string>{"num_beam_groups=4", "diversity_penalty=0.5", "suppress_tokens=[5,6]"}));
+  std::ofstream(dir.path() / "generation_config.json")
+      << R"({"renormalize_logits": true, "stop_strings": ["\n"], "num_beams": 4})";
+  EXPECT_EQ(ModelConfig::load(dir.path() / "config.json").unsupported_generation,
+            (std::vector<std::string>{"renormalize_logits=true", R"(stop_strings=["\n"])"}));
   const auto bad_type = error_loading(R"({"num_beams": "four"})");
   EXPECT_EQ(bad_type.find((dir.path() / "generation_config.json: key 'num_beams' has the wrong type").string()), 0u)
       << bad_type;

@@ -5,10 +5,15 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <functional>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
 #include <utility>
 #include <vector>
+
+#include "model/config.h"
 
 namespace {
 
@@ -98,4 +103,52 @@ TEST(ClampFp16Overflow, ClampsEverythingOnlyWhereSomethingOverflowed) {
   EXPECT_TRUE(torch::equal(clamped, torch::tensor({1.5, -64504.0, 64504.0, 64504.0}).to(torch::kFloat16))) << clamped;
   const auto fp32 = torch::tensor({1.0F, std::numeric_limits<float>::infinity()});
   EXPECT_TRUE(torch::equal(srformer::clamp_fp16_overflow(fp32), fp32)) << "fp32 has the range: left alone";
+}
+
+// Each activation a config may name against Hugging Face's formula (activations.py, torch.nn), in double.
+TEST(Activation, EveryConfigNameComputesHuggingFacesFunction) {
+  const auto gelu = [](double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); };
+  const auto gelu_tanh = [](double x) {
+    return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / std::acos(-1.0)) * (x + 0.044715 * x * x * x)));
+  };
+  const auto sigmoid = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  const std::vector<std::pair<const char*, std::function<double(double)>>> want = {
+      {"relu", [](double x) { return x > 0 ? x : 0.0; }},
+      {"gelu", gelu},
+      {"gelu_python", gelu},
+      {"gelu_new", gelu_tanh},
+      {"gelu_pytorch_tanh", gelu_tanh},
+      {"gelu_fast", [](double x) { return 0.5 * x * (1.0 + std::tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x))); }},
+      {"quick_gelu", [&](double x) { return x * sigmoid(1.702 * x); }},
+      {"silu", [&](double x) { return x * sigmoid(x); }},
+      {"swish", [&](double x) { return x * sigmoid(x); }},
+  };
+  ASSERT_EQ(want.size(), std::size(srformer::kActivations)) << "a config name without a formula here";
+  const std::vector<double> xs = {-4.0, -1.5, -0.5, -1e-3, 0.0, 0.25, 1.0, 2.5, 6.0};
+  const auto x = torch::tensor(xs, torch::kFloat64);
+  for (const auto& [name, f] : want) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(srformer::is_supported_activation(name));
+    const auto y = srformer::activate(x, srformer::activation_from_string(name));
+    for (size_t i = 0; i < xs.size(); ++i) EXPECT_NEAR(y[static_cast<int64_t>(i)].item<double>(), f(xs[i]), 1e-9);
+  }
+  // The exact GELU and its tanh approximation differ by ~1.5e-4 at 1: a mix-up shows above.
+  EXPECT_GT(std::abs(gelu(1.0) - gelu_tanh(1.0)), 1e-4);
+  EXPECT_THROW(srformer::activation_from_string("mish"), std::invalid_argument);
+}
+
+// T5's gated feed-forward (T5DenseGatedActDense): wo(act(wi_0 x) * wi_1 x), by hand on 2x2 weights.
+TEST(FeedForward, GatedMultipliesTheActivatedProjectionByTheLinearOne) {
+  srformer::FeedForward f;
+  f.in.weight = torch::tensor({1.0, -2.0, 0.5, 3.0}, torch::kFloat64).view({2, 2});     // wi_0
+  f.gate.weight = torch::tensor({2.0, 1.0, -1.0, 0.25}, torch::kFloat64).view({2, 2});  // wi_1
+  f.out.weight = torch::tensor({1.0, 1.0, 0.0, -2.0}, torch::kFloat64).view({2, 2});    // wo
+  f.act = srformer::Activation::kSilu;
+  const auto silu = [](double v) { return v / (1.0 + std::exp(-v)); };
+  const double x0 = 0.7, x1 = -0.3;
+  const double h0 = silu(1.0 * x0 - 2.0 * x1) * (2.0 * x0 + 1.0 * x1);
+  const double h1 = silu(0.5 * x0 + 3.0 * x1) * (-1.0 * x0 + 0.25 * x1);
+  const auto y = f(torch::tensor({x0, x1}, torch::kFloat64).view({1, 1, 2}));
+  EXPECT_NEAR(y[0][0][0].item<double>(), h0 + h1, 1e-12);
+  EXPECT_NEAR(y[0][0][1].item<double>(), -2.0 * h1, 1e-12);
 }

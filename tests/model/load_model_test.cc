@@ -226,6 +226,47 @@ TEST(LoadModel, MultilingualT5IsT5V11WithItsOwnDefaults) {
   EXPECT_EQ(load_model(saved.path())->config().type_name(), "mt5");
 }
 
+// The feed-forward's activation is config.json's, read as T5Config reads it: feed_forward_proj "gelu" is
+// the exact GELU (not gelu_new, as "gated-gelu" is), and a dense_act_fn key overrides it. The same
+// weights give the same logits for the same function and others for another.
+TEST(LoadModel, T5FeedForwardActivationIsTheOneTheConfigNames) {
+  TempDir dir("t5act");
+  auto c = tiny_config(Architecture::kT5, CrossAttentionKind::kFull, 0);
+  c.gated_ffn = true;
+  c.activation = "silu";  // UL2's gated-silu
+  write_random_model(dir.path(), c, 5);
+  nlohmann::json j;
+  std::ifstream(dir.path() / "config.json") >> j;
+  torch::manual_seed(0);
+  const auto ids = torch::randint(3, 96, {1, 10}, torch::kLong);
+  const auto dec = torch::randint(3, 96, {1, 5}, torch::kLong);
+  const auto one = torch::ones({1, 10}, torch::kLong);
+  const auto logits = [&](const nlohmann::json& edits) {
+    auto k = j;
+    k.erase("dense_act_fn");
+    k.erase("is_gated_act");
+    k.merge_patch(edits);
+    std::ofstream(dir.path() / "config.json") << k.dump();
+    auto m = load_model(dir.path());
+    return m->forward(m->encode(ids, one), dec);
+  };
+  const auto silu = logits({{"feed_forward_proj", "gated-silu"}});
+  EXPECT_TRUE(torch::equal(silu, logits({{"feed_forward_proj", "gated-gelu"}, {"dense_act_fn", "swish"}})));
+  const auto exact = logits({{"feed_forward_proj", "gated-gelu"}, {"dense_act_fn", "gelu"}});
+  const auto tanh = logits({{"feed_forward_proj", "gated-gelu"}});
+  EXPECT_FALSE(torch::equal(silu, exact));
+  EXPECT_FALSE(torch::equal(exact, tanh));
+  EXPECT_TRUE(torch::equal(tanh, logits({{"feed_forward_proj", "gated-gelu"}, {"dense_act_fn", "gelu_new"}})));
+  // Ungated "gelu" reads wi (not wi_0/wi_1) with the exact GELU: the same as saying dense_act_fn gelu.
+  auto plain = tiny_config(Architecture::kT5, CrossAttentionKind::kFull, 0);
+  plain.activation = "gelu";
+  write_random_model(dir.path(), plain, 6);
+  std::ifstream(dir.path() / "config.json") >> j;
+  const auto gelu = logits({{"feed_forward_proj", "gelu"}});
+  EXPECT_TRUE(torch::equal(gelu, logits({{"feed_forward_proj", "relu"}, {"dense_act_fn", "gelu"}})));
+  EXPECT_FALSE(torch::equal(gelu, logits({{"feed_forward_proj", "gelu_new"}})));
+}
+
 // LoadOptions::pack_projections (the default): encodes and decode steps multiply the packed copies, which agree with
 // the row-major weights to rounding; a model loaded without it (training) gives the row-major path's bits.
 TEST(LoadModel, PackedDecoderStepsAgreeWithTheRowMajorWeights) {
