@@ -123,7 +123,7 @@ int run_train(const std::vector<std::string>& args) {
     } else if (f == "--eval-batch") {
       o.eval_batch = r.int_value(1);
     } else if (f == "--seed") {
-      o.seed = static_cast<uint64_t>(r.int_value(0));
+      o.seed = r.unsigned_value();  // the whole uint64 range, as summarize, convert and eval take
     } else if (f == "--threads") {
       at::set_num_threads(r.threads_value());
     } else if (f == "--device") {

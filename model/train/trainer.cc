@@ -477,6 +477,13 @@ class Run {
                                     std::to_string(start_step_) + ", past --steps " + std::to_string(o_.steps) +
                                     "; pass --steps " + std::to_string(start_step_) + " or more to finish that run");
       }
+      // The stop is tested as the run passes it: one already behind would go unseen, and the run go on to
+      // --steps.
+      if (o_.stop_after > 0 && o_.stop_after <= start_step_) {
+        throw std::invalid_argument("--stop-after " + std::to_string(o_.stop_after) + " is not after the step " +
+                                    ckpt.string() + " resumes from (" + std::to_string(start_step_) +
+                                    "); give a later one, or leave it out to run to --steps");
+      }
       const auto now = options_json(o_);  // items() refers to it: not a temporary
       for (const auto& [key, value] : now.items()) {
         if (key == "model_dir" && saved.contains(key) && saved[key] != value) {

@@ -226,6 +226,21 @@ class BuildRfcDatasetTest(unittest.TestCase):
                 else:
                     self.assertEqual(fa.read(), fb.read(), name)
 
+    def test_an_empty_split_is_an_error(self):
+        # Filters that keep nothing wrote three empty splits with exit 0 (srformer eval: "has no examples").
+        out = os.path.join(self.tmp.name, "empty")
+        err = io.StringIO()
+        old, sys.stderr = sys.stderr, err
+        try:
+            with redirect_stdout(io.StringIO()):
+                rc = rfc.main(["--rfc-dir", self.dir, "--out", out, "--min-doc-words", "1900"])
+        finally:
+            sys.stderr = old
+        self.assertEqual(rc, 1)
+        self.assertIn("build_rfc_dataset: the train, validation and test splits would be empty: 0 of", err.getvalue())
+        self.assertIn("document < 1900 words", err.getvalue())
+        self.assertFalse(os.path.exists(os.path.join(out, "train.jsonl")))
+
     def test_missing_directory_is_a_clear_error(self):
         err = io.StringIO()
         old, sys.stderr = sys.stderr, err

@@ -1168,6 +1168,9 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
   // Ignored without a validation file (--eval-every is the trainer's own check, tests/train).
   refused.push_back({"train " + t5 + " " + doc(0) + " --out " + dir + "_x --eval-examples 5",
                      "--eval-examples needs --validation FILE"});
+  // train's --seed takes the whole uint64 range, as the other tools' (it stopped at 2^63 - 1).
+  refused.push_back({"train " + t5 + " " + doc(0) + " --out " + dir + "_x --seed 18446744073709551616",
+                     "--seed needs an integer from 0 to 18446744073709551615"});
   for (const auto& [args, message] : refused) {
     auto r = run_command(kTool + " " + args + " 2>&1");
     EXPECT_EQ(r.exit_code, 1) << args << ": " << r.out;

@@ -180,6 +180,10 @@ TEST_F(Fixture, ResumeContinuesExactlyAsAnUninterruptedRun) {
   // Without --resume, a new run into the same directory would mix its checkpoints with these.
   EXPECT_TRUE(refused_with(second, console, "holds an earlier run's checkpoints (checkpoint-5); pass --resume"));
   second.resume = true;
+  // A stop the checkpoint is already past would go unseen, and the run go on to --steps.
+  second.stop_after = 5;
+  EXPECT_TRUE(refused_with(second, console, "--stop-after 5 is not after the step"));
+  second.stop_after = 0;
   train(second, console);
   EXPECT_NE(console.str().find("resuming from"), std::string::npos);
 

@@ -401,6 +401,19 @@ def find_lists(lists_dir):
     return translation, packages
 
 
+def empty_split_problem(splits, shares, removed, total, records_name, filters):
+    """What is wrong where a split asked for (a share above 0) came out empty, else None. Such a split is no
+    dataset: `srformer train` and `eval` refuse it later ("has no examples"); say why before writing."""
+    empty = [name for name, share in zip(SPLITS, shares) if share > 0 and not splits[name]]
+    if not empty:
+        return None
+    kept = sum(len(rows) for rows in splits.values())
+    why = ", ".join("%s: %d" % kv for kv in sorted(removed.items())) or "none"
+    named = ", ".join(empty[:-1]) + " and " + empty[-1] if len(empty) > 1 else empty[0]
+    return "the %s split%s would be empty: %d of %d %s kept (removed: %s); loosen the filters (%s)" % (
+        named, "s" if len(empty) > 1 else "", kept, total, records_name, why, filters)
+
+
 def parse_with_split(parser, argv):
     """Adds --split and --quiet to parser, parses argv and checks the split percentages."""
     parser.add_argument("--split", default="90,5,5", help="train,validation,test percentages (default %(default)s)")
@@ -448,19 +461,10 @@ def main(argv=None):
             return 2
     records = collect_records(translation, packages)
     splits, removed, group_sizes = build(records, args)
-    # A split asked for (a share above 0) that comes out empty is no dataset: `srformer train` and
-    # `eval` refuse it later ("has no examples"); say why now, before writing anything.
-    empty = [name for name, share in zip(SPLITS, args.split) if share > 0 and not splits[name]]
-    if empty:
-        kept = sum(len(rows) for rows in splits.values())
-        why = ", ".join("%s: %d" % kv for kv in sorted(removed.items())) or "none"
-        print(
-            "build_dataset: the %s split%s would be empty: %d of %d description records kept (removed: %s); "
-            "loosen the filters (--min-doc-words, --max-doc-words, --min-summary-words) or give more lists"
-            % (", ".join(empty[:-1]) + " and " + empty[-1] if len(empty) > 1 else empty[0],
-               "s" if len(empty) > 1 else "", kept, len(records), why),
-            file=sys.stderr,
-        )
+    problem = empty_split_problem(splits, args.split, removed, len(records), "description records",
+                                  "--min-doc-words, --max-doc-words, --min-summary-words")
+    if problem:
+        print("build_dataset: " + problem + " or give more lists", file=sys.stderr)
         return 1
 
     stats = {

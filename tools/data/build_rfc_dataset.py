@@ -390,6 +390,11 @@ def main(argv=None):
     splits, group_sizes = build(records, args, removed)
 
     read = len(records) + sum(removed[k] for k in ("no metadata or text", "no abstract", "no introduction heading"))
+    problem = common.empty_split_problem(splits, args.split, removed, read, "RFCs",
+                                         "--min-doc-words, --max-doc-words, --document")
+    if problem:
+        print("build_rfc_dataset: " + problem, file=sys.stderr)
+        return 1
     stats = {"input": rfc_dir, "document": args.document, "rfcs_read": read}
     header = "RFCs read: %d from %s (document: %s)" % (read, rfc_dir, args.document)
     common.write_outputs(args.out, splits, stats, removed, group_sizes, None if args.quiet else header)
