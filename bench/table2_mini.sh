@@ -47,8 +47,9 @@ for v in $variants; do
     if [ "$kind" = full ]; then
       "$bin" convert "$init" "$out/$name-init" --cross-attention full >/dev/null
     else
-      "$bin" convert "$init" "$out/$name-init" --cross-attention "$kind" --segment-size "$seg" \
-        --raf-init-weight-scale "$scale" >/dev/null
+      raf=()  # only the variants with a RAF neuron take its initial scale (convert refuses it elsewhere)
+      case "$kind" in srformer | ablation_i | ablation_ii | ablation_iv) raf=(--raf-init-weight-scale "$scale") ;; esac
+      "$bin" convert "$init" "$out/$name-init" --cross-attention "$kind" --segment-size "$seg" "${raf[@]}" >/dev/null
     fi
     start=$(date +%s)
     resume=()  # a run cut short continues from its newest checkpoint
