@@ -2,13 +2,13 @@
 
 #include <torch/torch.h>
 
-#include <cstring>
 #include <memory>
 #include <string_view>
 
 #include "model/io/lfs_pointer.h"
 #include "model/io/load_error.h"
 #include "model/io/mapped_file.h"
+#include "model/io/mapped_tensor.h"
 #include "model/io/torch_unpickler.h"
 #include "model/io/view_bounds.h"
 #include "model/io/zip_archive.h"
@@ -52,7 +52,7 @@ std::string archive_prefix(const ZipArchive& zip) {
   return prefix;
 }
 
-// One storage record as a 1-D tensor of its dtype viewing the mapping (kept alive by the tensor).
+// One storage record as a 1-D tensor of its dtype, read in place (mapped_tensor).
 torch::Tensor storage_tensor(const std::shared_ptr<const MappedFile>& mapping, const ZipArchive& zip,
                              const std::string& prefix, const std::string& key, torch::ScalarType dtype,
                              uint64_t numel) {
@@ -65,19 +65,7 @@ torch::Tensor storage_tensor(const std::shared_ptr<const MappedFile>& mapping, c
                     std::to_string(numel) + " elements of " + std::to_string(element_size) +
                     " bytes (the file is truncated or damaged)");
   }
-  const auto options = torch::TensorOptions().dtype(dtype);
-  const auto count = static_cast<int64_t>(numel);
-  if (numel == 0) return torch::empty({0}, options);
-  std::byte* const data = mapping->data() + entry->data_offset;
-  if (reinterpret_cast<uintptr_t>(data) % element_size != 0) {
-    // torch.save aligns records to 64 bytes; another writer may not: copy rather than misalign kernels.
-    torch::Tensor copy = torch::empty({count}, options);
-    std::memcpy(copy.data_ptr(), data, entry->size);
-    return copy;
-  }
-  auto keep_alive = mapping;
-  return torch::from_blob(
-      data, {count}, [keep_alive](void*) {}, options);
+  return mapped_tensor(mapping, entry->data_offset, entry->size, {static_cast<int64_t>(numel)}, dtype);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "model/io/lfs_pointer.h"
 #include "model/io/load_error.h"
 #include "model/io/mapped_file.h"
+#include "model/io/mapped_tensor.h"
 #include "model/io/safetensors_dtype.h"
 
 // The format stores little-endian numbers; we read them in place.
@@ -187,18 +188,7 @@ torch::Tensor SafetensorsFile::tensor(const std::string& name) const {
                     std::to_string(tensors_.size()) + " tensors)");
   }
   const auto dtype = safetensors_dtype(info->dtype);  // validated in open()
-  const auto options = torch::TensorOptions().dtype(dtype->scalar_type);
-  if (info->begin == info->end) return torch::empty(info->shape, options);
-  std::byte* const data = mapping_->data() + data_offset_ + info->begin;
-  if (reinterpret_cast<uintptr_t>(data) % dtype->element_size != 0) {
-    // Writers that do not align the data section: copy rather than hand kernels a misaligned pointer.
-    torch::Tensor copy = torch::empty(info->shape, options);
-    std::memcpy(copy.data_ptr(), data, info->end - info->begin);
-    return copy;
-  }
-  auto keep_alive = mapping_;
-  return torch::from_blob(
-      data, info->shape, [keep_alive](void*) {}, options);
+  return mapped_tensor(mapping_, data_offset_ + info->begin, info->end - info->begin, info->shape, dtype->scalar_type);
 }
 
 }  // namespace srformer
