@@ -10,7 +10,6 @@
 #include "model/io/mapped_file.h"
 #include "model/io/mapped_tensor.h"
 #include "model/io/torch_unpickler.h"
-#include "model/io/view_bounds.h"
 #include "model/io/zip_archive.h"
 
 namespace srformer {
@@ -27,11 +26,6 @@ std::string pytorch_bin_conversion_hint(const std::filesystem::path& bin) {
          "', metadata={'format': 'pt'})\"\n"
          "or with our tool: srformer convert " +
          bin.parent_path().string();
-}
-
-std::string view_outside_storage(const torch::Tensor& t) {
-  return view_outside_bytes(t.storage_offset(), t.sizes().vec(), t.strides().vec(), t.element_size(),
-                            t.storage().nbytes());
 }
 
 namespace {

@@ -17,9 +17,4 @@ std::string pytorch_bin_conversion_hint(const std::filesystem::path& bin);
 // conversion hint) for anything else: legacy (pre-1.6) files, a damaged archive or pickle, other globals.
 std::map<std::string, torch::Tensor> load_pytorch_bin(const std::filesystem::path& bin);
 
-// What is wrong where a tensor's view (offset, sizes, strides) reaches outside its storage's bytes, as a
-// damaged file's can; empty where it stays inside. (load_pytorch_bin checks each view before making it,
-// and each storage record's size against the pickle's element count.)
-std::string view_outside_storage(const torch::Tensor& t);
-
 }  // namespace srformer

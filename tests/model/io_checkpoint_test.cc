@@ -8,6 +8,7 @@
 #include "model/io/load_error.h"
 #include "model/io/pytorch_bin.h"
 #include "model/io/safetensors.h"
+#include "model/io/view_bounds.h"
 #include "tests/model/io_test_util.h"
 #include "tests/support/lfs_pointer.h"
 
@@ -214,22 +215,19 @@ TEST(CheckpointReader, ReadsAZipFormatPytorchBin) {
 
 // A tensor's view (offset, sizes, strides) comes from the file: one reaching past its storage was read
 // past its end under LibTorch's unpickler (ASan, fuzzing: heap-buffer-overflow when the weights were
-// packed). Such views are made here through TensorImpl, as a damaged file could make them.
+// packed). The reader checks each view (view_outside_bytes) before making it.
 TEST(CheckpointReader, APytorchBinViewReachingPastItsStorageIsNamed) {
+  // Float elements in a storage of 1,024 bytes (256 floats).
   const auto view = [](int64_t offset, std::vector<int64_t> sizes, std::vector<int64_t> strides) {
-    auto t = torch::zeros({256});  // 1,024 bytes of storage
-    t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
-    t.unsafeGetTensorImpl()->set_storage_offset(offset);
-    return t;
+    return view_outside_bytes(offset, sizes, strides, sizeof(float), 1024);
   };
-  EXPECT_EQ(view_outside_storage(view(0, {16, 16}, {16, 1})), "");
-  EXPECT_EQ(view_outside_storage(view(100, {12, 13}, {13, 1})), "") << "ends at 255";
-  EXPECT_EQ(view_outside_storage(view(100, {16, 16}, {16, 1})), "reads 1424 bytes of a storage of 1024");
-  EXPECT_EQ(view_outside_storage(view(0, {16, 16}, {int64_t{1} << 40, 1})),
-            "reads 65970697666624 bytes of a storage of 1024");
-  EXPECT_EQ(view_outside_storage(view(0, {4, 16}, {int64_t{1} << 62, 1})), "reaches past any storage");
-  EXPECT_EQ(view_outside_storage(view(int64_t{1} << 40, {2}, {1})), "reads 4398046511112 bytes of a storage of 1024");
-  EXPECT_EQ(view_outside_storage(view(0, {0, 16}, {16, 1})), "") << "nothing to read";
+  EXPECT_EQ(view(0, {16, 16}, {16, 1}), "");
+  EXPECT_EQ(view(100, {12, 13}, {13, 1}), "") << "ends at 255";
+  EXPECT_EQ(view(100, {16, 16}, {16, 1}), "reads 1424 bytes of a storage of 1024");
+  EXPECT_EQ(view(0, {16, 16}, {int64_t{1} << 40, 1}), "reads 65970697666624 bytes of a storage of 1024");
+  EXPECT_EQ(view(0, {4, 16}, {int64_t{1} << 62, 1}), "reaches past any storage");
+  EXPECT_EQ(view(int64_t{1} << 40, {2}, {1}), "reads 4398046511112 bytes of a storage of 1024");
+  EXPECT_EQ(view(0, {0, 16}, {16, 1}), "") << "nothing to read";
 }
 
 TEST(CheckpointReader, PytorchBinThatIsNotATensorDictIsRefused) {
