@@ -7,8 +7,7 @@ namespace srformer::server {
 
 namespace {
 
-thread_local GrpcLogCapture* capture = nullptr;
-thread_local std::string* capture_text = nullptr;
+thread_local std::string* capture_text = nullptr;  // the innermost live GrpcLogCapture's text on this thread
 
 void to_spdlog(gpr_log_func_args* args) {
   if (capture_text != nullptr) {
@@ -26,16 +25,12 @@ void to_spdlog(gpr_log_func_args* args) {
 
 void route_grpc_logs_to_spdlog() { gpr_set_log_function(to_spdlog); }
 
-GrpcLogCapture::GrpcLogCapture() : outer_(capture) {
+GrpcLogCapture::GrpcLogCapture() : outer_(capture_text) {
   route_grpc_logs_to_spdlog();  // the default function writes to stderr without asking us
-  capture = this;
   capture_text = &text_;
 }
 
-GrpcLogCapture::~GrpcLogCapture() {
-  capture = outer_;
-  capture_text = outer_ != nullptr ? &outer_->text_ : nullptr;
-}
+GrpcLogCapture::~GrpcLogCapture() { capture_text = outer_; }
 
 std::string grpc_os_error(const std::string& text) {
   const std::string key = "os_error:\"";

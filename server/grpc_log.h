@@ -22,7 +22,7 @@ class GrpcLogCapture {
 
  private:
   std::string text_;
-  GrpcLogCapture* outer_;
+  std::string* outer_;  // the enclosing capture's text, restored when this one ends
 };
 
 // The operating system's reason in a gRPC error text (os_error:"Address already in use"); "" if none.

@@ -15,6 +15,8 @@
 #include <limits>
 #include <optional>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "common/byte_size.h"
 #include "common/pem_file.h"
@@ -230,6 +232,13 @@ void refuse_unix_socket_in_use(const ServerConfig& config) {
   }
 }
 
+// Builds and starts `builder`'s server (null where it cannot listen), with what gRPC logged meanwhile.
+std::pair<std::unique_ptr<grpc::Server>, std::string> build_and_start(grpc::ServerBuilder& builder) {
+  const GrpcLogCapture capture;
+  auto server = builder.BuildAndStart();
+  return {std::move(server), capture.text()};
+}
+
 }  // namespace
 
 void check_can_listen(const ServerConfig& config) {
@@ -237,13 +246,7 @@ void check_can_listen(const ServerConfig& config) {
   grpc::ServerBuilder builder;
   int port = 0;
   add_listening_port(builder, config, &port);
-  std::unique_ptr<grpc::Server> trial;
-  std::string grpc_said;
-  {
-    const GrpcLogCapture capture;
-    trial = builder.BuildAndStart();
-    grpc_said = capture.text();
-  }
+  const auto [trial, grpc_said] = build_and_start(builder);
   if (!trial || port == 0) {
     if (!grpc_said.empty()) spdlog::debug("grpc: {}", grpc_said);
     throw std::runtime_error(listen_failure(config, grpc_os_error(grpc_said)));
@@ -289,11 +292,7 @@ void Server::start() {
   builder.RegisterService(reflection_v1_.get());
 #endif
   std::string grpc_said;
-  {
-    const GrpcLogCapture capture;
-    server_ = builder.BuildAndStart();
-    grpc_said = capture.text();
-  }
+  std::tie(server_, grpc_said) = build_and_start(builder);
   if (!server_ || port_ == 0) throw std::runtime_error(listen_failure(config_, grpc_os_error(grpc_said)));
   if (!grpc_said.empty()) spdlog::warn("grpc: {}", grpc_said);
   // Overall ("") and per service, as grpc.health.v1 clients ask either (a Kubernetes gRPC probe's
