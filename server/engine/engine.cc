@@ -400,9 +400,9 @@ std::vector<Engine::Pending> Engine::take_admissions(Clock::time_point now, cons
 
 void Engine::post_dropped(const Pending& p, Clock::time_point dequeued, Clock::time_point now, bool shutdown) {
   RequestResult result;
-  result.outcome = shutdown                                                          ? RequestOutcome::kShutdown
-                   : p.request->expired(now) || p.request->cancel_near_deadline(now) ? RequestOutcome::kDeadlineExceeded
-                                                                                     : RequestOutcome::kCancelled;
+  result.outcome = shutdown                         ? RequestOutcome::kShutdown
+                   : p.request->deadline_ended(now) ? RequestOutcome::kDeadlineExceeded
+                                                    : RequestOutcome::kCancelled;
   result.finish_reason = FinishReason::kCancelled;
   result.usage = p.request->usage;
   result.usage.queue_ms = ms_between(p.request->accepted_at, dequeued);
@@ -676,8 +676,7 @@ void Engine::drop_dead_rows() {
     Slot& slot = *slots_[i];
     const auto& req = *slot.request;
     if (req.cancelled() || req.expired(now)) {
-      const RequestOutcome outcome = req.expired(now) || req.cancel_near_deadline(now)
-                                         ? RequestOutcome::kDeadlineExceeded
+      const RequestOutcome outcome = req.deadline_ended(now)              ? RequestOutcome::kDeadlineExceeded
                                      : (shutting_down && req.cancelled()) ? RequestOutcome::kShutdown
                                                                           : RequestOutcome::kCancelled;
       jobs.push_back(finish_slot(slot, offset, outcome, FinishReason::kCancelled));

@@ -88,9 +88,10 @@ struct Request {
   void cancel() { cancelled_.store(true, std::memory_order_relaxed); }
   bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
   bool expired(Clock::time_point now) const { return deadline && now >= *deadline; }
-  // Whether a cancelled request stopped for its deadline (cancel_near_deadline).
-  bool cancel_near_deadline(Clock::time_point now) const {
-    return deadline && srformer::server::cancel_near_deadline(now - accepted_at, *deadline - now);
+  // Whether a request that stopped (cancelled, or at its deadline) stopped for its deadline: it has passed,
+  // or the cancel came near it (cancel_near_deadline).
+  bool deadline_ended(Clock::time_point now) const {
+    return expired(now) || (deadline && cancel_near_deadline(now - accepted_at, *deadline - now));
   }
 
  private:
