@@ -186,10 +186,9 @@ int run_summarize(const std::vector<std::string>& args) {
   const auto input = torch::tensor(ids, torch::kLong).view({1, -1});
   const auto mask = torch::ones_like(input);
   if (expected) {
-    // As the server bounds it (request_builder.cc): the schedule's cost grows with L, and past a few
-    // times the longest summary a request may ask for no L means anything.
+    // As the server bounds it, with generation's own cap on new tokens for the server's --max-new-tokens-cap.
     const int64_t model_l = c.srformer.expected_length.value_or(0);
-    const int64_t max_l = std::max<int64_t>(4 * kMaxNewTokensLimit, model_l);
+    const int64_t max_l = max_expected_length(c, kMaxNewTokensLimit);
     if (*expected < 1 || *expected > max_l) {
       throw std::invalid_argument("--expected-length must be between 1 and " + std::to_string(max_l) + ", got " +
                                   std::to_string(*expected) + "; leave it out for " +

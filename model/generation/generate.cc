@@ -54,6 +54,10 @@ int64_t default_expected_length(const ModelConfig& config, int64_t max_new_token
   return config.srformer.expected_length.value_or(max_new_tokens);
 }
 
+int64_t max_expected_length(const ModelConfig& config, int64_t max_new_tokens_cap) {
+  return std::max<int64_t>(4 * max_new_tokens_cap, config.srformer.expected_length.value_or(0));
+}
+
 std::string unsupported_generation_warning(const ModelConfig& config) {
   if (config.unsupported_generation.empty()) return "";
   std::string settings;

@@ -44,6 +44,9 @@ int64_t default_num_return_sequences(const GenerationOptions& defaults, const Ge
 // srformer.expected_length (the L a model trained here was trained with), else the request's
 // max_new_tokens. The server, `srformer summarize`, `srformer eval` and generate() all use it.
 int64_t default_expected_length(const ModelConfig& config, int64_t max_new_tokens);
+// The largest L a request may set: 4x the most new tokens it may ask for (past that no L means anything,
+// and the schedule's cost grows with L), or the model's own srformer.expected_length where larger.
+int64_t max_expected_length(const ModelConfig& config, int64_t max_new_tokens_cap);
 
 // What to tell the user where the checkpoint's generation defaults set something this library does not
 // implement (ModelConfig::unsupported_generation); empty where they set nothing of the kind.

@@ -224,7 +224,7 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
   // The model's own L (srformer.expected_length), which ListModels advertises, is always a valid choice.
   const int64_t model_l = config.srformer.expected_length.value_or(0);
   const int64_t max_l = limits.max_expected_length > 0 ? limits.max_expected_length
-                                                       : std::max<int64_t>(4 * limits.max_new_tokens_cap, model_l);
+                                                       : max_expected_length(config, limits.max_new_tokens_cap);
   if (p.has_expected_length()) {
     if (p.expected_length() < 1 || p.expected_length() > max_l) {
       invalid("expected_length must be between 1 and " + str(max_l) + ", got " + str(p.expected_length()) +
