@@ -12,33 +12,30 @@ namespace srformer {
 
 namespace {
 
-std::optional<double> read_ratio(const std::filesystem::path& quota_file, const std::filesystem::path& period_file) {
-  std::ifstream q(quota_file);
-  std::ifstream p(period_file);
+// QUOTA / PERIOD; nullopt for "max" (v2) or -1 (v1), both meaning no quota, and for anything unreadable.
+std::optional<double> quota_ratio(std::istream& quota_in, std::istream& period_in) {
   std::string quota;
   double period = 0;
-  if (!(q >> quota) || !(p >> period) || quota == "max" || period <= 0) return std::nullopt;
-  try {
-    const double value = std::stod(quota);
-    if (value <= 0) return std::nullopt;  // v1 writes -1 for "no quota"
-    return value / period;
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
-// v2's cpu.max holds both numbers on one line.
-std::optional<double> read_cpu_max(const std::filesystem::path& file) {
-  std::ifstream in(file);
-  std::string quota;
-  double period = 0;
-  if (!(in >> quota >> period) || quota == "max" || period <= 0) return std::nullopt;
+  if (!(quota_in >> quota) || !(period_in >> period) || period <= 0) return std::nullopt;
   try {
     const double value = std::stod(quota);
     return value > 0 ? std::optional<double>(value / period) : std::nullopt;
   } catch (const std::exception&) {
     return std::nullopt;
   }
+}
+
+// v1 keeps the two numbers in two files.
+std::optional<double> read_ratio(const std::filesystem::path& quota_file, const std::filesystem::path& period_file) {
+  std::ifstream quota(quota_file);
+  std::ifstream period(period_file);
+  return quota_ratio(quota, period);
+}
+
+// v2's cpu.max holds both on one line.
+std::optional<double> read_cpu_max(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  return quota_ratio(in, in);
 }
 
 }  // namespace

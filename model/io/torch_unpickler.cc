@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/io/little_endian.h"
 #include "model/io/load_error.h"
 #include "model/io/view_bounds.h"
 
@@ -110,12 +111,7 @@ class Unpickler {
     pos_ += n;
     return out;
   }
-  uint64_t read_le(int n) {
-    const std::string_view bytes = take(n);
-    uint64_t value = 0;
-    for (int i = n - 1; i >= 0; --i) value = value << 8 | static_cast<unsigned char>(bytes[i]);
-    return value;
-  }
+  uint64_t read_le(size_t n) { return read_little_endian(take(n).data(), n); }
   std::string read_line() {
     const std::string_view rest = data_.substr(pos_, kMaxGlobalName + 1);
     const size_t end = rest.find('\n');
@@ -128,7 +124,7 @@ class Unpickler {
   int64_t read_long(uint64_t n) {
     if (n > 8) fail("an integer of " + std::to_string(n) + " bytes is too large");
     if (n == 0) return 0;
-    uint64_t value = read_le(static_cast<int>(n));
+    uint64_t value = read_le(n);
     if (n < 8 && ((value >> (8 * n - 1)) & 1) != 0) value |= ~uint64_t{0} << (8 * n);
     return static_cast<int64_t>(value);
   }

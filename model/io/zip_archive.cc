@@ -2,6 +2,7 @@
 
 #include <array>
 
+#include "model/io/little_endian.h"
 #include "model/io/load_error.h"
 
 namespace srformer {
@@ -24,11 +25,9 @@ constexpr uint16_t kZip64ExtraId = 0x0001;
 [[noreturn]] void fail(const std::string& what) { throw LoadError("zip archive: " + what); }
 
 // Little-endian reads of bytes already known to lie inside the archive.
-uint16_t le16(const std::byte* p) {
-  return static_cast<uint16_t>(std::to_integer<uint16_t>(p[0]) | std::to_integer<uint16_t>(p[1]) << 8);
-}
-uint32_t le32(const std::byte* p) { return le16(p) | static_cast<uint32_t>(le16(p + 2)) << 16; }
-uint64_t le64(const std::byte* p) { return le32(p) | static_cast<uint64_t>(le32(p + 4)) << 32; }
+uint16_t le16(const std::byte* p) { return static_cast<uint16_t>(read_little_endian(p, 2)); }
+uint32_t le32(const std::byte* p) { return static_cast<uint32_t>(read_little_endian(p, 4)); }
+uint64_t le64(const std::byte* p) { return read_little_endian(p, 8); }
 
 // Whether [offset, offset + length) lies within `limit` bytes, without overflowing.
 bool within(uint64_t offset, uint64_t length, uint64_t limit) { return offset <= limit && length <= limit - offset; }
