@@ -518,9 +518,6 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
 }
 
 ModelConfig ModelConfig::load(const std::filesystem::path& config_json) {
-  if (std::filesystem::is_directory(config_json)) {
-    throw std::runtime_error(config_json.string() + " is a directory; it must be the model's JSON configuration");
-  }
   if (!std::filesystem::exists(config_json)) {
     throw std::runtime_error("cannot open " + config_json.string() + ": is this a Hugging Face model directory?");
   }
