@@ -1,7 +1,9 @@
 #include "client/client_options.h"
 
+#include <cmath>
 #include <iostream>
 #include <limits>
+#include <set>
 #include <stdexcept>
 
 #include "client/retry_policy.h"
@@ -48,10 +50,43 @@ double to_double(const std::string& flag, const std::string& v) {
   return x;
 }
 
+// A float field of the proto: a number past float's range was sent as inf or 0, which the server then
+// refused by a value that was not the one typed ("temperature must be a finite number (got inf)" for 1e40).
+float to_float(const std::string& flag, const std::string& v) {
+  const double x = to_double(flag, v);
+  const auto f = static_cast<float>(x);
+  if ((std::isfinite(x) && !std::isfinite(f)) || (x != 0 && f == 0)) {
+    throw std::invalid_argument(flag + " " + v + " is out of range (a float32 field)");
+  }
+  return f;
+}
+
+// Flags that take no value: "--do-sample=false" sampled and "--json=false" printed JSON, the value dropped.
+bool is_switch(const std::string& flag) {
+  static const std::set<std::string> kSwitches = {"--help",
+                                                  "--stream",
+                                                  "--json",
+                                                  "--batch",
+                                                  "--partial",
+                                                  "--tls",
+                                                  "--insecure",
+                                                  "--health",
+                                                  "--list-models",
+                                                  "--early-stopping",
+                                                  "--no-early-stopping",
+                                                  "--early-stopping-never",
+                                                  "--do-sample",
+                                                  "--no-sample",
+                                                  "--truncate",
+                                                  "--load"};
+  return kSwitches.count(flag) > 0;
+}
+
 }  // namespace
 
 std::string client_usage() {
   return R"(usage: srformer-client --target HOST:PORT [--model NAME] [options] [FILE|-]   (--batch, --load: FILE...)
+       (-- ends the flags: the arguments after it are FILEs, also one named -x)
 
 Summarizes FILE (or stdin) with an srformer-server.
   --target HOST:PORT       server address (default localhost:50051)
@@ -94,8 +129,18 @@ load generator:
 bool parse_client_args(int argc, char** argv, ClientOptions& o) {
   auto& g = o.generation;
   bool tls_asked = false, insecure_asked = false;
+  bool only_files = false;      // after "--": a FILE whose name starts with '-'
+  std::string load_flag_given;  // the first flag of the load generator's, which without --load did nothing
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
+    if (only_files || arg == "-" || arg.empty() || arg[0] != '-') {
+      o.inputs.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      only_files = true;
+      continue;
+    }
     std::string value;
     bool has_value = false;
     if (arg.rfind("--", 0) == 0) {
@@ -111,6 +156,12 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value (see --help)");
       return argv[++i];
     };
+    if (has_value && is_switch(arg)) {
+      throw std::invalid_argument(arg + " takes no value, got '" + arg + "=" + value + "' (see --help)");
+    }
+    if (arg == "--concurrency" || arg == "--requests" || arg == "--duration") {
+      if (load_flag_given.empty()) load_flag_given = arg;
+    }
     if (arg == "--help" || arg == "-h") {
       std::cout << client_usage();
       return false;
@@ -170,7 +221,7 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     } else if (arg == "--num-return-sequences") {
       g.set_num_return_sequences(to_int32(arg, next()));
     } else if (arg == "--length-penalty") {
-      g.set_length_penalty(static_cast<float>(to_double(arg, next())));
+      g.set_length_penalty(to_float(arg, next()));
     } else if (arg == "--early-stopping") {
       g.set_early_stopping(true);
     } else if (arg == "--no-early-stopping") {  // where the model stops early by default
@@ -182,17 +233,17 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     } else if (arg == "--no-sample") {  // where the model samples by default
       g.set_do_sample(false);
     } else if (arg == "--temperature") {
-      g.set_temperature(static_cast<float>(to_double(arg, next())));
+      g.set_temperature(to_float(arg, next()));
     } else if (arg == "--top-k") {
       g.set_top_k(to_int32(arg, next()));
     } else if (arg == "--top-p") {
-      g.set_top_p(static_cast<float>(to_double(arg, next())));
+      g.set_top_p(to_float(arg, next()));
     } else if (arg == "--seed") {
       g.set_seed(to_unsigned(arg, next()));
     } else if (arg == "--no-repeat-ngram-size") {
       g.set_no_repeat_ngram_size(to_int32(arg, next()));
     } else if (arg == "--repetition-penalty") {
-      g.set_repetition_penalty(static_cast<float>(to_double(arg, next())));
+      g.set_repetition_penalty(to_float(arg, next()));
     } else if (arg == "--expected-length") {
       g.set_expected_length(to_int32(arg, next()));
     } else if (arg == "--truncate") {
@@ -211,14 +262,13 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       o.requests = to_int(arg, next());
       if (o.requests < 1) throw std::invalid_argument("--requests must be >= 1");
     } else if (arg == "--duration") {
-      o.duration_s = to_double(arg, next());
+      const std::string v = next();
+      o.duration_s = to_double(arg, v);
       if (!(o.duration_s > 0 && o.duration_s <= kDayMs / 1000.0)) {  // NaN ran forever; 1e10 not at all
-        throw std::invalid_argument("--duration must be more than 0 and at most 86400 seconds (a day), got " +
-                                    std::to_string(o.duration_s));
+        // As typed: std::to_string wrote -1e-9 as "-0.000000".
+        throw std::invalid_argument("--duration must be more than 0 and at most 86400 seconds (a day), got " + v);
       }
-    } else if (arg == "-" || arg.rfind("--", 0) != 0) {
-      o.inputs.push_back(arg);
-    } else {
+    } else {  // a single-dash "-x" too: it was read as a FILE ("one FILE at a time (got 2)")
       throw std::invalid_argument("unknown flag " + arg + " (see --help)");
     }
   }
@@ -239,6 +289,12 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     throw std::invalid_argument("--load needs --requests M or --duration S");
   }
   if (o.load && o.inputs.empty()) throw std::invalid_argument("--load needs at least one input FILE");
+  if (!o.load && !load_flag_given.empty()) {
+    // Without --load it summarized one FILE once, as if the flag were not there.
+    throw std::invalid_argument(load_flag_given + " goes with --load (the load generator)");
+  }
+  // The server's "requests is empty" named no flag.
+  if (o.batch && o.inputs.empty()) throw std::invalid_argument("--batch needs at least one FILE");
   if (o.health + o.list_models + o.batch + o.load > 1) {
     throw std::invalid_argument("--health, --list-models, --batch and --load each pick what the client does; give one");
   }

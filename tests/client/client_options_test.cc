@@ -1,0 +1,83 @@
+// srformer-client's command line: what it refuses, with words that say what to change, rather than doing
+// something else than was asked.
+#include "client/client_options.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace srformer::client {
+namespace {
+
+ClientOptions parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "srformer-client");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  ClientOptions o;
+  parse_client_args(static_cast<int>(argv.size()), argv.data(), o);
+  return o;
+}
+
+// The message of the std::invalid_argument that parsing `args` throws ("" if it throws none).
+std::string refusal(const std::vector<std::string>& args) {
+  try {
+    parse(args);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// "--do-sample=false" sampled and "--json=false" printed JSON: the value after '=' was dropped.
+TEST(ClientOptions, ASwitchGivenAValueIsRefused) {
+  EXPECT_EQ(refusal({"--do-sample=false", "doc.txt"}),
+            "--do-sample takes no value, got '--do-sample=false' (see --help)");
+  EXPECT_EQ(refusal({"--json=false", "doc.txt"}), "--json takes no value, got '--json=false' (see --help)");
+  EXPECT_EQ(refusal({"--stream=", "doc.txt"}), "--stream takes no value, got '--stream=' (see --help)");
+  EXPECT_TRUE(parse({"--do-sample", "--json", "doc.txt"}).generation.do_sample());
+  EXPECT_EQ(parse({"--max-new-tokens=5", "doc.txt"}).generation.max_new_tokens(), 5);  // flags with values keep '='
+}
+
+// "-x doc.txt" was read as two FILEs: "one FILE at a time (got 2)".
+TEST(ClientOptions, ASingleDashFlagIsAnUnknownFlagAndDashDashEndsTheFlags) {
+  EXPECT_EQ(refusal({"-x", "doc.txt"}), "unknown flag -x (see --help)");
+  EXPECT_EQ(parse({"-"}).inputs, std::vector<std::string>{"-"});
+  EXPECT_EQ(parse({"--json", "--", "-x"}).inputs, std::vector<std::string>{"-x"});
+  EXPECT_TRUE(parse({"--json", "--", "-x"}).json);
+  EXPECT_EQ(parse({"--batch", "--", "--json", "a"}).inputs, (std::vector<std::string>{"--json", "a"}));
+}
+
+// Without --load they did nothing: the FILE was summarized once, exit 0.
+TEST(ClientOptions, LoadGeneratorFlagsNeedLoad) {
+  EXPECT_EQ(refusal({"--requests", "5", "doc.txt"}), "--requests goes with --load (the load generator)");
+  EXPECT_EQ(refusal({"--concurrency", "4", "doc.txt"}), "--concurrency goes with --load (the load generator)");
+  EXPECT_EQ(refusal({"--duration", "2", "doc.txt"}), "--duration goes with --load (the load generator)");
+  const auto o = parse({"--load", "--concurrency", "4", "--requests", "5", "doc.txt"});
+  EXPECT_EQ(o.concurrency, 4);
+  EXPECT_EQ(o.requests, 5);
+}
+
+// The server answered "requests is empty; send at least one request", exit 1, where --load says what it needs.
+TEST(ClientOptions, BatchNeedsAFile) {
+  EXPECT_EQ(refusal({"--batch"}), "--batch needs at least one FILE");
+  EXPECT_EQ(parse({"--batch", "a", "b"}).inputs.size(), 2u);
+}
+
+// 1e40 went out as inf and 1e-50 as 0: the server then refused a value that was not the one typed.
+TEST(ClientOptions, AFloatFlagOutsideFloat32IsRefusedAsTyped) {
+  EXPECT_EQ(refusal({"--temperature", "1e40", "doc.txt"}), "--temperature 1e40 is out of range (a float32 field)");
+  EXPECT_EQ(refusal({"--top-p", "1e-50", "doc.txt"}), "--top-p 1e-50 is out of range (a float32 field)");
+  EXPECT_FLOAT_EQ(parse({"--temperature", "0.7", "doc.txt"}).generation.temperature(), 0.7F);
+  EXPECT_EQ(parse({"--temperature", "0", "doc.txt"}).generation.temperature(), 0.0F);  // the server's to judge
+}
+
+// std::to_string wrote a tiny negative value as "-0.000000".
+TEST(ClientOptions, ABadDurationIsQuotedAsTyped) {
+  EXPECT_EQ(refusal({"--load", "--duration", "-1e-9", "doc.txt"}),
+            "--duration must be more than 0 and at most 86400 seconds (a day), got -1e-9");
+}
+
+}  // namespace
+}  // namespace srformer::client
