@@ -13,9 +13,10 @@ namespace srformer::client {
 
 enum class HealthStatus { kUnknown = 0, kServing = 1, kNotServing = 2, kServiceUnknown = 3, kError = -1 };
 
-// Returns the serving status of `service` ("" = the whole server); kError with `error` set on failure.
+// Returns the serving status of `service` ("" = the whole server); kError with `error` set on failure (the
+// call's status, whose code and message tell a TLS mismatch from a server that is down).
 inline HealthStatus check_health(const std::shared_ptr<grpc::Channel>& channel, const std::string& service,
-                                 std::chrono::milliseconds timeout, std::string* error = nullptr) {
+                                 std::chrono::milliseconds timeout, grpc::Status* error = nullptr) {
   std::string request;
   if (!service.empty()) {  // field 1, length-delimited
     request.push_back(0x0A);
@@ -41,7 +42,7 @@ inline HealthStatus check_health(const std::shared_ptr<grpc::Channel>& channel, 
   std::unique_lock lock(mu);
   cv.wait(lock, [&] { return done; });
   if (!status.ok()) {
-    if (error) *error = status.error_message();
+    if (error) *error = status;
     return HealthStatus::kError;
   }
   std::vector<grpc::Slice> slices;
@@ -49,8 +50,10 @@ inline HealthStatus check_health(const std::shared_ptr<grpc::Channel>& channel, 
   std::string bytes;
   for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   if (bytes.empty()) return HealthStatus::kUnknown;  // status field absent = UNKNOWN (0)
-  if (bytes.size() >= 2 && bytes[0] == 0x08) return static_cast<HealthStatus>(bytes[1]);
-  if (error) *error = "unexpected health response";
+  // SERVICE_UNKNOWN (3) is the last status grpc.health.v1 defines.
+  if (bytes.size() >= 2 && bytes[0] == 0x08 && bytes[1] >= 0 && bytes[1] <= 3)
+    return static_cast<HealthStatus>(bytes[1]);
+  if (error) *error = grpc::Status(grpc::StatusCode::INTERNAL, "unexpected health response");
   return HealthStatus::kError;
 }
 

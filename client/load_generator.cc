@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "client/message_size_hint.h"
 #include "client/percentiles.h"
+#include "client/status_hint.h"
 #include "common/status_code_name.h"
 #include "srformer/v1/summarizer.grpc.pb.h"
 
@@ -152,7 +152,7 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
           totals.by_document[distinct.of[doc]].add(ttft, gaps, latency, tokens);
         } else {
           ++totals.errors[std::string(status_code_name(status.error_code())) + " " + status.error_message() +
-                          message_size_hint(status, req.ByteSizeLong())];
+                          status_hint(status, o, req.ByteSizeLong())];
         }
       }
       const auto code = status.error_code();

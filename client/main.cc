@@ -16,6 +16,7 @@
 #include "client/load_generator.h"
 #include "client/message_size_hint.h"
 #include "client/retry_policy.h"
+#include "client/status_hint.h"
 #include "common/alternative_line.h"
 #include "common/pem_file.h"
 #include "common/read_input.h"
@@ -90,33 +91,9 @@ nlohmann::json to_json(const v1::SummarizeResponse& r) {
   return j;
 }
 
-// What a failure's message leaves a command-line user to guess: gRPC's words for a TLS mismatch ("Socket
-// closed", "wrong version number") or a message over a size limit, and the API's name for --truncate.
-// `sent_bytes`: the size of the request message the call sent.
-std::string hint(const grpc::Status& s, const ClientOptions& o, uint64_t sent_bytes) {
-  const std::string& m = s.error_message();
-  if (std::string size = srformer::client::message_size_hint(s, sent_bytes); !size.empty()) return size;
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    if (!o.tls && m.find("Socket closed") != std::string::npos) {
-      return " (does the server use TLS? then --tls --ca FILE, and --cert/--key where it asks for client "
-             "certificates)";
-    }
-    if (o.tls && m.find("wrong version number") != std::string::npos)
-      return " (the server speaks plaintext: --insecure)";
-    if (o.tls && m.find("Socket closed") != std::string::npos && o.cert_file.empty()) {
-      return " (a server with --tls-client-ca takes only clients with a certificate it signed: --cert/--key)";
-    }
-  }
-  if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT &&
-      m.find("TRUNCATION_POLICY_TRUNCATE") != std::string::npos) {
-    return " (srformer-client: --truncate)";
-  }
-  return "";
-}
-
 int fail(const grpc::Status& s, const ClientOptions& o, uint64_t sent_bytes = 0) {
   std::cerr << "srformer-client: " << srformer::status_code_name(s.error_code()) << ": " << s.error_message()
-            << hint(s, o, sent_bytes) << "\n";
+            << srformer::client::status_hint(s, o, sent_bytes) << "\n";
   return 1;
 }
 
@@ -334,12 +311,13 @@ int main(int argc, char** argv) {
   try {
     const auto channel = make_channel(o);
     if (o.health) {
-      std::string error;
+      grpc::Status error;
       const auto status = srformer::client::check_health(
           channel, "", std::chrono::milliseconds(o.deadline_ms > 0 ? o.deadline_ms : 3000), &error);
       const char* names[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
       if (status == srformer::client::HealthStatus::kError) {
-        std::cerr << "srformer-client: health check failed: " << error << "\n";
+        std::cerr << "srformer-client: health check failed: " << error.error_message()
+                  << srformer::client::status_hint(error, o, 0) << "\n";
         return 1;
       }
       if (o.json) {

@@ -765,6 +765,13 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
   auto plaintext = run_command(kClient + t + " --max-new-tokens 2 --deadline-ms 5000 " + doc(0) + " 2>&1");
   EXPECT_EQ(plaintext.exit_code, 1) << plaintext.out;
   EXPECT_NE(plaintext.out.find("(does the server use TLS? then --tls --ca FILE"), std::string::npos) << plaintext.out;
+  // The load generator's error tally says so too (it gave gRPC's words alone).
+  auto load = run_command(kClient + t + " --load --requests 1 --json " + doc(0) + " 2>/dev/null");
+  EXPECT_EQ(load.exit_code, 1) << load.out;
+  const auto load_errors = nlohmann::json::parse(load.out)["errors"];
+  ASSERT_EQ(load_errors.size(), 1u) << load.out;
+  EXPECT_NE(load_errors.begin().key().find("(does the server use TLS? then --tls --ca FILE"), std::string::npos)
+      << load.out;
   auto unary = run_command(kClient + t + " --tls --ca " + cert + " --max-new-tokens 12 --json " + doc(0));
   ASSERT_EQ(unary.exit_code, 0) << unary.out;
   EXPECT_EQ(nlohmann::json::parse(unary.out)["token_ids"].get<std::vector<int64_t>>(),
@@ -797,6 +804,13 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
     auto with_cert = run_command(kClient + mt + " --cert " + cert + " --key " + key + " --health 2>&1");
     EXPECT_EQ(with_cert.exit_code, 0) << with_cert.out;
     EXPECT_EQ(with_cert.out, "SERVING\n");
+    // A key that is not the certificate's: gRPC said only "empty address list".
+    auto wrong_key =
+        run_command(kClient + mt + " --cert " + cert + " --key " + (dir / "named-key.pem").string() + " --health 2>&1");
+    EXPECT_EQ(wrong_key.exit_code, 1) << wrong_key.out;
+    EXPECT_NE(wrong_key.out.find("is --key " + (dir / "named-key.pem").string() + " the private key of --cert " + cert),
+              std::string::npos)
+        << wrong_key.out;
     auto half_client = run_command(kClient + mt + " --cert " + cert + " --health 2>&1");
     EXPECT_EQ(half_client.exit_code, 2) << half_client.out;
     EXPECT_NE(half_client.out.find("--key"), std::string::npos) << half_client.out;

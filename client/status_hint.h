@@ -1,0 +1,48 @@
+#pragma once
+// What a failure's message leaves a command-line user to guess: gRPC's words for a TLS mismatch ("Socket
+// closed", "wrong version number", "empty address list") or a message over a size limit, and the API's name
+// for --truncate. One function for the one-shot calls and the load generator's error tally.
+#include <grpcpp/support/status.h>
+
+#include <cstdint>
+#include <string>
+
+#include "client/client_options.h"
+#include "client/message_size_hint.h"
+
+namespace srformer::client {
+
+// " (...)" to append to the status's message, or "". `sent_bytes`: the size of the request message the call
+// sent.
+inline std::string status_hint(const grpc::Status& s, const ClientOptions& o, uint64_t sent_bytes) {
+  const std::string& m = s.error_message();
+  if (std::string size = message_size_hint(s, sent_bytes); !size.empty()) return size;
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    // A handshake refused: the connection never came up. A bare "Socket closed" is a connection lost
+    // mid-call (a server that died or was killed), where TLS is not the question.
+    const bool not_connected = m.find("failed to connect to all addresses") != std::string::npos;
+    if (!o.tls && not_connected && m.find("Socket closed") != std::string::npos) {
+      return " (does the server use TLS? then --tls --ca FILE, and --cert/--key where it asks for client "
+             "certificates)";
+    }
+    if (o.tls && m.find("wrong version number") != std::string::npos)
+      return " (the server speaks plaintext: --insecure)";
+    if (o.tls && not_connected && m.find("Socket closed") != std::string::npos && o.cert_file.empty()) {
+      return " (a server with --tls-client-ca takes only clients with a certificate it signed: --cert/--key)";
+    }
+    // gRPC's words when it cannot build TLS credentials from the files (its own log lines above say why).
+    if (o.tls && m.find("empty address list") != std::string::npos) {
+      return o.cert_file.empty()
+                 ? " (gRPC could not use --ca " + o.ca_file + ": is it a valid PEM certificate?)"
+                 : " (gRPC could not use the TLS files: is --key " + o.key_file + " the private key of --cert " +
+                       o.cert_file + ", and --ca " + o.ca_file + " a valid PEM certificate?)";
+    }
+  }
+  if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT &&
+      m.find("TRUNCATION_POLICY_TRUNCATE") != std::string::npos) {
+    return " (srformer-client: --truncate)";
+  }
+  return "";
+}
+
+}  // namespace srformer::client

@@ -1,0 +1,69 @@
+// srformer-client's words on a failed call: what to change, said only where it is the question.
+#include "client/status_hint.h"
+
+#include <gtest/gtest.h>
+
+namespace srformer::client {
+namespace {
+
+grpc::Status unavailable(const std::string& message) { return {grpc::StatusCode::UNAVAILABLE, message}; }
+
+ClientOptions tls_options() {
+  ClientOptions o;
+  o.tls = true;
+  o.ca_file = "ca.pem";
+  return o;
+}
+
+// gRPC's words for a plaintext client at a TLS server: the connection never came up.
+TEST(StatusHint, APlaintextClientAtATlsServerIsToldAboutTls) {
+  EXPECT_NE(status_hint(unavailable("failed to connect to all addresses; last error: UNAVAILABLE: "
+                                    "ipv4:127.0.0.1:5000: Socket closed"),
+                        ClientOptions{}, 10)
+                .find("does the server use TLS?"),
+            std::string::npos);
+  EXPECT_NE(status_hint(unavailable("failed to connect to all addresses; last error: UNAVAILABLE: "
+                                    "ipv4:127.0.0.1:5000: Socket closed"),
+                        tls_options(), 10)
+                .find("--cert/--key"),
+            std::string::npos);
+}
+
+// A server killed mid-call (a summary half streamed) closes the socket too: that is no TLS question, and the
+// hint sent users after certificates that had worked.
+TEST(StatusHint, AConnectionLostMidCallIsNotBlamedOnTls) {
+  EXPECT_EQ(status_hint(unavailable("Socket closed"), ClientOptions{}, 10), "");
+  EXPECT_EQ(status_hint(unavailable("Socket closed"), tls_options(), 10), "");
+}
+
+// Files gRPC cannot build TLS credentials from (a key that is not the certificate's, a CA that is PEM only
+// on the outside): gRPC said only "empty address list".
+TEST(StatusHint, TlsFilesGrpcCannotUseAreNamed) {
+  ClientOptions o = tls_options();
+  EXPECT_EQ(status_hint(unavailable("empty address list: "), o, 10),
+            " (gRPC could not use --ca ca.pem: is it a valid PEM certificate?)");
+  o.cert_file = "client.pem";
+  o.key_file = "other.key";
+  EXPECT_EQ(status_hint(unavailable("empty address list: "), o, 10),
+            " (gRPC could not use the TLS files: is --key other.key the private key of --cert client.pem, and --ca "
+            "ca.pem a valid PEM certificate?)");
+  EXPECT_EQ(status_hint(unavailable("empty address list: "), ClientOptions{}, 10), "") << "no TLS, no TLS files";
+}
+
+TEST(StatusHint, TheOtherHintsStay) {
+  EXPECT_EQ(status_hint(unavailable("failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:5000: "
+                                    "Ssl handshake failed: SSL_ERROR_SSL: error:0A00010B:SSL routines::wrong version "
+                                    "number"),
+                        tls_options(), 10),
+            " (the server speaks plaintext: --insecure)");
+  EXPECT_EQ(status_hint({grpc::StatusCode::INVALID_ARGUMENT, "... or set truncation=TRUNCATION_POLICY_TRUNCATE"},
+                        ClientOptions{}, 10),
+            " (srformer-client: --truncate)");
+  EXPECT_EQ(
+      status_hint({grpc::StatusCode::RESOURCE_EXHAUSTED, "Sent message larger than max (5000 vs. 4096)"},
+                  ClientOptions{}, 5000),
+      message_size_hint({grpc::StatusCode::RESOURCE_EXHAUSTED, "Sent message larger than max (5000 vs. 4096)"}, 5000));
+}
+
+}  // namespace
+}  // namespace srformer::client
