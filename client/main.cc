@@ -9,6 +9,7 @@
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "client/client_options.h"
@@ -187,9 +188,21 @@ grpc::Status naming_the_file(const grpc::Status& status, const std::vector<std::
   return grpc::Status(status.error_code(), message + " (requests[" + digits + "] is " + inputs[index] + ")");
 }
 
+// The text of each FILE. Stdin is read once and every "-" gets its text: a second read found it drained, so
+// "- -" sent the second as an empty document.
+std::vector<std::string> read_documents(const std::vector<std::string>& paths) {
+  std::vector<std::string> documents;
+  std::optional<std::string> stdin_text;
+  for (const auto& path : paths) {
+    if (path == "-" && !stdin_text) stdin_text = read_document(path);
+    documents.push_back(path == "-" ? *stdin_text : read_document(path));
+  }
+  return documents;
+}
+
 int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   v1::SummarizeBatchRequest batch;
-  for (const auto& path : o.inputs) *batch.add_requests() = make_request(o, read_document(path));
+  for (const auto& document : read_documents(o.inputs)) *batch.add_requests() = make_request(o, document);
   batch.set_partial_results(o.partial);
   grpc::ClientContext ctx;
   set_deadline(ctx, o);
@@ -330,9 +343,7 @@ int main(int argc, char** argv) {
     auto stub = v1::Summarizer::NewStub(channel);
     if (o.list_models) return list_models(o, *stub);
     if (o.load) {
-      std::vector<std::string> docs;
-      for (const auto& p : o.inputs) docs.push_back(read_document(p));
-      const auto report = srformer::client::run_load(channel, o, docs);
+      const auto report = srformer::client::run_load(channel, o, read_documents(o.inputs));
       if (report["interrupted"].get<bool>()) return 130;  // as a shell reports Ctrl-C, after the report
       return report["requests_failed"].get<int64_t>() == 0 && report["requests_ok"].get<int64_t>() > 0 ? 0 : 1;
     }

@@ -310,6 +310,24 @@ TEST_F(EndToEnd, LoadGeneratorReportsThroughputAndLatency) {
   }
 }
 
+// Stdin named more than once is read once: the second read found it drained and sent an empty document, which
+// the load report counted as failures of "-" beside the successes of "-".
+TEST_F(EndToEnd, StdinNamedTwiceGivesItsTextToBoth) {
+  auto server = start();
+  const std::string client = kClient + " --target " + server->target() + " --model tiny --max-new-tokens 8 ";
+  const std::string piped = "cat " + doc(1) + " | ";
+  auto batch = run_command(piped + client + "--batch - " + doc(1) + " -");
+  ASSERT_EQ(batch.exit_code, 0) << batch.out;
+  const auto one = run_command(client + doc(1));
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  EXPECT_EQ(batch.out, one.out + one.out + one.out);
+  auto load = run_command(piped + client + "--load --requests 4 --json - -");
+  ASSERT_EQ(load.exit_code, 0) << load.out;
+  const auto report = nlohmann::json::parse(load.out);
+  EXPECT_EQ(report["requests_ok"], 4) << load.out;
+  EXPECT_EQ(report["requests_failed"], 0) << load.out;
+}
+
 // Polls `probe` every 100 ms until it returns true or `timeout` passes.
 template <typename Probe>
 bool eventually(Probe probe, std::chrono::seconds timeout) {
