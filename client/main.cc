@@ -2,8 +2,10 @@
 // or generate load.
 #include <grpcpp/grpcpp.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -31,6 +33,9 @@ namespace v1 = srformer::v1;
 
 using srformer::read_document;
 using srformer::read_input;
+
+// The errno of a write to stdout that failed before the end (a stream's token), for main's report of it.
+int stdout_errno = 0;
 
 std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& o) {
   grpc::ChannelArguments args;
@@ -153,12 +158,18 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
       } else {
         std::cout << msg.token().text() << std::flush;
         printed = printed || !msg.token().text().empty();
+        if (!std::cout) {  // nowhere to put the rest (a full disk): stop the generation, main says why
+          stdout_errno = errno;
+          ctx.TryCancel();
+          break;
+        }
       }
     } else if (msg.has_final()) {
       final = msg.final();
     }
   }
   const auto st = reader->Finish();
+  if (!std::cout) return 1;
   if (!st.ok()) {
     if (printed) std::cout << "\n";
     return fail(st, o, req.ByteSizeLong());
@@ -311,9 +322,7 @@ int list_models(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   ClientOptions o;
   try {
     if (!srformer::client::parse_client_args(argc, argv, o)) return 0;
@@ -353,4 +362,20 @@ int main(int argc, char** argv) {
     std::cerr << "srformer-client: " << e.what() << "\n";
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int status = run(argc, argv);
+  // Output that never reached stdout (a full disk, /dev/full) is a failure: the exit status said 0 with the
+  // summary or the load report lost. A closed pipe ends the client by SIGPIPE, as other tools.
+  errno = 0;
+  std::cout.flush();
+  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    const int error = stdout_errno != 0 ? stdout_errno : errno != 0 ? errno : EIO;
+    std::cerr << "srformer-client: cannot write to stdout: " << std::strerror(error) << "\n";
+    return status == 0 ? 1 : status;
+  }
+  return status;
 }

@@ -328,6 +328,25 @@ TEST_F(EndToEnd, StdinNamedTwiceGivesItsTextToBoth) {
   EXPECT_EQ(report["requests_failed"], 0) << load.out;
 }
 
+// Output that cannot be written (a full disk: /dev/full) fails the run, said on stderr; it exited 0 with the
+// summary, the model list or the load report lost.
+TEST_F(EndToEnd, OutputThatCannotBeWrittenFailsTheRun) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  auto server = start();
+  const std::string client = kClient + " --target " + server->target() + " --model tiny --max-new-tokens 4 ";
+  for (const std::string& args :
+       std::vector<std::string>{doc(0), "--stream " + doc(0), "--list-models", "--load --requests 2 " + doc(0),
+                                "--load --requests 2 --json " + doc(0), "--help"}) {
+    auto r = run_command(client + args + " 2>&1 >/dev/full");
+    EXPECT_EQ(r.exit_code, 1) << args << ": " << r.out;
+    EXPECT_NE(r.out.find("srformer-client: cannot write to stdout: No space left on device"), std::string::npos)
+        << args << ": " << r.out;
+  }
+  auto written = run_command(client + doc(0) + " 2>&1");
+  EXPECT_EQ(written.exit_code, 0) << written.out;
+  EXPECT_EQ(written.out.find("cannot write"), std::string::npos) << written.out;
+}
+
 // Polls `probe` every 100 ms until it returns true or `timeout` passes.
 template <typename Probe>
 bool eventually(Probe probe, std::chrono::seconds timeout) {
