@@ -34,18 +34,10 @@ class BartModel final : public EncoderDecoderModel {
     ParamBinder w(binder, options.raf_init, pack);
     const auto& c = config_;
     const int64_t D = c.d_model;
-    shared_ = w.take("model.shared.weight", {c.vocab_size, D},
-                     {"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"});
-    binder.ignore("model\\.(encoder|decoder)\\.embed_tokens\\.weight");
-    if (c.tie_word_embeddings) {
-      binder.ignore("lm_head\\.weight");
-      lm_head_.weight = shared_;
-    } else {
-      lm_head_.weight = w.take("lm_head.weight", {c.vocab_size, D});
-    }
-    if (pack) {
-      lm_head_.pack_bf16();
-    }
+    auto embedding_and_head = bind_embedding_and_head(
+        w, c, "model.shared.weight", {"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"}, pack);
+    shared_ = embedding_and_head.embedding;
+    lm_head_ = std::move(embedding_and_head.lm_head);
     const auto flb = binder.take_optional("final_logits_bias", {1, c.vocab_size});
     final_logits_bias_ = w.record(
         "final_logits_bias",
@@ -93,23 +85,7 @@ class BartModel final : public EncoderDecoderModel {
       l.self_attn = attention(p + "self_attn.");
       l.self_attn_norm = LayerNorm::bind(w, p + "self_attn_layer_norm", D, c.layer_norm_eps, false);
       const auto x = attention(p + "encoder_attn.");
-      CrossAttention ca;
-      ca.q = x.q;
-      ca.k = x.k;
-      ca.v = x.v;
-      ca.o = x.o;
-      ca.heads = c.num_heads;
-      ca.head_dim = c.head_dim;
-      ca.scale = scale;
-      ca.kind = c.srformer.cross_attention;
-      ca.segment_size = c.srformer.segment_size;
-      ca.kv_clamp = c.srformer.kv_clamp;
-      ca.precompute_switches = options.precompute_switches;
-      if (c.srformer.uses_raf()) {
-        ca.raf = bind_raf(w, p + "encoder_attn.", c.head_dim, c.srformer, options.seed + static_cast<uint64_t>(i));
-      } else {
-        binder.ignore("model\\.decoder\\.layers\\.\\d+\\.encoder_attn\\.(SNN_kv\\.weight|threshold|leak)");
-      }
+      CrossAttention ca = make_cross_attention(x, w, p + "encoder_attn.", c, options, i);
       l.cross_attn_norm = LayerNorm::bind(w, p + "encoder_attn_layer_norm", D, c.layer_norm_eps, false);
       l.ffn = ffn(p);
       l.final_norm = LayerNorm::bind(w, p + "final_layer_norm", D, c.layer_norm_eps, false);

@@ -8,6 +8,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/attention/segments.h"
@@ -298,6 +299,18 @@ int64_t EncoderDecoderModel::parameter_count() const {
   return n;
 }
 
+namespace {
+
+// `text` as a regular expression that matches exactly it (parameter names hold dots).
+std::string regex_literal(const std::string& text) {
+  std::string out;
+  for (const char ch : text) {
+    if (std::string_view("\\^$.|?*+()[]{}").find(ch) != std::string_view::npos) out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
 RafParams bind_raf(ParamBinder& w, const std::string& prefix, int64_t head_dim, const SrformerConfig& cfg,
                    uint64_t seed) {
   RafParams p;
@@ -310,6 +323,45 @@ RafParams bind_raf(ParamBinder& w, const std::string& prefix, int64_t head_dim, 
   p.threshold = w.take_raf(prefix + "threshold", {1}, [&] { return torch::full({1}, cfg.raf_init_threshold); });
   p.leak = w.take_raf(prefix + "leak", {1}, [&] { return torch::full({1}, cfg.raf_init_leak); });
   return p;
+}
+
+}  // namespace
+
+EmbeddingAndHead bind_embedding_and_head(ParamBinder& w, const ModelConfig& c, const std::string& name,
+                                         const std::vector<std::string>& aliases, bool pack) {
+  EmbeddingAndHead out;
+  out.embedding = w.take(name, {c.vocab_size, c.d_model}, aliases);
+  for (const auto& alias : aliases) w.raw().ignore(regex_literal(alias));  // where stored besides `name`
+  if (c.tie_word_embeddings) {
+    w.raw().ignore("lm_head\\.weight");
+    out.lm_head.weight = out.embedding;
+  } else {
+    out.lm_head.weight = w.take("lm_head.weight", {c.vocab_size, c.d_model});
+  }
+  if (pack) out.lm_head.pack_bf16();
+  return out;
+}
+
+CrossAttention make_cross_attention(const SelfAttention& projections, ParamBinder& w, const std::string& prefix,
+                                    const ModelConfig& c, const LoadOptions& options, int64_t layer) {
+  CrossAttention ca;
+  ca.q = projections.q;
+  ca.k = projections.k;
+  ca.v = projections.v;
+  ca.o = projections.o;
+  ca.heads = projections.heads;
+  ca.head_dim = c.head_dim;
+  ca.scale = projections.scale;
+  ca.kind = c.srformer.cross_attention;
+  ca.segment_size = c.srformer.segment_size;
+  ca.kv_clamp = c.srformer.kv_clamp;
+  ca.precompute_switches = options.precompute_switches;
+  if (c.srformer.uses_raf()) {
+    ca.raf = bind_raf(w, prefix, c.head_dim, c.srformer, options.seed + static_cast<uint64_t>(layer));
+  } else {
+    w.raw().ignore(regex_literal(prefix) + "(SNN_kv\\.weight|threshold|leak)");
+  }
+  return ca;
 }
 
 torch::Tensor relative_position_bucket(const torch::Tensor& relative, bool bidirectional, int64_t num_buckets,

@@ -147,12 +147,23 @@ class EncoderDecoderModel : public Seq2SeqModel {
   void check_tokens(const torch::Tensor& ids, const char* what) const;
 };
 
-// T5's relative-position buckets (bidirectional for the encoder, causal for the decoder).
-// RAF parameters of one cross-attention module (prefix ends in "." ), created with the authors'
-// initial values when converting a plain checkpoint (DESIGN.md: SNN_kv is nn.Linear's default init).
-RafParams bind_raf(ParamBinder& w, const std::string& prefix, int64_t head_dim, const SrformerConfig& cfg,
-                   uint64_t seed);
+// The shared token embedding, stored under `name` (and, in some checkpoints, also under `aliases`), and
+// the LM head: the embedding itself where the config ties them, else its own lm_head.weight.
+struct EmbeddingAndHead {
+  torch::Tensor embedding;
+  Linear lm_head;
+};
+EmbeddingAndHead bind_embedding_and_head(ParamBinder& w, const ModelConfig& c, const std::string& name,
+                                         const std::vector<std::string>& aliases, bool pack);
 
+// Decoder layer `layer`'s cross-attention: its projections (bound as a self-attention's), the config's
+// variant, and the RAF parameters under `prefix` (ends in ".") where the variant has them, created with
+// the authors' initial values when converting a plain checkpoint (DESIGN.md: SNN_kv is nn.Linear's
+// default init). A variant without RAF ignores the unused ones the authors' checkpoints hold.
+CrossAttention make_cross_attention(const SelfAttention& projections, ParamBinder& w, const std::string& prefix,
+                                    const ModelConfig& c, const LoadOptions& options, int64_t layer);
+
+// T5's relative-position buckets (bidirectional for the encoder, causal for the decoder).
 torch::Tensor relative_position_bucket(const torch::Tensor& relative, bool bidirectional, int64_t num_buckets,
                                        int64_t max_distance);
 

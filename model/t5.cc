@@ -38,18 +38,10 @@ class T5Model final : public EncoderDecoderModel {
     const auto& c = config_;
     const int64_t D = c.d_model;
     const int64_t I = c.inner_dim();
-    shared_ =
-        w.take("shared.weight", {c.vocab_size, D}, {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"});
-    binder.ignore("(encoder|decoder)\\.embed_tokens\\.weight");
-    if (c.tie_word_embeddings) {
-      binder.ignore("lm_head\\.weight");
-      lm_head_.weight = shared_;
-    } else {
-      lm_head_.weight = w.take("lm_head.weight", {c.vocab_size, D});
-    }
-    if (pack) {
-      lm_head_.pack_bf16();
-    }
+    auto embedding_and_head = bind_embedding_and_head(
+        w, c, "shared.weight", {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}, pack);
+    shared_ = embedding_and_head.embedding;
+    lm_head_ = std::move(embedding_and_head.lm_head);
     const auto act = activation_from_string(c.activation);
     auto attention = [&](const std::string& p) {
       SelfAttention a;
@@ -95,24 +87,7 @@ class T5Model final : public EncoderDecoderModel {
       l.self_attn = attention(p + "layer.0.SelfAttention.");
       l.self_attn_norm = norm(p + "layer.0.layer_norm");
       const auto x = attention(p + "layer.1.EncDecAttention.");
-      CrossAttention ca;
-      ca.q = x.q;
-      ca.k = x.k;
-      ca.v = x.v;
-      ca.o = x.o;
-      ca.heads = c.num_heads;
-      ca.head_dim = c.head_dim;
-      ca.scale = 1.0;
-      ca.kind = c.srformer.cross_attention;
-      ca.segment_size = c.srformer.segment_size;
-      ca.kv_clamp = c.srformer.kv_clamp;
-      ca.precompute_switches = options.precompute_switches;
-      if (c.srformer.uses_raf()) {
-        ca.raf = bind_raf(w, p + "layer.1.EncDecAttention.", c.head_dim, c.srformer,
-                          options.seed + static_cast<uint64_t>(i));
-      } else {
-        binder.ignore("decoder\\.block\\.\\d+\\.layer\\.1\\.EncDecAttention\\.(SNN_kv\\.weight|threshold|leak)");
-      }
+      CrossAttention ca = make_cross_attention(x, w, p + "layer.1.EncDecAttention.", c, options, i);
       l.cross_attn_norm = norm(p + "layer.1.layer_norm");
       l.ffn = ffn(p + "layer.2.DenseReluDense.");
       l.ffn_norm = norm(p + "layer.2.layer_norm");
