@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "client/message_size_hint.h"
 #include "client/percentiles.h"
 #include "client/status_hint.h"
 #include "common/status_code_name.h"
@@ -119,6 +120,8 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
       req.set_document(documents[doc]);
       *req.mutable_options() = o.generation;
       req.set_truncation(o.truncation);
+      // One id per request, so that the server's log lines of each can be told apart: ID-0, ID-1, ...
+      if (!o.request_id.empty()) req.set_request_id(o.request_id + "-" + std::to_string(n));
       grpc::ClientContext ctx;
       if (o.deadline_ms > 0)
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o.deadline_ms));
@@ -130,7 +133,12 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
       double ttft = -1;
       int64_t tokens = 0;
       auto last = t0;
+      int64_t returned = -1;  // the final message's tokens: the summary's and its alternatives'
       while (reader->Read(&msg)) {
+        if (msg.has_final()) {
+          returned = msg.final().token_ids_size();
+          for (const auto& alternative : msg.final().alternatives()) returned += alternative.token_ids_size();
+        }
         if (!msg.has_token()) continue;
         const auto now = Clock::now();
         if (ttft < 0) {
@@ -148,15 +156,21 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
         std::lock_guard lock(totals.mu);
         if (status.ok()) {
           const double latency = ms(Clock::now() - t0);
-          totals.all.add(ttft, gaps, latency, tokens);
-          totals.by_document[distinct.of[doc]].add(ttft, gaps, latency, tokens);
+          // Only the summary streams; samples and hypotheses 2 ... N (num_return_sequences) come in the final
+          // message, and count as output too.
+          const int64_t output = std::max(tokens, returned);
+          totals.all.add(ttft, gaps, latency, output);
+          totals.by_document[distinct.of[doc]].add(ttft, gaps, latency, output);
         } else {
           ++totals.errors[std::string(status_code_name(status.error_code())) + " " + status.error_message() +
                           status_hint(status, o, req.ByteSizeLong())];
         }
       }
       const auto code = status.error_code();
-      if (code != grpc::StatusCode::UNAVAILABLE && code != grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      // A request over a size limit is refused again however long one waits: no backoff, as for any error.
+      const bool transient = code == grpc::StatusCode::UNAVAILABLE ||
+                             (code == grpc::StatusCode::RESOURCE_EXHAUSTED && !is_message_size_refusal(status));
+      if (!transient) {
         backoff = std::chrono::milliseconds(0);
         continue;
       }

@@ -12,6 +12,14 @@ namespace srformer::client {
 // The limit srformer-client sets on the responses it receives (its channel's max receive message size).
 inline constexpr int64_t kMaxResponseBytes = int64_t{64} << 20;
 
+// Whether `status` refuses a message for its size (gRPC's own limits, or srformer-server's
+// --max-message-bytes), not for a full queue: sending it again will not help.
+inline bool is_message_size_refusal(const grpc::Status& status) {
+  const std::string& m = status.error_message();
+  return status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED &&
+         (m.find("--max-message-bytes") != std::string::npos || m.find("message larger than max") != std::string::npos);
+}
+
 // " (...)" to append to the status's message, or "" where the message says enough already (srformer-server
 // names its --max-message-bytes itself) or is about something else. `sent_bytes`: the size of the request
 // message the call sent, which tells the server refusing it from this client refusing the response.

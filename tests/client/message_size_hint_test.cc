@@ -44,5 +44,19 @@ TEST(MessageSizeHint, OtherRefusalsGetNone) {
             "");
 }
 
+// What the load generator does not wait on: a size refusal comes again however long it waits; a full queue
+// (srformer-server's words) may not.
+TEST(MessageSizeHint, SizeRefusalsAreToldFromAFullQueue) {
+  EXPECT_TRUE(is_message_size_refusal(exhausted("Received message larger than max (6733342 vs. 4194304)")));
+  EXPECT_TRUE(is_message_size_refusal(exhausted("Sent message larger than max (5000 vs. 4096)")));
+  EXPECT_TRUE(is_message_size_refusal(
+      exhausted("Received message larger than max (9606 vs. 4096): this server accepts request messages of up to "
+                "4096 bytes (its --max-message-bytes); shorten the document")));
+  EXPECT_FALSE(is_message_size_refusal(exhausted(
+      "model 'demo' has 64 requests waiting (the queue limit); retry later with backoff, or raise --max-queue")));
+  EXPECT_FALSE(is_message_size_refusal(
+      grpc::Status(grpc::StatusCode::UNAVAILABLE, "Received message larger than max (6733342 vs. 4194304)")));
+}
+
 }  // namespace
 }  // namespace srformer::client

@@ -310,6 +310,23 @@ TEST_F(EndToEnd, LoadGeneratorReportsThroughputAndLatency) {
   }
 }
 
+// Samples 2 ... N come in the final message only: the report counted the streamed first one (8 of 24
+// tokens here). --request-id gives each request of the run its own id.
+TEST_F(EndToEnd, LoadGeneratorCountsEverySequenceAndNumbersRequestIds) {
+  auto server = start();
+  auto r = run_command(kClient + " --target " + server->target() +
+                       " --load --requests 2 --json --request-id run7 --do-sample --seed 5 --num-return-sequences 3"
+                       " --min-new-tokens 8 --max-new-tokens 8 " +
+                       doc(1));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["output_tokens"], 2 * 3 * 8) << r.out;
+  EXPECT_EQ(j["inter_token_ms"]["count"], 2 * 7) << "timings are the streamed summary's";
+  const std::string log = server->log();
+  EXPECT_NE(log.find("request run7-0: SummarizeStream"), std::string::npos) << log;
+  EXPECT_NE(log.find("request run7-1: SummarizeStream"), std::string::npos) << log;
+}
+
 // Stdin named more than once is read once: the second read found it drained and sent an empty document, which
 // the load report counted as failures of "-" beside the successes of "-".
 TEST_F(EndToEnd, StdinNamedTwiceGivesItsTextToBoth) {
@@ -611,6 +628,12 @@ TEST_F(EndToEnd, RequestsOverTheMessageLimitAreLoggedCountedAndExplained) {
   }
   // The limit is on one message: a short document still goes through.
   EXPECT_EQ(run_command(client + doc(0)).exit_code, 0);
+  // The load generator sends it again at once: waiting (its backoff after a full queue: 50 ms doubling to
+  // 1 s, at most 6 requests in 2 s) does not make it fit.
+  auto load = run_command(kClient + " --target " + server->target() + " --load --concurrency 1 --duration 2 --json " +
+                          big.string());
+  EXPECT_EQ(load.exit_code, 1) << load.out;
+  EXPECT_GE(nlohmann::json::parse(load.out)["requests_failed"].get<int>(), 15) << load.out;
 }
 
 TEST_F(EndToEnd, RefusedRequestsAreCountedAndLoggedOnceInValidJsonLines) {
