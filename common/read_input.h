@@ -14,13 +14,25 @@ namespace srformer {
 
 // The bytes of `path`, or of stdin for "-".
 inline std::string read_input(const std::string& path) {
-  if (path == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
+  const auto failure = [&path](const std::string& why) {
+    return std::runtime_error("cannot read '" + path + "': " + why);
+  };
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw std::runtime_error("cannot read '" + path + "': it is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read '" + path + "': " + std::strerror(errno));
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  if (path != "-" && std::filesystem::is_directory(path, ec)) throw failure("it is a directory");
+  std::ifstream file;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    if (!file) throw failure(std::strerror(errno));
+  }
+  std::istream& in = path == "-" ? std::cin : file;
+  errno = 0;
+  try {
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  } catch (const std::exception&) {
+    // A read that fails partway (EIO) throws from the stream buffer, worded "basic_filebuf::underflow
+    // error reading the file" without the file's name.
+    throw failure(errno != 0 ? std::strerror(errno) : "read error");
+  }
 }
 
 // A document's text: the bytes of `path` (or stdin) without a leading UTF-8 byte-order mark, which marks
