@@ -105,11 +105,29 @@ class CallRecord {
                  engine ? engine->name() : shown_name(requested), status_code_name(status.error_code()),
                  status.error_message());
   }
-  // A call whose body did not parse, or a batch holding no request: nothing names a model.
-  void malformed(const std::string& id, const grpc::Status& status) {
+  // A call whose body did not parse, or a batch holding no request: nothing names a model. A call that
+  // carried no message at all is mostly not the client's fault: gRPC hands the service a call cancelled, or
+  // past its deadline, before its message arrived, without one. Only in OnDone (done()) does IsCancelled()
+  // tell it from a client that half-closed without a message, so it is logged and counted there.
+  void malformed(const std::string& id, const grpc::Status& status, bool carried_message = true) {
+    if (!carried_message) {
+      no_message_.emplace(id, status);
+      return;
+    }
     if (metrics_) metrics_->on_unrouted(method_, UnroutedReason::kMalformed);
     spdlog::info("request {}: {} refused with {}: {}", id, method_, status_code_name(status.error_code()),
                  status.error_message());
+  }
+  // From the reactor's OnDone, where the call's context still lives and IsCancelled() is final.
+  void done() {
+    if (!no_message_) return;
+    const auto& [id, status] = *no_message_;
+    if (context_->IsCancelled()) {
+      spdlog::info("request {}: {} ended before its request message arrived (cancelled, or its deadline passed)", id,
+                   method_);
+    } else {
+      malformed(id, status);
+    }
   }
   // A body over --max-message-bytes (check_body_size), not read. gRPC's own limit refused these before the
   // service saw them, with no log line and no metric: a warning (the client's document or the limit is to
@@ -146,6 +164,7 @@ class CallRecord {
   int64_t retry_pushback_ms_;
   std::vector<std::string> models_;
   bool retry_pointless_ = false;
+  std::optional<std::pair<std::string, grpc::Status>> no_message_;  // the id and status, until done()
   Clock::time_point start_ = Clock::now();
 };
 
@@ -181,7 +200,7 @@ grpc::Status open_call(SummarizerService& service, grpc::CallbackServerContext* 
     return size;
   }
   if (grpc::Status parsed = parse_body(body, in); !parsed.ok()) {
-    record.malformed(service.next_request_id(), parsed);
+    record.malformed(service.next_request_id(), parsed, body.Valid());
     return parsed;
   }
   try {
@@ -229,7 +248,10 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
   void OnCancel() override {
     if (request_) request_->cancel();
   }
-  void OnDone() override { delete this; }  // gRPC's reactor lifetime: the reactor owns itself
+  void OnDone() override {  // gRPC's reactor lifetime: the reactor owns itself
+    record_.done();
+    delete this;
+  }
 
  private:
   void finish(const grpc::Status& status) {
@@ -315,7 +337,10 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void OnCancel() override {
     if (request_) request_->cancel();
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    record_.done();
+    delete this;
+  }
 
  private:
   // Appends messages (and the final status once known); starts a write when none is in flight.
@@ -378,7 +403,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       return;
     }
     if (const grpc::Status parsed = parse_body(body, in_); !parsed.ok()) {
-      record_.malformed(service.next_request_id(), parsed);
+      record_.malformed(service.next_request_id(), parsed, body.Valid());
       end(parsed);
       return;
     }
@@ -488,7 +513,10 @@ class BatchCall final : public grpc::ServerUnaryReactor {
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < items_.size(); ++i) cancel(i);
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    record_.done();
+    delete this;
+  }
 
  private:
   struct Item {
