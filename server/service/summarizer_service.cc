@@ -437,6 +437,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
         const bool whole_call =
             e.code() == grpc::StatusCode::UNAVAILABLE || e.code() == grpc::StatusCode::DEADLINE_EXCEEDED;
         if (!partial_ || whole_call) {
+          log_not_run(service, prepared, i);
           end(item_status(i));
           return;
         }
@@ -528,6 +529,20 @@ class BatchCall final : public grpc::ServerUnaryReactor {
     grpc::Status error;  // the item's own failure, without the "requests[i]: " prefix
   };
 
+  // The items a refusal of the whole call before queueing kept from running (the valid ones before it, all
+  // after it): each gets its line, with the client's id where it gave one, as queued items do.
+  void log_not_run(SummarizerService& service, const std::vector<SummarizerService::Prepared>& prepared,
+                   int refused) const {
+    for (int j = 0; j < in_.requests_size(); ++j) {
+      const auto& p = prepared[static_cast<size_t>(j)];
+      if (j == refused || (j < refused && !p.request)) continue;  // the refused ones have their line
+      const auto& request = in_.requests(j);
+      const Engine* const engine = p.engine ? p.engine : service.find_model(request.model());
+      spdlog::info("request {}: {} model={} not run: requests[{}] of its batch was refused",
+                   p.request ? p.request->id : service.request_id(request), record_.method(),
+                   engine ? engine->name() : shown_name(request.model()), refused);
+    }
+  }
   static int count_queued_after(int i, const std::vector<SummarizerService::Prepared>& prepared) {
     return static_cast<int>(std::count_if(prepared.begin() + i + 1, prepared.end(),
                                           [](const SummarizerService::Prepared& p) { return p.engine != nullptr; }));

@@ -1366,6 +1366,38 @@ TEST(EngineService, ABatchEndedByItsDeadlineOrACancelCountsThatStatus) {
   }
 }
 
+// A batch refused whole before queueing (an invalid item, partial_results off) logs every other item too,
+// with the client's id: the valid one before the refused item had no line at all, though it had an id.
+TEST(EngineService, EveryItemOfABatchRefusedBeforeQueueingIsLoggedWithItsId) {
+  std::ostringstream captured;
+  const auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(captured);
+  auto& sinks = spdlog::default_logger()->sinks();
+  sinks.push_back(sink);
+  {
+    TestServer server;
+    v1::SummarizeBatchRequest batch;
+    *batch.add_requests() = request(doc_of(0), 8, 1);
+    batch.mutable_requests(0)->set_request_id("item-before");
+    *batch.add_requests() = request("", 8, 1);
+    batch.mutable_requests(1)->set_request_id("item-empty");
+    *batch.add_requests() = request(doc_of(2), 8, 1);
+    batch.mutable_requests(2)->set_request_id("item-after");
+    grpc::ClientContext ctx;
+    v1::SummarizeBatchResponse resp;
+    EXPECT_EQ(server.stub().SummarizeBatch(&ctx, batch, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  sinks.erase(std::find(sinks.begin(), sinks.end(), sink));
+  const std::string log = captured.str();
+  EXPECT_NE(log.find("request item-empty: SummarizeBatch model=fake refused with INVALID_ARGUMENT"), std::string::npos)
+      << log;
+  for (const char* id : {"item-before", "item-after"}) {
+    EXPECT_NE(log.find(std::string("request ") + id +
+                       ": SummarizeBatch model=fake not run: requests[1] of its batch was refused"),
+              std::string::npos)
+        << log;
+  }
+}
+
 // Every item of a batch that was queued gets its log line with its request id, also when another
 // item's failure ends the call (only the call's line was logged then), and an item the call's end kept
 // from running says so.
