@@ -251,6 +251,66 @@ class BuildRfcDatasetTest(unittest.TestCase):
         self.assertEqual(rc, 2)
         self.assertIn("--fetch", err.getvalue())
 
+    def main_stderr(self, argv):
+        err = io.StringIO()
+        old, sys.stderr = sys.stderr, err
+        try:
+            with redirect_stdout(io.StringIO()):
+                rc = rfc.main(argv)
+        finally:
+            sys.stderr = old
+        return rc, err.getvalue()
+
+    def test_a_directory_without_rfcs_is_a_clear_error(self):
+        # A wrong --rfc-dir (say the --fetch directory's parent) said the splits would be empty and to
+        # loosen the filters, which no filter could change.
+        empty = os.path.join(self.tmp.name, "no-rfcs")
+        os.makedirs(os.path.join(empty, "sub"))
+        with open(os.path.join(empty, "sub", "README"), "w", encoding="utf-8") as f:
+            f.write("not an RFC\n")
+        out = os.path.join(self.tmp.name, "o")
+        rc, err = self.main_stderr(["--rfc-dir", empty, "--out", out])
+        self.assertEqual(rc, 2)
+        self.assertIn("no RFCs (rfcN.json, rfcN.txt.gz) under " + empty, err)
+        self.assertNotIn("loosen the filters", err)
+        self.assertFalse(os.path.exists(out))
+
+    def test_a_failed_fetch_is_a_clear_error(self):
+        # Unreachable mirror: apt-get update only warned (exit 0), apt-get download failed with "Unable
+        # to locate package", and the builder ended in a CalledProcessError traceback.
+        bin_dir = os.path.join(self.tmp.name, "bin")
+        os.makedirs(bin_dir)
+        calls = os.path.join(self.tmp.name, "calls")
+        with open(os.path.join(bin_dir, "apt-get"), "w", encoding="utf-8") as f:
+            f.write('#!/bin/sh\nfor a; do last=$a; done\necho "$last" >> %s\n' % calls)
+            f.write('case "$*" in *" download "*)\n')
+            f.write('  echo "E: Unable to locate package $last" >&2; exit 100;;\nesac\n')
+        os.chmod(os.path.join(bin_dir, "apt-get"), 0o755)
+        old_path = os.environ["PATH"]
+        os.environ["PATH"] = bin_dir + os.pathsep + old_path
+        try:
+            fetch_dir = os.path.join(self.tmp.name, "fetch")
+            rc, err = self.main_stderr(
+                ["--fetch", fetch_dir, "--mirror", "http://mirror.invalid/debian", "--suite", "bookworm",
+                 "--out", os.path.join(self.tmp.name, "o")]
+            )  # fmt: skip
+        finally:
+            os.environ["PATH"] = old_path
+        self.assertEqual(rc, 2)
+        self.assertIn("build_rfc_dataset: --fetch: `apt-get download` failed (exit 100", err)
+        self.assertIn("can http://mirror.invalid/debian be reached", err)
+        self.assertIn("--rfc-dir", err)
+        with open(calls, encoding="utf-8") as f:
+            self.assertEqual(f.read().split(), ["update", rfc.RFC_PACKAGES[-1]])
+        # Without apt-get at all (not Debian): said so, not a FileNotFoundError traceback.
+        os.environ["PATH"] = os.path.join(self.tmp.name, "empty-path")
+        try:
+            rc, err = self.main_stderr(["--fetch", fetch_dir, "--out", os.path.join(self.tmp.name, "o")])
+        finally:
+            os.environ["PATH"] = old_path
+        self.assertEqual(rc, 2)
+        self.assertIn("apt-get is not installed", err)
+
 
 if __name__ == "__main__":
     unittest.main()

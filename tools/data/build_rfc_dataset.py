@@ -322,6 +322,20 @@ def build(records, args, removed):
     return out, group_sizes
 
 
+class FetchError(Exception):
+    """--fetch could not download or unpack the packages; the message says what to check."""
+
+
+def run_fetch_step(label, command, hint, cwd=None):
+    """Runs one step of --fetch; a failure raises FetchError naming the step and what to check."""
+    try:
+        subprocess.run(command, check=True, cwd=cwd)
+    except FileNotFoundError:
+        raise FetchError("%s is not installed (--fetch needs Debian's apt-get and dpkg-deb)" % command[0])
+    except subprocess.CalledProcessError as e:
+        raise FetchError("`%s` failed (exit %d, messages above): %s" % (label, e.returncode, hint))
+
+
 def fetch(fetch_dir, mirror, suite):
     """Downloads and unpacks the doc-rfc packages into fetch_dir/root; returns the RFC directory."""
     fetch_dir = os.path.abspath(fetch_dir)
@@ -340,12 +354,19 @@ def fetch(fetch_dir, mirror, suite):
         "-o", "Dir::Cache=" + cache,
         "-o", "Acquire::Languages=none",
     ]  # fmt: skip
-    subprocess.run(["apt-get"] + apt + ["update"], check=True)
-    subprocess.run(["apt-get"] + apt + ["download"] + list(RFC_PACKAGES), check=True, cwd=debs)
+    # apt-get update only warns when the mirror cannot be reached (exit 0); download then fails with
+    # "Unable to locate package", which reads as if the packages did not exist.
+    hint = (
+        "can %s be reached from here, and does its suite %s have a non-free component with the doc-rfc "
+        "packages? Check --mirror and --suite, or pass --rfc-dir to RFCs unpacked elsewhere" % (mirror, suite)
+    )
+    run_fetch_step("apt-get update", ["apt-get"] + apt + ["update"], hint)
+    run_fetch_step("apt-get download", ["apt-get"] + apt + ["download"] + list(RFC_PACKAGES), hint, cwd=debs)
     root = os.path.join(fetch_dir, "root")
     for name in sorted(os.listdir(debs)):
         if name.endswith(".deb"):
-            subprocess.run(["dpkg-deb", "-x", os.path.join(debs, name), root], check=True)
+            run_fetch_step("dpkg-deb -x " + name, ["dpkg-deb", "-x", os.path.join(debs, name), root],
+                           "a download cut short? Remove %s and run --fetch again" % os.path.join(debs, name))
     return os.path.join(root, "usr", "share", "doc", "RFC")
 
 
@@ -377,11 +398,24 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    rfc_dir = fetch(args.fetch, args.mirror, args.suite) if args.fetch else args.rfc_dir
+    try:
+        rfc_dir = fetch(args.fetch, args.mirror, args.suite) if args.fetch else args.rfc_dir
+    except FetchError as e:
+        print("build_rfc_dataset: --fetch: %s" % e, file=sys.stderr)
+        return 2
     if not os.path.isdir(rfc_dir):
         print(
             "build_rfc_dataset: no RFC directory at %s; pass --fetch DIR to download Debian's doc-rfc "
             "packages (non-free) into DIR, or --rfc-dir to where they are unpacked" % rfc_dir,
+            file=sys.stderr,
+        )
+        return 2
+    if not rfc_files(rfc_dir):
+        # Else every split came out empty with "loosen the filters", which no filter could change.
+        print(
+            "build_rfc_dataset: no RFCs (rfcN.json, rfcN.txt.gz) under %s; --rfc-dir takes the directory the "
+            "doc-rfc packages install, /usr/share/doc/RFC (FETCH_DIR/root/usr/share/doc/RFC after --fetch)"
+            % rfc_dir,
             file=sys.stderr,
         )
         return 2
