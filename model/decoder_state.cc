@@ -22,8 +22,8 @@ bool pooled(const LayerState& l) { return l.cross_start.defined(); }
 // Applies fn to every tensor of the state whose first dimension is the row (possibly undefined).
 template <typename State, typename Fn>
 void for_each_tensor(State& s, Fn&& fn) {
-  for (auto* t : {&s.self_valid, &s.self_pos, &s.cross_valid, &s.enc_len, &s.step, &s.expected_len, &s.num_segments,
-                  &s.segment, &s.raf_fired, &s.raf_total, &s.segment_switches}) {
+  for (auto* t : {&s.self_valid, &s.self_pos, &s.cross_valid, &s.enc_len, &s.step, &s.expected_len, &s.max_steps,
+                  &s.num_segments, &s.segment, &s.raf_fired, &s.raf_total, &s.segment_switches}) {
     fn(*t);
   }
   for (auto& l : s.layers) {
@@ -56,9 +56,11 @@ RowCounts row_counts(const DecoderState& s) {
   if (s.num_segments.defined() && s.expected_len.defined()) {
     const auto m = s.num_segments.to(torch::kCPU, torch::kLong).contiguous();
     const auto L = s.expected_len.to(torch::kCPU, torch::kLong).contiguous();
+    const auto steps = s.max_steps.defined() ? s.max_steps.to(torch::kCPU, torch::kLong).contiguous() : torch::Tensor();
     for (int64_t b = 0; b < B; ++b) {
-      out.entries.push_back(
-          visited_segment_count(m.data_ptr<int64_t>()[b], std::max<int64_t>(1, L.data_ptr<int64_t>()[b])));
+      out.entries.push_back(visited_segment_count(m.data_ptr<int64_t>()[b],
+                                                  std::max<int64_t>(1, L.data_ptr<int64_t>()[b]),
+                                                  steps.defined() ? steps.data_ptr<int64_t>()[b] : kUnboundedSteps));
     }
   }
   return out;

@@ -52,6 +52,7 @@ class DecoderState {
   torch::Tensor enc_len;           // [B] int64: real encoder length k_b
   torch::Tensor step;              // [B] int64: t, the position of the next token
   torch::Tensor expected_len;      // [B] int64: L (segment schedule)
+  torch::Tensor max_steps;         // [B] int64: the row's most steps (max_new_tokens), its switch table's reach
   torch::Tensor num_segments;      // [B] int64: m_b = ceil(k_b / s) (1 for full attention)
   torch::Tensor segment;           // [B] int64: segment used at the last step (-1 before the first)
   torch::Tensor raf_fired;         // [B, layers] float64: membrane elements that fired, summed over RAF steps

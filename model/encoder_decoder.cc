@@ -82,24 +82,26 @@ struct StepPlan {
 
 StepPlan plan_step(const DecoderState& st, const torch::Tensor& changed) {
   const int64_t B = changed.size(0);
-  const auto host =
-      torch::stack({changed.to(torch::kLong), st.step, st.segment_switches, st.num_segments, st.expected_len})
-          .to(torch::kCPU, torch::kLong)
-          .contiguous();
+  const auto host = torch::stack({changed.to(torch::kLong), st.step, st.segment_switches, st.num_segments,
+                                  st.expected_len, st.max_steps})
+                        .to(torch::kCPU, torch::kLong)
+                        .contiguous();
   const int64_t* is_changed = host.data_ptr<int64_t>();
   const int64_t* step = is_changed + B;
   const int64_t* switches = step + B;
   const int64_t* m = switches + B;
   const int64_t* L = m + B;
+  const int64_t* max_steps = L + B;
   StepPlan plan;
   std::vector<int64_t> rows;
   for (int64_t b = 0; b < B; ++b) {
     plan.highest_position = std::max(plan.highest_position, step[b]);
     if (is_changed[b] == 0) continue;
-    if (switches[b] < 0 || switches[b] >= visited_segment_count(m[b], std::max<int64_t>(1, L[b]))) {
-      throw std::logic_error("step: row " + std::to_string(b) + " switched segments more often than its schedule (" +
-                             std::to_string(switches[b]) + " switches, m=" + std::to_string(m[b]) +
-                             ", L=" + std::to_string(L[b]) + ")");
+    if (switches[b] < 0 || switches[b] >= visited_segment_count(m[b], std::max<int64_t>(1, L[b]), max_steps[b])) {
+      throw std::logic_error(
+          "step: row " + std::to_string(b) + " switched segments more often than its schedule (" +
+          std::to_string(switches[b]) + " switches, m=" + std::to_string(m[b]) + ", L=" + std::to_string(L[b]) +
+          (max_steps[b] == kUnboundedSteps ? "" : ", at most " + std::to_string(max_steps[b]) + " steps") + ")");
     }
     rows.push_back(b);
   }
@@ -165,7 +167,7 @@ void EncoderDecoderModel::check_tokens(const torch::Tensor& ids, const char* wha
 }
 
 DecoderState EncoderDecoderModel::start(const EncoderOutput& enc, const torch::Tensor& expected_length,
-                                        const EncodeStop& stop) {
+                                        const torch::Tensor& max_steps, const EncodeStop& stop) {
   torch::NoGradGuard no_grad;
   const int64_t B = enc.hidden.size(0);
   const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device_);
@@ -175,6 +177,8 @@ DecoderState EncoderDecoderModel::start(const EncoderOutput& enc, const torch::T
   st.num_segments = config_.srformer.segmented() ? num_segments(st.enc_len, config_.srformer.segment_size)
                                                  : torch::ones({B}, long_opts);
   st.expected_len = expected_length.to(long_opts).view({B}).clamp_min(1);
+  st.max_steps = max_steps.defined() ? max_steps.to(long_opts).view({B}).clamp_min(1)
+                                     : torch::full({B}, kUnboundedSteps, long_opts);
   st.step = torch::zeros({B}, long_opts);
   st.segment = torch::full({B}, -1, long_opts);
   st.segment_switches = torch::zeros({B}, long_opts);
@@ -190,7 +194,7 @@ DecoderState EncoderDecoderModel::start(const EncoderOutput& enc, const torch::T
   for (size_t l = 0; l < cross.size(); ++l) {
     stop_if_asked(stop);
     auto& ls = st.layers[l];
-    cross[l].prepare(enc.hidden, enc.mask, st.num_segments, ls, st.expected_len, positions, pause);
+    cross[l].prepare(enc.hidden, enc.mask, st.num_segments, ls, st.expected_len, st.max_steps, positions, pause);
     ls.self_k = torch::zeros({B, config_.num_heads, 0, config_.head_dim}, enc.hidden.options());
     ls.self_v = torch::zeros_like(ls.self_k);
   }
@@ -206,10 +210,10 @@ StateFootprint EncoderDecoderModel::state_footprint() const {
   for (const auto& cross : cross_layers()) f += cross.footprint(device_, compute_dtype_);  // K/V are activations
   const auto element = static_cast<int64_t>(c10::elementSize(compute_dtype_));
   // Self-attention K and V per layer; self_valid, self_pos and self_src per slot; cross_valid per position;
-  // the row's step, lengths, segment and RAF counters.
+  // the row's step, lengths (k, L, m and its step bound), segment and RAF counters.
   f.per_decoder_position += config_.decoder_layers * 2 * config_.num_heads * config_.head_dim * element + 1 + 8 + 4;
   f.per_row_encoder_position += 1;
-  f.fixed += 7 * 8 + config_.decoder_layers * 8;
+  f.fixed += 8 * 8 + config_.decoder_layers * 8;
   return f;
 }
 

@@ -70,7 +70,8 @@ class EncoderDecoderModel : public Seq2SeqModel {
                                      const EncodeStop& stop) = 0;
 
   using Seq2SeqModel::start;
-  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length, const EncodeStop& stop) override;
+  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length, const torch::Tensor& max_steps,
+                     const EncodeStop& stop) override;
   torch::Tensor step(DecoderState& state, const torch::Tensor& tokens) override;
   torch::Tensor forward(const EncoderOutput& enc, const torch::Tensor& decoder_input_ids,
                         const std::optional<torch::Tensor>& expected_length) override;

@@ -86,12 +86,19 @@ class Seq2SeqModel {
 
   // Builds the per-row decoder state from encoder output: cross K/V for every layer, and for
   // segmented variants K^T V, ||K|| and a zero RAF membrane. expected_length: [B] int64 (L per row).
-  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length) {
-    return start(enc, expected_length, EncodeStop{});
+  // max_steps: [B] int64, the most steps each row will take (its max_new_tokens), or undefined for
+  // no bound; SRformer's switch table then holds only the segments those steps reach (with L above
+  // max_new_tokens the rest of the schedule never comes), and a row must not step past it.
+  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length,
+                     const torch::Tensor& max_steps = {}) {
+    return start(enc, expected_length, max_steps, EncodeStop{});
   }
   // The same, asking `stop` (when set) before each decoder layer's part, as encode() does.
+  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length, const EncodeStop& stop) {
+    return start(enc, expected_length, torch::Tensor(), stop);
+  }
   virtual DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length,
-                             const EncodeStop& stop) = 0;
+                             const torch::Tensor& max_steps, const EncodeStop& stop) = 0;
 
   // One decoding step for every row: tokens [B] int64 (the previous token of each row, the first
   // being decoder_start_token_id). Returns logits [B, vocab] float32 and advances every row's t.

@@ -18,10 +18,10 @@ StateFootprint& StateFootprint::operator+=(const StateFootprint& other) {
   return *this;
 }
 
-int64_t StateFootprint::switches(int64_t input_tokens, int64_t expected_length) const {
+int64_t StateFootprint::switches(int64_t input_tokens, int64_t expected_length, int64_t max_steps) const {
   if (segment_size <= 0 || per_switch == 0) return 0;
   const int64_t m = std::max<int64_t>(1, (input_tokens + segment_size - 1) / segment_size);
-  return visited_segment_count(m, std::max<int64_t>(1, expected_length));
+  return visited_segment_count(m, std::max<int64_t>(1, expected_length), std::max<int64_t>(1, max_steps));
 }
 
 int64_t StateFootprint::bytes(const StateShape& b) const {

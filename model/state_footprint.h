@@ -35,9 +35,10 @@ struct StateFootprint {
 
   StateFootprint& operator+=(const StateFootprint& other);
 
-  // Switch-table entries of a row with `input_tokens` positions and expected length L: the segments
-  // its schedule visits, min(m, L + 1) (m = ceil(input_tokens / segment_size)); 0 without a table.
-  int64_t switches(int64_t input_tokens, int64_t expected_length) const;
+  // Switch-table entries of a row with `input_tokens` positions and expected length L that takes at
+  // most `max_steps` steps (its max_new_tokens): the segments those steps of its schedule visit,
+  // min(m, L + 1, max_steps) at most (m = ceil(input_tokens / segment_size)); 0 without a table.
+  int64_t switches(int64_t input_tokens, int64_t expected_length, int64_t max_steps) const;
 
   // A batch of that shape (self-attention caches counted with the room they grow with,
   // self_attention.h: an upper bound; a cache a state operation made dense holds less).

@@ -65,11 +65,13 @@ int run_inspect(const std::vector<std::string>& args) {
   torch::NoGradGuard no_grad;
   const auto ids = torch::full({1, k}, c.eos_token_id, torch::kLong);
   const auto enc = model->encode(ids, torch::ones({1, k}, torch::kLong));
-  auto state = model->start(enc, torch::full({1}, expected_length, torch::kLong));
-  const int64_t start_bytes = state.bytes();
-  auto tok = torch::full({1}, c.decoder_start_token_id, torch::kLong);
   const int64_t positions = decoder_positions(c);  // BART's learned ones; T5: 0, no limit
   const int64_t steps = positions > 0 ? std::min(new_tokens, positions) : new_tokens;
+  // As the server starts it: the switch table holds what `steps` steps reach.
+  auto state =
+      model->start(enc, torch::full({1}, expected_length, torch::kLong), torch::full({1}, steps, torch::kLong));
+  const int64_t start_bytes = state.bytes();
+  auto tok = torch::full({1}, c.decoder_start_token_id, torch::kLong);
   if (steps < new_tokens) {
     notes.push_back("--new-tokens " + std::to_string(new_tokens) + " is more than the model's " +
                     std::to_string(positions) + " decoder positions: measured after " + std::to_string(steps) +
@@ -99,7 +101,7 @@ int run_inspect(const std::vector<std::string>& args) {
                 {"bytes_after_new_tokens", state.bytes()},
                 {"new_tokens", steps},
                 {"expected_length", expected_length},
-                {"estimated_bytes", f.request_bytes(1, k, f.switches(k, expected_length), steps)}};
+                {"estimated_bytes", f.request_bytes(1, k, f.switches(k, expected_length, steps), steps)}};
   j["state_footprint"] = {{"per_encoder_position", f.per_encoder_position},
                           {"per_switch", f.per_switch},
                           {"inputs_shared_by_beams", f.inputs_shared_by_beams},

@@ -210,14 +210,14 @@ StateFootprint CrossAttention::footprint(const torch::Device& device, torch::Sca
 }
 
 void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tensor& enc_mask, const torch::Tensor& m,
-                             LayerState& ls, const torch::Tensor& expected_len, int64_t positions,
-                             const std::function<void()>& between) const {
+                             LayerState& ls, const torch::Tensor& expected_len, const torch::Tensor& max_steps,
+                             int64_t positions, const std::function<void()>& between) const {
   ls.cross_k = project_heads(k, enc_hidden, heads, positions, between);
   if (between) between();
   ls.cross_v = project_heads(v, enc_hidden, heads, positions, between);
   if (recurrent() && precompute_switches && expected_len.defined() && ls.cross_k.is_cpu() &&
       kernels::use_cpu_kernels()) {
-    prepare_recurrent_cpu(ls, enc_mask.sum(1).to(torch::kLong), m, expected_len);
+    prepare_recurrent_cpu(ls, enc_mask.sum(1).to(torch::kLong), m, expected_len, max_steps);
   } else if (recurrent()) {
     // K^T V and ||K|| over real positions only, in fp32 (also under mixed-precision training).
     const Fp32Region fp32;
@@ -229,7 +229,7 @@ void CrossAttention::prepare(const torch::Tensor& enc_hidden, const torch::Tenso
     ls.mem = torch::zeros_like(kv);
     ls.recur = torch::zeros_like(kv);
     if (precompute_switches && expected_len.defined()) {
-      switch_table(ls, enc_mask.sum(1).to(torch::kLong), m, expected_len);
+      switch_table(ls, enc_mask.sum(1).to(torch::kLong), m, expected_len, max_steps);
       ls.kv = torch::Tensor();  // only switches read K^T V, and the table holds what they need of it
     }
   }
@@ -288,14 +288,16 @@ struct Schedules {
   int64_t total = 0;
 };
 
-Schedules visited_schedules(const torch::Tensor& m, const torch::Tensor& expected_len) {
+Schedules visited_schedules(const torch::Tensor& m, const torch::Tensor& expected_len, const torch::Tensor& max_steps) {
   const auto m_cpu = m.to(torch::kCPU, torch::kLong).contiguous();
   const auto L_cpu = expected_len.to(torch::kCPU, torch::kLong).contiguous();
+  const auto steps_cpu = max_steps.defined() ? max_steps.to(torch::kCPU, torch::kLong).contiguous() : torch::Tensor();
   const int64_t B = m_cpu.numel();
   Schedules out;
   out.segs.resize(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
-    out.segs[b] = visited_segments(m_cpu.data_ptr<int64_t>()[b], std::max<int64_t>(1, L_cpu.data_ptr<int64_t>()[b]));
+    out.segs[b] = visited_segments(m_cpu.data_ptr<int64_t>()[b], std::max<int64_t>(1, L_cpu.data_ptr<int64_t>()[b]),
+                                   steps_cpu.defined() ? steps_cpu.data_ptr<int64_t>()[b] : kUnboundedSteps);
     out.starts.push_back(out.total);
     out.total += static_cast<int64_t>(out.segs[b].size());
   }
@@ -305,8 +307,8 @@ Schedules visited_schedules(const torch::Tensor& m, const torch::Tensor& expecte
 }  // namespace
 
 void CrossAttention::switch_table(LayerState& ls, const torch::Tensor& enc_len, const torch::Tensor& m,
-                                  const torch::Tensor& expected_len) const {
-  const auto schedules = visited_schedules(m, expected_len);
+                                  const torch::Tensor& expected_len, const torch::Tensor& max_steps) const {
+  const auto schedules = visited_schedules(m, expected_len, max_steps);
   const int64_t B = ls.kv.size(0);
   auto table = torch::empty({schedules.total, ls.kv.size(1), ls.kv.size(2), ls.kv.size(3)}, ls.kv.options());
   // Each row's entries in one batch of ops (the CPU form with our kernels is prepare_recurrent_cpu).
@@ -324,8 +326,8 @@ void CrossAttention::switch_table(LayerState& ls, const torch::Tensor& enc_len, 
 }
 
 void CrossAttention::prepare_recurrent_cpu(LayerState& ls, const torch::Tensor& enc_len, const torch::Tensor& m,
-                                           const torch::Tensor& expected_len) const {
-  const auto schedules = visited_schedules(m, expected_len);
+                                           const torch::Tensor& expected_len, const torch::Tensor& max_steps) const {
+  const auto schedules = visited_schedules(m, expected_len, max_steps);
   const auto& segs = schedules.segs;
   const auto keys = ls.cross_k.to(torch::kFloat32).contiguous();
   const auto values = ls.cross_v.to(torch::kFloat32).contiguous();

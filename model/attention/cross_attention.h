@@ -29,17 +29,19 @@ struct CrossAttention {
   RafParams raf;  // defined when the variant uses RAF
   // Compute every switch's RAF drive (P_i Wᵀ) when a row starts decoding, so that a segment switch
   // costs an element-wise pass instead of K_iᵀV_i and a d x d product per head (flat step time in k,
-  // for min(m, L+1) x heads x d x d fp32 more state per row and layer).
+  // for min(m, L+1, max_new_tokens) x heads x d x d fp32 more state per row and layer).
   bool precompute_switches = true;
 
   bool recurrent() const;  // variant has the (q R)/||K|| term
 
   // Fills the layer's cross K/V (and K^T V, ||K||, zero membrane, global tokens) from the encoder.
   // enc_mask [B,k] bool; m [B] segments per row. With expected_len [B] (L per row, incremental
-  // decoding) and precompute_switches, also the table of switch drives in schedule order. K and V are
+  // decoding) and precompute_switches, also the table of switch drives in schedule order, for the
+  // segments each row's first max_steps [B] steps visit (undefined: its whole schedule). K and V are
   // projected by blocks of `positions` positions, between() called between any two (project_heads).
   void prepare(const torch::Tensor& enc_hidden, const torch::Tensor& enc_mask, const torch::Tensor& m, LayerState& ls,
-               const torch::Tensor& expected_len = {}, int64_t positions = std::numeric_limits<int64_t>::max(),
+               const torch::Tensor& expected_len = {}, const torch::Tensor& max_steps = {},
+               int64_t positions = std::numeric_limits<int64_t>::max(),
                const std::function<void()>& between = {}) const;
 
   // Teacher-forced: x [B,q,D]; seg/changed [B,q] (segment per position; whether RAF steps there).
@@ -81,12 +83,12 @@ struct CrossAttention {
   // ls.switch_drive for every row: the drives of the segments its schedule visits, in order, as a
   // pool of every row's entries (and ls.drive_start).
   void switch_table(LayerState& ls, const torch::Tensor& enc_len, const torch::Tensor& m,
-                    const torch::Tensor& expected_len) const;
+                    const torch::Tensor& expected_len, const torch::Tensor& max_steps) const;
   // prepare()'s recurrent part on the CPU with our kernels: ||K||, the switch table, a zero membrane.
   // One pass over each (row, head)'s keys: K^T V is summed from the segments' K_j^T V_j, so it needs
   // no product of its own (and is not kept: only switches read it).
   void prepare_recurrent_cpu(LayerState& ls, const torch::Tensor& enc_len, const torch::Tensor& m,
-                             const torch::Tensor& expected_len) const;
+                             const torch::Tensor& expected_len, const torch::Tensor& max_steps) const;
   // Applies the changed rows' precomputed drives (entry `switches` of each row's table) to ls.
   void apply_switch_table(LayerState& ls, const torch::Tensor& changed_rows, const torch::Tensor& switches,
                           torch::Tensor* fired) const;

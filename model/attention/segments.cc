@@ -15,25 +15,31 @@ torch::Tensor segment_schedule(const torch::Tensor& t, const torch::Tensor& m, c
   return torch::minimum(torch::div(t * m, L, "floor"), m - 1);
 }
 
-std::vector<int64_t> visited_segments(int64_t m, int64_t L) {
+std::vector<int64_t> visited_segments(int64_t m, int64_t L, int64_t steps) {
   std::vector<int64_t> segs;
-  if (m <= 0 || L <= 0) return segs;
+  const int64_t n = visited_segment_count(m, L, steps);
+  if (n == 0) return segs;
+  segs.reserve(static_cast<size_t>(n));
   // O(segments), not O(L): walking every step took minutes for a huge L (and t * m overflowed).
   if (m <= L) {
-    // The schedule advances by m / L <= 1 a step: it visits every segment.
-    segs.resize(static_cast<size_t>(m));
-    for (int64_t i = 0; i < m; ++i) segs[static_cast<size_t>(i)] = i;
+    // The schedule advances by m / L <= 1 a step: it visits every segment up to the last step's.
+    for (int64_t i = 0; i < n; ++i) segs.push_back(i);
     return segs;
   }
   // m > L: each of the L + 1 steps lands in a segment of its own (t * m < m^2 fits: m is a segment count).
-  for (int64_t t = 0; t <= L; ++t) segs.push_back(std::min(t * m / L, m - 1));  // segment_schedule, in integers
+  for (int64_t t = 0; t < n; ++t) segs.push_back(std::min(t * m / L, m - 1));  // segment_schedule, in integers
   return segs;
 }
 
-int64_t visited_segment_count(int64_t m, int64_t L) {
-  // Segments advance by m / L per step: every one is visited when m <= L, and when m > L every step
-  // lands in a new one (the last clamped to m - 1).
-  return m <= 0 || L <= 0 ? 0 : std::min(m, L + 1);
+int64_t visited_segment_count(int64_t m, int64_t L, int64_t steps) {
+  if (m <= 0 || L <= 0 || steps <= 0) return 0;
+  // Steps 0..L reach every segment the schedule has (later ones stay in m - 1): every one when m <= L,
+  // and when m > L one a step (the last clamped to m - 1).
+  if (steps > L) return m <= L ? m : L + 1;
+  const int64_t last = steps - 1;  // < L: the last step the row takes
+  if (m > L) return last + 1;      // a new segment every step
+  // Every segment from 0 to i(last) = floor(last * m / L) (< m as last < L), in 128 bits for a huge L.
+  return static_cast<int64_t>(static_cast<__int128>(last) * m / L) + 1;
 }
 
 SegmentWindow segment_window(const torch::Tensor& seg, const torch::Tensor& enc_len, int64_t segment_size,

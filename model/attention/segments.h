@@ -4,6 +4,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace srformer {
@@ -14,11 +15,16 @@ torch::Tensor num_segments(const torch::Tensor& enc_len, int64_t segment_size);
 // i = min(floor(t * m / L), m - 1) elementwise (all int64, broadcastable).
 torch::Tensor segment_schedule(const torch::Tensor& t, const torch::Tensor& m, const torch::Tensor& L);
 
-// The segments a row with m segments and expected length L visits, in order (i(t) for t = 0..L;
-// later steps stay in segment m - 1): min(m, L + 1) of them at most.
-std::vector<int64_t> visited_segments(int64_t m, int64_t L);
-// How many that is, without listing them: min(m, L + 1) (0 when m or L is not positive).
-int64_t visited_segment_count(int64_t m, int64_t L);
+// A row's step bound where it has none (every step of the schedule counts).
+inline constexpr int64_t kUnboundedSteps = std::numeric_limits<int64_t>::max();
+
+// The segments a row with m segments and expected length L visits in its first `steps` decoder steps,
+// in order (i(t) for t = 0..min(L, steps - 1); steps after L stay in segment m - 1): min(m, L + 1)
+// of them at most, and at most `steps`. A row ends after its max_new_tokens steps, so where that is
+// below L the rest of the schedule is never reached (and needs no switch-table entry).
+std::vector<int64_t> visited_segments(int64_t m, int64_t L, int64_t steps = kUnboundedSteps);
+// How many that is, without listing them (0 when m, L or steps is not positive).
+int64_t visited_segment_count(int64_t m, int64_t L, int64_t steps = kUnboundedSteps);
 
 // Encoder row indices of a window of `width` rows starting at segment (seg + first_segment_offset):
 // idx [n, width] (clamped into [0, kmax)), valid [n, width] (inside [0, k_b)).

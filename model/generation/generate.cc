@@ -105,7 +105,9 @@ std::vector<GenerateResult> generate(Seq2SeqModel& model, const torch::Tensor& i
   torch::NoGradGuard no_grad;
   const auto device = model.device();
   const auto encoded = model.encode(input_ids.to(device), attention_mask.to(device));
-  DecoderState state = model.start(encoded, lengths.to(device));
+  // No row takes more than max_new_tokens steps: the switch table needs no entry past them.
+  DecoderState state =
+      model.start(encoded, lengths.to(device), torch::full({batch}, options.max_new_tokens, torch::kInt64).to(device));
 
   // One searcher per request; each request's row is repeated once per row it needs (beams).
   struct Live {

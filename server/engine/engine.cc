@@ -253,7 +253,7 @@ Engine::BatchShape Engine::BatchShape::joined(const BatchShape& other) const {
 
 Engine::BatchShape Engine::shape_of(const Request& request, int64_t rows) const {
   const auto k = static_cast<int64_t>(request.input_ids.size());
-  const int64_t switches = footprint_.switches(k, request.expected_length);
+  const int64_t switches = footprint_.switches(k, request.expected_length, request.options.max_new_tokens);
   return {{1, rows, k, switches, request.options.max_new_tokens, k, switches}, rows * k};
 }
 
@@ -583,16 +583,20 @@ void Engine::admit(std::vector<Pending> batch) {
   const ScopedValue own_count(stepped_while_encoding_, Clock::duration{});
   const int64_t n = static_cast<int64_t>(batch.size());
   auto expected = torch::empty({n}, torch::kInt64);
+  auto max_steps = torch::empty({n}, torch::kInt64);  // a row ends at its max_new_tokens (shape_of counts as much)
   auto ea = expected.accessor<int64_t, 1>();
+  auto sa = max_steps.accessor<int64_t, 1>();
   std::vector<int64_t> expand;
   for (int64_t i = 0; i < n; ++i) {
     ea[i] = batch[i].request->expected_length;
+    sa[i] = batch[i].request->options.max_new_tokens;
     for (int64_t r = 0; r < batch[i].searcher->num_rows(); ++r) expand.push_back(i);
   }
   DecoderState joined;
   try {
     const EncoderOutput enc = encode_batch(batch);
-    joined = model_->start(enc, expected.to(device_), [this, &batch] { return at_admission_pause(batch); });
+    joined = model_->start(enc, expected.to(device_), max_steps.to(device_),
+                           [this, &batch] { return at_admission_pause(batch); });
     if (static_cast<int64_t>(expand.size()) != n) {
       joined.select(torch::tensor(expand, torch::kInt64).to(device_));
     }

@@ -40,7 +40,8 @@ class FakeModel : public Seq2SeqModel {
     return {input_ids.to(torch::kFloat32).unsqueeze(-1), attention_mask.to(torch::kBool)};
   }
   using Seq2SeqModel::start;
-  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length, const EncodeStop&) override {
+  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length, const torch::Tensor&,
+                     const EncodeStop&) override {
     const int64_t batch = enc.hidden.size(0);
     expected_lengths.push_back(expected_length.clone());
     DecoderState state;

@@ -344,6 +344,52 @@ TEST_P(Seq2SeqProperties, PrecomputedSwitchDrivesEqualDrivesComputedAtEachSwitch
   }
 }
 
+// start() given each row's step bound (its max_new_tokens) builds only the switch-table entries those
+// steps reach: with L above the bound the rest of the schedule never comes, and the state held it for
+// nothing (the server budgeted and reported it too). The steps decode as without the bound, the
+// footprint counts what the state holds, and a row stepped into a segment past its bound is refused.
+TEST_P(Seq2SeqProperties, AStepBoundKeepsOnlyTheSwitchesItsStepsReach) {
+  const auto ids = random_ids(3, 26);  // s = 4 -> m = 7
+  const auto mask = torch::ones({3, 26}, torch::kLong);
+  const auto enc = model_->encode(ids, mask);
+  const auto L = torch::tensor({12, 40, 3}, torch::kLong);
+  const auto steps = torch::tensor({7, 3, 2}, torch::kLong);
+  auto bounded = model_->start(enc, L, steps);
+  auto whole = model_->start(enc, L);
+  const bool table = whole.layers[0].switch_drive.defined();
+  if (table) {
+    // Row 0 reaches segments 0..3 in steps 0..6 (of 0..6), row 1 segment 0 (of 0..6), row 2 0 and 2 (of 0, 2, 4, 6).
+    EXPECT_EQ(whole.layers[0].switch_drive.size(0), 7 + 7 + 4);
+    EXPECT_EQ(bounded.layers[0].switch_drive.size(0), 4 + 1 + 2);
+    EXPECT_EQ(ints(bounded.layers[0].drive_start), (std::vector<int64_t>{0, 4, 5}));
+    EXPECT_LT(bounded.bytes(), whole.bytes());
+  }
+  const auto f = model_->state_footprint();
+  for (int64_t r = 0; r < 3; ++r) {
+    const auto one = [&](const torch::Tensor& t) { return t.narrow(0, r, 1); };
+    const auto alone = model_->start(model_->encode(one(ids), one(mask)), one(L), one(steps));
+    const int64_t estimate = f.request_bytes(1, 26, f.switches(26, L[r].item<int64_t>(), steps[r].item<int64_t>()), 0);
+    EXPECT_LE(std::abs(estimate - alone.bytes()), alone.bytes() / 100 + 400)
+        << "row " << r << ": estimated " << estimate << ", holds " << alone.bytes();
+  }
+  // Each row up to its bound: the same logits as the whole table's.
+  const auto dec = random_ids(3, 7);
+  const auto same_step = [&](int64_t t) {
+    const auto tok = dec.select(1, t).narrow(0, 0, bounded.batch_size());
+    const auto x = model_->step(bounded, tok);
+    const auto y = model_->step(whole, tok);
+    ASSERT_LE((x - y).abs().max().item<double>(), tolerance(1e-6, y)) << "step " << t;
+  };
+  for (int64_t t = 0; t < 2; ++t) same_step(t);
+  for (auto* st : {&bounded, &whole}) st->select(torch::tensor({0, 1}, torch::kLong));
+  same_step(2);
+  for (auto* st : {&bounded, &whole}) st->select(torch::tensor({0}, torch::kLong));
+  for (int64_t t = 3; t < 7; ++t) same_step(t);
+  if (model_->config().srformer.segmented()) {  // step 7 would enter segment 4, which 7 steps never reach
+    EXPECT_THROW(model_->step(bounded, dec.select(1, 0).narrow(0, 0, 1)), std::logic_error);
+  }
+}
+
 // Without the precomputed switch table (--precompute-switches false) a row decodes to the same bits alone
 // and in a batch: the drive at a switch was one BLAS product over the rows switching in that step, and
 // K^T V took BLAS once the batch held a document of over 512 positions (padding the short row to it).
@@ -574,7 +620,7 @@ TEST_P(Seq2SeqProperties, StateFootprintEstimatesTheStateBytes) {
   for (size_t r = 0; r < lengths.size(); ++r) {
     const auto ids = random_ids(1, lengths[r]);
     auto row = model_->start(model_->encode(ids, torch::ones_like(ids)), torch::full({1}, schedules[r], torch::kLong));
-    const int64_t n = f.switches(lengths[r], schedules[r]);
+    const int64_t n = f.switches(lengths[r], schedules[r], kUnboundedSteps);
     expect_near(f.request_bytes(1, lengths[r], n, 0), row.bytes(), 1, "row " + std::to_string(r));
     switches = std::max(switches, n);
     own_switches += n;
@@ -1679,6 +1725,37 @@ TEST(SwitchTable, VisitedSegmentsFollowTheSchedule) {
       }
       EXPECT_EQ(visited_segments(m, L), expected) << "m " << m << " L " << L;
       EXPECT_EQ(visited_segment_count(m, L), static_cast<int64_t>(expected.size())) << "m " << m << " L " << L;
+    }
+  }
+}
+
+// A row ends after its max_new_tokens steps: with that bound the table lists what those steps visit,
+// where it listed the whole schedule's segments (L = 2048 and 4 new tokens over a 4096-token input
+// built 256 entries for the 1 the row reads).
+TEST(SwitchTable, VisitedSegmentsStopAtTheRowsLastStep) {
+  EXPECT_EQ(visited_segments(6, 3, 2), (std::vector<int64_t>{0, 2}));
+  EXPECT_EQ(visited_segments(256, 2048, 4), (std::vector<int64_t>{0}));
+  EXPECT_EQ(visited_segment_count(256, 2048, 4), 1);
+  EXPECT_EQ(visited_segment_count(256, 32, 12), 12);
+  EXPECT_EQ(visited_segment_count(7, 12, 0), 0);
+  // Huge L and step counts: no overflow, and a bound past the schedule changes nothing.
+  EXPECT_EQ(visited_segment_count(3, std::numeric_limits<int64_t>::max(), 5), 1);
+  constexpr int64_t kHuge = std::numeric_limits<int64_t>::max() - 1;  // even
+  EXPECT_EQ(visited_segment_count(1000, kHuge, kHuge / 2), 500);      // steps 0..L/2 - 1: segments 0..499
+  EXPECT_EQ(visited_segment_count(1000, kHuge, kHuge), 1000);
+  EXPECT_EQ(visited_segment_count(5, 3, std::numeric_limits<int64_t>::max()), 4);
+  for (int64_t m = 1; m <= 12; ++m) {
+    for (int64_t L = 1; L <= 15; ++L) {
+      const auto t = torch::arange(3 * L + 2, torch::kLong);
+      const auto seg = segment_schedule(t, torch::full_like(t, m), torch::full_like(t, L));
+      std::vector<int64_t> expected;
+      for (int64_t steps = 1; steps <= seg.numel(); ++steps) {
+        const int64_t s = seg[steps - 1].item<int64_t>();
+        if (expected.empty() || expected.back() != s) expected.push_back(s);
+        EXPECT_EQ(visited_segments(m, L, steps), expected) << "m " << m << " L " << L << " steps " << steps;
+        EXPECT_EQ(visited_segment_count(m, L, steps), static_cast<int64_t>(expected.size()))
+            << "m " << m << " L " << L << " steps " << steps;
+      }
     }
   }
 }

@@ -1005,6 +1005,32 @@ TEST(EngineService, ARequestOverTheStateBudgetAloneIsRefusedWithWhatToChange) {
   EXPECT_TRUE(summarize_async(server, "short", 4).get().ok());
 }
 
+// SRformer's switch table holds the segments a request's steps reach: one whose expected length is far
+// above its max_new_tokens is budgeted for those (2 of 151 segments here), not refused for the whole
+// schedule, which it never reaches.
+TEST(EngineService, TheStateBudgetCountsOnlyTheSwitchesARequestsStepsReach) {
+  FakeServerOptions so;
+  FakeModelOptions mo{256, 1};
+  mo.footprint.per_switch = 1000;
+  mo.footprint.segment_size = 1;
+  so.models = {{"fake", mo}};
+  so.config.max_state_bytes = 20 * 1000;
+  TestServer server(so);
+  const auto run = [&](int expected_length) {
+    auto r = request(std::string(150, 'x'), 4, 1);  // 151 tokens: m = 151
+    r.mutable_options()->set_expected_length(expected_length);
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    return server.stub().Summarize(&ctx, r, &resp);
+  };
+  // L = 400: steps 0..3 reach segments 0 and 1 (floor(3 * 151 / 400)).
+  const auto reached = run(400);
+  EXPECT_TRUE(reached.ok()) << reached.error_message();
+  // L = 4: a new segment each of the 4 steps, and L = 151 one a step too: still 4 entries.
+  EXPECT_TRUE(run(4).ok());
+  EXPECT_TRUE(run(151).ok());
+}
+
 TEST(EngineService, GracefulShutdownFinishesInFlightAndRefusesNew) {
   FakeServerOptions so;
   so.models = {{"fake", FakeModelOptions{256, 4, 10ms}}};

@@ -145,7 +145,8 @@ class FakeModel : public Seq2SeqModel {
   }
 
   using Seq2SeqModel::start;
-  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length, const EncodeStop& stop) override {
+  DecoderState start(const EncoderOutput& enc, const torch::Tensor& expected_length, const torch::Tensor& max_steps,
+                     const EncodeStop& stop) override {
     const int64_t b = enc.hidden.size(0);
     if (b > *options_.max_start_rows) *options_.max_start_rows = b;
     run_layers(stop, options_.start_layers, options_.start_layer_delay, 'c', *options_.start_layers_run);
@@ -160,6 +161,7 @@ class FakeModel : public Seq2SeqModel {
     s.enc_len = enc.mask.sum(1).to(torch::kInt64);
     s.step = torch::zeros({b}, torch::kInt64);
     s.expected_len = expected_length.to(torch::kInt64);
+    s.max_steps = max_steps;
     s.num_segments = (s.enc_len + options_.segment_size - 1).div(options_.segment_size, "floor");
     s.segment = torch::full({b}, -1, torch::kInt64);
     s.raf_fired = torch::zeros({b, 1}, torch::kFloat64);  // [B, layers]
