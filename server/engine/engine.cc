@@ -315,7 +315,7 @@ void Engine::run() {
     for (const auto& p : dropped) post_dropped(p, now, now, shutdown_now);
     if (shutdown_now) {
       for (auto& slot : slots_) slot->request->cancel();
-      drop_dead_slots();  // finishes them all as kShutdown (see finish outcome below)
+      drop_dead_slots(/*shutdown=*/true);  // finishes them all as kShutdown
     }
     auto groups = admission_groups(std::move(admitted));
     waiting_groups_ = &groups;  // a group being admitted is moved out of it (an empty vector)
@@ -661,17 +661,12 @@ void Engine::admit(std::vector<Pending> batch) {
   }
 }
 
-void Engine::drop_dead_slots() {
-  or_fail_all("dropping cancelled and expired requests", [this] { drop_dead_rows(); });
+void Engine::drop_dead_slots(bool shutdown) {
+  or_fail_all("dropping cancelled and expired requests", [this, shutdown] { drop_dead_rows(shutdown); });
 }
 
-void Engine::drop_dead_rows() {
+void Engine::drop_dead_rows(bool shutdown) {
   const auto now = Clock::now();
-  bool shutting_down = false;
-  {
-    std::lock_guard lock(mu_);
-    shutting_down = stop_ || !accepting_;
-  }
   std::vector<int64_t> keep;
   std::vector<size_t> kept_at;  // as in step_rows: slots leave slots_ only once all are decided
   std::vector<Delivery::Job> jobs;
@@ -680,9 +675,11 @@ void Engine::drop_dead_rows() {
     Slot& slot = *slots_[i];
     const auto& req = *slot.request;
     if (req.cancelled() || req.expired(now)) {
-      const RequestOutcome outcome = req.deadline_ended(now)              ? RequestOutcome::kDeadlineExceeded
-                                     : (shutting_down && req.cancelled()) ? RequestOutcome::kShutdown
-                                                                          : RequestOutcome::kCancelled;
+      // Only cancel_all's cancels are the shutdown's: a client that cancels while the server drains
+      // cancelled its own call (it was counted UNAVAILABLE).
+      const RequestOutcome outcome = req.deadline_ended(now) ? RequestOutcome::kDeadlineExceeded
+                                     : shutdown              ? RequestOutcome::kShutdown
+                                                             : RequestOutcome::kCancelled;
       jobs.push_back(finish_slot(slot, offset, outcome, FinishReason::kCancelled));
     } else {
       for (int64_t r = 0; r < slot.rows; ++r) keep.push_back(offset + r);

@@ -163,9 +163,9 @@ class Engine {
   // output was not encoded for them. Throws EncodeInterrupted as encode() does.
   EncoderOutput encode_batch(const std::vector<Pending>& batch);
   // Finishes the requests cancelled or past their deadline and drops their rows (drop_dead_rows), under
-  // or_fail_all.
-  void drop_dead_slots();
-  void drop_dead_rows();
+  // or_fail_all. `shutdown`: cancel_all cancelled them all (kShutdown, not the clients' kCancelled).
+  void drop_dead_slots(bool shutdown = false);
+  void drop_dead_rows(bool shutdown);
   // Finishes a request that leaves before decoding: cancelled, expired or shut down while queued
   // (dequeued = now) or while its batch encoded (from dequeued to now).
   void post_dropped(const Pending& p, Clock::time_point dequeued, Clock::time_point now, bool shutdown);
