@@ -491,7 +491,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
         items_[i].request.reset();  // never queued: its on_finish will not run
         items_[i].error = grpc::Status(e.code(), e.what());
         record_.refused(items_[i].id, items_[i].model, prepared[i].engine, item_status(i));
-        if (!partial_) {
+        if (!partial_ || ends_whole_call(e.code())) {
           // Refuse the whole batch: cancel what was queued, report why once all of it has come back.
           if (!failed_) failed_ = i;
           for (int j = 0; j < i; ++j) cancel(j);
@@ -543,6 +543,10 @@ class BatchCall final : public grpc::ServerUnaryReactor {
                    engine ? engine->name() : shown_name(request.model()), refused);
     }
   }
+  // A server shutting down ends a partial_results batch as a whole too, as when it refuses it up front
+  // (docs/API.md): UNAVAILABLE sends the client's retry to another replica, where an OK call with every
+  // item UNAVAILABLE is not retried.
+  static bool ends_whole_call(grpc::StatusCode code) { return code == grpc::StatusCode::UNAVAILABLE; }
   static int count_queued_after(int i, const std::vector<SummarizerService::Prepared>& prepared) {
     return static_cast<int>(std::count_if(prepared.begin() + i + 1, prepared.end(),
                                           [](const SummarizerService::Prepared& p) { return p.engine != nullptr; }));
@@ -558,9 +562,9 @@ class BatchCall final : public grpc::ServerUnaryReactor {
     std::unique_lock lock(mu_);
     if (const grpc::Status s = result_status(result); !s.ok()) {
       items_[i].error = s;
-      // Without partial_results the first item to fail decides the call's status: the others' answers
-      // could not be returned, so stop their work now rather than decode them to the end.
-      if (!partial_ && !failed_) {
+      // Without partial_results (or for a shutdown) the first item to fail decides the call's status: the
+      // others' answers could not be returned, so stop their work now rather than decode them to the end.
+      if ((!partial_ || ends_whole_call(s.error_code())) && !failed_) {
         failed_ = i;
         for (size_t j = 0; j < items_.size(); ++j) cancel(j);
       }

@@ -28,6 +28,44 @@ FakeServerOptions slow_server() {
   return so;
 }
 
+// A partial_results batch whose items the shutdown cancels at the end of its grace is UNAVAILABLE as a
+// call (the API: a partial batch fails whole for a server shutting down), not OK with every item failed,
+// which gRPC's retry policy would not retry.
+TEST(ShutdownStatus, APartialBatchStillRunningWhenTheGraceEndsIsUnavailable) {
+  TestServer server(slow_server());
+  v1::SummarizeBatchRequest batch;
+  batch.set_partial_results(true);
+  for (int i = 0; i < 2; ++i) *batch.add_requests() = long_request(i);
+  grpc::ClientContext ctx;
+  v1::SummarizeBatchResponse resp;
+  auto call = std::async(std::launch::async, [&] { return server.stub().SummarizeBatch(&ctx, batch, &resp); });
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 2; }));
+  server.server().shutdown(100ms);
+  const grpc::Status status = call.get();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << status.error_message() << " (" << resp.errors_size() << " item errors)";
+}
+
+// The same where the engine refuses an item (it stopped accepting before the service did, as it does in
+// the moment between the two): the call is UNAVAILABLE, and the item queued before it is cancelled.
+TEST(ShutdownStatus, APartialBatchAnEngineRefusesForShuttingDownIsUnavailable) {
+  v1::SummarizeBatchRequest batch;
+  batch.set_partial_results(true);
+  *batch.add_requests() = long_request(0);
+  *batch.add_requests() = long_request(1);
+  batch.mutable_requests(1)->set_model("second");
+  FakeServerOptions so = slow_server();
+  so.models.emplace_back("second", FakeModelOptions{256, 4, 20ms});
+  TestServer two(so);
+  two.engine("second").stop_accepting();
+  grpc::ClientContext ctx;
+  v1::SummarizeBatchResponse resp;
+  const grpc::Status status = two.stub().SummarizeBatch(&ctx, batch, &resp);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << status.error_message() << " (" << resp.errors_size() << " item errors)";
+  EXPECT_TRUE(two.wait_for([](const server::EngineStats& s) { return s.live_requests == 0 && s.queued == 0; }));
+}
+
 // A client that cancels its call while the server drains (accepting nothing new, not yet cancelling)
 // cancelled it: the call counts and logs CANCELLED, not the UNAVAILABLE of a request the shutdown ended.
 TEST(ShutdownStatus, AClientCancelDuringTheDrainIsCancelledNotUnavailable) {
