@@ -1,4 +1,5 @@
-// `srformer inspect DIR [--input-tokens K]`: configuration, parameter count, limits, per-request state bytes.
+// `srformer inspect DIR [--input-tokens K] [--new-tokens N] [--expected-length L]`: configuration, parameter
+// count, limits, per-request state bytes.
 #include <torch/torch.h>
 
 #include <iostream>
@@ -12,6 +13,7 @@
 #include "model/limits.h"
 #include "model/seq2seq.h"
 #include "tools/arg_reader.h"
+#include "tools/expected_length_flag.h"
 
 namespace srformer::tools {
 
@@ -19,19 +21,21 @@ int run_inspect(const std::vector<std::string>& args) {
   std::string dir;
   int64_t k = 512;
   std::optional<int64_t> new_tokens_flag;  // else the model's own default, as a request that sets none
+  std::optional<int64_t> expected_flag;    // else default_expected_length, as a request that sets none
   for (ArgReader r(args); r.next();) {
     const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
-      std::cout << "usage: srformer inspect DIR [--input-tokens K] [--new-tokens N]\n"
+      std::cout << "usage: srformer inspect DIR [--input-tokens K] [--new-tokens N] [--expected-length L]\n"
                    "  Prints the model's configuration, parameter count and the decoder state one request\n"
                    "  holds for K input tokens after N generated tokens, with the estimate the server budgets\n"
                    "  memory with and what it is made of (state_footprint; JSON).\n"
                    "  K defaults to 512; N to the model's own default max new tokens, what a request that sets\n"
                    "  none gets (generation_config.json's or config.json's max_length - 1, else 128; a server\n"
                    "  lowers it to its --max-new-tokens-cap), and the expected length L to the checkpoint's\n"
-                   "  srformer.expected_length, else N, as the server's. K and N above the model's limits (its\n"
-                   "  input limit; a BART's decoder positions) are measured at those limits, as \"notes\" in\n"
-                   "  the JSON and on stderr say.\n";
+                   "  srformer.expected_length, else N, as the server's (an SRformer's switch table, part of the\n"
+                   "  state, holds the segments its steps reach: with L above N, fewer). K and N above the\n"
+                   "  model's limits (its input limit; a BART's decoder positions) are measured at those limits,\n"
+                   "  as \"notes\" in the JSON and on stderr say.\n";
       return 0;
     }
     if (a == "--input-tokens") {
@@ -43,6 +47,8 @@ int run_inspect(const std::vector<std::string>& args) {
         throw std::invalid_argument("--new-tokens " + std::to_string(*new_tokens_flag) +
                                     " is more than a request may ask (" + std::to_string(kMaxNewTokensLimit) + ")");
       }
+    } else if (a == "--expected-length") {
+      expected_flag = r.integer_value();
     } else if (dir.empty() && (a.empty() || a[0] != '-')) {
       dir = a;
     } else {
@@ -61,7 +67,8 @@ int run_inspect(const std::vector<std::string>& args) {
   }
   // The model's default, not a fixed 128: the demo model's is 32, and the estimate follows the length.
   const int64_t new_tokens = new_tokens_flag.value_or(model_generation_defaults(c).max_new_tokens);
-  const int64_t expected_length = default_expected_length(c, new_tokens);
+  if (expected_flag) check_expected_length_flag(c, *expected_flag);
+  const int64_t expected_length = expected_flag.value_or(default_expected_length(c, new_tokens));
   torch::NoGradGuard no_grad;
   const auto ids = torch::full({1, k}, c.eos_token_id, torch::kLong);
   const auto enc = model->encode(ids, torch::ones({1, k}, torch::kLong));

@@ -21,6 +21,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "tools/arg_reader.h"
 #include "tools/device_flag.h"
+#include "tools/expected_length_flag.h"
 
 namespace srformer::tools {
 
@@ -185,16 +186,7 @@ int run_summarize(const std::vector<std::string>& args) {
 
   const auto input = torch::tensor(ids, torch::kLong).view({1, -1});
   const auto mask = torch::ones_like(input);
-  if (expected) {
-    // As the server bounds it, with generation's own cap on new tokens for the server's --max-new-tokens-cap.
-    const int64_t model_l = c.srformer.expected_length.value_or(0);
-    const int64_t max_l = max_expected_length(c, kMaxNewTokensLimit);
-    if (*expected < 1 || *expected > max_l) {
-      throw std::invalid_argument("--expected-length must be between 1 and " + std::to_string(max_l) + ", got " +
-                                  std::to_string(*expected) + "; leave it out for " +
-                                  (model_l > 0 ? "the model's " + std::to_string(model_l) : "--max-new-tokens"));
-    }
-  }
+  if (expected) check_expected_length_flag(c, *expected);
   const int64_t L = expected.value_or(default_expected_length(c, o.max_new_tokens));
   IncrementalDetokenizer detok(*tokenizer);
   // With --json the streamed pieces go into the object (as srformer-client's "stream"), so that stdout

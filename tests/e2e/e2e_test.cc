@@ -946,6 +946,21 @@ TEST_F(EndToEnd, InspectEstimatesTheStateItMeasures) {
   EXPECT_EQ(d["state"]["expected_length"], d["state"]["new_tokens"]) << defaults.out;
   auto help = run_command(std::string(SRFORMER_BIN_DIR) + "/srformer inspect --help");
   EXPECT_NE(help.out.find("N to the model's own default max new"), std::string::npos) << help.out;
+
+  // --expected-length L as a request's: 10 steps of L = 1000 stay in segment 0 of the 10 (40 tokens, s = 4),
+  // where L = 10 visits all ten, so its switch table holds one entry instead of ten; the server's bounds.
+  const std::string inspect = std::string(SRFORMER_BIN_DIR) + "/srformer inspect " + model_dir_->string() +
+                              " --input-tokens 40 --new-tokens 10";
+  auto long_l = run_command(inspect + " --expected-length 1000");
+  ASSERT_EQ(long_l.exit_code, 0) << long_l.out;
+  const auto l = nlohmann::json::parse(long_l.out);
+  EXPECT_EQ(l["state"]["expected_length"], 1000);
+  EXPECT_EQ(j["state"]["expected_length"], 10);
+  EXPECT_LT(l["state"]["bytes_at_start"].get<int64_t>(), j["state"]["bytes_at_start"].get<int64_t>()) << l.dump();
+  EXPECT_GE(l["state"]["estimated_bytes"].get<int64_t>(), l["state"]["bytes_after_new_tokens"].get<int64_t>());
+  auto bad = run_command(inspect + " --expected-length 0 2>&1");
+  EXPECT_EQ(bad.exit_code, 1) << bad.out;
+  EXPECT_NE(bad.out.find("--expected-length must be between 1 and "), std::string::npos) << bad.out;
 }
 
 // A T5's n_positions is the length it was made for, not what its relative positions can read (an SRformer
