@@ -61,6 +61,8 @@ int64_t state_budget(const ServerConfig& config, const std::vector<LoadedModel>&
   if (config.max_state_bytes != ServerConfig::kAutoStateMemory) {
     if (config.max_state_bytes > 0) {
       spdlog::info("decoder state budget: {} per model (--max-state-memory)", format_bytes(config.max_state_bytes));
+    } else {  // said as the other settings are, so that an operator reading the log sees it was asked for
+      spdlog::info("decoder state budget: none (--max-state-memory 0)");
     }
     return config.max_state_bytes;
   }

@@ -310,6 +310,15 @@ TEST_F(EndToEnd, LoadGeneratorReportsThroughputAndLatency) {
   }
 }
 
+// Every state budget is logged, none too: an operator (and bench/server_state_budget.sh) reads which one runs.
+TEST_F(EndToEnd, TheStateBudgetIsLoggedWhateverItIs) {
+  auto none = start({"--max-state-memory", "0"});
+  EXPECT_NE(none->log().find("decoder state budget: none (--max-state-memory 0)"), std::string::npos) << none->log();
+  auto fixed = start({"--max-state-memory", "64M"});
+  EXPECT_NE(fixed->log().find("decoder state budget: 64 MiB per model (--max-state-memory)"), std::string::npos)
+      << fixed->log();
+}
+
 // Samples 2 ... N come in the final message only: the report counted the streamed first one (8 of 24
 // tokens here). --request-id gives each request of the run its own id.
 TEST_F(EndToEnd, LoadGeneratorCountsEverySequenceAndNumbersRequestIds) {
