@@ -6,8 +6,8 @@
 # Defaults: --bundle gpu-bundle --prefix /opt/srformer-deps --build build-gpu. Binaries: <build>/bin.
 # The binaries carry an RPATH to the prefix and to torch's lib dir; <prefix>/env.sh sets the same for tools.
 #
-# NOTE: written on a machine without a GPU and never run there by its author; every step echoes what it
-# does so a failure points at its cause.
+# NOTE: written on a machine without a GPU; first run on one in session 43 (an H200, docs/OPERATIONS.md,
+# "GPU build without Docker"). Every step echoes what it does so a failure points at its cause.
 set -euo pipefail
 
 src=$(cd "$(dirname "$0")/../.." && pwd)
