@@ -237,7 +237,7 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
                               (default 0 = never); calls open on it get --max-connection-age-grace-ms
                               (default 60000) to finish
   --shutdown-grace-ms N       on SIGTERM/SIGINT, time given to in-flight requests (default 10000)
-  --log-level LEVEL           trace|debug|info|warn|error (default info)
+  --log-level LEVEL           trace|debug|info|warn|error|critical|off (default info)
   --log-json                  one JSON object per log line
   --help                      this text
 )";

@@ -58,7 +58,7 @@ void init_logging(const std::string& level, bool json) {
   auto logger = spdlog::stderr_color_mt("srformer");
   const auto lvl = spdlog::level::from_str(level);
   if (lvl == spdlog::level::off && level != "off") {
-    throw std::invalid_argument("unknown log level '" + level + "' (use trace|debug|info|warn|error|off)");
+    throw std::invalid_argument("unknown log level '" + level + "' (use trace|debug|info|warn|error|critical|off)");
   }
   logger->set_level(lvl);
   auto formatter = std::make_unique<spdlog::pattern_formatter>();

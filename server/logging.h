@@ -5,7 +5,7 @@
 
 namespace srformer::server {
 
-// level: trace|debug|info|warn|error; json: one JSON object per line (for log shippers). Every message
+// level: trace|debug|info|warn|error|critical|off; json: one JSON object per line (for log shippers). Every message
 // is written through escape_log_message.
 void init_logging(const std::string& level, bool json);
 
