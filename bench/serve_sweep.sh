@@ -54,7 +54,7 @@ for shape in ${SHAPES:-t5-small bart-base}; do
     done
     kill -TERM $pid
     wait $pid || true
-    grep -o "decode steps, .*" "$log" | sed "s/^/$shape (kernels $kernels, precompute switches $switches, $dtype): /"
+    grep -oE "[0-9]+ decode steps, .*" "$log" | sed "s/^/$shape (kernels $kernels, precompute switches $switches, $dtype): /"
     rm -f "$log"
   done
 done

@@ -108,6 +108,7 @@ Summarizes FILE (or stdin) with an srformer-server.
   --request-id ID          id echoed in server logs and the response (--load: ID-0, ID-1, ...)
   --health                 check grpc.health.v1; exit 0 if SERVING, 1 otherwise (--json: {"status": ...})
   --list-models            print the server's models
+  --help, -h               this text
 generation options (unset = the model's defaults):
   --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X
   --early-stopping | --no-early-stopping | --early-stopping-never (beam search: true, false, "never")
