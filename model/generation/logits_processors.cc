@@ -131,32 +131,34 @@ void apply_top_k(const torch::Tensor& scores, int64_t top_k, int64_t min_tokens_
 }
 
 void apply_top_p(const torch::Tensor& scores, double top_p, int64_t min_tokens_to_keep) {
-  // HF sorts the whole vocabulary; the tokens kept are a prefix of that order, so a top-k of growing
-  // k (until its cumulative probability passes top_p) finds the same prefix without a full sort.
+  // HF sorts the whole vocabulary ascending and removes the tokens whose cumulative probability is
+  // <= 1 - top_p (float32 on both sides): what is left is a prefix of the descending order, found here
+  // by a top-k of growing k, each token's ascending cumulative sum being the total minus the tokens
+  // above it (in double, as LibTorch's CPU cumsum accumulates).
   const int64_t vocab = scores.size(-1);
-  const float threshold = static_cast<float>(top_p);  // HF compares float32 probabilities with it
+  const auto remove_at_most = static_cast<float>(1.0 - top_p);
   const int64_t min_keep = std::min(std::max<int64_t>(min_tokens_to_keep, 1), vocab);
   const auto probs = scores.softmax(-1);
   for (int64_t r = 0; r < scores.size(0); ++r) {
+    const double total = probs[r].sum(torch::kFloat64).item<double>();
     int64_t k = std::min<int64_t>(vocab, std::max<int64_t>(64, min_keep));
-    torch::Tensor order, cumulative;
+    int64_t keep = vocab;
+    torch::Tensor order;
     while (true) {
       auto [values, indices] = probs[r].topk(k);
-      cumulative = values.cumsum(0);
       order = indices;
-      if (k == vocab || cumulative[k - 1].item<float>() > threshold) break;
-      k = std::min(vocab, 2 * k);
-    }
-    // Keep every token up to and including the first whose cumulative probability exceeds top_p.
-    const auto* cum = cumulative.data_ptr<float>();
-    int64_t keep = k;
-    for (int64_t i = 0; i < k; ++i) {
-      if (cum[i] > threshold) {
-        keep = i + 1;
+      const auto* p = values.data_ptr<float>();
+      double above = 0.0;  // the probability of the tokens before i
+      int64_t i = 0;
+      while (i < k && !(static_cast<float>(total - above) <= remove_at_most)) above += p[i++];
+      if (i < k || k == vocab) {
+        keep = i;
         break;
       }
+      k = std::min(vocab, 2 * k);
     }
     keep = std::max(keep, min_keep);
+    if (keep >= vocab) continue;
     auto remove = torch::ones({vocab}, torch::kBool);
     remove.index_fill_(0, order.narrow(0, 0, keep), false);
     scores[r].masked_fill_(remove, kNegInf);

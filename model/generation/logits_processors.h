@@ -1,8 +1,8 @@
 #pragma once
-// Logits processors and warpers with Hugging Face transformers 4.11 semantics. Every function takes
-// scores [rows, vocab] float32 on the CPU and modifies them in place. A row's history is HF's
-// `input_ids`: decoder_start_token_id followed by the tokens generated so far, so cur_len (the
-// history length) counts the start token.
+// Logits processors and warpers with Hugging Face transformers 4.11 semantics (top-p: 4.30-4.45's, which
+// 4.11's differs from at exact ties). Every function takes scores [rows, vocab] float32 on the CPU and
+// modifies them in place. A row's history is HF's `input_ids`: decoder_start_token_id followed by the
+// tokens generated so far, so cur_len (the history length) counts the start token.
 #include <torch/types.h>
 
 #include <cstdint>
@@ -40,8 +40,9 @@ void apply_forced_token(const torch::Tensor& scores, int64_t token);
 void apply_temperature(const torch::Tensor& scores, double temperature);
 // Keeps the tokens scoring at least the k-th best score (ties at the boundary survive).
 void apply_top_k(const torch::Tensor& scores, int64_t top_k, int64_t min_tokens_to_keep = 1);
-// Keeps, in order of decreasing probability, every token up to and including the first one at which
-// the cumulative probability exceeds top_p (HF 4.11 TopPLogitsWarper); at least min_tokens_to_keep.
+// Removes the tokens whose cumulative probability in increasing order (their own and every less
+// likely token's) is at most 1 - top_p, keeping at least min_tokens_to_keep: transformers 4.30-4.45's
+// TopPLogitsWarper. Where the likeliest tokens reach exactly top_p the rest go (4.11 kept one more).
 void apply_top_p(const torch::Tensor& scores, double top_p, int64_t min_tokens_to_keep = 1);
 
 // The processors HF generate() builds from `options`, applied in its order: repetition penalty,

@@ -170,13 +170,32 @@ TEST(WarpersTest, TopPKeepsTokensUpToTheOneThatCrossesTheThreshold) {
   }
 }
 
+TEST(WarpersTest, TopPRemovesTokensWhoseTailMassIsAtMostOneMinusTopP) {
+  // transformers 4.30-4.45 TopPLogitsWarper sorts ascending and removes the tokens whose cumulative
+  // probability (their own and all smaller ones) is <= 1 - top_p: where the likeliest tokens reach
+  // exactly top_p, the next one goes (4.11 kept it). Four equal logits: p = 0.25 each, exactly, and
+  // the ascending cumulative sums are 0.25, 0.5, 0.75, 1.
+  for (const auto& [top_p, expected] : std::vector<std::pair<double, size_t>>{{0.25, 1}, {0.5, 2}, {0.75, 3}}) {
+    const auto scores = row({0.0f, 0.0f, 0.0f, 0.0f});
+    apply_top_p(scores, top_p);
+    EXPECT_EQ(kept(scores).size(), expected) << "top_p " << top_p;
+  }
+  // p = 0.5, 0.5 beside filtered tokens (cumulative 0, 0, 0.5, 1): top_p 0.5 keeps one of the two.
+  const auto scores = row({0.0f, -kInf, 0.0f, -kInf});
+  apply_top_p(scores, 0.5);
+  EXPECT_EQ(kept(scores).size(), 1u);
+  const auto one = row({0.0f, 0.0f, 0.0f, 0.0f});
+  apply_top_p(one, 0.5, /*min_tokens_to_keep=*/3);
+  EXPECT_EQ(kept(one).size(), 3u);
+}
+
 TEST(WarpersTest, TopPOnALargeFlatVocabularyMatchesAFullSort) {
   // Many tokens are needed to reach top_p here (more than the first top-k the filter tries).
   const int64_t vocab = 3000;
   std::vector<float> logits(vocab);
   for (int64_t i = 0; i < vocab; ++i) logits[i] = static_cast<float>(std::sin(0.37 * i) + 0.001 * i);
   for (const double top_p : {0.3, 0.9, 0.999}) {
-    // Reference: probabilities in double, sorted, cut after the first cumulative value above top_p.
+    // Reference: probabilities in double, sorted, kept while those before reach less than top_p.
     std::vector<double> p(vocab);
     double z = 0;
     for (int64_t i = 0; i < vocab; ++i) z += p[i] = std::exp(static_cast<double>(logits[i]));
@@ -186,9 +205,9 @@ TEST(WarpersTest, TopPOnALargeFlatVocabularyMatchesAFullSort) {
     std::vector<int64_t> expected;
     double cumulative = 0;
     for (const int64_t t : order) {
+      if (cumulative >= top_p) break;
       expected.push_back(t);
       cumulative += p[t] / z;
-      if (cumulative > top_p) break;
     }
     std::sort(expected.begin(), expected.end());
     ASSERT_GT(expected.size(), 64u);
