@@ -16,11 +16,12 @@ namespace srformer {
 namespace {
 
 // The `count` best of `values` (index into [num_beams * vocab]), best first: what
-// torch::topk(sorted=true) returns (HF uses it), with ties ordered by index. One pass with a small
-// heap instead of topk, which costs ~1 ms on 4 x 50k.
-std::vector<kernels::BeamCandidate> top_candidates(const float* values, int64_t n, int64_t count) {
+// torch::topk(sorted=true) returns (HF uses it), with ties ordered by index; each with its entry of
+// `logprobs`. One pass with a small heap instead of topk, which costs ~1 ms on 4 x 50k.
+std::vector<kernels::BeamCandidate> top_candidates(const float* values, const float* logprobs, int64_t n,
+                                                   int64_t count) {
   kernels::BestCandidates best(count);
-  for (int64_t i = 0; i < n; ++i) best.offer(values[i], i);
+  for (int64_t i = 0; i < n; ++i) best.offer(values[i], i, logprobs[i]);
   return std::move(best).sorted();
 }
 
@@ -30,7 +31,7 @@ BeamSearcher::BeamSearcher(const GenerationOptions& options)
     : options_(options),
       beams_(static_cast<size_t>(options.num_beams), TokenHistory{options.decoder_start_token_id}),
       beam_scores_(static_cast<size_t>(options.num_beams), -1e9f),
-      beam_sums_(static_cast<size_t>(options.num_beams)),
+      beam_logprobs_(static_cast<size_t>(options.num_beams)),
       rng_(options.seed) {
   validate(options_);
   // Only the first beam is live at the start; the others cannot win a top-k slot from it.
@@ -52,32 +53,38 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
     if (at::isnan(scores).any().item<bool>()) throw std::runtime_error(non_finite_logits_message(steps_));
     process_logits(options_, beams_, scores);
     if (options_.do_sample) warp_logits(options_, scores, candidates);
-    scores.add_(torch::from_blob(beam_scores_.data(), {num_beams, 1}, torch::kFloat32));
-    top = options_.do_sample ? sample_candidates(scores, candidates)
-                             : top_candidates(scores.data_ptr<float>(), num_beams * vocab, candidates);
+    // The totals go where the copy of the logits was: `scores` keeps the tokens' own log-probabilities,
+    // which HF reports as their transition scores.
+    const auto& totals =
+        at::add_out(logits_, scores, torch::from_blob(beam_scores_.data(), {num_beams, 1}, torch::kFloat32));
+    top = options_.do_sample
+              ? sample_candidates(totals, scores, candidates)
+              : top_candidates(totals.data_ptr<float>(), scores.data_ptr<float>(), num_beams * vocab, candidates);
   }
 
   const auto cur_len = static_cast<int64_t>(beams_.front().size());
   std::vector<TokenHistory> next_beams;
-  std::vector<std::vector<float>> next_sums;
+  std::vector<std::vector<float>> next_logprobs;
   std::vector<float> next_scores;
   std::vector<int64_t> next_tokens, parents;
   // Beam sampling may draw fewer than `candidates` (fewer have a positive probability).
   for (int64_t rank = 0; rank < static_cast<int64_t>(top.size()) && static_cast<int64_t>(next_beams.size()) < num_beams;
        ++rank) {
-    const auto [score, index] = top[static_cast<size_t>(rank)];
+    const auto [score, index, logprob] = top[static_cast<size_t>(rank)];
     const int64_t parent = index / vocab;
     const int64_t token = index % vocab;
-    auto sums = beam_sums_[static_cast<size_t>(parent)];
-    sums.push_back(score);
+    auto logprobs = beam_logprobs_[static_cast<size_t>(parent)];
+    logprobs.push_back(logprob);
     if (token == options_.eos_token_id) {
       // An EOS candidate outside the first num_beams ranks is dropped, not finished.
-      if (rank < num_beams) add_hypothesis(beams_[static_cast<size_t>(parent)], std::move(sums), FinishReason::kEos);
+      if (rank < num_beams) {
+        add_hypothesis(beams_[static_cast<size_t>(parent)], score, std::move(logprobs), FinishReason::kEos);
+      }
       continue;
     }
     next_beams.push_back(beams_[static_cast<size_t>(parent)]);
     next_beams.back().push_back(token);
-    next_sums.push_back(std::move(sums));
+    next_logprobs.push_back(std::move(logprobs));
     next_scores.push_back(score);
     next_tokens.push_back(token);
     parents.push_back(parent);
@@ -89,12 +96,14 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
   }
   done_ = hypotheses_done(top.front().score, cur_len);
   beams_ = std::move(next_beams);
-  beam_sums_ = std::move(next_sums);
+  beam_logprobs_ = std::move(next_logprobs);
   beam_scores_ = std::move(next_scores);
   ++steps_;
   if (!done_ && steps_ >= options_.max_new_tokens) {
     // BeamSearchScorer.finalize: the running beams compete with the finished hypotheses.
-    for (size_t b = 0; b < beams_.size(); ++b) add_hypothesis(beams_[b], beam_sums_[b], FinishReason::kLength);
+    for (size_t b = 0; b < beams_.size(); ++b) {
+      add_hypothesis(beams_[b], beam_scores_[b], beam_logprobs_[b], FinishReason::kLength);
+    }
     done_ = true;
   }
 
@@ -130,10 +139,13 @@ std::vector<kernels::BeamCandidate> BeamSearcher::candidates_in_place(const torc
   return best ? std::move(*best) : std::vector<kernels::BeamCandidate>{};
 }
 
-std::vector<kernels::BeamCandidate> BeamSearcher::sample_candidates(const torch::Tensor& scores, int64_t count) {
+std::vector<kernels::BeamCandidate> BeamSearcher::sample_candidates(const torch::Tensor& scores,
+                                                                    const torch::Tensor& logprobs, int64_t count) {
   const auto flat = scores.reshape({-1}).contiguous();
+  const auto flat_logprobs = logprobs.reshape({-1}).contiguous();
   const auto probs = flat.softmax(0);
   const float* s = flat.data_ptr<float>();
+  const float* lp = flat_logprobs.data_ptr<float>();
   const float* p = probs.data_ptr<float>();
   const int64_t n = flat.numel();
   std::vector<std::pair<int64_t, double>> left;  // (index, probability) of the candidates with mass
@@ -150,7 +162,7 @@ std::vector<kernels::BeamCandidate> BeamSearcher::sample_candidates(const torch:
                                     [&left](int64_t j) { return left[static_cast<size_t>(j)].second; });
     if (pick.index < 0) break;
     auto& [index, probability] = left[static_cast<size_t>(pick.index)];
-    drawn.push_back({s[index], index});
+    drawn.push_back({s[index], index, lp[index]});
     taken[static_cast<size_t>(index)] = true;
     probability = 0.0;
   }
@@ -160,7 +172,7 @@ std::vector<kernels::BeamCandidate> BeamSearcher::sample_candidates(const torch:
   if (static_cast<int64_t>(drawn.size()) < count) {
     kernels::BestCandidates best(count - static_cast<int64_t>(drawn.size()));
     for (int64_t i = 0; i < n; ++i) {
-      if (!taken[static_cast<size_t>(i)] && s[i] > -std::numeric_limits<float>::infinity()) best.offer(s[i], i);
+      if (!taken[static_cast<size_t>(i)] && s[i] > -std::numeric_limits<float>::infinity()) best.offer(s[i], i, lp[i]);
     }
     for (const auto& c : std::move(best).sorted()) drawn.push_back(c);
   }
@@ -170,12 +182,12 @@ std::vector<kernels::BeamCandidate> BeamSearcher::sample_candidates(const torch:
   return drawn;
 }
 
-void BeamSearcher::add_hypothesis(const TokenHistory& tokens, std::vector<float> sums, FinishReason reason) {
-  const float sum_logprobs = sums.back();
+void BeamSearcher::add_hypothesis(const TokenHistory& tokens, float sum_logprobs, std::vector<float> logprobs,
+                                  FinishReason reason) {
   const double score =
       static_cast<double>(sum_logprobs) / std::pow(static_cast<double>(tokens.size()), options_.length_penalty);
   if (static_cast<int64_t>(finished_.size()) < options_.num_beams || score > worst_score_) {
-    finished_.push_back({score, tokens, std::move(sums), reason});
+    finished_.push_back({score, tokens, std::move(logprobs), reason});
     if (static_cast<int64_t>(finished_.size()) > options_.num_beams) {
       // Drop the worst (the earliest among equals); the worst score becomes the second worst's.
       std::vector<size_t> order(finished_.size());
@@ -217,8 +229,7 @@ std::vector<Hypothesis> BeamSearcher::results() const {
     h.tokens.assign((*it)->tokens.begin() + 1, (*it)->tokens.end());
     if ((*it)->reason == FinishReason::kEos) h.tokens.push_back(options_.eos_token_id);
     h.score = static_cast<float>((*it)->score);  // HF returns sequences_scores as float32
-    const auto& sums = (*it)->sums;
-    for (size_t j = 0; j < sums.size(); ++j) h.token_logprobs.push_back(j == 0 ? sums[0] : sums[j] - sums[j - 1]);
+    h.token_logprobs = (*it)->logprobs;
     h.finish_reason = (*it)->reason;
     out.push_back(std::move(h));
   }

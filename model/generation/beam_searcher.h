@@ -34,9 +34,9 @@ class BeamSearcher : public Searcher {
 
  private:
   struct Finished {
-    double score;             // sum_logprobs / len(tokens) ** length_penalty
-    TokenHistory tokens;      // decoder start included, EOS excluded
-    std::vector<float> sums;  // the beam score after each new token, EOS included
+    double score;                 // sum_logprobs / len(tokens) ** length_penalty
+    TokenHistory tokens;          // decoder start included, EOS excluded
+    std::vector<float> logprobs;  // each new token's processed log-probability, EOS included
     FinishReason reason;
   };
   // The `count` best candidates (score, index beam * vocab + token), best first, from the logits where they
@@ -45,19 +45,20 @@ class BeamSearcher : public Searcher {
   std::vector<kernels::BeamCandidate> candidates_in_place(const torch::Tensor& logits, int64_t count) const;
   // Beam sampling: `count` candidates (fewer where fewer have a positive probability) drawn without
   // replacement from softmax(scores) over all beams' candidates [num_beams, vocab], best score first
-  // (ties by index).
-  std::vector<kernels::BeamCandidate> sample_candidates(const torch::Tensor& scores, int64_t count);
+  // (ties by index), each with its entry of `logprobs` (the warped log-probabilities without the beam scores).
+  std::vector<kernels::BeamCandidate> sample_candidates(const torch::Tensor& scores, const torch::Tensor& logprobs,
+                                                        int64_t count);
   // BeamHypotheses.add: keeps the num_beams best finished hypotheses.
-  void add_hypothesis(const TokenHistory& tokens, std::vector<float> sums, FinishReason reason);
+  void add_hypothesis(const TokenHistory& tokens, float sum_logprobs, std::vector<float> logprobs, FinishReason reason);
   // BeamHypotheses.is_done.
   bool hypotheses_done(float best_sum_logprobs, int64_t cur_len) const;
 
   const GenerationOptions options_;
   std::vector<TokenHistory> beams_;  // HF input_ids of each running beam
   std::vector<float> beam_scores_;   // sum of log-probs of each running beam (float32 as in HF)
-  // Each running beam's score after each of its new tokens: a token's log-probability is the step
-  // between two (as HF's compute_transition_scores reads its beam scores).
-  std::vector<std::vector<float>> beam_sums_;
+  // Each running beam's tokens' processed log-probabilities: HF's transition scores (its beam scores
+  // are their running float sums, whose steps differ from them by the sums' rounding).
+  std::vector<std::vector<float>> beam_logprobs_;
   std::vector<Finished> finished_;  // in insertion order, as HF's list (order breaks ties)
   torch::Tensor logits_, scores_;   // this step's logits copy and log-probabilities (reused buffers)
   std::mt19937_64 rng_;             // beam sampling's draws

@@ -25,7 +25,8 @@ struct Hypothesis {
   double score = 0.0;           // beam: HF sequences_scores; greedy/sampling: sum of log-probs
   // Per token of `tokens`: its log-probability under the distribution it was chosen from (after the
   // logits processors; sampling: after the warpers too), as HF's compute_transition_scores gives it.
-  // Greedy/sampling: they sum to `score`; beam: to score * (tokens without EOS + 1) ^ length_penalty.
+  // Greedy/sampling: they sum to `score`; beam: to score * (tokens without EOS + 1) ^ length_penalty up to
+  // float rounding (the beam score is their running float sum, as in HF).
   std::vector<float> token_logprobs;
   FinishReason finish_reason = FinishReason::kNone;
 };

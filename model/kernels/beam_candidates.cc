@@ -60,13 +60,13 @@ BestCandidates::BestCandidates(int64_t count) : count_(static_cast<size_t>(std::
   heap_.reserve(count_);
 }
 
-bool BestCandidates::offer(float score, int64_t index) {
+bool BestCandidates::offer(float score, int64_t index, float logprob) {
   if (full()) {
     if (count_ == 0 || !(score > worst())) return false;
     std::pop_heap(heap_.begin(), heap_.end(), better);
-    heap_.back() = {score, index};
+    heap_.back() = {score, index, logprob};
   } else {
-    heap_.push_back({score, index});
+    heap_.push_back({score, index, logprob});
   }
   std::push_heap(heap_.begin(), heap_.end(), better);
   return true;
@@ -92,8 +92,8 @@ std::optional<std::vector<BeamCandidate>> beam_candidates(const BeamRows& rows, 
     float bar = best.full() ? bar_for(best.worst(), beam, lse) : kNegInf;
     auto hit = [&](int64_t i) {
       if (excluded != nullptr && std::binary_search(excluded->begin(), excluded->end(), i)) return;
-      const float score = static_cast<float>(static_cast<double>(x[i]) - lse) + beam;
-      if (best.offer(score, b * rows.n + i) && best.full()) bar = bar_for(best.worst(), beam, lse);
+      const auto logprob = static_cast<float>(static_cast<double>(x[i]) - lse);
+      if (best.offer(logprob + beam, b * rows.n + i, logprob) && best.full()) bar = bar_for(best.worst(), beam, lse);
     };
 #ifdef SRFORMER_HAVE_AVX2_KERNELS
     if (avx2_fma_available()) {

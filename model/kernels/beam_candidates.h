@@ -16,6 +16,9 @@ namespace srformer::kernels {
 struct BeamCandidate {
   float score;    // float(x[i] - logsumexp(row)) + beam score, the normaliser in double
   int64_t index;  // row * n + token
+  // The token's processed log-probability alone, float(x[i] - logsumexp(row)): HF's transition score,
+  // which score less the beam score gives only to the rounding of the sum.
+  float logprob = 0.0f;
 };
 
 // The best `count` candidates offered, in increasing index order, best first and ties by lower
@@ -28,7 +31,7 @@ class BestCandidates {
   bool full() const { return heap_.size() == count_; }
   float worst() const { return heap_.front().score; }  // when !empty
   // Whether it was kept. An equal score never displaces a kept one (it came later: a higher index).
-  bool offer(float score, int64_t index);
+  bool offer(float score, int64_t index, float logprob);
   std::vector<BeamCandidate> sorted() &&;
 
  private:

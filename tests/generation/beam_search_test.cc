@@ -297,6 +297,42 @@ TEST(BeamSearchTest, InPlaceCandidatesChooseWhatTheProcessedCopyChooses) {
   }
 }
 
+// HF's compute_transition_scores gives each token of a beam hypothesis its entry of that step's
+// next_token_scores_processed (the processed log-probability, without the beam score): exactly that
+// float, not the difference of two running beam scores, which loses the low bits where the sum is large.
+// LibTorch's log_softmax as HF computes it: the general path (the kernels' own normaliser differs from
+// it at float rounding, BeamCandidates.MatchHuggingFaceScoresAndOrder).
+TEST(BeamSearchTest, TokenLogprobsAreTheStepsProcessedLogProbabilities) {
+  const auto script = [](const History& h) -> std::vector<float> {
+    if (h.size() == 11) return {-30.0f, -30.0f, 7.0f, 0.0f};  // A likely: log p ~ -9e-4
+    if (h.size() == 12) return {0.0f, 8.0f, 0.0f, 0.0f};      // EOS likely: log p ~ -1e-3
+    return {-30.0f, -30.0f, 0.0f, 0.0f};                      // A or B, log p ~ -0.69 each
+  };
+  const auto processed = [&script](const History& history, int64_t token) {
+    return torch::log_softmax(torch::tensor(script(history)), 0)[token].item<float>();
+  };
+  testing::KernelSwitchesRestored restore;
+  kernels::set_cpu_kernels(false);
+  for (const bool sample : {false, true}) {
+    auto options = beam_options(20, 1.0, false);
+    options.do_sample = sample;
+    options.top_k = 0;
+    BeamSearcher searcher(options);
+    const auto run = drive(searcher, script, 0);
+    ASSERT_EQ(run.results.size(), 2u);
+    for (const auto& hypothesis : run.results) {
+      ASSERT_EQ(hypothesis.tokens.size(), 12u);
+      ASSERT_EQ(hypothesis.token_logprobs.size(), 12u);
+      History history{0};
+      for (size_t j = 0; j < hypothesis.tokens.size(); ++j) {
+        EXPECT_EQ(hypothesis.token_logprobs[j], processed(history, hypothesis.tokens[j]))
+            << "token " << j << (sample ? " (sampled)" : "");
+        history.push_back(hypothesis.tokens[j]);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace srformer
 
