@@ -201,9 +201,18 @@ bool SrformerConfig::uses_raf() const {
 
 namespace {
 
+// Which lengths an earlier source gave in new tokens: Hugging Face keeps max_new_tokens / min_new_tokens
+// beside max_length / min_length, and they win over them wherever they were set (generate()'s
+// _prepare_generated_length, 4.39-4.45; before it both minimums applied, so the larger won), so a task's
+// max_length does not undo a generation_config.json's max_new_tokens.
+struct NewTokenLengths {
+  bool max = false;
+  bool min = false;
+};
+
 // Generation defaults in Hugging Face's keys, from config.json, generation_config.json or a
 // task's parameters; keys the object lacks leave the value as it was.
-void read_generation_defaults(const nlohmann::json& j, ModelConfig& c) {
+void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenLengths& new_tokens) {
   // Counts (lengths, beams, n-gram sizes): past 2^24 either way the file is damaged; nearer 2^63 adding
   // the start token overflowed. Their meaning is checked where generation options are (options.cc).
   const auto count = [&j](const char* key) -> std::optional<int64_t> {
@@ -215,14 +224,18 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c) {
     return v;
   };
   // HF's max_length / min_length count the decoder start token; *_new_tokens, where set, win.
-  if (auto v = count("max_length")) c.max_length = v;
+  if (auto v = count("max_length"); v && !new_tokens.max) c.max_length = v;
   if (auto v = count("max_new_tokens")) {
     // As Hugging Face's GenerationConfig.validate: no room for a token is a mistake, not a default.
     require_positive(*v, "max_new_tokens");
     c.max_length = *v + 1;
+    new_tokens.max = true;
   }
-  if (auto v = count("min_length")) c.min_length = v;
-  if (auto v = count("min_new_tokens")) c.min_length = *v + 1;
+  if (auto v = count("min_length"); v && !new_tokens.min) c.min_length = v;
+  if (auto v = count("min_new_tokens")) {
+    c.min_length = *v + 1;
+    new_tokens.min = true;
+  }
   if (auto v = count("num_beams")) c.num_beams = v;
   if (auto v = opt<double>(j, "length_penalty")) c.length_penalty = v;
   if (const auto it = j.find("early_stopping"); it != j.end() && !it->is_null()) {
@@ -491,6 +504,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
 
   // Hugging Face generates with generation_config.json where the checkpoint has one (newer
   // transformers save the defaults only there), else with config.json's keys.
+  NewTokenLengths new_tokens;
   if (generation) {
     const auto& g = *generation;
     try {
@@ -499,18 +513,18 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
       read_generation_eos(g, c);
       c.forced_bos_token_id = opt<int64_t>(g, "forced_bos_token_id");
       c.forced_eos_token_id = opt<int64_t>(g, "forced_eos_token_id");
-      read_generation_defaults(g, c);
+      read_generation_defaults(g, c, new_tokens);
       check_token_ids(c);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument("generation_config.json" + std::string(e.what()).substr(kConfigFile.size()));
     }
   } else {
-    read_generation_defaults(j, c);
+    read_generation_defaults(j, c, new_tokens);
   }
   if (const auto tsp = j.find("task_specific_params"); tsp != j.end() && tsp->is_object()) {
     if (const auto s = tsp->find("summarization"); s != tsp->end() && s->is_object()) {
       c.summarization_prefix = opt<std::string>(*s, "prefix");
-      read_generation_defaults(*s, c);  // as HF's summarization pipeline applies them
+      read_generation_defaults(*s, c, new_tokens);  // as HF's summarization pipeline applies them
     }
   }
   parse_srformer(j, c);

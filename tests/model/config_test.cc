@@ -452,6 +452,25 @@ TEST(Config, GenerationConfigReplacesConfigJsonsGenerationDefaults) {
   EXPECT_EQ(task.summarization_prefix, "summarize: ");
 }
 
+// HF's summarization pipeline updates the generation config with the task's parameters, and
+// generate() then takes max_new_tokens / min_new_tokens over max_length / min_length wherever they
+// were set: a task's lengths do not undo generation_config.json's new-token counts, but its own do.
+TEST(Config, TaskLengthsLeaveGenerationConfigsNewTokenCountsStanding) {
+  auto j = t5_json();
+  j["task_specific_params"] = {{"summarization", {{"max_length", 142}, {"min_length", 56}}}};
+  const nlohmann::json g = {{"max_new_tokens", 60}, {"min_new_tokens", 5}};
+  const auto c = ModelConfig::from_json(j, &g);
+  EXPECT_EQ(c.max_length, 61) << "max_new_tokens 60 + the decoder start";
+  EXPECT_EQ(c.min_length, 6) << "min_new_tokens 5 + the decoder start";
+  const auto lengths_only = ModelConfig::from_json(j, nullptr);
+  EXPECT_EQ(lengths_only.max_length, 142);
+  EXPECT_EQ(lengths_only.min_length, 56);
+  j["task_specific_params"]["summarization"] = {{"max_new_tokens", 99}, {"min_new_tokens", 9}, {"max_length", 20}};
+  const auto task = ModelConfig::from_json(j, &g);
+  EXPECT_EQ(task.max_length, 100);
+  EXPECT_EQ(task.min_length, 10);
+}
+
 TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
   testing::TempDir dir("config");
   std::ofstream(dir.path() / "config.json") << t5_json().dump();
