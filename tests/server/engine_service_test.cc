@@ -2,14 +2,11 @@
 // offline generate() driver, stay identical under concurrency, stream incrementally, and free their
 // state when cancelled; queue limits, shutdown, health and reflection behave as documented.
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <atomic>
 #include <future>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include "client/grpc_health.h"
@@ -17,6 +14,7 @@
 #include "model/generation/generate.h"
 #include "server/metrics/metrics.h"
 #include "tests/metrics/scrape.h"
+#include "tests/server/log_capture.h"
 #include "tests/server/test_server.h"
 
 namespace srformer::testing {
@@ -1395,10 +1393,7 @@ TEST(EngineService, ABatchEndedByItsDeadlineOrACancelCountsThatStatus) {
 // A batch refused whole before queueing (an invalid item, partial_results off) logs every other item too,
 // with the client's id: the valid one before the refused item had no line at all, though it had an id.
 TEST(EngineService, EveryItemOfABatchRefusedBeforeQueueingIsLoggedWithItsId) {
-  std::ostringstream captured;
-  const auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(captured);
-  auto& sinks = spdlog::default_logger()->sinks();
-  sinks.push_back(sink);
+  LogCapture captured;
   {
     TestServer server;
     v1::SummarizeBatchRequest batch;
@@ -1412,8 +1407,7 @@ TEST(EngineService, EveryItemOfABatchRefusedBeforeQueueingIsLoggedWithItsId) {
     v1::SummarizeBatchResponse resp;
     EXPECT_EQ(server.stub().SummarizeBatch(&ctx, batch, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
-  sinks.erase(std::find(sinks.begin(), sinks.end(), sink));
-  const std::string log = captured.str();
+  const std::string log = captured.text();
   EXPECT_NE(log.find("request item-empty: SummarizeBatch model=fake refused with INVALID_ARGUMENT"), std::string::npos)
       << log;
   for (const char* id : {"item-before", "item-after"}) {
@@ -1428,10 +1422,7 @@ TEST(EngineService, EveryItemOfABatchRefusedBeforeQueueingIsLoggedWithItsId) {
 // item's failure ends the call (only the call's line was logged then), and an item the call's end kept
 // from running says so.
 TEST(EngineService, EveryQueuedItemOfAFailedBatchIsLoggedWithItsId) {
-  std::ostringstream captured;
-  const auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(captured);
-  auto& sinks = spdlog::default_logger()->sinks();
-  sinks.push_back(sink);
+  LogCapture captured;
   {
     FakeServerOptions so;
     FakeModelOptions faulty;
@@ -1451,8 +1442,7 @@ TEST(EngineService, EveryQueuedItemOfAFailedBatchIsLoggedWithItsId) {
     EXPECT_EQ(server.stub().SummarizeBatch(&ctx, batch, &resp).error_code(), grpc::StatusCode::INTERNAL);
     EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_rows == 0; }, 5s));
   }
-  sinks.erase(std::find(sinks.begin(), sinks.end(), sink));
-  const std::string log = captured.str();
+  const std::string log = captured.text();
   EXPECT_NE(log.find("request item-slow: SummarizeBatch model=fake ended with CANCELLED"), std::string::npos) << log;
   EXPECT_NE(log.find("request item-faulty: SummarizeBatch model=faulty ended with INTERNAL"), std::string::npos) << log;
 }

@@ -2,15 +2,12 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/impl/client_unary_call.h>
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <optional>
 #include <random>
-#include <sstream>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -19,6 +16,7 @@
 #include "server/service/request_builder.h"
 #include "tests/metrics/scrape.h"
 #include "tests/server/edge_options.h"
+#include "tests/server/log_capture.h"
 #include "tests/server/test_server.h"
 
 namespace srformer::testing {
@@ -283,10 +281,7 @@ grpc::Status call_without_message(TestServer& server, const std::string& method,
 // percent of calls count as srformer_requests_unrouted_total{reason="malformed"} and log INVALID_ARGUMENT
 // with "build the client from this server's proto"). A client that half-closes without one still is.
 TEST(Validation, ACallCancelledBeforeItsMessageArrivedIsNotMalformed) {
-  std::ostringstream captured;
-  const auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(captured);
-  auto& sinks = spdlog::default_logger()->sinks();
-  sinks.push_back(sink);
+  LogCapture captured;  // before the server: it outlives the server's threads
   server::Metrics metrics("");
   FakeServerOptions so;
   so.metrics = &metrics;
@@ -297,7 +292,7 @@ TEST(Validation, ACallCancelledBeforeItsMessageArrivedIsNotMalformed) {
                                    {{"method", method}, {"reason", "malformed"}});
   };
   const auto lines_with = [&](const std::string& text) {
-    const std::string log = captured.str();
+    const std::string log = captured.text();
     int n = 0;
     for (size_t at = log.find(text); at != std::string::npos; at = log.find(text, at + 1)) ++n;
     return n;
@@ -310,7 +305,7 @@ TEST(Validation, ACallCancelledBeforeItsMessageArrivedIsNotMalformed) {
   while (lines_with("ended before its request message arrived") < 3 && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(10ms);
   }
-  EXPECT_EQ(lines_with("ended before its request message arrived"), 3) << captured.str();
+  EXPECT_EQ(lines_with("ended before its request message arrived"), 3) << captured.text();
   for (const auto& method : methods) EXPECT_EQ(malformed(method), 0.0) << method;
   for (const auto& method : methods) {
     const grpc::Status status = call_without_message(server, method, false);
@@ -321,7 +316,6 @@ TEST(Validation, ACallCancelledBeforeItsMessageArrivedIsNotMalformed) {
     std::this_thread::sleep_for(10ms);
   }
   for (const auto& method : methods) EXPECT_EQ(malformed(method), 1.0) << method;
-  sinks.erase(std::find(sinks.begin(), sinks.end(), sink));
 }
 
 // A body over --max-message-bytes reaches the service (gRPC's own limit is lifted), which refuses it with
