@@ -1,6 +1,7 @@
 #include "model/tokenizer/added_tokens.h"
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 #include <utility>
 
@@ -33,22 +34,15 @@ size_t whitespace_after(std::string_view s, size_t begin) {
   return pos - begin;
 }
 
-// Unicode's \w (letters, marks, decimal digits, connector punctuation, joiners), approximated: ASCII
-// exactly; past it, everything but whitespace and the punctuation and symbol blocks real text meets
-// (typographic quotes and dashes, CJK and full-width punctuation, arrows, math, shapes, emoji).
+// Unicode's \w as Hugging Face's single_word check sees it (the regex crate's: Alphabetic, marks, decimal
+// digits, connector punctuation, joiners), recorded from the reference by tests/tokenizer/word_char_table.js.
 bool is_word_char(char32_t cp) {
-  if (cp < 0x80) return (cp >= '0' && cp <= '9') || (cp >= 'A' && cp <= 'Z') || (cp >= 'a' && cp <= 'z') || cp == '_';
-  if (utf8::is_whitespace(cp)) return false;
-  if (cp == 0x200C || cp == 0x200D || cp == 0x203F || cp == 0x2040 || cp == 0x2054) return true;  // joiners, Pc
-  constexpr std::pair<char32_t, char32_t> kNotWord[] = {
-      {0x00A1, 0x00A9}, {0x00AB, 0x00B4}, {0x00B6, 0x00B9},  {0x00BB, 0x00BF}, {0x00D7, 0x00D7}, {0x00F7, 0x00F7},
-      {0x2000, 0x206F}, {0x20A0, 0x20CF}, {0x2190, 0x2BFF},  {0x2E00, 0x2E7F}, {0x3000, 0x3004}, {0x3008, 0x3020},
-      {0x30FB, 0x30FB}, {0xFE10, 0xFE19}, {0xFE30, 0xFE6B},  {0xFF01, 0xFF0F}, {0xFF1A, 0xFF20}, {0xFF3B, 0xFF3E},
-      {0xFF40, 0xFF40}, {0xFF5B, 0xFF65}, {0x1F000, 0x1FAFF}};
-  for (const auto& [first, last] : kNotWord) {
-    if (cp >= first && cp <= last) return false;
-  }
-  return true;
+  static constexpr std::pair<char32_t, char32_t> kWord[] = {
+#include "model/tokenizer/word_chars.inc"
+  };
+  const auto* it = std::upper_bound(std::begin(kWord), std::end(kWord), cp,
+                                    [](char32_t c, const auto& range) { return c < range.first; });
+  return it != std::begin(kWord) && cp <= std::prev(it)->second;
 }
 
 // The code point that ends at `end` (none at the start or after an ill-formed byte).
@@ -68,13 +62,11 @@ std::optional<char32_t> code_point_at(std::string_view s, size_t pos) {
   return utf8::decode_at(s, pos, len);
 }
 
-// A single_word token at `pos` stands as a word: no word character runs on into it at a word-character end.
-bool stands_alone(std::string_view text, size_t pos, const AddedToken& t) {
-  const auto first = code_point_at(t.content, 0), last = code_point_before(t.content, t.content.size());
-  const auto before = code_point_before(text, pos), after = code_point_at(text, pos + t.content.size());
-  if (first && is_word_char(*first) && before && is_word_char(*before)) return false;
-  if (last && is_word_char(*last) && after && is_word_char(*after)) return false;
-  return true;
+// Hugging Face (added_vocabulary.rs, find_matches): a single_word match stands where no word character is
+// just before or just after it, whatever characters the token itself starts and ends with.
+bool stands_alone(std::string_view text, size_t pos, size_t len) {
+  const auto before = code_point_before(text, pos), after = code_point_at(text, pos + len);
+  return !(before && is_word_char(*before)) && !(after && is_word_char(*after));
 }
 
 }  // namespace
@@ -97,14 +89,19 @@ std::vector<AddedTokenSplitter::Segment> AddedTokenSplitter::split(std::string_v
     const auto& candidates = by_first_[static_cast<unsigned char>(text[pos])];
     const AddedToken* match = nullptr;
     for (const size_t i : candidates) {
-      if (text.compare(pos, tokens_[i].content.size(), tokens_[i].content) == 0 &&
-          (!tokens_[i].single_word || stands_alone(text, pos, tokens_[i]))) {
+      if (text.compare(pos, tokens_[i].content.size(), tokens_[i].content) == 0) {
         match = &tokens_[i];
         break;  // longest first
       }
     }
     if (match == nullptr) {
       ++pos;
+      continue;
+    }
+    // A single_word match that does not stand alone stays text, and so does all it covered: Hugging Face's
+    // leftmost-longest search resumes after it, trying neither shorter tokens here nor any inside it.
+    if (match->single_word && !stands_alone(text, pos, match->content.size())) {
+      pos += match->content.size();
       continue;
     }
     size_t plain_end = pos;

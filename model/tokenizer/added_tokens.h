@@ -17,9 +17,8 @@ struct AddedToken {
   bool special = true;
   bool lstrip = false;  // swallow whitespace just before the token
   bool rstrip = false;  // swallow whitespace just after the token
-  // Only as a word of its own: not where a word character touches its word-character end (Hugging
-  // Face's \b). Word characters: Unicode's \w, approximated past ASCII by leaving out whitespace and
-  // the common punctuation and symbol blocks (added_tokens.cc).
+  // Only as a word of its own: not where a word character (Unicode's \w) is just before or after it,
+  // whatever the token's own ends are (Hugging Face's added_vocabulary.rs; added_tokens.cc).
   bool single_word = false;
 };
 

@@ -27,8 +27,8 @@ TEST(AddedTokens, LongestFirstWithStrippedWhitespace) {
   EXPECT_EQ(shown(s, "a <s>b <s>x  <mask>c"), "<a >[0]<b >[9][7]<c>");
 }
 
-// A single_word token stands only as a word of its own (Hugging Face: \b where the token has a word
-// character at that end); inside "azq" or "zqa" it is ordinary text.
+// A single_word token stands only as a word of its own (Hugging Face: no \w just before or after the match,
+// whatever the token's own ends are); inside "azq" or "zqa" it is ordinary text.
 TEST(AddedTokens, ASingleWordTokenMatchesOnlyWhereNoWordRunsOnIntoIt) {
   AddedToken zq{"zq", 5};
   zq.single_word = true;
@@ -41,11 +41,14 @@ TEST(AddedTokens, ASingleWordTokenMatchesOnlyWhereNoWordRunsOnIntoIt) {
   EXPECT_EQ(shown(s, "zq\u2014x zq\u2019s \U0001F600zq \u00abzq\u00bb"),
             "[5]<\u2014x >[5]<\u2019s \U0001F600>[5]< \u00ab>[5]<\u00bb>");
   EXPECT_EQ(shown(s, "\u0436zq zq\u0301"), "<\u0436zq zq\u0301>") << "a Cyrillic letter, a combining mark are";
-  // A token with punctuation at an end needs no boundary there (\b only beside a word character).
+  // A token with punctuation at an end needs a boundary there too (HF checks the text beside the match).
   AddedToken tag{"<zq", 6};
   tag.single_word = true;
   const AddedTokenSplitter t({tag});
-  EXPECT_EQ(shown(t, "a<zq b<zqc"), "<a>[6]< b<zqc>");
+  EXPECT_EQ(shown(t, "a<zq b<zqc (<zq)"), "<a<zq b<zqc (>[6]<)>");
+  // A match left as text consumes its text: no shorter token at its start, none inside it.
+  const AddedTokenSplitter u({zq, {"z", 7}, {"q", 8}});
+  EXPECT_EQ(shown(u, "azq z"), "<azq >[7]");
   // Without the flag it matches inside words too.
   const AddedTokenSplitter plain({{"zq", 5}});
   EXPECT_EQ(shown(plain, "azqa"), "<a>[5]<a>");
