@@ -306,7 +306,9 @@ void Engine::run() {
         admitted = take_admissions(now, {}, /*during_encode=*/false);
       }
       stats_.queued = static_cast<int64_t>(queue_.size());
-      stats_.encoding = static_cast<int64_t>(admitted.size());
+      // The dropped too, until their results are posted (publish_stats zeroes it after): counted nowhere,
+      // wait_idle could see the engine idle before their calls had their results.
+      stats_.encoding = static_cast<int64_t>(admitted.size() + dropped.size());
       if (ModelMetrics* const m = metrics()) m->set_queue_depth(static_cast<double>(queue_.size()));
       if (stop_ && queue_.empty() && slots_.empty() && admitted.empty() && dropped.empty() && !shutdown_now) break;
     }

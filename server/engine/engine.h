@@ -66,7 +66,7 @@ struct EngineLimits {
 
 struct EngineStats {
   int64_t queued = 0;
-  int64_t encoding = 0;  // taken from the queue, their batch encoding (neither queued nor live)
+  int64_t encoding = 0;  // taken from the queue: their batch encoding, or their drop posted (neither queued nor live)
   int64_t live_requests = 0;
   int64_t live_rows = 0;
   int64_t tokens_in_flight = 0;  // what the live requests count against --max-tokens-in-flight
