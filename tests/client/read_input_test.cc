@@ -3,8 +3,9 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <fstream>
+
+#include "tests/support/temp_dir.h"
 
 namespace srformer {
 namespace {
@@ -19,11 +20,11 @@ std::string message_of(const std::string& path) {
 }
 
 TEST(ReadInput, ReadsAFileAndDropsOnlyALeadingByteOrderMark) {
-  const auto file = std::filesystem::temp_directory_path() / "srformer_read_input_test.txt";
+  const testing::TempDir dir("read-input");
+  const auto file = dir.path() / "doc.txt";
   std::ofstream(file, std::ios::binary) << "\xEF\xBB\xBFone \xEF\xBB\xBFtwo\n";
   EXPECT_EQ(read_input(file.string()), "\xEF\xBB\xBFone \xEF\xBB\xBFtwo\n");
   EXPECT_EQ(read_document(file.string()), "one \xEF\xBB\xBFtwo\n");
-  std::filesystem::remove(file);
 }
 
 TEST(ReadInput, EachFailureNamesTheFileAndWhy) {
