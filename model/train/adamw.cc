@@ -22,7 +22,9 @@ AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, AdamWOpt
     s.param = p;
     s.exp_avg = torch::zeros_like(p, torch::MemoryFormat::Contiguous);
     s.exp_avg_sq = torch::zeros_like(p, torch::MemoryFormat::Contiguous);
-    s.decay = p.dim() >= 2;
+    // Hugging Face's Trainer rule: no decay for biases (also BART's final_logits_bias [1, V] and T5's
+    // relative_attention_bias tables, matrices by shape) nor norm weights and RAF scalars (1-D).
+    s.decay = p.dim() >= 2 && name.find("bias") == std::string::npos;
     slots_.push_back(std::move(s));
   }
 }

@@ -16,7 +16,9 @@ struct AdamWOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  double weight_decay = 0.01;  // applied to matrices only (not biases, norms, RAF threshold/leak)
+  // Applied to matrices whose name holds no "bias" (Hugging Face Trainer's groups): not to biases
+  // (final_logits_bias, T5's relative_attention_bias included), norms or RAF threshold/leak.
+  double weight_decay = 0.01;
 };
 
 class AdamW {

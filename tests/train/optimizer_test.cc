@@ -39,6 +39,33 @@ TEST(AdamW, TwoUpdatesFollowTheDecoupledWeightDecayAlgorithm) {
   EXPECT_EQ(opt.steps(), 2);
 }
 
+// Hugging Face's Trainer decays no parameter named like a bias: besides 1-D biases and norms, BART's
+// final_logits_bias [1, V] and T5's relative_attention_bias tables are matrices that it leaves alone.
+TEST(AdamW, NoWeightDecayForBiasesNormsAndScalarsWhateverTheirShape) {
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {
+      {"model.encoder.layers.0.fc1.weight", {2, 3}},
+      {"model.shared.weight", {4, 3}},
+      {"final_logits_bias", {1, 4}},
+      {"encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", {4, 2}},
+      {"model.encoder.layers.0.fc1.bias", {2}},
+      {"encoder.final_layer_norm.weight", {3}},
+      {"decoder.block.0.layer.1.EncDecAttention.threshold", {1}}};
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (const auto& [name, shape] : shapes) {
+    params.emplace_back(name, torch::ones(shape, torch::kFloat64).requires_grad_(true));
+  }
+  AdamWOptions o;
+  o.weight_decay = 0.1;
+  AdamW opt(params, o);
+  // A zero gradient moves no weight through the moments: whatever changes was decayed.
+  for (auto& [name, p] : params) p.mutable_grad() = torch::zeros_like(p);
+  opt.step(0.5);
+  for (const auto& [name, p] : params) {
+    const bool decays = name == "model.encoder.layers.0.fc1.weight" || name == "model.shared.weight";
+    EXPECT_TRUE(torch::allclose(p, torch::full_like(p, decays ? 1 - 0.5 * 0.1 : 1.0), 0, 1e-15)) << name;
+  }
+}
+
 TEST(AdamW, StateRoundTripsThroughItsFileAndContinuesIdentically) {
   testing::TempDir dir("adamw");
   auto make = [] { return torch::arange(6, torch::kFloat32).view({2, 3}).requires_grad_(true); };
