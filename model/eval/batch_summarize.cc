@@ -14,7 +14,8 @@ namespace srformer::eval {
 
 BatchSummaries summarize_all(Seq2SeqModel& model, const Tokenizer& tokenizer, const std::vector<std::string>& documents,
                              const GenerationOptions& options, int64_t batch_size, int64_t max_input_tokens,
-                             const std::function<void(size_t, size_t)>& progress) {
+                             const std::function<void(size_t, size_t)>& progress,
+                             std::optional<int64_t> expected_length) {
   if (batch_size < 1) throw std::invalid_argument("batch size must be >= 1");
   const auto& c = model.config();
   BatchSummaries out;
@@ -38,7 +39,9 @@ BatchSummaries summarize_all(Seq2SeqModel& model, const Tokenizer& tokenizer, co
     std::vector<const TokenIds*> rows;
     for (size_t r = 0; r < n; ++r) rows.push_back(&ids[order[first + r]]);
     const auto padded = data::pad_rows(rows, c.pad_token_id);
-    const auto results = generate(model, padded.ids, padded.mask, options);
+    std::optional<torch::Tensor> lengths;
+    if (expected_length) lengths = torch::full({static_cast<int64_t>(n)}, *expected_length, torch::kLong);
+    const auto results = generate(model, padded.ids, padded.mask, options, lengths);
     for (size_t r = 0; r < n; ++r) {
       const auto& best = results.at(r).hypotheses.at(0);
       out.generated_tokens += static_cast<int64_t>(best.tokens.size());

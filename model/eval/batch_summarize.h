@@ -4,6 +4,7 @@
 // and put back in input order. Used by `srformer eval` and by `srformer train`'s validation ROUGE.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,9 +21,11 @@ struct BatchSummaries {
 };
 
 // Documents longer than max_input_tokens are truncated (counted in `truncated`). SRformer's expected
-// length L is the model's default (default_expected_length). progress(done, total) is called after every batch.
+// length L is `expected_length`, else the model's default (default_expected_length). progress(done, total)
+// is called after every batch.
 BatchSummaries summarize_all(Seq2SeqModel& model, const Tokenizer& tokenizer, const std::vector<std::string>& documents,
                              const GenerationOptions& options, int64_t batch_size, int64_t max_input_tokens,
-                             const std::function<void(size_t, size_t)>& progress = {});
+                             const std::function<void(size_t, size_t)>& progress = {},
+                             std::optional<int64_t> expected_length = std::nullopt);
 
 }  // namespace srformer::eval

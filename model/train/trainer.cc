@@ -226,7 +226,9 @@ Validation validate_model(Seq2SeqModel& model, const Tokenizer& tok, const std::
     docs.push_back(e.document);
     refs.push_back(e.summary);
   }
-  const auto s = eval::summarize_all(model, tok, docs, g, o.eval_batch, input_tokens_for(model.config(), o));
+  // With the L of training, which the saved model gets: not the starting model's own expected_length.
+  const auto s = eval::summarize_all(model, tok, docs, g, o.eval_batch, input_tokens_for(model.config(), o), {},
+                                     o.max_target_tokens);
   v.rouge = eval::score_corpus(s.predictions, refs, {}, {1, 0.95, 0}).mean;
   v.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return v;

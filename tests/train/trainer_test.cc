@@ -11,6 +11,9 @@
 #include <sstream>
 
 #include "model/data/encode.h"
+#include "model/eval/batch_summarize.h"
+#include "model/eval/rouge.h"
+#include "model/generation/generate.h"
 #include "model/random_model.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/sentencepiece_library.h"
@@ -514,6 +517,49 @@ TEST_F(Fixture, EveryParameterGetsAGradient) {
     ASSERT_TRUE(p.grad().defined()) << name;
     EXPECT_GT(p.grad().abs().max().item<double>(), 0.0) << name;
   }
+}
+
+}  // namespace
+}  // namespace srformer::train
+
+namespace srformer::train {
+namespace {
+
+// Validation summarizes with the L the run trains with (and writes into the saved model), not the
+// starting model's srformer.expected_length: its ROUGE is what the saved model scores.
+TEST_F(Fixture, ValidationDecodesWithTheRunsExpectedLength) {
+  {
+    nlohmann::json config;
+    std::ifstream(model / "config.json") >> config;
+    config["srformer"]["expected_length"] = 2;  // as a model trained with --max-target-tokens 2 has
+    std::ofstream(model / "config.json") << config.dump(2) << "\n";
+  }
+  auto o = options("run");
+  o.steps = 20;
+  o.validation_file = valid_file;
+  std::ostringstream console;
+  const auto r = train(o, console);
+  ASSERT_TRUE(r.rouge1.has_value());
+
+  LoadOptions as_trained;
+  as_trained.pack_projections = false;
+  auto saved = load_model(o.out_dir, as_trained);
+  ASSERT_EQ(saved->config().srformer.expected_length, o.max_target_tokens);
+  const auto tok = load_tokenizer(o.out_dir);
+  std::vector<std::string> docs, refs;
+  for (const auto& e : data::read_examples(valid_file.string())) {
+    docs.push_back(e.document);
+    refs.push_back(e.summary);
+  }
+  GenerationOptions g;
+  g.max_new_tokens = o.max_target_tokens;
+  g = with_model_tokens(g, saved->config());
+  g.vocab_limit = tok->vocab_size();
+  const auto s = eval::summarize_all(*saved, *tok, docs, g, o.eval_batch, o.max_input_tokens);
+  const auto mean = eval::score_corpus(s.predictions, refs).mean;
+  EXPECT_DOUBLE_EQ(*r.rouge1, 100 * mean[eval::RougeType::kRouge1].fmeasure);
+  EXPECT_DOUBLE_EQ(*r.rouge2, 100 * mean[eval::RougeType::kRouge2].fmeasure);
+  EXPECT_DOUBLE_EQ(*r.rougeL, 100 * mean[eval::RougeType::kRougeL].fmeasure);
 }
 
 }  // namespace
