@@ -58,7 +58,10 @@ void validate(const TrainOptions& o) {
   check(o.clip_norm >= 0, "the clipping norm must be >= 0 (0 = off)");
   check(o.label_smoothing >= 0 && o.label_smoothing < 1, "label smoothing must be in [0, 1)");
   check(o.adam.beta1 >= 0 && o.adam.beta1 < 1 && o.adam.beta2 >= 0 && o.adam.beta2 < 1, "Adam betas must be in [0, 1)");
-  check(o.adam.eps > 0 && o.adam.weight_decay >= 0, "Adam eps must be > 0 and weight decay >= 0");
+  // Infinite ones pass `> 0`: an infinite eps made every update 0 (a run that trained nothing), an infinite
+  // decay turned the weights into NaN, reported as divergence.
+  check(o.adam.eps > 0 && std::isfinite(o.adam.eps), "Adam eps must be a positive number");
+  check(o.adam.weight_decay >= 0 && std::isfinite(o.adam.weight_decay), "weight decay must be a number >= 0");
   check(o.max_input_tokens >= 2, "max input tokens must be >= 2");
   check(o.max_target_tokens >= 1, "max target tokens must be >= 1");
   // Validation, `summarize`, `eval` and the server decode up to max_target_tokens new tokens (the saved

@@ -261,7 +261,16 @@ TEST_F(Fixture, OptionsThatCannotWorkAreRefusedUpFront) {
   o = options("up-front");
   o.stop_after = 13;
   EXPECT_TRUE(refused_with(o, console, "--stop-after 13 is past --steps 12"));
+  o = options("up-front");
+  o.adam.eps = INFINITY;  // every update would be 0: a run that trains nothing
+  EXPECT_TRUE(refused_with(o, console, "Adam eps must be a positive number"));
+  o = options("up-front");
+  o.adam.weight_decay = INFINITY;  // NaN weights, reported as divergence
+  EXPECT_TRUE(refused_with(o, console, "weight decay must be a number >= 0"));
+  o.adam.weight_decay = -0.1;
+  EXPECT_TRUE(refused_with(o, console, "weight decay must be a number >= 0"));
   EXPECT_FALSE(fs::exists(o.out_dir)) << "a refused run wrote its --out";
+  o = options("up-front");
   // The bounds themselves are fine.
   o.warmup_steps = 12;
   o.stop_after = 12;
