@@ -237,17 +237,46 @@ Validation validate_model(Seq2SeqModel& model, const Tokenizer& tok, const std::
   return v;
 }
 
-// Sets the saved config's generation defaults to the training target length, so that serving
-// decodes with the L the model was trained with.
+// Caps one set of generation defaults (Hugging Face's keys) at the training target length.
+void cap_generation_lengths(nlohmann::json& g, int64_t max_target_tokens) {
+  g["max_length"] = max_target_tokens + 1;
+  if (g.contains("max_new_tokens")) g["max_new_tokens"] = max_target_tokens;  // it wins over max_length
+  // A minimum past the new maximum would make the defaults unusable (every request refused).
+  if (const auto it = g.find("min_length"); it != g.end() && it->is_number_integer() && *it > max_target_tokens + 1) {
+    *it = max_target_tokens + 1;
+  }
+  if (const auto it = g.find("min_new_tokens"); it != g.end() && it->is_number_integer() && *it > max_target_tokens) {
+    *it = max_target_tokens;
+  }
+}
+
+// Sets the saved model's generation defaults to the training target length, so that serving decodes
+// with the L the model was trained with, wherever the defaults are read from: config.json, or a
+// generation_config.json (read instead of config.json's keys, as Hugging Face does), and a
+// summarization task's parameters (applied over either).
 void set_generation_defaults(const fs::path& dir, int64_t max_target_tokens) {
   nlohmann::json j;
   {
     std::ifstream in(dir / "config.json");
     in >> j;
   }
-  j["max_length"] = max_target_tokens + 1;
+  cap_generation_lengths(j, max_target_tokens);
   if (j.contains("srformer") && j["srformer"].is_object()) j["srformer"]["expected_length"] = max_target_tokens;
+  if (const auto tsp = j.find("task_specific_params"); tsp != j.end() && tsp->is_object()) {
+    if (const auto s = tsp->find("summarization"); s != tsp->end() && s->is_object()) {
+      cap_generation_lengths(*s, max_target_tokens);
+    }
+  }
   std::ofstream(dir / "config.json") << j.dump(2) << "\n";
+  if (const auto file = dir / "generation_config.json"; fs::exists(file)) {
+    nlohmann::json g;
+    {
+      std::ifstream in(file);
+      in >> g;
+    }
+    cap_generation_lengths(g, max_target_tokens);
+    std::ofstream(file) << g.dump(2) << "\n";
+  }
 }
 
 std::string format_duration(double seconds) {

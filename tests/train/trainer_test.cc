@@ -573,3 +573,43 @@ TEST_F(Fixture, ValidationDecodesWithTheRunsExpectedLength) {
 
 }  // namespace
 }  // namespace srformer::train
+
+namespace srformer::train {
+namespace {
+
+// --max-target-tokens is the saved model's generation default also where its defaults come from
+// generation_config.json, which Hugging Face (and every tool here) reads instead of config.json's keys.
+TEST_F(Fixture, TheSavedModelsGenerationDefaultIsTheTrainingLengthAlsoWithAGenerationConfig) {
+  std::ofstream(model / "generation_config.json")
+      << R"({"decoder_start_token_id": 0, "eos_token_id": 1, "pad_token_id": 0, "max_length": 20})";
+  auto o = options("generation-config");
+  o.steps = 2;
+  std::ostringstream console;
+  train(o, console);
+  for (const auto& dir : {o.out_dir, latest_checkpoint(o.out_dir)}) {
+    const auto c = ModelConfig::load(dir / "config.json");
+    EXPECT_EQ(model_generation_defaults(c).max_new_tokens, o.max_target_tokens) << dir;
+    EXPECT_EQ(c.srformer.expected_length, o.max_target_tokens) << dir;
+  }
+
+  // A summarization task's parameters apply over both (as Hugging Face's pipeline); a minimum past the new
+  // maximum would leave defaults that every request is refused with.
+  fs::remove(model / "generation_config.json");
+  {
+    nlohmann::json config;
+    std::ifstream(model / "config.json") >> config;
+    config["task_specific_params"] = {{"summarization", {{"max_length", 200}, {"min_length", 30}, {"num_beams", 2}}}};
+    std::ofstream(model / "config.json") << config.dump(2) << "\n";
+  }
+  o.out_dir = tmp.path() / "task-params";
+  train(o, console);
+  const auto c = ModelConfig::load(o.out_dir / "config.json");
+  const auto d = model_generation_defaults(c);
+  EXPECT_EQ(d.max_new_tokens, o.max_target_tokens);
+  EXPECT_EQ(d.min_new_tokens, o.max_target_tokens);
+  EXPECT_EQ(d.num_beams, 2);  // the rest of the task's defaults stand
+  EXPECT_EQ(unusable_generation_defaults(c), "");
+}
+
+}  // namespace
+}  // namespace srformer::train
