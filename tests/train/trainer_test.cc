@@ -613,3 +613,56 @@ TEST_F(Fixture, TheSavedModelsGenerationDefaultIsTheTrainingLengthAlsoWithAGener
 
 }  // namespace
 }  // namespace srformer::train
+
+namespace srformer::train {
+namespace {
+
+double first_logged(const fs::path& out, const char* key) {
+  std::ifstream in(out / "train_log.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains(key)) return j[key].get<double>();
+  }
+  ADD_FAILURE() << "no " << key << " in " << (out / "train_log.jsonl").string();
+  return 0.0;
+}
+
+// TRAINING.md: with --grad-accum N the loss is averaged over all target tokens of the N micro-batches, so
+// accumulation equals one larger batch, also when the micro-batches hold different numbers of tokens.
+TEST_F(Fixture, AccumulatedMicroBatchesOfUnequalTokenCountsGiveOneBatchsGradient) {
+  // Summaries of 1 to 4 words: micro-batches of 5, 5 and 2 examples with unequal token counts.
+  {
+    std::ifstream in(train_file);
+    std::ofstream out(tmp.path() / "uneven.jsonl");
+    int i = 0;
+    for (std::string line; std::getline(in, line) && i < 12; ++i) {
+      auto j = nlohmann::json::parse(line);
+      const auto doc = j["document"].get<std::string>();
+      size_t end = 0;
+      for (int w = 0; w < 1 + (i * 7) % 4; ++w) end = doc.find(' ', end + 1);
+      j["summary"] = doc.substr(0, end);
+      out << j.dump() << "\n";
+    }
+  }
+  auto one = options("one");
+  one.train_file = tmp.path() / "uneven.jsonl";
+  one.steps = 1;
+  one.warmup_steps = 0;
+  one.dropout = 0.0;
+  one.label_smoothing = 0.1;
+  one.batch_size = 12;
+  auto accumulated = one;
+  accumulated.out_dir = tmp.path() / "accumulated";
+  accumulated.batch_size = 5;
+  accumulated.grad_accum = 3;
+  std::ostringstream console;
+  train(one, console);
+  train(accumulated, console);
+  EXPECT_DOUBLE_EQ(first_logged(accumulated.out_dir, "tokens"), first_logged(one.out_dir, "tokens"));
+  EXPECT_NEAR(first_logged(accumulated.out_dir, "loss"), first_logged(one.out_dir, "loss"), 1e-5);
+  const double norm = first_logged(one.out_dir, "grad_norm");
+  EXPECT_NEAR(first_logged(accumulated.out_dir, "grad_norm"), norm, 1e-5 * norm);
+}
+
+}  // namespace
+}  // namespace srformer::train
