@@ -15,7 +15,10 @@ namespace {
 
 class Writer {
  public:
-  Writer(uint64_t seed, double std) : gen_(at::detail::createCPUGenerator(seed)), std_(std) {}
+  // `hf`: Hugging Face's initialisation (zero biases, the RAF parameters' configured initial values);
+  // otherwise every tensor is random, so that tests exercise biases and RAF parameters too.
+  Writer(uint64_t seed, double std, bool hf) : gen_(at::detail::createCPUGenerator(seed)), std_(std), hf_(hf) {}
+  bool hf() const { return hf_; }
   // With a fixed std, every matrix uses it; otherwise (Hugging Face's schemes) `hf_std`.
   void normal(const std::string& name, std::vector<int64_t> shape, double hf_std = 0.0) {
     const double std = std_ > 0 || hf_std <= 0 ? std_ : hf_std;
@@ -27,24 +30,42 @@ class Writer {
   void uniform(const std::string& name, std::vector<int64_t> shape, double lo, double hi) {
     out.emplace_back(name, torch::empty(shape).uniform_(lo, hi, gen_));
   }
+  void bias(const std::string& name, std::vector<int64_t> shape) {
+    if (hf_) {
+      fill(name, std::move(shape), 0.0);
+    } else {
+      normal(name, std::move(shape));
+    }
+  }
   std::vector<std::pair<std::string, torch::Tensor>> out;
 
  private:
   at::Generator gen_;
   double std_;
+  bool hf_;
 };
 
-void raf(Writer& w, const std::string& prefix, int64_t d) {
-  w.uniform(prefix + "SNN_kv.weight", {d, d}, -1.0 / std::sqrt(d), 1.0 / std::sqrt(d));
-  w.uniform(prefix + "threshold", {1}, 0.1, 0.2);
-  w.uniform(prefix + "leak", {1}, 0.4, 0.9);
+void raf(Writer& w, const std::string& prefix, int64_t d, const SrformerConfig& s) {
+  // SNN_kv is an nn.Linear: PyTorch's default U(-1/sqrt(in), 1/sqrt(in)), times the configured scale.
+  const double bound = (w.hf() ? s.raf_init_weight_scale : 1.0) / std::sqrt(static_cast<double>(d));
+  w.uniform(prefix + "SNN_kv.weight", {d, d}, -bound, bound);
+  if (w.hf()) {  // the authors' initial values (threshold 0.1; leak 0.1 for T5, 0.5 for BART)
+    w.fill(prefix + "threshold", {1}, s.raf_init_threshold);
+    w.fill(prefix + "leak", {1}, s.raf_init_leak);
+  } else {
+    w.uniform(prefix + "threshold", {1}, 0.1, 0.2);
+    w.uniform(prefix + "leak", {1}, 0.4, 0.9);
+  }
 }
 
 void bart(Writer& w, const ModelConfig& c) {
   const int64_t D = c.d_model;
   const int64_t I = c.inner_dim();
   w.normal("model.shared.weight", {c.vocab_size, D});
-  w.normal("final_logits_bias", {1, c.vocab_size});
+  if (w.hf() && c.pad_token_id >= 0 && c.pad_token_id < c.vocab_size) {
+    w.out.back().second[c.pad_token_id].zero_();  // nn.Embedding(padding_idx=pad): its row starts at 0
+  }
+  w.bias("final_logits_bias", {1, c.vocab_size});  // a zero buffer in Hugging Face
   for (const std::string s : {"encoder", "decoder"}) {
     w.normal("model." + s + ".embed_positions.weight", {c.max_position_embeddings + 2, D});
     w.fill("model." + s + ".layernorm_embedding.weight", {D}, 1.0);
@@ -57,18 +78,18 @@ void bart(Writer& w, const ModelConfig& c) {
       for (const auto& a : attns) {
         for (const std::string proj : {"q_proj", "k_proj", "v_proj"}) {
           w.normal(p + a + "." + proj + ".weight", {I, D});
-          w.normal(p + a + "." + proj + ".bias", {I});
+          w.bias(p + a + "." + proj + ".bias", {I});
         }
         w.normal(p + a + ".out_proj.weight", {D, I});
-        w.normal(p + a + ".out_proj.bias", {D});
+        w.bias(p + a + ".out_proj.bias", {D});
         w.fill(p + a + "_layer_norm.weight", {D}, 1.0);
         w.fill(p + a + "_layer_norm.bias", {D}, 0.0);
       }
-      if (s == "decoder" && c.srformer.uses_raf()) raf(w, p + "encoder_attn.", c.head_dim);
+      if (s == "decoder" && c.srformer.uses_raf()) raf(w, p + "encoder_attn.", c.head_dim, c.srformer);
       w.normal(p + "fc1.weight", {c.d_ff, D});
-      w.normal(p + "fc1.bias", {c.d_ff});
+      w.bias(p + "fc1.bias", {c.d_ff});
       w.normal(p + "fc2.weight", {D, c.d_ff});
-      w.normal(p + "fc2.bias", {D});
+      w.bias(p + "fc2.bias", {D});
       w.fill(p + "final_layer_norm.weight", {D}, 1.0);
       w.fill(p + "final_layer_norm.bias", {D}, 0.0);
     }
@@ -99,7 +120,7 @@ void t5(Writer& w, const ModelConfig& c) {
         w.normal(p + "0.SelfAttention.relative_attention_bias.weight", {c.relative_attention_num_buckets, c.num_heads},
                  inv_sqrt(D));
       }
-      if (s == "decoder" && c.srformer.uses_raf()) raf(w, p + "1.EncDecAttention.", c.head_dim);
+      if (s == "decoder" && c.srformer.uses_raf()) raf(w, p + "1.EncDecAttention.", c.head_dim, c.srformer);
       const auto f = p + (s == "decoder" ? "2" : "1");
       if (c.gated_ffn) {
         w.normal(f + ".DenseReluDense.wi_0.weight", {c.d_ff, D}, inv_sqrt(D));
@@ -119,7 +140,7 @@ void t5(Writer& w, const ModelConfig& c) {
 void write_random_model(const std::filesystem::path& dir, const ModelConfig& config, uint64_t seed, double std) {
   std::filesystem::create_directories(dir);
   // BART's Hugging Face scheme is one std (init_std 0.02) for every matrix.
-  Writer w(seed, std > 0 || config.arch == Architecture::kT5 ? std : 0.02);
+  Writer w(seed, std > 0 || config.arch == Architecture::kT5 ? std : 0.02, std <= 0);
   if (config.arch == Architecture::kBart) {
     bart(w, config);
   } else {

@@ -9,9 +9,11 @@
 namespace srformer {
 
 // Every parameter the loader expects, under Hugging Face names, seeded and deterministic.
-// `std` > 0 scales every weight matrix alike; `std` <= 0 uses Hugging Face's initialisation (T5: per
-// projection, embeddings N(0,1); BART: 0.02), the right start for training from scratch. Norm
-// weights are 1, biases 0, RAF parameters the authors' initial values.
+// `std` > 0: every weight matrix and bias N(0, std), RAF threshold/leak drawn at random (tests exercise
+// them all). `std` <= 0: Hugging Face's initialisation, the right start for training from scratch (T5:
+// per projection, embeddings N(0,1); BART: 0.02, biases and final_logits_bias 0, the padding token's
+// embedding row 0) and the RAF parameters' configured initial values (srformer.raf_init, by default
+// the authors'). Norm weights are 1 either way.
 void write_random_model(const std::filesystem::path& dir, const ModelConfig& config, uint64_t seed, double std = 0.1);
 
 // Small configurations for tests: d_model 32, 4 heads, 2+2 layers.

@@ -163,6 +163,46 @@ TEST(LoadModel, SaveThenReloadGivesIdenticalLogits) {
   EXPECT_EQ(m2->config().srformer.segment_size, 4);
 }
 
+// Training from scratch (init-model) starts where Hugging Face's initialisation and the authors' RAF
+// values start; the test writer (std > 0) draws biases and RAF parameters too, so tests exercise them.
+TEST(LoadModel, HuggingFaceInitialisationZeroesBiasesAndStartsRafAtTheConfiguredValues) {
+  for (const auto arch : {Architecture::kBart, Architecture::kT5}) {
+    SCOPED_TRACE(arch == Architecture::kBart ? "bart" : "t5");
+    const auto config = tiny_config(arch, CrossAttentionKind::kSrformer, 4);
+    TempDir hf("hf"), drawn("drawn");
+    write_random_model(hf.path(), config, 3, 0.0);
+    write_random_model(drawn.path(), config, 3, 0.1);
+    const auto h = SafetensorsFile::open(hf.path() / "model.safetensors");
+    const auto r = SafetensorsFile::open(drawn.path() / "model.safetensors");
+    int biases = 0, rafs = 0;
+    for (const auto& info : h.tensors()) {
+      SCOPED_TRACE(info.name);
+      const auto t = h.tensor(info.name);
+      const bool norm = info.name.find("norm") != std::string::npos;
+      if (info.name.find("bias") != std::string::npos && !norm &&
+          info.name.find("relative_attention") == std::string::npos) {
+        ++biases;
+        EXPECT_EQ(t.abs().max().item<float>(), 0.0f);
+        EXPECT_GT(r.tensor(info.name).abs().max().item<float>(), 0.0f);
+      } else if (info.name.find("threshold") != std::string::npos) {
+        ++rafs;
+        EXPECT_FLOAT_EQ(t.item<float>(), static_cast<float>(config.srformer.raf_init_threshold));
+      } else if (info.name.find(".leak") != std::string::npos) {
+        EXPECT_FLOAT_EQ(t.item<float>(), static_cast<float>(config.srformer.raf_init_leak));
+        EXPECT_NE(r.tensor(info.name).item<float>(), static_cast<float>(config.srformer.raf_init_leak));
+      }
+    }
+    EXPECT_EQ(rafs, config.decoder_layers);
+    if (arch == Architecture::kBart) {
+      EXPECT_GT(biases, 0);
+      // nn.Embedding(padding_idx=pad_token_id) starts the padding row at 0.
+      const auto shared = h.tensor("model.shared.weight");
+      EXPECT_EQ(shared[config.pad_token_id].abs().max().item<float>(), 0.0f);
+      EXPECT_GT(shared[config.pad_token_id + 1].abs().max().item<float>(), 0.0f);
+    }
+  }
+}
+
 // A step whose token is outside the vocabulary is refused before it touches the state: the rows step on
 // afterwards as if it had never been tried.
 TEST(LoadModel, AStepWithATokenOutsideTheVocabularyChangesNothing) {
