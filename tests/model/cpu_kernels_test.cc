@@ -354,6 +354,35 @@ TEST(SingleQueryAttention, EachGroupIsIndependentOfTheOthers) {
   }
 }
 
+// Keys a row does not read (zero weight: masked keys, padding to a longer row) change no bits of p V
+// or Kᵀ V (zero-padded positions), at every head size: a row's result is the same alone and padded
+// in a batch. Head sizes no multiple of 8 have columns past the vectors, which got other bits once the
+// padding shifted which terms GCC summed four at a time.
+TEST(SingleQueryAttention, KeysOfZeroWeightAfterARowsOwnChangeNoBitsAtAnyHeadSize) {
+  SKIP_WITHOUT_AVX2();
+  torch::manual_seed(18);
+  for (int64_t d = 1; d <= 21; ++d) {
+    for (const int64_t T : {1, 5, 9, 13}) {
+      const auto p = torch::softmax(torch::randn({1, 2, 1, T}), -1);
+      const auto v = torch::randn({1, 2, T, d});
+      const auto k = torch::randn({1, 2, T, d});
+      const auto want = srformer::weights_value_product(p, v);
+      const auto want_kv = srformer::keys_values_product(k, v);
+      for (const int64_t padded : {T + 1, T + 3, T + 6, T + 40}) {
+        const auto pad = [&](const torch::Tensor& x, double value) {
+          return torch::constant_pad_nd(x, {0, 0, 0, padded - T}, value);
+        };
+        const auto p_padded = torch::constant_pad_nd(p, {0, padded - T}, 0.0);  // masked: probability 0
+        const auto got = srformer::weights_value_product(p_padded, pad(v, 1.5));
+        EXPECT_TRUE(torch::equal(got, want))
+            << "d=" << d << " T=" << T << " padded to " << padded << ": " << (got - want).abs().max().item<double>();
+        const auto got_kv = srformer::keys_values_product(pad(k, 0.0), pad(v, 0.0));
+        EXPECT_TRUE(torch::equal(got_kv, want_kv)) << "Kᵀ V, d=" << d << " T=" << T << " padded to " << padded;
+      }
+    }
+  }
+}
+
 // One decode step over caches whose slots lie in other rows (beams sharing slots): the result of
 // attend() over the slots gathered into each row, for head sizes that reach every remainder path of
 // the products; a row's result depends on nothing but its own slots (not on the other rows, the
