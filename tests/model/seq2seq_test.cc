@@ -37,7 +37,20 @@ struct Case {
   Architecture arch;
   CrossAttentionKind kind;
   torch::ScalarType dtype = torch::kFloat32;  // bf16: the CPU's bfloat16 projections (kernels/amx_linear.h)
+  // Head shapes the kernels' vector loops do not divide: T5 3 heads of d_kv 5 (inner 15, d_model 16),
+  // BART one head of 20 (16 + a tail of 4). Else tiny_config's 4 heads of 8.
+  bool odd_heads = false;
 };
+
+ModelConfig config_of(const Case& c) {
+  auto config = tiny_config(c.arch, c.kind, /*segment_size=*/4);
+  if (c.odd_heads) {
+    config.num_heads = c.arch == Architecture::kT5 ? 3 : 1;
+    config.head_dim = c.arch == Architecture::kT5 ? 5 : 20;
+    config.d_model = c.arch == Architecture::kT5 ? 16 : 20;
+  }
+  return config;
+}
 
 std::vector<int64_t> ints(const torch::Tensor& t) {
   const auto c = t.to(torch::kCPU, torch::kLong).contiguous();
@@ -46,7 +59,7 @@ std::vector<int64_t> ints(const torch::Tensor& t) {
 
 std::string name_of(const ::testing::TestParamInfo<Case>& info) {
   return std::string(to_string(info.param.arch)) + "_" + to_string(info.param.kind) +
-         (info.param.dtype == torch::kBFloat16 ? "_bf16" : "");
+         (info.param.dtype == torch::kBFloat16 ? "_bf16" : "") + (info.param.odd_heads ? "_odd_heads" : "");
 }
 
 class Seq2SeqProperties : public ::testing::TestWithParam<Case> {
@@ -56,7 +69,7 @@ class Seq2SeqProperties : public ::testing::TestWithParam<Case> {
       GTEST_SKIP() << "this CPU has neither AMX-BF16 nor AVX512-BF16: bf16 models cannot load here";
     }
     torch::manual_seed(1);
-    write_random_model(dir_.path(), tiny_config(GetParam().arch, GetParam().kind, /*segment_size=*/4), 42);
+    write_random_model(dir_.path(), config_of(GetParam()), 42);
     LoadOptions o;
     o.dtype = GetParam().dtype;
     model_ = load_model(dir_.path(), o);
@@ -839,6 +852,18 @@ INSTANTIATE_TEST_SUITE_P(CpuBf16, Seq2SeqProperties, ::testing::ValuesIn([] {
                            std::vector<Case> cases;
                            for (auto arch : {Architecture::kBart, Architecture::kT5}) {
                              for (auto k : kAllKinds) cases.push_back({arch, k, torch::kBFloat16});
+                           }
+                           return cases;
+                         }()),
+                         name_of);
+
+// The same properties at head shapes that leave remainders in every vector loop, fp32 and bf16.
+INSTANTIATE_TEST_SUITE_P(OddHeads, Seq2SeqProperties, ::testing::ValuesIn([] {
+                           std::vector<Case> cases;
+                           for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+                             for (auto arch : {Architecture::kBart, Architecture::kT5}) {
+                               for (auto k : kAllKinds) cases.push_back({arch, k, dtype, true});
+                             }
                            }
                            return cases;
                          }()),
