@@ -114,4 +114,8 @@ struct CrossAttention {
                        const torch::Tensor& enc_len) const;
 };
 
+// What CrossAttention::keys_read_per_step gives for a cross-attention of `kind` with `segment_size`
+// (the model's config: the server counts the keys its rows read without a layer at hand).
+int64_t keys_read_per_step(CrossAttentionKind kind, int64_t segment_size, int64_t enc_len);
+
 }  // namespace srformer

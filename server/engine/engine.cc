@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/byte_size.h"
+#include "model/attention/cross_attention.h"
 #include "model/error_message.h"
 #include "model/kernels/parallel.h"
 #include "model/kernels/serial_region.h"
@@ -996,12 +997,14 @@ Delivery::Job Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome
   }
   tokens_in_flight_ -= slot.budget;
   if (ModelMetrics* const m = metrics()) {
-    if (config_.srformer.segmented() && state_.enc_len.defined()) {
-      // Cross-attention reads s keys per step instead of k (the paper's saving), for every row.
-      const auto k = static_cast<uint64_t>(state_.enc_len[row_offset].item<int64_t>());
-      const auto s = std::min<uint64_t>(k, static_cast<uint64_t>(std::max<int64_t>(1, config_.srformer.segment_size)));
+    if (state_.enc_len.defined()) {
+      // Every row's step reads its variant's keys (s, 2s with the previous segment, s plus the pooled
+      // ones, all k with full attention) where full attention reads k: the paper's saving, 0 for full.
+      const int64_t k = state_.enc_len[row_offset].item<int64_t>();
+      const auto read =
+          static_cast<uint64_t>(keys_read_per_step(config_.srformer.cross_attention, config_.srformer.segment_size, k));
       const auto steps = static_cast<uint64_t>(slot.row_steps);
-      m->on_cross_attention_kv(steps * s, steps * k);
+      m->on_cross_attention_kv(steps * read, steps * static_cast<uint64_t>(k));
     }
     if (config_.srformer.segmented()) {
       // Per row, as the K/V counts above: every beam or sample switches and runs its own RAF state.

@@ -213,8 +213,9 @@ struct Metrics::Families {
                                 .Register(r)),
         kv_read(BuildCounter()
                     .Name("srformer_cross_attention_kv_read_total")
-                    .Help("Cross-attention key/value elements actually read, summed over rows (each beam or sample) "
-                          "and steps.")
+                    .Help("Cross-attention key/value elements read, summed over rows (each beam or sample) and "
+                          "steps: k per step with full attention, s with segmented ones (2s for xl_memory, s + m "
+                          "for global_tokens).")
                     .Register(r)),
         kv_full(BuildCounter()
                     .Name("srformer_cross_attention_kv_full_equivalent_total")

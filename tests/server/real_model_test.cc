@@ -7,8 +7,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
@@ -372,6 +374,74 @@ TEST_F(RealModel, RowCountersCountEveryBeamOfARequest) {
     EXPECT_EQ(delta("srformer_cross_attention_kv_full_equivalent_total"), static_cast<double>(beams * steps * k));
   }
   counted.shutdown(std::chrono::milliseconds(1000));
+}
+
+// The cross-attention K/V counters count the keys each variant's step reads, against the k that full
+// attention reads: all k with full attention (no saving), s for srformer, s and the previous segment's s
+// for xl_memory, s and one pooled key per segment for global_tokens. They counted s for every segmented
+// variant and nothing with full attention, so "attention work saved" summed over models overstated it.
+TEST_F(RealModel, KeyValueCountersCountTheKeysEachVariantReads) {
+  constexpr int kTokens = 12;
+  const std::string doc = synthetic_text(8, 11);
+  const int64_t s = reference_->config().srformer.segment_size;
+  ASSERT_GT(s, 0);
+  const auto per_step = [s](const std::string& kind, int64_t k) -> int64_t {
+    const int64_t m = (k + s - 1) / s;
+    if (kind == "full") return k;
+    if (kind == "xl_memory") return std::min(k, 2 * s);
+    if (kind == "global_tokens") return std::min(k, s) + m;
+    return std::min(k, s);
+  };
+  for (const std::string kind : {"full", "srformer", "xl_memory", "global_tokens"}) {
+    SCOPED_TRACE(kind);
+    // The tiny model's weights and tokenizer with this variant in its config.json.
+    const fs::path dir = fs::temp_directory_path() / ("srformer_server_kv_" + kind + "_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    for (const auto& file : fs::directory_iterator(*dir_)) {
+      fs::copy_file(file.path(), dir / file.path().filename(), fs::copy_options::overwrite_existing);
+    }
+    auto config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+    config["srformer"]["cross_attention"] = kind;
+    config["srformer"]["segment_size"] = kind == "full" ? nlohmann::json() : nlohmann::json(s);
+    std::ofstream(dir / "config.json") << config.dump();
+
+    server::Metrics metrics("");
+    server::ServerConfig server_config;
+    server_config.listen = "127.0.0.1:0";
+    server_config.metrics_listen = "";
+    server_config.warm_up = false;
+    std::vector<server::LoadedModel> models;
+    models.push_back(server::load_model_dir({"m", dir.string()}, server::ServerConfig{}));
+    server::Server counted(server_config, std::move(models), &metrics);
+    counted.start();
+    auto stub = v1::Summarizer::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(counted.port()), grpc::InsecureChannelCredentials()));
+    for (const int beams : {1, 3}) {
+      auto req = request(doc, kTokens, beams);
+      req.mutable_options()->set_min_new_tokens(kTokens);  // every row runs exactly kTokens steps
+      const std::string before = metrics.scrape_text();
+      grpc::ClientContext ctx;
+      v1::SummarizeResponse resp;
+      ASSERT_TRUE(stub->Summarize(&ctx, req, &resp).ok());
+      const std::string after = metrics.scrape_text();
+      const auto delta = [&](const char* name) {
+        const server::testing::LabelSet labels{{"model", "m"}};
+        return server::testing::sample(after, name, labels).value_or(0) -
+               server::testing::sample(before, name, labels).value_or(0);
+      };
+      const int64_t k = resp.usage().input_tokens();
+      ASSERT_EQ(resp.usage().output_tokens(), kTokens);
+      ASSERT_GT(k, 2 * s) << "the document must be longer than the widest window";
+      const auto row_steps = static_cast<double>(beams * kTokens);
+      EXPECT_EQ(delta("srformer_cross_attention_kv_read_total"), row_steps * static_cast<double>(per_step(kind, k)))
+          << beams << " beams, k=" << k;
+      EXPECT_EQ(delta("srformer_cross_attention_kv_full_equivalent_total"), row_steps * static_cast<double>(k))
+          << beams << " beams";
+    }
+    counted.shutdown(std::chrono::milliseconds(1000));
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
 }
 
 // A long document (over --max-encode-tokens, encoded alone) lets the short requests queued behind it be
