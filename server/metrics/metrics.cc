@@ -91,10 +91,12 @@ struct Metrics::Families {
                       .Help("Requests accepted and not yet finished.")
                       .Register(r)),
         queue_depth(BuildGauge().Name("srformer_queue_depth").Help("Requests waiting in the queue.").Register(r)),
-        rejected(BuildCounter()
-                     .Name("srformer_requests_rejected_total")
-                     .Help("Requests refused before queueing (queue_full|shutting_down|invalid).")
-                     .Register(r)),
+        rejected(
+            BuildCounter()
+                .Name("srformer_requests_rejected_total")
+                .Help("Requests refused before queueing (queue_full|shutting_down|invalid), and queued ones the end "
+                      "of a shutdown's grace dropped unserved (shutting_down).")
+                .Register(r)),
         unrouted(
             BuildCounter()
                 .Name("srformer_requests_unrouted_total")

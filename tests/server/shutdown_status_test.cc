@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "server/metrics/metrics.h"
 #include "tests/metrics/scrape.h"
@@ -90,6 +92,39 @@ TEST(ShutdownStatus, AClientCancelDuringTheDrainIsCancelledNotUnavailable) {
   };
   EXPECT_EQ(calls("CANCELLED"), 1.0) << metrics.scrape_text();
   EXPECT_EQ(calls("UNAVAILABLE"), 0.0);
+}
+
+// Requests still queued when the grace ends are dropped unserved, UNAVAILABLE as the running one, and
+// counted with the refusals of a server shutting down (docs/OPERATIONS.md: srformer_requests_rejected_total
+// said "refused before queueing", which these were not; the running one is in rows_left{cancelled}).
+TEST(ShutdownStatus, QueuedRequestsTheShutdownDropsCountAsShuttingDown) {
+  server::Metrics metrics("");
+  FakeServerOptions so = slow_server();
+  so.metrics = &metrics;
+  so.config.max_batch_rows = 1;  // one decodes, the others wait in the queue
+  so.config.max_beams = 1;
+  TestServer server(so);
+  constexpr int kCalls = 3;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<v1::SummarizeResponse> responses(kCalls);
+  std::vector<std::future<grpc::Status>> calls;
+  for (int i = 0; i < kCalls; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    calls.push_back(std::async(std::launch::async, [&, i] {
+      return server.stub().Summarize(contexts[i].get(), long_request(i), &responses[i]);
+    }));
+  }
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1 && s.queued == 2; }));
+  server.server().shutdown(100ms);
+  for (auto& call : calls) EXPECT_EQ(call.get().error_code(), grpc::StatusCode::UNAVAILABLE);
+  using server::testing::sample;
+  const std::string text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_requests_rejected_total", {{"model", "fake"}, {"reason", "shutting_down"}}), 2.0)
+      << text;
+  EXPECT_EQ(sample(text, "srformer_rows_left_total", {{"model", "fake"}, {"reason", "cancelled"}}), 1.0) << text;
+  EXPECT_EQ(
+      sample(text, "srformer_requests_total", {{"model", "fake"}, {"method", "Summarize"}, {"code", "UNAVAILABLE"}}),
+      static_cast<double>(kCalls));
 }
 
 }  // namespace
