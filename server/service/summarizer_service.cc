@@ -156,6 +156,16 @@ class CallRecord {
   }
   const std::string& method() const { return method_; }
   Clock::duration elapsed() const { return Clock::now() - start_; }
+  // The call's deadline has passed, or gRPC's timer cancelled it just before (cancel_near_deadline): its
+  // client has DEADLINE_EXCEEDED then, whatever the server ends it with.
+  bool deadline_passed() const {
+    const auto deadline = context_->deadline();
+    if (deadline == std::chrono::system_clock::time_point::max()) return false;
+    const auto left = deadline - std::chrono::system_clock::now();
+    return left <= std::chrono::system_clock::duration::zero() ||
+           (context_->IsCancelled() &&
+            cancel_near_deadline(elapsed(), std::chrono::duration_cast<Clock::duration>(left)));
+  }
 
  private:
   Metrics* metrics_;
@@ -227,6 +237,11 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
     request_ = prepared.request;
     const std::string model = prepared.engine->name();
     request_->on_finish = [this, model](RequestResult result) {
+      // A summary its last step completed after the deadline reaches no client (gRPC has ended the call
+      // DEADLINE_EXCEEDED on its side): count and log that, not an OK nobody receives.
+      if (result.outcome == RequestOutcome::kOk && record_.deadline_passed()) {
+        result.outcome = RequestOutcome::kDeadlineExceeded;
+      }
       grpc::Status status = result_status(result);
       if (status.ok()) {
         status = answer_or_internal([&] {
@@ -290,6 +305,9 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       enqueue(msgs, std::nullopt);
     };
     request_->on_finish = [this, model](RequestResult result) {
+      if (result.outcome == RequestOutcome::kOk && record_.deadline_passed()) {
+        result.outcome = RequestOutcome::kDeadlineExceeded;  // as Summarize's
+      }
       grpc::Status status = result_status(result);
       std::vector<v1::SummarizeStreamResponse> msgs;
       if (status.ok()) {
@@ -584,11 +602,8 @@ class BatchCall final : public grpc::ServerUnaryReactor {
     // The client has its status already (its deadline, or its cancel): count and log that one, not the OK
     // of a partial_results response nobody receives (nor its items). The engine may end the items at the
     // deadline before gRPC's own timer marks the call cancelled: a deadline passed counts as much.
-    const auto left = context_->deadline() - std::chrono::system_clock::now();
     const bool cancelled = context_->IsCancelled();
-    const bool expired = left <= std::chrono::system_clock::duration::zero() ||
-                         (cancelled && context_->deadline() != std::chrono::system_clock::time_point::max() &&
-                          cancel_near_deadline(record_.elapsed(), std::chrono::duration_cast<Clock::duration>(left)));
+    const bool expired = record_.deadline_passed();
     if (expired || cancelled) {
       const grpc::Status status = expired
                                       ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,

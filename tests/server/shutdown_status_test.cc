@@ -1,5 +1,6 @@
 // The status a call ends with around a shutdown: what the server's drain did is UNAVAILABLE (retry
-// elsewhere), what the client did is its own (CANCELLED), as docs/API.md's error table says.
+// elsewhere), what the client did is its own (CANCELLED), as docs/API.md's error table says; and past its
+// deadline: DEADLINE_EXCEEDED, as the client has it.
 #include <gtest/gtest.h>
 
 #include <future>
@@ -125,6 +126,52 @@ TEST(ShutdownStatus, QueuedRequestsTheShutdownDropsCountAsShuttingDown) {
   EXPECT_EQ(
       sample(text, "srformer_requests_total", {{"model", "fake"}, {"method", "Summarize"}, {"code", "UNAVAILABLE"}}),
       static_cast<double>(kCalls));
+}
+
+// A summary that its last step completes after the call's deadline reaches no client: gRPC has ended the
+// call DEADLINE_EXCEEDED on its side, and the server counts and logs that, not the OK of an answer nobody
+// receives (it counted OK, so SrformerHighErrorRate missed such failures), unary and streamed alike.
+TEST(DeadlineStatus, ASummaryCompletedPastTheDeadlineCountsAsDeadlineExceeded) {
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 400ms}}};  // one step outlasts the deadline
+  so.metrics = &metrics;
+  TestServer server(so);
+  auto request = make_request("a document decoded in one long step");
+  request.mutable_options()->set_max_new_tokens(1);
+  using server::testing::sample;
+  const auto calls = [&](const std::string& method, const std::string& code) {
+    return sample(metrics.scrape_text(), "srformer_requests_total",
+                  {{"model", "fake"}, {"method", method}, {"code", code}})
+        .value_or(0.0);
+  };
+  // The server ends the call once its step is done, after the client has given up; then the next call.
+  const auto ended = [&](const std::string& method) {
+    return server.wait_for([&](const server::EngineStats& s) {
+      return s.live_requests == 0 && calls(method, "OK") + calls(method, "DEADLINE_EXCEEDED") == 1;
+    });
+  };
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 150ms);
+    v1::SummarizeResponse resp;
+    EXPECT_EQ(server.stub().Summarize(&ctx, request, &resp).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    ASSERT_TRUE(ended("Summarize"));
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 150ms);
+    auto reader = server.stub().SummarizeStream(&ctx, request);
+    v1::SummarizeStreamResponse msg;
+    while (reader->Read(&msg)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+    ASSERT_TRUE(ended("SummarizeStream"));
+  }
+  for (const std::string method : {"Summarize", "SummarizeStream"}) {
+    EXPECT_EQ(calls(method, "DEADLINE_EXCEEDED"), 1.0) << method << "\n" << metrics.scrape_text();
+    EXPECT_EQ(calls(method, "OK"), 0.0) << method;
+  }
 }
 
 }  // namespace
