@@ -166,6 +166,13 @@ class CallRecord {
            (context_->IsCancelled() &&
             cancel_near_deadline(elapsed(), std::chrono::duration_cast<Clock::duration>(left)));
   }
+  // A summary completed once its client has a status of its own (the deadline passed, or it cancelled,
+  // while the last step ran) reaches nobody: that status's outcome, to count and log.
+  RequestOutcome as_the_client_has(RequestOutcome outcome) const {
+    if (outcome != RequestOutcome::kOk) return outcome;
+    if (deadline_passed()) return RequestOutcome::kDeadlineExceeded;
+    return context_->IsCancelled() ? RequestOutcome::kCancelled : outcome;
+  }
 
  private:
   Metrics* metrics_;
@@ -237,11 +244,9 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
     request_ = prepared.request;
     const std::string model = prepared.engine->name();
     request_->on_finish = [this, model](RequestResult result) {
-      // A summary its last step completed after the deadline reaches no client (gRPC has ended the call
-      // DEADLINE_EXCEEDED on its side): count and log that, not an OK nobody receives.
-      if (result.outcome == RequestOutcome::kOk && record_.deadline_passed()) {
-        result.outcome = RequestOutcome::kDeadlineExceeded;
-      }
+      // A summary its last step completed after the deadline, or the client's cancel, reaches no client
+      // (gRPC has ended the call on its side): count and log that, not an OK nobody receives.
+      result.outcome = record_.as_the_client_has(result.outcome);
       grpc::Status status = result_status(result);
       if (status.ok()) {
         status = answer_or_internal([&] {
@@ -305,9 +310,7 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       enqueue(msgs, std::nullopt);
     };
     request_->on_finish = [this, model](RequestResult result) {
-      if (result.outcome == RequestOutcome::kOk && record_.deadline_passed()) {
-        result.outcome = RequestOutcome::kDeadlineExceeded;  // as Summarize's
-      }
+      result.outcome = record_.as_the_client_has(result.outcome);  // as Summarize's
       grpc::Status status = result_status(result);
       std::vector<v1::SummarizeStreamResponse> msgs;
       if (status.ok()) {

@@ -3,6 +3,7 @@
 // deadline: DEADLINE_EXCEEDED, as the client has it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <future>
 #include <memory>
 #include <thread>
@@ -170,6 +171,62 @@ TEST(DeadlineStatus, ASummaryCompletedPastTheDeadlineCountsAsDeadlineExceeded) {
   }
   for (const std::string method : {"Summarize", "SummarizeStream"}) {
     EXPECT_EQ(calls(method, "DEADLINE_EXCEEDED"), 1.0) << method << "\n" << metrics.scrape_text();
+    EXPECT_EQ(calls(method, "OK"), 0.0) << method;
+  }
+}
+
+// The same for a client that cancels while the step that completes its summary runs: CANCELLED, as it has
+// it, not OK.
+TEST(DeadlineStatus, ASummaryCompletedAfterTheClientCancelledCountsAsCancelled) {
+  server::Metrics metrics("");
+  FakeModelOptions model{256, 4, 400ms};
+  const auto log = model.call_log;
+  FakeServerOptions so;
+  so.models = {{"fake", model}};
+  so.metrics = &metrics;
+  TestServer server(so);
+  auto request = make_request("a document decoded in one long step");
+  request.mutable_options()->set_max_new_tokens(1);
+  using server::testing::sample;
+  const auto calls = [&](const std::string& method, const std::string& code) {
+    return sample(metrics.scrape_text(), "srformer_requests_total",
+                  {{"model", "fake"}, {"method", method}, {"code", code}})
+        .value_or(0.0);
+  };
+  // Cancels once the request's encode has run: its one step is running (or starts before the cancel is seen).
+  const auto cancel_in_the_step = [&](grpc::ClientContext& ctx, size_t encodes) {
+    ASSERT_TRUE(server.wait_for([&](const server::EngineStats&) {
+      const std::string calls = log->get();
+      return static_cast<size_t>(std::count(calls.begin(), calls.end(), 'e')) == encodes;
+    }));
+    std::this_thread::sleep_for(100ms);
+    ctx.TryCancel();
+  };
+  const auto ended = [&](const std::string& method) {
+    return server.wait_for([&](const server::EngineStats& s) {
+      return s.live_requests == 0 && calls(method, "OK") + calls(method, "CANCELLED") == 1;
+    });
+  };
+  {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    auto call = std::async(std::launch::async, [&] { return server.stub().Summarize(&ctx, request, &resp); });
+    cancel_in_the_step(ctx, 1);
+    EXPECT_EQ(call.get().error_code(), grpc::StatusCode::CANCELLED);
+    ASSERT_TRUE(ended("Summarize"));
+  }
+  {
+    grpc::ClientContext ctx;
+    auto reader = server.stub().SummarizeStream(&ctx, request);
+    cancel_in_the_step(ctx, 2);
+    v1::SummarizeStreamResponse msg;
+    while (reader->Read(&msg)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+    ASSERT_TRUE(ended("SummarizeStream"));
+  }
+  for (const std::string method : {"Summarize", "SummarizeStream"}) {
+    EXPECT_EQ(calls(method, "CANCELLED"), 1.0) << method << "\n" << metrics.scrape_text();
     EXPECT_EQ(calls(method, "OK"), 0.0) << method;
   }
 }
