@@ -802,7 +802,9 @@ void Engine::step_rows() {
       ev.logprob = e < result.emitted_logprobs.size() ? result.emitted_logprobs[e] : 0.0f;
       ev.step = static_cast<int32_t>(s.streamed.size());
       ev.segment = ev.step < static_cast<int32_t>(s.segments.size()) ? s.segments[ev.step] : seg;
-      if (ModelMetrics* const m = metrics()) {
+      // One sample per delivery: tokens decided together (beam search's, all at its end) reach the
+      // client at once, and their zero gaps would pull every inter-token quantile down.
+      if (ModelMetrics* const m = metrics(); m && e == 0) {
         if (s.streamed.empty()) {
           m->observe_time_to_first_token(ms_between(s.request->accepted_at, now) / 1000.0);
         } else {

@@ -118,7 +118,7 @@ struct Metrics::Families {
                  .Register(r)),
         inter_token(BuildHistogram()
                         .Name("srformer_inter_token_seconds")
-                        .Help("Time between consecutive tokens of a request.")
+                        .Help("Time between consecutive token deliveries of a request (tokens decided in one step count once).")
                         .Register(r)),
         request_duration(BuildHistogram()
                              .Name("srformer_request_duration_seconds")

@@ -338,7 +338,8 @@ TEST_F(RealModel, RowCountersCountEveryBeamOfARequest) {
     std::map<std::string, double> c;
     for (const char* name :
          {"srformer_rows_joined_total", "srformer_segment_switches_total", "srformer_raf_updates_total",
-          "srformer_cross_attention_kv_read_total", "srformer_cross_attention_kv_full_equivalent_total"}) {
+          "srformer_cross_attention_kv_read_total", "srformer_cross_attention_kv_full_equivalent_total",
+          "srformer_inter_token_seconds_count", "srformer_time_to_first_token_seconds_count"}) {
       c[name] = server::testing::sample(text, name, t5).value_or(0);
     }
     return c;
@@ -372,6 +373,10 @@ TEST_F(RealModel, RowCountersCountEveryBeamOfARequest) {
     EXPECT_EQ(delta("srformer_cross_attention_kv_read_total"),
               static_cast<double>(beams * steps * std::min(k, segment_size)));
     EXPECT_EQ(delta("srformer_cross_attention_kv_full_equivalent_total"), static_cast<double>(beams * steps * k));
+    // Greedy delivers a token a step; beam search all of them at its end, which is one delivery (its
+    // zero gaps would drag every inter-token quantile down).
+    EXPECT_EQ(delta("srformer_time_to_first_token_seconds_count"), 1);
+    EXPECT_EQ(delta("srformer_inter_token_seconds_count"), beams == 1 ? steps - 1 : 0) << beams << " beams";
   }
   counted.shutdown(std::chrono::milliseconds(1000));
 }
