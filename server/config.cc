@@ -145,7 +145,7 @@ int64_t parse_memory_size(const std::string& flag, const std::string& value) {
   if (used == 0 || !(number >= 0) || value.find_first_not_of("0123456789.") < used) throw bad();
   std::string unit = value.substr(used);
   std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char ch) { return std::toupper(ch); });
-  if (unit.size() > 1 && (unit.substr(1) == "IB" || unit.substr(1) == "B")) unit.resize(1);
+  if (unit.size() > 1 && unit[0] != 'B' && (unit.substr(1) == "IB" || unit.substr(1) == "B")) unit.resize(1);
   double scale = 1;
   if (unit == "K") {
     scale = 1024.0;
@@ -160,6 +160,11 @@ int64_t parse_memory_size(const std::string& flag, const std::string& value) {
   }
   const double bytes = number * scale;
   if (bytes > 9.0e18) throw bad();
+  // It would be read as 0, which turns the bound off.
+  if (number > 0 && bytes < 1) {
+    throw ConfigError(flag + " " + value + " is less than a byte; sizes without a suffix are bytes (0.5G = 512 MiB), " +
+                      "and 0 means none");
+  }
   return static_cast<int64_t>(bytes);
 }
 

@@ -280,5 +280,22 @@ TEST(ServerConfig, DeviceAndDtype) {
   EXPECT_EQ(parse_dtype("bf16", parse_device("cpu")), torch::kBFloat16);  // AMX checked at load
 }
 
+// A size under one byte was read as 0, which turns the bound off ("--max-state-memory 0.5" logged
+// "decoder state budget: none (--max-state-memory 0)"); a unit after B ("8BB", "8BiB") was dropped.
+TEST(ServerConfig, ASizeUnderAByteOrWithAStrayUnitIsRefused) {
+  for (const std::string flag : {"--max-state-memory", "--encoder-cache-memory"}) {
+    for (const std::string bad : {"0.5", "0.0001K", "8BB", "8BiB"}) {
+      const auto got = config_error({"--model", "a=/x", flag, bad});
+      EXPECT_EQ(got.rfind(flag, 0), 0u) << flag << " " << bad << ": " << got;
+    }
+    EXPECT_NE(config_error({"--model", "a=/x", flag, "0.5"}).find("less than a byte"), std::string::npos);
+    for (const char* good : {"0", "0.0", "1", "8B", "8KiB", "0.5K"}) {
+      EXPECT_EQ(config_error({"--model", "a=/x", flag, good}), "no error") << flag << " " << good;
+    }
+  }
+  EXPECT_EQ(parse_memory_size("--max-state-memory", "0.5K"), 512);
+  EXPECT_EQ(parse_memory_size("--max-state-memory", "8b"), 8);
+}
+
 }  // namespace
 }  // namespace srformer::server
