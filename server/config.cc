@@ -373,6 +373,11 @@ torch::Device parse_device(const std::string& device) {
   if (device == "cuda") return {torch::kCUDA, 0};
   if (device.rfind("cuda:", 0) == 0) {
     const auto index = to_int("--device", device.substr(5), 0);
+    // c10::DeviceIndex is narrow (8 bits): a larger index would name another device.
+    constexpr int64_t kMaxIndex = std::numeric_limits<c10::DeviceIndex>::max();
+    if (index > kMaxIndex) {
+      throw ConfigError("--device cuda:N takes N from 0 to " + std::to_string(kMaxIndex) + ", got '" + device + "'");
+    }
     return {torch::kCUDA, static_cast<c10::DeviceIndex>(index)};
   }
   throw ConfigError("--device must be cpu, cuda or cuda:N, got '" + device + "'");

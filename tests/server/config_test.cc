@@ -297,5 +297,21 @@ TEST(ServerConfig, ASizeUnderAByteOrWithAStrayUnitIsRefused) {
   EXPECT_EQ(parse_memory_size("--max-state-memory", "8b"), 8);
 }
 
+// c10::DeviceIndex is 8 bits: cuda:256 was read as cuda:0 (another GPU than the one named, without a
+// word) and cuda:200 as cuda:-56.
+TEST(ServerConfig, ACudaIndexLibTorchCannotHoldIsRefused) {
+  EXPECT_EQ(parse_device("cuda:127").index(), 127);
+  for (const char* bad : {"cuda:128", "cuda:200", "cuda:256", "cuda:4294967296"}) {
+    try {
+      const auto device = parse_device(bad);
+      ADD_FAILURE() << bad << " was read as " << device.str();
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("--device cuda:N takes N from 0 to 127"), std::string::npos) << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << bad << ": not a ConfigError: " << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace srformer::server
