@@ -23,6 +23,12 @@ namespace {
 
 int64_t to_int(const std::string& flag, const std::string& value, int64_t min) {
   const auto parsed = whole_int64(value);
+  const bool digits = value.find_first_not_of("0123456789", value.rfind('-', 0) == 0 ? 1 : 0) == std::string::npos;
+  if (!parsed && digits && value.find_first_of("0123456789") != std::string::npos) {
+    // A whole number past int64: say so, not that it is none.
+    throw ConfigError(flag + " " + value + " is out of range (" + std::to_string(min) + " to " +
+                      std::to_string(std::numeric_limits<int64_t>::max()) + ")");
+  }
   if (!parsed) throw ConfigError(flag + " needs an integer, got '" + value + "'");
   const int64_t v = *parsed;
   if (v < min) throw ConfigError(flag + " must be >= " + std::to_string(min) + ", got " + value);
@@ -311,14 +317,21 @@ void apply_config_file(const std::string& path, ServerConfig& config) {
       text = value.get<std::string>();
     } else if (value.is_boolean()) {
       text = value.get<bool>() ? "true" : "false";
+    } else if (value.is_number_unsigned()) {  // as written: past int64 it must not wrap to a negative
+      text = std::to_string(value.get<uint64_t>());
     } else if (value.is_number_integer()) {
       text = std::to_string(value.get<int64_t>());
     } else {
-      throw ConfigError("config key '" + key + "' must be a string, integer or boolean");
+      throw ConfigError("config key '" + key + "' in '" + path + "' must be a string, whole number or boolean, got " +
+                        value.dump());
     }
-    if (!set_option(config, name, text)) {
-      throw ConfigError("unknown config key '" + key + "' in '" + path + "' (see srformer-server --help)");
+    bool known = false;
+    try {
+      known = set_option(config, name, text);
+    } catch (const ConfigError& e) {  // the flag it names is nowhere on the command line
+      throw ConfigError("config file '" + path + "', key '" + key + "': " + e.what());
     }
+    if (!known) throw ConfigError("unknown config key '" + key + "' in '" + path + "' (see srformer-server --help)");
   }
 }
 

@@ -313,5 +313,33 @@ TEST(ServerConfig, ACudaIndexLibTorchCannotHoldIsRefused) {
   }
 }
 
+// A value from the config file is named with its file and key (the message named only the flag, which
+// is nowhere on the command line), and an integer past int64 is quoted as written (18446744073709551615
+// was read back as -1: "--max-batch-rows must be >= 1, got -1").
+TEST(ServerConfig, AConfigFileValueIsNamedWithItsFileAndKey) {
+  const auto path = std::filesystem::temp_directory_path() / "srformer_server_config_values.json";
+  const auto message = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    return config_error({"--config", path.string()});
+  };
+  EXPECT_NE(message(R"({"model": "a=/x", "max_queue": 0})")
+                .find("config file '" + path.string() + "', key 'max_queue': --max-queue must be >= 1, got 0"),
+            std::string::npos)
+      << message(R"({"model": "a=/x", "max_queue": 0})");
+  const auto huge = message(R"({"model": "a=/x", "max_batch_rows": 18446744073709551615})");
+  EXPECT_NE(huge.find("key 'max_batch_rows': --max-batch-rows 18446744073709551615 is out of range (1 to "
+                      "9223372036854775807)"),
+            std::string::npos)
+      << huge;
+  EXPECT_NE(message(R"({"model": "a=/x", "log_json": "maybe"})").find("key 'log_json': --log-json needs true or false"),
+            std::string::npos);
+  EXPECT_EQ(
+      message(R"({"model": "a=/x", "max_batch_rows": 16.0})"),
+      "config key 'max_batch_rows' in '" + path.string() + "' must be a string, whole number or boolean, got 16.0");
+  std::filesystem::remove(path);
+  EXPECT_EQ(config_error({"--model", "a=/x", "--max-queue", "99999999999999999999"}),
+            "--max-queue 99999999999999999999 is out of range (1 to 9223372036854775807)");
+}
+
 }  // namespace
 }  // namespace srformer::server
