@@ -499,6 +499,12 @@ void validate(const ServerConfig& c) {
     throw ConfigError("--max-message-bytes is " + std::to_string(c.max_message_bytes) + "; at most " +
                       std::to_string(std::numeric_limits<int>::max()) + " (gRPC's limit)");
   }
+  // ListModels reports it as an int32, and no request message can hold more tokens (it has fewer than its
+  // bytes, which --max-message-bytes bounds by the same number).
+  if (c.max_input_tokens > std::numeric_limits<int32_t>::max()) {
+    throw ConfigError("--max-input-tokens is " + std::to_string(c.max_input_tokens) + "; at most " +
+                      std::to_string(std::numeric_limits<int32_t>::max()) + " (0 = each model's own limit)");
+  }
   if (c.max_new_tokens_cap > kMaxNewTokensLimit) {
     throw ConfigError("--max-new-tokens-cap is " + std::to_string(c.max_new_tokens_cap) + "; at most " +
                       std::to_string(kMaxNewTokensLimit) + ", the most any request may generate");

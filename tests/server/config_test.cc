@@ -341,5 +341,15 @@ TEST(ServerConfig, AConfigFileValueIsNamedWithItsFileAndKey) {
             "--max-queue 99999999999999999999 is out of range (1 to 9223372036854775807)");
 }
 
+// ListModels reports the input limit as an int32: 2^31 and more were advertised wrapped (2^63 - 1 as
+// -1). No request message can hold that many tokens anyway (--max-message-bytes is at most 2^31 - 1).
+TEST(ServerConfig, AnInputLimitListModelsCannotReportIsRefused) {
+  EXPECT_NE(config_error({"--model", "a=/x", "--max-input-tokens", "2147483648"})
+                .find("--max-input-tokens is 2147483648; at most 2147483647"),
+            std::string::npos)
+      << config_error({"--model", "a=/x", "--max-input-tokens", "2147483648"});
+  EXPECT_EQ(config_error({"--model", "a=/x", "--max-input-tokens", "2147483647"}), "no error");
+}
+
 }  // namespace
 }  // namespace srformer::server
