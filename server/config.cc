@@ -1,5 +1,7 @@
 #include "server/config.h"
 
+#include <sys/un.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -416,7 +418,25 @@ namespace {
 // HOST:PORT with a port gRPC and the kernel take (gRPC wraps 99999 to 34463, and reads "HOST:" as 443).
 // gRPC's Unix-socket forms have no port.
 void check_address(const char* flag, const std::string& address, bool unix_allowed) {
-  if (unix_allowed && is_unix_socket_address(address)) return;
+  if (unix_allowed && is_unix_socket_address(address)) {
+    // gRPC binds an empty name where no client can reach it, and refuses a long one only when it binds,
+    // saying nothing of the length.
+    const bool abstract = address.rfind("unix-abstract:", 0) == 0;
+    std::string name = address.substr(address.find(':') + 1);
+    if (!abstract && name.rfind("//", 0) == 0) name = name.substr(2);  // unix:///abs/path
+    // sun_path less a path's terminating NUL, or an abstract name's leading one.
+    constexpr size_t kMaxName = sizeof(sockaddr_un::sun_path) - 1;
+    if (name.empty()) {
+      throw ConfigError(std::string(flag) + " '" + address +
+                        "' names no socket: give unix:PATH (e.g. unix:/run/srformer.sock) or unix-abstract:NAME");
+    }
+    if (name.size() > kMaxName) {
+      throw ConfigError(std::string(flag) + " '" + address + "': a Unix socket's " + (abstract ? "name" : "path") +
+                        " is at most " + std::to_string(kMaxName) + " bytes, this one " + std::to_string(name.size()) +
+                        "; use a shorter one");
+    }
+    return;
+  }
   const auto colon = address.rfind(':');
   const std::string port = colon == std::string::npos ? "" : address.substr(colon + 1);
   const bool digits = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos;

@@ -351,5 +351,24 @@ TEST(ServerConfig, AnInputLimitListModelsCannotReportIsRefused) {
   EXPECT_EQ(config_error({"--model", "a=/x", "--max-input-tokens", "2147483647"}), "no error");
 }
 
+// gRPC took "unix:" and "unix-abstract:" (bound where no client can name it) and said only "is the port
+// in use?" of a path longer than a socket address holds.
+TEST(ServerConfig, AUnixSocketAddressNeedsANameThatFits) {
+  const std::string longest = "/tmp/" + std::string(102, 's');  // 107 bytes, and sun_path's terminating NUL
+  for (const std::string& bad :
+       {std::string("unix:"), std::string("unix://"), std::string("unix-abstract:"), "unix:" + longest + "s",
+        "unix://" + longest + "s", "unix-abstract:" + longest + "s"}) {
+    const auto got = config_error({"--model", "a=/x", "--listen", bad});
+    EXPECT_EQ(got.rfind("--listen '" + bad + "'", 0), 0u) << bad << ": " << got;
+  }
+  EXPECT_NE(config_error({"--model", "a=/x", "--listen", "unix:"}).find("names no socket"), std::string::npos);
+  EXPECT_NE(config_error({"--model", "a=/x", "--listen", "unix:" + longest + "s"}).find("at most 107"),
+            std::string::npos);
+  for (const std::string& good :
+       {"unix:" + longest, "unix://" + longest, "unix-abstract:" + longest, std::string("unix:s")}) {
+    EXPECT_EQ(config_error({"--model", "a=/x", "--listen", good}), "no error") << good;
+  }
+}
+
 }  // namespace
 }  // namespace srformer::server
