@@ -449,6 +449,13 @@ void check_address(const char* flag, const std::string& address, bool unix_allow
     throw ConfigError(std::string(flag) + " '" + address + "' has no host: use 0.0.0.0" + address +
                       " for every interface, or 127.0.0.1" + address + " for this machine only");
   }
+  // Nor an IPv6 address without its brackets (the metrics server reads one).
+  const std::string host = address.substr(0, colon);
+  if (unix_allowed && host.find(':') != std::string::npos &&
+      host.find_first_not_of("0123456789abcdefABCDEF:.") == std::string::npos) {
+    throw ConfigError(std::string(flag) + " '" + address + "': an IPv6 address goes in brackets: [" + host + "]" +
+                      address.substr(colon));
+  }
 }
 
 bool is_wildcard_host(const std::string& host) {

@@ -370,5 +370,18 @@ TEST(ServerConfig, AUnixSocketAddressNeedsANameThatFits) {
   }
 }
 
+// gRPC cannot read an IPv6 address without brackets, and said only "is the port in use or the address
+// wrong?" once the metrics server had started.
+TEST(ServerConfig, AnIpv6ListenAddressNeedsBrackets) {
+  EXPECT_EQ(config_error({"--model", "a=/x", "--listen", "::1:50051"}),
+            "--listen '::1:50051': an IPv6 address goes in brackets: [::1]:50051");
+  EXPECT_EQ(config_error({"--model", "a=/x", "--listen", ":::50051"}),
+            "--listen ':::50051': an IPv6 address goes in brackets: [::]:50051");
+  for (const char* good : {"[::1]:50051", "[fe80::1%eth0]:50051", "dns:///127.0.0.1:50051", "localhost:50051"}) {
+    EXPECT_EQ(config_error({"--model", "a=/x", "--listen", good}), "no error") << good;
+  }
+  EXPECT_EQ(config_error({"--model", "a=/x", "--metrics-listen", "::1:9464"}), "no error");  // civetweb reads it
+}
+
 }  // namespace
 }  // namespace srformer::server
