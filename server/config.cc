@@ -1,5 +1,6 @@
 #include "server/config.h"
 
+#include <spdlog/common.h>
 #include <sys/un.h>
 
 #include <algorithm>
@@ -489,6 +490,11 @@ void validate(const ServerConfig& c) {
         throw ConfigError("model name '" + c.models[i].name + "' is given twice; each --model needs its own NAME");
       }
     }
+  }
+  // init_logging refuses it too, but only once the rest has passed, and without the flag's name.
+  if (spdlog::level::from_str(c.log_level) == spdlog::level::off && c.log_level != "off") {
+    throw ConfigError("--log-level must be trace, debug, info, warn, error, critical or off, got '" + c.log_level +
+                      "'");
   }
   check_address("--listen", c.listen, true);
   if (!c.metrics_listen.empty()) check_address("--metrics-listen", c.metrics_listen, false);

@@ -383,5 +383,15 @@ TEST(ServerConfig, AnIpv6ListenAddressNeedsBrackets) {
   EXPECT_EQ(config_error({"--model", "a=/x", "--metrics-listen", "::1:9464"}), "no error");  // civetweb reads it
 }
 
+// An unknown level is refused before anything starts, naming the flag (it said "unknown log level").
+TEST(ServerConfig, LogLevelNamesTheFlagWhenItIsUnknown) {
+  EXPECT_EQ(config_error({"--model", "a=/x", "--log-level", "INFO"}),
+            "--log-level must be trace, debug, info, warn, error, critical or off, got 'INFO'");
+  EXPECT_NE(config_error({"--model", "a=/x", "--log-level", ""}).find("--log-level must be"), std::string::npos);
+  for (const char* good : {"trace", "debug", "info", "warn", "warning", "error", "critical", "off"}) {
+    EXPECT_EQ(config_error({"--model", "a=/x", "--log-level", good}), "no error") << good;
+  }
+}
+
 }  // namespace
 }  // namespace srformer::server
