@@ -38,8 +38,11 @@ std::string check_certificate_pair(const std::string& cert_pem, const std::strin
     throw std::runtime_error("--tls-cert " + cert_path + ": the first certificate cannot be read (damaged PEM?)");
   }
   auto key_bio = memory_bio(key_pem);
+  // No passphrase: without a callback OpenSSL asks for one on the terminal, and the start waited there for a
+  // key gRPC cannot use (it takes unencrypted keys only).
+  pem_password_cb* const no_passphrase = [](char*, int, int, void*) { return 0; };
   const std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
-      key_bio ? PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr) : nullptr, EVP_PKEY_free);
+      key_bio ? PEM_read_bio_PrivateKey(key_bio.get(), nullptr, no_passphrase, nullptr) : nullptr, EVP_PKEY_free);
   if (!key) {
     throw std::runtime_error("--tls-key " + key_path +
                              ": the private key cannot be read (damaged PEM, or encrypted: the server takes an "
