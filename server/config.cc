@@ -252,7 +252,7 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
                               (default 60000) to finish
   --shutdown-grace-ms N       on SIGTERM/SIGINT, time given to in-flight requests (default 10000)
   --log-level LEVEL           trace|debug|info|warn|error|critical|off (default info)
-  --log-json                  one JSON object per log line
+  --log-json [true|false]     one JSON object per log line (alone: true)
   --help                      this text
 )";
 }
@@ -356,7 +356,9 @@ bool parse_server_args(int argc, const char* const* argv, ServerConfig& config) 
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     } else if (name == "log-json") {
-      value = "true";
+      // A value as the other true|false flags take one (--warm-up false), or none: true.
+      const std::set<std::string> words{"true", "false", "yes", "no", "1", "0"};
+      value = i + 1 < argc && words.count(argv[i + 1]) != 0 ? argv[++i] : "true";
     } else {
       if (i + 1 >= argc) throw ConfigError("--" + name + " needs a value (see --help)");
       value = argv[++i];

@@ -393,5 +393,21 @@ TEST(ServerConfig, LogLevelNamesTheFlagWhenItIsUnknown) {
   }
 }
 
+// --log-json takes a value as the other true|false flags do (--warm-up false), or none: "--log-json false"
+// was refused as "unexpected argument 'false'".
+TEST(ServerConfig, LogJsonTakesAValueOrNone) {
+  for (const auto& [args, json] :
+       std::vector<std::pair<std::vector<std::string>, bool>>{{{"--log-json", "--model", "a=/x"}, true},
+                                                              {{"--model", "a=/x", "--log-json"}, true},
+                                                              {{"--log-json", "false", "--model", "a=/x"}, false},
+                                                              {{"--log-json", "true"}, true},
+                                                              {{"--log-json=no"}, false}}) {
+    ServerConfig c;
+    ASSERT_TRUE(parse(args, c)) << args.front();
+    EXPECT_EQ(c.log_json, json) << args.size() << " " << args.front();
+  }
+  EXPECT_EQ(config_error({"--model", "a=/x", "--log-json", "maybe"}), "unexpected argument 'maybe' (see --help)");
+}
+
 }  // namespace
 }  // namespace srformer::server
