@@ -73,7 +73,10 @@ SpmApi load_api() {
   }
   std::string errors;
   for (const auto& path : candidates) {
-    if (path.find('/') != std::string::npos && !std::filesystem::exists(path)) continue;
+    if (path.find('/') != std::string::npos && !std::filesystem::exists(path)) {
+      errors += "\n  " + path + ": no such file";  // said, or a SRFORMER_SPM_PLUGIN set wrongly went unnamed
+      continue;
+    }
     void* lib = open_isolated(path);
     if (lib == nullptr) {
       errors += "\n  " + path + ": " + ::dlerror();

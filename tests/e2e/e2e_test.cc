@@ -1143,6 +1143,18 @@ TEST_F(EndToEnd, AStopSignalWhileLoadingEndsTheServerAtOnce) {
       << text.str();
 }
 
+// SRFORMER_SPM_PLUGIN naming a file that is not there was skipped without a word: the start failed with
+// "set SRFORMER_SPM_PLUGIN to its path. Tried:" and nothing after it, where the variable was set.
+TEST_F(EndToEnd, AnSpmPluginPathThatIsNotThereIsNamed) {
+  const std::string plugin = (*work_ / "nowhere" / "libsrformer_spm.so").string();
+  const auto r = run_command("SRFORMER_SPM_PLUGIN=" + plugin + " " + kServer + " --model tiny=" + model_dir_->string() +
+                             " --listen 127.0.0.1:0 --metrics-listen '' --warm-up false 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("set SRFORMER_SPM_PLUGIN to its path. Tried:\\n  " + plugin + ": no such file"),
+            std::string::npos)
+      << r.out;
+}
+
 // A second server on a taken port stops before loading its models, saying so; gRPC's default
 // SO_REUSEPORT let it start and take half of the first one's connections.
 TEST_F(EndToEnd, ASecondServerOnATakenPortStopsAtOnce) {
