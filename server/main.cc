@@ -157,7 +157,12 @@ int main(int argc, char** argv) {
   try {
     return run(config);
   } catch (const std::exception& e) {
-    spdlog::critical("srformer-server: {}", srformer::error_message(e));
+    // The reason a start failed reaches the operator even with --log-level off.
+    if (spdlog::should_log(spdlog::level::critical)) {
+      spdlog::critical("srformer-server: {}", srformer::error_message(e));
+    } else {
+      std::cerr << "srformer-server: " << srformer::error_message(e) << "\n";
+    }
     return 1;
   }
 }

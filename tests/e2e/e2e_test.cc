@@ -1080,6 +1080,11 @@ TEST_F(EndToEnd, BadFlagsExplainThemselves) {
   r = run_command(kServer + " --model x=/nonexistent/dir --metrics-listen '' --listen 127.0.0.1:0 2>&1");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("/nonexistent/dir"), std::string::npos) << r.out;
+  // A start that fails says why even with logging off (it exited 1 without a word).
+  r = run_command(kServer +
+                  " --log-level off --model x=/nonexistent/dir --metrics-listen '' --listen 127.0.0.1:0 2>&1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("/nonexistent/dir"), std::string::npos) << r.out;
   EXPECT_EQ(run_command(kServer + " --help").exit_code, 0);
   EXPECT_EQ(run_command(kClient + " --help").exit_code, 0);
   r = run_command(kClient + " --retries 5 " + doc(0) + " 2>&1");
