@@ -2,10 +2,12 @@
 // What the hand-written CPU kernels share: the run-time check for AVX2 + FMA and a horizontal sum.
 // The kernels are compiled for that instruction set with a target attribute (the rest of the build
 // stays generic x86-64) and are called only when the CPU has it; elsewhere callers use LibTorch.
+#include <strings.h>
+
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
+#include <initializer_list>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SRFORMER_HAVE_AVX2_KERNELS 1
@@ -25,10 +27,15 @@ inline bool avx2_fma_available() {
 #endif
 }
 
-// An on/off environment switch: on unless set to "0".
+// An on/off environment switch: on unless set to "0", "false", "off" or "no" (any case; operators
+// write all of them, and "false" leaving a kernel on went unnoticed).
 inline bool env_not_zero(const char* name) {
   const char* env = std::getenv(name);
-  return env == nullptr || std::strcmp(env, "0") != 0;
+  if (env == nullptr) return true;
+  for (const char* off : {"0", "false", "off", "no"}) {
+    if (strcasecmp(env, off) == 0) return false;
+  }
+  return true;
 }
 
 // True when this CPU also has AVX-512F (the projection kernel then uses 512-bit registers).

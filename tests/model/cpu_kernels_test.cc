@@ -65,6 +65,21 @@ torch::Tensor reference_linear(const torch::Tensor& x, const torch::Tensor& w, c
   return b.defined() ? y + b.to(torch::kFloat64) : y;
 }
 
+TEST(EnvSwitch, OffIsZeroFalseOffOrNoInAnyCaseAndAnythingElseIsOn) {
+  constexpr const char* kName = "SRFORMER_TEST_SWITCH";
+  ::unsetenv(kName);
+  EXPECT_TRUE(srformer::kernels::env_not_zero(kName));
+  for (const char* off : {"0", "false", "FALSE", "off", "Off", "no"}) {
+    ::setenv(kName, off, 1);
+    EXPECT_FALSE(srformer::kernels::env_not_zero(kName)) << off;
+  }
+  for (const char* on : {"1", "true", "on", "yes", ""}) {
+    ::setenv(kName, on, 1);
+    EXPECT_TRUE(srformer::kernels::env_not_zero(kName)) << on;
+  }
+  ::unsetenv(kName);
+}
+
 TEST(FewRowsLinear, MatchesDoublePrecisionProductInEveryRemainderPath) {
   SKIP_WITHOUT_AVX2();
   torch::manual_seed(11);
