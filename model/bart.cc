@@ -2,8 +2,10 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 #include "model/dropout.h"
 #include "model/io/weight_binder.h"
@@ -24,6 +26,14 @@ struct BartDecoderLayer {
   FeedForward ffn;
 };
 
+// A checkpoint of BartModel rather than BartForConditionalGeneration: no tensor under "model.", but the
+// encoder's positions without it.
+bool is_base_model_checkpoint(const CheckpointReader& ckpt) {
+  const auto names = ckpt.names();
+  return ckpt.contains("encoder.embed_positions.weight") &&
+         std::none_of(names.begin(), names.end(), [](const std::string& n) { return n.rfind("model.", 0) == 0; });
+}
+
 class BartModel final : public EncoderDecoderModel {
  public:
   BartModel(const ModelConfig& config, const CheckpointReader& ckpt, const LoadOptions& options) {
@@ -31,6 +41,11 @@ class BartModel final : public EncoderDecoderModel {
     set_pieces(options);
     const bool pack = set_precision(options);
     WeightBinder binder(ckpt, compute_dtype_, device_);
+    // facebook/bart-base and bart-large were saved from BartModel: no "model." before the names and no head,
+    // which Hugging Face's from_pretrained adds (tied lm_head, zero final_logits_bias). Saved back with it.
+    if (is_base_model_checkpoint(ckpt)) binder.read_without_prefix("model.");
+    // fairseq's stack versions, left in conversions of its checkpoints (Hugging Face ignores them too).
+    binder.ignore("model\\.(encoder|decoder)\\.version");
     ParamBinder w(binder, options.raf_init, pack);
     const auto& c = config_;
     const int64_t D = c.d_model;

@@ -63,17 +63,26 @@ std::optional<torch::Tensor> WeightBinder::take_optional_fp32(const std::string&
   return bind_optional(name, shape, torch::kFloat32);
 }
 
+std::string WeightBinder::file_name(const std::string& name) const {
+  if (strip_prefix_.empty() || name.compare(0, strip_prefix_.size(), strip_prefix_) != 0) return name;
+  return name.substr(strip_prefix_.size());
+}
+
 std::optional<torch::Tensor> WeightBinder::bind_optional(const std::string& name, const std::vector<int64_t>& shape,
                                                          torch::ScalarType dtype) {
-  if (!ckpt_.contains(name)) return std::nullopt;
+  if (!ckpt_.contains(file_name(name))) return std::nullopt;
   const size_t problems = mismatched_.size();
   torch::Tensor tensor = bind(name, shape, {}, dtype, false);
   if (mismatched_.size() != problems) return std::nullopt;
   return tensor;
 }
 
-torch::Tensor WeightBinder::bind(const std::string& name, const std::vector<int64_t>& shape,
-                                 const std::vector<std::string>& aliases, torch::ScalarType dtype, bool required) {
+torch::Tensor WeightBinder::bind(const std::string& asked, const std::vector<int64_t>& shape,
+                                 const std::vector<std::string>& asked_aliases, torch::ScalarType dtype,
+                                 bool required) {
+  const std::string name = file_name(asked);
+  std::vector<std::string> aliases;
+  for (const auto& alias : asked_aliases) aliases.push_back(file_name(alias));
   const std::string* found = ckpt_.contains(name) ? &name : nullptr;
   for (size_t i = 0; found == nullptr && i < aliases.size(); ++i) {
     if (ckpt_.contains(aliases[i])) found = &aliases[i];
@@ -140,7 +149,10 @@ void WeightBinder::finish() const {
   for (const std::string& name : ckpt_.names()) {
     if (used_set_.count(name) > 0) continue;
     bool ignored = false;
-    for (const auto& [source, regex] : ignored_) ignored = ignored || std::regex_match(name, regex);
+    for (const auto& [source, regex] : ignored_) {
+      ignored = ignored || std::regex_match(name, regex) ||
+                (!strip_prefix_.empty() && std::regex_match(strip_prefix_ + name, regex));
+    }
     if (!ignored) unexpected.push_back(name);
   }
   if (missing_.empty() && mismatched_.empty() && unexpected.empty()) return;

@@ -35,6 +35,10 @@ class WeightBinder {
   // Checkpoint names (whole-name ECMAScript regex) allowed to stay unused, e.g. tied copies or buffers.
   // Throws std::invalid_argument for a bad regex.
   void ignore(const std::string& name_regex);
+  // Names asked for with `prefix` are read without it (Hugging Face's base_model_prefix: a checkpoint saved
+  // from the base model, such as BartModel's, lacks the "model." its ForConditionalGeneration class adds).
+  // Errors name the tensors as the file does; ignore() regexes also match a file's names with `prefix`.
+  void read_without_prefix(std::string prefix) { strip_prefix_ = std::move(prefix); }
 
   // Throws LoadError listing every missing tensor, every shape mismatch and every unused, not ignored
   // checkpoint tensor. Call once after construction.
@@ -48,6 +52,8 @@ class WeightBinder {
   torch::Tensor bind(const std::string& name, const std::vector<int64_t>& shape,
                      const std::vector<std::string>& aliases, torch::ScalarType dtype, bool required);
   void mark_used(const std::string& name);
+  // `name` as the checkpoint stores it (read_without_prefix).
+  std::string file_name(const std::string& name) const;
   // Throws LoadError with the problems found so far and why construction stopped before finish().
   [[noreturn]] void fail_early(const std::string& why) const;
   // The error listing the problems; `stopped` non-empty: construction stopped early (unexpected untold).
@@ -59,6 +65,7 @@ class WeightBinder {
   std::vector<std::string> used_;
   std::set<std::string> used_set_;
   std::vector<std::pair<std::string, std::regex>> ignored_;
+  std::string strip_prefix_;
   std::vector<std::string> missing_, mismatched_;
   double checkpoint_elements_ = 0;   // every checkpoint tensor's elements
   double placeholder_elements_ = 0;  // every stand-in's so far (the elements the config asks for in vain)

@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "model/io/safetensors.h"
 #include "model/kernels/avx2.h"
@@ -201,6 +203,71 @@ TEST(LoadModel, HuggingFaceInitialisationZeroesBiasesAndStartsRafAtTheConfigured
       EXPECT_GT(shared[config.pad_token_id + 1].abs().max().item<float>(), 0.0f);
     }
   }
+}
+
+// facebook/bart-base and bart-large ("architectures": ["BartModel"]) store BartModel's names: no "model."
+// and no head (shared.weight, encoder.layers.0..., no final_logits_bias). Hugging Face's from_pretrained reads
+// them as BartForConditionalGeneration with the tied head and a zero bias; so do we, and a save writes the
+// full names. Such a checkpoint was refused with every tensor missing and every tensor unexpected.
+TEST(LoadModel, BartSavedAsTheBaseModelLoadsAsHuggingFaceLoadsIt) {
+  TempDir full("bart-full"), base("bart-base"), saved("bart-saved");
+  write_random_model(full.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kFull, 0), 7);
+  std::filesystem::copy(full.path(), base.path(),
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  edit_weights(base.path(), [](auto& t) {
+    for (auto it = t.begin(); it != t.end();) {
+      if (it->first == "final_logits_bias") {
+        it = t.erase(it);
+        continue;
+      }
+      if (it->first.rfind("model.", 0) == 0) it->first = it->first.substr(6);
+      ++it;
+    }
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t[i].first == "shared.weight") {
+        const torch::Tensor shared = t[i].second;
+        t.emplace_back("encoder.embed_tokens.weight", shared);     // tied copies may be stored too
+        t.emplace_back("decoder.version", torch::tensor({3.0f}));  // fairseq's, which Hugging Face ignores
+        break;
+      }
+    }
+  });
+  edit_weights(full.path(), [](auto& t) {
+    for (auto& [name, tensor] : t) {
+      if (name == "final_logits_bias") tensor.zero_();  // what Hugging Face's head starts with
+    }
+  });
+  auto reference = load_model(full.path());
+  std::unique_ptr<Seq2SeqModel> model;
+  ASSERT_NO_THROW(model = load_model(base.path()));
+  torch::manual_seed(0);
+  const auto ids = torch::randint(3, 96, {1, 10}, torch::kLong);
+  const auto dec = torch::randint(3, 96, {1, 5}, torch::kLong);
+  const auto one = torch::ones({1, 10}, torch::kLong);
+  const auto logits = reference->forward(reference->encode(ids, one), dec);
+  EXPECT_TRUE(torch::equal(model->forward(model->encode(ids, one), dec), logits));
+  // Converted to SRformer (the RAF parameters drawn anew), as `srformer convert` does.
+  LoadOptions convert;
+  convert.srformer = SrformerConfig{};
+  convert.srformer->cross_attention = CrossAttentionKind::kSrformer;
+  convert.srformer->segment_size = 4;
+  convert.raf_init = RafInit::kCreateMissing;
+  EXPECT_NO_THROW((void)load_model(base.path(), convert));
+  save_model(*model, saved.path(), base.path());
+  const auto f = SafetensorsFile::open(saved.path() / "model.safetensors");
+  std::set<std::string> names;
+  for (const auto& info : f.tensors()) names.insert(info.name);
+  EXPECT_EQ(names.count("model.encoder.layers.0.fc1.weight"), 1u);
+  EXPECT_EQ(names.count("final_logits_bias"), 1u);
+  const auto reloaded = load_model(saved.path());
+  EXPECT_TRUE(torch::equal(reloaded->forward(reloaded->encode(ids, one), dec), logits));
+  // A tensor missing from such a file is named as the file would name it.
+  edit_weights(base.path(), [](auto& t) {
+    t.erase(std::find_if(t.begin(), t.end(), [](const auto& n) { return n.first == "encoder.layers.0.fc1.bias"; }));
+  });
+  const auto err = load_error(base.path());
+  EXPECT_NE(err.find("1 missing, 0 with the wrong shape or type, 0 unexpected"), std::string::npos) << err;
+  EXPECT_NE(err.find("\n    encoder.layers.0.fc1.bias: expected [64]"), std::string::npos) << err;
 }
 
 // A step whose token is outside the vocabulary is refused before it touches the state: the rows step on
