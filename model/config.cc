@@ -521,9 +521,13 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
   } else {
     read_generation_defaults(j, c, new_tokens);
   }
+  // PretrainedConfig.prefix, which Hugging Face's summarization pipeline puts before every document (BART-CNN
+  // and DistilBART-CNN checkpoints set " "); the task's own, null included, replaces it as the pipeline's
+  // config.update does.
+  c.summarization_prefix = opt<std::string>(j, "prefix");
   if (const auto tsp = j.find("task_specific_params"); tsp != j.end() && tsp->is_object()) {
     if (const auto s = tsp->find("summarization"); s != tsp->end() && s->is_object()) {
-      c.summarization_prefix = opt<std::string>(*s, "prefix");
+      if (s->contains("prefix")) c.summarization_prefix = opt<std::string>(*s, "prefix");
       read_generation_defaults(*s, c, new_tokens);  // as HF's summarization pipeline applies them
     }
   }

@@ -123,7 +123,9 @@ struct ModelConfig {
   // what Hugging Face generates (group beam search, typical sampling, bad words, ...), as "key=value":
   // callers warn that generation goes on without them.
   std::vector<std::string> unsupported_generation;
-  std::optional<std::string> summarization_prefix;  // task_specific_params.summarization.prefix
+  // Put before each document: task_specific_params.summarization.prefix (T5's "summarize: ") where the task
+  // has the key, else config.json's top-level "prefix" (BART-CNN's " "), as Hugging Face's pipeline does.
+  std::optional<std::string> summarization_prefix;
 
   DropoutRates dropout;
 

@@ -471,6 +471,39 @@ TEST(Config, TaskLengthsLeaveGenerationConfigsNewTokenCountsStanding) {
   EXPECT_EQ(task.min_length, 10);
 }
 
+// facebook/bart-large-cnn's config.json (and distilbart-cnn's, bart-large-xsum's) sets PretrainedConfig's
+// top-level "prefix" to " ", which Hugging Face's summarization pipeline puts before every document
+// (huggingface/transformers#14673, #8101); task_specific_params.summarization.prefix, where the task has the
+// key, replaces it (t5-small's "summarize: "; null: none). The top-level one was ignored.
+TEST(Config, TheConfigsPrefixGoesBeforeEachDocumentUnlessTheTaskSetsItsOwn) {
+  const auto cnn = nlohmann::json::parse(R"({
+    "_num_labels": 3, "activation_dropout": 0.0, "activation_function": "gelu", "add_final_layer_norm": false,
+    "architectures": ["BartForConditionalGeneration"], "attention_dropout": 0.0, "bos_token_id": 0,
+    "classif_dropout": 0.0, "d_model": 1024, "decoder_attention_heads": 16, "decoder_ffn_dim": 4096,
+    "decoder_layerdrop": 0.0, "decoder_layers": 12, "decoder_start_token_id": 2, "dropout": 0.1,
+    "early_stopping": true, "encoder_attention_heads": 16, "encoder_ffn_dim": 4096, "encoder_layerdrop": 0.0,
+    "encoder_layers": 12, "eos_token_id": 2, "force_bos_token_to_be_generated": true, "forced_bos_token_id": 0,
+    "forced_eos_token_id": 2, "init_std": 0.02, "is_encoder_decoder": true, "length_penalty": 2.0,
+    "max_length": 142, "max_position_embeddings": 1024, "min_length": 56, "model_type": "bart",
+    "no_repeat_ngram_size": 3, "normalize_before": false, "num_beams": 4, "num_hidden_layers": 12,
+    "output_past": true, "pad_token_id": 1, "prefix": " ", "scale_embedding": false,
+    "task_specific_params": {"summarization": {"early_stopping": true, "length_penalty": 2.0, "max_length": 142,
+                                               "min_length": 56, "no_repeat_ngram_size": 3, "num_beams": 4}},
+    "vocab_size": 50264})");
+  const auto c = ModelConfig::from_json(cnn);
+  EXPECT_EQ(c.summarization_prefix, " ");
+  EXPECT_EQ(c.forced_bos_token_id, 0);
+  EXPECT_EQ(c.max_length, 142);
+  auto task = cnn;
+  task["task_specific_params"]["summarization"]["prefix"] = "summarize: ";
+  EXPECT_EQ(ModelConfig::from_json(task).summarization_prefix, "summarize: ");
+  task["task_specific_params"]["summarization"]["prefix"] = nullptr;
+  EXPECT_FALSE(ModelConfig::from_json(task).summarization_prefix);
+  auto none = cnn;
+  none.erase("prefix");
+  EXPECT_FALSE(ModelConfig::from_json(none).summarization_prefix);
+}
+
 TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
   testing::TempDir dir("config");
   std::ofstream(dir.path() / "config.json") << t5_json().dump();
