@@ -69,6 +69,9 @@ class T5Model final : public EncoderDecoderModel {
     const int64_t nb = c.relative_attention_num_buckets;
     enc_rel_bias_ = w.take("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", {nb, c.num_heads});
     dec_rel_bias_ = w.take("decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", {nb, c.num_heads});
+    // Checkpoints converted by transformers 2.x (t5-small, t5-base, ...) also hold one for the first block's
+    // cross-attention, which T5 has not; Hugging Face leaves it unread (_keys_to_ignore_on_load_unexpected).
+    binder.ignore("decoder\\.block\\.0\\.layer\\.1\\.EncDecAttention\\.relative_attention_bias\\.weight");
     for (int64_t i = 0; i < c.encoder_layers; ++i) {
       const auto p = "encoder.block." + std::to_string(i) + ".";
       T5EncoderLayer l;

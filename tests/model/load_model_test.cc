@@ -270,6 +270,37 @@ TEST(LoadModel, BartSavedAsTheBaseModelLoadsAsHuggingFaceLoadsIt) {
   EXPECT_NE(err.find("\n    encoder.layers.0.fc1.bias: expected [64]"), std::string::npos) << err;
 }
 
+// t5-small, t5-base, ... (converted from Mesh TensorFlow by transformers 2.x) hold a relative position bias
+// for the first decoder block's cross-attention, which T5 does not have; Hugging Face leaves it unread
+// (T5ForConditionalGeneration._keys_to_ignore_on_load_unexpected). It was refused as unexpected.
+TEST(LoadModel, T5sUnusedCrossAttentionPositionBiasIsLeftUnreadAsHuggingFaceDoes) {
+  TempDir plain("t5-plain"), old("t5-old");
+  const auto config = tiny_config(Architecture::kT5, CrossAttentionKind::kFull, 0);
+  write_random_model(plain.path(), config, 11);
+  write_random_model(old.path(), config, 11);
+  edit_weights(old.path(), [&](auto& t) {
+    t.emplace_back("decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",
+                   torch::full({config.relative_attention_num_buckets, config.num_heads}, 5.0f));
+  });
+  std::unique_ptr<Seq2SeqModel> model;
+  ASSERT_NO_THROW(model = load_model(old.path())) << load_error(old.path());
+  auto reference = load_model(plain.path());
+  const auto ids = torch::randint(3, 96, {1, 10}, torch::kLong);
+  const auto dec = torch::randint(3, 96, {1, 5}, torch::kLong);
+  const auto one = torch::ones({1, 10}, torch::kLong);
+  EXPECT_TRUE(
+      torch::equal(model->forward(model->encode(ids, one), dec), reference->forward(reference->encode(ids, one), dec)));
+  // Only that one: a relative bias in a later block's cross-attention is still unexpected.
+  edit_weights(old.path(), [&](auto& t) {
+    t.emplace_back("decoder.block.1.layer.1.EncDecAttention.relative_attention_bias.weight",
+                   torch::zeros({config.relative_attention_num_buckets, config.num_heads}));
+  });
+  const auto err = load_error(old.path());
+  EXPECT_NE(err.find("1 unexpected"), std::string::npos) << err;
+  EXPECT_NE(err.find("decoder.block.1.layer.1.EncDecAttention.relative_attention_bias.weight"), std::string::npos)
+      << err;
+}
+
 // A step whose token is outside the vocabulary is refused before it touches the state: the rows step on
 // afterwards as if it had never been tried.
 TEST(LoadModel, AStepWithATokenOutsideTheVocabularyChangesNothing) {
