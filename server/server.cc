@@ -14,6 +14,7 @@
 #include <iterator>
 #include <limits>
 #include <optional>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -23,6 +24,7 @@
 #include "grpc/health/v1/health.pb.h"
 #include "model/cuda_device.h"
 #include "model/generation/generate.h"
+#include "model/tokenizer/utf8.h"
 #include "model/usable_cpus.h"
 #include "server/engine/cuda_memory.h"
 #include "server/grpc_log.h"
@@ -132,11 +134,21 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
           e->name(), err.what());
     }
     if (e->tokenizer().vocab_size() > e->config().vocab_size) {
+      // Named, so that one special token past the rows (facebook/bart-large-cnn's <mask>: 50265 tokens, 50264
+      // rows) reads as what it is rather than as another checkpoint's tokenizer.
+      constexpr int64_t kNamed = 5;
+      const int64_t rows = e->config().vocab_size, tokens = e->tokenizer().vocab_size();
+      std::string past;
+      for (int64_t id = rows; id < tokens && id < rows + kNamed; ++id) {
+        past += (past.empty() ? "'" : ", '") + utf8::to_valid(e->tokenizer().id_to_token(id)) + "' (" +
+                std::to_string(id) + ")";
+      }
+      if (tokens - rows > kNamed) past += " and " + std::to_string(tokens - rows - kNamed) + " more";
       spdlog::warn(
-          "model '{}': its tokenizer has {} tokens but its embedding {} rows (config.json's vocab_size): the "
-          "tokenizer files may not belong to this checkpoint; a document holding a token past the rows is refused "
-          "(FAILED_PRECONDITION)",
-          e->name(), e->tokenizer().vocab_size(), e->config().vocab_size);
+          "model '{}': its tokenizer has {} tokens but its embedding {} rows (config.json's vocab_size), so {} "
+          "ha{} none: a document holding one is refused (FAILED_PRECONDITION); more than a few such tokens mean "
+          "tokenizer files that do not belong to this checkpoint",
+          e->name(), tokens, rows, past, tokens - rows == 1 ? "s" : "ve");
     }
     if (const auto warning = unsupported_generation_warning(e->config()); !warning.empty()) {
       spdlog::warn("model '{}': {}", e->name(), warning);
