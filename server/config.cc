@@ -103,8 +103,7 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
   } else if (name == "max-state-memory") {
     c.max_state_bytes = parse_memory_size(flag, value);
   } else if (name == "encoder-cache-memory") {
-    c.encoder_cache_bytes = parse_memory_size(flag, value);
-    if (c.encoder_cache_bytes < 0) throw ConfigError(flag + " needs a size (e.g. 256M; 0 turns it off), not auto");
+    c.encoder_cache_bytes = parse_memory_size(flag, value, /*takes_auto=*/false);
   } else if (name == "max-message-bytes") {
     c.max_message_bytes = to_int(flag, value, 1024);
   } else if (name == "max-connection-age-ms") {
@@ -138,11 +137,15 @@ std::string normalise(std::string name) {
 
 }  // namespace
 
-int64_t parse_memory_size(const std::string& flag, const std::string& value) {
-  if (value == "auto") return ServerConfig::kAutoStateMemory;
+int64_t parse_memory_size(const std::string& flag, const std::string& value, bool takes_auto) {
+  if (value == "auto") {
+    if (!takes_auto) throw ConfigError(flag + " needs a size (e.g. 256M; 0 turns it off), not auto");
+    return ServerConfig::kAutoStateMemory;
+  }
   const auto bad = [&] {
-    return ConfigError(flag + " needs auto or a size in bytes with an optional K, M, G or T suffix (binary: " +
-                       "8G = 8 GiB), got '" + value + "'");
+    return ConfigError(flag + " needs " + (takes_auto ? "auto or " : "") +
+                       "a size in bytes with an optional K, M, G or T suffix (binary: 8G = 8 GiB), got '" + value +
+                       "'");
   };
   size_t used = 0;
   double number = 0;

@@ -69,8 +69,9 @@ void validate(const ServerConfig& config);
 bool is_unix_socket_address(const std::string& address);
 std::string server_usage();
 
-// "auto", or bytes with an optional binary suffix: 512M, 8G, 1.5GiB, 1073741824 (0 = unlimited).
-int64_t parse_memory_size(const std::string& flag, const std::string& value);
+// "auto" (where `takes_auto`), or bytes with an optional binary suffix: 512M, 8G, 1.5GiB, 1073741824
+// (0 = unlimited).
+int64_t parse_memory_size(const std::string& flag, const std::string& value, bool takes_auto = true);
 
 torch::Device parse_device(const std::string& device);
 // dtype for a device ("" picks the default); throws ConfigError for fp16/bf16 on CPU.

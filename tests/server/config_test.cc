@@ -271,6 +271,16 @@ TEST(ServerConfig, EncoderCacheMemoryIsOffByDefaultAndTakesASize) {
   }
 }
 
+// --encoder-cache-memory refuses auto, so its error for a bad size does not offer it: "12X" said "needs
+// auto or a size", and auto then said "needs a size, not auto".
+TEST(ServerConfig, EncoderCacheMemoryErrorDoesNotOfferAuto) {
+  const auto got = config_error({"--model", "a=/x", "--encoder-cache-memory", "12X"});
+  EXPECT_EQ(got.rfind("--encoder-cache-memory needs a size", 0), 0u) << got;
+  EXPECT_EQ(got.find("auto"), std::string::npos) << got;
+  EXPECT_NE(config_error({"--model", "a=/x", "--max-state-memory", "12X"}).find("needs auto or a size"),
+            std::string::npos);
+}
+
 TEST(ServerConfig, DeviceAndDtype) {
   EXPECT_TRUE(parse_device("cpu").is_cpu());
   EXPECT_EQ(parse_device("cuda:1").index(), 1);
