@@ -316,6 +316,63 @@ TEST_F(RealModel, EncoderCacheGivesTheSameAnswersAndSkipsTheEncoder) {
   cached.shutdown(std::chrono::milliseconds(1000));
 }
 
+// Every bit of an answer (tokens, log-probabilities, scores, alternatives) is the same whether the
+// document's encoder output came from the cache, from an encode among longer or shorter documents, or
+// from the server without a cache: greedy, beams with alternatives and samples, each document twice
+// with other max_new_tokens (another L), all sent at once twice over so that cached rows and new ones
+// of other lengths share admissions.
+TEST_F(RealModel, EncoderCacheHitIsBitIdenticalToAMiss) {
+  server::ServerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "";
+  config.max_new_tokens_cap = 64;
+  config.encoder_cache_bytes = 64 << 20;
+  std::vector<server::LoadedModel> models;
+  models.push_back(server::load_model_dir({"t5", dir_->string()}, server::ServerConfig{}));
+  server::Server cached(config, std::move(models));
+  cached.start();
+  auto stub = v1::Summarizer::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(cached.port()), grpc::InsecureChannelCredentials()));
+  std::vector<v1::SummarizeRequest> requests;
+  for (int d = 0; d < 5; ++d) {
+    const std::string doc = synthetic_text(2 + 3 * d, 900 + static_cast<uint32_t>(d));
+    requests.push_back(request(doc, 12 + d, 1));
+    auto beams = request(doc, 20 - d, 3);
+    beams.mutable_options()->set_num_return_sequences(2);
+    requests.push_back(beams);
+    requests.push_back(sampling_request(doc, 2, 17 + static_cast<uint64_t>(d)));
+  }
+  const auto answer = [](v1::Summarizer::Stub& on, const v1::SummarizeRequest& req) {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    const auto status = on.Summarize(&ctx, req, &resp);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return resp;
+  };
+  const auto bits = [](v1::SummarizeResponse r) {
+    r.clear_usage();
+    r.clear_request_id();
+    return r.SerializeAsString();
+  };
+  std::vector<std::string> alone;
+  for (const auto& r : requests) alone.push_back(bits(answer(*stub_, r)));
+  int hits = 0;
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::future<v1::SummarizeResponse>> futures;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      futures.push_back(std::async(std::launch::async, [&, i] { return answer(*stub, requests[i]); }));
+    }
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const auto resp = futures[i].get();
+      hits += resp.usage().encoder_cached() ? 1 : 0;
+      EXPECT_EQ(bits(resp), alone[i]) << "round " << round << ", request " << i
+                                      << (resp.usage().encoder_cached() ? " (cached)" : "");
+    }
+  }
+  EXPECT_GE(hits, static_cast<int>(requests.size()));  // the second round's at least
+  cached.shutdown(std::chrono::milliseconds(1000));
+}
+
 // The row counters count rows: a request's beams each join, switch segments, run the RAF neuron and read
 // cross keys/values. Expected values from the responses' usage and the paper's schedule (step t reads
 // segment min(floor(t*m/L), m-1)), with L < m so that steps skip segments: a greedy request, then 4 beams.
