@@ -88,7 +88,7 @@ struct EngineStats {
   int64_t encodes_abandoned = 0;        // encoder calls stopped part-way: all their requests gone (cancelled,
                                         // past the deadline, shutdown)
   int64_t max_encoded_tokens = 0;       // the largest encoder call, in input tokens (rows * length)
-  int64_t encoder_cache_hits = 0;       // admitted requests whose encoder output came from the cache
+  int64_t encoder_cache_hits = 0;       // admitted requests not encoded: held, or a twin in their admission
   int64_t encoder_cache_bytes = 0;      // what the cache holds
   int64_t steps_while_encoding = 0;     // decoder steps run between encoder layers (encode_stall)
   int64_t admitted_while_encoding = 0;  // requests encoded and joined between another encode's layers

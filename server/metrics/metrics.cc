@@ -206,8 +206,9 @@ struct Metrics::Families {
                                     .Register(r)),
         encoder_cache_lookups(BuildCounter()
                                   .Name("srformer_encoder_cache_lookups_total")
-                                  .Help("Admitted requests whose encoder output the cache held (result=hit) or not "
-                                        "(miss) (--encoder-cache-memory).")
+                                  .Help("Admitted requests whose encoder output the cache held, or that took the "
+                                        "encode of the same document admitted with them (result=hit), or that were "
+                                        "encoded (miss) (--encoder-cache-memory).")
                                   .Register(r)),
         encoder_cache_bytes(BuildGauge()
                                 .Name("srformer_encoder_cache_bytes")
