@@ -93,6 +93,7 @@ void parse_srformer(const nlohmann::json& j, ModelConfig& c) {
   if (it == j.end() || it->is_null()) return;  // plain checkpoint: full attention
   const auto& b = *it;
   if (!b.is_object()) config_error("'srformer' must be an object");
+  s.from_block = true;
   static const char* kKnown[] = {"cross_attention", "segment_size", "kv_clamp", "raf_init", "expected_length"};
   for (const auto& [key, value] : b.items()) {
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }) ==

@@ -59,6 +59,8 @@ struct SrformerConfig {
   // srformer.expected_length: the L to generate with where a request sets none (a model trained here:
   // its training L). Unset: each request's max_new_tokens (default_expected_length, generate.h).
   std::optional<int64_t> expected_length;
+  // Whether config.json had an "srformer" block (without one a checkpoint is plain full attention).
+  bool from_block = false;
   // True when the cross-attention variant carries RAF parameters/state.
   bool uses_raf() const;
   // True when the variant reads segments (everything but full).

@@ -1,8 +1,10 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "model/bart.h"
 #include "model/io/checkpoint.h"
@@ -27,6 +29,31 @@ void check_device_available(const torch::Device& device) {
                                 " CUDA device(s), cuda:0 to cuda:" + std::to_string(count - 1));
   }
 }
+
+namespace {
+
+// A model fine-tuned with the authors' code holds trained RAF parameters, but their config.json has no
+// "srformer" block: it loads as plain full attention (our rule), which is right for a plain checkpoint
+// and silently wrong for theirs. Said once at load, with the fix.
+void warn_if_raf_parameters_unused(const std::filesystem::path& dir, const ModelConfig& config,
+                                   const CheckpointReader& ckpt) {
+  if (config.srformer.from_block) return;
+  const auto names = ckpt.names();
+  const auto raf = std::count_if(names.begin(), names.end(), [](const std::string& n) {
+    constexpr std::string_view kSuffix = "SNN_kv.weight";
+    return n.size() >= kSuffix.size() && n.compare(n.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+  });
+  if (raf == 0) return;
+  spdlog::warn(
+      "{}: the checkpoint holds RAF parameters (SNN_kv, threshold, leak in {} layers: an SRformer trained with the "
+      "authors' code?) but config.json has no \"srformer\" block, so it runs as plain full attention and they stay "
+      "unused; to run it as SRformer, add the block with the segment size it was trained with (docs/MODELS.md), "
+      "or `srformer convert {} DST --cross-attention srformer --segment-size S`, which keeps them (a full-attention "
+      "model trained with that code holds them too: then nothing is wrong)",
+      dir.string(), raf, dir.string());
+}
+
+}  // namespace
 
 torch::ScalarType default_dtype(const ModelConfig& config, const torch::Device& device, bool gpu_has_bf16) {
   if (!device.is_cuda()) return torch::kFloat32;
@@ -54,6 +81,7 @@ std::unique_ptr<Seq2SeqModel> load_model(const std::filesystem::path& dir, const
         dir.string());
   }
   const auto ckpt = CheckpointReader::open_dir(dir);
+  if (!options.srformer) warn_if_raf_parameters_unused(dir, config, ckpt);
   if (config.arch == Architecture::kBart) return load_bart(config, ckpt, options);
   return load_t5(config, ckpt, options);
 }

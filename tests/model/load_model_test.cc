@@ -13,6 +13,7 @@
 #include "model/random_model.h"
 #include "model/seq2seq.h"
 #include "tests/support/kernel_switches.h"
+#include "tests/support/log_capture.h"
 #include "tests/support/temp_dir.h"
 
 namespace srformer {
@@ -299,6 +300,39 @@ TEST(LoadModel, T5sUnusedCrossAttentionPositionBiasIsLeftUnreadAsHuggingFaceDoes
   EXPECT_NE(err.find("1 unexpected"), std::string::npos) << err;
   EXPECT_NE(err.find("decoder.block.1.layer.1.EncDecAttention.relative_attention_bias.weight"), std::string::npos)
       << err;
+}
+
+// The authors' code saves its config.json without our "srformer" block: such a checkpoint loads as full
+// attention (the documented rule), and its trained RAF parameters, unused, are now said to be there.
+TEST(LoadModel, RafParametersAConfigWithoutTheSrformerBlockLeavesUnusedAreNamed) {
+  TempDir authors("authors"), plain("plain");
+  write_random_model(authors.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4), 3);
+  write_random_model(plain.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kFull, 0), 3);
+  const auto logged = [](const std::filesystem::path& dir) {
+    testing::LogCapture log;
+    const auto model = load_model(dir);
+    EXPECT_EQ(model->config().srformer.uses_raf(), false);
+    return log.text();
+  };
+  {
+    testing::LogCapture log;
+    (void)load_model(authors.path());  // the block says srformer: nothing to say
+    EXPECT_EQ(log.text().find("RAF parameters"), std::string::npos) << log.text();
+  }
+  nlohmann::json config;
+  std::ifstream(authors.path() / "config.json") >> config;
+  config.erase("srformer");
+  std::ofstream(authors.path() / "config.json") << config.dump();
+  const std::string said = logged(authors.path());
+  EXPECT_NE(said.find("holds RAF parameters (SNN_kv, threshold, leak in 2 layers"), std::string::npos) << said;
+  EXPECT_NE(said.find("--cross-attention srformer --segment-size S"), std::string::npos) << said;
+  EXPECT_EQ(logged(plain.path()).find("RAF parameters"), std::string::npos);
+  // Converting it keeps the trained parameters, and says nothing.
+  LoadOptions o;
+  o.srformer = tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4).srformer;
+  testing::LogCapture log;
+  (void)load_model(authors.path(), o);
+  EXPECT_EQ(log.text().find("RAF parameters"), std::string::npos) << log.text();
 }
 
 // A step whose token is outside the vocabulary is refused before it touches the state: the rows step on

@@ -14,7 +14,7 @@
 #include "model/generation/generate.h"
 #include "server/metrics/metrics.h"
 #include "tests/metrics/scrape.h"
-#include "tests/server/log_capture.h"
+#include "tests/support/log_capture.h"
 #include "tests/server/test_server.h"
 
 namespace srformer::testing {

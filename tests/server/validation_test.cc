@@ -16,7 +16,7 @@
 #include "server/service/request_builder.h"
 #include "tests/metrics/scrape.h"
 #include "tests/server/edge_options.h"
-#include "tests/server/log_capture.h"
+#include "tests/support/log_capture.h"
 #include "tests/server/test_server.h"
 
 namespace srformer::testing {
