@@ -116,10 +116,11 @@ struct Metrics::Families {
                  .Name("srformer_time_to_first_token_seconds")
                  .Help("Time from acceptance to the first generated token.")
                  .Register(r)),
-        inter_token(BuildHistogram()
-                        .Name("srformer_inter_token_seconds")
-                        .Help("Time between consecutive token deliveries of a request (tokens decided in one step count once).")
-                        .Register(r)),
+        inter_token(
+            BuildHistogram()
+                .Name("srformer_inter_token_seconds")
+                .Help("Time between consecutive token deliveries of a request (tokens decided in one step count once).")
+                .Register(r)),
         request_duration(BuildHistogram()
                              .Name("srformer_request_duration_seconds")
                              .Help("Time from acceptance to completion, by RPC method.")

@@ -14,8 +14,8 @@
 #include "model/generation/generate.h"
 #include "server/metrics/metrics.h"
 #include "tests/metrics/scrape.h"
-#include "tests/support/log_capture.h"
 #include "tests/server/test_server.h"
+#include "tests/support/log_capture.h"
 
 namespace srformer::testing {
 namespace {

@@ -16,8 +16,8 @@
 #include "server/service/request_builder.h"
 #include "tests/metrics/scrape.h"
 #include "tests/server/edge_options.h"
-#include "tests/support/log_capture.h"
 #include "tests/server/test_server.h"
+#include "tests/support/log_capture.h"
 
 namespace srformer::testing {
 namespace {
