@@ -39,18 +39,30 @@ class RealModel : public ::testing::Test {
   }
   void SetUp() override {
     if (dir_->empty()) GTEST_SKIP() << "fixture t5-srformer not found under " << fixtures_dir();
-    server::ServerConfig config;
+    auto own = start_server({});
+    server_ = std::move(own.server);
+    stub_ = std::move(own.stub);
+    reference_ = load_model(*dir_);
+    tokenizer_ = load_tokenizer(*dir_);
+  }
+
+  // A server of the test's own on the fixture model, listening as SetUp's does, `config` for the rest.
+  struct OwnServer {
+    std::unique_ptr<server::Server> server;
+    std::unique_ptr<v1::Summarizer::Stub> stub;
+  };
+  static OwnServer start_server(server::ServerConfig config, server::Metrics* metrics = nullptr) {
     config.listen = "127.0.0.1:0";
     config.metrics_listen = "";
     config.max_new_tokens_cap = 64;
     std::vector<server::LoadedModel> models;
     models.push_back(server::load_model_dir({"t5", dir_->string()}, server::ServerConfig{}));
-    server_ = std::make_unique<server::Server>(config, std::move(models));
-    server_->start();
-    stub_ = v1::Summarizer::NewStub(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
-    reference_ = load_model(*dir_);
-    tokenizer_ = load_tokenizer(*dir_);
+    OwnServer own;
+    own.server = std::make_unique<server::Server>(config, std::move(models), metrics);
+    own.server->start();
+    own.stub = v1::Summarizer::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(own.server->port()), grpc::InsecureChannelCredentials()));
+    return own;
   }
 
   // Offline reference: the generate() driver on its own model instance.
@@ -261,16 +273,10 @@ TEST_F(RealModel, IdenticalAloneAndAmong32ConcurrentGreedy) {
 // mix them with documents encoded there — and every answer is what the server without a cache gives.
 TEST_F(RealModel, EncoderCacheGivesTheSameAnswersAndSkipsTheEncoder) {
   server::ServerConfig config;
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
-  config.max_new_tokens_cap = 64;
   config.encoder_cache_bytes = 64 << 20;
-  std::vector<server::LoadedModel> models;
-  models.push_back(server::load_model_dir({"t5", dir_->string()}, server::ServerConfig{}));
-  server::Server cached(config, std::move(models));
-  cached.start();
-  auto stub = v1::Summarizer::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(cached.port()), grpc::InsecureChannelCredentials()));
+  auto own = start_server(config);
+  server::Server& cached = *own.server;
+  auto& stub = own.stub;
   const auto call = [](v1::Summarizer::Stub& on, const v1::SummarizeRequest& req) {
     grpc::ClientContext ctx;
     v1::SummarizeResponse resp;
@@ -323,16 +329,10 @@ TEST_F(RealModel, EncoderCacheGivesTheSameAnswersAndSkipsTheEncoder) {
 // of other lengths share admissions.
 TEST_F(RealModel, EncoderCacheHitIsBitIdenticalToAMiss) {
   server::ServerConfig config;
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
-  config.max_new_tokens_cap = 64;
   config.encoder_cache_bytes = 64 << 20;
-  std::vector<server::LoadedModel> models;
-  models.push_back(server::load_model_dir({"t5", dir_->string()}, server::ServerConfig{}));
-  server::Server cached(config, std::move(models));
-  cached.start();
-  auto stub = v1::Summarizer::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(cached.port()), grpc::InsecureChannelCredentials()));
+  auto own = start_server(config);
+  server::Server& cached = *own.server;
+  auto& stub = own.stub;
   std::vector<v1::SummarizeRequest> requests;
   for (int d = 0; d < 5; ++d) {
     const std::string doc = synthetic_text(2 + 3 * d, 900 + static_cast<uint32_t>(d));
@@ -379,16 +379,10 @@ TEST_F(RealModel, EncoderCacheHitIsBitIdenticalToAMiss) {
 TEST_F(RealModel, RowCountersCountEveryBeamOfARequest) {
   server::Metrics metrics("");
   server::ServerConfig config;
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
-  config.max_new_tokens_cap = 64;
   config.warm_up = false;
-  std::vector<server::LoadedModel> models;
-  models.push_back(server::load_model_dir({"t5", dir_->string()}, server::ServerConfig{}));
-  server::Server counted(config, std::move(models), &metrics);
-  counted.start();
-  auto stub = v1::Summarizer::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(counted.port()), grpc::InsecureChannelCredentials()));
+  auto own = start_server(config, &metrics);
+  server::Server& counted = *own.server;
+  auto& stub = own.stub;
   const server::testing::LabelSet t5{{"model", "t5"}};
   const auto counters = [&] {
     const std::string text = metrics.scrape_text();

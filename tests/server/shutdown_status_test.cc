@@ -25,6 +25,20 @@ v1::SummarizeRequest long_request(int i) {
   return r;
 }
 
+// srformer_requests_total{model="fake", method, code} (0 before the first such call).
+double counted(server::Metrics& metrics, const std::string& method, const std::string& code) {
+  return server::testing::sample(metrics.scrape_text(), "srformer_requests_total",
+                                 {{"model", "fake"}, {"method", method}, {"code", code}})
+      .value_or(0.0);
+}
+
+// A request the fake model decodes in one step.
+v1::SummarizeRequest one_step_request() {
+  auto request = make_request("a document decoded in one long step");
+  request.mutable_options()->set_max_new_tokens(1);
+  return request;
+}
+
 FakeServerOptions slow_server() {
   FakeServerOptions so;
   so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
@@ -86,12 +100,7 @@ TEST(ShutdownStatus, AClientCancelDuringTheDrainIsCancelledNotUnavailable) {
   ctx.TryCancel();
   EXPECT_EQ(call.get().error_code(), grpc::StatusCode::CANCELLED);
   stopper.join();  // drained: the request has ended on the server's side too
-  using server::testing::sample;
-  const auto calls = [&](const std::string& code) {
-    return sample(metrics.scrape_text(), "srformer_requests_total",
-                  {{"model", "fake"}, {"method", "Summarize"}, {"code", code}})
-        .value_or(0.0);
-  };
+  const auto calls = [&](const std::string& code) { return counted(metrics, "Summarize", code); };
   EXPECT_EQ(calls("CANCELLED"), 1.0) << metrics.scrape_text();
   EXPECT_EQ(calls("UNAVAILABLE"), 0.0);
 }
@@ -138,14 +147,8 @@ TEST(DeadlineStatus, ASummaryCompletedPastTheDeadlineCountsAsDeadlineExceeded) {
   so.models = {{"fake", FakeModelOptions{256, 4, 400ms}}};  // one step outlasts the deadline
   so.metrics = &metrics;
   TestServer server(so);
-  auto request = make_request("a document decoded in one long step");
-  request.mutable_options()->set_max_new_tokens(1);
-  using server::testing::sample;
-  const auto calls = [&](const std::string& method, const std::string& code) {
-    return sample(metrics.scrape_text(), "srformer_requests_total",
-                  {{"model", "fake"}, {"method", method}, {"code", code}})
-        .value_or(0.0);
-  };
+  const auto request = one_step_request();
+  const auto calls = [&](const std::string& method, const std::string& code) { return counted(metrics, method, code); };
   // The server ends the call once its step is done, after the client has given up; then the next call.
   const auto ended = [&](const std::string& method) {
     return server.wait_for([&](const server::EngineStats& s) {
@@ -185,14 +188,8 @@ TEST(DeadlineStatus, ASummaryCompletedAfterTheClientCancelledCountsAsCancelled) 
   so.models = {{"fake", model}};
   so.metrics = &metrics;
   TestServer server(so);
-  auto request = make_request("a document decoded in one long step");
-  request.mutable_options()->set_max_new_tokens(1);
-  using server::testing::sample;
-  const auto calls = [&](const std::string& method, const std::string& code) {
-    return sample(metrics.scrape_text(), "srformer_requests_total",
-                  {{"model", "fake"}, {"method", method}, {"code", code}})
-        .value_or(0.0);
-  };
+  const auto request = one_step_request();
+  const auto calls = [&](const std::string& method, const std::string& code) { return counted(metrics, method, code); };
   // Cancels once the request's encode has run: its one step is running (or starts before the cancel is seen).
   const auto cancel_in_the_step = [&](grpc::ClientContext& ctx, size_t encodes) {
     ASSERT_TRUE(server.wait_for([&](const server::EngineStats&) {
