@@ -1,6 +1,5 @@
 #include "server/config.h"
 
-#include <spdlog/common.h>
 #include <sys/un.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -19,6 +19,7 @@
 #include "model/dtype_name.h"
 #include "model/generation/options.h"
 #include "model/openmp_env.h"
+#include "server/logging.h"
 
 namespace srformer::server {
 
@@ -38,9 +39,15 @@ int64_t to_int(const std::string& flag, const std::string& value, int64_t min) {
   return v;
 }
 
-bool to_bool(const std::string& flag, const std::string& value) {
+// The words a true|false flag takes; nullopt for anything else.
+std::optional<bool> bool_word(const std::string& value) {
   if (value == "true" || value == "1" || value == "yes") return true;
   if (value == "false" || value == "0" || value == "no") return false;
+  return std::nullopt;
+}
+
+bool to_bool(const std::string& flag, const std::string& value) {
+  if (const auto b = bool_word(value)) return *b;
   throw ConfigError(flag + " needs true or false, got '" + value + "'");
 }
 
@@ -360,8 +367,7 @@ bool parse_server_args(int argc, const char* const* argv, ServerConfig& config) 
       name = name.substr(0, eq);
     } else if (name == "log-json") {
       // A value as the other true|false flags take one (--warm-up false), or none: true.
-      const std::set<std::string> words{"true", "false", "yes", "no", "1", "0"};
-      value = i + 1 < argc && words.count(argv[i + 1]) != 0 ? argv[++i] : "true";
+      value = i + 1 < argc && bool_word(argv[i + 1]) ? argv[++i] : "true";
     } else {
       if (i + 1 >= argc) throw ConfigError("--" + name + " needs a value (see --help)");
       value = argv[++i];
@@ -497,7 +503,7 @@ void validate(const ServerConfig& c) {
     }
   }
   // init_logging refuses it too, but only once the rest has passed, and without the flag's name.
-  if (spdlog::level::from_str(c.log_level) == spdlog::level::off && c.log_level != "off") {
+  if (!is_log_level(c.log_level)) {
     throw ConfigError("--log-level must be trace, debug, info, warn, error, critical or off, got '" + c.log_level +
                       "'");
   }

@@ -54,10 +54,14 @@ class EscapedMessage final : public spdlog::custom_flag_formatter {
 
 }  // namespace
 
+bool is_log_level(const std::string& level) {
+  return spdlog::level::from_str(level) != spdlog::level::off || level == "off";  // from_str: off when unknown
+}
+
 void init_logging(const std::string& level, bool json) {
   auto logger = spdlog::stderr_color_mt("srformer");
   const auto lvl = spdlog::level::from_str(level);
-  if (lvl == spdlog::level::off && level != "off") {
+  if (!is_log_level(level)) {
     throw std::invalid_argument("unknown log level '" + level + "' (use trace|debug|info|warn|error|critical|off)");
   }
   logger->set_level(lvl);

@@ -8,6 +8,8 @@ namespace srformer::server {
 // level: trace|debug|info|warn|error|critical|off; json: one JSON object per line (for log shippers). Every message
 // is written through escape_log_message.
 void init_logging(const std::string& level, bool json);
+// Whether init_logging takes `level` (spdlog's names; validate() checks the flag with it before logging starts).
+bool is_log_level(const std::string& level);
 
 // A log message as written: control characters escaped (\n, \r, \t, \xNN; \uNNNN in JSON) so that no
 // message spans lines, and in JSON also `"` and `\`, so that each line stays one valid object.

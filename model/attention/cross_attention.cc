@@ -164,10 +164,6 @@ bool CrossAttention::pooled(const torch::Device& device, torch::ScalarType dtype
   return kind != CrossAttentionKind::kFull || windows_in_place(device, dtype, kind);
 }
 
-int64_t CrossAttention::keys_read_per_step(int64_t enc_len) const {
-  return srformer::keys_read_per_step(kind, segment_size, enc_len);
-}
-
 int64_t keys_read_per_step(CrossAttentionKind kind, int64_t segment_size, int64_t enc_len) {
   const int64_t s = segment_size;
   switch (kind) {

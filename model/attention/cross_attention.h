@@ -59,9 +59,6 @@ struct CrossAttention {
                      const torch::Tensor& enc_len, const torch::Tensor& m, const torch::Tensor& seg,
                      const torch::Tensor& changed_rows, const torch::Tensor& switches, torch::Tensor* fired) const;
 
-  // Key/value rows one decoder step reads (per row): k (full), s, 2s (xl) or s + m (global).
-  int64_t keys_read_per_step(int64_t enc_len) const;
-
   // What prepare() and the steps keep of this layer per row in incremental decoding, with keys and
   // values of `dtype` on `device` (the recurrent state is fp32).
   StateFootprint footprint(const torch::Device& device, torch::ScalarType dtype) const;
@@ -114,8 +111,9 @@ struct CrossAttention {
                        const torch::Tensor& enc_len) const;
 };
 
-// What CrossAttention::keys_read_per_step gives for a cross-attention of `kind` with `segment_size`
-// (the model's config: the server counts the keys its rows read without a layer at hand).
+// Key/value rows one decoder step of a cross-attention of `kind` with `segment_size` reads per row: k
+// (full), s, 2s (xl_memory), s + m (global_tokens) or none (ablation I). From the config, so that the
+// server counts the keys its rows read without a layer at hand.
 int64_t keys_read_per_step(CrossAttentionKind kind, int64_t segment_size, int64_t enc_len);
 
 }  // namespace srformer

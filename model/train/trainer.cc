@@ -23,6 +23,7 @@
 #include "model/eval/batch_summarize.h"
 #include "model/eval/rouge.h"
 #include "model/generation/generate.h"
+#include "model/io/json_file.h"
 #include "model/limits.h"
 #include "model/seq2seq.h"
 #include "model/train/batch_plan.h"
@@ -255,27 +256,23 @@ void cap_generation_lengths(nlohmann::json& g, int64_t max_target_tokens) {
 // generation_config.json (read instead of config.json's keys, as Hugging Face does), and a
 // summarization task's parameters (applied over either).
 void set_generation_defaults(const fs::path& dir, int64_t max_target_tokens) {
-  nlohmann::json j;
-  {
-    std::ifstream in(dir / "config.json");
-    in >> j;
-  }
-  cap_generation_lengths(j, max_target_tokens);
-  if (j.contains("srformer") && j["srformer"].is_object()) j["srformer"]["expected_length"] = max_target_tokens;
-  if (const auto tsp = j.find("task_specific_params"); tsp != j.end() && tsp->is_object()) {
-    if (const auto s = tsp->find("summarization"); s != tsp->end() && s->is_object()) {
-      cap_generation_lengths(*s, max_target_tokens);
+  // Rewrites one of the saved model's JSON files through `edit`.
+  const auto rewrite = [](const fs::path& file, const auto& edit) {
+    auto j = read_json_file<std::runtime_error>(file, "the saved model's " + file.filename().string());
+    edit(j);
+    std::ofstream(file) << j.dump(2) << "\n";
+  };
+  rewrite(dir / "config.json", [&](nlohmann::json& j) {
+    cap_generation_lengths(j, max_target_tokens);
+    if (j.contains("srformer") && j["srformer"].is_object()) j["srformer"]["expected_length"] = max_target_tokens;
+    if (const auto tsp = j.find("task_specific_params"); tsp != j.end() && tsp->is_object()) {
+      if (const auto s = tsp->find("summarization"); s != tsp->end() && s->is_object()) {
+        cap_generation_lengths(*s, max_target_tokens);
+      }
     }
-  }
-  std::ofstream(dir / "config.json") << j.dump(2) << "\n";
+  });
   if (const auto file = dir / "generation_config.json"; fs::exists(file)) {
-    nlohmann::json g;
-    {
-      std::ifstream in(file);
-      in >> g;
-    }
-    cap_generation_lengths(g, max_target_tokens);
-    std::ofstream(file) << g.dump(2) << "\n";
+    rewrite(file, [&](nlohmann::json& g) { cap_generation_lengths(g, max_target_tokens); });
   }
 }
 
