@@ -168,6 +168,8 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       return false;
     } else if (arg == "--target") {
       o.target = next();
+      // gRPC's words for it were "Failed to create secure client channel", for a plaintext one too.
+      if (o.target.empty()) throw std::invalid_argument("--target needs an address (HOST:PORT, unix:PATH), got ''");
     } else if (arg == "--model") {
       o.model = next();
     } else if (arg == "--stream") {

@@ -79,5 +79,12 @@ TEST(ClientOptions, ABadDurationIsQuotedAsTyped) {
             "--duration must be more than 0 and at most 86400 seconds (a day), got -1e-9");
 }
 
+// gRPC's words for an empty target were "Failed to create secure client channel", for plaintext too.
+TEST(ClientOptions, AnEmptyTargetIsRefused) {
+  EXPECT_EQ(refusal({"--target", "", "doc.txt"}), "--target needs an address (HOST:PORT, unix:PATH), got ''");
+  EXPECT_EQ(refusal({"--target=", "--health"}), "--target needs an address (HOST:PORT, unix:PATH), got ''");
+  EXPECT_EQ(parse({"--target", "unix:/tmp/s", "doc.txt"}).target, "unix:/tmp/s");
+}
+
 }  // namespace
 }  // namespace srformer::client
