@@ -2,6 +2,7 @@
 // something else than was asked.
 #include "client/client_options.h"
 
+#include <google/protobuf/stubs/logging.h>
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -84,6 +85,43 @@ TEST(ClientOptions, AnEmptyTargetIsRefused) {
   EXPECT_EQ(refusal({"--target", "", "doc.txt"}), "--target needs an address (HOST:PORT, unix:PATH), got ''");
   EXPECT_EQ(refusal({"--target=", "--health"}), "--target needs an address (HOST:PORT, unix:PATH), got ''");
   EXPECT_EQ(parse({"--target", "unix:/tmp/s", "doc.txt"}).target, "unix:/tmp/s");
+}
+
+// Whether protobuf takes `text` in a string field of the request: what the server does with the body.
+bool protobuf_takes(const std::string& text) {
+  const google::protobuf::LogSilencer quiet;  // its "contains invalid UTF-8 data" lines
+  v1::SummarizeRequest request;
+  request.set_request_id(text);
+  v1::SummarizeRequest parsed;
+  return parsed.ParseFromString(request.SerializeAsString());
+}
+
+// --model and --request-id not in UTF-8 (a Latin-1 terminal) went out as typed, and the server refused the
+// body as "not a valid srformer.v1.SummarizeRequest message ... build the client from this server's proto".
+// The client now refuses what protobuf refuses, and only that.
+TEST(ClientOptions, StringFlagsThatAreNotUtf8AreRefusedAsProtobufWould) {
+  const std::vector<std::string> values = {"plain",
+                                           "caf\xc3\xa9",
+                                           "\xf0\x9f\x98\x80",  // ASCII, é, an emoji
+                                           "caf\xe9",
+                                           "\xc0\xaf",
+                                           "\xed\xa0\x80",  // Latin-1 é, overlong '/', a surrogate
+                                           "\xf4\x90\x80\x80",
+                                           "\xe2\x82",
+                                           "\x80",  // past U+10FFFF, cut short, a lone continuation
+                                           "a\xf8\x88\x80\x80\x80"};
+  for (const std::string flag : {"--model", "--request-id"}) {
+    for (const auto& value : values) {
+      const bool taken = protobuf_takes(value);
+      EXPECT_EQ(refusal({flag, value, "doc.txt"}).empty(), taken) << flag << " " << ::testing::PrintToString(value);
+      if (!taken) {
+        EXPECT_EQ(refusal({flag, value, "doc.txt"}),
+                  flag + " must be UTF-8 text (a string field of the request); the value given is not");
+      }
+    }
+  }
+  EXPECT_EQ(parse({"--model", "caf\xc3\xa9", "doc.txt"}).model, "caf\xc3\xa9");
+  EXPECT_FALSE(protobuf_takes("caf\xe9")) << "the check above needs protobuf to refuse something";
 }
 
 }  // namespace
