@@ -236,7 +236,9 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
     }
   }
   if (o.json) {
-    std::cout << report.dump() << "\n";
+    // A FILE's name (or a --ca path in an error's hint) need not be UTF-8, which JSON text must be: its bad
+    // bytes are written as U+FFFD. dump()'s default threw, and the run's report was lost.
+    std::cout << report.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     const auto pct = [](const nlohmann::json& p) {
       if (p["p50"].is_null()) return std::string("n/a");

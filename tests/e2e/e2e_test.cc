@@ -336,6 +336,22 @@ TEST_F(EndToEnd, LoadGeneratorCountsEverySequenceAndNumbersRequestIds) {
   EXPECT_NE(log.find("request run7-1: SummarizeStream"), std::string::npos) << log;
 }
 
+// A FILE whose name is not UTF-8 (Latin-1 here) is named in --json's by_document with U+FFFD for its bad byte:
+// the report's dump threw ("invalid UTF-8 byte"), and the client exited 1 with the run's report lost.
+TEST_F(EndToEnd, LoadReportInJsonNamesAFileWhoseNameIsNotUtf8) {
+  auto server = start();
+  const fs::path latin1 = *work_ / "caf\xe9.txt";
+  fs::copy_file(doc(1), latin1, fs::copy_options::overwrite_existing);
+  auto r = run_command(kClient + " --target " + server->target() + " --load --requests 2 --json --max-new-tokens 4 " +
+                       doc(0) + " '" + latin1.string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["requests_ok"], 2);
+  ASSERT_EQ(j["by_document"].size(), 2u) << r.out;
+  EXPECT_EQ(j["by_document"][1]["file"], (*work_ / "caf\xef\xbf\xbd.txt").string());
+  EXPECT_EQ(j["by_document"][1]["requests_ok"], 1);
+}
+
 // Stdin named more than once is read once: the second read found it drained and sent an empty document, which
 // the load report counted as failures of "-" beside the successes of "-".
 TEST_F(EndToEnd, StdinNamedTwiceGivesItsTextToBoth) {
