@@ -161,6 +161,9 @@ load generator:
       prints throughput (tokens/s, requests/s), time to first token, inter-token and request latency
       p50/p90/p99, and with several distinct FILEs each one's own (with --json: one JSON object,
       those under "by_document")
+exit status: 0 done (--health: SERVING; --load: every request succeeded); 1 a call failed, a FILE could
+  not be read or the output not written (--health: not SERVING, or no answer; --load: a request failed,
+  or none succeeded); 2 a command line it refuses; 130 --load ended by Ctrl-C (after its report)
 )";
 }
 
