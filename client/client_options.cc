@@ -1,5 +1,7 @@
 #include "client/client_options.h"
 
+#include <arpa/inet.h>
+
 #include <cmath>
 #include <iostream>
 #include <limits>
@@ -98,6 +100,18 @@ std::string utf8_value(const std::string& flag, const std::string& v) {
   return v;
 }
 
+// An IPv6 address and its port without brackets ("::1:50051"): gRPC took it all for a DNS name and said
+// "DNS resolution failed for ::1:50051 ... Domain name not found". The server's --listen refuses it alike.
+void check_ipv6_brackets(const std::string& target) {
+  const size_t colon = target.rfind(':');
+  if (colon == std::string::npos || colon + 1 == target.size()) return;
+  const std::string host = target.substr(0, colon), port = target.substr(colon + 1);
+  in6_addr address{};
+  if (port.find_first_not_of("0123456789") == std::string::npos && inet_pton(AF_INET6, host.c_str(), &address) == 1) {
+    throw std::invalid_argument("--target '" + target + "': an IPv6 address goes in brackets: [" + host + "]:" + port);
+  }
+}
+
 // Flags that take no value: "--do-sample=false" sampled and "--json=false" printed JSON, the value dropped.
 bool is_switch(const std::string& flag) {
   static const std::set<std::string> kSwitches = {"--help",
@@ -126,7 +140,7 @@ std::string client_usage() {
        (-- ends the flags: the arguments after it are FILEs, also one named -x)
 
 Summarizes FILE (or stdin) with an srformer-server.
-  --target HOST:PORT       server address (default localhost:50051)
+  --target HOST:PORT       server address (default localhost:50051; IPv6 in brackets, [::1]:50051; unix:PATH)
   --model NAME             model to use (default: the server's first)
   --stream                 print the summary as tokens arrive (SummarizeStream)
   --json                   print one JSON object (summary, token_ids, finish_reason, usage, ...)
@@ -210,6 +224,7 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       o.target = next();
       // gRPC's words for it were "Failed to create secure client channel", for a plaintext one too.
       if (o.target.empty()) throw std::invalid_argument("--target needs an address (HOST:PORT, unix:PATH), got ''");
+      check_ipv6_brackets(o.target);
     } else if (arg == "--model") {
       o.model = utf8_value(arg, next());
     } else if (arg == "--stream") {

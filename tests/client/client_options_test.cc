@@ -87,6 +87,21 @@ TEST(ClientOptions, AnEmptyTargetIsRefused) {
   EXPECT_EQ(parse({"--target", "unix:/tmp/s", "doc.txt"}).target, "unix:/tmp/s");
 }
 
+// gRPC took an IPv6 address and its port without brackets for a DNS name ("DNS resolution failed for
+// ::1:50051 ... Domain name not found").
+TEST(ClientOptions, AnIpv6TargetNeedsBrackets) {
+  EXPECT_EQ(refusal({"--target", "::1:50051", "--health"}),
+            "--target '::1:50051': an IPv6 address goes in brackets: [::1]:50051");
+  EXPECT_EQ(refusal({"--target", ":::50051", "--health"}),
+            "--target ':::50051': an IPv6 address goes in brackets: [::]:50051");
+  EXPECT_EQ(refusal({"--target=fe80::1:8080", "--health"}),
+            "--target 'fe80::1:8080': an IPv6 address goes in brackets: [fe80::1]:8080");
+  for (const std::string target : {"[::1]:50051", "localhost:50051", "127.0.0.1:50051", "unix:/tmp/s.sock",
+                                   "ipv6:[::1]:50051", "dns:///summarizer:50051", "localhost", "fe80::1"}) {
+    EXPECT_EQ(parse({"--target", target, "--health"}).target, target);
+  }
+}
+
 // Whether protobuf takes `text` in a string field of the request: what the server does with the body.
 bool protobuf_takes(const std::string& text) {
   const google::protobuf::LogSilencer quiet;  // its "contains invalid UTF-8 data" lines
