@@ -558,6 +558,22 @@ TEST_F(EndToEnd, TheLoadGeneratorBacksOffFromATargetThatIsGone) {
   EXPECT_LT(report["requests_failed"].get<int64_t>(), 100) << r.out;
 }
 
+// After the run's last request it waited its backoff (up to a second) before ending, and wall_s, the
+// denominator of the report's rates, counted that wait. Seven refused requests in a row wait 50 + 100 + 200 +
+// 400 + 800 + 1000 ms between them (2.55 s at least); a wait after the seventh would add 1000 ms more.
+TEST_F(EndToEnd, TheLoadGeneratorEndsWithItsLastRequestNotAfterABackoff) {
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  auto r = run_command(kClient + " --target 127.0.0.1:" + std::to_string(port) +
+                       " --load --concurrency 1 --requests 7 --json " + doc(0) + " 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 1) << r.out;
+  const auto report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["requests_failed"], 7);
+  const double wall_s = report["wall_s"].get<double>();
+  EXPECT_GE(wall_s, 2.55) << "the backoffs between the requests";
+  EXPECT_LT(wall_s, 3.55) << "a backoff after the last request";
+}
+
 TEST_F(EndToEnd, MetricsOfARunningServerFollowRealRequests) {
   namespace scrape = server::testing;
   auto server = start({"--metrics-listen", "127.0.0.1:0"});
