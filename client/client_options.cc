@@ -281,11 +281,17 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     } else if (arg == "--length-penalty") {
       g.set_length_penalty(to_float(arg, next()));
     } else if (arg == "--early-stopping") {
+      // The three are one setting, the last given wins (as --do-sample/--no-sample, and srformer summarize's):
+      // each set its own field, so "--early-stopping --early-stopping-never" sent both and the server refused
+      // them, and "--early-stopping-never --no-early-stopping" ran as "never".
       g.set_early_stopping(true);
+      g.clear_early_stopping_mode();
     } else if (arg == "--no-early-stopping") {  // where the model stops early by default
       g.set_early_stopping(false);
+      g.clear_early_stopping_mode();
     } else if (arg == "--early-stopping-never") {
       g.set_early_stopping_mode(v1::EARLY_STOPPING_MODE_NEVER);
+      g.clear_early_stopping();
     } else if (arg == "--do-sample") {
       g.set_do_sample(true);
     } else if (arg == "--no-sample") {  // where the model samples by default

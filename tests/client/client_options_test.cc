@@ -102,6 +102,25 @@ TEST(ClientOptions, AnIpv6TargetNeedsBrackets) {
   }
 }
 
+// --early-stopping, --no-early-stopping and --early-stopping-never are one setting, and the last given wins, as
+// for srformer summarize: "--early-stopping --early-stopping-never" sent both fields and the server refused
+// them as disagreeing, "--early-stopping-never --no-early-stopping" ran as never.
+TEST(ClientOptions, TheLastEarlyStoppingFlagWins) {
+  const std::vector<std::string> flags = {"--early-stopping", "--no-early-stopping", "--early-stopping-never"};
+  for (const auto& first : flags) {
+    for (const auto& last : flags) {
+      const auto both = parse({first, last, "doc.txt"}).generation;
+      const auto alone = parse({last, "doc.txt"}).generation;
+      EXPECT_EQ(both.SerializeAsString(), alone.SerializeAsString()) << first << " " << last;
+    }
+  }
+  EXPECT_TRUE(parse({"--early-stopping", "doc.txt"}).generation.early_stopping());
+  EXPECT_FALSE(parse({"--no-early-stopping", "doc.txt"}).generation.early_stopping());
+  EXPECT_TRUE(parse({"--no-early-stopping", "doc.txt"}).generation.has_early_stopping());
+  EXPECT_EQ(parse({"--early-stopping-never", "doc.txt"}).generation.early_stopping_mode(),
+            v1::EARLY_STOPPING_MODE_NEVER);
+}
+
 // Whether protobuf takes `text` in a string field of the request: what the server does with the body.
 bool protobuf_takes(const std::string& text) {
   const google::protobuf::LogSilencer quiet;  // its "contains invalid UTF-8 data" lines
