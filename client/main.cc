@@ -97,9 +97,16 @@ nlohmann::json to_json(const v1::SummarizeResponse& r) {
   return j;
 }
 
+// A failed call's code, its message where it has one (a C++ gRPC server without the method sends none) and
+// the hint.
+std::string failure(const grpc::Status& s, const ClientOptions& o, uint64_t sent_bytes) {
+  const std::string& message = s.error_message();
+  return std::string(srformer::status_code_name(s.error_code())) + (message.empty() ? "" : ": " + message) +
+         srformer::client::status_hint(s, o, sent_bytes);
+}
+
 int fail(const grpc::Status& s, const ClientOptions& o, uint64_t sent_bytes = 0) {
-  std::cerr << "srformer-client: " << srformer::status_code_name(s.error_code()) << ": " << s.error_message()
-            << srformer::client::status_hint(s, o, sent_bytes) << "\n";
+  std::cerr << "srformer-client: " << failure(s, o, sent_bytes) << "\n";
   return 1;
 }
 
@@ -338,8 +345,7 @@ int run(int argc, char** argv) {
           channel, "", std::chrono::milliseconds(o.deadline_ms > 0 ? o.deadline_ms : 3000), &error);
       const char* names[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
       if (status == srformer::client::HealthStatus::kError) {
-        std::cerr << "srformer-client: health check failed: " << error.error_message()
-                  << srformer::client::status_hint(error, o, 0) << "\n";
+        std::cerr << "srformer-client: health check failed: " << failure(error, o, 0) << "\n";
         return 1;
       }
       if (o.json) {

@@ -1,7 +1,8 @@
 #pragma once
 // What a failure's message leaves a command-line user to guess: gRPC's words for a TLS mismatch ("Socket
-// closed", "wrong version number", "empty address list") or a message over a size limit, and the API's name
-// for --truncate. One function for the one-shot calls and the load generator's error tally.
+// closed", "wrong version number", "empty address list"), a message over a size limit or a server that is
+// not an srformer-server (UNIMPLEMENTED, often with no message), and the API's name for --truncate. One
+// function for the one-shot calls and the load generator's error tally.
 #include <grpcpp/support/status.h>
 
 #include <cstdint>
@@ -37,6 +38,10 @@ inline std::string status_hint(const grpc::Status& s, const ClientOptions& o, ui
                  : " (gRPC could not use the TLS files: is --key " + o.key_file + " the private key of --cert " +
                        o.cert_file + ", and --ca " + o.ca_file + " a valid PEM certificate?)";
     }
+  }
+  // Another gRPC server at the target (a wrong port): a C++ one says nothing more, others "Method not found!".
+  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    return " (the server at " + o.target + " does not serve this call: is it an srformer-server?)";
   }
   if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT &&
       m.find("TRUNCATION_POLICY_TRUNCATE") != std::string::npos) {

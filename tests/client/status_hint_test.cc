@@ -65,5 +65,16 @@ TEST(StatusHint, TheOtherHintsStay) {
       message_size_hint({grpc::StatusCode::RESOURCE_EXHAUSTED, "Sent message larger than max (5000 vs. 4096)"}, 5000));
 }
 
+// A target that is some other gRPC service (a wrong port) answers UNIMPLEMENTED, in gRPC's words only
+// "Method not found!".
+TEST(StatusHint, AServerWithoutTheCallIsAskedAbout) {
+  ClientOptions o;
+  o.target = "localhost:9000";
+  const std::string hint = status_hint({grpc::StatusCode::UNIMPLEMENTED, "Method not found!"}, o, 10);
+  EXPECT_NE(hint.find("the server at localhost:9000"), std::string::npos) << hint;
+  EXPECT_NE(hint.find("is it an srformer-server?"), std::string::npos) << hint;
+  EXPECT_EQ(status_hint({grpc::StatusCode::NOT_FOUND, "unknown model 'x'"}, o, 10), "");
+}
+
 }  // namespace
 }  // namespace srformer::client

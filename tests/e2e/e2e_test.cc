@@ -12,6 +12,7 @@
 #include <regex>
 #include <sstream>
 
+#include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "model/generation/generate.h"
 #include "model/kernels/bf16_linear.h"
 #include "model/seq2seq.h"
@@ -556,6 +557,27 @@ TEST_F(EndToEnd, TheLoadGeneratorBacksOffFromATargetThatIsGone) {
   EXPECT_GT(report["requests_failed"].get<int64_t>(), 0);
   // About 6 per worker in 2 s with the backoff (50+100+200+400+800 ms, then the end); thousands without.
   EXPECT_LT(report["requests_failed"].get<int64_t>(), 100) << r.out;
+}
+
+// A target that is another gRPC server (a wrong port) answers UNIMPLEMENTED with no message: the health check
+// said "srformer-client: health check failed: " and nothing more, a summary "srformer-client: UNIMPLEMENTED: ".
+TEST_F(EndToEnd, ATargetThatIsNoSrformerServerIsNamed) {
+  grpc::reflection::v1::ServerReflection::Service reflection;  // some other service: no Summarizer, no health
+  grpc::ServerBuilder builder;
+  builder.RegisterService(&reflection);
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  const auto other = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+  const std::string target = "127.0.0.1:" + std::to_string(port);
+  const std::string hint = " (the server at " + target + " does not serve this call: is it an srformer-server?)";
+  auto health = run_command(kClient + " --target " + target + " --health 2>&1");
+  EXPECT_EQ(health.exit_code, 1);
+  EXPECT_EQ(health.out, "srformer-client: health check failed: UNIMPLEMENTED" + hint + "\n");
+  auto summary = run_command(kClient + " --target " + target + " " + doc(0) + " 2>&1");
+  EXPECT_EQ(summary.exit_code, 1);
+  EXPECT_EQ(summary.out, "srformer-client: UNIMPLEMENTED" + hint + "\n");
+  other->Shutdown();
 }
 
 // After the run's last request it waited its backoff (up to a second) before ending, and wall_s, the
