@@ -11,7 +11,6 @@
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <sstream>
 
 #include "client/client_options.h"
@@ -206,14 +205,15 @@ grpc::Status naming_the_file(const grpc::Status& status, const std::vector<std::
   return grpc::Status(status.error_code(), message + " (requests[" + digits + "] is " + inputs[index] + ")");
 }
 
-// The text of each FILE. Stdin is read once and every "-" gets its text: a second read found it drained, so
-// "- -" sent the second as an empty document.
+// The text of each FILE. Each one named is read once and every mention gets its text: a second read of stdin
+// ("-", /dev/stdin) or of a pipe (<(...)) found it drained, and sent the second as an empty document.
 std::vector<std::string> read_documents(const std::vector<std::string>& paths) {
   std::vector<std::string> documents;
-  std::optional<std::string> stdin_text;
+  std::map<std::string, std::string> read;
   for (const auto& path : paths) {
-    if (path == "-" && !stdin_text) stdin_text = read_document(path);
-    documents.push_back(path == "-" ? *stdin_text : read_document(path));
+    auto text = read.find(path);
+    if (text == read.end()) text = read.emplace(path, read_document(path)).first;
+    documents.push_back(text->second);
   }
   return documents;
 }

@@ -369,6 +369,13 @@ TEST_F(EndToEnd, StdinNamedTwiceGivesItsTextToBoth) {
   const auto report = nlohmann::json::parse(load.out);
   EXPECT_EQ(report["requests_ok"], 4) << load.out;
   EXPECT_EQ(report["requests_failed"], 0) << load.out;
+  // So is any FILE that can be read once, named twice: /dev/stdin, a pipe.
+  auto dev_stdin = run_command(piped + client + "--batch /dev/stdin /dev/stdin");
+  ASSERT_EQ(dev_stdin.exit_code, 0) << dev_stdin.out;
+  EXPECT_EQ(dev_stdin.out, one.out + one.out);
+  auto fifo = run_command(piped + client + "--load --requests 4 --json /dev/stdin /dev/stdin");
+  ASSERT_EQ(fifo.exit_code, 0) << fifo.out;
+  EXPECT_EQ(nlohmann::json::parse(fifo.out)["requests_ok"], 4) << fifo.out;
 }
 
 // Output that cannot be written (a full disk: /dev/full) fails the run, said on stderr; it exited 0 with the
