@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 
 #include "client/message_size_hint.h"
@@ -106,11 +107,14 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
   std::atomic<int64_t> issued{0};
   const auto start = Clock::now();
   const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration_s));
+  // Set when a worker thread could not be started: the others stop, and the run fails.
+  std::atomic<bool> abandoned{false};
+  const auto ending = [&] { return g_interrupted.load() || abandoned.load(); };
   const auto worker = [&] {
     // After a refusal that says "not now" (no server, a full queue), each worker waits, doubling from 50 ms
     // to 1 s: without it a dead target took ~190,000 attempts a second.
     std::chrono::milliseconds backoff{0};
-    while (!g_interrupted.load()) {
+    while (!ending()) {
       const int64_t n = issued.fetch_add(1);
       if (o.requests > 0 && n >= o.requests) break;
       if (o.duration_s > 0 && Clock::now() >= end) break;
@@ -151,7 +155,7 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
       }
       const auto status = reader->Finish();
       in_flight.remove(&ctx);
-      if (g_interrupted.load() && !status.ok()) break;  // cancelled by the interrupt: not counted
+      if (ending() && !status.ok()) break;  // cancelled by the interrupt (or a failed start): not counted
       {
         std::lock_guard lock(totals.mu);
         if (status.ok()) {
@@ -180,7 +184,7 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
       backoff = std::clamp(backoff * 2, std::chrono::milliseconds(50), std::chrono::milliseconds(1000));
       auto wake = Clock::now() + backoff;
       if (o.duration_s > 0) wake = std::min(wake, end);
-      while (Clock::now() < wake && !g_interrupted.load()) {
+      while (Clock::now() < wake && !ending()) {
         std::this_thread::sleep_for(std::min<Clock::duration>(wake - Clock::now(), std::chrono::milliseconds(50)));
       }
     }
@@ -201,11 +205,25 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
     }
   });
   std::vector<std::thread> threads;
-  for (int i = 0; i < o.concurrency; ++i) threads.emplace_back(worker);
+  threads.reserve(static_cast<size_t>(o.concurrency));
+  std::string start_failure;
+  try {
+    for (int i = 0; i < o.concurrency; ++i) threads.emplace_back(worker);
+  } catch (const std::system_error& e) {
+    // Out of threads or memory for their stacks (a pids or memory limit): the started workers were left
+    // joinable, and the client ended in std::terminate (abort, exit 134). A run with fewer streams than
+    // asked would report figures for a concurrency it did not have: the run fails instead.
+    start_failure = "cannot start --concurrency " + std::to_string(o.concurrency) +
+                    " streams: the system refused thread " + std::to_string(threads.size() + 1) + " (" + e.what() +
+                    "); lower --concurrency or raise the limit";
+    abandoned.store(true);
+    in_flight.cancel_all();
+  }
   for (auto& t : threads) t.join();
   workers_done.store(true);
   watch.join();
   signal(SIGINT, SIG_DFL);
+  if (!start_failure.empty()) throw std::runtime_error(start_failure);
   const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
   int64_t failed = 0;
   for (const auto& [k, v] : totals.errors) failed += v;

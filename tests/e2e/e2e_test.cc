@@ -587,6 +587,24 @@ TEST_F(EndToEnd, ATargetThatIsNoSrformerServerIsNamed) {
   other->Shutdown();
 }
 
+// A --concurrency the system cannot start threads for (a pids or memory limit; here 4096 stacks of 8 MiB in
+// 3 GB of address space) ended in std::terminate, the started threads left joinable: "terminate called
+// without an active exception", exit 134. Now the run fails with what to change.
+TEST_F(EndToEnd, TheLoadGeneratorSaysSoWhenItCannotStartItsStreams) {
+#ifdef SRFORMER_SANITIZER
+  GTEST_SKIP() << "a sanitizer's shadow memory does not fit under ulimit -v";
+#endif
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  auto r =
+      run_command("ulimit -s 8192 && ulimit -v 3000000 && " + kClient + " --target 127.0.0.1:" + std::to_string(port) +
+                  " --load --concurrency 4096 --requests 4096 " + doc(0) + " 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_EQ(r.out.rfind("srformer-client: cannot start --concurrency 4096 streams: the system refused thread ", 0), 0u)
+      << r.out;
+  EXPECT_NE(r.out.find("; lower --concurrency or raise the limit\n"), std::string::npos) << r.out;
+}
+
 // After the run's last request it waited its backoff (up to a second) before ending, and wall_s, the
 // denominator of the report's rates, counted that wait. Seven refused requests in a row wait 50 + 100 + 200 +
 // 400 + 800 + 1000 ms between them (2.55 s at least); a wait after the seventh would add 1000 ms more.
