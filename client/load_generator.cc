@@ -64,7 +64,7 @@ DistinctDocuments distinct_documents(const std::vector<std::string>& files) {
 }
 
 // SIGINT (Ctrl-C) ends a run early with the report of what finished: the calls in flight are cancelled
-// and not counted. A second SIGINT ends the client at once (SA_RESETHAND).
+// and not counted. A second SIGINT ends the client at once (SA_RESETHAND). One ignored on entry stays so.
 std::atomic<bool> g_interrupted{false};
 
 extern "C" void on_interrupt(int) { g_interrupted.store(true); }
@@ -193,7 +193,11 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
   action.sa_handler = on_interrupt;
   action.sa_flags = SA_RESETHAND | SA_RESTART;
   sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
+  struct sigaction before {};
+  sigaction(SIGINT, &action, &before);
+  // A SIGINT ignored on entry stays ignored (a shell script's background job, nohup-like wrappers): the run
+  // took the script's Ctrl-C as its own, and ended early.
+  if (before.sa_handler == SIG_IGN) sigaction(SIGINT, &before, nullptr);
   std::atomic<bool> workers_done{false};
   std::thread watch([&] {  // TryCancel is no call for a signal handler: this thread makes it
     while (!workers_done.load()) {
@@ -222,7 +226,7 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
   for (auto& t : threads) t.join();
   workers_done.store(true);
   watch.join();
-  signal(SIGINT, SIG_DFL);
+  sigaction(SIGINT, &before, nullptr);
   if (!start_failure.empty()) throw std::runtime_error(start_failure);
   const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
   int64_t failed = 0;

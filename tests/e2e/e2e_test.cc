@@ -605,6 +605,23 @@ TEST_F(EndToEnd, TheLoadGeneratorSaysSoWhenItCannotStartItsStreams) {
   EXPECT_NE(r.out.find("; lower --concurrency or raise the limit\n"), std::string::npos) << r.out;
 }
 
+// Ctrl-C ends a run with the report of what finished, exit 130; but a SIGINT ignored on entry (a shell
+// script's background job: POSIX shells start them so, for the script's Ctrl-C is not theirs) stays ignored.
+// The load generator set its own handler over it, and such a run ended early, "interrupted", exit 130.
+TEST_F(EndToEnd, TheLoadGeneratorTakesCtrlCUnlessItIsIgnored) {
+  if (run_command("env --default-signal=INT true").exit_code != 0) GTEST_SKIP() << "env without --default-signal";
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const std::string run = kClient + " --target 127.0.0.1:" + std::to_string(port) + " --load --duration 2 --json " +
+                          doc(0) + " 2>/dev/null & pid=$!; sleep 1; kill -INT $pid; wait $pid";
+  auto taken = run_command("env --default-signal=INT " + run);  // as from a terminal
+  EXPECT_EQ(taken.exit_code, 130) << taken.out;
+  EXPECT_EQ(nlohmann::json::parse(taken.out)["interrupted"], true) << taken.out;
+  auto ignored = run_command("trap '' INT; " + run);
+  EXPECT_EQ(ignored.exit_code, 1) << ignored.out;  // every request failed: no server
+  EXPECT_EQ(nlohmann::json::parse(ignored.out)["interrupted"], false) << ignored.out;
+}
+
 // After the run's last request it waited its backoff (up to a second) before ending, and wall_s, the
 // denominator of the report's rates, counted that wait. Seven refused requests in a row wait 50 + 100 + 200 +
 // 400 + 800 + 1000 ms between them (2.55 s at least); a wait after the seventh would add 1000 ms more.
