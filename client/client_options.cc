@@ -151,7 +151,7 @@ Summarizes FILE (or stdin) with an srformer-server.
   --deadline-ms N          per-call deadline (covers every attempt)
   --retries N              retry a call refused with UNAVAILABLE or RESOURCE_EXHAUSTED up to N times
                            (0-4; default 0), after the server's grpc-retry-pushback-ms or a backoff
-                           from 0.2 s; a stream only until its first token has arrived
+                           from 0.2 s; a stream only until its first token has arrived (not --health)
   --tls --ca FILE          TLS with this CA bundle | --insecure (default) plaintext
   --cert FILE --key FILE   client certificate and its key (PEM), for a server with --tls-client-ca
   --tls-server-name NAME   verify the server's certificate for NAME instead of the target's host (e.g.
@@ -365,6 +365,12 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
   if ((o.health || o.list_models) && !o.inputs.empty()) {
     throw std::invalid_argument(std::string(o.health ? "--health" : "--list-models") + " reads no FILE, got '" +
                                 o.inputs.front() + "'");
+  }
+  if (o.health && o.retries > 0) {
+    // The retry policy names srformer.v1.Summarizer only: the check ran once, the flag ignored.
+    throw std::invalid_argument(
+        "--retries does nothing with --health, which reports the server's state now "
+        "(a probe retries by running again)");
   }
   if (!o.batch && !o.load && o.inputs.size() > 1) {
     // The others were ignored without a word.

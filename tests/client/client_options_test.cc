@@ -121,6 +121,16 @@ TEST(ClientOptions, TheLastEarlyStoppingFlagWins) {
             v1::EARLY_STOPPING_MODE_NEVER);
 }
 
+// The retry policy covers srformer.v1.Summarizer's calls, not the health check: --health --retries 3 checked
+// once.
+TEST(ClientOptions, RetriesDoNotGoWithHealth) {
+  EXPECT_EQ(refusal({"--health", "--retries", "3"}),
+            "--retries does nothing with --health, which reports the server's state now (a probe retries by running "
+            "again)");
+  EXPECT_EQ(parse({"--health", "--retries", "0"}).retries, 0);
+  EXPECT_EQ(parse({"--list-models", "--retries", "2"}).retries, 2);
+}
+
 // Whether protobuf takes `text` in a string field of the request: what the server does with the body.
 bool protobuf_takes(const std::string& text) {
   const google::protobuf::LogSilencer quiet;  // its "contains invalid UTF-8 data" lines
