@@ -18,17 +18,25 @@ namespace {
 constexpr int64_t kDayMs = int64_t{24} * 3600 * 1000;
 constexpr int64_t kMaxConcurrency = 4096;
 
-int64_t to_int(const std::string& flag, const std::string& v) {
+// `range` names the range a value past int64's is out of (an integer of 20 digits "needed an integer").
+int64_t to_int(const std::string& flag, const std::string& v, const std::string& range = "") {
   const auto x = whole_int64(v);
-  if (!x) throw std::invalid_argument(flag + " needs an integer, got '" + v + "'");
+  if (!x) {
+    const size_t sign = v.rfind('-', 0) == 0 ? 1 : 0;
+    if (v.size() > sign && v.find_first_not_of("0123456789", sign) == std::string::npos) {
+      throw std::invalid_argument(flag + " " + v + " is out of range" + range);
+    }
+    throw std::invalid_argument(flag + " needs an integer, got '" + v + "'");
+  }
   return *x;
 }
 
 // An int32 field of the proto (it wrapped: --max-new-tokens 4294967299 asked for 3).
 int32_t to_int32(const std::string& flag, const std::string& v) {
-  const int64_t x = to_int(flag, v);
+  const std::string range = " (an int32 field)";
+  const int64_t x = to_int(flag, v, range);
   if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) {
-    throw std::invalid_argument(flag + " " + v + " is out of range (an int32 field)");
+    throw std::invalid_argument(flag + " " + v + " is out of range" + range);
   }
   return static_cast<int32_t>(x);
 }
@@ -40,11 +48,14 @@ uint64_t to_unsigned(const std::string& flag, const std::string& v) {
   return *x;
 }
 
-double to_double(const std::string& flag, const std::string& v) {
+// `range` as for to_int: 1e400 "needed a number".
+double to_double(const std::string& flag, const std::string& v, const std::string& range = "") {
   size_t used = 0;
   double x = 0;
   try {
     x = std::stod(v, &used);
+  } catch (const std::out_of_range&) {
+    throw std::invalid_argument(flag + " " + v + " is out of range" + range);
   } catch (const std::exception&) {
     used = 0;
   }
@@ -55,10 +66,11 @@ double to_double(const std::string& flag, const std::string& v) {
 // A float field of the proto: a number past float's range was sent as inf or 0, which the server then
 // refused by a value that was not the one typed ("temperature must be a finite number (got inf)" for 1e40).
 float to_float(const std::string& flag, const std::string& v) {
-  const double x = to_double(flag, v);
+  const std::string range = " (a float32 field)";
+  const double x = to_double(flag, v, range);
   const auto f = static_cast<float>(x);
   if ((std::isfinite(x) && !std::isfinite(f)) || (x != 0 && f == 0)) {
-    throw std::invalid_argument(flag + " " + v + " is out of range (a float32 field)");
+    throw std::invalid_argument(flag + " " + v + " is out of range" + range);
   }
   return f;
 }

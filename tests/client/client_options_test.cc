@@ -74,6 +74,23 @@ TEST(ClientOptions, AFloatFlagOutsideFloat32IsRefusedAsTyped) {
   EXPECT_EQ(parse({"--temperature", "0", "doc.txt"}).generation.temperature(), 0.0F);  // the server's to judge
 }
 
+// A number past double's range, or an integer past int64's, is out of range too; they "needed a number" and
+// "needed an integer".
+TEST(ClientOptions, ANumberPastTheParsersRangeIsOutOfRangeNotNoNumber) {
+  EXPECT_EQ(refusal({"--temperature", "1e400", "doc.txt"}), "--temperature 1e400 is out of range (a float32 field)");
+  EXPECT_EQ(refusal({"--top-p", "-1e400", "doc.txt"}), "--top-p -1e400 is out of range (a float32 field)");
+  EXPECT_EQ(refusal({"--max-new-tokens", "99999999999999999999", "doc.txt"}),
+            "--max-new-tokens 99999999999999999999 is out of range (an int32 field)");
+  EXPECT_EQ(refusal({"--top-k", "-99999999999999999999", "doc.txt"}),
+            "--top-k -99999999999999999999 is out of range (an int32 field)");
+  EXPECT_EQ(refusal({"--deadline-ms", "99999999999999999999", "doc.txt"}),
+            "--deadline-ms 99999999999999999999 is out of range");
+  EXPECT_EQ(refusal({"--load", "--duration", "1e400", "doc.txt"}), "--duration 1e400 is out of range");
+  EXPECT_EQ(refusal({"--max-new-tokens", "12x", "doc.txt"}), "--max-new-tokens needs an integer, got '12x'");
+  EXPECT_EQ(refusal({"--max-new-tokens", "-", "doc.txt"}), "--max-new-tokens needs an integer, got '-'");
+  EXPECT_EQ(refusal({"--temperature", "x", "doc.txt"}), "--temperature needs a number, got 'x'");
+}
+
 // std::to_string wrote a tiny negative value as "-0.000000".
 TEST(ClientOptions, ABadDurationIsQuotedAsTyped) {
   EXPECT_EQ(refusal({"--load", "--duration", "-1e-9", "doc.txt"}),
