@@ -154,12 +154,12 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
         ++tokens;
       }
       const auto status = reader->Finish();
+      const double latency = ms(Clock::now() - t0);  // before the stats lock: waiting for it is not latency
       in_flight.remove(&ctx);
       if (ending() && !status.ok()) break;  // cancelled by the interrupt (or a failed start): not counted
       {
         std::lock_guard lock(totals.mu);
         if (status.ok()) {
-          const double latency = ms(Clock::now() - t0);
           // Only the summary streams; samples and hypotheses 2 ... N (num_return_sequences) come in the final
           // message, and count as output too.
           const int64_t output = std::max(tokens, returned);
