@@ -305,6 +305,46 @@ class BuildDatasetTest(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertTrue(written)
 
+    def test_a_malformed_split_is_refused(self):
+        # "90,5,x" ended in a ValueError traceback; "nan,nan,nan" passed (every comparison with nan is
+        # false) and put every group in test.
+        for split in ("90,5,x", "nan,nan,nan", "90,5", "inf,-inf,100"):
+            rc, err, written = self.run_main(["--split", split])
+            self.assertEqual(rc, 2, split)
+            self.assertIn("--split needs three non-negative percentages summing to 100", err)
+            self.assertIn("got '%s'" % split, err)
+            self.assertFalse(written, split)
+
+    def test_an_unreadable_list_is_named(self):
+        # A missing, directory or damaged list ended in a traceback (FileNotFoundError, BadGzipFile, ...).
+        import contextlib
+        import io
+
+        with tempfile.TemporaryDirectory() as d:
+            damaged = os.path.join(d, "main_i18n_Translation-en.gz")
+            with open(self.translation, "rb") as f:
+                data = f.read()
+            with open(damaged, "wb") as f:
+                f.write(data[: len(data) // 2])  # an interrupted download
+            not_gzip = os.path.join(d, "plain.gz")
+            with open(not_gzip, "w") as f:
+                f.write("Package: x\n")
+            cases = [
+                (os.path.join(d, "missing"), "No such file or directory"),
+                (d, "Is a directory"),
+                (damaged, ""),
+                (not_gzip, "Not a gzipped file"),
+            ]
+            for path, why in cases:
+                err = io.StringIO()
+                out = os.path.join(d, "o")
+                with contextlib.redirect_stderr(err):
+                    rc = bd.main(["--out", out, "--packages", self.packages, "--translation", path, "--quiet"])
+                self.assertEqual(rc, 2, path)
+                self.assertIn("build_dataset: cannot read %s: %s" % (path, why), err.getvalue())
+                self.assertIn("check --translation / --packages", err.getvalue())
+                self.assertFalse(os.path.exists(out))
+
     def test_missing_lists_give_a_clear_error(self):
         with tempfile.TemporaryDirectory() as empty:
             rc = bd.main(["--out", os.path.join(empty, "o"), "--lists-dir", empty, "--quiet"])

@@ -206,6 +206,23 @@ class BuildRfcDatasetTest(unittest.TestCase):
         self.assertIn("rfc791", rows)
         self.assertIn("removed, no abstract: 1", printed)
 
+    def test_a_damaged_text_is_counted_and_named(self):
+        # A truncated rfcN.txt.gz (an interrupted unpack) ended the build in a traceback naming no file.
+        damaged = os.path.join(self.dir, "links", "rfc8300.txt.gz")
+        with open(damaged, "rb") as f:
+            data = f.read()
+        with open(damaged, "wb") as f:
+            f.write(data[: len(data) // 2])
+        out = os.path.join(self.tmp.name, "out")
+        rc, err = self.main_stderr(["--rfc-dir", self.dir, "--out", out])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("build_rfc_dataset: skipped %s: " % damaged, err)
+        with open(os.path.join(out, "stats.json"), encoding="utf-8") as f:
+            stats = json.load(f)
+        self.assertEqual(stats["removed"]["unreadable text"], 1)
+        # Read, and counted among the RFCs read, as every removed one is.
+        self.assertEqual(stats["rfcs_read"], len(rfc.rfc_files(self.dir)))
+
     def test_obsoletes_links_keep_a_family_in_one_split(self):
         rows, stats, _ = self.run_builder(os.path.join(self.tmp.name, "out"))
         family = {rows["rfc%d" % n]["split"] for n in (8100, 8102, 8103)}

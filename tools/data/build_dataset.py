@@ -46,12 +46,14 @@ import gzip
 import hashlib
 import json
 import lzma
+import math
 import os
 import re
 import shutil
 import statistics
 import subprocess
 import sys
+import zlib
 
 SPLITS = ("train", "validation", "test")
 WORD_RE = re.compile(r"\S+")
@@ -63,8 +65,21 @@ SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s")
 # Reading apt lists
 
 
+class ListError(Exception):
+    """An input list that cannot be read or decompressed; the message names it and says why."""
+
+
 def read_list(path):
-    """The text of a (possibly compressed) apt list."""
+    """The text of a (possibly compressed) apt list; ListError when it cannot be read."""
+    try:
+        return read_list_text(path)
+    except (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError) as e:
+        # (gzip's BadGzipFile is an OSError; a truncated .gz or .bz2 ends in EOFError.)
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
+        raise ListError("cannot read %s: %s" % (path, why)) from e
+
+
+def read_list_text(path):
     if path.endswith(".gz"):
         with gzip.open(path, "rb") as f:
             data = f.read()
@@ -85,7 +100,7 @@ def read_list(path):
                     data = proc.stdout
                     break
         if data is None:
-            raise RuntimeError("cannot decompress %s (needs apt-helper, lz4cat or zstdcat)" % path)
+            raise ValueError("cannot decompress it (needs apt-helper, lz4cat or zstdcat)")
     else:
         with open(path, "rb") as f:
             data = f.read()
@@ -419,9 +434,15 @@ def parse_with_split(parser, argv):
     parser.add_argument("--split", default="90,5,5", help="train,validation,test percentages (default %(default)s)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    args.split = [float(x) for x in args.split.split(",")]
-    if len(args.split) != 3 or abs(sum(args.split) - 100) > 1e-9 or min(args.split) < 0:
-        parser.error("--split needs three non-negative percentages summing to 100")
+    given = args.split
+    try:
+        args.split = [float(x) for x in given.split(",")]
+    except ValueError:
+        args.split = []  # "90,5,x" ended in a traceback
+    # nan passed the checks below (every comparison with it is false) and put every group in test.
+    if (len(args.split) != 3 or not all(math.isfinite(x) and x >= 0 for x in args.split)
+            or abs(sum(args.split) - 100) > 1e-9):
+        parser.error("--split needs three non-negative percentages summing to 100, e.g. 90,5,5; got '%s'" % given)
     # A minimum over its maximum removes every record: three empty splits and exit 0.
     for what in ("doc", "summary"):
         low, high = getattr(args, "min_%s_words" % what, None), getattr(args, "max_%s_words" % what, None)
@@ -459,7 +480,11 @@ def main(argv=None):
                 file=sys.stderr,
             )
             return 2
-    records = collect_records(translation, packages)
+    try:
+        records = collect_records(translation, packages)
+    except ListError as e:  # a traceback before
+        print("build_dataset: %s; check --translation / --packages (or --lists-dir)" % e, file=sys.stderr)
+        return 2
     splits, removed, group_sizes = build(records, args)
     problem = empty_split_problem(splits, args.split, removed, len(records), "description records",
                                   "--min-doc-words, --max-doc-words, --min-summary-words")

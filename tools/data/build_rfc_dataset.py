@@ -48,6 +48,7 @@ import os
 import re
 import subprocess
 import sys
+import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import build_dataset as common  # noqa: E402  (shared grouping, split and statistics code)
@@ -231,13 +232,22 @@ def collect_records(rfc_dir, mode, max_doc_words, removed):
             try:
                 meta = json.load(f)
             except json.JSONDecodeError:
-                removed["no metadata or text"] += 1
-                continue
+                meta = None
+        if not isinstance(meta, dict):
+            removed["no metadata or text"] += 1
+            continue
         summary = abstract_of(meta)
         if not summary:
             removed["no abstract"] += 1
             continue
-        body = section_lines(remove_page_breaks(read_text(txt_path)), mode)
+        try:
+            text = read_text(txt_path)
+        except (OSError, EOFError, zlib.error) as e:
+            # A damaged rfcN.txt.gz (an interrupted unpack) ended the build in a traceback naming no file.
+            removed["unreadable text"] += 1
+            print("build_rfc_dataset: skipped %s: %s" % (txt_path, e), file=sys.stderr)
+            continue
+        body = section_lines(remove_page_breaks(text), mode)
         if body is None:
             removed["no introduction heading"] += 1
             continue
@@ -421,9 +431,9 @@ def main(argv=None):
         return 2
     removed = collections.Counter()
     records = collect_records(rfc_dir, args.document, args.max_doc_words, removed)
+    read = len(records) + sum(removed.values())  # every RFC found, whichever reason removed it while reading
     splits, group_sizes = build(records, args, removed)
 
-    read = len(records) + sum(removed[k] for k in ("no metadata or text", "no abstract", "no introduction heading"))
     problem = common.empty_split_problem(splits, args.split, removed, read, "RFCs",
                                          "--min-doc-words, --max-doc-words, --document")
     if problem:
