@@ -345,6 +345,51 @@ class BuildDatasetTest(unittest.TestCase):
                 self.assertIn("check --translation / --packages", err.getvalue())
                 self.assertFalse(os.path.exists(out))
 
+    def test_an_interrupted_build_leaves_the_earlier_one(self):
+        # The splits were written in place: an interrupted run (Ctrl-C, a full disk) left a train.jsonl
+        # cut after some line, which reads as a smaller dataset, beside the earlier run's stats.json.
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "o")
+            lists = ["--packages", self.packages, "--translation", self.translation, "--quiet"]
+            self.assertEqual(bd.main(["--out", out] + lists), 0)
+            names = sorted(os.listdir(out))
+            before = {}
+            for name in names:
+                with open(os.path.join(out, name), "rb") as f:
+                    before[name] = f.read()
+            real_dumps, calls = bd.json.dumps, [0]
+
+            def failing_dumps(*args, **kwargs):
+                calls[0] += 1
+                if calls[0] > 5:
+                    raise KeyboardInterrupt
+                return real_dumps(*args, **kwargs)
+
+            bd.json.dumps = failing_dumps
+            try:
+                with self.assertRaises(KeyboardInterrupt):
+                    bd.main(["--out", out, "--min-doc-words", "21"] + lists)
+            finally:
+                bd.json.dumps = real_dumps
+            self.assertGreater(calls[0], 5)
+            self.assertEqual(sorted(os.listdir(out)), names)  # no temporary files left
+            for name in names:
+                with open(os.path.join(out, name), "rb") as f:
+                    self.assertEqual(f.read(), before[name], name)
+
+    def test_an_out_that_is_a_file_is_refused(self):
+        # It ended in a FileExistsError traceback.
+        with tempfile.NamedTemporaryFile() as f:
+            import contextlib
+            import io
+
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                with self.assertRaises(SystemExit) as e:
+                    bd.main(["--out", f.name, "--packages", self.packages, "--translation", self.translation])
+            self.assertEqual(e.exception.code, 2)
+            self.assertIn("--out %s is a file; give a directory" % f.name, err.getvalue())
+
     def test_missing_lists_give_a_clear_error(self):
         with tempfile.TemporaryDirectory() as empty:
             rc = bd.main(["--out", os.path.join(empty, "o"), "--lists-dir", empty, "--quiet"])

@@ -364,7 +364,11 @@ def length_stats(values):
 def write_outputs(out_dir, splits, stats, removed, group_sizes, header):
     """Writes OUT/{train,validation,test}.jsonl and OUT/stats.json (stats plus removals, groups and
     per-split counts and length statistics); prints the summary under `header` unless it is None.
-    Examples are dicts with id, document, summary and _group. Shared with build_rfc_dataset.py."""
+    Examples are dicts with id, document, summary and _group. Shared with build_rfc_dataset.py.
+
+    Each file is written beside its name and renamed over it, stats.json last (an earlier one is removed
+    first): an interrupted run leaves the earlier files or no stats.json, never a cut-off split that
+    reads as a smaller one."""
     os.makedirs(out_dir, exist_ok=True)
     stats = dict(stats)
     stats.update(
@@ -375,21 +379,37 @@ def write_outputs(out_dir, splits, stats, removed, group_sizes, header):
             "splits": {},
         }
     )
-    for name in SPLITS:
-        rows = splits[name]
-        with open(os.path.join(out_dir, name + ".jsonl"), "w", encoding="utf-8") as f:
-            for e in rows:
-                f.write(json.dumps({"id": e["id"], "document": e["document"], "summary": e["summary"]}, ensure_ascii=False))
-                f.write("\n")
-        stats["splits"][name] = {
-            "examples": len(rows),
-            "groups": len({e["_group"] for e in rows}),
-            "document_words": length_stats([len(WORD_RE.findall(e["document"])) for e in rows]),
-            "summary_words": length_stats([len(WORD_RE.findall(e["summary"])) for e in rows]),
-        }
-    with open(os.path.join(out_dir, "stats.json"), "w", encoding="utf-8") as f:
-        json.dump(stats, f, indent=2, sort_keys=True)
-        f.write("\n")
+    written = []  # (temporary, final) paths
+    try:
+        for name in SPLITS:
+            path = os.path.join(out_dir, name + ".jsonl")
+            written.append((path + ".tmp", path))
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                for e in splits[name]:
+                    row = {"id": e["id"], "document": e["document"], "summary": e["summary"]}
+                    f.write(json.dumps(row, ensure_ascii=False))
+                    f.write("\n")
+        for name in SPLITS:
+            rows = splits[name]
+            stats["splits"][name] = {
+                "examples": len(rows),
+                "groups": len({e["_group"] for e in rows}),
+                "document_words": length_stats([len(WORD_RE.findall(e["document"])) for e in rows]),
+                "summary_words": length_stats([len(WORD_RE.findall(e["summary"])) for e in rows]),
+            }
+        path = os.path.join(out_dir, "stats.json")
+        written.append((path + ".tmp", path))
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(stats, f, indent=2, sort_keys=True)
+            f.write("\n")
+        if os.path.exists(path):
+            os.remove(path)  # the splits change first: without it the directory says it is incomplete
+        for tmp, final in written:
+            os.replace(tmp, final)
+    finally:
+        for tmp, _ in written:
+            if os.path.exists(tmp):
+                os.remove(tmp)
     if header is None:
         return
     print(header)
@@ -434,6 +454,8 @@ def parse_with_split(parser, argv):
     parser.add_argument("--split", default="90,5,5", help="train,validation,test percentages (default %(default)s)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error("--out %s is a file; give a directory (new or an earlier build's)" % args.out)
     given = args.split
     try:
         args.split = [float(x) for x in given.split(",")]
