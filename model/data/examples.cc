@@ -1,5 +1,7 @@
 #include "model/data/examples.h"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -9,13 +11,18 @@
 namespace srformer::data {
 
 void for_each_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, const std::string&)>& fn) {
-  if (!std::filesystem::is_regular_file(path)) {
-    throw std::invalid_argument(
-        "cannot read '" + path +
-        "': " + (std::filesystem::is_directory(path) ? "a directory; pass a JSONL file" : "no such file"));
+  // Read once, front to back: a pipe (`<(jq ...)`, /dev/stdin) does as well as a file. It was refused as
+  // "no such file".
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (status.type() == std::filesystem::file_type::not_found) {
+    throw std::invalid_argument("cannot read '" + path + "': no such file");
+  }
+  if (std::filesystem::is_directory(status)) {
+    throw std::invalid_argument("cannot read '" + path + "': a directory; pass a JSONL file");
   }
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::invalid_argument("cannot read '" + path + "'");
+  if (!in) throw std::invalid_argument("cannot read '" + path + "': " + std::strerror(errno));
   std::string line;
   for (int64_t n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
