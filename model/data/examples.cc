@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "model/tokenizer/document_check.h"
+
 namespace srformer::data {
 
 void for_each_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, const std::string&)>& fn) {
@@ -48,12 +50,31 @@ std::string string_field(const nlohmann::json& j, const char* key, const std::st
 std::vector<Example> read_examples(const std::string& path, std::optional<int64_t> limit) {
   std::vector<Example> out;
   std::map<std::string, std::string> seen;  // id -> where
+  // An empty or blank text (or one with a NUL byte) was read as any other: eval summarized a document the
+  // server refuses and scored an empty reference 0 into the mean, train taught an immediate end. Such lines
+  // (of the first `limit`) are counted, so that one run says how many there are.
+  std::string first_fault;
+  int64_t faults = 0;
   for_each_jsonl(path, [&](const nlohmann::json& j, const std::string& where) {
     Example e{string_field(j, "id", where), string_field(j, "document", where), string_field(j, "summary", where)};
     const auto [it, fresh] = seen.emplace(e.id, where);
     if (!fresh) throw std::invalid_argument(where + ": duplicate id '" + e.id + "' (first at " + it->second + ")");
+    const bool used = !limit || static_cast<int64_t>(out.size()) < *limit;
+    const char* field = "document";
+    auto fault = used ? find_document_fault(e.document) : std::nullopt;
+    if (used && !fault) {
+      fault = find_document_fault(e.summary);
+      field = "summary";
+    }
+    if (fault && faults++ == 0) first_fault = where + ": the " + field + " " + fault->what;
     out.push_back(std::move(e));
   });
+  if (faults > 0) {
+    throw std::invalid_argument(first_fault +
+                                (faults > 1 ? " (and " + std::to_string(faults - 1) + " more such lines)" : "") +
+                                "; fix or remove such lines (each example needs a document to summarize and a "
+                                "summary to train on or score against)");
+  }
   if (out.empty()) {
     throw std::invalid_argument("'" + path + "' has no examples (expected {\"id\", \"document\", \"summary\"} lines)");
   }

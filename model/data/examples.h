@@ -22,7 +22,8 @@ void for_each_jsonl(const std::string& path, const std::function<void(const nloh
 std::string string_field(const nlohmann::json& j, const char* key, const std::string& where);
 
 // Every example of `path` (ids must be unique), at most `limit` of them. Throws std::invalid_argument
-// for a missing file, bad lines, duplicate ids or an empty file.
+// for a missing file, bad lines, duplicate ids, an empty file, or documents or summaries (of the first
+// `limit`) that are empty, blank or hold a NUL byte (find_document_fault: what the server refuses).
 std::vector<Example> read_examples(const std::string& path, std::optional<int64_t> limit = std::nullopt);
 
 }  // namespace srformer::data

@@ -49,5 +49,42 @@ TEST(ReadExamples, AMissingPathOrADirectoryIsNamed) {
   EXPECT_EQ(refusal(dir.path()), "cannot read '" + dir.path().string() + "': a directory; pass a JSONL file");
 }
 
+// Lines whose document or summary is empty, blank or holds a NUL byte are refused, the first named and
+// the rest counted: eval summarized a document the server refuses and scored an empty reference 0 into
+// the mean, and train taught the model to end at once.
+TEST(ReadExamples, EmptyOrBlankDocumentsAndSummariesAreRefused) {
+  testing::TempDir dir{"examples"};
+  const auto file = dir.path() / "data.jsonl";
+  std::ofstream(file) << kTwoLines << "{\"id\": \"c\", \"document\": \"\", \"summary\": \"s\"}\n"
+                      << "{\"id\": \"d\", \"document\": \"text\", \"summary\": \" \\u00a0\\t\"}\n"
+                      << "{\"id\": \"e\", \"document\": \"a\\u0000b\", \"summary\": \"s\"}\n";
+  const auto said = refusal(file);
+  EXPECT_EQ(
+      said.rfind(file.string() + ":3: the document is empty (and 2 more such lines); fix or remove such lines", 0), 0u)
+      << said;
+  std::ofstream(file) << kTwoLines << "{\"id\": \"d\", \"document\": \"text\", \"summary\": \"\\n\"}\n";
+  EXPECT_EQ(refusal(file).rfind(file.string() + ":3: the summary contains only whitespace; fix", 0), 0u)
+      << refusal(file);
+  std::ofstream(file) << kTwoLines << "{\"id\": \"e\", \"document\": \"a\\u0000b\", \"summary\": \"s\"}\n";
+  EXPECT_NE(refusal(file).find(":3: the document contains a NUL byte"), std::string::npos) << refusal(file);
+  // Past --limit they are not read.
+  EXPECT_EQ(read_examples(file.string(), 2).size(), 2u);
+}
+
+// What editors and other tools write is read alike: CRLF line ends, a byte-order mark, blank lines and a
+// last line without its newline.
+TEST(ReadExamples, CrlfBomBlankLinesAndNoFinalNewline) {
+  testing::TempDir dir{"examples"};
+  const auto file = dir.path() / "data.jsonl";
+  std::ofstream(file, std::ios::binary)
+      << "\xEF\xBB\xBF{\"id\": \"a\", \"document\": \"first document\", \"summary\": \"first\"}\r\n\r\n  \n"
+      << "{\"id\": \"b\", \"document\": \"second\", \"summary\": \"s\", \"extra\": 1}";
+  const auto examples = read_examples(file.string());
+  ASSERT_EQ(examples.size(), 2u);
+  EXPECT_EQ(examples[0].id, "a");
+  EXPECT_EQ(examples[0].summary, "first");
+  EXPECT_EQ(examples[1].document, "second");
+}
+
 }  // namespace
 }  // namespace srformer::data
