@@ -136,15 +136,23 @@ int64_t input_tokens_for(const ModelConfig& c, const TrainOptions& o) {
   return input_limit_can_be_raised(c) ? o.max_input_tokens : std::min(o.max_input_tokens, c.max_input_tokens);
 }
 
+// How many documents and summaries tokenize() cut to the run's limits.
+struct Cuts {
+  int64_t documents = 0, summaries = 0;
+};
+
 std::vector<TokenizedExample> tokenize(const std::vector<data::Example>& examples, const Tokenizer& tok,
-                                       const ModelConfig& c, const TrainOptions& o, int64_t* truncated) {
+                                       const ModelConfig& c, const TrainOptions& o, Cuts* cuts) {
   std::vector<TokenizedExample> out;
   out.reserve(examples.size());
   for (const auto& e : examples) {
-    bool cut = false;
-    TokenizedExample t{data::encode_document(tok, c, e.document, input_tokens_for(c, o), &cut),
-                       data::encode_truncated(tok, e.summary, o.max_target_tokens)};
-    if (truncated && cut) ++*truncated;
+    bool document_cut = false, summary_cut = false;
+    TokenizedExample t{data::encode_document(tok, c, e.document, input_tokens_for(c, o), &document_cut),
+                       data::encode_truncated(tok, e.summary, o.max_target_tokens, &summary_cut)};
+    if (cuts) {
+      cuts->documents += document_cut ? 1 : 0;
+      cuts->summaries += summary_cut ? 1 : 0;
+    }
     out.push_back(std::move(t));
   }
   return out;
@@ -583,8 +591,8 @@ class Run {
 
   void prepare_data() {
     const auto train_raw = data::read_examples(o_.train_file.string(), o_.train_limit);
-    int64_t truncated = 0;
-    train_ = tokenize(train_raw, *tokenizer_, model_->config(), o_, &truncated);
+    Cuts cuts;
+    train_ = tokenize(train_raw, *tokenizer_, model_->config(), o_, &cuts);
     batches_per_epoch_ = (static_cast<int64_t>(train_.size()) + o_.batch_size - 1) / o_.batch_size;
     int64_t target_tokens = 0, input_tokens = 0;
     for (const auto& e : train_) {
@@ -592,21 +600,25 @@ class Run {
       input_tokens += static_cast<int64_t>(e.input.size());
     }
     console_ << "training on " << train_.size() << " examples (" << input_tokens << " input / " << target_tokens
-             << " target tokens; " << truncated << " documents truncated to " << input_tokens_for(model_->config(), o_)
-             << " tokens), " << batches_per_epoch_ << " batches of " << o_.batch_size << " per epoch; " << o_.steps
-             << " updates = " << std::setprecision(3)
+             << " target tokens; " << cuts.documents << " documents truncated to "
+             << input_tokens_for(model_->config(), o_) << " tokens, " << cuts.summaries << " summaries to "
+             << o_.max_target_tokens << " (--max-target-tokens)), " << batches_per_epoch_ << " batches of "
+             << o_.batch_size << " per epoch; " << o_.steps << " updates = " << std::setprecision(3)
              << static_cast<double>(o_.steps * o_.grad_accum) / static_cast<double>(batches_per_epoch_) << " epochs"
              << std::endl;
     if (!o_.validation_file.empty()) {
       validation_raw_ = data::read_examples(
           o_.validation_file.string(), o_.eval_examples > 0 ? std::optional<int64_t>(o_.eval_examples) : std::nullopt);
-      validation_ = tokenize(validation_raw_, *tokenizer_, model_->config(), o_, nullptr);
+      Cuts validation_cuts;
+      validation_ = tokenize(validation_raw_, *tokenizer_, model_->config(), o_, &validation_cuts);
       // `srformer eval` reads documents up to the model's limit, not this run's: its ROUGE differs unless
       // given the same cut.
       const auto cut = input_tokens_for(model_->config(), o_);
       console_ << "validation: " << validation_.size() << " examples of " << o_.validation_file.string()
                << ", documents cut to " << cut << " tokens as in training (`srformer eval --max-input-tokens " << cut
-               << "` scores the saved model alike)" << std::endl;
+               << "` scores the saved model alike; " << validation_cuts.documents << " were longer), "
+               << validation_cuts.summaries << " summaries cut to " << o_.max_target_tokens
+               << " tokens for the loss (ROUGE takes them whole)" << std::endl;
     }
   }
 

@@ -433,6 +433,33 @@ TEST_F(Fixture, ABartsDocumentsAreCutToItsPositions) {
   EXPECT_NE(console.str().find("documents truncated to 8 tokens"), std::string::npos) << console.str();
 }
 
+// Summaries cut to --max-target-tokens are counted as documents are (they were cut without a word), in
+// the training data and in the validation data.
+TEST_F(Fixture, SummariesCutToTheTargetLimitAreCounted) {
+  auto o = options("cut-summaries");
+  o.steps = 1;
+  o.warmup_steps = 0;
+  o.max_target_tokens = 3;
+  o.validation_file = valid_file;
+  const auto tok = load_tokenizer(model);
+  const auto over = [&](const fs::path& file) {
+    int64_t n = 0;
+    for (const auto& e : data::read_examples(file.string())) n += tok->encode(e.summary).size() > 3 ? 1 : 0;
+    return n;
+  };
+  const int64_t train_over = over(train_file), valid_over = over(valid_file);
+  ASSERT_GT(train_over, 0);
+  ASSERT_GT(valid_over, 0);
+  std::ostringstream console;
+  train(o, console);
+  EXPECT_NE(console.str().find(", " + std::to_string(train_over) + " summaries to 3 (--max-target-tokens))"),
+            std::string::npos)
+      << console.str();
+  EXPECT_NE(console.str().find(std::to_string(valid_over) + " summaries cut to 3 tokens for the loss"),
+            std::string::npos)
+      << console.str();
+}
+
 // Dropout (here --dropout 0.2 over a config without it) changes training, and a resumed run still
 // repeats the uninterrupted one exactly: each micro-batch's masks come from (seed, index).
 TEST_F(Fixture, DropoutTrainsAndResumesExactly) {
