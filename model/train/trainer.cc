@@ -14,6 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/autocast.h"
@@ -128,6 +129,24 @@ nlohmann::json options_json(const TrainOptions& o) {
           {"device", o.device},
           {"autocast", o.autocast},
           {"dropout", o.dropout ? nlohmann::json(*o.dropout) : nlohmann::json()}};
+}
+
+// FNV-1a 64 of the examples' ids, documents and summaries (each with its length, in file order), as 16 hex
+// digits: what a resumed run compares to tell the data it continues on from the data it started on.
+std::string fingerprint(const std::vector<data::Example>& examples) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  const auto add = [&h](std::string_view bytes) {
+    for (const unsigned char b : bytes) h = (h ^ b) * 0x100000001B3ull;
+  };
+  for (const auto& e : examples) {
+    for (const std::string* field : {&e.id, &e.document, &e.summary}) {
+      add(std::to_string(field->size()) + ":");
+      add(*field);
+    }
+  }
+  std::ostringstream hex;
+  hex << std::hex << std::setw(16) << std::setfill('0') << h;
+  return hex.str();
 }
 
 // Documents are cut to --max-input-tokens, and to a BART's encoder positions (max_position_embeddings),
@@ -506,6 +525,7 @@ class Run {
         skipped_ = state.value("skipped_updates", int64_t{0});
         saved_scale_ = state.value("loss_scale", LossScaler::kInitialScale);
         saved_good_updates_ = state.value("loss_scale_good_updates", int64_t{0});
+        saved_train_data_ = state.value("train_data", nlohmann::json());
       } catch (const std::exception& e) {
         // nlohmann's own words name neither the file nor what to do.
         throw std::runtime_error((ckpt / kStateFile).string() + " is damaged (" + e.what() + "); remove " +
@@ -591,6 +611,17 @@ class Run {
 
   void prepare_data() {
     const auto train_raw = data::read_examples(o_.train_file.string(), o_.train_limit);
+    train_data_ = {{"examples", train_raw.size()}, {"fingerprint", fingerprint(train_raw)}};
+    // The same path with other lines (a rebuilt or edited split) gives other batches: the options'
+    // comparison could not see it.
+    if (saved_train_data_.is_object() && saved_train_data_ != train_data_) {
+      console_ << "warning: the training data (" << o_.train_file.string() << ": " << train_data_["examples"]
+               << " examples, fingerprint " << train_data_["fingerprint"].get<std::string>()
+               << ") are not those the checkpoint was trained on ("
+               << saved_train_data_.value("examples", nlohmann::json()) << " examples, fingerprint "
+               << saved_train_data_.value("fingerprint", std::string("?"))
+               << "): the resumed run will differ from an uninterrupted one" << std::endl;
+    }
     Cuts cuts;
     train_ = tokenize(train_raw, *tokenizer_, model_->config(), o_, &cuts);
     batches_per_epoch_ = (static_cast<int64_t>(train_.size()) + o_.batch_size - 1) / o_.batch_size;
@@ -656,8 +687,11 @@ class Run {
     save_model(*model_, tmp, files_from_);
     set_generation_defaults(tmp, o_.max_target_tokens);
     optimizer_->save(tmp / kOptimizerFile);
-    nlohmann::json state = {
-        {"step", step}, {"elapsed_seconds", elapsed}, {"skipped_updates", skipped_}, {"options", options_json(o_)}};
+    nlohmann::json state = {{"step", step},
+                            {"elapsed_seconds", elapsed},
+                            {"skipped_updates", skipped_},
+                            {"options", options_json(o_)},
+                            {"train_data", train_data_}};
     if (scaler_.enabled()) {
       state["loss_scale"] = scaler_.scale();
       state["loss_scale_good_updates"] = scaler_.good_updates();
@@ -724,6 +758,7 @@ class Run {
   LossScaler scaler_{false};
   int64_t skipped_ = 0, saved_good_updates_ = 0;
   double saved_scale_ = LossScaler::kInitialScale;
+  nlohmann::json train_data_, saved_train_data_;  // {"examples", "fingerprint"}: this run's, the checkpoint's
   std::vector<TokenizedExample> train_, validation_;
   std::vector<data::Example> validation_raw_;
   std::vector<std::vector<size_t>> plan_;

@@ -196,6 +196,39 @@ TEST_F(Fixture, ResumeContinuesExactlyAsAnUninterruptedRun) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "update " << i + 1;
 }
 
+// A resumed run whose training file holds other lines than the checkpoint's (a rebuilt split at the same
+// path) says so: the options' comparison sees only the path, and the run went on without a word.
+TEST_F(Fixture, ResumingOnChangedTrainingDataWarns) {
+  std::ostringstream console;
+  auto first = options("changed-data");
+  first.stop_after = 3;
+  train(first, console);
+  nlohmann::json state;
+  std::ifstream(first.out_dir / "checkpoint-3" / "trainer_state.json") >> state;
+  EXPECT_EQ(state["train_data"]["examples"], 24);
+  const auto fingerprint = state["train_data"]["fingerprint"].get<std::string>();
+  EXPECT_EQ(fingerprint.size(), 16u);
+
+  auto again = options("changed-data");
+  again.resume = true;
+  again.stop_after = 6;
+  std::ostringstream same;
+  train(again, same);
+  EXPECT_EQ(same.str().find("warning"), std::string::npos) << same.str();
+
+  write_data(train_file, 24, 99);  // as many lines, other words
+  again.stop_after = 0;
+  std::ostringstream changed;
+  train(again, changed);
+  EXPECT_NE(changed.str().find("warning: the training data (" + train_file.string() + ": 24 examples, fingerprint "),
+            std::string::npos)
+      << changed.str();
+  EXPECT_NE(changed.str().find("are not those the checkpoint was trained on (24 examples, fingerprint " + fingerprint +
+                               "): the resumed run will differ"),
+            std::string::npos)
+      << changed.str();
+}
+
 TEST_F(Fixture, CheckpointsRotate) {
   auto o = options("rot");
   o.save_every = 3;
