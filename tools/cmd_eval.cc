@@ -8,7 +8,9 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +21,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/cuda_device.h"
@@ -324,6 +327,63 @@ std::string other_results_in(const fs::path& out, const Args& a) {
   return {};
 }
 
+// predictions.jsonl and scores.json, written beside their names and renamed over them: scores.json last,
+// an earlier one removed first. They were written in place, so that a run stopped while writing (killed,
+// a full disk) left a predictions.jsonl cut short, or this run's predictions beside the scores of the run
+// before, and either looked complete. Now a directory holds one run's pair, or predictions without scores.
+class OutputFiles {
+ public:
+  // Creates `dir` and opens the predictions' temporary file, or says why it cannot.
+  explicit OutputFiles(fs::path dir) : dir_(std::move(dir)) {
+    std::error_code ec;
+    created_ = fs::create_directories(dir_, ec);
+    if (!ec) predictions_.open(tmp(kPredictions), std::ios::binary | std::ios::trunc);
+    if (ec || !predictions_) {
+      const std::string why = ec ? ec.message() : std::strerror(errno);
+      throw std::invalid_argument("cannot write the results to " + dir_.string() + " (" + why +
+                                  "); pass --out DIR to write them elsewhere");
+    }
+  }
+  ~OutputFiles() {
+    std::error_code ec;  // a run that failed leaves no temporary files
+    if (!committed_) {
+      predictions_.close();
+      fs::remove(tmp(kPredictions), ec);
+      fs::remove(tmp(kScores), ec);
+      if (created_) fs::remove(dir_, ec);  // when empty
+    }
+  }
+  OutputFiles(const OutputFiles&) = delete;
+  OutputFiles& operator=(const OutputFiles&) = delete;
+
+  std::ofstream& predictions() { return predictions_; }
+
+  // Writes scores.json's text and puts both files in place.
+  void commit(const std::string& scores) {
+    predictions_.close();
+    if (!predictions_) throw std::runtime_error("cannot write " + tmp(kPredictions).string());
+    {
+      std::ofstream f(tmp(kScores), std::ios::binary | std::ios::trunc);
+      f << scores;
+      f.close();
+      if (!f) throw std::runtime_error("cannot write " + tmp(kScores).string());
+    }
+    fs::remove(dir_ / kScores);
+    fs::rename(tmp(kPredictions), dir_ / kPredictions);
+    fs::rename(tmp(kScores), dir_ / kScores);
+    committed_ = true;
+  }
+
+ private:
+  static constexpr const char* kPredictions = "predictions.jsonl";
+  static constexpr const char* kScores = "scores.json";
+  fs::path tmp(const char* name) const { return dir_ / (std::string(name) + ".tmp"); }
+
+  fs::path dir_;
+  std::ofstream predictions_;
+  bool created_ = false, committed_ = false;
+};
+
 }  // namespace
 
 int run_eval(const std::vector<std::string>& args) {
@@ -342,6 +402,9 @@ int run_eval(const std::vector<std::string>& args) {
     }
     std::cerr << "note: replacing " << out.string() << "'s results of " << other << "\n";
   }
+  // Also before generating: an --out (or a default next to the data) that cannot be written failed only
+  // once every summary was made.
+  OutputFiles files(out);
 
   std::optional<GenerationRun> run;
   std::vector<std::string> predictions;
@@ -356,9 +419,8 @@ int run_eval(const std::vector<std::string>& args) {
   for (const auto& e : data) references.push_back(e.summary);
   const auto corpus = eval::score_corpus(predictions, references, {a.stem}, {a.bootstrap, 0.95, a.seed});
 
-  fs::create_directories(out);
   {
-    std::ofstream f(out / "predictions.jsonl", std::ios::binary);
+    auto& f = files.predictions();
     for (size_t i = 0; i < data.size(); ++i) {
       nlohmann::json j = {{"id", data[i].id},
                           {"document", data[i].document},
@@ -367,7 +429,6 @@ int run_eval(const std::vector<std::string>& args) {
       for (const auto t : eval::kRougeTypes) j[eval::rouge_type_name(t)] = corpus.per_pair[i][t].fmeasure;
       f << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     }
-    if (!f) throw std::runtime_error("cannot write " + (out / "predictions.jsonl").string());
   }
 
   nlohmann::json scores;
@@ -404,11 +465,7 @@ int run_eval(const std::vector<std::string>& args) {
   }
   scores["created"] = utc_now();
   scores["elapsed_seconds"] = std::chrono::duration<double>(Clock::now() - started).count();
-  {
-    std::ofstream f(out / "scores.json", std::ios::binary);
-    f << scores.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    if (!f) throw std::runtime_error("cannot write " + (out / "scores.json").string());
-  }
+  files.commit(scores.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 
   std::cout << "split " << scores["split"].get<std::string>() << ", n = " << data.size() << (a.stem ? ", stemmed" : "")
             << "\n"

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -34,8 +35,9 @@ std::string slurp(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-Result run_eval(const fs::path& work, const std::vector<std::string>& args) {
-  std::string cmd = std::string(SRFORMER_BIN_DIR) + "/srformer eval";
+// `shell` goes before the command (a `ulimit`).
+Result run_eval(const fs::path& work, const std::vector<std::string>& args, const std::string& shell = "") {
+  std::string cmd = shell + std::string(SRFORMER_BIN_DIR) + "/srformer eval";
   for (const auto& a : args) cmd += " '" + a + "'";
   cmd += " >'" + (work / "stdout").string() + "' 2>'" + (work / "stderr").string() + "'";
   const int status = std::system(cmd.c_str());
@@ -198,6 +200,36 @@ TEST_F(EvalPredictionsTest, BadInvocationsSayWhatToFix) {
   EXPECT_NE(r.err.find("has no examples"), std::string::npos) << r.err;
 }
 
+// A run stopped while writing its results (here by a file size limit, as a full disk would) leaves the
+// earlier run's predictions.jsonl and scores.json as they were. Both were written in place: it left a
+// predictions.jsonl cut short beside the earlier run's scores.json, which looked complete.
+TEST_F(EvalPredictionsTest, AResultWriteCutShortLeavesTheEarlierResults) {
+  const fs::path out = dir_.path() / "out";
+  auto r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string(), "--out", out.string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto predictions = slurp(out / "predictions.jsonl"), scores = slurp(out / "scores.json");
+
+  std::string long_text;
+  for (int i = 0; i < 2000; ++i) long_text += "word" + std::to_string(i) + " ";
+  write_jsonl(pred_, {{{"id", "hand"}, {"prediction", long_text}},
+                      {{"id", "disjoint"}, {"prediction", long_text}},
+                      {{"id", "same"}, {"prediction", long_text}}});
+  ASSERT_GT(3 * long_text.size(), 8192u);
+  // At most 8 blocks (of 512 or 1024 bytes) per file: the predictions do not fit.
+  r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string(), "--out", out.string()}, "ulimit -f 8; ");
+  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(slurp(out / "predictions.jsonl"), predictions);
+  EXPECT_EQ(slurp(out / "scores.json"), scores);
+  // And without the limit, this run's results replace them, with no temporary file left beside them.
+  r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string(), "--out", out.string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(read_jsonl(out / "predictions.jsonl").at(0)["prediction"], long_text);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(out)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"predictions.jsonl", "scores.json"}));
+}
+
 class EvalModelTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -329,6 +361,19 @@ TEST_F(EvalModelTest, TheDefaultOutputDirectoryIsPerModel) {
   EXPECT_NE(r.err.find("note: replacing " + out + "'s results of model " + (model_ / ".").string()), std::string::npos)
       << r.err;
   EXPECT_EQ(json::parse(slurp(dir_.path() / "test.model.eval" / "scores.json"))["model"], twin.string());
+}
+
+// An output directory that cannot be written is refused before generating: the error came once every
+// summary was made.
+TEST_F(EvalModelTest, AnUnwritableOutputDirectoryIsRefusedBeforeGenerating) {
+  const auto file = dir_.path() / "a-file";
+  std::ofstream(file) << "not a directory\n";
+  const auto out = file / "results";
+  const auto r = run_eval(dir_.path(), concat({model_.string(), data_.string(), "--out", out.string()}, gen_));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("cannot write the results to " + out.string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("pass --out DIR to write them elsewhere"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("batch 1/"), std::string::npos) << "generated before refusing: " << r.err;
 }
 
 }  // namespace
