@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
 
 #include "model/tokenizer/document_check.h"
@@ -29,9 +30,19 @@ void for_each_jsonl(const std::string& path, const std::function<void(const nloh
   for (int64_t n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(n);
+    // A key given twice in the line's object kept its last value without a word (as Python's json does):
+    // which of two summaries was meant is not for the reader to guess.
+    std::set<std::string> keys;
+    const auto no_repeated_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+      if (depth == 1 && event == nlohmann::json::parse_event_t::key && !keys.insert(parsed.get<std::string>()).second) {
+        throw std::invalid_argument(where + ": field \"" + parsed.get<std::string>() +
+                                    "\" appears twice in the line's object; keep one");
+      }
+      return true;
+    };
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(line);
+      j = nlohmann::json::parse(line, no_repeated_keys);
     } catch (const nlohmann::json::parse_error& e) {
       throw std::invalid_argument(where + ": not valid JSON (" + e.what() + ")");
     }

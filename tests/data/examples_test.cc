@@ -71,6 +71,20 @@ TEST(ReadExamples, EmptyOrBlankDocumentsAndSummariesAreRefused) {
   EXPECT_EQ(read_examples(file.string(), 2).size(), 2u);
 }
 
+// A field given twice kept its last value without a word; nested objects may repeat their parent's keys.
+TEST(ReadExamples, AFieldGivenTwiceIsRefused) {
+  testing::TempDir dir{"examples"};
+  const auto file = dir.path() / "data.jsonl";
+  std::ofstream(file) << kTwoLines
+                      << "{\"id\": \"c\", \"document\": \"d\", \"summary\": \"one\", \"summary\": \"two\"}\n";
+  EXPECT_EQ(refusal(file), file.string() + ":3: field \"summary\" appears twice in the line's object; keep one");
+  std::ofstream(file) << "{\"id\": \"c\", \"document\": \"d\", \"summary\": \"s\", \"meta\": {\"id\": 1, \"x\": "
+                         "{\"id\": 2}}, \"list\": [{\"id\": 3}, {\"id\": 4}]}\n";
+  const auto examples = read_examples(file.string());
+  ASSERT_EQ(examples.size(), 1u);
+  EXPECT_EQ(examples[0].id, "c");
+}
+
 // What editors and other tools write is read alike: CRLF line ends, a byte-order mark, blank lines and a
 // last line without its newline.
 TEST(ReadExamples, CrlfBomBlankLinesAndNoFinalNewline) {
