@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
+#include <string_view>
 
 #include "model/tokenizer/document_check.h"
 
@@ -44,7 +45,14 @@ void for_each_jsonl(const std::string& path, const std::function<void(const nloh
     try {
       j = nlohmann::json::parse(line, no_repeated_keys);
     } catch (const nlohmann::json::parse_error& e) {
-      throw std::invalid_argument(where + ": not valid JSON (" + e.what() + ")");
+      // nlohmann's words name the byte, not the cause: a file in another encoding fails on every line.
+      const bool utf16 = line.size() >= 2 && ((line[0] == '\xFF' && line[1] == '\xFE') ||
+                                              (line[0] == '\xFE' && line[1] == '\xFF') || line.find('\0') != line.npos);
+      const bool not_utf8 = utf16 || std::string_view(e.what()).find("ill-formed UTF-8") != std::string_view::npos;
+      throw std::invalid_argument(where + ": not valid JSON (" + e.what() + ")" +
+                                  (utf16      ? "; the file is UTF-16: re-encode it as UTF-8 (iconv -f UTF-16 -t UTF-8)"
+                                   : not_utf8 ? "; the file must be UTF-8: re-encode it (iconv -f ENCODING -t UTF-8)"
+                                              : ""));
     }
     if (!j.is_object()) throw std::invalid_argument(where + ": expected a JSON object per line");
     fn(j, where);

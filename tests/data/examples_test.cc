@@ -85,6 +85,23 @@ TEST(ReadExamples, AFieldGivenTwiceIsRefused) {
   EXPECT_EQ(examples[0].id, "c");
 }
 
+// A file in another encoding is named as such, with what to do: nlohmann's words named only a byte.
+TEST(ReadExamples, AFileNotInUtf8SaysToReEncodeIt) {
+  testing::TempDir dir{"examples"};
+  const auto file = dir.path() / "data.jsonl";
+  std::ofstream(file, std::ios::binary) << "{\"id\": \"a\", \"document\": \"caf\xE9\", \"summary\": \"s\"}\n";
+  EXPECT_NE(refusal(file).find(":1: not valid JSON ("), std::string::npos) << refusal(file);
+  EXPECT_NE(refusal(file).find("; the file must be UTF-8: re-encode it (iconv -f ENCODING -t UTF-8)"),
+            std::string::npos)
+      << refusal(file);
+  std::string utf16 = "\xFF\xFE";
+  for (const char c : std::string("{\"id\": \"a\"}\n")) utf16 += std::string{c, '\0'};
+  std::ofstream(file, std::ios::binary) << utf16;
+  EXPECT_NE(refusal(file).find("; the file is UTF-16: re-encode it as UTF-8 (iconv -f UTF-16 -t UTF-8)"),
+            std::string::npos)
+      << refusal(file);
+}
+
 // What editors and other tools write is read alike: CRLF line ends, a byte-order mark, blank lines and a
 // last line without its newline.
 TEST(ReadExamples, CrlfBomBlankLinesAndNoFinalNewline) {
