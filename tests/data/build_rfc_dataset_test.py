@@ -206,6 +206,24 @@ class BuildRfcDatasetTest(unittest.TestCase):
         self.assertIn("rfc791", rows)
         self.assertIn("removed, no abstract: 1", printed)
 
+    def test_a_minimum_of_zero_words_is_refused(self):
+        # --min-doc-words 0 let an introduction without prose (a heading, then the next section) through
+        # as an empty document, which srformer train and eval refuse.
+        out = os.path.join(self.tmp.name, "zero")
+        for flag, what in (("--min-doc-words", "document"), ("--min-summary-words", "summary")):
+            with self.assertRaises(SystemExit) as e:
+                self.main_stderr(["--rfc-dir", self.dir, "--out", out, flag, "0"])
+            self.assertEqual(e.exception.code, 2)
+        err = io.StringIO()
+        old, sys.stderr = sys.stderr, err
+        try:
+            with self.assertRaises(SystemExit):
+                rfc.main(["--rfc-dir", self.dir, "--out", out, "--min-doc-words", "0"])
+        finally:
+            sys.stderr = old
+        self.assertIn("--min-doc-words needs at least 1: srformer train and eval refuse an empty document", err.getvalue())
+        self.assertFalse(os.path.exists(out))
+
     def test_a_damaged_text_is_counted_and_named(self):
         # A truncated rfcN.txt.gz (an interrupted unpack) ended the build in a traceback naming no file.
         damaged = os.path.join(self.dir, "links", "rfc8300.txt.gz")

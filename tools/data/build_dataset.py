@@ -468,6 +468,11 @@ def parse_with_split(parser, argv):
     # A minimum over its maximum removes every record: three empty splits and exit 0.
     for what in ("doc", "summary"):
         low, high = getattr(args, "min_%s_words" % what, None), getattr(args, "max_%s_words" % what, None)
+        # At 0 an empty document passed (an RFC whose introduction is all figures), which `srformer train`
+        # and `eval` refuse.
+        if low is not None and low < 1:
+            parser.error("--min-%s-words needs at least 1: srformer train and eval refuse an empty %s"
+                         % (what, "document" if what == "doc" else what))
         if low is not None and high is not None and low > high:
             parser.error("--min-%s-words %d is more than --max-%s-words %d: no record would pass"
                          % (what, low, what, high))
