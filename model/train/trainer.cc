@@ -377,6 +377,9 @@ class Run {
                                   ") and no checkpoints of a run to resume: training would replace it; choose "
                                   "another --out, or remove that model first");
     }
+    // The data first: a bad line was named only once the model (and a resumed run's optimizer) had loaded,
+    // and the refused run left an empty --out behind.
+    read_data();
     fs::create_directories(o_.out_dir);
     torch::manual_seed(o_.seed);
     load();
@@ -609,8 +612,16 @@ class Run {
     files_from_ = load_dir_;
   }
 
+  void read_data() {
+    train_raw_ = data::read_examples(o_.train_file.string(), o_.train_limit);
+    if (!o_.validation_file.empty()) {
+      validation_raw_ = data::read_examples(
+          o_.validation_file.string(), o_.eval_examples > 0 ? std::optional<int64_t>(o_.eval_examples) : std::nullopt);
+    }
+  }
+
   void prepare_data() {
-    const auto train_raw = data::read_examples(o_.train_file.string(), o_.train_limit);
+    const auto train_raw = std::move(train_raw_);  // tokenized below; not needed after
     train_data_ = {{"examples", train_raw.size()}, {"fingerprint", fingerprint(train_raw)}};
     // The same path with other lines (a rebuilt or edited split) gives other batches: the options'
     // comparison could not see it.
@@ -638,8 +649,6 @@ class Run {
              << static_cast<double>(o_.steps * o_.grad_accum) / static_cast<double>(batches_per_epoch_) << " epochs"
              << std::endl;
     if (!o_.validation_file.empty()) {
-      validation_raw_ = data::read_examples(
-          o_.validation_file.string(), o_.eval_examples > 0 ? std::optional<int64_t>(o_.eval_examples) : std::nullopt);
       Cuts validation_cuts;
       validation_ = tokenize(validation_raw_, *tokenizer_, model_->config(), o_, &validation_cuts);
       // `srformer eval` reads documents up to the model's limit, not this run's: its ROUGE differs unless
@@ -760,7 +769,7 @@ class Run {
   double saved_scale_ = LossScaler::kInitialScale;
   nlohmann::json train_data_, saved_train_data_;  // {"examples", "fingerprint"}: this run's, the checkpoint's
   std::vector<TokenizedExample> train_, validation_;
-  std::vector<data::Example> validation_raw_;
+  std::vector<data::Example> train_raw_, validation_raw_;
   std::vector<std::vector<size_t>> plan_;
   std::ofstream log_;
   bool bar_open_ = false;

@@ -229,6 +229,21 @@ TEST_F(Fixture, ResumingOnChangedTrainingDataWarns) {
       << changed.str();
 }
 
+// Bad data is named before the model loads, and the refused run leaves no --out behind (it left an empty
+// one, after loading the model).
+TEST_F(Fixture, BadDataIsRefusedBeforeTheRunStarts) {
+  std::ostringstream console;
+  for (const bool in_validation : {false, true}) {
+    auto o = options(in_validation ? "bad-validation" : "bad-train");
+    const auto bad = tmp.path() / "bad.jsonl";
+    std::ofstream(bad) << "{\"id\": \"a\", \"document\": \"red cat\", \"summary\": \"\"}\n";
+    (in_validation ? o.validation_file : o.train_file) = bad;
+    EXPECT_TRUE(refused_with(o, console, bad.string() + ":1: the summary is empty"));
+    EXPECT_FALSE(fs::exists(o.out_dir)) << in_validation;
+  }
+  EXPECT_EQ(console.str().find("dropout:"), std::string::npos) << "the model loaded first: " << console.str();
+}
+
 TEST_F(Fixture, CheckpointsRotate) {
   auto o = options("rot");
   o.save_every = 3;
