@@ -14,8 +14,9 @@ struct Example {
   std::string id, document, summary;
 };
 
-// Calls fn(object, "file:line") for every non-blank line, which must be a JSON object.
-// Throws std::invalid_argument naming the file and line of the first bad one.
+// Calls fn(object, "file:line") for every non-blank line of `path` (a file or a pipe, read once), which
+// must be a JSON object giving each field once. Throws std::invalid_argument naming the file and line of
+// the first bad one (and saying to re-encode a file that is not UTF-8).
 void for_each_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, const std::string&)>& fn);
 
 // The string field `key` of `j`; throws std::invalid_argument naming `where` when missing or not a string.
