@@ -348,8 +348,22 @@ void truncate_log(const fs::path& log, int64_t step) {
       if (!j.is_discarded() && j.value("step", int64_t{0}) <= step) kept.push_back(line);
     }
   }
-  std::ofstream out(log, std::ios::trunc);
-  for (const auto& l : kept) out << l << "\n";
+  // Beside it, then renamed over it: rewritten in place, a run stopped here (a full disk, a kill) lost the
+  // record of every update before the checkpoint.
+  auto tmp = log;
+  tmp += ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (const auto& l : kept) out << l << "\n";
+    out.close();
+    if (!out) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw std::runtime_error("cannot write " + tmp.string() + " (is the disk full?); " + log.string() +
+                               " is as it was");
+    }
+  }
+  fs::rename(tmp, log);
 }
 
 class Run {

@@ -1,9 +1,11 @@
 #include "model/train/trainer.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <torch/torch.h>
 
 #include <atomic>
+#include <csignal>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -242,6 +244,42 @@ TEST_F(Fixture, BadDataIsRefusedBeforeTheRunStarts) {
     EXPECT_FALSE(fs::exists(o.out_dir)) << in_validation;
   }
   EXPECT_EQ(console.str().find("dropout:"), std::string::npos) << "the model loaded first: " << console.str();
+}
+
+// A resumed run that cannot rewrite its log (here a file size limit, as a full disk) leaves the log as it
+// was: it was rewritten in place, and the run went on with what fitted of it.
+TEST_F(Fixture, AResumeThatCannotRewriteTheLogKeepsIt) {
+  std::ostringstream console;
+  auto o = options("log-rewrite");
+  o.stop_after = 6;
+  train(o, console);
+  const auto log = o.out_dir / "train_log.jsonl";
+  std::ifstream in(log);
+  const std::string before{std::istreambuf_iterator<char>(in), {}};
+  ASSERT_GT(before.size(), 400u);
+
+  o.stop_after = 0;
+  o.resume = true;
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);  // writes past the limit fail (EFBIG) instead
+  rlimit small = saved;
+  small.rlim_cur = 400;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string error;
+  try {
+    train(o, console);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(error.find("cannot write " + log.string() + ".tmp"), std::string::npos) << error;
+  std::ifstream after_in(log);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(after_in), {}), before);
+  EXPECT_FALSE(fs::exists(log.string() + ".tmp"));
+  train(o, console);  // with room again, the run resumes
+  EXPECT_EQ(logged_losses(o.out_dir).size(), 12u);
 }
 
 TEST_F(Fixture, CheckpointsRotate) {
