@@ -9,10 +9,38 @@
 #include <set>
 #include <stdexcept>
 #include <string_view>
+#include <tuple>
 
 #include "model/tokenizer/document_check.h"
 
 namespace srformer::data {
+
+namespace {
+
+// What a line that is no JSON says the file is instead ("; the file is gzip-compressed: ..."), or "". The
+// first line (`first`) tells a compressed or UTF-16 file; any line, one in an 8-bit encoding.
+std::string file_hint(std::string_view line, bool first, const nlohmann::json::parse_error& e) {
+  const auto starts = [&](std::string_view magic) { return line.substr(0, magic.size()) == magic; };
+  using Format = std::tuple<std::string_view, const char*, const char*>;  // magic, name, decompressor
+  for (const auto& [magic, name, cat] :
+       {Format{"\x1F\x8B", "gzip", "zcat"}, Format{"\xFD\x37\x7A\x58\x5A", "xz", "xzcat"},
+        Format{"BZh", "bzip2", "bzcat"}, Format{"\x28\xB5\x2F\xFD", "zstd", "zstdcat"}}) {
+    if (first && starts(magic)) {
+      return std::string("; the file is ") + name + "-compressed: decompress it, or pass <(" + cat + " FILE)";
+    }
+  }
+  // A byte-order mark, or the NUL byte beside each ASCII character of UTF-16 JSON.
+  if (first &&
+      (starts("\xFF\xFE") || starts("\xFE\xFF") || (line.size() >= 2 && (line[0] == '\0' || line[1] == '\0')))) {
+    return "; the file is UTF-16: re-encode it as UTF-8 (iconv -f UTF-16 -t UTF-8)";
+  }
+  if (std::string_view(e.what()).find("ill-formed UTF-8") != std::string_view::npos) {
+    return "; the file must be UTF-8: re-encode it (iconv -f ENCODING -t UTF-8)";
+  }
+  return "";
+}
+
+}  // namespace
 
 void for_each_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, const std::string&)>& fn) {
   // Read once, front to back: a pipe (`<(jq ...)`, /dev/stdin) does as well as a file. It was refused as
@@ -45,14 +73,9 @@ void for_each_jsonl(const std::string& path, const std::function<void(const nloh
     try {
       j = nlohmann::json::parse(line, no_repeated_keys);
     } catch (const nlohmann::json::parse_error& e) {
-      // nlohmann's words name the byte, not the cause: a file in another encoding fails on every line.
-      const bool utf16 = line.size() >= 2 && ((line[0] == '\xFF' && line[1] == '\xFE') ||
-                                              (line[0] == '\xFE' && line[1] == '\xFF') || line.find('\0') != line.npos);
-      const bool not_utf8 = utf16 || std::string_view(e.what()).find("ill-formed UTF-8") != std::string_view::npos;
-      throw std::invalid_argument(where + ": not valid JSON (" + e.what() + ")" +
-                                  (utf16      ? "; the file is UTF-16: re-encode it as UTF-8 (iconv -f UTF-16 -t UTF-8)"
-                                   : not_utf8 ? "; the file must be UTF-8: re-encode it (iconv -f ENCODING -t UTF-8)"
-                                              : ""));
+      // nlohmann's words name the byte, not the cause: a compressed file, or one in another encoding, fails
+      // on its first line.
+      throw std::invalid_argument(where + ": not valid JSON (" + e.what() + ")" + file_hint(line, n == 1, e));
     }
     if (!j.is_object()) throw std::invalid_argument(where + ": expected a JSON object per line");
     fn(j, where);

@@ -102,6 +102,27 @@ TEST(ReadExamples, AFileNotInUtf8SaysToReEncodeIt) {
       << refusal(file);
 }
 
+// A compressed file is named as such: its first bytes read as "invalid literal", or as UTF-16 (xz's NUL).
+TEST(ReadExamples, ACompressedFileSaysToDecompressIt) {
+  testing::TempDir dir{"examples"};
+  const auto file = dir.path() / "data.jsonl.gz";
+  for (const auto& [bytes, says] : std::vector<std::pair<std::string, std::string>>{
+           {std::string("\x1F\x8B\x08\0\0\0\0\0\0\x03", 10),
+            "the file is gzip-compressed: decompress it, or pass <(zcat FILE)"},
+           {std::string("\xFD"
+                        "7zXZ\0\0\x04",
+                        8),
+            "the file is xz-compressed: decompress it, or pass <(xzcat FILE)"},
+           {"BZh91AY&SY", "the file is bzip2-compressed"},
+           {"\x28\xB5\x2F\xFD\x04", "the file is zstd-compressed"}}) {
+    std::ofstream(file, std::ios::binary) << bytes << "\n";
+    const auto said = refusal(file);
+    EXPECT_NE(said.find(file.string() + ":1: not valid JSON ("), std::string::npos) << said;
+    EXPECT_NE(said.find("; " + says), std::string::npos) << said;
+    EXPECT_EQ(said.find("UTF-16"), std::string::npos) << said;
+  }
+}
+
 // What editors and other tools write is read alike: CRLF line ends, a byte-order mark, blank lines and a
 // last line without its newline.
 TEST(ReadExamples, CrlfBomBlankLinesAndNoFinalNewline) {
