@@ -1,0 +1,358 @@
+// Greedy and beam search against an independent transcription of Hugging Face transformers 4.11's
+// generate() (greedy_search, beam_search, BeamSearchScorer, BeamHypotheses and the logits processors),
+// written here in plain C++ over double-precision log-probabilities (beam scores in float32, as HF's
+// tensors hold them), without LibTorch or the searchers' code. Random small scripted models and random
+// options (length penalties of every sign, the three early-stopping modes, minimum lengths, n-gram bans,
+// repetition penalties below and above 1, forced BOS/EOS) exercise the edge cases where the two could
+// part. The sampling warpers likewise, against HF's temperature, top-k and top-p (4.30-4.45).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/generation/logits_processors.h"
+#include "model/generation/searcher.h"
+#include "scripted_model.h"
+
+namespace srformer {
+namespace {
+
+using History = std::vector<int64_t>;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// --- HF 4.11 logits processors, over one row of scores -------------------------------------------------
+
+void hf_repetition_penalty(std::vector<double>& s, const History& ids, double penalty) {
+  // gather / where / scatter: a repeated token is penalised once (the gathered values are the originals).
+  std::vector<double> gathered;
+  for (const int64_t t : ids) gathered.push_back(s[static_cast<size_t>(t)]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const double v = gathered[i];
+    s[static_cast<size_t>(ids[i])] = v < 0 ? v * penalty : v / penalty;
+  }
+}
+
+void hf_no_repeat_ngram(std::vector<double>& s, const History& ids, int64_t n) {
+  const auto cur_len = static_cast<int64_t>(ids.size());
+  if (cur_len + 1 < n) return;
+  // _get_ngrams: every n-gram of the history, keyed by its first n-1 tokens.
+  std::vector<std::pair<History, int64_t>> ngrams;
+  for (int64_t i = 0; i + n <= cur_len; ++i) {
+    ngrams.emplace_back(History(ids.begin() + i, ids.begin() + i + n - 1), ids[static_cast<size_t>(i + n - 1)]);
+  }
+  const History key(ids.begin() + (cur_len + 1 - n), ids.end());
+  for (const auto& [prefix, next] : ngrams) {
+    if (prefix == key) s[static_cast<size_t>(next)] = -kInf;
+  }
+}
+
+struct HfOptions {
+  int64_t max_length = 10;  // counts the decoder start
+  int64_t min_length = 0;
+  int64_t num_beams = 1;
+  double length_penalty = 1.0;
+  EarlyStopping early_stopping = EarlyStopping::kHeuristic;
+  int64_t num_return_sequences = 1;
+  int64_t no_repeat_ngram_size = 0;
+  double repetition_penalty = 1.0;
+  int64_t forced_bos = -1, forced_eos = -1;
+  int64_t start = 0, eos = 1;
+};
+
+void hf_process(std::vector<double>& s, const History& ids, const HfOptions& o) {
+  const auto cur_len = static_cast<int64_t>(ids.size());
+  if (o.repetition_penalty != 1.0) hf_repetition_penalty(s, ids, o.repetition_penalty);
+  if (o.no_repeat_ngram_size > 0) hf_no_repeat_ngram(s, ids, o.no_repeat_ngram_size);
+  if (cur_len < o.min_length) s[static_cast<size_t>(o.eos)] = -kInf;
+  const auto force = [&s](int64_t token) {
+    std::fill(s.begin(), s.end(), -kInf);
+    s[static_cast<size_t>(token)] = 0.0;
+  };
+  if (o.forced_bos >= 0 && cur_len == 1) force(o.forced_bos);
+  if (o.forced_eos >= 0 && cur_len == o.max_length - 1) force(o.forced_eos);
+}
+
+std::vector<double> log_softmax(const std::vector<float>& logits) {
+  double most = -kInf;
+  for (const float v : logits) most = std::max(most, static_cast<double>(v));
+  double sum = 0.0;
+  for (const float v : logits) sum += std::exp(static_cast<double>(v) - most);
+  std::vector<double> out;
+  for (const float v : logits) out.push_back(static_cast<double>(v) - most - std::log(sum));
+  return out;
+}
+
+struct HfHypothesis {
+  History tokens;  // new tokens, EOS included where it ended with one
+  double score;
+};
+
+// greedy_search: processors on the raw logits, argmax (first on ties), stop at EOS or max_length.
+HfHypothesis hf_greedy(const testing::Script& script, const HfOptions& o) {
+  History ids{o.start};
+  double score = 0.0;
+  while (true) {
+    const auto logits = script(ids);
+    std::vector<double> s(logits.begin(), logits.end());
+    hf_process(s, ids, o);
+    const auto best = std::max_element(s.begin(), s.end()) - s.begin();
+    // The searcher's score: log_softmax of the processed scores at the token.
+    double most = s[static_cast<size_t>(best)], sum = 0.0;
+    for (const double v : s) sum += std::exp(v - most);
+    score += -std::log(sum);
+    ids.push_back(best);
+    if (best == o.eos || static_cast<int64_t>(ids.size()) >= o.max_length) break;
+  }
+  return {History(ids.begin() + 1, ids.end()), score};
+}
+
+// beam_search with BeamSearchScorer (one batch row).
+std::vector<HfHypothesis> hf_beam(const testing::Script& script, const HfOptions& o) {
+  const int64_t nb = o.num_beams;
+  std::vector<History> beams(static_cast<size_t>(nb), History{o.start});
+  // HF's beam scores and next-token scores are float32 tensors (-1e9 absorbs a log-probability there).
+  std::vector<float> beam_scores(static_cast<size_t>(nb), -1e9f);
+  beam_scores[0] = 0.0f;
+  struct Hyp {
+    double score;
+    History ids;
+    bool eos;
+  };
+  std::vector<Hyp> hyps;
+  double worst = 1e9;
+  const auto add = [&](const History& ids, double sum_logprobs, bool eos) {
+    const double score = sum_logprobs / std::pow(static_cast<double>(ids.size()), o.length_penalty);
+    if (static_cast<int64_t>(hyps.size()) < nb || score > worst) {
+      hyps.push_back({score, ids, eos});
+      if (static_cast<int64_t>(hyps.size()) > nb) {
+        std::vector<std::pair<double, size_t>> sorted;
+        for (size_t i = 0; i < hyps.size(); ++i) sorted.emplace_back(hyps[i].score, i);
+        std::sort(sorted.begin(), sorted.end());
+        hyps.erase(hyps.begin() + static_cast<std::ptrdiff_t>(sorted[0].second));
+        worst = sorted[1].first;
+      } else {
+        worst = std::min(score, worst);
+      }
+    }
+  };
+  const auto is_done = [&](double best_sum_logprobs, int64_t cur_len) {
+    if (static_cast<int64_t>(hyps.size()) < nb) return false;
+    if (o.early_stopping == EarlyStopping::kWhenFull) return true;
+    const bool never = o.early_stopping == EarlyStopping::kNever && o.length_penalty > 0.0;
+    const double length = static_cast<double>(never ? o.max_length : cur_len);
+    return worst >= best_sum_logprobs / std::pow(length, o.length_penalty);
+  };
+  bool done = false;
+  while (true) {
+    const auto cur_len = static_cast<int64_t>(beams[0].size());
+    std::vector<std::pair<float, int64_t>> flat;  // (score, beam * vocab + token)
+    int64_t vocab = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+      auto s = log_softmax(script(beams[static_cast<size_t>(b)]));
+      vocab = static_cast<int64_t>(s.size());
+      hf_process(s, beams[static_cast<size_t>(b)], o);
+      for (int64_t t = 0; t < vocab; ++t) {
+        flat.emplace_back(static_cast<float>(s[static_cast<size_t>(t)]) + beam_scores[static_cast<size_t>(b)],
+                          b * vocab + t);
+      }
+    }
+    // torch.topk(2 * num_beams, sorted=True); ties by index.
+    std::stable_sort(flat.begin(), flat.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    flat.resize(static_cast<size_t>(2 * nb));
+    std::vector<History> next;
+    std::vector<float> next_scores;
+    for (int64_t rank = 0; rank < 2 * nb; ++rank) {
+      const auto [score, index] = flat[static_cast<size_t>(rank)];
+      const int64_t parent = index / vocab, token = index % vocab;
+      if (token == o.eos) {
+        if (rank >= nb) continue;
+        add(beams[static_cast<size_t>(parent)], score, true);
+      } else {
+        next.push_back(beams[static_cast<size_t>(parent)]);
+        next.back().push_back(token);
+        next_scores.push_back(score);
+      }
+      if (static_cast<int64_t>(next.size()) == nb) break;
+    }
+    if (static_cast<int64_t>(next.size()) < nb) throw std::runtime_error("reference: too few continuations");
+    done = done || is_done(flat[0].first, cur_len);
+    beams = std::move(next);
+    beam_scores = std::move(next_scores);
+    if (done || static_cast<int64_t>(beams[0].size()) >= o.max_length) break;
+  }
+  if (!done) {
+    for (int64_t b = 0; b < nb; ++b) add(beams[static_cast<size_t>(b)], beam_scores[static_cast<size_t>(b)], false);
+  }
+  std::vector<Hyp> sorted = hyps;
+  std::stable_sort(sorted.begin(), sorted.end(), [](const Hyp& a, const Hyp& b) { return a.score < b.score; });
+  std::vector<HfHypothesis> out;
+  for (int64_t j = 0; j < o.num_return_sequences; ++j) {
+    const Hyp h = sorted.back();
+    sorted.pop_back();
+    History tokens(h.ids.begin() + 1, h.ids.end());
+    if (h.eos) tokens.push_back(o.eos);
+    out.push_back({tokens, h.score});
+  }
+  return out;
+}
+
+std::string describe(const GenerationOptions& o) {
+  return "beams " + std::to_string(o.num_beams) + " max " + std::to_string(o.max_new_tokens) + " min " +
+         std::to_string(o.min_new_tokens) + " lp " + std::to_string(o.length_penalty) + " es " +
+         std::to_string(static_cast<int>(o.early_stopping)) + " ngram " + std::to_string(o.no_repeat_ngram_size) +
+         " rep " + std::to_string(o.repetition_penalty) + " fbos " +
+         std::to_string(o.forced_bos_token_id.value_or(-1)) + " feos " +
+         std::to_string(o.forced_eos_token_id.value_or(-1)) + " nrs " + std::to_string(o.num_return_sequences);
+}
+
+TEST(HuggingFaceReferenceTest, RandomOptionsMatchTheTranscription) {
+  std::mt19937_64 rng(12345);
+  const auto pick = [&rng](int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+  };
+  const double penalties[] = {-2.0, -1.0, -0.5, 0.0, 0.6, 1.0, 2.0};
+  const double repetition[] = {1.0, 1.0, 0.5, 0.8, 1.3, 2.0};
+  int compared = 0;
+  const int trials = 4000;
+  for (int trial = 0; trial < trials; ++trial) {
+    const int64_t vocab = pick(5, 12);
+    const float eos_bias = static_cast<float>(pick(-20, 30)) / 10.0f;
+    const auto script = testing::random_script(vocab, static_cast<uint64_t>(trial) + 1, 1, eos_bias);
+    GenerationOptions o;
+    o.decoder_start_token_id = 0;
+    o.eos_token_id = 1;
+    o.num_beams = pick(1, 4);
+    o.max_new_tokens = pick(1, 9);
+    o.min_new_tokens = pick(0, 3) == 0 ? pick(0, o.max_new_tokens) : 0;
+    o.length_penalty = penalties[pick(0, 6)];
+    o.early_stopping = static_cast<EarlyStopping>(pick(0, 2));
+    o.num_return_sequences = pick(1, o.num_beams);
+    o.no_repeat_ngram_size = pick(0, 2) == 0 ? pick(1, 4) : 0;
+    o.repetition_penalty = repetition[pick(0, 5)];
+    if (pick(0, 4) == 0) o.forced_bos_token_id = pick(2, vocab - 1);
+    if (pick(0, 4) == 0) o.forced_eos_token_id = 1;
+    HfOptions h;
+    h.max_length = o.max_new_tokens + 1;
+    h.min_length = o.min_new_tokens + 1;
+    h.num_beams = o.num_beams;
+    h.length_penalty = o.length_penalty;
+    h.early_stopping = o.early_stopping;
+    h.num_return_sequences = o.num_return_sequences;
+    h.no_repeat_ngram_size = o.no_repeat_ngram_size;
+    h.repetition_penalty = o.repetition_penalty;
+    h.forced_bos = o.forced_bos_token_id.value_or(-1);
+    h.forced_eos = o.forced_eos_token_id.value_or(-1);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": vocab " + std::to_string(vocab) + " " + describe(o));
+    std::vector<HfHypothesis> want;
+    try {
+      want = o.num_beams == 1 ? std::vector<HfHypothesis>{hf_greedy(script, h)} : hf_beam(script, h);
+    } catch (const std::exception&) {
+      continue;  // HF raises too (fewer continuations than beams)
+    }
+    bool finite = true;
+    for (const auto& w : want) finite = finite && std::isfinite(w.score);
+    if (!finite) continue;  // -inf hypotheses: ties among them are ordered by chance
+    testing::Run run;
+    try {
+      auto searcher = make_searcher(o);
+      run = testing::drive(*searcher, script, 0);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "searcher threw: " << e.what();
+      continue;
+    }
+    ++compared;
+    ASSERT_EQ(run.results.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(run.results[i].tokens, want[i].tokens) << "hypothesis " << i;
+      EXPECT_NEAR(run.results[i].score, want[i].score, 1e-4 * (1 + std::abs(want[i].score))) << "hypothesis " << i;
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  if (!::testing::Test::HasFailure()) {
+    EXPECT_GT(compared, trials * 2 / 3);  // most draws are comparable
+  }
+}
+
+// HF's sampling warpers in its order (TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper of
+// transformers 4.30-4.45) over one row, in double precision: the scores that sampling draws from.
+std::vector<double> hf_warp(std::vector<double> s, double temperature, int64_t top_k, double top_p, int64_t min_keep) {
+  const auto n = static_cast<int64_t>(s.size());
+  if (temperature != 1.0) {
+    for (auto& v : s) v /= temperature;
+  }
+  if (top_k != 0) {
+    const int64_t k = std::min(std::max(top_k, min_keep), n);
+    std::vector<double> sorted = s;
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    const double kth = sorted[static_cast<size_t>(k - 1)];
+    for (auto& v : s) {
+      if (v < kth) v = -kInf;
+    }
+  }
+  if (top_p < 1.0) {
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&s](int64_t a, int64_t b) { return s[a] < s[b]; });
+    double most = -kInf;
+    for (const double v : s) most = std::max(most, v);
+    double total = 0.0;
+    for (const double v : s) total += std::exp(v - most);
+    double cumulative = 0.0;
+    std::vector<bool> remove(static_cast<size_t>(n), false);
+    for (int64_t i = 0; i < n; ++i) {
+      cumulative += std::exp(s[static_cast<size_t>(order[static_cast<size_t>(i)])] - most) / total;
+      remove[static_cast<size_t>(order[static_cast<size_t>(i)])] = cumulative <= 1.0 - top_p && i < n - min_keep;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (remove[static_cast<size_t>(i)]) s[static_cast<size_t>(i)] = -kInf;
+    }
+  }
+  return s;
+}
+
+TEST(HuggingFaceReferenceTest, WarpersKeepWhatTheTranscriptionKeeps) {
+  std::mt19937_64 rng(777);
+  const double temperatures[] = {1.0, 0.3, 0.7, 1.5, 4.0};
+  const double top_ps[] = {1.0, 0.95, 0.9, 0.5, 0.2, 0.05, 1e-3};
+  const int64_t top_ks[] = {0, 1, 2, 3, 5, 20, 50, 1000};
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int64_t vocab = 2 + static_cast<int64_t>(rng() % 60);
+    std::vector<float> logits(static_cast<size_t>(vocab));
+    const double spread = 1.0 + static_cast<double>(rng() % 8);
+    for (auto& v : logits) v = static_cast<float>((static_cast<double>(rng() >> 11) * 0x1.0p-53 - 0.5) * spread);
+    if (rng() % 3 == 0) logits[rng() % logits.size()] = -std::numeric_limits<float>::infinity();
+    GenerationOptions o;
+    o.do_sample = true;
+    o.temperature = temperatures[rng() % 5];
+    o.top_k = top_ks[rng() % 8];
+    o.top_p = top_ps[rng() % 7];
+    const int64_t min_keep = rng() % 4 == 0 ? 1 + static_cast<int64_t>(rng() % 4) : 1;
+    SCOPED_TRACE("trial " + std::to_string(trial) + " vocab " + std::to_string(vocab) + " T " +
+                 std::to_string(o.temperature) + " top_k " + std::to_string(o.top_k) + " top_p " +
+                 std::to_string(o.top_p) + " min_keep " + std::to_string(min_keep));
+    auto scores = torch::tensor(logits).view({1, vocab}).clone();
+    warp_logits(o, scores, min_keep);
+    const auto want =
+        hf_warp(std::vector<double>(logits.begin(), logits.end()), o.temperature, o.top_k, o.top_p, min_keep);
+    for (int64_t t = 0; t < vocab; ++t) {
+      const double got = scores[0][t].item<double>();
+      const double w = want[static_cast<size_t>(t)];
+      if (std::isinf(w) || std::isinf(got)) {
+        EXPECT_EQ(got, w) << "token " << t;
+      } else {
+        EXPECT_NEAR(got, w, 1e-5 * (1 + std::abs(w))) << "token " << t;
+      }
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+}
+
+}  // namespace
+}  // namespace srformer
