@@ -67,10 +67,14 @@ void validate(const GenerationOptions& o) {
     reject("temperature is " + number(o.temperature) +
            "; it must be at least 1e-4 (and finite) when do_sample is true (do_sample=false decodes greedily)");
   }
-  if (!(o.top_p > 0.0 && o.top_p <= 1.0)) {
-    reject("top_p is " + number(o.top_p) + "; set it in (0, 1] (1 disables nucleus filtering)");
+  // Like the temperature, top_p and top_k only act when sampling: greedy and beam search ignore them, as
+  // Hugging Face does (a checkpoint's top_p 0 must not refuse the requests that do not sample).
+  if (o.do_sample && !(o.top_p > 0.0 && o.top_p <= 1.0)) {
+    reject("top_p is " + number(o.top_p) + "; set it in (0, 1] (1 disables nucleus filtering) when do_sample is true");
   }
-  if (o.top_k < 0) reject("top_k is " + to_string(o.top_k) + "; set it >= 0 (0 disables top-k filtering)");
+  if (o.do_sample && o.top_k < 0) {
+    reject("top_k is " + to_string(o.top_k) + "; set it >= 0 (0 disables top-k filtering) when do_sample is true");
+  }
   if (!(o.repetition_penalty >= kMinDivisor && std::isfinite(o.repetition_penalty))) {
     reject("repetition_penalty is " + number(o.repetition_penalty) + "; set it between 1e-4 and a finite number " +
            "(1 disables it)");

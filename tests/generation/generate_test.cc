@@ -303,6 +303,8 @@ TEST(ModelGenerationDefaults, UnusableOnesAreNamedWithTheirFile) {
   EXPECT_NE(beams.find("num_beams is 0"), std::string::npos) << beams;
   config.num_beams = 1;
   config.top_p = -1.0;
+  EXPECT_EQ(unusable_generation_defaults(config), "") << "greedy search has no use for top_p";
+  config.do_sample = true;
   EXPECT_NE(unusable_generation_defaults(config).find("top_p is -1"), std::string::npos);
 }
 

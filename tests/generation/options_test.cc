@@ -86,9 +86,20 @@ TEST(ValidateTest, RejectsEachBadOptionWithItsName) {
         o.temperature = -1.0;
       },
       "temperature");
-  expect_rejected([](auto& o) { o.top_p = 0.0; }, "top_p");
-  expect_rejected([](auto& o) { o.top_p = 1.5; }, "top_p");
-  expect_rejected([](auto& o) { o.top_k = -1; }, "top_k");
+  for (const double top_p : {0.0, 1.5}) {
+    expect_rejected(
+        [top_p](auto& o) {
+          o.do_sample = true;
+          o.top_p = top_p;
+        },
+        "top_p");
+  }
+  expect_rejected(
+      [](auto& o) {
+        o.do_sample = true;
+        o.top_k = -1;
+      },
+      "top_k");
   expect_rejected([](auto& o) { o.repetition_penalty = 0.0; }, "repetition_penalty");
   // Tiny divisors overflow the scaled logits (sampling would find no finite probability): refused.
   expect_rejected(
@@ -141,6 +152,19 @@ TEST(ValidateTest, TemperatureOnlyMattersWhenSampling) {
   GenerationOptions options;
   options.temperature = 0.0;  // ignored by greedy search, as in HF
   EXPECT_NO_THROW(validate(options));
+}
+
+// top_k and top_p are sampling's too: greedy and beam search ignore them, as Hugging Face does, so a
+// checkpoint's top_p 0 or top_k -1 refuses no request that does not sample. Such requests were refused.
+TEST(ValidateTest, TopKAndTopPOnlyMatterWhenSampling) {
+  GenerationOptions options;
+  options.top_p = 0.0;
+  options.top_k = -1;
+  EXPECT_NO_THROW(validate(options));
+  options.num_beams = 2;
+  EXPECT_NO_THROW(make_searcher(options));
+  options.do_sample = true;
+  EXPECT_THROW(validate(options), std::invalid_argument) << "beam sampling uses them";
 }
 
 TEST(FinishReasonTest, Names) {

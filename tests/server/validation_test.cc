@@ -470,6 +470,13 @@ TEST(Validation, DefaultsComeFromTheModelConfig) {
   v1::GenerationOptions warmer;
   warmer.set_temperature(0.5F);
   EXPECT_DOUBLE_EQ(server::resolve_options(warmer, config, limits).options.temperature, 0.5);
+  // Sampling's settings refuse only the requests that sample: a checkpoint's top_p 0 or top_k -1 leaves
+  // greedy and beam search alone, as in Hugging Face (they were refused too).
+  config.temperature = 1.0;
+  config.top_p = 0.0;
+  config.top_k = -1;
+  EXPECT_EQ(server::resolve_options(greedy, config, limits).options.num_beams, 4);
+  EXPECT_THROW((void)server::resolve_options({}, config, limits), server::RequestError);
 }
 
 // A checkpoint's srformer.expected_length is the L of every request that sets none, whatever its
