@@ -271,7 +271,10 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
                                                                         {"guidance_scale", nullptr},
                                                                         {"max_time", nullptr},
                                                                         {"renormalize_logits", false},
-                                                                        {"stop_strings", nullptr}};
+                                                                        {"stop_strings", nullptr},
+                                                                        {"top_h", nullptr},
+                                                                        {"watermarking_config", nullptr},
+                                                                        {"dola_layers", nullptr}};
   for (const auto& [key, neutral] : kUnsupported) {
     const auto it = j.find(key);
     if (it == j.end() || it->is_null() || *it == neutral) continue;

@@ -532,6 +532,13 @@ TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
       << R"({"renormalize_logits": true, "stop_strings": ["\n"], "num_beams": 4})";
   EXPECT_EQ(ModelConfig::load(dir.path() / "config.json").unsupported_generation,
             (std::vector<std::string>{"renormalize_logits=true", R"(stop_strings=["\n"])"}));
+  // Newer ones: top-H sampling and watermarking change what HF generates, and HF refuses DoLa for
+  // encoder-decoder models; they went unmentioned.
+  std::ofstream(dir.path() / "generation_config.json")
+      << R"({"top_h": 0.4, "watermarking_config": {"greenlist_ratio": 0.25}, "dola_layers": "high"})";
+  EXPECT_EQ(ModelConfig::load(dir.path() / "config.json").unsupported_generation,
+            (std::vector<std::string>{"top_h=0.4", R"(watermarking_config={"greenlist_ratio":0.25})",
+                                      R"(dola_layers="high")"}));
   const auto bad_type = error_loading(R"({"num_beams": "four"})");
   EXPECT_EQ(bad_type.find((dir.path() / "generation_config.json: key 'num_beams' has the wrong type").string()), 0u)
       << bad_type;
