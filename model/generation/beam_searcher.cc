@@ -67,7 +67,7 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
   std::vector<std::vector<float>> next_logprobs;
   std::vector<float> next_scores;
   std::vector<int64_t> next_tokens, parents;
-  // Beam sampling may draw fewer than `candidates` (fewer have a positive probability).
+  // Fewer than `candidates` only where the vocabulary holds fewer.
   for (int64_t rank = 0; rank < static_cast<int64_t>(top.size()) && static_cast<int64_t>(next_beams.size()) < num_beams;
        ++rank) {
     const auto [score, index, logprob] = top[static_cast<size_t>(rank)];
@@ -168,13 +168,22 @@ std::vector<kernels::BeamCandidate> BeamSearcher::sample_candidates(const torch:
   }
   // Fewer candidates with a float probability above 0 than draws (a low temperature puts all the mass on a
   // few): the rest follow by score, where draws of vanishing probability would come from, so that every
-  // beam is filled (HF's multinomial refuses to draw there). Filtered candidates (-inf) never come back.
+  // beam is filled (HF's multinomial refuses to draw there). Filtered candidates (-inf) come back only below.
   if (static_cast<int64_t>(drawn.size()) < count) {
     kernels::BestCandidates best(count - static_cast<int64_t>(drawn.size()));
     for (int64_t i = 0; i < n; ++i) {
       if (!taken[static_cast<size_t>(i)] && s[i] > -std::numeric_limits<float>::infinity()) best.offer(s[i], i, lp[i]);
     }
-    for (const auto& c : std::move(best).sorted()) drawn.push_back(c);
+    for (const auto& c : std::move(best).sorted()) {
+      drawn.push_back(c);
+      taken[static_cast<size_t>(c.index)] = true;
+    }
+  }
+  // Still short where fewer candidates than that are left at all (a forced EOS leaves one per beam): the
+  // filtered ones make up the count, lowest index first, as beam search's top-k takes them, so that
+  // every beam's EOS becomes a hypothesis and the -inf continuations never win.
+  for (int64_t i = 0; i < n && static_cast<int64_t>(drawn.size()) < count; ++i) {
+    if (!taken[static_cast<size_t>(i)]) drawn.push_back({s[i], i, lp[i]});
   }
   std::sort(drawn.begin(), drawn.end(), [](const kernels::BeamCandidate& a, const kernels::BeamCandidate& b) {
     return a.score != b.score ? a.score > b.score : a.index < b.index;

@@ -43,9 +43,10 @@ class BeamSearcher : public Searcher {
   // lie (kernels::beam_candidates); empty where that does not apply (processors that change scores,
   // no CPU kernels, NaN): advance() then scores a copy of the logits as HF does.
   std::vector<kernels::BeamCandidate> candidates_in_place(const torch::Tensor& logits, int64_t count) const;
-  // Beam sampling: `count` candidates (fewer where fewer have a positive probability) drawn without
-  // replacement from softmax(scores) over all beams' candidates [num_beams, vocab], best score first
-  // (ties by index), each with its entry of `logprobs` (the warped log-probabilities without the beam scores).
+  // Beam sampling: `count` candidates drawn without replacement from softmax(scores) over all beams'
+  // candidates [num_beams, vocab] (where fewer have a positive probability, the rest by score, then the
+  // filtered ones at -inf, lowest index first), best score first (ties by index), each with its entry of
+  // `logprobs` (the warped log-probabilities without the beam scores).
   std::vector<kernels::BeamCandidate> sample_candidates(const torch::Tensor& scores, const torch::Tensor& logprobs,
                                                         int64_t count);
   // BeamHypotheses.add: keeps the num_beams best finished hypotheses.

@@ -439,3 +439,39 @@ TEST(BeamSamplingTest, CandidatesComeFromEachBeamsTopK) {
 
 }  // namespace
 }  // namespace srformer
+
+namespace srformer {
+namespace {
+
+// BART's config forces EOS at the last step (forced_eos_token_id 2): every beam then has one candidate
+// with a probability, EOS, and beam sampling must end as beam search does, each beam's EOS a finished
+// hypothesis. It threw ("fewer than num_beams continuations that are not EOS; the vocabulary ... is too
+// small") once a sampled search reached max_new_tokens, since filtered candidates could not fill the beams.
+TEST(BeamSamplingTest, ForcedEosAtTheLastStepEndsEveryBeamWithEos) {
+  const auto script = testing::random_script(40, 31, 1);
+  for (const int64_t beams : {2, 4}) {
+    SCOPED_TRACE("beams " + std::to_string(beams));
+    GenerationOptions o;
+    o.decoder_start_token_id = 0;
+    o.eos_token_id = 1;
+    o.num_beams = beams;
+    o.num_return_sequences = beams;
+    o.max_new_tokens = 5;
+    o.min_new_tokens = 4;  // no EOS before the forced one
+    o.forced_eos_token_id = 1;
+    o.do_sample = true;
+    o.seed = 3;
+    BeamSearcher searcher(o);
+    const auto run = testing::drive(searcher, script, 0);
+    ASSERT_EQ(run.results.size(), static_cast<size_t>(beams));
+    for (const auto& h : run.results) {
+      ASSERT_EQ(h.tokens.size(), 5u);
+      EXPECT_EQ(h.tokens.back(), 1) << "the forced EOS";
+      EXPECT_EQ(h.finish_reason, FinishReason::kEos);
+      EXPECT_TRUE(std::isfinite(h.score));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace srformer
