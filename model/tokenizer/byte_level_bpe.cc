@@ -20,8 +20,11 @@ namespace {
 // optional leading space), then whitespace (a run before a non-space keeps its last space for the word).
 // \s as Hugging Face's (Oniguruma's White_Space): PCRE2's \s also takes U+180E (Mongolian vowel separator,
 // whitespace before Unicode 6.3), which HF leaves to the symbol runs, so \s is written [^\S\x{180E}].
+// The symbol run's group is possessive (nothing after it could ask it to give characters back): the JIT
+// keeps a backtracking frame for each pass of a plain repeated group, and ran out of stack ("JIT stack
+// limit reached", the request refused) at 1365 symbols in a row, a line of dashes or underscores.
 constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?(?:[^\s\p{L}\p{N}]|\x{180E})+|[^\S\x{180E}]+(?![\S\x{180E}])|[^\S\x{180E}]+)";
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?(?:[^\s\p{L}\p{N}]|\x{180E})++|[^\S\x{180E}]+(?![\S\x{180E}])|[^\S\x{180E}]+)";
 
 constexpr size_t kCacheLimit = 1 << 16;
 constexpr int64_t kMaxTokenIds = int64_t{1} << 24;

@@ -67,6 +67,25 @@ TEST(ByteLevelBpe, DecodesBytesAndRepairsIncompleteUtf8) {
             "b");
 }
 
+// A long run of symbols is one pre-token, like a long word: a line of thousands of dashes, underscores,
+// dots, emoji or zero-width spaces tokenizes and decodes back (over 1364 of them ran the pre-tokenizer's
+// regex out of stack and the request was refused).
+TEST(ByteLevelBpe, LongRunsOfSymbolsTokenize) {
+  TempDir dir("bpe-symbols");
+  test::write_tiny_bpe_dir(dir.path());
+  const auto tok = ByteLevelBpeTokenizer::load(dir.path());
+  for (const std::string unit : {"-", "_", ".", "\u200b", "\U0001F600", "\u180e", "-\u180e"}) {
+    for (const size_t n : {1365, 20000}) {
+      std::string text = "low ";
+      for (size_t i = 0; i < n; ++i) text += unit;
+      text += " low";
+      TokenIds ids;
+      ASSERT_NO_THROW(ids = tok->encode(text)) << n << " x " << nlohmann::json(unit).dump();
+      EXPECT_EQ(tok->decode(ids), text) << n << " x " << nlohmann::json(unit).dump();
+    }
+  }
+}
+
 TEST(ByteLevelBpe, OptionalFilesConfigureSpecialTokens) {
   TempDir dir("bpe-config");
   test::write_tiny_bpe_dir(dir.path());
@@ -116,6 +135,12 @@ TEST(ByteLevelBpe, ParityWithHuggingFaceTokenizers) {
     texts.push_back(" " + mixed);
     texts.push_back(std::string(static_cast<size_t>(length), 'e'));
     texts.push_back("x" + std::string(static_cast<size_t>(length), '9'));
+    // Runs of symbols (neither letters, digits nor spaces): one pre-token each.
+    std::string symbols;
+    for (int i = 0; i < length; ++i)
+      symbols += std::vector<std::string>{"-", "_", "\u200b", "\U0001F600", "\u180e"}[rng() % 5];
+    texts.push_back("a " + symbols);
+    texts.push_back(std::string(static_cast<size_t>(length), '='));
   }
   test::write_json_lines(dir.path() / "in.jsonl", texts);
   const auto [rc, out] = test::run_command(
