@@ -27,6 +27,10 @@ constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?(?:[^\s\p{L}\p{N}]|\x{180E})++|[^\S\x{180E}]+(?![\S\x{180E}])|[^\S\x{180E}]+)";
 
 constexpr size_t kCacheLimit = 1 << 16;
+// Only words shorter than this are cached (Hugging Face's BPE bounds its cache's words too): a long word is rarely
+// met twice, and caching each one held its bytes and ids until 65536 words later, so documents with
+// distinct long runs of letters (DNA, hex dumps) grew the server by about 9 bytes per byte sent.
+constexpr size_t kCacheMaxWordBytes = 256;
 constexpr int64_t kMaxTokenIds = int64_t{1} << 24;
 
 struct CodeDeleter {
@@ -157,11 +161,17 @@ void ByteLevelBpeTokenizer::Impl::encode_plain(std::string_view text, pcre2_matc
       ++offset;
       continue;
     }
-    const std::string word(text.substr(begin, end - begin));
+    const std::string_view word = text.substr(begin, end - begin);
     offset = end;
+    if (word.size() >= kCacheMaxWordBytes) {
+      const auto ids = bpe(word);
+      out.insert(out.end(), ids.begin(), ids.end());
+      continue;
+    }
+    const std::string key(word);
     {
       std::lock_guard<std::mutex> lock(cache_mutex);
-      if (const auto it = cache.find(word); it != cache.end()) {
+      if (const auto it = cache.find(key); it != cache.end()) {
         out.insert(out.end(), it->second.begin(), it->second.end());
         continue;
       }
@@ -170,7 +180,7 @@ void ByteLevelBpeTokenizer::Impl::encode_plain(std::string_view text, pcre2_matc
     out.insert(out.end(), ids.begin(), ids.end());
     std::lock_guard<std::mutex> lock(cache_mutex);
     if (cache.size() >= kCacheLimit) cache.clear();
-    cache.emplace(word, std::move(ids));
+    cache.emplace(key, std::move(ids));
   }
 }
 
@@ -311,6 +321,11 @@ std::string ByteLevelBpeTokenizer::id_to_token(int64_t id) const {
 
 bool ByteLevelBpeTokenizer::is_special(int64_t id) const {
   return id >= 0 && id < vocab_size() && impl_->special[static_cast<size_t>(id)];
+}
+
+size_t ByteLevelBpeTokenizer::cached_words() const {
+  std::lock_guard<std::mutex> lock(impl_->cache_mutex);
+  return impl_->cache.size();
 }
 
 std::optional<int64_t> ByteLevelBpeTokenizer::bos_id() const { return impl_->bos; }

@@ -53,6 +53,9 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   std::optional<int64_t> eos_id() const override;
   std::optional<int64_t> pad_id() const override;
 
+  // Words whose merges encode() keeps for the next time it meets them (at most 65536, each short).
+  size_t cached_words() const;
+
  private:
   void check_id(int64_t id) const;
 

@@ -86,6 +86,25 @@ TEST(ByteLevelBpe, LongRunsOfSymbolsTokenize) {
   }
 }
 
+// Long words are encoded but not cached: documents with distinct long runs of letters (DNA, hex) made the
+// cache keep each one (its bytes and ids, about 9 bytes per byte) until 65536 words later.
+TEST(ByteLevelBpe, CachesShortWordsOnly) {
+  TempDir dir("bpe-cache");
+  test::write_tiny_bpe_dir(dir.path());
+  const auto tok = ByteLevelBpeTokenizer::load(dir.path());
+  EXPECT_EQ(tok->encode("lower low"), (TokenIds{0, 261, 263, 4 + ' ', 261, 2}));
+  const size_t short_words = tok->cached_words();
+  EXPECT_EQ(short_words, 2u) << "'lower' and ' low'";
+  std::mt19937 rng(4);
+  for (int doc = 0; doc < 20; ++doc) {
+    std::string word;
+    for (int i = 0; i < 5000; ++i) word += "lowerACGT"[rng() % 9];
+    EXPECT_EQ(tok->decode(tok->encode(word)), word);
+    EXPECT_EQ(tok->decode(tok->encode("x " + word)), "x " + word);
+  }
+  EXPECT_EQ(tok->cached_words(), short_words + 1) << "only 'x' joins them";
+}
+
 TEST(ByteLevelBpe, OptionalFilesConfigureSpecialTokens) {
   TempDir dir("bpe-config");
   test::write_tiny_bpe_dir(dir.path());
