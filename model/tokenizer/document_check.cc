@@ -14,6 +14,24 @@ bool starts_with_utf16_bom(std::string_view text) {
 // does not count as White_Space but which a "blank" document made of them is no less.
 bool shows_nothing(char32_t cp) { return utf8::is_whitespace(cp) || cp == 0x200B || cp == 0xFEFF; }
 
+// Why the bad sequence at text[i] is there, where it is a known mis-encoding of Unicode: a UTF-16 surrogate
+// written as a 3-byte sequence (CESU-8, Java's modified UTF-8: a character above U+FFFF as two halves), or
+// modified UTF-8's two-byte NUL. Such text passes for UTF-8 in most places, so the plain refusal puzzles.
+std::string mis_encoding(std::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0u; };
+  if (byte(0) == 0xED && byte(1) >= 0xA0 && byte(1) <= 0xBF && (byte(2) & 0xC0) == 0x80) {
+    const unsigned unit = 0xD000 | ((byte(1) & 0x3F) << 6) | (byte(2) & 0x3F);
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    std::string hex;
+    for (int shift = 12; shift >= 0; shift -= 4) hex += kHex[(unit >> shift) & 0xF];
+    return ": the UTF-16 surrogate U+" + hex +
+           " in three bytes, as CESU-8 and Java's modified UTF-8 write half of a character above U+FFFF; UTF-8 "
+           "writes such a character in one 4-byte sequence";
+  }
+  if (byte(0) == 0xC0 && byte(1) == 0x80) return ": C0 80, Java's modified UTF-8 for NUL, which text does not hold";
+  return {};
+}
+
 }  // namespace
 
 std::optional<DocumentFault> find_document_fault(std::string_view text) {
@@ -24,7 +42,11 @@ std::optional<DocumentFault> find_document_fault(std::string_view text) {
     const size_t len = utf8::sequence_length(text, i);
     if (len == 0) {
       std::string what = "is not valid UTF-8 (bad byte sequence at byte offset " + std::to_string(i);
-      if (starts_with_utf16_bom(text)) what += ": it starts with a UTF-16 byte-order mark, the text is UTF-16";
+      if (starts_with_utf16_bom(text)) {
+        what += ": it starts with a UTF-16 byte-order mark, the text is UTF-16";
+      } else {
+        what += mis_encoding(text, i);
+      }
       return DocumentFault{Kind::kNotUtf8, i, what + ")"};
     }
     if (text[i] == '\0') {

@@ -67,6 +67,34 @@ TEST(DocumentCheck, BadUtf8IsPlacedAndUtf16Named) {
   }
 }
 
+// CESU-8 and Java's modified UTF-8 pass for UTF-8 in most places: the refusal says what they wrote instead.
+TEST(DocumentCheck, SurrogatesAndModifiedUtf8NulAreNamed) {
+  // U+1F600 as CESU-8: the surrogates D83D DE00 in three bytes each.
+  auto fault = find_document_fault("ok \xED\xA0\xBD\xED\xB8\x80");
+  ASSERT_TRUE(fault);
+  EXPECT_EQ(fault->kind, Kind::kNotUtf8);
+  EXPECT_EQ(fault->offset, 3u);
+  EXPECT_EQ(fault->what,
+            "is not valid UTF-8 (bad byte sequence at byte offset 3: the UTF-16 surrogate U+D83D in three bytes, as "
+            "CESU-8 and Java's modified UTF-8 write half of a character above U+FFFF; UTF-8 writes such a character "
+            "in one 4-byte sequence)");
+  // A lone low surrogate.
+  fault = find_document_fault("\xED\xBF\xBF");
+  ASSERT_TRUE(fault);
+  EXPECT_NE(fault->what.find("surrogate U+DFFF"), std::string::npos) << fault->what;
+  fault = find_document_fault("a\xC0\x80");
+  ASSERT_TRUE(fault);
+  EXPECT_EQ(fault->what,
+            "is not valid UTF-8 (bad byte sequence at byte offset 1: C0 80, Java's modified UTF-8 for NUL, which text "
+            "does not hold)");
+  // Other bad bytes, and a cut-short surrogate, stay unexplained.
+  for (const char* other : {"\xED\xA0", "\xED\x9F", "\xC0\xAF", "\xE9t\xE9"}) {
+    fault = find_document_fault(other);
+    ASSERT_TRUE(fault) << other;
+    EXPECT_EQ(fault->what, "is not valid UTF-8 (bad byte sequence at byte offset 0)") << other;
+  }
+}
+
 TEST(DocumentCheck, ANulByteIsRefused) {
   // UTF-16 without a byte-order mark is valid UTF-8 with a NUL after every ASCII letter.
   const auto fault = find_document_fault(std::string("h\0i\0", 4));
