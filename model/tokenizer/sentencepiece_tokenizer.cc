@@ -287,6 +287,15 @@ SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_
   for (int64_t id = sp_size_; id < extras_end(); ++id) specials.push_back({id_to_token(id), id});
   specials.insert(specials.end(), added_.begin(), added_.end());
   splitter_ = AddedTokenSplitter(std::move(specials));
+  for (int32_t id = 0; id < sp_size_ && lead_id_ < 0; ++id) {
+    if (sp_.is_control(id) || sp_.is_unknown(id) || sp_.is_byte(id)) continue;
+    const std::string piece = sp_.id_to_piece(id);
+    if (piece.empty() || piece.compare(0, kSpace.size(), kSpace) == 0) continue;
+    if (std::string text = sp_.decode({id}); !text.empty() && text.find(' ') == std::string::npos) {
+      lead_ = std::move(text);
+      lead_id_ = id;
+    }
+  }
   if (unprefixed_) {
     for (const char* candidate : {"a", "x", "e", "0", "."}) {
       const auto ids = unprefixed_->encode(std::string(candidate) + " b");
@@ -345,9 +354,19 @@ void SentencePieceTokenizer::check_id(int64_t id) const {
 }
 
 std::string SentencePieceTokenizer::decode_run(const std::vector<int32_t>& run, bool at_start) const {
+  if (at_start) return sp_.decode(run);
+  // SentencePiece drops the leading U+2581 of a text's start: of every piece until one gives text where the
+  // model removes extra whitespace (T5's), of the first piece alone where it does not. Behind a piece that
+  // gives text of its own no U+2581 is dropped, so that piece's text is cut off instead.
+  if (lead_id_ >= 0) {
+    std::vector<int32_t> led;
+    led.reserve(run.size() + 1);
+    led.push_back(lead_id_);
+    led.insert(led.end(), run.begin(), run.end());
+    return sp_.decode(led).substr(lead_.size());
+  }
   std::string text = sp_.decode(run);
-  if (at_start) return text;
-  // SentencePiece drops one leading U+2581 of each piece until it has produced some text.
+  // (No such piece: SentencePiece's rule for T5's models.)
   std::string spaces;
   for (const int32_t id : run) {
     if (sp_.is_control(id)) continue;

@@ -70,6 +70,10 @@ class SentencePieceTokenizer final : public Tokenizer {
   // of stripping it): what starts_with_space asks with. Empty when no candidate qualifies.
   std::string anchor_;
   int32_t anchor_id_ = -1;
+  // A piece that gives text of its own (lead_, no space in it): decode_run puts it before a run that follows
+  // other output, so that SentencePiece drops no leading space of the run. -1 when the vocabulary has none.
+  std::string lead_;
+  int32_t lead_id_ = -1;
   int64_t sp_size_;
   int64_t extra_ids_;
   std::optional<int64_t> bos_, eos_, pad_;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 
 #include "model/tokenizer/tokenizer_error.h"
 #include "tests/tokenizer/tokenizer_test_support.h"
@@ -13,6 +14,7 @@ namespace srformer {
 namespace {
 
 using test::TempDir;
+namespace fs = std::filesystem;
 
 class SentencePieceTokenizerTest : public ::testing::Test {
  protected:
@@ -178,6 +180,69 @@ TEST_F(SentencePieceTokenizerTest, AddedTokensAfterTheSentinelsAreMatchedAndDeco
                                          "SentencePiece pieces and the 3 sentinels, one after another from 603"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// After other output (a special token kept, an added token), every "▁" of the pieces is a space, whether
+// the model removes extra whitespace (T5's: SentencePiece drops every leading "▁" of a text) or keeps it
+// (models for code: it drops the first piece's alone). The second had one space too many after a kept
+// special token when lone "▁" pieces came first.
+TEST_F(SentencePieceTokenizerTest, SpacesAfterOtherOutputAreThePiecesOwn) {
+  TempDir dir("t5-extra-whitespace");
+  const auto corpus = dir.path() / "corpus.txt";
+  {
+    std::ofstream out(corpus, std::ios::binary);
+    test::TextGenerator gen(11);
+    gen.without_random_code_points();
+    for (int i = 0; i < 2000; ++i) {
+      std::string line = gen.text();
+      std::replace(line.begin(), line.end(), '\n', ' ');
+      std::replace(line.begin(), line.end(), '\r', ' ');
+      out << line << "  the  a\n";
+    }
+  }
+  train_sentencepiece("--input=" + corpus.string() + " --model_prefix=" + (dir.path() / "keep").string() +
+                      " --vocab_size=600 --model_type=unigram --character_coverage=0.98 --byte_fallback=true"
+                      " --remove_extra_whitespaces=false --pad_id=0 --eos_id=1 --unk_id=2 --bos_id=-1"
+                      " --minloglevel=2");
+  fs::create_directories(dir.path() / "keep-model");
+  fs::copy_file(dir.path() / "keep.model", dir.path() / "keep-model" / "spiece.model");
+  test::write_file(dir.path() / "keep-model" / "tokenizer_config.json",
+                   R"({"extra_ids": 3, "added_tokens_decoder": {"603": {"content": "[kw]", "special": false}}})");
+  fs::create_directories(dir.path() / "remove-model");
+  fs::copy_file(test::t5_style_spm_dir() / "spiece.model", dir.path() / "remove-model" / "spiece.model");
+  test::write_file(dir.path() / "remove-model" / "tokenizer_config.json",
+                   R"({"extra_ids": 3, "added_tokens_decoder": {"603": {"content": "[kw]", "special": false}}})");
+  for (const char* model : {"keep-model", "remove-model"}) {
+    SCOPED_TRACE(model);
+    const auto tok = SentencePieceTokenizer::load(dir.path() / model);
+    const auto space = tok->token_to_id("\xE2\x96\x81");
+    const auto the = tok->token_to_id("\xE2\x96\x81the");
+    ASSERT_TRUE(space && the) << "the test models should have the pieces '▁' and '▁the'";
+    const int64_t eos = 1, kw = 603, e6 = *tok->token_to_id("<0xE6>"), x97 = *tok->token_to_id("<0x97>"),
+                  xa5 = *tok->token_to_id("<0xA5>");
+    EXPECT_EQ(tok->decode({eos, *space, *the}, false), "</s>  the");
+    EXPECT_EQ(tok->decode({eos, *space, *space, *the, *space}, false), "</s>   the ");
+    EXPECT_EQ(tok->decode({kw, *space, *the}), "[kw]  the");
+    EXPECT_EQ(tok->decode({kw, *the, *space, *the}), "[kw] the  the");
+    EXPECT_EQ(tok->decode({kw, *space, e6, x97, xa5, *the}), "[kw] \xE6\x97\xA5 the");
+    EXPECT_EQ(tok->decode({kw, e6, x97, xa5}), "[kw]\xE6\x97\xA5");
+    // At the very start the model's own rule, as SentencePiece (and Hugging Face's slow tokenizer) decode.
+    const auto sp = SentencePieceProcessor::load(dir.path() / model / "spiece.model");
+    const std::vector<int32_t> start = {static_cast<int32_t>(*space), static_cast<int32_t>(*the)};
+    EXPECT_EQ(tok->decode({*space, *the}), sp.decode(start));
+    // And streamed as decoded whole, past the detokenizer's window.
+    TokenIds ids;
+    for (int i = 0; i < 40; ++i) {
+      for (const int64_t id : {eos, *space, *the, kw, *space, *space, *the}) ids.push_back(id);
+    }
+    for (const bool skip : {true, false}) {
+      IncrementalDetokenizer detok(*tok, skip);
+      std::string streamed;
+      for (const int64_t id : ids) streamed += detok.push(id);
+      streamed += detok.finish();
+      EXPECT_EQ(streamed, tok->decode(ids, skip));
+    }
   }
 }
 
