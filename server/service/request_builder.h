@@ -38,9 +38,21 @@ class RequestError : public std::runtime_error {
   RequestError(grpc::StatusCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
   grpc::StatusCode code() const { return code_; }
   grpc::Status status() const { return grpc::Status(code_, what()); }
+  // The server's own failure (ServerError), not a refusal of the request.
+  bool server_fault() const { return server_fault_; }
+
+ protected:
+  bool server_fault_ = false;
 
  private:
   grpc::StatusCode code_;
+};
+
+// The server failed to take a request it did not refuse (out of memory, a LibTorch error): logged as an
+// error and not counted as a refusal.
+class ServerError : public RequestError {
+ public:
+  ServerError(grpc::StatusCode code, const std::string& message) : RequestError(code, message) { server_fault_ = true; }
 };
 
 struct ResolvedOptions {

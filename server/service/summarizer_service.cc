@@ -65,6 +65,16 @@ std::string shown_name(std::string_view name) {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// What the server failed at while `doing` something with a request: RESOURCE_EXHAUSTED for memory (a retry
+// later may fit), INTERNAL otherwise.
+ServerError server_error(const std::string& doing, const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) {
+    return ServerError(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                       "the server ran out of memory " + doing + "; retry later, or send a shorter document");
+  }
+  return ServerError(grpc::StatusCode::INTERNAL, doing + " failed: " + error_message(e));
+}
+
 RejectReason reject_reason(grpc::StatusCode code) {
   switch (code) {
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
@@ -94,7 +104,17 @@ class CallRecord {
   // srformer_requests_rejected_total{reason} and, once ended(), srformer_requests_total{code}. `engine`:
   // the model it asked for, or null where this server holds none of that name (the name is then the
   // client's text: logged, never made a label; srformer_requests_unrouted_total counts it).
-  void refused(const std::string& id, const std::string& requested, const Engine* engine, const grpc::Status& status) {
+  // `server_fault`: the server failed to take the request (ServerError): an error line, and no refusal
+  // counted (the call's code still counts in srformer_requests_total).
+  void refused(const std::string& id, const std::string& requested, const Engine* engine, const grpc::Status& status,
+               bool server_fault = false) {
+    if (server_fault) {
+      if (engine != nullptr) started(engine->name());
+      spdlog::error("request {}: {} model={} failed before it was queued, with {}: {}", id, method_,
+                    engine ? engine->name() : shown_name(requested), status_code_name(status.error_code()),
+                    status.error_message());
+      return;
+    }
     if (engine != nullptr) {
       started(engine->name());
       if (metrics_) metrics_->model(engine->name()).on_rejected(reject_reason(status.error_code()));
@@ -223,7 +243,7 @@ grpc::Status open_call(SummarizerService& service, grpc::CallbackServerContext* 
   try {
     prepared = service.prepare(in, context);
   } catch (const RequestError& e) {
-    record.refused(service.request_id(in), in.model(), service.find_model(in.model()), e.status());
+    record.refused(service.request_id(in), in.model(), service.find_model(in.model()), e.status(), e.server_fault());
     return e.status();
   }
   record.started(prepared.engine->name());
@@ -261,7 +281,7 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
     try {
       service.submit(prepared);
     } catch (const RequestError& e) {
-      record_.refused(request_->id, model, prepared.engine, e.status());
+      record_.refused(request_->id, model, prepared.engine, e.status(), e.server_fault());
       finish(e.status());
     }
   }
@@ -327,7 +347,7 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     try {
       service.submit(prepared);
     } catch (const RequestError& e) {
-      record_.refused(request_->id, model, prepared.engine, e.status());
+      record_.refused(request_->id, model, prepared.engine, e.status(), e.server_fault());
       end(e.status());
     }
   }
@@ -452,7 +472,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
         items_[i].model = engine ? engine->name() : request.model();
         items_[i].known_model = engine != nullptr;
         items_[i].error = grpc::Status(e.code(), e.what());
-        record_.refused(items_[i].id, request.model(), engine, item_status(i));
+        record_.refused(items_[i].id, request.model(), engine, item_status(i), e.server_fault());
         // A server shutting down or a deadline already past refuse every item alike: the call says so
         // (UNAVAILABLE invites the retry on another replica), partial_results or not.
         const bool whole_call =
@@ -496,22 +516,16 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       if (!prepared[i].engine) continue;
       lock.unlock();
       try {
-        try {
-          service.submit(prepared[i]);
-        } catch (const RequestError&) {
-          throw;
-        } catch (const std::exception& e) {
-          // Anything else must not leave this constructor once items are queued: their on_finish
-          // would call back into a BatchCall gRPC has freed.
-          throw RequestError(grpc::StatusCode::INTERNAL, std::string("queueing the request failed: ") + e.what());
-        }
+        // Throws RequestError only: nothing else may leave this constructor once items are queued (their
+        // on_finish would call back into a BatchCall gRPC has freed).
+        service.submit(prepared[i]);
         lock.lock();
       } catch (const RequestError& e) {
         lock.lock();
         --remaining_;
         items_[i].request.reset();  // never queued: its on_finish will not run
         items_[i].error = grpc::Status(e.code(), e.what());
-        record_.refused(items_[i].id, items_[i].model, prepared[i].engine, item_status(i));
+        record_.refused(items_[i].id, items_[i].model, prepared[i].engine, item_status(i), e.server_fault());
         if (!partial_ || ends_whole_call(e.code())) {
           // Refuse the whole batch: cancel what was queued, report why once all of it has come back.
           if (!failed_) failed_ = i;
@@ -666,6 +680,28 @@ class BatchCall final : public grpc::ServerUnaryReactor {
   std::optional<int> failed_;  // without partial_results: the item whose failure ends the call
 };
 
+// A call whose reactor could not be made (an exception out of its constructor that the handling there
+// misses): it ends with INTERNAL (RESOURCE_EXHAUSTED for memory) and an error line, not with gRPC's UNKNOWN
+// ("Unexpected error in RPC handling") and nothing logged.
+template <typename Reactor>
+class FailedCall final : public Reactor {
+ public:
+  explicit FailedCall(const grpc::Status& status) { this->Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+template <typename Reactor, typename Make>
+Reactor* reactor_or_failed(const char* method, grpc::CallbackServerContext* context, Make&& make) {
+  try {
+    return make();
+  } catch (const std::exception& e) {
+    const grpc::Status status = server_error("starting the call", e).status();
+    spdlog::error("{} from {} failed with {}: {}", method, context->peer(), status_code_name(status.error_code()),
+                  status.error_message());
+    return new FailedCall<Reactor>(status);
+  }
+}
+
 }  // namespace
 
 SummarizerService::SummarizerService(ModelRegistry& models, ServiceLimits limits, Metrics* metrics)
@@ -706,6 +742,8 @@ SummarizerService::Prepared SummarizerService::prepare(const v1::SummarizeReques
     p.request = build_request(in, *p.engine, limits_, deadline);
   } catch (const RequestError&) {
     throw;
+  } catch (const std::bad_alloc& e) {
+    throw server_error("preparing the request", e);
   } catch (const std::exception& e) {
     throw RequestError(grpc::StatusCode::INVALID_ARGUMENT,
                        std::string("cannot prepare the request: ") + error_message(e));
@@ -723,23 +761,30 @@ void SummarizerService::submit(const Prepared& prepared) {
     throw RequestError(grpc::StatusCode::UNAVAILABLE, e.what());
   } catch (const std::invalid_argument& e) {
     throw RequestError(grpc::StatusCode::INVALID_ARGUMENT, e.what());
+  } catch (const std::exception& e) {  // not the engine's refusals: std::bad_alloc, a LibTorch error, ...
+    throw server_error("queueing the request", e);
+  } catch (...) {
+    throw ServerError(grpc::StatusCode::INTERNAL, "queueing the request failed: an unknown exception");
   }
 }
 
 grpc::ServerUnaryReactor* SummarizerService::Summarize(grpc::CallbackServerContext* context,
                                                        const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
-  return new SummarizeCall(*this, context, *request, response);
+  return reactor_or_failed<grpc::ServerUnaryReactor>(
+      "Summarize", context, [&] { return new SummarizeCall(*this, context, *request, response); });
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* SummarizerService::SummarizeStream(grpc::CallbackServerContext* context,
                                                                                const grpc::ByteBuffer* request) {
-  return new StreamCall(*this, context, *request);
+  return reactor_or_failed<grpc::ServerWriteReactor<grpc::ByteBuffer>>(
+      "SummarizeStream", context, [&] { return new StreamCall(*this, context, *request); });
 }
 
 grpc::ServerUnaryReactor* SummarizerService::SummarizeBatch(grpc::CallbackServerContext* context,
                                                             const grpc::ByteBuffer* request,
                                                             grpc::ByteBuffer* response) {
-  return new BatchCall(*this, context, *request, response);
+  return reactor_or_failed<grpc::ServerUnaryReactor>("SummarizeBatch", context,
+                                                     [&] { return new BatchCall(*this, context, *request, response); });
 }
 
 grpc::ServerUnaryReactor* SummarizerService::ListModels(grpc::CallbackServerContext* context,
@@ -757,29 +802,34 @@ grpc::ServerUnaryReactor* SummarizerService::ListModels(grpc::CallbackServerCont
     reactor->Finish(parsed);
     return reactor;
   }
-  v1::ListModelsResponse out;
-  for (const auto& e : models_.engines()) {
-    const ModelConfig& c = e->config();
-    auto* m = out.add_models();
-    m->set_name(e->name());
-    m->set_architecture(c.type_name());
-    m->set_cross_attention(to_string(c.srformer.cross_attention));
-    m->set_segment_size(static_cast<int32_t>(c.srformer.segment_size));
-    m->set_max_input_tokens(static_cast<int32_t>(effective_max_input_tokens(c, limits_)));
-    m->set_max_new_tokens(static_cast<int32_t>(max_new_tokens_limit(c, limits_)));
-    m->set_device(e->device().str());
-    m->set_dtype(dtype_name(e->dtype()));
-    m->set_parameters(e->parameter_count());
-    try {
-      const auto defaults = resolve_options({}, c, limits_);
-      *m->mutable_defaults() = to_proto(defaults);
-      m->set_default_expected_length(static_cast<int32_t>(defaults.expected_length));
-    } catch (const RequestError&) {  // defaults no request can use as they are: the L alone
-      m->set_default_expected_length(
-          static_cast<int32_t>(default_expected_length(c, default_max_new_tokens(c, limits_))));
+  // An exception here (out of memory) ends the call with INTERNAL and an error line: gRPC made it UNKNOWN.
+  const grpc::Status listed = answer_or_internal([&] {
+    v1::ListModelsResponse out;
+    for (const auto& e : models_.engines()) {
+      const ModelConfig& c = e->config();
+      auto* m = out.add_models();
+      m->set_name(e->name());
+      m->set_architecture(c.type_name());
+      m->set_cross_attention(to_string(c.srformer.cross_attention));
+      m->set_segment_size(static_cast<int32_t>(c.srformer.segment_size));
+      m->set_max_input_tokens(static_cast<int32_t>(effective_max_input_tokens(c, limits_)));
+      m->set_max_new_tokens(static_cast<int32_t>(max_new_tokens_limit(c, limits_)));
+      m->set_device(e->device().str());
+      m->set_dtype(dtype_name(e->dtype()));
+      m->set_parameters(e->parameter_count());
+      try {
+        const auto defaults = resolve_options({}, c, limits_);
+        *m->mutable_defaults() = to_proto(defaults);
+        m->set_default_expected_length(static_cast<int32_t>(defaults.expected_length));
+      } catch (const RequestError&) {  // defaults no request can use as they are: the L alone
+        m->set_default_expected_length(
+            static_cast<int32_t>(default_expected_length(c, default_max_new_tokens(c, limits_))));
+      }
     }
-  }
-  reactor->Finish(serialize_body(out, *response));
+    return serialize_body(out, *response);
+  });
+  if (!listed.ok()) spdlog::error("ListModels from {} failed: {}", context->peer(), listed.error_message());
+  reactor->Finish(listed);
   return reactor;
 }
 

@@ -1645,5 +1645,77 @@ TEST(EngineService, HealthIsServingAtOnceAndNotServingDuringShutdown) {
   stopper.join();
 }
 
+// What the engine's submit() throws that is none of its own refusals (LibTorch's c10::Error from a bad
+// shape, std::bad_alloc) ends the call with INTERNAL, or RESOURCE_EXHAUSTED for memory, and a message, and
+// logs an error line with the request id; the server serves on. It reached gRPC as UNKNOWN ("Unexpected
+// error in RPC handling") with nothing logged, and left the call in srformer_requests_in_flight.
+TEST(EngineService, AFailureToQueueIsInternalOrResourceExhaustedAndLogged) {
+  using server::testing::sample;
+  LogCapture captured;
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.metrics = &metrics;
+  so.searcher_factory = [](const GenerationOptions& o) {
+    if (o.num_beams == 3) throw std::bad_alloc();
+    if (o.num_beams == 2) (void)torch::zeros({2, 3}).matmul(torch::zeros({2, 3}));  // c10::Error
+    return make_searcher(o);
+  };
+  TestServer server(so);
+  struct Case {
+    int beams;
+    grpc::StatusCode code;
+  };
+  for (const Case c : {Case{3, grpc::StatusCode::RESOURCE_EXHAUSTED}, Case{2, grpc::StatusCode::INTERNAL}}) {
+    SCOPED_TRACE(c.beams);
+    const std::string id = "beams-" + std::to_string(c.beams);
+    auto r = request(doc_of(1), 8, c.beams);
+    r.set_request_id(id + "-unary");
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    const grpc::Status unary = server.stub().Summarize(&ctx, r, &resp);
+    EXPECT_EQ(unary.error_code(), c.code) << unary.error_message();
+    EXPECT_FALSE(unary.error_message().empty());
+
+    r.set_request_id(id + "-stream");
+    grpc::ClientContext sctx;
+    auto reader = server.stub().SummarizeStream(&sctx, r);
+    v1::SummarizeStreamResponse msg;
+    while (reader->Read(&msg)) {
+    }
+    const grpc::Status stream = reader->Finish();
+    EXPECT_EQ(stream.error_code(), c.code) << stream.error_message();
+
+    v1::SummarizeBatchRequest batch;
+    batch.set_partial_results(true);
+    *batch.add_requests() = request(doc_of(2), 8, 1);
+    *batch.add_requests() = r;
+    batch.mutable_requests(1)->set_request_id(id + "-item");
+    grpc::ClientContext bctx;
+    v1::SummarizeBatchResponse bresp;
+    ASSERT_TRUE(server.stub().SummarizeBatch(&bctx, batch, &bresp).ok());
+    ASSERT_EQ(bresp.errors_size(), 1);
+    EXPECT_EQ(bresp.errors(0).index(), 1);
+    EXPECT_EQ(bresp.errors(0).code(), static_cast<int>(c.code)) << bresp.errors(0).message();
+    EXPECT_EQ(ids_of(bresp.responses(0)), offline(doc_of(2), 8, 1).tokens);
+
+    const std::string log = captured.text();
+    for (const char* call : {"-unary", "-stream", "-item"}) {
+      EXPECT_NE(log.find("[error] request " + id + call + ": "), std::string::npos) << id + call << "\n" << log;
+    }
+  }
+  // None of them was the client's: they are no refusal (invalid, queue full), and none is left in flight.
+  for (const std::string reason : {"invalid", "queue_full"}) {
+    EXPECT_EQ(sample(metrics.scrape_text(), "srformer_requests_rejected_total", {{"model", "fake"}, {"reason", reason}})
+                  .value_or(0.0),
+              0.0)
+        << reason;
+  }
+  EXPECT_EQ(sample(metrics.scrape_text(), "srformer_requests_in_flight", {{"model", "fake"}}), 0.0);
+  grpc::ClientContext ctx;
+  v1::SummarizeResponse resp;
+  ASSERT_TRUE(server.stub().Summarize(&ctx, request(doc_of(3), 8, 1), &resp).ok());
+  EXPECT_EQ(ids_of(resp), offline(doc_of(3), 8, 1).tokens);
+}
+
 }  // namespace
 }  // namespace srformer::testing

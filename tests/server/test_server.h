@@ -17,7 +17,8 @@ namespace srformer::testing {
 struct FakeServerOptions {
   server::ServerConfig config;
   std::vector<std::pair<std::string, FakeModelOptions>> models{{"fake", {}}};
-  server::Metrics* metrics = nullptr;  // none by default
+  server::Metrics* metrics = nullptr;                        // none by default
+  server::SearcherFactory searcher_factory = make_searcher;  // every engine's
 };
 
 class TestServer {
@@ -33,7 +34,7 @@ class TestServer {
       m.tokenizer = std::make_shared<FakeTokenizer>();
       models.push_back(std::move(m));
     }
-    server_ = std::make_unique<server::Server>(o.config, std::move(models), o.metrics);
+    server_ = std::make_unique<server::Server>(o.config, std::move(models), o.metrics, o.searcher_factory);
     server_->start();
     channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials());
     stub_ = v1::Summarizer::NewStub(channel_);
