@@ -391,13 +391,13 @@ class Run {
                                   ") and no checkpoints of a run to resume: training would replace it; choose "
                                   "another --out, or remove that model first");
     }
-    // The data first: a bad line was named only once the model (and a resumed run's optimizer) had loaded,
-    // and the refused run left an empty --out behind.
+    // The data first: a bad line was named only once the model (and a resumed run's optimizer) had loaded.
     read_data();
-    fs::create_directories(o_.out_dir);
     torch::manual_seed(o_.seed);
     load();
     prepare_data();
+    // After the model and data have been read: a missing model or data file left an empty --out behind.
+    fs::create_directories(o_.out_dir);
     const int64_t warmup = o_.warmup_steps >= 0 ? o_.warmup_steps : o_.steps / 20;
     const auto log_path = o_.out_dir / kLogFile;
     truncate_log(log_path, start_step_);

@@ -365,6 +365,24 @@ TEST_F(Fixture, OptionsThatCannotWorkAreRefusedUpFront) {
   EXPECT_EQ(train(o, console).steps, 12);
 }
 
+// A run whose inputs are missing (the model, the training or validation file) writes no --out: it left an
+// empty directory behind, made before it read them.
+TEST_F(Fixture, MissingInputsLeaveNoOut) {
+  std::ostringstream console;
+  auto o = options("no-model");
+  o.model_dir = tmp.path() / "missing-model";
+  EXPECT_THROW(train(o, console), std::exception);
+  EXPECT_FALSE(fs::exists(o.out_dir));
+  o = options("no-train");
+  o.train_file = tmp.path() / "missing.jsonl";
+  EXPECT_TRUE(refused_with(o, console, "no such file"));
+  EXPECT_FALSE(fs::exists(o.out_dir));
+  o = options("no-validation");
+  o.validation_file = tmp.path() / "missing-validation.jsonl";
+  EXPECT_TRUE(refused_with(o, console, "no such file"));
+  EXPECT_FALSE(fs::exists(o.out_dir));
+}
+
 // --out holding a model that is not this run's (no checkpoints) is refused: training replaced its
 // weights, config and tokenizer and left its README.md model card beside them. A run's own directory
 // still resumes and finishes.
