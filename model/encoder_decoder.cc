@@ -254,6 +254,20 @@ torch::Tensor EncoderDecoderModel::forward(const EncoderOutput& enc, const torch
   const auto ids = decoder_input_ids.to(device_, torch::kLong);
   const int64_t B = ids.size(0);
   const int64_t q = ids.size(1);
+  // Said here: LibTorch failed on these part-way, with messages about its own shapes.
+  if (q == 0) {
+    throw std::invalid_argument(
+        "decoder_input_ids holds no positions; a teacher-forced forward needs at least one (the decoder start "
+        "token)");
+  }
+  if (B != enc.hidden.size(0)) {
+    throw std::invalid_argument("decoder_input_ids has " + std::to_string(B) + " rows but the encoder output " +
+                                std::to_string(enc.hidden.size(0)));
+  }
+  if (expected_length && expected_length->numel() != B) {
+    throw std::invalid_argument("expected_length holds " + std::to_string(expected_length->numel()) + " values for " +
+                                std::to_string(B) + " rows");
+  }
   const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device_);
   const auto enc_len = enc.mask.sum(1).to(torch::kLong);
   const auto m =

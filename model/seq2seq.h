@@ -104,8 +104,8 @@ class Seq2SeqModel {
   // being decoder_start_token_id). Returns logits [B, vocab] float32 and advances every row's t.
   virtual torch::Tensor step(DecoderState& state, const torch::Tensor& tokens) = 0;
 
-  // Teacher-forced forward over the whole decoder input [B,q] (used for checks and training).
-  // expected_length [B] defaults to q for every row. Returns logits [B,q,vocab] float32.
+  // Teacher-forced forward (checks, training) over the decoder input [B,q]: q >= 1, B the encoder output's rows
+  // (else std::invalid_argument). expected_length [B] defaults to q. Returns logits [B,q,vocab] float32.
   virtual torch::Tensor forward(const EncoderOutput& enc, const torch::Tensor& decoder_input_ids,
                                 const std::optional<torch::Tensor>& expected_length = std::nullopt) = 0;
 

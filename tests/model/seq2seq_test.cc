@@ -112,6 +112,34 @@ class Seq2SeqProperties : public ::testing::TestWithParam<Case> {
   std::unique_ptr<Seq2SeqModel> model_;
 };
 
+// A teacher-forced forward over no decoder positions, or over other rows than the encoder output's, is
+// refused with what is wrong: it failed inside LibTorch ("start (0) + length (-1) exceeds dimension size
+// (0)", shapes that do not broadcast).
+TEST_P(Seq2SeqProperties, TeacherForcedInputsOfTheWrongShapeAreClearErrors) {
+  const auto enc = model_->encode(random_ids(2, 9), torch::ones({2, 9}, torch::kLong));
+  const auto message = [&](const torch::Tensor& dec) -> std::string {
+    try {
+      model_->forward(enc, dec);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      return std::string("not std::invalid_argument: ") + e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(message(torch::zeros({2, 0}, torch::kLong)),
+            "decoder_input_ids holds no positions; a teacher-forced forward needs at least one (the decoder start "
+            "token)");
+  EXPECT_EQ(message(random_ids(3, 4)), "decoder_input_ids has 3 rows but the encoder output 2");
+  try {
+    model_->forward(enc, random_ids(2, 4), torch::full({3}, 4, torch::kLong));
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "expected_length holds 3 values for 2 rows");
+  }
+  EXPECT_EQ(model_->forward(enc, random_ids(2, 4)).sizes(), (std::vector<int64_t>{2, 4, model_->config().vocab_size}));
+}
+
 TEST_P(Seq2SeqProperties, IncrementalEqualsTeacherForcedIncludingSkippedSegments) {
   const auto ids = random_ids(2, 22);  // k = 22, s = 4 -> m = 6
   const auto mask = torch::ones({2, 22}, torch::kLong);
