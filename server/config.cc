@@ -395,6 +395,20 @@ bool parse_server_args(int argc, const char* const* argv, ServerConfig& config) 
   return true;
 }
 
+bool log_json_asked(int argc, const char* const* argv, const ServerConfig& parsed) {
+  std::optional<bool> asked;  // the command line's last --log-json
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--log-json") {
+      const auto value = i + 1 < argc ? bool_word(argv[i + 1]) : std::nullopt;
+      asked = value.value_or(true);
+    } else if (arg.rfind("--log-json=", 0) == 0) {
+      asked = bool_word(arg.substr(11)).value_or(true);  // a bad value asked for JSON too, wrongly spelled
+    }
+  }
+  return asked.value_or(parsed.log_json);
+}
+
 torch::Device parse_device(const std::string& device) {
   if (device == "cpu") return torch::kCPU;
   if (device == "cuda") return {torch::kCUDA, 0};

@@ -65,6 +65,10 @@ bool parse_server_args(int argc, const char* const* argv, ServerConfig& config);
 void apply_config_file(const std::string& path, ServerConfig& config);
 // Checks ranges and combinations; throws ConfigError.
 void validate(const ServerConfig& config);
+// Whether the log is to be JSON lines as far as argv and what parsed of it say (the command line's last
+// --log-json, else `parsed`'s, the config file's): for a configuration error, which may come before the
+// rest is read.
+bool log_json_asked(int argc, const char* const* argv, const ServerConfig& parsed);
 // gRPC's Unix-socket addresses (unix:PATH, unix-abstract:NAME): no port, and the address is its own name.
 bool is_unix_socket_address(const std::string& address);
 std::string server_usage();

@@ -148,6 +148,18 @@ int main(int argc, char** argv) {
   try {
     if (!srformer::server::parse_server_args(argc, argv, config)) return 0;
     srformer::server::validate(config);
+  } catch (const std::exception& e) {
+    if (srformer::server::log_json_asked(argc, argv, config)) {
+      // A JSON line as the rest of the log, whatever its level: a shipper parsing JSON lines does not read
+      // plain text.
+      srformer::server::init_logging("critical", true);
+      spdlog::critical("srformer-server: {}", e.what());
+    } else {
+      std::cerr << "srformer-server: " << e.what() << "\n";
+    }
+    return 2;
+  }
+  try {
     srformer::server::init_logging(config.log_level, config.log_json);
     srformer::server::route_grpc_logs_to_spdlog();
   } catch (const std::exception& e) {
@@ -157,7 +169,8 @@ int main(int argc, char** argv) {
   try {
     return run(config);
   } catch (const std::exception& e) {
-    // The reason a start failed reaches the operator even with --log-level off.
+    // The reason a start failed reaches the operator even with --log-level off: with --log-json as a JSON line.
+    if (config.log_json) spdlog::default_logger()->set_level(spdlog::level::critical);
     if (spdlog::should_log(spdlog::level::critical)) {
       spdlog::critical("srformer-server: {}", srformer::error_message(e));
     } else {

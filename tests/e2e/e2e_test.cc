@@ -1169,6 +1169,43 @@ TEST_F(EndToEnd, ClientAndOfflineToolReadAndRefuseDocumentFilesAlike) {
   EXPECT_NE(blank.out.find("the document (stdin) contains only whitespace"), std::string::npos) << blank.out;
 }
 
+// With --log-json (a flag, or the config file's log_json) a configuration the server refuses is told in a
+// JSON line as the rest of its log, whether the flag comes before or after the bad one and whatever the
+// level; it was plain text ("srformer-server: ..."), which a shipper parsing JSON lines does not read.
+TEST_F(EndToEnd, ConfigurationErrorsAreJsonLinesWithLogJson) {
+  const auto json_line = [](const std::string& out) {
+    const auto j = nlohmann::json::parse(out, nullptr, false);
+    return !j.is_discarded() && j.is_object() && j.value("level", "") == "critical" ? j.value("msg", "") : "";
+  };
+  const std::string file = (*work_ / "log-json.json").string();
+  std::ofstream(file) << R"({"log_json": true})";
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--log-json --model nodir", "NAME=DIR"},                                    // parsing
+           {"--model nodir --log-json true", "NAME=DIR"},                               // after the bad flag
+           {"--log-json --log-level off --model x=/m --model x=/n", "is given twice"},  // validate(), level off
+           {"--log-json --log-level loud --model x=/m", "--log-level must be"},
+           {"--config " + file + " --model x=/m --model x=/n", "is given twice"},  // the file's
+           {"--config " + file + " --no-such-flag 1", "unknown flag --no-such-flag"}}) {
+    const auto r = run_command(kServer + " " + args + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << args;
+    const std::string msg = json_line(r.out);
+    EXPECT_NE(msg.find(says), std::string::npos) << args << ": " << r.out;
+  }
+  // A start that fails after the flags passed (exit 1) is a JSON line as well, also with --log-level off.
+  const auto failed_start =
+      run_command(kServer + " --log-json --log-level off --model x=/nonexistent/dir --metrics-listen '' --listen " +
+                  "127.0.0.1:0 2>&1");
+  EXPECT_EQ(failed_start.exit_code, 1);
+  EXPECT_NE(json_line(failed_start.out).find("/nonexistent/dir"), std::string::npos) << failed_start.out;
+  // Without it, or with --log-json false over the file's true, plain text as before.
+  for (const std::string& args :
+       std::vector<std::string>{"--model nodir", "--config " + file + " --log-json false --model nodir"}) {
+    const auto r = run_command(kServer + " " + args + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_EQ(r.out.rfind("srformer-server: ", 0), 0u) << args << ": " << r.out;
+  }
+}
+
 TEST_F(EndToEnd, BadFlagsExplainThemselves) {
   auto r = run_command(kServer + " --model nodir 2>&1");
   EXPECT_EQ(r.exit_code, 2);
