@@ -258,8 +258,8 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
   --max-message-bytes N       largest request message accepted (default 4194304)
   --max-connection-age-ms N   close each client connection (GOAWAY) after about N ms, so that clients
                               balancing over DNS (round_robin) reconnect and reach replicas added since
-                              (default 0 = never); calls open on it get --max-connection-age-grace-ms
-                              (default 60000) to finish
+                              (default 0 = never; else at least 1000); calls open on it get
+                              --max-connection-age-grace-ms (default 60000) to finish
   --shutdown-grace-ms N       on SIGTERM/SIGINT, time given to in-flight requests (default 10000)
   --log-level LEVEL           trace|debug|info|warn|error|critical|off (default info)
   --log-json [true|false]     one JSON object per log line (alone: true)
@@ -551,6 +551,14 @@ void validate(const ServerConfig& c) {
       throw ConfigError(std::string(flag) + " is " + std::to_string(ms) + "; at most " + std::to_string(kDayMs) +
                         " (a day)");
     }
+  }
+  // Under a second gRPC closes connections about as fast as clients open them, and calls fail with UNAVAILABLE
+  // ("GOAWAY received", "Connection reset by peer"; at 1 ms about half of them, at 10 ms some). gRPC Java
+  // raises such an age to a second.
+  if (c.max_connection_age_ms > 0 && c.max_connection_age_ms < 1000) {
+    throw ConfigError("--max-connection-age-ms is " + std::to_string(c.max_connection_age_ms) +
+                      "; 0 (never) or at least 1000 (a second): shorter closes connections before their calls "
+                      "finish (minutes are usual)");
   }
   // gRPC takes it as an int (2^32 read as 0 refused every message).
   if (c.max_message_bytes > std::numeric_limits<int>::max()) {

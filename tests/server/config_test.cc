@@ -231,6 +231,16 @@ TEST(ServerConfig, LimitsTheEngineCannotHonourAreRefused) {
   }
   EXPECT_NE(message({"--max-message-bytes", "4294967296"}).find("at most 2147483647"), std::string::npos);
   EXPECT_EQ(message({"--max-message-bytes", "2147483647"}), "no error");
+  // A connection age under a second: gRPC closes connections as fast as clients open them, and calls fail
+  // with UNAVAILABLE (at 1 ms about half of them: "GOAWAY received").
+  for (const std::string ms : {"1", "999"}) {
+    EXPECT_NE(message({"--max-connection-age-ms", ms})
+                  .find("--max-connection-age-ms is " + ms + "; 0 (never) or at least 1000 (a second)"),
+              std::string::npos)
+        << message({"--max-connection-age-ms", ms});
+  }
+  EXPECT_EQ(message({"--max-connection-age-ms", "1000"}), "no error");
+  EXPECT_EQ(message({"--max-connection-age-ms", "0"}), "no error");
 }
 
 TEST(ServerConfig, StateMemoryTakesSizesWithBinarySuffixes) {
