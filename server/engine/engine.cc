@@ -315,7 +315,11 @@ void Engine::run() {
     }
 
     const auto now = Clock::now();
-    for (const auto& p : dropped) post_dropped(p, now, now, shutdown_now);
+    for (const auto& p : dropped) {
+      // Their wait counts as much as an encoded request's: the longest waits are often those given up.
+      if (ModelMetrics* const m = metrics()) m->observe_queue_wait(ms_between(p.request->accepted_at, now) / 1000.0);
+      post_dropped(p, now, now, shutdown_now);
+    }
     if (shutdown_now) {
       for (auto& slot : slots_) slot->request->cancel();
       drop_dead_slots(/*shutdown=*/true);  // finishes them all as kShutdown
@@ -590,7 +594,10 @@ void Engine::admit(std::vector<Pending> batch) {
   auto ea = expected.accessor<int64_t, 1>();
   auto sa = max_steps.accessor<int64_t, 1>();
   std::vector<int64_t> expand;
+  ModelMetrics* const metrics_now = metrics();
   for (int64_t i = 0; i < n; ++i) {
+    // Here, whatever the encode does: an abandoned or failed one ended the wait as much.
+    if (metrics_now) metrics_now->observe_queue_wait(ms_between(batch[i].request->accepted_at, start) / 1000.0);
     ea[i] = batch[i].request->expected_length;
     sa[i] = batch[i].request->options.max_new_tokens;
     for (int64_t r = 0; r < batch[i].searcher->num_rows(); ++r) expand.push_back(i);
@@ -652,8 +659,6 @@ void Engine::admit(std::vector<Pending> batch) {
     slot->encode_ms = encode_ms;
     tokens_in_flight_ += slot->budget;
     rows += slot->rows;
-    if (ModelMetrics* const m = metrics())
-      m->observe_queue_wait(ms_between(slot->request->accepted_at, start) / 1000.0);
     spdlog::debug("request {}: admitted to '{}' ({} input tokens, {} rows)", slot->request->id, name_,
                   slot->request->input_ids.size(), slot->rows);
     slots_.push_back(std::move(slot));

@@ -109,7 +109,8 @@ struct Metrics::Families {
                         .Register(r)),
         queue_wait(BuildHistogram()
                        .Name("srformer_queue_wait_seconds")
-                       .Help("Time a request waited in the queue.")
+                       .Help("Time a request waited in the queue, until its encoding began or it left "
+                             "unserved (cancelled, past its deadline, shutdown).")
                        .Register(r)),
         encode(BuildHistogram().Name("srformer_encode_seconds").Help("Encoder forward time.").Register(r)),
         ttft(BuildHistogram()
@@ -123,7 +124,8 @@ struct Metrics::Families {
                 .Register(r)),
         request_duration(BuildHistogram()
                              .Name("srformer_request_duration_seconds")
-                             .Help("Time from acceptance to completion, by RPC method.")
+                             .Help("Time from acceptance to completion, by RPC method (calls refused before "
+                                   "queueing are not observed).")
                              .Register(r)),
         generated_tokens(BuildHistogram()
                              .Name("srformer_generated_tokens")
@@ -300,10 +302,10 @@ ModelMetrics::ModelMetrics(Metrics& metrics, const std::string& model)
 
 void ModelMetrics::on_request_start() { in_flight_.Increment(); }
 
-void ModelMetrics::on_request_end(const std::string& method, const std::string& code, double seconds) {
+void ModelMetrics::on_request_end(const std::string& method, const std::string& code, std::optional<double> seconds) {
   auto& f = *metrics_.families_;
   f.requests.Add({{"model", model_}, {"method", method}, {"code", code}}).Increment();
-  f.request_duration.Add({{"model", model_}, {"method", method}}, latency_buckets()).Observe(seconds);
+  if (seconds) f.request_duration.Add({{"model", model_}, {"method", method}}, latency_buckets()).Observe(*seconds);
   in_flight_.Decrement();
 }
 

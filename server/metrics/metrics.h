@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,9 +64,9 @@ class ModelMetrics {
   // A request was accepted by the service: srformer_requests_in_flight += 1.
   void on_request_start();
   // A request finished (any outcome): requests_total{method,code} += 1, request_duration{method} observes
-  // `seconds`, in_flight -= 1. `method`: RPC name (Summarize|SummarizeStream|SummarizeBatch); `code`:
-  // status_code_name() (common/status_code_name.h).
-  void on_request_end(const std::string& method, const std::string& code, double seconds);
+  // `seconds` (from its acceptance; none for a call refused before queueing), in_flight -= 1. `method`: RPC
+  // name (Summarize|SummarizeStream|SummarizeBatch); `code`: status_code_name() (common/status_code_name.h).
+  void on_request_end(const std::string& method, const std::string& code, std::optional<double> seconds);
   // A request was refused before queueing (also count it with on_request_end if it had started).
   void on_rejected(RejectReason reason);
   // An item of a SummarizeBatch with partial_results ended with `code` (status_code_name()): the call

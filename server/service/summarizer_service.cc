@@ -159,6 +159,9 @@ class CallRecord {
     spdlog::warn("request {}: {} from {} refused with {}: {}", id, method_, context_->peer(),
                  status_code_name(status.error_code()), status.error_message());
   }
+  // The call's request (a batch's first item) is queued: its duration counts in request_duration. Set before
+  // submit() (its result may end the call before submit() returns), unset when submit() refuses it.
+  void set_accepted(bool accepted) { accepted_ = accepted; }
   // Before Finish(status): the metrics, and the pushback a full queue gives.
   void ended(const grpc::Status& status) {
     if (retry_pointless_) {
@@ -171,7 +174,8 @@ class CallRecord {
     }
     if (!metrics_) return;
     for (const auto& model : models_) {
-      metrics_->model(model).on_request_end(method_, status_code_name(status.error_code()), seconds_since(start_));
+      metrics_->model(model).on_request_end(method_, status_code_name(status.error_code()),
+                                            accepted_ ? std::optional<double>(seconds_since(start_)) : std::nullopt);
     }
   }
   const std::string& method() const { return method_; }
@@ -201,6 +205,7 @@ class CallRecord {
   int64_t retry_pushback_ms_;
   std::vector<std::string> models_;
   bool retry_pointless_ = false;
+  bool accepted_ = false;
   std::optional<std::pair<std::string, grpc::Status>> no_message_;  // the id and status, until done()
   Clock::time_point start_ = Clock::now();
 };
@@ -278,9 +283,11 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
       log_result(record_.method(), *request_, model, result, status);
       finish(status);  // last use of this
     };
+    record_.set_accepted(true);
     try {
       service.submit(prepared);
     } catch (const RequestError& e) {
+      record_.set_accepted(false);
       record_.refused(request_->id, model, prepared.engine, e.status(), e.server_fault());
       finish(e.status());
     }
@@ -344,9 +351,11 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       log_result(record_.method(), *request_, model, result, status);
       enqueue(msgs, status);  // last use of this from the engine
     };
+    record_.set_accepted(true);
     try {
       service.submit(prepared);
     } catch (const RequestError& e) {
+      record_.set_accepted(false);
       record_.refused(request_->id, model, prepared.engine, e.status(), e.server_fault());
       end(e.status());
     }
@@ -520,6 +529,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
         // on_finish would call back into a BatchCall gRPC has freed).
         service.submit(prepared[i]);
         lock.lock();
+        record_.set_accepted(true);  // the constructor's share keeps the call from ending before it returns
       } catch (const RequestError& e) {
         lock.lock();
         --remaining_;

@@ -420,6 +420,43 @@ TEST(EngineService, QueueFullIsResourceExhausted) {
   EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.queued == 0 && s.live_rows == 0; }));
 }
 
+// srformer_request_duration_seconds is acceptance -> completion (docs/OPERATIONS.md): calls refused before
+// queueing (a full queue, a bad document) are not observed there, only in srformer_requests_total; they
+// were, as 0 s, and pulled its percentiles down when the server refused most. srformer_queue_wait_seconds
+// observes every request that leaves the queue, also one cancelled there: it saw only those encoded, so
+// the longest waits (requests that gave up) were missing.
+TEST(EngineService, RequestDurationIsOfAcceptedCallsAndQueueWaitOfEveryQueuedRequest) {
+  using server::testing::sample;
+  server::Metrics metrics("");
+  FakeServerOptions so = one_row_queue_of_two();
+  so.metrics = &metrics;
+  TestServer server(so);
+  SlowStreams slow;
+  ASSERT_NO_FATAL_FAILURE(slow.open(server, 3));  // one decoding, two queued
+  for (int i = 0; i < 4; ++i) {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    ASSERT_EQ(server.stub().Summarize(&ctx, request("hello", 4, 1), &resp).error_code(),
+              grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  grpc::ClientContext ctx;
+  v1::SummarizeResponse resp;
+  ASSERT_EQ(server.stub().Summarize(&ctx, request("", 4, 1), &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  slow.cancel();
+  const auto scrape = [&](const std::string& name, const server::testing::LabelSet& labels) {
+    return sample(metrics.scrape_text(), name, labels).value_or(0.0);
+  };
+  for (int i = 0;
+       i < 200 && scrape("srformer_requests_total", {{"method", "SummarizeStream"}, {"code", "CANCELLED"}}) < 3; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(scrape("srformer_requests_total", {{"method", "Summarize"}, {"code", "RESOURCE_EXHAUSTED"}}), 4.0);
+  EXPECT_EQ(scrape("srformer_requests_total", {{"method", "Summarize"}, {"code", "INVALID_ARGUMENT"}}), 1.0);
+  EXPECT_EQ(scrape("srformer_request_duration_seconds_count", {{"method", "Summarize"}}), 0.0);
+  EXPECT_EQ(scrape("srformer_request_duration_seconds_count", {{"method", "SummarizeStream"}}), 3.0);
+  EXPECT_EQ(scrape("srformer_queue_wait_seconds_count", {{"model", "fake"}}), 3.0);
+}
+
 // A full queue asks for a retry after about --retry-pushback-ms (grpc-retry-pushback-ms, ±50%), and a
 // client with srformer-client's retry policy gets in once a place is free, without a call of its own.
 TEST(EngineService, AFullQueueSaysWhenToRetryAndARetryingClientGetsIn) {
