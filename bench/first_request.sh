@@ -13,11 +13,12 @@ server=$root/${BUILD:-build}/bin/srformer-server
 for round in $(seq "${ROUNDS:-3}"); do
   for warm in false true; do
     log=$(mktemp)
+    remove_on_exit "$log"
     start=$(date +%s%N)
     "$server" --model first="$model" --listen 127.0.0.1:0 --metrics-listen "" --threads "${THREADS:-2}" \
       --warm-up "$warm" ${SERVER_ARGS:-} 2>"$log" &
     pid=$!
-    trap "kill $pid 2>/dev/null || true" EXIT
+    stop_on_exit $pid
     target=$(wait_for_server "$log" $pid)
     ready_ms=$((($(date +%s%N) - start) / 1000000))
     line="round $round warm-up $warm: ready ${ready_ms} ms"
@@ -28,8 +29,6 @@ for round in $(seq "${ROUNDS:-3}"); do
 print(" | request %s: %.0f ms (ttft %.0f)" % (sys.argv[1], j["latency_ms"]["p50"], j["ttft_ms"]["p50"]), end="")' $n)
     done
     echo "$line"
-    kill -TERM $pid
-    wait $pid || true
-    rm -f "$log"
+    stop_server $pid || true
   done
 done

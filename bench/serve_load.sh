@@ -9,10 +9,11 @@ build=$1 model=$2 levels=$3
 shift 3
 [ $# -gt 0 ] || { echo "usage: $0 BUILD_DIR MODEL_DIR \"1 4 16\" DOC..." >&2; exit 2; }
 log=$(mktemp)
+remove_on_exit "$log"
 "$build/bin/srformer-server" --model bench="$model" --listen 127.0.0.1:0 --metrics-listen "" \
   --threads "${THREADS:-2}" ${EXTRA:-} 2>"$log" &
 pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
+stop_on_exit $pid
 target=$(wait_for_server "$log" $pid)
 for c in $levels; do
   "$build/bin/srformer-client" --target "$target" --load --json --concurrency "$c" \

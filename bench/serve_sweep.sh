@@ -36,11 +36,13 @@ for shape in ${SHAPES:-t5-small bart-base}; do
     echo "$k/$p/$d"; done; done; done); do
     IFS=/ read -r kernels switches dtype <<<"$setting"
     log=$(mktemp)
+    remove_on_exit "$log"
     kernel_env=$([ "$kernels" = off ] && echo 0 || echo 1)
     SRFORMER_CPU_KERNELS=$kernel_env "$build/bin/srformer-server" --model "$shape=$model" --listen 127.0.0.1:0 \
       --metrics-listen "" --threads "${THREADS:-2}" --max-batch-rows 64 --max-queue 256 \
       --precompute-switches "$switches" --dtype "$dtype" 2>"$log" &
     pid=$!
+    stop_on_exit $pid
     target=$(wait_for_server "$log" $pid)
     single=""
     for c in $levels; do
@@ -52,8 +54,7 @@ for shape in ${SHAPES:-t5-small bart-base}; do
       ratio=$(/usr/bin/python3 -c "print(round($tps / $single, 2))")
       echo "{\"model\": \"$shape\", \"cpu_kernels\": \"$kernels\", \"precompute_switches\": $switches, \"dtype\": \"$dtype\", \"vs_one_stream\": $ratio, \"load\": $line}"
     done
-    kill -TERM $pid
-    wait $pid || true
+    stop_server $pid || true
     grep -oE "[0-9]+ decode steps, .*" "$log" | sed "s/^/$shape (kernels $kernels, precompute switches $switches, $dtype): /"
     rm -f "$log"
   done

@@ -19,16 +19,16 @@ docs=("${@:4}")
 run() {
   local server=$1 side_args=$2 log pid target line
   log=$(mktemp)
+  remove_on_exit "$log"
   "$server" --model ab="$model" --listen 127.0.0.1:0 --metrics-listen "" --threads "${THREADS:-2}" \
     --max-batch-rows 64 --max-queue 256 ${SERVER_ARGS:-} $side_args 2>"$log" &
   pid=$!
-  trap "kill $pid 2>/dev/null || true" EXIT  # a failing client must not leave the server running
+  stop_on_exit $pid  # a failing client must not leave the server running
   target=$(wait_for_server "$log" $pid)
   line=$("$client" --target "$target" --model ab --load --json --concurrency "${CONCURRENCY:-32}" \
     --requests "${REQUESTS:-96}" --max-new-tokens "${NEW_TOKENS:-64}" --min-new-tokens "${NEW_TOKENS:-64}" \
     ${CLIENT_ARGS:-} --truncate "${docs[@]}")
-  kill -TERM $pid
-  wait $pid || true
+  stop_server $pid || true
   printf '%s tokens/s %s | %s\n' "$server${side_args:+ $side_args}" \
     "$(printf '%s' "$line" | /usr/bin/python3 -c 'import json,sys; r = json.load(sys.stdin)
 f = lambda p: "%s/%s ms" % tuple(round(p[k]) if p[k] is not None else "-" for k in ("p50", "p99"))

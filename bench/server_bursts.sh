@@ -12,10 +12,11 @@ source "$(dirname "$0")/server_lib.sh"
 [ $# -ge 2 ] || { echo "usage: $0 SERVER MODEL_DIR [DOC]" >&2; exit 2; }
 server=$1 model=$2 doc=${3:-$root/docs/example-document.txt}
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+remove_on_exit "$log"
 "$server" --model bursts="$model" --listen 127.0.0.1:0 --metrics-listen "" --threads "${THREADS:-2}" \
   --max-batch-rows 64 --max-queue 256 ${SERVER_ARGS:-} 2>"$log" &
 pid=$!
+stop_on_exit $pid
 target=$(wait_for_server "$log" $pid)
 for i in $(seq "${BURSTS:-3}"); do
   line=$("$client" --target "$target" --model bursts --load --json --concurrency "${CONCURRENCY:-32}" \
@@ -24,6 +25,5 @@ for i in $(seq "${BURSTS:-3}"); do
   printf 'burst %s tokens/s %s\n' "$i" \
     "$(printf '%s' "$line" | /usr/bin/python3 -c 'import json,sys; print(round(json.load(sys.stdin)["tokens_per_s"], 1))')"
 done
-kill -TERM $pid
-wait $pid || true
+stop_server $pid || true
 printf '%s | %s\n' "$server" "$(grep -o '[0-9]* encoder calls, .*' "$log" | tail -1)"

@@ -3,17 +3,49 @@
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 client=${CLIENT:-$root/build/bin/srformer-client}
 
-# wait_for_server LOG PID: waits (up to 60 s) for the server writing its log to LOG to say
+# The servers a script registers with stop_on_exit PID and the paths it registers with remove_on_exit PATH
+# are stopped (SIGTERM, then waited for) and removed whenever the script ends: done, failed (set -e: a
+# client that fails), interrupted (Ctrl-C) or stopped (SIGTERM). A script that set its own EXIT trap, or
+# none, left its server running and its logs behind when a client failed or it was stopped.
+bench_pids=() bench_paths=()
+stop_on_exit() { bench_pids+=("$@"); }
+remove_on_exit() { bench_paths+=("$@"); }
+# stop_server PID: stops a registered server now (SIGTERM, then waits) and returns its exit status. It is
+# taken off the list, so that the exit does not signal another process given its id since.
+stop_server() {
+  local pid=$1 status=0 p kept=()
+  kill -TERM "$pid" 2>/dev/null || true
+  wait "$pid" || status=$?
+  for p in "${bench_pids[@]}"; do [ "$p" = "$pid" ] || kept+=("$p"); done
+  bench_pids=("${kept[@]}")
+  return $status
+}
+bench_cleanup() {
+  local pid
+  for pid in "${bench_pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${bench_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "${bench_paths[@]}"
+}
+trap bench_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# wait_for_server LOG PID: waits (up to SERVER_START_S, 60 s) for the server writing its log to LOG to say
 # "listening on HOST:PORT", and prints HOST:PORT (0.0.0.0 as 127.0.0.1). Fails, with the log on
-# stderr, when the server exits first.
+# stderr, when the server exits first or is not listening by then (it printed no address and succeeded
+# then, and the clients were sent to an empty --target).
 wait_for_server() {
   local log=$1 pid=$2
-  for _ in $(seq 600); do
-    grep -q "listening on" "$log" && break
+  for _ in $(seq $((${SERVER_START_S:-60} * 10))); do
+    if grep -q "listening on" "$log"; then
+      grep -o 'listening on [^ ]*' "$log" | awk '{print $3}' | sed 's/^0\.0\.0\.0/127.0.0.1/'
+      return 0
+    fi
     kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; return 1; }
     sleep 0.1
   done
-  grep -o 'listening on [^ ]*' "$log" | awk '{print $3}' | sed 's/^0\.0\.0\.0/127.0.0.1/'
+  { cat "$log"; echo "server (pid $pid) not listening after ${SERVER_START_S:-60} s (SERVER_START_S)"; } >&2
+  return 1
 }
 
 # default_short_docs DIR: writes the first 400, 1000 and 2000 bytes of docs/ARCHITECTURE.md into DIR

@@ -18,7 +18,7 @@ servers=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do servers+=("$1"); shift; done
 [ $# -gt 0 ] && shift
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+remove_on_exit "$tmp"
 shorts=("$@")
 [ ${#shorts[@]} -gt 0 ] || mapfile -t shorts < <(default_short_docs "$tmp")
 for server in "${servers[@]}"; do
@@ -26,6 +26,7 @@ for server in "${servers[@]}"; do
   "$server" --model ab="$model" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --threads "${THREADS:-2}" \
     --max-batch-rows 64 --max-queue 256 2>"$log" &
   pid=$!
+  stop_on_exit $pid
   target=$(wait_for_server "$log" $pid)
   metrics=$(grep -o 'metrics on [^ ]*/metrics' "$log" | tail -1 | awk '{print $3}' | sed 's#/metrics$##')
   "$client" --target "$target" --model ab --load --concurrency "${CONCURRENCY:-16}" --requests "${REQUESTS:-240}" \
@@ -40,8 +41,7 @@ for server in "${servers[@]}"; do
   done
   wait $load
   mem=$(awk '/VmRSS|VmHWM/ {printf "%s %d MiB ", $1, $2 / 1024}' /proc/$pid/status)
-  kill -TERM $pid
-  wait $pid || true
+  stop_server $pid || true
   echo "$server: long document of $(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["input_tokens"])' "$tmp/long.json") tokens"
   echo "    state MiB each second after it: ${samples[*]}"
   echo "    $mem| short load: $(grep -o 'throughput: .*' "$tmp/load.txt")"

@@ -19,10 +19,12 @@ source "$(dirname "$0")/server_lib.sh"
 server=$1 model=$2 doc=${3:-$root/docs/example-document.txt}
 rounds=${ROUNDS:-12} warm=${WARM:-3} tokens=${NEW_TOKENS:-48}
 work=$(mktemp -d)
-trap 'kill -TERM $pid 2>/dev/null || true; [ -z "${SERVER_LOG:-}" ] || cp "$work/server.log" "$SERVER_LOG"; rm -rf "$work"' EXIT
+# On every exit: the server stopped (bench_cleanup), then its log kept (SERVER_LOG), then the rest removed.
+trap 'bench_cleanup; [ -z "${SERVER_LOG:-}" ] || cp "$work/server.log" "$SERVER_LOG"; rm -rf "$work"' EXIT
 "$server" --model soak="$model" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --threads "${THREADS:-2}" \
   --max-batch-rows 64 --max-queue 256 ${SERVER_ARGS:-} 2>"$work/server.log" &
 pid=$!
+stop_on_exit $pid
 target=$(wait_for_server "$work/server.log" $pid)
 metrics=$(grep -o 'metrics on [^ ]*/metrics' "$work/server.log" | tail -1 | awk '{print $3}' | sed 's#/metrics$##')
 
@@ -100,9 +102,8 @@ EOF
   printf '%-5s %9s %-58s %9s %11s %9s\n' "$r" "$tps" "$outcomes; $(cat "$work/bad.txt")" "$rss" "$state" "$inflight"
   echo "$r $rss $state $inflight $unexpected" >>"$work/rounds.txt"
 done
-kill -TERM $pid
 status=0
-wait $pid || status=$?
+stop_server $pid || status=$?
 [ $status -eq 0 ] || { echo "server exited with status $status; its log ends:" >&2; tail -40 "$work/server.log" >&2; }
 /usr/bin/python3 - "$work/rounds.txt" "$warm" "$status" <<'EOF'
 import sys

@@ -20,7 +20,7 @@ budgets=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do budgets+=("$1"); shift; done
 [ $# -gt 0 ] && shift
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+remove_on_exit "$tmp"
 shorts=("$@")
 [ ${#shorts[@]} -gt 0 ] || mapfile -t shorts < <(default_short_docs "$tmp")
 for budget in "${budgets[@]}"; do
@@ -28,6 +28,7 @@ for budget in "${budgets[@]}"; do
   "$server" --model ab="$model" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --threads "${THREADS:-2}" \
     --max-batch-rows 64 --max-queue 256 --max-state-memory "$budget" ${SERVER_ARGS:-} 2>"$log" &
   pid=$!
+  stop_on_exit $pid
   target=$(wait_for_server "$log" $pid)
   metrics=$(grep -o 'metrics on [^ ]*/metrics' "$log" | tail -1 | awk '{print $3}' | sed 's#/metrics$##')
   "$client" --target "$target" --model ab --load --concurrency "${CONCURRENCY:-32}" --requests "${REQUESTS:-192}" \
@@ -54,8 +55,7 @@ for budget in "${budgets[@]}"; do
   for p in "${longs[@]}"; do wait "$p"; done
   hwm=$(awk '/VmHWM/ {printf "%d", $2 / 1024}' /proc/$pid/status)
   bypasses=$(metric_sum "$metrics" srformer_queue_bypasses_total)
-  kill -TERM $pid
-  wait $pid || true
+  stop_server $pid || true
   echo "--max-state-memory $budget: $(grep -o 'decoder state budget: [^(]*' "$log" | head -1)"
   echo "    peak state ${peak} MiB used, ${peak_held} MiB held; peak RSS ${hwm} MiB; ${bypasses} admissions went ahead of a waiting request"
   echo "    long documents ($(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["input_tokens"])' "$tmp/long1.json" 2>/dev/null || echo '?') tokens) took: $(cat "$tmp"/long*.s | xargs printf '%.1f s ')"

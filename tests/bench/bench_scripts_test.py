@@ -1,0 +1,183 @@
+"""The bench scripts that start srformer-server (bench/*.sh with bench/server_lib.sh) stop it and remove
+their temporary files however they end: a client that fails, Ctrl-C, SIGTERM; and they fail, saying why,
+when the server never listens. Run against stand-in binaries (shell scripts), so no model is loaded."""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import textwrap
+import time
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+# Stand-ins in Python, which (like the C++ binaries, unlike bash) can handle a SIGINT that the script's
+# shell ignores for its background jobs.
+FAKE_SERVER = """\
+#!/usr/bin/python3
+# Stand-in server: records its pid, says where it listens (unless FAKE_SILENT), then waits to be stopped;
+# SIGINT stops it too, as it does srformer-server.
+import os, signal, sys, time
+with open(os.environ["FAKE_PIDS"], "a") as f:
+    f.write(f"{os.getpid()}\\n")
+for s in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(s, lambda *_: sys.exit(0))
+if not os.environ.get("FAKE_SILENT"):
+    print("listening on 127.0.0.1:9\\nmetrics on 127.0.0.1:9/metrics", file=sys.stderr, flush=True)
+time.sleep(300)
+"""
+
+FAKE_CLIENT = """\
+#!/usr/bin/python3
+# Stand-in client: FAKE_CLIENT=fail exits 3 at once; =wait waits FAKE_CLIENT_S (3 s), and on SIGINT prints
+# a report and exits 130, as srformer-client --load does (its partial report).
+import os, signal, sys, time
+with open(os.environ["FAKE_CLIENT_LOG"], "a") as f:
+    f.write("started\\n")
+if os.environ["FAKE_CLIENT"] == "fail":
+    sys.exit(3)
+def interrupted(*_):
+    print('{"tokens_per_s": 1}', flush=True)
+    sys.exit(130)
+signal.signal(signal.SIGINT, interrupted)
+time.sleep(float(os.environ.get("FAKE_CLIENT_S", "3")))
+print('{"tokens_per_s": 1}')
+"""
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
+class BenchScriptsTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="bench-scripts-test.")
+        self.bin = os.path.join(self.dir, "build", "bin")
+        os.makedirs(self.bin)
+        for name, text in (("srformer-server", FAKE_SERVER), ("srformer-client", FAKE_CLIENT), ("srformer", "exit 0\n")):
+            path = os.path.join(self.bin, name)
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, 0o755)
+        self.model = os.path.join(self.dir, "model")
+        self.cache = os.path.join(self.dir, "cache")
+        os.makedirs(os.path.join(self.cache, "t5-small"))
+        open(os.path.join(self.cache, "t5-small", "model.safetensors"), "w").close()
+        os.makedirs(self.model)
+        self.tmp = os.path.join(self.dir, "tmp")  # the scripts' mktemp files
+        os.makedirs(self.tmp)
+        self.pids = os.path.join(self.dir, "pids")
+        self.client_log = os.path.join(self.dir, "client.log")
+        self.doc = os.path.join(ROOT, "docs", "DEMO.md")
+
+    def tearDown(self):
+        for pid in self.server_pids():
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def server_pids(self):
+        if not os.path.exists(self.pids):
+            return []
+        return [int(line) for line in open(self.pids) if line.strip()]
+
+    def scripts(self):
+        server, build = os.path.join(self.bin, "srformer-server"), os.path.join(self.dir, "build")
+        return {
+            "first_request": ["bench/first_request.sh", self.model],
+            "serve_load": ["bench/serve_load.sh", build, self.model, "1", self.doc],
+            "serve_sweep": ["bench/serve_sweep.sh", build],
+            "server_ab": ["bench/server_ab.sh", server, server, self.model],
+            "server_bursts": ["bench/server_bursts.sh", server, self.model],
+            "server_long_document": ["bench/server_long_document.sh", self.model, self.doc, server],
+            "server_soak": ["bench/server_soak.sh", server, self.model],
+            "server_state_budget": ["bench/server_state_budget.sh", self.model, self.doc, server, "0"],
+        }
+
+    def start(self, args, client, **env):
+        e = dict(os.environ, TMPDIR=self.tmp, FAKE_PIDS=self.pids, FAKE_CLIENT=client, FAKE_CLIENT_LOG=self.client_log,
+                 CLIENT=os.path.join(self.bin, "srformer-client"), CACHE=self.cache, SHAPES="t5-small", LEVELS="1",
+                 BUILD=os.path.relpath(os.path.join(self.dir, "build"), ROOT), ROUNDS="2", BURSTS="2", **env)
+        return subprocess.Popen(["bash"] + args, cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)  # its own process group, as a terminal's job
+
+    def wait_for(self, condition, seconds=20):
+        deadline = time.monotonic() + seconds
+        while not condition():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def assert_cleaned_up(self, name, proc, err):
+        self.assertTrue(self.server_pids(), f"{name}: no server started; stderr: {err}")
+        for pid in self.server_pids():
+            self.assertTrue(self.wait_for(lambda: not alive(pid), 5), f"{name}: server {pid} left running")
+        self.assertEqual(os.listdir(self.tmp), [], f"{name}: temporary files left")
+
+    def clients(self):
+        with open(self.client_log) as f:
+            return len(f.readlines())
+
+    def reset(self):
+        for path in (self.pids, self.client_log):
+            if os.path.exists(path):
+                os.remove(path)
+
+    def test_failing_client_stops_the_server(self):
+        for name, args in self.scripts().items():
+            with self.subTest(script=name):
+                self.reset()
+                proc = self.start(args, "fail")
+                _, err = proc.communicate(timeout=60)
+                self.assertNotEqual(proc.returncode, 0, f"{name}: {err}")
+                self.assert_cleaned_up(name, proc, err)
+
+    def interrupt(self, sig, whole_group):
+        for name, args in self.scripts().items():
+            with self.subTest(script=name, signal=sig):
+                self.reset()
+                proc = self.start(args, "wait")
+                self.assertTrue(self.wait_for(lambda: os.path.exists(self.client_log)), f"{name}: no client ran")
+                time.sleep(0.5)  # server_soak starts several at once
+                clients = self.clients()
+                if whole_group:
+                    os.killpg(proc.pid, sig)  # Ctrl-C: the terminal signals the whole foreground job
+                else:
+                    proc.send_signal(sig)  # timeout(1), a supervisor: the script alone
+                try:
+                    _, err = proc.communicate(timeout=15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.communicate()
+                    self.fail(f"{name}: still running 15 s after {sig.name}")
+                self.assertNotEqual(proc.returncode, 0, f"{name}: exit 0 after {sig.name}")
+                self.assertEqual(self.clients(), clients, f"{name}: went on with another client after {sig.name}")
+                self.assert_cleaned_up(name, proc, err)
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # clients left in the background, if any
+                except ProcessLookupError:
+                    pass
+
+    def test_ctrl_c_stops_the_server(self):
+        self.interrupt(signal.SIGINT, whole_group=True)
+
+    def test_sigterm_stops_the_server(self):
+        self.interrupt(signal.SIGTERM, whole_group=False)
+
+    def test_server_that_never_listens_fails_with_a_message(self):
+        proc = self.start(self.scripts()["server_bursts"], "fail", FAKE_SILENT="1", SERVER_START_S="1")
+        _, err = proc.communicate(timeout=30)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("not listening after 1 s", err)
+        self.assertFalse(os.path.exists(self.client_log), "a client was started with no address")
+        self.assert_cleaned_up("server_bursts", proc, err)
+
+
+if __name__ == "__main__":
+    unittest.main()
