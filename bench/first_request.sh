@@ -3,13 +3,15 @@
 # (off, on, off, on, ...) so that slow spells of a shared machine hit both. Each start serves three
 # requests one after the other (one stream, the same document) and prints one line: the setting, how
 # long the server took from launch to "listening on", and each request's latency and time to first token.
-#   bench/first_request.sh MODEL_DIR [DOC]   env: ROUNDS (3), NEW_TOKENS (32), THREADS (2), BUILD (build),
+#   bench/first_request.sh MODEL_DIR [DOC]   env: ROUNDS (3), NEW_TOKENS (32), THREADS (2), BUILD (build; absolute or in the repository),
 #                                                 SERVER_ARGS (more server flags, e.g. "--device cuda")
 set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
 [ $# -ge 1 ] || { echo "usage: $0 MODEL_DIR [DOC]" >&2; exit 2; }
 model=$1 doc=${2:-$root/docs/example-document.txt}
-server=$root/${BUILD:-build}/bin/srformer-server
+build=${BUILD:-build}
+[[ $build = /* ]] || build=$root/$build  # relative to the repository, or absolute (it was always appended)
+server=$build/bin/srformer-server
 for round in $(seq "${ROUNDS:-3}"); do
   for warm in false true; do
     log=$(mktemp)

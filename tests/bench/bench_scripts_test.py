@@ -102,7 +102,8 @@ class BenchScriptsTest(unittest.TestCase):
     def start(self, args, client, **env):
         e = dict(os.environ, TMPDIR=self.tmp, FAKE_PIDS=self.pids, FAKE_CLIENT=client, FAKE_CLIENT_LOG=self.client_log,
                  CLIENT=os.path.join(self.bin, "srformer-client"), CACHE=self.cache, SHAPES="t5-small", LEVELS="1",
-                 BUILD=os.path.relpath(os.path.join(self.dir, "build"), ROOT), ROUNDS="2", BURSTS="2", **env)
+                 BUILD=os.path.relpath(os.path.join(self.dir, "build"), ROOT), ROUNDS="2", BURSTS="2")
+        e.update(env)
         return subprocess.Popen(["bash"] + args, cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)  # its own process group, as a terminal's job
 
@@ -169,6 +170,12 @@ class BenchScriptsTest(unittest.TestCase):
 
     def test_sigterm_stops_the_server(self):
         self.interrupt(signal.SIGTERM, whole_group=False)
+
+    def test_first_request_takes_an_absolute_build_directory(self):
+        proc = self.start(self.scripts()["first_request"], "fail", BUILD=os.path.join(self.dir, "build"))
+        _, err = proc.communicate(timeout=30)
+        self.assertTrue(os.path.exists(self.client_log), f"no client ran: {err}")
+        self.assert_cleaned_up("first_request", proc, err)
 
     def test_server_that_never_listens_fails_with_a_message(self):
         proc = self.start(self.scripts()["server_bursts"], "fail", FAKE_SILENT="1", SERVER_START_S="1")
