@@ -2,7 +2,7 @@
 # Serving benchmark, side by side in one run: random-weight models in T5-small and BART-base shapes
 # (written once under $CACHE), each served by srformer-server and loaded by srformer-client --load at
 # 1/4/16/32/64 concurrent streams. Prints one JSON line per level, the throughput ratio of each level
-# to one stream, and the engine's per-step overhead outside the model (from the server's shutdown log).
+# to one stream (null where LEVELS measured no 1 before it), and the engine's per-step overhead outside the model (from the server's shutdown log).
 #   bench/serve_sweep.sh [BUILD_DIR]   env: LEVELS="1 4 16 32 64" REQUESTS=32 NEW_TOKENS=32 THREADS=2
 #                                           SHAPES="t5-small bart-base" DOC=FILE (default: the first
 #                                           1500 bytes of docs/ARCHITECTURE.md; over-long input is truncated)
@@ -50,8 +50,11 @@ for shape in ${SHAPES:-t5-small bart-base}; do
       line=$("$build/bin/srformer-client" --target "$target" --model "$shape" --load --json --concurrency "$c" \
         --requests "$n" --max-new-tokens "${NEW_TOKENS:-32}" --min-new-tokens "${NEW_TOKENS:-32}" ${CLIENT_ARGS:-} --truncate "$doc")
       tps=$(printf '%s' "$line" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens_per_s"])')
-      [ -n "$single" ] || single=$tps
-      ratio=$(/usr/bin/python3 -c "print(round($tps / $single, 2))")
+      # To one stream's tokens/s, measured at a level 1 before this one; null without it (the first level's
+      # tokens/s was taken for one stream's, whatever its concurrency).
+      [ "$c" != 1 ] || single=$tps
+      ratio=$(/usr/bin/python3 -c 'import sys; t, one = sys.argv[1:]
+print(round(float(t) / float(one), 2) if one and float(one) > 0 else "null")' "$tps" "$single")
       echo "{\"model\": \"$shape\", \"cpu_kernels\": \"$kernels\", \"precompute_switches\": $switches, \"dtype\": \"$dtype\", \"vs_one_stream\": $ratio, \"load\": $line}"
     done
     stop_server $pid || true

@@ -1,6 +1,7 @@
 """The bench scripts that start srformer-server (bench/*.sh with bench/server_lib.sh) stop it and remove
 their temporary files however they end: a client that fails, Ctrl-C, SIGTERM; and they fail, saying why,
 when the server never listens. Run against stand-in binaries (shell scripts), so no model is loaded."""
+import json
 import os
 import shutil
 import signal
@@ -25,18 +26,25 @@ for s in (signal.SIGINT, signal.SIGTERM):
     signal.signal(s, lambda *_: sys.exit(0))
 if not os.environ.get("FAKE_SILENT"):
     print("listening on 127.0.0.1:9\\nmetrics on 127.0.0.1:9/metrics", file=sys.stderr, flush=True)
+    # what the scripts read from a server's shutdown log
+    print("model 'm': 3 decode steps, 1.000 s in steps, engine overhead 1.00%\\n"
+          "model 'm': 2 encoder calls, 0.100 s encoding", file=sys.stderr, flush=True)
 time.sleep(300)
 """
 
 FAKE_CLIENT = """\
 #!/usr/bin/python3
-# Stand-in client: FAKE_CLIENT=fail exits 3 at once; =wait waits FAKE_CLIENT_S (3 s), and on SIGINT prints
+# Stand-in client: FAKE_CLIENT=fail exits 3 at once; =report prints a load report; =wait waits FAKE_CLIENT_S (3 s), and on SIGINT prints
 # a report and exits 130, as srformer-client --load does (its partial report).
-import os, signal, sys, time
+import json, os, signal, sys, time
 with open(os.environ["FAKE_CLIENT_LOG"], "a") as f:
     f.write("started\\n")
 if os.environ["FAKE_CLIENT"] == "fail":
     sys.exit(3)
+if os.environ["FAKE_CLIENT"] == "report":  # a --load --json report: 10 tokens/s per stream
+    concurrency = int(sys.argv[sys.argv.index("--concurrency") + 1])
+    print(json.dumps({"concurrency": concurrency, "tokens_per_s": 10.0 * concurrency}))
+    sys.exit(0)
 def interrupted(*_):
     print('{"tokens_per_s": 1}', flush=True)
     sys.exit(130)
@@ -84,7 +92,8 @@ class BenchScriptsTest(unittest.TestCase):
     def server_pids(self):
         if not os.path.exists(self.pids):
             return []
-        return [int(line) for line in open(self.pids) if line.strip()]
+        with open(self.pids) as f:
+            return [int(line) for line in f if line.strip()]
 
     def scripts(self):
         server, build = os.path.join(self.bin, "srformer-server"), os.path.join(self.dir, "build")
@@ -170,6 +179,19 @@ class BenchScriptsTest(unittest.TestCase):
 
     def test_sigterm_stops_the_server(self):
         self.interrupt(signal.SIGTERM, whole_group=False)
+
+    def sweep(self, levels):
+        proc = self.start(self.scripts()["serve_sweep"], "report", LEVELS=levels)
+        out, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 0, err)
+        lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        return {line["load"]["concurrency"]: line["vs_one_stream"] for line in lines}
+
+    def test_serve_sweep_ratios_are_to_one_stream(self):
+        self.assertEqual(self.sweep("1 4 16"), {1: 1.0, 4: 4.0, 16: 16.0})
+        # Without a one-stream level first there is nothing to divide by: no ratio, not one to another level.
+        self.assertEqual(self.sweep("4 16"), {4: None, 16: None})
+        self.assertEqual(self.sweep("4 1 16"), {4: None, 1: 1.0, 16: 16.0})
 
     def test_first_request_takes_an_absolute_build_directory(self):
         proc = self.start(self.scripts()["first_request"], "fail", BUILD=os.path.join(self.dir, "build"))
