@@ -90,6 +90,9 @@ def nice_ticks(lo, hi, n=5):
 
 def axes(svg, box, xr, yr, xlabel, ylabel, title, y_ticks=True, x_ticks=True):
     left, top, right, bottom = box
+    # An empty range (every run's ROUGE 0, as after a few updates) is widened rather than divided by.
+    xr = xr if xr[1] > xr[0] else (xr[0], xr[0] + 1)
+    yr = yr if yr[1] > yr[0] else (yr[0], yr[0] + 1)
     sx = lambda x: left + (x - xr[0]) / (xr[1] - xr[0]) * (right - left)
     sy = lambda y: bottom - (y - yr[0]) / (yr[1] - yr[0]) * (bottom - top)
     svg.line(left, bottom, right, bottom)
