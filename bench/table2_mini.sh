@@ -12,6 +12,8 @@
 #      a BASE whose config lacks dropout fields would otherwise train with Hugging Face's 0.1),
 #      RAF_INIT_WEIGHT_SCALE (1: the authors' SNN_kv init; e.g. 0.01 starts the recurrent term small, and the
 #      variants' directories get a -w0.01 suffix).
+# Each step's output goes to OUT/init.log, OUT/NAME.train.log or OUT/NAME.eval.log; a step that fails ends
+# the script with the end of its log.
 # The paper's Table 3 ablations (I: recurrent term only; II: no division by ||K||; III: no RAF, P used
 # directly; IV: RAF fed K_i^T V_i instead of P) are the same run with other variants:
 #   VARIANTS="segmented:16 srformer:16 ablation_i:16 ablation_ii:16 ablation_iii:16 ablation_iv:16" OUT=out/table3
@@ -28,13 +30,23 @@ variants=${VARIANTS:-"full:0 segmented:8 srformer:8 segmented:16 srformer:16 srf
 [ -x "$bin" ] || { echo "table2_mini: build $bin first" >&2; exit 1; }
 [ -f "$data/train.jsonl" ] || { echo "table2_mini: no $data/train.jsonl; run tools/data/build_dataset.py" >&2; exit 1; }
 mkdir -p "$out"
+# run_logged LOG WHAT CMD...: CMD with its output in LOG; when it fails, says so with the end of LOG (a step
+# that failed ended the script with exit 1 and not a word, its output in /dev/null or a log it did not name).
+run_logged() {
+  local log=$1 what=$2 status=0
+  shift 2
+  "$@" >"$log" 2>&1 || status=$?
+  [ $status -eq 0 ] && return 0
+  { echo "table2_mini: $what failed (exit $status); $log ends:"; tail -20 "$log"; } >&2
+  exit $status
+}
 
 # One initialisation for every variant: a plain (full) model, converted per variant (the RAF parameters of
 # the srformer variants get the authors' initial values, the same for every segment size).
 init=${BASE:-$out/init}
 if [ ! -f "$init/config.json" ]; then
-  "$bin" init-model --corpus "$data/train.jsonl" --vocab "${VOCAB:-2000}" --cross-attention full \
-    --d-model "${D_MODEL:-64}" --heads 4 --layers "${LAYERS:-2}" "$init" >/dev/null 2>&1
+  run_logged "$out/init.log" "init-model" "$bin" init-model --corpus "$data/train.jsonl" --vocab "${VOCAB:-2000}" \
+    --cross-attention full --d-model "${D_MODEL:-64}" --heads 4 --layers "${LAYERS:-2}" "$init"
 fi
 rows=()
 for v in $variants; do
@@ -54,14 +66,15 @@ for v in $variants; do
     start=$(date +%s)
     resume=()  # a run cut short continues from its newest checkpoint
     compgen -G "$out/$name/checkpoint-*/trainer_state.json" >/dev/null && resume=(--resume)
-    "$bin" train "$out/$name-init" "$data/train.jsonl" --out "$out/$name" "${resume[@]}" --steps "$steps" --batch "${BATCH:-16}" \
-      --lr "${LR:-3e-3}" --warmup "${WARMUP:-0}" --max-input-tokens "${MAX_INPUT:-256}" --max-target-tokens "${MAX_TARGET:-32}" --log-every 50 --threads "${THREADS:-2}" --dropout "${DROPOUT:-0}" \
-      >"$out/$name.train.log" 2>&1
+    run_logged "$out/$name.train.log" "training $name" \
+      "$bin" train "$out/$name-init" "$data/train.jsonl" --out "$out/$name" "${resume[@]}" --steps "$steps" --batch "${BATCH:-16}" \
+      --lr "${LR:-3e-3}" --warmup "${WARMUP:-0}" --max-input-tokens "${MAX_INPUT:-256}" --max-target-tokens "${MAX_TARGET:-32}" --log-every 50 --threads "${THREADS:-2}" --dropout "${DROPOUT:-0}"
     echo "$(( $(date +%s) - start ))" > "$out/$name.seconds"
   fi
   if [ ! -f "$out/$name.eval/scores.json" ]; then
-    "$bin" eval "$out/$name" "$data/test.jsonl" --limit "${TEST_N:-500}" --batch 32 --max-input-tokens "${MAX_INPUT:-256}" --out "$out/$name.eval" \
-      --threads "${THREADS:-2}" >/dev/null 2>&1
+    run_logged "$out/$name.eval.log" "evaluating $name" \
+      "$bin" eval "$out/$name" "$data/test.jsonl" --limit "${TEST_N:-500}" --batch 32 --max-input-tokens "${MAX_INPUT:-256}" --out "$out/$name.eval" \
+      --threads "${THREADS:-2}"
   fi
   rows+=("$name $kind $seg")
 done
