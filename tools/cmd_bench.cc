@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <limits>
@@ -72,10 +73,24 @@ void emit(const BenchOptions& o, const nlohmann::json& j, const std::string& hum
   }
 }
 
+// The cached model's config.json as written, or null when there is none or it does not parse.
+nlohmann::json cached_config(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "config.json");
+  if (!in) return nullptr;
+  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+}
+
+// The cache is shared by every checkout on the machine (and kept across versions): a directory whose
+// config.json is not this version's NAME (another shape or variant, or one cut short) is written again,
+// not benchmarked under NAME's label.
 std::filesystem::path ensure_model(const BenchOptions& o, const std::string& name, const ModelConfig& c) {
   const auto dir = o.cache / name;
   if (!std::filesystem::exists(dir / "model.safetensors")) {
     std::cerr << "writing random " << name << " weights to " << dir << " (once)\n";
+    write_random_model(dir, c, 1234, 0.02);
+  } else if (cached_config(dir) != c.to_json()) {
+    std::cerr << "writing random " << name << " weights to " << dir
+              << " again: the config.json there describes another model\n";
     write_random_model(dir, c, 1234, 0.02);
   }
   return dir;
