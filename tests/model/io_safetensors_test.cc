@@ -2,7 +2,9 @@
 // malformed header the reader must refuse.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -132,6 +134,28 @@ TEST(SafetensorsWriter, ReplacesAtomicallyAndLeavesNoTemporaryFiles) {
   EXPECT_EQ(file.find("x"), nullptr);
   EXPECT_THAT(values<float>(file.tensor("y")), ElementsAre(2.0f, 3.0f));
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()), 1);
+}
+
+// A write killed half-way (Ctrl-C during srformer bench's random model, a checkpoint) left its temporary
+// file for good; the next write of the same file removes it, and leaves a running process's alone.
+TEST(SafetensorsWriter, RemovesTheTemporaryFilesOfEndedProcesses) {
+  const ScratchDir dir;
+  const auto path = dir / "model.safetensors";
+  const pid_t ended = ::fork();
+  if (ended == 0) ::_exit(0);
+  ASSERT_GT(ended, 0);
+  ASSERT_EQ(::waitpid(ended, nullptr, 0), ended);
+  const auto abandoned = dir / ("model.safetensors.tmp." + std::to_string(ended) + ".0");
+  const auto running = dir / ("model.safetensors.tmp." + std::to_string(::getppid()) + ".0");
+  const auto other = dir / ("other.safetensors.tmp." + std::to_string(ended) + ".0");
+  const auto not_a_pid = dir / "model.safetensors.tmp.99999999999999999999.0";
+  for (const auto& p : {abandoned, running, other, not_a_pid}) write_bytes(p, "partial");
+  save_safetensors(path, {{"x", torch::tensor({1.0f})}});
+  EXPECT_FALSE(std::filesystem::exists(abandoned));
+  EXPECT_TRUE(std::filesystem::exists(running));
+  EXPECT_TRUE(std::filesystem::exists(other));
+  EXPECT_TRUE(std::filesystem::exists(not_a_pid));
+  EXPECT_TRUE(std::filesystem::exists(path));
 }
 
 TEST(SafetensorsWriter, RefusesBadInput) {
