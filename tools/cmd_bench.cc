@@ -96,6 +96,15 @@ std::filesystem::path ensure_model(const BenchOptions& o, const std::string& nam
   return dir;
 }
 
+// The part of a --trace file's name that tells runs apart which would otherwise write the same file:
+// the dtype under --dtype with several, the kernels under --kernels both (one run each wrote over the other's).
+std::string trace_setting(const BenchOptions& o, std::optional<torch::ScalarType> dtype, std::optional<bool> kernels) {
+  std::string s;
+  if (dtype && o.dtypes.size() > 1) s += "." + dtype_name(*dtype);
+  if (kernels && o.kernel_settings.size() > 1) s += *kernels ? ".kernels-on" : ".kernels-off";
+  return s;
+}
+
 void bench_model_as(const BenchOptions& o, const std::string& name, const ModelConfig& c, int64_t k,
                     torch::ScalarType dtype) {
   LoadOptions lo;
@@ -111,7 +120,10 @@ void bench_model_as(const BenchOptions& o, const std::string& name, const ModelC
     // The best of three after one untimed encode: the first pays for page faults and thread start-up.
     auto enc = model->encode(ids, mask);
     std::optional<torch::autograd::profiler::RecordProfile> encode_profile;
-    if (!o.trace.empty()) encode_profile.emplace(o.trace + "." + name + ".b" + std::to_string(B) + ".encode.json");
+    if (!o.trace.empty()) {
+      encode_profile.emplace(o.trace + "." + name + ".b" + std::to_string(B) + trace_setting(o, dtype, {}) +
+                             ".encode.json");
+    }
     double enc_ms = std::numeric_limits<double>::infinity();
     for (int rep = 0; rep < 3; ++rep) {
       const auto t0 = Clock::now();
@@ -123,7 +135,9 @@ void bench_model_as(const BenchOptions& o, const std::string& name, const ModelC
     for (const bool kernels_on : o.kernel_settings) {
       kernels::set_cpu_kernels(kernels_on);
       std::optional<torch::autograd::profiler::RecordProfile> start_profile;
-      if (!o.trace.empty()) start_profile.emplace(o.trace + "." + name + ".b" + std::to_string(B) + ".start.json");
+      const std::string trace_name =
+          o.trace + "." + name + ".b" + std::to_string(B) + trace_setting(o, dtype, kernels_on);
+      if (!o.trace.empty()) start_profile.emplace(trace_name + ".start.json");
       auto t0 = Clock::now();
       auto st = model->start(enc, torch::full({B}, 128, torch::kLong));
       finish_work(o.device);
@@ -133,7 +147,7 @@ void bench_model_as(const BenchOptions& o, const std::string& name, const ModelC
       tok = model->step(st, tok).argmax(-1);  // warm-up
       finish_work(o.device);
       std::optional<torch::autograd::profiler::RecordProfile> profile;
-      if (!o.trace.empty()) profile.emplace(o.trace + "." + name + ".b" + std::to_string(B) + ".json");
+      if (!o.trace.empty()) profile.emplace(trace_name + ".json");
       t0 = Clock::now();
       for (int64_t s = 0; s < o.steps; ++s) tok = model->step(st, tok).argmax(-1);
       finish_work(o.device);
@@ -250,7 +264,9 @@ void bench_cross(const BenchOptions& o) {
       const int64_t steps = o.quick ? 16 : L;
       const int rounds = o.quick ? 1 : 9;
       std::optional<torch::autograd::profiler::RecordProfile> profile;
-      if (!o.trace.empty()) profile.emplace(o.trace + ".cross.k" + std::to_string(k) + ".json");
+      if (!o.trace.empty()) {
+        profile.emplace(o.trace + ".cross.k" + std::to_string(k) + trace_setting(o, {}, kernels_on) + ".json");
+      }
       for (int round = 0; round < rounds; ++round) {
         for (auto& run : runs) {
           auto prev = torch::full({1}, -1, torch::kLong);
@@ -581,7 +597,9 @@ int run_bench(const std::vector<std::string>& args) {
                    "  sublayers whole and in pieces, then start() on it likewise (--only encode). --json: one JSON\n"
                    "  object per measurement.\n"
                    "  --trace PREFIX: LibTorch profiler trace of the timed decode steps,\n"
-                   "  PREFIX.<model>.b<batch>.json (chrome://tracing). --kernels:\n"
+                   "  PREFIX.<model>.b<batch>.json (chrome://tracing; with several --dtype or --kernels both,\n"
+                   "  .<dtype> and .kernels-on/off before .json), of start() and the encode likewise (.start.json,\n"
+                   "  .encode.json), and of the cross-attention steps (PREFIX.cross.k<k>.json). --kernels:\n"
                    "  decode steps with our AVX2 CPU kernels (on, the default), through LibTorch only, or both.\n"
                    "  --lengths: the input lengths of the cross-attention figures (default 1024,4096,16384).\n"
                    "  --input-tokens: the input length of the decode figures (default 1024).\n"

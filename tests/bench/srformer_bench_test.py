@@ -1,6 +1,7 @@
-"""`srformer bench` writes its random model again where the cached directory (shared under TMPDIR by every
-checkout) holds another model's config.json, instead of timing that model under the asked-for name.
-  bench_cache_test.py SRFORMER_BINARY"""
+"""`srformer bench`: it writes its random model again where the cached directory (shared under TMPDIR by
+every checkout) holds another model's config.json, instead of timing that model under the asked-for name;
+its --trace files of different settings do not write over each other.
+  srformer_bench_test.py SRFORMER_BINARY"""
 import json
 import os
 import shutil
@@ -38,6 +39,26 @@ class BenchCacheTest(unittest.TestCase):
                 self.assertEqual(json.load(f)["srformer"]["cross_attention"], "srformer")
             # The decode figures are the SRformer model's: its per-request state, not full attention's.
             self.assertEqual(again["state_bytes_per_request"], fresh["state_bytes_per_request"])
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_trace_files_of_each_setting_are_kept(self):
+        tmp = tempfile.mkdtemp(prefix="bench-trace-test.")
+        try:
+            prefix = os.path.join(tmp, "trace")
+            for only in (["--only", "decode", "--model", NAME, "--batch", "1", "--steps", "1", "--input-tokens", "8"],
+                         ["--only", "cross", "--quick", "--lengths", "128"]):
+                out = subprocess.run([BINARY, "bench", "--threads", "1", "--kernels", "both", "--trace", prefix] + only,
+                                     env=dict(os.environ, TMPDIR=tmp), capture_output=True, text=True, timeout=600)
+                self.assertEqual(out.returncode, 0, out.stderr)
+            traces = sorted(f for f in os.listdir(tmp) if f.startswith("trace."))
+            decode = f"trace.{NAME}.b1"
+            self.assertEqual(traces, sorted([f"{decode}.encode.json"] + [
+                f"{decode}.kernels-{k}{part}.json" for k in ("off", "on") for part in ("", ".start")] + [
+                f"trace.cross.k128.kernels-{k}.json" for k in ("off", "on")]))
+            for name in traces:  # each one a whole trace, not one cut off by the other's write
+                with open(os.path.join(tmp, name)) as f:
+                    json.load(f)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
