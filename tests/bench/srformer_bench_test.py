@@ -14,7 +14,7 @@ BINARY = None
 NAME = "t5-small-srformer-s64"
 
 
-class BenchCacheTest(unittest.TestCase):
+class SrformerBenchTest(unittest.TestCase):
     def bench(self, tmp):
         out = subprocess.run([BINARY, "bench", "--only", "decode", "--json", "--model", NAME, "--batch", "1",
                               "--steps", "1", "--input-tokens", "8", "--threads", "1"],
