@@ -43,6 +43,15 @@ TEST(ErrorMessage, FilesystemErrorsNameThePathAndTheFix) {
   EXPECT_EQ(error_message(gone), "cannot access /x: No such file or directory");
 }
 
+// An error that names no path (std::filesystem::temp_directory_path with TMPDIR not a directory) is shown
+// with the call that failed, not as "cannot access : ...".
+TEST(ErrorMessage, FilesystemErrorsWithoutAPathNameTheCall) {
+  const std::filesystem::filesystem_error no_path("temp_directory_path",
+                                                  std::make_error_code(std::errc::no_such_file_or_directory));
+  EXPECT_EQ(error_message(no_path), no_path.what());
+  EXPECT_NE(error_message(no_path).find("temp_directory_path"), std::string::npos) << error_message(no_path);
+}
+
 TEST(ErrorMessage, OtherExceptionsAreShownWhole) {
   const std::runtime_error plain("line one\nline two");
   EXPECT_EQ(error_message(plain), "line one\nline two");
