@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -55,7 +56,7 @@ struct BenchOptions {
   std::vector<bool> kernel_settings{true};  // decode steps with our CPU kernels on and/or off
   std::vector<torch::ScalarType> dtypes{torch::kFloat32};  // decode models loaded as fp32, fp16 and/or bf16
   torch::Device device = torch::kCPU;                      // where the decode models run
-  std::filesystem::path cache = std::filesystem::temp_directory_path() / "srformer-bench-models";
+  std::filesystem::path cache;                             // TMPDIR/srformer-bench-models
 };
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
@@ -573,6 +574,18 @@ void bench_long_encode(const BenchOptions& o, const std::string& name, const Mod
   }
 }
 
+// The random models' cache under TMPDIR (else /tmp), or an error naming TMPDIR.
+std::filesystem::path bench_cache() {
+  std::error_code ec;
+  const auto tmp = std::filesystem::temp_directory_path(ec);
+  if (ec) {
+    const char* tmpdir = std::getenv("TMPDIR");
+    throw std::invalid_argument("the random models are cached under TMPDIR, and TMPDIR='" +
+                                std::string(tmpdir ? tmpdir : "") + "' is not a directory (" + ec.message() + ")");
+  }
+  return tmp / "srformer-bench-models";
+}
+
 int run_bench(const std::vector<std::string>& args) {
   BenchOptions o;
   std::string only, dtype_flag;
@@ -582,38 +595,39 @@ int run_bench(const std::vector<std::string>& args) {
   for (ArgReader r(args); r.next();) {
     const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
-      std::cout << "usage: srformer bench [--json] [--threads N] [--steps N] [--only "
-                   "decode|encode|cross|linear|search] [--quick]\n"
-                   "                       [--batch N[,N...]] [--model bart-base-srformer-s64|bart-base-full|\n"
-                   "                        t5-small-srformer-s64] [--trace PREFIX] [--kernels on|off|both]\n"
-                   "                       [--lengths K[,K...]] [--input-tokens K] [--dtype fp32|bf16|both]\n"
-                   "                       [--long-lengths K[,K...]] [--device cpu|cuda[:N]]\n"
-                   "  Random weights in BART-base and T5-small shapes (cached under /tmp). Prints encoder time,\n"
-                   "  decode step time and tokens/s at batch 1/8/32, per-step cross-attention time of full,\n"
-                   "  segmented and srformer as k grows (1k/4k/16k) beside the paper's Table 1 ratio, and the\n"
-                   "  bytes of per-request state; the decode step's projections through LibTorch and through\n"
-                   "  our few-rows kernel; one encoder call over 8 documents of mixed lengths padded to the\n"
-                   "  longest against one call each, and one long T5 document encoded with the server's pauses, its\n"
-                   "  sublayers whole and in pieces, then start() on it likewise (--only encode). --json: one JSON\n"
-                   "  object per measurement.\n"
-                   "  --trace PREFIX: LibTorch profiler trace of the timed decode steps,\n"
-                   "  PREFIX.<model>.b<batch>.json (chrome://tracing; with several --dtype or --kernels both,\n"
-                   "  .<dtype> and .kernels-on/off before .json), of start() and the encode likewise (.start.json,\n"
-                   "  .encode.json), and of the cross-attention steps (PREFIX.cross.k<k>.json). --kernels:\n"
-                   "  decode steps with our AVX2 CPU kernels (on, the default), through LibTorch only, or both.\n"
-                   "  --lengths: the input lengths of the cross-attention figures (default 1024,4096,16384).\n"
-                   "  --input-tokens: the input length of the decode figures (default 1024).\n"
-                   "  --long-lengths: the lengths of the long T5 documents (default 4096,8192).\n"
-                   "  --dtype: decode models and long documents in fp32 (default), bf16 (projections in bfloat16 on "
-                   "AMX or AVX512-BF16)\n"
-                   "  or both. --only linear adds the packed fp32 product (AVX2/AVX-512) and the bf16 one (AMX or\n"
-                   "  AVX512-BF16) beside LibTorch's and the row-major kernel's where the CPU has them. Models load\n"
-                   "  with packed fp32 projections where the CPU has AVX2 unless SRFORMER_CPU_PACKED=0;\n"
-                   "  SRFORMER_CPU_AVX512=0 runs every kernel with AVX2 only.\n"
-                   "  --quick: fewer and shorter measurements, decode figures at batch 1,8 with 4 steps (--batch\n"
-                   "  and --steps still set those, before or after --quick).\n"
-                   "  --device cuda[:N]: the decode figures on that GPU (the other parts are the CPU's own), with\n"
-                   "  --dtype fp32, fp16, bf16 or a comma-separated list of them (default fp16).\n";
+      std::cout
+          << "usage: srformer bench [--json] [--threads N] [--steps N] [--only "
+             "decode|encode|cross|linear|search] [--quick]\n"
+             "                       [--batch N[,N...]] [--model bart-base-srformer-s64|bart-base-full|\n"
+             "                        t5-small-srformer-s64] [--trace PREFIX] [--kernels on|off|both]\n"
+             "                       [--lengths K[,K...]] [--input-tokens K] [--dtype fp32|bf16|both]\n"
+             "                       [--long-lengths K[,K...]] [--device cpu|cuda[:N]]\n"
+             "  Random weights in BART-base and T5-small shapes (cached under TMPDIR, else /tmp). Prints\n"
+             "  encoder time, decode step time and tokens/s at batch 1/8/32, per-step cross-attention time of full,\n"
+             "  segmented and srformer as k grows (1k/4k/16k) beside the paper's Table 1 ratio, and the\n"
+             "  bytes of per-request state; the decode step's projections through LibTorch and through\n"
+             "  our few-rows kernel; one encoder call over 8 documents of mixed lengths padded to the\n"
+             "  longest against one call each, and one long T5 document encoded with the server's pauses, its\n"
+             "  sublayers whole and in pieces, then start() on it likewise (--only encode). --json: one JSON\n"
+             "  object per measurement.\n"
+             "  --trace PREFIX: LibTorch profiler trace of the timed decode steps,\n"
+             "  PREFIX.<model>.b<batch>.json (chrome://tracing; with several --dtype or --kernels both,\n"
+             "  .<dtype> and .kernels-on/off before .json), of start() and the encode likewise (.start.json,\n"
+             "  .encode.json), and of the cross-attention steps (PREFIX.cross.k<k>.json). --kernels:\n"
+             "  decode steps with our AVX2 CPU kernels (on, the default), through LibTorch only, or both.\n"
+             "  --lengths: the input lengths of the cross-attention figures (default 1024,4096,16384).\n"
+             "  --input-tokens: the input length of the decode figures (default 1024).\n"
+             "  --long-lengths: the lengths of the long T5 documents (default 4096,8192).\n"
+             "  --dtype: decode models and long documents in fp32 (default), bf16 (projections in bfloat16 on "
+             "AMX or AVX512-BF16)\n"
+             "  or both. --only linear adds the packed fp32 product (AVX2/AVX-512) and the bf16 one (AMX or\n"
+             "  AVX512-BF16) beside LibTorch's and the row-major kernel's where the CPU has them. Models load\n"
+             "  with packed fp32 projections where the CPU has AVX2 unless SRFORMER_CPU_PACKED=0;\n"
+             "  SRFORMER_CPU_AVX512=0 runs every kernel with AVX2 only.\n"
+             "  --quick: fewer and shorter measurements, decode figures at batch 1,8 with 4 steps (--batch\n"
+             "  and --steps still set those, before or after --quick).\n"
+             "  --device cuda[:N]: the decode figures on that GPU (the other parts are the CPU's own), with\n"
+             "  --dtype fp32, fp16, bf16 or a comma-separated list of them (default fp16).\n";
       return 0;
     }
     if (a == "--json") {
@@ -688,6 +702,7 @@ int run_bench(const std::vector<std::string>& args) {
   } else if (std::find(o.dtypes.begin(), o.dtypes.end(), torch::kFloat16) != o.dtypes.end()) {
     throw std::invalid_argument("--dtype fp16 is for --device cuda; on the CPU use fp32 or bf16");
   }
+  o.cache = bench_cache();
   at::set_num_threads(o.threads > 0 ? o.threads : usable_cpus());
   std::cerr << "intra-op threads: " << at::get_num_threads() << ", OpenMP wait policy: " << openmp_wait_policy()
             << "\n";

@@ -1,6 +1,6 @@
 """`srformer bench`: it writes its random model again where the cached directory (shared under TMPDIR by
 every checkout) holds another model's config.json, instead of timing that model under the asked-for name;
-its --trace files of different settings do not write over each other.
+its --trace files of different settings do not write over each other; a TMPDIR it cannot use is named.
   srformer_bench_test.py SRFORMER_BINARY"""
 import json
 import os
@@ -61,6 +61,12 @@ class SrformerBenchTest(unittest.TestCase):
                     json.load(f)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_a_tmpdir_that_is_not_a_directory_is_named(self):
+        out = subprocess.run([BINARY, "bench", "--only", "decode"], env=dict(os.environ, TMPDIR="/nonexistent-tmpdir"),
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("TMPDIR='/nonexistent-tmpdir' is not a directory", out.stderr)
 
 
 if __name__ == "__main__":
