@@ -107,6 +107,8 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
     c.encode_piece_positions = to_int(flag, value, 1);
   } else if (name == "queue-bypass-ms") {
     c.queue_bypass_ms = to_int(flag, value, 0);
+  } else if (name == "free-memory-after-idle-ms") {
+    c.free_memory_after_idle_ms = to_int(flag, value, 0);
   } else if (name == "max-state-memory") {
     c.max_state_bytes = parse_memory_size(flag, value);
   } else if (name == "encoder-cache-memory") {
@@ -245,6 +247,11 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
   --queue-bypass-ms N         a request that does not fit the batch's budgets lets later ones that fit
                               go first for up to N ms after it was accepted, then admission waits for
                               it (default 1000; 0 = first come, first served)
+  --free-memory-after-idle-ms N
+                              once a model has had nothing to decode for N ms after a load, hand the
+                              memory the allocator keeps freed back to the kernel, so that resident
+                              memory follows the load down (default 10000; 0 = never: it stays at
+                              the peak)
   --precompute-switches true|false
                               SRformer: compute each request's segment-switch inputs (P_i W^T) when it
                               starts decoding, so a step costs the same at any input length, for
@@ -545,6 +552,7 @@ void validate(const ServerConfig& c) {
   constexpr int64_t kDayMs = 24 * kHourMs;
   for (const auto& [flag, ms] : {std::pair<const char*, int64_t>{"--shutdown-grace-ms", c.shutdown_grace_ms},
                                  {"--queue-bypass-ms", c.queue_bypass_ms},
+                                 {"--free-memory-after-idle-ms", c.free_memory_after_idle_ms},
                                  {"--encode-stall-ms", c.encode_stall_ms},
                                  {"--max-connection-age-ms", c.max_connection_age_ms}}) {
     if (ms > kDayMs) {

@@ -38,7 +38,8 @@ struct ServerConfig {
   // The pieces a paused encode runs in (LoadOptions::encode_piece_scores, encode_piece_positions).
   int64_t encode_piece_scores = int64_t{1} << 22;
   int64_t encode_piece_positions = 2048;
-  int64_t queue_bypass_ms = 1000;  // EngineLimits::queue_bypass; 0 = first come, first served
+  int64_t queue_bypass_ms = 1000;             // EngineLimits::queue_bypass; 0 = first come, first served
+  int64_t free_memory_after_idle_ms = 10000;  // EngineLimits::free_memory_after_idle; 0 = never
   // Decoder-state bytes per model (EngineLimits::max_state_bytes); kAutoStateMemory = half the memory
   // available once the models are loaded (host memory, or the GPU's), shared by the models; 0 = unlimited.
   static constexpr int64_t kAutoStateMemory = -1;

@@ -98,6 +98,7 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
   limits.encode_stall = std::chrono::milliseconds(config.encode_stall_ms);
   limits.max_state_bytes = state_budget(config, models);
   limits.queue_bypass = std::chrono::milliseconds(config.queue_bypass_ms);
+  limits.free_memory_after_idle = std::chrono::milliseconds(config.free_memory_after_idle_ms);
   limits.encoder_cache_bytes = config.encoder_cache_bytes;
   const int cores = usable_cpus();  // the affinity mask and cgroup quota, not the machine's count
   limits.threads =

@@ -1,5 +1,8 @@
 #include "server/system_memory.h"
 
+#include <dlfcn.h>
+#include <malloc.h>
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -89,6 +92,36 @@ std::optional<int64_t> memory_available_bytes() {
   }
   if (available && headroom) return std::min(*available, *headroom);
   return available ? available : headroom;
+}
+
+namespace {
+
+// gperftools' C entry points (malloc_extension_c.h), found only when tcmalloc is loaded.
+using ReleaseFn = void (*)();
+using PropertyFn = int (*)(const char*, size_t*);
+
+template <typename Fn>
+Fn tcmalloc_symbol(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+}
+
+}  // namespace
+
+void release_free_memory() {
+  if (const auto release = tcmalloc_symbol<ReleaseFn>("MallocExtension_ReleaseFreeMemory")) {
+    release();
+    return;
+  }
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
+std::optional<int64_t> allocator_free_bytes() {
+  const auto property = tcmalloc_symbol<PropertyFn>("MallocExtension_GetNumericProperty");
+  size_t value = 0;
+  if (!property || !property("tcmalloc.pageheap_free_bytes", &value)) return std::nullopt;
+  return static_cast<int64_t>(value);
 }
 
 }  // namespace srformer::server

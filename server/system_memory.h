@@ -19,4 +19,13 @@ std::optional<int64_t> cgroup_headroom(const std::string& limit, const std::stri
 // can be read.
 std::optional<int64_t> memory_available_bytes();
 
+// Hands the memory the allocator keeps freed back to the kernel: tcmalloc's free page heap
+// (MallocExtension_ReleaseFreeMemory) where the process runs on tcmalloc, else glibc's malloc_trim(0).
+// Looked up at run time, so that builds without tcmalloc (sanitizers, -DSRFORMER_TCMALLOC=OFF) need nothing.
+void release_free_memory();
+
+// Bytes the allocator holds freed and still mapped (tcmalloc's tcmalloc.pageheap_free_bytes); nullopt
+// where the process does not run on tcmalloc.
+std::optional<int64_t> allocator_free_bytes();
+
 }  // namespace srformer::server

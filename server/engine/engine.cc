@@ -16,6 +16,7 @@
 #include "model/length_groups.h"
 #include "server/engine/row_order.h"
 #include "server/metrics/metrics.h"
+#include "server/system_memory.h"
 
 namespace srformer::server {
 
@@ -288,7 +289,17 @@ void Engine::run() {
     bool shutdown_now = false;
     {
       std::unique_lock lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || cancel_all_ || !queue_.empty() || !slots_.empty(); });
+      const auto has_work = [&] { return stop_ || cancel_all_ || !queue_.empty() || !slots_.empty(); };
+      // The allocator keeps what a load freed for reuse (tcmalloc: the peak's pages, hundreds of MiB).
+      // Idle for a while after one, give it back; never between steps or close bursts, which reuse it.
+      if (!freed_since_busy_ && limits_.free_memory_after_idle.count() > 0 &&
+          !wake_.wait_for(lock, limits_.free_memory_after_idle, has_work)) {
+        lock.unlock();
+        release_free_memory();
+        freed_since_busy_ = true;
+        lock.lock();
+      }
+      wake_.wait(lock, has_work);
       if (cancel_all_) {
         shutdown_now = true;
         cancel_all_ = false;
@@ -1078,6 +1089,7 @@ void Engine::publish_stats() {
     stats_.encoding = 0;  // admit() has made them slots or finished them
     idle = stats_.queued == 0 && slots_.empty();
   }
+  if (!slots_.empty()) freed_since_busy_ = false;
   if (idle) idle_cv_.notify_all();
 }
 

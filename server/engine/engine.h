@@ -50,6 +50,10 @@ struct EngineLimits {
   // fit go ahead of it until it has waited this long since it was accepted; then admission waits for
   // it (no request starves behind a stream of smaller ones). 0 = first come, first served.
   std::chrono::milliseconds queue_bypass{0};
+  // Once the batch has been idle (no rows, nothing queued) this long after running rows, the allocator's
+  // free memory is handed back to the kernel (release_free_memory), so that resident memory follows a
+  // finished load down; bursts closer together than this keep reusing the same warm pages. 0 = never.
+  std::chrono::milliseconds free_memory_after_idle{0};
   // Bytes of encoder outputs kept for inputs that come again (EncoderCache); 0 = none.
   int64_t encoder_cache_bytes = 0;
   // Between two sublayers of an admission's encode (and two layers of its start), the running rows take
@@ -265,6 +269,7 @@ class Engine {
   Clock::time_point state_walked_{};
   int64_t state_bytes_ = 0;
   int64_t state_held_bytes_ = 0;
+  bool freed_since_busy_ = true;  // the allocator's free memory was given back since rows last ran
 
   std::thread thread_;
 };

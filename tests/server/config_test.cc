@@ -222,8 +222,8 @@ TEST(ServerConfig, LimitsTheEngineCannotHonourAreRefused) {
   EXPECT_EQ(message({"--max-batch-rows", "4", "--max-beams", "4"}), "no error");
   // Durations past a day (a huge --shutdown-grace-ms overflowed the clock and cancelled every request at
   // once) and a message limit past gRPC's int (2^32 was read as 0: every message refused).
-  for (const std::string flag :
-       {"--shutdown-grace-ms", "--queue-bypass-ms", "--encode-stall-ms", "--max-connection-age-ms"}) {
+  for (const std::string flag : {"--shutdown-grace-ms", "--queue-bypass-ms", "--encode-stall-ms",
+                                 "--max-connection-age-ms", "--free-memory-after-idle-ms"}) {
     EXPECT_NE(message({flag, "10000000000000"}).find(flag + " is 10000000000000; at most 86400000 (a day)"),
               std::string::npos)
         << message({flag, "10000000000000"});

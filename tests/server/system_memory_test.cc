@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -37,6 +39,24 @@ TEST(SystemMemory, ThisMachineReportsWhatMeminfoSays) {
   EXPECT_GT(*available, 0);
   // Never above MemAvailable (allowing for what the system freed between the two reads).
   EXPECT_LE(*available, *meminfo + (int64_t{256} << 20));
+}
+
+// Frees a block of `bytes`, written to so that its pages are resident, back to the allocator.
+void allocate_and_free(size_t bytes) {
+  void* const block = std::malloc(bytes);
+  ASSERT_NE(block, nullptr);
+  std::memset(block, 1, bytes);
+  asm volatile("" : : "r"(block) : "memory");  // the compiler may not drop the block
+  std::free(block);
+}
+
+TEST(SystemMemory, ReleaseFreeMemoryGivesTheAllocatorsFreePagesBack) {
+  if (!allocator_free_bytes()) GTEST_SKIP() << "not running on tcmalloc";
+  constexpr int64_t kBlock = int64_t{256} << 20;
+  allocate_and_free(kBlock);
+  ASSERT_GE(*allocator_free_bytes(), kBlock);  // tcmalloc keeps it for reuse
+  release_free_memory();
+  EXPECT_LT(*allocator_free_bytes(), kBlock / 2);
 }
 
 }  // namespace
