@@ -31,7 +31,8 @@ GenerationOptions model_generation_defaults(const ModelConfig& config) {
   o.num_beams = config.num_beams.value_or(1);
   o.length_penalty = config.length_penalty.value_or(1.0);
   o.early_stopping = config.early_stopping.value_or(EarlyStopping::kHeuristic);
-  o.no_repeat_ngram_size = config.no_repeat_ngram_size.value_or(0);
+  // Hugging Face applies only sizes > 0: a checkpoint's -1 is off, not a size to refuse every request for.
+  o.no_repeat_ngram_size = std::max<int64_t>(0, config.no_repeat_ngram_size.value_or(0));
   o.do_sample = config.do_sample.value_or(false);
   o.temperature = config.temperature.value_or(1.0);
   o.top_k = config.top_k.value_or(50);  // HF's default: sampling keeps the 50 likeliest tokens

@@ -54,9 +54,11 @@ void validate(const GenerationOptions& o) {
            to_string(o.num_beams) + ")" +
            (o.num_beams == 1 ? "; greedy search returns one sequence (do_sample=true draws several)" : ""));
   }
-  if (!(std::abs(o.length_penalty) <= kMaxLengthPenalty)) {
+  // Only beams are scored with length_penalty; greedy search and sampling ignore it, as Hugging Face does
+  // (a checkpoint's length_penalty 40 must not refuse the requests without beams).
+  if (o.num_beams > 1 && !(std::abs(o.length_penalty) <= kMaxLengthPenalty)) {
     reject("length_penalty is " + number(o.length_penalty) + "; set it between -" + number(kMaxLengthPenalty) +
-           " and " + number(kMaxLengthPenalty));
+           " and " + number(kMaxLengthPenalty) + " when num_beams > 1");
   }
   // Logits are divided by the temperature (and a repeated token's by the penalty): at 1e-38 any logit
   // over ~3.4 overflows fp32 and sampling finds no finite probability; from 1e-4 logits stay finite up

@@ -308,5 +308,20 @@ TEST(ModelGenerationDefaults, UnusableOnesAreNamedWithTheirFile) {
   EXPECT_NE(unusable_generation_defaults(config).find("top_p is -1"), std::string::npos);
 }
 
+// A checkpoint's no_repeat_ngram_size below 0 turns the processor off, as in Hugging Face (it applies
+// only sizes > 0), and its length_penalty only matters with beams: neither made every request that left
+// them unset refused any more.
+TEST(ModelGenerationDefaults, NegativeNgramSizeIsOffAndLengthPenaltyNeedsBeams) {
+  ModelConfig config;
+  config.decoder_start_token_id = 0;
+  config.no_repeat_ngram_size = -1;
+  EXPECT_EQ(model_generation_defaults(config).no_repeat_ngram_size, 0);
+  EXPECT_EQ(unusable_generation_defaults(config), "");
+  config.length_penalty = 20.0;
+  EXPECT_EQ(unusable_generation_defaults(config), "") << "greedy search has no use for length_penalty";
+  config.num_beams = 4;
+  EXPECT_NE(unusable_generation_defaults(config).find("length_penalty is 20"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace srformer

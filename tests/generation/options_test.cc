@@ -109,9 +109,20 @@ TEST(ValidateTest, RejectsEachBadOptionWithItsName) {
       },
       "at least 1e-4");
   expect_rejected([](auto& o) { o.repetition_penalty = 1e-38; }, "between 1e-4");
-  expect_rejected([](auto& o) { o.length_penalty = std::numeric_limits<double>::infinity(); }, "length_penalty");
-  expect_rejected([](auto& o) { o.length_penalty = std::numeric_limits<double>::quiet_NaN(); }, "length_penalty");
-  expect_rejected([](auto& o) { o.length_penalty = 40; }, "length_penalty is 40; set it between -10 and 10");
+  for (const double penalty : {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+    expect_rejected(
+        [penalty](auto& o) {
+          o.num_beams = 2;
+          o.length_penalty = penalty;
+        },
+        "length_penalty");
+  }
+  expect_rejected(
+      [](auto& o) {
+        o.num_beams = 2;
+        o.length_penalty = 40;
+      },
+      "length_penalty is 40; set it between -10 and 10");
   expect_rejected([](auto& o) { o.no_repeat_ngram_size = -2; }, "no_repeat_ngram_size");
   expect_rejected([](auto& o) { o.eos_token_id = -1; }, "eos_token_id");
   expect_rejected([](auto& o) { o.forced_bos_token_id = -3; }, "forced_bos_token_id");
@@ -165,6 +176,21 @@ TEST(ValidateTest, TopKAndTopPOnlyMatterWhenSampling) {
   EXPECT_NO_THROW(make_searcher(options));
   options.do_sample = true;
   EXPECT_THROW(validate(options), std::invalid_argument) << "beam sampling uses them";
+}
+
+// length_penalty scores beam hypotheses only: greedy search and sampling with one beam ignore it, as
+// Hugging Face does, so a checkpoint's length_penalty 40 refuses no request without beams. Such
+// requests were refused.
+TEST(ValidateTest, LengthPenaltyOnlyMattersWithBeams) {
+  GenerationOptions options;
+  options.length_penalty = 40.0;
+  EXPECT_NO_THROW(validate(options));
+  options.do_sample = true;
+  EXPECT_NO_THROW(validate(options));
+  options.num_beams = 2;
+  EXPECT_THROW(validate(options), std::invalid_argument) << "beam sampling uses it";
+  options.do_sample = false;
+  EXPECT_THROW(validate(options), std::invalid_argument) << "beam search uses it";
 }
 
 TEST(FinishReasonTest, Names) {

@@ -477,6 +477,22 @@ TEST(Validation, DefaultsComeFromTheModelConfig) {
   config.top_k = -1;
   EXPECT_EQ(server::resolve_options(greedy, config, limits).options.num_beams, 4);
   EXPECT_THROW((void)server::resolve_options({}, config, limits), server::RequestError);
+  // A checkpoint's no_repeat_ngram_size -1 is off and its length_penalty 20 matters only with beams, as in
+  // Hugging Face: requests that leave them unset were refused; a request's own values still are.
+  config.top_p = 1.0;
+  config.top_k = 0;
+  config.no_repeat_ngram_size = -1;
+  config.length_penalty = 20.0;
+  EXPECT_THROW((void)server::resolve_options(greedy, config, limits), server::RequestError) << "4 beams";
+  v1::GenerationOptions single;
+  single.set_num_beams(1);
+  EXPECT_EQ(server::resolve_options(single, config, limits).options.no_repeat_ngram_size, 0);
+  EXPECT_DOUBLE_EQ(server::resolve_options(single, config, limits).options.length_penalty, 20.0);
+  single.set_length_penalty(20.0F);
+  EXPECT_THROW((void)server::resolve_options(single, config, limits), server::RequestError);
+  single.clear_length_penalty();
+  single.set_no_repeat_ngram_size(-1);
+  EXPECT_THROW((void)server::resolve_options(single, config, limits), server::RequestError);
 }
 
 // A checkpoint's srformer.expected_length is the L of every request that sets none, whatever its
