@@ -245,36 +245,42 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
   if (auto v = count("no_repeat_ngram_size")) c.no_repeat_ngram_size = v;
   if (auto v = opt<bool>(j, "do_sample")) c.do_sample = v;
   if (auto v = opt<double>(j, "temperature")) c.temperature = v;
-  if (auto v = count("top_k")) c.top_k = v;
+  if (auto v = count("top_k")) {
+    c.top_k = v;
+  } else if (const auto it = j.find("top_k"); it != j.end() && it->is_null()) {
+    c.top_k = 0;  // Hugging Face's None: no top-k filtering, where an absent key is its default 50
+  }
   if (auto v = opt<double>(j, "top_p")) c.top_p = v;
   if (auto v = opt<double>(j, "repetition_penalty")) c.repetition_penalty = v;
   if (auto v = count("num_return_sequences")) c.num_return_sequences = v;
   // Hugging Face settings we do not implement, with the value that leaves generation as without them
-  // (null: any value but null changes it).
-  static const std::pair<const char*, nlohmann::json> kUnsupported[] = {{"num_beam_groups", 1},
-                                                                        {"diversity_penalty", 0.0},
-                                                                        {"typical_p", 1.0},
-                                                                        {"epsilon_cutoff", 0.0},
-                                                                        {"eta_cutoff", 0.0},
-                                                                        {"min_p", nullptr},
-                                                                        {"penalty_alpha", nullptr},
-                                                                        {"encoder_no_repeat_ngram_size", 0},
-                                                                        {"encoder_repetition_penalty", 1.0},
-                                                                        {"bad_words_ids", nullptr},
-                                                                        {"force_words_ids", nullptr},
-                                                                        {"constraints", nullptr},
-                                                                        {"suppress_tokens", nullptr},
-                                                                        {"begin_suppress_tokens", nullptr},
-                                                                        {"forced_decoder_ids", nullptr},
-                                                                        {"sequence_bias", nullptr},
-                                                                        {"exponential_decay_length_penalty", nullptr},
-                                                                        {"guidance_scale", nullptr},
-                                                                        {"max_time", nullptr},
-                                                                        {"renormalize_logits", false},
-                                                                        {"stop_strings", nullptr},
-                                                                        {"top_h", nullptr},
-                                                                        {"watermarking_config", nullptr},
-                                                                        {"dola_layers", nullptr}};
+  // (null: any value but null changes it). min_p 0 removes no token, penalty_alpha 0 is no contrastive
+  // search, guidance_scale 1 no guidance, an empty suppress list suppresses nothing.
+  static const std::pair<const char*, nlohmann::json> kUnsupported[] = {
+      {"num_beam_groups", 1},
+      {"diversity_penalty", 0.0},
+      {"typical_p", 1.0},
+      {"epsilon_cutoff", 0.0},
+      {"eta_cutoff", 0.0},
+      {"min_p", 0.0},
+      {"penalty_alpha", 0.0},
+      {"encoder_no_repeat_ngram_size", 0},
+      {"encoder_repetition_penalty", 1.0},
+      {"bad_words_ids", nullptr},
+      {"force_words_ids", nullptr},
+      {"constraints", nullptr},
+      {"suppress_tokens", nlohmann::json::array()},
+      {"begin_suppress_tokens", nlohmann::json::array()},
+      {"forced_decoder_ids", nullptr},
+      {"sequence_bias", nullptr},
+      {"exponential_decay_length_penalty", nullptr},
+      {"guidance_scale", 1.0},
+      {"max_time", nullptr},
+      {"renormalize_logits", false},
+      {"stop_strings", nullptr},
+      {"top_h", nullptr},
+      {"watermarking_config", nullptr},
+      {"dola_layers", nullptr}};
   for (const auto& [key, neutral] : kUnsupported) {
     const auto it = j.find(key);
     if (it == j.end() || it->is_null() || *it == neutral) continue;

@@ -504,6 +504,18 @@ TEST(Config, TheConfigsPrefixGoesBeforeEachDocumentUnlessTheTaskSetsItsOwn) {
   EXPECT_FALSE(ModelConfig::from_json(none).summarization_prefix);
 }
 
+// "top_k": null is Hugging Face's None: no top-k filtering (its TopKLogitsWarper needs a value), not the
+// default 50 an absent key gives. It gave 50.
+TEST(Config, NullTopKIsNoTopKFiltering) {
+  auto j = t5_json();
+  EXPECT_FALSE(ModelConfig::from_json(j).top_k) << "absent: the default";
+  j["top_k"] = nullptr;
+  EXPECT_EQ(ModelConfig::from_json(j).top_k, 0);
+  const nlohmann::json g = {{"top_k", nullptr}};
+  j["top_k"] = 10;
+  EXPECT_EQ(ModelConfig::from_json(j, &g).top_k, 0);
+}
+
 TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
   testing::TempDir dir("config");
   std::ofstream(dir.path() / "config.json") << t5_json().dump();
@@ -539,6 +551,17 @@ TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
   EXPECT_EQ(ModelConfig::load(dir.path() / "config.json").unsupported_generation,
             (std::vector<std::string>{"top_h=0.4", R"(watermarking_config={"greenlist_ratio":0.25})",
                                       R"(dola_layers="high")"}));
+  // Values with which Hugging Face generates as without the setting (min_p 0 removes nothing,
+  // penalty_alpha 0 is no contrastive search, guidance_scale 1 no guidance, empty suppress lists) are not
+  // warned of; they were.
+  std::ofstream(dir.path() / "generation_config.json")
+      << R"({"min_p": 0.0, "penalty_alpha": 0, "guidance_scale": 1.0, "suppress_tokens": [],
+            "begin_suppress_tokens": [], "num_beams": 4})";
+  EXPECT_EQ(ModelConfig::load(dir.path() / "config.json").unsupported_generation, std::vector<std::string>{});
+  std::ofstream(dir.path() / "generation_config.json")
+      << R"({"min_p": 0.05, "penalty_alpha": 0.6, "guidance_scale": 1.5})";
+  EXPECT_EQ(ModelConfig::load(dir.path() / "config.json").unsupported_generation,
+            (std::vector<std::string>{"min_p=0.05", "penalty_alpha=0.6", "guidance_scale=1.5"}));
   const auto bad_type = error_loading(R"({"num_beams": "four"})");
   EXPECT_EQ(bad_type.find((dir.path() / "generation_config.json: key 'num_beams' has the wrong type").string()), 0u)
       << bad_type;
