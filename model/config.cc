@@ -292,26 +292,49 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
   }
 }
 
-// generation_config.json's eos_token_id, which Hugging Face generates with: one id, or a list of them. We
-// stop at one: a list keeps config.json's id where it lists it (else its first), and the others are
-// reported as unsupported rather than dropped without a word.
-void read_generation_eos(const nlohmann::json& g, ModelConfig& c) {
-  const auto it = g.find("eos_token_id");
-  if (it == g.end() || it->is_null()) return;
-  if (!it->is_array()) {
-    c.eos_token_id = *opt<int64_t>(g, "eos_token_id");
-    return;
-  }
+// A token id or a list of them (Hugging Face's eos_token_id and forced_eos_token_id may be either);
+// std::nullopt where the key is absent or null.
+std::optional<std::vector<int64_t>> ids_of(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_array()) return std::vector<int64_t>{*opt<int64_t>(j, key)};
   std::vector<int64_t> ids;
   for (const auto& id : *it) {
-    if (!id.is_number_integer()) config_error("'eos_token_id' must be an id or a list of ids, got " + it->dump());
+    if (!id.is_number_integer()) {
+      config_error("'" + std::string(key) + "' must be an id or a list of ids, got " + it->dump());
+    }
     ids.push_back(id.get<int64_t>());
   }
-  if (ids.empty()) return;
-  if (std::find(ids.begin(), ids.end(), c.eos_token_id) == ids.end()) c.eos_token_id = ids.front();
-  if (ids.size() > 1) {
-    c.unsupported_generation.push_back("eos_token_id=" + it->dump() + " (generation stops at " +
+  return ids;
+}
+
+// eos_token_id (config.json's, or generation_config.json's, which Hugging Face generates with): one id,
+// or a list of them, any of which ends a sequence in Hugging Face. We stop at one: a list's first, or
+// `keep` where the list holds it (config.json's id, read again from generation_config.json); the others
+// are reported as unsupported rather than dropped without a word (or the model refused, as a list was).
+void read_eos(const nlohmann::json& j, ModelConfig& c, std::optional<int64_t> keep) {
+  const auto ids = ids_of(j, "eos_token_id");
+  if (!ids || ids->empty()) return;
+  c.eos_token_id = keep && std::find(ids->begin(), ids->end(), *keep) != ids->end() ? *keep : ids->front();
+  if (ids->size() > 1) {
+    c.unsupported_generation.push_back("eos_token_id=" + j.at("eos_token_id").dump() + " (generation stops at " +
                                        std::to_string(c.eos_token_id) + " only)");
+  }
+}
+
+// forced_eos_token_id, one id or a list: Hugging Face's processor gives every listed id the same score,
+// so its greedy search takes the lowest; that one is forced, and a list of several is reported (beam
+// search and sampling could end with another). An empty list or null forces nothing.
+void read_forced_eos(const nlohmann::json& j, ModelConfig& c) {
+  const auto ids = ids_of(j, "forced_eos_token_id");
+  if (!ids || ids->empty()) {
+    c.forced_eos_token_id = std::nullopt;
+    return;
+  }
+  c.forced_eos_token_id = *std::min_element(ids->begin(), ids->end());
+  if (ids->size() > 1) {
+    c.unsupported_generation.push_back("forced_eos_token_id=" + j.at("forced_eos_token_id").dump() + " (forcing " +
+                                       std::to_string(*c.forced_eos_token_id) + " only)");
   }
 }
 
@@ -415,7 +438,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
   const bool bart = c.arch == Architecture::kBart;
   // BartConfig's and T5Config's defaults where a key is absent; an explicit null is no id.
   c.pad_token_id = opt<int64_t>(j, "pad_token_id").value_or(bart ? 1 : 0);
-  c.eos_token_id = opt<int64_t>(j, "eos_token_id").value_or(bart ? 2 : 1);
+  c.eos_token_id = bart ? 2 : 1;
+  read_eos(j, c, std::nullopt);
   c.bos_token_id = j.contains("bos_token_id") || !bart ? opt<int64_t>(j, "bos_token_id") : std::optional<int64_t>(0);
   if (!j.contains("decoder_start_token_id")) {
     // BartConfig's default is 2 itself, not eos_token_id. T5Config has none (Hugging Face cannot generate
@@ -428,8 +452,11 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
   }
   c.forced_bos_token_id = opt<int64_t>(j, "forced_bos_token_id");
   // BartConfig forces token 2 at max_length unless the key says otherwise (null: nothing forced).
-  c.forced_eos_token_id =
-      j.contains("forced_eos_token_id") || !bart ? opt<int64_t>(j, "forced_eos_token_id") : std::optional<int64_t>(2);
+  if (j.contains("forced_eos_token_id") || !bart) {
+    read_forced_eos(j, c);
+  } else {
+    c.forced_eos_token_id = 2;
+  }
   // transformers < 4.2's BART-CNN flag, which BartConfig still turns into forced_bos_token_id = bos.
   if (bart && !c.forced_bos_token_id && opt<bool>(j, "force_bos_token_to_be_generated").value_or(false)) {
     c.forced_bos_token_id = c.bos_token_id;
@@ -520,9 +547,9 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
     try {
       if (!g.is_object()) config_error("top level must be a JSON object");
       if (auto v = opt<int64_t>(g, "decoder_start_token_id")) c.decoder_start_token_id = *v;
-      read_generation_eos(g, c);
+      read_eos(g, c, c.eos_token_id);
       c.forced_bos_token_id = opt<int64_t>(g, "forced_bos_token_id");
-      c.forced_eos_token_id = opt<int64_t>(g, "forced_eos_token_id");
+      read_forced_eos(g, c);
       read_generation_defaults(g, c, new_tokens);
       check_token_ids(c);
     } catch (const std::invalid_argument& e) {

@@ -504,6 +504,31 @@ TEST(Config, TheConfigsPrefixGoesBeforeEachDocumentUnlessTheTaskSetsItsOwn) {
   EXPECT_FALSE(ModelConfig::from_json(none).summarization_prefix);
 }
 
+// Many checkpoints list several EOS ids in config.json ("eos_token_id": [1, 2]), and forced_eos_token_id
+// may be a list too: both failed to load ("has the wrong type"). Generation stops at the first EOS id
+// (the lowest forced one, which HF's greedy search takes) and the rest are reported, as for
+// generation_config.json's list.
+TEST(Config, ListValuedEosIdsInConfigJsonLoad) {
+  auto j = t5_json();
+  j["eos_token_id"] = {1, 2};
+  const auto c = ModelConfig::from_json(j);
+  EXPECT_EQ(c.eos_token_id, 1);
+  ASSERT_EQ(c.unsupported_generation.size(), 1u);
+  EXPECT_NE(c.unsupported_generation[0].find("eos_token_id=[1,2] (generation stops at 1 only)"), std::string::npos)
+      << c.unsupported_generation[0];
+  j["eos_token_id"] = {2};
+  j["forced_eos_token_id"] = {2, 1};
+  const auto forced = ModelConfig::from_json(j);
+  EXPECT_EQ(forced.eos_token_id, 2);
+  EXPECT_EQ(forced.forced_eos_token_id, 1);
+  ASSERT_EQ(forced.unsupported_generation.size(), 1u);
+  EXPECT_NE(forced.unsupported_generation[0].find("forced_eos_token_id=[2,1]"), std::string::npos);
+  j["forced_eos_token_id"] = nlohmann::json::array();
+  EXPECT_FALSE(ModelConfig::from_json(j).forced_eos_token_id);
+  j["eos_token_id"] = {"x"};
+  EXPECT_NE(error_of(j).find("'eos_token_id' must be an id or a list of ids"), std::string::npos) << error_of(j);
+}
+
 // "top_k": null is Hugging Face's None: no top-k filtering (its TopKLogitsWarper needs a value), not the
 // default 50 an absent key gives. It gave 50.
 TEST(Config, NullTopKIsNoTopKFiltering) {
