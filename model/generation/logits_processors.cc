@@ -165,20 +165,26 @@ void apply_top_p(const torch::Tensor& scores, double top_p, int64_t min_tokens_t
   }
 }
 
+std::optional<int64_t> forced_token(const GenerationOptions& options, int64_t cur_len) {
+  if (options.forced_eos_token_id && cur_len == options.max_new_tokens) return options.forced_eos_token_id;
+  if (options.forced_bos_token_id && cur_len == 1) return options.forced_bos_token_id;
+  return std::nullopt;
+}
+
 void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
-                    const torch::Tensor& scores) {
+                    const torch::Tensor& scores, VocabLimit vocab_limit) {
   check_scores(scores, histories.size());
   if (histories.empty()) return;
   const auto cur_len = static_cast<int64_t>(histories.front().size());
-  const int64_t max_length = options.max_new_tokens + 1;
   if (options.repetition_penalty != 1.0) apply_repetition_penalty(scores, histories, options.repetition_penalty);
   if (options.no_repeat_ngram_size > 0) apply_no_repeat_ngram(scores, histories, options.no_repeat_ngram_size);
   apply_min_length(scores, cur_len, options.min_new_tokens + 1, options.eos_token_id);
-  if (options.vocab_limit > 0 && options.vocab_limit < scores.size(1)) {
+  if (vocab_limit == VocabLimit::kApply && options.vocab_limit > 0 && options.vocab_limit < scores.size(1)) {
     fill_columns(scores, options.vocab_limit, scores.size(1), kNegInf);
   }
+  // Forced BOS at cur_len 1, forced EOS at cur_len max_length - 1 (the later one wins where both apply).
   if (options.forced_bos_token_id && cur_len == 1) apply_forced_token(scores, *options.forced_bos_token_id);
-  if (options.forced_eos_token_id && cur_len == max_length - 1) {
+  if (options.forced_eos_token_id && cur_len == options.max_new_tokens) {
     apply_forced_token(scores, *options.forced_eos_token_id);
   }
 }

@@ -48,8 +48,13 @@ void apply_top_p(const torch::Tensor& scores, double top_p, int64_t min_tokens_t
 // The processors HF generate() builds from `options`, applied in its order: repetition penalty,
 // no-repeat n-gram, min length (HF min_length = min_new_tokens + 1), forced BOS (at cur_len 1),
 // forced EOS (at cur_len max_length - 1, max_length = max_new_tokens + 1). All rows share cur_len.
+// With VocabLimit::kKeep the ids at or past options.vocab_limit keep their scores (Hugging Face's
+// processed scores, which know no tokenizer size): greedy search normalises over them, never picking them.
+enum class VocabLimit { kApply, kKeep };
 void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
-                    const torch::Tensor& scores);
+                    const torch::Tensor& scores, VocabLimit vocab_limit = VocabLimit::kApply);
+// The token process_logits forces at cur_len (forced EOS at its last step, else forced BOS at the first), if any.
+std::optional<int64_t> forced_token(const GenerationOptions& options, int64_t cur_len);
 // What process_logits does at this step when all it does is exclude tokens (no repetition penalty,
 // no forced token) and every id it names lies inside the vocabulary: the tokens it sets to -inf for
 // `history` below token_limit(), ascending (repeats allowed). std::nullopt otherwise: the caller

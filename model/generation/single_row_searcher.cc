@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <stdexcept>
 
 #include "model/generation/weighted_draw.h"
@@ -21,6 +23,32 @@ torch::Tensor one_token(int64_t v) {
   return t;
 }
 
+// The log-probability of `pick`, chosen below `limit`, with the scores at or past the limit (less the
+// `excluded` ones, ascending) in its normaliser too: ids the tokenizer lacks are never chosen, but they
+// are part of the model's distribution, as in Hugging Face's scores and in beam search. std::nullopt
+// where one of those is NaN or +inf (the general path then decides).
+std::optional<double> normalised_over_row(const float* x, int64_t n, int64_t limit,
+                                          const std::vector<int64_t>& excluded, const kernels::GreedyPick& pick) {
+  if (limit >= n) return pick.logprob;
+  std::vector<int64_t> tail_excluded;
+  for (const int64_t e : excluded) {
+    if (e >= limit) tail_excluded.push_back(e - limit);
+  }
+  const auto tail = kernels::greedy_pick(x + limit, n - limit, n - limit, tail_excluded);
+  if (!tail) {  // no finite score past the limit adds nothing; NaN or +inf there is not ours to judge
+    for (int64_t i = limit; i < n; ++i) {
+      if (x[i] != -std::numeric_limits<float>::infinity() && !std::binary_search(excluded.begin(), excluded.end(), i)) {
+        return std::nullopt;
+      }
+    }
+    return pick.logprob;
+  }
+  // Each part's log Σ exp is its maximum less its pick's log-probability; log(e^a + e^b) relative to a.
+  const double d = (static_cast<double>(x[limit + tail->token]) - tail->logprob) -
+                   (static_cast<double>(x[pick.token]) - pick.logprob);
+  return pick.logprob - (d > 0.0 ? d + std::log1p(std::exp(-d)) : std::log1p(std::exp(d)));
+}
+
 }  // namespace
 
 GreedySearcher::GreedySearcher(const GenerationOptions& options)
@@ -34,9 +62,14 @@ SearchStep GreedySearcher::advance(const torch::Tensor& logits) {
   int64_t token = pick_in_place(logits, logprob);
   if (token < 0) {
     const auto scores = scores_from_logits(logits, 1, options_, scores_);
-    process_logits(options_, {history_}, scores);
-    token = choose(scores, logprob);
-    if (std::isnan(logprob)) throw_no_choice(scores, steps());
+    // Hugging Face's processed scores: the ids past the tokenizer's keep theirs, for the normaliser.
+    process_logits(options_, {history_}, scores, VocabLimit::kKeep);
+    // A forced token is the row's one finite score, wherever it lies (as when the limit was applied first).
+    const int64_t vocab = scores.size(1);
+    const int64_t limit =
+        forced_token(options_, static_cast<int64_t>(history_.size())) ? vocab : token_limit(options_, vocab);
+    token = choose(scores, limit, logprob);
+    if (std::isnan(logprob)) throw_no_choice(scores.narrow(1, 0, limit), steps());
   }
   score_ += logprob;
   logprobs_.push_back(static_cast<float>(logprob));
@@ -61,23 +94,32 @@ int64_t GreedySearcher::pick_in_place(const torch::Tensor& logits, double& logpr
   const auto excluded = excluded_tokens(options_, history_, vocab);
   if (!excluded) return -1;
   const int64_t limit = token_limit(options_, vocab);
-  const auto pick = kernels::greedy_pick(logits.data_ptr<float>(), vocab, limit, *excluded);
+  const float* x = logits.data_ptr<float>();
+  const auto pick = kernels::greedy_pick(x, vocab, limit, *excluded);
   if (!pick) return -1;
-  logprob = pick->logprob;
+  const auto normalised = normalised_over_row(x, vocab, limit, *excluded, *pick);
+  if (!normalised) return -1;
+  logprob = *normalised;
   return pick->token;
 }
 
-int64_t GreedySearcher::choose(const torch::Tensor& scores, double& logprob) {
+int64_t GreedySearcher::choose(const torch::Tensor& scores, int64_t limit, double& logprob) {
+  const int64_t vocab = scores.size(1);
   if (kernels::use_cpu_kernels()) {  // one pass for the maximum, one for the normaliser
-    if (const auto pick = kernels::greedy_pick(scores.data_ptr<float>(), scores.size(1))) {
-      logprob = pick->logprob;
-      return pick->token;
+    const float* x = scores.data_ptr<float>();
+    if (const auto pick = kernels::greedy_pick(x, vocab, limit, {})) {
+      if (const auto normalised = normalised_over_row(x, vocab, limit, {}, *pick)) {
+        logprob = *normalised;
+        return pick->token;
+      }
     }
   }
   const auto row = scores[0];
-  const int64_t token = row.argmax().item<int64_t>();
-  // log_softmax at one index: no vocabulary-sized tensor for a single number.
-  logprob = (row[token] - row.logsumexp(0)).item<double>();
+  const int64_t token = row.narrow(0, 0, limit).argmax().item<int64_t>();
+  // log_softmax at one index: no vocabulary-sized tensor for a single number. A pick that is not finite
+  // (nothing left below the limit, or +inf) has none, whatever lies past the limit.
+  logprob = std::isfinite(row[token].item<float>()) ? (row[token] - row.logsumexp(0)).item<double>()
+                                                    : std::numeric_limits<double>::quiet_NaN();
   return token;
 }
 
@@ -94,7 +136,10 @@ SamplingSearcher::SamplingSearcher(const GenerationOptions& options) : GreedySea
   if (!options.do_sample) throw std::invalid_argument("SamplingSearcher needs do_sample=true");
 }
 
-int64_t SamplingSearcher::choose(const torch::Tensor& scores, double& logprob) {
+int64_t SamplingSearcher::choose(const torch::Tensor& scores, int64_t limit, double& logprob) {
+  // Draws from the tokenizer's ids only: the distribution the token is drawn from, and reported under.
+  if (limit < scores.size(1))
+    scores.narrow(1, limit, scores.size(1) - limit).fill_(-std::numeric_limits<float>::infinity());
   warp_logits(options_, scores);
   const auto probs = scores[0].softmax(-1);
   const auto* p = probs.data_ptr<float>();

@@ -10,7 +10,8 @@
 namespace srformer {
 
 // HF 4.11 greedy_search(): processors on the raw logits, then argmax (the first on ties). Stops on
-// EOS or after max_new_tokens. Score: sum of log_softmax(processed logits) of the chosen tokens.
+// EOS or after max_new_tokens. Score: sum of log_softmax(processed logits) of the chosen tokens. Ids at or
+// past options.vocab_limit are never chosen but stay in the normaliser, as in HF's scores and beam search.
 class GreedySearcher : public Searcher {
  public:
   explicit GreedySearcher(const GenerationOptions& options);
@@ -22,16 +23,17 @@ class GreedySearcher : public Searcher {
   int64_t steps() const override { return static_cast<int64_t>(history_.size()) - 1; }
 
  protected:
-  // Picks the next token from processed scores [1, vocab] (may modify them); sets its log-probability.
-  virtual int64_t choose(const torch::Tensor& scores, double& logprob);
+  // Picks the next token below `limit` (the tokenizer's vocabulary) from processed scores [1, vocab]
+  // that still hold the ids past it (may modify them); sets its log-probability (NaN: no choice).
+  virtual int64_t choose(const torch::Tensor& scores, int64_t limit, double& logprob);
   // Whether choose() takes the processed scores' maximum (then pick_in_place may stand in for it).
   virtual bool picks_argmax() const { return true; }
   const GenerationOptions options_;
 
  private:
   // Steps whose processors only exclude tokens (vocabulary limit, minimum length, banned n-grams) pick
-  // from the caller's logits with the exclusions applied as they are read: no copy of the row, and
-  // only the tokenizer's part of a larger embedding is read. The token (-1: take the general path).
+  // from the caller's logits with the exclusions applied as they are read: no copy of the row (the ids
+  // past the tokenizer's are read for the normaliser alone). The token (-1: take the general path).
   int64_t pick_in_place(const torch::Tensor& logits, double& logprob) const;
 
   TokenHistory history_;         // decoder start + generated tokens (HF input_ids)
@@ -50,7 +52,7 @@ class SamplingSearcher : public GreedySearcher {
   explicit SamplingSearcher(const GenerationOptions& options);
 
  protected:
-  int64_t choose(const torch::Tensor& scores, double& logprob) override;
+  int64_t choose(const torch::Tensor& scores, int64_t limit, double& logprob) override;
   bool picks_argmax() const override { return false; }
 
  private:

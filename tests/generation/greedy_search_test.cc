@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "model/generation/beam_searcher.h"
@@ -184,6 +185,64 @@ TEST(GreedySearchTest, InPlacePickChoosesWhatTheProcessedCopyChooses) {
   }
 }
 
+// Ids past the tokenizer's vocabulary (T5: 32,128 embedding rows, 32,100 tokens) are never chosen, but
+// their logits stay in the normaliser of token_logprobs, as in Hugging Face's greedy scores (which know
+// no tokenizer size) and in beam search: log_softmax over the whole processed row, in double here.
+// Greedy normalised over the tokenizer's ids only, reporting higher log-probabilities than beam search
+// for the same tokens. In place (kernels on, exclusions only), general path with the kernels (a
+// repetition penalty) and LibTorch's (kernels off).
+TEST(GreedySearchTest, LogprobsNormaliseOverTheWholeRowThoughIdsPastTheLimitAreNeverChosen) {
+  const testing::KernelSwitchesRestored restore_switches;
+  const int64_t vocab = 300;
+  const int64_t limit = 250;
+  const auto base = testing::random_script(vocab, 7, 1);
+  const testing::Script script = [&](const std::vector<int64_t>& history) {
+    auto logits = base(history);
+    for (int64_t t = limit; t < vocab; ++t) logits[static_cast<size_t>(t)] = 3.0F + 0.01F * static_cast<float>(t);
+    return logits;
+  };
+  for (const bool kernels : {true, false}) {
+    srformer::kernels::set_cpu_kernels(kernels);
+    for (int variant = 0; variant < 3; ++variant) {
+      SCOPED_TRACE(std::string(kernels ? "kernels on" : "kernels off") + ", variant " + std::to_string(variant));
+      auto options = base_options();
+      options.max_new_tokens = 8;
+      options.vocab_limit = limit;
+      if (variant >= 1) {  // exclusions: EOS held back, banned n-grams
+        options.min_new_tokens = 4;
+        options.no_repeat_ngram_size = 2;
+      }
+      if (variant == 2) options.repetition_penalty = 1.3;  // the general path, kernels or not
+      GreedySearcher greedy(options);
+      const auto run = drive(greedy, script, 0);
+      const auto& result = run.results.at(0);
+      ASSERT_EQ(result.token_logprobs.size(), result.tokens.size());
+      // Hugging Face's processed scores (no vocabulary limit), log_softmax in double.
+      auto hf = options;
+      hf.vocab_limit = 0;
+      std::vector<int64_t> history{0};
+      for (size_t i = 0; i < result.tokens.size(); ++i) {
+        const int64_t token = result.tokens[i];
+        EXPECT_LT(token, limit);
+        auto scores = torch::tensor(script(history)).view({1, vocab});
+        process_logits(hf, {history}, scores);
+        EXPECT_EQ(token, scores[0].narrow(0, 0, limit).argmax().item<int64_t>()) << "step " << i;
+        const double expected = scores[0].to(torch::kFloat64).log_softmax(0)[token].item<double>();
+        EXPECT_NEAR(result.token_logprobs[i], expected, 1e-5) << "step " << i;
+        history.push_back(token);
+      }
+      if (variant == 0) {  // no processor but the limit: beam search's log-probabilities, token by token
+        BeamSearcher beam(options);
+        const auto b = drive(beam, script, 0);
+        ASSERT_EQ(b.results.at(0).tokens, result.tokens);
+        for (size_t i = 0; i < result.tokens.size(); ++i) {
+          EXPECT_NEAR(result.token_logprobs[i], b.results[0].token_logprobs[i], 1e-5) << "step " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(GreedySearchTest, BeamSearchWithOneBeamPicksTheSameTokens) {
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     auto options = base_options();
@@ -241,26 +300,29 @@ TEST(NonFiniteLogitsTest, GreedyAndBeamSearchRefuseNaNLogits) {
 // Options that leave no token to choose (here: each of 5 tokens at most once, EOS barred until 10 new
 // tokens) end the search with NoTokenLeftError, which blames the request (the server answers
 // INVALID_ARGUMENT), for greedy search, sampling, several samples and beam sampling, with the kernels and
-// without; it said the model's logits held NaN (INTERNAL).
+// without; it said the model's logits held NaN (INTERNAL). Also with 3 embedding rows past the tokenizer's
+// 5 ids, whose finite scores greedy search normalises over but never chooses.
 TEST(NonFiniteLogitsTest, OptionsThatLeaveNoTokenBlameTheRequest) {
   testing::KernelSwitchesRestored restore;
   for (const bool kernels_on : {true, false}) {
     kernels::set_cpu_kernels(kernels_on);
-    for (const int kind : {0, 1, 2, 3}) {
+    for (const int kind : {0, 1, 2, 3, 4, 5, 6, 7}) {
       SCOPED_TRACE(std::string(kernels_on ? "kernels on, " : "kernels off, ") + "searcher " + std::to_string(kind));
+      const int64_t vocab = kind >= 4 ? 8 : 5;
       auto options = base_options();
+      if (kind >= 4) options.vocab_limit = 5;
       options.no_repeat_ngram_size = 1;
       options.min_new_tokens = 10;
-      options.do_sample = kind != 0;
-      options.num_return_sequences = kind == 2 ? 2 : 1;
-      options.num_beams = kind == 3 ? 2 : 1;
+      options.do_sample = kind % 4 != 0;
+      options.num_return_sequences = kind % 4 == 2 ? 2 : 1;
+      options.num_beams = kind % 4 == 3 ? 2 : 1;
       options.seed = 4;
       const auto searcher = make_searcher(options);
       const int64_t rows = searcher->num_rows();
       bool refused = false;
       for (int step = 0; step < 10 && !refused; ++step) {
         try {
-          (void)searcher->advance(torch::randn({rows, 5}));
+          (void)searcher->advance(torch::randn({rows, vocab}));
         } catch (const NoTokenLeftError& e) {
           refused = true;
           EXPECT_NE(std::string(e.what()).find("the request's options leave no token to choose"), std::string::npos)
