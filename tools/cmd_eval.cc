@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -36,6 +35,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "tools/arg_reader.h"
 #include "tools/device_flag.h"
+#include "tools/length_penalty_flag.h"
 
 namespace srformer::tools {
 
@@ -218,11 +218,7 @@ GenerationOptions generation_options(const Args& a, const ModelConfig& c, const 
   o.no_repeat_ngram_size = a.no_repeat.value_or(d.no_repeat_ngram_size);
   o.do_sample = false;         // scores must not depend on a seed: greedy or beams even where the checkpoint samples
   o.num_return_sequences = 1;  // one summary scored per document
-  // validate() checks the length penalty only with beams, where a checkpoint's matters; a flag's is
-  // refused whatever the beams, as the server refuses a request's.
-  if (a.length_penalty && !(std::abs(*a.length_penalty) <= kMaxLengthPenalty)) {
-    throw std::invalid_argument("--length-penalty must be between -10 and 10");
-  }
+  check_length_penalty_flag(a.length_penalty);
   o.vocab_limit = tokenizer.vocab_size();
   validate(o);
   return o;

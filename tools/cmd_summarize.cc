@@ -3,7 +3,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -23,6 +22,7 @@
 #include "tools/arg_reader.h"
 #include "tools/device_flag.h"
 #include "tools/expected_length_flag.h"
+#include "tools/length_penalty_flag.h"
 
 namespace srformer::tools {
 
@@ -182,11 +182,7 @@ int run_summarize(const std::vector<std::string>& args) {
   o.seed = seed;
   o.repetition_penalty = rep.value_or(d.repetition_penalty);
   o.num_return_sequences = returned.value_or(default_num_return_sequences(d, o));
-  // validate() checks the length penalty only with beams, where a checkpoint's matters; a flag's is
-  // refused whatever the beams, as the server refuses a request's.
-  if (length_penalty && !(std::abs(*length_penalty) <= kMaxLengthPenalty)) {
-    throw std::invalid_argument("--length-penalty must be between -10 and 10");
-  }
+  check_length_penalty_flag(length_penalty);
   o.vocab_limit = tokenizer->vocab_size();
   validate(o);
 

@@ -1,0 +1,18 @@
+#pragma once
+// A --length-penalty flag's value, checked as the server checks a request's: validate() checks the length
+// penalty only with beams, where a checkpoint's matters; a flag's is refused whatever the beams.
+#include <cmath>
+#include <optional>
+#include <stdexcept>
+
+#include "model/generation/options.h"
+
+namespace srformer::tools {
+
+inline void check_length_penalty_flag(const std::optional<double>& length_penalty) {
+  if (length_penalty && !(std::abs(*length_penalty) <= kMaxLengthPenalty)) {
+    throw std::invalid_argument("--length-penalty must be between -10 and 10");
+  }
+}
+
+}  // namespace srformer::tools
