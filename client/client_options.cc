@@ -10,6 +10,7 @@
 
 #include "client/retry_policy.h"
 #include "common/whole_number.h"
+#include "model/tokenizer/utf8.h"
 
 namespace srformer::client {
 
@@ -75,39 +76,11 @@ float to_float(const std::string& flag, const std::string& v) {
   return f;
 }
 
-// Whether `s` is UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF), as the proto's
-// string fields must be.
-bool is_utf8(const std::string& s) {
-  static constexpr uint32_t kLeast[] = {0, 0x80, 0x800, 0x10000};  // the least code point of each length
-  for (size_t i = 0; i < s.size();) {
-    const auto lead = static_cast<unsigned char>(s[i]);
-    size_t more = 0;  // continuation bytes after the lead
-    if (lead >= 0xF8 || (lead >= 0x80 && lead < 0xC0)) return false;
-    if (lead >= 0xF0) {
-      more = 3;
-    } else if (lead >= 0xE0) {
-      more = 2;
-    } else if (lead >= 0xC0) {
-      more = 1;
-    }
-    if (s.size() - i <= more) return false;
-    uint32_t cp = more == 0 ? lead : lead & (0x7Fu >> (more + 1));
-    for (size_t k = 1; k <= more; ++k) {
-      const auto b = static_cast<unsigned char>(s[i + k]);
-      if ((b & 0xC0) != 0x80) return false;
-      cp = cp << 6 | (b & 0x3Fu);
-    }
-    if (cp < kLeast[more] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += more + 1;
-  }
-  return true;
-}
-
 // A flag whose value goes into a string field of the request: protobuf sends other bytes as they are, and
 // the server refused the body as "not a valid srformer.v1.SummarizeRequest message ... build the client from
 // this server's proto", which blamed the client's build for what was typed.
 std::string utf8_value(const std::string& flag, const std::string& v) {
-  if (!is_utf8(v))
+  if (!utf8::is_valid(v))
     throw std::invalid_argument(flag + " must be UTF-8 text (a string field of the request); the value given is not");
   return v;
 }
