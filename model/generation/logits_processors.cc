@@ -182,11 +182,8 @@ void process_logits(const GenerationOptions& options, const std::vector<TokenHis
   if (vocab_limit == VocabLimit::kApply && options.vocab_limit > 0 && options.vocab_limit < scores.size(1)) {
     fill_columns(scores, options.vocab_limit, scores.size(1), kNegInf);
   }
-  // Forced BOS at cur_len 1, forced EOS at cur_len max_length - 1 (the later one wins where both apply).
-  if (options.forced_bos_token_id && cur_len == 1) apply_forced_token(scores, *options.forced_bos_token_id);
-  if (options.forced_eos_token_id && cur_len == options.max_new_tokens) {
-    apply_forced_token(scores, *options.forced_eos_token_id);
-  }
+  // Forced BOS at cur_len 1, forced EOS at cur_len max_length - 1 (EOS where both apply, as HF's order gives).
+  if (const auto forced = forced_token(options, cur_len)) apply_forced_token(scores, *forced);
 }
 
 std::optional<std::vector<int64_t>> excluded_tokens(const GenerationOptions& options, const TokenHistory& history,
