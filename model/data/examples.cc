@@ -30,8 +30,7 @@ std::string file_hint(std::string_view line, bool first, const nlohmann::json::p
     }
   }
   // A byte-order mark, or the NUL byte beside each ASCII character of UTF-16 JSON.
-  if (first &&
-      (starts("\xFF\xFE") || starts("\xFE\xFF") || (line.size() >= 2 && (line[0] == '\0' || line[1] == '\0')))) {
+  if (first && (starts_with_utf16_bom(line) || (line.size() >= 2 && (line[0] == '\0' || line[1] == '\0')))) {
     return "; the file is UTF-16: re-encode it as UTF-8 (iconv -f UTF-16 -t UTF-8)";
   }
   if (std::string_view(e.what()).find("ill-formed UTF-8") != std::string_view::npos) {

@@ -4,11 +4,11 @@
 
 namespace srformer {
 
-namespace {
-
 bool starts_with_utf16_bom(std::string_view text) {
   return text.size() >= 2 && ((text[0] == '\xFF' && text[1] == '\xFE') || (text[0] == '\xFE' && text[1] == '\xFF'));
 }
+
+namespace {
 
 // Characters that show nothing: whitespace, and the zero-width space and byte-order mark, which Unicode
 // does not count as White_Space but which a "blank" document made of them is no less.

@@ -21,4 +21,7 @@ struct DocumentFault {
 // byte-order marks. A NUL byte is valid UTF-8 but no text holds one: a UTF-16 file or binary data does.
 std::optional<DocumentFault> find_document_fault(std::string_view text);
 
+// Whether `text` starts with a UTF-16 byte-order mark (FF FE or FE FF): the text is UTF-16, not UTF-8.
+bool starts_with_utf16_bom(std::string_view text);
+
 }  // namespace srformer
