@@ -118,6 +118,33 @@ bool is_switch(const std::string& flag) {
   return kSwitches.count(flag) > 0;
 }
 
+// Flags that shape a summary request: --health and --list-models send none, and took them without a word
+// ("--health --model bart" said SERVING for a server without that model).
+bool is_summary_flag(const std::string& flag) {
+  static const std::set<std::string> kSummaryFlags = {"--model",
+                                                      "--stream",
+                                                      "--request-id",
+                                                      "--truncate",
+                                                      "--max-new-tokens",
+                                                      "--min-new-tokens",
+                                                      "--num-beams",
+                                                      "--num-return-sequences",
+                                                      "--length-penalty",
+                                                      "--early-stopping",
+                                                      "--no-early-stopping",
+                                                      "--early-stopping-never",
+                                                      "--do-sample",
+                                                      "--no-sample",
+                                                      "--temperature",
+                                                      "--top-k",
+                                                      "--top-p",
+                                                      "--seed",
+                                                      "--no-repeat-ngram-size",
+                                                      "--repetition-penalty",
+                                                      "--expected-length"};
+  return kSummaryFlags.count(flag) > 0;
+}
+
 }  // namespace
 
 std::string client_usage() {
@@ -169,8 +196,9 @@ exit status: 0 done (--health: SERVING; --load: every request succeeded); 1 a ca
 bool parse_client_args(int argc, char** argv, ClientOptions& o) {
   auto& g = o.generation;
   bool tls_asked = false, insecure_asked = false;
-  bool only_files = false;      // after "--": a FILE whose name starts with '-'
-  std::string load_flag_given;  // the first flag of the load generator's, which without --load did nothing
+  bool only_files = false;         // after "--": a FILE whose name starts with '-'
+  std::string load_flag_given;     // the first flag of the load generator's, which without --load did nothing
+  std::string summary_flag_given;  // the first flag that shapes a summary request
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (only_files || arg == "-" || arg.empty() || arg[0] != '-') {
@@ -202,6 +230,7 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     if (arg == "--concurrency" || arg == "--requests" || arg == "--duration") {
       if (load_flag_given.empty()) load_flag_given = arg;
     }
+    if (summary_flag_given.empty() && is_summary_flag(arg)) summary_flag_given = arg;
     if (arg == "--help" || arg == "-h") {
       std::cout << client_usage();
       return false;
@@ -350,6 +379,11 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
   if ((o.health || o.list_models) && !o.inputs.empty()) {
     throw std::invalid_argument(std::string(o.health ? "--health" : "--list-models") + " reads no FILE, got '" +
                                 o.inputs.front() + "'");
+  }
+  if ((o.health || o.list_models) && !summary_flag_given.empty()) {
+    throw std::invalid_argument(summary_flag_given + " does nothing with " +
+                                (o.health ? "--health, which checks the server's state and summarizes nothing"
+                                          : "--list-models, which lists every model and summarizes nothing"));
   }
   if (o.health && o.retries > 0) {
     // The retry policy names srformer.v1.Summarizer only: the check ran once, the flag ignored.

@@ -148,6 +148,24 @@ TEST(ClientOptions, RetriesDoNotGoWithHealth) {
   EXPECT_EQ(parse({"--list-models", "--retries", "2"}).retries, 2);
 }
 
+// --health and --list-models send no summary request: "--health --model bart" said SERVING for a server
+// without bart, and "--list-models --max-new-tokens 3" listed the models, the flags dropped without a word.
+TEST(ClientOptions, SummaryFlagsDoNotGoWithHealthOrListModels) {
+  EXPECT_EQ(refusal({"--health", "--model", "bart"}),
+            "--model does nothing with --health, which checks the server's state and summarizes nothing");
+  EXPECT_EQ(refusal({"--max-new-tokens", "3", "--health", "--stream"}),
+            "--max-new-tokens does nothing with --health, which checks the server's state and summarizes nothing");
+  EXPECT_EQ(refusal({"--list-models", "--do-sample"}),
+            "--do-sample does nothing with --list-models, which lists every model and summarizes nothing");
+  EXPECT_EQ(refusal({"--list-models", "--request-id=x"}),
+            "--request-id does nothing with --list-models, which lists every model and summarizes nothing");
+  EXPECT_EQ(refusal({"--list-models", "--truncate"}),
+            "--truncate does nothing with --list-models, which lists every model and summarizes nothing");
+  EXPECT_TRUE(parse({"--health", "--json", "--deadline-ms", "500"}).health);
+  EXPECT_TRUE(parse({"--list-models", "--json", "--retries", "1"}).list_models);
+  EXPECT_EQ(parse({"--model", "bart", "--max-new-tokens", "3", "doc.txt"}).model, "bart");
+}
+
 // Whether protobuf takes `text` in a string field of the request: what the server does with the body.
 bool protobuf_takes(const std::string& text) {
   const google::protobuf::LogSilencer quiet;  // its "contains invalid UTF-8 data" lines

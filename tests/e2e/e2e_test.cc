@@ -383,11 +383,13 @@ TEST_F(EndToEnd, StdinNamedTwiceGivesItsTextToBoth) {
 TEST_F(EndToEnd, OutputThatCannotBeWrittenFailsTheRun) {
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
   auto server = start();
-  const std::string client = kClient + " --target " + server->target() + " --model tiny --max-new-tokens 4 ";
+  const std::string target = kClient + " --target " + server->target() + " ";
+  const std::string client = target + "--model tiny --max-new-tokens 4 ";
   for (const std::string& args :
-       std::vector<std::string>{doc(0), "--stream " + doc(0), "--list-models", "--load --requests 2 " + doc(0),
-                                "--load --requests 2 --json " + doc(0), "--help"}) {
-    auto r = run_command(client + args + " 2>&1 >/dev/full");
+       std::vector<std::string>{client + doc(0), client + "--stream " + doc(0), target + "--list-models",
+                                client + "--load --requests 2 " + doc(0),
+                                client + "--load --requests 2 --json " + doc(0), client + "--help"}) {
+    auto r = run_command(args + " 2>&1 >/dev/full");
     EXPECT_EQ(r.exit_code, 1) << args << ": " << r.out;
     EXPECT_NE(r.out.find("srformer-client: cannot write to stdout: No space left on device"), std::string::npos)
         << args << ": " << r.out;
