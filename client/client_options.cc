@@ -168,7 +168,7 @@ Summarizes FILE (or stdin) with an srformer-server.
   --cert FILE --key FILE   client certificate and its key (PEM), for a server with --tls-client-ca
   --tls-server-name NAME   verify the server's certificate for NAME instead of the target's host (e.g.
                            a health check on localhost of a server whose certificate names its DNS name)
-  --request-id ID          id echoed in server logs and the response (--load: ID-0, ID-1, ...)
+  --request-id ID          id echoed in server logs and the response (--batch, --load: ID-0, ID-1, ...)
   --health                 check grpc.health.v1; exit 0 if SERVING, 1 otherwise (--json: {"status": ...})
   --list-models            print the server's models
   --help, -h               this text

@@ -220,7 +220,13 @@ std::vector<std::string> read_documents(const std::vector<std::string>& paths) {
 
 int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   v1::SummarizeBatchRequest batch;
-  for (const auto& document : read_documents(o.inputs)) *batch.add_requests() = make_request(o, document);
+  for (const auto& document : read_documents(o.inputs)) {
+    auto& request = *batch.add_requests();
+    request = make_request(o, document);
+    // One id per FILE, as --load's: every item went out with the same id, and the server's log lines of
+    // the batch (one per item) could not be told apart.
+    if (!o.request_id.empty()) request.set_request_id(o.request_id + "-" + std::to_string(batch.requests_size() - 1));
+  }
   batch.set_partial_results(o.partial);
   grpc::ClientContext ctx;
   set_deadline(ctx, o);

@@ -256,6 +256,22 @@ TEST_F(EndToEnd, ClientBatchAndPartialBatch) {
   EXPECT_NE(streamed.out.find("--batch and --stream do not go together"), std::string::npos) << streamed.out;
 }
 
+// --batch --request-id ID gives each FILE its own id, ID-0, ID-1, ... as --load does: every item went out with
+// the same id, and the server's log lines of the items could not be told apart.
+TEST_F(EndToEnd, BatchItemsGetARequestIdEach) {
+  auto server = start();
+  auto r = run_command(kClient + " --target " + server->target() +
+                       " --batch --json --request-id b7 --max-new-tokens 4 " + doc(1) + " " + doc(2) + " " + doc(1));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 3u) << r.out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const std::string id = "b7-" + std::to_string(i);
+    EXPECT_EQ(j[i]["request_id"], id);
+    EXPECT_NE(server->log().find("request " + id + ": SummarizeBatch"), std::string::npos) << server->log();
+  }
+}
+
 // bf16 on the CPU (AMX or AVX512-BF16): the server says so, and each summary, decoded among others, equals the offline
 // bf16 one.
 TEST_F(EndToEnd, Bf16OnTheCpuServesWhatOfflineBf16Gives) {
