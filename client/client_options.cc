@@ -156,7 +156,8 @@ Summarizes FILE (or stdin) with an srformer-server.
   --model NAME             model to use (default: the server's first)
   --stream                 print the summary as tokens arrive (SummarizeStream)
   --json                   print one JSON object (summary, token_ids, finish_reason, usage, ...)
-  --batch                  send every FILE in one SummarizeBatch call
+  --batch                  send every FILE in one SummarizeBatch call; a line per FILE (a line break
+                           in a summary written \n or \r, a backslash \\; --json's text as it is)
   --partial                with --batch: each FILE succeeds or fails on its own (partial_results); a
                            failed one prints an empty line (--json: {"error": ...}) and its error on
                            stderr, and the exit status is 1

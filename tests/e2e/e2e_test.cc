@@ -569,6 +569,49 @@ int free_port() {
   return ok ? ntohs(addr.sin_port) : 0;
 }
 
+// A Summarizer that answers from canned texts, for what the real server with a tiny model cannot be made to do
+// on demand (summaries with line breaks).
+class CannedSummarizer final : public v1::Summarizer::Service {
+ public:
+  std::vector<std::string> summaries;  // SummarizeBatch's, in turn
+
+  grpc::Status SummarizeBatch(grpc::ServerContext*, const v1::SummarizeBatchRequest* request,
+                              v1::SummarizeBatchResponse* response) override {
+    for (int i = 0; i < request->requests_size(); ++i)
+      response->add_responses()->set_summary(summaries.at(static_cast<size_t>(i) % summaries.size()));
+    return grpc::Status::OK;
+  }
+};
+
+// `service` served on a port of 127.0.0.1; the port in `port`.
+std::unique_ptr<grpc::Server> serve(grpc::Service& service, int& port) {
+  grpc::ServerBuilder builder;
+  builder.RegisterService(&service);
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  return builder.BuildAndStart();
+}
+
+// --batch prints a line per FILE: a summary with a line break spread over two lines, and the next FILE's
+// summary was read from the line after the first. Its line breaks and backslashes are escaped now.
+TEST_F(EndToEnd, BatchOutputKeepsALinePerFileWhenASummaryHasALineBreak) {
+  CannedSummarizer canned;
+  canned.summaries = {"first line\nsecond line", "a \\n and a\r\n", "plain"};
+  int port = 0;
+  const auto server = serve(canned, port);
+  ASSERT_GT(port, 0);
+  const std::string client = kClient + " --target 127.0.0.1:" + std::to_string(port) + " --batch ";
+  const std::string files = doc(0) + " " + doc(1) + " " + doc(2);
+  auto plain = run_command(client + files);
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  EXPECT_EQ(plain.out, "first line\\nsecond line\na \\\\n and a\\r\\n\nplain\n");
+  auto json = run_command(client + "--json " + files);
+  ASSERT_EQ(json.exit_code, 0) << json.out;
+  const auto j = nlohmann::json::parse(json.out);
+  ASSERT_EQ(j.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(j[i]["summary"], canned.summaries[i]);
+  server->Shutdown();
+}
+
 // The load generator against a target that refuses every call (here: nothing listens) waits between
 // attempts, doubling from 50 ms to 1 s: it made ~190,000 attempts a second before.
 TEST_F(EndToEnd, TheLoadGeneratorBacksOffFromATargetThatIsGone) {
