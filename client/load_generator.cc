@@ -43,7 +43,29 @@ struct Totals {
   Timings all;
   std::vector<Timings> by_document;  // per distinct document, in order of first appearance
   std::map<std::string, int64_t> errors;
+  std::vector<bool> refused_for_good;  // per distinct document: refused with an error a retry does not change
+  size_t documents_refused_for_good = 0;
 };
+
+// A refusal that the same request meets again however often it is sent: what the request says (its options,
+// its model, its document, its size) or what the client is (its method, its credentials) does not change
+// between the run's requests. Each document's requests differ only in their id.
+bool refused_for_good(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::NOT_FOUND:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::OUT_OF_RANGE:
+    case grpc::StatusCode::UNIMPLEMENTED:
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return true;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return is_message_size_refusal(status);
+    default:
+      return false;
+  }
+}
 
 // The distinct files of a mix (one file named several times weighs it; two files of the same text are
 // two documents): where each first appears, and each input's index among them.
@@ -104,17 +126,23 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
   const DistinctDocuments distinct = distinct_documents(o.inputs);
   const auto& first_at = distinct.first_at;
   totals.by_document.resize(first_at.size());
+  totals.refused_for_good.resize(first_at.size());
   std::atomic<int64_t> issued{0};
   const auto start = Clock::now();
   const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration_s));
   // Set when a worker thread could not be started: the others stop, and the run fails.
   std::atomic<bool> abandoned{false};
+  // Set when no request has succeeded and every document has been refused for good: the rest of the run
+  // could only be refused too. It went on at full speed (thousands of refusals a second for an unknown
+  // --model, each one a line in the server's log) to the end of --requests or --duration. The requests in
+  // flight finish and count; no more are sent.
+  std::atomic<bool> hopeless{false};
   const auto ending = [&] { return g_interrupted.load() || abandoned.load(); };
   const auto worker = [&] {
     // After a refusal that says "not now" (no server, a full queue), each worker waits, doubling from 50 ms
     // to 1 s: without it a dead target took ~190,000 attempts a second.
     std::chrono::milliseconds backoff{0};
-    while (!ending()) {
+    while (!ending() && !hopeless.load()) {
       const int64_t n = issued.fetch_add(1);
       if (o.requests > 0 && n >= o.requests) break;
       if (o.duration_s > 0 && Clock::now() >= end) break;
@@ -168,6 +196,12 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
         } else {
           ++totals.errors[std::string(status_code_name(status.error_code())) + " " + status.error_message() +
                           status_hint(status, o, req.ByteSizeLong())];
+          const size_t d = distinct.of[doc];
+          if (refused_for_good(status) && !totals.refused_for_good[d]) {
+            totals.refused_for_good[d] = true;
+            ++totals.documents_refused_for_good;
+          }
+          if (totals.all.ok == 0 && totals.documents_refused_for_good == first_at.size()) hopeless.store(true);
         }
       }
       const auto code = status.error_code();
@@ -235,6 +269,7 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
   nlohmann::json report = {
       {"concurrency", o.concurrency},
       {"interrupted", g_interrupted.load()},
+      {"stopped_early", hopeless.load()},
       {"requests_ok", all.ok},
       {"requests_failed", failed},
       {"errors", totals.errors},
@@ -274,7 +309,10 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
     };
     std::printf("requests: %lld ok, %lld failed in %.2f s (concurrency %d)%s\n", static_cast<long long>(all.ok),
                 static_cast<long long>(failed), wall_s, o.concurrency,
-                g_interrupted.load() ? "; interrupted: calls in flight cancelled and not counted" : "");
+                g_interrupted.load() ? "; interrupted: calls in flight cancelled and not counted"
+                : hopeless.load()
+                    ? "; stopped early: every FILE was refused with an error that sending it again does not change"
+                    : "");
     std::printf("throughput: %.1f tokens/s, %.2f requests/s\n", report["tokens_per_s"].get<double>(),
                 report["requests_per_s"].get<double>());
     std::printf("time to first token: %s\n", pct(report["ttft_ms"]).c_str());

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <torch/cuda.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -627,6 +628,45 @@ TEST_F(EndToEnd, TheLoadGeneratorBacksOffFromATargetThatIsGone) {
   EXPECT_LT(report["requests_failed"].get<int64_t>(), 100) << r.out;
 }
 
+// While no request has succeeded, a run whose every FILE was refused with an error that sending it again does
+// not change stops: an unknown --model went on at full speed, 2,000 refusals a second, to the end of the run.
+// A FILE refused so beside one that succeeds is sent on.
+TEST_F(EndToEnd, TheLoadGeneratorStopsWhenEveryRequestIsRefusedForGood) {
+  auto server = start();
+  const std::string client = kClient + " --target " + server->target() + " --load --concurrency 2 ";
+  auto unknown = run_command(client + "--json --requests 1000 --model nope " + doc(0) + " 2>/dev/null");
+  EXPECT_EQ(unknown.exit_code, 1) << unknown.out;
+  const auto u = nlohmann::json::parse(unknown.out);
+  EXPECT_EQ(u["stopped_early"], true) << unknown.out;
+  EXPECT_EQ(u["requests_ok"], 0);
+  // The first refusal stops the run; the other stream has at most one request in flight then.
+  EXPECT_GE(u["requests_failed"].get<int64_t>(), 1) << unknown.out;
+  EXPECT_LE(u["requests_failed"].get<int64_t>(), 2) << unknown.out;
+  ASSERT_EQ(u["errors"].size(), 1u) << unknown.out;
+  EXPECT_EQ(u["errors"].begin().key().rfind("NOT_FOUND unknown model 'nope'", 0), 0u) << unknown.out;
+  // Options out of range, two FILEs: once both are refused.
+  auto options = run_command(client + "--json --duration 5 --num-beams 99 " + doc(0) + " " + doc(1) + " 2>/dev/null");
+  EXPECT_EQ(options.exit_code, 1) << options.out;
+  const auto o = nlohmann::json::parse(options.out);
+  EXPECT_EQ(o["stopped_early"], true) << options.out;
+  EXPECT_EQ(o["errors"].begin().key().rfind("INVALID_ARGUMENT ", 0), 0u) << options.out;
+  auto text = run_command(client + "--requests 1000 --model nope " + doc(0));
+  EXPECT_EQ(text.exit_code, 1) << text.out;
+  EXPECT_NE(text.out.find("; stopped early: every FILE was refused with an error that sending it again does not "
+                          "change\n"),
+            std::string::npos)
+      << text.out;
+  // A blank FILE is refused for good, but the other one succeeds: the run goes to its end.
+  const std::string blank = (*work_ / "load-blank.txt").string();
+  std::ofstream(blank) << "   ";
+  auto mixed = run_command(client + "--json --requests 6 --max-new-tokens 2 " + doc(0) + " " + blank + " 2>/dev/null");
+  EXPECT_EQ(mixed.exit_code, 1) << mixed.out;
+  const auto m = nlohmann::json::parse(mixed.out);
+  EXPECT_EQ(m["stopped_early"], false) << mixed.out;
+  EXPECT_EQ(m["requests_ok"], 3) << mixed.out;
+  EXPECT_EQ(m["requests_failed"], 3) << mixed.out;
+}
+
 // A target that is another gRPC server (a wrong port) answers UNIMPLEMENTED with no message: the health check
 // said "srformer-client: health check failed: " and nothing more, a summary "srformer-client: UNIMPLEMENTED: ".
 TEST_F(EndToEnd, ATargetThatIsNoSrformerServerIsNamed) {
@@ -794,12 +834,14 @@ TEST_F(EndToEnd, RequestsOverTheMessageLimitAreLoggedCountedAndExplained) {
   }
   // The limit is on one message: a short document still goes through.
   EXPECT_EQ(run_command(client + doc(0)).exit_code, 0);
-  // The load generator sends it again at once: waiting (its backoff after a full queue: 50 ms doubling to
-  // 1 s, at most 6 requests in 2 s) does not make it fit.
+  // Sending it again does not make it fit: the load generator stops at the first refusal of its only FILE
+  // (before, it sent it again at once, without the backoff it waits after a full queue).
   auto load = run_command(kClient + " --target " + server->target() + " --load --concurrency 1 --duration 2 --json " +
                           big.string());
   EXPECT_EQ(load.exit_code, 1) << load.out;
-  EXPECT_GE(nlohmann::json::parse(load.out)["requests_failed"].get<int>(), 15) << load.out;
+  const auto report = nlohmann::json::parse(load.out);
+  EXPECT_EQ(report["stopped_early"], true) << load.out;
+  EXPECT_EQ(report["requests_failed"], 1) << load.out;
 }
 
 TEST_F(EndToEnd, RefusedRequestsAreCountedAndLoggedOnceInValidJsonLines) {
