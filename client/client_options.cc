@@ -187,8 +187,9 @@ load generator:
       streams requests over the FILEs round-robin (name a FILE twice to send it twice as often);
       prints throughput (tokens/s, requests/s), time to first token, inter-token and request latency
       p50/p90/p99, and with several distinct FILEs each one's own (with --json: one JSON object,
-      those under "by_document"); the run stops early ("stopped_early") when no request has succeeded
-      and every FILE was refused with an error that sending it again does not change (INVALID_ARGUMENT,
+      those under "by_document"); a target it cannot connect to (in 10 s) fails at once, before the
+      run (exit 1, no report); the run stops early ("stopped_early") when no request has succeeded and
+      every FILE was refused with an error that sending it again does not change (INVALID_ARGUMENT,
       NOT_FOUND, FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, UNAUTHENTICATED, PERMISSION_DENIED,
       a message over a size limit); other errors are counted and the run goes on
 exit status: 0 done (--health: SERVING; --load: every request succeeded); 1 a call failed, a FILE could

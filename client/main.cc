@@ -355,6 +355,29 @@ int list_models(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   return 0;
 }
 
+// Before a load: whether the target answers at all. One that cannot be reached (nothing listening, a name
+// that does not resolve, plaintext against a TLS server) took the whole of --requests or --duration to say
+// so, each request an UNAVAILABLE in the report. ghz connects before its run likewise (its --connect-timeout, 10 s by
+// default). Any answer will do (a server without the health service answers UNIMPLEMENTED); a target that goes away
+// later in the run is waited for, each stream backing off.
+int check_connection(const std::shared_ptr<grpc::Channel>& channel, const ClientOptions& o) {
+  constexpr std::chrono::seconds kConnectTimeout{10};
+  grpc::Status error;
+  if (srformer::client::check_health(channel, "", kConnectTimeout, &error) != srformer::client::HealthStatus::kError)
+    return 0;
+  const auto code = error.error_code();
+  const bool connected = channel->GetState(false) == GRPC_CHANNEL_READY;
+  if (code == grpc::StatusCode::UNAVAILABLE || (code == grpc::StatusCode::DEADLINE_EXCEEDED && !connected)) {
+    std::cerr << "srformer-client: cannot connect to " << o.target
+              << (code == grpc::StatusCode::DEADLINE_EXCEEDED
+                      ? " within " + std::to_string(kConnectTimeout.count()) + " s"
+                      : "")
+              << ": " << failure(error, o, 0) << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 int run(int argc, char** argv) {
   ClientOptions o;
   try {
@@ -384,6 +407,7 @@ int run(int argc, char** argv) {
     auto stub = v1::Summarizer::NewStub(channel);
     if (o.list_models) return list_models(o, *stub);
     if (o.load) {
+      if (const int status = check_connection(channel, o); status != 0) return status;
       const auto report = srformer::client::run_load(channel, o, read_documents(o.inputs));
       if (report["interrupted"].get<bool>()) return 130;  // as a shell reports Ctrl-C, after the report
       return report["requests_failed"].get<int64_t>() == 0 && report["requests_ok"].get<int64_t>() > 0 ? 0 : 1;

@@ -570,17 +570,24 @@ int free_port() {
   return ok ? ntohs(addr.sin_port) : 0;
 }
 
-// A Summarizer that answers from canned texts, for what the real server with a tiny model cannot be made to do
-// on demand (summaries with line breaks).
+// A Summarizer that answers from canned texts and statuses, for what the real server with a tiny model cannot be
+// made to do on demand (summaries with line breaks, a refusal of every stream as a server shutting down gives).
 class CannedSummarizer final : public v1::Summarizer::Service {
  public:
-  std::vector<std::string> summaries;  // SummarizeBatch's, in turn
+  std::vector<std::string> summaries;             // SummarizeBatch's, in turn
+  grpc::Status stream_status = grpc::Status::OK;  // SummarizeStream's
+  std::atomic<int> streams{0};                    // SummarizeStream calls answered
 
   grpc::Status SummarizeBatch(grpc::ServerContext*, const v1::SummarizeBatchRequest* request,
                               v1::SummarizeBatchResponse* response) override {
     for (int i = 0; i < request->requests_size(); ++i)
       response->add_responses()->set_summary(summaries.at(static_cast<size_t>(i) % summaries.size()));
     return grpc::Status::OK;
+  }
+  grpc::Status SummarizeStream(grpc::ServerContext*, const v1::SummarizeRequest*,
+                               grpc::ServerWriter<v1::SummarizeStreamResponse>*) override {
+    ++streams;
+    return stream_status;
   }
 };
 
@@ -613,19 +620,54 @@ TEST_F(EndToEnd, BatchOutputKeepsALinePerFileWhenASummaryHasALineBreak) {
   server->Shutdown();
 }
 
-// The load generator against a target that refuses every call (here: nothing listens) waits between
-// attempts, doubling from 50 ms to 1 s: it made ~190,000 attempts a second before.
-TEST_F(EndToEnd, TheLoadGeneratorBacksOffFromATargetThatIsGone) {
-  const int port = free_port();
-  ASSERT_GT(port, 0);
-  auto r = run_command(kClient + " --target 127.0.0.1:" + std::to_string(port) +
-                       " --load --concurrency 2 --duration 2 --json " + doc(0) + " 2>/dev/null");
+// A server that refuses every stream with UNAVAILABLE, as one shutting down (or a proxy without a backend)
+// does, for the load generator's tests of its backoff.
+struct UnavailableServer {
+  CannedSummarizer canned;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+  UnavailableServer() {
+    canned.stream_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "shutting down");
+    server = serve(canned, port);
+  }
+  ~UnavailableServer() {
+    if (server) server->Shutdown();
+  }
+  std::string target() const { return "127.0.0.1:" + std::to_string(port); }
+};
+
+// The load generator against a target that refuses every call with UNAVAILABLE waits between attempts,
+// doubling from 50 ms to 1 s: it made ~190,000 attempts a second before.
+TEST_F(EndToEnd, TheLoadGeneratorBacksOffFromATargetThatRefusesEveryCall) {
+  const UnavailableServer unavailable;
+  ASSERT_GT(unavailable.port, 0);
+  auto r = run_command(kClient + " --target " + unavailable.target() + " --load --concurrency 2 --duration 2 --json " +
+                       doc(0) + " 2>/dev/null");
   ASSERT_EQ(r.exit_code, 1) << r.out;  // every request failed
   const auto report = nlohmann::json::parse(r.out);
   EXPECT_EQ(report["requests_ok"], 0);
   EXPECT_GT(report["requests_failed"].get<int64_t>(), 0);
+  EXPECT_EQ(report["requests_failed"], unavailable.canned.streams.load());
+  EXPECT_EQ(report["stopped_early"], false) << "UNAVAILABLE may pass";
   // About 6 per worker in 2 s with the backoff (50+100+200+400+800 ms, then the end); thousands without.
   EXPECT_LT(report["requests_failed"].get<int64_t>(), 100) << r.out;
+}
+
+// A target that refuses the connection (here: nothing listens) fails the run at once, with no report: the run
+// used up its --requests or --duration (each stream backing off as from a server shutting down) and reported
+// them all as UNAVAILABLE.
+TEST_F(EndToEnd, TheLoadGeneratorFailsAtOnceWhenItCannotConnect) {
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const std::string target = "127.0.0.1:" + std::to_string(port);
+  const std::string errors = (*work_ / "connect-errors.txt").string();
+  auto r = run_command(kClient + " --target " + target + " --load --concurrency 2 --requests 6 --json " + doc(0) +
+                       " 2>" + errors);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_EQ(r.out, "") << "no report of a run that did not start";
+  const std::string said = read(errors);
+  EXPECT_EQ(said.rfind("srformer-client: cannot connect to " + target + ": UNAVAILABLE: ", 0), 0u) << said;
+  EXPECT_NE(said.find("Connection refused"), std::string::npos) << said;
 }
 
 // While no request has succeeded, a run whose every FILE was refused with an error that sending it again does
@@ -695,11 +737,10 @@ TEST_F(EndToEnd, TheLoadGeneratorSaysSoWhenItCannotStartItsStreams) {
 #ifdef SRFORMER_SANITIZER
   GTEST_SKIP() << "a sanitizer's shadow memory does not fit under ulimit -v";
 #endif
-  const int port = free_port();
-  ASSERT_GT(port, 0);
-  auto r =
-      run_command("ulimit -s 8192 && ulimit -v 3000000 && " + kClient + " --target 127.0.0.1:" + std::to_string(port) +
-                  " --load --concurrency 4096 --requests 4096 " + doc(0) + " 2>&1");
+  const UnavailableServer unavailable;  // a target to connect to
+  ASSERT_GT(unavailable.port, 0);
+  auto r = run_command("ulimit -s 8192 && ulimit -v 3000000 && " + kClient + " --target " + unavailable.target() +
+                       " --load --concurrency 4096 --requests 4096 " + doc(0) + " 2>&1");
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_EQ(r.out.rfind("srformer-client: cannot start --concurrency 4096 streams: the system refused thread ", 0), 0u)
       << r.out;
@@ -711,15 +752,15 @@ TEST_F(EndToEnd, TheLoadGeneratorSaysSoWhenItCannotStartItsStreams) {
 // The load generator set its own handler over it, and such a run ended early, "interrupted", exit 130.
 TEST_F(EndToEnd, TheLoadGeneratorTakesCtrlCUnlessItIsIgnored) {
   if (run_command("env --default-signal=INT true").exit_code != 0) GTEST_SKIP() << "env without --default-signal";
-  const int port = free_port();
-  ASSERT_GT(port, 0);
-  const std::string run = kClient + " --target 127.0.0.1:" + std::to_string(port) + " --load --duration 2 --json " +
-                          doc(0) + " 2>/dev/null & pid=$!; sleep 1; kill -INT $pid; wait $pid";
+  const UnavailableServer unavailable;
+  ASSERT_GT(unavailable.port, 0);
+  const std::string run = kClient + " --target " + unavailable.target() + " --load --duration 2 --json " + doc(0) +
+                          " 2>/dev/null & pid=$!; sleep 1; kill -INT $pid; wait $pid";
   auto taken = run_command("env --default-signal=INT " + run);  // as from a terminal
   EXPECT_EQ(taken.exit_code, 130) << taken.out;
   EXPECT_EQ(nlohmann::json::parse(taken.out)["interrupted"], true) << taken.out;
   auto ignored = run_command("trap '' INT; " + run);
-  EXPECT_EQ(ignored.exit_code, 1) << ignored.out;  // every request failed: no server
+  EXPECT_EQ(ignored.exit_code, 1) << ignored.out;  // every request failed: UNAVAILABLE
   EXPECT_EQ(nlohmann::json::parse(ignored.out)["interrupted"], false) << ignored.out;
 }
 
@@ -727,10 +768,10 @@ TEST_F(EndToEnd, TheLoadGeneratorTakesCtrlCUnlessItIsIgnored) {
 // denominator of the report's rates, counted that wait. Seven refused requests in a row wait 50 + 100 + 200 +
 // 400 + 800 + 1000 ms between them (2.55 s at least); a wait after the seventh would add 1000 ms more.
 TEST_F(EndToEnd, TheLoadGeneratorEndsWithItsLastRequestNotAfterABackoff) {
-  const int port = free_port();
-  ASSERT_GT(port, 0);
-  auto r = run_command(kClient + " --target 127.0.0.1:" + std::to_string(port) +
-                       " --load --concurrency 1 --requests 7 --json " + doc(0) + " 2>/dev/null");
+  const UnavailableServer unavailable;
+  ASSERT_GT(unavailable.port, 0);
+  auto r = run_command(kClient + " --target " + unavailable.target() + " --load --concurrency 1 --requests 7 --json " +
+                       doc(0) + " 2>/dev/null");
   ASSERT_EQ(r.exit_code, 1) << r.out;
   const auto report = nlohmann::json::parse(r.out);
   EXPECT_EQ(report["requests_failed"], 7);
@@ -1033,13 +1074,12 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
   auto plaintext = run_command(kClient + t + " --max-new-tokens 2 --deadline-ms 5000 " + doc(0) + " 2>&1");
   EXPECT_EQ(plaintext.exit_code, 1) << plaintext.out;
   EXPECT_NE(plaintext.out.find("(does the server use TLS? then --tls --ca FILE"), std::string::npos) << plaintext.out;
-  // The load generator's error tally says so too (it gave gRPC's words alone).
-  auto load = run_command(kClient + t + " --load --requests 1 --json " + doc(0) + " 2>/dev/null");
+  // The load generator says so too, before its run (its error tally gave gRPC's words alone).
+  auto load = run_command(kClient + t + " --load --requests 1 --json " + doc(0) + " 2>&1");
   EXPECT_EQ(load.exit_code, 1) << load.out;
-  const auto load_errors = nlohmann::json::parse(load.out)["errors"];
-  ASSERT_EQ(load_errors.size(), 1u) << load.out;
-  EXPECT_NE(load_errors.begin().key().find("(does the server use TLS? then --tls --ca FILE"), std::string::npos)
+  EXPECT_EQ(load.out.rfind("srformer-client: cannot connect to " + server->target() + ": UNAVAILABLE: ", 0), 0u)
       << load.out;
+  EXPECT_NE(load.out.find("(does the server use TLS? then --tls --ca FILE"), std::string::npos) << load.out;
   auto unary = run_command(kClient + t + " --tls --ca " + cert + " --max-new-tokens 12 --json " + doc(0));
   ASSERT_EQ(unary.exit_code, 0) << unary.out;
   EXPECT_EQ(nlohmann::json::parse(unary.out)["token_ids"].get<std::vector<int64_t>>(),
