@@ -161,7 +161,7 @@ Summarizes FILE (or stdin) with an srformer-server.
   --partial                with --batch: each FILE succeeds or fails on its own (partial_results); a
                            failed one prints an empty line (--json: {"error": ...}) and its error on
                            stderr, and the exit status is 1
-  --deadline-ms N          per-call deadline (covers every attempt)
+  --deadline-ms N          per-call deadline (covers every attempt; --health without it waits 3 s)
   --retries N              retry a call refused with UNAVAILABLE or RESOURCE_EXHAUSTED up to N times
                            (0-4; default 0), after the server's grpc-retry-pushback-ms or a backoff
                            from 0.2 s; a stream only until its first token has arrived (not --health)
