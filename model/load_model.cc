@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "model/bart.h"
+#include "model/io/atomic_file.h"
 #include "model/io/checkpoint.h"
 #include "model/io/safetensors.h"
 #include "model/kernels/bf16_linear.h"
@@ -109,7 +110,7 @@ void save_model(const Seq2SeqModel& model, const std::filesystem::path& dir, con
   save_safetensors(dir / "model.safetensors", tensors);
   remove_other_weight_files(dir);
   const auto json = model.config().to_json(original.is_object() ? &original : nullptr);
-  std::ofstream(dir / "config.json") << json.dump(2) << "\n";
+  write_file_atomically(dir / "config.json", json.dump(2) + "\n");  // a failed write throws: no config cut short
   std::error_code ec;
   if (!source_dir.empty() && !fs::equivalent(source_dir, dir, ec)) {
     // The source's tokenizer and generation defaults, and none of an earlier model's that the source

@@ -1,94 +1,17 @@
 // save_safetensors: the writing half of model/io/safetensors.h.
-#include <fcntl.h>
-#include <signal.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cctype>
-#include <cerrno>
-#include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
 
+#include "model/io/atomic_file.h"
 #include "model/io/safetensors.h"
 #include "model/io/safetensors_dtype.h"
 
 namespace srformer {
 namespace {
-
-[[noreturn]] void io_failure(const std::filesystem::path& path, const std::string& what) {
-  throw std::runtime_error("cannot write " + path.string() + ": " + what + ": " + std::strerror(errno));
-}
-
-// The temporary files of writes to `target` whose process has ended without renaming or removing them
-// (killed: Ctrl-C, the OOM killer), each up to a model's size; they were left for good. A process still
-// running (kill(pid, 0) does not say ESRCH) keeps its file.
-void remove_abandoned_temporaries(const std::filesystem::path& target) {
-  const std::string prefix = target.filename().string() + ".tmp.";
-  std::error_code ec;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(target.parent_path().empty() ? "." : target.parent_path(), ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
-    const std::string rest = name.substr(prefix.size());  // PID.N
-    const auto dot = rest.find('.');
-    // pids have at most 7 digits (pid_max <= 2^22): a longer number is no temporary of ours (nor fits stoll).
-    if (dot == 0 || dot > 9 || dot == std::string::npos ||
-        !std::all_of(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(dot),
-                     [](unsigned char c) { return std::isdigit(c) != 0; })) {
-      continue;
-    }
-    const auto pid = static_cast<pid_t>(std::stoll(rest.substr(0, dot)));
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), ec);
-  }
-}
-
-// A temporary file next to the target, removed unless commit() renamed it into place.
-class AtomicFile {
- public:
-  explicit AtomicFile(std::filesystem::path target) : target_(std::move(target)) {
-    remove_abandoned_temporaries(target_);
-    static std::atomic<unsigned> counter{0};
-    tmp_ = target_;
-    tmp_ += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd_ < 0) io_failure(tmp_, "cannot create");
-  }
-  ~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
-  void write(const void* data, size_t size) {
-    const auto* bytes = static_cast<const char*>(data);
-    while (size > 0) {
-      const ssize_t n = ::write(fd_, bytes, size);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) io_failure(tmp_, "write failed");
-      bytes += n;
-      size -= static_cast<size_t>(n);
-    }
-  }
-
-  void commit() {
-    if (::fsync(fd_) != 0) io_failure(tmp_, "fsync failed");
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) io_failure(tmp_, "close failed");
-    if (::rename(tmp_.c_str(), target_.c_str()) != 0) io_failure(target_, "rename from " + tmp_.string() + " failed");
-    committed_ = true;
-  }
-
- private:
-  std::filesystem::path target_, tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
 
 struct Prepared {
   std::string name;

@@ -24,6 +24,7 @@
 #include "model/eval/batch_summarize.h"
 #include "model/eval/rouge.h"
 #include "model/generation/generate.h"
+#include "model/io/atomic_file.h"
 #include "model/io/json_file.h"
 #include "model/limits.h"
 #include "model/seq2seq.h"
@@ -287,7 +288,7 @@ void set_generation_defaults(const fs::path& dir, int64_t max_target_tokens) {
   const auto rewrite = [](const fs::path& file, const auto& edit) {
     auto j = read_json_file<std::runtime_error>(file, "the saved model's " + file.filename().string());
     edit(j);
-    std::ofstream(file) << j.dump(2) << "\n";
+    write_file_atomically(file, j.dump(2) + "\n");
   };
   rewrite(dir / "config.json", [&](nlohmann::json& j) {
     cap_generation_lengths(j, max_target_tokens);
@@ -707,21 +708,34 @@ class Run {
     const auto dir = o_.out_dir / (kCheckpointPrefix + std::to_string(step));
     const auto tmp = o_.out_dir / (kCheckpointPrefix + std::to_string(step) + ".tmp");
     fs::remove_all(tmp);
-    save_model(*model_, tmp, files_from_);
-    set_generation_defaults(tmp, o_.max_target_tokens);
-    optimizer_->save(tmp / kOptimizerFile);
-    nlohmann::json state = {{"step", step},
-                            {"elapsed_seconds", elapsed},
-                            {"skipped_updates", skipped_},
-                            {"options", options_json(o_)},
-                            {"train_data", train_data_}};
-    if (scaler_.enabled()) {
-      state["loss_scale"] = scaler_.scale();
-      state["loss_scale_good_updates"] = scaler_.good_updates();
+    try {
+      save_model(*model_, tmp, files_from_);
+      set_generation_defaults(tmp, o_.max_target_tokens);
+      optimizer_->save(tmp / kOptimizerFile);
+      nlohmann::json state = {{"step", step},
+                              {"elapsed_seconds", elapsed},
+                              {"skipped_updates", skipped_},
+                              {"options", options_json(o_)},
+                              {"train_data", train_data_}};
+      if (scaler_.enabled()) {
+        state["loss_scale"] = scaler_.scale();
+        state["loss_scale_good_updates"] = scaler_.good_updates();
+      }
+      // Every write is checked (a full disk): an unchecked one left a config.json or trainer_state.json cut
+      // short in a checkpoint that was then renamed into place, and rotation removed the good ones before it.
+      write_file_atomically(tmp / kStateFile, state.dump(2) + "\n");
+      // On the disk before the rename (the copied tokenizer files too), so that a crash or power loss after
+      // it cannot leave a checkpoint-N of empty files.
+      for (const auto& entry : fs::directory_iterator(tmp)) sync_path(entry.path());
+      sync_path(tmp);
+    } catch (...) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);  // a model-sized directory no run would read
+      throw;
     }
-    std::ofstream(tmp / kStateFile) << state.dump(2) << "\n";
     fs::remove_all(dir);
-    fs::rename(tmp, dir);  // a checkpoint is complete or absent
+    fs::rename(tmp, dir);   // a checkpoint is complete or absent
+    sync_path(o_.out_dir);  // the rename itself, before rotation removes the checkpoints before it
     // The newest checkpoint is never rotated away: later saves take their tokenizer files from it, not
     // from the directory loaded, which rotation removes once a resumed run has saved --keep more.
     files_from_ = dir;

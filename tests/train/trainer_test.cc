@@ -282,6 +282,53 @@ TEST_F(Fixture, AResumeThatCannotRewriteTheLogKeepsIt) {
   EXPECT_EQ(logged_losses(o.out_dir).size(), 12u);
 }
 
+// A checkpoint that cannot be written whole (here a file size limit that only its rewritten config.json
+// passes, as a disk that fills up there) is not put in place: the config.json and trainer_state.json writes
+// went unchecked, so a checkpoint with a config cut short became the newest, the run's final save failed on
+// it with a JSON parse error, and --resume picked it up.
+TEST_F(Fixture, ACheckpointThatCannotBeWrittenWholeIsNotPutInPlace) {
+  // A config.json larger than every other file of a checkpoint (a long note), so that a size limit fails it
+  // alone; the first write of it lacks max_length, which the rewrite adds.
+  nlohmann::json config;
+  std::ifstream(model / "config.json") >> config;
+  ASSERT_FALSE(config.contains("max_length"));
+  config["notes"] = std::string(size_t{2} << 20, 'x');
+  std::ofstream(model / "config.json") << config.dump(2) << "\n";
+  std::ostringstream console;
+  auto whole = options("whole-checkpoint");
+  whole.steps = 2;
+  train(whole, console);
+  const auto written = whole.out_dir / "checkpoint-2";
+  const auto config_size = fs::file_size(written / "config.json");
+  for (const auto& entry : fs::directory_iterator(written)) {
+    if (entry.path().filename() != "config.json") ASSERT_LT(fs::file_size(entry.path()), config_size / 2) << entry;
+  }
+
+  auto cut = options("cut-checkpoint");
+  cut.steps = 2;
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);  // writes past the limit fail (EFBIG) instead
+  rlimit small = saved;
+  // Below the whole file (the cut falls inside its JSON), above its first write (the rewrite adds at
+  // least `"max_length": 7,` and an indentation, 18 bytes).
+  small.rlim_cur = config_size - 8;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string error;
+  try {
+    train(cut, console);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(error.find("cannot write " + (cut.out_dir / "checkpoint-2.tmp" / "config.json").string()),
+            std::string::npos)
+      << error;
+  EXPECT_TRUE(latest_checkpoint(cut.out_dir).empty()) << latest_checkpoint(cut.out_dir);
+  EXPECT_FALSE(fs::exists(cut.out_dir / "checkpoint-2.tmp"));  // nor a model-sized leftover
+}
+
 TEST_F(Fixture, CheckpointsRotate) {
   auto o = options("rot");
   o.save_every = 3;

@@ -1,0 +1,99 @@
+#include "model/io/atomic_file.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace srformer {
+namespace {
+
+[[noreturn]] void io_failure(const std::filesystem::path& path, const std::string& what) {
+  throw std::runtime_error("cannot write " + path.string() + ": " + what + ": " + std::strerror(errno));
+}
+
+// The temporary files of writes to `target` whose process has ended without renaming or removing them
+// (killed: Ctrl-C, the OOM killer), each up to a model's size; they were left for good. A process still
+// running (kill(pid, 0) does not say ESRCH) keeps its file.
+void remove_abandoned_temporaries(const std::filesystem::path& target) {
+  const std::string prefix = target.filename().string() + ".tmp.";
+  std::error_code ec;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(target.parent_path().empty() ? "." : target.parent_path(), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = name.substr(prefix.size());  // PID.N
+    const auto dot = rest.find('.');
+    // pids have at most 7 digits (pid_max <= 2^22): a longer number is no temporary of ours (nor fits stoll).
+    if (dot == 0 || dot > 9 || dot == std::string::npos ||
+        !std::all_of(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(dot),
+                     [](unsigned char c) { return std::isdigit(c) != 0; })) {
+      continue;
+    }
+    const auto pid = static_cast<pid_t>(std::stoll(rest.substr(0, dot)));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), ec);
+  }
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)) {
+  remove_abandoned_temporaries(target_);
+  static std::atomic<unsigned> counter{0};
+  tmp_ = target_;
+  tmp_ += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd_ < 0) io_failure(tmp_, "cannot create");
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t size) {
+  const auto* bytes = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::write(fd_, bytes, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) io_failure(tmp_, "write failed");
+    bytes += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+void AtomicFile::commit() {
+  if (::fsync(fd_) != 0) io_failure(tmp_, "fsync failed");
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) io_failure(tmp_, "close failed");
+  if (::rename(tmp_.c_str(), target_.c_str()) != 0) io_failure(target_, "rename from " + tmp_.string() + " failed");
+  committed_ = true;
+}
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
+  AtomicFile out(path);
+  out.write(bytes.data(), bytes.size());
+  out.commit();
+}
+
+void sync_path(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open " + path.string() + " to sync it: " + std::strerror(errno));
+  const bool synced = ::fsync(fd) == 0;
+  const int error = errno;
+  ::close(fd);
+  // A file system that cannot sync (some FUSE and network ones, for directories) has nothing to wait for.
+  if (!synced && error != EINVAL && error != ENOTSUP && error != ENOSYS) {
+    throw std::runtime_error("cannot sync " + path.string() + ": " + std::strerror(error));
+  }
+}
+
+}  // namespace srformer

@@ -1,0 +1,36 @@
+#pragma once
+// Writing a file so that it is whole or absent: into a temporary file beside it, synced, then renamed over
+// it. A write that fails (a full disk, a file size limit) throws instead of leaving a file cut short that
+// the next reader takes for the real one.
+#include <filesystem>
+#include <string_view>
+
+namespace srformer {
+
+// A temporary file next to `target`, removed unless commit() synced and renamed it into place. Temporaries
+// of processes that ended without either (killed) are removed when the next one for `target` opens.
+// Throws std::runtime_error naming the file and the system's reason for any I/O failure.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::filesystem::path target);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t size);
+  void commit();
+
+ private:
+  std::filesystem::path target_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// Replaces `path` with `bytes` through an AtomicFile.
+void write_file_atomically(const std::filesystem::path& path, std::string_view bytes);
+
+// fsync()s `path` (a file or a directory): what a rename or a copy put there reaches the disk before
+// anything that relies on it. Throws std::runtime_error when it cannot.
+void sync_path(const std::filesystem::path& path);
+
+}  // namespace srformer
