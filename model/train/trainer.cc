@@ -475,6 +475,7 @@ class Run {
       const bool last = done == o_.steps;
       const bool signalled = o_.stop_requested != nullptr && o_.stop_requested->load();
       const bool stopping = !last && (done == o_.stop_after || signalled);
+      const auto paused = Clock::now();
       if (!validation_.empty() && (last || (o_.eval_every > 0 && done % o_.eval_every == 0))) {
         const auto v = validate_model(*model_, *tokenizer_, validation_raw_, validation_, o_, classes_);
         nlohmann::json entry = {{"step", done},
@@ -500,6 +501,9 @@ class Run {
       if (last || stopping || (o_.save_every > 0 && done % o_.save_every == 0)) {
         save_checkpoint(done, elapsed_before_ + std::chrono::duration<double>(Clock::now() - started).count());
       }
+      // tokens/s and the ETA measure updates: the interval this falls in counted the validation's and the
+      // checkpoint's time, and after each one reported a fraction of the throughput.
+      interval_start += Clock::now() - paused;
       if (stopping) {
         end_line();
         console_ << "stopped after update " << done << " of " << o_.steps

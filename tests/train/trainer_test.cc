@@ -329,6 +329,36 @@ TEST_F(Fixture, ACheckpointThatCannotBeWrittenWholeIsNotPutInPlace) {
   EXPECT_FALSE(fs::exists(cut.out_dir / "checkpoint-2.tmp"));  // nor a model-sized leftover
 }
 
+// tokens/s (and the ETA) measure training: the interval after a validation or a checkpoint counted the
+// time they took, so its tokens/s fell (to a third on the tiny model) and its ETA jumped after every one.
+TEST_F(Fixture, TokensPerSecondLeaveOutValidationAndCheckpoints) {
+  auto o = options("throughput");
+  o.steps = 6;
+  o.validation_file = valid_file;
+  o.eval_every = 2;
+  o.save_every = 2;
+  std::ostringstream console;
+  train(o, console);
+  std::vector<nlohmann::json> entries;
+  std::ifstream in(o.out_dir / "train_log.jsonl");
+  for (std::string line; std::getline(in, line);) entries.push_back(nlohmann::json::parse(line));
+  int checked = 0;
+  double previous_elapsed = 0.0, validation_seconds = 0.0;
+  for (const auto& e : entries) {
+    if (e.contains("validation_seconds")) {
+      validation_seconds = e["validation_seconds"].get<double>();
+      continue;
+    }
+    const double elapsed = e["elapsed_seconds"].get<double>();
+    const double training = e["tokens"].get<double>() / e["tokens_per_second"].get<double>();
+    EXPECT_LE(training, elapsed - previous_elapsed - validation_seconds + 1e-6) << e.dump();
+    checked += validation_seconds > 0 ? 1 : 0;
+    previous_elapsed = elapsed;
+    validation_seconds = 0.0;
+  }
+  EXPECT_EQ(checked, 2);  // the updates after the validations at 2 and 4
+}
+
 TEST_F(Fixture, CheckpointsRotate) {
   auto o = options("rot");
   o.save_every = 3;
