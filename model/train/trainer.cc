@@ -109,9 +109,13 @@ uint64_t dropout_seed(uint64_t seed, int64_t index) {
 
 // What must match for a resumed run to continue the interrupted one exactly.
 nlohmann::json options_json(const TrainOptions& o) {
-  return {{"model_dir", o.model_dir.string()},
-          {"train_file", o.train_file.string()},
-          {"validation_file", o.validation_file.string()},
+  // Absolute: a run resumed from another working directory names the same files.
+  const auto absolute = [](const fs::path& p) {
+    return p.empty() ? p.string() : fs::absolute(p).lexically_normal().string();
+  };
+  return {{"model_dir", absolute(o.model_dir)},
+          {"train_file", absolute(o.train_file)},
+          {"validation_file", absolute(o.validation_file)},
           {"steps", o.steps},
           {"batch_size", o.batch_size},
           {"grad_accum", o.grad_accum},
@@ -565,12 +569,21 @@ class Run {
                                     ckpt.string() + " resumes from (" + std::to_string(start_step_) +
                                     "); give a later one, or leave it out to run to --steps");
       }
+      // The same file by another name (a checkpoint's relative path, `./`) is no difference.
+      const auto same_file = [](const nlohmann::json& a, const nlohmann::json& b) {
+        std::error_code ec;
+        return a.is_string() && b.is_string() && fs::equivalent(a.get<std::string>(), b.get<std::string>(), ec);
+      };
       const auto now = options_json(o_);  // items() refers to it: not a temporary
       for (const auto& [key, value] : now.items()) {
-        if (key == "model_dir" && saved.contains(key) && saved[key] != value) {
+        if (!saved.contains(key) || saved[key] == value || same_file(saved[key], value)) continue;
+        // The training data's count and fingerprint are compared instead (prepare_data): a copy elsewhere
+        // trains alike, and an edit in place would pass a comparison of paths.
+        if (key == "train_file" && saved_train_data_.is_object()) continue;
+        if (key == "model_dir") {
           console_ << "note: MODEL_DIR " << value.dump() << " is not read: the run resumes from " << ckpt.string()
                    << " (it started from " << saved[key].dump() << ")" << std::endl;
-        } else if (saved.contains(key) && saved[key] != value) {
+        } else {
           console_ << "warning: " << key << " was " << saved[key].dump() << " when the checkpoint was written, now "
                    << value.dump() << ": the resumed run will differ from an uninterrupted one" << std::endl;
         }

@@ -231,6 +231,34 @@ TEST_F(Fixture, ResumingOnChangedTrainingDataWarns) {
       << changed.str();
 }
 
+// A resumed run given the same files by other names (relative ones from another directory, `./`, a copy of
+// the training data elsewhere) does not warn that it will differ: the paths were compared as strings.
+TEST_F(Fixture, ResumingWithTheSameFilesNamedOtherwiseDoesNotWarn) {
+  std::ostringstream console;
+  auto o = options("renamed-paths");
+  o.validation_file = valid_file;
+  o.stop_after = 3;
+  train(o, console);
+
+  o.resume = true;
+  o.stop_after = 6;
+  o.model_dir = model.parent_path() / "." / model.filename();
+  o.validation_file = valid_file.parent_path() / "." / valid_file.filename();
+  o.train_file = tmp.path() / "copy-of-train.jsonl";
+  fs::copy_file(train_file, o.train_file);
+  std::ostringstream same;
+  train(o, same);
+  EXPECT_EQ(same.str().find("warning"), std::string::npos) << same.str();
+  EXPECT_EQ(same.str().find("note: MODEL_DIR"), std::string::npos) << same.str();
+
+  // Another validation file still warns.
+  o.stop_after = 0;
+  o.validation_file = train_file;
+  std::ostringstream other;
+  train(o, other);
+  EXPECT_NE(other.str().find("warning: validation_file was "), std::string::npos) << other.str();
+}
+
 // Bad data is named before the model loads, and the refused run leaves no --out behind (it left an empty
 // one, after loading the model).
 TEST_F(Fixture, BadDataIsRefusedBeforeTheRunStarts) {
