@@ -450,7 +450,11 @@ class Run {
       result.tokens += group_tokens;
 
       const int64_t done = step + 1;
-      if (done % o_.log_every == 0 || done == o_.steps) {
+      const bool last = done == o_.steps;
+      const bool signalled = o_.stop_requested != nullptr && o_.stop_requested->load();
+      const bool stopping = !last && (done == o_.stop_after || signalled);
+      // A stop logs the updates since the last line too: no line of this run or the resumed one had them.
+      if (done % o_.log_every == 0 || last || stopping) {
         const auto now = Clock::now();
         const double secs = std::chrono::duration<double>(now - interval_start).count();
         const double elapsed = elapsed_before_ + std::chrono::duration<double>(now - started).count();
@@ -476,9 +480,6 @@ class Run {
         interval_nll = interval_norm = 0.0;
         interval_tokens = interval_updates = interval_applied = interval_skipped = 0;
       }
-      const bool last = done == o_.steps;
-      const bool signalled = o_.stop_requested != nullptr && o_.stop_requested->load();
-      const bool stopping = !last && (done == o_.stop_after || signalled);
       const auto paused = Clock::now();
       if (!validation_.empty() && (last || (o_.eval_every > 0 && done % o_.eval_every == 0))) {
         const auto v = validate_model(*model_, *tokenizer_, validation_raw_, validation_, o_, classes_);

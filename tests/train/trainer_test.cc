@@ -198,6 +198,42 @@ TEST_F(Fixture, ResumeContinuesExactlyAsAnUninterruptedRun) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "update " << i + 1;
 }
 
+// A run stopped between two log lines (--stop-after, a signal) logs the updates since the last one: they
+// were in no line, neither of this run's log nor of the resumed run's, whose first line covered only the
+// updates after the checkpoint.
+TEST_F(Fixture, AStoppedRunLogsTheUpdatesSinceItsLastLogLine) {
+  std::ostringstream console;
+  auto whole = options("whole-log");
+  whole.log_every = 4;
+  train(whole, console);
+  auto o = whole;
+  o.out_dir = tmp.path() / "stopped-log";
+  o.stop_after = 6;
+  const auto stopped = train(o, console);
+  o.stop_after = 0;
+  o.resume = true;
+  train(o, console);
+
+  const auto steps_and_tokens = [](const fs::path& out) {
+    std::vector<int64_t> steps;
+    int64_t tokens = 0;
+    std::ifstream in(out / "train_log.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      steps.push_back(j["step"].get<int64_t>());
+      tokens += j["tokens"].get<int64_t>();
+    }
+    return std::make_pair(steps, tokens);
+  };
+  const auto [whole_steps, whole_tokens] = steps_and_tokens(whole.out_dir);
+  const auto [steps, tokens] = steps_and_tokens(o.out_dir);
+  EXPECT_EQ(whole_steps, (std::vector<int64_t>{4, 8, 12}));
+  EXPECT_EQ(steps, (std::vector<int64_t>{4, 6, 8, 12}));
+  EXPECT_EQ(tokens, whole_tokens);  // every update counted once
+  // The stopped run's last loss is that of its last updates, as the log's line for them.
+  EXPECT_EQ(stopped.last_loss, logged_losses(o.out_dir).at(1));
+}
+
 // A resumed run whose training file holds other lines than the checkpoint's (a rebuilt split at the same
 // path) says so: the options' comparison sees only the path, and the run went on without a word.
 TEST_F(Fixture, ResumingOnChangedTrainingDataWarns) {
