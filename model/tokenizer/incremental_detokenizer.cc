@@ -3,6 +3,13 @@
 // leading space happens identically every time the window is decoded, and deltas measured against
 // the window's own earlier decode agree with the full decode. Where the tokenizer cleans up spaces, the
 // deltas of the raw decode go through a SpaceCleanupStream, which gives what decode() does whole.
+// Only the last three U+FFFD of the text are held back, and the window is pruned while it ends in them:
+// the bytes of a character still to complete are at most three, each at most one U+FFFD (SentencePiece
+// replaces every byte, byte-level BPE every maximal subpart), and any other U+FFFD is final. Holding a
+// whole run (a model repeating a lone continuation byte) streamed none of it until the end and re-decoded
+// the growing window at every token: quadratic, seconds per thousand tokens on the delivery thread.
+#include <algorithm>
+
 #include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/utf8.h"
 
@@ -12,6 +19,39 @@ namespace {
 
 constexpr size_t kKeep = 4;        // ids of context kept after pruning
 constexpr size_t kMaxWindow = 12;  // prune once the window is longer than this
+constexpr size_t kMaxPending = 3;  // bytes of an incomplete character, and so U+FFFD that may still change
+
+// Drops ids from the start of the window `ids` that no later text depends on. `text` is the window's
+// decode, of which its last `held` bytes are not emitted yet; `emitted_bytes` is kept to the new window.
+void prune(const Tokenizer& tokenizer, bool skip_special, TokenIds& ids, size_t& emitted_bytes, const std::string& text,
+           size_t held) {
+  const auto alone = [&](size_t at) { return tokenizer.decode_raw({ids[at]}, skip_special); };
+  size_t last_cut = ids.size() - kKeep;
+  if (held > 0) {
+    // The incomplete character's bytes come from the last kMaxPending ids that have bytes (those that
+    // decode to something alone; a skipped special has none): the cut keeps them all, so that they
+    // decode in the window as in the whole text.
+    size_t with_bytes = 0;
+    size_t at = ids.size();
+    while (at > 0 && with_bytes < kMaxPending) {
+      if (!alone(--at).empty()) ++with_bytes;
+    }
+    if (with_bytes < kMaxPending) return;
+    last_cut = std::min(last_cut, at);
+  }
+  for (size_t cut = last_cut; cut > 0; --cut) {
+    if (alone(cut).empty()) continue;
+    TokenIds rest(ids.begin() + static_cast<std::ptrdiff_t>(cut), ids.end());
+    const std::string rest_text = tokenizer.decode_raw(rest, skip_special);
+    // What is held back must be the same text at the window's end (it is, with its bytes in the window).
+    if (rest_text.size() < held || rest_text.compare(rest_text.size() - held, held, text, text.size() - held) != 0) {
+      continue;
+    }
+    ids = std::move(rest);
+    emitted_bytes = rest_text.size() - held;
+    return;
+  }
+}
 
 }  // namespace
 
@@ -28,7 +68,7 @@ std::string IncrementalDetokenizer::push(int64_t id) {
     throw;
   }
   // A trailing U+FFFD may be an incomplete character whose remaining bytes are still to come.
-  const size_t held = utf8::trailing_replacement_bytes(text);
+  const size_t held = std::min(utf8::trailing_replacement_bytes(text), kMaxPending * utf8::kReplacement.size());
   const size_t stable = text.size() - held;
   std::string delta;
   if (stable > emitted_bytes_) {
@@ -36,15 +76,7 @@ std::string IncrementalDetokenizer::push(int64_t id) {
     emitted_bytes_ = stable;
   }
   if (tokenizer_.cleans_up_spaces()) delta = cleanup_.push(delta);
-  if (held == 0 && ids_.size() > kMaxWindow) {
-    for (size_t cut = ids_.size() - kKeep; cut > 0; --cut) {
-      if (!tokenizer_.decode_raw({ids_[cut]}, skip_special_).empty()) {
-        ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(cut));
-        emitted_bytes_ = tokenizer_.decode_raw(ids_, skip_special_).size();
-        break;
-      }
-    }
-  }
+  if (ids_.size() > kMaxWindow) prune(tokenizer_, skip_special_, ids_, emitted_bytes_, text, held);
   return delta;
 }
 

@@ -2,6 +2,7 @@
 // for both tokenizers, including characters split across byte tokens and SentencePiece's "▁" pieces.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <random>
 
 #include "model/tokenizer/byte_level_bpe.h"
@@ -143,6 +144,89 @@ TEST(IncrementalDetokenizer, RejectsAnInvalidIdAndCarriesOn) {
   EXPECT_EQ(detok.push(4 + ' '), " ");
   EXPECT_EQ(detok.push(261), "low");
   EXPECT_EQ(detok.finish(), "");
+}
+
+// Forwards to a tokenizer and counts the ids it is asked to decode: the detokenizer's work per token.
+class CountingTokenizer : public Tokenizer {
+ public:
+  explicit CountingTokenizer(const Tokenizer& inner) : inner_(inner) { set_clean_up_spaces(inner.cleans_up_spaces()); }
+  TokenIds encode(std::string_view text) const override { return inner_.encode(text); }
+  std::string decode_raw(const TokenIds& ids, bool skip_special = true) const override {
+    decoded_ += ids.size();
+    return inner_.decode_raw(ids, skip_special);
+  }
+  int64_t vocab_size() const override { return inner_.vocab_size(); }
+  std::optional<int64_t> token_to_id(std::string_view token) const override { return inner_.token_to_id(token); }
+  std::string id_to_token(int64_t id) const override { return inner_.id_to_token(id); }
+  bool is_special(int64_t id) const override { return inner_.is_special(id); }
+  std::optional<int64_t> bos_id() const override { return inner_.bos_id(); }
+  std::optional<int64_t> eos_id() const override { return inner_.eos_id(); }
+  std::optional<int64_t> pad_id() const override { return inner_.pad_id(); }
+  size_t decoded() const { return decoded_; }
+
+ private:
+  const Tokenizer& inner_;
+  mutable size_t decoded_ = 0;
+};
+
+// A run of bytes that can never complete a character (a model repeating a lone continuation byte) is
+// U+FFFD as it comes, but for the last three (the most an incomplete character's bytes make), and
+// costs the same per token however long the run: the whole run was held back to the end and the
+// window re-decoded at every token (4.5 s for 2,000 SentencePiece byte tokens).
+TEST(IncrementalDetokenizer, RunsOfReplacementCharactersStreamAsTheyCome) {
+  TempDir dir("detok-fffd");
+  test::write_tiny_bpe_dir(dir.path());
+  const auto bpe = ByteLevelBpeTokenizer::load(dir.path());
+  const auto spm = SentencePieceTokenizer::load(test::t5_style_spm_dir());
+  const auto spm_byte = [&](const char* piece) { return *spm->token_to_id(piece); };
+  struct Case {
+    const Tokenizer* tok;
+    int64_t continuation;  // the byte 0x80
+    int64_t special;       // skipped: no bytes
+  };
+  for (const Case& c : {Case{bpe.get(), 4 + 0x80, 2}, Case{spm.get(), spm_byte("<0x80>"), 1}}) {
+    const CountingTokenizer tok(*c.tok);
+    IncrementalDetokenizer detok(tok);
+    constexpr size_t kTokens = 3000;
+    std::string joined;
+    size_t late = 0;  // ids after which less had streamed than all but the last three U+FFFD
+    for (size_t i = 1; i <= kTokens; ++i) {
+      joined += detok.push(i % 7 == 0 ? c.special : c.continuation);
+      const size_t bytes = i - i / 7;  // continuation bytes pushed: one U+FFFD each
+      if (joined.size() != utf8::kReplacement.size() * (bytes > 3 ? bytes - 3 : 0)) ++late;
+    }
+    EXPECT_EQ(late, 0u);
+    joined += detok.finish();
+    EXPECT_EQ(joined.size(), utf8::kReplacement.size() * (kTokens - kTokens / 7));
+    EXPECT_TRUE(utf8::is_valid(joined));
+    EXPECT_LT(tok.decoded(), 100 * kTokens) << "ids decoded for " << kTokens << " pushed";
+  }
+  // Incomplete characters inside and at the end of long runs still stream as the whole decode has them.
+  for (const Tokenizer* tok : {static_cast<const Tokenizer*>(bpe.get()), static_cast<const Tokenizer*>(spm.get())}) {
+    const auto byte = [&](int b) {
+      if (tok == bpe.get()) return static_cast<int64_t>(4 + b);
+      char piece[8];
+      std::snprintf(piece, sizeof(piece), "<0x%02X>", b);
+      return *tok->token_to_id(piece);
+    };
+    const TokenIds pool{byte(0x80),
+                        byte(0x80),
+                        byte(0x97),
+                        byte(0xA5),
+                        byte(0xE6),
+                        byte(0xF0),
+                        byte(0x9F),
+                        byte(0x98),
+                        byte('a'),
+                        *tok->token_to_id("</s>"),
+                        *tok->token_to_id("<pad>")};
+    std::mt19937 rng(5);
+    for (int trial = 0; trial < 300; ++trial) {
+      TokenIds ids(1 + rng() % 120);
+      for (auto& id : ids) id = pool[rng() % pool.size()];
+      stream(*tok, ids, trial % 2 == 0);
+    }
+  }
 }
 
 TEST(IncrementalDetokenizer, LongSequenceStaysExact) {
