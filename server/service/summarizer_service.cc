@@ -182,12 +182,14 @@ class CallRecord {
   Clock::duration elapsed() const { return Clock::now() - start_; }
   // The call's deadline has passed, or gRPC's timer cancelled it just before (cancel_near_deadline): its
   // client has DEADLINE_EXCEEDED then, whatever the server ends it with.
-  bool deadline_passed() const {
+  // `ended`: the call is known to have ended on the client's side (a write to it failed), which gRPC may
+  // not have marked cancelled yet.
+  bool deadline_passed(bool ended = false) const {
     const auto deadline = context_->deadline();
     if (deadline == std::chrono::system_clock::time_point::max()) return false;
     const auto left = deadline - std::chrono::system_clock::now();
     return left <= std::chrono::system_clock::duration::zero() ||
-           (context_->IsCancelled() &&
+           ((ended || context_->IsCancelled()) &&
             cancel_near_deadline(elapsed(), std::chrono::duration_cast<Clock::duration>(left)));
   }
   // A summary completed once its client has a status of its own (the deadline passed, or it cancelled,
@@ -196,6 +198,18 @@ class CallRecord {
     if (outcome != RequestOutcome::kOk) return outcome;
     if (deadline_passed()) return RequestOutcome::kDeadlineExceeded;
     return context_->IsCancelled() ? RequestOutcome::kCancelled : outcome;
+  }
+  // A stream whose summary was complete but whose last messages (`unsent`, the final one among them)
+  // never reached its client: it stopped reading, then cancelled or went away, or its deadline passed.
+  // The status its client has, to count and log, not the OK of an answer nobody received.
+  grpc::Status as_the_client_has(const grpc::Status& status, size_t unsent) const {
+    if (!status.ok() || unsent == 0) return status;
+    const std::string undelivered = "the stream's last " + std::to_string(unsent) + " message" +
+                                    (unsent == 1 ? "" : "s") + " had not reached the client (it had stopped reading)";
+    if (deadline_passed(/*ended=*/true)) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline expired: " + undelivered);
+    }
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled or went away: " + undelivered);
   }
 
  private:
@@ -348,7 +362,13 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         });
         if (!status.ok()) msgs.clear();
       }
-      log_result(record_.method(), *request_, model, result, status);
+      if (status.ok()) {
+        // Logged once the messages are written (end()): a client that stopped reading may never get them.
+        std::lock_guard lock(mu_);
+        finished_ok_.emplace(Finished{model, std::move(result)});
+      } else {
+        log_result(record_.method(), *request_, model, result, status);
+      }
       enqueue(msgs, status);  // last use of this from the engine
     };
     record_.set_accepted(true);
@@ -369,6 +389,7 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       pending_.pop_front();
       if (!ok) {  // the client is gone: stop generating, drop what is queued
         if (request_) request_->cancel();
+        unsent_ += pending_.size() + 1;
         pending_.clear();
       }
       if (!pending_.empty()) {
@@ -426,9 +447,23 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     if (finish) end(*finish);
   }
   void end(const grpc::Status& status) {
-    record_.ended(status);
+    std::optional<Finished> finished;
+    size_t unsent = 0;
+    {
+      std::lock_guard lock(mu_);
+      finished.swap(finished_ok_);
+      unsent = unsent_;
+    }
+    const grpc::Status client_has = record_.as_the_client_has(status, unsent);
+    if (finished) log_result(record_.method(), *request_, finished->model, finished->result, client_has);
+    record_.ended(client_has);
     Finish(status);
   }
+
+  struct Finished {
+    std::string model;
+    RequestResult result;
+  };
 
   CallRecord record_;
   v1::SummarizeRequest in_;
@@ -438,6 +473,8 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   bool writing_ = false;
   bool finished_ = false;
   std::optional<grpc::Status> status_;
+  std::optional<Finished> finished_ok_;  // the engine's OK result, logged by end()
+  size_t unsent_ = 0;                    // messages a failed write left undelivered
 };
 
 // SummarizeBatch: all requests queued together, one response in request order. By default the first

@@ -256,6 +256,66 @@ TEST(EngineService, CancellationFreesTheRowWithinAStep) {
   EXPECT_LE(server.engine().stats().steps - steps_before, 3);
 }
 
+// A client that stops reading its stream, then cancels or lets its deadline pass, never gets the final
+// message: the call counts and logs the status the client has. The summary was complete, so the server
+// counted OK in srformer_requests_total and logged the answer as delivered.
+TEST(EngineService, AStreamItsClientStoppedReadingCountsTheClientsStatus) {
+  LogCapture captured;
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.config.max_new_tokens_cap = 1000;
+  so.metrics = &metrics;
+  TestServer server(so);
+  // A client that reads nothing: its small window stalls the server's writes after a few messages.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1024);
+  const auto stub =
+      v1::Summarizer::NewStub(grpc::CreateCustomChannel(server.target(), grpc::InsecureChannelCredentials(), args));
+  const auto calls = [&](const std::string& code) {
+    return server::testing::sample(metrics.scrape_text(), "srformer_requests_total",
+                                   {{"model", "fake"}, {"method", "SummarizeStream"}, {"code", code}})
+        .value_or(0.0);
+  };
+  const auto ended = [&] { return calls("OK") + calls("CANCELLED") + calls("DEADLINE_EXCEEDED"); };
+  for (const bool by_deadline : {false, true}) {
+    auto req = request(doc_of(3), 1000, 1);
+    req.set_request_id(by_deadline ? "stalled-deadline" : "stalled-cancel");
+    req.mutable_options()->set_min_new_tokens(1000);
+    grpc::ClientContext ctx;
+    const auto deadline = std::chrono::system_clock::now() + 2s;
+    if (by_deadline) ctx.set_deadline(deadline);
+    const double ended_before = ended();
+    auto reader = stub->SummarizeStream(&ctx, req);
+    ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
+    // The summary is complete and its result handed over; its messages wait for the client.
+    ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 0; }, 20s));
+    ASSERT_TRUE(server.engine().wait_idle(std::chrono::steady_clock::now() + 5s));
+    ASSERT_EQ(ended(), ended_before) << "the writes did not stall: the test proves nothing";
+    if (by_deadline) {
+      std::this_thread::sleep_until(deadline + 100ms);  // still reading nothing
+    } else {
+      ctx.TryCancel();
+    }
+    v1::SummarizeStreamResponse msg;
+    while (reader->Read(&msg)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(),
+              by_deadline ? grpc::StatusCode::DEADLINE_EXCEEDED : grpc::StatusCode::CANCELLED);
+    for (int i = 0; i < 200 && ended() == ended_before; ++i) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(calls("OK"), 0.0) << metrics.scrape_text();
+  EXPECT_EQ(calls("CANCELLED"), 1.0);
+  EXPECT_EQ(calls("DEADLINE_EXCEEDED"), 1.0);
+  const std::string log = captured.text();
+  EXPECT_NE(log.find("request stalled-cancel: SummarizeStream model=fake ended with CANCELLED"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("request stalled-deadline: SummarizeStream model=fake ended with DEADLINE_EXCEEDED"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("request stalled-cancel: SummarizeStream model=fake in="), std::string::npos) << log;
+}
+
 TEST(EngineService, DeadlineEndsTheRequestAndFreesItsState) {
   FakeServerOptions so;
   so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
