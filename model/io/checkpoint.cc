@@ -99,11 +99,12 @@ CheckpointReader CheckpointReader::open_dir(const fs::path& dir) {
 }
 
 void CheckpointReader::add_file(const fs::path& file, const std::vector<std::string>* only) {
+  // An index may list a tensor its shard lacks: the Hub's conversion of sharded .bin checkpoints to
+  // safetensors (google/flan-t5-xl, -xxl) stored tied embeddings once but kept every name in weight_map.
+  // Hugging Face loads what the shards hold; so do we, and the name is absent unless a model asks for it.
   const auto check_has = [&](const std::string& name, bool has) {
-    if (!has) {
-      throw LoadError((dir_ / source_).string() + ": weight_map puts '" + name + "' in " + file.filename().string() +
-                      ", which does not hold it");
-    }
+    if (!has) absent_from_shard_[name] = file.filename().string();
+    return has;
   };
   ++file_count_;
   if (file.extension() == ".safetensors") {
@@ -114,8 +115,7 @@ void CheckpointReader::add_file(const fs::path& file, const std::vector<std::str
       for (const TensorInfo& info : shard.tensors()) entries_[info.name] = {index, {}};
     } else {
       for (const std::string& name : *only) {
-        check_has(name, shard.find(name) != nullptr);
-        entries_[name] = {index, {}};
+        if (check_has(name, shard.find(name) != nullptr)) entries_[name] = {index, {}};
       }
     }
   } else if (file.extension() == ".bin") {
@@ -125,8 +125,7 @@ void CheckpointReader::add_file(const fs::path& file, const std::vector<std::str
     } else {
       for (const std::string& name : *only) {
         const auto it = tensors.find(name);
-        check_has(name, it != tensors.end());
-        entries_[name] = {-1, it->second};
+        if (check_has(name, it != tensors.end())) entries_[name] = {-1, it->second};
       }
     }
   } else {
@@ -149,6 +148,12 @@ std::vector<std::string> CheckpointReader::names() const {
 }
 
 bool CheckpointReader::contains(const std::string& name) const { return entries_.count(name) > 0; }
+
+std::optional<std::string> CheckpointReader::shard_lacking(const std::string& name) const {
+  const auto it = absent_from_shard_.find(name);
+  if (it == absent_from_shard_.end()) return std::nullopt;
+  return it->second;
+}
 
 std::vector<int64_t> CheckpointReader::shape(const std::string& name) const {
   const Entry& e = entry(name);

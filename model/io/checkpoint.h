@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,9 @@ class CheckpointReader {
 
   std::vector<std::string> names() const;  // sorted
   bool contains(const std::string& name) const;
+  // The shard an index puts `name` in where that shard does not hold it (not contains(name) then: a
+  // tied weight the index lists under every name but a shard stores once), for error messages.
+  std::optional<std::string> shard_lacking(const std::string& name) const;
   std::vector<int64_t> shape(const std::string& name) const;  // throws LoadError if absent
   // CPU tensor in its stored dtype; safetensors tensors are zero-copy views. Throws LoadError if absent.
   torch::Tensor get(const std::string& name) const;
@@ -48,6 +52,7 @@ class CheckpointReader {
   size_t file_count_ = 0;  // files read (shards, or 1)
   std::vector<SafetensorsFile> shards_;
   std::map<std::string, Entry> entries_;
+  std::map<std::string, std::string> absent_from_shard_;  // name -> the shard the index wrongly puts it in
 };
 
 }  // namespace srformer

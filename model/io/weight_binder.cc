@@ -108,7 +108,9 @@ torch::Tensor WeightBinder::bind(const std::string& asked, const std::vector<int
     std::string line = name;
     for (size_t i = 0; i < aliases.size(); ++i) line += (i ? ", " : " (also tried ") + aliases[i];
     if (!aliases.empty()) line += ")";
-    if (required) missing_.push_back(line + ": expected " + shape_string(shape));
+    line += ": expected " + shape_string(shape);
+    if (const auto shard = ckpt_.shard_lacking(name)) line += " (the index puts it in " + *shard + ", which lacks it)";
+    if (required) missing_.push_back(line);
     return placeholder();
   }
   mark_used(*found);

@@ -520,6 +520,60 @@ TEST(LoadModel, SavedInHalfPrecisionReloadsToTheRoundedWeightsInHalfTheBytes) {
   EXPECT_THROW(save_model(*m, f32.path(), a.path(), torch::kInt32), std::invalid_argument);
 }
 
+// google/flan-t5-xl and -xxl: the Hub's conversion of their sharded .bin checkpoints stored the tied
+// embedding once (shared.weight) but kept encoder/decoder.embed_tokens.weight in the index's weight_map,
+// under the shard holding shared.weight. Hugging Face loads it; it was refused with "weight_map puts
+// 'decoder.embed_tokens.weight' in model-00001-of-00002.safetensors, which does not hold it".
+TEST(LoadModel, AShardedIndexListingTiedNamesItsShardsStoreOnceLoadsAsHuggingFaceLoadsIt) {
+  TempDir single("t5-single"), sharded("t5-sharded");
+  write_random_model(single.path(), tiny_config(Architecture::kT5, CrossAttentionKind::kFull, 0), 13);
+  std::filesystem::copy(single.path(), sharded.path(),
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::remove(sharded.path() / "model.safetensors");
+  std::vector<std::pair<std::string, torch::Tensor>> first, second;
+  {
+    const auto f = SafetensorsFile::open(single.path() / "model.safetensors");
+    for (const auto& info : f.tensors()) {
+      ASSERT_NE(info.name, "encoder.embed_tokens.weight");  // stored once, as shared.weight
+      (info.name.rfind("decoder.", 0) == 0 ? second : first).emplace_back(info.name, f.tensor(info.name).clone());
+    }
+  }
+  const std::string shard1 = "model-00001-of-00002.safetensors", shard2 = "model-00002-of-00002.safetensors";
+  save_safetensors(sharded.path() / shard1, first);
+  save_safetensors(sharded.path() / shard2, second);
+  const auto write_index = [&](const std::string& extra) {
+    nlohmann::json map;
+    for (const auto& [name, t] : first) map[name] = shard1;
+    for (const auto& [name, t] : second) map[name] = shard2;
+    map["encoder.embed_tokens.weight"] = shard1;
+    map["decoder.embed_tokens.weight"] = shard1;
+    if (!extra.empty()) map[extra] = shard2;
+    std::ofstream(sharded.path() / "model.safetensors.index.json")
+        << nlohmann::json{{"metadata", {{"total_size", 0}}}, {"weight_map", map}}.dump();
+  };
+  write_index("");
+  auto reference = load_model(single.path());
+  std::unique_ptr<Seq2SeqModel> model;
+  ASSERT_NO_THROW(model = load_model(sharded.path())) << load_error(sharded.path());
+  torch::manual_seed(0);
+  const auto ids = torch::randint(3, 96, {1, 10}, torch::kLong);
+  const auto dec = torch::randint(3, 96, {1, 5}, torch::kLong);
+  const auto one = torch::ones({1, 10}, torch::kLong);
+  EXPECT_TRUE(
+      torch::equal(model->forward(model->encode(ids, one), dec), reference->forward(reference->encode(ids, one), dec)));
+  // A tensor the model needs that the index lists but no shard holds is missing, and the message says where
+  // the index put it.
+  const std::string needed = "encoder.block.0.layer.0.layer_norm.weight";
+  first.erase(std::find_if(first.begin(), first.end(), [&](const auto& n) { return n.first == needed; }));
+  save_safetensors(sharded.path() / shard1, first);
+  write_index(needed);
+  const auto err = load_error(sharded.path());
+  EXPECT_NE(err.find("1 missing, 0 with the wrong shape or type, 0 unexpected"), std::string::npos) << err;
+  EXPECT_NE(err.find(needed + ": expected [32] (the index puts it in " + shard2 + ", which lacks it)"),
+            std::string::npos)
+      << err;
+}
+
 // fp32 on the CPU; on CUDA fp16, but bf16 for T5 where the GPU has it (T5 overflows fp16).
 TEST(LoadModel, DefaultDtypeIsBf16OnlyForT5OnAGpuWithIt) {
   ModelConfig bart, t5;
