@@ -8,6 +8,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <system_error>
+#include <tuple>
 
 #include "model/io/json_file.h"
 #include "model/io/load_error.h"
@@ -93,6 +94,17 @@ CheckpointReader CheckpointReader::open_dir(const fs::path& dir) {
       reader.add_file(dir / shard, &names);
     }
     return reader;
+  }
+  // A repository trained with TensorFlow or Flax may hold only those weights (Flax community T5s): they
+  // need transformers itself to convert (other names, transposed kernels).
+  for (const auto& [file, framework, flag] :
+       {std::tuple{"tf_model.h5", "TensorFlow", "from_tf"}, std::tuple{"flax_model.msgpack", "Flax", "from_flax"}}) {
+    if (!fs::exists(dir / file, ec)) continue;
+    throw LoadError(
+        dir.string() + ": no PyTorch weights, only " + framework + "'s " + file +
+        "; convert them once with transformers 4 (5 reads neither) and its " + framework +
+        " installed:\n  python -c \"from transformers import AutoModelForSeq2SeqLM as M; M.from_pretrained('" +
+        dir.string() + "', " + flag + "=True).save_pretrained('" + dir.string() + "')\"");
   }
   throw LoadError(dir.string() + ": no weights found; looked for " + kSingleSafetensors + ", " + kShardedSafetensors +
                   ", " + kSingleBin + " and " + kShardedBin);

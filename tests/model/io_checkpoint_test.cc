@@ -96,6 +96,23 @@ TEST(CheckpointReader, EmptyDirectoryListsTheFilesItLookedFor) {
   }
 }
 
+// A repository with only TensorFlow's or Flax's weights (Flax community T5s) is told how to convert them; it
+// was told only that no weights were found.
+TEST(CheckpointReader, TensorFlowOrFlaxWeightsAloneAreNamedWithTheirConversion) {
+  for (const auto& [file, flag] :
+       {std::pair{"tf_model.h5", "from_tf=True"}, std::pair{"flax_model.msgpack", "from_flax=True"}}) {
+    const ScratchDir dir;
+    write_bytes(dir / file, "weights");
+    const std::string message = load_error(dir.path());
+    EXPECT_THAT(message, HasSubstr(dir.path().string() + ": no PyTorch weights, only"));
+    EXPECT_THAT(message, HasSubstr(std::string("'s ") + file + "; convert them once with transformers 4"));
+    EXPECT_THAT(message, HasSubstr(std::string("from_pretrained('") + dir.path().string() + "', " + flag +
+                                   ").save_pretrained('" + dir.path().string() + "')"));
+    save_safetensors(dir / "model.safetensors", {{"w", torch::ones({1})}});  // PyTorch's weights come first
+    EXPECT_EQ(CheckpointReader::open_dir(dir.path()).describe(), "model.safetensors (1 tensors)");
+  }
+}
+
 TEST(CheckpointReader, MissingDirectoryIsALoadError) {
   const ScratchDir dir;
   EXPECT_THAT(load_error(dir / "absent"), HasSubstr("not a directory"));
