@@ -348,10 +348,14 @@ RafParams bind_raf(ParamBinder& w, const std::string& prefix, int64_t head_dim, 
 EmbeddingAndHead bind_embedding_and_head(ParamBinder& w, const ModelConfig& c, const std::string& name,
                                          const std::vector<std::string>& aliases, bool pack) {
   EmbeddingAndHead out;
-  out.embedding = w.take(name, {c.vocab_size, c.d_model}, aliases);
-  for (const auto& alias : aliases) w.raw().ignore(regex_literal(alias));  // where stored besides `name`
+  // A tied head is the embedding itself, so a checkpoint that kept it under lm_head.weight alone (a
+  // deduplication that keeps the first name in sorted order) holds it there; Hugging Face ties the two
+  // before it loads and so fills both from it.
+  auto names = aliases;
+  if (c.tie_word_embeddings) names.push_back("lm_head.weight");
+  out.embedding = w.take(name, {c.vocab_size, c.d_model}, names);
+  for (const auto& alias : names) w.raw().ignore(regex_literal(alias));  // where stored besides `name`
   if (c.tie_word_embeddings) {
-    w.raw().ignore("lm_head\\.weight");
     out.lm_head.weight = out.embedding;
   } else {
     out.lm_head.weight = w.take("lm_head.weight", {c.vocab_size, c.d_model});

@@ -148,8 +148,9 @@ class EncoderDecoderModel : public Seq2SeqModel {
   void check_tokens(const torch::Tensor& ids, const char* what) const;
 };
 
-// The shared token embedding, stored under `name` (and, in some checkpoints, also under `aliases`), and
-// the LM head: the embedding itself where the config ties them, else its own lm_head.weight.
+// The shared token embedding, stored under `name` (and, in some checkpoints, also or only under `aliases`,
+// or under lm_head.weight where the config ties them), and the LM head: the embedding itself where the
+// config ties them, else its own lm_head.weight.
 struct EmbeddingAndHead {
   torch::Tensor embedding;
   Linear lm_head;

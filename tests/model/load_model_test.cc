@@ -520,6 +520,41 @@ TEST(LoadModel, SavedInHalfPrecisionReloadsToTheRoundedWeightsInHalfTheBytes) {
   EXPECT_THROW(save_model(*m, f32.path(), a.path(), torch::kInt32), std::invalid_argument);
 }
 
+// A tied embedding kept under lm_head.weight alone (deduplicating shared tensors by the first name in
+// sorted order keeps it, "lm_head" < "model." / "shared"): Hugging Face ties the head to the embedding
+// before loading, so the file's lm_head.weight fills both. It was refused with model.shared.weight missing.
+TEST(LoadModel, ATiedEmbeddingStoredOnlyAsTheHeadLoadsAsHuggingFaceLoadsIt) {
+  for (const auto arch : {Architecture::kBart, Architecture::kT5}) {
+    SCOPED_TRACE(arch == Architecture::kBart ? "bart" : "t5");
+    const std::string shared = arch == Architecture::kBart ? "model.shared.weight" : "shared.weight";
+    TempDir plain("tied-plain"), head("tied-head");
+    write_random_model(plain.path(), tiny_config(arch, CrossAttentionKind::kFull, 0), 17);
+    std::filesystem::copy(plain.path(), head.path(),
+                          std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+    edit_weights(head.path(), [&](auto& t) {
+      const auto it = std::find_if(t.begin(), t.end(), [&](const auto& n) { return n.first == shared; });
+      ASSERT_NE(it, t.end());
+      it->first = "lm_head.weight";
+    });
+    auto reference = load_model(plain.path());
+    std::unique_ptr<Seq2SeqModel> model;
+    ASSERT_NO_THROW(model = load_model(head.path())) << load_error(head.path());
+    torch::manual_seed(0);
+    const auto ids = torch::randint(3, 96, {1, 10}, torch::kLong);
+    const auto dec = torch::randint(3, 96, {1, 5}, torch::kLong);
+    const auto one = torch::ones({1, 10}, torch::kLong);
+    EXPECT_TRUE(torch::equal(model->forward(model->encode(ids, one), dec),
+                             reference->forward(reference->encode(ids, one), dec)));
+    // Untied, lm_head.weight is the head's own: the embedding is still required.
+    nlohmann::json config;
+    std::ifstream(head.path() / "config.json") >> config;
+    config["tie_word_embeddings"] = false;
+    std::ofstream(head.path() / "config.json") << config.dump();
+    const auto err = load_error(head.path());
+    EXPECT_NE(err.find("missing (1):\n    " + shared), std::string::npos) << err;
+  }
+}
+
 // google/flan-t5-xl and -xxl: the Hub's conversion of their sharded .bin checkpoints stored the tied
 // embedding once (shared.weight) but kept encoder/decoder.embed_tokens.weight in the index's weight_map,
 // under the shard holding shared.weight. Hugging Face loads it; it was refused with "weight_map puts
