@@ -47,10 +47,11 @@ class BartModel final : public EncoderDecoderModel {
     // fairseq's stack versions, left in conversions of its checkpoints (Hugging Face ignores them too).
     binder.ignore("model\\.(encoder|decoder)\\.version");
     ParamBinder w(binder, options.raf_init, pack);
+    auto embedding_and_head =
+        bind_embedding_and_head(w, config_, "model.shared.weight",
+                                {"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"}, pack);
     const auto& c = config_;
     const int64_t D = c.d_model;
-    auto embedding_and_head = bind_embedding_and_head(
-        w, c, "model.shared.weight", {"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"}, pack);
     shared_ = embedding_and_head.embedding;
     lm_head_ = std::move(embedding_and_head.lm_head);
     const auto flb = binder.take_optional("final_logits_bias", {1, c.vocab_size});

@@ -413,6 +413,28 @@ void refuse_weight_layout_changes(const nlohmann::json& j) {
   }
 }
 
+// The major version of the transformers that saved config.json ("transformers_version"), 0 where unsaid.
+int transformers_major_version(const nlohmann::json& j) {
+  const auto version = j.find("transformers_version");
+  if (version == j.end() || !version->is_string()) return 0;
+  const std::string v = version->get<std::string>();
+  const auto digits = std::find_if(v.begin(), v.end(), [](char ch) { return ch < '0' || ch > '9'; });
+  if (digits == v.begin() || digits - v.begin() > 4) return 0;
+  return std::stoi(std::string(v.begin(), digits));
+}
+
+// Whether T5 scales its decoder's output by d_model^-0.5 before the head. transformers 4 did so where
+// tie_word_embeddings was true; transformers 5 writes tie_word_embeddings true for every T5 and mT5 (the
+// head a checkpoint stores is still its own) and says scale_decoder_outputs instead, which wins where it
+// is written. Its mT5 scales nothing unless the key says so.
+void read_output_scaling(const nlohmann::json& j, const std::string& type, ModelConfig& c) {
+  if (const auto scale = opt<bool>(j, "scale_decoder_outputs")) {
+    c.scale_decoder_outputs = *scale;
+  } else if (type == "mt5" && transformers_major_version(j) >= 5) {
+    c.scale_decoder_outputs = false;
+  }
+}
+
 }  // namespace
 
 bool is_supported_activation(const std::string& name) {
@@ -521,6 +543,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
                    std::to_string(c.layer_norm_eps));
     }
     parse_t5_feed_forward(j, type, c);
+    read_output_scaling(j, type, c);
     const auto n_positions = opt<int64_t>(j, "n_positions");
     if (n_positions) require_positive(*n_positions, "n_positions");
     c.max_input_tokens = n_positions.value_or(16384);
@@ -637,6 +660,11 @@ nlohmann::json ModelConfig::to_json(const nlohmann::json* original) const {
         gated_ffn && activation == "gelu_new" ? "gated-gelu" : (gated_ffn ? "gated-" : "") + activation;
     j["dense_act_fn"] = activation;
     j["is_gated_act"] = gated_ffn;
+    if (scale_decoder_outputs) {
+      j["scale_decoder_outputs"] = *scale_decoder_outputs;
+    } else {
+      j.erase("scale_decoder_outputs");
+    }
   }
   if (srformer.cross_attention != CrossAttentionKind::kFull ||
       (original != nullptr && original->contains("srformer"))) {

@@ -94,6 +94,10 @@ struct ModelConfig {
   std::optional<int64_t> forced_bos_token_id;
   std::optional<int64_t> forced_eos_token_id;
   bool tie_word_embeddings = true;
+  // T5: whether the decoder's output is scaled by d_model^-0.5 before the head. transformers 5 saves it
+  // as scale_decoder_outputs (and tie_word_embeddings true for every T5); unset, tie_word_embeddings
+  // decides, as in transformers 4 (scales_decoder_outputs()).
+  std::optional<bool> scale_decoder_outputs;
   double layer_norm_eps = 1e-5;
 
   // BART
@@ -141,6 +145,7 @@ struct ModelConfig {
   SrformerConfig srformer;
 
   int64_t inner_dim() const { return num_heads * head_dim; }
+  bool scales_decoder_outputs() const { return scale_decoder_outputs.value_or(tie_word_embeddings); }
 
   // config.json's content; `generation`: generation_config.json's, whose generation defaults then
   // replace config.json's (as in Hugging Face). Throws std::invalid_argument naming the file.

@@ -345,7 +345,7 @@ RafParams bind_raf(ParamBinder& w, const std::string& prefix, int64_t head_dim, 
 
 }  // namespace
 
-EmbeddingAndHead bind_embedding_and_head(ParamBinder& w, const ModelConfig& c, const std::string& name,
+EmbeddingAndHead bind_embedding_and_head(ParamBinder& w, ModelConfig& c, const std::string& name,
                                          const std::vector<std::string>& aliases, bool pack) {
   EmbeddingAndHead out;
   // A tied head is the embedding itself, so a checkpoint that kept it under lm_head.weight alone (a
@@ -354,9 +354,19 @@ EmbeddingAndHead bind_embedding_and_head(ParamBinder& w, const ModelConfig& c, c
   auto names = aliases;
   if (c.tie_word_embeddings) names.push_back("lm_head.weight");
   out.embedding = w.take(name, {c.vocab_size, c.d_model}, names);
-  for (const auto& alias : names) w.raw().ignore(regex_literal(alias));  // where stored besides `name`
+  for (const auto& alias : aliases) w.raw().ignore(regex_literal(alias));  // where stored besides `name`
   if (c.tie_word_embeddings) {
-    out.lm_head.weight = out.embedding;
+    // transformers 5 writes tie_word_embeddings: true for every T5 (scale_decoder_outputs says what it
+    // meant) and keeps a checkpoint's own lm_head.weight over the tie: a stored head other than the
+    // embedding is the head. Equal to it (tied weights saved under every name), it is the embedding.
+    const auto stored = w.raw().take_optional("lm_head.weight", {c.vocab_size, c.d_model});
+    if (stored && !stored->is_same(out.embedding) && !torch::equal(*stored, out.embedding)) {
+      c.scale_decoder_outputs = c.scales_decoder_outputs();
+      c.tie_word_embeddings = false;
+      out.lm_head.weight = w.record("lm_head.weight", *stored);
+    } else {
+      out.lm_head.weight = out.embedding;
+    }
   } else {
     out.lm_head.weight = w.take("lm_head.weight", {c.vocab_size, c.d_model});
   }

@@ -150,12 +150,14 @@ class EncoderDecoderModel : public Seq2SeqModel {
 
 // The shared token embedding, stored under `name` (and, in some checkpoints, also or only under `aliases`,
 // or under lm_head.weight where the config ties them), and the LM head: the embedding itself where the
-// config ties them, else its own lm_head.weight.
+// config ties them, else its own lm_head.weight. A tied config whose checkpoint holds a head that is not
+// the embedding (as transformers 5 saves an untied T5) gets that head, and `c` becomes untied with its
+// output scaling kept (scale_decoder_outputs), so that the model computes and saves what it read.
 struct EmbeddingAndHead {
   torch::Tensor embedding;
   Linear lm_head;
 };
-EmbeddingAndHead bind_embedding_and_head(ParamBinder& w, const ModelConfig& c, const std::string& name,
+EmbeddingAndHead bind_embedding_and_head(ParamBinder& w, ModelConfig& c, const std::string& name,
                                          const std::vector<std::string>& aliases, bool pack);
 
 // Decoder layer `layer`'s cross-attention: its projections (bound as a self-attention's), the config's

@@ -35,11 +35,11 @@ class T5Model final : public EncoderDecoderModel {
     const bool pack = set_precision(options);
     WeightBinder binder(ckpt, compute_dtype_, device_);
     ParamBinder w(binder, options.raf_init, pack);
+    auto embedding_and_head = bind_embedding_and_head(
+        w, config_, "shared.weight", {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}, pack);
     const auto& c = config_;
     const int64_t D = c.d_model;
     const int64_t I = c.inner_dim();
-    auto embedding_and_head = bind_embedding_and_head(
-        w, c, "shared.weight", {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight"}, pack);
     shared_ = embedding_and_head.embedding;
     lm_head_ = std::move(embedding_and_head.lm_head);
     const auto act = activation_from_string(c.activation);
@@ -159,7 +159,7 @@ class T5Model final : public EncoderDecoderModel {
       h = clamp_fp16_overflow(h + dropout(l.ffn(l.ffn_norm(h)), DropoutSite::kHidden));
     }
     h = dropout(dec_final_norm_(h), DropoutSite::kHidden);
-    if (config_.tie_word_embeddings) h = h * std::pow(static_cast<double>(config_.d_model), -0.5);
+    if (config_.scales_decoder_outputs()) h = h * std::pow(static_cast<double>(config_.d_model), -0.5);
     return lm_head_(h).to(torch::kFloat32);
   }
 

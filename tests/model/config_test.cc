@@ -236,6 +236,33 @@ TEST(Config, MultilingualT5TakesMt5ConfigsDefaults) {
   EXPECT_EQ(in_code.type_name(), "t5");
 }
 
+// T5's d_model^-0.5 output scaling: tie_word_embeddings in configs of transformers 4, scale_decoder_outputs
+// in those of transformers 5, which writes tie_word_embeddings true for every T5 and mT5 (its mT5 scales
+// nothing unless the key says so).
+TEST(Config, TransformersFivesScaleDecoderOutputsDecidesT5sOutputScaling) {
+  const auto scales = [](const nlohmann::json& edits) {
+    auto j = t5_json();
+    j.merge_patch(edits);
+    return ModelConfig::from_json(j).scales_decoder_outputs();
+  };
+  EXPECT_TRUE(scales(nlohmann::json::object()));           // t5-small: tied, scaled
+  EXPECT_FALSE(scales({{"tie_word_embeddings", false}}));  // flan-t5 as transformers 4 saved it
+  EXPECT_FALSE(scales({{"tie_word_embeddings", true},      // and as transformers 5 saves it
+                       {"scale_decoder_outputs", false},
+                       {"transformers_version", "5.17.0"}}));
+  EXPECT_TRUE(scales({{"tie_word_embeddings", true}, {"scale_decoder_outputs", true}}));
+  EXPECT_TRUE(scales({{"tie_word_embeddings", false}, {"scale_decoder_outputs", true}}));
+  EXPECT_FALSE(scales({{"model_type", "mt5"}}));
+  EXPECT_TRUE(scales({{"model_type", "mt5"}, {"tie_word_embeddings", true}, {"transformers_version", "4.46.3"}}));
+  EXPECT_FALSE(scales({{"model_type", "mt5"}, {"tie_word_embeddings", true}, {"transformers_version", "5.2.0"}}));
+  EXPECT_TRUE(scales({{"model_type", "mt5"}, {"transformers_version", "5.2.0"}, {"scale_decoder_outputs", true}}));
+  // Written back as read; absent where the file had none.
+  auto j = t5_json();
+  j["scale_decoder_outputs"] = false;
+  EXPECT_EQ(ModelConfig::from_json(j).to_json()["scale_decoder_outputs"], false);
+  EXPECT_FALSE(ModelConfig::from_json(t5_json()).to_json().contains("scale_decoder_outputs"));
+}
+
 TEST(Config, AT5WithoutNPositionsSaysItsInputLimitIsAFallback) {
   const auto none = ModelConfig::from_json(t5_json());
   EXPECT_TRUE(none.max_input_tokens_is_fallback);

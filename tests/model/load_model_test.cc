@@ -398,6 +398,75 @@ TEST(LoadModel, MultilingualT5IsT5V11WithItsOwnDefaults) {
   EXPECT_EQ(load_model(saved.path())->config().type_name(), "mt5");
 }
 
+// transformers 5 saves every T5 and mT5 with "tie_word_embeddings": true, says in scale_decoder_outputs
+// whether the decoder's output is scaled (T5Config forces the flag and keeps what it meant there), and
+// keeps the checkpoint's own lm_head.weight. A flan-t5 or mT5 fine-tune saved so was served with the
+// embedding as its head, scaled, its lm_head.weight dropped without a word: other summaries.
+TEST(LoadModel, AT5SavedByTransformers5WithItsOwnHeadIsServedWithThatHead) {
+  TempDir v4("t5-v4"), v5("t5-v5"), saved("t5-v5-saved");
+  auto c = tiny_config(Architecture::kT5, CrossAttentionKind::kFull, 0);
+  c.gated_ffn = true;
+  c.activation = "gelu_new";
+  c.tie_word_embeddings = false;  // flan-t5, T5 v1.1, mT5: an untied head, no scaling
+  for (const std::string type : {"t5", "mt5"}) {
+    SCOPED_TRACE(type);
+    write_random_model(v4.path(), c, 19);
+    nlohmann::json j;
+    std::ifstream(v4.path() / "config.json") >> j;
+    j["model_type"] = type;
+    std::ofstream(v4.path() / "config.json") << j.dump();
+    std::filesystem::copy(v4.path(), v5.path(),
+                          std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+    j["tie_word_embeddings"] = true;
+    j["transformers_version"] = "5.17.0";
+    if (type == "t5") j["scale_decoder_outputs"] = false;  // mT5 in transformers 5 scales nothing unasked
+    std::ofstream(v5.path() / "config.json") << j.dump();
+
+    auto reference = load_model(v4.path());
+    auto model = load_model(v5.path());
+    EXPECT_FALSE(model->config().tie_word_embeddings);
+    EXPECT_FALSE(model->config().scales_decoder_outputs());
+    torch::manual_seed(0);
+    const auto ids = torch::randint(3, 96, {1, 10}, torch::kLong);
+    const auto dec = torch::randint(3, 96, {1, 5}, torch::kLong);
+    const auto one = torch::ones({1, 10}, torch::kLong);
+    const auto logits = reference->forward(reference->encode(ids, one), dec);
+    EXPECT_TRUE(torch::equal(model->forward(model->encode(ids, one), dec), logits));
+    // Saved, it keeps its head and says so.
+    save_model(*model, saved.path(), v5.path());
+    nlohmann::json written;
+    std::ifstream(saved.path() / "config.json") >> written;
+    EXPECT_EQ(written["tie_word_embeddings"], false);
+    EXPECT_EQ(written["scale_decoder_outputs"], false);
+    auto reloaded = load_model(saved.path());
+    EXPECT_TRUE(torch::equal(reloaded->forward(reloaded->encode(ids, one), dec), logits));
+  }
+  // transformers 5's t5-small (tied, scaled) says scale_decoder_outputs true; a head stored equal to the
+  // embedding (tied weights saved under every name) is the embedding.
+  auto tied = tiny_config(Architecture::kT5, CrossAttentionKind::kFull, 0);
+  write_random_model(v4.path(), tied, 23);
+  std::filesystem::copy(v4.path(), v5.path(),
+                        std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  edit_weights(v5.path(), [](auto& t) {
+    const auto it = std::find_if(t.begin(), t.end(), [](const auto& n) { return n.first == "shared.weight"; });
+    ASSERT_NE(it, t.end());
+    t.emplace_back("lm_head.weight", it->second.clone());
+  });
+  nlohmann::json j;
+  std::ifstream(v5.path() / "config.json") >> j;
+  j["scale_decoder_outputs"] = true;
+  std::ofstream(v5.path() / "config.json") << j.dump();
+  auto reference = load_model(v4.path());
+  auto model = load_model(v5.path());
+  EXPECT_TRUE(model->config().tie_word_embeddings);
+  EXPECT_TRUE(model->config().scales_decoder_outputs());
+  const auto ids = torch::randint(3, 96, {1, 10}, torch::kLong);
+  const auto dec = torch::randint(3, 96, {1, 5}, torch::kLong);
+  const auto one = torch::ones({1, 10}, torch::kLong);
+  EXPECT_TRUE(
+      torch::equal(model->forward(model->encode(ids, one), dec), reference->forward(reference->encode(ids, one), dec)));
+}
+
 // The feed-forward's activation is config.json's, read as T5Config reads it: feed_forward_proj "gelu" is
 // the exact GELU (not gelu_new, as "gated-gelu" is), and a dense_act_fn key overrides it. The same
 // weights give the same logits for the same function and others for another.
