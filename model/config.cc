@@ -403,8 +403,19 @@ void refuse_legacy_bart_variants(const nlohmann::json& j) {
 }
 
 // PretrainedConfig fields that change which weights exist: Hugging Face prunes heads (T5) or fails (BART),
-// and ties the decoder's weights to the encoder's; the weights here would not fit either way.
+// ties the decoder's weights to the encoder's, or reads quantized weights through a quantization library
+// (int8 and packed 4-bit matrices beside their scales, which were refused as dozens of wrong types);
+// the weights here would not fit either way.
 void refuse_weight_layout_changes(const nlohmann::json& j) {
+  if (const auto it = j.find("quantization_config"); it != j.end() && !it->is_null()) {
+    const auto method = it->is_object() ? it->find("quant_method") : it->end();
+    config_error("'quantization_config' says the weights are quantized" +
+                 (it->is_object() && method != it->end() && method->is_string()
+                      ? " (quant_method '" + method->get<std::string>() + "')"
+                      : std::string()) +
+                 ", which is not supported: use the model's unquantized checkpoint (float32, float16 or bfloat16 "
+                 "weights)");
+  }
   if (const auto it = j.find("pruned_heads"); it != j.end() && !it->is_null() && !it->empty()) {
     config_error("'pruned_heads' is " + it->dump() + "; models with pruned attention heads are not supported");
   }

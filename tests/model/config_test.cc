@@ -173,6 +173,23 @@ TEST(Config, PrunedHeadsAndEncoderDecoderTyingAreRefused) {
   }
 }
 
+// A quantized checkpoint (bitsandbytes, GPTQ, AWQ, ...) is refused by name; it was refused as dozens of weights
+// "of the wrong type" and unexpected scales, with a hint to check the shapes in config.json.
+TEST(Config, QuantizedCheckpointsAreRefusedSayingWhatToUse) {
+  for (auto j : {t5_json(), bart_json()}) {
+    j["quantization_config"] = nullptr;
+    EXPECT_EQ(error_of(j), "");
+    j["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_8bit", true}};
+    EXPECT_NE(error_of(j).find("'quantization_config' says the weights are quantized (quant_method 'bitsandbytes'), "
+                               "which is not supported: use the model's unquantized checkpoint"),
+              std::string::npos)
+        << error_of(j);
+    j["quantization_config"] = "gptq";
+    EXPECT_NE(error_of(j).find("'quantization_config' says the weights are quantized, which"), std::string::npos)
+        << error_of(j);
+  }
+}
+
 // Hugging Face's other encoder-decoder families share key names with BART or T5 but compute otherwise:
 // each is refused with what is supported, never loaded as its look-alike.
 TEST(Config, OtherModelTypesAreRefusedNamingTheSupportedOnes) {
