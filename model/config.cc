@@ -608,6 +608,24 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
 
 ModelConfig ModelConfig::load(const std::filesystem::path& config_json) {
   if (!std::filesystem::exists(config_json)) {
+    // A PEFT adapter (a LoRA fine-tune of flan-t5, say) holds only changes to its base model's weights.
+    const auto adapter = config_json.parent_path() / "adapter_config.json";
+    if (std::filesystem::exists(adapter)) {
+      std::string base;
+      try {
+        const auto a = read_json_file<std::invalid_argument>(adapter, "a JSON file");
+        if (a.is_object() && a.contains("base_model_name_or_path") && a["base_model_name_or_path"].is_string()) {
+          base = ", base model " + a["base_model_name_or_path"].get<std::string>();
+        }
+      } catch (const std::invalid_argument&) {
+        // the message below stands without the base model's name
+      }
+      throw std::runtime_error(config_json.parent_path().string() + " holds a PEFT adapter (adapter_config.json" +
+                               base +
+                               "), not a model: merge it into its base model once with Python (peft: "
+                               "PeftModel.from_pretrained(base, DIR).merge_and_unload().save_pretrained(OUT), and the "
+                               "base's tokenizer saved to OUT) and serve OUT");
+    }
     throw std::runtime_error("cannot open " + config_json.string() + ": is this a Hugging Face model directory?");
   }
   const auto j = read_json_file<std::invalid_argument>(config_json, "the model's JSON configuration");

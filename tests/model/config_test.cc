@@ -585,6 +585,33 @@ TEST(Config, NullTopKIsNoTopKFiltering) {
   EXPECT_EQ(ModelConfig::from_json(j, &g).top_k, 0);
 }
 
+// A PEFT adapter directory (LoRA fine-tunes of flan-t5 are common) is named as one, with its base model and
+// how to merge it; it was asked whether it was a Hugging Face model directory.
+TEST(Config, APeftAdapterDirectoryIsNamedWithHowToMergeIt) {
+  testing::TempDir dir("adapter");
+  const auto error_loading = [&] {
+    try {
+      (void)ModelConfig::load(dir.path() / "config.json");
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_loading().find("is this a Hugging Face model directory?"), std::string::npos);
+  std::ofstream(dir.path() / "adapter_config.json")
+      << R"({"base_model_name_or_path": "google/flan-t5-base", "peft_type": "LORA", "r": 8})";
+  const auto error = error_loading();
+  EXPECT_NE(error.find(dir.path().string() +
+                       " holds a PEFT adapter (adapter_config.json, base model google/flan-t5-base), not a model: "
+                       "merge it into its base model"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("merge_and_unload().save_pretrained(OUT)"), std::string::npos) << error;
+  std::ofstream(dir.path() / "adapter_config.json") << "{";  // unreadable: named without its base model
+  EXPECT_NE(error_loading().find(" holds a PEFT adapter (adapter_config.json), not a model"), std::string::npos)
+      << error_loading();
+}
+
 TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
   testing::TempDir dir("config");
   std::ofstream(dir.path() / "config.json") << t5_json().dump();
