@@ -75,10 +75,10 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
     const int64_t token = index % vocab;
     auto logprobs = beam_logprobs_[static_cast<size_t>(parent)];
     logprobs.push_back(logprob);
-    if (token == options_.eos_token_id) {
+    if (is_eos(options_, token)) {
       // An EOS candidate outside the first num_beams ranks is dropped, not finished.
       if (rank < num_beams) {
-        add_hypothesis(beams_[static_cast<size_t>(parent)], score, std::move(logprobs), FinishReason::kEos);
+        add_hypothesis(beams_[static_cast<size_t>(parent)], score, std::move(logprobs), FinishReason::kEos, token);
       }
       continue;
     }
@@ -192,11 +192,11 @@ std::vector<kernels::BeamCandidate> BeamSearcher::sample_candidates(const torch:
 }
 
 void BeamSearcher::add_hypothesis(const TokenHistory& tokens, float sum_logprobs, std::vector<float> logprobs,
-                                  FinishReason reason) {
+                                  FinishReason reason, int64_t eos) {
   const double score =
       static_cast<double>(sum_logprobs) / std::pow(static_cast<double>(tokens.size()), options_.length_penalty);
   if (static_cast<int64_t>(finished_.size()) < options_.num_beams || score > worst_score_) {
-    finished_.push_back({score, tokens, std::move(logprobs), reason});
+    finished_.push_back({score, tokens, std::move(logprobs), reason, eos});
     if (static_cast<int64_t>(finished_.size()) > options_.num_beams) {
       // Drop the worst (the earliest among equals); the worst score becomes the second worst's.
       std::vector<size_t> order(finished_.size());
@@ -236,7 +236,9 @@ std::vector<Hypothesis> BeamSearcher::results() const {
        it != sorted.rend() && static_cast<int64_t>(out.size()) < options_.num_return_sequences; ++it) {
     Hypothesis h;
     h.tokens.assign((*it)->tokens.begin() + 1, (*it)->tokens.end());
-    if ((*it)->reason == FinishReason::kEos) h.tokens.push_back(options_.eos_token_id);
+    // The EOS id that ended it, as transformers 4.48 and later keep it (4.26-4.47 wrote the list's first id
+    // whichever ended the beam; its log-probability is the id's that ended it).
+    if ((*it)->reason == FinishReason::kEos) h.tokens.push_back((*it)->eos);
     h.score = static_cast<float>((*it)->score);  // HF returns sequences_scores as float32
     h.token_logprobs = (*it)->logprobs;
     h.finish_reason = (*it)->reason;

@@ -38,6 +38,7 @@ class BeamSearcher : public Searcher {
     TokenHistory tokens;          // decoder start included, EOS excluded
     std::vector<float> logprobs;  // each new token's processed log-probability, EOS included
     FinishReason reason;
+    int64_t eos;  // the EOS id that ended it (kEos)
   };
   // The `count` best candidates (score, index beam * vocab + token), best first, from the logits where they
   // lie (kernels::beam_candidates); empty where that does not apply (processors that change scores,
@@ -50,7 +51,8 @@ class BeamSearcher : public Searcher {
   std::vector<kernels::BeamCandidate> sample_candidates(const torch::Tensor& scores, const torch::Tensor& logprobs,
                                                         int64_t count);
   // BeamHypotheses.add: keeps the num_beams best finished hypotheses.
-  void add_hypothesis(const TokenHistory& tokens, float sum_logprobs, std::vector<float> logprobs, FinishReason reason);
+  void add_hypothesis(const TokenHistory& tokens, float sum_logprobs, std::vector<float> logprobs, FinishReason reason,
+                      int64_t eos = -1);
   // BeamHypotheses.is_done.
   bool hypotheses_done(float best_sum_logprobs, int64_t cur_len) const;
 

@@ -55,10 +55,10 @@ torch::Tensor scores_from_logits(const torch::Tensor& logits, int64_t rows, cons
                                   std::to_string(vocab) + " tokens); set it from the model's config");
     }
   };
-  check("eos_token_id", options.eos_token_id);
+  for (const int64_t eos : eos_token_ids(options)) check("eos_token_id", eos);
   check("decoder_start_token_id", options.decoder_start_token_id);
   if (options.forced_bos_token_id) check("forced_bos_token_id", *options.forced_bos_token_id);
-  if (options.forced_eos_token_id) check("forced_eos_token_id", *options.forced_eos_token_id);
+  for (const int64_t forced : forced_eos_token_ids(options)) check("forced_eos_token_id", forced);
   // A copy: the processors work in place and must not touch the caller's batch logits.
   if (!buffer.defined() || buffer.sizes() != logits.sizes()) buffer = torch::empty(logits.sizes(), torch::kFloat32);
   if (logits.is_cpu() && logits.scalar_type() == torch::kFloat32 && logits.is_contiguous()) {
@@ -111,15 +111,17 @@ void apply_no_repeat_ngram(const torch::Tensor& scores, const std::vector<TokenH
   }
 }
 
-void apply_min_length(const torch::Tensor& scores, int64_t cur_len, int64_t min_length, int64_t eos_token_id) {
+void apply_min_length(const torch::Tensor& scores, int64_t cur_len, int64_t min_length,
+                      const std::vector<int64_t>& eos_token_ids) {
   check_scores(scores, static_cast<size_t>(scores.size(0)));
-  if (cur_len < min_length) fill_columns(scores, eos_token_id, eos_token_id + 1, kNegInf);
+  if (cur_len >= min_length) return;
+  for (const int64_t eos : eos_token_ids) fill_columns(scores, eos, eos + 1, kNegInf);
 }
 
-void apply_forced_token(const torch::Tensor& scores, int64_t token) {
+void apply_forced_tokens(const torch::Tensor& scores, const std::vector<int64_t>& tokens) {
   check_scores(scores, static_cast<size_t>(scores.size(0)));
   fill_columns(scores, 0, scores.size(1), kNegInf);
-  fill_columns(scores, token, token + 1, 0.0F);
+  for (const int64_t token : tokens) fill_columns(scores, token, token + 1, 0.0F);
 }
 
 void apply_temperature(const torch::Tensor& scores, double temperature) { scores.div_(temperature); }
@@ -165,10 +167,10 @@ void apply_top_p(const torch::Tensor& scores, double top_p, int64_t min_tokens_t
   }
 }
 
-std::optional<int64_t> forced_token(const GenerationOptions& options, int64_t cur_len) {
-  if (options.forced_eos_token_id && cur_len == options.max_new_tokens) return options.forced_eos_token_id;
-  if (options.forced_bos_token_id && cur_len == 1) return options.forced_bos_token_id;
-  return std::nullopt;
+std::vector<int64_t> forced_tokens(const GenerationOptions& options, int64_t cur_len) {
+  if (options.forced_eos_token_id && cur_len == options.max_new_tokens) return forced_eos_token_ids(options);
+  if (options.forced_bos_token_id && cur_len == 1) return {*options.forced_bos_token_id};
+  return {};
 }
 
 void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
@@ -178,12 +180,12 @@ void process_logits(const GenerationOptions& options, const std::vector<TokenHis
   const auto cur_len = static_cast<int64_t>(histories.front().size());
   if (options.repetition_penalty != 1.0) apply_repetition_penalty(scores, histories, options.repetition_penalty);
   if (options.no_repeat_ngram_size > 0) apply_no_repeat_ngram(scores, histories, options.no_repeat_ngram_size);
-  apply_min_length(scores, cur_len, options.min_new_tokens + 1, options.eos_token_id);
+  apply_min_length(scores, cur_len, options.min_new_tokens + 1, eos_token_ids(options));
   if (vocab_limit == VocabLimit::kApply && options.vocab_limit > 0 && options.vocab_limit < scores.size(1)) {
     fill_columns(scores, options.vocab_limit, scores.size(1), kNegInf);
   }
   // Forced BOS at cur_len 1, forced EOS at cur_len max_length - 1 (EOS where both apply, as HF's order gives).
-  if (const auto forced = forced_token(options, cur_len)) apply_forced_token(scores, *forced);
+  if (const auto forced = forced_tokens(options, cur_len); !forced.empty()) apply_forced_tokens(scores, forced);
 }
 
 std::optional<std::vector<int64_t>> excluded_tokens(const GenerationOptions& options, const TokenHistory& history,
@@ -191,14 +193,23 @@ std::optional<std::vector<int64_t>> excluded_tokens(const GenerationOptions& opt
   const auto cur_len = static_cast<int64_t>(history.size());
   const auto& o = options;
   const auto outside = [vocab](int64_t id) { return id < 0 || id >= vocab; };
-  if (o.repetition_penalty != 1.0 || outside(o.eos_token_id) || outside(o.decoder_start_token_id) ||
+  // No vectors made here for the lists: this runs per row and step.
+  const auto any_outside = [&outside](const std::vector<int64_t>& ids) {
+    return std::any_of(ids.begin(), ids.end(), outside);
+  };
+  if (o.repetition_penalty != 1.0 || outside(o.eos_token_id) || any_outside(o.extra_eos_token_ids) ||
+      outside(o.decoder_start_token_id) ||
       (o.forced_bos_token_id && (outside(*o.forced_bos_token_id) || cur_len == 1)) ||
-      (o.forced_eos_token_id && (outside(*o.forced_eos_token_id) || cur_len == o.max_new_tokens))) {
+      (o.forced_eos_token_id &&
+       (outside(*o.forced_eos_token_id) || any_outside(o.extra_forced_eos_token_ids) || cur_len == o.max_new_tokens))) {
     return std::nullopt;
   }
   std::vector<int64_t> excluded;
   if (o.no_repeat_ngram_size > 0) excluded = banned_ngram_tokens(history, o.no_repeat_ngram_size);
-  if (cur_len < o.min_new_tokens + 1) excluded.push_back(o.eos_token_id);
+  if (cur_len < o.min_new_tokens + 1) {
+    excluded.push_back(o.eos_token_id);
+    excluded.insert(excluded.end(), o.extra_eos_token_ids.begin(), o.extra_eos_token_ids.end());
+  }
   for (const int64_t id : excluded) {
     if (outside(id)) return std::nullopt;
   }

@@ -30,11 +30,14 @@ void apply_repetition_penalty(const torch::Tensor& scores, const std::vector<Tok
 std::vector<int64_t> banned_ngram_tokens(const TokenHistory& history, int64_t ngram_size);
 void apply_no_repeat_ngram(const torch::Tensor& scores, const std::vector<TokenHistory>& histories, int64_t ngram_size);
 
-// MinLengthLogitsProcessor: EOS gets -inf while cur_len < min_length (HF lengths, start token included).
-void apply_min_length(const torch::Tensor& scores, int64_t cur_len, int64_t min_length, int64_t eos_token_id);
+// MinLengthLogitsProcessor: every EOS id gets -inf while cur_len < min_length (HF lengths, start token
+// included).
+void apply_min_length(const torch::Tensor& scores, int64_t cur_len, int64_t min_length,
+                      const std::vector<int64_t>& eos_token_ids);
 
-// ForcedBOS/ForcedEOS: every token but `token` gets -inf, `token` gets 0.
-void apply_forced_token(const torch::Tensor& scores, int64_t token);
+// ForcedBOS/ForcedEOS: every token but `tokens` gets -inf, each of `tokens` gets 0 (HF's
+// ForcedEOSTokenLogitsProcessor with a list of ids).
+void apply_forced_tokens(const torch::Tensor& scores, const std::vector<int64_t>& tokens);
 
 // Warpers (sampling only), in the order HF applies them: temperature, top-k, top-p.
 void apply_temperature(const torch::Tensor& scores, double temperature);
@@ -46,15 +49,16 @@ void apply_top_k(const torch::Tensor& scores, int64_t top_k, int64_t min_tokens_
 void apply_top_p(const torch::Tensor& scores, double top_p, int64_t min_tokens_to_keep = 1);
 
 // The processors HF generate() builds from `options`, applied in its order: repetition penalty,
-// no-repeat n-gram, min length (HF min_length = min_new_tokens + 1), forced BOS (at cur_len 1),
+// no-repeat n-gram, min length (HF min_length = min_new_tokens + 1, every EOS id), forced BOS (at cur_len 1),
 // forced EOS (at cur_len max_length - 1, max_length = max_new_tokens + 1). All rows share cur_len.
 // With VocabLimit::kKeep the ids at or past options.vocab_limit keep their scores (Hugging Face's
 // processed scores, which know no tokenizer size): greedy search normalises over them, never picking them.
 enum class VocabLimit { kApply, kKeep };
 void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
                     const torch::Tensor& scores, VocabLimit vocab_limit = VocabLimit::kApply);
-// The token process_logits forces at cur_len (forced EOS at its last step, else forced BOS at the first), if any.
-std::optional<int64_t> forced_token(const GenerationOptions& options, int64_t cur_len);
+// The tokens process_logits forces at cur_len (the forced EOS ids at its last step, else forced BOS at the
+// first); empty where it forces none.
+std::vector<int64_t> forced_tokens(const GenerationOptions& options, int64_t cur_len);
 // What process_logits does at this step when all it does is exclude tokens (no repetition penalty,
 // no forced token) and every id it names lies inside the vocabulary: the tokens it sets to -inf for
 // `history` below token_limit(), ascending (repeats allowed). std::nullopt otherwise: the caller

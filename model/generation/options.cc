@@ -1,5 +1,6 @@
 #include "model/generation/options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -21,6 +22,19 @@ std::string number(double x) {
 
 }  // namespace
 
+std::vector<int64_t> eos_token_ids(const GenerationOptions& o) {
+  std::vector<int64_t> ids{o.eos_token_id};
+  ids.insert(ids.end(), o.extra_eos_token_ids.begin(), o.extra_eos_token_ids.end());
+  return ids;
+}
+
+std::vector<int64_t> forced_eos_token_ids(const GenerationOptions& o) {
+  if (!o.forced_eos_token_id) return {};
+  std::vector<int64_t> ids{*o.forced_eos_token_id};
+  ids.insert(ids.end(), o.extra_forced_eos_token_ids.begin(), o.extra_forced_eos_token_ids.end());
+  return ids;
+}
+
 void validate(const GenerationOptions& o) {
   using std::to_string;
   if (o.max_new_tokens < 1 || o.max_new_tokens > kMaxNewTokensLimit) {
@@ -33,8 +47,14 @@ void validate(const GenerationOptions& o) {
            to_string(o.decoder_positions) + " decoder positions (max_position_embeddings); set it to at most " +
            to_string(o.decoder_positions));
   }
-  if (o.vocab_limit < 0 || (o.vocab_limit > 0 && o.eos_token_id >= o.vocab_limit)) {
-    reject("vocab_limit is " + to_string(o.vocab_limit) + " but EOS is id " + to_string(o.eos_token_id) +
+  // The tokenizer must have an EOS id (one of a list may lie past it: it is never generated, as no id there is).
+  const auto eos = eos_token_ids(o);
+  if (o.vocab_limit < 0 ||
+      (o.vocab_limit > 0 && std::none_of(eos.begin(), eos.end(), [&o](int64_t id) { return id < o.vocab_limit; }))) {
+    std::string ids;
+    for (const int64_t id : eos) ids += (ids.empty() ? "" : ", ") + to_string(id);
+    reject("vocab_limit is " + to_string(o.vocab_limit) +
+           (eos.size() > 1 ? " but the EOS ids are " : " but EOS is id ") + ids +
            "; the tokenizer does not match the model");
   }
   if (o.min_new_tokens < 0 || o.min_new_tokens > o.max_new_tokens) {
@@ -88,10 +108,13 @@ void validate(const GenerationOptions& o) {
     if (id < 0) reject(std::string(name) + " is " + to_string(id) + "; token ids must be >= 0");
   };
   check_token("decoder_start_token_id", o.decoder_start_token_id);
-  check_token("eos_token_id", o.eos_token_id);
+  for (const int64_t eos : eos_token_ids(o)) check_token("eos_token_id", eos);
   check_token("pad_token_id", o.pad_token_id);
   if (o.forced_bos_token_id) check_token("forced_bos_token_id", *o.forced_bos_token_id);
-  if (o.forced_eos_token_id) check_token("forced_eos_token_id", *o.forced_eos_token_id);
+  if (!o.forced_eos_token_id && !o.extra_forced_eos_token_ids.empty()) {
+    reject("extra_forced_eos_token_ids are set without forced_eos_token_id");
+  }
+  for (const int64_t forced : forced_eos_token_ids(o)) check_token("forced_eos_token_id", forced);
 }
 
 }  // namespace srformer

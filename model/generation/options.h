@@ -1,7 +1,9 @@
 #pragma once
 // Generation options with Hugging Face meanings (transformers generate()).
+#include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "model/generation/early_stopping.h"
 
@@ -29,10 +31,16 @@ struct GenerationOptions {
   double repetition_penalty = 1.0;
   std::optional<int64_t> forced_bos_token_id;
   std::optional<int64_t> forced_eos_token_id;
+  // Further ids forced with it at the last step: Hugging Face's list-valued forced_eos_token_id gives every
+  // listed id the score 0 (greedy search takes the lowest, sampling and beams any of them).
+  std::vector<int64_t> extra_forced_eos_token_ids;
 
   // Token ids from the model config.
   int64_t decoder_start_token_id = 0;
   int64_t eos_token_id = 1;
+  // Further ids that end a sequence as eos_token_id does (a checkpoint's list of EOS ids after its first):
+  // Hugging Face stops on any id of the list and keeps all of them out before min_new_tokens.
+  std::vector<int64_t> extra_eos_token_ids;
   int64_t pad_token_id = 0;
   // Ids at or above this are never generated (0 = no limit): the tokenizer's vocabulary size, since a
   // model's embedding may have rows past it that no text stands for (T5: 32128 rows, 32100 tokens).
@@ -46,6 +54,16 @@ struct GenerationOptions {
 // own (up to kMaxNumBeams of them). Otherwise (greedy search, beam search, beam sampling) a request
 // returns at most one sequence per beam.
 inline bool draws_independent_samples(const GenerationOptions& o) { return o.do_sample && o.num_beams <= 1; }
+
+// Whether `token` ends a sequence: eos_token_id or one of extra_eos_token_ids.
+inline bool is_eos(const GenerationOptions& o, int64_t token) {
+  return token == o.eos_token_id ||
+         std::find(o.extra_eos_token_ids.begin(), o.extra_eos_token_ids.end(), token) != o.extra_eos_token_ids.end();
+}
+// Every id that ends a sequence (eos_token_id first), and every id forced at the last step (none without
+// forced_eos_token_id).
+std::vector<int64_t> eos_token_ids(const GenerationOptions& o);
+std::vector<int64_t> forced_eos_token_ids(const GenerationOptions& o);
 
 // Throws std::invalid_argument with a message that says what to fix.
 void validate(const GenerationOptions& options);

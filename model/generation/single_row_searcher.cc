@@ -64,17 +64,17 @@ SearchStep GreedySearcher::advance(const torch::Tensor& logits) {
     const auto scores = scores_from_logits(logits, 1, options_, scores_);
     // Hugging Face's processed scores: the ids past the tokenizer's keep theirs, for the normaliser.
     process_logits(options_, {history_}, scores, VocabLimit::kKeep);
-    // A forced token is the row's one finite score, wherever it lies (as when the limit was applied first).
+    // Forced tokens are the row's only finite scores, wherever they lie (as when the limit was applied first).
     const int64_t vocab = scores.size(1);
     const int64_t limit =
-        forced_token(options_, static_cast<int64_t>(history_.size())) ? vocab : token_limit(options_, vocab);
+        forced_tokens(options_, static_cast<int64_t>(history_.size())).empty() ? token_limit(options_, vocab) : vocab;
     token = choose(scores, limit, logprob);
     if (std::isnan(logprob)) throw_no_choice(scores.narrow(1, 0, limit), steps());
   }
   score_ += logprob;
   logprobs_.push_back(static_cast<float>(logprob));
   history_.push_back(token);
-  if (token == options_.eos_token_id) {
+  if (is_eos(options_, token)) {
     finish_reason_ = FinishReason::kEos;
   } else if (steps() >= options_.max_new_tokens) {
     finish_reason_ = FinishReason::kLength;

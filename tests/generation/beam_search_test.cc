@@ -243,6 +243,35 @@ TEST(BeamSearchTest, EosRankedBelowNumBeamsIsNotFinished) {
   EXPECT_NEAR(run.results[1].score, std::log(0.5 * 0.6 * 0.3) / 4, 1e-6);
 }
 
+// Vocabulary 0..4 with EOS ids 1 and 4: any listed id ends a hypothesis (BeamSearchScorer checks each
+// token against the list), which keeps the id that ended it; kernels on and off. Step 1: id 4 (0.4) ends
+// "" at rank 0, beams A (0.3) and B (0.2). Step 2: A EOS 0.18 and B 4 0.13 end at ranks 0 and 1 (A A
+// and A B run on). Of the three, the best two with length_penalty 1: "A" + 1 (log 0.18 / 2) and "" + 4
+// (log 0.4 / 1). Only id 1 ended a hypothesis (4 was a word, and the search went on to other histories).
+TEST(BeamSearchTest, AnyOfSeveralEosIdsEndsAHypothesisWithThatId) {
+  const testing::KernelSwitchesRestored restore_switches;
+  const auto script = table({{{0}, {0.05, 0.05, 0.3, 0.2, 0.4}},
+                             {{0, kA}, {0.05, 0.6, 0.15, 0.1, 0.1}},
+                             {{0, kB}, {0.05, 0.1, 0.1, 0.1, 0.65}}});
+  for (const bool kernels : {true, false}) {
+    srformer::kernels::set_cpu_kernels(kernels);
+    SCOPED_TRACE(kernels ? "kernels on" : "kernels off");
+    auto options = beam_options(5, 1.0, true);
+    options.extra_eos_token_ids = {4};
+    BeamSearcher searcher(options);
+    const auto run = drive(searcher, script, 0);
+    EXPECT_EQ(run.steps, 2);
+    ASSERT_EQ(run.results.size(), 2u);
+    EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kA, kEos}));
+    EXPECT_NEAR(run.results[0].score, std::log(0.18) / 2, 1e-5);
+    EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{4}));
+    EXPECT_EQ(run.results[1].finish_reason, FinishReason::kEos);
+    EXPECT_NEAR(run.results[1].score, std::log(0.4), 1e-5);
+    ASSERT_EQ(run.results[1].token_logprobs.size(), 1u);
+    EXPECT_NEAR(run.results[1].token_logprobs[0], std::log(0.4), 1e-5);
+  }
+}
+
 TEST(BeamSearchTest, RejectsLogitsOfTheWrongShape) {
   BeamSearcher searcher(beam_options(3, 1.0, false));
   EXPECT_THROW(searcher.advance(torch::zeros({1, 4})), std::invalid_argument);

@@ -119,6 +119,48 @@ TEST(GreedySearchTest, ForcedBosAndForcedEos) {
   EXPECT_NEAR(run.results[0].score, 2 * std::log(0.7), 1e-5);  // forced tokens have log-prob 0
 }
 
+// A checkpoint's list of EOS ids: any of them ends the sequence ("eos"), every one is kept out before
+// min_new_tokens, and a list of forced ids scores each 0 at the last step (greedy takes the lowest),
+// as Hugging Face's greedy search and processors do; with the CPU kernels' in-place pick and without.
+// Only the first id ended a sequence (extra ids were dropped with a start-up warning).
+TEST(GreedySearchTest, AnyOfSeveralEosIdsEndsTheSequence) {
+  const testing::KernelSwitchesRestored restore_switches;
+  for (const bool kernels : {true, false}) {
+    srformer::kernels::set_cpu_kernels(kernels);
+    SCOPED_TRACE(kernels ? "kernels on" : "kernels off");
+    auto options = base_options();
+    options.extra_eos_token_ids = {9, 5};
+    GreedySearcher searcher(options);
+    // The favourite is 2, 3, 4, then 5 (history length 4), which ends it.
+    const auto run = drive(searcher, counting_script(100), 0);
+    EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{2, 3, 4, 5}));
+    EXPECT_EQ(run.results[0].finish_reason, FinishReason::kEos);
+    EXPECT_EQ(run.emitted, run.results[0].tokens);
+
+    // min_new_tokens keeps 1, 9 and 5 out; the next favourite (4) comes instead.
+    options.min_new_tokens = 3;
+    const auto script = [](const std::vector<int64_t>&) {
+      return log_probs({0.01, 0.3, 0.01, 0.01, 0.15, 0.3, 0.01, 0.01, 0.01, 0.19});
+    };
+    GreedySearcher held(options);
+    const auto held_run = drive(held, script, 0);
+    EXPECT_EQ(held_run.results[0].tokens, (std::vector<int64_t>{4, 4, 4, 1}));
+    EXPECT_NEAR(held_run.results[0].token_logprobs[0], std::log(0.15 / 0.21), 1e-5);
+
+    // Forced ids 7 and 6 at the last step: both score 0, the first index (6) wins with log(1/2).
+    auto forced = base_options();
+    forced.max_new_tokens = 3;
+    forced.forced_eos_token_id = 7;
+    forced.extra_forced_eos_token_ids = {6};
+    forced.extra_eos_token_ids = {6};
+    GreedySearcher forcing(forced);
+    const auto forced_run = drive(forcing, counting_script(100), 0);
+    EXPECT_EQ(forced_run.results[0].tokens, (std::vector<int64_t>{2, 3, 6}));
+    EXPECT_EQ(forced_run.results[0].finish_reason, FinishReason::kEos);
+    EXPECT_NEAR(forced_run.results[0].token_logprobs[2], std::log(0.5), 1e-6);
+  }
+}
+
 TEST(GreedySearchTest, NoRepeatNGramAndRepetitionPenaltyChangeTheChoice) {
   // Always prefers token 2, then 3: plain greedy repeats 2.
   const auto script = [](const std::vector<int64_t>&) { return log_probs({0.01, 0.01, 0.5, 0.3, 0.18}); };

@@ -4,7 +4,10 @@
 // tensors hold them), without LibTorch or the searchers' code. Random small scripted models and random
 // options (length penalties of every sign, the three early-stopping modes, minimum lengths, n-gram bans,
 // repetition penalties below and above 1, forced BOS/EOS) exercise the edge cases where the two could
-// part. The sampling warpers likewise, against HF's temperature, top-k and top-p (4.30-4.45).
+// part. Lists of EOS ids and of forced EOS ids follow the 4.26+ processors and searches (any listed EOS
+// ends a sequence or a hypothesis, min_length keeps every one out, every forced id scores 0); a hypothesis
+// ends with the id that ended it, as 4.48+ keep it (4.26-4.47's finalize wrote the list's first instead).
+// The sampling warpers likewise, against HF's temperature, top-k and top-p (4.30-4.45).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -62,21 +65,26 @@ struct HfOptions {
   int64_t num_return_sequences = 1;
   int64_t no_repeat_ngram_size = 0;
   double repetition_penalty = 1.0;
-  int64_t forced_bos = -1, forced_eos = -1;
-  int64_t start = 0, eos = 1;
+  int64_t forced_bos = -1;
+  std::vector<int64_t> forced_eos;  // ForcedEOSTokenLogitsProcessor's list (empty: none)
+  int64_t start = 0;
+  std::vector<int64_t> eos{1};  // eos_token_id as a list
+  bool is_eos(int64_t token) const { return std::find(eos.begin(), eos.end(), token) != eos.end(); }
 };
 
 void hf_process(std::vector<double>& s, const History& ids, const HfOptions& o) {
   const auto cur_len = static_cast<int64_t>(ids.size());
   if (o.repetition_penalty != 1.0) hf_repetition_penalty(s, ids, o.repetition_penalty);
   if (o.no_repeat_ngram_size > 0) hf_no_repeat_ngram(s, ids, o.no_repeat_ngram_size);
-  if (cur_len < o.min_length) s[static_cast<size_t>(o.eos)] = -kInf;
-  const auto force = [&s](int64_t token) {
+  if (cur_len < o.min_length) {
+    for (const int64_t e : o.eos) s[static_cast<size_t>(e)] = -kInf;
+  }
+  const auto force = [&s](const std::vector<int64_t>& tokens) {
     std::fill(s.begin(), s.end(), -kInf);
-    s[static_cast<size_t>(token)] = 0.0;
+    for (const int64_t t : tokens) s[static_cast<size_t>(t)] = 0.0;
   };
-  if (o.forced_bos >= 0 && cur_len == 1) force(o.forced_bos);
-  if (o.forced_eos >= 0 && cur_len == o.max_length - 1) force(o.forced_eos);
+  if (o.forced_bos >= 0 && cur_len == 1) force({o.forced_bos});
+  if (!o.forced_eos.empty() && cur_len == o.max_length - 1) force(o.forced_eos);
 }
 
 std::vector<double> log_softmax(const std::vector<float>& logits) {
@@ -94,7 +102,7 @@ struct HfHypothesis {
   double score;
 };
 
-// greedy_search: processors on the raw logits, argmax (first on ties), stop at EOS or max_length.
+// greedy_search: processors on the raw logits, argmax (first on ties), stop at any EOS id or max_length.
 HfHypothesis hf_greedy(const testing::Script& script, const HfOptions& o) {
   History ids{o.start};
   double score = 0.0;
@@ -108,7 +116,7 @@ HfHypothesis hf_greedy(const testing::Script& script, const HfOptions& o) {
     for (const double v : s) sum += std::exp(v - most);
     score += -std::log(sum);
     ids.push_back(best);
-    if (best == o.eos || static_cast<int64_t>(ids.size()) >= o.max_length) break;
+    if (o.is_eos(best) || static_cast<int64_t>(ids.size()) >= o.max_length) break;
   }
   return {History(ids.begin() + 1, ids.end()), score};
 }
@@ -123,11 +131,11 @@ std::vector<HfHypothesis> hf_beam(const testing::Script& script, const HfOptions
   struct Hyp {
     double score;
     History ids;
-    bool eos;
+    int64_t eos;  // the id that ended it, -1 for a beam still running at max_length
   };
   std::vector<Hyp> hyps;
   double worst = 1e9;
-  const auto add = [&](const History& ids, double sum_logprobs, bool eos) {
+  const auto add = [&](const History& ids, double sum_logprobs, int64_t eos) {
     const double score = sum_logprobs / std::pow(static_cast<double>(ids.size()), o.length_penalty);
     if (static_cast<int64_t>(hyps.size()) < nb || score > worst) {
       hyps.push_back({score, ids, eos});
@@ -171,9 +179,9 @@ std::vector<HfHypothesis> hf_beam(const testing::Script& script, const HfOptions
     for (int64_t rank = 0; rank < 2 * nb; ++rank) {
       const auto [score, index] = flat[static_cast<size_t>(rank)];
       const int64_t parent = index / vocab, token = index % vocab;
-      if (token == o.eos) {
+      if (o.is_eos(token)) {
         if (rank >= nb) continue;
-        add(beams[static_cast<size_t>(parent)], score, true);
+        add(beams[static_cast<size_t>(parent)], score, token);
       } else {
         next.push_back(beams[static_cast<size_t>(parent)]);
         next.back().push_back(token);
@@ -188,7 +196,7 @@ std::vector<HfHypothesis> hf_beam(const testing::Script& script, const HfOptions
     if (done || static_cast<int64_t>(beams[0].size()) >= o.max_length) break;
   }
   if (!done) {
-    for (int64_t b = 0; b < nb; ++b) add(beams[static_cast<size_t>(b)], beam_scores[static_cast<size_t>(b)], false);
+    for (int64_t b = 0; b < nb; ++b) add(beams[static_cast<size_t>(b)], beam_scores[static_cast<size_t>(b)], -1);
   }
   std::vector<Hyp> sorted = hyps;
   std::stable_sort(sorted.begin(), sorted.end(), [](const Hyp& a, const Hyp& b) { return a.score < b.score; });
@@ -197,19 +205,25 @@ std::vector<HfHypothesis> hf_beam(const testing::Script& script, const HfOptions
     const Hyp h = sorted.back();
     sorted.pop_back();
     History tokens(h.ids.begin() + 1, h.ids.end());
-    if (h.eos) tokens.push_back(o.eos);
+    if (h.eos >= 0) tokens.push_back(h.eos);
     out.push_back({tokens, h.score});
   }
   return out;
 }
 
+std::string ids_text(const std::vector<int64_t>& ids) {
+  std::string out;
+  for (const int64_t id : ids) out += (out.empty() ? "" : ",") + std::to_string(id);
+  return "[" + out + "]";
+}
+
 std::string describe(const GenerationOptions& o) {
-  return "beams " + std::to_string(o.num_beams) + " max " + std::to_string(o.max_new_tokens) + " min " +
-         std::to_string(o.min_new_tokens) + " lp " + std::to_string(o.length_penalty) + " es " +
-         std::to_string(static_cast<int>(o.early_stopping)) + " ngram " + std::to_string(o.no_repeat_ngram_size) +
-         " rep " + std::to_string(o.repetition_penalty) + " fbos " +
-         std::to_string(o.forced_bos_token_id.value_or(-1)) + " feos " +
-         std::to_string(o.forced_eos_token_id.value_or(-1)) + " nrs " + std::to_string(o.num_return_sequences);
+  return "eos " + ids_text(eos_token_ids(o)) + " beams " + std::to_string(o.num_beams) + " max " +
+         std::to_string(o.max_new_tokens) + " min " + std::to_string(o.min_new_tokens) + " lp " +
+         std::to_string(o.length_penalty) + " es " + std::to_string(static_cast<int>(o.early_stopping)) + " ngram " +
+         std::to_string(o.no_repeat_ngram_size) + " rep " + std::to_string(o.repetition_penalty) + " fbos " +
+         std::to_string(o.forced_bos_token_id.value_or(-1)) + " feos " + ids_text(forced_eos_token_ids(o)) + " nrs " +
+         std::to_string(o.num_return_sequences);
 }
 
 TEST(HuggingFaceReferenceTest, RandomOptionsMatchTheTranscription) {
@@ -219,7 +233,7 @@ TEST(HuggingFaceReferenceTest, RandomOptionsMatchTheTranscription) {
   };
   const double penalties[] = {-2.0, -1.0, -0.5, 0.0, 0.6, 1.0, 2.0};
   const double repetition[] = {1.0, 1.0, 0.5, 0.8, 1.3, 2.0};
-  int compared = 0;
+  int compared = 0, compared_with_lists = 0;
   const int trials = 4000;
   for (int trial = 0; trial < trials; ++trial) {
     const int64_t vocab = pick(5, 12);
@@ -228,6 +242,19 @@ TEST(HuggingFaceReferenceTest, RandomOptionsMatchTheTranscription) {
     GenerationOptions o;
     o.decoder_start_token_id = 0;
     o.eos_token_id = 1;
+    // A third of the trials list several EOS ids (the biased id 1 and one or two others, in any order),
+    // drawn from a generator of their own: the other options are the draws they were before lists.
+    std::mt19937_64 list_rng(static_cast<uint64_t>(trial) + 99);
+    const auto pick_listed = [&list_rng](int64_t lo, int64_t hi) {
+      return lo + static_cast<int64_t>(list_rng() % static_cast<uint64_t>(hi - lo + 1));
+    };
+    if (pick_listed(0, 2) == 0) {
+      std::vector<int64_t> eos{1};
+      for (int64_t n = pick_listed(1, 2); n > 0; --n) eos.push_back(pick_listed(2, vocab - 1));
+      std::shuffle(eos.begin(), eos.end(), list_rng);
+      o.eos_token_id = eos.front();
+      o.extra_eos_token_ids.assign(eos.begin() + 1, eos.end());
+    }
     o.num_beams = pick(1, 4);
     o.max_new_tokens = pick(1, 9);
     o.min_new_tokens = pick(0, 3) == 0 ? pick(0, o.max_new_tokens) : 0;
@@ -237,7 +264,14 @@ TEST(HuggingFaceReferenceTest, RandomOptionsMatchTheTranscription) {
     o.no_repeat_ngram_size = pick(0, 2) == 0 ? pick(1, 4) : 0;
     o.repetition_penalty = repetition[pick(0, 5)];
     if (pick(0, 4) == 0) o.forced_bos_token_id = pick(2, vocab - 1);
-    if (pick(0, 4) == 0) o.forced_eos_token_id = 1;
+    if (pick(0, 4) == 0) {
+      o.forced_eos_token_id = 1;
+      // A list: the others score 0 too (an id that is no EOS one is forced and the beam runs on to the end).
+      if (pick_listed(0, 1) == 0) {
+        o.extra_forced_eos_token_ids.push_back(pick_listed(2, vocab - 1));
+        if (pick_listed(0, 1) == 0) std::swap(*o.forced_eos_token_id, o.extra_forced_eos_token_ids.front());
+      }
+    }
     HfOptions h;
     h.max_length = o.max_new_tokens + 1;
     h.min_length = o.min_new_tokens + 1;
@@ -248,7 +282,8 @@ TEST(HuggingFaceReferenceTest, RandomOptionsMatchTheTranscription) {
     h.no_repeat_ngram_size = o.no_repeat_ngram_size;
     h.repetition_penalty = o.repetition_penalty;
     h.forced_bos = o.forced_bos_token_id.value_or(-1);
-    h.forced_eos = o.forced_eos_token_id.value_or(-1);
+    h.forced_eos = forced_eos_token_ids(o);
+    h.eos = eos_token_ids(o);
     SCOPED_TRACE("trial " + std::to_string(trial) + ": vocab " + std::to_string(vocab) + " " + describe(o));
     std::vector<HfHypothesis> want;
     try {
@@ -268,6 +303,7 @@ TEST(HuggingFaceReferenceTest, RandomOptionsMatchTheTranscription) {
       continue;
     }
     ++compared;
+    if (h.eos.size() > 1 || h.forced_eos.size() > 1) ++compared_with_lists;
     ASSERT_EQ(run.results.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) {
       EXPECT_EQ(run.results[i].tokens, want[i].tokens) << "hypothesis " << i;
@@ -277,6 +313,7 @@ TEST(HuggingFaceReferenceTest, RandomOptionsMatchTheTranscription) {
   }
   if (!::testing::Test::HasFailure()) {
     EXPECT_GT(compared, trials * 2 / 3);  // most draws are comparable
+    EXPECT_GT(compared_with_lists, trials / 4);
   }
 }
 

@@ -121,6 +121,30 @@ TEST(ProcessLogitsTest, ForcedEosAtTheLastStepOnlyAndOverMinLength) {
   EXPECT_EQ(values(last), (std::vector<float>{-kInf, 0.0f, -kInf}));
 }
 
+// Lists of EOS ids: MinLengthLogitsProcessor keeps every listed id out, ForcedEOSTokenLogitsProcessor
+// gives every listed forced id 0 (transformers 4.26+); the tokens the kernels' path excludes agree.
+TEST(ProcessLogitsTest, EveryListedEosIdIsHeldBackAndEveryForcedIdForced) {
+  GenerationOptions options;
+  options.max_new_tokens = 4;
+  options.min_new_tokens = 2;
+  options.eos_token_id = 3;
+  options.extra_eos_token_ids = {1};
+  const auto early = row({1.0f, 2.0f, 3.0f, 4.0f, 5.0f});
+  process_logits(options, {{0, 2}}, early);
+  EXPECT_EQ(values(early), (std::vector<float>{1.0f, -kInf, 3.0f, -kInf, 5.0f}));
+  EXPECT_EQ(excluded_tokens(options, {0, 2}, 5), (std::vector<int64_t>{1, 3}));
+  const auto later = row({1.0f, 2.0f, 3.0f, 4.0f, 5.0f});
+  process_logits(options, {{0, 2, 2}}, later);
+  EXPECT_EQ(values(later), (std::vector<float>{1.0f, 2.0f, 3.0f, 4.0f, 5.0f}));
+  options.forced_eos_token_id = 4;
+  options.extra_forced_eos_token_ids = {1};
+  const auto last = row({1.0f, 2.0f, 3.0f, 4.0f, 5.0f});
+  process_logits(options, {{0, 2, 2, 2}}, last);
+  EXPECT_EQ(values(last), (std::vector<float>{-kInf, 0.0f, -kInf, -kInf, 0.0f}));
+  EXPECT_EQ(forced_tokens(options, 4), (std::vector<int64_t>{4, 1}));
+  EXPECT_TRUE(forced_tokens(options, 3).empty());
+}
+
 TEST(ProcessLogitsTest, RepetitionPenaltyThenNoRepeatNGram) {
   GenerationOptions options;
   options.repetition_penalty = 2.0;

@@ -126,6 +126,32 @@ TEST(ValidateTest, RejectsEachBadOptionWithItsName) {
   expect_rejected([](auto& o) { o.no_repeat_ngram_size = -2; }, "no_repeat_ngram_size");
   expect_rejected([](auto& o) { o.eos_token_id = -1; }, "eos_token_id");
   expect_rejected([](auto& o) { o.forced_bos_token_id = -3; }, "forced_bos_token_id");
+  expect_rejected([](auto& o) { o.extra_eos_token_ids = {4, -2}; }, "eos_token_id is -2");
+  expect_rejected(
+      [](auto& o) {
+        o.forced_eos_token_id = 1;
+        o.extra_forced_eos_token_ids = {-1};
+      },
+      "forced_eos_token_id is -1");
+  expect_rejected([](auto& o) { o.extra_forced_eos_token_ids = {1}; }, "without forced_eos_token_id");
+}
+
+// Of a list of EOS ids, one inside the tokenizer's vocabulary is enough (an id past it is never generated,
+// as none there is); none inside leaves the search nothing to stop at.
+TEST(ValidateTest, AListOfEosIdsNeedsOneInsideTheTokenizer) {
+  GenerationOptions o;
+  o.eos_token_id = 1;
+  o.extra_eos_token_ids = {40};
+  o.vocab_limit = 30;
+  EXPECT_NO_THROW(validate(o));
+  o.eos_token_id = 35;
+  try {
+    validate(o);
+    ADD_FAILURE() << "EOS ids 35 and 40 past a vocabulary of 30 were accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("vocab_limit is 30 but the EOS ids are 35, 40"), std::string::npos)
+        << e.what();
+  }
 }
 
 // Beam sampling (do_sample with beams) returns at most one sequence per beam, as beam search does;

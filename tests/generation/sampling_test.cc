@@ -160,6 +160,32 @@ TEST(SamplingTest, StopsOnEosAndScoresTheDrawnTokens) {
   EXPECT_EQ(run.emitted_logprobs, run.results[0].token_logprobs);
 }
 
+// Sampling ends a draw at any of a checkpoint's EOS ids, as Hugging Face's sample() does; several samples
+// each at their own. Only the first id ended a draw.
+TEST(SamplingTest, AnyOfSeveralEosIdsEndsADraw) {
+  auto options = sampling_options(7);
+  options.max_new_tokens = 60;
+  options.extra_eos_token_ids = {3};
+  SamplingSearcher searcher(options);
+  // Token 2 or the extra EOS id 3 (kEos itself is never drawn).
+  const auto run = drive(searcher, fixed({0.0, 0.0, 0.8, 0.2, 0.0}), 0);
+  const auto& tokens = run.results[0].tokens;
+  ASSERT_LT(tokens.size(), 60u) << "0.8^59: the draw should have met id 3";
+  EXPECT_EQ(tokens.back(), 3);
+  EXPECT_EQ(run.results[0].finish_reason, FinishReason::kEos);
+  for (size_t i = 0; i + 1 < tokens.size(); ++i) EXPECT_EQ(tokens[i], 2);
+
+  options.num_return_sequences = 4;
+  MultiSampleSearcher samples(options);
+  const auto several = drive(samples, fixed({0.0, 0.0, 0.8, 0.2, 0.0}), 0);
+  ASSERT_EQ(several.results.size(), 4u);
+  for (const auto& r : several.results) {
+    ASSERT_FALSE(r.tokens.empty());
+    EXPECT_EQ(r.tokens.back(), 3);
+    EXPECT_EQ(r.finish_reason, FinishReason::kEos);
+  }
+}
+
 TEST(SamplingTest, EachTokenCarriesItsLogProbabilityAfterTheWarpers) {
   auto options = sampling_options(5);
   options.max_new_tokens = 40;
