@@ -309,40 +309,47 @@ std::optional<std::vector<int64_t>> ids_of(const nlohmann::json& j, const char* 
 }
 
 // eos_token_id (config.json's, or generation_config.json's, which Hugging Face generates with): one id,
-// or a list of them, any of which ends a sequence in Hugging Face. We stop at one: a list's first, or
-// `keep` where the list holds it (config.json's id, read again from generation_config.json); the others
-// are reported as unsupported rather than dropped without a word (or the model refused, as a list was).
+// or a list of them, any of which ends a sequence (Hugging Face's generate stops on each, and min_length
+// keeps each out). eos_token_id is the list's first, or `keep` where the list holds it (config.json's id,
+// read again from generation_config.json); the others become extra_eos_token_ids. An absent key keeps
+// what `c` has. null or [] is refused: Hugging Face would then end no sequence before max_length, every
+// summary running on past its end to max_new_tokens.
 void read_eos(const nlohmann::json& j, ModelConfig& c, std::optional<int64_t> keep) {
+  if (!j.contains("eos_token_id")) return;
   const auto ids = ids_of(j, "eos_token_id");
-  if (!ids || ids->empty()) return;
+  if (!ids || ids->empty()) {
+    config_error("'eos_token_id' is " + j.at("eos_token_id").dump() +
+                 ": Hugging Face would then end no summary before max_length (each would run on past its end); "
+                 "set the tokenizer's EOS id, or a list of the ids that end a sequence");
+  }
   c.eos_token_id = keep && std::find(ids->begin(), ids->end(), *keep) != ids->end() ? *keep : ids->front();
-  if (ids->size() > 1) {
-    c.unsupported_generation.push_back("eos_token_id=" + j.at("eos_token_id").dump() + " (generation stops at " +
-                                       std::to_string(c.eos_token_id) + " only)");
+  c.extra_eos_token_ids.clear();
+  for (const int64_t id : *ids) {
+    if (id != c.eos_token_id &&
+        std::find(c.extra_eos_token_ids.begin(), c.extra_eos_token_ids.end(), id) == c.extra_eos_token_ids.end()) {
+      c.extra_eos_token_ids.push_back(id);
+    }
   }
 }
 
-// forced_eos_token_id, one id or a list: Hugging Face's processor gives every listed id the same score,
-// so its greedy search takes the lowest; that one is forced, and a list of several is reported (beam
-// search and sampling could end with another). An empty list or null forces nothing.
+// forced_eos_token_id, one id or a list: Hugging Face's processor gives every listed id the score 0 at the
+// last step (greedy search takes the lowest, sampling and beams any). The lowest is forced_eos_token_id,
+// the others extra_forced_eos_token_ids. An empty list or null forces nothing.
 void read_forced_eos(const nlohmann::json& j, ModelConfig& c) {
-  const auto ids = ids_of(j, "forced_eos_token_id");
-  if (!ids || ids->empty()) {
-    c.forced_eos_token_id = std::nullopt;
-    return;
-  }
-  c.forced_eos_token_id = *std::min_element(ids->begin(), ids->end());
-  if (ids->size() > 1) {
-    c.unsupported_generation.push_back("forced_eos_token_id=" + j.at("forced_eos_token_id").dump() + " (forcing " +
-                                       std::to_string(*c.forced_eos_token_id) + " only)");
-  }
+  auto ids = ids_of(j, "forced_eos_token_id").value_or(std::vector<int64_t>{});
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  c.forced_eos_token_id = ids.empty() ? std::nullopt : std::optional<int64_t>(ids.front());
+  c.extra_forced_eos_token_ids.assign(ids.begin() + (ids.empty() ? 0 : 1), ids.end());
 }
 
 // Every special token id the config sets (generation_config.json may set some again) in the vocabulary.
 void check_token_ids(const ModelConfig& c) {
-  for (const auto& id :
-       {std::optional<int64_t>(c.pad_token_id), std::optional<int64_t>(c.eos_token_id),
-        std::optional<int64_t>(c.decoder_start_token_id), c.forced_bos_token_id, c.forced_eos_token_id}) {
+  std::vector<std::optional<int64_t>> ids{c.pad_token_id, c.eos_token_id, c.decoder_start_token_id,
+                                          c.forced_bos_token_id, c.forced_eos_token_id};
+  ids.insert(ids.end(), c.extra_eos_token_ids.begin(), c.extra_eos_token_ids.end());
+  ids.insert(ids.end(), c.extra_forced_eos_token_ids.begin(), c.extra_forced_eos_token_ids.end());
+  for (const auto& id : ids) {
     if (id && (*id < 0 || *id >= c.vocab_size)) {
       config_error("special token id " + std::to_string(*id) + " outside the vocabulary");
     }
@@ -652,14 +659,23 @@ nlohmann::json ModelConfig::to_json(const nlohmann::json* original) const {
   j["vocab_size"] = vocab_size;
   j["d_model"] = d_model;
   j["pad_token_id"] = pad_token_id;
-  j["eos_token_id"] = eos_token_id;
+  // A list where the checkpoint named several (its first or config.json's id first, as read).
+  auto eos = nlohmann::json::array({eos_token_id});
+  for (const int64_t id : extra_eos_token_ids) eos.push_back(id);
+  j["eos_token_id"] = eos.size() == 1 ? eos.front() : eos;
   j["decoder_start_token_id"] = decoder_start_token_id;
   j["tie_word_embeddings"] = tie_word_embeddings;
   // Written even when unset: an absent key means BartConfig's default (bos 0, forced_eos 2) on reading.
   const auto id_or_null = [](const std::optional<int64_t>& id) { return id ? nlohmann::json(*id) : nlohmann::json(); };
   j["bos_token_id"] = id_or_null(bos_token_id);
   j["forced_bos_token_id"] = id_or_null(forced_bos_token_id);
-  j["forced_eos_token_id"] = id_or_null(forced_eos_token_id);
+  if (extra_forced_eos_token_ids.empty()) {
+    j["forced_eos_token_id"] = id_or_null(forced_eos_token_id);
+  } else {
+    auto forced = nlohmann::json::array({*forced_eos_token_id});
+    for (const int64_t id : extra_forced_eos_token_ids) forced.push_back(id);
+    j["forced_eos_token_id"] = forced;
+  }
   if (arch == Architecture::kBart) {
     j["encoder_attention_heads"] = num_heads;
     j["decoder_attention_heads"] = num_heads;

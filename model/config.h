@@ -88,11 +88,16 @@ struct ModelConfig {
   int64_t encoder_layers = 0;
   int64_t decoder_layers = 0;
   int64_t pad_token_id = 0;
+  // The EOS id (config.json's; its list's first), and the further ids a list-valued eos_token_id names:
+  // generation ends a sequence at any of them, as Hugging Face's does.
   int64_t eos_token_id = 1;
+  std::vector<int64_t> extra_eos_token_ids;
   std::optional<int64_t> bos_token_id;
   int64_t decoder_start_token_id = 0;
   std::optional<int64_t> forced_bos_token_id;
+  // The forced EOS id (a list's lowest), and the list's others, forced with it (each scores 0).
   std::optional<int64_t> forced_eos_token_id;
+  std::vector<int64_t> extra_forced_eos_token_ids;
   bool tie_word_embeddings = true;
   // T5: whether the decoder's output is scaled by d_model^-0.5 before the head. transformers 5 saves it
   // as scale_decoder_outputs (and tie_word_embeddings true for every T5); unset, tie_word_embeddings

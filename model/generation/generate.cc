@@ -15,9 +15,13 @@ namespace srformer {
 GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig& config) {
   options.decoder_start_token_id = config.decoder_start_token_id;
   options.eos_token_id = config.eos_token_id;
+  options.extra_eos_token_ids = config.extra_eos_token_ids;
   options.pad_token_id = config.pad_token_id;
   if (!options.forced_bos_token_id) options.forced_bos_token_id = config.forced_bos_token_id;
-  if (!options.forced_eos_token_id) options.forced_eos_token_id = config.forced_eos_token_id;
+  if (!options.forced_eos_token_id) {
+    options.forced_eos_token_id = config.forced_eos_token_id;
+    options.extra_forced_eos_token_ids = config.extra_forced_eos_token_ids;
+  }
   options.decoder_positions = decoder_positions(config);
   return options;
 }

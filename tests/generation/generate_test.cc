@@ -216,6 +216,12 @@ TEST(GenerateTest, WithModelTokensCopiesTheConfigIds) {
   EXPECT_EQ(o.pad_token_id, 1);
   EXPECT_EQ(o.forced_bos_token_id, 0);
   EXPECT_EQ(o.forced_eos_token_id, 2);
+  // A checkpoint's lists of EOS and forced EOS ids come along (only the first of each did).
+  config.extra_eos_token_ids = {5, 7};
+  config.extra_forced_eos_token_ids = {5};
+  const auto listed = with_model_tokens(GenerationOptions{}, config);
+  EXPECT_EQ(eos_token_ids(listed), (std::vector<int64_t>{2, 5, 7}));
+  EXPECT_EQ(forced_eos_token_ids(listed), (std::vector<int64_t>{2, 5}));
 }
 
 // The server, `srformer summarize` and `srformer eval` take their defaults from here: HF's max_length

@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "model/limits.h"
 #include "tests/support/temp_dir.h"
@@ -421,7 +422,8 @@ TEST(Config, TheRafInitialisationIsCheckedLikeTheRestOfTheBlock) {
       << error_of(j);
 }
 
-// Hugging Face generates with generation_config.json's eos_token_id (an id or a list); we stop at one id.
+// Hugging Face generates with generation_config.json's eos_token_id (an id or a list), stopping at any
+// listed id. config.json's id stays the first where the list holds it; the others are the extra ids.
 TEST(Config, GenerationConfigsEosIsTheOneGeneratedWith) {
   const auto j = t5_json();  // eos 1
   const auto with = [&](const nlohmann::json& eos) {
@@ -430,18 +432,39 @@ TEST(Config, GenerationConfigsEosIsTheOneGeneratedWith) {
   };
   EXPECT_EQ(with(5).eos_token_id, 5);
   EXPECT_TRUE(with(5).unsupported_generation.empty());
+  EXPECT_TRUE(with(5).extra_eos_token_ids.empty());
   EXPECT_EQ(with(nlohmann::json::array({7})).eos_token_id, 7);
-  const auto listed =
-      with(nlohmann::json::array({3, 1}));  // keeps config.json's where listed, and says what it leaves out
+  const auto listed = with(nlohmann::json::array({3, 1}));  // keeps config.json's where listed
   EXPECT_EQ(listed.eos_token_id, 1);
-  ASSERT_EQ(listed.unsupported_generation.size(), 1u);
-  EXPECT_NE(listed.unsupported_generation[0].find("eos_token_id=[3,1]"), std::string::npos);
+  EXPECT_EQ(listed.extra_eos_token_ids, std::vector<int64_t>{3});
+  EXPECT_TRUE(listed.unsupported_generation.empty()) << listed.unsupported_generation[0];
   EXPECT_EQ(with(nlohmann::json::array({4, 6})).eos_token_id, 4);
+  EXPECT_EQ(with(nlohmann::json::array({4, 6})).extra_eos_token_ids, std::vector<int64_t>{6});
   EXPECT_NE(error_with_generation(j, {{"eos_token_id", 999}}).find("generation_config.json: special token id 999"),
+            std::string::npos);
+  EXPECT_NE(error_with_generation(j, {{"eos_token_id", nlohmann::json::array({1, 999})}})
+                .find("generation_config.json: special token id 999"),
             std::string::npos);
   EXPECT_NE(error_with_generation(j, {{"eos_token_id", nlohmann::json::array({"x"})}})
                 .find("'eos_token_id' must be an id or a list"),
             std::string::npos);
+}
+
+// "eos_token_id": null (or []) is Hugging Face's None: its generate would end no sequence before
+// max_length, every summary running on past its end. Refused, naming the file and key; it loaded with
+// BartConfig's or T5Config's default id instead (1 here), which Hugging Face does not stop at.
+TEST(Config, NullOrEmptyEosIdIsRefusedNamingTheFile) {
+  auto j = t5_json();
+  for (const auto& none : {nlohmann::json(nullptr), nlohmann::json::array()}) {
+    j["eos_token_id"] = none;
+    const auto error = error_of(j);
+    EXPECT_EQ(
+        error.rfind("config.json: 'eos_token_id' is " + none.dump() + ": Hugging Face would then end no summary", 0),
+        0u)
+        << error;
+    const auto generation = error_with_generation(t5_json(), {{"eos_token_id", none}});
+    EXPECT_EQ(generation.rfind("generation_config.json: 'eos_token_id' is " + none.dump(), 0), 0u) << generation;
+  }
 }
 
 // Newer transformers save generation defaults only in generation_config.json; Hugging Face then
@@ -549,28 +572,50 @@ TEST(Config, TheConfigsPrefixGoesBeforeEachDocumentUnlessTheTaskSetsItsOwn) {
 }
 
 // Many checkpoints list several EOS ids in config.json ("eos_token_id": [1, 2]), and forced_eos_token_id
-// may be a list too: both failed to load ("has the wrong type"). Generation stops at the first EOS id
-// (the lowest forced one, which HF's greedy search takes) and the rest are reported, as for
-// generation_config.json's list.
+// may be a list too. Generation stops at any listed EOS id; every listed forced id is forced (the lowest
+// first). They were cut to one id each, with a warning that the others were left out.
 TEST(Config, ListValuedEosIdsInConfigJsonLoad) {
   auto j = t5_json();
-  j["eos_token_id"] = {1, 2};
+  j["eos_token_id"] = {1, 2, 1};
   const auto c = ModelConfig::from_json(j);
   EXPECT_EQ(c.eos_token_id, 1);
-  ASSERT_EQ(c.unsupported_generation.size(), 1u);
-  EXPECT_NE(c.unsupported_generation[0].find("eos_token_id=[1,2] (generation stops at 1 only)"), std::string::npos)
-      << c.unsupported_generation[0];
+  EXPECT_EQ(c.extra_eos_token_ids, std::vector<int64_t>{2});
+  EXPECT_TRUE(c.unsupported_generation.empty()) << c.unsupported_generation[0];
   j["eos_token_id"] = {2};
   j["forced_eos_token_id"] = {2, 1};
   const auto forced = ModelConfig::from_json(j);
   EXPECT_EQ(forced.eos_token_id, 2);
+  EXPECT_TRUE(forced.extra_eos_token_ids.empty());
   EXPECT_EQ(forced.forced_eos_token_id, 1);
-  ASSERT_EQ(forced.unsupported_generation.size(), 1u);
-  EXPECT_NE(forced.unsupported_generation[0].find("forced_eos_token_id=[2,1]"), std::string::npos);
+  EXPECT_EQ(forced.extra_forced_eos_token_ids, std::vector<int64_t>{2});
+  EXPECT_TRUE(forced.unsupported_generation.empty());
   j["forced_eos_token_id"] = nlohmann::json::array();
   EXPECT_FALSE(ModelConfig::from_json(j).forced_eos_token_id);
+  EXPECT_TRUE(ModelConfig::from_json(j).extra_forced_eos_token_ids.empty());
+  j["forced_eos_token_id"] = {1, 70};
+  EXPECT_NE(error_of(j).find("special token id 70 outside the vocabulary"), std::string::npos) << error_of(j);
   j["eos_token_id"] = {"x"};
   EXPECT_NE(error_of(j).find("'eos_token_id' must be an id or a list of ids"), std::string::npos) << error_of(j);
+}
+
+// A saved checkpoint's config.json keeps the lists (it wrote the first id only, and the model it saved
+// stopped at fewer ids when loaded again); single ids stay single.
+TEST(Config, ListValuedEosIdsSurviveASave) {
+  auto j = t5_json();
+  j["eos_token_id"] = {3, 1};
+  j["forced_eos_token_id"] = {5, 4};
+  const auto c = ModelConfig::from_json(j);
+  const auto saved = c.to_json();
+  EXPECT_EQ(saved.at("eos_token_id"), nlohmann::json::array({3, 1}));
+  EXPECT_EQ(saved.at("forced_eos_token_id"), nlohmann::json::array({4, 5}));
+  const auto again = ModelConfig::from_json(saved);
+  EXPECT_EQ(again.eos_token_id, 3);
+  EXPECT_EQ(again.extra_eos_token_ids, c.extra_eos_token_ids);
+  EXPECT_EQ(again.forced_eos_token_id, 4);
+  EXPECT_EQ(again.extra_forced_eos_token_ids, c.extra_forced_eos_token_ids);
+  const auto single = ModelConfig::from_json(t5_json()).to_json();
+  EXPECT_EQ(single.at("eos_token_id"), 1);
+  EXPECT_TRUE(single.at("forced_eos_token_id").is_null());
 }
 
 // "top_k": null is Hugging Face's None: no top-k filtering (its TopKLogitsWarper needs a value), not the
