@@ -837,7 +837,7 @@ void Engine::step_rows() {
     // steps before the request is done: flush the detokenizer onto that EOS event then. Flushing only
     // at `done` would find no event to carry the held-back text and repeat the last token for it.
     const bool stream_ends =
-        result.done || (!result.emitted.empty() && result.emitted.back() == s.request->options.eos_token_id);
+        result.done || (!result.emitted.empty() && is_eos(s.request->options, result.emitted.back()));
     if (s.detok && (!events.empty() || stream_ends)) {
       TokenEvent last;
       last.token_id = s.streamed.empty() ? config_.eos_token_id : s.streamed.back();

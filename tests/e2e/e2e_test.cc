@@ -1594,23 +1594,17 @@ TEST_F(EndToEnd, BenchFlagsWinOverQuickInEitherOrder) {
   EXPECT_NE(quick.out.find(R"("steps":4)"), std::string::npos) << quick.out;
 }
 
-// A stream sends each token once, with steps 0, 1, ... and text that adds up to the summary, also where
-// several samples are drawn (the first streams) and it ends on EOS while a byte-level BPE tokenizer holds
-// back an incomplete UTF-8 character: that text was sent on a second copy of the EOS once the last sample
-// ended. A random byte-level BART emits such bytes often; the seeds cover a few dozen endings.
-TEST_F(EndToEnd, StreamsSendEachTokenOnceWhenSeveralSamplesAreDrawn) {
-  const std::string bart = (*work_ / "stream_bart").string();
-  const auto made = run_command(kTool + " init-model --arch bart --cross-attention srformer --segment-size 8 " +
-                                "--layers 2 --d-model 32 --heads 4 --vocab 300 --seed 3 " + bart + " 2>&1");
-  ASSERT_EQ(made.exit_code, 0) << made.out;
-  ServerProcess server(kServer, {"--model", "bs=" + bart, "--listen", "127.0.0.1:0", "--metrics-listen", ""},
-                       (*work_ / "stream_bart.log").string());
-  const auto stub =
-      srformer::v1::Summarizer::NewStub(grpc::CreateChannel(server.target(), grpc::InsecureChannelCredentials()));
+// Streams 40 seeded requests (seed 1, 2, ...) for several samples each from `model` at `target`: each sends
+// each token once, with steps 0, 1, ... and text that adds up to the summary. Their final messages go to
+// `finals` where given.
+constexpr const char* kStreamDocuments[] = {"a package of tools", "is development"};  // even, odd seeds
+void expect_streams_send_each_token_once(const std::string& target, const std::string& model,
+                                         std::vector<srformer::v1::SummarizeResponse>* finals = nullptr) {
+  const auto stub = srformer::v1::Summarizer::NewStub(grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
   for (uint64_t seed = 1; seed <= 40; ++seed) {
     srformer::v1::SummarizeRequest req;
-    req.set_model("bs");
-    req.set_document(seed % 2 ? "is development" : "a package of tools");
+    req.set_model(model);
+    req.set_document(kStreamDocuments[seed % 2]);
     auto* o = req.mutable_options();
     o->set_max_new_tokens(256);
     o->set_do_sample(true);
@@ -1640,7 +1634,60 @@ TEST_F(EndToEnd, StreamsSendEachTokenOnceWhenSeveralSamplesAreDrawn) {
     EXPECT_EQ(ids, std::vector<int64_t>(final.token_ids().begin(), final.token_ids().end()));
     for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i], static_cast<int32_t>(i));
     EXPECT_EQ(text, final.summary());
+    if (finals != nullptr) finals->push_back(final);
   }
+}
+
+// A stream sends each token once, with steps 0, 1, ... and text that adds up to the summary, also where
+// several samples are drawn (the first streams) and it ends on EOS while a byte-level BPE tokenizer holds
+// back an incomplete UTF-8 character: that text was sent on a second copy of the EOS once the last sample
+// ended. A random byte-level BART emits such bytes often; the seeds cover a few dozen endings.
+TEST_F(EndToEnd, StreamsSendEachTokenOnceWhenSeveralSamplesAreDrawn) {
+  const std::string bart = (*work_ / "stream_bart").string();
+  const auto made = run_command(kTool + " init-model --arch bart --cross-attention srformer --segment-size 8 " +
+                                "--layers 2 --d-model 32 --heads 4 --vocab 300 --seed 3 " + bart + " 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  ServerProcess server(kServer, {"--model", "bs=" + bart, "--listen", "127.0.0.1:0", "--metrics-listen", ""},
+                       (*work_ / "stream_bart.log").string());
+  expect_streams_send_each_token_once(server.target(), "bs");
+}
+
+// The same where the model lists several EOS ids and the samples end at one after the first
+// ("eos_token_id": [1, 2]: BART's EOS 2 is the second): the first sample's end flushes the detokenizer
+// there too. It did at the first id only, the held-back text then sent on a second copy of the EOS.
+TEST_F(EndToEnd, StreamsSendEachTokenOnceWhenSamplesEndAtALaterEosId) {
+  const std::string bart = (*work_ / "stream_bart_eos_list").string();
+  const auto made = run_command(kTool + " init-model --arch bart --cross-attention srformer --segment-size 8 " +
+                                "--layers 2 --d-model 32 --heads 4 --vocab 300 --seed 3 " + bart + " 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const auto config = fs::path(bart) / "config.json";
+  auto j = nlohmann::json::parse(std::ifstream(config));
+  j["eos_token_id"] = {1, 2};
+  std::ofstream(config) << j.dump(2);
+  ServerProcess server(kServer, {"--model", "bs=" + bart, "--listen", "127.0.0.1:0", "--metrics-listen", ""},
+                       (*work_ / "stream_bart_eos_list.log").string());
+  std::vector<srformer::v1::SummarizeResponse> finals;
+  expect_streams_send_each_token_once(server.target(), "bs", &finals);
+  // Samples end at id 2, "eos" (2 was no EOS id to the server before: they ran on); srformer summarize
+  // draws the same.
+  int ended_at_two = 0;
+  for (size_t i = 0; i < finals.size(); ++i) {
+    const auto& ids = finals[i].token_ids();
+    if (ids.empty() || ids[ids.size() - 1] != 2) continue;
+    EXPECT_EQ(finals[i].finish_reason(), srformer::v1::FINISH_REASON_EOS) << "seed " << i + 1;
+    if (++ended_at_two > 1) continue;
+    const uint64_t seed = i + 1;
+    const auto document = (*work_ / "stream_eos_list_doc.txt").string();
+    std::ofstream(document) << kStreamDocuments[seed % 2];
+    const auto tool = run_command(kTool + " summarize --model " + bart + " --max-new-tokens 256 --do-sample --seed " +
+                                  std::to_string(seed) + " --temperature 0.3 --no-repeat-ngram-size 4 " +
+                                  "--num-return-sequences " + std::to_string(2 + seed % 3) + " --json " + document);
+    ASSERT_EQ(tool.exit_code, 0) << tool.out;
+    const auto tj = nlohmann::json::parse(tool.out);
+    EXPECT_EQ(tj["token_ids"].get<std::vector<int64_t>>(), std::vector<int64_t>(ids.begin(), ids.end()));
+    EXPECT_EQ(tj["finish_reason"], "eos");
+  }
+  EXPECT_GT(ended_at_two, 0);
 }
 
 // SIGTERM (a preempted job) ends `srformer train` after the update in progress with a checkpoint, exit
