@@ -7,20 +7,31 @@ const path = require('path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
+const usage = 'usage: node summarize.js [--target HOST:PORT] [--model NAME] [--stream] [--max-new-tokens N] FILE';
+const fail = (message) => {
+  console.error(`error: ${message}\n${usage}`);
+  process.exit(2);
+};
 const args = process.argv.slice(2);
 const flag = (name, dflt) => {
   const i = args.indexOf(name);
-  return i >= 0 ? args.splice(i, 2)[1] : dflt;
+  if (i < 0) return dflt;
+  if (i + 1 >= args.length) fail(`${name} needs a value`);
+  return args.splice(i, 2)[1];
 };
 const target = flag('--target', 'localhost:50051');
 const model = flag('--model', '');
-const maxNewTokens = flag('--max-new-tokens', undefined);  // unset: the model's default
+const maxNewTokensText = flag('--max-new-tokens', undefined);  // unset: the model's default
+// A whole number in int32's range: Number() would send 'abc' as 0 and 1.5 as 1, and protobufjs wraps
+// 2^32 + 5 to 5.
+const maxNewTokens = maxNewTokensText === undefined ? undefined : Number(maxNewTokensText);
+if (maxNewTokensText !== undefined &&
+    (!/^[+-]?\d+$/.test(maxNewTokensText.trim()) || Math.abs(maxNewTokens) > 2147483647)) {
+  fail(`--max-new-tokens takes a whole number (int32), not '${maxNewTokensText}'`);
+}
 const stream = args.includes('--stream');
 const file = args.filter((a) => a !== '--stream')[0];
-if (!file) {
-  console.error('usage: node summarize.js [--target HOST:PORT] [--model NAME] [--stream] [--max-new-tokens N] FILE');
-  process.exit(2);
-}
+if (!file) fail('no FILE given');
 
 const def = protoLoader.loadSync(path.join(__dirname, '../../proto/srformer/v1/summarizer.proto'), {
   keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true,
@@ -35,7 +46,14 @@ const client = new Summarizer(target, grpc.credentials.createInsecure(),
                               {'grpc.service_config': JSON.stringify(retry)});
 // document is bytes on the wire: send the UTF-8 encoding of the text.
 const options = maxNewTokens === undefined ? {} : {max_new_tokens: Number(maxNewTokens)};
-const request = {model, document: fs.readFileSync(file), options};
+let document;
+try {
+  document = fs.readFileSync(file);
+} catch (e) {
+  console.error(`error: cannot read ${file}: ${e.code === 'ENOENT' ? 'No such file or directory' : e.message}`);
+  process.exit(2);
+}
+const request = {model, document, options};
 // Status codes by name (14 is UNAVAILABLE).
 const codeName = (code) => Object.keys(grpc.status).find((k) => grpc.status[k] === code) || String(code);
 

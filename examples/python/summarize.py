@@ -34,13 +34,21 @@ def load_messages():
     return summarizer_pb2
 
 
+def int32(text):
+    # protobuf raises ValueError (a traceback) for an int32 field's value out of range: refuse it here.
+    value = int(text)
+    if not -2**31 <= value < 2**31:
+        raise argparse.ArgumentTypeError("%s is out of int32's range" % text)
+    return value
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default="localhost:50051")
     ap.add_argument("--model", default="")
     ap.add_argument("--stream", action="store_true")
-    ap.add_argument("--max-new-tokens", type=int)
-    ap.add_argument("--num-beams", type=int)
+    ap.add_argument("--max-new-tokens", type=int32)
+    ap.add_argument("--num-beams", type=int32)
     ap.add_argument("file")
     args = ap.parse_args()
 

@@ -1018,6 +1018,24 @@ TEST_F(EndToEnd, NodeGrpcJsExampleClient) {
   EXPECT_EQ(stream.out.substr(0, summary.size() + 1), summary + "\n") << stream.out;
   const auto usage = nlohmann::json::parse(unary.out.substr(unary.out.rfind('{')));
   EXPECT_EQ(std::to_string(ref["usage"]["output_tokens"].get<int64_t>()), usage["output_tokens"].dump());
+  // A --max-new-tokens that is not an int32 is refused before any call (Number() sent 'abc' as 0, 1.5 as
+  // 1, and protobufjs wrapped 2^32 + 5 to 5), as is a flag without its value; a missing file is a line,
+  // not a stack trace (exit 2 for all, as the Python example).
+  for (const std::string bad : {"abc", "1.5", "4294967301"}) {
+    auto r = run_command(node + "--max-new-tokens " + bad + " " + doc(2) + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.out;
+    EXPECT_NE(r.out.find("error: --max-new-tokens takes a whole number (int32), not '" + bad + "'"), std::string::npos)
+        << r.out;
+  }
+  auto no_value = run_command(node + doc(2) + " --max-new-tokens 2>&1");
+  EXPECT_EQ(no_value.exit_code, 2) << no_value.out;
+  EXPECT_NE(no_value.out.find("error: --max-new-tokens needs a value"), std::string::npos) << no_value.out;
+  auto missing = run_command(node + "/nonexistent/file.txt 2>&1");
+  EXPECT_EQ(missing.exit_code, 2) << missing.out;
+  EXPECT_NE(missing.out.find("error: cannot read /nonexistent/file.txt: No such file or directory\n"),
+            std::string::npos)
+      << missing.out;
+  EXPECT_EQ(missing.out.find("    at "), std::string::npos) << missing.out;
 }
 
 TEST_F(EndToEnd, PythonExampleClient) {
@@ -1053,6 +1071,13 @@ TEST_F(EndToEnd, PythonExampleClient) {
   auto missing = run_command(python + "/nonexistent/file.txt 2>&1");
   EXPECT_EQ(missing.exit_code, 2) << missing.out;
   EXPECT_NE(missing.out.find("error: cannot read /nonexistent/file.txt"), std::string::npos) << missing.out;
+  // A value past int32 is refused as argparse refuses 'abc' (protobuf's ValueError was a traceback).
+  for (const std::string flag : {"--max-new-tokens 4294967301", "--num-beams -99999999999"}) {
+    auto r = run_command(python + flag + " " + doc(2) + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.out;
+    EXPECT_NE(r.out.find("is out of int32's range"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("Traceback"), std::string::npos) << r.out;
+  }
 }
 
 TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
