@@ -189,10 +189,8 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
     if (!std::isfinite(p.temperature())) {
       invalid("temperature must be a finite number (got " + str(p.temperature()) + ")");
     }
-    if (o.do_sample && p.temperature() <= 0) {
-      invalid("temperature must be > 0 when do_sample is true (got " + str(p.temperature()) +
-              "); use do_sample=false for deterministic output");
-    }
+    // When sampling, validate() refuses it below 1e-4, and says so (a check here said "> 0", and a
+    // client that sent 1e-5 next met another bound).
     o.temperature = p.temperature();
   }
   if (p.has_top_k()) {
@@ -215,10 +213,7 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
     o.no_repeat_ngram_size = d.no_repeat_ngram_size;
   }
   if (p.has_repetition_penalty()) {
-    if (!std::isfinite(p.repetition_penalty()) || p.repetition_penalty() <= 0) {
-      invalid("repetition_penalty must be > 0 (1 disables it; values > 1 discourage repeats), got " +
-              str(p.repetition_penalty()));
-    }
+    // validate() refuses it below 1e-4 or not finite, and says so (as the temperature above).
     o.repetition_penalty = p.repetition_penalty();
   }
   // The model's own L (srformer.expected_length), which ListModels advertises, is always a valid choice.

@@ -64,7 +64,7 @@ TEST(Validation, EveryBadInputIsRefusedWithAHelpfulMessage) {
       {"unknown truncation policy", [](auto& r) { r.set_truncation(static_cast<v1::TruncationPolicy>(7)); },
        SC::INVALID_ARGUMENT, "truncation 7 is not a TruncationPolicy"},
       {"tiny repetition penalty", [](auto& r) { r.mutable_options()->set_repetition_penalty(1e-38F); },
-       SC::INVALID_ARGUMENT, "repetition_penalty"},
+       SC::INVALID_ARGUMENT, "repetition_penalty is 1e-38; set it between 1e-4 and a finite number"},
       {"max_new_tokens 0", [](auto& r) { r.mutable_options()->set_max_new_tokens(0); }, SC::INVALID_ARGUMENT,
        "max_new_tokens must be at least 1"},
       {"max_new_tokens absurd", [](auto& r) { r.mutable_options()->set_max_new_tokens(1000000); }, SC::INVALID_ARGUMENT,
@@ -90,12 +90,12 @@ TEST(Validation, EveryBadInputIsRefusedWithAHelpfulMessage) {
          r.mutable_options()->set_do_sample(true);
          r.mutable_options()->set_temperature(0);
        },
-       SC::INVALID_ARGUMENT, "temperature"},
+       SC::INVALID_ARGUMENT, "temperature is 0; it must be at least 1e-4 (and finite) when do_sample is true"},
       {"top_p 0", [](auto& r) { r.mutable_options()->set_top_p(0); }, SC::INVALID_ARGUMENT, "top_p must be in (0, 1]"},
       {"top_p over 1", [](auto& r) { r.mutable_options()->set_top_p(1.5f); }, SC::INVALID_ARGUMENT, "top_p"},
       {"negative top_k", [](auto& r) { r.mutable_options()->set_top_k(-1); }, SC::INVALID_ARGUMENT, "top_k"},
       {"negative repetition penalty", [](auto& r) { r.mutable_options()->set_repetition_penalty(-1); },
-       SC::INVALID_ARGUMENT, "repetition_penalty must be > 0"},
+       SC::INVALID_ARGUMENT, "repetition_penalty is -1; set it between 1e-4 and a finite number"},
       {"negative no_repeat_ngram_size", [](auto& r) { r.mutable_options()->set_no_repeat_ngram_size(-2); },
        SC::INVALID_ARGUMENT, "no_repeat_ngram_size"},
       {"unknown early_stopping_mode",
