@@ -846,6 +846,9 @@ grpc::ServerUnaryReactor* SummarizerService::ListModels(grpc::CallbackServerCont
   }
   v1::ListModelsRequest in;
   if (const grpc::Status parsed = parse_body(*request, in); !parsed.ok()) {
+    // Logged and counted as the other methods' (it was neither). A call without a message (mostly one
+    // cancelled before it arrived) is neither: the default reactor has no OnDone to tell them apart.
+    if (request->Valid()) CallRecord(*this, context, "ListModels").malformed(next_request_id(), parsed);
     reactor->Finish(parsed);
     return reactor;
   }
