@@ -208,5 +208,39 @@ class BenchScriptsTest(unittest.TestCase):
         self.assert_cleaned_up("server_bursts", proc, err)
 
 
+class ScaleEosRowTest(unittest.TestCase):
+    """bench/scale_eos_row.py scales the embedding rows of the EOS ids, one id or a list of them."""
+
+    def scaled_rows(self, eos):
+        import array
+        import struct
+
+        vocab, width = 5, 3
+        with tempfile.TemporaryDirectory() as tmp:
+            src, dst = os.path.join(tmp, "src"), os.path.join(tmp, "dst")
+            os.mkdir(src)
+            with open(os.path.join(src, "config.json"), "w") as f:
+                json.dump({"d_model": width, "eos_token_id": eos}, f)
+            values = array.array("f", [float(i + 1) for i in range(vocab * width)])
+            header = json.dumps({"shared.weight": {"dtype": "F32", "shape": [vocab, width],
+                                                    "data_offsets": [0, len(values) * 4]}}).encode()
+            with open(os.path.join(src, "model.safetensors"), "wb") as f:
+                f.write(struct.pack("<Q", len(header)) + header + values.tobytes())
+            proc = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "scale_eos_row.py"), src, dst, "2"],
+                                  capture_output=True, text=True, timeout=30)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            with open(os.path.join(dst, "model.safetensors"), "rb") as f:
+                data = f.read()
+            out = array.array("f")
+            out.frombytes(data[8 + len(header):])
+            return [i for i in range(vocab) if out[i * width:(i + 1) * width] != values[i * width:(i + 1) * width]]
+
+    def test_one_eos_id(self):
+        self.assertEqual(self.scaled_rows(1), [1])
+
+    def test_a_list_of_eos_ids_scales_each_row(self):
+        self.assertEqual(self.scaled_rows([1, 3]), [1, 3])
+
+
 if __name__ == "__main__":
     unittest.main()
