@@ -19,6 +19,7 @@
 #include "model/dtype_name.h"
 #include "model/generation/options.h"
 #include "model/openmp_env.h"
+#include "model/tokenizer/utf8.h"
 #include "server/logging.h"
 
 namespace srformer::server {
@@ -51,12 +52,33 @@ bool to_bool(const std::string& flag, const std::string& value) {
   throw ConfigError(flag + " needs true or false, got '" + value + "'");
 }
 
+// A model's name goes into every response (a protobuf string: one that is not UTF-8 made each response
+// unreadable to the client, which reported UNIMPLEMENTED), and clients have to type it.
+ModelSpec model_spec(const std::string& name, const std::string& dir) {
+  const auto control = [](unsigned char ch) { return ch < 0x20 || ch == 0x7f; };
+  if (name.empty() || dir.empty()) {
+    throw ConfigError("--model needs NAME=DIR (e.g. --model bart=/models/bart-srformer), got '" + name + "=" + dir +
+                      "'");
+  }
+  const auto refuse = [&](const std::string& why) {
+    std::string shown = utf8::to_valid(name);  // the message itself is to be readable (and JSON with --log-json)
+    std::replace_if(shown.begin(), shown.end(), control, '?');
+    return ConfigError("model name '" + shown + "' " + why + "; use letters, digits and '-', '_', '.' (e.g. bart)");
+  };
+  if (!utf8::is_valid(name)) throw refuse("is not UTF-8");
+  if (std::any_of(name.begin(), name.end(), control)) throw refuse("holds a control character");
+  if (name.front() == ' ' || name.back() == ' ') throw refuse("starts or ends with a space");
+  // Only the config file's object form can spell it; --model NAME=DIR splits at the first '='.
+  if (name.find('=') != std::string::npos) throw refuse("holds '='");
+  return {name, dir};
+}
+
 ModelSpec parse_model(const std::string& value) {
   const auto eq = value.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == value.size()) {
+  if (eq == std::string::npos) {
     throw ConfigError("--model needs NAME=DIR (e.g. --model bart=/models/bart-srformer), got '" + value + "'");
   }
-  return {value.substr(0, eq), value.substr(eq + 1)};
+  return model_spec(value.substr(0, eq), value.substr(eq + 1));
 }
 
 // Sets one option by its flag name (without dashes). Returns false for an unknown name.
@@ -318,7 +340,7 @@ void apply_config_file(const std::string& path, ServerConfig& config) {
       if (value.is_object()) {
         for (const auto& [n, dir] : value.items()) {
           if (!dir.is_string()) throw shape;
-          config.models.push_back(parse_model(n + "=" + dir.get<std::string>()));  // the checks --model makes
+          config.models.push_back(model_spec(n, dir.get<std::string>()));
         }
       } else if (value.is_array()) {
         for (const auto& v : value) {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "model/tokenizer/utf8.h"
 #include "server/server.h"
 
 namespace srformer::server {
@@ -179,6 +180,40 @@ TEST(ServerConfig, ConfigFileModelsKeepTheirOrder) {
   const auto dir = std::filesystem::temp_directory_path();
   EXPECT_EQ(config_error({"--config", dir.string()}),
             "config file '" + dir.string() + "' is a directory; --config takes a JSON file");
+}
+
+// A model's name is sent in every response as a protobuf string and typed by clients: one that is not
+// UTF-8 made every ListModels and Summarize answer unreadable to the client (which reported UNIMPLEMENTED),
+// and a control character, an outer space or the object form's '=' (read back as NAME=DIR's split) named a
+// model no client could ask for as it meant.
+TEST(ServerConfig, AModelNameClientsCannotSendOrTypeIsRefused) {
+  for (const std::string& name : {std::string("a\xff"), std::string("a\nb"), std::string("tab\there"),
+                                  std::string("bart "), std::string(" bart")}) {
+    const auto got = config_error({"--model", name + "=/m"});
+    EXPECT_EQ(got.rfind("model name '", 0), 0u) << got;
+    EXPECT_NE(got.find("use letters, digits"), std::string::npos) << got;
+    // The message itself is UTF-8 without control characters.
+    EXPECT_TRUE(utf8::is_valid(got)) << got;
+    EXPECT_EQ(got.find_first_of("\n\t"), std::string::npos) << got;
+  }
+  EXPECT_NE(config_error({"--model", "a\xff=/m"}).find("is not UTF-8"), std::string::npos);
+  EXPECT_NE(config_error({"--model", "a\nb=/m"}).find("holds a control character"), std::string::npos);
+  EXPECT_NE(config_error({"--model", "bart =/m"}).find("starts or ends with a space"), std::string::npos);
+  // What a client can send is taken as it is, '=' in the directory included (split at the first '=').
+  ServerConfig c;
+  ASSERT_TRUE(parse({"--model", "résumé-v2.1_x=/m/a=b", "--model", "two words=/m/c"}, c));
+  EXPECT_EQ(c.models[0].name, "résumé-v2.1_x");
+  EXPECT_EQ(c.models[0].dir, "/m/a=b");
+  EXPECT_EQ(c.models[1].name, "two words");
+  const auto path = std::filesystem::temp_directory_path() / "srformer_server_config_names.json";
+  std::ofstream(path) << R"({"model": {"a=b": "/m/x"}})";
+  EXPECT_NE(config_error({"--config", path.string()}).find("model name 'a=b' holds '='"), std::string::npos)
+      << config_error({"--config", path.string()});
+  std::ofstream(path) << R"({"model": {"a\u0001": "/m/x"}})";
+  EXPECT_NE(config_error({"--config", path.string()}).find("holds a control character"), std::string::npos);
+  std::ofstream(path) << R"({"model": {"a": ""}})";
+  EXPECT_NE(config_error({"--config", path.string()}).find("needs NAME=DIR"), std::string::npos);
+  std::filesystem::remove(path);
 }
 
 // A config file means one thing: a key given twice (in either spelling), text after the object, or a
