@@ -217,7 +217,8 @@ std::string server_usage() {
 Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.health.v1, reflection).
 
   --model NAME=DIR            a Hugging Face model directory (config.json, weights, tokenizer); repeatable
-  --config FILE               JSON file with the same options as keys (flags override it)
+  --config FILE               JSON file with the same options as keys (flags override it); relative
+                              paths in it are read from its directory
   --listen HOST:PORT          gRPC address (default 0.0.0.0:50051; port 0 picks a free port)
   --metrics-listen HOST:PORT  Prometheus /metrics address (default 0.0.0.0:9464; "" disables)
   --tls-cert FILE --tls-key FILE
@@ -327,6 +328,14 @@ void apply_config_file(const std::string& path, ServerConfig& config) {
   }
   if (!repeated.empty()) throw ConfigError("config file '" + path + "' gives key '" + repeated + "' twice; keep one");
   if (!j.is_object()) throw ConfigError("config file '" + path + "' must hold a JSON object");
+  // A relative path in the file is read from the file's directory (as Prometheus and kubeconfig read theirs):
+  // it was read from the server's current directory, so the file meant something else wherever the server
+  // started (systemd's /, a container's WORKDIR). Paths on the command line stay the current directory's.
+  const std::filesystem::path base = std::filesystem::path(path).parent_path();
+  const auto from_file_dir = [&](const std::string& file) {
+    return file.empty() || std::filesystem::path(file).is_absolute() ? file : (base / file).string();
+  };
+  const auto add_model = [&](const ModelSpec& spec) { config.models.push_back({spec.name, from_file_dir(spec.dir)}); };
   std::map<std::string, std::string> spelled;  // normalised name -> the key as written
   for (const auto& [key, value] : j.items()) {
     const std::string name = normalise(key);
@@ -340,15 +349,15 @@ void apply_config_file(const std::string& path, ServerConfig& config) {
       if (value.is_object()) {
         for (const auto& [n, dir] : value.items()) {
           if (!dir.is_string()) throw shape;
-          config.models.push_back(model_spec(n, dir.get<std::string>()));
+          add_model(model_spec(n, dir.get<std::string>()));
         }
       } else if (value.is_array()) {
         for (const auto& v : value) {
           if (!v.is_string()) throw shape;
-          config.models.push_back(parse_model(v.get<std::string>()));
+          add_model(parse_model(v.get<std::string>()));
         }
       } else if (value.is_string()) {
-        config.models.push_back(parse_model(value.get<std::string>()));
+        add_model(parse_model(value.get<std::string>()));
       } else {
         throw shape;
       }
@@ -357,6 +366,7 @@ void apply_config_file(const std::string& path, ServerConfig& config) {
     std::string text;
     if (value.is_string()) {
       text = value.get<std::string>();
+      if (name == "tls-cert" || name == "tls-key" || name == "tls-client-ca") text = from_file_dir(text);
     } else if (value.is_boolean()) {
       text = value.get<bool>() ? "true" : "false";
     } else if (value.is_number_unsigned()) {  // as written: past int64 it must not wrap to a negative

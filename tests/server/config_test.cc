@@ -216,6 +216,36 @@ TEST(ServerConfig, AModelNameClientsCannotSendOrTypeIsRefused) {
   std::filesystem::remove(path);
 }
 
+// A relative path in the config file is the file's directory's (model directories and TLS files), as
+// Prometheus and kubeconfig read theirs; it was the server's current directory's, so one file meant other
+// models wherever the server was started. On the command line a path stays the current directory's.
+TEST(ServerConfig, RelativePathsInTheConfigFileAreReadFromItsDirectory) {
+  const auto dir = std::filesystem::temp_directory_path() / "srformer_server_config_paths";
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "server.json";
+  std::ofstream(path) << R"({"model": {"a": "models/a", "b": "/abs/b"}, "tls_cert": "certs/server.pem",
+                             "tls_key": "/abs/key.pem", "tls-client-ca": "ca.pem"})";
+  ServerConfig c;
+  ASSERT_TRUE(parse({"--config", path.string()}, c));
+  ASSERT_EQ(c.models.size(), 2u);
+  EXPECT_EQ(c.models[0].dir, (dir / "models/a").string());
+  EXPECT_EQ(c.models[1].dir, "/abs/b");
+  EXPECT_EQ(c.tls_cert, (dir / "certs/server.pem").string());
+  EXPECT_EQ(c.tls_key, "/abs/key.pem");
+  EXPECT_EQ(c.tls_client_ca, (dir / "ca.pem").string());
+  for (const char* models : {R"(["a=models/a"])", R"("a=models/a")"}) {
+    std::ofstream(path) << R"({"model": )" << models << "}";
+    ServerConfig other;
+    ASSERT_TRUE(parse({"--config", path.string()}, other));
+    EXPECT_EQ(other.models.at(0).dir, (dir / "models/a").string()) << models;
+  }
+  ServerConfig flags;
+  ASSERT_TRUE(parse({"--config", path.string(), "--model", "c=models/c", "--tls-cert", "certs/s.pem"}, flags));
+  EXPECT_EQ(flags.models.at(0).dir, "models/c");
+  EXPECT_EQ(flags.tls_cert, "certs/s.pem");
+  std::filesystem::remove_all(dir);
+}
+
 // A config file means one thing: a key given twice (in either spelling), text after the object, or a
 // second --config file are errors, not a silent choice.
 TEST(ServerConfig, AConfigFileThatSaysTwoThingsIsRefused) {
