@@ -338,12 +338,13 @@ void apply_config_file(const std::string& path, ServerConfig& config) {
   const auto add_model = [&](const ModelSpec& spec) { config.models.push_back({spec.name, from_file_dir(spec.dir)}); };
   std::map<std::string, std::string> spelled;  // normalised name -> the key as written
   for (const auto& [key, value] : j.items()) {
-    const std::string name = normalise(key);
+    // "models" is the list's other spelling: given with "model", the two lists were served as one.
+    const std::string name = normalise(key) == "models" ? "model" : normalise(key);
     if (const auto [at, fresh] = spelled.emplace(name, key); !fresh) {
       throw ConfigError("config file '" + path + "' gives '" + name + "' twice (as '" + at->second + "' and '" + key +
                         "'); keep one");
     }
-    if (name == "model" || name == "models") {
+    if (name == "model") {
       const ConfigError shape("config key '" + key + "' in '" + path +
                               "' must be {\"name\": \"dir\", ...}, [\"name=dir\", ...] or \"name=dir\"");
       if (value.is_object()) {

@@ -262,6 +262,12 @@ TEST(ServerConfig, AConfigFileThatSaysTwoThingsIsRefused) {
             std::string::npos)
       << message(R"({"model": "a=/x", "max_queue": 4, "max-queue": 8})");
   EXPECT_NE(message(R"({"model": {"a": "/x", "a": "/y"}})").find("gives key 'a' twice"), std::string::npos);
+  // "models", the list's other spelling, with "model": two lists in one file were served as one.
+  EXPECT_NE(message(R"({"model": {"a": "/x"}, "models": ["b=/y"]})")
+                .find("gives 'model' twice (as 'model' and 'models'); keep one"),
+            std::string::npos)
+      << message(R"({"model": {"a": "/x"}, "models": ["b=/y"]})");
+  EXPECT_EQ(message(R"({"models": ["b=/y"]})"), "no error");
   EXPECT_NE(message(R"({"model": "a=/x"} {"max_queue": 8})").find("is not valid JSON"), std::string::npos);
   EXPECT_NE(message(R"({"model": "a=/x"} garbage)").find("is not valid JSON"), std::string::npos);
   EXPECT_NE(message(R"({"model": "a=/x"})", {"--config", path.string()}).find("--config is given twice"),
