@@ -78,6 +78,21 @@ TEST(ServerConfig, FlagsOverrideTheFile) {
   std::filesystem::remove(path);
 }
 
+// On the command line the last of a flag given twice counts (the cuda image's entrypoint gives
+// --device cuda, which a --device after it replaces); --model adds a model each time.
+TEST(ServerConfig, AFlagGivenTwiceOnTheCommandLineCountsAsGivenLast) {
+  ServerConfig c;
+  ASSERT_TRUE(parse({"--device", "cuda", "--model", "a=/m/a", "--listen", "127.0.0.1:1", "--device", "cuda:1",
+                     "--listen=127.0.0.1:2", "--model", "b=/m/b", "--warm-up", "false", "--warm-up", "true"},
+                    c));
+  EXPECT_EQ(c.device, "cuda:1");
+  EXPECT_EQ(c.listen, "127.0.0.1:2");
+  EXPECT_TRUE(c.warm_up);
+  ASSERT_EQ(c.models.size(), 2u);
+  EXPECT_EQ(c.models[0].name, "a");
+  EXPECT_EQ(c.models[1].name, "b");
+}
+
 TEST(ServerConfig, ErrorsSayWhatToFix) {
   const auto message = config_error;
   EXPECT_NE(message({"--model", "nodir"}).find("NAME=DIR"), std::string::npos);
