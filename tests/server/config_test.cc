@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 
 #include "model/tokenizer/utf8.h"
 #include "server/server.h"
@@ -91,6 +93,24 @@ TEST(ServerConfig, AFlagGivenTwiceOnTheCommandLineCountsAsGivenLast) {
   ASSERT_EQ(c.models.size(), 2u);
   EXPECT_EQ(c.models[0].name, "a");
   EXPECT_EQ(c.models[1].name, "b");
+}
+
+// Every flag --help names is one the server takes (and a config file key).
+TEST(ServerConfig, EveryFlagInTheHelpIsAccepted) {
+  std::istringstream usage(server_usage());
+  std::set<std::string> flags;
+  for (std::string line; std::getline(usage, line);) {
+    if (line.rfind("  --", 0) != 0) continue;  // an option's first line, not a continuation
+    std::istringstream words(line);
+    for (std::string word; words >> word;) {
+      if (word.rfind("--", 0) == 0) flags.insert(word.substr(0, word.find_first_of("[=")));
+    }
+  }
+  EXPECT_GT(flags.size(), 30u);
+  for (const auto& flag : flags) {
+    if (flag == "--help") continue;
+    EXPECT_EQ(config_error({"--model", "a=/x", flag, "1"}).find("unknown flag"), std::string::npos) << flag;
+  }
 }
 
 TEST(ServerConfig, ErrorsSayWhatToFix) {
