@@ -11,6 +11,7 @@
 
 #include "model/train/trainer.h"
 #include "tools/arg_reader.h"
+#include "tools/device_flag.h"
 
 namespace srformer::tools {
 
@@ -127,7 +128,7 @@ int run_train(const std::vector<std::string>& args) {
     } else if (f == "--threads") {
       at::set_num_threads(r.threads_value());
     } else if (f == "--device") {
-      o.device = r.value();
+      o.device = device_from_flag(r.value()).str();
     } else if (f == "--dropout") {
       o.dropout = r.number_value();
     } else if (f == "--autocast") {

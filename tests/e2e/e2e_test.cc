@@ -1561,6 +1561,11 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
       {"eval " + t5 + " " + doc(0) + " --device cuda:x", "--device must be cpu, cuda or cuda:N, got 'cuda:x'"},
       {"bench --device cpu --dtype fp16", "--dtype fp16 is for --device cuda"},
       {"check-fixture " + dir + " --device tpu", "--device must be cpu, cuda or cuda:N, got 'tpu'"},
+      // LibTorch keeps a device index in 8 bits: cuda:300 ran on cuda:44, cuda:256 on cuda:0.
+      {"summarize --model " + t5 + " --device cuda:300 " + doc(0), "--device cuda:N takes N from 0 to 127"},
+      {"bench --device cuda:256 --quick", "--device cuda:N takes N from 0 to 127, got 'cuda:256'"},
+      {"train " + t5 + " " + doc(0) + " --out " + dir + "_x --device cuda:300",
+       "--device cuda:N takes N from 0 to 127"},
   };
   if (!torch::cuda::is_available()) {  // a CUDA device asked of a build or machine without one
     refused.push_back({"summarize --model " + t5 + " --device cuda " + doc(0), "device cuda: this build or machine"});
