@@ -336,6 +336,20 @@ void apply_config_file(const std::string& path, ServerConfig& config) {
     return file.empty() || std::filesystem::path(file).is_absolute() ? file : (base / file).string();
   };
   const auto add_model = [&](const ModelSpec& spec) { config.models.push_back({spec.name, from_file_dir(spec.dir)}); };
+  // The file's log_json first: an error in a key written before it is then told as the file asks (a JSON
+  // line); it was plain text or JSON by the order of the keys.
+  for (const auto& [key, value] : j.items()) {
+    if (normalise(key) != "log-json") continue;
+    std::optional<bool> b;  // what set_option will read it as, where it reads it
+    if (value.is_boolean()) {
+      b = value.get<bool>();
+    } else if (value.is_string()) {
+      b = bool_word(value.get<std::string>());
+    } else if (value.is_number_unsigned()) {
+      b = bool_word(std::to_string(value.get<uint64_t>()));
+    }
+    if (b) config.log_json = *b;
+  }
   std::map<std::string, std::string> spelled;  // normalised name -> the key as written
   for (const auto& [key, value] : j.items()) {
     // "models" is the list's other spelling: given with "model", the two lists were served as one.

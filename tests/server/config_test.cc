@@ -535,5 +535,23 @@ TEST(ServerConfig, LogJsonTakesAValueOrNone) {
   EXPECT_EQ(config_error({"--model", "a=/x", "--log-json", "maybe"}), "unexpected argument 'maybe' (see --help)");
 }
 
+// A config file's log_json holds for an error in the same file whatever the order of its keys: with the
+// bad key written first the error was plain text, after it a JSON line.
+TEST(ServerConfig, AConfigFileErrorIsToldAsTheFilesLogJsonAsksWhereverItIsWritten) {
+  const auto path = std::filesystem::temp_directory_path() / "srformer_server_config_log_json.json";
+  for (const char* text :
+       {R"({"bogus": 1, "log_json": true})", R"({"log_json": true, "bogus": 1})",
+        R"({"max_queue": 0, "log-json": "yes"})", R"({"model": {"a\u0001": "/x"}, "log_json": 1})"}) {
+    std::ofstream(path) << text;
+    const std::vector<std::string> args{"srformer-server", "--config", path.string()};
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    ServerConfig c;
+    EXPECT_THROW(parse_server_args(static_cast<int>(argv.size()), argv.data(), c), ConfigError) << text;
+    EXPECT_TRUE(log_json_asked(static_cast<int>(argv.size()), argv.data(), c)) << text;
+  }
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace srformer::server
