@@ -75,6 +75,10 @@ void for_each_jsonl(const std::string& path, const std::function<void(const nloh
       // nlohmann's words name the byte, not the cause: a compressed file, or one in another encoding, fails
       // on its first line.
       throw std::invalid_argument(where + ": not valid JSON (" + e.what() + ")" + file_hint(line, n == 1, e));
+    } catch (const nlohmann::json::out_of_range& e) {
+      // A number past double's range (1e999, a 400-digit integer): valid JSON that nlohmann refuses with
+      // another exception than parse_error, which left the file and line unnamed.
+      throw std::invalid_argument(where + ": a number past the range of a double (" + e.what() + ")");
     }
     if (!j.is_object()) throw std::invalid_argument(where + ": expected a JSON object per line");
     fn(j, where);

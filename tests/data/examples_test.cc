@@ -85,6 +85,20 @@ TEST(ReadExamples, AFieldGivenTwiceIsRefused) {
   EXPECT_EQ(examples[0].id, "c");
 }
 
+// A number past double's range (1e999, a 400-digit integer) is valid JSON that nlohmann refuses with an
+// out_of_range error: it left the reader unnamed, 'srformer eval: [json.exception.out_of_range.406] number
+// overflow parsing ...' without the file or line.
+TEST(ReadExamples, ANumberPastDoublesRangeNamesItsLine) {
+  testing::TempDir dir{"examples"};
+  const auto file = dir.path() / "data.jsonl";
+  for (const std::string& number : {std::string("1e999"), std::string(400, '9'), std::string("-1e999")}) {
+    std::ofstream(file) << kTwoLines << "{\"id\": \"c\", \"document\": \"d\", \"summary\": \"s\", \"n\": " << number
+                        << "}\n";
+    const auto said = refusal(file);
+    EXPECT_EQ(said.rfind(file.string() + ":3: a number past the range of a double (", 0), 0u) << said;
+  }
+}
+
 // A file in another encoding is named as such, with what to do: nlohmann's words named only a byte.
 TEST(ReadExamples, AFileNotInUtf8SaysToReEncodeIt) {
   testing::TempDir dir{"examples"};
