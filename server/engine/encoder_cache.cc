@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <iterator>
+#include <new>
 
 namespace srformer::server {
 
@@ -38,14 +39,19 @@ torch::Tensor EncoderCache::find(const std::vector<int64_t>& ids) {
   return it->hidden;
 }
 
-void EncoderCache::insert(const std::vector<int64_t>& ids, torch::Tensor hidden) {
+void EncoderCache::insert(const std::vector<int64_t>& ids, const torch::Tensor& hidden) {
   const int64_t size = bytes_of(hidden);
   if (max_bytes_ <= 0 || size > max_bytes_) return;
   const uint64_t hash = hash_ids(ids);
   if (lookup(ids, hash) != lru_.end()) return;
+  if (fail_copies_for_testing.load()) throw std::bad_alloc();
+  // Everything that may throw (the copies, the nodes) before anything is dropped; splice keeps the
+  // entry's iterator valid.
+  List entry;
+  entry.push_back({ids, hidden.clone(), hash});
+  by_hash_.emplace(hash, entry.begin());
   while (bytes_ + size > max_bytes_ && !lru_.empty()) erase(std::prev(lru_.end()));
-  lru_.push_front({ids, std::move(hidden), hash});
-  by_hash_.emplace(hash, lru_.begin());
+  lru_.splice(lru_.begin(), entry);
   bytes_ += size;
 }
 

@@ -5,6 +5,7 @@
 // short summary. Decode-thread only (not synchronised).
 #include <torch/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <unordered_map>
@@ -20,10 +21,13 @@ class EncoderCache {
   // The encoder's hidden states [k, d] for exactly `ids` when held (now the most recently used), else
   // an undefined tensor.
   torch::Tensor find(const std::vector<int64_t>& ids);
-  // Holds `hidden` [k, d] (the caller's own tensor, not a view of a larger one) for `ids`, dropping the
-  // least recently used entries to stay within the bound; nothing when it alone is over the bound or
-  // `ids` are already held.
-  void insert(const std::vector<int64_t>& ids, torch::Tensor hidden);
+  // Holds a copy of `hidden` [k, d] (a view of a larger tensor may be given) for `ids`, dropping the least
+  // recently used entries to stay within the bound; nothing when it alone is over the bound or `ids` are
+  // already held. Throws where the copy cannot be made (out of memory), the cache left as it was.
+  void insert(const std::vector<int64_t>& ids, const torch::Tensor& hidden);
+
+  // Test seam: while set, insert() fails as an out-of-memory copy would (std::bad_alloc).
+  static inline std::atomic<bool> fail_copies_for_testing{false};
 
   int64_t bytes() const { return bytes_; }
   int64_t entries() const { return static_cast<int64_t>(lru_.size()); }

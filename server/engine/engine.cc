@@ -563,8 +563,14 @@ EncoderOutput Engine::encode_batch(const std::vector<Pending>& batch) {
   if (caching) {
     for (size_t j = 0; j < fresh.size(); ++j) {
       const auto k = static_cast<int64_t>(batch[fresh[j]].request->input_ids.size());
-      encoder_cache_.insert(batch[fresh[j]].request->input_ids,
-                            enc.hidden[static_cast<int64_t>(j)].narrow(0, 0, k).clone());
+      // The encode succeeded: a copy that cannot be made (out of memory) only leaves the rest uncached.
+      try {
+        encoder_cache_.insert(batch[fresh[j]].request->input_ids, enc.hidden[static_cast<int64_t>(j)].narrow(0, 0, k));
+      } catch (const std::exception& e) {
+        spdlog::warn("model '{}': encoder output not cached ({}); the requests go on without it", name_,
+                     error_message(e));
+        break;
+      }
     }
     for (int64_t i = 0; i < n; ++i)
       batch[i].request->usage.encoder_cached = encoded_as[i] < 0 || fresh[encoded_as[i]] != i;

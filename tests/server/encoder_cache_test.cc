@@ -65,5 +65,20 @@ TEST(EncoderCache, ManyEntriesKeepTheirOwnValues) {
   }
 }
 
+TEST(EncoderCache, HoldsItsOwnCopyAndAFailedCopyLeavesItAsItWas) {
+  EncoderCache cache(4 * 16);
+  torch::Tensor mine = hidden(3, 1.0f);
+  cache.insert({1}, mine);
+  mine.fill_(2.0f);  // the caller's tensor changes, not the cache's
+  EXPECT_TRUE(cache.find({1}).equal(hidden(3, 1.0f)));
+  EncoderCache::fail_copies_for_testing = true;
+  EXPECT_THROW(cache.insert({2}, hidden(3, 3.0f)), std::bad_alloc);
+  EncoderCache::fail_copies_for_testing = false;
+  EXPECT_TRUE(cache.find({1}).defined()) << "dropped to make room for an entry that was never held";
+  EXPECT_FALSE(cache.find({2}).defined());
+  EXPECT_EQ(cache.entries(), 1);
+  EXPECT_EQ(cache.bytes(), 3 * 16);
+}
+
 }  // namespace
 }  // namespace srformer::server

@@ -1274,6 +1274,29 @@ TEST(EngineService, EncoderCacheServesACachedAndANewDocumentInOneAdmission) {
   EXPECT_EQ(long_call.get().error_code(), grpc::StatusCode::CANCELLED);
 }
 
+TEST(EngineService, AnEncoderOutputTheCacheCannotCopyIsNotCachedAndTheRequestsSucceed) {
+  LogCapture captured;
+  FakeServerOptions so;
+  so.config.encoder_cache_bytes = 1 << 20;
+  TestServer server(so);
+  struct FailCopies {
+    FailCopies() { server::EncoderCache::fail_copies_for_testing = true; }
+    ~FailCopies() { server::EncoderCache::fail_copies_for_testing = false; }
+  } fail_copies;
+  const std::string doc = doc_of(4);
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    const grpc::Status status = server.stub().Summarize(&ctx, request(doc, 8, 1), &resp);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(ids_of(resp), offline(doc, 8, 1).tokens);
+    EXPECT_FALSE(resp.usage().encoder_cached()) << "nothing could be cached";
+  }
+  EXPECT_EQ(server.engine().stats().encoder_cache_bytes, 0);
+  const std::string log = captured.text();
+  EXPECT_NE(log.find("encoder output not cached"), std::string::npos) << log;
+}
+
 TEST(EngineService, BatchKeepsOrderAndEqualsUnary) {
   TestServer server;
   v1::SummarizeBatchRequest batch;
