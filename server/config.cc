@@ -141,6 +141,8 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
     c.max_connection_age_ms = to_int(flag, value, 0);
   } else if (name == "max-connection-age-grace-ms") {
     c.max_connection_age_grace_ms = to_int(flag, value, 0);
+  } else if (name == "max-streams-per-connection") {
+    c.max_streams_per_connection = to_int(flag, value, 0);
   } else if (name == "retry-pushback-ms") {
     c.retry_pushback_ms = to_int(flag, value, 0);
   } else if (name == "shutdown-grace-ms") {
@@ -290,6 +292,10 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
                               balancing over DNS (round_robin) reconnect and reach replicas added since
                               (default 0 = never; else at least 1000); calls open on it get
                               --max-connection-age-grace-ms (default 60000) to finish
+  --max-streams-per-connection N
+                              calls a client connection may have open at once (HTTP/2 concurrent
+                              streams): a gRPC client's further calls on it wait on the client's side
+                              until one ends (default 100; 0 = unlimited)
   --shutdown-grace-ms N       on SIGTERM/SIGINT, time given to in-flight requests (default 10000)
   --log-level LEVEL           trace|debug|info|warn|error|critical|off (default info)
   --log-json [true|false]     one JSON object per log line (alone: true)
@@ -614,6 +620,10 @@ void validate(const ServerConfig& c) {
     throw ConfigError("--max-connection-age-ms is " + std::to_string(c.max_connection_age_ms) +
                       "; 0 (never) or at least 1000 (a second): shorter closes connections before their calls "
                       "finish (minutes are usual)");
+  }
+  if (c.max_streams_per_connection > std::numeric_limits<int>::max()) {
+    throw ConfigError("--max-streams-per-connection is " + std::to_string(c.max_streams_per_connection) + "; at most " +
+                      std::to_string(std::numeric_limits<int>::max()) + " (0: unlimited)");
   }
   // gRPC takes it as an int (2^32 read as 0 refused every message).
   if (c.max_message_bytes > std::numeric_limits<int>::max()) {

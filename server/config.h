@@ -50,7 +50,10 @@ struct ServerConfig {
   // clients balancing over DNS (round_robin) reconnect and find replicas added since; 0 = never.
   int64_t max_connection_age_ms = 0;
   int64_t max_connection_age_grace_ms = 60000;  // calls still open on such a connection get this long
-  int64_t retry_pushback_ms = 1000;             // ServiceLimits::retry_pushback_ms; 0 = none
+  // HTTP/2 streams (calls) a client connection may have open at once (GRPC_ARG_MAX_CONCURRENT_STREAMS):
+  // a client's further calls wait on its side; 0 = gRPC's default, unlimited.
+  int64_t max_streams_per_connection = 100;
+  int64_t retry_pushback_ms = 1000;  // ServiceLimits::retry_pushback_ms; 0 = none
   int64_t shutdown_grace_ms = 10000;
   std::string log_level = "info";
   bool log_json = false;

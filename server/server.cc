@@ -299,6 +299,12 @@ void Server::start() {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, clamp(config_.max_connection_age_ms));
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, clamp(config_.max_connection_age_grace_ms));
   }
+  // gRPC 1.51 sets no limit of its own: one connection could open thousands of calls, fill the batch and
+  // the queue for every other client. A gRPC client keeps the calls past the limit on its side until one
+  // of its open calls ends (they wait, subject to their deadlines; they do not fail).
+  if (config_.max_streams_per_connection > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, static_cast<int>(config_.max_streams_per_connection));
+  }
   builder.RegisterService(service_.get());
 #if defined(SRFORMER_OWN_REFLECTION_V1)
   reflection_v1_ = std::make_unique<ReflectionV1>(

@@ -387,6 +387,16 @@ TEST(ServerConfig, EncoderCacheMemoryIsOffByDefaultAndTakesASize) {
   }
 }
 
+TEST(ServerConfig, StreamsPerConnectionAreBoundedByDefault) {
+  EXPECT_EQ(ServerConfig{}.max_streams_per_connection, 100);
+  ServerConfig c;
+  ASSERT_TRUE(parse({"--model", "a=/x", "--max-streams-per-connection", "0"}, c));
+  EXPECT_EQ(c.max_streams_per_connection, 0);
+  EXPECT_NE(config_error({"--model", "a=/x", "--max-streams-per-connection", "4294967296"}).find("at most 2147483647"),
+            std::string::npos);
+  EXPECT_NE(config_error({"--model", "a=/x", "--max-streams-per-connection", "-1"}), "no error");
+}
+
 // --encoder-cache-memory refuses auto, so its error for a bad size does not offer it: "12X" said "needs
 // auto or a size", and auto then said "needs a size, not auto".
 TEST(ServerConfig, EncoderCacheMemoryErrorDoesNotOfferAuto) {

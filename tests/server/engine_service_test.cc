@@ -316,6 +316,77 @@ TEST(EngineService, AStreamItsClientStoppedReadingCountsTheClientsStatus) {
   EXPECT_EQ(log.find("request stalled-cancel: SummarizeStream model=fake in="), std::string::npos) << log;
 }
 
+// A client that reads nothing: its small window stalls the server's writes after a few messages.
+std::unique_ptr<v1::Summarizer::Stub> stalling_stub(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1024);
+  return v1::Summarizer::NewStub(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+}
+
+// A stream of 1,000 tokens whose summary is complete and whose messages wait for `stub`'s client.
+std::unique_ptr<grpc::ClientReader<v1::SummarizeStreamResponse>> stalled_stream(TestServer& server,
+                                                                                v1::Summarizer::Stub& stub,
+                                                                                grpc::ClientContext& ctx) {
+  auto req = request(doc_of(3), 1000, 1);
+  req.mutable_options()->set_min_new_tokens(1000);
+  auto reader = stub.SummarizeStream(&ctx, req);
+  EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
+  EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 0; }, 20s));
+  EXPECT_TRUE(server.engine().wait_idle(std::chrono::steady_clock::now() + 5s));
+  return reader;
+}
+
+TEST(EngineService, CallsPastAConnectionsStreamLimitWaitOnTheClientsSide) {
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.config.max_new_tokens_cap = 1000;
+  so.config.max_streams_per_connection = 1;
+  so.metrics = &metrics;
+  TestServer server(so);
+  const auto stub = stalling_stub(server.target());
+  grpc::ClientContext stalled_ctx;
+  auto stalled = stalled_stream(server, *stub, stalled_ctx);
+  const auto summarize_calls = [&] {
+    double n = 0;
+    for (const char* code : {"OK", "DEADLINE_EXCEEDED", "CANCELLED", "RESOURCE_EXHAUSTED"}) {
+      n += server::testing::sample(metrics.scrape_text(), "srformer_requests_total",
+                                   {{"model", "fake"}, {"method", "Summarize"}, {"code", code}})
+               .value_or(0.0);
+    }
+    return n;
+  };
+  // The connection's one stream is taken: a second call waits on the client's side, up to its deadline,
+  // and never reaches the service.
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 1s);
+    v1::SummarizeResponse resp;
+    EXPECT_EQ(stub->Summarize(&ctx, request(doc_of(1), 4, 1), &resp).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  // One with time to wait runs once the stalled stream has ended: queued, not failed.
+  auto waiting = std::async(std::launch::async, [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+    v1::SummarizeResponse resp;
+    const grpc::Status status = stub->Summarize(&ctx, request(doc_of(2), 4, 1), &resp);
+    return std::make_pair(status, ids_of(resp));
+  });
+  EXPECT_EQ(summarize_calls(), 0.0) << "a call past the connection's stream limit reached the service";
+  // Another connection is not held up by this one's limit.
+  grpc::ClientContext other_ctx;
+  v1::SummarizeResponse other;
+  EXPECT_TRUE(server.stub().Summarize(&other_ctx, request(doc_of(4), 4, 1), &other).ok());
+  stalled_ctx.TryCancel();
+  v1::SummarizeStreamResponse msg;
+  while (stalled->Read(&msg)) {
+  }
+  EXPECT_EQ(stalled->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  const auto [status, ids] = waiting.get();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(ids, offline(doc_of(2), 4, 1).tokens);
+}
+
 TEST(EngineService, DeadlineEndsTheRequestAndFreesItsState) {
   FakeServerOptions so;
   so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
