@@ -143,6 +143,8 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
     c.max_connection_age_grace_ms = to_int(flag, value, 0);
   } else if (name == "max-streams-per-connection") {
     c.max_streams_per_connection = to_int(flag, value, 0);
+  } else if (name == "max-unread-stream-memory") {
+    c.max_unread_stream_bytes = parse_memory_size(flag, value, /*takes_auto=*/false);
   } else if (name == "retry-pushback-ms") {
     c.retry_pushback_ms = to_int(flag, value, 0);
   } else if (name == "shutdown-grace-ms") {
@@ -296,6 +298,11 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
                               calls a client connection may have open at once (HTTP/2 concurrent
                               streams): a gRPC client's further calls on it wait on the client's side
                               until one ends (default 100; 0 = unlimited)
+  --max-unread-stream-memory SIZE
+                              SummarizeStream messages the server may hold, all streams together, for
+                              clients reading them slower than they come or not at all (64M, 1G, ...):
+                              while over it, new SummarizeStream calls are refused with
+                              RESOURCE_EXHAUSTED (default 64M; 0 = unlimited)
   --shutdown-grace-ms N       on SIGTERM/SIGINT, time given to in-flight requests (default 10000)
   --log-level LEVEL           trace|debug|info|warn|error|critical|off (default info)
   --log-json [true|false]     one JSON object per log line (alone: true)

@@ -53,6 +53,8 @@ struct ServerConfig {
   // HTTP/2 streams (calls) a client connection may have open at once (GRPC_ARG_MAX_CONCURRENT_STREAMS):
   // a client's further calls wait on its side; 0 = gRPC's default, unlimited.
   int64_t max_streams_per_connection = 100;
+  // ServiceLimits::max_unread_stream_bytes; 0 = unlimited.
+  int64_t max_unread_stream_bytes = int64_t{64} << 20;
   int64_t retry_pushback_ms = 1000;  // ServiceLimits::retry_pushback_ms; 0 = none
   int64_t shutdown_grace_ms = 10000;
   std::string log_level = "info";

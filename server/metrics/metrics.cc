@@ -49,6 +49,8 @@ const char* to_string(RejectReason reason) {
       return "shutting_down";
     case RejectReason::kInvalid:
       return "invalid";
+    case RejectReason::kUnreadStreams:
+      return "unread_streams";
   }
   return "invalid";
 }
@@ -91,12 +93,13 @@ struct Metrics::Families {
                       .Help("Requests accepted and not yet finished.")
                       .Register(r)),
         queue_depth(BuildGauge().Name("srformer_queue_depth").Help("Requests waiting in the queue.").Register(r)),
-        rejected(
-            BuildCounter()
-                .Name("srformer_requests_rejected_total")
-                .Help("Requests refused before queueing (queue_full|shutting_down|invalid), and queued ones the end "
-                      "of a shutdown's grace dropped unserved (shutting_down).")
-                .Register(r)),
+        rejected(BuildCounter()
+                     .Name("srformer_requests_rejected_total")
+                     .Help("Requests refused before queueing (queue_full|shutting_down|invalid|unread_streams), and "
+                           "queued ones "
+                           "the end "
+                           "of a shutdown's grace dropped unserved (shutting_down).")
+                     .Register(r)),
         unrouted(
             BuildCounter()
                 .Name("srformer_requests_unrouted_total")
@@ -217,6 +220,11 @@ struct Metrics::Families {
                                 .Name("srformer_encoder_cache_bytes")
                                 .Help("Bytes of encoder outputs the cache holds (--encoder-cache-memory).")
                                 .Register(r)),
+        stream_unread_bytes(BuildGauge()
+                                .Name("srformer_stream_unread_bytes")
+                                .Help("Bytes of SummarizeStream messages held for clients that have not taken them "
+                                      "yet, all streams together (--max-unread-stream-memory).")
+                                .Register(r)),
         kv_read(BuildCounter()
                     .Name("srformer_cross_attention_kv_read_total")
                     .Help("Cross-attention key/value elements read, summed over rows (each beam or sample) and "
@@ -259,6 +267,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Counter>& admitted_while_encoding;
   prometheus::Family<prometheus::Counter>& encoder_cache_lookups;
   prometheus::Family<prometheus::Gauge>& encoder_cache_bytes;
+  prometheus::Family<prometheus::Gauge>& stream_unread_bytes;
   prometheus::Family<prometheus::Counter>& kv_read;
   prometheus::Family<prometheus::Counter>& kv_full;
 };
@@ -292,7 +301,8 @@ ModelMetrics::ModelMetrics(Metrics& metrics, const std::string& model)
       kv_read_total_(metrics.families_->kv_read.Add({{"model", model}})),
       kv_full_total_(metrics.families_->kv_full.Add({{"model", model}})) {
   // Pre-create the bounded reason series so rate() queries see zeros instead of absent series.
-  for (const auto reason : {RejectReason::kQueueFull, RejectReason::kShuttingDown, RejectReason::kInvalid}) {
+  for (const auto reason :
+       {RejectReason::kQueueFull, RejectReason::kShuttingDown, RejectReason::kInvalid, RejectReason::kUnreadStreams}) {
     metrics.families_->rejected.Add({{"model", model}, {"reason", to_string(reason)}});
   }
   for (const auto reason : {LeaveReason::kEos, LeaveReason::kLength, LeaveReason::kCancelled, LeaveReason::kError}) {
@@ -384,7 +394,8 @@ Metrics::Metrics(const std::string& listen_address, std::chrono::milliseconds sa
     : sample_interval_(sample_interval),
       registry_(std::make_shared<prometheus::Registry>()),
       families_(std::make_unique<Families>(*registry_)),
-      process_monitor_(std::make_unique<ProcessMonitor>(*registry_, sample_interval)) {
+      process_monitor_(std::make_unique<ProcessMonitor>(*registry_, sample_interval)),
+      stream_unread_bytes_(families_->stream_unread_bytes.Add({})) {
   // Zeros from the start, as for the per-model reasons: rate() sees a series before the first stray call.
   for (const char* method : {"Summarize", "SummarizeStream", "SummarizeBatch"}) {
     for (const auto reason : {UnroutedReason::kUnknownModel, UnroutedReason::kMalformed, UnroutedReason::kTooLarge}) {

@@ -29,7 +29,8 @@ class ProcessMonitor;
 class TorchMemorySampler;
 
 // Why a request was refused before it reached the engine (label `reason` of srformer_requests_rejected_total).
-enum class RejectReason { kQueueFull, kShuttingDown, kInvalid };
+// kUnreadStreams: a SummarizeStream refused while over --max-unread-stream-memory.
+enum class RejectReason { kQueueFull, kShuttingDown, kInvalid, kUnreadStreams };
 // Why a row left the running batch (label `reason` of srformer_rows_left_total).
 enum class LeaveReason { kEos, kLength, kCancelled, kError };
 // Why a call (or a SummarizeBatch item) reached no model (label `reason` of srformer_requests_unrouted_total):
@@ -177,6 +178,8 @@ class Metrics {
   // have no model label (an unknown name is the client's text), so srformer_requests_total cannot count
   // them; without this a fleet of clients asking for a renamed model would show nowhere.
   void on_unrouted(const std::string& method, UnroutedReason reason);
+  // srformer_stream_unread_bytes: stream messages held for clients that have not taken them yet.
+  prometheus::Gauge& stream_unread_bytes() { return stream_unread_bytes_; }
 
   // Starts sampling GPU gauges via NVML (nullptr = load libnvidia-ml.so.1 at run time). If NVML is unavailable,
   // logs once why and registers no GPU series. Returns whether GPU sampling runs.
@@ -203,6 +206,7 @@ class Metrics {
   std::mutex mutex_;  // guards models_, gpu_monitor_, torch sampling setup
   std::map<std::string, std::unique_ptr<ModelMetrics>> models_;
   std::unique_ptr<ProcessMonitor> process_monitor_;
+  prometheus::Gauge& stream_unread_bytes_;
   std::unique_ptr<GpuMonitor> gpu_monitor_;
   std::unique_ptr<TorchMemorySampler> torch_sampler_;
   std::unique_ptr<HttpExporter> exposer_;  // last: destroyed first, stops serving before metrics go

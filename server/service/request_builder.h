@@ -30,6 +30,11 @@ struct ServiceLimits {
   // Request bodies over this many bytes are refused with RESOURCE_EXHAUSTED, logged and counted
   // (--max-message-bytes; 0 = no limit here). gRPC's own limit would refuse them before the service.
   int64_t max_message_bytes = 0;
+  // SummarizeStream messages held for clients that have not taken them yet (reading slower than the
+  // engine writes, or not at all), all streams together: while over this many bytes, new SummarizeStream
+  // calls are refused with RESOURCE_EXHAUSTED (--max-unread-stream-memory; 0 = no limit). Streams already
+  // accepted finish, so the memory held stays within this plus what the accepted ones write.
+  int64_t max_unread_stream_bytes = 0;
 };
 
 // An error to return to the client with this status code.

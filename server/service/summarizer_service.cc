@@ -107,7 +107,7 @@ class CallRecord {
   // `server_fault`: the server failed to take the request (ServerError): an error line, and no refusal
   // counted (the call's code still counts in srformer_requests_total).
   void refused(const std::string& id, const std::string& requested, const Engine* engine, const grpc::Status& status,
-               bool server_fault = false) {
+               bool server_fault = false, std::optional<RejectReason> reason = std::nullopt) {
     if (server_fault) {
       if (engine != nullptr) started(engine->name());
       spdlog::error("request {}: {} model={} failed before it was queued, with {}: {}", id, method_,
@@ -117,7 +117,7 @@ class CallRecord {
     }
     if (engine != nullptr) {
       started(engine->name());
-      if (metrics_) metrics_->model(engine->name()).on_rejected(reject_reason(status.error_code()));
+      if (metrics_) metrics_->model(engine->name()).on_rejected(reason.value_or(reject_reason(status.error_code())));
     } else if (metrics_ && status.error_code() == grpc::StatusCode::NOT_FOUND) {
       metrics_->on_unrouted(method_, UnroutedReason::kUnknownModel);
     }
@@ -329,14 +329,27 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
 class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   StreamCall(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body)
-      : record_(service, context, "SummarizeStream") {
+      : service_(service), record_(service, context, "SummarizeStream") {
     SummarizerService::Prepared prepared;
     if (const grpc::Status opened = open_call(service, context, body, in_, record_, prepared); !opened.ok()) {
       end(opened);
       return;
     }
-    request_ = prepared.request;
     const std::string model = prepared.engine->name();
+    // Messages held for clients that do not take them are bounded by refusing new streams, not by the
+    // queue: a stream whose summary is complete has left the engine, however long its messages wait.
+    if (const int64_t limit = service.limits().max_unread_stream_bytes, unread = service.unread_stream_bytes();
+        limit > 0 && unread > limit) {
+      const grpc::Status status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          "the server holds " + std::to_string(unread) +
+              " bytes of stream messages their clients have not read, over its limit (--max-unread-stream-memory " +
+              std::to_string(limit) + "); retry later");
+      record_.refused(prepared.request->id, model, prepared.engine, status, false, RejectReason::kUnreadStreams);
+      end(status);
+      return;
+    }
+    request_ = prepared.request;
     request_->on_tokens = [this](std::vector<TokenEvent> events) {
       std::vector<v1::SummarizeStreamResponse> msgs(events.size());
       for (size_t i = 0; i < events.size(); ++i) {
@@ -386,12 +399,18 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     std::optional<grpc::Status> finish;
     {
       std::lock_guard lock(mu_);
+      int64_t taken = pending_bytes_.front();
       pending_.pop_front();
+      pending_bytes_.pop_front();
       if (!ok) {  // the client is gone: stop generating, drop what is queued
         if (request_) request_->cancel();
         unsent_ += pending_.size() + 1;
+        for (const int64_t bytes : pending_bytes_) taken += bytes;
         pending_.clear();
+        pending_bytes_.clear();
       }
+      held_ -= taken;
+      service_.add_unread_stream_bytes(-taken);
       if (!pending_.empty()) {
         next = &pending_.front();
       } else {
@@ -410,6 +429,7 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
   void OnDone() override {
     record_.done();
+    if (held_ != 0) service_.add_unread_stream_bytes(-held_);  // none, as the stream ends with its writes
     delete this;
   }
 
@@ -418,6 +438,7 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void enqueue(const std::vector<v1::SummarizeStreamResponse>& msgs, std::optional<grpc::Status> status) {
     std::vector<grpc::ByteBuffer> bodies;
     bodies.reserve(msgs.size());
+    int64_t added = 0;
     for (const auto& m : msgs) {
       grpc::ByteBuffer body;
       if (const grpc::Status serialized = serialize_body(m, body); !serialized.ok()) {
@@ -427,13 +448,19 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         if (status) status = serialized;
         continue;
       }
+      added += static_cast<int64_t>(body.Length());
       bodies.push_back(std::move(body));
     }
     const grpc::ByteBuffer* first = nullptr;
     std::optional<grpc::Status> finish;
     {
       std::lock_guard lock(mu_);
-      for (auto& b : bodies) pending_.push_back(std::move(b));
+      for (auto& b : bodies) {
+        pending_bytes_.push_back(static_cast<int64_t>(b.Length()));
+        pending_.push_back(std::move(b));
+      }
+      held_ += added;
+      service_.add_unread_stream_bytes(added);
       if (status) status_ = status;
       if (!writing_ && !pending_.empty()) {
         writing_ = true;
@@ -465,11 +492,14 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     RequestResult result;
   };
 
+  SummarizerService& service_;
   CallRecord record_;
   v1::SummarizeRequest in_;
   std::shared_ptr<Request> request_;
   std::mutex mu_;
   std::deque<grpc::ByteBuffer> pending_;  // front = being written (deque keeps references)
+  std::deque<int64_t> pending_bytes_;     // their sizes
+  int64_t held_ = 0;                      // their sum, counted in the service's unread_stream_bytes
   bool writing_ = false;
   bool finished_ = false;
   std::optional<grpc::Status> status_;
@@ -763,6 +793,17 @@ std::string SummarizerService::request_id(const v1::SummarizeRequest& request) {
 }
 
 Engine* SummarizerService::find_model(const std::string& name) const { return models_.find(name); }
+
+void SummarizerService::add_unread_stream_bytes(int64_t delta) {
+  unread_stream_bytes_.fetch_add(delta);
+  if (!metrics_) return;
+  // Increments and decrements, not Set(): two streams setting their readings could leave the older last.
+  if (delta >= 0) {
+    metrics_->stream_unread_bytes().Increment(static_cast<double>(delta));
+  } else {
+    metrics_->stream_unread_bytes().Decrement(static_cast<double>(-delta));
+  }
+}
 
 SummarizerService::Prepared SummarizerService::prepare(const v1::SummarizeRequest& in,
                                                        grpc::CallbackServerContext* context) {

@@ -54,6 +54,10 @@ class SummarizerService final : public RawSummarizerService {
   std::string request_id(const v1::SummarizeRequest& request);
   // The engine serving that model name (the empty name: the first model), or null.
   Engine* find_model(const std::string& name) const;
+  // Bytes of SummarizeStream messages held for clients that have not taken them yet, all streams
+  // together (ServiceLimits::max_unread_stream_bytes; srformer_stream_unread_bytes).
+  void add_unread_stream_bytes(int64_t delta);
+  int64_t unread_stream_bytes() const { return unread_stream_bytes_.load(); }
 
  private:
   ModelRegistry& models_;
@@ -61,6 +65,7 @@ class SummarizerService final : public RawSummarizerService {
   Metrics* const metrics_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> next_id_{1};
+  std::atomic<int64_t> unread_stream_bytes_{0};
 };
 
 // Result -> response message, and the call's status for a result.

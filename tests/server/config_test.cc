@@ -387,11 +387,13 @@ TEST(ServerConfig, EncoderCacheMemoryIsOffByDefaultAndTakesASize) {
   }
 }
 
-TEST(ServerConfig, StreamsPerConnectionAreBoundedByDefault) {
+TEST(ServerConfig, StreamsPerConnectionAndUnreadStreamMemoryAreBoundedByDefault) {
   EXPECT_EQ(ServerConfig{}.max_streams_per_connection, 100);
+  EXPECT_EQ(ServerConfig{}.max_unread_stream_bytes, int64_t{64} << 20);
   ServerConfig c;
-  ASSERT_TRUE(parse({"--model", "a=/x", "--max-streams-per-connection", "0"}, c));
+  ASSERT_TRUE(parse({"--model", "a=/x", "--max-streams-per-connection", "0", "--max-unread-stream-memory", "1G"}, c));
   EXPECT_EQ(c.max_streams_per_connection, 0);
+  EXPECT_EQ(c.max_unread_stream_bytes, int64_t{1} << 30);
   EXPECT_NE(config_error({"--model", "a=/x", "--max-streams-per-connection", "4294967296"}).find("at most 2147483647"),
             std::string::npos);
   EXPECT_NE(config_error({"--model", "a=/x", "--max-streams-per-connection", "-1"}), "no error");

@@ -387,6 +387,72 @@ TEST(EngineService, CallsPastAConnectionsStreamLimitWaitOnTheClientsSide) {
   EXPECT_EQ(ids, offline(doc_of(2), 4, 1).tokens);
 }
 
+TEST(EngineService, NewStreamsAreRefusedWhileStreamsNotReadHoldMoreThanTheLimit) {
+  LogCapture captured;
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.config.max_new_tokens_cap = 1000;
+  so.config.max_unread_stream_bytes = 1024;  // less than one stalled stream holds
+  so.metrics = &metrics;
+  TestServer server(so);
+  const auto unread = [&] {
+    return server::testing::sample(metrics.scrape_text(), "srformer_stream_unread_bytes", {}).value_or(-1.0);
+  };
+  const auto rejected = [&] {
+    return server::testing::sample(metrics.scrape_text(), "srformer_requests_rejected_total",
+                                   {{"model", "fake"}, {"reason", "unread_streams"}})
+        .value_or(0.0);
+  };
+  EXPECT_EQ(unread(), 0.0);
+  const auto stub = stalling_stub(server.target());
+  grpc::ClientContext stalled_ctx;
+  auto stalled = stalled_stream(server, *stub, stalled_ctx);
+  EXPECT_GT(unread(), 1024.0) << metrics.scrape_text();
+  // A new stream, from another client, is refused and told why.
+  {
+    grpc::ClientContext ctx;
+    auto reader = server.stub().SummarizeStream(&ctx, request(doc_of(1), 4, 1));
+    v1::SummarizeStreamResponse msg;
+    int messages = 0;
+    while (reader->Read(&msg)) ++messages;
+    EXPECT_EQ(messages, 0);
+    const grpc::Status status = reader->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_NE(status.error_message().find("stream messages their clients have not read"), std::string::npos)
+        << status.error_message();
+    EXPECT_NE(status.error_message().find("--max-unread-stream-memory"), std::string::npos);
+  }
+  EXPECT_EQ(rejected(), 1.0);
+  // A Summarize holds nothing of the kind: it still runs.
+  {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    EXPECT_TRUE(server.stub().Summarize(&ctx, request(doc_of(1), 4, 1), &resp).ok());
+  }
+  // Once the stalled stream ends, what it held is released and streams are taken again.
+  stalled_ctx.TryCancel();
+  v1::SummarizeStreamResponse msg;
+  while (stalled->Read(&msg)) {
+  }
+  EXPECT_EQ(stalled->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  for (int i = 0; i < 250 && unread() != 0.0; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(unread(), 0.0);
+  {
+    grpc::ClientContext ctx;
+    auto reader = server.stub().SummarizeStream(&ctx, request(doc_of(1), 4, 1));
+    std::vector<int64_t> ids;
+    while (reader->Read(&msg)) {
+      if (msg.has_token()) ids.push_back(msg.token().token_id());
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    EXPECT_EQ(ids, offline(doc_of(1), 4, 1).tokens);
+  }
+  EXPECT_EQ(rejected(), 1.0);
+  for (int i = 0; i < 250 && unread() != 0.0; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(unread(), 0.0);
+  EXPECT_NE(captured.text().find("SummarizeStream model=fake refused with RESOURCE_EXHAUSTED"), std::string::npos);
+}
+
 TEST(EngineService, DeadlineEndsTheRequestAndFreesItsState) {
   FakeServerOptions so;
   so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
