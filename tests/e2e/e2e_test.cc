@@ -37,29 +37,31 @@ class EndToEnd : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     // Per process: ctest runs these tests in parallel processes, each with its own server log.
-    work_ = new fs::path(fs::temp_directory_path() / ("srformer_e2e_" + std::to_string(::getpid())));
-    fs::create_directories(*work_);
-    model_dir_ = new fs::path(make_tiny_t5_srformer(*work_ / "t5"));
+    work_ = fs::temp_directory_path() / ("srformer_e2e_" + std::to_string(::getpid()));
+    fs::create_directories(work_);
+    model_dir_ = make_tiny_t5_srformer(work_ / "t5");
     for (int i = 0; i < 4; ++i)
-      std::ofstream(*work_ / ("doc" + std::to_string(i) + ".txt")) << synthetic_text(2 + i, 50 + i);
+      std::ofstream(work_ / ("doc" + std::to_string(i) + ".txt")) << synthetic_text(2 + i, 50 + i);
   }
   static void TearDownTestSuite() {
     std::error_code ec;
-    fs::remove_all(*work_, ec);  // this process's model copy, documents and server logs
+    if (!work_.empty()) fs::remove_all(work_, ec);  // this process's model copy, documents and server logs
   }
   void SetUp() override {
-    if (model_dir_->empty()) GTEST_SKIP() << "fixture t5-srformer not found";
+    if (model_dir_.empty()) GTEST_SKIP() << "fixture t5-srformer not found";
   }
   std::unique_ptr<ServerProcess> start(std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {
-        "--model", "tiny=" + model_dir_->string(), "--listen", "127.0.0.1:0", "--metrics-listen", ""};
+        "--model", "tiny=" + model_dir_.string(), "--listen", "127.0.0.1:0", "--metrics-listen", ""};
     args.insert(args.end(), extra.begin(), extra.end());
-    return std::make_unique<ServerProcess>(kServer, args, (*work_ / "server.log").string());
+    return std::make_unique<ServerProcess>(kServer, args, (work_ / "server.log").string());
   }
-  static std::string doc(int i) { return (*work_ / ("doc" + std::to_string(i) + ".txt")).string(); }
+  static std::string doc(int i) { return (work_ / ("doc" + std::to_string(i) + ".txt")).string(); }
 
-  static inline fs::path* work_ = nullptr;
-  static inline fs::path* model_dir_ = nullptr;
+  // Values, not pointers: where SetUpTestSuite throws (no SentencePiece shim), gtest reports it and still
+  // runs SetUp and TearDownTestSuite, which must not dereference what it never set.
+  static inline fs::path work_;
+  static inline fs::path model_dir_;
 };
 
 std::vector<int64_t> offline(const fs::path& dir, const std::string& text, int max_new, int beams,
@@ -122,13 +124,13 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
     auto unary = run_command(kClient + t + opts + "--json " + doc(1));
     ASSERT_EQ(unary.exit_code, 0) << unary.out;
     const auto j = nlohmann::json::parse(unary.out);
-    const auto ref = offline(*model_dir_, read(doc(1)), 20, beams);
+    const auto ref = offline(model_dir_, read(doc(1)), 20, beams);
     EXPECT_EQ(j["token_ids"].get<std::vector<int64_t>>(), ref);
     EXPECT_TRUE(j["finish_reason"] == "eos" || j["finish_reason"] == "length");
     EXPECT_GT(j["usage"]["input_tokens"].get<int>(), 0);
     EXPECT_EQ(j["usage"]["output_tokens"].get<size_t>(), ref.size());
     // The offline tool gives the same summary, ids, per-token log-probabilities and score.
-    const std::string offline_tool = kTool + " summarize --model " + model_dir_->string() +
+    const std::string offline_tool = kTool + " summarize --model " + model_dir_.string() +
                                      " --max-new-tokens 20 --num-beams " + std::to_string(beams);
     auto tool = run_command(offline_tool + " --json " + doc(1));
     ASSERT_EQ(tool.exit_code, 0) << tool.out;
@@ -178,7 +180,7 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
     const std::string opts = " --max-new-tokens 20 --num-beams 4 --length-penalty 0.448 --num-return-sequences 2 ";
     auto served = run_command(kClient + t + " --model tiny" + opts + "--json " + doc(2));
     ASSERT_EQ(served.exit_code, 0) << served.out;
-    auto tool = run_command(kTool + " summarize --model " + model_dir_->string() + opts + "--json " + doc(2));
+    auto tool = run_command(kTool + " summarize --model " + model_dir_.string() + opts + "--json " + doc(2));
     ASSERT_EQ(tool.exit_code, 0) << tool.out;
     const auto sj = nlohmann::json::parse(served.out), tj = nlohmann::json::parse(tool.out);
     EXPECT_EQ(sj["token_ids"], tj["token_ids"]);
@@ -190,7 +192,7 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
     const std::string sampling = " --max-new-tokens 20 --do-sample --temperature 1.5 --seed 9 ";
     auto served = run_command(kClient + t + " --model tiny" + sampling + "--num-return-sequences 3 --json " + doc(1));
     ASSERT_EQ(served.exit_code, 0) << served.out;
-    const std::string offline_tool = kTool + " summarize --model " + model_dir_->string() + sampling;
+    const std::string offline_tool = kTool + " summarize --model " + model_dir_.string() + sampling;
     auto tool = run_command(offline_tool + "--num-return-sequences 3 --json " + doc(1));
     ASSERT_EQ(tool.exit_code, 0) << tool.out;
     const auto sj = nlohmann::json::parse(served.out);
@@ -215,16 +217,16 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
 TEST_F(EndToEnd, ClientBatchAndPartialBatch) {
   auto server = start();
   const std::string base = kClient + " --target " + server->target() + " --model tiny --max-new-tokens 12 --batch ";
-  const std::string blank = (*work_ / "blank.txt").string();
+  const std::string blank = (work_ / "blank.txt").string();
   std::ofstream(blank) << "   ";
-  const std::string errors = (*work_ / "batch-errors.txt").string();
+  const std::string errors = (work_ / "batch-errors.txt").string();
 
   auto whole = run_command(base + "--json " + doc(1) + " " + doc(2));
   ASSERT_EQ(whole.exit_code, 0) << whole.out;
   const auto wj = nlohmann::json::parse(whole.out);
   ASSERT_EQ(wj.size(), 2u);
-  EXPECT_EQ(wj[0]["token_ids"].get<std::vector<int64_t>>(), offline(*model_dir_, read(doc(1)), 12, 1));
-  EXPECT_EQ(wj[1]["token_ids"].get<std::vector<int64_t>>(), offline(*model_dir_, read(doc(2)), 12, 1));
+  EXPECT_EQ(wj[0]["token_ids"].get<std::vector<int64_t>>(), offline(model_dir_, read(doc(1)), 12, 1));
+  EXPECT_EQ(wj[1]["token_ids"].get<std::vector<int64_t>>(), offline(model_dir_, read(doc(2)), 12, 1));
 
   auto refused = run_command(base + doc(1) + " " + blank + " 2>&1");
   EXPECT_EQ(refused.exit_code, 1);
@@ -296,7 +298,7 @@ TEST_F(EndToEnd, Bf16OnTheCpuServesWhatOfflineBf16Gives) {
       const auto r = runs[i].get();
       ASSERT_EQ(r.exit_code, 0) << r.out;
       const auto ids = nlohmann::json::parse(r.out)["token_ids"].get<std::vector<int64_t>>();
-      EXPECT_EQ(ids, offline(*model_dir_, read(doc(i)), 20, beams, torch::kBFloat16)) << "doc " << i;
+      EXPECT_EQ(ids, offline(model_dir_, read(doc(i)), 20, beams, torch::kBFloat16)) << "doc " << i;
     }
   }
 }
@@ -358,7 +360,7 @@ TEST_F(EndToEnd, LoadGeneratorCountsEverySequenceAndNumbersRequestIds) {
 // the report's dump threw ("invalid UTF-8 byte"), and the client exited 1 with the run's report lost.
 TEST_F(EndToEnd, LoadReportInJsonNamesAFileWhoseNameIsNotUtf8) {
   auto server = start();
-  const fs::path latin1 = *work_ / "caf\xe9.txt";
+  const fs::path latin1 = work_ / "caf\xe9.txt";
   fs::copy_file(doc(1), latin1, fs::copy_options::overwrite_existing);
   auto r = run_command(kClient + " --target " + server->target() + " --load --requests 2 --json --max-new-tokens 4 " +
                        doc(0) + " '" + latin1.string() + "'");
@@ -366,7 +368,7 @@ TEST_F(EndToEnd, LoadReportInJsonNamesAFileWhoseNameIsNotUtf8) {
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["requests_ok"], 2);
   ASSERT_EQ(j["by_document"].size(), 2u) << r.out;
-  EXPECT_EQ(j["by_document"][1]["file"], (*work_ / "caf\xef\xbf\xbd.txt").string());
+  EXPECT_EQ(j["by_document"][1]["file"], (work_ / "caf\xef\xbf\xbd.txt").string());
   EXPECT_EQ(j["by_document"][1]["requests_ok"], 1);
 }
 
@@ -474,12 +476,12 @@ TEST_F(EndToEnd, SighupDrainsAndExitsZero) {
 // gRPC unlinks a Unix socket's file before it binds: a second start on a running server's socket cut that
 // server off (its socket file gone), even a start that then failed to load its model.
 TEST_F(EndToEnd, ASecondServerOnALiveUnixSocketIsRefusedAndTheFirstKeepsServing) {
-  const auto socket = *work_ / "live.sock";
+  const auto socket = work_ / "live.sock";
   const std::string address = "unix:" + socket.string();
   auto first = start({"--listen", address});
   const std::string health = kClient + " --target " + address + " --health --deadline-ms 5000 2>&1";
   ASSERT_EQ(run_command(health).exit_code, 0);
-  for (const std::string& model : {std::string("/nonexistent"), model_dir_->string()}) {
+  for (const std::string& model : {std::string("/nonexistent"), model_dir_.string()}) {
     const auto second = run_command(kServer + " --model other=" + model + " --listen " + address +
                                     " --metrics-listen '' --warm-up false 2>&1");
     EXPECT_EQ(second.exit_code, 1) << second.out;
@@ -526,7 +528,7 @@ TEST_F(EndToEnd, PythonGrpcioClientThroughReflection) {
     GTEST_SKIP() << "python3-grpcio / python3-protobuf not installed (deploy/setup-deps.sh)";
   }
   auto server = start();
-  const auto ref = offline(*model_dir_, read(doc(2)), 16, 1);
+  const auto ref = offline(model_dir_, read(doc(2)), 16, 1);
   for (const std::string version : {"v1", "v1alpha"}) {
     SCOPED_TRACE("grpc.reflection." + version);
     auto r = run_command("/usr/bin/python3 " + std::string(SRFORMER_SOURCE_DIR) +
@@ -660,7 +662,7 @@ TEST_F(EndToEnd, TheLoadGeneratorFailsAtOnceWhenItCannotConnect) {
   const int port = free_port();
   ASSERT_GT(port, 0);
   const std::string target = "127.0.0.1:" + std::to_string(port);
-  const std::string errors = (*work_ / "connect-errors.txt").string();
+  const std::string errors = (work_ / "connect-errors.txt").string();
   auto r = run_command(kClient + " --target " + target + " --load --concurrency 2 --requests 6 --json " + doc(0) +
                        " 2>" + errors);
   EXPECT_EQ(r.exit_code, 1) << r.out;
@@ -699,7 +701,7 @@ TEST_F(EndToEnd, TheLoadGeneratorStopsWhenEveryRequestIsRefusedForGood) {
             std::string::npos)
       << text.out;
   // A blank FILE is refused for good, but the other one succeeds: the run goes to its end.
-  const std::string blank = (*work_ / "load-blank.txt").string();
+  const std::string blank = (work_ / "load-blank.txt").string();
   std::ofstream(blank) << "   ";
   auto mixed = run_command(client + "--json --requests 6 --max-new-tokens 2 " + doc(0) + " " + blank + " 2>/dev/null");
   EXPECT_EQ(mixed.exit_code, 1) << mixed.out;
@@ -823,7 +825,7 @@ TEST_F(EndToEnd, MetricsOfARunningServerFollowRealRequests) {
   // Every segment switch runs the RAF neuron once per decoder layer.
   const double switches = scrape::sample(text, "srformer_segment_switches_total", tiny).value_or(-1);
   EXPECT_GT(switches, 0);
-  const auto layers = static_cast<double>(load_model(*model_dir_)->config().decoder_layers);
+  const auto layers = static_cast<double>(load_model(model_dir_)->config().decoder_layers);
   EXPECT_EQ(scrape::sample(text, "srformer_raf_updates_total", tiny), switches * layers);
   // Every request has left: nothing in flight, per-request state back to its baseline of zero.
   EXPECT_TRUE(eventually(
@@ -837,7 +839,7 @@ TEST_F(EndToEnd, MetricsOfARunningServerFollowRealRequests) {
       << text;
   std::string out;
   if (scrape::have_program("promtool")) {
-    const auto file = *work_ / "scrape.prom";
+    const auto file = work_ / "scrape.prom";
     std::ofstream(file) << text;
     EXPECT_EQ(scrape::run_command("promtool check metrics < " + file.string(), out), 0) << out;
   }
@@ -852,7 +854,7 @@ TEST_F(EndToEnd, RequestsOverTheMessageLimitAreLoggedCountedAndExplained) {
   auto server = start({"--metrics-listen", "127.0.0.1:0", "--max-message-bytes", "4096"});
   const int port = metrics_port(*server);
   ASSERT_GT(port, 0) << server->log();
-  const auto big = *work_ / "big.txt";
+  const auto big = work_ / "big.txt";
   std::ofstream(big) << synthetic_text(200, 9);
   ASSERT_GT(fs::file_size(big), 4096u);
   const std::string client = kClient + " --target " + server->target() + " --retries 3 ";
@@ -956,7 +958,7 @@ TEST_F(EndToEnd, RealPrometheusScrapesTheServer) {
   auto r = run_command(kClient + " --target " + server->target() + " --max-new-tokens 4 " + doc(3));
   ASSERT_EQ(r.exit_code, 0) << r.out;
 
-  const auto dir = *work_ / "prometheus";
+  const auto dir = work_ / "prometheus";
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::ofstream(dir / "prometheus.yml") << "global:\n  scrape_interval: 1s\nscrape_configs:\n"
@@ -1045,7 +1047,7 @@ TEST_F(EndToEnd, PythonExampleClient) {
     GTEST_SKIP() << "python3-grpcio / python3-protobuf not installed (deploy/setup-deps.sh)";
   }
   auto server = start();
-  const auto tmp = *work_ / "python_example_tmp";
+  const auto tmp = work_ / "python_example_tmp";
   fs::create_directories(tmp);
   const std::string python = "TMPDIR=" + tmp.string() + " /usr/bin/python3 " + std::string(SRFORMER_SOURCE_DIR) +
                              "/examples/python/summarize.py --target " + server->target() + " --max-new-tokens 24 ";
@@ -1082,7 +1084,7 @@ TEST_F(EndToEnd, PythonExampleClient) {
 
 TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
   if (run_command("command -v openssl").exit_code != 0) GTEST_SKIP() << "openssl not installed (setup-deps.sh)";
-  const auto dir = *work_ / "tls";
+  const auto dir = work_ / "tls";
   fs::create_directories(dir);
   const std::string cert = (dir / "cert.pem").string(), key = (dir / "key.pem").string();
   auto made = run_command(
@@ -1108,7 +1110,7 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
   auto unary = run_command(kClient + t + " --tls --ca " + cert + " --max-new-tokens 12 --json " + doc(0));
   ASSERT_EQ(unary.exit_code, 0) << unary.out;
   EXPECT_EQ(nlohmann::json::parse(unary.out)["token_ids"].get<std::vector<int64_t>>(),
-            offline(*model_dir_, read(doc(0)), 12, 1));
+            offline(model_dir_, read(doc(0)), 12, 1));
   // A plaintext client cannot talk to it.
   EXPECT_NE(run_command(kClient + t + " --health --deadline-ms 3000 2>&1").exit_code, 0);
   // A certificate for the server's DNS name, checked on 127.0.0.1 (the image's health check): only with
@@ -1149,17 +1151,17 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
     EXPECT_NE(half_client.out.find("--key"), std::string::npos) << half_client.out;
   }
   // Half a TLS configuration, or a file that is not PEM, is refused with the flag to fix.
-  auto half = run_command(kServer + " --model tiny=" + model_dir_->string() + " --tls-cert " + cert + " 2>&1");
+  auto half = run_command(kServer + " --model tiny=" + model_dir_.string() + " --tls-cert " + cert + " 2>&1");
   EXPECT_EQ(half.exit_code, 2);
   EXPECT_NE(half.out.find("--tls-key"), std::string::npos) << half.out;
-  auto bad = run_command(kServer + " --model tiny=" + model_dir_->string() + " --metrics-listen '' --listen " +
+  auto bad = run_command(kServer + " --model tiny=" + model_dir_.string() + " --metrics-listen '' --listen " +
                          "127.0.0.1:0 --tls-cert " + doc(0) + " --tls-key " + key + " 2>&1");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.out.find("--tls-cert"), std::string::npos) << bad.out;
   // A key that is not the certificate's: said so, naming both files, before the models load (it said "is
   // the port in use?" after loading and warming them up, then "do they not belong together?").
   auto mismatched =
-      run_command(kServer + " --model tiny=" + model_dir_->string() + " --metrics-listen '' --listen " +
+      run_command(kServer + " --model tiny=" + model_dir_.string() + " --metrics-listen '' --listen " +
                   "127.0.0.1:0 --tls-cert " + cert + " --tls-key " + (dir / "named-key.pem").string() + " 2>&1");
   EXPECT_EQ(mismatched.exit_code, 1) << mismatched.out;
   EXPECT_NE(mismatched.out.find("named-key.pem is not the private key of --tls-cert " + cert), std::string::npos)
@@ -1168,12 +1170,12 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
   // A key as the client CA, a directory as the certificate: named with the flag (they were blamed on the
   // port, or read as "basic_filebuf::underflow").
   auto key_as_ca =
-      run_command(kServer + " --model tiny=" + model_dir_->string() + " --metrics-listen '' --listen 127.0.0.1:0" +
+      run_command(kServer + " --model tiny=" + model_dir_.string() + " --metrics-listen '' --listen 127.0.0.1:0" +
                   " --tls-cert " + cert + " --tls-key " + key + " --tls-client-ca " + key + " 2>&1");
   EXPECT_EQ(key_as_ca.exit_code, 1) << key_as_ca.out;
   EXPECT_NE(key_as_ca.out.find("--tls-client-ca " + key + " holds no PEM certificate"), std::string::npos)
       << key_as_ca.out;
-  auto dir_as_cert = run_command(kServer + " --model tiny=" + model_dir_->string() +
+  auto dir_as_cert = run_command(kServer + " --model tiny=" + model_dir_.string() +
                                  " --metrics-listen '' --listen 127.0.0.1:0 --tls-cert " + dir.string() +
                                  " --tls-key " + key + " 2>&1");
   EXPECT_NE(dir_as_cert.out.find("--tls-cert: cannot read '" + dir.string() + "': it is a directory"),
@@ -1194,7 +1196,7 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
 // `srformer inspect` gives, beside the state a request holds, the estimate the server's memory budget
 // counts for it: the two agree, the estimate from above (the footprint's own test checks every variant).
 TEST_F(EndToEnd, InspectEstimatesTheStateItMeasures) {
-  auto r = run_command(std::string(SRFORMER_BIN_DIR) + "/srformer inspect " + model_dir_->string() +
+  auto r = run_command(std::string(SRFORMER_BIN_DIR) + "/srformer inspect " + model_dir_.string() +
                        " --input-tokens 40 --new-tokens 10");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
@@ -1211,10 +1213,10 @@ TEST_F(EndToEnd, InspectEstimatesTheStateItMeasures) {
   // Without --new-tokens: the model's own default (config.json's max_length 20: 19 new tokens, as
   // ListModels' defaults say), not a fixed 128; the expected length follows it.
   auto defaults =
-      run_command(std::string(SRFORMER_BIN_DIR) + "/srformer inspect " + model_dir_->string() + " --input-tokens 40");
+      run_command(std::string(SRFORMER_BIN_DIR) + "/srformer inspect " + model_dir_.string() + " --input-tokens 40");
   ASSERT_EQ(defaults.exit_code, 0) << defaults.out;
   const auto d = nlohmann::json::parse(defaults.out);
-  const auto config = nlohmann::json::parse(read((*model_dir_ / "config.json").string()));
+  const auto config = nlohmann::json::parse(read((model_dir_ / "config.json").string()));
   EXPECT_EQ(d["state"]["new_tokens"], config["max_length"].get<int64_t>() - 1) << defaults.out;
   EXPECT_EQ(d["state"]["expected_length"], d["state"]["new_tokens"]) << defaults.out;
   auto help = run_command(std::string(SRFORMER_BIN_DIR) + "/srformer inspect --help");
@@ -1222,8 +1224,8 @@ TEST_F(EndToEnd, InspectEstimatesTheStateItMeasures) {
 
   // --expected-length L as a request's: 10 steps of L = 1000 stay in segment 0 of the 10 (40 tokens, s = 4),
   // where L = 10 visits all ten, so its switch table holds one entry instead of ten; the server's bounds.
-  const std::string inspect = std::string(SRFORMER_BIN_DIR) + "/srformer inspect " + model_dir_->string() +
-                              " --input-tokens 40 --new-tokens 10";
+  const std::string inspect =
+      std::string(SRFORMER_BIN_DIR) + "/srformer inspect " + model_dir_.string() + " --input-tokens 40 --new-tokens 10";
   auto long_l = run_command(inspect + " --expected-length 1000");
   ASSERT_EQ(long_l.exit_code, 0) << long_l.out;
   const auto l = nlohmann::json::parse(long_l.out);
@@ -1240,9 +1242,9 @@ TEST_F(EndToEnd, InspectEstimatesTheStateItMeasures) {
 // fine-tuned on long documents keeps T5's 512): --max-input-tokens may raise it, in the server and in
 // `srformer summarize` alike, and both give the same summary of a document past it.
 TEST_F(EndToEnd, AT5sNPositionsIsAdvisoryAndTheFlagRaisesIt) {
-  const fs::path dir = *work_ / "t5_n_positions";
+  const fs::path dir = work_ / "t5_n_positions";
   fs::create_directories(dir);
-  for (const auto& f : fs::directory_iterator(*model_dir_)) {
+  for (const auto& f : fs::directory_iterator(model_dir_)) {
     fs::copy_file(f.path(), dir / f.path().filename(), fs::copy_options::overwrite_existing);
   }
   nlohmann::json config;
@@ -1263,7 +1265,7 @@ TEST_F(EndToEnd, AT5sNPositionsIsAdvisoryAndTheFlagRaisesIt) {
   ServerProcess server(kServer,
                        {"--model", "long=" + dir.string(), "--listen", "127.0.0.1:0", "--metrics-listen", "",
                         "--max-input-tokens", "400"},
-                       (*work_ / "server_n_positions.log").string());
+                       (work_ / "server_n_positions.log").string());
   EXPECT_NE(server.log().find("serving inputs of up to 400 tokens (--max-input-tokens), over the 16"),
             std::string::npos)
       << server.log();
@@ -1281,7 +1283,7 @@ TEST_F(EndToEnd, AT5sNPositionsIsAdvisoryAndTheFlagRaisesIt) {
 // the text without it; a UTF-16 file is refused by the server and by `srformer summarize` with the reason.
 TEST_F(EndToEnd, ClientAndOfflineToolReadAndRefuseDocumentFilesAlike) {
   // A byte-level BPE model reads U+FEFF as tokens of its own (SentencePiece's normalization drops it).
-  const std::string bart = (*work_ / "bom_bart").string();
+  const std::string bart = (work_ / "bom_bart").string();
   const auto made = run_command(kTool + " init-model --arch bart --layers 1 --d-model 16 --heads 2 --d-ff 24 " +
                                 "--vocab 300 " + bart + " 2>&1");
   ASSERT_EQ(made.exit_code, 0) << made.out;
@@ -1289,7 +1291,7 @@ TEST_F(EndToEnd, ClientAndOfflineToolReadAndRefuseDocumentFilesAlike) {
   const std::string client = kClient + " --target " + server->target() + " --model bart --max-new-tokens 8 --json ";
   const std::string tool = kTool + " summarize --model " + bart + " --max-new-tokens 8 --json ";
   const std::string text = read(doc(2));
-  const std::string with_bom = (*work_ / "bom.txt").string(), utf16 = (*work_ / "utf16.txt").string();
+  const std::string with_bom = (work_ / "bom.txt").string(), utf16 = (work_ / "utf16.txt").string();
   std::ofstream(with_bom, std::ios::binary) << "\xEF\xBB\xBF" << text;
   {
     std::ofstream out(utf16, std::ios::binary);
@@ -1327,9 +1329,9 @@ TEST_F(EndToEnd, ClientAndOfflineToolReadAndRefuseDocumentFilesAlike) {
             std::string::npos)
       << offline_refused.out;
   for (const auto& command : {client, tool}) {
-    const auto directory = run_command(command + work_->string() + " 2>&1");
+    const auto directory = run_command(command + work_.string() + " 2>&1");
     EXPECT_EQ(directory.exit_code, 1);
-    EXPECT_NE(directory.out.find("cannot read '" + work_->string() + "': it is a directory"), std::string::npos)
+    EXPECT_NE(directory.out.find("cannot read '" + work_.string() + "': it is a directory"), std::string::npos)
         << directory.out;
   }
   const auto blank = run_command("printf '\\302\\240 \\n' | " + tool + "- 2>&1");
@@ -1345,7 +1347,7 @@ TEST_F(EndToEnd, ConfigurationErrorsAreJsonLinesWithLogJson) {
     const auto j = nlohmann::json::parse(out, nullptr, false);
     return !j.is_discarded() && j.is_object() && j.value("level", "") == "critical" ? j.value("msg", "") : "";
   };
-  const std::string file = (*work_ / "log-json.json").string();
+  const std::string file = (work_ / "log-json.json").string();
   std::ofstream(file) << R"({"log_json": true})";
   for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
            {"--log-json --model nodir", "NAME=DIR"},                                    // parsing
@@ -1420,7 +1422,7 @@ TEST_F(EndToEnd, BadFlagsExplainThemselves) {
   r = run_command(kClient + " --health --list-models 2>&1");  // one of them ran, silently
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("give one"), std::string::npos) << r.out;
-  r = run_command(kServer + " --model tiny=" + model_dir_->string() + " --listen 127.0.0.1:99999 2>&1");
+  r = run_command(kServer + " --model tiny=" + model_dir_.string() + " --listen 127.0.0.1:99999 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.out;  // gRPC would have listened on 34463
   EXPECT_NE(r.out.find("--listen needs HOST:PORT with a port from 0 to 65535"), std::string::npos) << r.out;
 }
@@ -1429,10 +1431,10 @@ TEST_F(EndToEnd, BadFlagsExplainThemselves) {
 // server listened, so a pod stopped during a minutes-long load waited for it (here: forever, as reading
 // a config.json that is a FIFO nobody writes never ends).
 TEST_F(EndToEnd, AStopSignalWhileLoadingEndsTheServerAtOnce) {
-  const fs::path dir = *work_ / "loads_forever";
+  const fs::path dir = work_ / "loads_forever";
   fs::create_directories(dir);
   ASSERT_EQ(mkfifo((dir / "config.json").c_str(), 0600), 0);
-  const std::string log = (*work_ / "loads_forever.log").string();
+  const std::string log = (work_ / "loads_forever.log").string();
   // The metrics line comes before the models load; the signal goes after it.
   // A server still there 10 s after the signal is killed (it would hold the test forever).
   const auto r = run_command("bash -c '" + kServer + " --model stuck=" + dir.string() +
@@ -1452,8 +1454,8 @@ TEST_F(EndToEnd, AStopSignalWhileLoadingEndsTheServerAtOnce) {
 // SRFORMER_SPM_PLUGIN naming a file that is not there was skipped without a word: the start failed with
 // "set SRFORMER_SPM_PLUGIN to its path. Tried:" and nothing after it, where the variable was set.
 TEST_F(EndToEnd, AnSpmPluginPathThatIsNotThereIsNamed) {
-  const std::string plugin = (*work_ / "nowhere" / "libsrformer_spm.so").string();
-  const auto r = run_command("SRFORMER_SPM_PLUGIN=" + plugin + " " + kServer + " --model tiny=" + model_dir_->string() +
+  const std::string plugin = (work_ / "nowhere" / "libsrformer_spm.so").string();
+  const auto r = run_command("SRFORMER_SPM_PLUGIN=" + plugin + " " + kServer + " --model tiny=" + model_dir_.string() +
                              " --listen 127.0.0.1:0 --metrics-listen '' --warm-up false 2>&1");
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_NE(r.out.find("set SRFORMER_SPM_PLUGIN to its path. Tried:\\n  " + plugin + ": no such file"),
@@ -1465,7 +1467,7 @@ TEST_F(EndToEnd, AnSpmPluginPathThatIsNotThereIsNamed) {
 // SO_REUSEPORT let it start and take half of the first one's connections.
 TEST_F(EndToEnd, ASecondServerOnATakenPortStopsAtOnce) {
   auto first = start();
-  const auto r = run_command(kServer + " --model tiny=" + model_dir_->string() + " --listen " + first->target() +
+  const auto r = run_command(kServer + " --model tiny=" + model_dir_.string() + " --listen " + first->target() +
                              " --metrics-listen '' 2>&1");
   EXPECT_EQ(r.exit_code, 1) << r.out;
   // The system's reason, in our line; gRPC's own multi-line error tree (glog style, "E1128 ...
@@ -1482,7 +1484,7 @@ TEST_F(EndToEnd, ASecondServerOnATakenPortStopsAtOnce) {
 // and the model it writes serves; every tool's numeric flag is read whole, and a bad one is refused
 // with the flag's name (std::stoll alone said "stoll", took "12x" as 12 and -1 as a seed of 2^64-1).
 TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
-  const std::string dir = (*work_ / "tiny_bart").string();
+  const std::string dir = (work_ / "tiny_bart").string();
   auto made = run_command(kTool + " init-model --arch bart --layers 1 --d-model 16 --heads 2 --d-ff 24 --vocab 300 " +
                           dir + " 2>&1");
   ASSERT_EQ(made.exit_code, 0) << made.out;
@@ -1523,7 +1525,7 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
   EXPECT_EQ(sj["stream"][3]["step"], 3);
   EXPECT_EQ(sj["stream"][0]["token_id"], sj["token_ids"][0]);
 
-  const std::string t5 = model_dir_->string();
+  const std::string t5 = model_dir_.string();
   std::vector<std::pair<std::string, std::string>> refused = {
       {"summarize --model " + t5 + " --max-new-tokens 12x " + doc(0), "--max-new-tokens needs an integer, got '12x'"},
       {"summarize --model " + t5 + " --seed -1 " + doc(0), "--seed needs an integer from 0"},
@@ -1571,16 +1573,16 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
     refused.push_back({"summarize --model " + t5 + " --device cuda " + doc(0), "device cuda: this build or machine"});
     refused.push_back({"bench --device cuda:1 --quick", "device cuda:1: this build or machine has no CUDA"});
   }
-  const std::string blank = (*work_ / "blank.txt").string();
+  const std::string blank = (work_ / "blank.txt").string();
   std::ofstream(blank) << "  \n\t\n";
   refused.push_back(
       {"init-model --corpus " + blank + " " + dir + "_x", blank + " holds no text to train the tokenizer"});
   // An unreadable corpus said "holds no text ... (only white space)" too.
-  const std::string missing = (*work_ / "missing.txt").string();
+  const std::string missing = (work_ / "missing.txt").string();
   refused.push_back(
       {"init-model --corpus " + missing + " " + dir + "_x", "cannot read --corpus '" + missing + "': no such file"});
-  refused.push_back({"init-model --corpus " + work_->string() + " " + dir + "_x",
-                     "cannot read --corpus '" + work_->string() + "': a directory"});
+  refused.push_back({"init-model --corpus " + work_.string() + " " + dir + "_x",
+                     "cannot read --corpus '" + work_.string() + "': a directory"});
   // A full-attention model has no segments (it printed "segment 8" and wrote none).
   refused.push_back({"init-model --cross-attention full --segment-size 8 --corpus " + doc(0) + " " + dir + "_x",
                      "--cross-attention full has no segments"});
@@ -1673,12 +1675,12 @@ void expect_streams_send_each_token_once(const std::string& target, const std::s
 // back an incomplete UTF-8 character: that text was sent on a second copy of the EOS once the last sample
 // ended. A random byte-level BART emits such bytes often; the seeds cover a few dozen endings.
 TEST_F(EndToEnd, StreamsSendEachTokenOnceWhenSeveralSamplesAreDrawn) {
-  const std::string bart = (*work_ / "stream_bart").string();
+  const std::string bart = (work_ / "stream_bart").string();
   const auto made = run_command(kTool + " init-model --arch bart --cross-attention srformer --segment-size 8 " +
                                 "--layers 2 --d-model 32 --heads 4 --vocab 300 --seed 3 " + bart + " 2>&1");
   ASSERT_EQ(made.exit_code, 0) << made.out;
   ServerProcess server(kServer, {"--model", "bs=" + bart, "--listen", "127.0.0.1:0", "--metrics-listen", ""},
-                       (*work_ / "stream_bart.log").string());
+                       (work_ / "stream_bart.log").string());
   expect_streams_send_each_token_once(server.target(), "bs");
 }
 
@@ -1686,7 +1688,7 @@ TEST_F(EndToEnd, StreamsSendEachTokenOnceWhenSeveralSamplesAreDrawn) {
 // ("eos_token_id": [1, 2]: BART's EOS 2 is the second): the first sample's end flushes the detokenizer
 // there too. It did at the first id only, the held-back text then sent on a second copy of the EOS.
 TEST_F(EndToEnd, StreamsSendEachTokenOnceWhenSamplesEndAtALaterEosId) {
-  const std::string bart = (*work_ / "stream_bart_eos_list").string();
+  const std::string bart = (work_ / "stream_bart_eos_list").string();
   const auto made = run_command(kTool + " init-model --arch bart --cross-attention srformer --segment-size 8 " +
                                 "--layers 2 --d-model 32 --heads 4 --vocab 300 --seed 3 " + bart + " 2>&1");
   ASSERT_EQ(made.exit_code, 0) << made.out;
@@ -1695,7 +1697,7 @@ TEST_F(EndToEnd, StreamsSendEachTokenOnceWhenSamplesEndAtALaterEosId) {
   j["eos_token_id"] = {1, 2};
   std::ofstream(config) << j.dump(2);
   ServerProcess server(kServer, {"--model", "bs=" + bart, "--listen", "127.0.0.1:0", "--metrics-listen", ""},
-                       (*work_ / "stream_bart_eos_list.log").string());
+                       (work_ / "stream_bart_eos_list.log").string());
   std::vector<srformer::v1::SummarizeResponse> finals;
   expect_streams_send_each_token_once(server.target(), "bs", &finals);
   // Samples end at id 2, "eos" (2 was no EOS id to the server before: they ran on); srformer summarize
@@ -1707,7 +1709,7 @@ TEST_F(EndToEnd, StreamsSendEachTokenOnceWhenSamplesEndAtALaterEosId) {
     EXPECT_EQ(finals[i].finish_reason(), srformer::v1::FINISH_REASON_EOS) << "seed " << i + 1;
     if (++ended_at_two > 1) continue;
     const uint64_t seed = i + 1;
-    const auto document = (*work_ / "stream_eos_list_doc.txt").string();
+    const auto document = (work_ / "stream_eos_list_doc.txt").string();
     std::ofstream(document) << kStreamDocuments[seed % 2];
     const auto tool = run_command(kTool + " summarize --model " + bart + " --max-new-tokens 256 --do-sample --seed " +
                                   std::to_string(seed) + " --temperature 0.3 --no-repeat-ngram-size 4 " +
@@ -1724,7 +1726,7 @@ TEST_F(EndToEnd, StreamsSendEachTokenOnceWhenSamplesEndAtALaterEosId) {
 // 143 as a signal's end (trainer_test resumes such a run); it used to die at once, losing everything since
 // the last --save-every.
 TEST_F(EndToEnd, TrainStopsOnSigtermWithACheckpointToResumeFrom) {
-  const fs::path data = *work_ / "sigterm-train.jsonl";
+  const fs::path data = work_ / "sigterm-train.jsonl";
   {
     std::ofstream out(data);
     for (int i = 0; i < 8; ++i) {
@@ -1732,9 +1734,9 @@ TEST_F(EndToEnd, TrainStopsOnSigtermWithACheckpointToResumeFrom) {
           << "\n";
     }
   }
-  const fs::path out = *work_ / "sigterm-run";
-  const std::string log = (*work_ / "sigterm-train.log").string();
-  const std::string train = kTool + " train " + model_dir_->string() + " " + data.string() + " --out " + out.string() +
+  const fs::path out = work_ / "sigterm-run";
+  const std::string log = (work_ / "sigterm-train.log").string();
+  const std::string train = kTool + " train " + model_dir_.string() + " " + data.string() + " --out " + out.string() +
                             " --batch 2 --max-input-tokens 32 --max-target-tokens 4 --log-every 1 --threads 1";
   // Signalled once an update is logged; a process still there 60 s later is killed (it would hold the test).
   const auto r =
@@ -1757,8 +1759,8 @@ TEST_F(EndToEnd, TrainStopsOnSigtermWithACheckpointToResumeFrom) {
 // the tokenizer onto itself), and writing over an earlier model leaves none of that model's files behind
 // (a stale generation_config.json capped every summary of the new one).
 TEST_F(EndToEnd, ConvertWritesANewDirectoryAndLeavesNothingOfAnEarlierModel) {
-  const fs::path source = *work_ / "convert_source";
-  fs::copy(*model_dir_, source, fs::copy_options::recursive);
+  const fs::path source = work_ / "convert_source";
+  fs::copy(model_dir_, source, fs::copy_options::recursive);
   const auto weights = source / "model.safetensors";
   const auto before = fs::last_write_time(weights);
   for (const auto& dst : {source.string(), source.string() + "/", (source / ".." / source.filename()).string()}) {
@@ -1768,7 +1770,7 @@ TEST_F(EndToEnd, ConvertWritesANewDirectoryAndLeavesNothingOfAnEarlierModel) {
   }
   EXPECT_EQ(fs::last_write_time(weights), before) << "a refused convert rewrote the source";
 
-  const fs::path dst = *work_ / "convert_dst";
+  const fs::path dst = work_ / "convert_dst";
   fs::create_directories(dst);
   std::ofstream(dst / "generation_config.json") << R"({"max_new_tokens": 2})";
   std::ofstream(dst / "model.safetensors.index.json")

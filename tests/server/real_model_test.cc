@@ -20,8 +20,8 @@
 #include "server/server.h"
 #include "tests/metrics/scrape.h"
 #include "tests/server/edge_options.h"
-#include "tests/support/kernel_switches.h"
 #include "tests/server/tiny_real_model.h"
+#include "tests/support/kernel_switches.h"
 
 namespace srformer::testing {
 namespace {
@@ -31,20 +31,19 @@ namespace fs = std::filesystem;
 class RealModel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new fs::path(
-        make_tiny_t5_srformer(fs::temp_directory_path() / ("srformer_server_real_t5_" + std::to_string(::getpid()))));
+    dir_ = make_tiny_t5_srformer(fs::temp_directory_path() / ("srformer_server_real_t5_" + std::to_string(::getpid())));
   }
   static void TearDownTestSuite() {
     std::error_code ec;
-    if (!dir_->empty()) fs::remove_all(*dir_, ec);
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
   }
   void SetUp() override {
-    if (dir_->empty()) GTEST_SKIP() << "fixture t5-srformer not found under " << fixtures_dir();
+    if (dir_.empty()) GTEST_SKIP() << "fixture t5-srformer not found under " << fixtures_dir();
     auto own = start_server({});
     server_ = std::move(own.server);
     stub_ = std::move(own.stub);
-    reference_ = load_model(*dir_);
-    tokenizer_ = load_tokenizer(*dir_);
+    reference_ = load_model(dir_);
+    tokenizer_ = load_tokenizer(dir_);
   }
 
   // A server of the test's own on the fixture model, listening as SetUp's does, `config` for the rest.
@@ -57,7 +56,7 @@ class RealModel : public ::testing::Test {
     config.metrics_listen = "";
     config.max_new_tokens_cap = 64;
     std::vector<server::LoadedModel> models;
-    models.push_back(server::load_model_dir({"t5", dir_->string()}, server::ServerConfig{}));
+    models.push_back(server::load_model_dir({"t5", dir_.string()}, server::ServerConfig{}));
     OwnServer own;
     own.server = std::make_unique<server::Server>(config, std::move(models), metrics);
     own.server->start();
@@ -125,7 +124,9 @@ class RealModel : public ::testing::Test {
   void expect_same_alone_and_among_32(const std::function<int(int)>& beams_of,
                                       const std::function<bool(int)>& cut_short = {});
 
-  static inline fs::path* dir_ = nullptr;
+  // Empty where the fixture is missing, or where SetUpTestSuite threw (no SentencePiece shim): gtest reports
+  // that failure and goes on to SetUp and TearDownTestSuite, which dereferenced a null pointer here.
+  static inline fs::path dir_;
   std::unique_ptr<server::Server> server_;
   std::unique_ptr<v1::Summarizer::Stub> stub_;
   std::unique_ptr<Seq2SeqModel> reference_;
@@ -457,7 +458,7 @@ TEST_F(RealModel, KeyValueCountersCountTheKeysEachVariantReads) {
     // The tiny model's weights and tokenizer with this variant in its config.json.
     const fs::path dir = fs::temp_directory_path() / ("srformer_server_kv_" + kind + "_" + std::to_string(::getpid()));
     fs::create_directories(dir);
-    for (const auto& file : fs::directory_iterator(*dir_)) {
+    for (const auto& file : fs::directory_iterator(dir_)) {
       fs::copy_file(file.path(), dir / file.path().filename(), fs::copy_options::overwrite_existing);
     }
     auto config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
@@ -516,7 +517,7 @@ TEST_F(RealModel, ShortRequestsJoiningInsideALongEncodeGiveTheOfflineAnswers) {
   config.max_encode_tokens = 96;
   config.encode_stall_ms = 1;
   std::vector<server::LoadedModel> models;
-  models.push_back(server::load_model_dir({"t5", dir_->string()}, config));
+  models.push_back(server::load_model_dir({"t5", dir_.string()}, config));
   server::Server nesting(config, std::move(models));
   nesting.start();
   auto stub = v1::Summarizer::NewStub(
