@@ -381,7 +381,13 @@ int check_connection(const std::shared_ptr<grpc::Channel>& channel, const Client
 int run(int argc, char** argv) {
   ClientOptions o;
   try {
-    if (!srformer::client::parse_client_args(argc, argv, o)) return 0;
+    errno = 0;
+    if (!srformer::client::parse_client_args(argc, argv, o)) {
+      // --help: its text (over 4 KiB) passes stdio's buffer, so a full disk fails the write here, and the
+      // errno of it is gone by main's check (which then said "Input/output error").
+      if (!std::cout) stdout_errno = errno;
+      return 0;
+    }
   } catch (const std::exception& e) {
     std::cerr << "srformer-client: " << e.what() << "\n";
     return 2;
