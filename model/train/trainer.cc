@@ -355,20 +355,13 @@ void truncate_log(const fs::path& log, int64_t step) {
   }
   // Beside it, then renamed over it: rewritten in place, a run stopped here (a full disk, a kill) lost the
   // record of every update before the checkpoint.
-  auto tmp = log;
-  tmp += ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    for (const auto& l : kept) out << l << "\n";
-    out.close();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw std::runtime_error("cannot write " + tmp.string() + " (is the disk full?); " + log.string() +
-                               " is as it was");
-    }
+  std::string text;
+  for (const auto& l : kept) text += l + "\n";
+  try {
+    write_file_atomically(log, text);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string(e.what()) + "; " + log.string() + " is as it was");
   }
-  fs::rename(tmp, log);
 }
 
 class Run {
