@@ -399,15 +399,13 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     std::optional<grpc::Status> finish;
     {
       std::lock_guard lock(mu_);
-      int64_t taken = pending_bytes_.front();
+      int64_t taken = static_cast<int64_t>(pending_.front().Length());
       pending_.pop_front();
-      pending_bytes_.pop_front();
       if (!ok) {  // the client is gone: stop generating, drop what is queued
         if (request_) request_->cancel();
         unsent_ += pending_.size() + 1;
-        for (const int64_t bytes : pending_bytes_) taken += bytes;
+        for (const auto& body : pending_) taken += static_cast<int64_t>(body.Length());
         pending_.clear();
-        pending_bytes_.clear();
       }
       held_ -= taken;
       service_.add_unread_stream_bytes(-taken);
@@ -455,10 +453,7 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     std::optional<grpc::Status> finish;
     {
       std::lock_guard lock(mu_);
-      for (auto& b : bodies) {
-        pending_bytes_.push_back(static_cast<int64_t>(b.Length()));
-        pending_.push_back(std::move(b));
-      }
+      for (auto& b : bodies) pending_.push_back(std::move(b));
       held_ += added;
       service_.add_unread_stream_bytes(added);
       if (status) status_ = status;
@@ -498,8 +493,7 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   std::shared_ptr<Request> request_;
   std::mutex mu_;
   std::deque<grpc::ByteBuffer> pending_;  // front = being written (deque keeps references)
-  std::deque<int64_t> pending_bytes_;     // their sizes
-  int64_t held_ = 0;                      // their sum, counted in the service's unread_stream_bytes
+  int64_t held_ = 0;                      // their bytes, counted in the service's unread_stream_bytes
   bool writing_ = false;
   bool finished_ = false;
   std::optional<grpc::Status> status_;
