@@ -170,7 +170,8 @@ Summarizes FILE (or stdin) with an srformer-server.
   --tls-server-name NAME   verify the server's certificate for NAME instead of the target's host (e.g.
                            a health check on localhost of a server whose certificate names its DNS name)
   --request-id ID          id echoed in server logs and the response (--batch, --load: ID-0, ID-1, ...)
-  --health                 check grpc.health.v1; exit 0 if SERVING, 1 otherwise (--json: {"status": ...})
+  --health                 check grpc.health.v1; exit 0 if SERVING, 1 otherwise (--json: {"status": ...};
+                           no answer: {"status": null, "error": {"code": ..., "message": ...}})
   --list-models            print the server's models
   --help, -h               this text
 generation options (unset = the model's defaults):

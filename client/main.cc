@@ -401,6 +401,15 @@ int run(int argc, char** argv) {
       const char* names[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
       if (status == srformer::client::HealthStatus::kError) {
         std::cerr << "srformer-client: health check failed: " << failure(error, o, 0) << "\n";
+        // A probe reading --json read nothing on stdout when no answer came (nothing listening, a deadline),
+        // where --batch --partial's failed items say {"error": ...}.
+        if (o.json) {
+          const nlohmann::json no_answer = {
+              {"status", nullptr},
+              {"error",
+               {{"code", srformer::status_code_name(error.error_code())}, {"message", error.error_message()}}}};
+          std::cout << no_answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+        }
         return 1;
       }
       if (o.json) {

@@ -732,6 +732,21 @@ TEST_F(EndToEnd, ATargetThatIsNoSrformerServerIsNamed) {
   other->Shutdown();
 }
 
+// --health --json with no answer (nothing listening) printed nothing on stdout, its error on stderr only: a probe
+// reading the JSON found no object to read. It says {"status": null, "error": ...} now, exit 1 as before.
+TEST_F(EndToEnd, HealthInJsonSaysSoWhenNoAnswerComes) {
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  auto r = run_command(kClient + " --target 127.0.0.1:" + std::to_string(port) +
+                       " --health --json --deadline-ms 3000 2>/dev/null");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  ASSERT_FALSE(r.out.empty());
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["status"].is_null()) << r.out;
+  EXPECT_EQ(j["error"]["code"], "UNAVAILABLE") << r.out;
+  EXPECT_NE(j["error"]["message"].get<std::string>().find("Connection refused"), std::string::npos) << r.out;
+}
+
 // A --concurrency the system cannot start threads for (a pids or memory limit; here 4096 stacks of 8 MiB in
 // 3 GB of address space) ended in std::terminate, the started threads left joinable: "terminate called
 // without an active exception", exit 134. Now the run fails with what to change.
