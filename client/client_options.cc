@@ -165,7 +165,8 @@ Summarizes FILE (or stdin) with an srformer-server.
   --retries N              retry a call refused with UNAVAILABLE or RESOURCE_EXHAUSTED up to N times
                            (0-4; default 0), after the server's grpc-retry-pushback-ms or a backoff
                            from 0.2 s; a stream only until its first token has arrived (not --health)
-  --tls --ca FILE          TLS with this CA bundle | --insecure (default) plaintext
+  --tls [--ca FILE]        TLS, trusting the system's CAs (/etc/ssl/certs/ca-certificates.crt, as gRPC
+                           finds them) or those of FILE (PEM) | --insecure (default) plaintext
   --cert FILE --key FILE   client certificate and its key (PEM), for a server with --tls-client-ca
   --tls-server-name NAME   verify the server's certificate for NAME instead of the target's host (e.g.
                            a health check on localhost of a server whose certificate names its DNS name)
@@ -358,12 +359,11 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
   }
   if (tls_asked && insecure_asked)
     throw std::invalid_argument("--insecure (plaintext) and --tls/--ca do not go together");
-  if (o.tls && o.ca_file.empty()) throw std::invalid_argument("--tls needs --ca FILE (the CA bundle to trust)");
   if (o.cert_file.empty() != o.key_file.empty()) {
     throw std::invalid_argument("--cert and --key go together (the client certificate and its private key)");
   }
-  if (!o.cert_file.empty() && !o.tls) throw std::invalid_argument("--cert/--key need --tls --ca FILE");
-  if (!o.tls_server_name.empty() && !o.tls) throw std::invalid_argument("--tls-server-name needs --tls --ca FILE");
+  if (!o.cert_file.empty() && !o.tls) throw std::invalid_argument("--cert/--key need --tls");
+  if (!o.tls_server_name.empty() && !o.tls) throw std::invalid_argument("--tls-server-name needs --tls");
   if (o.batch && o.stream)
     throw std::invalid_argument("--batch and --stream do not go together (SummarizeBatch answers once)");
   if (o.batch && o.load) throw std::invalid_argument("--batch and --load do not go together");

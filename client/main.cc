@@ -43,7 +43,9 @@ std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& o) {
   if (!o.tls) return grpc::CreateCustomChannel(o.target, grpc::InsecureChannelCredentials(), args);
   if (!o.tls_server_name.empty()) args.SetSslTargetNameOverride(o.tls_server_name);
   grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = srformer::read_pem(o.ca_file, "--ca", srformer::PemKind::kCertificate);
+  // Without --ca, empty: gRPC's default roots (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, else the system's bundle,
+  // /etc/ssl/certs/ca-certificates.crt on Debian, else its own roots.pem), for a server with a public certificate.
+  if (!o.ca_file.empty()) ssl.pem_root_certs = srformer::read_pem(o.ca_file, "--ca", srformer::PemKind::kCertificate);
   if (!o.cert_file.empty()) {
     ssl.pem_cert_chain = srformer::read_pem(o.cert_file, "--cert", srformer::PemKind::kCertificate);
     ssl.pem_private_key = srformer::read_pem(o.key_file, "--key", srformer::PemKind::kPrivateKey);

@@ -23,16 +23,32 @@ inline std::string status_hint(const grpc::Status& s, const ClientOptions& o, ui
     // mid-call (a server that died or was killed), where TLS is not the question.
     const bool not_connected = m.find("failed to connect to all addresses") != std::string::npos;
     if (!o.tls && not_connected && m.find("Socket closed") != std::string::npos) {
-      return " (does the server use TLS? then --tls --ca FILE, and --cert/--key where it asks for client "
-             "certificates)";
+      return " (does the server use TLS? then --tls, with --ca FILE where the system does not trust its CA, and "
+             "--cert/--key where it asks for client certificates)";
     }
     if (o.tls && m.find("wrong version number") != std::string::npos)
       return " (the server speaks plaintext: --insecure)";
     if (o.tls && not_connected && m.find("Socket closed") != std::string::npos && o.cert_file.empty()) {
       return " (a server with --tls-client-ca takes only clients with a certificate it signed: --cert/--key)";
     }
-    // gRPC's words when it cannot build TLS credentials from the files (its own log lines above say why).
+    // A server certificate no trusted CA signed (OpenSSL's words, then BoringSSL's).
+    if (o.tls && (m.find("certificate verify failed") != std::string::npos ||
+                  m.find("CERTIFICATE_VERIFY_FAILED") != std::string::npos)) {
+      return o.ca_file.empty() ? " (the server's certificate did not verify against the system's CAs: signed by a "
+                                 "private CA? then --ca FILE with that CA)"
+                               : " (the server's certificate did not verify against --ca " + o.ca_file +
+                                     ": is it signed by a CA in it, and still valid?)";
+    }
+    // gRPC's words when it cannot build TLS credentials from the files (its own log lines above say why), or
+    // without --ca finds no CA certificates to trust (no system bundle, no roots.pem of its own).
     if (o.tls && m.find("empty address list") != std::string::npos) {
+      if (o.ca_file.empty()) {
+        const std::string roots =
+            "the system's CA certificates (none installed? the ca-certificates package, or --ca FILE)";
+        return o.cert_file.empty() ? " (gRPC could not use " + roots + ")"
+                                   : " (gRPC could not use the TLS files: is --key " + o.key_file +
+                                         " the private key of --cert " + o.cert_file + "? or " + roots + ")";
+      }
       return o.cert_file.empty()
                  ? " (gRPC could not use --ca " + o.ca_file + ": is it a valid PEM certificate?)"
                  : " (gRPC could not use the TLS files: is --key " + o.key_file + " the private key of --cert " +

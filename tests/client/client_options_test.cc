@@ -60,6 +60,20 @@ TEST(ClientOptions, LoadGeneratorFlagsNeedLoad) {
   EXPECT_EQ(o.requests, 5);
 }
 
+// --tls alone was refused ("--tls needs --ca FILE"): a server with a certificate from a public CA needed the
+// system's bundle named. Without --ca the client trusts the CAs gRPC finds (the system's).
+TEST(ClientOptions, TlsWithoutCaTrustsTheSystemsCas) {
+  const auto o = parse({"--tls", "--health"});
+  EXPECT_TRUE(o.tls);
+  EXPECT_EQ(o.ca_file, "");
+  const auto mutual = parse({"--tls", "--cert", "c.pem", "--key", "k.pem", "--health"});
+  EXPECT_TRUE(mutual.tls);
+  EXPECT_EQ(mutual.cert_file, "c.pem");
+  EXPECT_EQ(refusal({"--cert", "c.pem", "--key", "k.pem", "--health"}), "--cert/--key need --tls");
+  EXPECT_EQ(refusal({"--tls-server-name", "x", "--health"}), "--tls-server-name needs --tls");
+  EXPECT_EQ(refusal({"--tls", "--insecure", "--health"}), "--insecure (plaintext) and --tls/--ca do not go together");
+}
+
 // The server answered "requests is empty; send at least one request", exit 1, where --load says what it needs.
 TEST(ClientOptions, BatchNeedsAFile) {
   EXPECT_EQ(refusal({"--batch"}), "--batch needs at least one FILE");

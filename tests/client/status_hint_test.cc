@@ -50,6 +50,25 @@ TEST(StatusHint, TlsFilesGrpcCannotUseAreNamed) {
   EXPECT_EQ(status_hint(unavailable("empty address list: "), ClientOptions{}, 10), "") << "no TLS, no TLS files";
 }
 
+// --tls without --ca trusts the system's CAs: a server certificate none of them signed, or no CA bundle found
+// at all, is told with the --ca to give.
+TEST(StatusHint, WithoutCaTheSystemsCasAreNamed) {
+  ClientOptions o;
+  o.tls = true;
+  const auto verify_failed = unavailable(
+      "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:5000: Ssl handshake failed: "
+      "SSL_ERROR_SSL: error:0A000086:SSL routines::certificate verify failed");
+  EXPECT_EQ(status_hint(verify_failed, o, 10),
+            " (the server's certificate did not verify against the system's CAs: signed by a private CA? then --ca "
+            "FILE with that CA)");
+  EXPECT_EQ(status_hint(unavailable("empty address list: "), o, 10),
+            " (gRPC could not use the system's CA certificates (none installed? the ca-certificates package, or --ca "
+            "FILE))");
+  EXPECT_EQ(status_hint(verify_failed, tls_options(), 10),
+            " (the server's certificate did not verify against --ca ca.pem: is it signed by a CA in it, and still "
+            "valid?)");
+}
+
 TEST(StatusHint, TheOtherHintsStay) {
   EXPECT_EQ(status_hint(unavailable("failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:5000: "
                                     "Ssl handshake failed: SSL_ERROR_SSL: error:0A00010B:SSL routines::wrong version "

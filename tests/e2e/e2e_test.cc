@@ -1115,19 +1115,32 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
   // Plaintext against TLS: gRPC's "Socket closed", with the client's hint.
   auto plaintext = run_command(kClient + t + " --max-new-tokens 2 --deadline-ms 5000 " + doc(0) + " 2>&1");
   EXPECT_EQ(plaintext.exit_code, 1) << plaintext.out;
-  EXPECT_NE(plaintext.out.find("(does the server use TLS? then --tls --ca FILE"), std::string::npos) << plaintext.out;
+  EXPECT_NE(plaintext.out.find("(does the server use TLS? then --tls, with --ca FILE"), std::string::npos)
+      << plaintext.out;
   // The load generator says so too, before its run (its error tally gave gRPC's words alone).
   auto load = run_command(kClient + t + " --load --requests 1 --json " + doc(0) + " 2>&1");
   EXPECT_EQ(load.exit_code, 1) << load.out;
   EXPECT_EQ(load.out.rfind("srformer-client: cannot connect to " + server->target() + ": UNAVAILABLE: ", 0), 0u)
       << load.out;
-  EXPECT_NE(load.out.find("(does the server use TLS? then --tls --ca FILE"), std::string::npos) << load.out;
+  EXPECT_NE(load.out.find("(does the server use TLS? then --tls, with --ca FILE"), std::string::npos) << load.out;
   auto unary = run_command(kClient + t + " --tls --ca " + cert + " --max-new-tokens 12 --json " + doc(0));
   ASSERT_EQ(unary.exit_code, 0) << unary.out;
   EXPECT_EQ(nlohmann::json::parse(unary.out)["token_ids"].get<std::vector<int64_t>>(),
             offline(model_dir_, read(doc(0)), 12, 1));
   // A plaintext client cannot talk to it.
   EXPECT_NE(run_command(kClient + t + " --health --deadline-ms 3000 2>&1").exit_code, 0);
+  // --tls without --ca trusts gRPC's default roots (the system's bundle; here the variable gRPC reads first): it
+  // was refused, "--tls needs --ca FILE", which sent a user of a server with a public certificate after the
+  // system's bundle. The self-signed certificate is no CA the system trusts: said so, with what to give.
+  auto default_roots = run_command("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH=" + cert + " " + kClient + t + " --tls --health");
+  EXPECT_EQ(default_roots.exit_code, 0) << default_roots.out;
+  EXPECT_EQ(default_roots.out, "SERVING\n");
+  auto system_roots = run_command(kClient + t + " --tls --health --deadline-ms 5000 2>&1");
+  EXPECT_EQ(system_roots.exit_code, 1) << system_roots.out;
+  EXPECT_NE(system_roots.out.find("(the server's certificate did not verify against the system's CAs: signed by a "
+                                  "private CA? then --ca FILE with that CA)"),
+            std::string::npos)
+      << system_roots.out;
   // A certificate for the server's DNS name, checked on 127.0.0.1 (the image's health check): only with
   // --tls-server-name naming it.
   {
