@@ -185,8 +185,10 @@ generation options (unset = the model's defaults):
                            whose output is a line per FILE, --json's only)
   (--do-sample with --num-beams N > 1 samples the beams: Hugging Face's beam sampling)
 load generator:
-  --load --concurrency N (--requests M | --duration S) FILE...
+  --load --concurrency N (--requests M | --duration S [--grace G]) FILE...
       streams requests over the FILEs round-robin (name a FILE twice to send it twice as often);
+      after --duration, the calls in flight have G seconds (default 30) to finish and count, then are
+      cancelled, counted apart ("requests_cut") and neither ok nor failed;
       prints throughput (tokens/s, requests/s), time to first token, inter-token and request latency
       p50/p90/p99, and with several distinct FILEs each one's own (with --json: one JSON object,
       those under "by_document"); a target it cannot connect to (in 10 s) fails at once, before the
@@ -203,7 +205,8 @@ exit status: 0 done (--health: SERVING; --load: every request succeeded); 1 a ca
 bool parse_client_args(int argc, char** argv, ClientOptions& o) {
   auto& g = o.generation;
   bool tls_asked = false, insecure_asked = false;
-  bool only_files = false;         // after "--": a FILE whose name starts with '-'
+  bool only_files = false;  // after "--": a FILE whose name starts with '-'
+  bool grace_given = false;
   std::string load_flag_given;     // the first flag of the load generator's, which without --load did nothing
   std::string summary_flag_given;  // the first flag that shapes a summary request
   for (int i = 1; i < argc; ++i) {
@@ -234,7 +237,7 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     if (has_value && is_switch(arg)) {
       throw std::invalid_argument(arg + " takes no value, got '" + arg + "=" + value + "' (see --help)");
     }
-    if (arg == "--concurrency" || arg == "--requests" || arg == "--duration") {
+    if (arg == "--concurrency" || arg == "--requests" || arg == "--duration" || arg == "--grace") {
       if (load_flag_given.empty()) load_flag_given = arg;
     }
     if (summary_flag_given.empty() && is_summary_flag(arg)) summary_flag_given = arg;
@@ -353,6 +356,13 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
         // As typed: std::to_string wrote -1e-9 as "-0.000000".
         throw std::invalid_argument("--duration must be more than 0 and at most 86400 seconds (a day), got " + v);
       }
+    } else if (arg == "--grace") {
+      const std::string v = next();
+      o.grace_s = to_double(arg, v);
+      if (!(o.grace_s >= 0 && o.grace_s <= kDayMs / 1000.0)) {
+        throw std::invalid_argument("--grace must be from 0 to 86400 seconds (a day), got " + v);
+      }
+      grace_given = true;
     } else {  // a single-dash "-x" too: it was read as a FILE ("one FILE at a time (got 2)")
       throw std::invalid_argument("unknown flag " + arg + " (see --help)");
     }
@@ -373,6 +383,9 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     throw std::invalid_argument("--load needs --requests M or --duration S");
   }
   if (o.load && o.inputs.empty()) throw std::invalid_argument("--load needs at least one input FILE");
+  if (o.load && grace_given && o.duration_s <= 0) {
+    throw std::invalid_argument("--grace goes with --duration (a run of --requests M ends with its last request)");
+  }
   if (!o.load && !load_flag_given.empty()) {
     // Without --load it summarized one FILE once, as if the flag were not there.
     throw std::invalid_argument(load_flag_given + " goes with --load (the load generator)");

@@ -32,6 +32,7 @@ struct ClientOptions {
   int concurrency = 1;
   int64_t requests = 0;             // total requests (0 = use duration)
   double duration_s = 0;            // seconds (0 = use requests)
+  double grace_s = 30;              // after duration_s: how long calls in flight may take before they are cut
   std::vector<std::string> inputs;  // files; "-" = stdin
 };
 

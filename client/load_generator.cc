@@ -138,6 +138,12 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
   // flight finish and count; no more are sent.
   std::atomic<bool> hopeless{false};
   const auto ending = [&] { return g_interrupted.load() || abandoned.load(); };
+  // Set --grace seconds after the end of --duration, when the calls still in flight are cancelled: the run
+  // waited for them however long they took (a server that stopped answering held it for ever). They count
+  // in requests_cut, neither ok nor failed.
+  std::atomic<bool> cutting{false};
+  std::atomic<int64_t> cut{0};
+  const auto cut_at = end + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_s));
   const auto worker = [&] {
     // After a refusal that says "not now" (no server, a full queue), each worker waits, doubling from 50 ms
     // to 1 s: without it a dead target took ~190,000 attempts a second.
@@ -185,6 +191,10 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
       const double latency = ms(Clock::now() - t0);  // before the stats lock: waiting for it is not latency
       in_flight.remove(&ctx);
       if (ending() && !status.ok()) break;  // cancelled by the interrupt (or a failed start): not counted
+      if (cutting.load() && status.error_code() == grpc::StatusCode::CANCELLED) {
+        ++cut;
+        break;
+      }
       {
         std::lock_guard lock(totals.mu);
         if (status.ok()) {
@@ -239,6 +249,10 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
         in_flight.cancel_all();
         break;
       }
+      if (o.duration_s > 0 && !cutting.load() && Clock::now() >= cut_at) {
+        cutting.store(true);
+        in_flight.cancel_all();
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   });
@@ -272,6 +286,7 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
       {"stopped_early", hopeless.load()},
       {"requests_ok", all.ok},
       {"requests_failed", failed},
+      {"requests_cut", cut.load()},
       {"errors", totals.errors},
       {"wall_s", wall_s},
       {"output_tokens", all.tokens},
@@ -313,6 +328,10 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
                 : hopeless.load()
                     ? "; stopped early: every FILE was refused with an error that sending it again does not change"
                     : "");
+    if (cut.load() > 0) {
+      std::printf("cut: %lld still in flight %g s after the end of --duration, cancelled (--grace)\n",
+                  static_cast<long long>(cut.load()), o.grace_s);
+    }
     std::printf("throughput: %.1f tokens/s, %.2f requests/s\n", report["tokens_per_s"].get<double>(),
                 report["requests_per_s"].get<double>());
     std::printf("time to first token: %s\n", pct(report["ttft_ms"]).c_str());

@@ -74,6 +74,19 @@ TEST(ClientOptions, TlsWithoutCaTrustsTheSystemsCas) {
   EXPECT_EQ(refusal({"--tls", "--insecure", "--health"}), "--insecure (plaintext) and --tls/--ca do not go together");
 }
 
+// How long the calls in flight at the end of --duration may take before they are cut.
+TEST(ClientOptions, GraceGoesWithDuration) {
+  EXPECT_EQ(parse({"--load", "--duration", "5", "doc.txt"}).grace_s, 30);
+  EXPECT_EQ(parse({"--load", "--duration", "5", "--grace", "0", "doc.txt"}).grace_s, 0);
+  EXPECT_EQ(refusal({"--load", "--requests", "5", "--grace", "1", "doc.txt"}),
+            "--grace goes with --duration (a run of --requests M ends with its last request)");
+  EXPECT_EQ(refusal({"--grace", "1", "doc.txt"}), "--grace goes with --load (the load generator)");
+  EXPECT_EQ(refusal({"--load", "--duration", "5", "--grace", "-1", "doc.txt"}),
+            "--grace must be from 0 to 86400 seconds (a day), got -1");
+  EXPECT_EQ(refusal({"--load", "--duration", "5", "--grace", "nan", "doc.txt"}),
+            "--grace must be from 0 to 86400 seconds (a day), got nan");
+}
+
 // The server answered "requests is empty; send at least one request", exit 1, where --load says what it needs.
 TEST(ClientOptions, BatchNeedsAFile) {
   EXPECT_EQ(refusal({"--batch"}), "--batch needs at least one FILE");

@@ -579,6 +579,7 @@ class CannedSummarizer final : public v1::Summarizer::Service {
   std::vector<std::string> summaries;             // SummarizeBatch's, in turn
   grpc::Status stream_status = grpc::Status::OK;  // SummarizeStream's
   std::atomic<int> streams{0};                    // SummarizeStream calls answered
+  bool hang = false;  // SummarizeStream answers nothing until its call is cancelled (a server that stopped)
 
   grpc::Status SummarizeBatch(grpc::ServerContext*, const v1::SummarizeBatchRequest* request,
                               v1::SummarizeBatchResponse* response) override {
@@ -586,9 +587,10 @@ class CannedSummarizer final : public v1::Summarizer::Service {
       response->add_responses()->set_summary(summaries.at(static_cast<size_t>(i) % summaries.size()));
     return grpc::Status::OK;
   }
-  grpc::Status SummarizeStream(grpc::ServerContext*, const v1::SummarizeRequest*,
+  grpc::Status SummarizeStream(grpc::ServerContext* context, const v1::SummarizeRequest*,
                                grpc::ServerWriter<v1::SummarizeStreamResponse>*) override {
     ++streams;
+    while (hang && !context->IsCancelled()) std::this_thread::sleep_for(10ms);
     return stream_status;
   }
 };
@@ -779,6 +781,32 @@ TEST_F(EndToEnd, TheLoadGeneratorTakesCtrlCUnlessItIsIgnored) {
   auto ignored = run_command("trap '' INT; " + run);
   EXPECT_EQ(ignored.exit_code, 1) << ignored.out;  // every request failed: UNAVAILABLE
   EXPECT_EQ(nlohmann::json::parse(ignored.out)["interrupted"], false) << ignored.out;
+}
+
+// After --duration the run waited for the calls in flight however long they took: a server that stopped
+// answering held it for ever. They have --grace seconds now, then are cancelled and counted as cut.
+TEST_F(EndToEnd, TheLoadGeneratorCutsCallsStillInFlightAfterItsDurationAndGrace) {
+  CannedSummarizer hanging;
+  hanging.hang = true;
+  int port = 0;
+  const auto server = serve(hanging, port);
+  ASSERT_GT(port, 0);
+  const std::string client = "timeout 60 " + kClient + " --target 127.0.0.1:" + std::to_string(port) +
+                             " --load --concurrency 2 --duration 1 --grace 1 " + doc(0);
+  auto r = run_command(client + " --json 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 1) << r.out;  // none succeeded
+  const auto report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["requests_cut"], 2) << r.out;
+  EXPECT_EQ(report["requests_ok"], 0) << r.out;
+  EXPECT_EQ(report["requests_failed"], 0) << r.out;
+  EXPECT_GE(report["wall_s"].get<double>(), 2.0) << r.out;
+  EXPECT_LT(report["wall_s"].get<double>(), 5.0) << r.out;
+  auto text = run_command(client + " --grace 0 2>/dev/null");
+  EXPECT_EQ(text.exit_code, 1) << text.out;
+  EXPECT_NE(text.out.find("\ncut: 2 still in flight 0 s after the end of --duration, cancelled (--grace)\n"),
+            std::string::npos)
+      << text.out;
+  server->Shutdown();
 }
 
 // After the run's last request it waited its backoff (up to a second) before ending, and wall_s, the
