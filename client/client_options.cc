@@ -181,7 +181,8 @@ generation options (unset = the model's defaults):
   --do-sample | --no-sample, --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N
   --repetition-penalty X --expected-length N --truncate (cut over-long input instead of failing)
   --num-return-sequences N (beams: also the next best hypotheses; sampling with one beam: N samples;
-                           one line each after the summary, or --json's alternatives; with --batch,
+                           one line each after the summary, "[alternative K, score S] TEXT" (TEXT's
+                           line breaks written as --batch's), or --json's alternatives; with --batch,
                            whose output is a line per FILE, --json's only)
   (--do-sample with --num-beams N > 1 samples the beams: Hugging Face's beam sampling)
 load generator:

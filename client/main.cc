@@ -220,26 +220,6 @@ std::vector<std::string> read_documents(const std::vector<std::string>& paths) {
   return documents;
 }
 
-// A summary on one line, for --batch's line per FILE: a line break in it ("\n" from a byte-level BPE
-// tokenizer) spread one FILE's summary over several lines, and the lines after it were read as the next
-// FILEs'. A backslash is escaped too, so that the two characters \n in a text read back as themselves.
-std::string one_line(const std::string& text) {
-  std::string line;
-  line.reserve(text.size());
-  for (const char c : text) {
-    if (c == '\\') {
-      line += "\\\\";
-    } else if (c == '\n') {
-      line += "\\n";
-    } else if (c == '\r') {
-      line += "\\r";
-    } else {
-      line += c;
-    }
-  }
-  return line;
-}
-
 int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   v1::SummarizeBatchRequest batch;
   for (const auto& document : read_documents(o.inputs)) {
@@ -272,7 +252,7 @@ int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub) {
     } else if (o.json) {
       all.push_back(to_json(resp.responses(i)));
     } else {
-      std::cout << one_line(resp.responses(i).summary()) << "\n";
+      std::cout << srformer::one_line(resp.responses(i).summary()) << "\n";
     }
   }
   if (o.json) std::cout << all.dump() << "\n";

@@ -579,7 +579,14 @@ class CannedSummarizer final : public v1::Summarizer::Service {
   std::vector<std::string> summaries;             // SummarizeBatch's, in turn
   grpc::Status stream_status = grpc::Status::OK;  // SummarizeStream's
   std::atomic<int> streams{0};                    // SummarizeStream calls answered
-  bool hang = false;  // SummarizeStream answers nothing until its call is cancelled (a server that stopped)
+  bool hang = false;            // SummarizeStream answers nothing until its call is cancelled (a server that stopped)
+  v1::SummarizeResponse unary;  // Summarize's
+  std::vector<v1::SummarizeStreamResponse> stream_messages;  // SummarizeStream's, before its status
+
+  grpc::Status Summarize(grpc::ServerContext*, const v1::SummarizeRequest*, v1::SummarizeResponse* response) override {
+    *response = unary;
+    return grpc::Status::OK;
+  }
 
   grpc::Status SummarizeBatch(grpc::ServerContext*, const v1::SummarizeBatchRequest* request,
                               v1::SummarizeBatchResponse* response) override {
@@ -588,8 +595,9 @@ class CannedSummarizer final : public v1::Summarizer::Service {
     return grpc::Status::OK;
   }
   grpc::Status SummarizeStream(grpc::ServerContext* context, const v1::SummarizeRequest*,
-                               grpc::ServerWriter<v1::SummarizeStreamResponse>*) override {
+                               grpc::ServerWriter<v1::SummarizeStreamResponse>* writer) override {
     ++streams;
+    for (const auto& message : stream_messages) writer->Write(message);
     while (hang && !context->IsCancelled()) std::this_thread::sleep_for(10ms);
     return stream_status;
   }
@@ -621,6 +629,40 @@ TEST_F(EndToEnd, BatchOutputKeepsALinePerFileWhenASummaryHasALineBreak) {
   const auto j = nlohmann::json::parse(json.out);
   ASSERT_EQ(j.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(j[i]["summary"], canned.summaries[i]);
+  server->Shutdown();
+}
+
+// --num-return-sequences prints the summary, then a line per further result: an alternative with a line break
+// (a byte-level BPE model's "\n") spread over two lines, the second read as no alternative at all. Its line
+// breaks are escaped now, as --batch's; the summary before them stays as it is.
+TEST_F(EndToEnd, EachAlternativeIsOneLine) {
+  CannedSummarizer canned;
+  canned.unary.set_summary("best\nsummary");
+  auto* second = canned.unary.add_alternatives();
+  second->set_summary("second\none \\ here");
+  second->set_score(-0.5f);
+  auto* third = canned.unary.add_alternatives();
+  third->set_summary("third\r");
+  third->set_score(-1.25f);
+  v1::SummarizeStreamResponse token, final;
+  token.mutable_token()->set_text("best\nsummary");
+  *final.mutable_final() = canned.unary;
+  canned.stream_messages = {token, final};
+  int port = 0;
+  const auto server = serve(canned, port);
+  ASSERT_GT(port, 0);
+  const std::string client = kClient + " --target 127.0.0.1:" + std::to_string(port) + " --num-return-sequences 3 ";
+  const std::string expected =
+      "best\nsummary\n[alternative 2, score -0.5] second\\none \\\\ here\n[alternative 3, score -1.25] third\\r\n";
+  auto unary = run_command(client + doc(0));
+  ASSERT_EQ(unary.exit_code, 0) << unary.out;
+  EXPECT_EQ(unary.out, expected);
+  auto stream = run_command(client + "--stream " + doc(0));
+  ASSERT_EQ(stream.exit_code, 0) << stream.out;
+  EXPECT_EQ(stream.out, expected);
+  auto json = run_command(client + "--json " + doc(0));
+  ASSERT_EQ(json.exit_code, 0) << json.out;
+  EXPECT_EQ(nlohmann::json::parse(json.out)["alternatives"][0]["summary"], "second\none \\ here");
   server->Shutdown();
 }
 
