@@ -199,7 +199,8 @@ load generator:
       a message over a size limit); other errors are counted and the run goes on
 exit status: 0 done (--health: SERVING; --load: every request succeeded); 1 a call failed, a FILE could
   not be read or the output not written (--health: not SERVING, or no answer; --load: a request failed,
-  or none succeeded); 2 a command line it refuses; 130 --load ended by Ctrl-C (after its report)
+  or none succeeded); 2 a command line it refuses; 130 (143) --load ended by Ctrl-C (SIGTERM), after its
+  report
 )";
 }
 

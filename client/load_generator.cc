@@ -85,11 +85,17 @@ DistinctDocuments distinct_documents(const std::vector<std::string>& files) {
   return d;
 }
 
-// SIGINT (Ctrl-C) ends a run early with the report of what finished: the calls in flight are cancelled
-// and not counted. A second SIGINT ends the client at once (SA_RESETHAND). One ignored on entry stays so.
+// SIGINT (Ctrl-C) or SIGTERM (timeout(1), a CI job cancelled, a container stopped) ends a run early with the
+// report of what finished: the calls in flight are cancelled and not counted. SIGTERM ended the client with no
+// report, so a long run under `timeout` lost all it had measured. A second signal of the kind ends the client
+// at once (SA_RESETHAND). One ignored on entry stays so.
 std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_signal{0};  // the signal that interrupted the run
 
-extern "C" void on_interrupt(int) { g_interrupted.store(true); }
+extern "C" void on_interrupt(int signal) {
+  g_signal.store(signal);
+  g_interrupted.store(true);
+}
 
 // The calls in flight, to cancel when interrupted.
 class InFlight {
@@ -237,8 +243,11 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
   action.sa_handler = on_interrupt;
   action.sa_flags = SA_RESETHAND | SA_RESTART;
   sigemptyset(&action.sa_mask);
-  struct sigaction before {};
+  struct sigaction before {
+  }, before_term{};
   sigaction(SIGINT, &action, &before);
+  sigaction(SIGTERM, &action, &before_term);
+  if (before_term.sa_handler == SIG_IGN) sigaction(SIGTERM, &before_term, nullptr);
   // A SIGINT ignored on entry stays ignored (a shell script's background job, nohup-like wrappers): the run
   // took the script's Ctrl-C as its own, and ended early.
   if (before.sa_handler == SIG_IGN) sigaction(SIGINT, &before, nullptr);
@@ -275,6 +284,7 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
   workers_done.store(true);
   watch.join();
   sigaction(SIGINT, &before, nullptr);
+  sigaction(SIGTERM, &before_term, nullptr);
   if (!start_failure.empty()) throw std::runtime_error(start_failure);
   const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
   int64_t failed = 0;
@@ -349,5 +359,7 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
   }
   return report;
 }
+
+int load_interrupted_by() { return g_signal.load(); }
 
 }  // namespace srformer::client

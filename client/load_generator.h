@@ -15,4 +15,7 @@ namespace srformer::client {
 nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const ClientOptions& options,
                         const std::vector<std::string>& documents);
 
+// The signal (SIGINT, SIGTERM) that interrupted the run, 0 if none.
+int load_interrupted_by();
+
 }  // namespace srformer::client

@@ -406,7 +406,8 @@ int run(int argc, char** argv) {
     if (o.load) {
       if (const int status = check_connection(channel, o); status != 0) return status;
       const auto report = srformer::client::run_load(channel, o, read_documents(o.inputs));
-      if (report["interrupted"].get<bool>()) return 130;  // as a shell reports Ctrl-C, after the report
+      // As a shell reports a process that a signal ended (130 for Ctrl-C, 143 for SIGTERM), after the report.
+      if (report["interrupted"].get<bool>()) return 128 + srformer::client::load_interrupted_by();
       return report["requests_failed"].get<int64_t>() == 0 && report["requests_ok"].get<int64_t>() > 0 ? 0 : 1;
     }
     if (o.batch) return summarize_batch(o, *stub);

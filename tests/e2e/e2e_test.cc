@@ -851,6 +851,24 @@ TEST_F(EndToEnd, TheLoadGeneratorCutsCallsStillInFlightAfterItsDurationAndGrace)
   server->Shutdown();
 }
 
+// SIGTERM (timeout(1), a cancelled CI job, a stopped container) ended a run with no report at all: what it had
+// measured was lost. It ends the run as Ctrl-C does now, the report printed, exit 143; ignored on entry, it
+// stays ignored.
+TEST_F(EndToEnd, TheLoadGeneratorReportsWhenTerminated) {
+  if (run_command("env --default-signal=TERM true").exit_code != 0) GTEST_SKIP() << "env without --default-signal";
+  const UnavailableServer unavailable;
+  ASSERT_GT(unavailable.port, 0);
+  const std::string run = kClient + " --target " + unavailable.target() + " --load --duration 2 --json " + doc(0) +
+                          " 2>/dev/null & pid=$!; sleep 1; kill -TERM $pid; wait $pid";
+  auto taken = run_command("env --default-signal=TERM sh -c '" + run + "'");
+  EXPECT_EQ(taken.exit_code, 143) << taken.out;
+  ASSERT_FALSE(taken.out.empty()) << "no report";
+  EXPECT_EQ(nlohmann::json::parse(taken.out)["interrupted"], true) << taken.out;
+  auto ignored = run_command("trap '' TERM; " + run);
+  EXPECT_EQ(ignored.exit_code, 1) << ignored.out;  // every request failed: UNAVAILABLE
+  EXPECT_EQ(nlohmann::json::parse(ignored.out)["interrupted"], false) << ignored.out;
+}
+
 // After the run's last request it waited its backoff (up to a second) before ending, and wall_s, the
 // denominator of the report's rates, counted that wait. Seven refused requests in a row wait 50 + 100 + 200 +
 // 400 + 800 + 1000 ms between them (2.55 s at least); a wait after the seventh would add 1000 ms more.
