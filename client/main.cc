@@ -404,8 +404,11 @@ int run(int argc, char** argv) {
     auto stub = v1::Summarizer::NewStub(channel);
     if (o.list_models) return list_models(o, *stub);
     if (o.load) {
+      // The FILEs first: one that cannot be read was told only after the connection check, which to a target
+      // that does not answer takes its 10 s, and to one that refuses said "cannot connect" instead.
+      const auto documents = read_documents(o.inputs);
       if (const int status = check_connection(channel, o); status != 0) return status;
-      const auto report = srformer::client::run_load(channel, o, read_documents(o.inputs));
+      const auto report = srformer::client::run_load(channel, o, documents);
       // As a shell reports a process that a signal ended (130 for Ctrl-C, 143 for SIGTERM), after the report.
       if (report["interrupted"].get<bool>()) return 128 + srformer::client::load_interrupted_by();
       return report["requests_failed"].get<int64_t>() == 0 && report["requests_ok"].get<int64_t>() > 0 ? 0 : 1;

@@ -716,6 +716,18 @@ TEST_F(EndToEnd, TheLoadGeneratorFailsAtOnceWhenItCannotConnect) {
   EXPECT_NE(said.find("Connection refused"), std::string::npos) << said;
 }
 
+// A FILE that cannot be read is told before the connection check: it was told only after it, which to a target
+// that does not answer took 10 s, and to one that refuses said "cannot connect" and nothing of the FILE.
+TEST_F(EndToEnd, TheLoadGeneratorNamesAFileItCannotReadBeforeConnecting) {
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const std::string missing = (work_ / "no-such-file.txt").string();
+  auto r = run_command(kClient + " --target 127.0.0.1:" + std::to_string(port) + " --load --requests 1 " + doc(0) +
+                       " " + missing + " 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_EQ(r.out, "srformer-client: cannot read '" + missing + "': No such file or directory\n");
+}
+
 // While no request has succeeded, a run whose every FILE was refused with an error that sending it again does
 // not change stops: an unknown --model went on at full speed, 2,000 refusals a second, to the end of the run.
 // A FILE refused so beside one that succeeds is sent on.
