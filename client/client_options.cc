@@ -155,7 +155,8 @@ Summarizes FILE (or stdin) with an srformer-server.
   --target HOST:PORT       server address (default localhost:50051; IPv6 in brackets, [::1]:50051; unix:PATH)
   --model NAME             model to use (default: the server's first)
   --stream                 print the summary as tokens arrive (SummarizeStream)
-  --json                   print one JSON object (summary, token_ids, finish_reason, usage, ...)
+  --json                   print one JSON object (summary, token_ids, finish_reason, usage, ...; with
+                           --stream also "stream", the token deltas as they came; docs/API.md)
   --batch                  send every FILE in one SummarizeBatch call; a line per FILE (a line break
                            in a summary written \n or \r, a backslash \\; --json's text as it is)
   --partial                with --batch: each FILE succeeds or fails on its own (partial_results); a
