@@ -292,6 +292,48 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
   }
 }
 
+// Whether transformers 4's generate() takes config.json's generation keys over generation_config.json:
+// where that file was made from config.json ("_from_model_config": true, as every checkpoint saved by
+// 4.27-4.40 without its own generation settings has) and config.json sets one of them to other than
+// PretrainedConfig's global default or its class's own (BART's forced_eos_token_id 2), generate() builds
+// its settings from config.json again (_prepare_generation_config's legacy branch): the way training
+// scripts set num_beams or max_length before GenerationConfig existed, and a config.json edited by hand.
+// transformers 5 dropped that branch; the checkpoints are transformers 4's.
+bool config_json_generation_wins(const nlohmann::json& j, const nlohmann::json& g, bool bart) {
+  if (!g.is_object() || g.value("_from_model_config", false) != true) return false;
+  // PretrainedConfig._get_global_generation_defaults().
+  static const std::pair<const char*, nlohmann::json> kGlobalDefaults[] = {
+      {"max_length", 20},
+      {"min_length", 0},
+      {"do_sample", false},
+      {"early_stopping", false},
+      {"num_beams", 1},
+      {"num_beam_groups", 1},
+      {"diversity_penalty", 0.0},
+      {"temperature", 1.0},
+      {"top_k", 50},
+      {"top_p", 1.0},
+      {"typical_p", 1.0},
+      {"repetition_penalty", 1.0},
+      {"length_penalty", 1.0},
+      {"no_repeat_ngram_size", 0},
+      {"encoder_no_repeat_ngram_size", 0},
+      {"bad_words_ids", nullptr},
+      {"num_return_sequences", 1},
+      {"forced_bos_token_id", nullptr},
+      {"forced_eos_token_id", nullptr},
+      {"exponential_decay_length_penalty", nullptr},
+      {"suppress_tokens", nullptr},
+      {"begin_suppress_tokens", nullptr}};
+  for (const auto& [key, global] : kGlobalDefaults) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null() || *it == global) continue;
+    if (bart && std::string_view(key) == "forced_eos_token_id" && *it == 2) continue;  // BartConfig's default
+    return true;
+  }
+  return false;
+}
+
 // A token id or a list of them (Hugging Face's eos_token_id and forced_eos_token_id may be either);
 // std::nullopt where the key is absent or null.
 std::optional<std::vector<int64_t>> ids_of(const nlohmann::json& j, const char* key) {
@@ -581,9 +623,10 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
   check_token_ids(c);
 
   // Hugging Face generates with generation_config.json where the checkpoint has one (newer
-  // transformers save the defaults only there), else with config.json's keys.
+  // transformers save the defaults only there), else with config.json's keys, which also win over a
+  // generation_config.json made from them that they no longer match (config_json_generation_wins).
   NewTokenLengths new_tokens;
-  if (generation) {
+  if (generation && !config_json_generation_wins(j, *generation, bart)) {
     const auto& g = *generation;
     try {
       if (!g.is_object()) config_error("top level must be a JSON object");

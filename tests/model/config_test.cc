@@ -519,6 +519,41 @@ TEST(Config, GenerationConfigReplacesConfigJsonsGenerationDefaults) {
   EXPECT_EQ(task.summarization_prefix, "summarize: ");
 }
 
+// A checkpoint saved by transformers 4.27-4.40 after a training script set model.config.num_beams (or a
+// config.json edited by hand) has a generation_config.json made from config.json before that
+// ("_from_model_config": true): transformers 4's generate() then builds its settings from config.json
+// again. generation_config.json's were used, so such a checkpoint summarized greedily and without its
+// lengths.
+TEST(Config, ConfigJsonsGenerationKeysWinOverAGenerationConfigMadeFromIt) {
+  auto j = t5_json();
+  j["num_beams"] = 4;
+  j["max_length"] = 128;
+  j["no_repeat_ngram_size"] = 3;
+  nlohmann::json g = {
+      {"_from_model_config", true}, {"decoder_start_token_id", 0}, {"eos_token_id", 1}, {"pad_token_id", 0}};
+  const auto legacy = ModelConfig::from_json(j, &g);
+  EXPECT_EQ(legacy.num_beams, 4);
+  EXPECT_EQ(legacy.max_length, 128);
+  EXPECT_EQ(legacy.no_repeat_ngram_size, 3);
+  g["_from_model_config"] = false;  // a generation_config.json of its own: it decides
+  EXPECT_FALSE(ModelConfig::from_json(j, &g).num_beams);
+  // config.json at the defaults (or null, as transformers 4.41+ leaves the keys it moved): the file's.
+  g = {{"_from_model_config", true}, {"num_beams", 4}, {"max_length", 142}};
+  j["num_beams"] = 1;
+  j["max_length"] = nullptr;
+  j["no_repeat_ngram_size"] = 0;
+  EXPECT_EQ(ModelConfig::from_json(j, &g).num_beams, 4);
+  EXPECT_EQ(ModelConfig::from_json(j, &g).max_length, 142);
+  // BART's forced_eos_token_id 2 is BartConfig's own default: not a setting of the checkpoint's.
+  auto bart = bart_json();
+  bart["forced_eos_token_id"] = 2;
+  EXPECT_EQ(ModelConfig::from_json(bart, &g).num_beams, 4);
+  bart["forced_bos_token_id"] = 0;  // BART-CNN's: config.json decides, as it does in transformers 4
+  const auto cnn = ModelConfig::from_json(bart, &g);
+  EXPECT_FALSE(cnn.num_beams);
+  EXPECT_EQ(cnn.forced_bos_token_id, 0);
+}
+
 // HF's summarization pipeline updates the generation config with the task's parameters, and
 // generate() then takes max_new_tokens / min_new_tokens over max_length / min_length wherever they
 // were set: a task's lengths do not undo generation_config.json's new-token counts, but its own do.
