@@ -45,6 +45,25 @@ std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& 
   return shards;
 }
 
+// TensorFlow's and Flax's save_pretrained write model.safetensors too, marked by the header's
+// "__metadata__": {"format": "tf" | "flax"}, with their own names ("encoder/block_._0/.../kernel:0",
+// "...q.kernel") and transposed kernels; transformers 4 converts them through that framework. They were
+// read as PyTorch's and refused as every tensor missing.
+void check_pytorch_layout(const SafetensorsFile& file) {
+  const auto& metadata = file.metadata();
+  const auto format = metadata.find("format");
+  if (format == metadata.end() || !format->is_string()) return;  // unmarked files are PyTorch's, as in transformers
+  const std::string name = format->get<std::string>();
+  const char* framework = name == "tf" ? "TensorFlow" : name == "flax" ? "Flax" : nullptr;
+  if (framework == nullptr) return;
+  const auto dir = file.path().parent_path().string();
+  throw LoadError(file.path().string() + " holds " + framework + "'s weights (its header says \"format\": \"" + name +
+                  "\"): their names and layouts are not PyTorch's; convert them once with transformers 4 (5 reads " +
+                  "neither) and " + framework + " installed, into another directory, and copy the tokenizer files " +
+                  "there:\n  python -c \"from transformers import AutoModelForSeq2SeqLM as M; M.from_pretrained('" +
+                  dir + "').save_pretrained('" + dir + "-pytorch')\"");
+}
+
 }  // namespace
 
 void remove_other_weight_files(const fs::path& dir) {
@@ -122,6 +141,7 @@ void CheckpointReader::add_file(const fs::path& file, const std::vector<std::str
   if (file.extension() == ".safetensors") {
     shards_.push_back(SafetensorsFile::open(file));
     const SafetensorsFile& shard = shards_.back();
+    check_pytorch_layout(shard);
     const int index = static_cast<int>(shards_.size()) - 1;
     if (only == nullptr) {
       for (const TensorInfo& info : shard.tensors()) entries_[info.name] = {index, {}};

@@ -4,6 +4,10 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include <map>
+#include <string>
+#include <tuple>
+
 #include "model/io/checkpoint.h"
 #include "model/io/load_error.h"
 #include "model/io/pytorch_bin.h"
@@ -109,6 +113,30 @@ TEST(CheckpointReader, TensorFlowOrFlaxWeightsAloneAreNamedWithTheirConversion) 
     EXPECT_THAT(message, HasSubstr(std::string("from_pretrained('") + dir.path().string() + "', " + flag +
                                    ").save_pretrained('" + dir.path().string() + "')"));
     save_safetensors(dir / "model.safetensors", {{"w", torch::ones({1})}});  // PyTorch's weights come first
+    EXPECT_EQ(CheckpointReader::open_dir(dir.path()).describe(), "model.safetensors (1 tensors)");
+  }
+}
+
+// TensorFlow's and Flax's save_pretrained also write model.safetensors, marked "format": "tf" or "flax", with
+// their own names and transposed kernels. It was read as PyTorch's, and loading a model then named every
+// tensor missing.
+TEST(CheckpointReader, TensorFlowOrFlaxSafetensorsAreNamedWithTheirConversion) {
+  for (const auto& [format, framework, tensor] :
+       {std::tuple{"tf", "TensorFlow", "encoder/block_._0/layer_._0/SelfAttention/q/kernel:0"},
+        std::tuple{"flax", "Flax", "encoder.block.0.layer.0.SelfAttention.q.kernel"}}) {
+    const ScratchDir dir;
+    save_safetensors(dir / "model.safetensors", {{tensor, torch::ones({2, 2})}}, {{"format", format}});
+    const std::string message = load_error(dir.path());
+    EXPECT_THAT(message, HasSubstr((dir / "model.safetensors").string() + " holds " + framework + "'s weights"));
+    EXPECT_THAT(message, HasSubstr(std::string("\"format\": \"") + format + "\""));
+    EXPECT_THAT(message, HasSubstr("from_pretrained('" + dir.path().string() + "').save_pretrained('" +
+                                   dir.path().string() + "-pytorch')"));
+  }
+  // PyTorch's own mark, MLX's (PyTorch's names), or none: read as they are.
+  for (const std::map<std::string, std::string>& metadata :
+       {std::map<std::string, std::string>{}, std::map<std::string, std::string>{{"format", "mlx"}}}) {
+    const ScratchDir dir;
+    save_safetensors(dir / "model.safetensors", {{"w", torch::ones({1})}}, metadata);
     EXPECT_EQ(CheckpointReader::open_dir(dir.path()).describe(), "model.safetensors (1 tensors)");
   }
 }
