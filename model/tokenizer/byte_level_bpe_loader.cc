@@ -299,10 +299,8 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
         }
       }
     }
-    if (j->contains("additional_special_tokens") && (*j)["additional_special_tokens"].is_array()) {
-      for (const auto& a : (*j)["additional_special_tokens"]) {
-        if (auto t = parse_token(a, true)) add(*t);
-      }
+    for (const auto* a : listed_special_tokens(*j)) {
+      if (auto t = parse_token(*a, true)) add(*t);
     }
     for (const auto& [id, a] : added_tokens_decoder(*j, model_dir / name)) {
       if (auto t = parse_token(*a, false)) {

@@ -58,16 +58,17 @@ void read_token_name(const nlohmann::json& j, const char* role, std::string& nam
 
 // Tokens a checkpoint added (added_tokens.json's {content: id}, tokenizer_config.json's
 // added_tokens_decoder and tokenizer.json's added_tokens), by id. Those of added_tokens.json alone are
-// special where additional_special_tokens lists them. The caller keeps those past the sentinels.
+// special where additional_special_tokens (or extra_special_tokens) lists them. The caller keeps those past the
+// sentinels.
 std::map<int64_t, AddedToken> listed_added_tokens(const fs::path& model_dir, const nlohmann::json* tokenizer_json,
                                                   const std::optional<nlohmann::json>& config) {
   std::map<int64_t, AddedToken> out;
   std::set<std::string> special_names;
   for (const char* name : {"special_tokens_map.json", "tokenizer_config.json"}) {
     const auto j = read_tokenizer_file_if_present(model_dir / name);
-    if (!j || !j->is_object() || !j->contains("additional_special_tokens")) continue;
-    for (const auto& t : (*j)["additional_special_tokens"]) {
-      if (auto content = token_content(t)) special_names.insert(*content);
+    if (!j) continue;
+    for (const auto* t : listed_special_tokens(*j)) {
+      if (auto content = token_content(*t)) special_names.insert(*content);
     }
   }
   for (const auto& [content, id] : read_added_tokens_json(model_dir)) {

@@ -34,6 +34,17 @@ std::optional<std::string> token_content(const nlohmann::json& j) {
   return std::nullopt;
 }
 
+std::vector<const nlohmann::json*> listed_special_tokens(const nlohmann::json& config) {
+  std::vector<const nlohmann::json*> out;
+  if (!config.is_object()) return out;
+  for (const char* key : {"additional_special_tokens", "extra_special_tokens"}) {
+    const auto it = config.find(key);
+    if (it == config.end() || !(it->is_array() || it->is_object())) continue;
+    for (const auto& token : *it) out.push_back(&token);  // an object's values
+  }
+  return out;
+}
+
 std::vector<std::pair<std::string, int64_t>> read_added_tokens_json(const fs::path& model_dir) {
   const auto file = model_dir / "added_tokens.json";
   const auto j = read_tokenizer_file_if_present(file);

@@ -26,6 +26,11 @@ std::optional<std::string> token_content(const nlohmann::json& j);
 // for anything else.
 std::optional<int64_t> token_id_key(const std::string& key);
 
+// The further special tokens `config` (tokenizer_config.json, special_tokens_map.json) lists:
+// additional_special_tokens, and extra_special_tokens, transformers 5's name for it (a list; in 4.4x-4.5x
+// an object of named extra tokens, {"image_token": "<image>"}). Each entry is a token as the files write it.
+std::vector<const nlohmann::json*> listed_special_tokens(const nlohmann::json& config);
+
 // added_tokens.json's {content: id} pairs, in the file's order; entries whose id is not an integer are
 // skipped. Empty when the directory has no such file; throws TokenizerLoadError when it is no object.
 std::vector<std::pair<std::string, int64_t>> read_added_tokens_json(const std::filesystem::path& model_dir);

@@ -119,6 +119,21 @@ TEST(ByteLevelBpe, OptionalFilesConfigureSpecialTokens) {
   EXPECT_EQ(tok->encode("low <mask><new>"), (TokenIds{0, 4 + ' ', 261, 4 + ' ', 264, 265, 2}));
 }
 
+// transformers 5 writes additional_special_tokens as extra_special_tokens (4.4x-4.5x: an object of named
+// extra tokens). A token listed there was read as ordinary: kept in summaries, which Hugging Face skips.
+TEST(ByteLevelBpe, ExtraSpecialTokensAreSpecialAsAdditionalOnesAre) {
+  for (const char* config : {R"({"extra_special_tokens": ["<new>"]})",
+                             R"({"extra_special_tokens": {"sep_token_extra": {"content": "<new>"}}})"}) {
+    TempDir dir("bpe-extra-special");
+    test::write_tiny_bpe_dir(dir.path());
+    test::write_file(dir.path() / "added_tokens.json", R"({"<new>": 265})");
+    test::write_file(dir.path() / "tokenizer_config.json", config);
+    const auto tok = ByteLevelBpeTokenizer::load(dir.path());
+    EXPECT_TRUE(tok->is_special(265)) << config;
+    EXPECT_EQ(tok->decode(tok->encode("low<new>low")), "lowlow") << config;
+  }
+}
+
 fs::path gpt2_dir_or_empty(const TempDir& dir) { return test::gpt2_bart_dir(dir.path() / "gpt2"); }
 
 TEST(ByteLevelBpe, Gpt2VocabularyKnownIds) {

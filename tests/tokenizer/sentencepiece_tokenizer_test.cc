@@ -128,6 +128,18 @@ TEST_F(SentencePieceTokenizerTest, ExtraIdsComeFromTokenizerConfig) {
   EXPECT_EQ(SentencePieceTokenizer::load(dir.path())->extra_ids(), 100000);
 }
 
+// transformers 5 names additional_special_tokens extra_special_tokens: an added token listed there alone is
+// special (skipped in summaries) as Hugging Face reads it; it was ordinary text, kept in the summary.
+TEST_F(SentencePieceTokenizerTest, ExtraSpecialTokensMakeAddedTokensSpecial) {
+  TempDir dir("t5-extra-special");
+  std::filesystem::copy_file(test::t5_style_spm_dir() / "spiece.model", dir.path() / "spiece.model");
+  test::write_file(dir.path() / "tokenizer_config.json", R"({"extra_ids": 3, "extra_special_tokens": ["<sep>"]})");
+  test::write_file(dir.path() / "added_tokens.json", R"({"<sep>": 603})");
+  const auto tok = SentencePieceTokenizer::load(dir.path());
+  EXPECT_TRUE(tok->is_special(603));
+  EXPECT_EQ(tok->decode(tok->encode("the<sep>")), "the");
+}
+
 // Tokens a checkpoint added after the sentinels (added_tokens.json, tokenizer_config.json's
 // added_tokens_decoder) are matched in text and decoded, special or not, as Hugging Face's T5 tokenizers
 // do; they were split into pieces, and their ids refused in decoding.
