@@ -145,6 +145,8 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
     c.max_streams_per_connection = to_int(flag, value, 0);
   } else if (name == "max-unread-stream-memory") {
     c.max_unread_stream_bytes = parse_memory_size(flag, value, /*takes_auto=*/false);
+  } else if (name == "stream-stall-timeout-ms") {
+    c.stream_stall_timeout_ms = to_int(flag, value, 0);
   } else if (name == "retry-pushback-ms") {
     c.retry_pushback_ms = to_int(flag, value, 0);
   } else if (name == "shutdown-grace-ms") {
@@ -303,6 +305,10 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
                               clients reading them slower than they come or not at all (64M, 1G, ...):
                               while over it, new SummarizeStream calls are refused with
                               RESOURCE_EXHAUSTED (default 64M; 0 = unlimited)
+  --stream-stall-timeout-ms N a SummarizeStream whose client has taken none of its messages for N ms
+                              (the server's write waiting on it all that time) is ended with
+                              RESOURCE_EXHAUSTED, its messages and its batch row freed; a client that
+                              reads, however slowly, never meets it (default 60000; 0 = never)
   --shutdown-grace-ms N       on SIGTERM/SIGINT, time given to in-flight requests (default 10000)
   --log-level LEVEL           trace|debug|info|warn|error|critical|off (default info)
   --log-json [true|false]     one JSON object per log line (alone: true)
@@ -614,6 +620,7 @@ void validate(const ServerConfig& c) {
                                  {"--queue-bypass-ms", c.queue_bypass_ms},
                                  {"--free-memory-after-idle-ms", c.free_memory_after_idle_ms},
                                  {"--encode-stall-ms", c.encode_stall_ms},
+                                 {"--stream-stall-timeout-ms", c.stream_stall_timeout_ms},
                                  {"--max-connection-age-ms", c.max_connection_age_ms}}) {
     if (ms > kDayMs) {
       throw ConfigError(std::string(flag) + " is " + std::to_string(ms) + "; at most " + std::to_string(kDayMs) +

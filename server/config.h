@@ -55,7 +55,8 @@ struct ServerConfig {
   int64_t max_streams_per_connection = 100;
   // ServiceLimits::max_unread_stream_bytes; 0 = unlimited.
   int64_t max_unread_stream_bytes = int64_t{64} << 20;
-  int64_t retry_pushback_ms = 1000;  // ServiceLimits::retry_pushback_ms; 0 = none
+  int64_t stream_stall_timeout_ms = 60000;  // ServiceLimits::stream_stall_timeout_ms; 0 = never
+  int64_t retry_pushback_ms = 1000;         // ServiceLimits::retry_pushback_ms; 0 = none
   int64_t shutdown_grace_ms = 10000;
   std::string log_level = "info";
   bool log_json = false;

@@ -124,6 +124,7 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
   service_limits.retry_pushback_ms = config.retry_pushback_ms;
   service_limits.max_message_bytes = config.max_message_bytes;
   service_limits.max_unread_stream_bytes = config.max_unread_stream_bytes;
+  service_limits.stream_stall_timeout_ms = config.stream_stall_timeout_ms;
   service_ = std::make_unique<SummarizerService>(models_, service_limits, metrics);
   for (const auto& e : models_.engines()) {
     try {

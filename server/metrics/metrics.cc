@@ -225,6 +225,11 @@ struct Metrics::Families {
                                 .Help("Bytes of SummarizeStream messages held for clients that have not taken them "
                                       "yet, all streams together (--max-unread-stream-memory).")
                                 .Register(r)),
+        streams_stalled(BuildCounter()
+                            .Name("srformer_streams_stalled_total")
+                            .Help("SummarizeStream calls the server ended because their clients had taken none of "
+                                  "their messages for --stream-stall-timeout-ms.")
+                            .Register(r)),
         kv_read(BuildCounter()
                     .Name("srformer_cross_attention_kv_read_total")
                     .Help("Cross-attention key/value elements read, summed over rows (each beam or sample) and "
@@ -268,6 +273,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Counter>& encoder_cache_lookups;
   prometheus::Family<prometheus::Gauge>& encoder_cache_bytes;
   prometheus::Family<prometheus::Gauge>& stream_unread_bytes;
+  prometheus::Family<prometheus::Counter>& streams_stalled;
   prometheus::Family<prometheus::Counter>& kv_read;
   prometheus::Family<prometheus::Counter>& kv_full;
 };
@@ -299,7 +305,8 @@ ModelMetrics::ModelMetrics(Metrics& metrics, const std::string& model)
       encoder_cache_misses_(metrics.families_->encoder_cache_lookups.Add({{"model", model}, {"result", "miss"}})),
       encoder_cache_bytes_(metrics.families_->encoder_cache_bytes.Add({{"model", model}})),
       kv_read_total_(metrics.families_->kv_read.Add({{"model", model}})),
-      kv_full_total_(metrics.families_->kv_full.Add({{"model", model}})) {
+      kv_full_total_(metrics.families_->kv_full.Add({{"model", model}})),
+      streams_stalled_total_(metrics.families_->streams_stalled.Add({{"model", model}})) {
   // Pre-create the bounded reason series so rate() queries see zeros instead of absent series.
   for (const auto reason :
        {RejectReason::kQueueFull, RejectReason::kShuttingDown, RejectReason::kInvalid, RejectReason::kUnreadStreams}) {
@@ -322,6 +329,8 @@ void ModelMetrics::on_request_end(const std::string& method, const std::string& 
 void ModelMetrics::on_rejected(RejectReason reason) {
   metrics_.families_->rejected.Add({{"model", model_}, {"reason", to_string(reason)}}).Increment();
 }
+
+void ModelMetrics::on_stream_stalled() { streams_stalled_total_.Increment(); }
 
 void ModelMetrics::on_batch_item(const std::string& code) {
   metrics_.families_->batch_items.Add({{"model", model_}, {"code", code}}).Increment();

@@ -70,6 +70,9 @@ class ModelMetrics {
   void on_request_end(const std::string& method, const std::string& code, std::optional<double> seconds);
   // A request was refused before queueing (also count it with on_request_end if it had started).
   void on_rejected(RejectReason reason);
+  // A SummarizeStream ended by the server because its client had taken none of its messages for
+  // --stream-stall-timeout-ms: srformer_streams_stalled_total += 1.
+  void on_stream_stalled();
   // An item of a SummarizeBatch with partial_results ended with `code` (status_code_name()): the call
   // itself is OK even where its items failed, so srformer_requests_total does not see them.
   void on_batch_item(const std::string& code);
@@ -157,6 +160,7 @@ class ModelMetrics {
   prometheus::Gauge& encoder_cache_bytes_;
   prometheus::Counter& kv_read_total_;
   prometheus::Counter& kv_full_total_;
+  prometheus::Counter& streams_stalled_total_;
 };
 
 // The process-wide metrics: registry, exposer, per-model handles, samplers.

@@ -35,6 +35,10 @@ struct ServiceLimits {
   // calls are refused with RESOURCE_EXHAUSTED (--max-unread-stream-memory; 0 = no limit). Streams already
   // accepted finish, so the memory held stays within this plus what the accepted ones write.
   int64_t max_unread_stream_bytes = 0;
+  // A SummarizeStream whose client has taken none of its messages for this long (a write waiting on the
+  // client all that time) is ended, its messages and its batch row freed (--stream-stall-timeout-ms;
+  // 0 = never).
+  int64_t stream_stall_timeout_ms = 0;
 };
 
 // An error to return to the client with this status code.

@@ -350,6 +350,8 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       return;
     }
     request_ = prepared.request;
+    model_ = model;
+    stall_ = service.stall_watch().watch(context);
     request_->on_tokens = [this](std::vector<TokenEvent> events) {
       std::vector<v1::SummarizeStreamResponse> msgs(events.size());
       for (size_t i = 0; i < events.size(); ++i) {
@@ -380,7 +382,7 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         std::lock_guard lock(mu_);
         finished_ok_.emplace(Finished{model, std::move(result)});
       } else {
-        log_result(record_.method(), *request_, model, result, status);
+        log_result(record_.method(), *request_, model, result, stalled() ? stall_status() : status);
       }
       enqueue(msgs, status);  // last use of this from the engine
     };
@@ -411,7 +413,9 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       service_.add_unread_stream_bytes(-taken);
       if (!pending_.empty()) {
         next = &pending_.front();
+        if (stall_) stall_->writing();  // the client took one: its clock starts again
       } else {
+        if (stall_) stall_->idle();
         writing_ = false;
         if (status_ && !finished_) {
           finished_ = true;
@@ -426,6 +430,7 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     if (request_) request_->cancel();
   }
   void OnDone() override {
+    if (stall_) stall_->done();
     record_.done();
     if (held_ != 0) service_.add_unread_stream_bytes(-held_);  // none, as the stream ends with its writes
     delete this;
@@ -460,6 +465,7 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       if (!writing_ && !pending_.empty()) {
         writing_ = true;
         first = &pending_.front();
+        if (stall_) stall_->writing();
       } else if (!writing_ && status_ && !finished_) {
         finished_ = true;
         finish = status_;
@@ -476,11 +482,16 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       finished.swap(finished_ok_);
       unsent = unsent_;
     }
-    const grpc::Status client_has = record_.as_the_client_has(status, unsent);
+    // A stall's status is the one the watch gave the client when it cancelled the call.
+    const bool stall = stalled();
+    const grpc::Status client_has = stall ? stall_status() : record_.as_the_client_has(status, unsent);
     if (finished) log_result(record_.method(), *request_, finished->model, finished->result, client_has);
+    if (stall && service_.metrics()) service_.metrics()->model(model_).on_stream_stalled();
     record_.ended(client_has);
     Finish(status);
   }
+  bool stalled() const { return stall_ && stall_->stalled(); }
+  grpc::Status stall_status() const { return service_.stall_watch().status(); }
 
   struct Finished {
     std::string model;
@@ -491,6 +502,8 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   CallRecord record_;
   v1::SummarizeRequest in_;
   std::shared_ptr<Request> request_;
+  std::string model_;
+  std::shared_ptr<StallWatch::Call> stall_;  // null without --stream-stall-timeout-ms
   std::mutex mu_;
   std::deque<grpc::ByteBuffer> pending_;  // front = being written (deque keeps references)
   int64_t held_ = 0;                      // their bytes, counted in the service's unread_stream_bytes
@@ -776,7 +789,10 @@ Reactor* reactor_or_failed(const char* method, grpc::CallbackServerContext* cont
 }  // namespace
 
 SummarizerService::SummarizerService(ModelRegistry& models, ServiceLimits limits, Metrics* metrics)
-    : models_(models), limits_(limits), metrics_(metrics) {}
+    : models_(models),
+      limits_(limits),
+      metrics_(metrics),
+      stall_watch_(std::chrono::milliseconds(limits.stream_stall_timeout_ms)) {}
 
 std::string SummarizerService::next_request_id() { return "req-" + std::to_string(next_id_.fetch_add(1)); }
 

@@ -8,6 +8,7 @@
 
 #include "server/engine/model_registry.h"
 #include "server/service/request_builder.h"
+#include "server/service/stall_watch.h"
 #include "srformer/v1/summarizer.grpc.pb.h"
 
 namespace srformer::server {
@@ -58,6 +59,8 @@ class SummarizerService final : public RawSummarizerService {
   // together (ServiceLimits::max_unread_stream_bytes; srformer_stream_unread_bytes).
   void add_unread_stream_bytes(int64_t delta);
   int64_t unread_stream_bytes() const { return unread_stream_bytes_.load(); }
+  // Ends streams whose clients take none of their messages (ServiceLimits::stream_stall_timeout_ms).
+  StallWatch& stall_watch() { return stall_watch_; }
 
  private:
   ModelRegistry& models_;
@@ -66,6 +69,7 @@ class SummarizerService final : public RawSummarizerService {
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> next_id_{1};
   std::atomic<int64_t> unread_stream_bytes_{0};
+  StallWatch stall_watch_;
 };
 
 // Result -> response message, and the call's status for a result.

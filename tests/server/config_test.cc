@@ -328,8 +328,9 @@ TEST(ServerConfig, LimitsTheEngineCannotHonourAreRefused) {
   EXPECT_EQ(message({"--max-batch-rows", "4", "--max-beams", "4"}), "no error");
   // Durations past a day (a huge --shutdown-grace-ms overflowed the clock and cancelled every request at
   // once) and a message limit past gRPC's int (2^32 was read as 0: every message refused).
-  for (const std::string flag : {"--shutdown-grace-ms", "--queue-bypass-ms", "--encode-stall-ms",
-                                 "--max-connection-age-ms", "--free-memory-after-idle-ms"}) {
+  for (const std::string flag :
+       {"--shutdown-grace-ms", "--queue-bypass-ms", "--encode-stall-ms", "--max-connection-age-ms",
+        "--free-memory-after-idle-ms", "--stream-stall-timeout-ms"}) {
     EXPECT_NE(message({flag, "10000000000000"}).find(flag + " is 10000000000000; at most 86400000 (a day)"),
               std::string::npos)
         << message({flag, "10000000000000"});
@@ -394,6 +395,12 @@ TEST(ServerConfig, StreamsPerConnectionAndUnreadStreamMemoryAreBoundedByDefault)
   ASSERT_TRUE(parse({"--model", "a=/x", "--max-streams-per-connection", "0", "--max-unread-stream-memory", "1G"}, c));
   EXPECT_EQ(c.max_streams_per_connection, 0);
   EXPECT_EQ(c.max_unread_stream_bytes, int64_t{1} << 30);
+  // A stream its client takes nothing of is ended after a minute (a web server's send timeout); 0: never.
+  EXPECT_EQ(ServerConfig{}.stream_stall_timeout_ms, 60000);
+  ServerConfig never;
+  ASSERT_TRUE(parse({"--model", "a=/x", "--stream-stall-timeout-ms", "0"}, never));
+  EXPECT_EQ(never.stream_stall_timeout_ms, 0);
+  EXPECT_NE(config_error({"--model", "a=/x", "--stream-stall-timeout-ms", "-1"}), "no error");
   EXPECT_NE(config_error({"--model", "a=/x", "--max-streams-per-connection", "4294967296"}).find("at most 2147483647"),
             std::string::npos);
   EXPECT_NE(config_error({"--model", "a=/x", "--max-streams-per-connection", "-1"}), "no error");

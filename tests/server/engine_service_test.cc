@@ -453,6 +453,118 @@ TEST(EngineService, NewStreamsAreRefusedWhileStreamsNotReadHoldMoreThanTheLimit)
   EXPECT_NE(captured.text().find("SummarizeStream model=fake refused with RESOURCE_EXHAUSTED"), std::string::npos);
 }
 
+// A client that takes none of its stream's messages, without a deadline, held them (and, while its
+// summary was decoding, its batch row) until it went away; over --max-unread-stream-memory no stream was
+// taken meanwhile. --stream-stall-timeout-ms ends it, with a status its client gets, whether the summary
+// was still decoding or complete; a client that reads is never ended, however slowly its tokens come.
+TEST(EngineService, AStreamWhoseClientTakesNoneOfItsMessagesIsEndedAfterTheStallTimeout) {
+  LogCapture captured;
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.models = {{"fake", {}}, {"paced", FakeModelOptions{256, 4, 5ms}}, {"slow", FakeModelOptions{256, 4, 400ms}}};
+  so.config.max_new_tokens_cap = 1000;
+  so.config.max_unread_stream_bytes = 1024;  // less than one stalled stream holds
+  so.config.stream_stall_timeout_ms = 300;
+  so.metrics = &metrics;
+  TestServer server(so);
+  const auto unread = [&] {
+    return server::testing::sample(metrics.scrape_text(), "srformer_stream_unread_bytes", {}).value_or(-1.0);
+  };
+  const auto stalled_total = [&] {
+    double n = 0;
+    for (const char* model : {"fake", "paced"}) {
+      n += server::testing::sample(metrics.scrape_text(), "srformer_streams_stalled_total", {{"model", model}})
+               .value_or(-1.0);
+    }
+    return n;
+  };
+  const auto calls = [&](const std::string& code) {
+    double n = 0;
+    for (const char* model : {"fake", "paced"}) {
+      n += server::testing::sample(metrics.scrape_text(), "srformer_requests_total",
+                                   {{"model", model}, {"method", "SummarizeStream"}, {"code", code}})
+               .value_or(0.0);
+    }
+    return n;
+  };
+  EXPECT_EQ(stalled_total(), 0.0);
+  const auto stub = stalling_stub(server.target());
+  // Ended while its summary is still decoding (5 s of steps): its row leaves the batch.
+  {
+    auto req = request(doc_of(3), 1000, 1);
+    req.mutable_options()->set_min_new_tokens(1000);
+    req.set_request_id("stall-decoding");
+    req.set_model("paced");
+    grpc::ClientContext ctx;  // no deadline
+    const auto t0 = std::chrono::steady_clock::now();
+    auto reader = stub->SummarizeStream(&ctx, req);
+    ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }, 10s, "paced"));
+    EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_rows == 0 && s.state_bytes == 0; },
+                                10s, "paced"));
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 4s) << "the summary was decoded to its end";
+    for (int i = 0; i < 250 && unread() != 0.0; ++i) std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(unread(), 0.0);
+    v1::SummarizeStreamResponse msg;
+    while (reader->Read(&msg)) {
+    }
+    const grpc::Status status = reader->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+    EXPECT_NE(status.error_message().find("had taken none of its messages for 300 ms (--stream-stall-timeout-ms)"),
+              std::string::npos)
+        << status.error_message();
+  }
+  // Ended once its summary is complete and its messages wait: what they held is freed, and streams are
+  // taken again, although the client neither cancels nor has a deadline.
+  {
+    grpc::ClientContext ctx;
+    auto reader = stalled_stream(server, *stub, ctx);
+    for (int i = 0; i < 250 && unread() != 0.0; ++i) std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(unread(), 0.0);
+    grpc::ClientContext other;
+    auto fresh = server.stub().SummarizeStream(&other, request(doc_of(1), 4, 1));
+    v1::SummarizeStreamResponse msg;
+    std::vector<int64_t> ids;
+    while (fresh->Read(&msg)) {
+      if (msg.has_token()) ids.push_back(msg.token().token_id());
+    }
+    EXPECT_TRUE(fresh->Finish().ok());
+    EXPECT_EQ(ids, offline(doc_of(1), 4, 1).tokens);
+    // The client gets what its window had taken, then the status: the messages the server held are gone.
+    int tokens = 0;
+    bool final = false;
+    while (reader->Read(&msg)) {
+      tokens += msg.has_token() ? 1 : 0;
+      final = final || msg.has_final();
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_LT(tokens, 1000);
+    EXPECT_FALSE(final);
+  }
+  for (int i = 0; i < 250 && stalled_total() < 2.0; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(stalled_total(), 2.0) << metrics.scrape_text();
+  EXPECT_EQ(calls("RESOURCE_EXHAUSTED"), 2.0);
+  EXPECT_EQ(calls("CANCELLED"), 0.0);
+  // A client that reads, on tokens coming further apart than the timeout, is not ended.
+  {
+    auto req = request(doc_of(2), 3, 1);
+    req.set_model("slow");
+    req.mutable_options()->set_min_new_tokens(3);
+    grpc::ClientContext ctx;
+    auto reader = server.stub().SummarizeStream(&ctx, req);
+    v1::SummarizeStreamResponse msg;
+    int tokens = 0;
+    while (reader->Read(&msg)) tokens += msg.has_token() ? 1 : 0;
+    const grpc::Status status = reader->Finish();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(tokens, 3);
+  }
+  const std::string log = captured.text();
+  EXPECT_NE(log.find("request stall-decoding: SummarizeStream model=paced ended with RESOURCE_EXHAUSTED: the server "
+                     "ended the stream: its client had taken none of its messages"),
+            std::string::npos)
+      << log;
+}
+
 TEST(EngineService, DeadlineEndsTheRequestAndFreesItsState) {
   FakeServerOptions so;
   so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
