@@ -222,8 +222,9 @@ struct Metrics::Families {
                                 .Register(r)),
         stream_unread_bytes(BuildGauge()
                                 .Name("srformer_stream_unread_bytes")
-                                .Help("Bytes of SummarizeStream messages held for clients that have not taken them "
-                                      "yet, all streams together (--max-unread-stream-memory).")
+                                .Help("Memory held by SummarizeStream messages for clients that have not taken them "
+                                      "yet (their bytes and gRPC's buffer around each), all streams together "
+                                      "(--max-unread-stream-memory).")
                                 .Register(r)),
         streams_stalled(BuildCounter()
                             .Name("srformer_streams_stalled_total")

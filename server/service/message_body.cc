@@ -1,5 +1,7 @@
 #include "server/service/message_body.h"
 
+#include <grpc/byte_buffer.h>
+#include <grpc/slice.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
@@ -43,6 +45,14 @@ grpc::Status serialize_body(const google::protobuf::Message& message, grpc::Byte
       grpc::SerializationTraits<google::protobuf::Message>::Serialize(message, &out, &own_buffer);
   if (status.ok()) return status;
   return {grpc::StatusCode::INTERNAL, "cannot serialize the " + message.GetTypeName() + ": " + status.error_message()};
+}
+
+int64_t held_bytes(const grpc::ByteBuffer& body) {
+  const size_t bytes = body.Length();
+  // A slice not held inline: its refcount header and the allocator's rounding.
+  constexpr size_t kSliceAllocation = 32;
+  return static_cast<int64_t>(bytes + sizeof(grpc::ByteBuffer) + sizeof(grpc_byte_buffer) +
+                              (bytes > GRPC_SLICE_INLINED_SIZE ? kSliceAllocation : 0));
 }
 
 }  // namespace srformer::server

@@ -21,4 +21,10 @@ grpc::Status check_body_size(const grpc::ByteBuffer& body, int64_t max_bytes);
 // INTERNAL where it cannot (a message over protobuf's 2 GB limit; never for the responses we build).
 grpc::Status serialize_body(const google::protobuf::Message& message, grpc::ByteBuffer& out);
 
+// The memory a serialized message waiting in a grpc::ByteBuffer holds: its bytes, the grpc_byte_buffer
+// gRPC allocates around them (a slice buffer with room for 8 slices inline, ~300 bytes) and, past
+// GRPC_SLICE_INLINED_SIZE (23 bytes), its slice's own allocation. A stream's token message (~20 bytes)
+// holds some 330, 16 times its Length().
+int64_t held_bytes(const grpc::ByteBuffer& body);
+
 }  // namespace srformer::server

@@ -401,12 +401,12 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     std::optional<grpc::Status> finish;
     {
       std::lock_guard lock(mu_);
-      int64_t taken = static_cast<int64_t>(pending_.front().Length());
+      int64_t taken = held_bytes(pending_.front());
       pending_.pop_front();
       if (!ok) {  // the client is gone: stop generating, drop what is queued
         if (request_) request_->cancel();
         unsent_ += pending_.size() + 1;
-        for (const auto& body : pending_) taken += static_cast<int64_t>(body.Length());
+        for (const auto& body : pending_) taken += held_bytes(body);
         pending_.clear();
       }
       held_ -= taken;
@@ -451,7 +451,7 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         if (status) status = serialized;
         continue;
       }
-      added += static_cast<int64_t>(body.Length());
+      added += held_bytes(body);
       bodies.push_back(std::move(body));
     }
     const grpc::ByteBuffer* first = nullptr;
