@@ -42,7 +42,7 @@ StallWatch::~StallWatch() {
 
 std::shared_ptr<StallWatch::Call> StallWatch::watch(grpc::CallbackServerContext* context) {
   if (timeout_.count() <= 0) return nullptr;
-  std::shared_ptr<Call> call(new Call(context->c_call()));
+  auto call = std::make_shared<Call>(Call::Key{}, context->c_call());
   std::lock_guard lock(mu_);
   calls_.push_back(call);
   return call;

@@ -35,9 +35,15 @@ class StallWatch {
     // Whether the watch ended the call.
     bool stalled() const;
 
+    // Made only by StallWatch::watch (the key is private to it).
+    class Key {
+      friend class StallWatch;
+      Key() = default;
+    };
+    Call(Key, grpc_call* call) : call_(call) {}
+
    private:
     friend class StallWatch;
-    explicit Call(grpc_call* call) : call_(call) {}
     mutable std::mutex mu_;
     grpc_call* call_;                         // null once done()
     std::optional<Clock::time_point> since_;  // when the write now waiting began
