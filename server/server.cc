@@ -107,16 +107,6 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
                config.threads > 0 ? std::string("--threads")
                                   : std::to_string(cores) + " usable CPUs / " + std::to_string(models.size()) +
                                         " model" + (models.size() == 1 ? "" : "s"));
-  for (auto& m : models) {
-    ModelMetrics* mm = metrics ? &metrics->model(m.name) : nullptr;
-    if (mm != nullptr) {
-      mm->set_weight_bytes(static_cast<double>(m.model->parameter_bytes()),
-                           static_cast<double>(m.model->packed_weight_bytes()));
-      mm->set_state_budget_bytes(static_cast<double>(limits.max_state_bytes));
-    }
-    models_.add(
-        std::make_unique<Engine>(m.name, std::move(m.model), std::move(m.tokenizer), limits, mm, searcher_factory));
-  }
   ServiceLimits& service_limits = service_limits_;
   service_limits.max_input_tokens = config.max_input_tokens;
   service_limits.max_new_tokens_cap = config.max_new_tokens_cap;
@@ -125,6 +115,21 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
   service_limits.max_message_bytes = config.max_message_bytes;
   service_limits.max_unread_stream_bytes = config.max_unread_stream_bytes;
   service_limits.stream_stall_timeout_ms = config.stream_stall_timeout_ms;
+  for (auto& m : models) {
+    // Buckets that reach what this model is configured to take (an input limit past the fixed ladder).
+    HistogramLimits ranges;
+    ranges.max_batch_rows = limits.max_batch_rows;
+    ranges.max_input_tokens = effective_max_input_tokens(m.model->config(), service_limits);
+    ranges.max_new_tokens = service_limits.max_new_tokens_cap;
+    ModelMetrics* mm = metrics ? &metrics->model(m.name, ranges) : nullptr;
+    if (mm != nullptr) {
+      mm->set_weight_bytes(static_cast<double>(m.model->parameter_bytes()),
+                           static_cast<double>(m.model->packed_weight_bytes()));
+      mm->set_state_budget_bytes(static_cast<double>(limits.max_state_bytes));
+    }
+    models_.add(
+        std::make_unique<Engine>(m.name, std::move(m.model), std::move(m.tokenizer), limits, mm, searcher_factory));
+  }
   service_ = std::make_unique<SummarizerService>(models_, service_limits, metrics);
   for (const auto& e : models_.engines()) {
     try {

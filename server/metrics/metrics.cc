@@ -19,24 +19,30 @@ using prometheus::BuildGauge;
 using prometheus::BuildHistogram;
 using prometheus::Histogram;
 
-// Latencies from 1 ms (a cached short request) to a minute (a long document on CPU).
+// Latencies from 1 ms (a cached short request) to two hours: no flag bounds a request's time, and on a CPU
+// 4,096 new tokens at a loaded step's second each take over an hour, before any wait in a deep queue.
 const Histogram::BucketBoundaries& latency_buckets() {
-  static const Histogram::BucketBoundaries b{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                                             0.5,   1,      2.5,   5,    10,    30,   60};
+  static const Histogram::BucketBoundaries b{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,  1,   2.5,
+                                             5,     10,     30,    60,   120,   300,  600, 1800, 3600, 7200};
   return b;
 }
-// Per-step / per-token times: sub-millisecond on GPU up to a second on a loaded CPU.
+// Per-step / per-token times: sub-millisecond on GPU up to a minute (a large batch on a loaded CPU; a
+// request's next token waiting for a long document's whole encode with --encode-stall-ms 0).
 const Histogram::BucketBoundaries& step_buckets() {
-  static const Histogram::BucketBoundaries b{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+  static const Histogram::BucketBoundaries b{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                             0.25,   0.5,   1,      2.5,   5,    10,    30,   60};
   return b;
 }
-const Histogram::BucketBoundaries& token_buckets() {
-  static const Histogram::BucketBoundaries b{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
-  return b;
+// `ladder`, doubled past its last bound until a bound reaches `limit`.
+Histogram::BucketBoundaries reaching(Histogram::BucketBoundaries ladder, std::int64_t limit) {
+  while (ladder.back() < static_cast<double>(limit)) ladder.push_back(ladder.back() * 2);
+  return ladder;
 }
-const Histogram::BucketBoundaries& batch_buckets() {
-  static const Histogram::BucketBoundaries b{1, 2, 4, 8, 16, 32, 64, 128, 256};
-  return b;
+Histogram::BucketBoundaries token_buckets(std::int64_t limit) {
+  return reaching({1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384}, limit);
+}
+Histogram::BucketBoundaries batch_buckets(std::int64_t limit) {
+  return reaching({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}, limit);
 }
 
 }  // namespace
@@ -279,7 +285,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Counter>& kv_full;
 };
 
-ModelMetrics::ModelMetrics(Metrics& metrics, const std::string& model)
+ModelMetrics::ModelMetrics(Metrics& metrics, const std::string& model, const HistogramLimits& limits)
     : metrics_(metrics),
       model_(model),
       in_flight_(metrics.families_->in_flight.Add({{"model", model}})),
@@ -288,9 +294,10 @@ ModelMetrics::ModelMetrics(Metrics& metrics, const std::string& model)
       encode_(metrics.families_->encode.Add({{"model", model}}, latency_buckets())),
       ttft_(metrics.families_->ttft.Add({{"model", model}}, latency_buckets())),
       inter_token_(metrics.families_->inter_token.Add({{"model", model}}, step_buckets())),
-      generated_tokens_(metrics.families_->generated_tokens.Add({{"model", model}}, token_buckets())),
-      input_tokens_(metrics.families_->input_tokens.Add({{"model", model}}, token_buckets())),
-      batch_size_(metrics.families_->batch_size.Add({{"model", model}}, batch_buckets())),
+      generated_tokens_(
+          metrics.families_->generated_tokens.Add({{"model", model}}, token_buckets(limits.max_new_tokens))),
+      input_tokens_(metrics.families_->input_tokens.Add({{"model", model}}, token_buckets(limits.max_input_tokens))),
+      batch_size_(metrics.families_->batch_size.Add({{"model", model}}, batch_buckets(limits.max_batch_rows))),
       decode_steps_total_(metrics.families_->decode_steps.Add({{"model", model}})),
       generated_tokens_total_(metrics.families_->generated_tokens_total.Add({{"model", model}})),
       rows_joined_total_(metrics.families_->rows_joined.Add({{"model", model}})),
@@ -430,10 +437,10 @@ Metrics::~Metrics() {
   exposer_.reset();  // stop scrapes before the samplers and families go away
 }
 
-ModelMetrics& Metrics::model(const std::string& name) {
+ModelMetrics& Metrics::model(const std::string& name, const HistogramLimits& limits) {
   const std::lock_guard<std::mutex> lock(mutex_);
   auto it = models_.find(name);
-  if (it == models_.end()) it = models_.emplace(name, std::make_unique<ModelMetrics>(*this, name)).first;
+  if (it == models_.end()) it = models_.emplace(name, std::make_unique<ModelMetrics>(*this, name, limits)).first;
   return *it->second;
 }
 

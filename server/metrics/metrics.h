@@ -51,11 +51,21 @@ using TorchCudaMemorySource = std::function<std::vector<TorchCudaMemory>()>;
 
 class Metrics;
 
+// The largest values a model's configured limits let into its histograms. Their buckets reach them: a value
+// past the last finite bucket lands only in +Inf, and histogram_quantile then answers that last bound whatever
+// the value. Ladders are fixed (series of models and servers summed by `le` must share their bounds) and grow
+// by doubling only for a limit past them. 0: the fixed ladder.
+struct HistogramLimits {
+  std::int64_t max_batch_rows = 0;    // srformer_batch_size (--max-batch-rows)
+  std::int64_t max_input_tokens = 0;  // srformer_input_tokens (the model's served input limit)
+  std::int64_t max_new_tokens = 0;    // srformer_generated_tokens (--max-new-tokens-cap)
+};
+
 // Handles of one model's series. Obtained from Metrics::model(); lives as long as the Metrics. All methods are
 // thread-safe and cheap (atomic ops; dynamic label lookups take the prometheus family's own mutex).
 class ModelMetrics {
  public:
-  ModelMetrics(Metrics& metrics, const std::string& model);
+  ModelMetrics(Metrics& metrics, const std::string& model, const HistogramLimits& limits = {});
   ModelMetrics(const ModelMetrics&) = delete;
   ModelMetrics& operator=(const ModelMetrics&) = delete;
 
@@ -176,8 +186,9 @@ class Metrics {
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
 
-  // The handles of model `name`, created on first use (stable reference).
-  ModelMetrics& model(const std::string& name);
+  // The handles of model `name`, created on first use (stable reference) with `limits`' buckets; a later
+  // call's limits change nothing (the server creates each model's handles first, with its limits).
+  ModelMetrics& model(const std::string& name, const HistogramLimits& limits = {});
   // A call or batch item that reached no model: srformer_requests_unrouted_total{method,reason} += 1. These
   // have no model label (an unknown name is the client's text), so srformer_requests_total cannot count
   // them; without this a fleet of clients asking for a renamed model would show nowhere.

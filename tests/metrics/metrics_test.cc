@@ -13,6 +13,7 @@
 namespace srformer::server {
 namespace {
 
+using testing::LabelSet;
 using testing::sample;
 
 TEST(Metrics, ModelHandleIsStablePerName) {
@@ -134,6 +135,54 @@ TEST(Metrics, LatencyHistogramsObserveTheirOwnSeries) {
   EXPECT_EQ(sample(text, "srformer_time_to_first_token_seconds_sum"), 1.5);
   EXPECT_EQ(sample(text, "srformer_inter_token_seconds_bucket", {{"le", "0.0025"}}), 0.0);
   EXPECT_EQ(sample(text, "srformer_inter_token_seconds_bucket", {{"le", "0.005"}}), 1.0);
+}
+
+// A histogram's buckets reach the largest value its model's limits allow: one past the last finite bound
+// lands only in +Inf, and histogram_quantile answers that bound (256 rows, 60 s) whatever the value was.
+TEST(Metrics, HistogramBucketsReachTheConfiguredLimits) {
+  using testing::largest_finite_bucket;
+  Metrics metrics("");
+  HistogramLimits limits;
+  limits.max_batch_rows = 3000;
+  limits.max_input_tokens = 100000;
+  limits.max_new_tokens = 4096;
+  ModelMetrics& big = metrics.model("big", limits);
+  EXPECT_EQ(&big, &metrics.model("big")) << "a later call's limits change nothing";
+  big.on_step(3000, 0.1, 3000);
+  big.observe_request_tokens(100000, 4096);
+  const LabelSet of_big{{"model", "big"}};
+  std::string text = metrics.scrape_text();
+  EXPECT_GE(largest_finite_bucket(text, "srformer_batch_size", of_big), 3000.0);
+  EXPECT_EQ(sample(text, "srformer_batch_size_bucket", {{"model", "big"}, {"le", "4096"}}), 1.0);
+  EXPECT_GE(largest_finite_bucket(text, "srformer_input_tokens", of_big), 100000.0);
+  EXPECT_EQ(sample(text, "srformer_input_tokens_bucket", {{"model", "big"}, {"le", "131072"}}), 1.0);
+  EXPECT_GE(largest_finite_bucket(text, "srformer_generated_tokens", of_big), 4096.0);
+
+  // Limits within the fixed ladders: the same bounds for every model and server (they are summed by le).
+  ModelMetrics& small = metrics.model("small");
+  text = metrics.scrape_text();
+  const LabelSet of_small{{"model", "small"}};
+  EXPECT_EQ(largest_finite_bucket(text, "srformer_batch_size", of_small), 1024.0);
+  EXPECT_EQ(largest_finite_bucket(text, "srformer_input_tokens", of_small), 16384.0);
+  EXPECT_EQ(largest_finite_bucket(text, "srformer_generated_tokens", of_small), 16384.0);
+  EXPECT_EQ(sample(text, "srformer_batch_size_bucket", {{"model", "big"}, {"le", "1024"}}), 0.0)
+      << "the ladder past the fixed one only grows";
+
+  // No flag bounds times: a request of an hour on a CPU, a step or a token's wait of half a minute, land in
+  // finite buckets.
+  small.on_request_end("Summarize", "OK", 3000.0);
+  small.observe_queue_wait(1000.0);
+  small.observe_time_to_first_token(1000.0);
+  small.observe_encode(100.0);
+  small.observe_inter_token(20.0);
+  small.on_step(1, 20.0, 1);
+  text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_request_duration_seconds_bucket", {{"model", "small"}, {"le", "3600"}}), 1.0);
+  EXPECT_EQ(sample(text, "srformer_queue_wait_seconds_bucket", {{"model", "small"}, {"le", "1800"}}), 1.0);
+  EXPECT_EQ(sample(text, "srformer_time_to_first_token_seconds_bucket", {{"model", "small"}, {"le", "1800"}}), 1.0);
+  EXPECT_EQ(sample(text, "srformer_encode_seconds_bucket", {{"model", "small"}, {"le", "120"}}), 1.0);
+  EXPECT_EQ(sample(text, "srformer_inter_token_seconds_bucket", {{"model", "small"}, {"le", "30"}}), 1.0);
+  EXPECT_EQ(sample(text, "srformer_decode_step_seconds_bucket", {{"model", "small"}, {"le", "30"}}), 1.0);
 }
 
 TEST(Metrics, SrformerAttentionSeries) {

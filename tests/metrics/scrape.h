@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -78,6 +79,23 @@ inline std::optional<double> sample(const std::string& text, const std::string& 
     if (match) return v;
   }
   return std::nullopt;
+}
+
+// The largest finite `le` of histogram `name`'s series whose labels include `want` (0 when none): values past
+// it land only in +Inf, where histogram_quantile cannot place them.
+inline double largest_finite_bucket(const std::string& text, const std::string& name, const LabelSet& want = {}) {
+  double largest = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::string n;
+    LabelSet l;
+    double v = 0;
+    if (!parse_sample(line, n, l, v) || n != name + "_bucket" || l["le"] == "+Inf") continue;
+    bool match = true;
+    for (const auto& [k, val] : want) match = match && l.count(k) && l.at(k) == val;
+    if (match) largest = std::max(largest, std::stod(l.at("le")));
+  }
+  return largest;
 }
 
 // Names of the metric families in the text (from "# TYPE" lines).

@@ -840,6 +840,25 @@ TEST(EngineService, RequestDurationIsOfAcceptedCallsAndQueueWaitOfEveryQueuedReq
   EXPECT_EQ(scrape("srformer_queue_wait_seconds_count", {{"model", "fake"}}), 3.0);
 }
 
+// The server sizes each model's histograms to its limits: with --max-batch-rows 3000 and a model taking
+// 50,000 input tokens, full batches and longest documents had only +Inf past 256 rows and 16,384 tokens.
+TEST(EngineService, HistogramBucketsReachTheServersConfiguredLimits) {
+  using server::testing::largest_finite_bucket;
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.config.max_batch_rows = 3000;
+  so.models = {{"fake", FakeModelOptions(50000)}, {"short", FakeModelOptions(256)}};
+  so.metrics = &metrics;
+  TestServer server(so);
+  const std::string text = metrics.scrape_text();
+  EXPECT_GE(largest_finite_bucket(text, "srformer_batch_size", {{"model", "fake"}}), 3000.0) << text;
+  EXPECT_GE(largest_finite_bucket(text, "srformer_input_tokens", {{"model", "fake"}}), 50000.0);
+  EXPECT_GE(largest_finite_bucket(text, "srformer_generated_tokens", {{"model", "fake"}}),
+            static_cast<double>(so.config.max_new_tokens_cap));
+  // A model within the fixed ladder keeps it (its series are summed by le with other servers').
+  EXPECT_EQ(largest_finite_bucket(text, "srformer_input_tokens", {{"model", "short"}}), 16384.0);
+}
+
 // A full queue asks for a retry after about --retry-pushback-ms (grpc-retry-pushback-ms, ±50%), and a
 // client with srformer-client's retry policy gets in once a place is free, without a call of its own.
 TEST(EngineService, AFullQueueSaysWhenToRetryAndARetryingClientGetsIn) {
