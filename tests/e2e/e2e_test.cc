@@ -20,6 +20,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "srformer/v1/summarizer.grpc.pb.h"
 #include "tests/e2e/process.h"
+#include "tests/metrics/operations_doc.h"
 #include "tests/metrics/scrape.h"
 #include "tests/server/tiny_real_model.h"
 
@@ -952,6 +953,27 @@ TEST_F(EndToEnd, MetricsOfARunningServerFollowRealRequests) {
       },
       10s))
       << text;
+  // What the docs, the dashboard and the alerts rely on, held to a real server's scrape rather than to a
+  // Metrics the tests fill: each family is in docs/OPERATIONS.md's table with its type and labels, and each
+  // row's family is served, but for those of CUDA builds and of partial_results batches.
+  const auto section = scrape::operations_metrics_section();
+  const auto documented = scrape::documented_families(section);
+  const auto served = scrape::scraped_families(text);
+  ASSERT_FALSE(documented.empty()) << "docs/OPERATIONS.md has no metrics table";
+  for (const auto& [family, facts] : served) {
+    SCOPED_TRACE(family);
+    const auto row = documented.find(family);
+    ASSERT_NE(row, documented.end()) << "served but not in docs/OPERATIONS.md's metrics table";
+    EXPECT_EQ(row->second.type, facts.type) << "the table's type column";
+    if (!facts.labels.empty()) EXPECT_EQ(row->second.labels, facts.labels) << "the table's labels column";
+  }
+  for (const auto& [family, facts] : documented) {
+    const bool cuda_only = family.rfind("srformer_gpu_", 0) == 0 || family.rfind("srformer_torch_cuda_", 0) == 0;
+    if (cuda_only || family == "srformer_batch_items_total") continue;
+    const auto it = served.find(family);
+    EXPECT_TRUE(it != served.end() && it->second.labels == facts.labels)
+        << family << ": in the table, but a running server serves no series of it with its labels";
+  }
   std::string out;
   if (scrape::have_program("promtool")) {
     const auto file = work_ / "scrape.prom";
