@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Consistency checks of the shipped deployment files (no Docker engine or cluster needed).
 
-usage: check_deploy.py --root SRC --metrics TYPES_FILE [--dashboard JSON] [--alerts YAML] [--server-help FILE]
-TYPES_FILE holds "name type" lines: the metric families a fully populated srformer Metrics registers
-(written by tests/metrics/deploy_files_test.cc). Prints one line per problem; exit 1 if any.
+usage: check_deploy.py --root SRC --metrics SCRAPE_FILE [--dashboard JSON] [--alerts YAML] [--server-help FILE]
+SCRAPE_FILE is the text exposition of a fully populated srformer Metrics (written by
+tests/metrics/deploy_files_test.cc): the families it registers, their labels and the values of the fixed ones.
+Prints one line per problem; exit 1 if any.
 """
 import argparse
 import json
@@ -47,17 +48,70 @@ def metric_names(expr):
 
 
 def load_registered(path):
-    """Series names a scrape can contain: families, plus _bucket/_sum/_count of histograms."""
-    names = set()
+    """Series names a scrape can contain (families, plus _bucket/_sum/_count of histograms), and for each the
+    labels its samples carry with the values seen."""
+    labels = {}
     with open(path) as f:
         for line in f:
-            if not line.strip():
+            if line.startswith("# TYPE "):
+                name, kind = line.split()[2:4]
+                labels.setdefault(name, {})
+                if kind == "histogram":
+                    for suffix in ("_bucket", "_sum", "_count"):
+                        labels.setdefault(name + suffix, {})
                 continue
-            name, kind = line.split()
-            names.add(name)
-            if kind == "histogram":
-                names.update({name + "_bucket", name + "_sum", name + "_count"})
-    return names
+            m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? ", line)
+            if not m or line.startswith("#"):
+                continue
+            series = labels.setdefault(m.group(1), {})
+            for k, v in re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""):
+                series.setdefault(k, set()).add(v)
+    return labels
+
+
+# Labels Prometheus attaches to every series of a target (scrape config, kubernetes_sd), not the server.
+TARGET_LABELS = {"job", "instance", "namespace", "pod"}
+# Labels with a fixed set of values (the populated scrape holds them all): a matcher must name one of them.
+FIXED_VALUE_LABELS = {"reason", "result", "form"}
+GRPC_CODES = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+              "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+              "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"}
+
+
+def closing_paren(text, open_at):
+    depth = 0
+    for i in range(open_at, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    return len(text)
+
+
+def check_labels(where, expr, labels):
+    """The labels an expression matches on or aggregates by are ones its metrics carry, with values they take."""
+    for name, body in re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{([^}]*)\}", expr):
+        if name not in labels:
+            continue  # an unregistered name is reported by the caller
+        for label, op, value in re.findall(r'(\w+)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"', body):
+            if label in TARGET_LABELS:
+                continue
+            if not check(label in labels[name], f"{where}: {name} has no label {label} (it has {sorted(labels[name])})"):
+                continue
+            if label in FIXED_VALUE_LABELS and op == "=":
+                check(value in labels[name][label],
+                      f'{where}: {name}{{{label}="{value}"}} matches nothing (its values: {sorted(labels[name][label])})')
+            if label == "code" and op in ("=", "=~"):
+                for code in value.split("|"):
+                    check(code in GRPC_CODES, f"{where}: {name}: {code} is not a gRPC status code name")
+    for m in re.finditer(r"\bby\s*\(([^)]*)\)\s*\(", expr):
+        argument = expr[m.end() - 1:closing_paren(expr, m.end() - 1) + 1]
+        for label in (x.strip() for x in m.group(1).split(",")):
+            if not label or label in TARGET_LABELS:
+                continue
+            for name in metric_names(argument):
+                if name in labels:
+                    check(label in labels[name] or (label == "le" and name.endswith("_bucket")),
+                          f"{where}: sums {name} by {label}, a label it does not have")
 
 
 # ---------------------------------------------------------------- files
@@ -203,6 +257,7 @@ def check_dashboard(path, registered, datasource_uids):
             check(names, f"dashboard panel '{title}': query names no metric: {t.get('expr')}")
             for n in names:
                 check(n in registered, f"dashboard panel '{title}': metric {n} is not registered by Metrics")
+            check_labels(f"dashboard panel '{title}'", t.get("expr", ""), registered)
             used |= names
     check(len(ids) == len(set(ids)), "dashboard: panel ids are not unique")
     variables = dash.get("templating", {}).get("list", [])
@@ -236,6 +291,7 @@ def check_alerts(path, registered):
         for rule in group.get("rules", []):
             for n in metric_names(rule.get("expr", "")):
                 check(n in registered or n == "up", f"alert {rule.get('alert')}: metric {n} is not registered")
+            check_labels(f"alert {rule.get('alert')}", rule.get("expr", ""), registered)
 
 
 def check_flags(where, args, known):
@@ -309,6 +365,7 @@ def check_k8s(root, registered, grpc_port, metrics_port, known_flags=None):
         for rule in yaml.safe_load(cm["data"]["config.yaml"]).get("rules", []):
             for n in metric_names(rule.get("seriesQuery", "")):
                 check(n in registered, f"k8s: prometheus-adapter rule names unregistered metric {n}")
+            check_labels("k8s: prometheus-adapter rule", rule.get("seriesQuery", ""), registered)
 
 
 def main():

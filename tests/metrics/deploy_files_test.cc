@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "server/metrics/metrics.h"
 #include "tests/metrics/scrape.h"
@@ -22,27 +24,27 @@ class DeployFiles : public ::testing::Test {
     if (testing::run_command("python3 -c 'import yaml'", out) != 0) {
       GTEST_SKIP() << "python3 with PyYAML not available (Debian python3-yaml, see setup-deps.sh): " << out;
     }
-    // "name type" for every family of a Metrics with a model, a fake GPU and a torch source.
+    // The scrape of a Metrics with a model, a fake GPU and a torch source: every family, its labels, and every
+    // value of the fixed ones (the reasons, the cache results, the weights' forms).
     Metrics metrics("");
     testing::populate_every_family(metrics);
-    types_path_ = ::testing::TempDir() + "srformer_types_" + std::to_string(getpid()) + ".txt";
-    std::ofstream types(types_path_);
-    std::istringstream in(metrics.scrape_text());
-    for (std::string line; std::getline(in, line);) {
-      if (line.rfind("# TYPE ", 0) == 0) types << line.substr(7) << "\n";
-    }
+    ModelMetrics& m = metrics.model("bart-large-cnn");
+    m.set_weight_bytes(1e6, 0);
+    m.set_state_budget_bytes(1e9);
+    scrape_path_ = ::testing::TempDir() + "srformer_scrape_" + std::to_string(getpid()) + ".txt";
+    std::ofstream(scrape_path_) << metrics.scrape_text();
   }
   void TearDown() override {
-    if (!types_path_.empty()) std::remove(types_path_.c_str());
+    if (!scrape_path_.empty()) std::remove(scrape_path_.c_str());
   }
 
   int check(const std::string& extra, std::string& out) const {
     return testing::run_command(
-        "python3 " + kSource + "/tests/metrics/check_deploy.py --root " + kSource + " --metrics " + types_path_ + extra,
+        "python3 " + kSource + "/tests/metrics/check_deploy.py --root " + kSource + " --metrics " + scrape_path_ + extra,
         out);
   }
 
-  std::string types_path_;
+  std::string scrape_path_;
 };
 
 TEST_F(DeployFiles, ComposeDockerfileDashboardAlertsAndK8sAreConsistent) {
@@ -110,6 +112,28 @@ TEST_F(DeployFiles, DashboardTiedToOneDatasourceOrJobNameIsCaught) {
     EXPECT_NE(out.find(to.find("uid") != std::string::npos ? "is not the $datasource variable" : "a fixed job name"),
               std::string::npos)
         << out;
+    std::remove(bad.c_str());
+  }
+}
+
+// A label the metric does not carry, or a fixed label's value it never takes, matches no series: the
+// alert stays silent and the panel empty, and nothing else says so.
+TEST_F(DeployFiles, AlertOnALabelOrValueTheMetricLacksIsCaught) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"(sum by (model) (rate(srformer_requests_rejected_total{reason="queue_ful"}[5m])) > 0.1)",
+       R"(srformer_requests_rejected_total{reason="queue_ful"} matches nothing)"},
+      {R"(sum by (model) (rate(srformer_requests_unrouted_total[5m])) > 0.1)",
+       "sums srformer_requests_unrouted_total by model, a label it does not have"},
+      {R"(rate(srformer_requests_total{status="INTERNAL"}[5m]) > 0)", "srformer_requests_total has no label status"},
+      {R"(rate(srformer_requests_total{code=~"INTERNAL|SERVER_ERROR"}[5m]) > 0)",
+       "SERVER_ERROR is not a gRPC status code name"},
+  };
+  for (const auto& [expr, problem] : cases) {
+    const std::string bad = ::testing::TempDir() + "srformer_bad_labels_" + std::to_string(getpid()) + ".yml";
+    std::ofstream(bad) << "groups:\n  - name: x\n    rules:\n      - alert: X\n        expr: '" << expr << "'\n";
+    std::string out;
+    EXPECT_EQ(check(" --alerts " + bad, out), 1) << expr << ": " << out;
+    EXPECT_NE(out.find(problem), std::string::npos) << expr << ": " << out;
     std::remove(bad.c_str());
   }
 }
