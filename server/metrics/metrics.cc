@@ -438,7 +438,7 @@ Metrics::~Metrics() {
 }
 
 ModelMetrics& Metrics::model(const std::string& name, const HistogramLimits& limits) {
-  const std::lock_guard<std::mutex> lock(mutex_);
+  const std::lock_guard<std::mutex> lock(models_mutex_);
   auto it = models_.find(name);
   if (it == models_.end()) it = models_.emplace(name, std::make_unique<ModelMetrics>(*this, name, limits)).first;
   return *it->second;

@@ -218,7 +218,10 @@ class Metrics {
   const std::chrono::milliseconds sample_interval_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<Families> families_;
-  std::mutex mutex_;  // guards models_, gpu_monitor_, torch sampling setup
+  // Apart: model() runs at every request's start and end, and must not wait for a scrape's sampling
+  // (NVML calls of a GPU in trouble take seconds; LibTorch's allocator statistics take its lock).
+  std::mutex models_mutex_;  // guards models_
+  std::mutex mutex_;         // guards gpu_monitor_, torch_sampler_ and their sampling
   std::map<std::string, std::unique_ptr<ModelMetrics>> models_;
   std::unique_ptr<ProcessMonitor> process_monitor_;
   prometheus::Gauge& stream_unread_bytes_;

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -227,6 +229,42 @@ TEST(Metrics, ConcurrentUpdatesAreNotLost) {
             kThreads / 2 * kPerThread);
   EXPECT_EQ(sample(text, "srformer_requests_total", {{"model", "m0"}}), kPerThread);
   EXPECT_EQ(sample(text, "srformer_requests_in_flight", {{"model", "shared"}}), 0.0);
+}
+
+// A scrape samples NVML and LibTorch's allocator first, which can be slow (NVML calls of a GPU in trouble take
+// seconds). Requests starting and ending meanwhile must not wait for that: finding their model's handles took
+// the mutex the sampling held, so every call's start and end waited for the scrape.
+TEST(Metrics, RequestsDoNotWaitForAScrapesSampling) {
+  Metrics metrics("", std::chrono::milliseconds(0));
+  ModelMetrics& existing = metrics.model("bart");
+  std::atomic<bool> block{false};
+  std::promise<void> entered, release;
+  std::future<void> entered_future = entered.get_future();
+  std::shared_future<void> released = release.get_future().share();
+  metrics.set_torch_cuda_memory_source([&] {
+    if (block.exchange(false)) {
+      entered.set_value();
+      released.wait();
+    }
+    return std::vector<TorchCudaMemory>{{0, 1, 2}};
+  });
+  block = true;
+  std::thread scrape([&] { metrics.sample_now(); });
+  entered_future.wait();  // the scrape is inside its sampling
+  auto requests = std::async(std::launch::async, [&] {
+    for (const char* name : {"bart", "t5"}) {  // a model's handles found, and a model's created
+      ModelMetrics& m = metrics.model(name);
+      m.on_request_start();
+      m.on_request_end("Summarize", "OK", 0.1);
+    }
+  });
+  const bool done = requests.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  release.set_value();
+  scrape.join();
+  requests.wait();
+  EXPECT_TRUE(done) << "the requests' metrics waited for the scrape's sampling";
+  EXPECT_EQ(&existing, &metrics.model("bart"));
+  EXPECT_EQ(sample(metrics.scrape_text(), "srformer_requests_total", {{"model", "t5"}}), 1.0);
 }
 
 TEST(Metrics, GrpcCodeNames) {
