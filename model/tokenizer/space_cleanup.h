@@ -12,9 +12,8 @@ namespace srformer {
 std::string clean_up_spaces(std::string_view text);
 
 // The same over text that arrives in pieces (a stream of decoded deltas): what it returns, concatenated,
-// is clean_up_spaces of all the text. It holds back text until three characters that are not spaces
-// end it: every replacement starts with a space and is at most four characters long, so nothing after
-// that point can reach back over it.
+// is clean_up_spaces of all the text. It holds back text from the last point that a replacement could still
+// reach over (space_cleanup.cc's can_cut), and looks at each character once.
 class SpaceCleanupStream {
  public:
   std::string push(std::string_view text);
