@@ -59,6 +59,10 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool 
     : tokenizer_(tokenizer), skip_special_(skip_special) {}
 
 std::string IncrementalDetokenizer::push(int64_t id) {
+  // A special token that the decode skips changes no text before or after it. In the window, a run of
+  // them (a model emitting <pad> after <pad>) could not be cut, and the window, decoded whole at every
+  // token, grew with the run.
+  if (skip_special_ && tokenizer_.is_special(id)) return {};
   ids_.push_back(id);
   std::string text;
   try {

@@ -229,6 +229,40 @@ TEST(IncrementalDetokenizer, RunsOfReplacementCharactersStreamAsTheyCome) {
   }
 }
 
+// Streams `ids` through a counting tokenizer: the deltas must add up to the whole decode, and the ids
+// decoded must stay a bounded number per token (a window that grows with a run is decoded whole at every
+// token: millions of ids for these runs).
+void expect_bounded_work(const Tokenizer& inner, const TokenIds& ids, bool skip_special) {
+  const CountingTokenizer tok(inner);
+  IncrementalDetokenizer detok(tok, skip_special);
+  std::string joined;
+  for (const int64_t id : ids) joined += detok.push(id);
+  joined += detok.finish();
+  EXPECT_EQ(joined, inner.decode(ids, skip_special));
+  EXPECT_LT(tok.decoded(), 100 * ids.size()) << "ids decoded for " << ids.size() << " pushed";
+}
+
+// Special tokens that the decode skips (a model emitting <pad>, <extra_id_N> or </s> again and again)
+// grew the window without bound: a cut must start at a token that gives text, and they give none.
+TEST(IncrementalDetokenizer, RunsOfSkippedSpecialTokensCostTheSamePerToken) {
+  TempDir dir("detok-specials");
+  test::write_tiny_bpe_dir(dir.path());
+  const auto bpe = ByteLevelBpeTokenizer::load(dir.path());
+  const auto spm = SentencePieceTokenizer::load(test::t5_style_spm_dir());
+  constexpr size_t kRun = 3000;
+  for (const Tokenizer* tok : {static_cast<const Tokenizer*>(bpe.get()), static_cast<const Tokenizer*>(spm.get())}) {
+    const TokenIds word = tok == bpe.get() ? TokenIds{261} : tok->encode("dog");
+    const TokenIds specials{*tok->token_to_id("<pad>"), *tok->token_to_id("</s>"),
+                            tok == bpe.get() ? *tok->token_to_id("<s>") : *tok->token_to_id("<extra_id_3>")};
+    for (const bool at_start : {false, true}) {
+      TokenIds ids = at_start ? TokenIds{} : word;
+      for (size_t i = 0; i < kRun; ++i) ids.push_back(specials[i % specials.size()]);
+      ids.insert(ids.end(), word.begin(), word.end());
+      expect_bounded_work(*tok, ids, true);
+    }
+  }
+}
+
 TEST(IncrementalDetokenizer, LongSequenceStaysExact) {
   const auto tok = SentencePieceTokenizer::load(test::t5_style_spm_dir());
   test::TextGenerator gen(9);
