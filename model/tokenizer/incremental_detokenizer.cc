@@ -1,14 +1,17 @@
 // IncrementalDetokenizer: re-decodes a short window of recent ids per token and emits what is new.
-// The window starts at a token that decodes to text by itself, so SentencePiece's dropping of a
-// leading space happens identically every time the window is decoded, and deltas measured against
-// the window's own earlier decode agree with the full decode. Where the tokenizer cleans up spaces, the
-// deltas of the raw decode go through a SpaceCleanupStream, which gives what decode() does whole.
+// The window starts at a token that decodes to text by itself (where it is cut at one that does not, such
+// a token from before the cut goes first), so SentencePiece's dropping of a leading space happens
+// identically every time the window is decoded, and deltas measured against the window's own earlier
+// decode agree with the full decode. Special tokens that the decode skips never enter the window. Where
+// the tokenizer cleans up spaces, the deltas of the raw decode go through a SpaceCleanupStream, which
+// gives what decode() does whole.
 // Only the last three U+FFFD of the text are held back, and the window is pruned while it ends in them:
 // the bytes of a character still to complete are at most three, each at most one U+FFFD (SentencePiece
 // replaces every byte, byte-level BPE every maximal subpart), and any other U+FFFD is final. Holding a
 // whole run (a model repeating a lone continuation byte) streamed none of it until the end and re-decoded
 // the growing window at every token: quadratic, seconds per thousand tokens on the delivery thread.
 #include <algorithm>
+#include <optional>
 
 #include "model/tokenizer/tokenizer.h"
 #include "model/tokenizer/utf8.h"
@@ -26,11 +29,18 @@ constexpr size_t kMaxPending = 3;  // bytes of an incomplete character, and so U
 void prune(const Tokenizer& tokenizer, bool skip_special, TokenIds& ids, size_t& emitted_bytes, const std::string& text,
            size_t held) {
   const auto alone = [&](size_t at) { return tokenizer.decode_raw({ids[at]}, skip_special); };
+  if (text.empty()) {
+    // No id has given text yet (SentencePiece's lone "▁" at a text's start): as many more of them give none
+    // either, and the text that comes after starts as it would without them.
+    ids.erase(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(kKeep));
+    emitted_bytes = 0;
+    return;
+  }
   size_t last_cut = ids.size() - kKeep;
   if (held > 0) {
     // The incomplete character's bytes come from the last kMaxPending ids that have bytes (those that
-    // decode to something alone; a skipped special has none): the cut keeps them all, so that they
-    // decode in the window as in the whole text.
+    // decode to something alone): the cut keeps them all, so that they decode in the window as in the
+    // whole text.
     size_t with_bytes = 0;
     size_t at = ids.size();
     while (at > 0 && with_bytes < kMaxPending) {
@@ -40,8 +50,22 @@ void prune(const Tokenizer& tokenizer, bool skip_special, TokenIds& ids, size_t&
     last_cut = std::min(last_cut, at);
   }
   for (size_t cut = last_cut; cut > 0; --cut) {
-    if (alone(cut).empty()) continue;
-    TokenIds rest(ids.begin() + static_cast<std::ptrdiff_t>(cut), ids.end());
+    TokenIds rest;
+    if (alone(cut).empty()) {
+      // An id that gives no text alone (a lone "▁") would give none at the window's start, where after text
+      // it gives a space: an id before it that gives whole characters of its own goes first, to put the
+      // window's start behind text, as it is in the whole text. Cutting only at ids that give text let a
+      // run of lone "▁" grow the window, decoded whole at every token.
+      std::optional<size_t> anchor;
+      for (size_t at = cut; at-- > 0 && !anchor;) {
+        const std::string anchor_text = alone(at);
+        if (!anchor_text.empty() && anchor_text.find(utf8::kReplacement) == std::string::npos) anchor = at;
+      }
+      if (!anchor) continue;
+      rest.reserve(ids.size() - cut + 1);
+      rest.push_back(ids[*anchor]);
+    }
+    rest.insert(rest.end(), ids.begin() + static_cast<std::ptrdiff_t>(cut), ids.end());
     const std::string rest_text = tokenizer.decode_raw(rest, skip_special);
     // What is held back must be the same text at the window's end (it is, with its bytes in the window).
     if (rest_text.size() < held || rest_text.compare(rest_text.size() - held, held, text, text.size() - held) != 0) {

@@ -263,6 +263,41 @@ TEST(IncrementalDetokenizer, RunsOfSkippedSpecialTokensCostTheSamePerToken) {
   }
 }
 
+// A lone "▁" gives no text at a window's start (SentencePiece drops it there) but a space after text, so
+// the window could not be cut at one: a model repeating it grew the window, decoded whole at every token.
+TEST(IncrementalDetokenizer, RunsOfLoneSpacePiecesCostTheSamePerToken) {
+  const auto tok = SentencePieceTokenizer::load(test::t5_style_spm_dir());
+  const int64_t space = *tok->token_to_id("\xE2\x96\x81");
+  const TokenIds word = tok->encode("dog");
+  constexpr size_t kRun = 3000;
+  for (const bool skip_special : {true, false}) {
+    TokenIds after_text(word.begin(), word.end() - 1);  // without its </s>
+    after_text.insert(after_text.end(), kRun, space);
+    after_text.insert(after_text.end(), word.begin(), word.end());
+    expect_bounded_work(*tok, after_text, skip_special);
+    TokenIds at_start(kRun, space);
+    at_start.insert(at_start.end(), word.begin(), word.end());
+    at_start.insert(at_start.end(), kRun, space);
+    expect_bounded_work(*tok, at_start, skip_special);
+    // Mixed with byte pieces, whose characters complete across the spaces' cuts, and specials.
+    const TokenIds pool{space,
+                        space,
+                        space,
+                        space,
+                        word.front(),
+                        *tok->token_to_id("<0xE6>"),
+                        *tok->token_to_id("<0x97>"),
+                        *tok->token_to_id("<0xA5>"),
+                        *tok->token_to_id("<pad>")};
+    std::mt19937 rng(23);
+    for (int trial = 0; trial < 200; ++trial) {
+      TokenIds ids(1 + rng() % 150);
+      for (auto& id : ids) id = pool[rng() % pool.size()];
+      stream(*tok, ids, skip_special);
+    }
+  }
+}
+
 TEST(IncrementalDetokenizer, LongSequenceStaysExact) {
   const auto tok = SentencePieceTokenizer::load(test::t5_style_spm_dir());
   test::TextGenerator gen(9);
