@@ -8,9 +8,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +28,7 @@
 #include "model/eval/batch_summarize.h"
 #include "model/eval/rouge.h"
 #include "model/generation/generate.h"
+#include "model/io/atomic_file.h"
 #include "model/limits.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/tokenizer.h"
@@ -329,60 +328,74 @@ std::string other_results_in(const fs::path& out, const Args& a) {
   return {};
 }
 
-// predictions.jsonl and scores.json, written beside their names and renamed over them: scores.json last,
-// an earlier one removed first. They were written in place, so that a run stopped while writing (killed,
-// a full disk) left a predictions.jsonl cut short, or this run's predictions beside the scores of the run
-// before, and either looked complete. Now a directory holds one run's pair, or predictions without scores.
+// predictions.jsonl and scores.json, each written to a temporary file beside its name and renamed over it
+// (AtomicFile): scores.json last, an earlier one removed first. They were written in place, so that a run
+// stopped while writing (killed, a full disk) left a predictions.jsonl cut short, or this run's predictions
+// beside the scores of the run before, and either looked complete. Now a directory holds one run's pair, or
+// predictions without scores. The predictions go out as they come, not held whole in memory.
 class OutputFiles {
  public:
   // Creates `dir` and opens the predictions' temporary file, or says why it cannot.
   explicit OutputFiles(fs::path dir) : dir_(std::move(dir)) {
     std::error_code ec;
     created_ = fs::create_directories(dir_, ec);
-    if (!ec) predictions_.open(tmp(kPredictions), std::ios::binary | std::ios::trunc);
-    if (ec || !predictions_) {
-      const std::string why = ec ? ec.message() : std::strerror(errno);
+    std::string why = ec.message();
+    if (!ec) {
+      try {
+        predictions_.emplace(dir_ / kPredictions);
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+    }
+    if (!predictions_) {
+      remove_created_dir();
       throw std::invalid_argument("cannot write the results to " + dir_.string() + " (" + why +
                                   "); pass --out DIR to write them elsewhere");
     }
   }
   ~OutputFiles() {
-    std::error_code ec;  // a run that failed leaves no temporary files
-    if (!committed_) {
-      predictions_.close();
-      fs::remove(tmp(kPredictions), ec);
-      fs::remove(tmp(kScores), ec);
-      if (created_) fs::remove(dir_, ec);  // when empty
-    }
+    predictions_.reset();  // a run that failed leaves no temporary file (AtomicFile removes its own)
+    scores_.reset();
+    if (!committed_) remove_created_dir();
   }
   OutputFiles(const OutputFiles&) = delete;
   OutputFiles& operator=(const OutputFiles&) = delete;
 
-  std::ofstream& predictions() { return predictions_; }
+  // Appends one line of predictions.jsonl; throws naming the file and the system's reason when it cannot.
+  void write_prediction(const std::string& line) {
+    pending_ += line;
+    pending_ += '\n';
+    if (pending_.size() >= kFlushBytes) flush();
+  }
 
   // Writes scores.json's text and puts both files in place.
   void commit(const std::string& scores) {
-    predictions_.close();
-    if (!predictions_) throw std::runtime_error("cannot write " + tmp(kPredictions).string());
-    {
-      std::ofstream f(tmp(kScores), std::ios::binary | std::ios::trunc);
-      f << scores;
-      f.close();
-      if (!f) throw std::runtime_error("cannot write " + tmp(kScores).string());
-    }
+    flush();
+    scores_.emplace(dir_ / kScores);
+    scores_->write(scores.data(), scores.size());
     fs::remove(dir_ / kScores);
-    fs::rename(tmp(kPredictions), dir_ / kPredictions);
-    fs::rename(tmp(kScores), dir_ / kScores);
+    predictions_->commit();
+    scores_->commit();
     committed_ = true;
   }
 
  private:
   static constexpr const char* kPredictions = "predictions.jsonl";
   static constexpr const char* kScores = "scores.json";
-  fs::path tmp(const char* name) const { return dir_ / (std::string(name) + ".tmp"); }
+  static constexpr size_t kFlushBytes = 1 << 20;
+
+  void flush() {
+    predictions_->write(pending_.data(), pending_.size());
+    pending_.clear();
+  }
+  void remove_created_dir() {
+    std::error_code ec;
+    if (created_) fs::remove(dir_, ec);  // when empty
+  }
 
   fs::path dir_;
-  std::ofstream predictions_;
+  std::optional<AtomicFile> predictions_, scores_;
+  std::string pending_;
   bool created_ = false, committed_ = false;
 };
 
@@ -421,16 +434,13 @@ int run_eval(const std::vector<std::string>& args) {
   for (const auto& e : data) references.push_back(e.summary);
   const auto corpus = eval::score_corpus(predictions, references, {a.stem}, {a.bootstrap, 0.95, a.seed});
 
-  {
-    auto& f = files.predictions();
-    for (size_t i = 0; i < data.size(); ++i) {
-      nlohmann::json j = {{"id", data[i].id},
-                          {"document", data[i].document},
-                          {"reference", data[i].summary},
-                          {"prediction", predictions[i]}};
-      for (const auto t : eval::kRougeTypes) j[eval::rouge_type_name(t)] = corpus.per_pair[i][t].fmeasure;
-      f << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    }
+  for (size_t i = 0; i < data.size(); ++i) {
+    nlohmann::json j = {{"id", data[i].id},
+                        {"document", data[i].document},
+                        {"reference", data[i].summary},
+                        {"prediction", predictions[i]}};
+    for (const auto t : eval::kRougeTypes) j[eval::rouge_type_name(t)] = corpus.per_pair[i][t].fmeasure;
+    files.write_prediction(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
 
   nlohmann::json scores;

@@ -215,19 +215,28 @@ TEST_F(EvalPredictionsTest, AResultWriteCutShortLeavesTheEarlierResults) {
                       {{"id", "disjoint"}, {"prediction", long_text}},
                       {{"id", "same"}, {"prediction", long_text}}});
   ASSERT_GT(3 * long_text.size(), 8192u);
-  // At most 8 blocks (of 512 or 1024 bytes) per file: the predictions do not fit.
-  r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string(), "--out", out.string()}, "ulimit -f 8; ");
+  // At most 8 blocks (of 512 or 1024 bytes) per file: the predictions do not fit. SIGXFSZ ignored: the write
+  // fails (EFBIG) as on a full disk, instead of the signal killing the process.
+  r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string(), "--out", out.string()},
+               "trap '' XFSZ; ulimit -f 8; ");
   EXPECT_NE(r.code, 0);
   EXPECT_EQ(slurp(out / "predictions.jsonl"), predictions);
   EXPECT_EQ(slurp(out / "scores.json"), scores);
+  // The error names the file and the system's reason (it said only "cannot write .../predictions.jsonl.tmp").
+  EXPECT_NE(r.err.find("cannot write " + (out / "predictions.jsonl").string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("File too large"), std::string::npos) << r.err;
+  const auto names = [&out] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(out)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  EXPECT_EQ(names(), (std::vector<std::string>{"predictions.jsonl", "scores.json"})) << "a temporary file is left";
   // And without the limit, this run's results replace them, with no temporary file left beside them.
   r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string(), "--out", out.string()});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(read_jsonl(out / "predictions.jsonl").at(0)["prediction"], long_text);
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(out)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"predictions.jsonl", "scores.json"}));
+  EXPECT_EQ(names(), (std::vector<std::string>{"predictions.jsonl", "scores.json"}));
 }
 
 class EvalModelTest : public ::testing::Test {
