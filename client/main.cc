@@ -2,10 +2,8 @@
 // or generate load.
 #include <grpcpp/grpcpp.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -23,6 +21,7 @@
 #include "common/pem_file.h"
 #include "common/read_input.h"
 #include "common/status_code_name.h"
+#include "common/stdout_check.h"
 #include "srformer/v1/summarizer.grpc.pb.h"
 
 namespace {
@@ -32,9 +31,6 @@ namespace v1 = srformer::v1;
 
 using srformer::read_document;
 using srformer::read_input;
-
-// The errno of a write to stdout that failed before the end (a stream's token), for main's report of it.
-int stdout_errno = 0;
 
 std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& o) {
   grpc::ChannelArguments args;
@@ -167,7 +163,6 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
         std::cout << msg.token().text() << std::flush;
         printed = printed || !msg.token().text().empty();
         if (!std::cout) {  // nowhere to put the rest (a full disk): stop the generation, main says why
-          stdout_errno = errno;
           ctx.TryCancel();
           break;
         }
@@ -363,13 +358,7 @@ int check_connection(const std::shared_ptr<grpc::Channel>& channel, const Client
 int run(int argc, char** argv) {
   ClientOptions o;
   try {
-    errno = 0;
-    if (!srformer::client::parse_client_args(argc, argv, o)) {
-      // --help: its text (over 4 KiB) passes stdio's buffer, so a full disk fails the write here, and the
-      // errno of it is gone by main's check (which then said "Input/output error").
-      if (!std::cout) stdout_errno = errno;
-      return 0;
-    }
+    if (!srformer::client::parse_client_args(argc, argv, o)) return 0;
   } catch (const std::exception& e) {
     std::cerr << "srformer-client: " << e.what() << "\n";
     return 2;
@@ -424,15 +413,8 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int status = run(argc, argv);
   // Output that never reached stdout (a full disk, /dev/full) is a failure: the exit status said 0 with the
   // summary or the load report lost. A closed pipe ends the client by SIGPIPE, as other tools.
-  errno = 0;
-  std::cout.flush();
-  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
-    const int error = stdout_errno != 0 ? stdout_errno : errno != 0 ? errno : EIO;
-    std::cerr << "srformer-client: cannot write to stdout: " << std::strerror(error) << "\n";
-    return status == 0 ? 1 : status;
-  }
-  return status;
+  srformer::StdoutCheck stdout_check("srformer-client");
+  return stdout_check.exit_status(run(argc, argv));
 }

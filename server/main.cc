@@ -8,6 +8,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/stdout_check.h"
 #include "model/dtype_name.h"
 #include "model/error_message.h"
 #include "model/openmp_env.h"
@@ -144,9 +145,11 @@ int main(int argc, char** argv) {
   const sigset_t signals = stop_signals();
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   srformer::reexec_with_openmp_policy(argv);
+  // --help's text that never reached stdout (a full disk) fails, saying why: it exited 0 silently.
+  srformer::StdoutCheck stdout_check("srformer-server");
   ServerConfig config;
   try {
-    if (!srformer::server::parse_server_args(argc, argv, config)) return 0;
+    if (!srformer::server::parse_server_args(argc, argv, config)) return stdout_check.exit_status(0);
     srformer::server::validate(config);
   } catch (const std::exception& e) {
     if (srformer::server::log_json_asked(argc, argv, config)) {

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "common/stdout_check.h"
 #include "model/error_message.h"
 #include "model/openmp_env.h"
 #include "tools/commands.h"
@@ -16,10 +17,7 @@ void usage(std::ostream& os) {
   os << "\nRun `srformer <command> --help` for a command's options.\n";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  srformer::reexec_with_openmp_policy(argv);
+int run(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     usage(std::cout);
     return argc < 2 ? 2 : 0;
@@ -39,4 +37,14 @@ int main(int argc, char** argv) {
   std::cerr << "srformer: unknown command '" << name << "'\n";
   usage(std::cerr);
   return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  srformer::reexec_with_openmp_policy(argv);
+  // A summary, a report or a usage text that never reached stdout (a full disk, /dev/full) fails the
+  // command, saying why: it exited 0 with the text lost.
+  srformer::StdoutCheck stdout_check("srformer");
+  return stdout_check.exit_status(run(argc, argv));
 }

@@ -405,16 +405,46 @@ TEST_F(EndToEnd, OutputThatCannotBeWrittenFailsTheRun) {
   auto server = start();
   const std::string target = kClient + " --target " + server->target() + " ";
   const std::string client = target + "--model tiny --max-new-tokens 4 ";
+  // A batch's lines past stdio's 4 KiB buffer: the write fails while the client still makes calls, whose
+  // errno replaced the failure's by the exit check ("Input/output error").
+  std::string batch = target + "--model tiny --max-new-tokens 16 --min-new-tokens 16 --batch";
+  for (int i = 0; i < 200; ++i) batch += " " + doc(i % 4);
   for (const std::string& args :
        std::vector<std::string>{client + doc(0), client + "--stream " + doc(0), target + "--list-models",
                                 client + "--load --requests 2 " + doc(0),
-                                client + "--load --requests 2 --json " + doc(0), client + "--help"}) {
+                                client + "--load --requests 2 --json " + doc(0), client + "--help", batch}) {
     auto r = run_command(args + " 2>&1 >/dev/full");
     EXPECT_EQ(r.exit_code, 1) << args << ": " << r.out;
     EXPECT_NE(r.out.find("srformer-client: cannot write to stdout: No space left on device"), std::string::npos)
         << args << ": " << r.out;
   }
   auto written = run_command(client + doc(0) + " 2>&1");
+  EXPECT_EQ(written.exit_code, 0) << written.out;
+  EXPECT_EQ(written.out.find("cannot write"), std::string::npos) << written.out;
+}
+
+// So do the server's --help and the offline tool's texts: they exited 0 with the text lost, silently.
+TEST_F(EndToEnd, ServerAndToolOutputThatCannotBeWrittenFails) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const std::string summarize = kTool + " summarize --model " + model_dir_.string() + " --max-new-tokens 4 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {kServer + " --help", "srformer-server"},
+      {kTool + " --help", "srformer"},
+      {kTool + " inspect --help", "srformer"},
+      {kTool + " eval --help", "srformer"},
+      {kTool + " inspect " + model_dir_.string() + " --input-tokens 40 --new-tokens 4", "srformer"},
+      {summarize + doc(0), "srformer"},
+      {summarize + "--stream " + doc(0), "srformer"},
+      {summarize + "--json " + doc(0), "srformer"},
+  };
+  for (const auto& [args, program] : cases) {
+    auto r = run_command(args + " 2>&1 >/dev/full");
+    EXPECT_EQ(r.exit_code, 1) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(program + ": cannot write to stdout: No space left on device"), std::string::npos)
+        << args << ": " << r.out;
+  }
+  // Output that arrives raises nothing (the other tests run these commands too).
+  auto written = run_command(summarize + "--stream " + doc(0) + " 2>&1 >/dev/null");
   EXPECT_EQ(written.exit_code, 0) << written.out;
   EXPECT_EQ(written.out.find("cannot write"), std::string::npos) << written.out;
 }
