@@ -4,9 +4,9 @@
 #include <torch/torch.h>
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "model/io/atomic_file.h"
 #include "model/io/safetensors.h"
 
 namespace srformer {
@@ -147,7 +147,9 @@ void write_random_model(const std::filesystem::path& dir, const ModelConfig& con
     t5(w, config);
   }
   save_safetensors(dir / "model.safetensors", w.out);
-  std::ofstream(dir / "config.json") << config.to_json().dump(2) << "\n";
+  // A failed write throws, naming the file and why: it went unchecked, and a full disk left an empty or cut
+  // config.json beside the weights while `srformer init-model` said "wrote".
+  write_file_atomically(dir / "config.json", config.to_json().dump(2) + "\n");
 }
 
 ModelConfig tiny_config(Architecture arch, CrossAttentionKind kind, int64_t segment_size, int64_t vocab_size) {

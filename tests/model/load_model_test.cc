@@ -62,6 +62,22 @@ TEST(LoadModel, MissingAndMisshapedTensorsAreNamedTogether) {
   EXPECT_NE(err.find("model.decoder.unexpected.weight"), std::string::npos) << err;
 }
 
+// A random model's config.json that cannot be written (here a directory stands at its name) is an error
+// naming it and why: the write went unchecked, and `srformer init-model` said "wrote" of a model without
+// its config.
+TEST(LoadModel, ARandomModelsConfigThatCannotBeWrittenIsAnError) {
+  TempDir d("random-config");
+  std::filesystem::create_directories(d.path() / "config.json" / "in-the-way");
+  std::string err;
+  try {
+    write_random_model(d.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4), 1);
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("cannot write " + (d.path() / "config.json").string()), std::string::npos) << err;
+  EXPECT_NE(err.find("Is a directory"), std::string::npos) << err;
+}
+
 // config.json of another, far larger model over these weights is refused at once, naming the mismatch
 // (it allocated a 1.2 TB stand-in for d_model 10^9, and looped for hours over 10^9 layers).
 TEST(LoadModel, AConfigFarLargerThanItsWeightsIsRefusedAtOnce) {
