@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/data/examples.h"
+#include "model/io/atomic_file.h"
 #include "model/random_model.h"
 #include "model/tokenizer/byte_level_bpe.h"
 #include "model/tokenizer/sentencepiece_library.h"
@@ -37,8 +38,8 @@ void write_byte_level_tokenizer(const std::string& dir, int64_t vocab_size) {
     }
   }
   vocab["<mask>"] = id;
-  std::ofstream(dir + "/vocab.json") << vocab.dump() << "\n";
-  std::ofstream(dir + "/merges.txt") << "#version: 0.2\n";
+  write_file_atomically(dir + "/vocab.json", vocab.dump() + "\n");
+  write_file_atomically(dir + "/merges.txt", "#version: 0.2\n");
 }
 
 // --heads, --d-model, --d-ff, --layers and --dropout over a shape's configuration (0: the shape's own).
@@ -253,8 +254,13 @@ int run_init_model(const std::vector<std::string>& args) {
   if (std::filesystem::path(corpus).extension() == ".jsonl") {
     // A dataset split ({"document", "summary"} lines): the tokenizer learns from both sides.
     text_corpus = std::filesystem::path(out) / "corpus.txt";
-    std::ofstream text(text_corpus);
-    for (const auto& e : data::read_examples(corpus)) text << e.document << "\n" << e.summary << "\n";
+    // Checked: a write cut short (a full disk) trained the tokenizer on part of the corpus, unsaid.
+    AtomicFile text(text_corpus);
+    for (const auto& e : data::read_examples(corpus)) {
+      const std::string lines = e.document + "\n" + e.summary + "\n";
+      text.write(lines.data(), lines.size());
+    }
+    text.commit();
   }
   if (!holds_text(text_corpus)) {
     throw std::invalid_argument(corpus + " holds no text to train the tokenizer on (only white space)");
@@ -273,8 +279,8 @@ int run_init_model(const std::vector<std::string>& args) {
   // real cost) even past a smaller tokenizer, whose vocabulary bounds generation.
   c.vocab_size = std::max<int64_t>(sp.vocab_size() + 100, shape == "t5-small" ? c.vocab_size : 0);
   write_random_model(out, c, seed, init_std);
-  std::ofstream(out + "/tokenizer_config.json") << R"({"extra_ids": 100, "model_max_length": 16384})"
-                                                << "\n";
+  write_file_atomically(out + "/tokenizer_config.json", R"({"extra_ids": 100, "model_max_length": 16384})"
+                                                        "\n");
   made.keep();
   std::cout << "wrote " << out << " (vocab " << c.vocab_size << ", " << to_string(c.srformer.cross_attention)
             << segment_note << ")\n";

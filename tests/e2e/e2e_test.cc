@@ -1782,6 +1782,30 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
   EXPECT_FALSE(fs::exists(dir + "_x")) << "a refused command wrote its output (or left a partial one)";
 }
 
+// init-model's text copy of a JSONL corpus that cannot be written whole (a file size limit here, as a full
+// disk) fails, naming it and why, and leaves no directory: the write went unchecked, and SentencePiece was
+// trained on the part that was written.
+TEST_F(EndToEnd, InitModelsCorpusCopyCutShortFailsNamingIt) {
+  const auto split = work_ / "large_split.jsonl";
+  {
+    std::ofstream f(split);
+    for (int i = 0; i < 200; ++i) {
+      f << nlohmann::json{{"id", std::to_string(i)}, {"document", synthetic_text(6, 100 + i)}, {"summary", "a cat."}}
+               .dump()
+        << "\n";
+    }
+  }
+  ASSERT_GT(fs::file_size(split), 32u * 1024);
+  const auto out = work_ / "cut_corpus_model";
+  // SIGXFSZ ignored: a write past the limit fails (EFBIG) as on a full disk, instead of killing the tool.
+  auto r = run_command("trap '' XFSZ; ulimit -f 16; " + kTool + " init-model --corpus " + split.string() + " " +
+                       out.string() + " 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("cannot write " + (out / "corpus.txt").string()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("File too large"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out)) << r.out;
+}
+
 // --quick sets the decode figures' batches and steps unless --batch/--steps say otherwise, before or after it
 // (given first, they were reset).
 TEST_F(EndToEnd, BenchFlagsWinOverQuickInEitherOrder) {
