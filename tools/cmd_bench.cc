@@ -24,6 +24,7 @@
 #include "model/attention/segments.h"
 #include "model/dtype_name.h"
 #include "model/generation/searcher.h"
+#include "model/io/atomic_file.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/bf16_linear.h"
 #include "model/kernels/serial_region.h"
@@ -74,6 +75,26 @@ void emit(const BenchOptions& o, const nlohmann::json& j, const std::string& hum
   }
 }
 
+// A LibTorch profiler trace (chrome://tracing) of what runs between its start and finish(), written to
+// `path` through an AtomicFile: a --trace PREFIX that cannot be written is an error naming the file and why
+// (RecordProfile's own file logged "Could not open file" with a stack trace, no path or reason, and the
+// bench exited 0 without its traces), and a trace is whole or absent.
+class Trace {
+ public:
+  explicit Trace(const std::string& path) : file_(path) { profile_.emplace(text_); }
+  void finish() {
+    profile_.reset();  // writes the trace's text
+    const auto text = text_.str();
+    file_.write(text.data(), text.size());
+    file_.commit();
+  }
+
+ private:
+  AtomicFile file_;
+  std::ostringstream text_;
+  std::optional<torch::autograd::profiler::RecordProfile> profile_;
+};
+
 // The cached model's config.json as written, or null when there is none or it does not parse.
 nlohmann::json cached_config(const std::filesystem::path& dir) {
   std::ifstream in(dir / "config.json");
@@ -120,7 +141,7 @@ void bench_model_as(const BenchOptions& o, const std::string& name, const ModelC
     const auto mask = torch::ones({B, k}, torch::kLong);
     // The best of three after one untimed encode: the first pays for page faults and thread start-up.
     auto enc = model->encode(ids, mask);
-    std::optional<torch::autograd::profiler::RecordProfile> encode_profile;
+    std::optional<Trace> encode_profile;
     if (!o.trace.empty()) {
       encode_profile.emplace(o.trace + "." + name + ".b" + std::to_string(B) + trace_setting(o, dtype, {}) +
                              ".encode.json");
@@ -132,10 +153,10 @@ void bench_model_as(const BenchOptions& o, const std::string& name, const ModelC
       finish_work(o.device);
       enc_ms = std::min(enc_ms, ms_since(t0));
     }
-    encode_profile.reset();
+    if (encode_profile) encode_profile->finish();
     for (const bool kernels_on : o.kernel_settings) {
       kernels::set_cpu_kernels(kernels_on);
-      std::optional<torch::autograd::profiler::RecordProfile> start_profile;
+      std::optional<Trace> start_profile;
       const std::string trace_name =
           o.trace + "." + name + ".b" + std::to_string(B) + trace_setting(o, dtype, kernels_on);
       if (!o.trace.empty()) start_profile.emplace(trace_name + ".start.json");
@@ -143,17 +164,17 @@ void bench_model_as(const BenchOptions& o, const std::string& name, const ModelC
       auto st = model->start(enc, torch::full({B}, 128, torch::kLong));
       finish_work(o.device);
       const double start_ms = ms_since(t0);
-      start_profile.reset();
+      if (start_profile) start_profile->finish();
       auto tok = torch::full({B}, c.decoder_start_token_id, torch::kLong);
       tok = model->step(st, tok).argmax(-1);  // warm-up
       finish_work(o.device);
-      std::optional<torch::autograd::profiler::RecordProfile> profile;
+      std::optional<Trace> profile;
       if (!o.trace.empty()) profile.emplace(trace_name + ".json");
       t0 = Clock::now();
       for (int64_t s = 0; s < o.steps; ++s) tok = model->step(st, tok).argmax(-1);
       finish_work(o.device);
       const double step_ms = ms_since(t0) / static_cast<double>(o.steps);
-      profile.reset();
+      if (profile) profile->finish();
       const double tps = 1000.0 * static_cast<double>(B) / step_ms;
       const bool used = kernels_on && kernels::avx2_fma_available() && o.device.is_cpu();
       nlohmann::json j{{"bench", "decode"},
@@ -264,7 +285,7 @@ void bench_cross(const BenchOptions& o) {
       // each reports its median round.
       const int64_t steps = o.quick ? 16 : L;
       const int rounds = o.quick ? 1 : 9;
-      std::optional<torch::autograd::profiler::RecordProfile> profile;
+      std::optional<Trace> profile;
       if (!o.trace.empty()) {
         profile.emplace(o.trace + ".cross.k" + std::to_string(k) + trace_setting(o, {}, kernels_on) + ".json");
       }
@@ -284,7 +305,7 @@ void bench_cross(const BenchOptions& o) {
           run.round_us.push_back(1000.0 * ms_since(t0) / static_cast<double>(steps));
         }
       }
-      profile.reset();
+      if (profile) profile->finish();
       for (auto& run : runs) {
         std::sort(run.round_us.begin(), run.round_us.end());
         const double us = run.round_us[run.round_us.size() / 2];

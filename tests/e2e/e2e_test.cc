@@ -1830,6 +1830,30 @@ TEST_F(EndToEnd, BenchFlagsWinOverQuickInEitherOrder) {
   EXPECT_NE(quick.out.find(R"("steps":4)"), std::string::npos) << quick.out;
 }
 
+// A --trace PREFIX that cannot be written is an error naming the file and why: LibTorch's profiler logged a
+// stack trace per trace ("Could not open file", no path, no reason) and the bench exited 0 without them.
+TEST_F(EndToEnd, ABenchTraceThatCannotBeWrittenIsAnError) {
+  const auto file = work_ / "not-a-directory";
+  std::ofstream(file) << "x\n";
+  const std::string bench =
+      kTool + " bench --only decode --model t5-small-srformer-s64 --input-tokens 8 --threads 1 --quick --batch 1 ";
+  auto r = run_command(bench + "--trace " + (file / "trace").string() + " 2>&1 >/dev/null");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("cannot write " + (file / "trace").string() + ".t5-small-srformer-s64.b1.encode.json"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("Not a directory"), std::string::npos) << r.out;
+  // One that can be written is, whole.
+  const auto prefix = (work_ / "trace").string();
+  auto traced = run_command(bench + "--trace " + prefix + " 2>&1 >/dev/null");
+  ASSERT_EQ(traced.exit_code, 0) << traced.out;
+  for (const char* part : {".encode.json", ".start.json", ".json"}) {
+    const auto text = read(prefix + ".t5-small-srformer-s64.b1" + part);
+    EXPECT_EQ(text.rfind("[", 0), 0u) << part << ": " << text.substr(0, 200);
+    EXPECT_NE(text.find("]"), std::string::npos) << part;
+  }
+}
+
 // Streams 40 seeded requests (seed 1, 2, ...) for several samples each from `model` at `target`: each sends
 // each token once, with steps 0, 1, ... and text that adds up to the summary. Their final messages go to
 // `finals` where given.
