@@ -3,9 +3,11 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -399,8 +401,10 @@ class Run {
     const int64_t warmup = o_.warmup_steps >= 0 ? o_.warmup_steps : o_.steps / 20;
     const auto log_path = o_.out_dir / kLogFile;
     truncate_log(log_path, start_step_);
+    log_path_ = log_path;
+    errno = 0;
     log_.open(log_path, std::ios::app);
-    if (!log_) throw std::runtime_error("cannot write " + log_path.string());
+    if (!log_) throw log_failure();
 
     TrainResult result;
     const auto started = Clock::now();
@@ -766,9 +770,20 @@ class Run {
     }
   }
 
+  // Checked: a line that could not be written (a full disk) left the stream failed, and every line after it
+  // was dropped without a word while the run went on to exit 0 with its log cut. The run stops, resumable
+  // from its last checkpoint (a resume drops a line cut short).
   void write_log(const nlohmann::json& entry) {
+    errno = 0;
     log_ << entry.dump() << "\n";
     log_.flush();
+    if (!log_) throw log_failure();
+  }
+
+  std::runtime_error log_failure() const {
+    const int error = errno;
+    return std::runtime_error("cannot write " + log_path_.string() + ": " +
+                              (error != 0 ? std::strerror(error) : "the write failed"));
   }
 
   void progress(int64_t done, double loss, double lr, double tps, double eta) {
@@ -810,6 +825,7 @@ class Run {
   std::vector<TokenizedExample> train_, validation_;
   std::vector<data::Example> train_raw_, validation_raw_;
   std::vector<std::vector<size_t>> plan_;
+  fs::path log_path_;
   std::ofstream log_;
   bool bar_open_ = false;
 };

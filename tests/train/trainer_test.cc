@@ -346,6 +346,31 @@ TEST_F(Fixture, AResumeThatCannotRewriteTheLogKeepsIt) {
   EXPECT_EQ(logged_losses(o.out_dir).size(), 12u);
 }
 
+// A log line that cannot be written (here a file size limit, as a full disk) stops the run, naming the log
+// and why: the failed stream dropped that line and every one after it, unsaid, and the run went on (here to
+// fail only at its final save, naming the model's weights instead).
+TEST_F(Fixture, ALogLineThatCannotBeWrittenStopsTheRunNamingTheLog) {
+  std::ostringstream console;
+  auto o = options("log-full");
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);  // writes past the limit fail (EFBIG) instead
+  rlimit small = saved;
+  small.rlim_cur = 400;  // two or three of the twelve lines
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string error;
+  try {
+    train(o, console);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(error.find("cannot write " + (o.out_dir / "train_log.jsonl").string() + ": File too large"),
+            std::string::npos)
+      << error;
+}
+
 // A checkpoint that cannot be written whole (here a file size limit that only its rewritten config.json
 // passes, as a disk that fills up there) is not put in place: the config.json and trainer_state.json writes
 // went unchecked, so a checkpoint with a config cut short became the newest, the run's final save failed on
