@@ -1,7 +1,9 @@
 """The commands the documentation gives a user: every --flag that README.md, docs/*.md and the other READMEs
 pass to srformer-server (or its image), srformer-client or `srformer COMMAND`, in a code span or a code
 block, is one that program's --help names. A flag renamed or removed in the code otherwise leaves commands
-in the docs that the program refuses (exit 2), found only by the user who copies them.
+in the docs that the program refuses (exit 2), found only by the user who copies them. And every default
+the docs state for a server flag ("`--flag` (default X", the knobs table of docs/OPERATIONS.md) is the one
+srformer-server --help gives.
   doc_flags_test.py SOURCE_DIR BIN_DIR"""
 import glob
 import os
@@ -61,6 +63,43 @@ def unknown_flags(markdown, known):
     return found
 
 
+def help_defaults(text):
+    """{flag: default} from a --help whose entries start "  --flag": "(default X" is the default of the flag
+    just before it where it follows one ("--grace-ms (default 60000)"), else of the entry's next flag (an
+    entry "--a N --b N" gives a's default, then b's)."""
+    defaults = {}
+    for entry in re.split(r"\n(?=  --)", text):
+        lead = FLAG.findall(entry.split("\n")[0])
+        for m in re.finditer(r"(?:(--[a-z][a-z0-9-]*)(?: [A-Z]+)? )?\(default ([^\s;,)]+)", entry):
+            if m.group(1):
+                defaults.setdefault(m.group(1), m.group(2))
+            elif lead:
+                defaults.setdefault(lead.pop(0) if len(lead) > 1 else lead[0], m.group(2))
+    return defaults
+
+
+def normalized(value):
+    """A default as a comparable value: sizes in bytes (64M, 4 MiB, 4194304), other words as they are."""
+    value = value.split(" = ")[0].strip().strip("`").rstrip(":")  # "0 = off" is 0
+    m = re.fullmatch(r"(\d+)\s*(K|M|G|T)?(?:i?B)?", value)
+    if not m:
+        return value
+    return int(m.group(1)) << (10 * " KMGT".index(m.group(2) or " "))
+
+
+def documented_defaults(markdown):
+    """(flag, default, where) for the defaults the docs state: "`--flag` (default X", "`--flag`, default X",
+    and the rows of a table whose first column is "flag (default)"."""
+    stated = r"`(--[a-z][a-z0-9-]*)(?: [A-Z]+)?`,?\s+\(?default `?([^;,)`\s]+(?: MiB| GiB| KiB)?)"
+    found = [(m.group(1), m.group(2), m.group(0)) for m in re.finditer(stated, markdown)]
+    for table in re.findall(r"^\| flag \(default\) \|.*?\n((?:\|.*\n)+)", markdown, re.M):
+        for row in table.split("\n")[1:]:
+            first = row.split("|")[1] if row.count("|") > 1 else ""
+            for m in re.finditer(r"`(--[a-z][a-z0-9-]*)` \(([^;,)]+)", first):
+                found.append((m.group(1), m.group(2), row[:80]))
+    return found
+
+
 def documents(root):
     paths = ["README.md"]
     for pattern in ("docs/*.md", "models/*/README.md", "examples/**/README.md", "deploy/**/README.md"):
@@ -81,6 +120,25 @@ class DocFlagsTest(unittest.TestCase):
             with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
                 for program, flag, code in unknown_flags(f.read(), self.known):
                     problems.append("%s: %s has no flag %s: %s" % (rel, program, flag, code))
+        self.assertEqual(problems, [], "\n" + "\n".join(problems))
+
+    def test_every_documented_server_default_is_the_one_its_help_gives(self):
+        server_help = subprocess.run([os.path.join(BIN, "srformer-server"), "--help"], capture_output=True, text=True,
+                                     timeout=60).stdout
+        defaults = help_defaults(server_help)
+        self.assertEqual(defaults["--encode-piece-positions"], "2048")
+        self.assertEqual(defaults["--max-connection-age-grace-ms"], "60000")
+        problems, checked = [], 0
+        for rel in documents(ROOT):
+            with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
+                for flag, value, where in documented_defaults(f.read()):
+                    if flag not in defaults:
+                        continue  # another program's flag, or one whose --help states no default
+                    checked += 1
+                    if normalized(value) != normalized(defaults[flag]):
+                        problems.append("%s: %s defaults to %s (--help), not %s: %s"
+                                        % (rel, flag, defaults[flag], value, where))
+        self.assertGreater(checked, 10)
         self.assertEqual(problems, [], "\n" + "\n".join(problems))
 
     def test_a_flag_the_program_lacks_is_found(self):
