@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -118,11 +119,18 @@ int run_summarize(const std::vector<std::string>& args) {
     } else if (!a.empty() && a[0] == '-' && a != "-") {
       throw std::invalid_argument("unknown option '" + a + "' (see --help)");
     } else if (!input_path.empty()) {
+      if (model_dir.empty() && std::filesystem::is_directory(input_path)) break;  // the model given first: told below
       throw std::invalid_argument("one document at a time: got '" + input_path + "' and '" + a +
                                   "' (srformer eval summarizes a JSONL file of many)");
     } else {
       input_path = a;
     }
+  }
+  // inspect, eval and train take the model as their first argument; here it is --model DIR. A directory
+  // given so was taken for a second document ("one document at a time").
+  if (model_dir.empty() && !input_path.empty() && std::filesystem::is_directory(input_path)) {
+    throw std::invalid_argument("'" + input_path + "' is a directory: summarize takes the model as --model " +
+                                input_path + " (srformer summarize --model DIR [options] [FILE|-])");
   }
   if (model_dir.empty()) throw std::invalid_argument("--model DIR is required (see --help)");
   if (threads > 0) at::set_num_threads(threads);

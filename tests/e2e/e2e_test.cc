@@ -1734,6 +1734,9 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
       {"summarize --model " + t5 + " --threads 100000 " + doc(0),
        "--threads 100000 is more than 4x the CPUs this process may use"},
       {"summarize --model " + t5 + " " + doc(0) + " " + doc(1), "one document at a time"},
+      // The model as inspect, eval and train take it, first: it was taken for a second document.
+      {"summarize " + t5 + " " + doc(0), "'" + t5 + "' is a directory: summarize takes the model as --model " + t5},
+      {"summarize " + t5, "'" + t5 + "' is a directory: summarize takes the model as --model " + t5},
       {"summarize --model " + t5 + " --expected-length 100000000000 " + doc(0),
        "--expected-length must be between 1 and 16384, got 100000000000"},
       {"inspect " + t5 + " --new-tokens 9000000000", "--new-tokens 9000000000 is more than a request may ask (4096)"},
