@@ -995,7 +995,9 @@ TEST_F(EndToEnd, MetricsOfARunningServerFollowRealRequests) {
     const auto row = documented.find(family);
     ASSERT_NE(row, documented.end()) << "served but not in docs/OPERATIONS.md's metrics table";
     EXPECT_EQ(row->second.type, facts.type) << "the table's type column";
-    if (!facts.labels.empty()) EXPECT_EQ(row->second.labels, facts.labels) << "the table's labels column";
+    if (!facts.labels.empty()) {
+      EXPECT_EQ(row->second.labels, facts.labels) << "the table's labels column";
+    }
   }
   for (const auto& [family, facts] : documented) {
     const bool cuda_only = family.rfind("srformer_gpu_", 0) == 0 || family.rfind("srformer_torch_cuda_", 0) == 0;

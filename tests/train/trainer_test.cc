@@ -390,7 +390,9 @@ TEST_F(Fixture, ACheckpointThatCannotBeWrittenWholeIsNotPutInPlace) {
   const auto written = whole.out_dir / "checkpoint-2";
   const auto config_size = fs::file_size(written / "config.json");
   for (const auto& entry : fs::directory_iterator(written)) {
-    if (entry.path().filename() != "config.json") ASSERT_LT(fs::file_size(entry.path()), config_size / 2) << entry;
+    if (entry.path().filename() != "config.json") {
+      ASSERT_LT(fs::file_size(entry.path()), config_size / 2) << entry;
+    }
   }
 
   auto cut = options("cut-checkpoint");
