@@ -2,7 +2,7 @@
 # Runs a training job on a GPU machine and leaves the trained model where the caller collects it.
 #   deploy/gpu/train.sh MODEL_DIR TRAIN.jsonl [srformer train options...]
 # Builds the tools first (deploy/gpu/build.sh --no-tests; bundle from deploy/gpu/fetch-debs.sh), trains with
-# --device cuda into $OUT/train (or out/gpu-train when OUT is unset), and keeps there: the final model
+# --device cuda into $OUT/train (out/gpu-train/train when OUT is unset), and keeps there: the final model
 # (config.json, model.safetensors, tokenizer files), train_log.jsonl and the newest checkpoint (with the
 # optimizer state, to resume). With the device tool, pass the model and the data as carried paths:
 #   run(command="bash deploy/gpu/train.sh out/init data/debian/train.jsonl --validation \
