@@ -42,4 +42,11 @@ grep -q "listening on" "$log" || { cat "$log" >&2; echo "demo: the server did no
 echo "== document: $doc"
 echo "== streamed summary (model: $model; see docs/DEMO.md for what it is):"
 build/bin/srformer-client --target "127.0.0.1:$port" --model default --stream "$doc"
-echo "== metrics: curl -s http://127.0.0.1:$metrics_port/metrics | grep ^srformer_ (while a server runs)"
+# Scraped here, while the server still runs: it is stopped when the demo exits, so a curl hint printed for
+# later would reach nothing.
+echo "== metrics (http://127.0.0.1:$metrics_port/metrics; this server stops when the demo exits):"
+if command -v curl >/dev/null; then
+  curl -s "http://127.0.0.1:$metrics_port/metrics" | grep -E '^srformer_(requests_total|generated_tokens_total)' || true
+else
+  echo "(no curl here: start srformer-server with --metrics-listen and read /metrics while it runs)"
+fi
