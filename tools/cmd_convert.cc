@@ -50,12 +50,20 @@ int run_convert(const std::vector<std::string>& args) {
       weight_scale = r.number_value();
     } else if (a == "--dtype") {
       storage = float_dtype_from_flag(r.value());
+    } else if (a == "--model") {
+      // As summarize takes it: '--model X Y' was read as SRC_DIR '--model', DST_DIR X, then 'unexpected
+      // argument Y'.
+      throw std::invalid_argument(
+          "convert has no --model: it takes the model as its first argument (srformer convert SRC_DIR DST_DIR "
+          "[options])");
+    } else if (!a.empty() && a[0] == '-') {
+      throw std::invalid_argument("unknown option '" + a + "' (see --help)");
     } else if (src.empty()) {
       src = a;
     } else if (dst.empty()) {
       dst = a;
     } else {
-      throw std::invalid_argument("unexpected argument '" + a + "'");
+      throw std::invalid_argument("unexpected argument '" + a + "': convert takes SRC_DIR and DST_DIR (see --help)");
     }
   }
   if (src.empty() || dst.empty()) throw std::invalid_argument("need SRC_DIR and DST_DIR (see --help)");

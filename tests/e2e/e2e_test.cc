@@ -1721,6 +1721,9 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
       {"init-model --shape t5-small --arch bart " + dir + "_x", "not --arch bart"},
       {"init-model --arch bart " + t5, t5 + " exists and is not an empty directory"},
       {"convert " + t5 + " " + dir + "_x --segment-size 0", "--segment-size needs an integer >= 1"},
+      // summarize's --model: it was taken for SRC_DIR, and the message named the DST_DIR after it.
+      {"convert --model " + t5 + " " + dir + "_x", "convert has no --model: it takes the model as its first argument"},
+      {"convert " + t5 + " " + dir + "_x --segments 4", "unknown option '--segments' (see --help)"},
       // Flags that shape a new variant, without one, were dropped without a word.
       {"convert " + t5 + " " + dir + "_x --raf-init-weight-scale 0.01", "give --cross-attention too"},
       {"convert " + t5 + " " + dir + "_x --seed 3", "give --cross-attention too"},
