@@ -1,37 +1,70 @@
 #!/usr/bin/env node
 // Summarize a file with srformer-server from Node.js (@grpc/grpc-js + @grpc/proto-loader).
-//   npm install && node summarize.js --target localhost:50051 [--stream] [--model NAME] [--max-new-tokens N] FILE
+//   npm install && node summarize.js --target localhost:50051 [--stream] [--model NAME] [--max-new-tokens N]
+//       [--num-beams N] FILE
 'use strict';
 const fs = require('fs');
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
-const usage = 'usage: node summarize.js [--target HOST:PORT] [--model NAME] [--stream] [--max-new-tokens N] FILE';
+const usage = 'usage: node summarize.js [--target HOST:PORT] [--model NAME] [--stream] [--max-new-tokens N] ' +
+              '[--num-beams N] FILE';
 const fail = (message) => {
   console.error(`error: ${message}\n${usage}`);
   process.exit(2);
 };
-const args = process.argv.slice(2);
-const flag = (name, dflt) => {
-  const i = args.indexOf(name);
-  if (i < 0) return dflt;
-  if (i + 1 >= args.length) fail(`${name} needs a value`);
-  return args.splice(i, 2)[1];
-};
-const target = flag('--target', 'localhost:50051');
-const model = flag('--model', '');
-const maxNewTokensText = flag('--max-new-tokens', undefined);  // unset: the model's default
-// A whole number in int32's range: Number() would send 'abc' as 0 and 1.5 as 1, and protobufjs wraps
-// 2^32 + 5 to 5.
-const maxNewTokens = maxNewTokensText === undefined ? undefined : Number(maxNewTokensText);
-if (maxNewTokensText !== undefined &&
-    (!/^[+-]?\d+$/.test(maxNewTokensText.trim()) || Math.abs(maxNewTokens) > 2147483647)) {
-  fail(`--max-new-tokens takes a whole number (int32), not '${maxNewTokensText}'`);
+// Flags as the Python example's argparse takes them: '--flag value' or '--flag=value', '--' before a FILE
+// that starts with '-'; an unknown flag is refused by name (it was taken as the FILE: 'cannot read
+// --num-beams').
+const valued = new Set(['--target', '--model', '--max-new-tokens', '--num-beams']);
+const given = {};
+const files = [];
+const argv = process.argv.slice(2);
+for (let i = 0; i < argv.length; ++i) {
+  const arg = argv[i];
+  if (arg === '--') {
+    files.push(...argv.slice(i + 1));
+    break;
+  }
+  if (!arg.startsWith('-') || arg === '-') {
+    files.push(arg);
+    continue;
+  }
+  const eq = arg.indexOf('=');
+  const name = eq < 0 ? arg : arg.slice(0, eq);
+  if (name === '--stream') {
+    if (eq >= 0) fail('--stream takes no value');
+    given.stream = true;
+  } else if (valued.has(name)) {
+    if (eq >= 0) {
+      given[name] = arg.slice(eq + 1);
+    } else {
+      if (i + 1 >= argv.length) fail(`${name} needs a value`);
+      given[name] = argv[++i];
+    }
+  } else {
+    fail(`unknown flag '${name}'`);
+  }
 }
-const stream = args.includes('--stream');
-const file = args.filter((a) => a !== '--stream')[0];
-if (!file) fail('no FILE given');
+const target = given['--target'] ?? 'localhost:50051';
+const model = given['--model'] ?? '';
+const stream = given.stream === true;
+// A whole number in int32's range: Number() would send 'abc' as 0 and 1.5 as 1, and protobufjs wraps
+// 2^32 + 5 to 5. Unset: the model's default.
+const int32Flag = (name) => {
+  const text = given[name];
+  if (text === undefined) return undefined;
+  if (!/^[+-]?\d+$/.test(text.trim()) || Math.abs(Number(text)) > 2147483647) {
+    fail(`${name} takes a whole number (int32), not '${text}'`);
+  }
+  return Number(text);
+};
+const maxNewTokens = int32Flag('--max-new-tokens');
+const numBeams = int32Flag('--num-beams');
+if (files.length === 0) fail('no FILE given');
+if (files.length > 1) fail(`one FILE at a time: got ${files.map((f) => `'${f}'`).join(' and ')}`);
+const file = files[0];
 
 const def = protoLoader.loadSync(path.join(__dirname, '../../proto/srformer/v1/summarizer.proto'), {
   keepCase: true, longs: Number, enums: String, defaults: true, oneofs: true,
@@ -45,7 +78,10 @@ const retry = {methodConfig: [{name: [{service: 'srformer.v1.Summarizer'}], retr
 const client = new Summarizer(target, grpc.credentials.createInsecure(),
                               {'grpc.service_config': JSON.stringify(retry)});
 // document is bytes on the wire: send the UTF-8 encoding of the text.
-const options = maxNewTokens === undefined ? {} : {max_new_tokens: Number(maxNewTokens)};
+// Set only when given (0 included: the server then says why it refuses it).
+const options = {};
+if (maxNewTokens !== undefined) options.max_new_tokens = maxNewTokens;
+if (numBeams !== undefined) options.num_beams = numBeams;
 let document;
 try {
   document = fs.readFileSync(file);

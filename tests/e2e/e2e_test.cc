@@ -1207,6 +1207,21 @@ TEST_F(EndToEnd, NodeGrpcJsExampleClient) {
             std::string::npos)
       << missing.out;
   EXPECT_EQ(missing.out.find("    at "), std::string::npos) << missing.out;
+  // Flags as the Python example takes them: '--flag=value' is the same request as '--flag value' (it was
+  // ignored), --num-beams is sent (0: the server says why it refuses it), and an unknown flag is refused
+  // by its name (it was taken as the FILE: 'cannot read --num-bems').
+  auto equals = run_command(node + "--max-new-tokens=64 " + doc(2));
+  ASSERT_EQ(equals.exit_code, 0) << equals.out;
+  EXPECT_EQ(equals.out.substr(0, summary.size() + 1), summary + "\n") << equals.out;
+  auto beams = run_command(node + "--num-beams=0 " + doc(2) + " 2>&1");
+  EXPECT_EQ(beams.exit_code, 1) << beams.out;
+  EXPECT_NE(beams.out.find("error: INVALID_ARGUMENT: "), std::string::npos) << beams.out;
+  auto unknown = run_command(node + "--num-bems 4 " + doc(2) + " 2>&1");
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.out;
+  EXPECT_NE(unknown.out.find("error: unknown flag '--num-bems'"), std::string::npos) << unknown.out;
+  auto two = run_command(node + doc(2) + " " + doc(2) + " 2>&1");
+  EXPECT_EQ(two.exit_code, 2) << two.out;
+  EXPECT_NE(two.out.find("error: one FILE at a time"), std::string::npos) << two.out;
 }
 
 TEST_F(EndToEnd, PythonExampleClient) {
