@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <filesystem>
 #include <fstream>
 
 #include "tests/support/temp_dir.h"
@@ -10,9 +12,9 @@
 namespace srformer {
 namespace {
 
-std::string message_of(const std::string& path) {
+std::string message_of(const std::string& path, std::uintmax_t max_bytes = kMaxInputBytes) {
   try {
-    read_input(path);
+    read_input(path, max_bytes);
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -32,6 +34,28 @@ TEST(ReadInput, EachFailureNamesTheFileAndWhy) {
   EXPECT_EQ(message_of("/"), "cannot read '/': it is a directory");
   // Opens, then its first read fails (EIO): the stream buffer's own words named no file.
   EXPECT_EQ(message_of("/proc/self/mem"), "cannot read '/proc/self/mem': Input/output error");
+}
+
+// Read whole without a bound, /dev/zero or a huge file took all the memory there was: past the bound the
+// read stops with an error naming the file and the bound.
+TEST(ReadInput, MoreThanTheBoundIsRefusedByName) {
+  const testing::TempDir dir("read-input");
+  const auto file = dir.path() / "doc.txt";
+  std::ofstream(file, std::ios::binary) << std::string(1024, 'x');
+  EXPECT_EQ(read_input(file.string(), 1024).size(), 1024u);
+  EXPECT_EQ(message_of(file.string(), 1023),
+            "cannot read '" + file.string() + "': it holds more than 1023 bytes, the most one input may have");
+  // A device without end is read in chunks up to the bound, then refused.
+  EXPECT_EQ(message_of("/dev/zero", 100000),
+            "cannot read '/dev/zero': it holds more than 100000 bytes, the most one input may have");
+  // A regular file past the default bound (2 GiB - 1, gRPC's largest message; sparse here) is refused by
+  // its size, before any of it is read.
+  const auto huge = dir.path() / "huge.txt";
+  std::ofstream(huge, std::ios::binary).put('x');
+  std::filesystem::resize_file(huge, std::uintmax_t{3} << 30);
+  EXPECT_EQ(message_of(huge.string()), "cannot read '" + huge.string() +
+                                           "': it holds more than 2147483647 bytes, the most one input may have (the "
+                                           "largest message gRPC carries)");
 }
 
 }  // namespace
