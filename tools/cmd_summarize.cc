@@ -202,15 +202,25 @@ int run_summarize(const std::vector<std::string>& args) {
   // With --json the streamed pieces go into the object (as srformer-client's "stream"), so that stdout
   // stays one JSON object.
   nlohmann::json streamed = nlohmann::json::array();
-  const auto res = generate(*model, input, mask, o, torch::full({1}, L, torch::kLong), [&](int64_t, int64_t tok) {
-    if (!stream) return;
-    const std::string text = detok.push(tok);
-    if (json) {
-      streamed.push_back({{"token_id", tok}, {"text", text}, {"step", streamed.size()}});
-    } else {
-      std::cout << text << std::flush;
-    }
-  });
+  // Thrown from the token callback where a streamed piece did not reach stdout (a full disk, a closed
+  // reader with SIGPIPE ignored): generating the rest, nowhere to go, only kept the CPU busy. main's
+  // stdout check then says why, as srformer-client cancels its call.
+  struct StdoutFailed {};
+  std::vector<GenerateResult> res;
+  try {
+    res = generate(*model, input, mask, o, torch::full({1}, L, torch::kLong), [&](int64_t, int64_t tok) {
+      if (!stream) return;
+      const std::string text = detok.push(tok);
+      if (json) {
+        streamed.push_back({{"token_id", tok}, {"text", text}, {"step", streamed.size()}});
+      } else {
+        std::cout << text << std::flush;
+        if (!std::cout) throw StdoutFailed{};
+      }
+    });
+  } catch (const StdoutFailed&) {
+    return 1;
+  }
   const auto& hypotheses = res.at(0).hypotheses;
   const auto& best = hypotheses.at(0);
   const auto summary = tokenizer->decode(best.tokens);
