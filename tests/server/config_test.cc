@@ -5,8 +5,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <regex>
 #include <set>
 #include <sstream>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "model/tokenizer/utf8.h"
 #include "server/server.h"
@@ -110,6 +115,94 @@ TEST(ServerConfig, EveryFlagInTheHelpIsAccepted) {
   for (const auto& flag : flags) {
     if (flag == "--help") continue;
     EXPECT_EQ(config_error({"--model", "a=/x", flag, "1"}).find("unknown flag"), std::string::npos) << flag;
+  }
+}
+
+// Every field of a ServerConfig, for comparing two (it has no operator==). A field left out here is
+// caught below: setting its flag away from the default must change what this compares.
+auto fields(const ServerConfig& c) {
+  std::vector<std::pair<std::string, std::string>> models;
+  for (const auto& m : c.models) models.emplace_back(m.name, m.dir);
+  return std::make_tuple(models, c.listen, c.metrics_listen, c.tls_cert, c.tls_key, c.tls_client_ca, c.device, c.dtype,
+                         c.threads, c.max_batch_rows, c.max_queue, c.max_input_tokens, c.max_new_tokens_cap,
+                         c.max_beams, c.max_tokens_in_flight, c.max_encode_tokens, c.encode_stall_ms,
+                         c.encode_piece_scores, c.encode_piece_positions, c.queue_bypass_ms,
+                         c.free_memory_after_idle_ms, c.max_state_bytes, c.encoder_cache_bytes, c.max_message_bytes,
+                         c.max_connection_age_ms, c.max_connection_age_grace_ms, c.max_streams_per_connection,
+                         c.max_unread_stream_bytes, c.stream_stall_timeout_ms, c.retry_pushback_ms, c.shutdown_grace_ms,
+                         c.log_level, c.log_json, c.precompute_switches, c.warm_up, c.packed_weights);
+}
+
+// {flag: the default its --help states}, read as tests/metrics/doc_flags_test.py reads it: "(default X"
+// is the default of the flag just before it ("--grace-ms (default 60000)"), else of the entry's next flag.
+std::map<std::string, std::string> help_defaults() {
+  const std::string usage = server_usage();
+  std::vector<std::string> entries;
+  for (size_t at = 0; at < usage.size();) {
+    const size_t next = usage.find("\n  --", at + 1);
+    entries.push_back(usage.substr(at, next == std::string::npos ? std::string::npos : next - at));
+    at = next == std::string::npos ? usage.size() : next;
+  }
+  const std::regex flag_re("--[a-z][a-z0-9-]*");
+  const std::regex default_re(R"((?:(--[a-z][a-z0-9-]*)(?: [A-Z]+)? )?\(default ([^\s;,)]+))");
+  std::map<std::string, std::string> defaults;
+  for (const auto& entry : entries) {
+    const std::string first_line = entry.substr(0, entry.find('\n', 1));
+    std::vector<std::string> lead;
+    for (std::sregex_iterator m(first_line.begin(), first_line.end(), flag_re), end; m != end; ++m) {
+      lead.push_back(m->str());
+    }
+    for (std::sregex_iterator m(entry.begin(), entry.end(), default_re), end; m != end; ++m) {
+      std::string value = (*m)[2].str();
+      if (!value.empty() && value.back() == ':') value.pop_back();  // "(default auto: half ..."
+      if ((*m)[1].matched) {
+        defaults.emplace((*m)[1].str(), value);
+      } else if (!lead.empty()) {
+        defaults.emplace(lead.front(), value);
+        if (lead.size() > 1) lead.erase(lead.begin());
+      }
+    }
+  }
+  return defaults;
+}
+
+// A value of the flag's own kind other than `stated`: a number one more, a boolean the other way.
+std::string another_value(const std::string& flag, const std::string& stated) {
+  const std::map<std::string, std::string> words = {{"auto", "1G"}, {"cpu", "cuda"}, {"info", "debug"}};
+  if (words.count(stated)) return words.at(stated);
+  if (stated == "true" || stated == "false") return stated == "true" ? "false" : "true";
+  if (flag == "--listen" || flag == "--metrics-listen") return "127.0.0.1:1234";
+  const size_t digits = stated.find_first_not_of("0123456789");
+  return std::to_string(std::stoll(stated.substr(0, digits)) + 1) +
+         (digits == std::string::npos ? "" : stated.substr(digits));
+}
+
+// The defaults srformer-server --help states are the ones it runs with: each flag set to its stated
+// default parses to the config of no flags at all (docs.command_flags checks the docs against --help;
+// nothing checked --help against ServerConfig, so a changed default could leave --help stating the old).
+TEST(ServerConfig, EveryDefaultTheHelpStatesIsTheRealOne) {
+  // Stated as words rather than a value the flag takes.
+  const std::map<std::string, std::string> as_value = {{"unlimited", "0"}};
+  // Defaults that are no single value: TLS is off with no certificate, and the dtype follows the device.
+  const std::set<std::string> not_a_value = {"--tls-cert", "--dtype"};
+  const auto defaults = help_defaults();
+  EXPECT_GE(defaults.size(), 25u);
+  EXPECT_EQ(defaults.at("--max-connection-age-grace-ms"), "60000");
+  EXPECT_EQ(defaults.at("--encode-piece-positions"), "2048");
+  const ServerConfig none;
+  EXPECT_TRUE(none.tls_cert.empty() && none.tls_key.empty());
+  EXPECT_TRUE(none.dtype.empty());
+  for (const auto& [flag, stated] : defaults) {
+    if (not_a_value.count(flag)) continue;
+    const std::string value = as_value.count(stated) ? as_value.at(stated) : stated;
+    ServerConfig at_default;
+    ASSERT_NO_THROW(parse({flag, value}, at_default)) << flag << " " << value;
+    EXPECT_TRUE(fields(at_default) == fields(none)) << flag << ": --help says (default " << stated << ")";
+    // And the comparison sees the flag's field: a value other than the default changes it.
+    ServerConfig changed;
+    const std::string other = another_value(flag, value);
+    ASSERT_NO_THROW(parse({flag, other}, changed)) << flag << " " << other;
+    EXPECT_FALSE(fields(changed) == fields(none)) << flag << " " << other << " changed no field fields() compares";
   }
 }
 
