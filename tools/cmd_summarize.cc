@@ -207,8 +207,10 @@ int run_summarize(const std::vector<std::string>& args) {
   // stdout check then says why, as srformer-client cancels its call.
   struct StdoutFailed {};
   std::vector<GenerateResult> res;
+  int64_t generated = 0;
   try {
     res = generate(*model, input, mask, o, torch::full({1}, L, torch::kLong), [&](int64_t, int64_t tok) {
+      ++generated;
       if (!stream) return;
       const std::string text = detok.push(tok);
       if (json) {
@@ -219,6 +221,8 @@ int run_summarize(const std::vector<std::string>& args) {
       }
     });
   } catch (const StdoutFailed&) {
+    std::cerr << "srformer: summarize stopped after " << generated
+              << " generated tokens: its output could not be written\n";
     return 1;
   }
   const auto& hypotheses = res.at(0).hypotheses;
