@@ -61,9 +61,10 @@ void prune(const Tokenizer& tokenizer, bool skip_special, TokenIds& ids, size_t&
         const std::string anchor_text = alone(at);
         if (!anchor_text.empty() && anchor_text.find(utf8::kReplacement) == std::string::npos) anchor = at;
       }
-      if (!anchor) continue;
+      // With none (lone "▁" since the text's start) the cut stands: the window's first token gives no text,
+      // as the text's first does, and every later one its own (Hugging Face's Metaspace rule).
       rest.reserve(ids.size() - cut + 1);
-      rest.push_back(ids[*anchor]);
+      if (anchor) rest.push_back(ids[*anchor]);
     }
     rest.insert(rest.end(), ids.begin() + static_cast<std::ptrdiff_t>(cut), ids.end());
     const std::string rest_text = tokenizer.decode_raw(rest, skip_special);

@@ -355,7 +355,17 @@ void SentencePieceTokenizer::check_id(int64_t id) const {
 }
 
 std::string SentencePieceTokenizer::decode_run(const std::vector<int32_t>& run, bool at_start) const {
-  if (at_start) return sp_.decode(run);
+  if (at_start) {
+    // Hugging Face's Metaspace decoder (the fast tokenizer's) drops the U+2581 of the first token alone; every
+    // later one is a space. SentencePiece drops that of each piece up to the first text: "▁", "▁word" gave
+    // "word" where transformers gives " word".
+    const int32_t first = run.front();
+    if (run.size() > 1 && !sp_.is_byte(first) && !sp_.is_unknown(first) &&
+        sp_.id_to_piece(first).compare(0, kSpace.size(), kSpace) == 0) {
+      return sp_.decode({first}) + decode_run({run.begin() + 1, run.end()}, false);
+    }
+    return sp_.decode(run);
+  }
   // SentencePiece drops the leading U+2581 of a text's start: of every piece until one gives text where the
   // model removes extra whitespace (T5's), of the first piece alone where it does not. Behind a piece that
   // gives text of its own no U+2581 is dropped, so that piece's text is cut off instead.
