@@ -1,15 +1,14 @@
 // IncrementalDetokenizer: re-decodes a short window of recent ids per token and emits what is new.
 // The window starts at a token that decodes to text by itself (where it is cut at one that does not, such
-// a token from before the cut goes first), so SentencePiece's dropping of a leading space happens
-// identically every time the window is decoded, and deltas measured against the window's own earlier
-// decode agree with the full decode. Special tokens that the decode skips never enter the window. Where
-// the tokenizer cleans up spaces, the deltas of the raw decode go through a SpaceCleanupStream, which
-// gives what decode() does whole.
-// Only the last three U+FFFD of the text are held back, and the window is pruned while it ends in them:
-// the bytes of a character still to complete are at most three, each at most one U+FFFD (SentencePiece
-// replaces every byte, byte-level BPE every maximal subpart), and any other U+FFFD is final. Holding a
-// whole run (a model repeating a lone continuation byte) streamed none of it until the end and re-decoded
-// the growing window at every token: quadratic, seconds per thousand tokens on the delivery thread.
+// a token from before the cut goes first), so the dropping of the first token's leading "▁" (Hugging
+// Face's Metaspace rule) happens identically every time the window is decoded, and deltas measured against the window's
+// own earlier decode agree with the full decode. Special tokens that the decode skips never enter the window. Where the
+// tokenizer cleans up spaces, the deltas of the raw decode go through a SpaceCleanupStream, which gives what decode()
+// does whole. Only the last three U+FFFD of the text are held back, and the window is pruned while it ends in them: the
+// bytes of a character still to complete are at most three, each at most one U+FFFD (SentencePiece replaces every byte,
+// byte-level BPE every maximal subpart), and any other U+FFFD is final. Holding a whole run (a model repeating a lone
+// continuation byte) streamed none of it until the end and re-decoded the growing window at every token: quadratic,
+// seconds per thousand tokens on the delivery thread.
 #include <algorithm>
 #include <optional>
 
@@ -30,8 +29,8 @@ void prune(const Tokenizer& tokenizer, bool skip_special, TokenIds& ids, size_t&
            size_t held) {
   const auto alone = [&](size_t at) { return tokenizer.decode_raw({ids[at]}, skip_special); };
   if (text.empty()) {
-    // No id has given text yet (SentencePiece's lone "▁" at a text's start): as many more of them give none
-    // either, and the text that comes after starts as it would without them.
+    // No id has given text yet (ids that decode to nothing, e.g. a text's first lone "▁"): as many more of
+    // them give none either, and the text that comes after starts as it would without them.
     ids.erase(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(kKeep));
     emitted_bytes = 0;
     return;
