@@ -1106,7 +1106,8 @@ void Engine::publish_state_figures(Clock::time_point now) {
   ModelMetrics* const m = metrics();
   if (!m) return;
   m->set_state_bytes(static_cast<double>(state_bytes_), static_cast<double>(state_held_bytes_));
-  // Per-layer RAF firing ratio over the live rows (raf_fired [B, layers], raf_total [B] per layer).
+  // Per-layer RAF firing ratio over the live rows (raf_fired [B, layers], raf_total [B] per layer); with no
+  // live row that took a RAF step it is undefined and its series go, as the state gauges go to 0.
   if (state_.batch_size() > 0 && state_.raf_fired.defined() && state_.raf_fired.dim() == 2 &&
       state_.raf_total.defined()) {
     const double total = state_.raf_total.sum().item<double>();
@@ -1115,8 +1116,10 @@ void Engine::publish_state_figures(Clock::time_point now) {
       for (int64_t l = 0; l < per_layer.size(0); ++l) {
         m->set_raf_fired_ratio(static_cast<int>(l), per_layer[l].item<double>());
       }
+      return;
     }
   }
+  m->clear_raf_fired_ratio();
 }
 
 }  // namespace srformer::server

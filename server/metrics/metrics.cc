@@ -384,7 +384,20 @@ void ModelMetrics::set_weight_bytes(double parameters, double packed) {
 }
 
 void ModelMetrics::set_raf_fired_ratio(int layer, double ratio) {
-  metrics_.families_->raf_fired.Add({{"model", model_}, {"layer", std::to_string(layer)}}).Set(ratio);
+  if (layer < 0) return;
+  const std::lock_guard<std::mutex> lock(raf_fired_mutex_);
+  if (raf_fired_.size() <= static_cast<size_t>(layer)) raf_fired_.resize(static_cast<size_t>(layer) + 1, nullptr);
+  prometheus::Gauge*& gauge = raf_fired_[static_cast<size_t>(layer)];
+  if (!gauge) gauge = &metrics_.families_->raf_fired.Add({{"model", model_}, {"layer", std::to_string(layer)}});
+  gauge->Set(ratio);
+}
+
+void ModelMetrics::clear_raf_fired_ratio() {
+  const std::lock_guard<std::mutex> lock(raf_fired_mutex_);
+  for (prometheus::Gauge*& gauge : raf_fired_) {
+    if (gauge) metrics_.families_->raf_fired.Remove(gauge);
+    gauge = nullptr;
+  }
 }
 
 void ModelMetrics::on_raf_updates(std::uint64_t n) { raf_updates_total_.Increment(static_cast<double>(n)); }

@@ -116,8 +116,11 @@ class ModelMetrics {
   void set_state_budget_bytes(double bytes);
 
   // --- SRformer cross-attention ---
-  // Running fraction (0..1) of RAF membrane elements that fired in decoder layer `layer`.
+  // Running fraction (0..1) of RAF membrane elements that fired in decoder layer `layer`, over the live rows.
   void set_raf_fired_ratio(int layer, double ratio);
+  // No live row has taken a RAF step: the ratio is undefined, so its series go (a scrape shows none, a graph a
+  // gap) rather than keep the last batch's value or show 0, which would read as "nothing fires".
+  void clear_raf_fired_ratio();
   // `n` RAF neuron updates (one per row, decoder layer and segment switch).
   void on_raf_updates(std::uint64_t n);
   // `n` segment switches: row-steps whose segment differs from the row's previous step (one however many
@@ -171,6 +174,8 @@ class ModelMetrics {
   prometheus::Counter& kv_read_total_;
   prometheus::Counter& kv_full_total_;
   prometheus::Counter& streams_stalled_total_;
+  std::mutex raf_fired_mutex_;
+  std::vector<prometheus::Gauge*> raf_fired_;  // [layer] -> its series, nullptr when absent
 };
 
 // The process-wide metrics: registry, exposer, per-model handles, samplers.

@@ -206,6 +206,27 @@ TEST(Metrics, SrformerAttentionSeries) {
   EXPECT_EQ(sample(text, "srformer_cross_attention_kv_full_equivalent_total"), 800.0);
 }
 
+// With no live row the RAF firing ratio is undefined: its series go (as the state gauges drop to 0) rather
+// than keep the last batch's value, and come back with the next batch.
+TEST(Metrics, RafFiredRatioSeriesGoWhenCleared) {
+  Metrics metrics("");
+  ModelMetrics& m = metrics.model("bart");
+  ModelMetrics& other = metrics.model("t5");
+  m.set_raf_fired_ratio(0, 0.25);
+  m.set_raf_fired_ratio(2, 0.5);
+  other.set_raf_fired_ratio(0, 0.125);
+  m.clear_raf_fired_ratio();
+  std::string text = metrics.scrape_text();
+  EXPECT_FALSE(sample(text, "srformer_raf_fired_ratio", {{"model", "bart"}, {"layer", "0"}}).has_value()) << text;
+  EXPECT_FALSE(sample(text, "srformer_raf_fired_ratio", {{"model", "bart"}, {"layer", "2"}}).has_value()) << text;
+  EXPECT_EQ(sample(text, "srformer_raf_fired_ratio", {{"model", "t5"}, {"layer", "0"}}), 0.125);
+  m.clear_raf_fired_ratio();  // twice: nothing to remove
+  m.set_raf_fired_ratio(2, 0.75);
+  text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_raf_fired_ratio", {{"model", "bart"}, {"layer", "2"}}), 0.75);
+  EXPECT_FALSE(sample(text, "srformer_raf_fired_ratio", {{"model", "bart"}, {"layer", "0"}}).has_value());
+}
+
 TEST(Metrics, ConcurrentUpdatesAreNotLost) {
   Metrics metrics("");
   constexpr int kThreads = 8;

@@ -259,6 +259,36 @@ TEST(EngineService, CancellationFreesTheRowWithinAStep) {
   EXPECT_LE(server.engine().stats().steps - steps_before, 3);
 }
 
+// srformer_raf_fired_ratio follows the live rows: present while a request decodes, gone once none is live
+// (it kept the last batch's value for ever after, while srformer_state_bytes dropped to 0).
+TEST(EngineService, RafFiredRatioGoesWithTheLastLiveRow) {
+  using server::testing::sample;
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
+  so.config.max_new_tokens_cap = 1000;
+  so.metrics = &metrics;
+  TestServer server(so);
+  auto req = request(std::string(200, 'q'), 1000, 1);
+  req.mutable_options()->set_min_new_tokens(1000);
+  grpc::ClientContext ctx;
+  auto reader = server.stub().SummarizeStream(&ctx, req);
+  const auto ratio = [&] {
+    return sample(metrics.scrape_text(), "srformer_raf_fired_ratio", {{"model", "fake"}, {"layer", "0"}});
+  };
+  for (int i = 0; i < 300 && !ratio(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(ratio().has_value()) << metrics.scrape_text();
+  EXPECT_GE(*ratio(), 0.0);
+  ctx.TryCancel();
+  v1::SummarizeStreamResponse msg;
+  while (reader->Read(&msg)) {
+  }
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_rows == 0 && s.state_bytes == 0; }, 2s));
+  const std::string text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_state_bytes", {{"model", "fake"}}), 0.0) << text;
+  EXPECT_FALSE(ratio().has_value()) << text;
+}
+
 // A client that stops reading its stream, then cancels or lets its deadline pass, never gets the final
 // message: the call counts and logs the status the client has. The summary was complete, so the server
 // counted OK in srformer_requests_total and logged the answer as delivered.
