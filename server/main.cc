@@ -1,6 +1,7 @@
 // srformer-server: loads the models, serves srformer.v1.Summarizer until SIGTERM/SIGINT/SIGHUP, then drains.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
@@ -91,9 +92,14 @@ int run(const ServerConfig& config) {
     spdlog::info("metrics on {}/metrics", config.metrics_listen.substr(0, config.metrics_listen.rfind(':')) + ":" +
                                               (ports.empty() ? std::string("?") : std::to_string(ports.front())));
   }
-  if (srformer::server::parse_device(config.device).is_cuda()) {
-    metrics->start_gpu_monitor();
-    metrics->set_torch_cuda_memory_source(srformer::server::torch_cuda_memory);
+  if (const auto device = srformer::server::parse_device(config.device); device.is_cuda()) {
+    // Only the GPU the models run on: on a shared host the others are another process's.
+    metrics->start_gpu_monitor(nullptr, {static_cast<unsigned>(device.index())});
+    metrics->set_torch_cuda_memory_source([index = static_cast<int>(device.index())] {
+      auto all = srformer::server::torch_cuda_memory();
+      all.erase(std::remove_if(all.begin(), all.end(), [&](const auto& m) { return m.device != index; }), all.end());
+      return all;
+    });
   }
 
   srformer::server::check_can_listen(config);

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -131,7 +132,7 @@ class DlopenNvml final : public NvmlApi {
 std::unique_ptr<NvmlApi> load_nvml() { return std::make_unique<DlopenNvml>(); }
 
 GpuMonitor::GpuMonitor(prometheus::Registry& registry, std::unique_ptr<NvmlApi> nvml,
-                       std::chrono::milliseconds interval)
+                       std::chrono::milliseconds interval, const std::vector<unsigned>& cuda_devices)
     : nvml_(std::move(nvml)) {
   const std::string error = nvml_ ? nvml_->init() : "no NVML implementation given";
   if (!error.empty()) {
@@ -145,10 +146,25 @@ GpuMonitor::GpuMonitor(prometheus::Registry& registry, std::unique_ptr<NvmlApi> 
   const char* visible_env = std::getenv("CUDA_VISIBLE_DEVICES");
   auto visible = visible_gpus(visible_env, nvml_->device_count(), [this](unsigned i) { return nvml_->uuid(i); });
   if (!visible.note.empty()) spdlog::warn("metrics: {}", visible.note);
-  nvml_index_ = std::move(visible.nvml_index);
-  const auto count = static_cast<unsigned>(nvml_index_.size());
-  if (count == 0) {
+  const std::vector<unsigned>& nvml_index = visible.nvml_index;  // [CUDA device number] -> NVML's
+  const auto visible_count = static_cast<unsigned>(nvml_index.size());
+  if (visible_count == 0) {
     spdlog::info("metrics: GPU metrics disabled: CUDA_VISIBLE_DEVICES shows this process no GPU");
+    return;
+  }
+  std::vector<unsigned> sampled;
+  for (const unsigned d : cuda_devices) {
+    if (d >= visible_count) {
+      spdlog::warn("metrics: not sampling GPU cuda:{}: NVML shows this process {} GPU(s)", d, visible_count);
+    } else if (std::find(sampled.begin(), sampled.end(), d) == sampled.end()) {
+      sampled.push_back(d);
+    }
+  }
+  if (cuda_devices.empty()) {
+    for (unsigned d = 0; d < visible_count; ++d) sampled.push_back(d);
+  }
+  if (sampled.empty()) {
+    spdlog::info("metrics: GPU metrics disabled: no GPU the server uses is one NVML shows");
     return;
   }
   const auto gauge = [&](const char* name, const char* help) -> prometheus::Family<prometheus::Gauge>& {
@@ -160,42 +176,43 @@ GpuMonitor::GpuMonitor(prometheus::Registry& registry, std::unique_ptr<NvmlApi> 
   auto& power = gauge("srformer_gpu_power_watts", "GPU board power draw.");
   auto& temp = gauge("srformer_gpu_temperature_celsius", "GPU core temperature.");
   auto& clock = gauge("srformer_gpu_sm_clock_hertz", "GPU SM clock.");
-  devices_.assign(count, DeviceGauges{{&util}, {&used}, {&total}, {&power}, {&temp}, {&clock}});
-  active_ = true;
   std::string numbering;
-  if (visible_env != nullptr) {
-    for (unsigned d = 0; d < count; ++d) {
-      numbering += (d ? ", " : " (CUDA_VISIBLE_DEVICES: ") + std::string("gpu ") + std::to_string(d) + " is NVML's " +
-                   std::to_string(nvml_index_[d]);
-    }
-    numbering += ")";
+  for (const unsigned d : sampled) {
+    devices_.push_back(DeviceGauges{d, nvml_index[d], {&util}, {&used}, {&total}, {&power}, {&temp}, {&clock}});
+    numbering += (numbering.empty() ? "" : ", ") + std::string("gpu ") + std::to_string(d);
+    if (visible_env != nullptr) numbering += " (NVML's " + std::to_string(nvml_index[d]) + ")";
   }
-  spdlog::info("metrics: sampling {} GPU(s) via NVML every {} ms{}", count, interval.count(), numbering);
+  active_ = true;
+  spdlog::info("metrics: sampling {} via NVML every {} ms", numbering, interval.count());
   sample();
   if (interval.count() > 0) sampler_ = std::make_unique<PeriodicSampler>(interval, [this] { sample(); });
 }
 
 GpuMonitor::~GpuMonitor() { sampler_.reset(); }
 
-void GpuMonitor::LazyGauge::set(unsigned device, double value) {
+void GpuMonitor::LazyGauge::set(unsigned device, const std::optional<double>& value) {
+  if (!value) {
+    if (gauge) family->Remove(gauge);
+    gauge = nullptr;
+    return;
+  }
   if (!gauge) gauge = &family->Add({{"gpu", std::to_string(device)}});
-  gauge->Set(value);
+  gauge->Set(*value);
 }
 
 void GpuMonitor::sample() {
   if (!active_) return;
   const std::lock_guard<std::mutex> lock(mutex_);
-  for (unsigned d = 0; d < devices_.size(); ++d) {
-    DeviceGauges& g = devices_[d];
-    const unsigned i = nvml_index_[d];
-    if (const auto v = nvml_->utilization_ratio(i)) g.utilization.set(d, *v);
-    if (const auto m = nvml_->memory(i)) {
-      g.memory_used.set(d, m->used_bytes);
-      g.memory_total.set(d, m->total_bytes);
-    }
-    if (const auto v = nvml_->power_watts(i)) g.power.set(d, *v);
-    if (const auto v = nvml_->temperature_celsius(i)) g.temperature.set(d, *v);
-    if (const auto v = nvml_->sm_clock_hertz(i)) g.sm_clock.set(d, *v);
+  for (DeviceGauges& g : devices_) {
+    const unsigned d = g.cuda;
+    const unsigned i = g.nvml;
+    g.utilization.set(d, nvml_->utilization_ratio(i));
+    const auto m = nvml_->memory(i);
+    g.memory_used.set(d, m ? std::optional<double>(m->used_bytes) : std::nullopt);
+    g.memory_total.set(d, m ? std::optional<double>(m->total_bytes) : std::nullopt);
+    g.power.set(d, nvml_->power_watts(i));
+    g.temperature.set(d, nvml_->temperature_celsius(i));
+    g.sm_clock.set(d, nvml_->sm_clock_hertz(i));
   }
 }
 

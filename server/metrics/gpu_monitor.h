@@ -45,9 +45,12 @@ std::unique_ptr<NvmlApi> load_nvml();
 // Registers srformer_gpu_* gauges{gpu="<index>"} and refreshes them every interval; if NVML fails to
 // initialize, logs the reason once and registers nothing. <index> is the CUDA device number (--device
 // cuda:N): the GPUs CUDA_VISIBLE_DEVICES shows this process, in its order (visible_gpus.h).
+// `cuda_devices`: the CUDA device numbers the server's models run on; only those are sampled (another
+// process's GPU on a shared host is not this server's to report or alert on). Empty: every visible GPU.
 class GpuMonitor {
  public:
-  GpuMonitor(prometheus::Registry& registry, std::unique_ptr<NvmlApi> nvml, std::chrono::milliseconds interval);
+  GpuMonitor(prometheus::Registry& registry, std::unique_ptr<NvmlApi> nvml, std::chrono::milliseconds interval,
+             const std::vector<unsigned>& cuda_devices = {});
   ~GpuMonitor();
   GpuMonitor(const GpuMonitor&) = delete;
   GpuMonitor& operator=(const GpuMonitor&) = delete;
@@ -59,21 +62,23 @@ class GpuMonitor {
 
  private:
   using GaugeFamily = prometheus::Family<prometheus::Gauge>;
-  // A device's gauge, added on its first successful reading so unsupported readings export no series.
+  // A device's gauge, present while its readings succeed: unsupported readings export no series, and one
+  // that starts failing (a GPU fallen off the bus) drops its series rather than repeat its last value.
   struct LazyGauge {
     GaugeFamily* family = nullptr;
     prometheus::Gauge* gauge = nullptr;
-    void set(unsigned device, double value);
+    void set(unsigned device, const std::optional<double>& value);
   };
   struct DeviceGauges {
+    unsigned cuda = 0;  // the `gpu` label
+    unsigned nvml = 0;  // NVML's index of the same device
     LazyGauge utilization, memory_used, memory_total, power, temperature, sm_clock;
   };
 
   std::mutex mutex_;  // sample() runs from the sampler thread and from Metrics::sample_now()
   std::unique_ptr<NvmlApi> nvml_;
   bool active_ = false;
-  std::vector<DeviceGauges> devices_;         // by CUDA device number
-  std::vector<unsigned> nvml_index_;          // [CUDA device number] -> NVML's
+  std::vector<DeviceGauges> devices_;         // the sampled devices
   std::unique_ptr<PeriodicSampler> sampler_;  // last: stops before the gauges it writes go away
 };
 

@@ -461,11 +461,11 @@ void Metrics::on_unrouted(const std::string& method, UnroutedReason reason) {
   families_->unrouted.Add({{"method", method}, {"reason", to_string(reason)}}).Increment();
 }
 
-bool Metrics::start_gpu_monitor(std::unique_ptr<NvmlApi> nvml) {
+bool Metrics::start_gpu_monitor(std::unique_ptr<NvmlApi> nvml, const std::vector<unsigned>& cuda_devices) {
   const std::lock_guard<std::mutex> lock(mutex_);
   if (gpu_monitor_) return gpu_monitor_->active();
   if (!nvml) nvml = load_nvml();
-  gpu_monitor_ = std::make_unique<GpuMonitor>(*registry_, std::move(nvml), sample_interval_);
+  gpu_monitor_ = std::make_unique<GpuMonitor>(*registry_, std::move(nvml), sample_interval_, cuda_devices);
   return gpu_monitor_->active();
 }
 

@@ -201,9 +201,10 @@ class Metrics {
   // srformer_stream_unread_bytes: stream messages held for clients that have not taken them yet.
   prometheus::Gauge& stream_unread_bytes() { return stream_unread_bytes_; }
 
-  // Starts sampling GPU gauges via NVML (nullptr = load libnvidia-ml.so.1 at run time). If NVML is unavailable,
-  // logs once why and registers no GPU series. Returns whether GPU sampling runs.
-  bool start_gpu_monitor(std::unique_ptr<NvmlApi> nvml = nullptr);
+  // Starts sampling GPU gauges via NVML (nullptr = load libnvidia-ml.so.1 at run time) for the CUDA devices
+  // `cuda_devices` (the server's --device; empty = every visible GPU). If NVML is unavailable, logs once why
+  // and registers no GPU series. Returns whether GPU sampling runs.
+  bool start_gpu_monitor(std::unique_ptr<NvmlApi> nvml = nullptr, const std::vector<unsigned>& cuda_devices = {});
   // Registers srformer_torch_cuda_{allocated,reserved}_bytes{device}, sampled from `source` at the sample interval.
   void set_torch_cuda_memory_source(TorchCudaMemorySource source);
   // Samples process, GPU and torch sources right now (the exposer does before each scrape; scrape_text() does not).

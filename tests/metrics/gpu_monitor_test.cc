@@ -33,6 +33,54 @@ TEST(GpuMonitor, FakeReadingsPropagateToGauges) {
   EXPECT_FALSE(sample(text, "srformer_gpu_power_watts", {{"gpu", "1"}}).has_value());
 }
 
+// On a shared host the server samples only the GPU its models run on (--device cuda:N): another process's
+// full GPU is not this server's, and fired SrformerGpuMemoryHigh for it.
+TEST(GpuMonitor, OnlyTheGpusTheServerUsesAreSampled) {
+  auto fake = std::make_shared<FakeNvml::Shared>();
+  fake->devices = 3;
+  Metrics metrics("");
+  ASSERT_TRUE(metrics.start_gpu_monitor(std::make_unique<FakeNvml>(fake), {2}));
+  const std::string text = metrics.scrape_text();
+  EXPECT_DOUBLE_EQ(*sample(text, "srformer_gpu_utilization_ratio", {{"gpu", "2"}}), 0.7);
+  EXPECT_EQ(sample(text, "srformer_gpu_memory_used_bytes", {{"gpu", "2"}}), 1e9 + 2);
+  for (const char* other : {"0", "1"}) {
+    EXPECT_FALSE(sample(text, "srformer_gpu_utilization_ratio", {{"gpu", other}})) << text;
+    EXPECT_FALSE(sample(text, "srformer_gpu_memory_used_bytes", {{"gpu", other}})) << text;
+  }
+}
+
+TEST(GpuMonitor, AUsedDeviceNvmlDoesNotShowExportsNoGpuSeries) {
+  auto fake = std::make_shared<FakeNvml::Shared>();
+  fake->devices = 2;
+  Metrics metrics("");
+  EXPECT_FALSE(metrics.start_gpu_monitor(std::make_unique<FakeNvml>(fake), {5}));
+  EXPECT_EQ(metrics.scrape_text().find("srformer_gpu_"), std::string::npos);
+}
+
+// A GPU whose readings start failing (NVML_ERROR_GPU_IS_LOST after an Xid) loses its series: it repeated
+// its last readings, so a lost GPU looked cool, idle and half full on the dashboard and to the alerts.
+TEST(GpuMonitor, ReadingsThatStartFailingDropTheirSeries) {
+  auto fake = std::make_shared<FakeNvml::Shared>();
+  fake->devices = 2;
+  Metrics metrics("");
+  ASSERT_TRUE(metrics.start_gpu_monitor(std::make_unique<FakeNvml>(fake)));
+  ASSERT_TRUE(sample(metrics.scrape_text(), "srformer_gpu_memory_used_bytes", {{"gpu", "0"}}));
+  fake->lost = 0;
+  metrics.sample_now();
+  std::string text = metrics.scrape_text();
+  for (const char* name :
+       {"srformer_gpu_utilization_ratio", "srformer_gpu_memory_used_bytes", "srformer_gpu_memory_total_bytes",
+        "srformer_gpu_power_watts", "srformer_gpu_temperature_celsius", "srformer_gpu_sm_clock_hertz"}) {
+    EXPECT_FALSE(sample(text, name, {{"gpu", "0"}})) << name << "\n" << text;
+  }
+  EXPECT_DOUBLE_EQ(*sample(text, "srformer_gpu_utilization_ratio", {{"gpu", "1"}}), 0.6);
+  fake->lost = -1;  // back (a driver reset): the series return
+  metrics.sample_now();
+  text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_gpu_memory_used_bytes", {{"gpu", "0"}}), 1e9);
+  EXPECT_EQ(sample(text, "srformer_gpu_power_watts", {{"gpu", "0"}}), 150.0);
+}
+
 TEST(GpuMonitor, SamplerThreadRefreshesAtItsInterval) {
   auto fake = std::make_shared<FakeNvml::Shared>();
   prometheus::Registry registry;

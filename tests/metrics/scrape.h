@@ -159,21 +159,35 @@ class FakeNvml : public NvmlApi {
     unsigned devices = 1;
     // Atomic: tests change readings while a sampler thread reads them.
     std::atomic<double> utilization{0.5}, used{1e9}, total{8e9}, watts{150}, celsius{60}, hertz{1.4e9};
+    std::atomic<int> lost{-1};  // a device whose readings all fail (fallen off the bus), -1 = none
   };
   explicit FakeNvml(std::shared_ptr<Shared> s) : s_(std::move(s)) {}
   std::string init() override { return s_->init_error; }
   unsigned device_count() override { return s_->devices; }
-  std::optional<double> utilization_ratio(unsigned i) override { return s_->utilization + 0.1 * i; }
-  std::optional<Memory> memory(unsigned i) override { return Memory{s_->used + i, s_->total}; }
+  std::optional<double> utilization_ratio(unsigned i) override {
+    if (lost(i)) return std::nullopt;
+    return s_->utilization + 0.1 * i;
+  }
+  std::optional<Memory> memory(unsigned i) override {
+    if (lost(i)) return std::nullopt;
+    return Memory{s_->used + i, s_->total};
+  }
   std::optional<double> power_watts(unsigned i) override {
-    if (i == 1) return std::nullopt;
+    if (i == 1 || lost(i)) return std::nullopt;
     return s_->watts;
   }
-  std::optional<double> temperature_celsius(unsigned) override { return s_->celsius; }
-  std::optional<double> sm_clock_hertz(unsigned) override { return s_->hertz; }
+  std::optional<double> temperature_celsius(unsigned i) override {
+    if (lost(i)) return std::nullopt;
+    return s_->celsius;
+  }
+  std::optional<double> sm_clock_hertz(unsigned i) override {
+    if (lost(i)) return std::nullopt;
+    return s_->hertz;
+  }
   std::optional<std::string> uuid(unsigned i) override { return "GPU-fa4e-" + std::to_string(i); }
 
  private:
+  bool lost(unsigned i) const { return s_->lost == static_cast<int>(i); }
   std::shared_ptr<Shared> s_;
 };
 

@@ -77,5 +77,33 @@ TEST(VisibleGpus, GaugesAreNumberedAsCudaNumbersTheDevices) {
   EXPECT_FALSE(testing::sample(text, "srformer_gpu_power_watts", {{"gpu", "1"}})) << "NVML's device 1";
 }
 
+// --device cuda:1 under CUDA_VISIBLE_DEVICES=2,0 is NVML's device 0: that one is sampled, labelled gpu="1",
+// and NVML's device 2 (CUDA's 0, which the server does not use) is not.
+TEST(VisibleGpus, TheUsedDeviceIsFoundThroughTheVariable) {
+  struct EnvRestore {
+    std::optional<std::string> saved;
+    EnvRestore() {
+      if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) saved = v;
+    }
+    ~EnvRestore() {
+      if (saved) {
+        ::setenv("CUDA_VISIBLE_DEVICES", saved->c_str(), 1);
+      } else {
+        ::unsetenv("CUDA_VISIBLE_DEVICES");
+      }
+    }
+  } restore;
+  ::setenv("CUDA_VISIBLE_DEVICES", "GPU-fa4e-2,0", 1);
+  auto fake = std::make_shared<testing::FakeNvml::Shared>();
+  fake->devices = 3;  // utilization 0.5, 0.6, 0.7
+  Metrics metrics("");
+  ASSERT_TRUE(metrics.start_gpu_monitor(std::make_unique<testing::FakeNvml>(fake), {1}));
+  const std::string text = metrics.scrape_text();
+  EXPECT_DOUBLE_EQ(*testing::sample(text, "srformer_gpu_utilization_ratio", {{"gpu", "1"}}), 0.5);
+  EXPECT_EQ(testing::sample(text, "srformer_gpu_memory_used_bytes", {{"gpu", "1"}}), 1e9);
+  EXPECT_FALSE(testing::sample(text, "srformer_gpu_utilization_ratio", {{"gpu", "0"}})) << text;
+  EXPECT_FALSE(testing::sample(text, "srformer_gpu_utilization_ratio", {{"gpu", "2"}})) << text;
+}
+
 }  // namespace
 }  // namespace srformer::server
