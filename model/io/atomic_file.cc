@@ -76,6 +76,9 @@ void AtomicFile::commit() {
   if (::close(fd) != 0) io_failure(tmp_, "close failed");
   if (::rename(tmp_.c_str(), target_.c_str()) != 0) io_failure(target_, "rename from " + tmp_.string() + " failed");
   committed_ = true;
+  // The rename is on the disk only once the directory is: without this, power lost after commit() could
+  // bring back the old file (or none) under a name every caller took for written.
+  sync_path(target_.parent_path().empty() ? std::filesystem::path(".") : target_.parent_path());
 }
 
 void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {

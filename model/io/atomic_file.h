@@ -7,8 +7,9 @@
 
 namespace srformer {
 
-// A temporary file next to `target`, removed unless commit() synced and renamed it into place. Temporaries
-// of processes that ended without either (killed) are removed when the next one for `target` opens.
+// A temporary file next to `target`, removed unless commit() synced and renamed it into place, and synced
+// the directory (the rename itself survives a power loss once commit() returns). Temporaries of processes
+// that ended without either (killed) are removed when the next one for `target` opens.
 // Throws std::runtime_error naming the file and the system's reason for any I/O failure.
 class AtomicFile {
  public:
