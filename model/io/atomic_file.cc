@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,6 +52,12 @@ AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)
   tmp_ += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) io_failure(tmp_, "cannot create");
+  // The permissions of the file replaced (through a symlink: of the file read by that name), as editors and
+  // install(1) keep them: a config.json made group-writable or private stays so. Set-id bits are not kept.
+  struct stat old {};
+  if (::stat(target_.c_str(), &old) == 0 && S_ISREG(old.st_mode) && ::fchmod(fd_, old.st_mode & 0777) != 0) {
+    io_failure(tmp_, "cannot set the mode of");
+  }
 }
 
 AtomicFile::~AtomicFile() {

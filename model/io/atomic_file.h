@@ -10,6 +10,10 @@ namespace srformer {
 // A temporary file next to `target`, removed unless commit() synced and renamed it into place, and synced
 // the directory (the rename itself survives a power loss once commit() returns). Temporaries of processes
 // that ended without either (killed) are removed when the next one for `target` opens.
+// The new file keeps the permissions of the one it replaces (0644 less the umask for a new one).
+// A `target` that is a symlink is replaced by a regular file and its link target left as it was: a model
+// saved over a Hugging Face cache snapshot (config.json -> ../../blobs/<hash>) must not rewrite a
+// content-addressed blob that other snapshots may share and whose name no longer matches its content.
 // Throws std::runtime_error naming the file and the system's reason for any I/O failure.
 class AtomicFile {
  public:
