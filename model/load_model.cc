@@ -118,7 +118,7 @@ void save_model(const Seq2SeqModel& model, const std::filesystem::path& dir, con
     for (const char* f : {"spiece.model", "vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json",
                           "special_tokens_map.json", "added_tokens.json", "generation_config.json"}) {
       if (fs::exists(source_dir / f)) {
-        fs::copy_file(source_dir / f, dir / f, fs::copy_options::overwrite_existing);
+        copy_file_atomically(source_dir / f, dir / f);  // a server reloading `dir` never reads half a file
       } else if (fs::exists(dir / f)) {
         spdlog::info("{}: removed {}, which {} does not have", dir.string(), f, source_dir.string());
         fs::remove(dir / f);

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace srformer {
 namespace {
@@ -91,6 +92,25 @@ void AtomicFile::commit() {
 void write_file_atomically(const std::filesystem::path& path, std::string_view bytes) {
   AtomicFile out(path);
   out.write(bytes.data(), bytes.size());
+  out.commit();
+}
+
+void copy_file_atomically(const std::filesystem::path& from, const std::filesystem::path& to) {
+  const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) throw std::runtime_error("cannot open " + from.string() + ": " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } const closer{in};
+  AtomicFile out(to);
+  std::vector<char> buffer(1 << 20);
+  for (;;) {
+    const ssize_t n = ::read(in, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::runtime_error("cannot read " + from.string() + ": " + std::strerror(errno));
+    if (n == 0) break;
+    out.write(buffer.data(), static_cast<size_t>(n));
+  }
   out.commit();
 }
 

@@ -34,6 +34,10 @@ class AtomicFile {
 // Replaces `path` with `bytes` through an AtomicFile.
 void write_file_atomically(const std::filesystem::path& path, std::string_view bytes);
 
+// Replaces `to` with a copy of `from` through an AtomicFile: a reader of `to` sees the old file or the whole
+// copy, never a part (std::filesystem::copy_file truncates and writes in place, and writes through a symlink).
+void copy_file_atomically(const std::filesystem::path& from, const std::filesystem::path& to);
+
 // fsync()s `path` (a file or a directory): what a rename or a copy put there reaches the disk before
 // anything that relies on it. Throws std::runtime_error when it cannot.
 void sync_path(const std::filesystem::path& path);

@@ -59,5 +59,20 @@ TEST(AtomicFile, ReplacesASymlinkAndLeavesItsTargetAlone) {
   EXPECT_EQ(read_bytes(dir / "blobs" / "abc"), "old");
 }
 
+TEST(AtomicFile, CopiesAFileWholeOverASymlink) {
+  const ScratchDir dir;
+  std::string big(3 << 20, '\0');  // more than one read
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7 + i / 4096);
+  write_bytes(dir / "from", big);
+  write_bytes(dir / "blob", "old");
+  fs::create_symlink("blob", dir / "to");
+  copy_file_atomically(dir / "from", dir / "to");
+  EXPECT_FALSE(fs::is_symlink(dir / "to"));
+  EXPECT_EQ(read_bytes(dir / "to"), big);
+  EXPECT_EQ(read_bytes(dir / "blob"), "old");
+  EXPECT_THROW(copy_file_atomically(dir / "missing", dir / "to"), std::runtime_error);
+  EXPECT_EQ(read_bytes(dir / "to"), big);
+}
+
 }  // namespace
 }  // namespace srformer

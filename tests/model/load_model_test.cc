@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -180,6 +181,33 @@ TEST(LoadModel, SaveThenReloadGivesIdenticalLogits) {
   const auto one = torch::ones({1, 10}, torch::kLong);
   EXPECT_TRUE(torch::equal(m1->forward(m1->encode(ids, one), dec), m2->forward(m2->encode(ids, one), dec)));
   EXPECT_EQ(m2->config().srformer.segment_size, 4);
+}
+
+// A model saved over a Hugging Face cache snapshot, whose files are symlinks into blobs/: the tokenizer files
+// were copied with std::filesystem::copy_file, which writes through the link, so the shared, content-addressed
+// blob took the new bytes (and every other snapshot with it). Each saved file now replaces its link.
+TEST(LoadModel, SaveOverACacheSnapshotReplacesItsLinksAndLeavesTheBlobs) {
+  namespace fs = std::filesystem;
+  TempDir source("src"), cache("cache");
+  write_random_model(source.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4), 3);
+  std::ofstream(source.path() / "special_tokens_map.json") << "{\"eos_token\": \"new\"}\n";
+  const auto snapshot = cache.path() / "snapshots" / "rev";
+  fs::create_directories(snapshot);
+  fs::create_directories(cache.path() / "blobs");
+  for (const char* f : {"config.json", "model.safetensors", "special_tokens_map.json"}) {
+    std::ofstream(cache.path() / "blobs" / f) << "blob";
+    fs::create_symlink(fs::path("../../blobs") / f, snapshot / f);
+  }
+  save_model(*load_model(source.path()), snapshot, source.path());
+  for (const char* f : {"config.json", "model.safetensors", "special_tokens_map.json"}) {
+    SCOPED_TRACE(f);
+    EXPECT_FALSE(fs::is_symlink(snapshot / f));
+    std::ifstream blob(cache.path() / "blobs" / f);
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(blob), {}), "blob");
+  }
+  std::ifstream copied(snapshot / "special_tokens_map.json");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(copied), {}), "{\"eos_token\": \"new\"}\n");
+  EXPECT_NE(load_model(snapshot), nullptr);
 }
 
 // Training from scratch (init-model) starts where Hugging Face's initialisation and the authors' RAF
