@@ -9,6 +9,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "model/random_model.h"
 #include "model/tokenizer/byte_level_bpe.h"
 #include "model/tokenizer/sentencepiece_library.h"
+#include "model/tokenizer/sentencepiece_tokenizer.h"
 #include "tools/arg_reader.h"
 
 namespace srformer::tools {
@@ -270,7 +272,18 @@ int run_init_model(const std::vector<std::string>& args) {
                       " --model_type=unigram --character_coverage=1.0 --pad_id=0 --eos_id=1 --unk_id=2 --bos_id=-1"
                       " --hard_vocab_limit=false --minloglevel=2");
   if (text_corpus != corpus) std::filesystem::remove(text_corpus);
-  const auto sp = SentencePieceProcessor::load(out + "/spiece.model");
+  // SentencePiece's trainer leaves its output stream to be flushed when closed, the error dropped: a full
+  // disk or a file size limit cuts spiece.model short unsaid. Loaded back as a server would (a file cut at a
+  // field's end parses, missing its normalizer), and synced like the files written here.
+  const std::filesystem::path model_file = out + "/spiece.model";
+  try {
+    SentencePieceTokenizer::load(out);
+    sync_path(model_file);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("SentencePiece's trainer did not write " + model_file.string() +
+                             " whole (a full disk?): " + e.what());
+  }
+  const auto sp = SentencePieceProcessor::load(model_file);
   if (sp.vocab_size() < vocab.value_or(2000)) {
     std::cerr << "note: the corpus gives the tokenizer " << sp.vocab_size() << " pieces, fewer than the "
               << vocab.value_or(2000) << " asked (--vocab): a larger corpus gives more\n";
