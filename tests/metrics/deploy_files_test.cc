@@ -39,9 +39,9 @@ class DeployFiles : public ::testing::Test {
   }
 
   int check(const std::string& extra, std::string& out) const {
-    return testing::run_command(
-        "python3 " + kSource + "/tests/metrics/check_deploy.py --root " + kSource + " --metrics " + scrape_path_ + extra,
-        out);
+    return testing::run_command("python3 " + kSource + "/tests/metrics/check_deploy.py --root " + kSource +
+                                    " --metrics " + scrape_path_ + extra,
+                                out);
   }
 
   std::string scrape_path_;

@@ -6,6 +6,8 @@
 
 #include <cstdlib>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "server/metrics/metrics.h"
 #include "tests/metrics/scrape.h"
@@ -21,6 +23,27 @@ std::optional<std::string> uuid_of(unsigned i) {
   const char* ids[] = {"GPU-1a2b-0000", "GPU-1a2b-1111", "GPU-9c9c-2222"};
   return i < 3 ? std::optional<std::string>(ids[i]) : std::nullopt;
 }
+
+// Sets CUDA_VISIBLE_DEVICES while it lives, then puts back what was there.
+class ScopedVisibleDevices {
+ public:
+  explicit ScopedVisibleDevices(const char* value) {
+    if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) saved_ = v;
+    ::setenv("CUDA_VISIBLE_DEVICES", value, 1);
+  }
+  ~ScopedVisibleDevices() {
+    if (saved_) {
+      ::setenv("CUDA_VISIBLE_DEVICES", saved_->c_str(), 1);
+    } else {
+      ::unsetenv("CUDA_VISIBLE_DEVICES");
+    }
+  }
+  ScopedVisibleDevices(const ScopedVisibleDevices&) = delete;
+  ScopedVisibleDevices& operator=(const ScopedVisibleDevices&) = delete;
+
+ private:
+  std::optional<std::string> saved_;
+};
 
 TEST(VisibleGpus, UnsetShowsEveryDeviceInNvmlsOrder) {
   const auto v = visible_gpus(nullptr, 3, uuid_of);
@@ -51,20 +74,7 @@ TEST(VisibleGpus, AnEntryNamingNoDeviceEndsTheList) {
 
 // The gauges carry CUDA's numbers: gpu="0" is what the process calls cuda:0.
 TEST(VisibleGpus, GaugesAreNumberedAsCudaNumbersTheDevices) {
-  struct EnvRestore {
-    std::optional<std::string> saved;
-    EnvRestore() {
-      if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) saved = v;
-    }
-    ~EnvRestore() {
-      if (saved) {
-        ::setenv("CUDA_VISIBLE_DEVICES", saved->c_str(), 1);
-      } else {
-        ::unsetenv("CUDA_VISIBLE_DEVICES");
-      }
-    }
-  } restore;
-  ::setenv("CUDA_VISIBLE_DEVICES", "GPU-fa4e-2,1", 1);
+  const ScopedVisibleDevices restore("GPU-fa4e-2,1");
   auto fake = std::make_shared<testing::FakeNvml::Shared>();
   fake->devices = 3;  // utilization 0.5, 0.6, 0.7; device 1 reports no power
   Metrics metrics("");
@@ -80,20 +90,7 @@ TEST(VisibleGpus, GaugesAreNumberedAsCudaNumbersTheDevices) {
 // --device cuda:1 under CUDA_VISIBLE_DEVICES=2,0 is NVML's device 0: that one is sampled, labelled gpu="1",
 // and NVML's device 2 (CUDA's 0, which the server does not use) is not.
 TEST(VisibleGpus, TheUsedDeviceIsFoundThroughTheVariable) {
-  struct EnvRestore {
-    std::optional<std::string> saved;
-    EnvRestore() {
-      if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES")) saved = v;
-    }
-    ~EnvRestore() {
-      if (saved) {
-        ::setenv("CUDA_VISIBLE_DEVICES", saved->c_str(), 1);
-      } else {
-        ::unsetenv("CUDA_VISIBLE_DEVICES");
-      }
-    }
-  } restore;
-  ::setenv("CUDA_VISIBLE_DEVICES", "GPU-fa4e-2,0", 1);
+  const ScopedVisibleDevices restore("GPU-fa4e-2,0");
   auto fake = std::make_shared<testing::FakeNvml::Shared>();
   fake->devices = 3;  // utilization 0.5, 0.6, 0.7
   Metrics metrics("");

@@ -65,6 +65,29 @@ fs::path make_model(const fs::path& dir) {
   return dir;
 }
 
+// What train() throws with files limited to `limit` bytes (as a full disk: writes past it fail with EFBIG,
+// SIGXFSZ ignored meanwhile); empty if it throws nothing.
+std::string train_error_under_file_limit(const TrainOptions& o, std::ostream& console, rlim_t limit) {
+  rlimit saved{};
+  if (::getrlimit(RLIMIT_FSIZE, &saved) != 0) return "getrlimit failed";
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = saved;
+  small.rlim_cur = limit;
+  std::string error;
+  if (::setrlimit(RLIMIT_FSIZE, &small) != 0) {
+    error = "setrlimit failed";
+  } else {
+    try {
+      train(o, console);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    ::setrlimit(RLIMIT_FSIZE, &saved);
+  }
+  std::signal(SIGXFSZ, old_handler);
+  return error;
+}
+
 struct Fixture : ::testing::Test {
   testing::TempDir tmp{"train"};
   fs::path model, train_file, valid_file;
@@ -324,20 +347,7 @@ TEST_F(Fixture, AResumeThatCannotRewriteTheLogKeepsIt) {
 
   o.stop_after = 0;
   o.resume = true;
-  rlimit saved{};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
-  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);  // writes past the limit fail (EFBIG) instead
-  rlimit small = saved;
-  small.rlim_cur = 400;
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-  std::string error;
-  try {
-    train(o, console);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  ::setrlimit(RLIMIT_FSIZE, &saved);
-  std::signal(SIGXFSZ, old_handler);
+  const std::string error = train_error_under_file_limit(o, console, 400);
   EXPECT_NE(error.find("cannot write " + log.string() + ".tmp"), std::string::npos) << error;
   std::ifstream after_in(log);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(after_in), {}), before);
@@ -352,20 +362,7 @@ TEST_F(Fixture, AResumeThatCannotRewriteTheLogKeepsIt) {
 TEST_F(Fixture, ALogLineThatCannotBeWrittenStopsTheRunNamingTheLog) {
   std::ostringstream console;
   auto o = options("log-full");
-  rlimit saved{};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
-  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);  // writes past the limit fail (EFBIG) instead
-  rlimit small = saved;
-  small.rlim_cur = 400;  // two or three of the twelve lines
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-  std::string error;
-  try {
-    train(o, console);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  ::setrlimit(RLIMIT_FSIZE, &saved);
-  std::signal(SIGXFSZ, old_handler);
+  const std::string error = train_error_under_file_limit(o, console, 400);  // two or three of the twelve lines
   EXPECT_NE(error.find("cannot write " + (o.out_dir / "train_log.jsonl").string() + ": File too large"),
             std::string::npos)
       << error;
@@ -397,22 +394,9 @@ TEST_F(Fixture, ACheckpointThatCannotBeWrittenWholeIsNotPutInPlace) {
 
   auto cut = options("cut-checkpoint");
   cut.steps = 2;
-  rlimit saved{};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
-  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);  // writes past the limit fail (EFBIG) instead
-  rlimit small = saved;
   // Below the whole file (the cut falls inside its JSON), above its first write (the rewrite adds at
   // least `"max_length": 7,` and an indentation, 18 bytes).
-  small.rlim_cur = config_size - 8;
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-  std::string error;
-  try {
-    train(cut, console);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  ::setrlimit(RLIMIT_FSIZE, &saved);
-  std::signal(SIGXFSZ, old_handler);
+  const std::string error = train_error_under_file_limit(cut, console, config_size - 8);
   EXPECT_NE(error.find("cannot write " + (cut.out_dir / "checkpoint-2.tmp" / "config.json").string()),
             std::string::npos)
       << error;
