@@ -102,8 +102,20 @@ std::string failure(const grpc::Status& s, const ClientOptions& o, uint64_t sent
          srformer::client::status_hint(s, o, sent_bytes);
 }
 
+// With --json, what stdout says of a failed call: {"error": {"code", "message"}}, as a --batch --partial item's.
+nlohmann::json error_json(const grpc::Status& s) {
+  return {{"error", {{"code", srformer::status_code_name(s.error_code())}, {"message", s.error_message()}}}};
+}
+
+// The message as it came: bytes that are not UTF-8 (a server may echo them) replaced, not a throw.
+void print_json(const nlohmann::json& j) {
+  std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+}
+
+// A script reading --json read nothing on stdout when the call failed: it gets the error object there too.
 int fail(const grpc::Status& s, const ClientOptions& o, uint64_t sent_bytes = 0) {
   std::cerr << "srformer-client: " << failure(s, o, sent_bytes) << "\n";
+  if (o.json) print_json(error_json(s));
   return 1;
 }
 
@@ -372,14 +384,11 @@ int run(int argc, char** argv) {
       const char* names[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
       if (status == srformer::client::HealthStatus::kError) {
         std::cerr << "srformer-client: health check failed: " << failure(error, o, 0) << "\n";
-        // A probe reading --json read nothing on stdout when no answer came (nothing listening, a deadline),
-        // where --batch --partial's failed items say {"error": ...}.
+        // A probe reading --json read nothing on stdout when no answer came (nothing listening, a deadline).
         if (o.json) {
-          const nlohmann::json no_answer = {
-              {"status", nullptr},
-              {"error",
-               {{"code", srformer::status_code_name(error.error_code())}, {"message", error.error_message()}}}};
-          std::cout << no_answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+          auto no_answer = error_json(error);
+          no_answer["status"] = nullptr;
+          print_json(no_answer);
         }
         return 1;
       }

@@ -852,6 +852,31 @@ TEST_F(EndToEnd, HealthInJsonSaysSoWhenNoAnswerComes) {
   EXPECT_NE(j["error"]["message"].get<std::string>().find("Connection refused"), std::string::npos) << r.out;
 }
 
+// A script reading --json read nothing on stdout when a summary, a whole --batch or --list-models failed (only
+// --health said so). Now each prints one value that says so: {"error": {"code", "message"}}, exit 1 as before.
+TEST_F(EndToEnd, JsonSaysSoWhenTheCallFails) {
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const std::string client = kClient + " --target 127.0.0.1:" + std::to_string(port) + " --json --deadline-ms 3000 ";
+  for (const std::string& call : {doc(0), "--stream " + doc(0), "--batch " + doc(0) + " " + doc(1),
+                                  "--batch --partial " + doc(0), std::string("--list-models")}) {
+    SCOPED_TRACE(call);
+    auto r = run_command(client + call + " 2>/dev/null");
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    const auto j = nlohmann::json::parse(r.out, nullptr, false);
+    if (!j.is_object()) {
+      ADD_FAILURE() << "not one JSON object: " << r.out;
+      continue;
+    }
+    EXPECT_EQ(j.size(), 1u) << r.out;
+    EXPECT_EQ(j["error"]["code"], "UNAVAILABLE") << r.out;
+    EXPECT_NE(j["error"]["message"].get<std::string>().find("Connection refused"), std::string::npos) << r.out;
+  }
+  // stderr says it as before
+  auto r = run_command(client + "--list-models 2>&1 >/dev/null");
+  EXPECT_EQ(r.out.rfind("srformer-client: UNAVAILABLE: ", 0), 0u) << r.out;
+}
+
 // A --concurrency the system cannot start threads for (a pids or memory limit; here 4096 stacks of 8 MiB in
 // 3 GB of address space) ended in std::terminate, the started threads left joinable: "terminate called
 // without an active exception", exit 134. Now the run fails with what to change.
