@@ -179,7 +179,8 @@ std::unique_ptr<SentencePieceTokenizer> load_from_tokenizer_json(const fs::path&
   try {
     return std::make_unique<SentencePieceTokenizer>(
         SentencePieceProcessor::load_from_bytes(converted.model_proto), converted.extra_ids,
-        converted.prefix_first_only ? std::optional(load_unprefixed(converted.model_proto)) : std::nullopt);
+        converted.prefix_first_only ? std::optional(load_unprefixed(converted.model_proto)) : std::nullopt,
+        std::vector<AddedToken>{}, metaspace_decoder_keeps_first_space(*tj));
   } catch (const std::runtime_error& e) {
     throw TokenizerLoadError("cannot load the SentencePiece model of " + file.string() + ": " + e.what());
   }
@@ -227,7 +228,10 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
   try {
     std::string serialized = read_binary_file(model_file);  // read once: checked, then loaded from these bytes
     check_not_cut_short(serialized, model_file);
-    auto sp = SentencePieceProcessor::load_from_bytes(serialized);
+    // Hugging Face's "never" (tokenizer.json's Metaspace, which the fast tokenizer runs): no U+2581 before
+    // the first word either, as spiece.model's dummy prefix would put there.
+    auto sp = tj && metaspace_never_prefixes(*tj) ? load_unprefixed(serialized)
+                                                  : SentencePieceProcessor::load_from_bytes(serialized);
     std::vector<AddedToken> added;
     const int64_t base = sp.vocab_size() + n;
     for (const auto& [id, token] : added_listed) {
@@ -248,7 +252,8 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
     }
     auto unprefixed =
         prefixes_first_only(tj, config) ? std::optional(load_unprefixed(std::move(serialized))) : std::nullopt;
-    return std::make_unique<SentencePieceTokenizer>(std::move(sp), n, std::move(unprefixed), std::move(added));
+    return std::make_unique<SentencePieceTokenizer>(std::move(sp), n, std::move(unprefixed), std::move(added),
+                                                    tj && metaspace_decoder_keeps_first_space(*tj));
   } catch (const TokenizerLoadError&) {
     throw;
   } catch (const std::invalid_argument& e) {
@@ -263,12 +268,13 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
 
 SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids,
                                                std::optional<SentencePieceProcessor> unprefixed,
-                                               std::vector<AddedToken> added)
+                                               std::vector<AddedToken> added, bool first_space_kept)
     : sp_(std::move(sp)),
       unprefixed_(std::move(unprefixed)),
       sp_size_(sp_.vocab_size()),
       extra_ids_(extra_ids),
-      added_(std::move(added)) {
+      added_(std::move(added)),
+      first_space_kept_(first_space_kept) {
   if (extra_ids_ < 0) throw std::invalid_argument("extra_ids must be >= 0, got " + std::to_string(extra_ids_));
   for (size_t i = 0; i < added_.size(); ++i) {
     if (added_[i].id != extras_end() + static_cast<int64_t>(i)) {
@@ -397,14 +403,14 @@ std::string SentencePieceTokenizer::decode_raw(const TokenIds& ids, bool skip_sp
     check_id(id);
     if (is_special(id) || added(id) != nullptr) {  // an added token that is not special is text of its own
       if (skip_special && is_special(id)) continue;
-      if (!run.empty()) out += decode_run(run, out.empty());
+      if (!run.empty()) out += decode_run(run, out.empty() && !first_space_kept_);
       run.clear();
       out += id_to_token(id);
       continue;
     }
     run.push_back(static_cast<int32_t>(id));
   }
-  if (!run.empty()) out += decode_run(run, out.empty());
+  if (!run.empty()) out += decode_run(run, out.empty() && !first_space_kept_);
   return out;
 }
 

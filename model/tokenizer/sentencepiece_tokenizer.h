@@ -30,9 +30,11 @@ class SentencePieceTokenizer final : public Tokenizer {
   // after a special token then gets no U+2581 of its own. Without it, every text does ("always").
   // added: tokens a checkpoint added after the sentinels (added_tokens.json, tokenizer_config.json's
   // added_tokens_decoder), with consecutive ids from SentencePiece's size + extra_ids on.
+  // first_space_kept: tokenizer.json's Metaspace decoder says prepend_scheme "never", so the first
+  // token's U+2581 is a space too, as Hugging Face's decoder gives it.
   SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids,
                          std::optional<SentencePieceProcessor> unprefixed = std::nullopt,
-                         std::vector<AddedToken> added = {});
+                         std::vector<AddedToken> added = {}, bool first_space_kept = false);
 
   TokenIds encode(std::string_view text) const override;
   std::string decode_raw(const TokenIds& ids, bool skip_special = true) const override;
@@ -78,6 +80,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   int64_t extra_ids_;
   std::optional<int64_t> bos_, eos_, pad_;
   std::vector<AddedToken> added_;  // by id - extras_end()
+  bool first_space_kept_ = false;
   AddedTokenSplitter splitter_;
 };
 

@@ -204,19 +204,47 @@ std::string serialize(const std::vector<Piece>& pieces, const Normalization& nor
 
 }  // namespace
 
-bool metaspace_prefixes_first_only(const json& tokenizer_json) {
-  const std::function<bool(const json&)> first_only = [&](const json& p) {
-    if (!p.is_object()) return false;
-    if (p.value("type", "") == "Sequence" && p.contains("pretokenizers") && p["pretokenizers"].is_array()) {
-      for (const auto& item : p["pretokenizers"]) {
-        if (first_only(item)) return true;
+namespace {
+
+// The Metaspace in tokenizer.json's `field` ("pre_tokenizer", "decoder"), also inside a Sequence of them
+// (listed under `list`); nullptr where it has none.
+const json* find_metaspace(const json& tokenizer_json, const char* field, const char* list) {
+  const std::function<const json*(const json&)> find = [&](const json& p) -> const json* {
+    if (!p.is_object()) return nullptr;
+    if (p.value("type", "") == "Sequence" && p.contains(list) && p[list].is_array()) {
+      for (const auto& item : p[list]) {
+        if (const json* found = find(item)) return found;
       }
-      return false;
+      return nullptr;
     }
-    return p.value("type", "") == "Metaspace" && p.contains("prepend_scheme") && p["prepend_scheme"] == "first";
+    return p.value("type", "") == "Metaspace" ? &p : nullptr;
   };
-  return tokenizer_json.is_object() && tokenizer_json.contains("pre_tokenizer") &&
-         first_only(tokenizer_json["pre_tokenizer"]);
+  return tokenizer_json.is_object() && tokenizer_json.contains(field) ? find(tokenizer_json[field]) : nullptr;
+}
+
+// A Metaspace's prepend scheme: prepend_scheme where it says one, else the older add_prefix_space
+// (false is "never"), else Hugging Face's default "always".
+std::string prepend_scheme_of(const json* metaspace) {
+  if (metaspace == nullptr) return "";
+  if (metaspace->contains("prepend_scheme") && (*metaspace)["prepend_scheme"].is_string()) {
+    return (*metaspace)["prepend_scheme"].get<std::string>();
+  }
+  const json& add = metaspace->contains("add_prefix_space") ? (*metaspace)["add_prefix_space"] : json();
+  return add.is_boolean() && !add.get<bool>() ? "never" : "always";
+}
+
+}  // namespace
+
+bool metaspace_prefixes_first_only(const json& tokenizer_json) {
+  return prepend_scheme_of(find_metaspace(tokenizer_json, "pre_tokenizer", "pretokenizers")) == "first";
+}
+
+bool metaspace_never_prefixes(const json& tokenizer_json) {
+  return prepend_scheme_of(find_metaspace(tokenizer_json, "pre_tokenizer", "pretokenizers")) == "never";
+}
+
+bool metaspace_decoder_keeps_first_space(const json& tokenizer_json) {
+  return prepend_scheme_of(find_metaspace(tokenizer_json, "decoder", "decoders")) == "never";
 }
 
 bool is_unigram_tokenizer_json(const json& tokenizer_json) {

@@ -129,6 +129,49 @@ TEST(UnigramTokenizerJson, ItsPrependSchemeDecidesForASpieceModelBesideIt) {
   }
 }
 
+// prepend_scheme "never" (older files: add_prefix_space false): Hugging Face's Metaspace puts no U+2581
+// before the first word, and its decoder keeps the first token's U+2581 as a space ("▁the" gives " the"),
+// where "always" and "first" drop it. With spiece.model beside tokenizer.json too, and streamed alike.
+TEST(UnigramTokenizerJson, NeverPrependKeepsTheFirstTokensSpace) {
+  TempDir dir("unigram-json-never");
+  if (!write_tokenizer_json(test::t5_style_spm_dir(), "current", dir.path() / "current"))
+    GTEST_SKIP() << "python3 with the sentencepiece module not found (apt install python3-sentencepiece)";
+  json never = json::parse(test::read_file(dir.path() / "current" / "tokenizer.json"));
+  never["pre_tokenizer"]["prepend_scheme"] = "never";
+  never["decoder"]["prepend_scheme"] = "never";
+  json legacy = never;
+  for (const char* field : {"pre_tokenizer", "decoder"}) {
+    legacy[field].erase("prepend_scheme");
+    legacy[field]["add_prefix_space"] = false;
+  }
+  const auto plain = SentencePieceTokenizer::load(test::t5_style_spm_dir());
+  const TokenIds word = {plain->encode("the").front()};
+  ASSERT_EQ(plain->id_to_token(word.front()), "\xE2\x96\x81the");
+  ASSERT_EQ(plain->decode(word), "the");
+  for (const auto& [name, tj] : {std::pair{"never", never}, std::pair{"legacy", legacy}}) {
+    for (const bool beside : {false, true}) {
+      const fs::path here = dir.path() / (std::string(name) + (beside ? "-beside" : ""));
+      fs::create_directories(here);
+      test::write_file(here / "tokenizer.json", tj.dump());
+      if (beside) fs::copy_file(test::t5_style_spm_dir() / "spiece.model", here / "spiece.model");
+      SCOPED_TRACE(here.filename().string());
+      const auto tok = load_tokenizer(here);
+      EXPECT_EQ(tok->decode(word), " the");
+      const auto ids = tok->encode("the fox");
+      EXPECT_NE(tok->id_to_token(ids.front()).rfind("\xE2\x96\x81", 0), 0u) << tok->id_to_token(ids.front());
+      EXPECT_EQ(tok->decode(ids), "the fox");
+      TokenIds spaced = plain->encode("the fox  jumps");
+      spaced.insert(spaced.begin(), word.front());
+      IncrementalDetokenizer stream(*tok, true);
+      std::string streamed;
+      for (const int64_t id : spaced) streamed += stream.push(id);
+      streamed += stream.finish();
+      EXPECT_EQ(streamed, tok->decode(spaced));
+      EXPECT_EQ(streamed.front(), ' ');
+    }
+  }
+}
+
 TEST(UnigramTokenizerJson, WhatSentencePieceCannotExpressIsALoadErrorNamingIt) {
   TempDir dir("unigram-json-bad");
   if (!write_tokenizer_json(test::t5_style_spm_dir(), "current", dir.path() / "good"))
