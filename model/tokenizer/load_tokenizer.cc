@@ -45,6 +45,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& model_dir) {
   std::unique_ptr<Tokenizer> tokenizer;
   try {
     tokenizer = load_tokenizer_files(model_dir);
+  } catch (const TokenizerFileCutShortError& e) {
+    throw TokenizerLoadError(std::string(e.what()) + "; download it again");
   } catch (const nlohmann::json::exception& e) {
     // A key of the wrong type ("lstrip": "yes") that no reader checked by itself: say where to look.
     throw TokenizerLoadError(model_dir.string() + ": a tokenizer file (tokenizer.json, tokenizer_config.json, " +

@@ -124,13 +124,13 @@ std::string read_binary_file(const fs::path& file) {
 // A file cut short at a piece's end still parses, but then SentencePiece falls back to default
 // special ids and no normalization, and the model writes nonsense without a word of error.
 void check_not_cut_short(std::string_view serialized, const fs::path& file) {
-  if (serialized.empty()) throw TokenizerLoadError(file.string() + " is empty (0 bytes): download it again");
+  if (serialized.empty()) throw TokenizerFileCutShortError(file.string() + " is empty (0 bytes)");
   const auto fields = wire::top_level_fields(serialized);
   if (!fields) {
-    throw TokenizerLoadError(file.string() +
-                             " is not a SentencePiece model: its protobuf encoding breaks off or is "
-                             "corrupt (" +
-                             std::to_string(serialized.size()) + " bytes, cut short?); download it again");
+    throw TokenizerFileCutShortError(file.string() +
+                                     " is not a SentencePiece model: its protobuf encoding breaks off or is "
+                                     "corrupt (" +
+                                     std::to_string(serialized.size()) + " bytes, cut short?)");
   }
   const auto count = [&](int number) {
     return std::count_if(fields->begin(), fields->end(), [&](const wire::Field& f) { return f.number == number; });
@@ -139,12 +139,12 @@ void check_not_cut_short(std::string_view serialized, const fs::path& file) {
   const bool normalizer = count(3) > 0;
   if (trainer && normalizer) return;
   const auto pieces = count(1);
-  throw TokenizerLoadError(file.string() + " holds " + std::to_string(pieces) + " pieces but no " +
-                           (trainer      ? "normalizer_spec"
-                            : normalizer ? "trainer_spec"
-                                         : "trainer_spec or normalizer_spec") +
-                           ", which every model SentencePiece's trainer writes has: the file (" +
-                           std::to_string(serialized.size()) + " bytes) looks cut short; download it again");
+  throw TokenizerFileCutShortError(file.string() + " holds " + std::to_string(pieces) + " pieces but no " +
+                                   (trainer      ? "normalizer_spec"
+                                    : normalizer ? "trainer_spec"
+                                                 : "trainer_spec or normalizer_spec") +
+                                   ", which every model SentencePiece's trainer writes has: the file (" +
+                                   std::to_string(serialized.size()) + " bytes) looks cut short");
 }
 
 // Hugging Face's "first" prepend scheme for a directory with spiece.model: its tokenizer.json says so

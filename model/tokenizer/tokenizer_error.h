@@ -9,4 +9,12 @@ class TokenizerLoadError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A tokenizer file that ends before its format does (a download or copy broken off). Its message says
+// what is missing, not what to do: load_tokenizer, which loads a user's model, adds the advice to download
+// it again; srformer init-model, checking the file it has just written, says so instead.
+class TokenizerFileCutShortError : public TokenizerLoadError {
+ public:
+  using TokenizerLoadError::TokenizerLoadError;
+};
+
 }  // namespace srformer

@@ -1876,7 +1876,8 @@ TEST_F(EndToEnd, InitModelsCorpusCopyCutShortFailsNamingIt) {
 
 // SentencePiece's own write of spiece.model is unchecked (a stream flushed when closed): cut short by a file
 // size limit (as by a full disk), init-model failed with the parser's "Internal: ...ParseFromArray..." and no
-// word of why. It now says which file SentencePiece did not write whole, and leaves no directory.
+// word of why. It now says which file SentencePiece did not write whole, and leaves no directory (and not the
+// loader's "download it again", which was about a user's model).
 TEST_F(EndToEnd, InitModelsTokenizerCutShortFailsNamingIt) {
   const auto out = work_ / "cut_tokenizer_model";
   auto r = run_command("trap '' XFSZ; ulimit -f 8; " + kTool + " init-model --vocab 300 --corpus " + doc(0) + " " +
@@ -1885,6 +1886,8 @@ TEST_F(EndToEnd, InitModelsTokenizerCutShortFailsNamingIt) {
   EXPECT_NE(r.out.find("SentencePiece's trainer did not write " + (out / "spiece.model").string() + " whole"),
             std::string::npos)
       << r.out;
+  // The file init-model has just written: no advice to download it (the loader's for a user's model).
+  EXPECT_EQ(r.out.find("download it again"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(out)) << r.out;
 }
 
