@@ -34,6 +34,11 @@ inline int64_t parse_integer(const std::string& flag, const std::string& text,
       flag, text, [](const std::string& t, size_t* used) { return std::stoll(t, used); }, expected);
 }
 
+// The error for a flag a subcommand does not take, worded alike by every srformer subcommand.
+inline std::invalid_argument unknown_option(const std::string& flag) {
+  return std::invalid_argument("unknown option '" + flag + "' (see --help)");
+}
+
 class ArgReader {
  public:
   explicit ArgReader(const std::vector<std::string>& args) : args_(args) {}

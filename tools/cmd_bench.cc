@@ -704,7 +704,7 @@ int run_bench(const std::vector<std::string>& args) {
     } else if (a == "--device") {
       o.device = device_from_flag(r.value());
     } else {
-      throw std::invalid_argument("unknown option '" + a + "' (see --help)");
+      throw unknown_option(a);
     }
   }
   if (o.quick) {

@@ -37,7 +37,7 @@ int run_check_fixture(const std::vector<std::string>& args) {
     } else if (a == "--dtype") {
       load.dtype = float_dtype_from_flag(r.value());
     } else if (!a.empty() && a[0] == '-') {
-      throw std::invalid_argument("unknown option '" + a + "' (see --help)");
+      throw unknown_option(a);
     } else if (!dir.empty()) {
       throw std::invalid_argument("one fixture directory at a time: got '" + dir + "' and '" + a + "'");
     } else {

@@ -57,7 +57,7 @@ int run_convert(const std::vector<std::string>& args) {
           "convert has no --model: it takes the model as its first argument (srformer convert SRC_DIR DST_DIR "
           "[options])");
     } else if (!a.empty() && a[0] == '-') {
-      throw std::invalid_argument("unknown option '" + a + "' (see --help)");
+      throw unknown_option(a);
     } else if (src.empty()) {
       src = a;
     } else if (dst.empty()) {

@@ -146,7 +146,7 @@ std::optional<Args> parse_args(const std::vector<std::string>& args) {
       gen();
       a.load.device = device_from_flag(r.value());
     } else if (!f.empty() && f[0] == '-') {
-      throw std::invalid_argument("unknown option '" + f + "' (see --help)");
+      throw unknown_option(f);
     } else {
       a.positional.push_back(f);
     }

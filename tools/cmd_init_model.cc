@@ -179,10 +179,12 @@ int run_init_model(const std::vector<std::string>& args) {
       shape = r.value();
     } else if (a == "--seed") {
       seed = r.unsigned_value();
-    } else if (out.empty() && (a.empty() || a[0] != '-')) {
+    } else if (!a.empty() && a[0] == '-') {
+      throw unknown_option(a);
+    } else if (out.empty()) {
       out = a;
     } else {
-      throw std::invalid_argument("unexpected argument '" + a + "' (see --help)");
+      throw std::invalid_argument("unexpected argument '" + a + "': init-model takes one OUT_DIR (see --help)");
     }
   }
   if (shape != "tiny" && shape != "t5-small" && shape != "bart-base") {

@@ -49,10 +49,12 @@ int run_inspect(const std::vector<std::string>& args) {
       }
     } else if (a == "--expected-length") {
       expected_flag = r.integer_value();
-    } else if (dir.empty() && (a.empty() || a[0] != '-')) {
+    } else if (!a.empty() && a[0] == '-') {
+      throw unknown_option(a);
+    } else if (dir.empty()) {
       dir = a;
     } else {
-      throw std::invalid_argument("unexpected argument '" + a + "' (see --help)");
+      throw std::invalid_argument("unexpected argument '" + a + "': inspect takes one DIR (see --help)");
     }
   }
   if (dir.empty()) throw std::invalid_argument("missing model directory (see --help)");

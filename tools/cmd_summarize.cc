@@ -117,7 +117,7 @@ int run_summarize(const std::vector<std::string>& args) {
     } else if (a == "--stream") {
       stream = true;
     } else if (!a.empty() && a[0] == '-' && a != "-") {
-      throw std::invalid_argument("unknown option '" + a + "' (see --help)");
+      throw unknown_option(a);
     } else if (!input_path.empty()) {
       if (model_dir.empty() && std::filesystem::is_directory(input_path)) break;  // the model given first: told below
       throw std::invalid_argument("one document at a time: got '" + input_path + "' and '" + a +

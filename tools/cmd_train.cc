@@ -138,7 +138,7 @@ int run_train(const std::vector<std::string>& args) {
     } else if (f == "--resume") {
       o.resume = true;
     } else if (!f.empty() && f[0] == '-') {
-      throw std::invalid_argument("unknown option '" + f + "' (see --help)");
+      throw unknown_option(f);
     } else {
       positional.push_back(f);
     }

@@ -1817,6 +1817,14 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
       {"train " + t5 + " " + doc(0) + " --out " + dir + "_x --device cuda:300",
        "--device cuda:N takes N from 0 to 127"},
   };
+  // Every subcommand words a flag it does not take alike (inspect and init-model said "unexpected argument").
+  for (const std::string command :
+       {"summarize", "inspect", "init-model", "convert", "eval", "train", "bench", "check-fixture"}) {
+    refused.push_back({command + " --x", "unknown option '--x' (see --help)"});
+  }
+  refused.push_back({"inspect " + t5 + " " + t5, "unexpected argument '" + t5 + "': inspect takes one DIR"});
+  refused.push_back(
+      {"init-model " + dir + "_x " + dir + "_y", "unexpected argument '" + dir + "_y': init-model takes one OUT_DIR"});
   if (!torch::cuda::is_available()) {  // a CUDA device asked of a build or machine without one
     refused.push_back({"summarize --model " + t5 + " --device cuda " + doc(0), "device cuda: this build or machine"});
     refused.push_back({"bench --device cuda:1 --quick", "device cuda:1: this build or machine has no CUDA"});
