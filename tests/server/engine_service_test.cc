@@ -64,6 +64,15 @@ std::string doc_of(int i) {
 }
 
 std::vector<int64_t> ids_of(const v1::SummarizeResponse& r) { return {r.token_ids().begin(), r.token_ids().end()}; }
+
+// Cancels a stream, reads what it still delivers and returns its status.
+grpc::Status cancel_and_finish(grpc::ClientContext& ctx, grpc::ClientReader<v1::SummarizeStreamResponse>& reader) {
+  ctx.TryCancel();
+  v1::SummarizeStreamResponse msg;
+  while (reader.Read(&msg)) {
+  }
+  return reader.Finish();
+}
 std::vector<float> logprobs_of(const v1::SummarizeResponse& r) {
   return {r.token_logprobs().begin(), r.token_logprobs().end()};
 }
@@ -248,11 +257,7 @@ TEST(EngineService, CancellationFreesTheRowWithinAStep) {
     EXPECT_GE(stats.state_held_bytes, stats.state_bytes);
   }
   const int steps_before = server.engine().stats().steps;
-  ctx.TryCancel();
-  v1::SummarizeStreamResponse msg;
-  while (reader->Read(&msg)) {
-  }
-  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(cancel_and_finish(ctx, *reader).error_code(), grpc::StatusCode::CANCELLED);
   ASSERT_TRUE(server.wait_for(
       [](const server::EngineStats& s) { return s.live_rows == 0 && s.state_bytes == 0 && s.state_held_bytes == 0; },
       2s));
@@ -410,11 +415,7 @@ TEST(EngineService, CallsPastAConnectionsStreamLimitWaitOnTheClientsSide) {
   grpc::ClientContext other_ctx;
   v1::SummarizeResponse other;
   EXPECT_TRUE(server.stub().Summarize(&other_ctx, request(doc_of(4), 4, 1), &other).ok());
-  stalled_ctx.TryCancel();
-  v1::SummarizeStreamResponse msg;
-  while (stalled->Read(&msg)) {
-  }
-  EXPECT_EQ(stalled->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(cancel_and_finish(stalled_ctx, *stalled).error_code(), grpc::StatusCode::CANCELLED);
   const auto [status, ids] = waiting.get();
   EXPECT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(ids, offline(doc_of(2), 4, 1).tokens);
@@ -502,17 +503,14 @@ TEST(EngineService, NewStreamsAreRefusedWhileStreamsNotReadHoldMoreThanTheLimit)
     EXPECT_TRUE(server.stub().Summarize(&ctx, request(doc_of(1), 4, 1), &resp).ok());
   }
   // Once the stalled stream ends, what it held is released and streams are taken again.
-  stalled_ctx.TryCancel();
-  v1::SummarizeStreamResponse msg;
-  while (stalled->Read(&msg)) {
-  }
-  EXPECT_EQ(stalled->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(cancel_and_finish(stalled_ctx, *stalled).error_code(), grpc::StatusCode::CANCELLED);
   for (int i = 0; i < 250 && unread() != 0.0; ++i) std::this_thread::sleep_for(20ms);
   EXPECT_EQ(unread(), 0.0);
   {
     grpc::ClientContext ctx;
     auto reader = server.stub().SummarizeStream(&ctx, request(doc_of(1), 4, 1));
     std::vector<int64_t> ids;
+    v1::SummarizeStreamResponse msg;
     while (reader->Read(&msg)) {
       if (msg.has_token()) ids.push_back(msg.token().token_id());
     }
@@ -721,11 +719,7 @@ TEST(EngineService, CancellingDuringALongEncodeStopsItWithinALayer) {
   auto reader = server.stub().SummarizeStream(&ctx, request(std::string(100, 'q'), 8, 1));
   const auto& layers = *mo.encode_layers_run;
   ASSERT_TRUE(encode_started(mo));
-  ctx.TryCancel();
-  v1::SummarizeStreamResponse msg;
-  while (reader->Read(&msg)) {
-  }
-  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_EQ(cancel_and_finish(ctx, *reader).error_code(), grpc::StatusCode::CANCELLED);
   ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.encodes_abandoned == 1; }, 5s));
   EXPECT_LT(layers.load(), mo.encode_layers) << "the encoder ran to its end";
   EXPECT_EQ(server.engine().stats().encodes, 0);
