@@ -187,7 +187,14 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   if (!std::cout) return 1;
   if (!st.ok()) {
     if (printed) std::cout << "\n";
-    return fail(st, o, req.ByteSizeLong());
+    if (!o.json) return fail(st, o, req.ByteSizeLong());
+    // The tokens that came before the failure (a deadline mid-summary, a server that went away) were
+    // dropped: the error object carries them, as the summary's "stream" does.
+    std::cerr << "srformer-client: " << failure(st, o, req.ByteSizeLong()) << "\n";
+    auto j = error_json(st);
+    j["stream"] = tokens;
+    print_json(j);
+    return 1;
   }
   if (o.json) {
     auto j = to_json(final);

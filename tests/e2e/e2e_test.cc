@@ -868,13 +868,47 @@ TEST_F(EndToEnd, JsonSaysSoWhenTheCallFails) {
       ADD_FAILURE() << "not one JSON object: " << r.out;
       continue;
     }
-    EXPECT_EQ(j.size(), 1u) << r.out;
+    // With --stream also the tokens that came before the failure: none here.
+    const bool stream = call.rfind("--stream", 0) == 0;
+    EXPECT_EQ(j.size(), stream ? 2u : 1u) << r.out;
+    if (stream) EXPECT_EQ(j["stream"], nlohmann::json::array()) << r.out;
     EXPECT_EQ(j["error"]["code"], "UNAVAILABLE") << r.out;
     EXPECT_NE(j["error"]["message"].get<std::string>().find("Connection refused"), std::string::npos) << r.out;
   }
   // stderr says it as before
   auto r = run_command(client + "--list-models 2>&1 >/dev/null");
   EXPECT_EQ(r.out.rfind("srformer-client: UNAVAILABLE: ", 0), 0u) << r.out;
+}
+
+// --stream --json with a stream that failed partway (a deadline mid-summary, a server that went away) printed
+// only {"error": ...}: the tokens already received were lost. The error object carries them as "stream", as
+// a summary's does; the text output keeps printing them before its line break.
+TEST_F(EndToEnd, StreamJsonFailingPartwayKeepsTheTokensReceived) {
+  CannedSummarizer canned;
+  for (const std::string& text : {"two", " tokens"}) {
+    v1::SummarizeStreamResponse token;
+    token.mutable_token()->set_text(text);
+    token.mutable_token()->set_token_id(static_cast<int32_t>(text.size()));
+    canned.stream_messages.push_back(token);
+  }
+  canned.stream_status = grpc::Status(grpc::StatusCode::INTERNAL, "the model failed");
+  int port = 0;
+  const auto server = serve(canned, port);
+  ASSERT_GT(port, 0);
+  const std::string client = kClient + " --target 127.0.0.1:" + std::to_string(port) + " --stream ";
+  auto json = run_command(client + "--json " + doc(0) + " 2>/dev/null");
+  EXPECT_EQ(json.exit_code, 1) << json.out;
+  const auto j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["error"]["code"], "INTERNAL") << json.out;
+  EXPECT_EQ(j["error"]["message"], "the model failed") << json.out;
+  ASSERT_EQ(j["stream"].size(), 2u) << json.out;
+  EXPECT_EQ(j["stream"][0]["text"], "two");
+  EXPECT_EQ(j["stream"][1]["text"], " tokens");
+  EXPECT_EQ(j["stream"][1]["token_id"], 7);
+  auto text = run_command(client + doc(0) + " 2>&1");
+  EXPECT_EQ(text.exit_code, 1);
+  EXPECT_EQ(text.out, "two tokens\nsrformer-client: INTERNAL: the model failed\n");
+  server->Shutdown();
 }
 
 // A --concurrency the system cannot start threads for (a pids or memory limit; here 4096 stacks of 8 MiB in
