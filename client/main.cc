@@ -422,6 +422,14 @@ int run(int argc, char** argv) {
     return summarize(o, *stub);
   } catch (const std::exception& e) {
     std::cerr << "srformer-client: " << e.what() << "\n";
+    // A FILE that could not be read (or a --ca, --cert, --key) printed nothing on stdout with --json, where a
+    // failed call prints its error object: this one says so alike, with no gRPC code (no call was made).
+    // --load prints its report or, for a run that did not start, nothing.
+    if (o.json && !o.load) {
+      nlohmann::json j = {{"error", {{"code", nullptr}, {"message", e.what()}}}};
+      if (o.health) j["status"] = nullptr;
+      print_json(j);
+    }
     return 1;
   }
 }

@@ -880,6 +880,37 @@ TEST_F(EndToEnd, JsonSaysSoWhenTheCallFails) {
   EXPECT_EQ(r.out.rfind("srformer-client: UNAVAILABLE: ", 0), 0u) << r.out;
 }
 
+// With --json, a FILE that could not be read (or a --ca file) printed nothing on stdout, its error on stderr only,
+// where a failed call prints {"error": ...}: a script reading the JSON found nothing to read. It prints the
+// error object too now, its code null (no call was made), exit 1 as before.
+TEST_F(EndToEnd, JsonSaysSoWhenAFileCannotBeRead) {
+  const int port = free_port();
+  ASSERT_GT(port, 0);
+  const std::string missing = (work_ / "json-missing.txt").string();
+  const std::string client = kClient + " --target 127.0.0.1:" + std::to_string(port) + " --json ";
+  const std::string why = "cannot read '" + missing + "': No such file or directory";
+  for (const std::string& call : {missing, "--stream " + missing, "--batch " + doc(0) + " " + missing,
+                                  "--list-models --tls --ca " + missing, "--health --tls --ca " + missing}) {
+    SCOPED_TRACE(call);
+    auto r = run_command(client + call + " 2>/dev/null");
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    const auto j = nlohmann::json::parse(r.out, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << "not one JSON object: " << r.out;
+    EXPECT_TRUE(j["error"]["code"].is_null()) << r.out;
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(missing), std::string::npos) << r.out;
+    // --health's object says its status, as when no answer comes.
+    const bool health = call.rfind("--health", 0) == 0;
+    EXPECT_EQ(j.size(), health ? 2u : 1u) << r.out;
+    if (health) EXPECT_TRUE(j.contains("status") && j["status"].is_null()) << r.out;
+  }
+  auto r = run_command(client + missing + " 2>&1 >/dev/null");  // stderr says it as before
+  EXPECT_EQ(r.out, "srformer-client: " + why + "\n");
+  // --load prints a report or, for a run that did not start, nothing.
+  auto load = run_command(client + "--load --requests 1 " + missing + " 2>/dev/null");
+  EXPECT_EQ(load.exit_code, 1);
+  EXPECT_EQ(load.out, "");
+}
+
 // --stream --json with a stream that failed partway (a deadline mid-summary, a server that went away) printed
 // only {"error": ...}: the tokens already received were lost. The error object carries them as "stream", as
 // a summary's does; the text output keeps printing them before its line break.
