@@ -124,6 +124,7 @@ bool is_summary_flag(const std::string& flag) {
   static const std::set<std::string> kSummaryFlags = {"--model",
                                                       "--stream",
                                                       "--request-id",
+                                                      "--max-document-bytes",
                                                       "--truncate",
                                                       "--max-new-tokens",
                                                       "--min-new-tokens",
@@ -172,6 +173,8 @@ Summarizes FILE (or stdin) with an srformer-server.
   --tls-server-name NAME   verify the server's certificate for NAME instead of the target's host (e.g.
                            a health check on localhost of a server whose certificate names its DNS name)
   --request-id ID          id echoed in server logs and the response (--batch, --load: ID-0, ID-1, ...)
+  --max-document-bytes N   refuse a FILE of more than N bytes before sending it (default 67108864, 64 MiB;
+                           at most 2147483647; a server takes 4194304 by default, its --max-message-bytes)
   --health                 check grpc.health.v1; exit 0 if SERVING, 1 otherwise (--json: {"status": ...};
                            no answer: {"status": null, "error": {"code": ..., "message": ...}})
   --list-models            print the server's models
@@ -293,6 +296,13 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       insecure_asked = true;
     } else if (arg == "--request-id") {
       o.request_id = utf8_value(arg, next());
+    } else if (arg == "--max-document-bytes") {
+      const int64_t n = to_int(arg, next());
+      if (n < 1 || n > std::numeric_limits<int>::max()) {  // gRPC carries no larger message
+        throw std::invalid_argument("--max-document-bytes must be from 1 to " +
+                                    std::to_string(std::numeric_limits<int>::max()) + ", got " + std::to_string(n));
+      }
+      o.max_document_bytes = n;
     } else if (arg == "--health") {
       o.health = true;
     } else if (arg == "--list-models") {

@@ -9,6 +9,11 @@
 
 namespace srformer::client {
 
+// The most srformer-client reads from one FILE unless --max-document-bytes says otherwise: without it,
+// /dev/zero or a mistaken huge file was read up to 2 GiB (and as much memory taken) before being refused. A
+// server takes 4 MiB by default (its --max-message-bytes); this leaves room for one that takes more.
+inline constexpr int64_t kDefaultMaxDocumentBytes = int64_t{64} << 20;
+
 struct ClientOptions {
   std::string target = "localhost:50051";
   std::string model;
@@ -27,6 +32,7 @@ struct ClientOptions {
   v1::GenerationOptions generation;
   v1::TruncationPolicy truncation = v1::TRUNCATION_POLICY_UNSPECIFIED;
   std::string request_id;
+  int64_t max_document_bytes = kDefaultMaxDocumentBytes;  // a FILE longer is refused before it is sent
   // Load generator.
   bool load = false;
   int concurrency = 1;

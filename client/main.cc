@@ -30,7 +30,6 @@ using srformer::client::ClientOptions;
 namespace v1 = srformer::v1;
 
 using srformer::read_document;
-using srformer::read_input;
 
 std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& o) {
   grpc::ChannelArguments args;
@@ -141,8 +140,13 @@ void print_alternatives(const v1::SummarizeResponse& r) {
   }
 }
 
+// A FILE's text, refused as soon as it holds more than --max-document-bytes.
+std::string read_client_document(const std::string& path, const ClientOptions& o) {
+  return read_document(path, static_cast<std::uintmax_t>(o.max_document_bytes), "--max-document-bytes raises it");
+}
+
 int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
-  const std::string doc = read_document(o.inputs.empty() ? "-" : o.inputs.front());
+  const std::string doc = read_client_document(o.inputs.empty() ? "-" : o.inputs.front(), o);
   grpc::ClientContext ctx;
   set_deadline(ctx, o);
   const auto req = make_request(o, doc);
@@ -223,12 +227,12 @@ grpc::Status naming_the_file(const grpc::Status& status, const std::vector<std::
 
 // The text of each FILE. Each one named is read once and every mention gets its text: a second read of stdin
 // ("-", /dev/stdin) or of a pipe (<(...)) found it drained, and sent the second as an empty document.
-std::vector<std::string> read_documents(const std::vector<std::string>& paths) {
+std::vector<std::string> read_documents(const std::vector<std::string>& paths, const ClientOptions& o) {
   std::vector<std::string> documents;
   std::map<std::string, std::string> read;
   for (const auto& path : paths) {
     auto text = read.find(path);
-    if (text == read.end()) text = read.emplace(path, read_document(path)).first;
+    if (text == read.end()) text = read.emplace(path, read_client_document(path, o)).first;
     documents.push_back(text->second);
   }
   return documents;
@@ -236,7 +240,7 @@ std::vector<std::string> read_documents(const std::vector<std::string>& paths) {
 
 int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   v1::SummarizeBatchRequest batch;
-  for (const auto& document : read_documents(o.inputs)) {
+  for (const auto& document : read_documents(o.inputs, o)) {
     auto& request = *batch.add_requests();
     request = make_request(o, document);
     // One id per FILE, as --load's: every item went out with the same id, and the server's log lines of
@@ -411,7 +415,7 @@ int run(int argc, char** argv) {
     if (o.load) {
       // The FILEs first: one that cannot be read was told only after the connection check, which to a target
       // that does not answer takes its 10 s, and to one that refuses said "cannot connect" instead.
-      const auto documents = read_documents(o.inputs);
+      const auto documents = read_documents(o.inputs, o);
       if (const int status = check_connection(channel, o); status != 0) return status;
       const auto report = srformer::client::run_load(channel, o, documents);
       // As a shell reports a process that a signal ended (130 for Ctrl-C, 143 for SIGTERM), after the report.

@@ -21,14 +21,18 @@ namespace srformer {
 // /dev/zero or a mistaken huge file took all the memory there was.
 inline constexpr std::uintmax_t kMaxInputBytes = std::numeric_limits<int>::max();
 
-// The bytes of `path`, or of stdin for "-"; more than `max_bytes` of them is an error naming the file.
-inline std::string read_input(const std::string& path, std::uintmax_t max_bytes = kMaxInputBytes) {
+// The bytes of `path`, or of stdin for "-"; more than `max_bytes` of them is an error naming the file, and
+// `bound`, where given, what sets the bound (the flag that raises it).
+inline std::string read_input(const std::string& path, std::uintmax_t max_bytes = kMaxInputBytes,
+                              const std::string& bound = "") {
   const auto failure = [&path](const std::string& why) {
     return std::runtime_error("cannot read '" + path + "': " + why);
   };
   const auto too_large = [&] {
     return failure("it holds more than " + std::to_string(max_bytes) + " bytes, the most one input may have" +
-                   (max_bytes == kMaxInputBytes ? " (the largest message gRPC carries)" : ""));
+                   (!bound.empty()                ? " (" + bound + ")"
+                    : max_bytes == kMaxInputBytes ? " (the largest message gRPC carries)"
+                                                  : ""));
   };
   std::error_code ec;
   if (path != "-" && std::filesystem::is_directory(path, ec)) throw failure("it is a directory");
@@ -65,9 +69,10 @@ inline std::string read_input(const std::string& path, std::uintmax_t max_bytes 
 // A document's text: the bytes of `path` (or stdin) without a leading UTF-8 byte-order mark, which marks
 // the file's encoding (Windows editors write one) and is no part of the text. The client and
 // `srformer summarize` read documents alike, so that the server and the offline tool see the same text.
-inline std::string read_document(const std::string& path) {
+inline std::string read_document(const std::string& path, std::uintmax_t max_bytes = kMaxInputBytes,
+                                 const std::string& bound = "") {
   constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
-  std::string text = read_input(path);
+  std::string text = read_input(path, max_bytes, bound);
   if (std::string_view(text).substr(0, kUtf8Bom.size()) == kUtf8Bom) text.erase(0, kUtf8Bom.size());
   return text;
 }

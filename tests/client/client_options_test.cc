@@ -62,6 +62,20 @@ TEST(ClientOptions, LoadGeneratorFlagsNeedLoad) {
 
 // --tls alone was refused ("--tls needs --ca FILE"): a server with a certificate from a public CA needed the
 // system's bundle named. Without --ca the client trusts the CAs gRPC finds (the system's).
+// A FILE was read up to 2 GiB (gRPC's largest message) before being refused: the client bounds it at 64 MiB
+// now, which --max-document-bytes moves within what gRPC carries.
+TEST(ClientOptions, MaxDocumentBytesBoundsWhatIsRead) {
+  EXPECT_EQ(parse({"doc.txt"}).max_document_bytes, int64_t{64} << 20);
+  EXPECT_EQ(parse({"--max-document-bytes", "1000", "doc.txt"}).max_document_bytes, 1000);
+  EXPECT_EQ(parse({"--max-document-bytes", "2147483647", "doc.txt"}).max_document_bytes, 2147483647);
+  EXPECT_EQ(refusal({"--max-document-bytes", "0", "doc.txt"}),
+            "--max-document-bytes must be from 1 to 2147483647, got 0");
+  EXPECT_EQ(refusal({"--max-document-bytes", "2147483648", "doc.txt"}),
+            "--max-document-bytes must be from 1 to 2147483647, got 2147483648");
+  EXPECT_EQ(refusal({"--health", "--max-document-bytes", "10"}),
+            "--max-document-bytes does nothing with --health, which checks the server's state and summarizes nothing");
+}
+
 TEST(ClientOptions, TlsWithoutCaTrustsTheSystemsCas) {
   const auto o = parse({"--tls", "--health"});
   EXPECT_TRUE(o.tls);

@@ -48,6 +48,15 @@ TEST(ReadInput, MoreThanTheBoundIsRefusedByName) {
   // A device without end is read in chunks up to the bound, then refused.
   EXPECT_EQ(message_of("/dev/zero", 100000),
             "cannot read '/dev/zero': it holds more than 100000 bytes, the most one input may have");
+  // A caller's bound says what sets it: the client's --max-document-bytes.
+  try {
+    read_input("/dev/zero", 100000, "--max-document-bytes raises it");
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_STREQ(e.what(),
+                 "cannot read '/dev/zero': it holds more than 100000 bytes, the most one input may have "
+                 "(--max-document-bytes raises it)");
+  }
   // A regular file past the default bound (2 GiB - 1, gRPC's largest message; sparse here) is refused by
   // its size, before any of it is read.
   const auto huge = dir.path() / "huge.txt";

@@ -911,6 +911,35 @@ TEST_F(EndToEnd, JsonSaysSoWhenAFileCannotBeRead) {
   EXPECT_EQ(load.out, "");
 }
 
+// A FILE without end (/dev/zero) or a mistaken huge one was read up to 2 GiB, and as much memory taken, before
+// the client refused it; the server (4 MiB by default) would have refused far less. The client stops at its
+// own bound now, 64 MiB unless --max-document-bytes says otherwise, and says which flag raises it. (Under
+// 1.5 GB of address space the old read ended in std::bad_alloc instead.)
+TEST_F(EndToEnd, TheClientRefusesADocumentPastItsBoundAsSoonAsItIsPast) {
+#ifdef SRFORMER_SANITIZER
+  GTEST_SKIP() << "a sanitizer's shadow memory does not fit under ulimit -v";
+#endif
+  const int port = free_port();  // nothing is sent
+  ASSERT_GT(port, 0);
+  const std::string client = "ulimit -v 1500000 && " + kClient + " --target 127.0.0.1:" + std::to_string(port) + " ";
+  for (const std::string& call : {std::string(""), std::string("--stream "), std::string("--batch ")}) {
+    auto r = run_command(client + call + "/dev/zero 2>&1");
+    EXPECT_EQ(r.exit_code, 1) << call;
+    EXPECT_EQ(r.out,
+              "srformer-client: cannot read '/dev/zero': it holds more than 67108864 bytes, the most one input may "
+              "have (--max-document-bytes raises it)\n")
+        << call;
+  }
+  auto load = run_command(client + "--load --requests 1 " + doc(0) + " /dev/zero 2>&1");
+  EXPECT_EQ(load.exit_code, 1);
+  EXPECT_NE(load.out.find("cannot read '/dev/zero': it holds more than 67108864 bytes"), std::string::npos) << load.out;
+  const auto size = read(doc(0)).size();
+  auto small = run_command(client + "--max-document-bytes " + std::to_string(size - 1) + " " + doc(0) + " 2>&1");
+  EXPECT_EQ(small.exit_code, 1);
+  EXPECT_EQ(small.out, "srformer-client: cannot read '" + doc(0) + "': it holds more than " + std::to_string(size - 1) +
+                           " bytes, the most one input may have (--max-document-bytes raises it)\n");
+}
+
 // --stream --json with a stream that failed partway (a deadline mid-summary, a server that went away) printed
 // only {"error": ...}: the tokens already received were lost. The error object carries them as "stream", as
 // a summary's does; the text output keeps printing them before its line break.
