@@ -190,7 +190,7 @@ generation options (unset = the model's defaults):
                            whose output is a line per FILE, --json's only)
   (--do-sample with --num-beams N > 1 samples the beams: Hugging Face's beam sampling)
 load generator:
-  --load --concurrency N (--requests M | --duration S [--grace G]) FILE...
+  --load --concurrency N (--requests M and/or --duration S [--grace G]) FILE...
       streams requests over the FILEs round-robin (name a FILE twice to send it twice as often);
       after --duration, the calls in flight have G seconds (default 30) to finish and count, then are
       cancelled, counted apart ("requests_cut") and neither ok nor failed;
@@ -200,7 +200,10 @@ load generator:
       run (exit 1, no report); the run stops early ("stopped_early") when no request has succeeded and
       every FILE was refused with an error that sending it again does not change (INVALID_ARGUMENT,
       NOT_FOUND, FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, UNAUTHENTICATED, PERMISSION_DENIED,
-      a message over a size limit); other errors are counted and the run goes on
+      a message over a size limit), and when max(10, 2 x N) requests have failed with the same code
+      (DEADLINE_EXCEEDED, INTERNAL, ...; not UNAVAILABLE or a full queue, which are waited out) with none
+      succeeding in between ("stopped_because" says which); other errors are counted and the run goes on;
+      --requests M with --duration S ends at whichever comes first
 exit status: 0 done (--health: SERVING; --load: every request succeeded); 1 a call failed, a FILE could
   not be read or the output not written (--health: not SERVING, or no answer; --load: a request failed,
   or none succeeded); 2 a command line it refuses; 130 (143) --load ended by Ctrl-C (SIGTERM), after its

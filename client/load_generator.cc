@@ -45,6 +45,9 @@ struct Totals {
   std::map<std::string, int64_t> errors;
   std::vector<bool> refused_for_good;  // per distinct document: refused with an error a retry does not change
   size_t documents_refused_for_good = 0;
+  // Since the last success, the failures of each kind that neither back off nor are refused for good.
+  std::map<grpc::StatusCode, int64_t> failures_since_ok;
+  std::string stopped_because;  // why the run stopped early: "" while it goes on
 };
 
 // A refusal that the same request meets again however often it is sent: what the request says (its options,
@@ -65,6 +68,14 @@ bool refused_for_good(const grpc::Status& status) {
     default:
       return false;
   }
+}
+
+// Whether the worker waits before its next request after `status`: "not now" (no server, a full queue).
+bool backs_off(const grpc::Status& status) {
+  const auto code = status.error_code();
+  // A request over a size limit is refused again however long one waits: no backoff, as for any error.
+  return code == grpc::StatusCode::UNAVAILABLE ||
+         (code == grpc::StatusCode::RESOURCE_EXHAUSTED && !is_message_size_refusal(status));
 }
 
 // The distinct files of a mix (one file named several times weighs it; two files of the same text are
@@ -140,9 +151,12 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
   std::atomic<bool> abandoned{false};
   // Set when no request has succeeded and every document has been refused for good: the rest of the run
   // could only be refused too. It went on at full speed (thousands of refusals a second for an unknown
-  // --model, each one a line in the server's log) to the end of --requests or --duration. The requests in
-  // flight finish and count; no more are sent.
+  // --model, each one a line in the server's log) to the end of --requests or --duration. Set too when
+  // `stop_after` requests have failed alike (DEADLINE_EXCEEDED, INTERNAL, ...) with none succeeding since:
+  // a run whose every request met its --deadline-ms went on to the end of --requests, however long that
+  // took, to report only the failures. The requests in flight finish and count; no more are sent.
   std::atomic<bool> hopeless{false};
+  const int64_t stop_after = std::max<int64_t>(10, int64_t{2} * o.concurrency);  // two rounds of every stream
   const auto ending = [&] { return g_interrupted.load() || abandoned.load(); };
   // Set --grace seconds after the end of --duration, when the calls still in flight are cancelled: the run
   // waited for them however long they took (a server that stopped answering held it for ever). They count
@@ -204,6 +218,7 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
       {
         std::lock_guard lock(totals.mu);
         if (status.ok()) {
+          totals.failures_since_ok.clear();
           // Only the summary streams; samples and hypotheses 2 ... N (num_return_sequences) come in the final
           // message, and count as output too.
           const int64_t output = std::max(tokens, returned);
@@ -217,14 +232,28 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
             totals.refused_for_good[d] = true;
             ++totals.documents_refused_for_good;
           }
-          if (totals.all.ok == 0 && totals.documents_refused_for_good == first_at.size()) hopeless.store(true);
+          if (totals.stopped_because.empty() && totals.all.ok == 0 &&
+              totals.documents_refused_for_good == first_at.size()) {
+            totals.stopped_because = "every FILE was refused with an error that sending it again does not change";
+            hopeless.store(true);
+          }
+          // A FILE refused for good among others that succeed is sent on; a server going away is waited for.
+          if (!refused_for_good(status) && !backs_off(status) &&
+              ++totals.failures_since_ok[status.error_code()] >= stop_after && totals.stopped_because.empty()) {
+            totals.stopped_because = std::to_string(stop_after) + " requests failed with " +
+                                     status_code_name(status.error_code()) + " and none succeeded in between";
+            hopeless.store(true);
+            // On stderr too: with --json the report alone did not say what to change.
+            std::cerr << "srformer-client: stopped the load: " << totals.stopped_because
+                      << (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && o.deadline_ms > 0
+                              ? " (each took its --deadline-ms " + std::to_string(o.deadline_ms) +
+                                    ": raise it, or lower --concurrency)"
+                              : " (see the report's errors)")
+                      << "\n";
+          }
         }
       }
-      const auto code = status.error_code();
-      // A request over a size limit is refused again however long one waits: no backoff, as for any error.
-      const bool transient = code == grpc::StatusCode::UNAVAILABLE ||
-                             (code == grpc::StatusCode::RESOURCE_EXHAUSTED && !is_message_size_refusal(status));
-      if (!transient) {
+      if (!backs_off(status)) {
         backoff = std::chrono::milliseconds(0);
         continue;
       }
@@ -294,6 +323,8 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
       {"concurrency", o.concurrency},
       {"interrupted", g_interrupted.load()},
       {"stopped_early", hopeless.load()},
+      {"stopped_because",
+       totals.stopped_because.empty() ? nlohmann::json(nullptr) : nlohmann::json(totals.stopped_because)},
       {"requests_ok", all.ok},
       {"requests_failed", failed},
       {"requests_cut", cut.load()},
@@ -335,9 +366,8 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
     std::printf("requests: %lld ok, %lld failed in %.2f s (concurrency %d)%s\n", static_cast<long long>(all.ok),
                 static_cast<long long>(failed), wall_s, o.concurrency,
                 g_interrupted.load() ? "; interrupted: calls in flight cancelled and not counted"
-                : hopeless.load()
-                    ? "; stopped early: every FILE was refused with an error that sending it again does not change"
-                    : "");
+                : hopeless.load()    ? ("; stopped early: " + totals.stopped_because).c_str()
+                                     : "");
     if (cut.load() > 0) {
       std::printf("cut: %lld still in flight %g s after the end of --duration, cancelled (--grace)\n",
                   static_cast<long long>(cut.load()), o.grace_s);

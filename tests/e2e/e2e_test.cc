@@ -816,6 +816,50 @@ TEST_F(EndToEnd, TheLoadGeneratorStopsWhenEveryRequestIsRefusedForGood) {
   EXPECT_EQ(m["requests_failed"], 3) << mixed.out;
 }
 
+// A run whose every request met its --deadline-ms (a server that stopped answering, or one too slow for the
+// deadline) went on to the end of --requests: 1000 requests of 200 ms on 2 streams took 100 s, to report
+// 1000 DEADLINE_EXCEEDED. It stops once max(10, 2 x concurrency) requests have failed with the same code and
+// none succeeded in between, and stderr says what to change.
+TEST_F(EndToEnd, TheLoadGeneratorStopsWhenEveryRequestMeetsItsDeadline) {
+  CannedSummarizer hanging;
+  hanging.hang = true;
+  int port = 0;
+  const auto server = serve(hanging, port);
+  ASSERT_GT(port, 0);
+  const std::string errors = (work_ / "deadline-errors.txt").string();
+  const std::string client = "timeout 30 " + kClient + " --target 127.0.0.1:" + std::to_string(port) +
+                             " --load --concurrency 2 --requests 1000 --deadline-ms 200 " + doc(0);
+  auto r = run_command(client + " --json 2>" + errors);
+  ASSERT_EQ(r.exit_code, 1) << r.out;
+  const auto report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report["stopped_early"], true) << r.out;
+  EXPECT_EQ(report["stopped_because"], "10 requests failed with DEADLINE_EXCEEDED and none succeeded in between")
+      << r.out;
+  EXPECT_EQ(report["requests_ok"], 0) << r.out;
+  // The tenth failure stops the run; the other stream has at most one request in flight then.
+  EXPECT_GE(report["requests_failed"].get<int64_t>(), 10) << r.out;
+  EXPECT_LE(report["requests_failed"].get<int64_t>(), 11) << r.out;
+  EXPECT_LT(report["wall_s"].get<double>(), 10.0) << r.out;
+  EXPECT_EQ(read(errors),
+            "srformer-client: stopped the load: 10 requests failed with DEADLINE_EXCEEDED and none succeeded in "
+            "between (each took its --deadline-ms 200: raise it, or lower --concurrency)\n");
+  auto text = run_command(client + " 2>/dev/null");
+  EXPECT_EQ(text.exit_code, 1) << text.out;
+  EXPECT_NE(text.out.find("; stopped early: 10 requests failed with DEADLINE_EXCEEDED and none succeeded in "
+                          "between\n"),
+            std::string::npos)
+      << text.out;
+  // Without a deadline nothing fails: --duration bounds a --requests run in time, whichever comes first.
+  auto bounded =
+      run_command("timeout 30 " + kClient + " --target 127.0.0.1:" + std::to_string(port) +
+                  " --load --concurrency 2 --requests 1000 --duration 1 --grace 0 --json " + doc(0) + " 2>/dev/null");
+  EXPECT_EQ(bounded.exit_code, 1) << bounded.out;
+  const auto b = nlohmann::json::parse(bounded.out);
+  EXPECT_EQ(b["requests_cut"], 2) << bounded.out;
+  EXPECT_EQ(b["stopped_because"], nullptr) << bounded.out;
+  server->Shutdown();
+}
+
 // A target that is another gRPC server (a wrong port) answers UNIMPLEMENTED with no message: the health check
 // said "srformer-client: health check failed: " and nothing more, a summary "srformer-client: UNIMPLEMENTED: ".
 TEST_F(EndToEnd, ATargetThatIsNoSrformerServerIsNamed) {
