@@ -111,9 +111,19 @@ void print_json(const nlohmann::json& j) {
   std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
+// A deadline that passed said only "Deadline Exceeded": a target that never connected (nothing answering
+// at the address, a firewall that drops) read as a server that was slow, which a longer deadline helps.
+std::string deadline_hint(const grpc::Status& s, grpc::Channel& channel, const ClientOptions& o, int64_t waited_ms) {
+  if (s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED || waited_ms <= 0) return "";
+  const std::string within = " within " + std::to_string(waited_ms) + " ms";
+  if (channel.GetState(false) != GRPC_CHANNEL_READY)
+    return " (no connection to " + o.target + " came up" + within + ": is the server up at that address?)";
+  return " (the server did not finish" + within + "; --deadline-ms gives it longer)";
+}
+
 // A script reading --json read nothing on stdout when the call failed: it gets the error object there too.
-int fail(const grpc::Status& s, const ClientOptions& o, uint64_t sent_bytes = 0) {
-  std::cerr << "srformer-client: " << failure(s, o, sent_bytes) << "\n";
+int fail(const grpc::Status& s, grpc::Channel& channel, const ClientOptions& o, uint64_t sent_bytes = 0) {
+  std::cerr << "srformer-client: " << failure(s, o, sent_bytes) << deadline_hint(s, channel, o, o.deadline_ms) << "\n";
   if (o.json) print_json(error_json(s));
   return 1;
 }
@@ -145,7 +155,7 @@ std::string read_client_document(const std::string& path, const ClientOptions& o
   return read_document(path, static_cast<std::uintmax_t>(o.max_document_bytes), "--max-document-bytes raises it");
 }
 
-int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
+int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Channel& channel) {
   const std::string doc = read_client_document(o.inputs.empty() ? "-" : o.inputs.front(), o);
   grpc::ClientContext ctx;
   set_deadline(ctx, o);
@@ -153,7 +163,7 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   if (!o.stream) {
     v1::SummarizeResponse resp;
     const auto st = stub.Summarize(&ctx, req, &resp);
-    if (!st.ok()) return fail(st, o, req.ByteSizeLong());
+    if (!st.ok()) return fail(st, channel, o, req.ByteSizeLong());
     if (o.json) {
       std::cout << to_json(resp).dump() << "\n";
     } else {
@@ -191,10 +201,11 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   if (!std::cout) return 1;
   if (!st.ok()) {
     if (printed) std::cout << "\n";
-    if (!o.json) return fail(st, o, req.ByteSizeLong());
+    if (!o.json) return fail(st, channel, o, req.ByteSizeLong());
     // The tokens that came before the failure (a deadline mid-summary, a server that went away) were
     // dropped: the error object carries them, as the summary's "stream" does.
-    std::cerr << "srformer-client: " << failure(st, o, req.ByteSizeLong()) << "\n";
+    std::cerr << "srformer-client: " << failure(st, o, req.ByteSizeLong())
+              << deadline_hint(st, channel, o, o.deadline_ms) << "\n";
     auto j = error_json(st);
     j["stream"] = tokens;
     print_json(j);
@@ -238,7 +249,7 @@ std::vector<std::string> read_documents(const std::vector<std::string>& paths, c
   return documents;
 }
 
-int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub) {
+int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Channel& channel) {
   v1::SummarizeBatchRequest batch;
   for (const auto& document : read_documents(o.inputs, o)) {
     auto& request = *batch.add_requests();
@@ -252,7 +263,7 @@ int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub) {
   set_deadline(ctx, o);
   v1::SummarizeBatchResponse resp;
   const auto st = stub.SummarizeBatch(&ctx, batch, &resp);
-  if (!st.ok()) return fail(naming_the_file(st, o.inputs), o, batch.ByteSizeLong());
+  if (!st.ok()) return fail(naming_the_file(st, o.inputs), channel, o, batch.ByteSizeLong());
   std::map<int, const v1::BatchItemError*> errors;
   for (const auto& e : resp.errors()) errors[e.index()] = &e;
   nlohmann::json all = nlohmann::json::array();
@@ -325,12 +336,12 @@ nlohmann::json set_fields(const google::protobuf::Message& m) {
   return j;
 }
 
-int list_models(const ClientOptions& o, v1::Summarizer::Stub& stub) {
+int list_models(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Channel& channel) {
   grpc::ClientContext ctx;
   set_deadline(ctx, o);
   v1::ListModelsResponse resp;
   const auto st = stub.ListModels(&ctx, {}, &resp);
-  if (!st.ok()) return fail(st, o);
+  if (!st.ok()) return fail(st, channel, o);
   nlohmann::json all = nlohmann::json::array();
   for (const auto& m : resp.models()) {
     if (o.json) {
@@ -390,11 +401,12 @@ int run(int argc, char** argv) {
     const auto channel = make_channel(o);
     if (o.health) {
       grpc::Status error;
-      const auto status = srformer::client::check_health(
-          channel, "", std::chrono::milliseconds(o.deadline_ms > 0 ? o.deadline_ms : 3000), &error);
+      const int64_t timeout_ms = o.deadline_ms > 0 ? o.deadline_ms : 3000;
+      const auto status = srformer::client::check_health(channel, "", std::chrono::milliseconds(timeout_ms), &error);
       const char* names[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
       if (status == srformer::client::HealthStatus::kError) {
-        std::cerr << "srformer-client: health check failed: " << failure(error, o, 0) << "\n";
+        std::cerr << "srformer-client: health check failed: " << failure(error, o, 0)
+                  << deadline_hint(error, *channel, o, timeout_ms) << "\n";
         // A probe reading --json read nothing on stdout when no answer came (nothing listening, a deadline).
         if (o.json) {
           auto no_answer = error_json(error);
@@ -411,7 +423,7 @@ int run(int argc, char** argv) {
       return status == srformer::client::HealthStatus::kServing ? 0 : 1;
     }
     auto stub = v1::Summarizer::NewStub(channel);
-    if (o.list_models) return list_models(o, *stub);
+    if (o.list_models) return list_models(o, *stub, *channel);
     if (o.load) {
       // The FILEs first: one that cannot be read was told only after the connection check, which to a target
       // that does not answer takes its 10 s, and to one that refuses said "cannot connect" instead.
@@ -422,8 +434,8 @@ int run(int argc, char** argv) {
       if (report["interrupted"].get<bool>()) return 128 + srformer::client::load_interrupted_by();
       return report["requests_failed"].get<int64_t>() == 0 && report["requests_ok"].get<int64_t>() > 0 ? 0 : 1;
     }
-    if (o.batch) return summarize_batch(o, *stub);
-    return summarize(o, *stub);
+    if (o.batch) return summarize_batch(o, *stub, *channel);
+    return summarize(o, *stub, *channel);
   } catch (const std::exception& e) {
     std::cerr << "srformer-client: " << e.what() << "\n";
     // A FILE that could not be read (or a --ca, --cert, --key) printed nothing on stdout with --json, where a

@@ -1015,6 +1015,46 @@ TEST_F(EndToEnd, StreamJsonFailingPartwayKeepsTheTokensReceived) {
   server->Shutdown();
 }
 
+// A deadline that passed said "DEADLINE_EXCEEDED: Deadline Exceeded" alike of a target that never connected
+// (here: a socket that listens and never answers, as a wrong port behind a firewall that drops) and of a
+// server that was slow, which a longer --deadline-ms helps; --health, with its 3 s unless --deadline-ms, said
+// nothing of the wait either. The hint tells them apart.
+TEST_F(EndToEnd, ADeadlineSaysWhetherTheTargetEverConnected) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ASSERT_EQ(listen(fd, 4), 0);  // connections complete in the kernel; nothing ever answers them
+  const std::string silent = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  const std::string never =
+      " (no connection to " + silent + " came up within 500 ms: is the server up at that address?)\n";
+  const std::string client = kClient + " --target " + silent + " --deadline-ms 500 ";
+  EXPECT_EQ(run_command(client + doc(0) + " 2>&1").out,
+            "srformer-client: DEADLINE_EXCEEDED: Deadline Exceeded" + never);
+  EXPECT_EQ(run_command(client + "--list-models 2>&1").out,
+            "srformer-client: DEADLINE_EXCEEDED: Deadline Exceeded" + never);
+  const auto health = run_command(client + "--health 2>&1");
+  EXPECT_EQ(health.exit_code, 1);
+  EXPECT_EQ(health.out, "srformer-client: health check failed: DEADLINE_EXCEEDED: Deadline Exceeded" + never);
+  close(fd);
+
+  CannedSummarizer hanging;  // connects, then never finishes
+  hanging.hang = true;
+  int port = 0;
+  const auto server = serve(hanging, port);
+  ASSERT_GT(port, 0);
+  const auto slow = run_command(kClient + " --target 127.0.0.1:" + std::to_string(port) +
+                                " --deadline-ms 500 --stream " + doc(0) + " 2>&1");
+  EXPECT_EQ(slow.exit_code, 1);
+  EXPECT_EQ(slow.out,
+            "srformer-client: DEADLINE_EXCEEDED: Deadline Exceeded (the server did not finish within 500 ms; "
+            "--deadline-ms gives it longer)\n");
+  server->Shutdown();
+}
+
 // A --concurrency the system cannot start threads for (a pids or memory limit; here 4096 stacks of 8 MiB in
 // 3 GB of address space) ended in std::terminate, the started threads left joinable: "terminate called
 // without an active exception", exit 134. Now the run fails with what to change.
