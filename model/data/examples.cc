@@ -17,8 +17,11 @@ namespace srformer::data {
 
 namespace {
 
+constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
+
 // What a line that is no JSON says the file is instead ("; the file is gzip-compressed: ..."), or "". The
-// first line (`first`) tells a compressed or UTF-16 file; any line, one in an 8-bit encoding.
+// first line (`first`) tells a compressed file; any line, a UTF-16 one (by its mark), one in an 8-bit
+// encoding or one whose lines end in CR alone.
 std::string file_hint(std::string_view line, bool first, const nlohmann::json::parse_error& e) {
   const auto starts = [&](std::string_view magic) { return line.substr(0, magic.size()) == magic; };
   using Format = std::tuple<std::string_view, const char*, const char*>;  // magic, name, decompressor
@@ -29,9 +32,18 @@ std::string file_hint(std::string_view line, bool first, const nlohmann::json::p
       return std::string("; the file is ") + name + "-compressed: decompress it, or pass <(" + cat + " FILE)";
     }
   }
-  // A byte-order mark, or the NUL byte beside each ASCII character of UTF-16 JSON.
-  if (first && (starts_with_utf16_bom(line) || (line.size() >= 2 && (line[0] == '\0' || line[1] == '\0')))) {
+  // A byte-order mark (also on a later line: a UTF-16 file joined to others with `cat`), or the NUL byte
+  // beside each ASCII character of UTF-16 JSON.
+  if (starts_with_utf16_bom(line) || (first && line.size() >= 2 && (line[0] == '\0' || line[1] == '\0'))) {
     return "; the file is UTF-16: re-encode it as UTF-8 (iconv -f UTF-16 -t UTF-8)";
+  }
+  // A carriage return between values: lines ended by CR alone, which getline() does not split (a CR before
+  // the newline, or at the end, is JSON whitespace and parses). One inside a string is another fault.
+  const auto last = line.find_last_not_of(" \t\r");
+  if (last != std::string_view::npos && line.substr(0, last).find('\r') != std::string_view::npos &&
+      std::string_view(e.what()).find("U+000D") == std::string_view::npos) {
+    return "; its lines end in a carriage return alone (classic Mac OS): convert them to newlines (tr '\\r' "
+           "'\\n' < FILE > NEW.jsonl)";
   }
   if (std::string_view(e.what()).find("ill-formed UTF-8") != std::string_view::npos) {
     return "; the file must be UTF-8: re-encode it (iconv -f ENCODING -t UTF-8)";
@@ -56,6 +68,11 @@ void for_each_jsonl(const std::string& path, const std::function<void(const nloh
   if (!in) throw std::invalid_argument("cannot read '" + path + "': " + std::strerror(errno));
   std::string line;
   for (int64_t n = 1; std::getline(in, line); ++n) {
+    // Files joined with `cat` leave each one's UTF-8 byte-order mark at the start of a later line, on a line
+    // of its own (an empty file) or twice: nlohmann skips one at the start of a line, not more.
+    size_t marks = 0;
+    while (line.compare(marks, kUtf8Bom.size(), kUtf8Bom) == 0) marks += kUtf8Bom.size();
+    line.erase(0, marks);
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(n);
     // A key given twice in the line's object kept its last value without a word (as Python's json does):

@@ -15,8 +15,9 @@ struct Example {
 };
 
 // Calls fn(object, "file:line") for every non-blank line of `path` (a file or a pipe, read once), which
-// must be a JSON object giving each field once. Throws std::invalid_argument naming the file and line of
-// the first bad one (and saying to re-encode a file that is not UTF-8).
+// must be a JSON object giving each field once. UTF-8 byte-order marks that start a line are skipped (files
+// joined with `cat`); lines end in LF or CRLF (CR alone is named in the error). Throws std::invalid_argument naming the
+// file and line of the first bad one (and saying to re-encode a file that is not UTF-8).
 void for_each_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, const std::string&)>& fn);
 
 // The string field `key` of `j`; throws std::invalid_argument naming `where` when missing or not a string.

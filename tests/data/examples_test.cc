@@ -152,5 +152,51 @@ TEST(ReadExamples, CrlfBomBlankLinesAndNoFinalNewline) {
   EXPECT_EQ(examples[1].document, "second");
 }
 
+// Files joined with `cat` keep each one's byte-order mark at the start of a later line: read alike, also
+// a mark on a line of its own (an empty file that had one) or twice (an empty one before another).
+TEST(ReadExamples, ByteOrderMarksOfFilesJoinedWithCat) {
+  testing::TempDir dir{"examples"};
+  const auto file = dir.path() / "data.jsonl";
+  const std::string bom = "\xEF\xBB\xBF";
+  std::ofstream(file, std::ios::binary)
+      << bom << "{\"id\": \"a\", \"document\": \"first document\", \"summary\": \"first\"}\n"
+      << bom << "\r\n"
+      << bom << bom << "{\"id\": \"b\", \"document\": \"second document\", \"summary\": \"second\"}\n"
+      << bom << "{\"id\": \"c\", \"document\": \"third document\", \"summary\": \"third\"}\n";
+  const auto examples = read_examples(file.string());
+  ASSERT_EQ(examples.size(), 3u);
+  EXPECT_EQ(examples[1].id, "b");
+  EXPECT_EQ(examples[2].id, "c");
+  EXPECT_EQ(examples[2].summary, "third");
+  // A UTF-16 file joined after a UTF-8 one is named as such on its line, not only as the first.
+  std::string utf16 = "\xFF\xFE";
+  for (const char c : std::string("{\"id\": \"d\"}\n")) utf16 += std::string{c, '\0'};
+  std::ofstream(file, std::ios::binary) << kTwoLines << utf16;
+  EXPECT_NE(refusal(file).find(file.string() + ":3: not valid JSON ("), std::string::npos) << refusal(file);
+  EXPECT_NE(refusal(file).find("; the file is UTF-16: re-encode it as UTF-8"), std::string::npos) << refusal(file);
+}
+
+// Lines ended by a carriage return alone (classic Mac OS) are one line to the reader: nlohmann's
+// "unexpected '{'; expected end of input" at line 1 did not say why.
+TEST(ReadExamples, LinesEndedByACarriageReturnAloneAreNamed) {
+  testing::TempDir dir{"examples"};
+  const auto file = dir.path() / "data.jsonl";
+  std::string text = kTwoLines;
+  for (auto& c : text) c = c == '\n' ? '\r' : c;
+  std::ofstream(file, std::ios::binary) << text;
+  const auto said = refusal(file);
+  EXPECT_EQ(said.rfind(file.string() + ":1: not valid JSON (", 0), 0u) << said;
+  EXPECT_NE(said.find("; its lines end in a carriage return alone (classic Mac OS): convert them to newlines "
+                      "(tr '\\r' '\\n' < FILE > NEW.jsonl)"),
+            std::string::npos)
+      << said;
+  // One line so ended is read (a CR is JSON whitespace), as is a CR before a newline.
+  std::ofstream(file, std::ios::binary) << text.substr(0, text.find('\r') + 1);
+  EXPECT_EQ(read_examples(file.string()).size(), 1u);
+  // A CR inside a string is no line end: nlohmann's words say what is wrong.
+  std::ofstream(file, std::ios::binary) << "{\"id\": \"a\", \"document\": \"a\rb\", \"summary\": \"s\"}\n";
+  EXPECT_EQ(refusal(file).find("carriage return alone"), std::string::npos) << refusal(file);
+}
+
 }  // namespace
 }  // namespace srformer::data
