@@ -318,15 +318,24 @@ std::string format_duration(double seconds) {
   return o.str();
 }
 
+// Whether `name` is "checkpoint-N" followed by `suffix` (".tmp": one being written).
+bool is_checkpoint_name(const std::string& name, std::string_view suffix = {}) {
+  const std::string_view prefix = kCheckpointPrefix;
+  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return false;
+  }
+  const auto digits = std::string_view(name).substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  return digits.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
 std::vector<std::pair<int64_t, fs::path>> checkpoints(const fs::path& out_dir) {
   std::vector<std::pair<int64_t, fs::path>> found;
   if (!fs::is_directory(out_dir)) return found;
   for (const auto& entry : fs::directory_iterator(out_dir)) {
     const auto name = entry.path().filename().string();
-    if (name.rfind(kCheckpointPrefix, 0) != 0 || !fs::exists(entry.path() / kStateFile)) continue;
-    const auto digits = name.substr(std::string(kCheckpointPrefix).size());
-    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    found.emplace_back(std::stoll(digits), entry.path());
+    if (!is_checkpoint_name(name) || !fs::exists(entry.path() / kStateFile)) continue;
+    found.emplace_back(std::stoll(name.substr(std::string(kCheckpointPrefix).size())), entry.path());
   }
   std::sort(found.begin(), found.end());
   return found;
@@ -398,6 +407,7 @@ class Run {
     prepare_data();
     // After the model and data have been read: a missing model or data file left an empty --out behind.
     fs::create_directories(o_.out_dir);
+    remove_unfinished_checkpoints();
     const int64_t warmup = o_.warmup_steps >= 0 ? o_.warmup_steps : o_.steps / 20;
     const auto log_path = o_.out_dir / kLogFile;
     truncate_log(log_path, start_step_);
@@ -758,6 +768,21 @@ class Run {
     while (static_cast<int64_t>(all.size()) > o_.keep_checkpoints) {
       fs::remove_all(all.front().second);
       all.erase(all.begin());
+    }
+  }
+
+  // A checkpoint-N.tmp is what a run killed while saving checkpoint N left (a second Ctrl-C, SIGKILL, a power
+  // loss): model-sized, never read, and removed by a later save at that same N only, which a resumed run
+  // with another --stop-after or --save-every never makes.
+  void remove_unfinished_checkpoints() {
+    std::vector<fs::path> unfinished;
+    for (const auto& entry : fs::directory_iterator(o_.out_dir)) {
+      if (is_checkpoint_name(entry.path().filename().string(), ".tmp")) unfinished.push_back(entry.path());
+    }
+    for (const auto& dir : unfinished) {
+      fs::remove_all(dir);
+      console_ << "note: removed " << dir.string() << ", a checkpoint an earlier run did not finish saving"
+               << std::endl;
     }
   }
 

@@ -670,6 +670,32 @@ TEST_F(Fixture, AStopRequestEndsTheRunWithACheckpoint) {
   EXPECT_EQ(train(o, console).updates, 11);
 }
 
+// A run killed while saving (a second Ctrl-C, SIGKILL) leaves checkpoint-N.tmp: never read by --resume, and
+// removed by a later save at that same N only; a resumed run stopping elsewhere kept it, model-sized, for
+// good.
+TEST_F(Fixture, ACheckpointLeftUnfinishedIsRemovedByTheNextRun) {
+  std::ostringstream console;
+  auto o = options("unfinished");
+  o.stop_after = 3;
+  train(o, console);
+  const auto unfinished = o.out_dir / "checkpoint-5.tmp";
+  fs::copy(o.out_dir / "checkpoint-3", unfinished);
+  fs::create_directories(o.out_dir / "checkpoint-x.tmp");  // not a name the trainer writes: left alone
+  o.stop_after = 4;
+  o.resume = true;
+  console.str("");
+  EXPECT_EQ(train(o, console).updates, 1);
+  EXPECT_NE(console.str().find("resuming from " + (o.out_dir / "checkpoint-3").string()), std::string::npos)
+      << console.str();
+  EXPECT_FALSE(fs::exists(unfinished));
+  EXPECT_NE(console.str().find("note: removed " + unfinished.string() +
+                               ", a checkpoint an earlier run did not finish saving"),
+            std::string::npos)
+      << console.str();
+  EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-x.tmp"));
+  EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-4" / "trainer_state.json"));
+}
+
 // A BART reads at most max_position_embeddings input tokens: longer --max-input-tokens (the default
 // 512 over a small BART's 256) cut documents there, said once, instead of failing the run at the first
 // long batch.
