@@ -101,6 +101,10 @@ struct TrainingMode {
   DropoutRates dropout;
 };
 
+// Weights that Hugging Face keeps as buffers, which its Trainer never updates: BART's final_logits_bias
+// ([1, V], created zero). Trained here, it drifted from the checkpoint's as no other fine-tuning moves it.
+bool is_frozen(const std::string& name) { return name == "final_logits_bias"; }
+
 // The seed of micro-batch `index`'s dropout masks (splitmix64 of the run's seed and the index).
 uint64_t dropout_seed(uint64_t seed, int64_t index) {
   uint64_t z = seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(index) + 1);
@@ -437,6 +441,7 @@ class Run {
         interval_nll += t.nll_sum;
         interval_tokens += t.tokens;
       }
+      for (auto& p : frozen_) p.mutable_grad() = torch::Tensor();  // AdamW and the clipping norm skip it
       if (scaler_.enabled()) unscale_gradients();
       const double norm = clip_grad_norm(params_, o_.clip_norm > 0 ? o_.clip_norm : 1e30);
       // Without loss scaling a non-finite gradient is no overflow to skip: the loss or the weights are
@@ -636,6 +641,8 @@ class Run {
       if (!p.is_floating_point()) continue;
       p.requires_grad_(true);  // the loader's tensors are leaves made without grad
       params_.emplace_back(name, p);
+      // Kept in the optimizer (its state file keeps the layout of checkpoints that trained it), never updated.
+      if (is_frozen(name)) frozen_.push_back(p);
     }
     optimizer_ = std::make_unique<AdamW>(params_, o_.adam);
     if (o_.resume) {
@@ -839,6 +846,7 @@ class Run {
   std::unique_ptr<Seq2SeqModel> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   Params params_;
+  std::vector<torch::Tensor> frozen_;  // of params_, those training leaves as they are (is_frozen)
   std::unique_ptr<AdamW> optimizer_;
   int64_t classes_ = 0, start_step_ = 0, batches_per_epoch_ = 1, plan_epoch_ = -1;
   double elapsed_before_ = 0.0;

@@ -16,6 +16,7 @@
 #include "model/eval/batch_summarize.h"
 #include "model/eval/rouge.h"
 #include "model/generation/generate.h"
+#include "model/io/safetensors.h"
 #include "model/random_model.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/sentencepiece_library.h"
@@ -694,6 +695,35 @@ TEST_F(Fixture, ACheckpointLeftUnfinishedIsRemovedByTheNextRun) {
       << console.str();
   EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-x.tmp"));
   EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-4" / "trainer_state.json"));
+}
+
+// BART's final_logits_bias is a buffer in Hugging Face, which its Trainer never updates; it was trained
+// here like a weight (AdamW moved it at every update).
+TEST_F(Fixture, BartsFinalLogitsBiasIsNotTrained) {
+  std::ostringstream console;
+  auto o = options("bart-bias");
+  o.model_dir = tmp.path() / "bart";
+  write_random_model(o.model_dir, tiny_config(Architecture::kBart, CrossAttentionKind::kSrformer, 4, 32), 3, 0.0);
+  fs::copy_file(model / "spiece.model", o.model_dir / "spiece.model");
+  o.steps = 3;
+  o.warmup_steps = 0;
+  train(o, console);
+  const auto before = SafetensorsFile::open(o.model_dir / "model.safetensors");
+  const auto after = SafetensorsFile::open(o.out_dir / "model.safetensors");
+  EXPECT_TRUE(torch::equal(after.tensor("final_logits_bias"), before.tensor("final_logits_bias")));
+  // The rest trained, the biases of the layers among them.
+  const auto out_proj = "model.decoder.layers.0.self_attn.out_proj.bias";
+  EXPECT_FALSE(torch::equal(after.tensor(out_proj), before.tensor(out_proj)));
+  // Resumed from a checkpoint, it stays as it was too.
+  auto resumed = o;
+  resumed.out_dir = tmp.path() / "bart-bias-resumed";
+  resumed.stop_after = 1;
+  train(resumed, console);
+  resumed.stop_after = 0;
+  resumed.resume = true;
+  train(resumed, console);
+  EXPECT_TRUE(torch::equal(SafetensorsFile::open(resumed.out_dir / "model.safetensors").tensor("final_logits_bias"),
+                           before.tensor("final_logits_bias")));
 }
 
 // A BART reads at most max_position_embeddings input tokens: longer --max-input-tokens (the default
