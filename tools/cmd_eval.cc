@@ -238,22 +238,27 @@ GenerationRun generate_all(const Args& a, const std::string& model_dir, const st
 
   GenerationRun run;
   run.max_input_tokens = input_limit_with(c, a.max_input);
-  std::vector<std::string> documents;
-  for (const auto& e : data) documents.push_back(e.document);
+  std::vector<std::string> documents, names;  // names: what a document the model cannot read is called
+  for (const auto& e : data) {
+    documents.push_back(e.document);
+    names.push_back(a.positional.back() + ": example '" + e.id + "'");
+  }
   const auto started = Clock::now();
   auto last_report = started;
   const auto batches = [&](size_t docs) {
     return (docs + static_cast<size_t>(a.batch) - 1) / static_cast<size_t>(a.batch);
   };
   auto s = eval::summarize_all(
-      *model, *tokenizer, documents, o, a.batch, run.max_input_tokens, [&](size_t done, size_t total) {
+      *model, *tokenizer, documents, o, a.batch, run.max_input_tokens,
+      [&](size_t done, size_t total) {
         const auto now = Clock::now();
         if (now - last_report < std::chrono::seconds(1) && done != total) return;
         const double secs = std::chrono::duration<double>(now - started).count();
         std::cerr << "batch " << batches(done) << "/" << batches(total) << ", " << std::fixed << std::setprecision(1)
                   << static_cast<double>(done) / std::max(secs, 1e-9) << " docs/s\n";
         last_report = now;
-      });
+      },
+      std::nullopt, names);
   if (s.truncated > 0) {
     std::cerr << s.truncated << " of " << data.size() << " documents truncated to " << run.max_input_tokens
               << " tokens\n";

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/tokenizer/utf8.h"
+
 namespace srformer::data {
 
 bool truncate_keeping_last(TokenIds& ids, int64_t max_tokens) {
@@ -29,6 +31,18 @@ TokenIds encode_document(const Tokenizer& tokenizer, const ModelConfig& config, 
                          int64_t max_tokens, bool* truncated) {
   if (!config.summarization_prefix) return encode_truncated(tokenizer, document, max_tokens, truncated);
   return encode_truncated(tokenizer, *config.summarization_prefix + std::string(document), max_tokens, truncated);
+}
+
+void check_in_embedding(const TokenIds& ids, const Tokenizer& tokenizer, const ModelConfig& config,
+                        std::string_view what) {
+  const auto past = std::find_if(ids.begin(), ids.end(), [&](int64_t id) { return id >= config.vocab_size; });
+  if (past == ids.end()) return;
+  throw std::invalid_argument("the " + std::string(what) + " holds the token '" +
+                              utf8::to_valid(tokenizer.id_to_token(*past)) + "' (id " + std::to_string(*past) +
+                              "), past the " + std::to_string(config.vocab_size) +
+                              " rows of the model's embedding (config.json's vocab_size; its tokenizer has " +
+                              std::to_string(tokenizer.vocab_size()) +
+                              " tokens): remove it from the text, or use the checkpoint's own tokenizer files");
 }
 
 PaddedBatch pad_rows(const std::vector<const TokenIds*>& rows, int64_t pad) {

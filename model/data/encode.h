@@ -24,6 +24,14 @@ TokenIds encode_truncated(const Tokenizer& tokenizer, std::string_view text, int
 TokenIds encode_document(const Tokenizer& tokenizer, const ModelConfig& config, std::string_view document,
                          int64_t max_tokens, bool* truncated = nullptr);
 
+// Throws std::invalid_argument when `ids` (the encoded `what`: "document", "summary") hold a token past the
+// model's embedding rows (config.vocab_size), as a tokenizer with more tokens than the model makes (files of
+// another checkpoint; facebook/bart-large-cnn's <mask>, written out in a text). The model refused the whole
+// batch with "token id N outside the vocabulary", naming neither the text nor the token, after hours of a
+// run's earlier batches.
+void check_in_embedding(const TokenIds& ids, const Tokenizer& tokenizer, const ModelConfig& config,
+                        std::string_view what);
+
 struct PaddedBatch {
   torch::Tensor ids;   // [B, width] int64, `pad` after each row's end
   torch::Tensor mask;  // [B, width] int64, 1 = real token

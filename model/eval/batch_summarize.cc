@@ -6,6 +6,7 @@
 #include <chrono>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 
 #include "model/data/encode.h"
 #include "model/generation/generate.h"
@@ -15,7 +16,7 @@ namespace srformer::eval {
 BatchSummaries summarize_all(Seq2SeqModel& model, const Tokenizer& tokenizer, const std::vector<std::string>& documents,
                              const GenerationOptions& options, int64_t batch_size, int64_t max_input_tokens,
                              const std::function<void(size_t, size_t)>& progress,
-                             std::optional<int64_t> expected_length) {
+                             std::optional<int64_t> expected_length, const std::vector<std::string>& names) {
   if (batch_size < 1) throw std::invalid_argument("batch size must be >= 1");
   const auto& c = model.config();
   BatchSummaries out;
@@ -24,6 +25,13 @@ BatchSummaries summarize_all(Seq2SeqModel& model, const Tokenizer& tokenizer, co
   for (const auto& d : documents) {
     bool cut = false;
     ids.push_back(data::encode_document(tokenizer, c, d, max_input_tokens, &cut));
+    try {
+      data::check_in_embedding(ids.back(), tokenizer, c, "document");
+    } catch (const std::invalid_argument& e) {
+      const size_t i = ids.size() - 1;
+      throw std::invalid_argument((i < names.size() ? names[i] : "document " + std::to_string(i + 1)) + ": " +
+                                  e.what());
+    }
     out.truncated += cut ? 1 : 0;
     out.input_tokens += static_cast<int64_t>(ids.back().size());
   }

@@ -22,10 +22,12 @@ struct BatchSummaries {
 
 // Documents longer than max_input_tokens are truncated (counted in `truncated`). SRformer's expected
 // length L is `expected_length`, else the model's default (default_expected_length). progress(done, total)
-// is called after every batch.
+// is called after every batch. A document holding a token past the model's embedding is refused
+// (std::invalid_argument) before any is generated, named by names[i] when given ("document N" else).
 BatchSummaries summarize_all(Seq2SeqModel& model, const Tokenizer& tokenizer, const std::vector<std::string>& documents,
                              const GenerationOptions& options, int64_t batch_size, int64_t max_input_tokens,
                              const std::function<void(size_t, size_t)>& progress = {},
-                             std::optional<int64_t> expected_length = std::nullopt);
+                             std::optional<int64_t> expected_length = std::nullopt,
+                             const std::vector<std::string>& names = {});
 
 }  // namespace srformer::eval

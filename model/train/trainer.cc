@@ -171,14 +171,24 @@ struct Cuts {
   int64_t documents = 0, summaries = 0;
 };
 
+// Examples of `file` ("": unnamed) as the model reads them; one holding a token past the model's embedding
+// is refused before the run starts, named (it failed the run at its batch, hours in).
 std::vector<TokenizedExample> tokenize(const std::vector<data::Example>& examples, const Tokenizer& tok,
-                                       const ModelConfig& c, const TrainOptions& o, Cuts* cuts) {
+                                       const ModelConfig& c, const TrainOptions& o, Cuts* cuts,
+                                       const fs::path& file = {}) {
   std::vector<TokenizedExample> out;
   out.reserve(examples.size());
   for (const auto& e : examples) {
     bool document_cut = false, summary_cut = false;
     TokenizedExample t{data::encode_document(tok, c, e.document, input_tokens_for(c, o), &document_cut),
                        data::encode_truncated(tok, e.summary, o.max_target_tokens, &summary_cut)};
+    try {
+      data::check_in_embedding(t.input, tok, c, "document");
+      data::check_in_embedding(t.labels, tok, c, "summary");
+    } catch (const std::invalid_argument& error) {
+      throw std::invalid_argument((file.empty() ? std::string() : file.string() + ": ") + "example '" + e.id +
+                                  "': " + error.what());
+    }
     if (cuts) {
       cuts->documents += document_cut ? 1 : 0;
       cuts->summaries += summary_cut ? 1 : 0;
@@ -681,7 +691,7 @@ class Run {
                << "): the resumed run will differ from an uninterrupted one" << std::endl;
     }
     Cuts cuts;
-    train_ = tokenize(train_raw, *tokenizer_, model_->config(), o_, &cuts);
+    train_ = tokenize(train_raw, *tokenizer_, model_->config(), o_, &cuts, o_.train_file);
     batches_per_epoch_ = (static_cast<int64_t>(train_.size()) + o_.batch_size - 1) / o_.batch_size;
     int64_t target_tokens = 0, input_tokens = 0;
     for (const auto& e : train_) {
@@ -697,7 +707,7 @@ class Run {
              << std::endl;
     if (!o_.validation_file.empty()) {
       Cuts validation_cuts;
-      validation_ = tokenize(validation_raw_, *tokenizer_, model_->config(), o_, &validation_cuts);
+      validation_ = tokenize(validation_raw_, *tokenizer_, model_->config(), o_, &validation_cuts, o_.validation_file);
       // `srformer eval` reads documents up to the model's limit, not this run's: its ROUGE differs unless
       // given the same cut.
       const auto cut = input_tokens_for(model_->config(), o_);

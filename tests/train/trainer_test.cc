@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <fstream>
@@ -724,6 +725,65 @@ TEST_F(Fixture, BartsFinalLogitsBiasIsNotTrained) {
   train(resumed, console);
   EXPECT_TRUE(torch::equal(SafetensorsFile::open(resumed.out_dir / "model.safetensors").tensor("final_logits_bias"),
                            before.tensor("final_logits_bias")));
+}
+
+// A tokenizer with more tokens than the model's embedding has rows (another checkpoint's files;
+// facebook/bart-large-cnn's <mask> written out in a text) gives ids the model cannot read: the run failed at
+// the batch holding one with "input_ids holds token id N outside the vocabulary", naming neither the example
+// nor the token (hours in, on a large split), and `eval` after generating every batch before it.
+TEST_F(Fixture, AnExampleHoldingATokenPastTheEmbeddingIsNamedBeforeTheRun) {
+  const auto tok = load_tokenizer(model);
+  const int64_t rows = tok->vocab_size() - 1;
+  const auto readable = [&](const std::string& text) {
+    const auto ids = tok->encode(text);
+    return std::all_of(ids.begin(), ids.end(), [&](int64_t id) { return id < rows; });
+  };
+  std::string past_word, doc;
+  for (const auto* w : kWords) {
+    if (!readable(w)) {
+      past_word = w;
+    } else {
+      doc += (doc.empty() ? "" : " ") + std::string(w);
+    }
+  }
+  ASSERT_FALSE(past_word.empty()) << "every word's id is below " << rows;
+  auto o = options("past-rows");
+  o.model_dir = tmp.path() / "narrow";
+  write_random_model(o.model_dir, tiny_config(Architecture::kT5, CrossAttentionKind::kSrformer, 4, rows), 3, 0.0);
+  for (const char* f : {"spiece.model", "tokenizer_config.json"}) fs::copy_file(model / f, o.model_dir / f);
+  {
+    std::ofstream out(train_file);
+    for (int i = 0; i < 12; ++i) {
+      const bool bad = i == 9;
+      out << nlohmann::json{{"id", "ex" + std::to_string(i)},
+                            {"document", doc + (bad ? " " + past_word : "")},
+                            {"summary", "red cat"}}
+                 .dump()
+          << "\n";
+    }
+  }
+  std::ostringstream console;
+  const std::string says = train_file.string() + ": example 'ex9': the document holds the token '" +
+                           tok->id_to_token(rows) + "' (id " + std::to_string(rows) + "), past the " +
+                           std::to_string(rows) + " rows of the model's embedding (config.json's vocab_size; its " +
+                           "tokenizer has " + std::to_string(rows + 1) + " tokens)";
+  EXPECT_TRUE(refused_with(o, console, says));
+  EXPECT_FALSE(fs::exists(o.out_dir));
+
+  // `eval` (summarize_all) refuses it before generating any, named as the caller names it.
+  auto narrow = load_model(o.model_dir);
+  GenerationOptions g;
+  g.max_new_tokens = 2;
+  g = with_model_tokens(g, narrow->config());
+  const std::vector<std::string> docs = {doc, doc + " " + past_word};
+  try {
+    eval::summarize_all(*narrow, *tok, docs, g, 1, 16, {}, std::nullopt,
+                        {"data.jsonl: example 'a'", "data.jsonl: example 'b'"});
+    FAIL() << "summarized a document past the embedding";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("data.jsonl: example 'b': the document holds the token '", 0), 0u)
+        << e.what();
+  }
 }
 
 // A BART reads at most max_position_embeddings input tokens: longer --max-input-tokens (the default
