@@ -248,12 +248,20 @@ struct Validation {
   double seconds = 0.0;
 };
 
-double mean_loss(Seq2SeqModel& model, const std::vector<TokenizedExample>& set, const TrainOptions& o,
-                 int64_t classes) {
+// Thrown out of a validation that a stop request (SIGINT/SIGTERM) ended between two of its batches.
+struct ValidationStopped {};
+
+// Whether a stop has been requested (TrainOptions::stop_requested).
+bool stop_requested(const TrainOptions& o) { return o.stop_requested != nullptr && o.stop_requested->load(); }
+
+// `stoppable`: throws ValidationStopped between batches once a stop is requested.
+double mean_loss(Seq2SeqModel& model, const std::vector<TokenizedExample>& set, const TrainOptions& o, int64_t classes,
+                 bool stoppable = false) {
   torch::NoGradGuard no_grad;
   double nll = 0.0;
   int64_t tokens = 0;
   for (size_t first = 0; first < set.size(); first += static_cast<size_t>(o.eval_batch)) {
+    if (stoppable && stop_requested(o)) throw ValidationStopped{};
     std::vector<size_t> rows;
     for (size_t i = first; i < std::min(set.size(), first + static_cast<size_t>(o.eval_batch)); ++i) rows.push_back(i);
     const auto t = batch_loss(model, set, rows, o, classes);
@@ -263,11 +271,13 @@ double mean_loss(Seq2SeqModel& model, const std::vector<TokenizedExample>& set, 
   return nll / static_cast<double>(std::max<int64_t>(tokens, 1));
 }
 
+// Throws ValidationStopped when a stop is requested meanwhile: a preempted job's grace period (SIGTERM, then
+// SIGKILL) is shorter than a validation can be, and the stop's checkpoint came only after it.
 Validation validate_model(Seq2SeqModel& model, const Tokenizer& tok, const std::vector<data::Example>& raw,
                           const std::vector<TokenizedExample>& set, const TrainOptions& o, int64_t classes) {
   const auto start = Clock::now();
   Validation v;
-  v.loss = mean_loss(model, set, o, classes);
+  v.loss = mean_loss(model, set, o, classes, true);
 
   GenerationOptions g;
   g.max_new_tokens = o.max_target_tokens;
@@ -279,8 +289,12 @@ Validation validate_model(Seq2SeqModel& model, const Tokenizer& tok, const std::
     refs.push_back(e.summary);
   }
   // With the L of training, which the saved model gets: not the starting model's own expected_length.
-  const auto s = eval::summarize_all(model, tok, docs, g, o.eval_batch, input_tokens_for(model.config(), o), {},
-                                     o.max_target_tokens);
+  const auto s = eval::summarize_all(
+      model, tok, docs, g, o.eval_batch, input_tokens_for(model.config(), o),
+      [&](size_t, size_t) {
+        if (stop_requested(o)) throw ValidationStopped{};
+      },
+      o.max_target_tokens);
   v.rouge = eval::score_corpus(s.predictions, refs, {}, {1, 0.95, 0}).mean;
   v.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return v;
@@ -473,10 +487,11 @@ class Run {
 
       const int64_t done = step + 1;
       const bool last = done == o_.steps;
-      const bool signalled = o_.stop_requested != nullptr && o_.stop_requested->load();
-      const bool stopping = !last && (done == o_.stop_after || signalled);
-      // A stop logs the updates since the last line too: no line of this run or the resumed one had them.
-      if (done % o_.log_every == 0 || last || stopping) {
+      bool signalled = stop_requested(o_);
+      bool stopping = !last && (done == o_.stop_after || signalled);
+      // Logs the updates since the last line. A stop logs them too: no line of this run or the resumed one had
+      // them.
+      const auto log_interval = [&] {
         const auto now = Clock::now();
         const double secs = std::chrono::duration<double>(now - interval_start).count();
         const double elapsed = elapsed_before_ + std::chrono::duration<double>(now - started).count();
@@ -501,28 +516,24 @@ class Run {
         interval_start = now;
         interval_nll = interval_norm = 0.0;
         interval_tokens = interval_updates = interval_applied = interval_skipped = 0;
-      }
+      };
+      if (done % o_.log_every == 0 || last || stopping) log_interval();
       const auto paused = Clock::now();
       if (!validation_.empty() && (last || (o_.eval_every > 0 && done % o_.eval_every == 0))) {
-        const auto v = validate_model(*model_, *tokenizer_, validation_raw_, validation_, o_, classes_);
-        nlohmann::json entry = {{"step", done},
-                                {"validation_loss", v.loss},
-                                {"validation_seconds", v.seconds},
-                                {"validation_max_input_tokens", input_tokens_for(model_->config(), o_)}};
-        for (const auto t : eval::kRougeTypes) entry[eval::rouge_type_name(t)] = 100 * (*v.rouge)[t].fmeasure;
-        write_log(entry);
-        end_line();
-        console_ << "step " << done << ": validation loss " << std::fixed << std::setprecision(4) << v.loss
-                 << ", ROUGE-1/2/L " << std::setprecision(2) << entry["rouge1"].get<double>() << "/"
-                 << entry["rouge2"].get<double>() << "/" << entry["rougeL"].get<double>() << " on "
-                 << validation_.size() << " examples, documents cut to " << entry["validation_max_input_tokens"]
-                 << " tokens (" << std::setprecision(1) << v.seconds << " s)" << std::endl;
-        if (last) {
-          result.validation_loss = v.loss;
-          result.rouge1 = entry["rouge1"].get<double>();
-          result.rouge2 = entry["rouge2"].get<double>();
-          result.rougeL = entry["rougeL"].get<double>();
-          result.rougeLsum = entry["rougeLsum"].get<double>();
+        try {
+          // A stop requested during the update skips it, one requested during it ends it between two batches:
+          // the stop's checkpoint came only after a whole validation, past a preempted job's grace period.
+          if (signalled) throw ValidationStopped{};
+          run_validation(done, last, result);
+        } catch (const ValidationStopped&) {
+          end_line();
+          console_ << "step " << done << ": validation skipped (a stop signal)" << std::endl;
+          if (!signalled && !last) {
+            interval_start += Clock::now() - paused;  // tokens/s leave the validation out
+            if (interval_updates > 0) log_interval();
+          }
+          signalled = true;
+          stopping = !last;
         }
       }
       if (last || stopping || (o_.save_every > 0 && done % o_.save_every == 0)) {
@@ -785,6 +796,31 @@ class Run {
     while (static_cast<int64_t>(all.size()) > o_.keep_checkpoints) {
       fs::remove_all(all.front().second);
       all.erase(all.begin());
+    }
+  }
+
+  // Validates the model after update `done`, logs and prints the figures (the result's for the `last`
+  // update). Throws ValidationStopped when a stop is requested meanwhile.
+  void run_validation(int64_t done, bool last, TrainResult& result) {
+    const auto v = validate_model(*model_, *tokenizer_, validation_raw_, validation_, o_, classes_);
+    nlohmann::json entry = {{"step", done},
+                            {"validation_loss", v.loss},
+                            {"validation_seconds", v.seconds},
+                            {"validation_max_input_tokens", input_tokens_for(model_->config(), o_)}};
+    for (const auto t : eval::kRougeTypes) entry[eval::rouge_type_name(t)] = 100 * (*v.rouge)[t].fmeasure;
+    write_log(entry);
+    end_line();
+    console_ << "step " << done << ": validation loss " << std::fixed << std::setprecision(4) << v.loss
+             << ", ROUGE-1/2/L " << std::setprecision(2) << entry["rouge1"].get<double>() << "/"
+             << entry["rouge2"].get<double>() << "/" << entry["rougeL"].get<double>() << " on " << validation_.size()
+             << " examples, documents cut to " << entry["validation_max_input_tokens"] << " tokens ("
+             << std::setprecision(1) << v.seconds << " s)" << std::endl;
+    if (last) {
+      result.validation_loss = v.loss;
+      result.rouge1 = entry["rouge1"].get<double>();
+      result.rouge2 = entry["rouge2"].get<double>();
+      result.rougeL = entry["rougeL"].get<double>();
+      result.rougeLsum = entry["rougeLsum"].get<double>();
     }
   }
 

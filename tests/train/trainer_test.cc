@@ -12,6 +12,7 @@
 #include <random>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "model/data/encode.h"
 #include "model/eval/batch_summarize.h"
@@ -670,6 +671,64 @@ TEST_F(Fixture, AStopRequestEndsTheRunWithACheckpoint) {
   o.stop_requested = nullptr;
   o.resume = true;
   EXPECT_EQ(train(o, console).updates, 11);
+}
+
+// A stop request (SIGTERM of a preempted job, with a grace period before SIGKILL) is not held up by a
+// validation: one due at the update it came during is skipped, one under way ends between two batches, and
+// the checkpoint follows at once. The stop's checkpoint came only after a whole validation (minutes on a
+// large split), and a job killed meanwhile lost every update since its last --save-every.
+TEST_F(Fixture, AStopRequestDoesNotWaitForAValidation) {
+  std::ostringstream console;
+  std::atomic<bool> stop{true};
+  auto o = options("stop-validation");
+  o.validation_file = valid_file;
+  o.eval_every = 1;
+  o.stop_requested = &stop;
+  EXPECT_TRUE(train(o, console).stopped_by_signal);
+  EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-1" / "trainer_state.json"));
+  EXPECT_NE(console.str().find("step 1: validation skipped (a stop signal)"), std::string::npos) << console.str();
+  std::ifstream log(o.out_dir / "train_log.jsonl");
+  for (std::string line; std::getline(log, line);) EXPECT_EQ(line.find("validation_loss"), std::string::npos) << line;
+
+  // Requested while the validation after update 3 runs (many examples, one per batch): it ends there, with
+  // the updates logged once and a checkpoint at 3 that resumes as any other.
+  write_data(valid_file, 400, 3);
+  o.out_dir = tmp.path() / "stop-during-validation";
+  o.eval_every = 3;
+  o.eval_examples = 0;
+  o.eval_batch = 1;
+  o.log_every = 2;
+  stop = false;
+  // Set a while after update 2's line, when update 3 (milliseconds) is done and its validation (seconds) runs;
+  // on a machine slow enough to be still in update 3, the stop skips the validation instead, alike.
+  std::thread watcher([&] {
+    const auto log_path = o.out_dir / "train_log.jsonl";
+    for (int i = 0; i < 60000 && !stop; ++i) {
+      std::ifstream in(log_path);
+      for (std::string line; std::getline(in, line);) {
+        if (line.find("\"step\":2,") != std::string::npos) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          stop = true;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  console.str("");
+  const auto r = train(o, console);
+  watcher.join();
+  EXPECT_TRUE(r.stopped_by_signal);
+  EXPECT_EQ(r.steps, 3) << console.str();
+  EXPECT_NE(console.str().find("step 3: validation skipped (a stop signal)"), std::string::npos) << console.str();
+  EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-3" / "trainer_state.json"));
+  std::vector<int64_t> logged;
+  std::ifstream in(o.out_dir / "train_log.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_FALSE(j.contains("validation_loss")) << line;
+    logged.push_back(j["step"].get<int64_t>());
+  }
+  EXPECT_EQ(logged, (std::vector<int64_t>{2, 3}));  // every update in one line, the stop's included
 }
 
 // A run killed while saving (a second Ctrl-C, SIGKILL) leaves checkpoint-N.tmp: never read by --resume, and
