@@ -42,7 +42,10 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
   if (done_) throw std::logic_error("Searcher::advance called after the search finished");
   const int64_t num_beams = options_.num_beams;
   const int64_t vocab = logits.defined() && logits.dim() == 2 ? logits.size(1) : 0;
-  const int64_t candidates = std::min(2 * num_beams, num_beams * vocab);
+  // max(2, 1 + EOS ids) candidates per beam, as Hugging Face takes with a list of EOS ids: the beams' EOS
+  // candidates cannot crowd out every continuation.
+  const auto per_beam = 2 + static_cast<int64_t>(options_.extra_eos_token_ids.size());
+  const int64_t candidates = std::min(per_beam * num_beams, num_beams * vocab);
   auto top = options_.do_sample ? std::vector<kernels::BeamCandidate>{} : candidates_in_place(logits, candidates);
   if (top.empty()) {
     const auto copied = scores_from_logits(logits, num_beams, options_, logits_);

@@ -14,19 +14,21 @@ namespace srformer {
 class BeamSearcher : public Searcher {
  public:
   // Any num_beams >= 1 (HF uses greedy search for 1; this class then gives the same tokens).
+  // A step ranks K = max(2, 1 + the number of EOS ids) * num_beams candidates (HF 4.26+; 2 * num_beams
+  // with one EOS id, as 4.11).
   // do_sample: beam sampling as transformers 4.4x's _beam_search(do_sample=True) decides a step: the
   // warpers (temperature, top-k, top-p) act on each beam's processed log-probabilities, which then get
-  // the beam's score, and 2*num_beams candidates are drawn without replacement from the softmax over
-  // all beams' candidates, then ranked by score as beam search ranks its top 2*num_beams. (4.11 warped
-  // after adding the beam score, so its temperature rescaled the whole history at every step.) Top-k
-  // and top-p keep at least 2*num_beams tokens per beam, where HF keeps 2 and fails when fewer than
-  // 2*num_beams candidates are left to draw. The draws use a generator seeded from options.seed.
+  // the beam's score, and K candidates are drawn without replacement from the softmax over all beams'
+  // candidates, then ranked by score as beam search ranks its top K. (4.11 warped after adding the beam
+  // score, so its temperature rescaled the whole history at every step.) Top-k and top-p keep at least
+  // K tokens per beam, where HF keeps K / num_beams and fails when fewer than K candidates are left to
+  // draw. The draws use a generator seeded from options.seed.
   explicit BeamSearcher(const GenerationOptions& options);
 
   int64_t num_rows() const override { return options_.num_beams; }
-  // Per step: scores = processors(log_softmax(logits)) + beam score; the top 2*num_beams of all
-  // beams' candidates, best first, are taken in order: an EOS candidate ranked among the first
-  // num_beams becomes a finished hypothesis, other candidates fill the next beams.
+  // Per step: scores = processors(log_softmax(logits)) + beam score; the top K of all beams'
+  // candidates, best first, are taken in order: an EOS candidate ranked among the first num_beams
+  // becomes a finished hypothesis, other candidates fill the next beams.
   SearchStep advance(const torch::Tensor& logits) override;
   bool done() const override { return done_; }
   std::vector<Hypothesis> results() const override;

@@ -272,6 +272,38 @@ TEST(BeamSearchTest, AnyOfSeveralEosIdsEndsAHypothesisWithThatId) {
   }
 }
 
+// With n EOS ids Hugging Face takes the best max(2, 1 + n) * num_beams candidates (4.26+), so that each
+// beam's EOS ids cannot crowd out every continuation. EOS ids 1 and 4: at step 2 both beams' likeliest
+// tokens are the two EOS ids, the best four candidates all EOS. Ranks 0 and 1 end "A" with 1 and with 4,
+// ranks 2 and 3 are dropped, and ranks 4 and 5 (A B .025, A A .015) run on; step 3's EOS hypotheses
+// (log .0225 / 3) cannot beat the worst finished one (log .2 / 2), and the search ends. It threw "fewer
+// than num_beams continuations that are not EOS" after looking at 2 * num_beams; kernels on and off.
+TEST(BeamSearchTest, SeveralEosIdsWidenTheCandidatesSoBeamsRunOn) {
+  const testing::KernelSwitchesRestored restore_switches;
+  const std::vector<double> ending{0.02, 0.9, 0.03, 0.03, 0.02};
+  const auto script = table({{{0}, {0.05, 0.05, 0.5, 0.3, 0.1}},
+                             {{0, kA}, {0.02, 0.5, 0.03, 0.05, 0.4}},
+                             {{0, kB}, {0.02, 0.45, 0.04, 0.04, 0.45}},
+                             {{0, kA, kB}, ending},
+                             {{0, kA, kA}, ending}});
+  for (const bool kernels : {true, false}) {
+    srformer::kernels::set_cpu_kernels(kernels);
+    SCOPED_TRACE(kernels ? "kernels on" : "kernels off");
+    auto options = beam_options(5, 1.0, false);
+    options.extra_eos_token_ids = {4};
+    BeamSearcher searcher(options);
+    const auto run = drive(searcher, script, 0);
+    EXPECT_EQ(run.steps, 3);
+    EXPECT_EQ(run.next_tokens[1], (std::vector<int64_t>{kB, kA}));
+    EXPECT_EQ(run.parent_rows[1], (std::vector<int64_t>{0, 0}));
+    ASSERT_EQ(run.results.size(), 2u);
+    EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kA, kEos}));
+    EXPECT_NEAR(run.results[0].score, std::log(0.25) / 2, 1e-5);
+    EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kA, 4}));
+    EXPECT_NEAR(run.results[1].score, std::log(0.2) / 2, 1e-5);
+  }
+}
+
 TEST(BeamSearchTest, RejectsLogitsOfTheWrongShape) {
   BeamSearcher searcher(beam_options(3, 1.0, false));
   EXPECT_THROW(searcher.advance(torch::zeros({1, 4})), std::invalid_argument);

@@ -171,12 +171,15 @@ std::vector<HfHypothesis> hf_beam(const testing::Script& script, const HfOptions
                           b * vocab + t);
       }
     }
-    // torch.topk(2 * num_beams, sorted=True); ties by index.
+    // torch.topk(max(2, 1 + len(eos_token_id)) * num_beams, sorted=True) (4.26+; 4.11: 2 * num_beams, its
+    // one EOS id); ties by index.
     std::stable_sort(flat.begin(), flat.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    flat.resize(static_cast<size_t>(2 * nb));
+    const int64_t kept =
+        std::min(std::max<int64_t>(2, 1 + static_cast<int64_t>(o.eos.size())) * nb, static_cast<int64_t>(flat.size()));
+    flat.resize(static_cast<size_t>(kept));
     std::vector<History> next;
     std::vector<float> next_scores;
-    for (int64_t rank = 0; rank < 2 * nb; ++rank) {
+    for (int64_t rank = 0; rank < kept; ++rank) {
       const auto [score, index] = flat[static_cast<size_t>(rank)];
       const int64_t parent = index / vocab, token = index % vocab;
       if (o.is_eos(token)) {
