@@ -170,6 +170,9 @@ GpuMonitor::GpuMonitor(prometheus::Registry& registry, std::unique_ptr<NvmlApi> 
   const auto gauge = [&](const char* name, const char* help) -> prometheus::Family<prometheus::Gauge>& {
     return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
   };
+  auto& up = gauge("srformer_gpu_up",
+                   "1 while NVML answers any reading of the GPU, 0 once it answers none (a GPU the driver lost: "
+                   "its other srformer_gpu_* series are then absent).");
   auto& util = gauge("srformer_gpu_utilization_ratio", "Fraction of the last sample period the GPU was busy.");
   auto& used = gauge("srformer_gpu_memory_used_bytes", "GPU memory in use (all processes).");
   auto& total = gauge("srformer_gpu_memory_total_bytes", "GPU memory installed.");
@@ -178,7 +181,9 @@ GpuMonitor::GpuMonitor(prometheus::Registry& registry, std::unique_ptr<NvmlApi> 
   auto& clock = gauge("srformer_gpu_sm_clock_hertz", "GPU SM clock.");
   std::string numbering;
   for (const unsigned d : sampled) {
-    devices_.push_back(DeviceGauges{d, nvml_index[d], {&util}, {&used}, {&total}, {&power}, {&temp}, {&clock}});
+    auto& device_up = up.Add({{"gpu", std::to_string(d)}});
+    devices_.push_back(
+        DeviceGauges{d, nvml_index[d], &device_up, {&util}, {&used}, {&total}, {&power}, {&temp}, {&clock}});
     numbering += (numbering.empty() ? "" : ", ") + std::string("gpu ") + std::to_string(d);
     if (visible_env != nullptr) numbering += " (NVML's " + std::to_string(nvml_index[d]) + ")";
   }
@@ -206,13 +211,19 @@ void GpuMonitor::sample() {
   for (DeviceGauges& g : devices_) {
     const unsigned d = g.cuda;
     const unsigned i = g.nvml;
-    g.utilization.set(d, nvml_->utilization_ratio(i));
+    const auto utilization = nvml_->utilization_ratio(i);
     const auto m = nvml_->memory(i);
+    const auto power = nvml_->power_watts(i);
+    const auto temperature = nvml_->temperature_celsius(i);
+    const auto sm_clock = nvml_->sm_clock_hertz(i);
+    // Up while any reading answers: a board that lacks one (power) is not lost, a lost GPU answers none.
+    g.up->Set(utilization || m || power || temperature || sm_clock ? 1 : 0);
+    g.utilization.set(d, utilization);
     g.memory_used.set(d, m ? std::optional<double>(m->used_bytes) : std::nullopt);
     g.memory_total.set(d, m ? std::optional<double>(m->total_bytes) : std::nullopt);
-    g.power.set(d, nvml_->power_watts(i));
-    g.temperature.set(d, nvml_->temperature_celsius(i));
-    g.sm_clock.set(d, nvml_->sm_clock_hertz(i));
+    g.power.set(d, power);
+    g.temperature.set(d, temperature);
+    g.sm_clock.set(d, sm_clock);
   }
 }
 

@@ -43,7 +43,9 @@ class NvmlApi {
 std::unique_ptr<NvmlApi> load_nvml();
 
 // Registers srformer_gpu_* gauges{gpu="<index>"} and refreshes them every interval; if NVML fails to
-// initialize, logs the reason once and registers nothing. <index> is the CUDA device number (--device
+// initialize, logs the reason once and registers nothing. srformer_gpu_up{gpu} is there for every sampled
+// device from the start: 1 while NVML answers any of its readings, 0 once it answers none (a GPU the driver
+// lost), so the readings' series going away is something an alert sees. <index> is the CUDA device number (--device
 // cuda:N): the GPUs CUDA_VISIBLE_DEVICES shows this process, in its order (visible_gpus.h).
 // `cuda_devices`: the CUDA device numbers the server's models run on; only those are sampled (another
 // process's GPU on a shared host is not this server's to report or alert on). Empty: every visible GPU.
@@ -72,6 +74,7 @@ class GpuMonitor {
   struct DeviceGauges {
     unsigned cuda = 0;  // the `gpu` label
     unsigned nvml = 0;  // NVML's index of the same device
+    prometheus::Gauge* up = nullptr;
     LazyGauge utilization, memory_used, memory_total, power, temperature, sm_clock;
   };
 

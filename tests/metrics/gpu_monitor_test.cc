@@ -81,6 +81,27 @@ TEST(GpuMonitor, ReadingsThatStartFailingDropTheirSeries) {
   EXPECT_EQ(sample(text, "srformer_gpu_power_watts", {{"gpu", "0"}}), 150.0);
 }
 
+// With its readings' series gone, nothing told an operator that a GPU the server had been sampling was lost:
+// an alert on them had no series to fire on. srformer_gpu_up{gpu} stays, 0 while NVML fails to read it
+// (alert SrformerGpuLost).
+TEST(GpuMonitor, ALostGpuKeepsAnUpSeriesAtZero) {
+  auto fake = std::make_shared<FakeNvml::Shared>();
+  fake->devices = 2;
+  Metrics metrics("");
+  ASSERT_TRUE(metrics.start_gpu_monitor(std::make_unique<FakeNvml>(fake)));
+  std::string text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_gpu_up", {{"gpu", "0"}}), 1.0) << text;
+  EXPECT_EQ(sample(text, "srformer_gpu_up", {{"gpu", "1"}}), 1.0) << text;
+  fake->lost = 0;
+  metrics.sample_now();
+  text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_gpu_up", {{"gpu", "0"}}), 0.0) << text;
+  EXPECT_EQ(sample(text, "srformer_gpu_up", {{"gpu", "1"}}), 1.0) << text;
+  fake->lost = -1;
+  metrics.sample_now();
+  EXPECT_EQ(sample(metrics.scrape_text(), "srformer_gpu_up", {{"gpu", "0"}}), 1.0);
+}
+
 TEST(GpuMonitor, SamplerThreadRefreshesAtItsInterval) {
   auto fake = std::make_shared<FakeNvml::Shared>();
   prometheus::Registry registry;
