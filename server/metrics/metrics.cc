@@ -232,6 +232,12 @@ struct Metrics::Families {
                                       "yet (their bytes and gRPC's buffer around each), all streams together "
                                       "(--max-unread-stream-memory).")
                                 .Register(r)),
+        response_unread_bytes(BuildGauge()
+                                  .Name("srformer_response_unread_bytes")
+                                  .Help("Memory held by Summarize and SummarizeBatch responses written by the server "
+                                        "that their clients have not taken yet (their bytes and gRPC's buffer "
+                                        "around them), all calls together.")
+                                  .Register(r)),
         streams_stalled(BuildCounter()
                             .Name("srformer_streams_stalled_total")
                             .Help("SummarizeStream calls the server ended because their clients had taken none of "
@@ -280,6 +286,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Counter>& encoder_cache_lookups;
   prometheus::Family<prometheus::Gauge>& encoder_cache_bytes;
   prometheus::Family<prometheus::Gauge>& stream_unread_bytes;
+  prometheus::Family<prometheus::Gauge>& response_unread_bytes;
   prometheus::Family<prometheus::Counter>& streams_stalled;
   prometheus::Family<prometheus::Counter>& kv_read;
   prometheus::Family<prometheus::Counter>& kv_full;
@@ -425,7 +432,8 @@ Metrics::Metrics(const std::string& listen_address, std::chrono::milliseconds sa
       registry_(std::make_shared<prometheus::Registry>()),
       families_(std::make_unique<Families>(*registry_)),
       process_monitor_(std::make_unique<ProcessMonitor>(*registry_, sample_interval)),
-      stream_unread_bytes_(families_->stream_unread_bytes.Add({})) {
+      stream_unread_bytes_(families_->stream_unread_bytes.Add({})),
+      response_unread_bytes_(families_->response_unread_bytes.Add({})) {
   // Zeros from the start, as for the per-model reasons: rate() sees a series before the first stray call.
   for (const char* method : {"Summarize", "SummarizeStream", "SummarizeBatch"}) {
     for (const auto reason : {UnroutedReason::kUnknownModel, UnroutedReason::kMalformed, UnroutedReason::kTooLarge}) {

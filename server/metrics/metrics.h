@@ -200,6 +200,9 @@ class Metrics {
   void on_unrouted(const std::string& method, UnroutedReason reason);
   // srformer_stream_unread_bytes: stream messages held for clients that have not taken them yet.
   prometheus::Gauge& stream_unread_bytes() { return stream_unread_bytes_; }
+  // srformer_response_unread_bytes: Summarize and SummarizeBatch responses written and not yet taken by
+  // their clients.
+  prometheus::Gauge& response_unread_bytes() { return response_unread_bytes_; }
 
   // Starts sampling GPU gauges via NVML (nullptr = load libnvidia-ml.so.1 at run time) for the CUDA devices
   // `cuda_devices` (the server's --device; empty = every visible GPU). If NVML is unavailable, logs once why
@@ -231,6 +234,7 @@ class Metrics {
   std::map<std::string, std::unique_ptr<ModelMetrics>> models_;
   std::unique_ptr<ProcessMonitor> process_monitor_;
   prometheus::Gauge& stream_unread_bytes_;
+  prometheus::Gauge& response_unread_bytes_;
   std::unique_ptr<GpuMonitor> gpu_monitor_;
   std::unique_ptr<TorchMemorySampler> torch_sampler_;
   std::unique_ptr<HttpExporter> exposer_;  // last: destroyed first, stops serving before metrics go

@@ -274,7 +274,7 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
  public:
   SummarizeCall(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body,
                 grpc::ByteBuffer* out)
-      : record_(service, context, "Summarize"), out_(out) {
+      : service_(service), record_(service, context, "Summarize"), out_(out) {
     SummarizerService::Prepared prepared;
     if (const grpc::Status opened = open_call(service, context, body, in_, record_, prepared); !opened.ok()) {
       finish(opened);
@@ -311,18 +311,25 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
   }
   void OnDone() override {  // gRPC's reactor lifetime: the reactor owns itself
     record_.done();
+    if (held_ != 0) service_.add_unread_response_bytes(-held_);  // the client has it, or the call ended
     delete this;
   }
 
  private:
   void finish(const grpc::Status& status) {
     record_.ended(status);
+    // The response waits in memory until its client takes it (a client that does not read: as long as the
+    // call lives), as a stream's messages do.
+    if (status.ok()) held_ = held_bytes(*out_);
+    service_.add_unread_response_bytes(held_);
     Finish(status);
   }
+  SummarizerService& service_;
   CallRecord record_;
   v1::SummarizeRequest in_;
   grpc::ByteBuffer* out_;
   std::shared_ptr<Request> request_;
+  int64_t held_ = 0;  // the response's bytes, counted in srformer_response_unread_bytes until OnDone
 };
 
 // SummarizeStream: token messages as they are decided, then the final response.
@@ -520,7 +527,11 @@ class BatchCall final : public grpc::ServerUnaryReactor {
  public:
   BatchCall(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body,
             grpc::ByteBuffer* out)
-      : record_(service, context, "SummarizeBatch"), context_(context), metrics_(service.metrics()), out_(out) {
+      : service_(service),
+        record_(service, context, "SummarizeBatch"),
+        context_(context),
+        metrics_(service.metrics()),
+        out_(out) {
     if (const grpc::Status size = check_body_size(body, service.limits().max_message_bytes); !size.ok()) {
       record_.too_large(service.next_request_id(), size);
       end(size);
@@ -635,6 +646,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
   }
   void OnDone() override {
     record_.done();
+    if (held_ != 0) service_.add_unread_response_bytes(-held_);  // as Summarize's
     delete this;
   }
 
@@ -749,9 +761,12 @@ class BatchCall final : public grpc::ServerUnaryReactor {
   }
   void end(const grpc::Status& status) {
     record_.ended(status);
+    if (status.ok()) held_ = held_bytes(*out_);  // waits for its client, as Summarize's
+    service_.add_unread_response_bytes(held_);
     Finish(status);
   }
 
+  SummarizerService& service_;
   CallRecord record_;
   grpc::CallbackServerContext* context_;
   Metrics* metrics_;
@@ -762,6 +777,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
   std::vector<Item> items_;
   int remaining_ = 0;
   std::optional<int> failed_;  // without partial_results: the item whose failure ends the call
+  int64_t held_ = 0;           // the response's bytes, counted in srformer_response_unread_bytes until OnDone
 };
 
 // A call whose reactor could not be made (an exception out of its constructor that the handling there
@@ -812,6 +828,15 @@ void SummarizerService::add_unread_stream_bytes(int64_t delta) {
     metrics_->stream_unread_bytes().Increment(static_cast<double>(delta));
   } else {
     metrics_->stream_unread_bytes().Decrement(static_cast<double>(-delta));
+  }
+}
+
+void SummarizerService::add_unread_response_bytes(int64_t delta) {
+  if (!metrics_) return;
+  if (delta >= 0) {
+    metrics_->response_unread_bytes().Increment(static_cast<double>(delta));
+  } else {
+    metrics_->response_unread_bytes().Decrement(static_cast<double>(-delta));
   }
 }
 

@@ -59,6 +59,9 @@ class SummarizerService final : public RawSummarizerService {
   // together (ServiceLimits::max_unread_stream_bytes; srformer_stream_unread_bytes).
   void add_unread_stream_bytes(int64_t delta);
   int64_t unread_stream_bytes() const { return unread_stream_bytes_.load(); }
+  // Bytes of Summarize and SummarizeBatch responses held for clients that have not taken them yet
+  // (srformer_response_unread_bytes; no limit refuses calls for them).
+  void add_unread_response_bytes(int64_t delta);
   // Ends streams whose clients take none of their messages (ServiceLimits::stream_stall_timeout_ms).
   StallWatch& stall_watch() { return stall_watch_; }
 

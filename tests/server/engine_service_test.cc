@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <future>
 #include <random>
 #include <thread>
@@ -522,6 +523,92 @@ TEST(EngineService, NewStreamsAreRefusedWhileStreamsNotReadHoldMoreThanTheLimit)
   for (int i = 0; i < 250 && unread() != 0.0; ++i) std::this_thread::sleep_for(20ms);
   EXPECT_EQ(unread(), 0.0);
   EXPECT_NE(captured.text().find("SummarizeStream model=fake refused with RESOURCE_EXHAUSTED"), std::string::npos);
+}
+
+// A Summarize or SummarizeBatch response waits in the server's memory until its client takes it, as a
+// stream's messages do, and for as long (without a deadline, as long as its connection): no gauge counted
+// it, so memory pinned by clients that do not read their answers showed nowhere.
+// srformer_response_unread_bytes counts it from the write until the client has it or the call ends.
+TEST(EngineService, UnaryResponsesNotReadCountInUnreadResponseBytes) {
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.config.max_new_tokens_cap = 1000;
+  so.metrics = &metrics;
+  TestServer server(so);
+  const auto unread = [&] {
+    return server::testing::sample(metrics.scrape_text(), "srformer_response_unread_bytes", {}).value_or(-1.0);
+  };
+  const auto wait_for_unread = [&](const std::function<bool(double)>& until) {
+    for (int i = 0; i < 250 && !until(unread()); ++i) std::this_thread::sleep_for(20ms);
+    return unread();
+  };
+  EXPECT_EQ(unread(), 0.0) << metrics.scrape_text();
+  const auto stub = stalling_stub(server.target());
+  auto req = request(doc_of(3), 1000, 1);
+  req.mutable_options()->set_min_new_tokens(1000);
+  // The async API: ReadInitialMetadata() sends the request, and the client asks for the response only with
+  // Finish(). The queue is polled throughout (it drives the channel's I/O); each tag is a promise.
+  struct Poller {
+    grpc::CompletionQueue cq;
+    std::thread thread{[this] {
+      void* tag = nullptr;
+      bool ok = false;
+      while (cq.Next(&tag, &ok)) static_cast<std::promise<void>*>(tag)->set_value();
+    }};
+    ~Poller() {
+      cq.Shutdown();
+      thread.join();
+    }
+  } poller;
+  // Summarize: the client starts the call and does not ask for its response.
+  {
+    grpc::ClientContext ctx;
+    auto rpc = stub->PrepareAsyncSummarize(&ctx, req, &poller.cq);
+    rpc->StartCall();
+    std::promise<void> metadata;
+    rpc->ReadInitialMetadata(&metadata);
+    ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
+    ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 0; }, 20s));
+    // 1,000 token ids and log-probabilities alone are some 6 KB, over the client's 1 KB window.
+    EXPECT_GT(wait_for_unread([](double v) { return v > 0; }), 6000.0) << metrics.scrape_text();
+    std::this_thread::sleep_for(200ms);
+    EXPECT_GT(unread(), 6000.0) << "the response was taken although the client reads nothing";
+    // Read: released.
+    v1::SummarizeResponse resp;
+    grpc::Status status;
+    std::promise<void> done;
+    rpc->Finish(&resp, &status, &done);
+    ASSERT_EQ(done.get_future().wait_for(10s), std::future_status::ready);
+    EXPECT_EQ(metadata.get_future().wait_for(10s), std::future_status::ready);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(resp.token_ids_size(), 1000);
+    EXPECT_EQ(wait_for_unread([](double v) { return v == 0; }), 0.0);
+  }
+  // SummarizeBatch, whose client cancels instead: released too.
+  {
+    v1::SummarizeBatchRequest batch;
+    *batch.add_requests() = req;
+    *batch.add_requests() = req;
+    grpc::ClientContext ctx;
+    auto rpc = stub->PrepareAsyncSummarizeBatch(&ctx, batch, &poller.cq);
+    rpc->StartCall();
+    std::promise<void> metadata;
+    rpc->ReadInitialMetadata(&metadata);
+    ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests > 0; }));
+    ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 0; }, 20s));
+    EXPECT_GT(wait_for_unread([](double v) { return v > 0; }), 12000.0) << metrics.scrape_text();
+    ctx.TryCancel();
+    v1::SummarizeBatchResponse resp;
+    grpc::Status status;
+    std::promise<void> done;
+    rpc->Finish(&resp, &status, &done);
+    ASSERT_EQ(done.get_future().wait_for(10s), std::future_status::ready);
+    EXPECT_EQ(metadata.get_future().wait_for(10s), std::future_status::ready);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+    EXPECT_EQ(wait_for_unread([](double v) { return v == 0; }), 0.0);
+  }
+  // Streams are counted apart (srformer_stream_unread_bytes, which --max-unread-stream-memory bounds).
+  EXPECT_EQ(server::testing::sample(metrics.scrape_text(), "srformer_stream_unread_bytes", {}), 0.0);
 }
 
 // A client that takes none of its stream's messages, without a deadline, held them (and, while its
