@@ -276,7 +276,10 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
                 grpc::ByteBuffer* out)
       : service_(service), record_(service, context, "Summarize"), out_(out) {
     SummarizerService::Prepared prepared;
-    if (const grpc::Status opened = open_call(service, context, body, in_, record_, prepared); !opened.ok()) {
+    // The parsed request is dropped once prepared (its document, up to --max-message-bytes, was held until the
+    // call ended: for as long as a client that does not read left its response waiting).
+    v1::SummarizeRequest in;
+    if (const grpc::Status opened = open_call(service, context, body, in, record_, prepared); !opened.ok()) {
       finish(opened);
       return;
     }
@@ -326,7 +329,6 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
   }
   SummarizerService& service_;
   CallRecord record_;
-  v1::SummarizeRequest in_;
   grpc::ByteBuffer* out_;
   std::shared_ptr<Request> request_;
   int64_t held_ = 0;  // the response's bytes, counted in srformer_response_unread_bytes until OnDone
@@ -338,7 +340,8 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   StreamCall(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body)
       : service_(service), record_(service, context, "SummarizeStream") {
     SummarizerService::Prepared prepared;
-    if (const grpc::Status opened = open_call(service, context, body, in_, record_, prepared); !opened.ok()) {
+    v1::SummarizeRequest in;  // dropped once prepared, as Summarize's
+    if (const grpc::Status opened = open_call(service, context, body, in, record_, prepared); !opened.ok()) {
       end(opened);
       return;
     }
@@ -507,7 +510,6 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   SummarizerService& service_;
   CallRecord record_;
-  v1::SummarizeRequest in_;
   std::shared_ptr<Request> request_;
   std::string model_;
   std::shared_ptr<StallWatch::Call> stall_;  // null without --stream-stall-timeout-ms
@@ -537,12 +539,13 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       end(size);
       return;
     }
-    if (const grpc::Status parsed = parse_body(body, in_); !parsed.ok()) {
+    v1::SummarizeBatchRequest in;  // dropped once its items are prepared, as Summarize's
+    if (const grpc::Status parsed = parse_body(body, in); !parsed.ok()) {
       record_.malformed(service.next_request_id(), parsed, body.Valid());
       end(parsed);
       return;
     }
-    const int n = in_.requests_size();
+    const int n = in.requests_size();
     if (n == 0) {
       const grpc::Status empty(grpc::StatusCode::INVALID_ARGUMENT, "requests is empty; send at least one request");
       record_.malformed(service.next_request_id(), empty);
@@ -550,14 +553,14 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       return;
     }
     // The call counts once under every model it asks for, whichever item ends it.
-    for (const auto& request : in_.requests()) {
+    for (const auto& request : in.requests()) {
       if (const Engine* const engine = service.find_model(request.model())) record_.started(engine->name());
     }
-    partial_ = in_.partial_results();
+    partial_ = in.partial_results();
     items_.resize(static_cast<size_t>(n));
     std::vector<SummarizerService::Prepared> prepared(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
-      const auto& request = in_.requests(i);
+      const auto& request = in.requests(i);
       try {
         prepared[i] = service.prepare(request, context);
       } catch (const RequestError& e) {
@@ -572,7 +575,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
         const bool whole_call =
             e.code() == grpc::StatusCode::UNAVAILABLE || e.code() == grpc::StatusCode::DEADLINE_EXCEEDED;
         if (!partial_ || whole_call) {
-          log_not_run(service, prepared, i);
+          log_not_run(service, in, prepared, i);
           end(item_status(i));
           return;
         }
@@ -662,12 +665,12 @@ class BatchCall final : public grpc::ServerUnaryReactor {
 
   // The items a refusal of the whole call before queueing kept from running (the valid ones before it, all
   // after it): each gets its line, with the client's id where it gave one, as queued items do.
-  void log_not_run(SummarizerService& service, const std::vector<SummarizerService::Prepared>& prepared,
-                   int refused) const {
-    for (int j = 0; j < in_.requests_size(); ++j) {
+  void log_not_run(SummarizerService& service, const v1::SummarizeBatchRequest& in,
+                   const std::vector<SummarizerService::Prepared>& prepared, int refused) const {
+    for (int j = 0; j < in.requests_size(); ++j) {
       const auto& p = prepared[static_cast<size_t>(j)];
       if (j == refused || (j < refused && !p.request)) continue;  // the refused ones have their line
-      const auto& request = in_.requests(j);
+      const auto& request = in.requests(j);
       const Engine* const engine = p.engine ? p.engine : service.find_model(request.model());
       spdlog::info("request {}: {} model={} not run: requests[{}] of its batch was refused",
                    p.request ? p.request->id : service.request_id(request), record_.method(),
@@ -770,7 +773,6 @@ class BatchCall final : public grpc::ServerUnaryReactor {
   CallRecord record_;
   grpc::CallbackServerContext* context_;
   Metrics* metrics_;
-  v1::SummarizeBatchRequest in_;
   grpc::ByteBuffer* out_;
   bool partial_ = false;
   std::mutex mu_;
