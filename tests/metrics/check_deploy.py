@@ -281,7 +281,8 @@ def check_dashboard(path, registered, datasource_uids):
                      "srformer_request_duration_seconds_bucket", "srformer_queue_depth", "srformer_batch_size_count",
                      "srformer_state_bytes", "srformer_state_held_bytes", "srformer_gpu_utilization_ratio",
                      "srformer_gpu_memory_used_bytes", "srformer_gpu_power_watts", "srformer_raf_fired_ratio",
-                     "srformer_cross_attention_kv_read_total", "srformer_cross_attention_kv_full_equivalent_total"):
+                     "srformer_cross_attention_kv_read_total", "srformer_cross_attention_kv_full_equivalent_total",
+                     "srformer_stream_unread_bytes", "srformer_response_unread_bytes", "srformer_streams_stalled_total"):
         check(required in used, f"dashboard: no panel shows {required}")
 
 
