@@ -247,6 +247,12 @@ grpc::Status answer_or_internal(Build&& build) {
   }
 }
 
+// gRPC keeps a call's request message until the call ends (OnDone): a copy of its document for as long as
+// the request queues, decodes and waits for a client that does not read its answer. Parsed, it is of no
+// further use, and is released. The callback API hands it over as const, but it is the call's own object,
+// which gRPC only destroys once the call is done and never reads after the method handler.
+void release_body(const grpc::ByteBuffer& body) { const_cast<grpc::ByteBuffer&>(body).Clear(); }
+
 // The start shared by Summarize and SummarizeStream: parses the body into `in`, finds the model and builds
 // the request. A refusal is recorded and returned: the status to end the call with.
 grpc::Status open_call(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body,
@@ -259,6 +265,7 @@ grpc::Status open_call(SummarizerService& service, grpc::CallbackServerContext* 
     record.malformed(service.next_request_id(), parsed, body.Valid());
     return parsed;
   }
+  release_body(body);
   try {
     prepared = service.prepare(in, context);
   } catch (const RequestError& e) {
@@ -545,6 +552,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       end(parsed);
       return;
     }
+    release_body(body);
     const int n = in.requests_size();
     if (n == 0) {
       const grpc::Status empty(grpc::StatusCode::INVALID_ARGUMENT, "requests is empty; send at least one request");
