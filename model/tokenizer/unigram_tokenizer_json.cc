@@ -66,6 +66,21 @@ std::string base64_decode(const std::string& text, const std::string& where) {
   return out;
 }
 
+// A Metaspace's prepend scheme: "never" where add_prefix_space is false, else prepend_scheme where it says one,
+// else Hugging Face's default "always". tokenizers 0.14-0.18 wrote both keys, prepend_scheme "always" beside
+// every add_prefix_space false, and prepended nothing then (nor dropped the decoder's first space); 0.19 on
+// refuse that pair unless prepend_scheme is "never". "" without a Metaspace.
+std::string prepend_scheme_of(const json* metaspace) {
+  if (metaspace == nullptr) return "";
+  const json& add = metaspace->contains("add_prefix_space") ? (*metaspace)["add_prefix_space"] : json();
+  if (add.is_boolean() && !add.get<bool>()) return "never";
+  if (metaspace->contains("prepend_scheme") && (*metaspace)["prepend_scheme"].is_string()) {
+    return (*metaspace)["prepend_scheme"].get<std::string>();
+  }
+  return "always";
+}
+std::string prepend_scheme_of(const json& metaspace) { return prepend_scheme_of(&metaspace); }
+
 std::string type_of(const json& j) { return j.is_object() && j.contains("type") ? j["type"].dump() : "untyped"; }
 
 void read_normalizer(const json& n, const std::string& where, Normalization& out) {
@@ -111,18 +126,12 @@ void read_pre_tokenizer(const json& p, const std::string& where, Normalization& 
       throw TokenizerLoadError(where + ": the Metaspace pre-tokenizer replaces spaces with " + p["replacement"].dump() +
                                ", not U+2581 as SentencePiece does");
     }
-    // Newer files say prepend_scheme ("always", "first", "never"), older ones add_prefix_space.
-    if (p.contains("prepend_scheme") && p["prepend_scheme"].is_string()) {
-      const auto scheme = p["prepend_scheme"].get<std::string>();
-      if (scheme != "always" && scheme != "first" && scheme != "never") {
-        throw TokenizerLoadError(where + ": the Metaspace pre-tokenizer's prepend_scheme is " +
-                                 p["prepend_scheme"].dump() +
-                                 "; Hugging Face knows \"always\", \"first\" and \"never\"");
-      }
-      out.add_dummy_prefix = scheme != "never";
-    } else {
-      out.add_dummy_prefix = p.value("add_prefix_space", true);
+    const std::string scheme = prepend_scheme_of(p);
+    if (scheme != "always" && scheme != "first" && scheme != "never") {
+      throw TokenizerLoadError(where + ": the Metaspace pre-tokenizer's prepend_scheme is " +
+                               p["prepend_scheme"].dump() + "; Hugging Face knows \"always\", \"first\" and \"never\"");
     }
+    out.add_dummy_prefix = scheme != "never";
     out.found_metaspace = true;
   } else if (type != "WhitespaceSplit") {  // splitting on whitespace is what Metaspace pieces do anyway
     throw TokenizerLoadError(where + ": the " + type_of(p) +
@@ -220,17 +229,6 @@ const json* find_metaspace(const json& tokenizer_json, const char* field, const 
     return p.value("type", "") == "Metaspace" ? &p : nullptr;
   };
   return tokenizer_json.is_object() && tokenizer_json.contains(field) ? find(tokenizer_json[field]) : nullptr;
-}
-
-// A Metaspace's prepend scheme: prepend_scheme where it says one, else the older add_prefix_space
-// (false is "never"), else Hugging Face's default "always".
-std::string prepend_scheme_of(const json* metaspace) {
-  if (metaspace == nullptr) return "";
-  if (metaspace->contains("prepend_scheme") && (*metaspace)["prepend_scheme"].is_string()) {
-    return (*metaspace)["prepend_scheme"].get<std::string>();
-  }
-  const json& add = metaspace->contains("add_prefix_space") ? (*metaspace)["add_prefix_space"] : json();
-  return add.is_boolean() && !add.get<bool>() ? "never" : "always";
 }
 
 }  // namespace

@@ -30,11 +30,11 @@ bool is_unigram_tokenizer_json(const nlohmann::json& tokenizer_json);
 // false without a Metaspace).
 bool metaspace_prefixes_first_only(const nlohmann::json& tokenizer_json);
 
-// Whether the tokenizer.json's Metaspace pre-tokenizer says prepend_scheme "never" (or, in older files,
-// add_prefix_space false): no U+2581 before the text's first word. False without a Metaspace.
+// Whether the tokenizer.json's Metaspace pre-tokenizer says prepend_scheme "never" or add_prefix_space false
+// (whatever prepend_scheme says beside it): no U+2581 before the text's first word. False without a Metaspace.
 bool metaspace_never_prefixes(const nlohmann::json& tokenizer_json);
 
-// Whether the tokenizer.json's Metaspace decoder says prepend_scheme "never" (or add_prefix_space false):
+// Whether the tokenizer.json's Metaspace decoder says prepend_scheme "never" or add_prefix_space false:
 // Hugging Face's decoder then keeps the first token's U+2581 as a space ("▁word" gives " word") instead
 // of dropping it. False without a Metaspace decoder.
 bool metaspace_decoder_keeps_first_space(const nlohmann::json& tokenizer_json);

@@ -172,6 +172,34 @@ TEST(UnigramTokenizerJson, NeverPrependKeepsTheFirstTokensSpace) {
   }
 }
 
+// tokenizers 0.14-0.18 wrote prepend_scheme "always" beside every add_prefix_space false and prepended nothing
+// then (its decoder kept the first token's space); 0.19 on refuse the pair unless the scheme is "never". Read
+// as "always", the first word got a U+2581 the file's tokenizer never gave it.
+TEST(UnigramTokenizerJson, AddPrefixSpaceFalseWinsOverPrependScheme) {
+  TempDir dir("unigram-json-both-keys");
+  if (!write_tokenizer_json(test::t5_style_spm_dir(), "current", dir.path() / "current"))
+    GTEST_SKIP() << "python3 with the sentencepiece module not found (apt install python3-sentencepiece)";
+  json both = json::parse(test::read_file(dir.path() / "current" / "tokenizer.json"));
+  for (const char* field : {"pre_tokenizer", "decoder"}) {
+    both[field]["add_prefix_space"] = false;
+    both[field]["prepend_scheme"] = "always";
+  }
+  const auto plain = SentencePieceTokenizer::load(test::t5_style_spm_dir());
+  const TokenIds word = {plain->encode("the").front()};
+  ASSERT_EQ(plain->id_to_token(word.front()), "\xE2\x96\x81the");
+  for (const bool beside : {false, true}) {
+    const fs::path here = dir.path() / (beside ? "beside" : "alone");
+    fs::create_directories(here);
+    test::write_file(here / "tokenizer.json", both.dump());
+    if (beside) fs::copy_file(test::t5_style_spm_dir() / "spiece.model", here / "spiece.model");
+    SCOPED_TRACE(here.filename().string());
+    const auto tok = load_tokenizer(here);
+    EXPECT_EQ(tok->decode(word), " the");
+    const auto ids = tok->encode("the fox");
+    EXPECT_NE(tok->id_to_token(ids.front()).rfind("\xE2\x96\x81", 0), 0u) << tok->id_to_token(ids.front());
+  }
+}
+
 TEST(UnigramTokenizerJson, WhatSentencePieceCannotExpressIsALoadErrorNamingIt) {
   TempDir dir("unigram-json-bad");
   if (!write_tokenizer_json(test::t5_style_spm_dir(), "current", dir.path() / "good"))
