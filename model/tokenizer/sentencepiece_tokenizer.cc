@@ -362,13 +362,16 @@ void SentencePieceTokenizer::check_id(int64_t id) const {
 
 std::string SentencePieceTokenizer::decode_run(const std::vector<int32_t>& run, bool at_start) const {
   if (at_start) {
-    // Hugging Face's Metaspace decoder (the fast tokenizer's) drops the U+2581 of the first token alone; every
-    // later one is a space. SentencePiece drops that of each piece up to the first text: "▁", "▁word" gave
-    // "word" where transformers gives " word".
+    // Hugging Face's Metaspace decoder (the fast tokenizer's) drops every U+2581 of the first token and makes
+    // every later one a space. SentencePiece drops the first U+2581 of each piece up to the first text: "▁",
+    // "▁word" gave "word" where transformers gives " word", and a first "▁▁" gave " " where it gives "".
     const int32_t first = run.front();
-    if (run.size() > 1 && !sp_.is_byte(first) && !sp_.is_unknown(first) &&
-        sp_.id_to_piece(first).compare(0, kSpace.size(), kSpace) == 0) {
-      return sp_.decode({first}) + decode_run({run.begin() + 1, run.end()}, false);
+    std::string piece = sp_.id_to_piece(first);
+    if (!sp_.is_byte(first) && !sp_.is_unknown(first) && piece.find(kSpace) != std::string::npos) {
+      for (size_t at = piece.find(kSpace); at != std::string::npos; at = piece.find(kSpace, at)) {
+        piece.erase(at, kSpace.size());
+      }
+      return run.size() > 1 ? piece + decode_run({run.begin() + 1, run.end()}, false) : piece;
     }
     return sp_.decode(run);
   }

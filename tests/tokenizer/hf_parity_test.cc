@@ -364,5 +364,24 @@ TEST(HfParity, BartDecodeOfGeneratedIds) {
       0u);
 }
 
+// Pieces with more than one "▁" ("▁▁", "a▁b", as SentencePiece trains with whitespace-only pieces): Hugging
+// Face's Metaspace decoder drops each of the first token's, where SentencePiece drops only its first.
+TEST(HfParity, T5FirstTokenLosesEveryMetaspace) {
+  if (const auto why = reference_missing(); !why.empty()) GTEST_SKIP() << why;
+  const TempDir dir("hf-t5-metaspaces");
+  const auto tj_path = converted_tokenizer_json(demo_model_dir(), "current", dir.path());
+  if (tj_path.empty()) GTEST_SKIP() << "python3 with the sentencepiece module not found";
+  auto tj = json::parse(test::read_file(tj_path));
+  const int64_t spaces = static_cast<int64_t>(tj["model"]["vocab"].size()) / 2, inner = spaces + 1;
+  const std::string meta = "\xE2\x96\x81";  // U+2581
+  tj["model"]["vocab"][spaces][0] = meta + meta;
+  tj["model"]["vocab"][inner][0] = "a" + meta + "b";
+  test::write_file(tj_path, tj.dump());
+  const auto tok = load_tokenizer(dir.path());
+  TokenIds often = {0, 1, spaces, inner, *tok->token_to_id("\xE2\x96\x81")};
+  for (const auto id : tok->encode("the")) often.push_back(id);
+  EXPECT_EQ(compare_decodes(*tok, tj_path, random_sequences(7, tok->vocab_size(), often, 1000), "T5 \"▁▁\""), 0u);
+}
+
 }  // namespace
 }  // namespace srformer

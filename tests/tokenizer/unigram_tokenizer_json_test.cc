@@ -200,6 +200,39 @@ TEST(UnigramTokenizerJson, AddPrefixSpaceFalseWinsOverPrependScheme) {
   }
 }
 
+// Hugging Face's Metaspace decoder drops every U+2581 of the first token, not just its first: a first "▁▁"
+// gives "" (SentencePiece's decode gave " "), a first "a▁b" gives "ab"; every later token's are spaces.
+// Checked against tokenizers 0.22 (hf_reference.js): [▁▁] "", [▁▁, ▁the] " the", [a▁b, ▁▁] "ab  ",
+// [<pad>, ▁▁, a▁b] "a b" skipping specials, "<pad>  a b" keeping them.
+TEST(UnigramTokenizerJson, FirstTokenLosesEveryMetaspace) {
+  TempDir dir("unigram-json-first-token");
+  if (!write_tokenizer_json(test::t5_style_spm_dir(), "current", dir.path()))
+    GTEST_SKIP() << "python3 with the sentencepiece module not found (apt install python3-sentencepiece)";
+  json tj = json::parse(test::read_file(dir.path() / "tokenizer.json"));
+  const int64_t spaces = static_cast<int64_t>(tj["model"]["vocab"].size()) / 2, inner = spaces + 1;
+  const std::string meta = "\xE2\x96\x81";  // U+2581
+  tj["model"]["vocab"][spaces][0] = meta + meta;
+  tj["model"]["vocab"][inner][0] = "a" + meta + "b";
+  test::write_file(dir.path() / "tokenizer.json", tj.dump());
+  const auto tok = load_tokenizer(dir.path());
+  ASSERT_EQ(tok->id_to_token(spaces), meta + meta);
+  const int64_t the = tok->encode("the").front(), pad = *tok->pad_id();
+  ASSERT_EQ(tok->id_to_token(the), "\xE2\x96\x81the");
+  EXPECT_EQ(tok->decode_raw({spaces}), "");
+  EXPECT_EQ(tok->decode_raw({spaces, the}), " the");
+  EXPECT_EQ(tok->decode_raw({inner}), "ab");
+  EXPECT_EQ(tok->decode_raw({inner, spaces}), "ab  ");
+  EXPECT_EQ(tok->decode_raw({the, spaces, inner}), "the  a b");
+  EXPECT_EQ(tok->decode_raw({pad, spaces, inner}, true), "a b");
+  EXPECT_EQ(tok->decode_raw({pad, spaces, inner}, false), "<pad>  a b");
+  const TokenIds streamed_ids = {spaces, the, spaces, inner};
+  IncrementalDetokenizer stream(*tok, true);
+  std::string streamed;
+  for (const int64_t id : streamed_ids) streamed += stream.push(id);
+  streamed += stream.finish();
+  EXPECT_EQ(streamed, tok->decode(streamed_ids));
+}
+
 TEST(UnigramTokenizerJson, WhatSentencePieceCannotExpressIsALoadErrorNamingIt) {
   TempDir dir("unigram-json-bad");
   if (!write_tokenizer_json(test::t5_style_spm_dir(), "current", dir.path() / "good"))
