@@ -402,18 +402,33 @@ std::string SentencePieceTokenizer::decode_run(const std::vector<int32_t>& run, 
 std::string SentencePieceTokenizer::decode_raw(const TokenIds& ids, bool skip_special) const {
   std::string out;
   std::vector<int32_t> run;
+  // Whether no token has reached Hugging Face's Metaspace decoder yet (skipped special tokens do not).
+  bool first = !first_space_kept_;
   for (const int64_t id : ids) {
     check_id(id);
     if (is_special(id) || added(id) != nullptr) {  // an added token that is not special is text of its own
       if (skip_special && is_special(id)) continue;
-      if (!run.empty()) out += decode_run(run, out.empty() && !first_space_kept_);
+      if (!run.empty()) {
+        out += decode_run(run, first);
+        first = false;
+      }
       run.clear();
-      out += id_to_token(id);
+      // Its text goes through the Metaspace decoder as well: an added "▁word" gives " word", or "word" first.
+      const std::string token = id_to_token(id);
+      for (size_t at = 0; at < token.size();) {
+        if (token.compare(at, kSpace.size(), kSpace) == 0) {
+          if (!first) out.push_back(' ');
+          at += kSpace.size();
+        } else {
+          out.push_back(token[at++]);
+        }
+      }
+      first = false;
       continue;
     }
     run.push_back(static_cast<int32_t>(id));
   }
-  if (!run.empty()) out += decode_run(run, out.empty() && !first_space_kept_);
+  if (!run.empty()) out += decode_run(run, first);
   return out;
 }
 

@@ -383,5 +383,21 @@ TEST(HfParity, T5FirstTokenLosesEveryMetaspace) {
   EXPECT_EQ(compare_decodes(*tok, tj_path, random_sequences(7, tok->vocab_size(), often, 1000), "T5 \"▁▁\""), 0u);
 }
 
+// Added tokens' text goes through the Metaspace decoder as the pieces' does: "▁word" gives " word", and
+// "word" where it is the first token (every "▁" of the first token dropped).
+TEST(HfParity, T5AddedTokensDecodeThroughTheMetaspaceDecoder) {
+  if (const auto why = reference_missing(); !why.empty()) GTEST_SKIP() << why;
+  const TempDir dir("hf-t5-added-metaspace");
+  const std::string meta = "\xE2\x96\x81";  // U+2581
+  const auto tj = t5_dir_with_added_tokens(
+      dir.path(), {{{"content", meta + "foo"}}, {{"content", "a" + meta + meta + "b"}}, {{"content", "<kw>"}}});
+  if (tj.empty()) GTEST_SKIP() << "python3 with the sentencepiece module not found";
+  const auto tok = load_tokenizer(dir.path());
+  const int64_t foo = *tok->token_to_id(meta + "foo");
+  TokenIds often = {0, 1, foo, foo + 1, foo + 2, *tok->token_to_id(meta), *tok->token_to_id("<extra_id_0>")};
+  for (const auto id : tok->encode("the")) often.push_back(id);
+  EXPECT_EQ(compare_decodes(*tok, tj, random_sequences(8, tok->vocab_size(), often, 1000), "T5 added \"▁foo\""), 0u);
+}
+
 }  // namespace
 }  // namespace srformer

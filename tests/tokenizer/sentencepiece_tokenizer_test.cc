@@ -195,6 +195,33 @@ TEST_F(SentencePieceTokenizerTest, AddedTokensAfterTheSentinelsAreMatchedAndDeco
   }
 }
 
+// Hugging Face's decode runs added tokens' text through the Metaspace decoder too: an added "▁word" (as
+// tokenizer.add_tokens keeps one meant to follow a space) gives " word", or "word" as the first token, every
+// "▁" of it dropped there. They were given as their text ("▁word"). Checked against tokenizers 0.22
+// (hf_reference.js; HfParity.T5AddedTokensDecodeThroughTheMetaspaceDecoder runs it).
+TEST_F(SentencePieceTokenizerTest, AddedTokensDecodeThroughTheMetaspaceDecoder) {
+  TempDir dir("t5-added-metaspace");
+  std::filesystem::copy_file(test::t5_style_spm_dir() / "spiece.model", dir.path() / "spiece.model");
+  test::write_file(dir.path() / "tokenizer_config.json",
+                   R"({"extra_ids": 3, "added_tokens_decoder": {
+                         "603": {"content": "\u2581foo", "special": false},
+                         "604": {"content": "a\u2581\u2581b", "special": false},
+                         "605": {"content": "\u2581<sp>", "special": true}}})");
+  const auto tok = SentencePieceTokenizer::load(dir.path());
+  const int64_t the = tok->encode("the").front(), pad = *tok->pad_id();
+  ASSERT_EQ(tok->id_to_token(the), "\xE2\x96\x81the");
+  EXPECT_EQ(tok->decode_raw({603}), "foo");
+  EXPECT_EQ(tok->decode_raw({the, 603}), "the foo");
+  EXPECT_EQ(tok->decode_raw({603, the}), "foo the");
+  EXPECT_EQ(tok->decode_raw({pad, 603}, true), "foo");
+  EXPECT_EQ(tok->decode_raw({pad, 603}, false), "<pad> foo");
+  EXPECT_EQ(tok->decode_raw({604}), "ab");
+  EXPECT_EQ(tok->decode_raw({the, 604}), "thea  b");
+  EXPECT_EQ(tok->decode_raw({605, the}, false), "<sp> the");
+  EXPECT_EQ(tok->decode_raw({the, 605, the}, false), "the <sp> the");
+  EXPECT_EQ(tok->decode_raw({the, 605, the}, true), "the the");
+}
+
 // After other output (a special token kept, an added token), every "▁" of the pieces is a space, whether
 // the model removes extra whitespace (T5's: SentencePiece drops every leading "▁" of a text) or keeps it
 // (models for code: it drops the first piece's alone). The second had one space too many after a kept
