@@ -65,7 +65,6 @@ std::array<std::string, 256> byte_level_symbols() {
 struct ByteLevelBpeTokenizer::Impl {
   std::unordered_map<std::string, int64_t> vocab;
   std::vector<std::string> id_to_token;
-  std::vector<bool> literal;  // added tokens: decoded as their content, not through the byte map
   std::vector<bool> special;
   std::array<std::string, 256> byte_symbol;  // byte -> its code point, UTF-8 encoded
   std::array<int64_t, 256> byte_id{};
@@ -200,13 +199,9 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(ByteLevelBpeConfig config) : impl_(
     size = std::max(size, id + 1);
   }
   m.id_to_token.resize(static_cast<size_t>(size));
-  m.literal.assign(static_cast<size_t>(size), false);
   m.special.assign(static_cast<size_t>(size), false);
   for (const auto& [token, id] : m.vocab) m.id_to_token[static_cast<size_t>(id)] = token;
-  for (const auto& t : config.added_tokens) {
-    m.literal[static_cast<size_t>(t.id)] = true;
-    m.special[static_cast<size_t>(t.id)] = t.special;
-  }
+  for (const auto& t : config.added_tokens) m.special[static_cast<size_t>(t.id)] = t.special;
 
   const auto cps = byte_to_code_point();
   m.code_point_byte.fill(-1);
@@ -283,20 +278,19 @@ std::string ByteLevelBpeTokenizer::decode_raw(const TokenIds& ids, bool skip_spe
     const auto i = static_cast<size_t>(id);
     const std::string& token = m.id_to_token[i];
     if (m.special[i] && skip_special) continue;
-    if (m.literal[i]) {
-      bytes += token;
-      continue;
-    }
-    for (size_t pos = 0; pos < token.size();) {
+    // Hugging Face's ByteLevel decoder, token by token, added tokens too: one whose every character is a byte
+    // symbol gives those bytes ("Ġword" " word", "<s>" itself, "é" the lone byte 0xE9), any other its own text
+    // ("日本", "a b"). Added tokens given as their content made an added "Ġword" "Ġword".
+    const size_t start = bytes.size();
+    bool all_symbols = true;
+    for (size_t pos = 0; pos < token.size() && all_symbols;) {
       const size_t len = utf8::sequence_length(token, pos);
       const char32_t cp = len == 0 ? 0xFFFD : utf8::decode_at(token, pos, len);
-      if (cp < m.code_point_byte.size() && m.code_point_byte[cp] >= 0) {
-        bytes.push_back(static_cast<char>(m.code_point_byte[cp]));
-      } else {
-        bytes.append(token, pos, std::max<size_t>(len, 1));  // not a byte symbol: keep as is
-      }
+      all_symbols = cp < m.code_point_byte.size() && m.code_point_byte[cp] >= 0;
+      if (all_symbols) bytes.push_back(static_cast<char>(m.code_point_byte[cp]));
       pos += std::max<size_t>(len, 1);
     }
+    if (!all_symbols) bytes.replace(start, std::string::npos, token);
   }
   return utf8::is_valid(bytes) ? bytes : utf8::to_valid(bytes);
 }

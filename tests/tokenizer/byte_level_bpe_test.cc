@@ -134,6 +134,27 @@ TEST(ByteLevelBpe, ExtraSpecialTokensAreSpecialAsAdditionalOnesAre) {
   }
 }
 
+// Hugging Face's ByteLevel decoder maps every token, added ones too, through the byte table where each of its
+// characters is a byte symbol, and keeps its text otherwise: an added "Ġword" (as tokenizer.add_tokens writes
+// one meant to follow a space) gives " word", "éz" the lone byte 0xE9 then "z", "a b" and "日本" themselves.
+// Added tokens were given as their content ("Ġword"). Checked against tokenizers 0.22 (hf_reference.js;
+// HfParity.BartAddedTokensDecodeThroughTheByteMap runs it).
+TEST(ByteLevelBpe, AddedTokensDecodeThroughTheByteMap) {
+  TempDir dir("bpe-added-byte-map");
+  test::write_tiny_bpe_dir(dir.path());
+  test::write_file(dir.path() / "added_tokens.json",
+                   R"({"\u0120word": 265, "\u00e9z": 266, "a b": 267, "\u65e5\u672c": 268, "\u0120<new>": 269})");
+  const auto tok = ByteLevelBpeTokenizer::load(dir.path());
+  EXPECT_EQ(tok->decode_raw({265}), " word");
+  EXPECT_EQ(tok->decode_raw({266}), "\xEF\xBF\xBDz");
+  EXPECT_EQ(tok->decode_raw({267}), "a b");
+  EXPECT_EQ(tok->decode_raw({268}), "\xE6\x97\xA5\xE6\x9C\xAC");
+  EXPECT_EQ(tok->decode_raw({269}), " <new>");
+  EXPECT_EQ(tok->decode_raw({0, 261, 265, 2}, false), "<s>low word</s>");
+  // As Hugging Face's encode: the added token's text matched literally, "Ġword" in the input.
+  EXPECT_EQ(tok->encode("low\xC4\xA0word"), (TokenIds{0, 261, 265, 2}));
+}
+
 fs::path gpt2_dir_or_empty(const TempDir& dir) { return test::gpt2_bart_dir(dir.path() / "gpt2"); }
 
 TEST(ByteLevelBpe, Gpt2VocabularyKnownIds) {

