@@ -233,11 +233,12 @@ void check_merges_not_cut_short(const ByteLevelBpeConfig& config, const fs::path
     if (first == nullptr || entry.second < first->second) first = &entry;
   }
   if (unbuildable <= std::max<size_t>(64, config.vocab.size() / 100)) return;
-  throw TokenizerLoadError(merges_file.string() + " holds " + std::to_string(config.merges.size()) + " merges, but " +
-                           std::to_string(unbuildable) + " of the " + std::to_string(config.vocab.size()) +
-                           " tokens of " + vocab_file.string() + " are built by none of them (the first is '" +
-                           first->first + "', id " + std::to_string(first->second) +
-                           "): merges.txt looks cut short; download it again");
+  // No advice here: load_tokenizer (a user's model) adds "download it again".
+  throw TokenizerFileCutShortError(merges_file.string() + " holds " + std::to_string(config.merges.size()) +
+                                   " merges, but " + std::to_string(unbuildable) + " of the " +
+                                   std::to_string(config.vocab.size()) + " tokens of " + vocab_file.string() +
+                                   " are built by none of them (the first is '" + first->first + "', id " +
+                                   std::to_string(first->second) + "): merges.txt looks cut short");
 }
 
 }  // namespace
