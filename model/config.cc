@@ -524,9 +524,10 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
   read_eos(j, c, std::nullopt);
   c.bos_token_id = j.contains("bos_token_id") || !bart ? opt<int64_t>(j, "bos_token_id") : std::optional<int64_t>(0);
   if (!j.contains("decoder_start_token_id")) {
-    // BartConfig's default is 2 itself, not eos_token_id. T5Config has none (Hugging Face cannot generate
-    // then); T5 starts with the pad id, as every T5 checkpoint says.
-    c.decoder_start_token_id = bart ? 2 : c.pad_token_id;
+    // BartConfig's default is 2 itself, not eos_token_id. T5Config has none: Hugging Face's generate then
+    // starts with bos_token_id, and cannot generate without one; T5 starts with the pad id, as every T5
+    // checkpoint says.
+    c.decoder_start_token_id = bart ? 2 : c.bos_token_id.value_or(c.pad_token_id);
   } else if (const auto start = opt<int64_t>(j, "decoder_start_token_id")) {
     c.decoder_start_token_id = *start;
   } else {  // null: Hugging Face's generate starts with bos_token_id

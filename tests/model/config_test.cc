@@ -141,6 +141,18 @@ TEST(Config, BartSpecialTokensTakeBartConfigsDefaults) {
   EXPECT_EQ(t5.decoder_start_token_id, 0);
 }
 
+// T5Config has no decoder start of its own: Hugging Face's generate then starts with bos_token_id where
+// config.json sets one (it cannot generate without either). The pad id stood in for it even then.
+TEST(Config, AT5WithoutADecoderStartStartsWithItsBos) {
+  auto t5 = t5_json();
+  ASSERT_FALSE(t5.contains("decoder_start_token_id"));
+  EXPECT_EQ(ModelConfig::from_json(t5).decoder_start_token_id, 0) << "no bos: the pad id, as T5 checkpoints say";
+  t5["bos_token_id"] = 5;
+  EXPECT_EQ(ModelConfig::from_json(t5).decoder_start_token_id, 5);
+  t5["decoder_start_token_id"] = 0;
+  EXPECT_EQ(ModelConfig::from_json(t5).decoder_start_token_id, 0);
+}
+
 // transformers 3's BartConfig keys for mBART/Marian/Blenderbot-style networks: today's BartModel ignores
 // them, so a checkpoint that sets one was trained for another network and is refused by name.
 TEST(Config, LegacyBartVariantKeysAreRefusedByName) {
