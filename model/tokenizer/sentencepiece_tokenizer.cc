@@ -180,7 +180,7 @@ std::unique_ptr<SentencePieceTokenizer> load_from_tokenizer_json(const fs::path&
     return std::make_unique<SentencePieceTokenizer>(
         SentencePieceProcessor::load_from_bytes(converted.model_proto), converted.extra_ids,
         converted.prefix_first_only ? std::optional(load_unprefixed(converted.model_proto)) : std::nullopt,
-        std::vector<AddedToken>{}, metaspace_decoder_keeps_first_space(*tj));
+        std::vector<AddedToken>{}, metaspace_decoder_keeps_first_space(*tj), metaspace_keeps_trailing_space(*tj));
   } catch (const std::runtime_error& e) {
     throw TokenizerLoadError("cannot load the SentencePiece model of " + file.string() + ": " + e.what());
   }
@@ -253,7 +253,8 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
     auto unprefixed =
         prefixes_first_only(tj, config) ? std::optional(load_unprefixed(std::move(serialized))) : std::nullopt;
     return std::make_unique<SentencePieceTokenizer>(std::move(sp), n, std::move(unprefixed), std::move(added),
-                                                    tj && metaspace_decoder_keeps_first_space(*tj));
+                                                    tj && metaspace_decoder_keeps_first_space(*tj),
+                                                    tj && metaspace_keeps_trailing_space(*tj));
   } catch (const TokenizerLoadError&) {
     throw;
   } catch (const std::invalid_argument& e) {
@@ -268,13 +269,16 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
 
 SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids,
                                                std::optional<SentencePieceProcessor> unprefixed,
-                                               std::vector<AddedToken> added, bool first_space_kept)
+                                               std::vector<AddedToken> added, bool first_space_kept,
+                                               bool trailing_space_kept)
     : sp_(std::move(sp)),
       unprefixed_(std::move(unprefixed)),
       sp_size_(sp_.vocab_size()),
       extra_ids_(extra_ids),
       added_(std::move(added)),
-      first_space_kept_(first_space_kept) {
+      first_space_kept_(first_space_kept),
+      trailing_space_kept_(trailing_space_kept),
+      space_id_(sp_.piece_to_id(kSpace)) {
   if (extra_ids_ < 0) throw std::invalid_argument("extra_ids must be >= 0, got " + std::to_string(extra_ids_));
   for (size_t i = 0; i < added_.size(); ++i) {
     if (added_[i].id != extras_end() + static_cast<int64_t>(i)) {
@@ -324,6 +328,8 @@ TokenIds SentencePieceTokenizer::encode(std::string_view text) const {
       continue;
     }
     for (const int32_t id : processor_for(seg.text, text).encode(seg.text)) ids.push_back(id);
+    // Hugging Face's Metaspace splits "x " into "▁x" and "▁" where no normalizer strips the end.
+    if (trailing_space_kept_ && ends_with_space(seg.text)) ids.push_back(space_id_);
   }
   if (eos_) ids.push_back(*eos_);
   return ids;
@@ -351,6 +357,31 @@ bool SentencePieceTokenizer::starts_with_space(std::string_view segment) const {
   if (ids.size() < 2 && segment.size() > 64) ids = unprefixed_->encode(anchor_ + std::string(segment));
   return ids.size() >= 2 && ids[0] == anchor_id_ &&
          unprefixed_->id_to_piece(ids[1]).compare(0, kSpace.size(), kSpace) == 0;
+}
+
+bool SentencePieceTokenizer::ends_with_space(std::string_view segment) const {
+  // As starts_with_space: the model's character map says what is whitespace (T5's maps U+00A0, U+200B
+  // and U+FEFF to a space), so ask it. Between two lead_ pieces SentencePiece strips no whitespace, and the
+  // pieces spell the normalized text with U+2581 for its spaces. Only the end matters: the last 64 bytes,
+  // unless the model drops all of those.
+  if (lead_.empty()) {
+    size_t start = segment.size();
+    while (start > 0 && (static_cast<unsigned char>(segment[--start]) & 0xC0) == 0x80) {
+    }
+    const size_t len = start < segment.size() ? utf8::sequence_length(segment, start) : 0;
+    return len > 0 && utf8::is_whitespace(utf8::decode_at(segment, start, len));
+  }
+  const auto spelled = [&](std::string_view tail) {
+    std::string pieces;
+    for (const int32_t id : sp_.encode(lead_ + std::string(tail) + lead_)) pieces += sp_.id_to_piece(id);
+    return pieces;
+  };
+  size_t from = segment.size() > 64 ? segment.size() - 64 : 0;
+  while (from > 0 && (static_cast<unsigned char>(segment[from]) & 0xC0) == 0x80) --from;
+  std::string pieces = spelled(segment.substr(from));
+  if (from > 0 && pieces.size() <= kSpace.size() + 2 * lead_.size()) pieces = spelled(segment);
+  const std::string end = std::string(kSpace) + lead_;
+  return pieces.size() >= end.size() && pieces.compare(pieces.size() - end.size(), end.size(), end) == 0;
 }
 
 void SentencePieceTokenizer::check_id(int64_t id) const {

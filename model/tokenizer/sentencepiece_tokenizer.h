@@ -32,9 +32,13 @@ class SentencePieceTokenizer final : public Tokenizer {
   // added_tokens_decoder), with consecutive ids from SentencePiece's size + extra_ids on.
   // first_space_kept: tokenizer.json's Metaspace decoder says prepend_scheme "never", so the first
   // token's U+2581 is a space too, as Hugging Face's decoder gives it.
+  // trailing_space_kept: whitespace at the end of a text (or of a text before a special or added token)
+  // gives the piece "▁", as Hugging Face gives it for a tokenizer.json that does not strip it
+  // (metaspace_keeps_trailing_space); SentencePiece drops it.
   SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids,
                          std::optional<SentencePieceProcessor> unprefixed = std::nullopt,
-                         std::vector<AddedToken> added = {}, bool first_space_kept = false);
+                         std::vector<AddedToken> added = {}, bool first_space_kept = false,
+                         bool trailing_space_kept = false);
 
   TokenIds encode(std::string_view text) const override;
   std::string decode_raw(const TokenIds& ids, bool skip_special = true) const override;
@@ -65,6 +69,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   const SentencePieceProcessor& processor_for(std::string_view segment, std::string_view text) const;
   // Whether `segment` starts with whitespace once the model has normalized it (needs unprefixed_).
   bool starts_with_space(std::string_view segment) const;
+  // Whether `segment` ends with whitespace once the model has normalized it.
+  bool ends_with_space(std::string_view segment) const;
 
   SentencePieceProcessor sp_;
   std::optional<SentencePieceProcessor> unprefixed_;
@@ -81,6 +87,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::optional<int64_t> bos_, eos_, pad_;
   std::vector<AddedToken> added_;  // by id - extras_end()
   bool first_space_kept_ = false;
+  bool trailing_space_kept_ = false;
+  int32_t space_id_ = -1;  // the piece "▁" (the unknown piece's id where the vocabulary lacks it)
   AddedTokenSplitter splitter_;
 };
 

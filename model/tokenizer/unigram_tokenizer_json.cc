@@ -1,5 +1,6 @@
 #include "model/tokenizer/unigram_tokenizer_json.h"
 
+#include <algorithm>
 #include <array>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -243,6 +244,28 @@ bool metaspace_never_prefixes(const json& tokenizer_json) {
 
 bool metaspace_decoder_keeps_first_space(const json& tokenizer_json) {
   return prepend_scheme_of(find_metaspace(tokenizer_json, "decoder", "decoders")) == "never";
+}
+
+bool metaspace_keeps_trailing_space(const json& tokenizer_json) {
+  if (find_metaspace(tokenizer_json, "pre_tokenizer", "pretokenizers") == nullptr) return false;
+  // The pre-tokenizer's steps in order (a Sequence's, or the one): whitespace split off before the Metaspace
+  // is gone.
+  const json& pre = tokenizer_json["pre_tokenizer"];
+  const json steps =
+      pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") ? pre["pretokenizers"] : json::array({pre});
+  for (const auto& step : steps) {
+    if (!step.is_object()) continue;
+    if (step.value("type", "") == "Metaspace") break;
+    if (step.value("type", "") == "WhitespaceSplit") return false;
+  }
+  // A normalizer that strips the text's end, anywhere in a Sequence.
+  const std::function<bool(const json&)> strips = [&](const json& n) {
+    if (!n.is_object()) return false;
+    if (n.value("type", "") == "Strip") return n.value("strip_right", true);
+    if (n.value("type", "") != "Sequence" || !n.contains("normalizers") || !n["normalizers"].is_array()) return false;
+    return std::any_of(n["normalizers"].begin(), n["normalizers"].end(), strips);
+  };
+  return !(tokenizer_json.contains("normalizer") && strips(tokenizer_json["normalizer"]));
 }
 
 bool is_unigram_tokenizer_json(const json& tokenizer_json) {

@@ -39,6 +39,12 @@ bool metaspace_never_prefixes(const nlohmann::json& tokenizer_json);
 // of dropping it. False without a Metaspace decoder.
 bool metaspace_decoder_keeps_first_space(const nlohmann::json& tokenizer_json);
 
+// Whether Hugging Face keeps whitespace at the end of a text (and of a text before a special token) as a
+// "▁" token: a Metaspace pre-tokenizer that no WhitespaceSplit comes before, behind a normalizer that does
+// not strip the end (transformers' converter wrote Precompiled and Replace " {2,}" alone before it added
+// Strip). SentencePiece drops that whitespace. False without a Metaspace.
+bool metaspace_keeps_trailing_space(const nlohmann::json& tokenizer_json);
+
 // Throws TokenizerLoadError naming the field (`where` names the file) when the tokenizer is not one a
 // SentencePiece model can express: another model type, a normalizer other than the precompiled map,
 // whitespace collapsing and stripping, a pre-tokenizer other than Metaspace, added tokens outside the

@@ -442,5 +442,36 @@ TEST(HfParity, T5AddedTokensDecodeThroughTheMetaspaceDecoder) {
   EXPECT_EQ(compare_decodes(*tok, tj, random_sequences(8, tok->vocab_size(), often, 1000), "T5 added \"▁foo\""), 0u);
 }
 
+// T5 encodes of tokenizer.json in each layout transformers has converted spiece.model to, alone and beside
+// spiece.model, against Hugging Face's, on words, punctuation, whitespace and special tokens (HF's Unigram
+// and SentencePiece part ways elsewhere, on digit runs and format characters): "unstripped" (no Strip
+// normalizer) keeps whitespace at a text's end, and before a special token, as a "▁" token.
+TEST(HfParity, T5EncodeOfWhitespaceInEachTokenizerJsonLayout) {
+  if (const auto why = reference_missing(); !why.empty()) GTEST_SKIP() << why;
+  static const std::vector<std::string> kUnits = {"the",  "fox",      "a",    "word",  ".",           ",",
+                                                  "'s",   " ",        "  ",   "   ",   "\t",          "\n",
+                                                  "\r\n", "\xC2\xA0", "</s>", "<pad>", "<extra_id_0>"};
+  std::mt19937 rng(29);
+  std::vector<std::string> texts;
+  while (texts.size() < 1500) {
+    std::string s;
+    for (int k = 1 + static_cast<int>(rng() % 8); k > 0; --k) s += kUnits[rng() % kUnits.size()];
+    texts.push_back(std::move(s));
+  }
+  for (const std::string style : {"unstripped", "current", "first", "legacy"}) {
+    const TempDir dir("hf-t5-encode");
+    const auto tj = converted_tokenizer_json(demo_model_dir(), style, dir.path() / "alone");
+    if (tj.empty()) GTEST_SKIP() << "python3 with the sentencepiece module not found";
+    fs::create_directories(dir.path() / "beside");
+    fs::copy_file(tj, dir.path() / "beside" / "tokenizer.json");
+    fs::copy_file(demo_model_dir() / "spiece.model", dir.path() / "beside" / "spiece.model");
+    test::write_file(dir.path() / "beside" / "tokenizer_config.json", R"({"extra_ids": 100})");
+    const auto ref = run_reference(tj, text_inputs(texts));
+    for (const char* where : {"alone", "beside"}) {
+      EXPECT_EQ(compare(*load_tokenizer(dir.path() / where), texts, ref, "T5 " + style + " " + where), 0u);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace srformer

@@ -3,9 +3,13 @@ the tokenizer.json-only tests. Reads the model with the protobuf bindings of Deb
 python3-sentencepiece, independently of the C++ converter under test.
 
 usage: spm_to_tokenizer_json.py SPIECE_MODEL EXTRA_IDS STYLE OUT
-  STYLE current: normalizer [Precompiled, Replace " {2,}"], pre-tokenizer Metaspace (prepend_scheme always)
-  STYLE first:   the same with prepend_scheme first (what T5 with legacy=False converts to)
-  STYLE legacy:  normalizer Precompiled, pre-tokenizer [WhitespaceSplit, Metaspace (add_prefix_space)]
+  STYLE current:    normalizer [Precompiled, Strip right, Replace " {2,}" by U+2581], pre-tokenizer Metaspace
+                    (prepend_scheme always)
+  STYLE first:      the same with prepend_scheme first (what T5 with legacy=False converts to)
+  STYLE unstripped: normalizer [Precompiled, Replace " {2,}" by " "], pre-tokenizer Metaspace (prepend_scheme
+                    always), as transformers converted before it added Strip: a text's trailing whitespace
+                    gives a "\u2581" token
+  STYLE legacy:     normalizer Precompiled, pre-tokenizer [WhitespaceSplit, Metaspace (add_prefix_space)]
 """
 import base64
 import json
@@ -38,9 +42,14 @@ def main():
     precompiled = {"type": "Precompiled", "precompiled_charsmap": charsmap}
     if style in ("current", "first"):
         normalizer = {"type": "Sequence", "normalizers": [
-            precompiled, {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]}
+            precompiled, {"type": "Strip", "strip_left": False, "strip_right": True},
+            {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": "\u2581"}]}
         pre_tokenizer = {"type": "Metaspace", "replacement": "\u2581",
                          "prepend_scheme": "always" if style == "current" else "first", "split": True}
+    elif style == "unstripped":
+        normalizer = {"type": "Sequence", "normalizers": [
+            precompiled, {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]}
+        pre_tokenizer = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True}
     elif style == "legacy":
         normalizer = precompiled
         pre_tokenizer = {"type": "Sequence", "pretokenizers": [
