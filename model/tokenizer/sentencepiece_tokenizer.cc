@@ -99,11 +99,14 @@ std::map<int64_t, AddedToken> listed_added_tokens(const fs::path& model_dir, con
 // The serialized model without SentencePiece's dummy prefix. Protobuf merges an embedded message
 // that comes twice, so a second NormalizerSpec (ModelProto field 3) holding only add_dummy_prefix
 // (its field 3) = false overrides that one setting and keeps the rest.
-SentencePieceProcessor load_unprefixed(std::string serialized) {
+SentencePieceProcessor load_with_dummy_prefix(std::string serialized, bool prefix) {
   std::string spec;
-  wire::put_bool(spec, 3, false);
+  wire::put_bool(spec, 3, prefix);
   wire::put_bytes(serialized, 3, spec);
   return SentencePieceProcessor::load_from_bytes(serialized);
+}
+SentencePieceProcessor load_unprefixed(std::string serialized) {
+  return load_with_dummy_prefix(std::move(serialized), false);
 }
 
 std::string read_binary_file(const fs::path& file) {
@@ -176,11 +179,16 @@ std::unique_ptr<SentencePieceTokenizer> load_from_tokenizer_json(const fs::path&
     }
   }
   const auto converted = sentencepiece_model_from_tokenizer_json(*tj, file.string(), names);
+  // "never": text that starts with whitespace goes through the model with the dummy prefix.
+  const bool never = metaspace_never_prefixes(*tj);
   try {
     return std::make_unique<SentencePieceTokenizer>(
-        SentencePieceProcessor::load_from_bytes(converted.model_proto), converted.extra_ids,
-        converted.prefix_first_only ? std::optional(load_unprefixed(converted.model_proto)) : std::nullopt,
-        std::vector<AddedToken>{}, metaspace_decoder_keeps_first_space(*tj), metaspace_keeps_trailing_space(*tj));
+        never ? load_with_dummy_prefix(converted.model_proto, true)
+              : SentencePieceProcessor::load_from_bytes(converted.model_proto),
+        converted.extra_ids,
+        converted.prefix_first_only || never ? std::optional(load_unprefixed(converted.model_proto)) : std::nullopt,
+        std::vector<AddedToken>{}, metaspace_decoder_keeps_first_space(*tj), metaspace_keeps_trailing_space(*tj),
+        never);
   } catch (const std::runtime_error& e) {
     throw TokenizerLoadError("cannot load the SentencePiece model of " + file.string() + ": " + e.what());
   }
@@ -229,9 +237,9 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
     std::string serialized = read_binary_file(model_file);  // read once: checked, then loaded from these bytes
     check_not_cut_short(serialized, model_file);
     // Hugging Face's "never" (tokenizer.json's Metaspace, which the fast tokenizer runs): no U+2581 before
-    // the first word either, as spiece.model's dummy prefix would put there.
-    auto sp = tj && metaspace_never_prefixes(*tj) ? load_unprefixed(serialized)
-                                                  : SentencePieceProcessor::load_from_bytes(serialized);
+    // the first word either, as spiece.model's dummy prefix would put there (the unprefixed model encodes).
+    const bool never = tj && metaspace_never_prefixes(*tj);
+    auto sp = never ? load_with_dummy_prefix(serialized, true) : SentencePieceProcessor::load_from_bytes(serialized);
     std::vector<AddedToken> added;
     const int64_t base = sp.vocab_size() + n;
     for (const auto& [id, token] : added_listed) {
@@ -251,10 +259,10 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
       }
     }
     auto unprefixed =
-        prefixes_first_only(tj, config) ? std::optional(load_unprefixed(std::move(serialized))) : std::nullopt;
+        never || prefixes_first_only(tj, config) ? std::optional(load_unprefixed(std::move(serialized))) : std::nullopt;
     return std::make_unique<SentencePieceTokenizer>(std::move(sp), n, std::move(unprefixed), std::move(added),
                                                     tj && metaspace_decoder_keeps_first_space(*tj),
-                                                    tj && metaspace_keeps_trailing_space(*tj));
+                                                    tj && metaspace_keeps_trailing_space(*tj), never);
   } catch (const TokenizerLoadError&) {
     throw;
   } catch (const std::invalid_argument& e) {
@@ -270,7 +278,7 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
 SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids,
                                                std::optional<SentencePieceProcessor> unprefixed,
                                                std::vector<AddedToken> added, bool first_space_kept,
-                                               bool trailing_space_kept)
+                                               bool trailing_space_kept, bool never_prefixed)
     : sp_(std::move(sp)),
       unprefixed_(std::move(unprefixed)),
       sp_size_(sp_.vocab_size()),
@@ -278,6 +286,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_
       added_(std::move(added)),
       first_space_kept_(first_space_kept),
       trailing_space_kept_(trailing_space_kept),
+      never_prefixed_(never_prefixed && unprefixed_.has_value()),
       space_id_(sp_.piece_to_id(kSpace)) {
   if (extra_ids_ < 0) throw std::invalid_argument("extra_ids must be >= 0, got " + std::to_string(extra_ids_));
   for (size_t i = 0; i < added_.size(); ++i) {
@@ -340,7 +349,9 @@ const SentencePieceProcessor& SentencePieceTokenizer::processor_for(std::string_
   // Hugging Face's "first": U+2581 is prepended only to the text at the very start of the input; other
   // text keeps the space it starts with, which the unprefixed model would strip (SentencePiece
   // removes leading whitespace), so that text goes through the prefixing model, which gives the same.
-  if (!unprefixed_ || segment.data() == text.data() || starts_with_space(segment)) return sp_;
+  // "never": no text gets a U+2581 of its own, the text at the start neither; one that starts with a space
+  // keeps it as "▁" all the same.
+  if (!unprefixed_ || (!never_prefixed_ && segment.data() == text.data()) || starts_with_space(segment)) return sp_;
   return *unprefixed_;
 }
 

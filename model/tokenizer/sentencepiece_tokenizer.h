@@ -35,10 +35,12 @@ class SentencePieceTokenizer final : public Tokenizer {
   // trailing_space_kept: whitespace at the end of a text (or of a text before a special or added token)
   // gives the piece "▁", as Hugging Face gives it for a tokenizer.json that does not strip it
   // (metaspace_keeps_trailing_space); SentencePiece drops it.
+  // never_prefixed: tokenizer.json's Metaspace says prepend_scheme "never": `unprefixed` encodes the text at
+  // the start too, unless it starts with whitespace (that is "▁" in Hugging Face's as well).
   SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids,
                          std::optional<SentencePieceProcessor> unprefixed = std::nullopt,
                          std::vector<AddedToken> added = {}, bool first_space_kept = false,
-                         bool trailing_space_kept = false);
+                         bool trailing_space_kept = false, bool never_prefixed = false);
 
   TokenIds encode(std::string_view text) const override;
   std::string decode_raw(const TokenIds& ids, bool skip_special = true) const override;
@@ -88,6 +90,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::vector<AddedToken> added_;  // by id - extras_end()
   bool first_space_kept_ = false;
   bool trailing_space_kept_ = false;
+  bool never_prefixed_ = false;
   int32_t space_id_ = -1;  // the piece "▁" (the unknown piece's id where the vocabulary lacks it)
   AddedTokenSplitter splitter_;
 };

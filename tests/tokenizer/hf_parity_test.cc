@@ -445,7 +445,8 @@ TEST(HfParity, T5AddedTokensDecodeThroughTheMetaspaceDecoder) {
 // T5 encodes of tokenizer.json in each layout transformers has converted spiece.model to, alone and beside
 // spiece.model, against Hugging Face's, on words, punctuation, whitespace and special tokens (HF's Unigram
 // and SentencePiece part ways elsewhere, on digit runs and format characters): "unstripped" (no Strip
-// normalizer) keeps whitespace at a text's end, and before a special token, as a "▁" token.
+// normalizer) keeps whitespace at a text's end, and before a special token, as a "▁" token; prepend_scheme
+// "never" keeps that at a text's start as one.
 TEST(HfParity, T5EncodeOfWhitespaceInEachTokenizerJsonLayout) {
   if (const auto why = reference_missing(); !why.empty()) GTEST_SKIP() << why;
   static const std::vector<std::string> kUnits = {"the",  "fox",      "a",    "word",  ".",           ",",
@@ -458,10 +459,17 @@ TEST(HfParity, T5EncodeOfWhitespaceInEachTokenizerJsonLayout) {
     for (int k = 1 + static_cast<int>(rng() % 8); k > 0; --k) s += kUnits[rng() % kUnits.size()];
     texts.push_back(std::move(s));
   }
-  for (const std::string style : {"unstripped", "current", "first", "legacy"}) {
+  for (const std::string style : {"unstripped", "current", "first", "legacy", "never"}) {
     const TempDir dir("hf-t5-encode");
-    const auto tj = converted_tokenizer_json(demo_model_dir(), style, dir.path() / "alone");
+    const auto tj =
+        converted_tokenizer_json(demo_model_dir(), style == "never" ? "current" : style, dir.path() / "alone");
     if (tj.empty()) GTEST_SKIP() << "python3 with the sentencepiece module not found";
+    if (style == "never") {
+      auto never = json::parse(test::read_file(tj));
+      never["pre_tokenizer"]["prepend_scheme"] = "never";
+      never["decoder"]["prepend_scheme"] = "never";
+      test::write_file(tj, never.dump());
+    }
     fs::create_directories(dir.path() / "beside");
     fs::copy_file(tj, dir.path() / "beside" / "tokenizer.json");
     fs::copy_file(demo_model_dir() / "spiece.model", dir.path() / "beside" / "spiece.model");

@@ -160,6 +160,14 @@ TEST(UnigramTokenizerJson, NeverPrependKeepsTheFirstTokensSpace) {
       const auto ids = tok->encode("the fox");
       EXPECT_NE(tok->id_to_token(ids.front()).rfind("\xE2\x96\x81", 0), 0u) << tok->id_to_token(ids.front());
       EXPECT_EQ(tok->decode(ids), "the fox");
+      // Whitespace the text starts with is its "▁" (Hugging Face: " x" gives "▁x"), also after a special token.
+      EXPECT_EQ(tok->encode(" the fox"), plain->encode("the fox"));
+      EXPECT_EQ(tok->encode("  the fox").front(), word.front());
+      auto after_special = tok->encode("the</s>");
+      after_special.pop_back();  // the EOS appended
+      const auto fox = plain->encode("fox");
+      after_special.insert(after_special.end(), fox.begin(), fox.end());
+      EXPECT_EQ(tok->encode("the</s> fox"), after_special);
       TokenIds spaced = plain->encode("the fox  jumps");
       spaced.insert(spaced.begin(), word.front());
       IncrementalDetokenizer stream(*tok, true);
