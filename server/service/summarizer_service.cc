@@ -560,6 +560,22 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       end(empty);
       return;
     }
+    // A batch no queues could take whole is refused before any item is prepared, logged or answered: a
+    // 4 MiB body holds two million empty items, and each was refused, logged and listed on its own (a
+    // minute of the server's time, gigabytes, a 200 MB response), or without partial_results logged as
+    // not run.
+    if (const int64_t most = service.batch_capacity(); n > most) {
+      const grpc::Status status(grpc::StatusCode::INVALID_ARGUMENT,
+                                "the batch holds " + std::to_string(n) +
+                                    " requests, more than this server's queues "
+                                    "take together (" +
+                                    std::to_string(most) +
+                                    ", --max-queue per model); split it into batches of at most " +
+                                    std::to_string(most));
+      record_.malformed(service.next_request_id(), status);
+      end(status);
+      return;
+    }
     // The call counts once under every model it asks for, whichever item ends it.
     for (const auto& request : in.requests()) {
       if (const Engine* const engine = service.find_model(request.model())) record_.started(engine->name());
@@ -829,6 +845,12 @@ std::string SummarizerService::request_id(const v1::SummarizeRequest& request) {
 }
 
 Engine* SummarizerService::find_model(const std::string& name) const { return models_.find(name); }
+
+int64_t SummarizerService::batch_capacity() const {
+  int64_t total = 0;
+  for (const auto& engine : models_.engines()) total += engine->limits().max_queue;
+  return total;
+}
 
 void SummarizerService::add_unread_stream_bytes(int64_t delta) {
   unread_stream_bytes_.fetch_add(delta);

@@ -55,6 +55,8 @@ class SummarizerService final : public RawSummarizerService {
   std::string request_id(const v1::SummarizeRequest& request);
   // The engine serving that model name (the empty name: the first model), or null.
   Engine* find_model(const std::string& name) const;
+  // The most requests a SummarizeBatch may hold: what the models' queues take together (--max-queue each).
+  int64_t batch_capacity() const;
   // Bytes of SummarizeStream messages held for clients that have not taken them yet, all streams
   // together (ServiceLimits::max_unread_stream_bytes; srformer_stream_unread_bytes).
   void add_unread_stream_bytes(int64_t delta);

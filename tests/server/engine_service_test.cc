@@ -1934,7 +1934,9 @@ TEST(EngineService, ABatchLargerThanTheQueueIsRefusedUpFrontAndNothingRuns) {
   const auto st = server.stub().SummarizeBatch(&ctx, batch, &resp);
   // Not RESOURCE_EXHAUSTED: retrying could never succeed, even on an idle server.
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(st.error_message().find("more than 4 requests"), std::string::npos) << st.error_message();
+  EXPECT_NE(st.error_message().find("holds 5 requests, more than this server's queues take together (4"),
+            std::string::npos)
+      << st.error_message();
   EXPECT_NE(st.error_message().find("split it"), std::string::npos) << st.error_message();
   EXPECT_EQ(server.engine().stats().queued, 0);
   EXPECT_EQ(server.engine().stats().live_requests, 0);
@@ -1943,6 +1945,50 @@ TEST(EngineService, ABatchLargerThanTheQueueIsRefusedUpFrontAndNothingRuns) {
   grpc::ClientContext ctx2;
   ASSERT_TRUE(server.stub().SummarizeBatch(&ctx2, batch, &resp).ok());
   EXPECT_EQ(resp.responses_size(), 4);
+}
+
+// A batch holding more items than the server's queues take together (whatever the items hold) is
+// refused before any item is prepared, answered or logged: a 4 MiB body of two million empty items cost a
+// minute, gigabytes, two million log lines and a 200 MB answer. Up to that many, items are answered each.
+TEST(EngineService, ABatchLargerThanEveryQueueTogetherIsRefusedBeforeItsItems) {
+  LogCapture captured;
+  FakeServerOptions so;
+  so.config.max_queue = 3;
+  so.models = {{"alpha", FakeModelOptions{}}, {"beta", FakeModelOptions{}}};
+  TestServer server(so);
+  for (const bool partial : {true, false}) {
+    SCOPED_TRACE(partial);
+    v1::SummarizeBatchRequest batch;
+    batch.set_partial_results(partial);
+    for (int i = 0; i < 7; ++i) {
+      *batch.add_requests() = make_request("", i % 2 ? "beta" : "nope");
+      batch.mutable_requests(i)->set_request_id("big-" + std::to_string(i));
+    }
+    grpc::ClientContext ctx;
+    v1::SummarizeBatchResponse resp;
+    const auto st = server.stub().SummarizeBatch(&ctx, batch, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("holds 7 requests, more than this server's queues take together (6"),
+              std::string::npos)
+        << st.error_message();
+    EXPECT_NE(st.error_message().find("batches of at most 6"), std::string::npos) << st.error_message();
+  }
+  EXPECT_EQ(captured.text().find("request big-"), std::string::npos) << captured.text();
+  // As many as the queues take: each item answered on its own.
+  v1::SummarizeBatchRequest batch;
+  batch.set_partial_results(true);
+  for (int i = 0; i < 6; ++i) *batch.add_requests() = make_request("", i % 2 ? "beta" : "nope");
+  grpc::ClientContext ctx;
+  v1::SummarizeBatchResponse resp;
+  ASSERT_TRUE(server.stub().SummarizeBatch(&ctx, batch, &resp).ok());
+  EXPECT_EQ(resp.errors_size(), 6);
+  // Within that, more for one model than its own queue takes is refused as before.
+  v1::SummarizeBatchRequest one_model;
+  for (int i = 0; i < 4; ++i) *one_model.add_requests() = make_request(doc_of(i), "alpha");
+  grpc::ClientContext ctx2;
+  const auto st = server.stub().SummarizeBatch(&ctx2, one_model, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(st.error_message().find("more than 3 requests for model 'alpha'"), std::string::npos) << st.error_message();
 }
 
 // A batch asking two models counts once under each (srformer_requests_total is per model), with the
