@@ -186,6 +186,42 @@ TEST(SamplingTest, AnyOfSeveralEosIdsEndsADraw) {
   }
 }
 
+// Ids past the tokenizer's vocabulary (T5's padding rows of the embedding) are left out before the
+// warpers, so that top-k counts and the temperature sharpens the tokenizer's ids alone, and each token's
+// log-probability is under the distribution it was drawn from: the warped one over those ids, summing to
+// the score (docs/API.md, "Responses").
+TEST(SamplingTest, OnlyTheTokenizersIdsAreDrawnAndScoredUnderTheWarpedDistribution) {
+  // Token 5, the likeliest, is past the tokenizer's 5 ids; kEos (4) has probability 0.
+  const std::vector<double> p{0.3, 0.2, 0.1, 0.0, 0.0, 0.4};
+  struct Case {
+    double temperature;
+    int64_t top_k;
+    std::map<int64_t, double> expected;
+  };
+  for (const Case& c :
+       {Case{1.0, 0, {{0, 0.5}, {1, 0.2 / 0.6}, {2, 0.1 / 0.6}}},
+        Case{0.5, 0, {{0, 0.09 / 0.14}, {1, 0.04 / 0.14}, {2, 0.01 / 0.14}}}, Case{1.0, 2, {{0, 0.6}, {1, 0.4}}}}) {
+    SCOPED_TRACE("temperature " + std::to_string(c.temperature) + ", top_k " + std::to_string(c.top_k));
+    auto options = sampling_options(11);
+    options.max_new_tokens = 64;
+    options.vocab_limit = 5;
+    options.temperature = c.temperature;
+    options.top_k = c.top_k;
+    SamplingSearcher searcher(options);
+    const auto run = drive(searcher, fixed(p), 0);
+    const auto& r = run.results[0];
+    ASSERT_EQ(r.token_logprobs.size(), r.tokens.size());
+    double sum = 0;
+    for (size_t i = 0; i < r.tokens.size(); ++i) {
+      ASSERT_TRUE(c.expected.count(r.tokens[i])) << "token " << r.tokens[i] << " at step " << i;
+      EXPECT_NEAR(r.token_logprobs[i], std::log(c.expected.at(r.tokens[i])), 1e-5) << "step " << i;
+      sum += r.token_logprobs[i];
+    }
+    EXPECT_NEAR(sum, r.score, 1e-4);
+    expect_frequencies(frequencies(options, fixed(p), 256), c.expected);
+  }
+}
+
 TEST(SamplingTest, EachTokenCarriesItsLogProbabilityAfterTheWarpers) {
   auto options = sampling_options(5);
   options.max_new_tokens = 40;
