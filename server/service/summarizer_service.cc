@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include "model/generation/generate.h"
 #include "model/tokenizer/utf8.h"
 #include "server/metrics/metrics.h"
+#include "server/service/call_deadline.h"
 #include "server/service/message_body.h"
 
 namespace srformer::server {
@@ -185,12 +187,11 @@ class CallRecord {
   // `ended`: the call is known to have ended on the client's side (a write to it failed), which gRPC may
   // not have marked cancelled yet.
   bool deadline_passed(bool ended = false) const {
-    const auto deadline = context_->deadline();
-    if (deadline == std::chrono::system_clock::time_point::max()) return false;
-    const auto left = deadline - std::chrono::system_clock::now();
-    return left <= std::chrono::system_clock::duration::zero() ||
+    const auto left = time_left(context_->raw_deadline());
+    if (!left) return false;
+    return *left <= std::chrono::nanoseconds::zero() ||
            ((ended || context_->IsCancelled()) &&
-            cancel_near_deadline(elapsed(), std::chrono::duration_cast<Clock::duration>(left)));
+            cancel_near_deadline(elapsed(), std::chrono::duration_cast<Clock::duration>(*left)));
   }
   // A summary completed once its client has a status of its own (the deadline passed, or it cancelled,
   // while the last step ran) reaches nobody: that status's outcome, to count and log.
@@ -884,14 +885,12 @@ SummarizerService::Prepared SummarizerService::prepare(const v1::SummarizeReques
                        "unknown model '" + shown_name(in.model()) + "'; this server holds: " + models_.names());
   }
   std::optional<Clock::time_point> deadline;
-  const auto wall_deadline = context->deadline();
-  if (wall_deadline != std::chrono::system_clock::time_point::max()) {
-    const auto left = wall_deadline - std::chrono::system_clock::now();
-    if (left <= std::chrono::system_clock::duration::zero()) {
+  if (const auto left = time_left(context->raw_deadline())) {
+    if (*left <= std::chrono::nanoseconds::zero()) {
       throw RequestError(grpc::StatusCode::DEADLINE_EXCEEDED,
                          "the deadline expired before the request was queued; allow more time");
     }
-    deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
+    deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(*left);
   }
   try {
     p.request = build_request(in, *p.engine, limits_, deadline);

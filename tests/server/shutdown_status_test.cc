@@ -1,6 +1,7 @@
 // The status a call ends with around a shutdown: what the server's drain did is UNAVAILABLE (retry
 // elsewhere), what the client did is its own (CANCELLED), as docs/API.md's error table says; and past its
 // deadline: DEADLINE_EXCEEDED, as the client has it.
+#include <grpc/support/time.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "server/metrics/metrics.h"
+#include "server/service/call_deadline.h"
 #include "tests/metrics/scrape.h"
 #include "tests/server/test_server.h"
 
@@ -175,6 +177,34 @@ TEST(DeadlineStatus, ASummaryCompletedPastTheDeadlineCountsAsDeadlineExceeded) {
   for (const std::string method : {"Summarize", "SummarizeStream"}) {
     EXPECT_EQ(calls(method, "DEADLINE_EXCEEDED"), 1.0) << method << "\n" << metrics.scrape_text();
     EXPECT_EQ(calls(method, "OK"), 0.0) << method;
+  }
+}
+
+// A deadline past the year 2262 (grpc-timeout takes up to 99999999H, some 11,000 years; a Go client's
+// longest timeout is 292 years) overflowed ServerContext::deadline()'s system_clock nanoseconds into the
+// past, and every such call was refused with DEADLINE_EXCEEDED before it was queued (curl with
+// 'grpc-timeout: 2628000H', 300 years; gRPC's C++ client does not send one so far). The server reads the
+// raw deadline: one over a century away is none, a nearer one is the time it leaves.
+TEST(DeadlineStatus, ADeadlineCenturiesAwayIsNoneNotOnePast) {
+  using server::time_left;
+  constexpr int64_t kYear = int64_t{365} * 24 * 3600;
+  for (const gpr_clock_type clock : {GPR_CLOCK_REALTIME, GPR_CLOCK_MONOTONIC}) {
+    SCOPED_TRACE(clock);
+    const auto in = [clock](int64_t seconds) {
+      return gpr_time_add(gpr_now(clock), gpr_time_from_seconds(seconds, GPR_TIMESPAN));
+    };
+    EXPECT_FALSE(time_left(gpr_inf_future(clock)));
+    for (const int64_t years : {300, 11000}) EXPECT_FALSE(time_left(in(years * kYear))) << years;
+    const auto soon = time_left(in(10));
+    ASSERT_TRUE(soon);
+    EXPECT_GT(*soon, 9s);
+    EXPECT_LE(*soon, 10s);
+    const auto past = time_left(in(-5));
+    ASSERT_TRUE(past);
+    EXPECT_LT(*past, -4s);
+    const auto decades = time_left(in(50 * kYear));
+    ASSERT_TRUE(decades);
+    EXPECT_GT(*decades, std::chrono::seconds(50 * kYear - 1));
   }
 }
 
