@@ -19,10 +19,9 @@ namespace srformer::server {
 namespace {
 
 // A tokenizer holds some 70 bytes per input byte while it runs (measured: a 4 MB document took 290 MB
-// with a T5's SentencePiece model), and gRPC runs as many calls at once as it has threads, which grow
-// with the machine's cores: documents from 64 KiB up share a budget of 16 MiB of text being tokenized at
-// once (about 1.2 GB). Smaller ones, a few MB each at most, never wait behind a long one.
-constexpr int64_t kGatedDocumentBytes = int64_t{64} << 10;
+// with a T5's SentencePiece model): documents of kLongDocumentBytes and more share a budget of 16 MiB of
+// text being tokenized at once (about 1.2 GB). Smaller ones, a few MB each at most, never wait behind a
+// long one.
 constexpr int64_t kTokenizingBudgetBytes = int64_t{16} << 20;
 
 ByteGate& tokenizing_gate() {
@@ -286,7 +285,7 @@ std::shared_ptr<Request> build_request(const v1::SummarizeRequest& in, const Eng
   const std::string text = config.summarization_prefix ? *config.summarization_prefix + in.document() : in.document();
   {
     std::optional<ByteGate::Pass> pass;
-    if (static_cast<int64_t>(text.size()) >= kGatedDocumentBytes) pass.emplace(tokenizing_gate().enter(text.size()));
+    if (static_cast<int64_t>(text.size()) >= kLongDocumentBytes) pass.emplace(tokenizing_gate().enter(text.size()));
     req->input_ids = engine.tokenizer().encode(text);
   }
   req->options.vocab_limit = engine.tokenizer().vocab_size();

@@ -41,6 +41,11 @@ struct ServiceLimits {
   int64_t stream_stall_timeout_ms = 0;
 };
 
+// A document of this many bytes or more is long: tokenized under a shared memory budget (a tokenizer holds
+// some 70 bytes per input byte), on the service's own threads rather than gRPC's callback threads, which
+// are a few shared by every call (health checks included) and must not wait on a tokenizer.
+inline constexpr int64_t kLongDocumentBytes = int64_t{64} << 10;
+
 // An error to return to the client with this status code.
 class RequestError : public std::runtime_error {
  public:

@@ -254,10 +254,11 @@ grpc::Status answer_or_internal(Build&& build) {
 // which gRPC only destroys once the call is done and never reads after the method handler.
 void release_body(const grpc::ByteBuffer& body) { const_cast<grpc::ByteBuffer&>(body).Clear(); }
 
-// The start shared by Summarize and SummarizeStream: parses the body into `in`, finds the model and builds
-// the request. A refusal is recorded and returned: the status to end the call with.
-grpc::Status open_call(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body,
-                       v1::SummarizeRequest& in, CallRecord& record, SummarizerService::Prepared& prepared) {
+// The start shared by Summarize and SummarizeStream, in two parts. read_call parses the body into `in`;
+// prepare_call (on SummarizerService::start_call's thread) finds the model and builds the request. A
+// refusal is recorded and returned: the status to end the call with.
+grpc::Status read_call(SummarizerService& service, const grpc::ByteBuffer& body, v1::SummarizeRequest& in,
+                       CallRecord& record) {
   if (const grpc::Status size = check_body_size(body, service.limits().max_message_bytes); !size.ok()) {
     record.too_large(service.next_request_id(), size);
     return size;
@@ -267,6 +268,11 @@ grpc::Status open_call(SummarizerService& service, grpc::CallbackServerContext* 
     return parsed;
   }
   release_body(body);
+  return grpc::Status::OK;
+}
+
+grpc::Status prepare_call(SummarizerService& service, grpc::CallbackServerContext* context,
+                          const v1::SummarizeRequest& in, CallRecord& record, SummarizerService::Prepared& prepared) {
   try {
     prepared = service.prepare(in, context);
   } catch (const RequestError& e) {
@@ -277,23 +283,57 @@ grpc::Status open_call(SummarizerService& service, grpc::CallbackServerContext* 
   return grpc::Status::OK;
 }
 
+// A call's start failing otherwise than by a refusal (out of memory setting it up): the status to end it with,
+// logged as the failure of a call that could not start.
+grpc::Status start_failed(const CallRecord& record, grpc::CallbackServerContext* context, const std::exception& e) {
+  const grpc::Status status = server_error("starting the call", e).status();
+  spdlog::error("{} from {} failed with {}: {}", record.method(), context->peer(),
+                status_code_name(status.error_code()), status.error_message());
+  return status;
+}
+
 // Summarize: one request, one response.
 class SummarizeCall final : public grpc::ServerUnaryReactor {
  public:
   SummarizeCall(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body,
                 grpc::ByteBuffer* out)
       : service_(service), record_(service, context, "Summarize"), out_(out) {
+    if (const grpc::Status read = read_call(service, body, in_, record_); !read.ok()) {
+      finish(read);
+      return;
+    }
+    service.start_call(static_cast<int64_t>(in_.document().size()), [this, &service, context] {
+      try {
+        start(service, context);
+      } catch (const std::exception& e) {  // before the request was queued: nothing else ends the call
+        finish(start_failed(record_, context, e));
+      }
+    });
+  }
+  void OnCancel() override {
+    std::lock_guard lock(mu_);
+    cancelled_ = true;
+    if (request_) request_->cancel();
+  }
+  void OnDone() override {  // gRPC's reactor lifetime: the reactor owns itself
+    record_.done();
+    if (held_ != 0) service_.add_unread_response_bytes(-held_);  // the client has it, or the call ended
+    delete this;
+  }
+
+ private:
+  void start(SummarizerService& service, grpc::CallbackServerContext* context) {
     SummarizerService::Prepared prepared;
-    // The parsed request is dropped once prepared (its document, up to --max-message-bytes, was held until the
-    // call ended: for as long as a client that does not read left its response waiting).
-    v1::SummarizeRequest in;
-    if (const grpc::Status opened = open_call(service, context, body, in, record_, prepared); !opened.ok()) {
+    if (const grpc::Status opened = prepare_call(service, context, in_, record_, prepared); !opened.ok()) {
       finish(opened);
       return;
     }
-    request_ = prepared.request;
+    // The parsed request is dropped once prepared (its document, up to --max-message-bytes, was held until the
+    // call ended: for as long as a client that does not read left its response waiting). Swapped out, as
+    // Clear() keeps the strings' capacity.
+    v1::SummarizeRequest().Swap(&in_);
     const std::string model = prepared.engine->name();
-    request_->on_finish = [this, model](RequestResult result) {
+    prepared.request->on_finish = [this, model](RequestResult result) {
       // A summary its last step completed after the deadline, or the client's cancel, reaches no client
       // (gRPC has ended the call on its side): count and log that, not an OK nobody receives.
       result.outcome = record_.as_the_client_has(result.outcome);
@@ -308,6 +348,11 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
       log_result(record_.method(), *request_, model, result, status);
       finish(status);  // last use of this
     };
+    {
+      std::lock_guard lock(mu_);  // OnCancel may run meanwhile (the start is on a thread of its own)
+      request_ = prepared.request;
+      if (cancelled_) request_->cancel();
+    }
     record_.set_accepted(true);
     try {
       service.submit(prepared);
@@ -317,16 +362,6 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
       finish(e.status());
     }
   }
-  void OnCancel() override {
-    if (request_) request_->cancel();
-  }
-  void OnDone() override {  // gRPC's reactor lifetime: the reactor owns itself
-    record_.done();
-    if (held_ != 0) service_.add_unread_response_bytes(-held_);  // the client has it, or the call ended
-    delete this;
-  }
-
- private:
   void finish(const grpc::Status& status) {
     record_.ended(status);
     // The response waits in memory until its client takes it (a client that does not read: as long as the
@@ -337,8 +372,11 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
   }
   SummarizerService& service_;
   CallRecord record_;
+  v1::SummarizeRequest in_;  // parsed; dropped once prepared
   grpc::ByteBuffer* out_;
+  std::mutex mu_;  // request_ and cancelled_, between the start and OnCancel
   std::shared_ptr<Request> request_;
+  bool cancelled_ = false;
   int64_t held_ = 0;  // the response's bytes, counted in srformer_response_unread_bytes until OnDone
 };
 
@@ -347,12 +385,69 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   StreamCall(SummarizerService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& body)
       : service_(service), record_(service, context, "SummarizeStream") {
+    if (const grpc::Status read = read_call(service, body, in_, record_); !read.ok()) {
+      end(read);
+      return;
+    }
+    service.start_call(static_cast<int64_t>(in_.document().size()), [this, &service, context] {
+      try {
+        start(service, context);
+      } catch (const std::exception& e) {  // before the request was queued: nothing else ends the call
+        end(start_failed(record_, context, e));
+      }
+    });
+  }
+
+  void OnWriteDone(bool ok) override {
+    const grpc::ByteBuffer* next = nullptr;
+    std::optional<grpc::Status> finish;
+    {
+      std::lock_guard lock(mu_);
+      int64_t taken = held_bytes(pending_.front());
+      pending_.pop_front();
+      if (!ok) {  // the client is gone: stop generating, drop what is queued
+        if (request_) request_->cancel();
+        unsent_ += pending_.size() + 1;
+        for (const auto& body : pending_) taken += held_bytes(body);
+        pending_.clear();
+      }
+      held_ -= taken;
+      service_.add_unread_stream_bytes(-taken);
+      if (!pending_.empty()) {
+        next = &pending_.front();
+        if (stall_) stall_->writing();  // the client took one: its clock starts again
+      } else {
+        if (stall_) stall_->idle();
+        writing_ = false;
+        if (status_ && !finished_) {
+          finished_ = true;
+          finish = status_;
+        }
+      }
+    }
+    if (next) StartWrite(next);
+    if (finish) end(*finish);
+  }
+  void OnCancel() override {
+    std::lock_guard lock(mu_);
+    cancelled_ = true;
+    if (request_) request_->cancel();
+  }
+  void OnDone() override {
+    if (stall_) stall_->done();
+    record_.done();
+    if (held_ != 0) service_.add_unread_stream_bytes(-held_);  // none, as the stream ends with its writes
+    delete this;
+  }
+
+ private:
+  void start(SummarizerService& service, grpc::CallbackServerContext* context) {
     SummarizerService::Prepared prepared;
-    v1::SummarizeRequest in;  // dropped once prepared, as Summarize's
-    if (const grpc::Status opened = open_call(service, context, body, in, record_, prepared); !opened.ok()) {
+    if (const grpc::Status opened = prepare_call(service, context, in_, record_, prepared); !opened.ok()) {
       end(opened);
       return;
     }
+    v1::SummarizeRequest().Swap(&in_);  // dropped once prepared, as Summarize's
     const std::string model = prepared.engine->name();
     // Messages held for clients that do not take them are bounded by refusing new streams, not by the
     // queue: a stream whose summary is complete has left the engine, however long its messages wait.
@@ -367,7 +462,11 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       end(status);
       return;
     }
-    request_ = prepared.request;
+    {
+      std::lock_guard lock(mu_);  // OnCancel may run meanwhile (the start is on a thread of its own)
+      request_ = prepared.request;
+      if (cancelled_) request_->cancel();
+    }
     model_ = model;
     stall_ = service.stall_watch().watch(context);
     request_->on_tokens = [this](std::vector<TokenEvent> events) {
@@ -413,48 +512,6 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       end(e.status());
     }
   }
-
-  void OnWriteDone(bool ok) override {
-    const grpc::ByteBuffer* next = nullptr;
-    std::optional<grpc::Status> finish;
-    {
-      std::lock_guard lock(mu_);
-      int64_t taken = held_bytes(pending_.front());
-      pending_.pop_front();
-      if (!ok) {  // the client is gone: stop generating, drop what is queued
-        if (request_) request_->cancel();
-        unsent_ += pending_.size() + 1;
-        for (const auto& body : pending_) taken += held_bytes(body);
-        pending_.clear();
-      }
-      held_ -= taken;
-      service_.add_unread_stream_bytes(-taken);
-      if (!pending_.empty()) {
-        next = &pending_.front();
-        if (stall_) stall_->writing();  // the client took one: its clock starts again
-      } else {
-        if (stall_) stall_->idle();
-        writing_ = false;
-        if (status_ && !finished_) {
-          finished_ = true;
-          finish = status_;
-        }
-      }
-    }
-    if (next) StartWrite(next);
-    if (finish) end(*finish);
-  }
-  void OnCancel() override {
-    if (request_) request_->cancel();
-  }
-  void OnDone() override {
-    if (stall_) stall_->done();
-    record_.done();
-    if (held_ != 0) service_.add_unread_stream_bytes(-held_);  // none, as the stream ends with its writes
-    delete this;
-  }
-
- private:
   // Appends messages (and the final status once known); starts a write when none is in flight.
   void enqueue(const std::vector<v1::SummarizeStreamResponse>& msgs, std::optional<grpc::Status> status) {
     std::vector<grpc::ByteBuffer> bodies;
@@ -518,10 +575,12 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   SummarizerService& service_;
   CallRecord record_;
+  v1::SummarizeRequest in_;
   std::shared_ptr<Request> request_;
   std::string model_;
   std::shared_ptr<StallWatch::Call> stall_;  // null without --stream-stall-timeout-ms
   std::mutex mu_;
+  bool cancelled_ = false;                // OnCancel came, perhaps before the start set request_
   std::deque<grpc::ByteBuffer> pending_;  // front = being written (deque keeps references)
   int64_t held_ = 0;                      // their bytes, counted in the service's unread_stream_bytes
   bool writing_ = false;
@@ -547,14 +606,13 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       end(size);
       return;
     }
-    v1::SummarizeBatchRequest in;  // dropped once its items are prepared, as Summarize's
-    if (const grpc::Status parsed = parse_body(body, in); !parsed.ok()) {
+    if (const grpc::Status parsed = parse_body(body, in_); !parsed.ok()) {
       record_.malformed(service.next_request_id(), parsed, body.Valid());
       end(parsed);
       return;
     }
     release_body(body);
-    const int n = in.requests_size();
+    const int n = in_.requests_size();
     if (n == 0) {
       const grpc::Status empty(grpc::StatusCode::INVALID_ARGUMENT, "requests is empty; send at least one request");
       record_.malformed(service.next_request_id(), empty);
@@ -568,24 +626,58 @@ class BatchCall final : public grpc::ServerUnaryReactor {
     if (const int64_t most = service.batch_capacity(); n > most) {
       const grpc::Status status(grpc::StatusCode::INVALID_ARGUMENT,
                                 "the batch holds " + std::to_string(n) +
-                                    " requests, more than this server's queues "
-                                    "take together (" +
-                                    std::to_string(most) +
+                                    " requests, more than this server's queues take together (" + std::to_string(most) +
                                     ", --max-queue per model); split it into batches of at most " +
                                     std::to_string(most));
       record_.malformed(service.next_request_id(), status);
       end(status);
       return;
     }
+    int64_t document_bytes = 0;
+    for (const auto& request : in_.requests()) document_bytes += static_cast<int64_t>(request.document().size());
+    service.start_call(document_bytes, [this, &service, context] {
+      try {
+        start(service, context);
+      } catch (const std::exception& e) {  // before an item was queued: nothing else ends the call
+        end(start_failed(record_, context, e));
+      }
+    });
+  }
+  void OnCancel() override {
+    std::lock_guard lock(mu_);
+    cancelled_ = true;
+    for (size_t i = 0; i < items_.size(); ++i) cancel(i);
+  }
+  void OnDone() override {
+    record_.done();
+    if (held_ != 0) service_.add_unread_response_bytes(-held_);  // as Summarize's
+    delete this;
+  }
+
+ private:
+  struct Item {
+    std::string id;
+    std::string model;
+    bool known_model = false;          // `model` names one of this server's (else it is the client's text)
+    std::shared_ptr<Request> request;  // null: refused before it was queued
+    RequestResult result;
+    grpc::Status error;  // the item's own failure, without the "requests[i]: " prefix
+  };
+
+  void start(SummarizerService& service, grpc::CallbackServerContext* context) {
+    const int n = in_.requests_size();
     // The call counts once under every model it asks for, whichever item ends it.
-    for (const auto& request : in.requests()) {
+    for (const auto& request : in_.requests()) {
       if (const Engine* const engine = service.find_model(request.model())) record_.started(engine->name());
     }
-    partial_ = in.partial_results();
-    items_.resize(static_cast<size_t>(n));
+    partial_ = in_.partial_results();
+    {
+      std::lock_guard lock(mu_);  // OnCancel may run meanwhile (the start is on a thread of its own)
+      items_.resize(static_cast<size_t>(n));
+    }
     std::vector<SummarizerService::Prepared> prepared(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
-      const auto& request = in.requests(i);
+      const auto& request = in_.requests(i);
       try {
         prepared[i] = service.prepare(request, context);
       } catch (const RequestError& e) {
@@ -600,7 +692,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
         const bool whole_call =
             e.code() == grpc::StatusCode::UNAVAILABLE || e.code() == grpc::StatusCode::DEADLINE_EXCEEDED;
         if (!partial_ || whole_call) {
-          log_not_run(service, in, prepared, i);
+          log_not_run(service, prepared, i);
           end(item_status(i));
           return;
         }
@@ -622,8 +714,9 @@ class BatchCall final : public grpc::ServerUnaryReactor {
         return;
       }
     }
-    std::unique_lock lock(mu_);  // items finishing while later ones are submitted
-    remaining_ = 1;              // this constructor's share: no item's done() completes the call before it ends
+    v1::SummarizeBatchRequest().Swap(&in_);  // dropped once its items are prepared, as Summarize's
+    std::unique_lock lock(mu_);              // items finishing while later ones are submitted
+    remaining_ = 1;  // this constructor's share: no item's done() completes the call before it ends
     for (int i = 0; i < n; ++i) {
       if (!prepared[i].engine) continue;
       record_.started(prepared[i].engine->name());
@@ -633,6 +726,9 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       items_[i].request = prepared[i].request;
       prepared[i].request->on_finish = [this, i](RequestResult result) { done(i, std::move(result)); };
       ++remaining_;
+    }
+    if (cancelled_) {  // before the items were made: they stop as soon as they are queued
+      for (size_t i = 0; i < items_.size(); ++i) cancel(i);
     }
     for (int i = 0; i < n; ++i) {
       if (!prepared[i].engine) continue;
@@ -668,34 +764,14 @@ class BatchCall final : public grpc::ServerUnaryReactor {
     lock.unlock();
     if (last) complete();
   }
-  void OnCancel() override {
-    std::lock_guard lock(mu_);
-    for (size_t i = 0; i < items_.size(); ++i) cancel(i);
-  }
-  void OnDone() override {
-    record_.done();
-    if (held_ != 0) service_.add_unread_response_bytes(-held_);  // as Summarize's
-    delete this;
-  }
-
- private:
-  struct Item {
-    std::string id;
-    std::string model;
-    bool known_model = false;          // `model` names one of this server's (else it is the client's text)
-    std::shared_ptr<Request> request;  // null: refused before it was queued
-    RequestResult result;
-    grpc::Status error;  // the item's own failure, without the "requests[i]: " prefix
-  };
-
   // The items a refusal of the whole call before queueing kept from running (the valid ones before it, all
   // after it): each gets its line, with the client's id where it gave one, as queued items do.
-  void log_not_run(SummarizerService& service, const v1::SummarizeBatchRequest& in,
-                   const std::vector<SummarizerService::Prepared>& prepared, int refused) const {
-    for (int j = 0; j < in.requests_size(); ++j) {
+  void log_not_run(SummarizerService& service, const std::vector<SummarizerService::Prepared>& prepared,
+                   int refused) const {
+    for (int j = 0; j < in_.requests_size(); ++j) {
       const auto& p = prepared[static_cast<size_t>(j)];
       if (j == refused || (j < refused && !p.request)) continue;  // the refused ones have their line
-      const auto& request = in.requests(j);
+      const auto& request = in_.requests(j);
       const Engine* const engine = p.engine ? p.engine : service.find_model(request.model());
       spdlog::info("request {}: {} model={} not run: requests[{}] of its batch was refused",
                    p.request ? p.request->id : service.request_id(request), record_.method(),
@@ -798,10 +874,12 @@ class BatchCall final : public grpc::ServerUnaryReactor {
   CallRecord record_;
   grpc::CallbackServerContext* context_;
   Metrics* metrics_;
+  v1::SummarizeBatchRequest in_;  // parsed; dropped once its items are prepared
   grpc::ByteBuffer* out_;
   bool partial_ = false;
   std::mutex mu_;
   std::vector<Item> items_;
+  bool cancelled_ = false;  // OnCancel came, perhaps before the start made the items
   int remaining_ = 0;
   std::optional<int> failed_;  // without partial_results: the item whose failure ends the call
   int64_t held_ = 0;           // the response's bytes, counted in srformer_response_unread_bytes until OnDone
@@ -835,7 +913,45 @@ SummarizerService::SummarizerService(ModelRegistry& models, ServiceLimits limits
     : models_(models),
       limits_(limits),
       metrics_(metrics),
-      stall_watch_(std::chrono::milliseconds(limits.stream_stall_timeout_ms)) {}
+      stall_watch_(std::chrono::milliseconds(limits.stream_stall_timeout_ms)) {
+  // Tokenizing is CPU bound, and build_request's budget bounds its memory: half the machine's threads, 2 to 8.
+  const unsigned threads = std::clamp(std::thread::hardware_concurrency() / 2, 2U, 8U);
+  for (unsigned t = 0; t < threads; ++t) {
+    start_threads_.emplace_back([this] {
+      std::unique_lock lock(starts_mu_);
+      while (true) {
+        starts_cv_.wait(lock, [this] { return stopping_ || !starts_.empty(); });
+        if (starts_.empty()) return;  // stopping, nothing left to start
+        const std::function<void()> start = std::move(starts_.front());
+        starts_.pop_front();
+        lock.unlock();
+        start();
+        lock.lock();
+      }
+    });
+  }
+}
+
+SummarizerService::~SummarizerService() {
+  {
+    std::lock_guard lock(starts_mu_);
+    stopping_ = true;
+  }
+  starts_cv_.notify_all();
+  for (auto& thread : start_threads_) thread.join();
+}
+
+void SummarizerService::start_call(int64_t document_bytes, std::function<void()> start) {
+  if (document_bytes < kLongDocumentBytes) {
+    start();
+    return;
+  }
+  {
+    std::lock_guard lock(starts_mu_);
+    starts_.push_back(std::move(start));
+  }
+  starts_cv_.notify_one();
+}
 
 std::string SummarizerService::next_request_id() { return "req-" + std::to_string(next_id_.fetch_add(1)); }
 

@@ -4,7 +4,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "server/engine/model_registry.h"
 #include "server/service/request_builder.h"
@@ -25,6 +31,7 @@ class SummarizerService final : public RawSummarizerService {
  public:
   // metrics may be null.
   SummarizerService(ModelRegistry& models, ServiceLimits limits, Metrics* metrics);
+  ~SummarizerService() override;
 
   // From now on every new call is refused with UNAVAILABLE; calls in flight continue.
   void begin_shutdown() { shutting_down_.store(true); }
@@ -66,6 +73,11 @@ class SummarizerService final : public RawSummarizerService {
   void add_unread_response_bytes(int64_t delta);
   // Ends streams whose clients take none of their messages (ServiceLimits::stream_stall_timeout_ms).
   StallWatch& stall_watch() { return stall_watch_; }
+  // Runs `start` (a call's preparation) now, or on the service's own threads where its documents hold
+  // `document_bytes` >= kLongDocumentBytes: tokenizing them takes seconds, and gRPC's callback threads,
+  // a few shared by every call, would not answer a health check, a ListModels or a stream's next write
+  // meanwhile (24 calls of 3.6 MB each held a health check past 20 s).
+  void start_call(int64_t document_bytes, std::function<void()> start);
 
  private:
   ModelRegistry& models_;
@@ -75,6 +87,12 @@ class SummarizerService final : public RawSummarizerService {
   std::atomic<uint64_t> next_id_{1};
   std::atomic<int64_t> unread_stream_bytes_{0};
   StallWatch stall_watch_;
+  // start_call's threads and the starts they have to run.
+  std::mutex starts_mu_;
+  std::condition_variable starts_cv_;
+  std::deque<std::function<void()>> starts_;
+  bool stopping_ = false;
+  std::vector<std::thread> start_threads_;
 };
 
 // Result -> response message, and the call's status for a result.

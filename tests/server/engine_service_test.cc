@@ -2334,6 +2334,59 @@ TEST(EngineService, HealthIsServingAtOnceAndNotServingDuringShutdown) {
   stopper.join();
 }
 
+// Long documents are tokenized on the service's own threads. gRPC's callback threads, a few shared by
+// every call (the health service's and ListModels' too), tokenized them: while calls of megabytes did (24
+// of 3.6 MB on a real model), a health check waited past 20 s, and a liveness probe would restart the
+// server. A call cancelled while it waits to be tokenized ends CANCELLED and leaves nothing in flight.
+TEST(EngineService, HealthAndListModelsAnswerWhileLongDocumentsAreTokenized) {
+  using server::testing::sample;
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.metrics = &metrics;
+  so.long_document_tokenize_delay = 300ms;
+  TestServer server(so);
+  auto long_request = make_request(std::string(size_t{64} << 10, 'a'));
+  long_request.set_truncation(v1::TRUNCATION_POLICY_TRUNCATE);
+  long_request.mutable_options()->set_max_new_tokens(4);
+  constexpr int kCalls = 48;  // more than gRPC's callback threads (at most 16), each held 300 ms
+  std::vector<std::future<grpc::Status>> calls;
+  for (int i = 0; i < kCalls; ++i) {
+    calls.push_back(std::async(std::launch::async, [&] {
+      grpc::ClientContext ctx;
+      v1::SummarizeResponse resp;
+      return server.stub().Summarize(&ctx, long_request, &resp);
+    }));
+  }
+  grpc::ClientContext cancelled_ctx;
+  auto cancelled = std::async(std::launch::async, [&] {
+    v1::SummarizeResponse resp;
+    return server.stub().Summarize(&cancelled_ctx, long_request, &resp);
+  });
+  std::this_thread::sleep_for(200ms);  // the calls have reached the server
+  cancelled_ctx.TryCancel();
+  EXPECT_EQ(client::check_health(server.channel(), "", 500ms), client::HealthStatus::kServing);
+  grpc::ClientContext list_ctx;
+  list_ctx.set_deadline(std::chrono::system_clock::now() + 500ms);
+  v1::ListModelsResponse models;
+  const grpc::Status listed = server.stub().ListModels(&list_ctx, v1::ListModelsRequest(), &models);
+  EXPECT_TRUE(listed.ok()) << listed.error_code() << ": " << listed.error_message();
+  for (auto& call : calls) {
+    const grpc::Status status = call.get();
+    EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  }
+  EXPECT_EQ(cancelled.get().error_code(), grpc::StatusCode::CANCELLED);
+  const auto counted = [&](const std::string& code) {
+    return sample(metrics.scrape_text(), "srformer_requests_total",
+                  {{"model", "fake"}, {"method", "Summarize"}, {"code", code}})
+        .value_or(0.0);
+  };
+  EXPECT_TRUE(server.wait_for([&](const server::EngineStats& s) {
+    return s.live_requests == 0 && counted("OK") + counted("CANCELLED") == kCalls + 1;
+  })) << metrics.scrape_text();
+  EXPECT_EQ(counted("CANCELLED"), 1.0);
+  EXPECT_EQ(sample(metrics.scrape_text(), "srformer_requests_in_flight", {{"model", "fake"}}), 0.0);
+}
+
 // What the engine's submit() throws that is none of its own refusals (LibTorch's c10::Error from a bad
 // shape, std::bad_alloc) ends the call with INTERNAL, or RESOURCE_EXHAUSTED for memory, and a message, and
 // logs an error line with the request id; the server serves on. It reached gRPC as UNKNOWN ("Unexpected

@@ -21,7 +21,12 @@ namespace srformer::testing {
 // Bytes: id = byte + 3; 0 pad, 1 eos, 2 decoder start. encode() appends EOS.
 class FakeTokenizer : public Tokenizer {
  public:
+  explicit FakeTokenizer(std::chrono::milliseconds long_text_delay = std::chrono::milliseconds(0))
+      : long_text_delay_(long_text_delay) {}
   TokenIds encode(std::string_view text) const override {
+    // A slow tokenizer for texts of 64 KiB and more (the server's long documents), as a real one is on a
+    // document of megabytes.
+    if (text.size() >= (size_t{64} << 10)) std::this_thread::sleep_for(long_text_delay_);
     TokenIds ids;
     for (const unsigned char c : text) ids.push_back(static_cast<int64_t>(c) + 3);
     ids.push_back(1);
@@ -46,6 +51,9 @@ class FakeTokenizer : public Tokenizer {
   std::optional<int64_t> bos_id() const override { return std::nullopt; }
   std::optional<int64_t> eos_id() const override { return 1; }
   std::optional<int64_t> pad_id() const override { return 0; }
+
+ private:
+  std::chrono::milliseconds long_text_delay_;
 };
 
 struct FakeModelOptions {

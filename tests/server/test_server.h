@@ -17,8 +17,9 @@ namespace srformer::testing {
 struct FakeServerOptions {
   server::ServerConfig config;
   std::vector<std::pair<std::string, FakeModelOptions>> models{{"fake", {}}};
-  server::Metrics* metrics = nullptr;                        // none by default
-  server::SearcherFactory searcher_factory = make_searcher;  // every engine's
+  server::Metrics* metrics = nullptr;                         // none by default
+  server::SearcherFactory searcher_factory = make_searcher;   // every engine's
+  std::chrono::milliseconds long_document_tokenize_delay{0};  // every tokenizer's (FakeTokenizer)
 };
 
 class TestServer {
@@ -31,7 +32,7 @@ class TestServer {
       server::LoadedModel m;
       m.name = name;
       m.model = std::make_unique<FakeModel>(mo);
-      m.tokenizer = std::make_shared<FakeTokenizer>();
+      m.tokenizer = std::make_shared<FakeTokenizer>(o.long_document_tokenize_delay);
       models.push_back(std::move(m));
     }
     server_ = std::make_unique<server::Server>(o.config, std::move(models), o.metrics, o.searcher_factory);
