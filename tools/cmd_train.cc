@@ -18,7 +18,8 @@ namespace srformer::tools {
 namespace {
 
 // SIGINT/SIGTERM (a preempted job, Ctrl-C) end the run after the current update, with a checkpoint to
-// resume from; a second one kills it at once (SA_RESETHAND restores the default action).
+// resume from (before the first update, with nothing written); a second one kills it at once (SA_RESETHAND
+// restores the default action).
 std::atomic<bool> g_stop_requested{false};
 volatile std::sig_atomic_t g_stop_signal = 0;
 

@@ -429,10 +429,16 @@ class Run {
                                   "another --out, or remove that model first");
     }
     // The data first: a bad line was named only once the model (and a resumed run's optimizer) had loaded.
+    // Reading the data and the model takes minutes on a large split or model: a stop requested meanwhile
+    // (Ctrl-C) ends the run before its first update, with nothing written. It ran one update and saved
+    // checkpoint-1, and a new run into that --out was then refused for holding an earlier run's checkpoints.
     read_data();
+    if (stop_requested(o_)) return stopped_before_first_update();
     torch::manual_seed(o_.seed);
     load();
+    if (stop_requested(o_)) return stopped_before_first_update();
     prepare_data();
+    if (stop_requested(o_)) return stopped_before_first_update();
     // After the model and data have been read: a missing model or data file left an empty --out behind.
     fs::create_directories(o_.out_dir);
     remove_unfinished_checkpoints();
@@ -566,6 +572,18 @@ class Run {
   }
 
  private:
+  TrainResult stopped_before_first_update() {
+    end_line();
+    console_ << "stopped before the first update (a stop signal): nothing was trained or written"
+             << (o_.resume ? "; " + o_.out_dir.string() + " is as it was, continue with --resume" : std::string())
+             << std::endl;
+    TrainResult result;
+    result.stopped_by_signal = true;
+    result.steps = start_step_;
+    result.skipped_updates = skipped_;
+    return result;
+  }
+
   void load() {
     load_dir_ = o_.model_dir;
     if (o_.resume) {

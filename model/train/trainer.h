@@ -58,7 +58,8 @@ struct TrainOptions {
   // Ends this run after update N (0 = run to `steps`) with a checkpoint, keeping the learning-rate
   // schedule of `steps`: for time-boxed or preemptible jobs that continue with `resume`.
   int64_t stop_after = 0;
-  // Set (by a signal handler) to end the run after the current update as --stop-after would.
+  // Set (by a signal handler) to end the run after the current update as --stop-after would; set before
+  // the first update (while the data and the model are read), it ends the run with nothing written.
   const std::atomic<bool>* stop_requested = nullptr;
 
   uint64_t seed = 0;
@@ -75,7 +76,7 @@ struct TrainResult {
   double seconds = 0.0;
   int64_t tokens = 0;              // target tokens trained on in this run
   int64_t skipped_updates = 0;     // fp16: updates whose gradients overflowed (the loss scale then halves)
-  bool stopped_by_signal = false;  // stop_requested ended it (with a checkpoint)
+  bool stopped_by_signal = false;  // stop_requested ended it (with a checkpoint; none before the first update)
 };
 
 // Throws std::invalid_argument for bad options or data, std::runtime_error for I/O failures.

@@ -654,23 +654,88 @@ TEST_F(Fixture, DamagedCheckpointsAndMisdirectedRunsAreNamed) {
   EXPECT_TRUE(refused_with(over_itself, console, "is MODEL_DIR"));  // --out MODEL_DIR
 }
 
+// A console that sets `stop` once its text holds `trigger`: a stop request at a known point of the run.
+class StopWhenConsoleSays : public std::stringbuf {
+ public:
+  StopWhenConsoleSays(std::atomic<bool>& stop, std::string trigger) : stop_(stop), trigger_(std::move(trigger)) {}
+
+ protected:
+  std::streamsize xsputn(const char* text, std::streamsize n) override {
+    const auto written = std::stringbuf::xsputn(text, n);
+    if (str().find(trigger_) != std::string::npos) stop_ = true;
+    return written;
+  }
+  int_type overflow(int_type c) override {
+    const auto written = std::stringbuf::overflow(c);
+    if (str().find(trigger_) != std::string::npos) stop_ = true;
+    return written;
+  }
+
+ private:
+  std::atomic<bool>& stop_;
+  const std::string trigger_;
+};
+
 // A stop request (SIGINT/SIGTERM in `srformer train`) ends the run after the current update with a
 // checkpoint, which resumes as --stop-after's does.
 TEST_F(Fixture, AStopRequestEndsTheRunWithACheckpoint) {
-  std::ostringstream console;
-  const std::atomic<bool> stop{true};
+  std::atomic<bool> stop{false};
+  StopWhenConsoleSays buffer(stop, "step 1/12 ");  // update 1's line: the request comes during update 2
+  std::ostream console(&buffer);
   auto o = options("stop-request");
   o.stop_requested = &stop;
   const auto r = train(o, console);
   EXPECT_TRUE(r.stopped_by_signal);
-  EXPECT_EQ(r.steps, 1);
-  EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-1" / "optimizer.safetensors"));
-  EXPECT_NE(console.str().find("stopped after update 1 of 12 (a stop signal); continue with --resume"),
+  EXPECT_EQ(r.steps, 2);
+  EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-2" / "optimizer.safetensors"));
+  EXPECT_NE(buffer.str().find("stopped after update 2 of 12 (a stop signal); continue with --resume"),
+            std::string::npos)
+      << buffer.str();
+  o.stop_requested = nullptr;
+  o.resume = true;
+  EXPECT_EQ(train(o, console).updates, 10);
+}
+
+// A stop requested before the first update (Ctrl-C while the data or the model are read) ends the run with
+// nothing written. It ran one update and saved checkpoint-1, and a new run into the same --out was then
+// refused for holding an earlier run's checkpoints.
+TEST_F(Fixture, AStopRequestBeforeTheFirstUpdateWritesNothing) {
+  std::ostringstream console;
+  const std::atomic<bool> stop{true};
+  auto o = options("stop-before");
+  o.stop_requested = &stop;
+  const auto r = train(o, console);
+  EXPECT_TRUE(r.stopped_by_signal);
+  EXPECT_EQ(r.updates, 0);
+  EXPECT_FALSE(fs::exists(o.out_dir)) << console.str();
+  EXPECT_NE(console.str().find("stopped before the first update (a stop signal): nothing was trained or written"),
+            std::string::npos)
+      << console.str();
+
+  // The same --out takes a new run; a resumed one stopped alike leaves its checkpoint and log as they were.
+  o.stop_requested = nullptr;
+  o.stop_after = 3;
+  ASSERT_EQ(train(o, console).steps, 3);
+  const auto log_before = [&] {
+    std::ifstream in(o.out_dir / "train_log.jsonl");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string log = log_before();
+  o.stop_after = 0;
+  o.resume = true;
+  o.stop_requested = &stop;
+  console.str("");
+  const auto resumed = train(o, console);
+  EXPECT_TRUE(resumed.stopped_by_signal);
+  EXPECT_EQ(resumed.updates, 0);
+  EXPECT_EQ(latest_checkpoint(o.out_dir).filename(), "checkpoint-3");
+  EXPECT_EQ(log_before(), log);
+  EXPECT_NE(console.str().find("nothing was trained or written; " + o.out_dir.string() +
+                               " is as it was, continue with --resume"),
             std::string::npos)
       << console.str();
   o.stop_requested = nullptr;
-  o.resume = true;
-  EXPECT_EQ(train(o, console).updates, 11);
+  EXPECT_EQ(train(o, console).updates, 9);
 }
 
 // A stop request (SIGTERM of a preempted job, with a grace period before SIGKILL) is not held up by a
@@ -678,18 +743,26 @@ TEST_F(Fixture, AStopRequestEndsTheRunWithACheckpoint) {
 // the checkpoint follows at once. The stop's checkpoint came only after a whole validation (minutes on a
 // large split), and a job killed meanwhile lost every update since its last --save-every.
 TEST_F(Fixture, AStopRequestDoesNotWaitForAValidation) {
-  std::ostringstream console;
-  std::atomic<bool> stop{true};
+  std::atomic<bool> stop{false};
+  // Requested once update 1's validation is done: it comes during update 2, whose validation is skipped.
+  StopWhenConsoleSays buffer(stop, "step 1: validation loss");
+  std::ostream stopping_console(&buffer);
   auto o = options("stop-validation");
   o.validation_file = valid_file;
   o.eval_every = 1;
   o.stop_requested = &stop;
-  EXPECT_TRUE(train(o, console).stopped_by_signal);
-  EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-1" / "trainer_state.json"));
-  EXPECT_NE(console.str().find("step 1: validation skipped (a stop signal)"), std::string::npos) << console.str();
+  EXPECT_TRUE(train(o, stopping_console).stopped_by_signal);
+  EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-2" / "trainer_state.json"));
+  EXPECT_NE(buffer.str().find("step 2: validation skipped (a stop signal)"), std::string::npos) << buffer.str();
+  std::vector<int64_t> validated;
   std::ifstream log(o.out_dir / "train_log.jsonl");
-  for (std::string line; std::getline(log, line);) EXPECT_EQ(line.find("validation_loss"), std::string::npos) << line;
+  for (std::string line; std::getline(log, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("validation_loss")) validated.push_back(j["step"].get<int64_t>());
+  }
+  EXPECT_EQ(validated, std::vector<int64_t>{1});
 
+  std::ostringstream console;
   // Requested while the validation after update 3 runs (many examples, one per batch): it ends there, with
   // the updates logged once and a checkpoint at 3 that resumes as any other.
   write_data(valid_file, 400, 3);
