@@ -393,6 +393,9 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
   if (o.batch && o.stream)
     throw std::invalid_argument("--batch and --stream do not go together (SummarizeBatch answers once)");
   if (o.batch && o.load) throw std::invalid_argument("--batch and --load do not go together");
+  // Taken without a word, as if it chose the load's kind of call: it streams whether given or not.
+  if (o.load && o.stream)
+    throw std::invalid_argument("--stream does nothing with --load, which streams every request (SummarizeStream)");
   if (o.partial && !o.batch)
     throw std::invalid_argument("--partial goes with --batch (SummarizeBatch's partial_results)");
   if (o.load && o.requests <= 0 && o.duration_s <= 0) {

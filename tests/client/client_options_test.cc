@@ -101,6 +101,14 @@ TEST(ClientOptions, GraceGoesWithDuration) {
             "--grace must be from 0 to 86400 seconds (a day), got nan");
 }
 
+// The load always streams: --load --stream was taken without a word, as if it chose the kind of call.
+TEST(ClientOptions, StreamDoesNothingWithLoad) {
+  EXPECT_EQ(refusal({"--load", "--stream", "--requests", "1", "doc.txt"}),
+            "--stream does nothing with --load, which streams every request (SummarizeStream)");
+  EXPECT_EQ(refusal({"--load", "--requests", "1", "doc.txt"}), "");
+  EXPECT_EQ(refusal({"--stream", "doc.txt"}), "");
+}
+
 // The server answered "requests is empty; send at least one request", exit 1, where --load says what it needs.
 TEST(ClientOptions, BatchNeedsAFile) {
   EXPECT_EQ(refusal({"--batch"}), "--batch needs at least one FILE");
