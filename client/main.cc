@@ -1,6 +1,8 @@
 // srformer-client: summarize documents with an srformer-server, check its health, list its models,
 // or generate load.
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -236,14 +238,23 @@ grpc::Status naming_the_file(const grpc::Status& status, const std::vector<std::
   return grpc::Status(status.error_code(), message + " (requests[" + digits + "] is " + inputs[index] + ")");
 }
 
+// Which file `path` names ("-": stdin), by its device and inode, so that two names of one file ("-" and
+// /dev/stdin, /dev/fd/0) are one; the name itself where it cannot be told (read_document then says why).
+std::string file_identity(const std::string& path) {
+  struct stat st {};
+  if ((path == "-" ? ::fstat(STDIN_FILENO, &st) : ::stat(path.c_str(), &st)) != 0) return "name:" + path;
+  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+}
+
 // The text of each FILE. Each one named is read once and every mention gets its text: a second read of stdin
-// ("-", /dev/stdin) or of a pipe (<(...)) found it drained, and sent the second as an empty document.
+// ("-", /dev/stdin, both) or of a pipe (<(...)) found it drained, and sent the second as an empty document.
 std::vector<std::string> read_documents(const std::vector<std::string>& paths, const ClientOptions& o) {
   std::vector<std::string> documents;
   std::map<std::string, std::string> read;
   for (const auto& path : paths) {
-    auto text = read.find(path);
-    if (text == read.end()) text = read.emplace(path, read_client_document(path, o)).first;
+    const std::string file = file_identity(path);
+    auto text = read.find(file);
+    if (text == read.end()) text = read.emplace(file, read_client_document(path, o)).first;
     documents.push_back(text->second);
   }
   return documents;

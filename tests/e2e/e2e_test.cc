@@ -396,6 +396,15 @@ TEST_F(EndToEnd, StdinNamedTwiceGivesItsTextToBoth) {
   auto fifo = run_command(piped + client + "--load --requests 4 --json /dev/stdin /dev/stdin");
   ASSERT_EQ(fifo.exit_code, 0) << fifo.out;
   EXPECT_EQ(nlohmann::json::parse(fifo.out)["requests_ok"], 4) << fifo.out;
+  // And stdin by two of its names: "-" and /dev/stdin were two FILEs, the second sent as an empty document.
+  for (const char* names : {"- /dev/stdin", "/dev/stdin -"}) {
+    auto both = run_command(piped + client + "--batch " + names);
+    ASSERT_EQ(both.exit_code, 0) << names << ": " << both.out;
+    EXPECT_EQ(both.out, one.out + one.out) << names;
+    auto load_both = run_command(piped + client + "--load --requests 4 --json " + names);
+    ASSERT_EQ(load_both.exit_code, 0) << names << ": " << load_both.out;
+    EXPECT_EQ(nlohmann::json::parse(load_both.out)["requests_ok"], 4) << load_both.out;
+  }
 }
 
 // Output that cannot be written (a full disk: /dev/full) fails the run, said on stderr; it exited 0 with the
