@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "client/client_options.h"
 #include "client/grpc_health.h"
@@ -238,6 +240,15 @@ grpc::Status naming_the_file(const grpc::Status& status, const std::vector<std::
   return grpc::Status(status.error_code(), message + " (requests[" + digits + "] is " + inputs[index] + ")");
 }
 
+// --max-document-bytes bounds each FILE, not a batch of them: a message of more than gRPC carries (protobuf
+// serializes none past 2 GiB - 1) aborted the client ("assertion failed: serializer_(msg_).ok()") once every
+// FILE had been read and copied into it, twice over.
+std::runtime_error batch_too_large(size_t files, std::uintmax_t bytes, std::uintmax_t limit) {
+  return std::runtime_error("the " + std::to_string(files) + " FILEs of --batch come to " + std::to_string(bytes) +
+                            " bytes, more than " + std::to_string(limit) +
+                            ", the largest message gRPC carries; send them in several --batch calls");
+}
+
 // Which file `path` names ("-": stdin), by its device and inode, so that two names of one file ("-" and
 // /dev/stdin, /dev/fd/0) are one; the name itself where it cannot be told (read_document then says why).
 std::string file_identity(const std::string& path) {
@@ -248,21 +259,28 @@ std::string file_identity(const std::string& path) {
 
 // The text of each FILE. Each one named is read once and every mention gets its text: a second read of stdin
 // ("-", /dev/stdin, both) or of a pipe (<(...)) found it drained, and sent the second as an empty document.
-std::vector<std::string> read_documents(const std::vector<std::string>& paths, const ClientOptions& o) {
-  std::vector<std::string> documents;
+// `max_total_bytes` (0: none) bounds the texts together, before they are copied.
+std::vector<std::string> read_documents(const std::vector<std::string>& paths, const ClientOptions& o,
+                                        std::uintmax_t max_total_bytes = 0) {
   std::map<std::string, std::string> read;
+  std::vector<const std::string*> texts;
+  std::uintmax_t total = 0;
   for (const auto& path : paths) {
     const std::string file = file_identity(path);
     auto text = read.find(file);
     if (text == read.end()) text = read.emplace(file, read_client_document(path, o)).first;
-    documents.push_back(text->second);
+    texts.push_back(&text->second);
+    total += text->second.size();
   }
+  if (max_total_bytes > 0 && total > max_total_bytes) throw batch_too_large(paths.size(), total, max_total_bytes);
+  std::vector<std::string> documents;
+  for (const auto* text : texts) documents.push_back(*text);
   return documents;
 }
 
 int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Channel& channel) {
   v1::SummarizeBatchRequest batch;
-  for (const auto& document : read_documents(o.inputs, o)) {
+  for (const auto& document : read_documents(o.inputs, o, srformer::kMaxInputBytes)) {
     auto& request = *batch.add_requests();
     request = make_request(o, document);
     // One id per FILE, as --load's: every item went out with the same id, and the server's log lines of
@@ -270,6 +288,9 @@ int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Ch
     if (!o.request_id.empty()) request.set_request_id(o.request_id + "-" + std::to_string(batch.requests_size() - 1));
   }
   batch.set_partial_results(o.partial);
+  // The requests' other fields on top of documents just under the bound.
+  if (batch.ByteSizeLong() > srformer::kMaxInputBytes)
+    throw batch_too_large(o.inputs.size(), batch.ByteSizeLong(), srformer::kMaxInputBytes);
   grpc::ClientContext ctx;
   set_deadline(ctx, o);
   v1::SummarizeBatchResponse resp;

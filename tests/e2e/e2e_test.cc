@@ -993,6 +993,28 @@ TEST_F(EndToEnd, TheClientRefusesADocumentPastItsBoundAsSoonAsItIsPast) {
                            " bytes, the most one input may have (--max-document-bytes raises it)\n");
 }
 
+// --max-document-bytes bounds each FILE, not a batch of them: 33 FILEs of 64 MiB were read, copied into one
+// message (4 GB of memory) and then aborted the client ("assertion failed: serializer_(msg_).ok()": protobuf
+// serializes no message past 2 GiB - 1). They are refused before they are copied, saying what to do.
+TEST_F(EndToEnd, ABatchPastWhatGrpcCarriesIsRefusedBeforeItIsSent) {
+#ifdef SRFORMER_SANITIZER
+  GTEST_SKIP() << "a sanitizer's shadow memory does not fit under ulimit -v";
+#endif
+  const int port = free_port();  // nothing is sent
+  ASSERT_GT(port, 0);
+  const auto big = work_ / "64MiB.txt";
+  std::ofstream(big) << std::string(std::size_t{64} << 20, 'a');
+  std::string files;
+  for (int i = 0; i < 33; ++i) files += " " + big.string();  // read once, sent 33 times
+  auto r = run_command("ulimit -v 1500000 && " + kClient + " --target 127.0.0.1:" + std::to_string(port) + " --batch" +
+                       files + " 2>&1");
+  fs::remove(big);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out,
+            "srformer-client: the 33 FILEs of --batch come to 2214592512 bytes, more than 2147483647, the largest "
+            "message gRPC carries; send them in several --batch calls\n");
+}
+
 // --stream --json with a stream that failed partway (a deadline mid-summary, a server that went away) printed
 // only {"error": ...}: the tokens already received were lost. The error object carries them as "stream", as
 // a summary's does; the text output keeps printing them before its line break.
@@ -1276,6 +1298,15 @@ TEST_F(EndToEnd, RequestsOverTheMessageLimitAreLoggedCountedAndExplained) {
               1)
         << "counted once: not retried";
   }
+  // It bounds the message, not each document: a batch of FILEs each under it is refused as a whole, saying so.
+  const auto half = work_ / "half.txt";
+  std::ofstream(half) << std::string(3000, 'a');
+  auto batch = run_command(client + "--batch " + half.string() + " " + half.string() + " 2>&1");
+  EXPECT_EQ(batch.exit_code, 1) << batch.out;
+  EXPECT_NE(batch.out.find("up to 4096 bytes (its --max-message-bytes); shorten the document (or send fewer in a "
+                           "batch) or raise the server's limit"),
+            std::string::npos)
+      << batch.out;
   // The limit is on one message: a short document still goes through.
   EXPECT_EQ(run_command(client + doc(0)).exit_code, 0);
   // Sending it again does not make it fit: the load generator stops at the first refusal of its only FILE
