@@ -159,14 +159,24 @@ std::string read_client_document(const std::string& path, const ClientOptions& o
   return read_document(path, static_cast<std::uintmax_t>(o.max_document_bytes), "--max-document-bytes raises it");
 }
 
+// A call's status about its document ("document is empty; ...", "document is 900 tokens, over the limit ...")
+// with the FILE it was read from: the server knows no file, and a script summarizing many FILEs, one call
+// each, was left to find which one it meant (--batch names them: naming_the_file).
+grpc::Status naming_the_document(const grpc::Status& status, const std::string& path) {
+  if (status.error_message().rfind("document ", 0) != 0) return status;
+  return grpc::Status(status.error_code(),
+                      status.error_message() + " (read from " + (path == "-" ? "stdin" : path) + ")");
+}
+
 int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Channel& channel) {
-  const std::string doc = read_client_document(o.inputs.empty() ? "-" : o.inputs.front(), o);
+  const std::string path = o.inputs.empty() ? "-" : o.inputs.front();
+  const std::string doc = read_client_document(path, o);
   grpc::ClientContext ctx;
   set_deadline(ctx, o);
   const auto req = make_request(o, doc);
   if (!o.stream) {
     v1::SummarizeResponse resp;
-    const auto st = stub.Summarize(&ctx, req, &resp);
+    const auto st = naming_the_document(stub.Summarize(&ctx, req, &resp), path);
     if (!st.ok()) return fail(st, channel, o, req.ByteSizeLong());
     if (o.json) {
       std::cout << to_json(resp).dump() << "\n";
@@ -201,7 +211,7 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Channel&
       final = msg.final();
     }
   }
-  const auto st = reader->Finish();
+  const auto st = naming_the_document(reader->Finish(), path);
   if (!std::cout) return 1;
   if (!st.ok()) {
     if (printed) std::cout << "\n";

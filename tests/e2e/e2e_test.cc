@@ -407,6 +407,31 @@ TEST_F(EndToEnd, StdinNamedTwiceGivesItsTextToBoth) {
   }
 }
 
+// A call refused for its document ("document is empty; ...") names the FILE it was read from, as --batch does
+// (naming_the_file): the server knows no file, and a script summarizing many FILEs, one call each, was left
+// to find which one was meant.
+TEST_F(EndToEnd, ARefusedDocumentIsNamedByItsFile) {
+  auto server = start();
+  const std::string client = kClient + " --target " + server->target() + " --model tiny ";
+  const std::string empty = (work_ / "empty.txt").string();
+  std::ofstream{empty};
+  const std::string why = "INVALID_ARGUMENT: document is empty; send the text to summarize in the 'document' field";
+  for (const char* flags : {"", "--stream "}) {
+    auto r = run_command(client + flags + empty + " 2>&1");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(r.out, "srformer-client: " + why + " (read from " + empty + ")\n") << flags;
+    auto piped = run_command("printf '' | " + client + flags + "- 2>&1");
+    EXPECT_EQ(piped.out, "srformer-client: " + why + " (read from stdin)\n") << flags;
+  }
+  auto json = run_command(client + "--json " + empty + " 2>/dev/null");
+  EXPECT_EQ(nlohmann::json::parse(json.out)["error"]["message"],
+            "document is empty; send the text to summarize in the 'document' field (read from " + empty + ")");
+  // Other failures are the server's or the connection's, not the document's: as they were.
+  auto unknown = run_command(kClient + " --target " + server->target() + " --model nosuch " + doc(0) + " 2>&1");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_EQ(unknown.out.find("(read from"), std::string::npos) << unknown.out;
+}
+
 // Output that cannot be written (a full disk: /dev/full) fails the run, said on stderr; it exited 0 with the
 // summary, the model list or the load report lost.
 TEST_F(EndToEnd, OutputThatCannotBeWrittenFailsTheRun) {
