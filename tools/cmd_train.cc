@@ -73,7 +73,7 @@ const char* kUsage =
 int run_train(const std::vector<std::string>& args) {
   train::TrainOptions o;
   std::vector<std::string> positional;
-  bool eval_examples_given = false;
+  std::string validation_flag_given;  // --eval-examples or --eval-batch, which shape a validation
   for (ArgReader r(args); r.next();) {
     const auto& f = r.arg();
     if (f == "--help" || f == "-h") {
@@ -121,9 +121,10 @@ int run_train(const std::vector<std::string>& args) {
       o.keep_checkpoints = r.int_value(1);
     } else if (f == "--eval-examples") {
       o.eval_examples = r.int_value(0);
-      eval_examples_given = true;
+      validation_flag_given = f;
     } else if (f == "--eval-batch") {
       o.eval_batch = r.int_value(1);
+      validation_flag_given = f;
     } else if (f == "--seed") {
       o.seed = r.unsigned_value();  // the whole uint64 range, as summarize, convert and eval take
     } else if (f == "--threads") {
@@ -146,9 +147,10 @@ int run_train(const std::vector<std::string>& args) {
   }
   if (positional.size() != 2) throw std::invalid_argument("expected MODEL_DIR and TRAIN.jsonl (see --help)");
   if (o.out_dir.empty()) throw std::invalid_argument("--out DIR is required");
-  // (The trainer refuses --eval-every without it; --eval-examples has a default it cannot tell apart.)
-  if (eval_examples_given && o.validation_file.empty()) {
-    throw std::invalid_argument("--eval-examples needs --validation FILE to take its examples from");
+  // (The trainer refuses --eval-every without it; --eval-examples and --eval-batch have defaults it cannot tell
+  // apart.) Without one they did nothing, without a word.
+  if (!validation_flag_given.empty() && o.validation_file.empty()) {
+    throw std::invalid_argument(validation_flag_given + " needs --validation FILE to take its examples from");
   }
   o.model_dir = positional[0];
   o.train_file = positional[1];

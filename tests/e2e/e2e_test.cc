@@ -2090,6 +2090,8 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
   // Ignored without a validation file (--eval-every is the trainer's own check, tests/train).
   refused.push_back({"train " + t5 + " " + doc(0) + " --out " + dir + "_x --eval-examples 5",
                      "--eval-examples needs --validation FILE"});
+  refused.push_back(
+      {"train " + t5 + " " + doc(0) + " --out " + dir + "_x --eval-batch 4", "--eval-batch needs --validation FILE"});
   // train's --seed takes the whole uint64 range, as the other tools' (it stopped at 2^63 - 1).
   refused.push_back({"train " + t5 + " " + doc(0) + " --out " + dir + "_x --seed 18446744073709551616",
                      "--seed needs an integer from 0 to 18446744073709551615"});
