@@ -207,7 +207,9 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
         last = now;
         ++tokens;
       }
-      const auto status = reader->Finish();
+      // Which FILE a refusal of its document is about: a mix's report said "document is empty" (each such
+      // FILE's refusals under one key) without naming any.
+      const auto status = naming_the_document(reader->Finish(), o.inputs[doc]);
       const double latency = ms(Clock::now() - t0);  // before the stats lock: waiting for it is not latency
       in_flight.remove(&ctx);
       if (ending() && !status.ok()) break;  // cancelled by the interrupt (or a failed start): not counted

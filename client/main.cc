@@ -159,15 +159,6 @@ std::string read_client_document(const std::string& path, const ClientOptions& o
   return read_document(path, static_cast<std::uintmax_t>(o.max_document_bytes), "--max-document-bytes raises it");
 }
 
-// A call's status about its document ("document is empty; ...", "document is 900 tokens, over the limit ...")
-// with the FILE it was read from: the server knows no file, and a script summarizing many FILEs, one call
-// each, was left to find which one it meant (--batch names them: naming_the_file).
-grpc::Status naming_the_document(const grpc::Status& status, const std::string& path) {
-  if (status.error_message().rfind("document ", 0) != 0) return status;
-  return grpc::Status(status.error_code(),
-                      status.error_message() + " (read from " + (path == "-" ? "stdin" : path) + ")");
-}
-
 int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Channel& channel) {
   const std::string path = o.inputs.empty() ? "-" : o.inputs.front();
   const std::string doc = read_client_document(path, o);
@@ -176,7 +167,7 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Channel&
   const auto req = make_request(o, doc);
   if (!o.stream) {
     v1::SummarizeResponse resp;
-    const auto st = naming_the_document(stub.Summarize(&ctx, req, &resp), path);
+    const auto st = srformer::client::naming_the_document(stub.Summarize(&ctx, req, &resp), path);
     if (!st.ok()) return fail(st, channel, o, req.ByteSizeLong());
     if (o.json) {
       std::cout << to_json(resp).dump() << "\n";
@@ -211,7 +202,7 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Channel&
       final = msg.final();
     }
   }
-  const auto st = naming_the_document(reader->Finish(), path);
+  const auto st = srformer::client::naming_the_document(reader->Finish(), path);
   if (!std::cout) return 1;
   if (!st.ok()) {
     if (printed) std::cout << "\n";

@@ -66,4 +66,14 @@ inline std::string status_hint(const grpc::Status& s, const ClientOptions& o, ui
   return "";
 }
 
+// A call's status about its document ("document is empty; ...", "document is 900 tokens, over the limit ...")
+// with the FILE it was read from: the server knows no file, and a script summarizing many FILEs, one call
+// each, was left to find which one it meant (--batch names them: naming_the_file), as was a load's report
+// of a mix.
+inline grpc::Status naming_the_document(const grpc::Status& status, const std::string& path) {
+  if (status.error_message().rfind("document ", 0) != 0) return status;
+  return grpc::Status(status.error_code(),
+                      status.error_message() + " (read from " + (path == "-" ? "stdin" : path) + ")");
+}
+
 }  // namespace srformer::client

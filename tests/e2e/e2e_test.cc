@@ -848,6 +848,11 @@ TEST_F(EndToEnd, TheLoadGeneratorStopsWhenEveryRequestIsRefusedForGood) {
   EXPECT_EQ(m["stopped_early"], false) << mixed.out;
   EXPECT_EQ(m["requests_ok"], 3) << mixed.out;
   EXPECT_EQ(m["requests_failed"], 3) << mixed.out;
+  // Its errors name it: "document contains only whitespace" alone left the mix's FILEs to be tried one by one.
+  ASSERT_EQ(m["errors"].size(), 1u) << mixed.out;
+  EXPECT_EQ(m["errors"].begin().key(),
+            "INVALID_ARGUMENT document contains only whitespace; send the text to summarize (read from " + blank + ")")
+      << mixed.out;
 }
 
 // A run whose every request met its --deadline-ms (a server that stopped answering, or one too slow for the
