@@ -27,31 +27,58 @@ SRFORMER_AVX2 void scores_group(const float* q, const float* k, int64_t T, int64
   for (int64_t t = 0; t < T; ++t) scores[t] = dot(q, k + t * d, d);
 }
 
-// out = Σ_t p[t * p_stride] row(t)[:], row(t) the t-th row of v. Eight vectors of the output (64
-// floats) stay in registers while all T rows of v stream past.
+// out[0, 8N) = Σ_t p[t * p_stride] row(t)[0, 8N): N vectors of the output stay in registers while
+// the T rows stream past once. Each element is one chain of fused multiply-adds in t order, however
+// many vectors go together (the same bits).
+template <int N, typename Rows>
+SRFORMER_AVX2 void sum_vectors(const float* p, int64_t p_stride, const Rows& row, int64_t T, int64_t j0, float* out) {
+  __m256 acc[N];
+#pragma GCC unroll 8
+  for (int c = 0; c < N; ++c) acc[c] = _mm256_setzero_ps();
+  for (int64_t t = 0; t < T; ++t) {
+    const __m256 pt = _mm256_set1_ps(p[t * p_stride]);
+    const float* r = row(t) + j0;
+#pragma GCC unroll 8
+    for (int c = 0; c < N; ++c) acc[c] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(r + 8 * c), acc[c]);
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < N; ++c) _mm256_storeu_ps(out + j0 + 8 * c, acc[c]);
+}
+
+// out = Σ_t p[t * p_stride] row(t)[:], row(t) the t-th row of v: 64 floats per pass over the rows, then
+// the rest of the multiples of 8 in one more pass (a head size of 32 in one pass, not four: each pass
+// is a chain of T dependent multiply-adds per vector).
 template <typename Rows>
 SRFORMER_AVX2 void sum_rows(const float* p, int64_t p_stride, const Rows& row, int64_t T, int64_t d, float* out) {
   constexpr int64_t kWidth = 64;
   int64_t j0 = 0;
-  for (; j0 + kWidth <= d; j0 += kWidth) {
-    __m256 acc[8];
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) acc[c] = _mm256_setzero_ps();
-    for (int64_t t = 0; t < T; ++t) {
-      const __m256 pt = _mm256_set1_ps(p[t * p_stride]);
-      const float* r = row(t) + j0;
-#pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) acc[c] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(r + 8 * c), acc[c]);
-    }
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) _mm256_storeu_ps(out + j0 + 8 * c, acc[c]);
+  for (; j0 + kWidth <= d; j0 += kWidth) sum_vectors<8>(p, p_stride, row, T, j0, out);
+  switch ((d - j0) / 8) {
+    case 7:
+      sum_vectors<7>(p, p_stride, row, T, j0, out);
+      break;
+    case 6:
+      sum_vectors<6>(p, p_stride, row, T, j0, out);
+      break;
+    case 5:
+      sum_vectors<5>(p, p_stride, row, T, j0, out);
+      break;
+    case 4:
+      sum_vectors<4>(p, p_stride, row, T, j0, out);
+      break;
+    case 3:
+      sum_vectors<3>(p, p_stride, row, T, j0, out);
+      break;
+    case 2:
+      sum_vectors<2>(p, p_stride, row, T, j0, out);
+      break;
+    case 1:
+      sum_vectors<1>(p, p_stride, row, T, j0, out);
+      break;
+    default:
+      break;
   }
-  for (; j0 + 8 <= d; j0 += 8) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t t = 0; t < T; ++t)
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(p[t * p_stride]), _mm256_loadu_ps(row(t) + j0), acc);
-    _mm256_storeu_ps(out + j0, acc);
-  }
+  j0 += (d - j0) / 8 * 8;
   for (; j0 < d; ++j0) {
     // One fused multiply-add per term, as the vectors above. Written `s += p * r`, GCC multiplied the
     // first terms four at a time and added each product rounded, fusing only the last T % 4: a column
