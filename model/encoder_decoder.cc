@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/attention/segments.h"
+#include "model/io/load_error.h"
 #include "model/io/page_release.h"
 #include "model/kernels/avx2.h"
 #include "model/kernels/fp32_packed_linear.h"
@@ -354,7 +355,22 @@ EmbeddingAndHead bind_embedding_and_head(ParamBinder& w, ModelConfig& c, const s
   auto names = aliases;
   if (c.tie_word_embeddings) names.push_back("lm_head.weight");
   out.embedding = w.take(name, {c.vocab_size, c.d_model}, names);
-  for (const auto& alias : aliases) w.raw().ignore(regex_literal(alias));  // where stored besides `name`
+  // Stored besides `name`, they are its tied copies: transformers 5 unties them where the config does not
+  // tie word embeddings, and a fine-tune can then change them apart. The model has one embedding, so such a
+  // checkpoint would compute something else than it was trained to: refused, naming the tensors.
+  std::vector<std::string> untied;
+  for (const auto& alias : aliases) {
+    const auto stored = w.raw().take_optional(alias, {c.vocab_size, c.d_model});
+    if (stored && !stored->is_same(out.embedding) && !torch::equal(*stored, out.embedding)) untied.push_back(alias);
+  }
+  if (!untied.empty()) {
+    std::string listed;
+    for (const auto& alias : untied) listed += (listed.empty() ? "" : ", ") + alias;
+    throw LoadError(listed + (untied.size() == 1 ? " differs" : " differ") + " from " + name +
+                    ": the checkpoint's token embeddings are untied, but this model has one embedding for the "
+                    "encoder and the decoder, and loading would replace them by " +
+                    name + ". Save the model with them tied (the same tensor under every name) to serve it here.");
+  }
   if (c.tie_word_embeddings) {
     // transformers 5 writes tie_word_embeddings: true for every T5 (scale_decoder_outputs says what it
     // meant) and keeps a checkpoint's own lm_head.weight over the tie: a stored head other than the

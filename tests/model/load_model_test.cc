@@ -668,6 +668,38 @@ TEST(LoadModel, ATiedEmbeddingStoredOnlyAsTheHeadLoadsAsHuggingFaceLoadsIt) {
   }
 }
 
+// transformers 5 saves encoder/decoder.embed_tokens.weight untied from the shared embedding where the
+// config does not tie word embeddings, so a fine-tune can change them apart. Copies equal to the shared
+// embedding load as before; one that differs was silently replaced by it (other outputs, no word), and
+// is now refused with its name.
+TEST(LoadModel, EncoderOrDecoderEmbeddingsUntiedFromTheSharedOneAreRefusedByName) {
+  for (const auto arch : {Architecture::kBart, Architecture::kT5}) {
+    SCOPED_TRACE(arch == Architecture::kBart ? "bart" : "t5");
+    const std::string prefix = arch == Architecture::kBart ? "model." : "";
+    const std::string shared = prefix + "shared.weight", enc = prefix + "encoder.embed_tokens.weight",
+                      dec = prefix + "decoder.embed_tokens.weight";
+    TempDir d("untied-embeddings");
+    write_random_model(d.path(), tiny_config(arch, CrossAttentionKind::kFull, 0), 19);
+    torch::Tensor embedding;
+    edit_weights(d.path(), [&](auto& t) {
+      const auto it = std::find_if(t.begin(), t.end(), [&](const auto& n) { return n.first == shared; });
+      ASSERT_NE(it, t.end());
+      embedding = it->second;
+      t.emplace_back(enc, embedding.clone());
+      t.emplace_back(dec, embedding.clone());
+    });
+    EXPECT_EQ(load_error(d.path()), "");
+    edit_weights(d.path(), [&](auto& t) {
+      for (auto& [name, tensor] : t) {
+        if (name == dec) tensor[5][0] += 1.0f;
+      }
+    });
+    const auto err = load_error(d.path());
+    EXPECT_NE(err.find(dec + " differs from " + shared), std::string::npos) << err;
+    EXPECT_EQ(err.find(enc), std::string::npos) << err;
+  }
+}
+
 // google/flan-t5-xl and -xxl: the Hub's conversion of their sharded .bin checkpoints stored the tied
 // embedding once (shared.weight) but kept encoder/decoder.embed_tokens.weight in the index's weight_map,
 // under the shard holding shared.weight. Hugging Face loads it; it was refused with "weight_map puts
