@@ -57,6 +57,8 @@ const char* to_string(RejectReason reason) {
       return "invalid";
     case RejectReason::kUnreadStreams:
       return "unread_streams";
+    case RejectReason::kOutOfMemory:
+      return "out_of_memory";
   }
   return "invalid";
 }
@@ -101,10 +103,9 @@ struct Metrics::Families {
         queue_depth(BuildGauge().Name("srformer_queue_depth").Help("Requests waiting in the queue.").Register(r)),
         rejected(BuildCounter()
                      .Name("srformer_requests_rejected_total")
-                     .Help("Requests refused before queueing (queue_full|shutting_down|invalid|unread_streams), and "
-                           "queued ones "
-                           "the end "
-                           "of a shutdown's grace dropped unserved (shutting_down).")
+                     .Help("Requests refused before queueing (queue_full|shutting_down|invalid|unread_streams|"
+                           "out_of_memory), and queued ones the end of a shutdown's grace dropped unserved "
+                           "(shutting_down).")
                      .Register(r)),
         unrouted(
             BuildCounter()
@@ -323,8 +324,8 @@ ModelMetrics::ModelMetrics(Metrics& metrics, const std::string& model, const His
       kv_full_total_(metrics.families_->kv_full.Add({{"model", model}})),
       streams_stalled_total_(metrics.families_->streams_stalled.Add({{"model", model}})) {
   // Pre-create the bounded reason series so rate() queries see zeros instead of absent series.
-  for (const auto reason :
-       {RejectReason::kQueueFull, RejectReason::kShuttingDown, RejectReason::kInvalid, RejectReason::kUnreadStreams}) {
+  for (const auto reason : {RejectReason::kQueueFull, RejectReason::kShuttingDown, RejectReason::kInvalid,
+                            RejectReason::kUnreadStreams, RejectReason::kOutOfMemory}) {
     metrics.families_->rejected.Add({{"model", model}, {"reason", to_string(reason)}});
   }
   for (const auto reason : {LeaveReason::kEos, LeaveReason::kLength, LeaveReason::kCancelled, LeaveReason::kError}) {

@@ -29,8 +29,9 @@ class ProcessMonitor;
 class TorchMemorySampler;
 
 // Why a request was refused before it reached the engine (label `reason` of srformer_requests_rejected_total).
-// kUnreadStreams: a SummarizeStream refused while over --max-unread-stream-memory.
-enum class RejectReason { kQueueFull, kShuttingDown, kInvalid, kUnreadStreams };
+// kUnreadStreams: a SummarizeStream refused while over --max-unread-stream-memory. kOutOfMemory: the server
+// ran out of memory preparing or queueing it (RESOURCE_EXHAUSTED, as a full queue's).
+enum class RejectReason { kQueueFull, kShuttingDown, kInvalid, kUnreadStreams, kOutOfMemory };
 // Why a row left the running batch (label `reason` of srformer_rows_left_total).
 enum class LeaveReason { kEos, kLength, kCancelled, kError };
 // Why a call (or a SummarizeBatch item) reached no model (label `reason` of srformer_requests_unrouted_total):

@@ -107,11 +107,16 @@ class CallRecord {
   // the model it asked for, or null where this server holds none of that name (the name is then the
   // client's text: logged, never made a label; srformer_requests_unrouted_total counts it).
   // `server_fault`: the server failed to take the request (ServerError): an error line, and no refusal
-  // counted (the call's code still counts in srformer_requests_total).
+  // counted (the call's code still counts in srformer_requests_total) but for memory (out_of_memory), whose
+  // RESOURCE_EXHAUSTED no error-rate alert counts.
   void refused(const std::string& id, const std::string& requested, const Engine* engine, const grpc::Status& status,
                bool server_fault = false, std::optional<RejectReason> reason = std::nullopt) {
     if (server_fault) {
-      if (engine != nullptr) started(engine->name());
+      if (engine != nullptr) {
+        started(engine->name());
+        if (metrics_ && status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED)
+          metrics_->model(engine->name()).on_rejected(RejectReason::kOutOfMemory);
+      }
       spdlog::error("request {}: {} model={} failed before it was queued, with {}: {}", id, method_,
                     engine ? engine->name() : shown_name(requested), status_code_name(status.error_code()),
                     status.error_message());

@@ -52,7 +52,7 @@ TEST(Metrics, RejectionAndLeaveReasonsExistAtZeroAndCount) {
   Metrics metrics("");
   ModelMetrics& m = metrics.model("t5");
   std::string text = metrics.scrape_text();
-  for (const char* r : {"queue_full", "shutting_down", "invalid"}) {
+  for (const char* r : {"queue_full", "shutting_down", "invalid", "unread_streams", "out_of_memory"}) {
     EXPECT_EQ(sample(text, "srformer_requests_rejected_total", {{"model", "t5"}, {"reason", r}}), 0.0) << r;
   }
   for (const char* r : {"eos", "length", "cancelled", "error"}) {

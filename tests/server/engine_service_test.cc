@@ -2390,7 +2390,8 @@ TEST(EngineService, HealthAndListModelsAnswerWhileLongDocumentsAreTokenized) {
 // What the engine's submit() throws that is none of its own refusals (LibTorch's c10::Error from a bad
 // shape, std::bad_alloc) ends the call with INTERNAL, or RESOURCE_EXHAUSTED for memory, and a message, and
 // logs an error line with the request id; the server serves on. It reached gRPC as UNKNOWN ("Unexpected
-// error in RPC handling") with nothing logged, and left the call in srformer_requests_in_flight.
+// error in RPC handling") with nothing logged, and left the call in srformer_requests_in_flight. Memory
+// counts in srformer_requests_rejected_total{reason="out_of_memory"}: no metric nor alert saw it.
 TEST(EngineService, AFailureToQueueIsInternalOrResourceExhaustedAndLogged) {
   using server::testing::sample;
   LogCapture captured;
@@ -2452,6 +2453,11 @@ TEST(EngineService, AFailureToQueueIsInternalOrResourceExhaustedAndLogged) {
               0.0)
         << reason;
   }
+  // Running out of memory is counted, so that an alert can see it (its RESOURCE_EXHAUSTED is no full queue):
+  // the three calls of the bad_alloc case, not the c10::Error ones (INTERNAL, in srformer_requests_total).
+  EXPECT_EQ(sample(metrics.scrape_text(), "srformer_requests_rejected_total",
+                   {{"model", "fake"}, {"reason", "out_of_memory"}}),
+            3.0);
   EXPECT_EQ(sample(metrics.scrape_text(), "srformer_requests_in_flight", {{"model", "fake"}}), 0.0);
   grpc::ClientContext ctx;
   v1::SummarizeResponse resp;
