@@ -11,6 +11,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -29,6 +30,29 @@ namespace srformer::testing {
 namespace {
 
 using namespace std::chrono_literals;
+
+// The bytes tcmalloc has handed out and not taken back, to measure what the server holds; nullopt where the
+// process runs on another allocator.
+class TcmallocAllocatedBytes {
+ public:
+  using PropertyFn = int (*)(const char*, size_t*);
+  explicit TcmallocAllocatedBytes(PropertyFn property) : property_(property) {}
+  double bytes() const {
+    size_t value = 0;
+    EXPECT_TRUE(property_("generic.current_allocated_bytes", &value));
+    return static_cast<double>(value);
+  }
+
+ private:
+  PropertyFn property_;
+};
+
+std::optional<TcmallocAllocatedBytes> tcmalloc_allocated_bytes() {
+  const auto property =
+      reinterpret_cast<TcmallocAllocatedBytes::PropertyFn>(dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty"));
+  if (property == nullptr) return std::nullopt;
+  return TcmallocAllocatedBytes(property);
+}
 
 // What the offline driver produces for one document on a fresh fake model: its `returned` best
 // hypotheses, best first.
@@ -428,14 +452,8 @@ TEST(EngineService, CallsPastAConnectionsStreamLimitWaitOnTheClientsSide) {
 // some 16 times its size pile up, and OPERATIONS.md's "some 400 bytes a token message" was not what it
 // counted. held_bytes() is measured here against what the allocator hands out.
 TEST(EngineService, UnreadStreamBytesCountWhatAQueuedMessageHoldsInMemory) {
-  using PropertyFn = int (*)(const char*, size_t*);
-  const auto property = reinterpret_cast<PropertyFn>(dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty"));
-  if (property == nullptr) GTEST_SKIP() << "not running on tcmalloc";
-  const auto allocated = [&] {
-    size_t value = 0;
-    EXPECT_TRUE(property("generic.current_allocated_bytes", &value));
-    return static_cast<double>(value);
-  };
+  const auto allocated = tcmalloc_allocated_bytes();
+  if (!allocated) GTEST_SKIP() << "not running on tcmalloc";
   for (const size_t text : {size_t{3}, size_t{200}}) {  // a token message; one past an inline slice
     v1::SummarizeStreamResponse msg;
     auto* t = msg.mutable_token();
@@ -447,14 +465,14 @@ TEST(EngineService, UnreadStreamBytesCountWhatAQueuedMessageHoldsInMemory) {
     constexpr int kMessages = 20000;
     std::deque<grpc::ByteBuffer> held;
     double counted = 0;
-    const double before = allocated();
+    const double before = allocated->bytes();
     for (int i = 0; i < kMessages; ++i) {
       grpc::ByteBuffer body;
       ASSERT_TRUE(server::serialize_body(msg, body).ok());
       counted += static_cast<double>(server::held_bytes(body));
       held.push_back(std::move(body));
     }
-    const double measured = allocated() - before;
+    const double measured = allocated->bytes() - before;
     EXPECT_GT(counted, 0.8 * measured) << "text of " << text << ": " << counted / kMessages << " bytes counted, "
                                        << measured / kMessages << " held per message";
     EXPECT_LT(counted, 1.25 * measured) << "text of " << text << ": " << counted / kMessages << " bytes counted, "
@@ -616,14 +634,8 @@ TEST(EngineService, UnaryResponsesNotReadCountInUnreadResponseBytes) {
 // (measured: 2.5 MB an unread Summarize of a 1 MiB document; 0.3 MB once both are released after parsing).
 // Measured against what the allocator hands out.
 TEST(EngineService, AnUnreadAnswerDoesNotKeepItsDocument) {
-  using PropertyFn = int (*)(const char*, size_t*);
-  const auto property = reinterpret_cast<PropertyFn>(dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty"));
-  if (property == nullptr) GTEST_SKIP() << "not running on tcmalloc";
-  const auto allocated = [&] {
-    size_t value = 0;
-    EXPECT_TRUE(property("generic.current_allocated_bytes", &value));
-    return static_cast<double>(value);
-  };
+  const auto allocated = tcmalloc_allocated_bytes();
+  if (!allocated) GTEST_SKIP() << "not running on tcmalloc";
   FakeServerOptions so;
   so.config.max_new_tokens_cap = 1000;
   TestServer server(so);
@@ -643,7 +655,7 @@ TEST(EngineService, AnUnreadAnswerDoesNotKeepItsDocument) {
   constexpr int kCalls = 8;
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   std::vector<std::unique_ptr<grpc::ClientAsyncResponseReader<v1::SummarizeResponse>>> calls;
-  const double before = allocated();
+  const double before = allocated->bytes();
   for (int i = 0; i < kCalls; ++i) {  // one at a time: each has left the engine before the next
     contexts.push_back(std::make_unique<grpc::ClientContext>());
     calls.push_back(stub->PrepareAsyncSummarize(contexts.back().get(), req, &cq));
@@ -653,7 +665,7 @@ TEST(EngineService, AnUnreadAnswerDoesNotKeepItsDocument) {
     ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 0; }, 20s));
   }
   std::this_thread::sleep_for(200ms);
-  const double per_call = (allocated() - before) / kCalls;
+  const double per_call = (allocated->bytes() - before) / kCalls;
   // The response and what gRPC keeps of a call: not its document (gRPC's copy, in the slices it arrived in,
   // held ~1.45 times its size; the parsed one its size).
   EXPECT_LT(per_call, 0.6 * static_cast<double>(doc.size())) << per_call << " bytes held per unread call";

@@ -22,6 +22,14 @@ using test::TempDir;
 
 fs::path demo_model_dir() { return fs::path(SRFORMER_SOURCE_DIR) / "models" / "debian-synopsis-t5"; }
 
+// `tokenizer_json` written to its own directory `dir`, alone or with the T5-style spiece.model beside it.
+fs::path tokenizer_json_dir(const fs::path& dir, const json& tokenizer_json, bool beside) {
+  fs::create_directories(dir);
+  test::write_file(dir / "tokenizer.json", tokenizer_json.dump());
+  if (beside) fs::copy_file(test::t5_style_spm_dir() / "spiece.model", dir / "spiece.model");
+  return dir;
+}
+
 // Writes <out>/tokenizer.json converted from <spm_dir>/spiece.model; false when python3-sentencepiece
 // is missing.
 bool write_tokenizer_json(const fs::path& spm_dir, const std::string& style, const fs::path& out) {
@@ -150,10 +158,8 @@ TEST(UnigramTokenizerJson, NeverPrependKeepsTheFirstTokensSpace) {
   ASSERT_EQ(plain->decode(word), "the");
   for (const auto& [name, tj] : {std::pair{"never", never}, std::pair{"legacy", legacy}}) {
     for (const bool beside : {false, true}) {
-      const fs::path here = dir.path() / (std::string(name) + (beside ? "-beside" : ""));
-      fs::create_directories(here);
-      test::write_file(here / "tokenizer.json", tj.dump());
-      if (beside) fs::copy_file(test::t5_style_spm_dir() / "spiece.model", here / "spiece.model");
+      const fs::path here =
+          tokenizer_json_dir(dir.path() / (std::string(name) + (beside ? "-beside" : "")), tj, beside);
       SCOPED_TRACE(here.filename().string());
       const auto tok = load_tokenizer(here);
       EXPECT_EQ(tok->decode(word), " the");
@@ -196,10 +202,7 @@ TEST(UnigramTokenizerJson, AddPrefixSpaceFalseWinsOverPrependScheme) {
   const TokenIds word = {plain->encode("the").front()};
   ASSERT_EQ(plain->id_to_token(word.front()), "\xE2\x96\x81the");
   for (const bool beside : {false, true}) {
-    const fs::path here = dir.path() / (beside ? "beside" : "alone");
-    fs::create_directories(here);
-    test::write_file(here / "tokenizer.json", both.dump());
-    if (beside) fs::copy_file(test::t5_style_spm_dir() / "spiece.model", here / "spiece.model");
+    const fs::path here = tokenizer_json_dir(dir.path() / (beside ? "beside" : "alone"), both, beside);
     SCOPED_TRACE(here.filename().string());
     const auto tok = load_tokenizer(here);
     EXPECT_EQ(tok->decode(word), " the");
