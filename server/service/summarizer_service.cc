@@ -288,13 +288,22 @@ grpc::Status prepare_call(SummarizerService& service, grpc::CallbackServerContex
   return grpc::Status::OK;
 }
 
-// A call's start failing otherwise than by a refusal (out of memory setting it up): the status to end it with,
-// logged as the failure of a call that could not start.
-grpc::Status start_failed(const CallRecord& record, grpc::CallbackServerContext* context, const std::exception& e) {
-  const grpc::Status status = server_error("starting the call", e).status();
-  spdlog::error("{} from {} failed with {}: {}", record.method(), context->peer(),
-                status_code_name(status.error_code()), status.error_message());
-  return status;
+// Runs a call's `start` where SummarizerService::start_call puts it. A start failing otherwise than by a
+// refusal (out of memory setting it up) is logged as the failure of a call that could not start and ends
+// the call through `end`: before its request is queued, nothing else would.
+template <typename Start, typename End>
+void start_call_or_end(SummarizerService& service, int64_t document_bytes, const CallRecord& record,
+                       grpc::CallbackServerContext* context, Start start, End end) {
+  service.start_call(document_bytes, [&record, context, start = std::move(start), end = std::move(end)] {
+    try {
+      start();
+    } catch (const std::exception& e) {
+      const grpc::Status status = server_error("starting the call", e).status();
+      spdlog::error("{} from {} failed with {}: {}", record.method(), context->peer(),
+                    status_code_name(status.error_code()), status.error_message());
+      end(status);
+    }
+  });
 }
 
 // Summarize: one request, one response.
@@ -307,13 +316,9 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
       finish(read);
       return;
     }
-    service.start_call(static_cast<int64_t>(in_.document().size()), [this, &service, context] {
-      try {
-        start(service, context);
-      } catch (const std::exception& e) {  // before the request was queued: nothing else ends the call
-        finish(start_failed(record_, context, e));
-      }
-    });
+    start_call_or_end(
+        service, static_cast<int64_t>(in_.document().size()), record_, context,
+        [this, &service, context] { start(service, context); }, [this](const grpc::Status& s) { finish(s); });
   }
   void OnCancel() override {
     std::lock_guard lock(mu_);
@@ -394,13 +399,9 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       end(read);
       return;
     }
-    service.start_call(static_cast<int64_t>(in_.document().size()), [this, &service, context] {
-      try {
-        start(service, context);
-      } catch (const std::exception& e) {  // before the request was queued: nothing else ends the call
-        end(start_failed(record_, context, e));
-      }
-    });
+    start_call_or_end(
+        service, static_cast<int64_t>(in_.document().size()), record_, context,
+        [this, &service, context] { start(service, context); }, [this](const grpc::Status& s) { end(s); });
   }
 
   void OnWriteDone(bool ok) override {
@@ -640,13 +641,9 @@ class BatchCall final : public grpc::ServerUnaryReactor {
     }
     int64_t document_bytes = 0;
     for (const auto& request : in_.requests()) document_bytes += static_cast<int64_t>(request.document().size());
-    service.start_call(document_bytes, [this, &service, context] {
-      try {
-        start(service, context);
-      } catch (const std::exception& e) {  // before an item was queued: nothing else ends the call
-        end(start_failed(record_, context, e));
-      }
-    });
+    start_call_or_end(
+        service, document_bytes, record_, context, [this, &service, context] { start(service, context); },
+        [this](const grpc::Status& s) { end(s); });
   }
   void OnCancel() override {
     std::lock_guard lock(mu_);
