@@ -8,12 +8,14 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
 
 #include "client/message_size_hint.h"
 #include "client/percentiles.h"
+#include "client/silence_notice.h"
 #include "client/status_hint.h"
 #include "common/status_code_name.h"
 #include "srformer/v1/summarizer.grpc.pb.h"
@@ -120,6 +122,10 @@ class InFlight {
     std::lock_guard lock(mu_);
     calls_.erase(std::find(calls_.begin(), calls_.end(), ctx));
   }
+  size_t size() {
+    std::lock_guard lock(mu_);
+    return calls_.size();
+  }
   void cancel_all() {
     std::lock_guard lock(mu_);
     cancelled_ = true;
@@ -164,6 +170,17 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
   std::atomic<bool> cutting{false};
   std::atomic<int64_t> cut{0};
   const auto cut_at = end + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.grace_s));
+  // Without --deadline-ms a run waits for its requests however long they take: one against a server that
+  // stopped answering said nothing until its --grace (a --requests run: for ever). It says so now, once.
+  std::optional<SilenceNotice> silence;
+  silence.emplace(o.deadline_ms == 0, [&]() -> std::string {
+    const size_t waiting = in_flight.size();
+    if (waiting == 0 || channel->GetState(false) != GRPC_CHANNEL_READY) return "";
+    return "no request has finished and no token has come from " + o.target + " in " +
+           std::to_string(kSilenceNoticeAfter.count()) + " s (" + std::to_string(waiting) +
+           " in flight); still waiting, as the requests have no deadline (--deadline-ms N bounds each; Ctrl-C "
+           "ends the run with its report)";
+  });
   const auto worker = [&] {
     // After a refusal that says "not now" (no server, a full queue), each worker waits, doubling from 50 ms
     // to 1 s: without it a dead target took ~190,000 attempts a second.
@@ -193,6 +210,7 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
       auto last = t0;
       int64_t returned = -1;  // the final message's tokens: the summary's and its alternatives'
       while (reader->Read(&msg)) {
+        silence->heard();
         if (msg.has_final()) {
           returned = msg.final().token_ids_size();
           for (const auto& alternative : msg.final().alternatives()) returned += alternative.token_ids_size();
@@ -210,6 +228,7 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
       // Which FILE a refusal of its document is about: a mix's report said "document is empty" (each such
       // FILE's refusals under one key) without naming any.
       const auto status = naming_the_document(reader->Finish(), o.inputs[doc]);
+      silence->heard();
       const double latency = ms(Clock::now() - t0);  // before the stats lock: waiting for it is not latency
       in_flight.remove(&ctx);
       if (ending() && !status.ok()) break;  // cancelled by the interrupt (or a failed start): not counted
@@ -312,6 +331,7 @@ nlohmann::json run_load(const std::shared_ptr<grpc::Channel>& channel, const Cli
     in_flight.cancel_all();
   }
   for (auto& t : threads) t.join();
+  silence.reset();
   workers_done.store(true);
   watch.join();
   sigaction(SIGINT, &before, nullptr);

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -20,6 +22,7 @@
 #include "client/load_generator.h"
 #include "client/message_size_hint.h"
 #include "client/retry_policy.h"
+#include "client/silence_notice.h"
 #include "client/status_hint.h"
 #include "common/alternative_line.h"
 #include "common/pem_file.h"
@@ -132,6 +135,15 @@ int fail(const grpc::Status& s, grpc::Channel& channel, const ClientOptions& o, 
   return 1;
 }
 
+// What a call without --deadline-ms says once nothing has come for a while (client/silence_notice.h); "" while
+// the channel is still connecting, which gRPC ends by itself (within 20 s) if it fails.
+std::string silence_message(grpc::Channel& channel, const ClientOptions& o, bool heard_before) {
+  if (channel.GetState(false) != GRPC_CHANNEL_READY) return "";
+  return std::string(heard_before ? "nothing more" : "no answer") + " from " + o.target + " in " +
+         std::to_string(srformer::client::kSilenceNoticeAfter.count()) +
+         " s; still waiting, as the call has no deadline (--deadline-ms N ends it after N ms; Ctrl-C ends it now)";
+}
+
 void set_deadline(grpc::ClientContext& ctx, const ClientOptions& o) {
   if (o.deadline_ms > 0) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o.deadline_ms));
 }
@@ -167,7 +179,13 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Channel&
   const auto req = make_request(o, doc);
   if (!o.stream) {
     v1::SummarizeResponse resp;
-    const auto st = srformer::client::naming_the_document(stub.Summarize(&ctx, req, &resp), path);
+    grpc::Status answer;
+    {
+      const srformer::client::SilenceNotice notice(o.deadline_ms == 0,
+                                                   [&] { return silence_message(channel, o, false); });
+      answer = stub.Summarize(&ctx, req, &resp);
+    }
+    const auto st = srformer::client::naming_the_document(answer, path);
     if (!st.ok()) return fail(st, channel, o, req.ByteSizeLong());
     if (o.json) {
       std::cout << to_json(resp).dump() << "\n";
@@ -177,12 +195,17 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Channel&
     }
     return 0;
   }
+  std::atomic<bool> heard{false};
+  std::optional<srformer::client::SilenceNotice> notice;
+  notice.emplace(o.deadline_ms == 0, [&] { return silence_message(channel, o, heard.load()); });
   auto reader = stub.SummarizeStream(&ctx, req);
   v1::SummarizeStreamResponse msg;
   v1::SummarizeResponse final;
   nlohmann::json tokens = nlohmann::json::array();
   bool printed = false;  // text on the line: a failure ends it (a failure before any leaves stdout empty)
   while (reader->Read(&msg)) {
+    heard.store(true);
+    notice->heard();
     if (msg.has_token()) {
       if (o.json) {
         tokens.push_back({{"token_id", msg.token().token_id()},
@@ -203,6 +226,7 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Channel&
     }
   }
   const auto st = srformer::client::naming_the_document(reader->Finish(), path);
+  notice.reset();
   if (!std::cout) return 1;
   if (!st.ok()) {
     if (printed) std::cout << "\n";
@@ -295,7 +319,12 @@ int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Ch
   grpc::ClientContext ctx;
   set_deadline(ctx, o);
   v1::SummarizeBatchResponse resp;
-  const auto st = stub.SummarizeBatch(&ctx, batch, &resp);
+  grpc::Status st;
+  {
+    const srformer::client::SilenceNotice notice(o.deadline_ms == 0,
+                                                 [&] { return silence_message(channel, o, false); });
+    st = stub.SummarizeBatch(&ctx, batch, &resp);
+  }
   if (!st.ok()) return fail(naming_the_file(st, o.inputs), channel, o, batch.ByteSizeLong());
   std::map<int, const v1::BatchItemError*> errors;
   for (const auto& e : resp.errors()) errors[e.index()] = &e;
@@ -373,7 +402,12 @@ int list_models(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Channe
   grpc::ClientContext ctx;
   set_deadline(ctx, o);
   v1::ListModelsResponse resp;
-  const auto st = stub.ListModels(&ctx, {}, &resp);
+  grpc::Status st;
+  {
+    const srformer::client::SilenceNotice notice(o.deadline_ms == 0,
+                                                 [&] { return silence_message(channel, o, false); });
+    st = stub.ListModels(&ctx, {}, &resp);
+  }
   if (!st.ok()) return fail(st, channel, o);
   nlohmann::json all = nlohmann::json::array();
   for (const auto& m : resp.models()) {

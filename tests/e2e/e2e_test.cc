@@ -666,13 +666,17 @@ class CannedSummarizer final : public v1::Summarizer::Service {
   v1::SummarizeResponse unary;  // Summarize's
   std::vector<v1::SummarizeStreamResponse> stream_messages;  // SummarizeStream's, before its status
 
-  grpc::Status Summarize(grpc::ServerContext*, const v1::SummarizeRequest*, v1::SummarizeResponse* response) override {
+  grpc::Status Summarize(grpc::ServerContext* context, const v1::SummarizeRequest*,
+                         v1::SummarizeResponse* response) override {
+    while (hang && !context->IsCancelled()) std::this_thread::sleep_for(10ms);
     *response = unary;
     return grpc::Status::OK;
   }
 
-  grpc::Status SummarizeBatch(grpc::ServerContext*, const v1::SummarizeBatchRequest* request,
+  grpc::Status SummarizeBatch(grpc::ServerContext* context, const v1::SummarizeBatchRequest* request,
                               v1::SummarizeBatchResponse* response) override {
+    while (hang && !context->IsCancelled()) std::this_thread::sleep_for(10ms);
+    if (hang) return grpc::Status::CANCELLED;
     for (int i = 0; i < request->requests_size(); ++i)
       response->add_responses()->set_summary(summaries.at(static_cast<size_t>(i) % summaries.size()));
     return grpc::Status::OK;
@@ -683,6 +687,11 @@ class CannedSummarizer final : public v1::Summarizer::Service {
     for (const auto& message : stream_messages) writer->Write(message);
     while (hang && !context->IsCancelled()) std::this_thread::sleep_for(10ms);
     return stream_status;
+  }
+  grpc::Status ListModels(grpc::ServerContext* context, const v1::ListModelsRequest*,
+                          v1::ListModelsResponse*) override {
+    while (hang && !context->IsCancelled()) std::this_thread::sleep_for(10ms);
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "");
   }
 };
 
@@ -1112,6 +1121,45 @@ TEST_F(EndToEnd, ADeadlineSaysWhetherTheTargetEverConnected) {
   EXPECT_EQ(slow.exit_code, 1);
   EXPECT_EQ(slow.out,
             "srformer-client: DEADLINE_EXCEEDED: Deadline Exceeded (the server did not finish within 500 ms; "
+            "--deadline-ms gives it longer)\n");
+  server->Shutdown();
+}
+
+// Without --deadline-ms every call waits as long as its server takes: against one that accepted the call and
+// never answered, the client (each of its modes) waited for ever without a word. After 10 s with nothing
+// from the server it says so on stderr, once, and goes on waiting; with a deadline it says nothing of it.
+TEST_F(EndToEnd, ACallWithoutADeadlineSaysSoWhenNoAnswerComes) {
+  CannedSummarizer hanging;
+  hanging.hang = true;
+  int port = 0;
+  const auto server = serve(hanging, port);
+  ASSERT_GT(port, 0);
+  const std::string target = "127.0.0.1:" + std::to_string(port);
+  // The last with a deadline past the notice's 10 s: it ends the call instead, in its own words only.
+  const std::vector<std::string> modes = {doc(0),
+                                          "--stream " + doc(0),
+                                          "--batch " + doc(0) + " " + doc(1),
+                                          "--list-models",
+                                          "--load --requests 3 --concurrency 2 " + doc(0),
+                                          "--deadline-ms 11000 " + doc(0)};
+  // All at once, each cut by timeout(1) after 12 s (the server has no health service: --load's connection
+  // check has its answer, UNIMPLEMENTED, at once).
+  std::string command;
+  const auto said = [&](size_t i) { return (work_ / ("silent-" + std::to_string(i) + ".txt")).string(); };
+  for (size_t i = 0; i < modes.size(); ++i)
+    command += "timeout 12 " + kClient + " --target " + target + " " + modes[i] + " >/dev/null 2>" + said(i) + " & ";
+  run_command(command + "wait");
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(read(said(i)), "srformer-client: no answer from " + target +
+                                 " in 10 s; still waiting, as the call has no deadline (--deadline-ms N ends it "
+                                 "after N ms; Ctrl-C ends it now)\n")
+        << modes[i];
+  }
+  EXPECT_EQ(read(said(4)), "srformer-client: no request has finished and no token has come from " + target +
+                               " in 10 s (2 in flight); still waiting, as the requests have no deadline "
+                               "(--deadline-ms N bounds each; Ctrl-C ends the run with its report)\n");
+  EXPECT_EQ(read(said(5)),
+            "srformer-client: DEADLINE_EXCEEDED: Deadline Exceeded (the server did not finish within 11000 ms; "
             "--deadline-ms gives it longer)\n");
   server->Shutdown();
 }
