@@ -195,7 +195,8 @@ load generator:
   --load --concurrency N (--requests M and/or --duration S [--grace G]) FILE...
       streams requests over the FILEs round-robin (name a FILE twice to send it twice as often);
       after --duration, the calls in flight have G seconds (default 30) to finish and count, then are
-      cancelled, counted apart ("requests_cut") and neither ok nor failed;
+      cancelled, counted apart ("requests_cut") and neither ok nor failed (but the exit status is 1
+      unless G is 0, which asks for them to be cut);
       prints throughput (tokens/s, requests/s), time to first token, inter-token and request latency
       p50/p90/p99, and with several distinct FILEs each one's own (with --json: one JSON object,
       those under "by_document"); a target it cannot connect to (in 10 s) fails at once, before the
@@ -208,8 +209,8 @@ load generator:
       --requests M with --duration S ends at whichever comes first
 exit status: 0 done (--health: SERVING; --load: every request succeeded); 1 a call failed, a FILE could
   not be read or the output not written (--health: not SERVING, or no answer; --load: a request failed,
-  or none succeeded); 2 a command line it refuses; 130 (143) --load ended by Ctrl-C (SIGTERM), after its
-  report
+  none succeeded, or one was cut after a --grace of more than 0); 2 a command line it refuses; 130 (143)
+  --load ended by Ctrl-C (SIGTERM), after its report
 )";
 }
 

@@ -499,7 +499,12 @@ int run(int argc, char** argv) {
       const auto report = srformer::client::run_load(channel, o, documents);
       // As a shell reports a process that a signal ended (130 for Ctrl-C, 143 for SIGTERM), after the report.
       if (report["interrupted"].get<bool>()) return 128 + srformer::client::load_interrupted_by();
-      return report["requests_failed"].get<int64_t>() == 0 && report["requests_ok"].get<int64_t>() > 0 ? 0 : 1;
+      // A request cut after --grace (G > 0) is one the server did not finish in the time the run gave it, and
+      // fails the run as a failed request does; --grace 0 asks for the calls in flight at the end to be cut.
+      const bool cut_unasked = report["requests_cut"].get<int64_t>() > 0 && o.grace_s > 0;
+      return report["requests_failed"].get<int64_t>() == 0 && report["requests_ok"].get<int64_t>() > 0 && !cut_unasked
+                 ? 0
+                 : 1;
     }
     if (o.batch) return summarize_batch(o, *stub, *channel);
     return summarize(o, *stub, *channel);

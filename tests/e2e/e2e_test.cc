@@ -662,7 +662,8 @@ class CannedSummarizer final : public v1::Summarizer::Service {
   std::vector<std::string> summaries;             // SummarizeBatch's, in turn
   grpc::Status stream_status = grpc::Status::OK;  // SummarizeStream's
   std::atomic<int> streams{0};                    // SummarizeStream calls answered
-  bool hang = false;            // SummarizeStream answers nothing until its call is cancelled (a server that stopped)
+  bool hang = false;            // every call answers nothing until it is cancelled (a server that stopped)
+  int answer_streams = 0;       // with hang: the first this many SummarizeStream calls are answered all the same
   v1::SummarizeResponse unary;  // Summarize's
   std::vector<v1::SummarizeStreamResponse> stream_messages;  // SummarizeStream's, before its status
 
@@ -683,9 +684,9 @@ class CannedSummarizer final : public v1::Summarizer::Service {
   }
   grpc::Status SummarizeStream(grpc::ServerContext* context, const v1::SummarizeRequest*,
                                grpc::ServerWriter<v1::SummarizeStreamResponse>* writer) override {
-    ++streams;
+    const int n = streams++;
     for (const auto& message : stream_messages) writer->Write(message);
-    while (hang && !context->IsCancelled()) std::this_thread::sleep_for(10ms);
+    while (hang && n >= answer_streams && !context->IsCancelled()) std::this_thread::sleep_for(10ms);
     return stream_status;
   }
   grpc::Status ListModels(grpc::ServerContext* context, const v1::ListModelsRequest*,
@@ -1221,6 +1222,34 @@ TEST_F(EndToEnd, TheLoadGeneratorCutsCallsStillInFlightAfterItsDurationAndGrace)
   EXPECT_NE(text.out.find("\ncut: 2 still in flight 0 s after the end of --duration, cancelled (--grace)\n"),
             std::string::npos)
       << text.out;
+  server->Shutdown();
+}
+
+// A request still in flight --grace seconds after the end of --duration is one the server did not finish in the
+// time the run gave it: the run exited 0 all the same once another had succeeded, though its report counted
+// requests_cut. That is exit 1 now, as a failed request is; with --grace 0, which asks for the calls in flight
+// to be cut at the end, cuts are what was asked and the exit status stays 0.
+TEST_F(EndToEnd, ALoadWhoseRequestsWereCutAfterTheGraceExitsOne) {
+  CannedSummarizer slow;  // answers three streams, then stops answering
+  slow.hang = true;
+  slow.answer_streams = 3;
+  v1::SummarizeStreamResponse final;
+  final.mutable_final()->set_summary("done");
+  slow.stream_messages = {final};
+  int port = 0;
+  const auto server = serve(slow, port);
+  ASSERT_GT(port, 0);
+  const std::string client = "timeout 30 " + kClient + " --target 127.0.0.1:" + std::to_string(port) +
+                             " --load --concurrency 1 --duration 1 --json " + doc(0);
+  for (const std::string grace : {"1", "0"}) {
+    slow.streams = 0;
+    auto r = run_command(client + " --grace " + grace + " 2>/dev/null");
+    const auto report = nlohmann::json::parse(r.out);
+    EXPECT_EQ(report["requests_ok"], 3) << r.out;
+    EXPECT_EQ(report["requests_failed"], 0) << r.out;
+    EXPECT_EQ(report["requests_cut"], 1) << r.out;
+    EXPECT_EQ(r.exit_code, grace == "0" ? 0 : 1) << "--grace " << grace << ": " << r.out;
+  }
   server->Shutdown();
 }
 
