@@ -168,6 +168,12 @@ void print_alternatives(const v1::SummarizeResponse& r) {
 
 // A FILE's text, refused as soon as it holds more than --max-document-bytes.
 std::string read_client_document(const std::string& path, const ClientOptions& o) {
+  // Without a FILE the client reads stdin, which from a terminal waited without a word for text the user did
+  // not know to type (`srformer-client --target HOST:PORT` looked hung).
+  if (path == "-" && ::isatty(STDIN_FILENO) == 1) {
+    std::cerr << "srformer-client: reading the document from the terminal (stdin): type or paste it, then Ctrl-D "
+                 "on a line of its own; or give a FILE (--help)\n";
+  }
   return read_document(path, static_cast<std::uintmax_t>(o.max_document_bytes), "--max-document-bytes raises it");
 }
 

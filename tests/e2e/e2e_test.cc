@@ -1225,6 +1225,31 @@ TEST_F(EndToEnd, TheLoadGeneratorCutsCallsStillInFlightAfterItsDurationAndGrace)
   server->Shutdown();
 }
 
+// srformer-client without a FILE reads stdin: from a terminal it waited without a word for text the user did
+// not know to type, and `srformer-client --target HOST:PORT` looked hung. It says so on stderr now; a pipe's
+// stdin, as scripts give it, gets no such line.
+TEST_F(EndToEnd, ReadingTheDocumentFromATerminalSaysSo) {
+  if (run_command("command -v script >/dev/null").exit_code != 0) GTEST_SKIP() << "no script(1) to give a terminal";
+  CannedSummarizer canned;
+  canned.unary.set_summary("canned summary");
+  int port = 0;
+  const auto server = serve(canned, port);
+  ASSERT_GT(port, 0);
+  const std::string client = kClient + " --target 127.0.0.1:" + std::to_string(port);
+  // script(1) runs the client on a terminal, which takes the text typed and Ctrl-D (\004) as its end.
+  const auto typed = run_command("printf 'some text\\n\\004' | timeout 20 script -qec '" + client + "' /dev/null");
+  EXPECT_EQ(typed.exit_code, 0) << typed.out;
+  EXPECT_NE(typed.out.find("srformer-client: reading the document from the terminal (stdin): type or paste it, "
+                           "then Ctrl-D on a line of its own; or give a FILE (--help)"),
+            std::string::npos)
+      << typed.out;
+  EXPECT_NE(typed.out.find("canned summary"), std::string::npos) << typed.out;
+  const auto piped = run_command("printf 'some text' | " + client + " 2>&1");
+  EXPECT_EQ(piped.exit_code, 0);
+  EXPECT_EQ(piped.out, "canned summary\n");
+  server->Shutdown();
+}
+
 // A request still in flight --grace seconds after the end of --duration is one the server did not finish in the
 // time the run gave it: the run exited 0 all the same once another had succeeded, though its report counted
 // requests_cut. That is exit 1 now, as a failed request is; with --grace 0, which asks for the calls in flight
