@@ -39,6 +39,15 @@ inline std::string status_hint(const grpc::Status& s, const ClientOptions& o, ui
                                : " (the server's certificate did not verify against --ca " + o.ca_file +
                                      ": is it signed by a CA in it, and still valid?)";
     }
+    // A certificate issued for another name than the one checked (the target's host, or --tls-server-name):
+    // gRPC said only "Peer name HOST is not in peer certificate", the flag that names another left to find.
+    if (o.tls && m.find("is not in peer certificate") != std::string::npos) {
+      return o.tls_server_name.empty()
+                 ? " (the server's certificate was issued for other names than the target's host: --tls-server-name "
+                   "NAME checks it for NAME, one of them)"
+                 : " (the server's certificate was not issued for --tls-server-name " + o.tls_server_name +
+                       ": give a name it was issued for)";
+    }
     // gRPC's words when it cannot build TLS credentials from the files (its own log lines above say why), or
     // without --ca finds no CA certificates to trust (no system bundle, no roots.pem of its own).
     if (o.tls && m.find("empty address list") != std::string::npos) {

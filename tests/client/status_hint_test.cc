@@ -50,6 +50,22 @@ TEST(StatusHint, TlsFilesGrpcCannotUseAreNamed) {
   EXPECT_EQ(status_hint(unavailable("empty address list: "), ClientOptions{}, 10), "") << "no TLS, no TLS files";
 }
 
+// A health check on localhost of a server whose certificate names its DNS name: gRPC said only "Peer name
+// 127.0.0.1 is not in peer certificate", and nothing led to --tls-server-name.
+TEST(StatusHint, ACertificateForAnotherNameLeadsToTlsServerName) {
+  const auto other_name = unavailable(
+      "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:5000: Peer name 127.0.0.1 is not "
+      "in peer certificate");
+  ClientOptions o = tls_options();
+  EXPECT_EQ(status_hint(other_name, o, 10),
+            " (the server's certificate was issued for other names than the target's host: --tls-server-name NAME "
+            "checks it for NAME, one of them)");
+  o.tls_server_name = "wrong.example.com";
+  EXPECT_EQ(status_hint(other_name, o, 10),
+            " (the server's certificate was not issued for --tls-server-name wrong.example.com: give a name it was "
+            "issued for)");
+}
+
 // --tls without --ca trusts the system's CAs: a server certificate none of them signed, or no CA bundle found
 // at all, is told with the --ca to give.
 TEST(StatusHint, WithoutCaTheSystemsCasAreNamed) {
