@@ -34,7 +34,16 @@ server=$!
 trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -f "$log"' EXIT
 for _ in $(seq 1 120); do
   grep -q "listening on" "$log" && break
-  kill -0 "$server" 2>/dev/null || { cat "$log" >&2; echo "demo: the server exited" >&2; exit 1; }
+  if ! kill -0 "$server" 2>/dev/null; then
+    cat "$log" >&2
+    # The server's words name its flags (--listen, --metrics-listen), which the demo sets from these.
+    if grep -q "Address already in use" "$log"; then
+      echo "demo: the server exited: port $port or $metrics_port is taken; PORT=N and METRICS_PORT=N move them" >&2
+    else
+      echo "demo: the server exited" >&2
+    fi
+    exit 1
+  fi
   sleep 0.5
 done
 grep -q "listening on" "$log" || { cat "$log" >&2; echo "demo: the server did not come up" >&2; exit 1; }
