@@ -268,7 +268,8 @@ grpc::Status naming_the_file(const grpc::Status& status, const std::vector<std::
   if (digits.find_first_not_of("0123456789") != std::string::npos) return status;
   const size_t index = std::stoul(digits);
   if (index >= inputs.size()) return status;
-  return grpc::Status(status.error_code(), message + " (requests[" + digits + "] is " + inputs[index] + ")");
+  return grpc::Status(status.error_code(),
+                      message + " (requests[" + digits + "] is " + srformer::client::file_name(inputs[index]) + ")");
 }
 
 // --max-document-bytes bounds each FILE, not a batch of them: a message of more than gRPC carries (protobuf
@@ -339,7 +340,8 @@ int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Ch
     const auto error = errors.find(i);
     if (error != errors.end()) {
       const auto code = static_cast<grpc::StatusCode>(error->second->code());
-      std::cerr << "srformer-client: " << o.inputs.at(static_cast<size_t>(i)) << ": "
+      // stdin by its name: "srformer-client: -: ..." read as a stray dash.
+      std::cerr << "srformer-client: " << srformer::client::file_name(o.inputs.at(static_cast<size_t>(i))) << ": "
                 << srformer::status_code_name(code) << ": " << error->second->message() << "\n";
       if (o.json) {
         all.push_back({{"error", {{"code", srformer::status_code_name(code)}, {"message", error->second->message()}}}});

@@ -79,10 +79,12 @@ inline std::string status_hint(const grpc::Status& s, const ClientOptions& o, ui
 // with the FILE it was read from: the server knows no file, and a script summarizing many FILEs, one call
 // each, was left to find which one it meant (--batch names them: naming_the_file), as was a load's report
 // of a mix.
+// A FILE as messages name it: "-" is stdin.
+inline std::string file_name(const std::string& path) { return path == "-" ? "stdin" : path; }
+
 inline grpc::Status naming_the_document(const grpc::Status& status, const std::string& path) {
   if (status.error_message().rfind("document ", 0) != 0) return status;
-  return grpc::Status(status.error_code(),
-                      status.error_message() + " (read from " + (path == "-" ? "stdin" : path) + ")");
+  return grpc::Status(status.error_code(), status.error_message() + " (read from " + file_name(path) + ")");
 }
 
 }  // namespace srformer::client

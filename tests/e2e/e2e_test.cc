@@ -423,6 +423,15 @@ TEST_F(EndToEnd, ARefusedDocumentIsNamedByItsFile) {
     auto piped = run_command("printf '' | " + client + flags + "- 2>&1");
     EXPECT_EQ(piped.out, "srformer-client: " + why + " (read from stdin)\n") << flags;
   }
+  // A batch names a FILE of stdin so too: "srformer-client: -: ..." and "(requests[1] is -)" read as stray dashes.
+  auto partial = run_command("printf '' | " + client + "--batch --partial " + doc(0) + " - 2>&1 >/dev/null");
+  EXPECT_EQ(partial.exit_code, 1);
+  EXPECT_EQ(partial.out, "srformer-client: stdin: " + why + "\n");
+  auto whole = run_command("printf '' | " + client + "--batch " + doc(0) + " - 2>&1");
+  EXPECT_EQ(whole.exit_code, 1);
+  EXPECT_EQ(whole.out,
+            "srformer-client: INVALID_ARGUMENT: requests[1]: document is empty; send the text to summarize "
+            "in the 'document' field (requests[1] is stdin)\n");
   auto json = run_command(client + "--json " + empty + " 2>/dev/null");
   EXPECT_EQ(nlohmann::json::parse(json.out)["error"]["message"],
             "document is empty; send the text to summarize in the 'document' field (read from " + empty + ")");
