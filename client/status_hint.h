@@ -13,6 +13,13 @@
 
 namespace srformer::client {
 
+// A --target without a port ("localhost", "10.0.0.5", "[::1]"): gRPC connects to 443 for a name and to port 0
+// for an address, and said only "Connection refused" there.
+inline bool names_no_port(const std::string& target) {
+  if (!target.empty() && target.front() == '[') return target.find("]:") == std::string::npos;
+  return target.find(':') == std::string::npos;
+}
+
 // " (...)" to append to the status's message, or "". `sent_bytes`: the size of the request message the call
 // sent.
 inline std::string status_hint(const grpc::Status& s, const ClientOptions& o, uint64_t sent_bytes) {
@@ -22,6 +29,11 @@ inline std::string status_hint(const grpc::Status& s, const ClientOptions& o, ui
     // A handshake refused: the connection never came up. A bare "Socket closed" is a connection lost
     // mid-call (a server that died or was killed), where TLS is not the question.
     const bool not_connected = m.find("failed to connect to all addresses") != std::string::npos;
+    if (not_connected && names_no_port(o.target)) {
+      return " (--target " + o.target +
+             " names no port, so gRPC took its default (443 for a name, 0 for an address): " + o.target +
+             ":50051 for a server on its default port)";
+    }
     if (!o.tls && not_connected && m.find("Socket closed") != std::string::npos) {
       return " (does the server use TLS? then --tls, with --ca FILE where the system does not trust its CA, and "
              "--cert/--key where it asks for client certificates)";

@@ -85,6 +85,25 @@ TEST(StatusHint, WithoutCaTheSystemsCasAreNamed) {
             "valid?)");
 }
 
+// "--target localhost" (the port left out) connected to 443, "--target 127.0.0.1" to port 0, and said only
+// "Connection refused" there.
+TEST(StatusHint, ATargetWithoutAPortIsToldSo) {
+  const auto refused = unavailable(
+      "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:443: Failed to connect "
+      "to remote host: Connection refused");
+  ClientOptions o;
+  o.target = "localhost";
+  EXPECT_EQ(status_hint(refused, o, 10),
+            " (--target localhost names no port, so gRPC took its default (443 for a name, 0 for an address): "
+            "localhost:50051 for a server on its default port)");
+  o.target = "[::1]";
+  EXPECT_NE(status_hint(refused, o, 10).find("[::1]:50051"), std::string::npos);
+  for (const char* with_port : {"localhost:50051", "[::1]:50051", "unix:/run/srformer.sock"}) {
+    o.target = with_port;
+    EXPECT_EQ(status_hint(refused, o, 10), "") << with_port;
+  }
+}
+
 TEST(StatusHint, TheOtherHintsStay) {
   EXPECT_EQ(status_hint(unavailable("failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:5000: "
                                     "Ssl handshake failed: SSL_ERROR_SSL: error:0A00010B:SSL routines::wrong version "
