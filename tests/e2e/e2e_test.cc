@@ -973,7 +973,9 @@ TEST_F(EndToEnd, JsonSaysSoWhenTheCallFails) {
     // With --stream also the tokens that came before the failure: none here.
     const bool stream = call.rfind("--stream", 0) == 0;
     EXPECT_EQ(j.size(), stream ? 2u : 1u) << r.out;
-    if (stream) EXPECT_EQ(j["stream"], nlohmann::json::array()) << r.out;
+    if (stream) {
+      EXPECT_EQ(j["stream"], nlohmann::json::array()) << r.out;
+    }
     EXPECT_EQ(j["error"]["code"], "UNAVAILABLE") << r.out;
     EXPECT_NE(j["error"]["message"].get<std::string>().find("Connection refused"), std::string::npos) << r.out;
   }
@@ -1003,7 +1005,9 @@ TEST_F(EndToEnd, JsonSaysSoWhenAFileCannotBeRead) {
     // --health's object says its status, as when no answer comes.
     const bool health = call.rfind("--health", 0) == 0;
     EXPECT_EQ(j.size(), health ? 2u : 1u) << r.out;
-    if (health) EXPECT_TRUE(j.contains("status") && j["status"].is_null()) << r.out;
+    if (health) {
+      EXPECT_TRUE(j.contains("status") && j["status"].is_null()) << r.out;
+    }
   }
   auto r = run_command(client + missing + " 2>&1 >/dev/null");  // stderr says it as before
   EXPECT_EQ(r.out, "srformer-client: " + why + "\n");
@@ -1069,7 +1073,7 @@ TEST_F(EndToEnd, ABatchPastWhatGrpcCarriesIsRefusedBeforeItIsSent) {
 // a summary's does; the text output keeps printing them before its line break.
 TEST_F(EndToEnd, StreamJsonFailingPartwayKeepsTheTokensReceived) {
   CannedSummarizer canned;
-  for (const std::string& text : {"two", " tokens"}) {
+  for (const std::string text : {"two", " tokens"}) {
     v1::SummarizeStreamResponse token;
     token.mutable_token()->set_text(text);
     token.mutable_token()->set_token_id(static_cast<int32_t>(text.size()));
