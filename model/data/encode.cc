@@ -33,12 +33,19 @@ TokenIds encode_document(const Tokenizer& tokenizer, const ModelConfig& config, 
   return encode_truncated(tokenizer, *config.summarization_prefix + std::string(document), max_tokens, truncated);
 }
 
+std::optional<size_t> first_past_embedding(const TokenIds& ids, int64_t rows) {
+  const auto past = std::find_if(ids.begin(), ids.end(), [&](int64_t id) { return id >= rows; });
+  if (past == ids.end()) return std::nullopt;
+  return static_cast<size_t>(past - ids.begin());
+}
+
 void check_in_embedding(const TokenIds& ids, const Tokenizer& tokenizer, const ModelConfig& config,
                         std::string_view what) {
-  const auto past = std::find_if(ids.begin(), ids.end(), [&](int64_t id) { return id >= config.vocab_size; });
-  if (past == ids.end()) return;
+  const auto at = first_past_embedding(ids, config.vocab_size);
+  if (!at) return;
+  const int64_t past = ids[*at];
   throw std::invalid_argument("the " + std::string(what) + " holds the token '" +
-                              utf8::to_valid(tokenizer.id_to_token(*past)) + "' (id " + std::to_string(*past) +
+                              utf8::to_valid(tokenizer.id_to_token(past)) + "' (id " + std::to_string(past) +
                               "), past the " + std::to_string(config.vocab_size) +
                               " rows of the model's embedding (config.json's vocab_size; its tokenizer has " +
                               std::to_string(tokenizer.vocab_size()) +

@@ -3,7 +3,9 @@
 // prefix, truncated keeping the tokenizer's closing EOS, and right-padded batches with a mask.
 #include <torch/types.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -23,6 +25,11 @@ TokenIds encode_truncated(const Tokenizer& tokenizer, std::string_view text, int
 // A document as the model reads it: config.summarization_prefix (T5's "summarize: ") + text.
 TokenIds encode_document(const Tokenizer& tokenizer, const ModelConfig& config, std::string_view document,
                          int64_t max_tokens, bool* truncated = nullptr);
+
+// The position in `ids` of the first token past the model's embedding (`rows`, config.vocab_size), if any:
+// a tokenizer with more tokens than the model has rows makes ids the model cannot read. Shared by
+// check_in_embedding and the server, which refuses such a request with a gRPC status of its own.
+std::optional<size_t> first_past_embedding(const TokenIds& ids, int64_t rows);
 
 // Throws std::invalid_argument when `ids` (the encoded `what`: "document", "summary") hold a token past the
 // model's embedding rows (config.vocab_size), as a tokenizer with more tokens than the model makes (files of

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/byte_gate.h"
+#include "model/data/encode.h"
 #include "model/generation/generate.h"
 #include "model/limits.h"
 #include "model/tokenizer/document_check.h"
@@ -314,12 +315,11 @@ std::shared_ptr<Request> build_request(const v1::SummarizeRequest& in, const Eng
   // A tokenizer with more tokens than the model's embedding has rows (files that do not belong to the
   // checkpoint, or tokens added to one and not the other; the server warns at start) makes ids the model
   // cannot read: this request is refused here, where it would fail its whole encode batch in the engine.
-  const auto past =
-      std::find_if(req->input_ids.begin(), req->input_ids.end(), [&](int64_t id) { return id >= config.vocab_size; });
-  if (past != req->input_ids.end()) {
+  if (const auto at = data::first_past_embedding(req->input_ids, config.vocab_size)) {
+    const int64_t past = req->input_ids[*at];
     throw RequestError(grpc::StatusCode::FAILED_PRECONDITION,
-                       "the document holds the token '" + utf8::to_valid(engine.tokenizer().id_to_token(*past)) +
-                           "' (id " + str(*past) + "), past the " + str(config.vocab_size) + " rows of model '" +
+                       "the document holds the token '" + utf8::to_valid(engine.tokenizer().id_to_token(past)) +
+                           "' (id " + str(past) + "), past the " + str(config.vocab_size) + " rows of model '" +
                            engine.name() + "''s embedding: its tokenizer has " + str(engine.tokenizer().vocab_size()) +
                            " tokens; the server's operator should serve the checkpoint with its own tokenizer files");
   }
