@@ -5,6 +5,8 @@
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <new>
+#include <stdexcept>
 #include <string>
 
 namespace srformer::server {
@@ -45,6 +47,16 @@ grpc::Status serialize_body(const google::protobuf::Message& message, grpc::Byte
       grpc::SerializationTraits<google::protobuf::Message>::Serialize(message, &out, &own_buffer);
   if (status.ok()) return status;
   return {grpc::StatusCode::INTERNAL, "cannot serialize the " + message.GetTypeName() + ": " + status.error_message()};
+}
+
+grpc::Status build_response(const std::function<grpc::Status()>& build) {
+  try {
+    return build();
+  } catch (const std::bad_alloc&) {
+    return {grpc::StatusCode::RESOURCE_EXHAUSTED, "the server ran out of memory building the response; retry later"};
+  } catch (const std::exception& e) {
+    return {grpc::StatusCode::INTERNAL, std::string("building the response failed: ") + e.what()};
+  }
 }
 
 int64_t held_bytes(const grpc::ByteBuffer& body) {

@@ -7,6 +7,7 @@
 #include <grpcpp/support/status.h>
 
 #include <cstdint>
+#include <functional>
 
 namespace srformer::server {
 
@@ -20,6 +21,12 @@ grpc::Status check_body_size(const grpc::ByteBuffer& body, int64_t max_bytes);
 
 // INTERNAL where it cannot (a message over protobuf's 2 GB limit; never for the responses we build).
 grpc::Status serialize_body(const google::protobuf::Message& message, grpc::ByteBuffer& out);
+
+// What `build` (filling a response and serialize_body) returns. An exception there becomes the status rather
+// than escape the callback before Finish(), which left the call open and the server's shutdown waiting
+// for it: RESOURCE_EXHAUSTED for memory (a retry later may fit; as where a request is prepared or queued),
+// INTERNAL otherwise ("building the response failed: ...").
+grpc::Status build_response(const std::function<grpc::Status()>& build);
 
 // The memory a serialized message waiting in a grpc::ByteBuffer holds: its bytes, the grpc_byte_buffer
 // gRPC allocates around them (a slice buffer with room for 8 slices inline, ~300 bytes) and, past

@@ -242,17 +242,6 @@ void log_result(const std::string& method, const Request& req, const std::string
   }
 }
 
-// Builds an answer; an exception there (out of memory) becomes INTERNAL rather than escape the callback
-// before Finish(), which left the call open and the server's shutdown waiting for it.
-template <typename Build>
-grpc::Status answer_or_internal(Build&& build) {
-  try {
-    return build();
-  } catch (const std::exception& e) {
-    return grpc::Status(grpc::StatusCode::INTERNAL, std::string("building the response failed: ") + e.what());
-  }
-}
-
 // gRPC keeps a call's request message until the call ends (OnDone): a copy of its document for as long as
 // the request queues, decodes and waits for a client that does not read its answer. Parsed, it is of no
 // further use, and is released. The callback API hands it over as const, but it is the call's own object,
@@ -349,7 +338,7 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
       result.outcome = record_.as_the_client_has(result.outcome);
       grpc::Status status = result_status(result);
       if (status.ok()) {
-        status = answer_or_internal([&] {
+        status = build_response([&] {
           v1::SummarizeResponse response;
           fill_response(result, *request_, model, &response);
           return serialize_body(response, *out_);
@@ -493,7 +482,7 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       grpc::Status status = result_status(result);
       std::vector<v1::SummarizeStreamResponse> msgs;
       if (status.ok()) {
-        status = answer_or_internal([&] {
+        status = build_response([&] {
           msgs.emplace_back();
           fill_response(result, *request_, model, msgs.back().mutable_final());
           return grpc::Status::OK;
@@ -839,7 +828,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
       return;
     }
     int failures = 0;
-    const grpc::Status status = answer_or_internal([&] {
+    const grpc::Status status = build_response([&] {
       v1::SummarizeBatchResponse response;
       for (size_t i = 0; i < items_.size(); ++i) {
         const Item& item = items_[i];
@@ -1077,8 +1066,9 @@ grpc::ServerUnaryReactor* SummarizerService::ListModels(grpc::CallbackServerCont
     reactor->Finish(parsed);
     return reactor;
   }
-  // An exception here (out of memory) ends the call with INTERNAL and an error line: gRPC made it UNKNOWN.
-  const grpc::Status listed = answer_or_internal([&] {
+  // An exception here ends the call with RESOURCE_EXHAUSTED (out of memory) or INTERNAL and an error line:
+  // gRPC made it UNKNOWN.
+  const grpc::Status listed = build_response([&] {
     v1::ListModelsResponse out;
     for (const auto& e : models_.engines()) {
       const ModelConfig& c = e->config();

@@ -2399,6 +2399,20 @@ TEST(EngineService, HealthAndListModelsAnswerWhileLongDocumentsAreTokenized) {
   EXPECT_EQ(sample(metrics.scrape_text(), "srformer_requests_in_flight", {{"model", "fake"}}), 0.0);
 }
 
+// A response the server runs out of memory building (a SummarizeBatch's of many long summaries, a
+// ListModels) ends RESOURCE_EXHAUSTED, as a request that runs out preparing or queueing does: ListModels,
+// Summarize, SummarizeStream and SummarizeBatch answered INTERNAL, which SrformerHighErrorRate counts and
+// retry policies do not retry. Other failures stay INTERNAL.
+TEST(EngineService, RunningOutOfMemoryBuildingAResponseIsResourceExhausted) {
+  const grpc::Status oom = server::build_response([]() -> grpc::Status { throw std::bad_alloc(); });
+  EXPECT_EQ(oom.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(oom.error_message(), "the server ran out of memory building the response; retry later");
+  const grpc::Status other = server::build_response([]() -> grpc::Status { throw std::runtime_error("no"); });
+  EXPECT_EQ(other.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_EQ(other.error_message(), "building the response failed: no");
+  EXPECT_TRUE(server::build_response([] { return grpc::Status::OK; }).ok());
+}
+
 // What the engine's submit() throws that is none of its own refusals (LibTorch's c10::Error from a bad
 // shape, std::bad_alloc) ends the call with INTERNAL, or RESOURCE_EXHAUSTED for memory, and a message, and
 // logs an error line with the request id; the server serves on. It reached gRPC as UNKNOWN ("Unexpected
