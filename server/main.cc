@@ -132,7 +132,7 @@ int run(const ServerConfig& config) {
     while (!drained.load()) {
       if (sigtimedwait(&signals, nullptr, &tick) > 0) {
         spdlog::warn("second signal: cancelling in-flight requests now");
-        server.models().cancel_all();
+        server.cancel_now();
       }
     }
   });

@@ -343,9 +343,14 @@ void Server::shutdown(std::chrono::milliseconds grace) {
     shutting_down_ = true;
   }
   service_->begin_shutdown();
-  models_.stop_accepting();
   if (server_) server_->GetHealthCheckService()->SetServingStatus(false);
-  if (!models_.wait_idle(Clock::now() + grace)) {
+  const auto deadline = Clock::now() + grace;
+  // Calls that arrived before the shutdown and are still being started (a long document being tokenized,
+  // or waiting for its turn) are queued as the requests before them were, within the same grace: the
+  // engines refuse only once they are (or the grace is over).
+  service_->wait_started(deadline);
+  models_.stop_accepting();
+  if (!models_.wait_idle(deadline)) {
     spdlog::warn("shutdown: requests still running after the {} ms grace period; cancelling them", grace.count());
     models_.cancel_all();
     models_.wait_idle(Clock::now() + std::chrono::seconds(10));
@@ -360,6 +365,12 @@ void Server::shutdown(std::chrono::milliseconds grace) {
     done_ = true;
   }
   done_cv_.notify_all();
+}
+
+void Server::cancel_now() {
+  models_.stop_accepting();
+  service_->stop_waiting_for_starts();
+  models_.cancel_all();
 }
 
 void Server::wait() {

@@ -54,9 +54,14 @@ class Server {
   // "HOST:PORT" actually listened on.
   std::string address() const;
 
-  // Graceful shutdown: new calls get UNAVAILABLE and health NOT_SERVING; in-flight requests get `grace`
-  // to finish, then are cancelled; then gRPC stops. Idempotent; safe from any thread but a reactor's.
+  // Graceful shutdown: new calls get UNAVAILABLE and health NOT_SERVING; in-flight requests (calls whose
+  // documents are still being tokenized included) get `grace` to finish, then are cancelled; then gRPC stops.
+  // Idempotent; safe from any thread but a reactor's.
   void shutdown(std::chrono::milliseconds grace);
+  // What a second stop signal does during shutdown(): requests in flight are cancelled now, not at the end
+  // of the grace, and calls still being started (their documents tokenized) are refused when they come to
+  // be queued rather than waited for.
+  void cancel_now();
   // Blocks until shutdown() has completed.
   void wait();
 

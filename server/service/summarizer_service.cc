@@ -266,9 +266,10 @@ grpc::Status read_call(SummarizerService& service, const grpc::ByteBuffer& body,
 }
 
 grpc::Status prepare_call(SummarizerService& service, grpc::CallbackServerContext* context,
-                          const v1::SummarizeRequest& in, CallRecord& record, SummarizerService::Prepared& prepared) {
+                          const v1::SummarizeRequest& in, bool admitted, CallRecord& record,
+                          SummarizerService::Prepared& prepared) {
   try {
-    prepared = service.prepare(in, context);
+    prepared = service.prepare(in, context, admitted);
   } catch (const RequestError& e) {
     record.refused(service.request_id(in), in.model(), service.find_model(in.model()), e.status(), e.server_fault());
     return e.status();
@@ -283,9 +284,9 @@ grpc::Status prepare_call(SummarizerService& service, grpc::CallbackServerContex
 template <typename Start, typename End>
 void start_call_or_end(SummarizerService& service, int64_t document_bytes, const CallRecord& record,
                        grpc::CallbackServerContext* context, Start start, End end) {
-  service.start_call(document_bytes, [&record, context, start = std::move(start), end = std::move(end)] {
+  service.start_call(document_bytes, [&record, context, start = std::move(start), end = std::move(end)](bool admitted) {
     try {
-      start();
+      start(admitted);
     } catch (const std::exception& e) {
       const grpc::Status status = server_error("starting the call", e).status();
       spdlog::error("{} from {} failed with {}: {}", record.method(), context->peer(),
@@ -307,7 +308,8 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
     }
     start_call_or_end(
         service, static_cast<int64_t>(in_.document().size()), record_, context,
-        [this, &service, context] { start(service, context); }, [this](const grpc::Status& s) { finish(s); });
+        [this, &service, context](bool admitted) { start(service, context, admitted); },
+        [this](const grpc::Status& s) { finish(s); });
   }
   void OnCancel() override {
     std::lock_guard lock(mu_);
@@ -321,9 +323,9 @@ class SummarizeCall final : public grpc::ServerUnaryReactor {
   }
 
  private:
-  void start(SummarizerService& service, grpc::CallbackServerContext* context) {
+  void start(SummarizerService& service, grpc::CallbackServerContext* context, bool admitted) {
     SummarizerService::Prepared prepared;
-    if (const grpc::Status opened = prepare_call(service, context, in_, record_, prepared); !opened.ok()) {
+    if (const grpc::Status opened = prepare_call(service, context, in_, admitted, record_, prepared); !opened.ok()) {
       finish(opened);
       return;
     }
@@ -390,7 +392,8 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
     start_call_or_end(
         service, static_cast<int64_t>(in_.document().size()), record_, context,
-        [this, &service, context] { start(service, context); }, [this](const grpc::Status& s) { end(s); });
+        [this, &service, context](bool admitted) { start(service, context, admitted); },
+        [this](const grpc::Status& s) { end(s); });
   }
 
   void OnWriteDone(bool ok) override {
@@ -436,9 +439,9 @@ class StreamCall final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
  private:
-  void start(SummarizerService& service, grpc::CallbackServerContext* context) {
+  void start(SummarizerService& service, grpc::CallbackServerContext* context, bool admitted) {
     SummarizerService::Prepared prepared;
-    if (const grpc::Status opened = prepare_call(service, context, in_, record_, prepared); !opened.ok()) {
+    if (const grpc::Status opened = prepare_call(service, context, in_, admitted, record_, prepared); !opened.ok()) {
       end(opened);
       return;
     }
@@ -631,7 +634,8 @@ class BatchCall final : public grpc::ServerUnaryReactor {
     int64_t document_bytes = 0;
     for (const auto& request : in_.requests()) document_bytes += static_cast<int64_t>(request.document().size());
     start_call_or_end(
-        service, document_bytes, record_, context, [this, &service, context] { start(service, context); },
+        service, document_bytes, record_, context,
+        [this, &service, context](bool admitted) { start(service, context, admitted); },
         [this](const grpc::Status& s) { end(s); });
   }
   void OnCancel() override {
@@ -655,7 +659,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
     grpc::Status error;  // the item's own failure, without the "requests[i]: " prefix
   };
 
-  void start(SummarizerService& service, grpc::CallbackServerContext* context) {
+  void start(SummarizerService& service, grpc::CallbackServerContext* context, bool admitted) {
     const int n = in_.requests_size();
     // The call counts once under every model it asks for, whichever item ends it.
     for (const auto& request : in_.requests()) {
@@ -670,7 +674,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
     for (int i = 0; i < n; ++i) {
       const auto& request = in_.requests(i);
       try {
-        prepared[i] = service.prepare(request, context);
+        prepared[i] = service.prepare(request, context, admitted);
       } catch (const RequestError& e) {
         Engine* const engine = service.find_model(request.model());
         items_[i].id = service.request_id(request);
@@ -932,14 +936,62 @@ SummarizerService::~SummarizerService() {
   for (auto& thread : start_threads_) thread.join();
 }
 
-void SummarizerService::start_call(int64_t document_bytes, std::function<void()> start) {
+void SummarizerService::begin_shutdown() {
+  std::lock_guard lock(admitted_mu_);  // no call is admitted once this returns
+  shutting_down_.store(true);
+}
+
+bool SummarizerService::admit() {
+  std::lock_guard lock(admitted_mu_);
+  if (shutting_down_.load()) return false;
+  ++admitted_;
+  return true;
+}
+
+void SummarizerService::release_admission() {
+  {
+    std::lock_guard lock(admitted_mu_);
+    --admitted_;
+  }
+  admitted_cv_.notify_all();
+}
+
+bool SummarizerService::wait_started(Clock::time_point deadline) {
+  std::unique_lock lock(admitted_mu_);
+  return admitted_cv_.wait_until(lock, deadline, [this] { return admitted_ == 0 || stop_waiting_; });
+}
+
+void SummarizerService::stop_waiting_for_starts() {
+  {
+    std::lock_guard lock(admitted_mu_);
+    stop_waiting_ = true;
+  }
+  admitted_cv_.notify_all();
+}
+
+void SummarizerService::start_call(int64_t document_bytes, std::function<void(bool admitted)> start) {
+  // Admitted as the call arrives, not once its document is tokenized (or its turn to be comes): a call
+  // the shutdown finds being started was refused UNAVAILABLE, with no grace, when its tokens were ready.
+  const bool admitted = admit();
+  std::function<void()> run = [this, admitted, start = std::move(start)] {
+    struct Release {
+      SummarizerService* service;
+      ~Release() {
+        if (service) service->release_admission();
+      }
+    } release{admitted ? this : nullptr};  // however the start ends: queued, refused, or an exception
+    start(admitted);
+  };
   if (document_bytes < kLongDocumentBytes) {
-    start();
+    run();
     return;
   }
-  {
+  try {
     std::lock_guard lock(starts_mu_);
-    starts_.push_back(std::move(start));
+    starts_.push_back(std::move(run));
+  } catch (...) {  // never queued: it will not run, nor release its admission
+    if (admitted) release_admission();
+    throw;
   }
   starts_cv_.notify_one();
 }
@@ -981,8 +1033,8 @@ void SummarizerService::add_unread_response_bytes(int64_t delta) {
 }
 
 SummarizerService::Prepared SummarizerService::prepare(const v1::SummarizeRequest& in,
-                                                       grpc::CallbackServerContext* context) {
-  if (shutting_down()) {
+                                                       grpc::CallbackServerContext* context, bool admitted) {
+  if (!admitted) {
     throw RequestError(grpc::StatusCode::UNAVAILABLE, "the server is shutting down; retry on another replica");
   }
   Prepared p;

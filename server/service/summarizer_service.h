@@ -33,9 +33,16 @@ class SummarizerService final : public RawSummarizerService {
   SummarizerService(ModelRegistry& models, ServiceLimits limits, Metrics* metrics);
   ~SummarizerService() override;
 
-  // From now on every new call is refused with UNAVAILABLE; calls in flight continue.
-  void begin_shutdown() { shutting_down_.store(true); }
+  // From now on every new call is refused with UNAVAILABLE; calls in flight continue, those still being
+  // started included (a long document being tokenized, or waiting for its turn): see wait_started.
+  void begin_shutdown();
   bool shutting_down() const { return shutting_down_.load(); }
+  // Waits until every call that arrived before begin_shutdown() has been queued or refused, or until
+  // `deadline`; true when none is left. The drain stops the engines accepting only then, so that such a
+  // call gets the shutdown's grace as a request already queued does, not UNAVAILABLE.
+  bool wait_started(Clock::time_point deadline);
+  // wait_started returns at once from now on (a second stop signal: the engines refuse those calls).
+  void stop_waiting_for_starts();
 
   grpc::ServerUnaryReactor* Summarize(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                       grpc::ByteBuffer* response) override;
@@ -51,8 +58,9 @@ class SummarizerService final : public RawSummarizerService {
     Engine* engine = nullptr;
     std::shared_ptr<Request> request;
   };
-  // Finds the model, checks deadline and shutdown, builds the request. Throws RequestError.
-  Prepared prepare(const v1::SummarizeRequest& request, grpc::CallbackServerContext* context);
+  // Finds the model, checks the deadline, builds the request. Throws RequestError; UNAVAILABLE when the call
+  // was not `admitted` (it arrived once the shutdown had begun: start_call).
+  Prepared prepare(const v1::SummarizeRequest& request, grpc::CallbackServerContext* context, bool admitted);
   // Queues it; throws RequestError (RESOURCE_EXHAUSTED, UNAVAILABLE, INVALID_ARGUMENT).
   void submit(const Prepared& prepared);
   Metrics* metrics() const { return metrics_; }
@@ -76,14 +84,25 @@ class SummarizerService final : public RawSummarizerService {
   // Runs `start` (a call's preparation) now, or on the service's own threads where its documents hold
   // `document_bytes` >= kLongDocumentBytes: tokenizing them takes seconds, and gRPC's callback threads,
   // a few shared by every call, would not answer a health check, a ListModels or a stream's next write
-  // meanwhile (24 calls of 3.6 MB each held a health check past 20 s).
-  void start_call(int64_t document_bytes, std::function<void()> start);
+  // meanwhile (24 calls of 3.6 MB each held a health check past 20 s). `start` is told whether the call
+  // arrived before the shutdown began (admitted: prepared and queued in the drain's grace) or after
+  // (prepare() refuses it); wait_started() waits for the admitted ones' starts to have run.
+  void start_call(int64_t document_bytes, std::function<void(bool admitted)> start);
 
  private:
   ModelRegistry& models_;
   const ServiceLimits limits_;
   Metrics* const metrics_;
+  // The call is taken (admitted) unless shutting down; each admitted call's start ends with its release.
+  bool admit();
+  void release_admission();
+
   std::atomic<bool> shutting_down_{false};
+  // Calls admitted whose starts have not run yet (start_call), and the drain waiting for none.
+  std::mutex admitted_mu_;
+  std::condition_variable admitted_cv_;
+  int64_t admitted_ = 0;
+  bool stop_waiting_ = false;
   std::atomic<uint64_t> next_id_{1};
   std::atomic<int64_t> unread_stream_bytes_{0};
   StallWatch stall_watch_;

@@ -140,6 +140,77 @@ TEST(ShutdownStatus, QueuedRequestsTheShutdownDropsCountAsShuttingDown) {
       static_cast<double>(kCalls));
 }
 
+// A document of kLongDocumentBytes (tokenized on the service's start threads), truncated to fit.
+v1::SummarizeRequest long_document_request() {
+  auto request = make_request(std::string(size_t{64} << 10, 'a'));
+  request.set_truncation(v1::TRUNCATION_POLICY_TRUNCATE);
+  request.mutable_options()->set_max_new_tokens(4);
+  return request;
+}
+
+// A long document's call that arrived before the shutdown, whose document is still being tokenized (on
+// the service's start threads) when the drain begins, is queued and answered within the grace, as the
+// requests already queued are (docs/OPERATIONS.md: requests already accepted finish). It got UNAVAILABLE:
+// the engines had stopped accepting by the time its tokens were ready. A call arriving after the signal is
+// still refused at once.
+TEST(ShutdownStatus, ACallBeingTokenizedWhenTheDrainBeginsIsServedWithinTheGrace) {
+  FakeServerOptions so;
+  so.long_document_tokenize_delay = 800ms;
+  TestServer server(so);
+  grpc::ClientContext ctx;
+  v1::SummarizeResponse resp;
+  const auto request = long_document_request();
+  auto call = std::async(std::launch::async, [&] { return server.stub().Summarize(&ctx, request, &resp); });
+  std::this_thread::sleep_for(300ms);  // the call has reached the server: its document is being tokenized
+  std::thread stopper([&] { server.server().shutdown(20s); });
+  ASSERT_TRUE(server.wait_for([&](const server::EngineStats&) { return server.server().service().shutting_down(); }));
+  grpc::ClientContext late_ctx;
+  v1::SummarizeResponse late;
+  const grpc::Status refused = server.stub().Summarize(&late_ctx, make_request("a document after the signal"), &late);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  const grpc::Status status = call.get();
+  EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  EXPECT_TRUE(resp.usage().truncated());
+  stopper.join();
+}
+
+// One whose tokens are ready only after the grace is refused then, UNAVAILABLE as the requests the grace's
+// end cancels are; the drain waits for it no longer than for them.
+TEST(ShutdownStatus, ACallStillBeingTokenizedWhenTheGraceEndsIsUnavailable) {
+  FakeServerOptions so;
+  so.long_document_tokenize_delay = 1000ms;
+  TestServer server(so);
+  grpc::ClientContext ctx;
+  v1::SummarizeResponse resp;
+  const auto request = long_document_request();
+  auto call = std::async(std::launch::async, [&] { return server.stub().Summarize(&ctx, request, &resp); });
+  std::this_thread::sleep_for(300ms);  // being tokenized
+  const auto t0 = std::chrono::steady_clock::now();
+  server.server().shutdown(100ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);  // the grace, then gRPC's 2 s for calls still open
+  const grpc::Status status = call.get();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+}
+
+// A second stop signal (Server::cancel_now) during the drain does not wait for such a call: it is refused
+// when its tokens are ready, as the requests in flight are cancelled, rather than served within the grace.
+TEST(ShutdownStatus, ASecondSignalRefusesACallStillBeingTokenized) {
+  FakeServerOptions so;
+  so.long_document_tokenize_delay = 1000ms;
+  TestServer server(so);
+  grpc::ClientContext ctx;
+  v1::SummarizeResponse resp;
+  const auto request = long_document_request();
+  auto call = std::async(std::launch::async, [&] { return server.stub().Summarize(&ctx, request, &resp); });
+  std::this_thread::sleep_for(300ms);  // being tokenized
+  std::thread stopper([&] { server.server().shutdown(20s); });
+  ASSERT_TRUE(server.wait_for([&](const server::EngineStats&) { return server.server().service().shutting_down(); }));
+  server.server().cancel_now();
+  const grpc::Status status = call.get();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  stopper.join();
+}
+
 // A summary that its last step completes after the call's deadline reaches no client: gRPC has ended the
 // call DEADLINE_EXCEEDED on its side, and the server counts and logs that, not the OK of an answer nobody
 // receives (it counted OK, so SrformerHighErrorRate missed such failures), unary and streamed alike.
