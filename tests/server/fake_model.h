@@ -110,7 +110,8 @@ struct FakeModelOptions {
   std::optional<std::string> prefix;
   std::optional<int64_t> expected_length;  // srformer.expected_length
   std::optional<double> temperature;       // with do_sample set when given
-  int64_t vocab_size = 259;                // the config's (embedding rows); FakeTokenizer has 259 tokens
+  std::optional<double> repetition_penalty;
+  int64_t vocab_size = 259;  // the config's (embedding rows); FakeTokenizer has 259 tokens
 };
 
 class FakeModel : public Seq2SeqModel {
@@ -128,6 +129,7 @@ class FakeModel : public Seq2SeqModel {
     config_.num_beams = o.num_beams;
     config_.summarization_prefix = o.prefix;
     config_.srformer.expected_length = o.expected_length;
+    config_.repetition_penalty = o.repetition_penalty;
     if (o.temperature) {
       config_.do_sample = true;
       config_.temperature = o.temperature;

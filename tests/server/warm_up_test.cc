@@ -77,5 +77,30 @@ TEST(WarmUp, AModelWhoseRequestFailsIsNamed) {
   EXPECT_TRUE(server.stub().Summarize(&ctx, make_request("some text", "fine"), &resp).ok());
 }
 
+// A checkpoint whose generation defaults no request can use as they are (repetition_penalty 0) is served,
+// with a warning, to the requests that set the option. The warm-up's own request left it unset and was
+// refused, so with --warm-up (the default) the server did not start ("its warm-up request was refused").
+TEST(WarmUp, AModelWhoseDefaultsRequestsMustOverrideIsWarmedUp) {
+  FakeServerOptions so;
+  FakeModelOptions unusable;
+  unusable.repetition_penalty = 0.0;
+  so.models = {{"unusable", unusable}};
+  TestServer server(so);
+  const auto reports = server::warm_up(server.server().models(), server::ServiceLimits{});
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].output_tokens, 4);
+  // As the warning says: a request that leaves it unset is refused, one that sets it is served.
+  grpc::ClientContext unset_ctx;
+  v1::SummarizeResponse unset;
+  EXPECT_EQ(server.stub().Summarize(&unset_ctx, make_request("some text"), &unset).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  auto request = make_request("some text");
+  request.mutable_options()->set_repetition_penalty(1.0f);
+  grpc::ClientContext set_ctx;
+  v1::SummarizeResponse set;
+  const grpc::Status served = server.stub().Summarize(&set_ctx, request, &set);
+  EXPECT_TRUE(served.ok()) << served.error_message();
+}
+
 }  // namespace
 }  // namespace srformer::testing
