@@ -132,9 +132,11 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
   }
   service_ = std::make_unique<SummarizerService>(models_, service_limits, metrics);
   for (const auto& e : models_.engines()) {
+    bool defaults_unusable = false;  // said once: unusable_generation_defaults below mostly finds the same
     try {
       (void)resolve_options({}, e->config(), service_limits);
     } catch (const RequestError& err) {
+      defaults_unusable = true;
       spdlog::warn(
           "model '{}': its generation defaults (generation_config.json, else config.json) are not usable: every "
           "request that leaves these options unset will be refused ({}); fix the checkpoint's file or set them "
@@ -161,7 +163,7 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
     if (const auto warning = unsupported_generation_warning(e->config()); !warning.empty()) {
       spdlog::warn("model '{}': {}", e->name(), warning);
     }
-    if (const auto warning = unusable_generation_defaults(e->config()); !warning.empty()) {
+    if (const auto warning = unusable_generation_defaults(e->config()); !warning.empty() && !defaults_unusable) {
       spdlog::warn("model '{}': {}: requests that leave it unset are refused until the file is corrected", e->name(),
                    warning);
     }

@@ -619,6 +619,25 @@ TEST(Validation, MaxNewTokensStopsAtABartDecodersPositions) {
   }
 }
 
+// Generation defaults no request can use as they are (repetition_penalty 0) are warned about once: two
+// warnings, from the server's check and the model library's, said the same thing one after the other.
+TEST(Validation, UnusableGenerationDefaultsAreWarnedAboutOnce) {
+  FakeServerOptions so;
+  FakeModelOptions unusable;
+  unusable.repetition_penalty = 0.0;
+  so.models = {{"unusable", unusable}};
+  LogCapture captured;  // before the server: it outlives the server's threads
+  TestServer server(so);
+  const std::string log = captured.text();
+  const auto said = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(said("are not usable"), 1u) << log;
+  EXPECT_EQ(said("repetition_penalty is 0"), 1u) << log;
+}
+
 // A model served with a tokenizer larger than its embedding (FakeTokenizer: 259 tokens; this model 100
 // rows): a document whose tokens all fit is served, one holding a token past the rows is refused alone,
 // before the engine, where it would fail every request encoded beside it. The start-up warning names the
