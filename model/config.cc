@@ -252,6 +252,8 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
   }
   if (auto v = opt<double>(j, "top_p")) c.top_p = v;
   if (auto v = opt<double>(j, "repetition_penalty")) c.repetition_penalty = v;
+  if (auto v = count("encoder_no_repeat_ngram_size")) c.encoder_no_repeat_ngram_size = v;
+  if (auto v = opt<double>(j, "encoder_repetition_penalty")) c.encoder_repetition_penalty = v;
   if (auto v = count("num_return_sequences")) c.num_return_sequences = v;
   // Hugging Face settings we do not implement, with the value that leaves generation as without them
   // (null: any value but null changes it). min_p 0 removes no token, penalty_alpha 0 is no contrastive
@@ -264,8 +266,6 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
       {"eta_cutoff", 0.0},
       {"min_p", 0.0},
       {"penalty_alpha", 0.0},
-      {"encoder_no_repeat_ngram_size", 0},
-      {"encoder_repetition_penalty", 1.0},
       {"bad_words_ids", nullptr},
       {"force_words_ids", nullptr},
       {"constraints", nullptr},

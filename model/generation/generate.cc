@@ -42,6 +42,9 @@ GenerationOptions model_generation_defaults(const ModelConfig& config) {
   o.top_k = config.top_k.value_or(50);  // HF's default: sampling keeps the 50 likeliest tokens
   o.top_p = config.top_p.value_or(1.0);
   o.repetition_penalty = config.repetition_penalty.value_or(1.0);
+  // As no_repeat_ngram_size: only sizes > 0 are applied.
+  o.encoder_no_repeat_ngram_size = std::max<int64_t>(0, config.encoder_no_repeat_ngram_size.value_or(0));
+  o.encoder_repetition_penalty = config.encoder_repetition_penalty.value_or(1.0);
   // Sampling with one beam draws that many; beams (searched or sampled) return at most one per beam
   // (HF refuses more; callers that change do_sample or num_beams clamp it again).
   o.num_return_sequences =
@@ -121,8 +124,22 @@ std::vector<GenerateResult> generate(Seq2SeqModel& model, const torch::Tensor& i
   };
   std::vector<Live> live;
   std::vector<int64_t> rows;
+  const bool reads_input = reads_encoder_input(options);
+  const auto cpu_ids = reads_input ? input_ids.to(torch::kCPU, torch::kInt64).contiguous() : torch::Tensor();
+  const auto cpu_mask = reads_input ? attention_mask.to(torch::kCPU, torch::kInt64).contiguous() : torch::Tensor();
   for (int64_t b = 0; b < batch; ++b) {
-    live.push_back({b, make_searcher(options)});
+    if (!reads_input) {
+      live.push_back({b, make_searcher(options)});
+    } else {
+      // Each row's own tokens, its padding left out: a request generates as it would alone.
+      std::vector<int64_t> ids;
+      const auto* id = cpu_ids[b].data_ptr<int64_t>();
+      const auto* mask = cpu_mask[b].data_ptr<int64_t>();
+      for (int64_t i = 0; i < input_ids.size(1); ++i) {
+        if (mask[i] != 0) ids.push_back(id[i]);
+      }
+      live.push_back({b, make_searcher(with_encoder_input(options, ids))});
+    }
     rows.insert(rows.end(), static_cast<size_t>(live.back().searcher->num_rows()), b);
   }
   if (static_cast<int64_t>(rows.size()) != batch) state.select(torch::tensor(rows, torch::kInt64));

@@ -27,8 +27,9 @@ GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig
 
 // The model's generation defaults (Hugging Face meanings, ModelConfig's generation fields): its tokens,
 // max_new_tokens = max_length − 1 (else 128; at most the decoder's positions), min_new_tokens = min_length − 1 (else 0;
-// callers clamp it to their max_new_tokens), num_beams, length_penalty, early_stopping, no_repeat_ngram_size, and the
-// sampling settings do_sample, temperature, top_k (else 50, as HF), top_p, repetition_penalty, and
+// callers clamp it to their max_new_tokens), num_beams, length_penalty, early_stopping, no_repeat_ngram_size,
+// encoder_no_repeat_ngram_size, encoder_repetition_penalty, and the sampling settings do_sample, temperature,
+// top_k (else 50, as HF), top_p, repetition_penalty, and
 // num_return_sequences (sampling with one beam: that many samples; beams, searched or sampled: at most
 // num_beams); the rest GenerationOptions' own defaults. The server, `srformer summarize` and `srformer
 // eval` start here; callers that change do_sample or num_beams clamp num_return_sequences again
@@ -60,7 +61,8 @@ std::string unusable_generation_defaults(const ModelConfig& config);
 // input_ids [B,k] int64, attention_mask [B,k]. expected_length: [B] int64 (the SRformer L per row);
 // empty -> default_expected_length(model.config(), options.max_new_tokens) for every row. on_token(row, token) is
 // called for every token a searcher emits (greedy/sampling: each step; beam search: the best hypothesis once it is
-// done). Every row uses `options` with its own searcher (sampling rows share options.seed).
+// done). Every row uses `options` with its own searcher (sampling rows share options.seed), and its own
+// unpadded input as encoder_input_ids where the options read them.
 std::vector<GenerateResult> generate(Seq2SeqModel& model, const torch::Tensor& input_ids,
                                      const torch::Tensor& attention_mask, const GenerationOptions& options,
                                      const std::optional<torch::Tensor>& expected_length = std::nullopt,

@@ -87,6 +87,53 @@ void apply_repetition_penalty(const torch::Tensor& scores, const std::vector<Tok
   scores.scatter_(1, index, torch::where(score < 0, score * penalty, score / penalty));
 }
 
+void apply_encoder_repetition_penalty(const torch::Tensor& scores, const std::vector<int64_t>& encoder_input_ids,
+                                      double penalty) {
+  check_scores(scores, static_cast<size_t>(scores.size(0)));
+  if (encoder_input_ids.empty() || scores.size(0) == 0) return;
+  const auto ids = static_cast<int64_t>(encoder_input_ids.size());
+  for (const int64_t id : encoder_input_ids) {
+    if (id < 0 || id >= scores.size(1)) {
+      throw std::out_of_range("encoder input token " + std::to_string(id) + " is outside the vocabulary (" +
+                              std::to_string(scores.size(1)) + " tokens)");
+    }
+  }
+  // HF's gather/where/scatter with its inverted penalty (1 / penalty, as a double), every row alike
+  // (the index is only read).
+  const auto index = torch::from_blob(const_cast<int64_t*>(encoder_input_ids.data()), {1, ids}, torch::kInt64)
+                         .expand({scores.size(0), ids});
+  const double inverse = 1.0 / penalty;
+  const auto score = scores.gather(1, index);
+  scores.scatter_(1, index, torch::where(score < 0, score * inverse, score / inverse));
+}
+
+std::vector<int64_t> banned_encoder_ngram_tokens(const std::vector<int64_t>& encoder_input_ids,
+                                                 const TokenHistory& history, int64_t ngram_size) {
+  const auto cur_len = static_cast<int64_t>(history.size());
+  const auto input_len = static_cast<int64_t>(encoder_input_ids.size());
+  // HF looks up the history's last n - 1 tokens (the decoder start among them while it is that short);
+  // a shorter history has no such key.
+  if (ngram_size <= 0 || cur_len < ngram_size - 1) return {};
+  const auto prefix_begin = history.begin() + (cur_len - (ngram_size - 1));
+  std::vector<int64_t> banned;
+  for (int64_t start = 0; start + ngram_size <= input_len; ++start) {
+    const auto ngram = encoder_input_ids.begin() + start;
+    if (std::equal(prefix_begin, history.end(), ngram)) banned.push_back(ngram[ngram_size - 1]);
+  }
+  return banned;
+}
+
+void apply_encoder_no_repeat_ngram(const torch::Tensor& scores, const std::vector<int64_t>& encoder_input_ids,
+                                   const std::vector<TokenHistory>& histories, int64_t ngram_size) {
+  check_scores(scores, histories.size());
+  for (size_t r = 0; r < histories.size(); ++r) {
+    const auto row = scores.narrow(0, static_cast<int64_t>(r), 1);
+    for (const int64_t token : banned_encoder_ngram_tokens(encoder_input_ids, histories[r], ngram_size)) {
+      fill_columns(row, token, token + 1, kNegInf);
+    }
+  }
+}
+
 std::vector<int64_t> banned_ngram_tokens(const TokenHistory& history, int64_t ngram_size) {
   const auto cur_len = static_cast<int64_t>(history.size());
   if (ngram_size <= 0 || cur_len + 1 < ngram_size) return {};
@@ -178,8 +225,14 @@ void process_logits(const GenerationOptions& options, const std::vector<TokenHis
   check_scores(scores, histories.size());
   if (histories.empty()) return;
   const auto cur_len = static_cast<int64_t>(histories.front().size());
+  if (options.encoder_repetition_penalty != 1.0) {
+    apply_encoder_repetition_penalty(scores, options.encoder_input_ids, options.encoder_repetition_penalty);
+  }
   if (options.repetition_penalty != 1.0) apply_repetition_penalty(scores, histories, options.repetition_penalty);
   if (options.no_repeat_ngram_size > 0) apply_no_repeat_ngram(scores, histories, options.no_repeat_ngram_size);
+  if (options.encoder_no_repeat_ngram_size > 0) {
+    apply_encoder_no_repeat_ngram(scores, options.encoder_input_ids, histories, options.encoder_no_repeat_ngram_size);
+  }
   apply_min_length(scores, cur_len, options.min_new_tokens + 1, eos_token_ids(options));
   if (vocab_limit == VocabLimit::kApply && options.vocab_limit > 0 && options.vocab_limit < scores.size(1)) {
     fill_columns(scores, options.vocab_limit, scores.size(1), kNegInf);
@@ -197,8 +250,8 @@ std::optional<std::vector<int64_t>> excluded_tokens(const GenerationOptions& opt
   const auto any_outside = [&outside](const std::vector<int64_t>& ids) {
     return std::any_of(ids.begin(), ids.end(), outside);
   };
-  if (o.repetition_penalty != 1.0 || outside(o.eos_token_id) || any_outside(o.extra_eos_token_ids) ||
-      outside(o.decoder_start_token_id) ||
+  if (o.repetition_penalty != 1.0 || o.encoder_repetition_penalty != 1.0 || outside(o.eos_token_id) ||
+      any_outside(o.extra_eos_token_ids) || outside(o.decoder_start_token_id) ||
       (o.forced_bos_token_id && (outside(*o.forced_bos_token_id) || cur_len == 1)) ||
       (o.forced_eos_token_id &&
        (outside(*o.forced_eos_token_id) || any_outside(o.extra_forced_eos_token_ids) || cur_len == o.max_new_tokens))) {
@@ -206,6 +259,10 @@ std::optional<std::vector<int64_t>> excluded_tokens(const GenerationOptions& opt
   }
   std::vector<int64_t> excluded;
   if (o.no_repeat_ngram_size > 0) excluded = banned_ngram_tokens(history, o.no_repeat_ngram_size);
+  if (o.encoder_no_repeat_ngram_size > 0) {
+    const auto banned = banned_encoder_ngram_tokens(o.encoder_input_ids, history, o.encoder_no_repeat_ngram_size);
+    excluded.insert(excluded.end(), banned.begin(), banned.end());
+  }
   if (cur_len < o.min_new_tokens + 1) {
     excluded.push_back(o.eos_token_id);
     excluded.insert(excluded.end(), o.extra_eos_token_ids.begin(), o.extra_eos_token_ids.end());

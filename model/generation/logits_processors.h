@@ -26,6 +26,19 @@ torch::Tensor scores_from_logits(const torch::Tensor& logits, int64_t rows, cons
 // multiplied by `penalty` and a non-negative one divided by it.
 void apply_repetition_penalty(const torch::Tensor& scores, const std::vector<TokenHistory>& histories, double penalty);
 
+// EncoderRepetitionPenaltyLogitsProcessor: every token of `encoder_input_ids` has a negative score
+// multiplied by 1 / `penalty` and a non-negative one divided by it, in every row (a penalty above 1
+// favours the input's tokens).
+void apply_encoder_repetition_penalty(const torch::Tensor& scores, const std::vector<int64_t>& encoder_input_ids,
+                                      double penalty);
+
+// Tokens that would complete an n-gram of `encoder_input_ids` with the last n - 1 tokens of `history`
+// (EncoderNoRepeatNGramLogitsProcessor; n = 1 bans every input token).
+std::vector<int64_t> banned_encoder_ngram_tokens(const std::vector<int64_t>& encoder_input_ids,
+                                                 const TokenHistory& history, int64_t ngram_size);
+void apply_encoder_no_repeat_ngram(const torch::Tensor& scores, const std::vector<int64_t>& encoder_input_ids,
+                                   const std::vector<TokenHistory>& histories, int64_t ngram_size);
+
 // Tokens that would complete an n-gram already present in `history` (NoRepeatNGramLogitsProcessor).
 std::vector<int64_t> banned_ngram_tokens(const TokenHistory& history, int64_t ngram_size);
 void apply_no_repeat_ngram(const torch::Tensor& scores, const std::vector<TokenHistory>& histories, int64_t ngram_size);
@@ -48,10 +61,10 @@ void apply_top_k(const torch::Tensor& scores, int64_t top_k, int64_t min_tokens_
 // TopPLogitsWarper. Where the likeliest tokens reach exactly top_p the rest go (4.11 kept one more).
 void apply_top_p(const torch::Tensor& scores, double top_p, int64_t min_tokens_to_keep = 1);
 
-// The processors HF generate() builds from `options`, applied in its order: repetition penalty,
-// no-repeat n-gram, min length (HF min_length = min_new_tokens + 1, every EOS id), forced BOS (at cur_len 1),
-// forced EOS (at cur_len max_length - 1, max_length = max_new_tokens + 1). All rows share cur_len.
-// With VocabLimit::kKeep the ids at or past options.vocab_limit keep their scores (Hugging Face's
+// The processors HF generate() builds from `options`, applied in its order: encoder repetition penalty,
+// repetition penalty, no-repeat n-gram, encoder no-repeat n-gram, min length (HF min_length = min_new_tokens + 1, every
+// EOS id), forced BOS (at cur_len 1), forced EOS (at cur_len max_length - 1, max_length = max_new_tokens + 1). All rows
+// share cur_len. With VocabLimit::kKeep the ids at or past options.vocab_limit keep their scores (Hugging Face's
 // processed scores, which know no tokenizer size): greedy search normalises over them, never picking them.
 enum class VocabLimit { kApply, kKeep };
 void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
@@ -59,8 +72,8 @@ void process_logits(const GenerationOptions& options, const std::vector<TokenHis
 // The tokens process_logits forces at cur_len (the forced EOS ids at its last step, else forced BOS at the
 // first); empty where it forces none.
 std::vector<int64_t> forced_tokens(const GenerationOptions& options, int64_t cur_len);
-// What process_logits does at this step when all it does is exclude tokens (no repetition penalty,
-// no forced token) and every id it names lies inside the vocabulary: the tokens it sets to -inf for
+// What process_logits does at this step when all it does is exclude tokens (no repetition penalty of
+// either kind, no forced token) and every id it names lies inside the vocabulary: the tokens it sets to -inf for
 // `history` below token_limit(), ascending (repeats allowed). std::nullopt otherwise: the caller
 // then applies process_logits to a copy of the scores (which also reports ids outside the vocabulary).
 // Lets the searchers' kernels skip tokens instead of writing a vocabulary-sized copy per step.

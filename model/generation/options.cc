@@ -35,6 +35,11 @@ std::vector<int64_t> forced_eos_token_ids(const GenerationOptions& o) {
   return ids;
 }
 
+GenerationOptions with_encoder_input(GenerationOptions options, const std::vector<int64_t>& input_ids) {
+  if (reads_encoder_input(options)) options.encoder_input_ids = input_ids;
+  return options;
+}
+
 void validate(const GenerationOptions& o) {
   using std::to_string;
   if (o.max_new_tokens < 1 || o.max_new_tokens > kMaxNewTokensLimit) {
@@ -103,6 +108,17 @@ void validate(const GenerationOptions& o) {
   }
   if (o.no_repeat_ngram_size < 0) {
     reject("no_repeat_ngram_size is " + to_string(o.no_repeat_ngram_size) + "; set it >= 0 (0 disables it)");
+  }
+  if (!(o.encoder_repetition_penalty >= kMinDivisor && std::isfinite(o.encoder_repetition_penalty))) {
+    reject("encoder_repetition_penalty is " + number(o.encoder_repetition_penalty) +
+           "; set it between 1e-4 and a finite number (1 disables it)");
+  }
+  if (o.encoder_no_repeat_ngram_size < 0) {
+    reject("encoder_no_repeat_ngram_size is " + to_string(o.encoder_no_repeat_ngram_size) +
+           "; set it >= 0 (0 disables it)");
+  }
+  for (const int64_t id : o.encoder_input_ids) {
+    if (id < 0) reject("encoder_input_ids hold " + to_string(id) + "; token ids must be >= 0");
   }
   const auto check_token = [](const char* name, int64_t id) {
     if (id < 0) reject(std::string(name) + " is " + to_string(id) + "; token ids must be >= 0");

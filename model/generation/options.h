@@ -29,6 +29,14 @@ struct GenerationOptions {
   uint64_t seed = 0;
   int64_t no_repeat_ngram_size = 0;
   double repetition_penalty = 1.0;
+  // Hugging Face's encoder_no_repeat_ngram_size: no n-gram of the encoder input is generated (0 = off).
+  int64_t encoder_no_repeat_ngram_size = 0;
+  // Hugging Face's encoder_repetition_penalty: the encoder input's tokens have their scores multiplied
+  // (negative) or divided (non-negative) by 1 / penalty, so a penalty above 1 favours them (1 = off).
+  double encoder_repetition_penalty = 1.0;
+  // The request's encoder input (its tokens, no padding), which the two settings above read: set by
+  // with_encoder_input where they are on, else empty.
+  std::vector<int64_t> encoder_input_ids;
   std::optional<int64_t> forced_bos_token_id;
   std::optional<int64_t> forced_eos_token_id;
   // Further ids forced with it at the last step: Hugging Face's list-valued forced_eos_token_id gives every
@@ -60,6 +68,14 @@ inline bool is_eos(const GenerationOptions& o, int64_t token) {
   return token == o.eos_token_id ||
          std::find(o.extra_eos_token_ids.begin(), o.extra_eos_token_ids.end(), token) != o.extra_eos_token_ids.end();
 }
+// Whether the options read the encoder input (encoder_no_repeat_ngram_size, encoder_repetition_penalty).
+inline bool reads_encoder_input(const GenerationOptions& o) {
+  return o.encoder_no_repeat_ngram_size > 0 || o.encoder_repetition_penalty != 1.0;
+}
+// `options` with encoder_input_ids = `input_ids` (the request's encoder input, padding excluded) where
+// reads_encoder_input, else as they are: one request is one Hugging Face batch row of its own.
+GenerationOptions with_encoder_input(GenerationOptions options, const std::vector<int64_t>& input_ids);
+
 // Every id that ends a sequence (eos_token_id first), and every id forced at the last step (none without
 // forced_eos_token_id).
 std::vector<int64_t> eos_token_ids(const GenerationOptions& o);

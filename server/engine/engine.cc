@@ -153,7 +153,10 @@ Engine::~Engine() { stop(); }
 
 void Engine::submit(std::shared_ptr<Request> request) {
   if (!request || !request->on_finish) throw std::invalid_argument("request needs an on_finish callback");
-  Pending pending{request, searcher_factory_(request->options)};  // validates the options
+  // Validates the options; encoder_no_repeat_ngram_size and encoder_repetition_penalty read the input.
+  Pending pending{request, searcher_factory_(reads_encoder_input(request->options)
+                                                 ? with_encoder_input(request->options, request->input_ids)
+                                                 : request->options)};
   if (pending.searcher->num_rows() > limits_.max_batch_rows) {
     throw std::invalid_argument("the request needs " + std::to_string(pending.searcher->num_rows()) +
                                 " rows (beams or samples) but the model's batch holds at most " +

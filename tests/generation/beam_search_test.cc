@@ -102,6 +102,46 @@ TEST(BeamSearchTest, LengthPenaltyTwoLetsALongBeamReplaceAFinishedHypothesis) {
   EXPECT_EQ(run.results[1].finish_reason, FinishReason::kLength);
 }
 
+TEST(BeamSearchTest, EncoderNoRepeatNGramBansTheInputsNGramsInEveryBeam) {
+  const testing::KernelSwitchesRestored restore_switches;
+  for (const bool kernels : {true, false}) {
+    srformer::kernels::set_cpu_kernels(kernels);
+    auto options = beam_options(2, 1.0, false);
+    options.encoder_no_repeat_ngram_size = 2;
+    BeamSearcher searcher(with_encoder_input(options, {kB, kB}));
+    const auto run = drive(searcher, kLengthScript, 0);
+    // Step 2 without "B B": A EOS .30 (finished), A A .10, A B .075 -> beams "A A", "A B"; at the limit
+    // "A A" log(.1)/3 = -0.768 beats "A B" log(.075)/3 = -0.863 for the place beside "A EOS".
+    ASSERT_EQ(run.results.size(), 2u);
+    EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kA, kEos})) << kernels;
+    EXPECT_NEAR(run.results[0].score, std::log(0.3) / 2, 1e-6);
+    EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kA, kA})) << kernels;
+    EXPECT_NEAR(run.results[1].score, std::log(0.1) / 3, 1e-6);
+  }
+}
+
+// The penalty applies to every beam's log-probabilities. (Hugging Face builds the processor from the
+// unexpanded input, [batch, length], and its gather/scatter then reaches the first `batch` rows only:
+// beam 0 of a one-request batch. Here each beam is treated alike, as the setting means.)
+TEST(BeamSearchTest, EncoderRepetitionPenaltyActsOnEveryBeam) {
+  auto options = beam_options(2, 1.0, false);
+  options.encoder_repetition_penalty = 2.0;  // log-probabilities of B are halved
+  BeamSearcher searcher(with_encoder_input(options, {kB}));
+  const auto run = drive(searcher, kLengthScript, 0);
+  // Step 1: B log(.3)/2 = -0.602 beats A log(.5) = -0.693. Step 2: B B -0.602 + log(.75)/2 = -0.746,
+  // A EOS -0.693 + log(.6) = -1.204 (finished), A B -0.693 + log(.15)/2 = -1.642 (beam 1's B is favoured
+  // too; without it A A at -2.303 would be next).
+  EXPECT_EQ(run.next_tokens[0], (std::vector<int64_t>{kB, kA}));
+  EXPECT_EQ(run.next_tokens[1], (std::vector<int64_t>{kB, kB}));
+  EXPECT_EQ(run.parent_rows[1], (std::vector<int64_t>{0, 1}));
+  ASSERT_EQ(run.results.size(), 2u);
+  const double b = std::log(0.3) / 2;
+  EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kB, kB}));
+  EXPECT_NEAR(run.results[0].score, (b + std::log(0.75) / 2) / 3, 1e-5);
+  EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kA, kB}));
+  EXPECT_NEAR(run.results[1].score, (std::log(0.5) + std::log(0.15) / 2) / 3, 1e-5);
+}
+
 TEST(BeamSearchTest, NumReturnSequencesOne) {
   auto options = beam_options(2, 1.0, false);
   options.num_return_sequences = 1;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -195,6 +196,28 @@ TEST(GenerateTest, BeamBatchMatchesEachRequestAlone) {
   EXPECT_TRUE(model.expected_lengths[0].equal(torch::tensor({4, 5, 6, 7}, torch::kInt64)));
 }
 
+// Each row's encoder_input_ids are its own tokens without its padding: it generates as it would alone.
+TEST(GenerateTest, EncoderNoRepeatNGramReadsEachRowsUnpaddedInput) {
+  FakeModel model;
+  const auto inputs = kInputs.narrow(0, 0, 3);  // documents 3, 5, 8 (13 is past the vocabulary)
+  const auto mask = kMask.narrow(0, 0, 3);
+  const std::vector<std::vector<int64_t>> unpadded{{3, 7, 7, 7}, {5, 7, 7}, {8, 7}};
+  for (const int64_t beams : {1, 2}) {
+    auto options = options_for(beams);
+    options.encoder_no_repeat_ngram_size = 1;  // no token of the input
+    const auto results = generate(model, inputs, mask, options);
+    ASSERT_EQ(results.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      auto searcher = make_searcher(with_encoder_input(options, unpadded[i]));
+      const auto alone = testing::drive(*searcher, document_script(kDocuments[i]), kStart);
+      EXPECT_EQ(results[i].hypotheses[0].tokens, alone.results[0].tokens) << beams << " row " << i;
+      for (const int64_t t : results[i].hypotheses[0].tokens) {
+        EXPECT_EQ(std::count(unpadded[i].begin(), unpadded[i].end(), t), 0) << beams << " row " << i;
+      }
+    }
+  }
+}
+
 TEST(GenerateTest, RejectsMismatchedInputs) {
   FakeModel model;
   EXPECT_THROW(generate(model, kInputs, kMask.narrow(0, 0, 2), options_for(1)), std::invalid_argument);
@@ -263,6 +286,16 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
   EXPECT_EQ(set.num_return_sequences, 3);
   config.num_return_sequences = 6;
   EXPECT_EQ(model_generation_defaults(config).num_return_sequences, 4) << "at most one per beam";
+  EXPECT_EQ(set.encoder_no_repeat_ngram_size, 0);
+  EXPECT_DOUBLE_EQ(set.encoder_repetition_penalty, 1.0);
+  config.encoder_no_repeat_ngram_size = 3;
+  config.encoder_repetition_penalty = 1.5;
+  EXPECT_EQ(model_generation_defaults(config).encoder_no_repeat_ngram_size, 3);
+  EXPECT_DOUBLE_EQ(model_generation_defaults(config).encoder_repetition_penalty, 1.5);
+  config.encoder_no_repeat_ngram_size = -1;  // off, as HF applies only sizes > 0
+  EXPECT_EQ(model_generation_defaults(config).encoder_no_repeat_ngram_size, 0);
+  config.encoder_no_repeat_ngram_size.reset();
+  config.encoder_repetition_penalty.reset();
   config.num_return_sequences = 3;
   EXPECT_FALSE(set.do_sample);
   config.do_sample = true;

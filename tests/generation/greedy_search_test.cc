@@ -190,6 +190,38 @@ TEST(GreedySearchTest, NoRepeatNGramAndRepetitionPenaltyChangeTheChoice) {
   }
 }
 
+// encoder_no_repeat_ngram_size and encoder_repetition_penalty, with HF's meanings, on the raw logits
+// (here log-probabilities), in place (kernels on) and on a processed copy alike.
+TEST(GreedySearchTest, EncoderNoRepeatNGramAndEncoderRepetitionPenaltyChangeTheChoice) {
+  const testing::KernelSwitchesRestored restore_switches;
+  const auto script = [](const std::vector<int64_t>&) { return log_probs({0.01, 0.01, 0.5, 0.3, 0.18}); };
+  auto options = base_options();
+  options.max_new_tokens = 4;
+  for (const bool kernels : {true, false}) {
+    srformer::kernels::set_cpu_kernels(kernels);
+    {
+      auto o = options;
+      o.encoder_no_repeat_ngram_size = 2;
+      o = with_encoder_input(o, {4, 2, 2, 3});
+      GreedySearcher searcher(o);
+      // 0: no "0 ?" in the input -> 2; "2 2" and "2 3" are -> 4; "4 2" is -> 3; nothing follows 3 -> 2.
+      EXPECT_EQ(drive(searcher, script, 0).results[0].tokens, (std::vector<int64_t>{2, 4, 3, 2})) << kernels;
+    }
+    {
+      auto o = options;
+      o.encoder_repetition_penalty = 2.0;  // token 3 in the input: log(.3) * 0.5 = -0.60 > log(.5) = -0.69
+      GreedySearcher favoured(with_encoder_input(o, {3}));
+      EXPECT_EQ(drive(favoured, script, 0).results[0].tokens, (std::vector<int64_t>{3, 3, 3, 3})) << kernels;
+      o.encoder_repetition_penalty = 1.1;  // log(.3) / 1.1 = -1.09 < -0.69: 2 stays
+      GreedySearcher mild(with_encoder_input(o, {3}));
+      EXPECT_EQ(drive(mild, script, 0).results[0].tokens, (std::vector<int64_t>{2, 2, 2, 2})) << kernels;
+      o.encoder_repetition_penalty = 0.5;  // token 2 in the input: log(.5) * 2 = -1.39 < log(.3) = -1.20
+      GreedySearcher penalised(with_encoder_input(o, {2}));
+      EXPECT_EQ(drive(penalised, script, 0).results[0].tokens, (std::vector<int64_t>{3, 3, 3, 3})) << kernels;
+    }
+  }
+}
+
 // Greedy steps pick from the logits in place (vocabulary limit, minimum length and banned n-grams
 // applied as the row is read) when the CPU kernels are on; the general path (a processed copy,
 // LibTorch's argmax) must choose the same tokens. The script puts its highest scores past the

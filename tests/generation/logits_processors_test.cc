@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <stdexcept>
 #include <vector>
 
 namespace srformer {
@@ -157,6 +159,58 @@ TEST(ProcessLogitsTest, RepetitionPenaltyThenNoRepeatNGram) {
   const auto again = row({4.0f, 4.0f, -4.0f, 4.0f, 4.0f, 4.0f, 4.0f, 4.0f});
   process_logits(options, {{0, 5, 6, 5}}, again);  // "5 6" seen: 6 banned
   EXPECT_EQ(values(again), (std::vector<float>{2.0f, 4.0f, -4.0f, 4.0f, 4.0f, 2.0f, -kInf, 4.0f}));
+}
+
+// HF: penalty' = 1 / penalty; a gathered score s < 0 becomes s * penalty', else s / penalty'.
+TEST(EncoderRepetitionPenaltyTest, FavoursTheInputsTokensInEveryRowOnce) {
+  const auto scores = torch::tensor({2.0f, -1.0f, 0.5f, -3.0f, 1.0f, 2.0f, -1.0f, 0.5f, -3.0f, 1.0f}).view({2, 5});
+  // Token 3 is in the input twice but changed once; 1 / 2 = 0.5: -1 -> -0.5, -3 -> -1.5, 1 -> 2.
+  apply_encoder_repetition_penalty(scores, {1, 3, 3, 4}, 2.0);
+  EXPECT_EQ(values(scores), (std::vector<float>{2.0f, -0.5f, 0.5f, -1.5f, 2.0f, 2.0f, -0.5f, 0.5f, -1.5f, 2.0f}));
+  // Below 1 it penalises: 1 / 0.5 = 2.
+  const auto penalised = row({2.0f, -1.0f});
+  apply_encoder_repetition_penalty(penalised, {0, 1}, 0.5);
+  EXPECT_EQ(values(penalised), (std::vector<float>{1.0f, -2.0f}));
+  EXPECT_THROW(apply_encoder_repetition_penalty(row({1.0f, 2.0f}), {2}, 2.0), std::out_of_range);
+}
+
+// HF's EncoderNoRepeatNGramLogitsProcessor: the input's n-grams keyed by their first n - 1 tokens; the
+// history's last n - 1 tokens (decoder start included) name the banned ones.
+TEST(EncoderNoRepeatNGramTest, BansWhatWouldRepeatAnNGramOfTheInput) {
+  const std::vector<int64_t> input{5, 6, 7, 5, 6, 8};
+  EXPECT_EQ(banned_encoder_ngram_tokens(input, {0, 5, 6}, 3), (std::vector<int64_t>{7, 8}));  // "5 6 7", "5 6 8"
+  EXPECT_EQ(banned_encoder_ngram_tokens(input, {0, 9, 6}, 2), (std::vector<int64_t>{7, 8}));  // "6 7", "6 8"
+  EXPECT_EQ(banned_encoder_ngram_tokens(input, {0, 5, 6}, 4), (std::vector<int64_t>{}));      // "0 5 6" not in it
+  EXPECT_EQ(banned_encoder_ngram_tokens(input, {0, 7}, 2), (std::vector<int64_t>{5}));
+  EXPECT_EQ(banned_encoder_ngram_tokens(input, {0}, 1), input);                     // every input token
+  EXPECT_EQ(banned_encoder_ngram_tokens(input, {0}, 3), (std::vector<int64_t>{}));  // shorter than n - 1
+  // The decoder start is part of the key while the history is n - 1 long.
+  EXPECT_EQ(banned_encoder_ngram_tokens({4, 0, 9}, {0}, 2), (std::vector<int64_t>{9}));
+  EXPECT_EQ(banned_encoder_ngram_tokens({4, 0, 9}, {0, 9}, 2), (std::vector<int64_t>{}));
+  const auto scores = torch::zeros({2, 10});
+  apply_encoder_no_repeat_ngram(scores, input, {{0, 5, 6}, {0, 5, 7}}, 3);
+  EXPECT_EQ(kept(scores[0].view({1, -1})), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 9}));
+  EXPECT_EQ(kept(scores[1].view({1, -1})), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+}
+
+TEST(ProcessLogitsTest, EncoderSettingsReadTheEncoderInput) {
+  GenerationOptions options;
+  options.eos_token_id = 7;
+  options.encoder_no_repeat_ngram_size = 2;
+  options.encoder_input_ids = {3, 4, 3, 5};
+  // Exclusions only: the searchers' kernels may skip the banned tokens where they lie.
+  const auto excluded = excluded_tokens(options, {0, 3}, 8);
+  ASSERT_TRUE(excluded.has_value());
+  EXPECT_EQ(*excluded, (std::vector<int64_t>{4, 5}));
+  const auto banned = row({1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f});
+  process_logits(options, {{0, 3}}, banned);
+  EXPECT_EQ(values(banned), (std::vector<float>{1.0f, 1.0f, 1.0f, 1.0f, -kInf, -kInf, 1.0f, 1.0f}));
+  // The penalty changes scores: no in-place path. It comes first, then the n-gram ban.
+  options.encoder_repetition_penalty = 4.0;
+  EXPECT_FALSE(excluded_tokens(options, {0, 3}, 8).has_value());
+  const auto scores = row({-1.0f, -1.0f, -1.0f, -1.0f, -1.0f, 2.0f, 2.0f, 2.0f});
+  process_logits(options, {{0, 4}}, scores);  // "4 3" in the input: 3 banned
+  EXPECT_EQ(values(scores), (std::vector<float>{-1.0f, -1.0f, -1.0f, -kInf, -0.25f, 8.0f, 2.0f, 2.0f}));
 }
 
 TEST(WarpersTest, TemperatureDividesLogits) {

@@ -704,6 +704,18 @@ TEST(Config, APeftAdapterDirectoryIsNamedWithHowToMergeIt) {
       << error_loading();
 }
 
+// encoder_no_repeat_ngram_size and encoder_repetition_penalty are applied, so no longer warned of.
+TEST(Config, EncoderNoRepeatNGramSizeAndEncoderRepetitionPenaltyAreRead) {
+  testing::TempDir dir("config");
+  std::ofstream(dir.path() / "config.json") << t5_json().dump();
+  std::ofstream(dir.path() / "generation_config.json")
+      << R"({"encoder_no_repeat_ngram_size": 3, "encoder_repetition_penalty": 1.5})";
+  const auto c = ModelConfig::load(dir.path() / "config.json");
+  EXPECT_EQ(c.encoder_no_repeat_ngram_size, 3);
+  EXPECT_EQ(c.encoder_repetition_penalty, 1.5);
+  EXPECT_TRUE(c.unsupported_generation.empty()) << c.unsupported_generation[0];
+}
+
 TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
   testing::TempDir dir("config");
   std::ofstream(dir.path() / "config.json") << t5_json().dump();
