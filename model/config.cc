@@ -254,6 +254,29 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
   if (auto v = opt<double>(j, "repetition_penalty")) c.repetition_penalty = v;
   if (auto v = count("encoder_no_repeat_ngram_size")) c.encoder_no_repeat_ngram_size = v;
   if (auto v = opt<double>(j, "encoder_repetition_penalty")) c.encoder_repetition_penalty = v;
+  if (const auto it = j.find("bad_words_ids"); it != j.end() && !it->is_null()) {
+    // As Hugging Face's NoBadWordsLogitsProcessor checks it, and its ids against the vocabulary (HF's
+    // first generate() call would fail there).
+    const auto malformed = [&it] {
+      config_error("'bad_words_ids' must be a list of non-empty lists of token ids, e.g. [[5], [7, 9]]; got " +
+                   it->dump());
+    };
+    if (!it->is_array()) malformed();
+    std::vector<std::vector<int64_t>> words;
+    for (const auto& sequence : *it) {
+      if (!sequence.is_array() || sequence.empty()) malformed();
+      words.emplace_back();
+      for (const auto& id : sequence) {
+        if (!id.is_number_integer() || id.get<int64_t>() < 0) malformed();
+        if (id.get<int64_t>() >= c.vocab_size) {
+          config_error("'bad_words_ids' holds token " + std::to_string(id.get<int64_t>()) +
+                       ", outside the vocabulary (vocab_size " + std::to_string(c.vocab_size) + ")");
+        }
+        words.back().push_back(id.get<int64_t>());
+      }
+    }
+    c.bad_words_ids = std::move(words);
+  }
   if (auto v = count("num_return_sequences")) c.num_return_sequences = v;
   // Hugging Face settings we do not implement, with the value that leaves generation as without them
   // (null: any value but null changes it). min_p 0 removes no token, penalty_alpha 0 is no contrastive
@@ -266,7 +289,6 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
       {"eta_cutoff", 0.0},
       {"min_p", 0.0},
       {"penalty_alpha", 0.0},
-      {"bad_words_ids", nullptr},
       {"force_words_ids", nullptr},
       {"constraints", nullptr},
       {"suppress_tokens", nlohmann::json::array()},

@@ -131,6 +131,8 @@ struct ModelConfig {
   std::optional<double> repetition_penalty;
   std::optional<int64_t> encoder_no_repeat_ngram_size;
   std::optional<double> encoder_repetition_penalty;
+  // Hugging Face's bad_words_ids (empty: none; its null and [] alike).
+  std::vector<std::vector<int64_t>> bad_words_ids;
   std::optional<int64_t> num_return_sequences;
   // Generation settings the checkpoint sets that this library does not implement and that would change
   // what Hugging Face generates (group beam search, typical sampling, bad words, ...), as "key=value":

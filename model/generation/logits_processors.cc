@@ -59,6 +59,10 @@ torch::Tensor scores_from_logits(const torch::Tensor& logits, int64_t rows, cons
   check("decoder_start_token_id", options.decoder_start_token_id);
   if (options.forced_bos_token_id) check("forced_bos_token_id", *options.forced_bos_token_id);
   for (const int64_t forced : forced_eos_token_ids(options)) check("forced_eos_token_id", forced);
+  // As Hugging Face's check: any id of the list, whether or not it would be banned at this step.
+  for (const auto& words : options.bad_words_ids) {
+    for (const int64_t id : words) check("bad_words_ids' token", id);
+  }
   // A copy: the processors work in place and must not touch the caller's batch logits.
   if (!buffer.defined() || buffer.sizes() != logits.sizes()) buffer = torch::empty(logits.sizes(), torch::kFloat32);
   if (logits.is_cpu() && logits.scalar_type() == torch::kFloat32 && logits.is_contiguous()) {
@@ -158,6 +162,51 @@ void apply_no_repeat_ngram(const torch::Tensor& scores, const std::vector<TokenH
   }
 }
 
+namespace {
+
+// A one-token bad word that HF keeps (it drops one that is an EOS id).
+bool banned_always(const GenerationOptions& options, const std::vector<int64_t>& words) {
+  return words.size() == 1 && !is_eos(options, words.front());
+}
+
+}  // namespace
+
+std::vector<int64_t> banned_bad_words(const GenerationOptions& options, const TokenHistory& history) {
+  std::vector<int64_t> banned;
+  for (const auto& words : options.bad_words_ids) {
+    if (words.size() == 1) {
+      if (banned_always(options, words)) banned.push_back(words.front());
+    } else if (!words.empty() && words.size() <= history.size() &&
+               std::equal(words.begin(), words.end() - 1,
+                          history.end() - static_cast<std::ptrdiff_t>(words.size() - 1))) {
+      banned.push_back(words.back());
+    }
+  }
+  return banned;
+}
+
+void apply_bad_words(const torch::Tensor& scores, const GenerationOptions& options,
+                     const std::vector<TokenHistory>& histories) {
+  check_scores(scores, histories.size());
+  // One-token sequences: the same columns of every row.
+  bool longer = false;
+  for (const auto& words : options.bad_words_ids) {
+    if (banned_always(options, words)) fill_columns(scores, words.front(), words.front() + 1, kNegInf);
+    longer = longer || words.size() > 1;
+  }
+  if (!longer) return;
+  for (size_t r = 0; r < histories.size(); ++r) {
+    const auto row = scores.narrow(0, static_cast<int64_t>(r), 1);
+    for (const auto& words : options.bad_words_ids) {
+      const auto& history = histories[r];
+      if (words.size() > 1 && words.size() <= history.size() &&
+          std::equal(words.begin(), words.end() - 1, history.end() - static_cast<std::ptrdiff_t>(words.size() - 1))) {
+        fill_columns(row, words.back(), words.back() + 1, kNegInf);
+      }
+    }
+  }
+}
+
 void apply_min_length(const torch::Tensor& scores, int64_t cur_len, int64_t min_length,
                       const std::vector<int64_t>& eos_token_ids) {
   check_scores(scores, static_cast<size_t>(scores.size(0)));
@@ -233,6 +282,7 @@ void process_logits(const GenerationOptions& options, const std::vector<TokenHis
   if (options.encoder_no_repeat_ngram_size > 0) {
     apply_encoder_no_repeat_ngram(scores, options.encoder_input_ids, histories, options.encoder_no_repeat_ngram_size);
   }
+  if (!options.bad_words_ids.empty()) apply_bad_words(scores, options, histories);
   apply_min_length(scores, cur_len, options.min_new_tokens + 1, eos_token_ids(options));
   if (vocab_limit == VocabLimit::kApply && options.vocab_limit > 0 && options.vocab_limit < scores.size(1)) {
     fill_columns(scores, options.vocab_limit, scores.size(1), kNegInf);
@@ -261,6 +311,10 @@ std::optional<std::vector<int64_t>> excluded_tokens(const GenerationOptions& opt
   if (o.no_repeat_ngram_size > 0) excluded = banned_ngram_tokens(history, o.no_repeat_ngram_size);
   if (o.encoder_no_repeat_ngram_size > 0) {
     const auto banned = banned_encoder_ngram_tokens(o.encoder_input_ids, history, o.encoder_no_repeat_ngram_size);
+    excluded.insert(excluded.end(), banned.begin(), banned.end());
+  }
+  if (!o.bad_words_ids.empty()) {
+    const auto banned = banned_bad_words(o, history);
     excluded.insert(excluded.end(), banned.begin(), banned.end());
   }
   if (cur_len < o.min_new_tokens + 1) {

@@ -43,6 +43,14 @@ void apply_encoder_no_repeat_ngram(const torch::Tensor& scores, const std::vecto
 std::vector<int64_t> banned_ngram_tokens(const TokenHistory& history, int64_t ngram_size);
 void apply_no_repeat_ngram(const torch::Tensor& scores, const std::vector<TokenHistory>& histories, int64_t ngram_size);
 
+// NoBadWordsLogitsProcessor (transformers 4.34 and later, a -inf SequenceBiasLogitsProcessor): the tokens
+// options.bad_words_ids ban after `history`, in the list's order (repeats allowed): every one-token
+// sequence's (but one that is an EOS id, which HF drops), and every longer sequence's last token where it
+// is no longer than the history and the history ends with the rest of it.
+std::vector<int64_t> banned_bad_words(const GenerationOptions& options, const TokenHistory& history);
+void apply_bad_words(const torch::Tensor& scores, const GenerationOptions& options,
+                     const std::vector<TokenHistory>& histories);
+
 // MinLengthLogitsProcessor: every EOS id gets -inf while cur_len < min_length (HF lengths, start token
 // included).
 void apply_min_length(const torch::Tensor& scores, int64_t cur_len, int64_t min_length,
@@ -62,10 +70,10 @@ void apply_top_k(const torch::Tensor& scores, int64_t top_k, int64_t min_tokens_
 void apply_top_p(const torch::Tensor& scores, double top_p, int64_t min_tokens_to_keep = 1);
 
 // The processors HF generate() builds from `options`, applied in its order: encoder repetition penalty,
-// repetition penalty, no-repeat n-gram, encoder no-repeat n-gram, min length (HF min_length = min_new_tokens + 1, every
-// EOS id), forced BOS (at cur_len 1), forced EOS (at cur_len max_length - 1, max_length = max_new_tokens + 1). All rows
-// share cur_len. With VocabLimit::kKeep the ids at or past options.vocab_limit keep their scores (Hugging Face's
-// processed scores, which know no tokenizer size): greedy search normalises over them, never picking them.
+// repetition penalty, no-repeat n-gram, encoder no-repeat n-gram, bad words, min length (HF min_length = min_new_tokens
+// + 1, every EOS id), forced BOS (at cur_len 1), forced EOS (at cur_len max_length - 1, max_length = max_new_tokens +
+// 1). All rows share cur_len. With VocabLimit::kKeep the ids at or past options.vocab_limit keep their scores (Hugging
+// Face's processed scores, which know no tokenizer size): greedy search normalises over them, never picking them.
 enum class VocabLimit { kApply, kKeep };
 void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
                     const torch::Tensor& scores, VocabLimit vocab_limit = VocabLimit::kApply);

@@ -117,6 +117,13 @@ void validate(const GenerationOptions& o) {
     reject("encoder_no_repeat_ngram_size is " + to_string(o.encoder_no_repeat_ngram_size) +
            "; set it >= 0 (0 disables it)");
   }
+  for (size_t i = 0; i < o.bad_words_ids.size(); ++i) {
+    const auto& words = o.bad_words_ids[i];
+    if (words.empty()) reject("bad_words_ids[" + to_string(i) + "] is empty; each entry must name at least one token");
+    for (const int64_t id : words) {
+      if (id < 0) reject("bad_words_ids[" + to_string(i) + "] holds " + to_string(id) + "; token ids must be >= 0");
+    }
+  }
   for (const int64_t id : o.encoder_input_ids) {
     if (id < 0) reject("encoder_input_ids hold " + to_string(id) + "; token ids must be >= 0");
   }

@@ -34,6 +34,10 @@ struct GenerationOptions {
   // Hugging Face's encoder_repetition_penalty: the encoder input's tokens have their scores multiplied
   // (negative) or divided (non-negative) by 1 / penalty, so a penalty above 1 favours them (1 = off).
   double encoder_repetition_penalty = 1.0;
+  // Hugging Face's bad_words_ids: sequences never generated. A one-token sequence's token is never chosen
+  // (one that is an EOS id is dropped, as HF drops it); a longer one's last token is not chosen where the
+  // history (decoder start included) ends with the rest of it.
+  std::vector<std::vector<int64_t>> bad_words_ids;
   // The request's encoder input (its tokens, no padding), which the two settings above read: set by
   // with_encoder_input where they are on, else empty.
   std::vector<int64_t> encoder_input_ids;

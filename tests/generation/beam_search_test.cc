@@ -142,6 +142,23 @@ TEST(BeamSearchTest, EncoderRepetitionPenaltyActsOnEveryBeam) {
   EXPECT_NEAR(run.results[1].score, (std::log(0.5) + std::log(0.15) / 2) / 3, 1e-5);
 }
 
+TEST(BeamSearchTest, BadWordsIdsBanASequenceInEveryBeam) {
+  const testing::KernelSwitchesRestored restore_switches;
+  for (const bool kernels : {true, false}) {
+    srformer::kernels::set_cpu_kernels(kernels);
+    auto options = beam_options(2, 1.0, false);
+    options.bad_words_ids = {{kA, kEos}, {kEos}};  // "A EOS" may not end; EOS alone is dropped
+    BeamSearcher searcher(options);
+    const auto run = drive(searcher, kLengthScript, 0);
+    // Step 2 without A EOS: B B .225, A A .10 -> beams, and at the limit "B B" log(.225)/3, "A A" log(.1)/3.
+    ASSERT_EQ(run.results.size(), 2u);
+    EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kB, kB})) << kernels;
+    EXPECT_NEAR(run.results[0].score, std::log(0.225) / 3, 1e-6);
+    EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kA, kA})) << kernels;
+    EXPECT_NEAR(run.results[1].score, std::log(0.1) / 3, 1e-6);
+  }
+}
+
 TEST(BeamSearchTest, NumReturnSequencesOne) {
   auto options = beam_options(2, 1.0, false);
   options.num_return_sequences = 1;

@@ -294,6 +294,9 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
   EXPECT_DOUBLE_EQ(model_generation_defaults(config).encoder_repetition_penalty, 1.5);
   config.encoder_no_repeat_ngram_size = -1;  // off, as HF applies only sizes > 0
   EXPECT_EQ(model_generation_defaults(config).encoder_no_repeat_ngram_size, 0);
+  config.bad_words_ids = {{5}, {6, 7}};
+  EXPECT_EQ(model_generation_defaults(config).bad_words_ids, config.bad_words_ids);
+  config.bad_words_ids.clear();
   config.encoder_no_repeat_ngram_size.reset();
   config.encoder_repetition_penalty.reset();
   config.num_return_sequences = 3;

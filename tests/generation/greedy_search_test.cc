@@ -222,6 +222,26 @@ TEST(GreedySearchTest, EncoderNoRepeatNGramAndEncoderRepetitionPenaltyChangeTheC
   }
 }
 
+TEST(GreedySearchTest, BadWordsIdsChangeTheChoice) {
+  const testing::KernelSwitchesRestored restore_switches;
+  const auto script = [](const std::vector<int64_t>&) { return log_probs({0.01, 0.01, 0.5, 0.3, 0.18}); };
+  auto options = base_options();
+  options.max_new_tokens = 4;
+  for (const bool kernels : {true, false}) {
+    srformer::kernels::set_cpu_kernels(kernels);
+    auto o = options;
+    o.bad_words_ids = {{2}};
+    GreedySearcher single(o);
+    EXPECT_EQ(drive(single, script, 0).results[0].tokens, (std::vector<int64_t>{3, 3, 3, 3})) << kernels;
+    o.bad_words_ids = {{2, 2}};  // no "2 2": 2 after a 2 is banned
+    GreedySearcher pair(o);
+    EXPECT_EQ(drive(pair, script, 0).results[0].tokens, (std::vector<int64_t>{2, 3, 2, 3})) << kernels;
+    o.bad_words_ids = {{1}, {2, 2}};  // EOS alone is dropped, as HF drops it
+    GreedySearcher eos(o);
+    EXPECT_EQ(drive(eos, script, 0).results[0].tokens, (std::vector<int64_t>{2, 3, 2, 3})) << kernels;
+  }
+}
+
 // Greedy steps pick from the logits in place (vocabulary limit, minimum length and banned n-grams
 // applied as the row is read) when the CPU kernels are on; the general path (a processed copy,
 // LibTorch's argmax) must choose the same tokens. The script puts its highest scores past the

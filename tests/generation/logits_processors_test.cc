@@ -213,6 +213,32 @@ TEST(ProcessLogitsTest, EncoderSettingsReadTheEncoderInput) {
   EXPECT_EQ(values(scores), (std::vector<float>{-1.0f, -1.0f, -1.0f, -kInf, -0.25f, 8.0f, 2.0f, 2.0f}));
 }
 
+// HF 4.34+'s NoBadWordsLogitsProcessor: one-token sequences always (an EOS-only one dropped); a longer one's
+// last token where it is no longer than the history (decoder start included) and the history ends with
+// the rest of it.
+TEST(BadWordsTest, BansOneTokenSequencesAlwaysAndLongerOnesWhereTheHistoryEndsWithTheirPrefix) {
+  GenerationOptions options;
+  options.eos_token_id = 1;
+  options.bad_words_ids = {{4}, {1}, {5, 6}, {0, 7}, {2, 3, 8}};
+  EXPECT_EQ(banned_bad_words(options, {0}), (std::vector<int64_t>{4}));  // [0, 7] is longer than the history
+  EXPECT_EQ(banned_bad_words(options, {0, 5}), (std::vector<int64_t>{4, 6}));
+  EXPECT_EQ(banned_bad_words(options, {0, 2, 3}), (std::vector<int64_t>{4, 8}));
+  EXPECT_EQ(banned_bad_words(options, {0, 0}), (std::vector<int64_t>{4, 7}));
+  EXPECT_EQ(banned_bad_words(options, {0, 3}), (std::vector<int64_t>{4}));
+  const auto scores = torch::zeros({2, 9});
+  apply_bad_words(scores, options, {{0, 5}, {0, 2, 3}});
+  EXPECT_EQ(kept(scores[0].view({1, -1})), (std::vector<int64_t>{0, 1, 2, 3, 5, 7, 8}));
+  EXPECT_EQ(kept(scores[1].view({1, -1})), (std::vector<int64_t>{0, 1, 2, 3, 5, 6, 7}));
+  // Exclusions only: the kernels' in-place path takes them.
+  const auto excluded = excluded_tokens(options, {0, 5}, 9);
+  ASSERT_TRUE(excluded.has_value());
+  EXPECT_EQ(*excluded, (std::vector<int64_t>{4, 6}));
+  // Any listed id must lie in the vocabulary, as HF checks.
+  torch::Tensor buffer;
+  EXPECT_THROW(scores_from_logits(torch::zeros({1, 8}), 1, options, buffer), std::invalid_argument);
+  EXPECT_NO_THROW(scores_from_logits(torch::zeros({1, 9}), 1, options, buffer));
+}
+
 TEST(WarpersTest, TemperatureDividesLogits) {
   const auto scores = row({2.0f, -4.0f});
   apply_temperature(scores, 0.5);

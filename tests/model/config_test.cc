@@ -716,6 +716,25 @@ TEST(Config, EncoderNoRepeatNGramSizeAndEncoderRepetitionPenaltyAreRead) {
   EXPECT_TRUE(c.unsupported_generation.empty()) << c.unsupported_generation[0];
 }
 
+TEST(Config, BadWordsIdsAreReadAndCheckedAgainstTheVocabulary) {
+  testing::TempDir dir("config");
+  auto j = t5_json();
+  j["vocab_size"] = 100;
+  std::ofstream(dir.path() / "config.json") << j.dump();
+  const auto load = [&](const std::string& generation) {
+    std::ofstream(dir.path() / "generation_config.json") << generation;
+    return ModelConfig::load(dir.path() / "config.json");
+  };
+  const auto c = load(R"({"bad_words_ids": [[5], [7, 9]]})");
+  EXPECT_EQ(c.bad_words_ids, (std::vector<std::vector<int64_t>>{{5}, {7, 9}}));
+  EXPECT_TRUE(c.unsupported_generation.empty()) << c.unsupported_generation[0];
+  EXPECT_TRUE(load(R"({"bad_words_ids": null})").bad_words_ids.empty());
+  for (const char* bad : {R"({"bad_words_ids": [[5], []]})", R"({"bad_words_ids": [5, 7]})",
+                          R"({"bad_words_ids": [[-1]]})", R"({"bad_words_ids": [[100]]})"}) {
+    EXPECT_THROW(load(bad), std::invalid_argument) << bad;
+  }
+}
+
 TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
   testing::TempDir dir("config");
   std::ofstream(dir.path() / "config.json") << t5_json().dump();
