@@ -251,6 +251,10 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
     c.top_k = 0;  // Hugging Face's None: no top-k filtering, where an absent key is its default 50
   }
   if (auto v = opt<double>(j, "top_p")) c.top_p = v;
+  if (auto v = opt<double>(j, "min_p")) c.min_p = v;
+  if (auto v = opt<double>(j, "typical_p")) c.typical_p = v;
+  if (auto v = opt<double>(j, "epsilon_cutoff")) c.epsilon_cutoff = v;
+  if (auto v = opt<double>(j, "eta_cutoff")) c.eta_cutoff = v;
   if (auto v = opt<double>(j, "repetition_penalty")) c.repetition_penalty = v;
   if (auto v = count("encoder_no_repeat_ngram_size")) c.encoder_no_repeat_ngram_size = v;
   if (auto v = opt<double>(j, "encoder_repetition_penalty")) c.encoder_repetition_penalty = v;
@@ -279,15 +283,11 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
   }
   if (auto v = count("num_return_sequences")) c.num_return_sequences = v;
   // Hugging Face settings we do not implement, with the value that leaves generation as without them
-  // (null: any value but null changes it). min_p 0 removes no token, penalty_alpha 0 is no contrastive
-  // search, guidance_scale 1 no guidance, an empty suppress list suppresses nothing.
+  // (null: any value but null changes it). penalty_alpha 0 is no contrastive search, guidance_scale 1 no
+  // guidance, an empty suppress list suppresses nothing.
   static const std::pair<const char*, nlohmann::json> kUnsupported[] = {
       {"num_beam_groups", 1},
       {"diversity_penalty", 0.0},
-      {"typical_p", 1.0},
-      {"epsilon_cutoff", 0.0},
-      {"eta_cutoff", 0.0},
-      {"min_p", 0.0},
       {"penalty_alpha", 0.0},
       {"force_words_ids", nullptr},
       {"constraints", nullptr},
@@ -302,7 +302,8 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
       {"stop_strings", nullptr},
       {"top_h", nullptr},
       {"watermarking_config", nullptr},
-      {"dola_layers", nullptr}};
+      {"dola_layers", nullptr},
+  };
   for (const auto& [key, neutral] : kUnsupported) {
     const auto it = j.find(key);
     if (it == j.end() || it->is_null() || *it == neutral) continue;

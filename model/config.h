@@ -128,6 +128,10 @@ struct ModelConfig {
   std::optional<double> temperature;
   std::optional<int64_t> top_k;
   std::optional<double> top_p;
+  std::optional<double> min_p;
+  std::optional<double> typical_p;
+  std::optional<double> epsilon_cutoff;
+  std::optional<double> eta_cutoff;
   std::optional<double> repetition_penalty;
   std::optional<int64_t> encoder_no_repeat_ngram_size;
   std::optional<double> encoder_repetition_penalty;

@@ -41,6 +41,10 @@ GenerationOptions model_generation_defaults(const ModelConfig& config) {
   o.temperature = config.temperature.value_or(1.0);
   o.top_k = config.top_k.value_or(50);  // HF's default: sampling keeps the 50 likeliest tokens
   o.top_p = config.top_p.value_or(1.0);
+  o.min_p = config.min_p.value_or(0.0);
+  o.typical_p = config.typical_p.value_or(1.0);
+  o.epsilon_cutoff = config.epsilon_cutoff.value_or(0.0);
+  o.eta_cutoff = config.eta_cutoff.value_or(0.0);
   o.repetition_penalty = config.repetition_penalty.value_or(1.0);
   // As no_repeat_ngram_size: only sizes > 0 are applied.
   o.encoder_no_repeat_ngram_size = std::max<int64_t>(0, config.encoder_no_repeat_ngram_size.value_or(0));

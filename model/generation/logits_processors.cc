@@ -263,6 +263,60 @@ void apply_top_p(const torch::Tensor& scores, double top_p, int64_t min_tokens_t
   }
 }
 
+void apply_min_p(const torch::Tensor& scores, double min_p, int64_t min_tokens_to_keep) {
+  // As HF: the threshold is the float32 top probability times min_p; the min_tokens_to_keep likeliest stay.
+  const auto probs = scores.softmax(-1);
+  const auto top = std::get<0>(probs.max(-1, /*keepdim=*/true));
+  auto remove = probs < top * min_p;
+  const int64_t k = std::min(std::max<int64_t>(min_tokens_to_keep, 1), scores.size(-1));
+  remove.scatter_(-1, std::get<1>(probs.topk(k, -1)), false);
+  scores.masked_fill_(remove, kNegInf);
+}
+
+void apply_typical_p(const torch::Tensor& scores, double mass, int64_t min_tokens_to_keep) {
+  // HF's tensor operations, every row at once: entropy (NaN terms of removed tokens skipped), distance
+  // of each token's surprisal from it, ascending sort, cumulative probability in that order.
+  const int64_t vocab = scores.size(-1);
+  const auto normalized = scores.log_softmax(-1);
+  const auto entropy = -(normalized * normalized.exp()).nansum(-1, /*keepdim=*/true);
+  const auto shifted = ((-normalized) - entropy).abs();
+  const auto [sorted_scores, sorted_indices] = shifted.sort(-1, /*descending=*/false);
+  const auto cumulative = scores.gather(-1, sorted_indices).softmax(-1).cumsum(-1);
+  const auto last = (cumulative < mass).sum(1).clamp_max(vocab - 1);
+  auto sorted_remove = sorted_scores > sorted_scores.gather(1, last.view({-1, 1}));
+  sorted_remove.narrow(1, 0, std::min(std::max<int64_t>(min_tokens_to_keep, 1), vocab)).fill_(false);
+  scores.masked_fill_(sorted_remove.scatter(1, sorted_indices, sorted_remove), kNegInf);
+}
+
+namespace {
+
+// Removes the tokens whose probability is below `cutoff` ([rows, 1] or a scalar) unless they score at least
+// the min_tokens_to_keep-th best (HF's epsilon and eta warpers).
+void apply_cutoff(const torch::Tensor& scores, const torch::Tensor& probs, const torch::Tensor& cutoff,
+                  int64_t min_tokens_to_keep) {
+  const int64_t k = std::min(std::max<int64_t>(min_tokens_to_keep, 1), scores.size(-1));
+  const auto kth = std::get<0>(scores.topk(k, -1)).narrow(-1, k - 1, 1);
+  scores.masked_fill_((probs < cutoff).logical_and_(scores < kth), kNegInf);
+}
+
+}  // namespace
+
+void apply_epsilon_cutoff(const torch::Tensor& scores, double epsilon, int64_t min_tokens_to_keep) {
+  const auto probs = scores.softmax(-1);
+  apply_cutoff(scores, probs, torch::tensor(epsilon, torch::kFloat64).to(torch::kFloat32), min_tokens_to_keep);
+}
+
+void apply_eta_cutoff(const torch::Tensor& scores, double epsilon, int64_t min_tokens_to_keep) {
+  const auto probs = scores.softmax(-1);
+  // torch.distributions.Categorical(logits=scores).entropy(): logits less their logsumexp, clamped to
+  // float's lowest (a removed token's -inf times 0 would be NaN), times their softmax.
+  const auto logits = scores - scores.logsumexp(-1, /*keepdim=*/true);
+  const auto entropy = -(logits.clamp_min(std::numeric_limits<float>::lowest()) * logits.softmax(-1)).sum(-1);
+  const auto eps = torch::tensor(static_cast<float>(epsilon));  // HF holds it as a float32 tensor
+  const auto eta = torch::minimum(eps, eps.sqrt() * (-entropy).exp()).unsqueeze(-1);
+  apply_cutoff(scores, probs, eta, min_tokens_to_keep);
+}
+
 std::vector<int64_t> forced_tokens(const GenerationOptions& options, int64_t cur_len) {
   if (options.forced_eos_token_id && cur_len == options.max_new_tokens) return forced_eos_token_ids(options);
   if (options.forced_bos_token_id && cur_len == 1) return {*options.forced_bos_token_id};
@@ -341,6 +395,13 @@ void warp_logits(const GenerationOptions& options, const torch::Tensor& scores, 
   if (options.temperature != 1.0) apply_temperature(scores, options.temperature);
   if (options.top_k != 0) apply_top_k(scores, options.top_k, min_tokens_to_keep);
   if (options.top_p < 1.0) apply_top_p(scores, options.top_p, min_tokens_to_keep);
+  if (options.min_p > 0.0) apply_min_p(scores, options.min_p, min_tokens_to_keep);  // 0 removes nothing
+  if (options.typical_p < 1.0) apply_typical_p(scores, options.typical_p, min_tokens_to_keep);
+  if (options.epsilon_cutoff > 0.0 && options.epsilon_cutoff < 1.0) {
+    apply_epsilon_cutoff(scores, options.epsilon_cutoff, min_tokens_to_keep);
+  }
+  if (options.eta_cutoff > 0.0 && options.eta_cutoff < 1.0)
+    apply_eta_cutoff(scores, options.eta_cutoff, min_tokens_to_keep);
 }
 
 }  // namespace srformer

@@ -92,8 +92,21 @@ std::optional<std::vector<int64_t>> excluded_tokens(const GenerationOptions& opt
 bool kernels_read_in_place(const torch::Tensor& logits, int64_t rows);
 // The first token id process_logits excludes for the vocabulary limit (vocab when none).
 int64_t token_limit(const GenerationOptions& options, int64_t vocab);
-// The warpers HF sample() applies after the processors; top-k and top-p keep at least
-// `min_tokens_to_keep` tokens per row.
+// MinPLogitsWarper: removes the tokens whose probability is below min_p times the row's highest, keeping
+// at least min_tokens_to_keep (the likeliest).
+void apply_min_p(const torch::Tensor& scores, double min_p, int64_t min_tokens_to_keep = 1);
+// TypicalLogitsWarper: ranks tokens by |-log p - entropy| and keeps those ranked before the first whose
+// cumulative probability in that order reaches `mass`, that one included (ties with it too), and at
+// least min_tokens_to_keep: the likeliest token may go.
+void apply_typical_p(const torch::Tensor& scores, double mass, int64_t min_tokens_to_keep = 1);
+// EpsilonLogitsWarper: removes the tokens with probability below `epsilon` unless they score at least
+// the min_tokens_to_keep-th best.
+void apply_epsilon_cutoff(const torch::Tensor& scores, double epsilon, int64_t min_tokens_to_keep = 1);
+// EtaLogitsWarper: as epsilon with the cutoff min(epsilon, sqrt(epsilon) * exp(-entropy)) per row.
+void apply_eta_cutoff(const torch::Tensor& scores, double epsilon, int64_t min_tokens_to_keep = 1);
+
+// The warpers HF sample() applies after the processors, in its order (temperature, top-k, top-p, min-p,
+// typical, epsilon, eta); the filters keep at least `min_tokens_to_keep` tokens per row.
 void warp_logits(const GenerationOptions& options, const torch::Tensor& scores, int64_t min_tokens_to_keep = 1);
 
 }  // namespace srformer

@@ -99,6 +99,17 @@ void validate(const GenerationOptions& o) {
   if (o.do_sample && !(o.top_p > 0.0 && o.top_p <= 1.0)) {
     reject("top_p is " + number(o.top_p) + "; set it in (0, 1] (1 disables nucleus filtering) when do_sample is true");
   }
+  // Hugging Face's warpers refuse these (min_p outside [0, 1], typical_p <= 0); typical_p >= 1 and cutoffs
+  // outside (0, 1) it leaves off.
+  if (o.do_sample && !(o.min_p >= 0.0 && o.min_p <= 1.0)) {
+    reject("min_p is " + number(o.min_p) + "; set it in [0, 1] (0 disables it) when do_sample is true");
+  }
+  if (o.do_sample && !(o.typical_p > 0.0)) {
+    reject("typical_p is " + number(o.typical_p) + "; set it in (0, 1] (1 disables it) when do_sample is true");
+  }
+  if (o.do_sample && (std::isnan(o.epsilon_cutoff) || std::isnan(o.eta_cutoff))) {
+    reject("epsilon_cutoff and eta_cutoff must be numbers (0 disables them)");
+  }
   if (o.do_sample && o.top_k < 0) {
     reject("top_k is " + to_string(o.top_k) + "; set it >= 0 (0 disables top-k filtering) when do_sample is true");
   }

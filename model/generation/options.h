@@ -26,6 +26,13 @@ struct GenerationOptions {
   double temperature = 1.0;
   int64_t top_k = 0;   // 0 = off
   double top_p = 1.0;  // 1 = off
+  // Hugging Face's further sampling warpers, after top-p in its order: min_p (tokens below min_p times the
+  // likeliest one's probability go; 0 = off), typical_p (typical decoding; 1 or more = off), epsilon_cutoff
+  // and eta_cutoff (truncation sampling; off unless in (0, 1), as HF applies them).
+  double min_p = 0.0;
+  double typical_p = 1.0;
+  double epsilon_cutoff = 0.0;
+  double eta_cutoff = 0.0;
   uint64_t seed = 0;
   int64_t no_repeat_ngram_size = 0;
   double repetition_penalty = 1.0;

@@ -342,6 +342,58 @@ TEST(WarpLogitsTest, AppliesTemperatureBeforeTopP) {
   EXPECT_EQ(kept(sharpened), (std::vector<int64_t>{0}));
 }
 
+// p = {.5, .3, .15, .05}: worked by hand from Hugging Face's warper definitions.
+TEST(WarpersTest, MinPRemovesTokensBelowAShareOfTheLikeliest) {
+  const auto p = log_of({0.5, 0.3, 0.15, 0.05});
+  auto scores = row(p);
+  apply_min_p(scores, 0.2);  // below 0.2 * 0.5 = 0.1
+  EXPECT_EQ(kept(scores), (std::vector<int64_t>{0, 1, 2}));
+  scores = row(p);
+  apply_min_p(scores, 0.5);  // below 0.25
+  EXPECT_EQ(kept(scores), (std::vector<int64_t>{0, 1}));
+  scores = row(p);
+  apply_min_p(scores, 0.5, 3);
+  EXPECT_EQ(kept(scores), (std::vector<int64_t>{0, 1, 2}));
+}
+
+// Entropy H = 1.1421; |-log p - H| = .4490, .0619, .7550, 1.8536: tokens 1, 0, 2, 3 in that order, their
+// cumulative probability .3, .8, .95, 1.
+TEST(WarpersTest, TypicalPKeepsTheTokensNearestTheEntropyUntilTheMass) {
+  const auto p = log_of({0.5, 0.3, 0.15, 0.05});
+  auto scores = row(p);
+  apply_typical_p(scores, 0.5);  // one below .5: tokens up to the second (0)
+  EXPECT_EQ(kept(scores), (std::vector<int64_t>{0, 1}));
+  scores = row(p);
+  apply_typical_p(scores, 0.2);  // none below: token 1 alone, the likeliest removed
+  EXPECT_EQ(kept(scores), (std::vector<int64_t>{1}));
+  scores = row(p);
+  apply_typical_p(scores, 0.9);
+  EXPECT_EQ(kept(scores), (std::vector<int64_t>{0, 1, 2}));
+  scores = row(p);
+  apply_typical_p(scores, 0.2, 2);
+  EXPECT_EQ(kept(scores), (std::vector<int64_t>{0, 1}));
+}
+
+// Epsilon: below the cutoff. Eta: cutoff min(eps, sqrt(eps) exp(-H)), exp(-1.1421) = 0.3191.
+TEST(WarpersTest, EpsilonAndEtaCutoffs) {
+  const auto p = log_of({0.5, 0.3, 0.15, 0.05});
+  auto scores = row(p);
+  apply_epsilon_cutoff(scores, 0.1);
+  EXPECT_EQ(kept(scores), (std::vector<int64_t>{0, 1, 2}));
+  scores = row(p);
+  apply_epsilon_cutoff(scores, 0.16);
+  EXPECT_EQ(kept(scores), (std::vector<int64_t>{0, 1}));
+  scores = row(p);
+  apply_epsilon_cutoff(scores, 0.6);  // every token below it: the likeliest stays
+  EXPECT_EQ(kept(scores), (std::vector<int64_t>{0}));
+  scores = row(p);
+  apply_eta_cutoff(scores, 0.16);  // min(.16, .4 * .3191 = .1277)
+  EXPECT_EQ(kept(scores), (std::vector<int64_t>{0, 1, 2}));
+  scores = row(p);
+  apply_eta_cutoff(scores, 0.3);  // min(.3, .5477 * .3191 = .1748)
+  EXPECT_EQ(kept(scores), (std::vector<int64_t>{0, 1}));
+}
+
 TEST(ScoresFromLogitsTest, RejectsBadShapesAndTokenIdsOutsideTheVocabulary) {
   GenerationOptions options;
   options.eos_token_id = 1;

@@ -137,6 +137,30 @@ TEST(SamplingTest, TopPRestrictsAndRenormalises) {
   expect_frequencies(frequencies(options, fixed(kDistribution), 1), {{0, 1.0}});
 }
 
+TEST(SamplingTest, MinPRestrictsAndRenormalises) {
+  auto options = sampling_options(0);
+  options.min_p = 0.6;  // below 0.24: tokens 2 and 3 go
+  expect_frequencies(frequencies(options, fixed(kDistribution), 4), {{0, 0.4 / 0.7}, {1, 0.3 / 0.7}});
+}
+
+// Entropy 1.2799; |-log p - H| = .3636, .0759, .3296, 1.0227: order 1, 2, 0, 3, cumulative .3, .5, .9, 1.
+TEST(SamplingTest, TypicalPCanLeaveTheLikeliestTokenOut) {
+  auto options = sampling_options(0);
+  options.typical_p = 0.45;  // one below .45: tokens 1 and 2
+  expect_frequencies(frequencies(options, fixed(kDistribution), 4), {{1, 0.3 / 0.5}, {2, 0.2 / 0.5}});
+  options.typical_p = 1.0;  // off
+  expect_frequencies(frequencies(options, fixed(kDistribution), 4), {{0, 0.4}, {1, 0.3}, {2, 0.2}, {3, 0.1}});
+}
+
+TEST(SamplingTest, EpsilonAndEtaCutoffsRestrict) {
+  auto options = sampling_options(0);
+  options.epsilon_cutoff = 0.15;  // 0.1 goes
+  expect_frequencies(frequencies(options, fixed(kDistribution), 4), {{0, 0.4 / 0.9}, {1, 0.3 / 0.9}, {2, 0.2 / 0.9}});
+  options.epsilon_cutoff = 0.0;
+  options.eta_cutoff = 0.5;  // min(.5, .7071 * exp(-1.2799) = .1966): 0.1 goes
+  expect_frequencies(frequencies(options, fixed(kDistribution), 4), {{0, 0.4 / 0.9}, {1, 0.3 / 0.9}, {2, 0.2 / 0.9}});
+}
+
 TEST(SamplingTest, TemperatureSharpens) {
   auto options = sampling_options(0);
   options.temperature = 0.5;  // p^2 renormalised: 0.36 / 0.52, 0.16 / 0.52

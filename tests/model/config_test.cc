@@ -754,7 +754,7 @@ TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
   };
   // What HF would apply and we do not is listed for a warning; settings at their neutral value are not.
   std::ofstream(dir.path() / "generation_config.json")
-      << R"({"num_beam_groups": 4, "diversity_penalty": 0.5, "typical_p": 1.0, "bad_words_ids": null,
+      << R"({"num_beam_groups": 4, "diversity_penalty": 0.5, "force_words_ids": null,
             "suppress_tokens": [5, 6], "num_beams": 4})";
   const auto unsupported = ModelConfig::load(dir.path() / "config.json");
   EXPECT_EQ(unsupported.unsupported_generation,
@@ -770,17 +770,24 @@ TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
   EXPECT_EQ(ModelConfig::load(dir.path() / "config.json").unsupported_generation,
             (std::vector<std::string>{"top_h=0.4", R"(watermarking_config={"greenlist_ratio":0.25})",
                                       R"(dola_layers="high")"}));
-  // Values with which Hugging Face generates as without the setting (min_p 0 removes nothing,
-  // penalty_alpha 0 is no contrastive search, guidance_scale 1 no guidance, empty suppress lists) are not
-  // warned of; they were.
+  // Values with which Hugging Face generates as without the setting (penalty_alpha 0 is no contrastive
+  // search, guidance_scale 1 no guidance, empty suppress lists) are not warned of; they were.
   std::ofstream(dir.path() / "generation_config.json")
-      << R"({"min_p": 0.0, "penalty_alpha": 0, "guidance_scale": 1.0, "suppress_tokens": [],
+      << R"({"penalty_alpha": 0, "guidance_scale": 1.0, "suppress_tokens": [],
             "begin_suppress_tokens": [], "num_beams": 4})";
   EXPECT_EQ(ModelConfig::load(dir.path() / "config.json").unsupported_generation, std::vector<std::string>{});
-  std::ofstream(dir.path() / "generation_config.json")
-      << R"({"min_p": 0.05, "penalty_alpha": 0.6, "guidance_scale": 1.5})";
+  std::ofstream(dir.path() / "generation_config.json") << R"({"penalty_alpha": 0.6, "guidance_scale": 1.5})";
   EXPECT_EQ(ModelConfig::load(dir.path() / "config.json").unsupported_generation,
-            (std::vector<std::string>{"min_p=0.05", "penalty_alpha=0.6", "guidance_scale=1.5"}));
+            (std::vector<std::string>{"penalty_alpha=0.6", "guidance_scale=1.5"}));
+  // The sampling warpers min_p, typical_p, epsilon_cutoff and eta_cutoff are applied (they were warned of).
+  std::ofstream(dir.path() / "generation_config.json")
+      << R"({"min_p": 0.05, "typical_p": 0.9, "epsilon_cutoff": 3e-4, "eta_cutoff": 1e-3})";
+  const auto warped = ModelConfig::load(dir.path() / "config.json");
+  EXPECT_EQ(warped.unsupported_generation, std::vector<std::string>{});
+  EXPECT_EQ(warped.min_p, 0.05);
+  EXPECT_EQ(warped.typical_p, 0.9);
+  EXPECT_EQ(warped.epsilon_cutoff, 3e-4);
+  EXPECT_EQ(warped.eta_cutoff, 1e-3);
   const auto bad_type = error_loading(R"({"num_beams": "four"})");
   EXPECT_EQ(bad_type.find((dir.path() / "generation_config.json: key 'num_beams' has the wrong type").string()), 0u)
       << bad_type;
