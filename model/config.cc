@@ -281,18 +281,29 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
     }
     c.bad_words_ids = std::move(words);
   }
+  for (const auto& [key, list] : {std::pair{"suppress_tokens", &c.suppress_tokens},
+                                  std::pair{"begin_suppress_tokens", &c.begin_suppress_tokens}}) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    std::vector<int64_t> ids;
+    for (const auto& id : it->is_array() ? *it : nlohmann::json::array({nullptr})) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0) {
+        config_error("'" + std::string(key) + "' must be a list of token ids, e.g. [5, 7]; got " + it->dump());
+      }
+      ids.push_back(id.get<int64_t>());
+    }
+    *list = std::move(ids);
+  }
   if (auto v = count("num_return_sequences")) c.num_return_sequences = v;
   // Hugging Face settings we do not implement, with the value that leaves generation as without them
   // (null: any value but null changes it). penalty_alpha 0 is no contrastive search, guidance_scale 1 no
-  // guidance, an empty suppress list suppresses nothing.
+  // guidance.
   static const std::pair<const char*, nlohmann::json> kUnsupported[] = {
       {"num_beam_groups", 1},
       {"diversity_penalty", 0.0},
       {"penalty_alpha", 0.0},
       {"force_words_ids", nullptr},
       {"constraints", nullptr},
-      {"suppress_tokens", nlohmann::json::array()},
-      {"begin_suppress_tokens", nlohmann::json::array()},
       {"forced_decoder_ids", nullptr},
       {"sequence_bias", nullptr},
       {"exponential_decay_length_penalty", nullptr},

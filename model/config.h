@@ -137,6 +137,9 @@ struct ModelConfig {
   std::optional<double> encoder_repetition_penalty;
   // Hugging Face's bad_words_ids (empty: none; its null and [] alike).
   std::vector<std::vector<int64_t>> bad_words_ids;
+  // Hugging Face's suppress_tokens and begin_suppress_tokens (empty: none).
+  std::vector<int64_t> suppress_tokens;
+  std::vector<int64_t> begin_suppress_tokens;
   std::optional<int64_t> num_return_sequences;
   // Generation settings the checkpoint sets that this library does not implement and that would change
   // what Hugging Face generates (group beam search, typical sampling, bad words, ...), as "key=value":

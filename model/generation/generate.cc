@@ -50,6 +50,8 @@ GenerationOptions model_generation_defaults(const ModelConfig& config) {
   o.encoder_no_repeat_ngram_size = std::max<int64_t>(0, config.encoder_no_repeat_ngram_size.value_or(0));
   o.encoder_repetition_penalty = config.encoder_repetition_penalty.value_or(1.0);
   o.bad_words_ids = config.bad_words_ids;
+  o.suppress_tokens = config.suppress_tokens;
+  o.begin_suppress_tokens = config.begin_suppress_tokens;
   // Sampling with one beam draws that many; beams (searched or sampled) return at most one per beam
   // (HF refuses more; callers that change do_sample or num_beams clamp it again).
   o.num_return_sequences =

@@ -317,6 +317,18 @@ void apply_eta_cutoff(const torch::Tensor& scores, double epsilon, int64_t min_t
   apply_cutoff(scores, probs, eta, min_tokens_to_keep);
 }
 
+std::vector<int64_t> suppressed_tokens(const GenerationOptions& options, int64_t cur_len, int64_t vocab) {
+  std::vector<int64_t> ids;
+  const auto add = [&ids, vocab](const std::vector<int64_t>& list) {
+    for (const int64_t id : list) {
+      if (id >= 0 && id < vocab) ids.push_back(id);
+    }
+  };
+  add(options.suppress_tokens);
+  if (cur_len == (options.forced_bos_token_id ? 2 : 1)) add(options.begin_suppress_tokens);
+  return ids;
+}
+
 std::vector<int64_t> forced_tokens(const GenerationOptions& options, int64_t cur_len) {
   if (options.forced_eos_token_id && cur_len == options.max_new_tokens) return forced_eos_token_ids(options);
   if (options.forced_bos_token_id && cur_len == 1) return {*options.forced_bos_token_id};
@@ -343,6 +355,9 @@ void process_logits(const GenerationOptions& options, const std::vector<TokenHis
   }
   // Forced BOS at cur_len 1, forced EOS at cur_len max_length - 1 (EOS where both apply, as HF's order gives).
   if (const auto forced = forced_tokens(options, cur_len); !forced.empty()) apply_forced_tokens(scores, forced);
+  // After the forced tokens, as HF orders them (a suppressed forced token leaves no choice).
+  for (const int64_t id : suppressed_tokens(options, cur_len, scores.size(1)))
+    fill_columns(scores, id, id + 1, kNegInf);
 }
 
 std::optional<std::vector<int64_t>> excluded_tokens(const GenerationOptions& options, const TokenHistory& history,
@@ -370,6 +385,10 @@ std::optional<std::vector<int64_t>> excluded_tokens(const GenerationOptions& opt
   if (!o.bad_words_ids.empty()) {
     const auto banned = banned_bad_words(o, history);
     excluded.insert(excluded.end(), banned.begin(), banned.end());
+  }
+  if (!o.suppress_tokens.empty() || !o.begin_suppress_tokens.empty()) {
+    const auto suppressed = suppressed_tokens(o, cur_len, vocab);
+    excluded.insert(excluded.end(), suppressed.begin(), suppressed.end());
   }
   if (cur_len < o.min_new_tokens + 1) {
     excluded.push_back(o.eos_token_id);

@@ -69,11 +69,17 @@ void apply_top_k(const torch::Tensor& scores, int64_t top_k, int64_t min_tokens_
 // TopPLogitsWarper. Where the likeliest tokens reach exactly top_p the rest go (4.11 kept one more).
 void apply_top_p(const torch::Tensor& scores, double top_p, int64_t min_tokens_to_keep = 1);
 
+// SuppressTokensLogitsProcessor and SuppressTokensAtBeginLogitsProcessor: the ids below `vocab` they set to
+// -inf at cur_len (begin_suppress_tokens at cur_len 1, or 2 where forced_bos_token_id is set, as HF's
+// begin_index for an encoder-decoder model).
+std::vector<int64_t> suppressed_tokens(const GenerationOptions& options, int64_t cur_len, int64_t vocab);
+
 // The processors HF generate() builds from `options`, applied in its order: encoder repetition penalty,
 // repetition penalty, no-repeat n-gram, encoder no-repeat n-gram, bad words, min length (HF min_length = min_new_tokens
 // + 1, every EOS id), forced BOS (at cur_len 1), forced EOS (at cur_len max_length - 1, max_length = max_new_tokens +
-// 1). All rows share cur_len. With VocabLimit::kKeep the ids at or past options.vocab_limit keep their scores (Hugging
-// Face's processed scores, which know no tokenizer size): greedy search normalises over them, never picking them.
+// 1), suppressed tokens. All rows share cur_len. With VocabLimit::kKeep the ids at or past options.vocab_limit keep
+// their scores (Hugging Face's processed scores, which know no tokenizer size): greedy search normalises over them,
+// never picking them.
 enum class VocabLimit { kApply, kKeep };
 void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
                     const torch::Tensor& scores, VocabLimit vocab_limit = VocabLimit::kApply);

@@ -135,6 +135,14 @@ void validate(const GenerationOptions& o) {
       if (id < 0) reject("bad_words_ids[" + to_string(i) + "] holds " + to_string(id) + "; token ids must be >= 0");
     }
   }
+  for (const auto* list : {&o.suppress_tokens, &o.begin_suppress_tokens}) {
+    for (const int64_t id : *list) {
+      if (id < 0) {
+        reject(std::string(list == &o.suppress_tokens ? "suppress_tokens" : "begin_suppress_tokens") + " hold " +
+               to_string(id) + "; token ids must be >= 0");
+      }
+    }
+  }
   for (const int64_t id : o.encoder_input_ids) {
     if (id < 0) reject("encoder_input_ids hold " + to_string(id) + "; token ids must be >= 0");
   }

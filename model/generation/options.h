@@ -45,6 +45,11 @@ struct GenerationOptions {
   // (one that is an EOS id is dropped, as HF drops it); a longer one's last token is not chosen where the
   // history (decoder start included) ends with the rest of it.
   std::vector<std::vector<int64_t>> bad_words_ids;
+  // Hugging Face's suppress_tokens (never generated) and begin_suppress_tokens (not generated as the first
+  // new token, or as the second where forced_bos_token_id forces the first). Ids outside the vocabulary
+  // are ignored, as HF's isin ignores them.
+  std::vector<int64_t> suppress_tokens;
+  std::vector<int64_t> begin_suppress_tokens;
   // The request's encoder input (its tokens, no padding), which the two settings above read: set by
   // with_encoder_input where they are on, else empty.
   std::vector<int64_t> encoder_input_ids;

@@ -297,6 +297,12 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
   config.bad_words_ids = {{5}, {6, 7}};
   EXPECT_EQ(model_generation_defaults(config).bad_words_ids, config.bad_words_ids);
   config.bad_words_ids.clear();
+  config.suppress_tokens = {5};
+  config.begin_suppress_tokens = {6};
+  EXPECT_EQ(model_generation_defaults(config).suppress_tokens, config.suppress_tokens);
+  EXPECT_EQ(model_generation_defaults(config).begin_suppress_tokens, config.begin_suppress_tokens);
+  config.suppress_tokens.clear();
+  config.begin_suppress_tokens.clear();
   config.min_p = 0.05;
   config.typical_p = 0.9;
   config.epsilon_cutoff = 3e-4;

@@ -242,6 +242,27 @@ TEST(GreedySearchTest, BadWordsIdsChangeTheChoice) {
   }
 }
 
+TEST(GreedySearchTest, SuppressTokensAndBeginSuppressTokensChangeTheChoice) {
+  const testing::KernelSwitchesRestored restore_switches;
+  const auto script = [](const std::vector<int64_t>&) { return log_probs({0.01, 0.01, 0.5, 0.3, 0.18}); };
+  auto options = base_options();
+  options.max_new_tokens = 4;
+  for (const bool kernels : {true, false}) {
+    srformer::kernels::set_cpu_kernels(kernels);
+    auto o = options;
+    o.suppress_tokens = {2};
+    GreedySearcher always(o);
+    EXPECT_EQ(drive(always, script, 0).results[0].tokens, (std::vector<int64_t>{3, 3, 3, 3})) << kernels;
+    o.suppress_tokens.clear();
+    o.begin_suppress_tokens = {2};
+    GreedySearcher begin(o);
+    EXPECT_EQ(drive(begin, script, 0).results[0].tokens, (std::vector<int64_t>{3, 2, 2, 2})) << kernels;
+    o.forced_bos_token_id = 4;  // the first free token is the second
+    GreedySearcher after_bos(o);
+    EXPECT_EQ(drive(after_bos, script, 0).results[0].tokens, (std::vector<int64_t>{4, 3, 2, 2})) << kernels;
+  }
+}
+
 // Greedy steps pick from the logits in place (vocabulary limit, minimum length and banned n-grams
 // applied as the row is read) when the CPU kernels are on; the general path (a processed copy,
 // LibTorch's argmax) must choose the same tokens. The script puts its highest scores past the

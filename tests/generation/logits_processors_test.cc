@@ -239,6 +239,29 @@ TEST(BadWordsTest, BansOneTokenSequencesAlwaysAndLongerOnesWhereTheHistoryEndsWi
   EXPECT_NO_THROW(scores_from_logits(torch::zeros({1, 9}), 1, options, buffer));
 }
 
+TEST(SuppressTokensTest, AlwaysAndAtTheFirstFreeStepAfterTheForcedTokens) {
+  GenerationOptions options;
+  options.eos_token_id = 1;
+  options.max_new_tokens = 4;
+  options.suppress_tokens = {3, 50};  // 50 is past the vocabulary: ignored, as HF's isin ignores it
+  options.begin_suppress_tokens = {2};
+  EXPECT_EQ(suppressed_tokens(options, 1, 10), (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(suppressed_tokens(options, 2, 10), (std::vector<int64_t>{3}));
+  const auto excluded = excluded_tokens(options, {0}, 10);
+  ASSERT_TRUE(excluded.has_value());
+  EXPECT_EQ(*excluded, (std::vector<int64_t>{2, 3}));
+  // With a forced BOS the first free token is the second.
+  options.forced_bos_token_id = 2;
+  EXPECT_EQ(suppressed_tokens(options, 1, 10), (std::vector<int64_t>{3}));
+  EXPECT_EQ(suppressed_tokens(options, 2, 10), (std::vector<int64_t>{3, 2}));
+  // After the forced tokens: a suppressed forced EOS leaves nothing.
+  options.forced_bos_token_id.reset();
+  options.forced_eos_token_id = 3;
+  const auto last = row({1.0f, 2.0f, 3.0f, 4.0f, 5.0f});
+  process_logits(options, {{0, 4, 4, 4}}, last);
+  EXPECT_EQ(values(last), (std::vector<float>{-kInf, -kInf, -kInf, -kInf, -kInf}));
+}
+
 TEST(WarpersTest, TemperatureDividesLogits) {
   const auto scores = row({2.0f, -4.0f});
   apply_temperature(scores, 0.5);

@@ -735,6 +735,19 @@ TEST(Config, BadWordsIdsAreReadAndCheckedAgainstTheVocabulary) {
   }
 }
 
+TEST(Config, SuppressTokensAndBeginSuppressTokensAreRead) {
+  testing::TempDir dir("config");
+  std::ofstream(dir.path() / "config.json") << t5_json().dump();
+  std::ofstream(dir.path() / "generation_config.json")
+      << R"({"suppress_tokens": [5, 6], "begin_suppress_tokens": [7], "num_beams": 4})";
+  const auto c = ModelConfig::load(dir.path() / "config.json");
+  EXPECT_EQ(c.suppress_tokens, (std::vector<int64_t>{5, 6}));
+  EXPECT_EQ(c.begin_suppress_tokens, (std::vector<int64_t>{7}));
+  EXPECT_TRUE(c.unsupported_generation.empty()) << c.unsupported_generation[0];
+  std::ofstream(dir.path() / "generation_config.json") << R"({"suppress_tokens": [5, "x"]})";
+  EXPECT_THROW(ModelConfig::load(dir.path() / "config.json"), std::invalid_argument);
+}
+
 TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
   testing::TempDir dir("config");
   std::ofstream(dir.path() / "config.json") << t5_json().dump();
@@ -755,10 +768,10 @@ TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
   // What HF would apply and we do not is listed for a warning; settings at their neutral value are not.
   std::ofstream(dir.path() / "generation_config.json")
       << R"({"num_beam_groups": 4, "diversity_penalty": 0.5, "force_words_ids": null,
-            "suppress_tokens": [5, 6], "num_beams": 4})";
+            "sequence_bias": [[[5], 1.0]], "num_beams": 4})";
   const auto unsupported = ModelConfig::load(dir.path() / "config.json");
   EXPECT_EQ(unsupported.unsupported_generation,
-            (std::vector<std::string>{"num_beam_groups=4", "diversity_penalty=0.5", "suppress_tokens=[5,6]"}));
+            (std::vector<std::string>{"num_beam_groups=4", "diversity_penalty=0.5", "sequence_bias=[[[5],1.0]]"}));
   std::ofstream(dir.path() / "generation_config.json")
       << R"({"renormalize_logits": true, "stop_strings": ["\n"], "num_beams": 4})";
   EXPECT_EQ(ModelConfig::load(dir.path() / "config.json").unsupported_generation,
