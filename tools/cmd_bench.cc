@@ -58,6 +58,7 @@ struct BenchOptions {
   std::vector<torch::ScalarType> dtypes{torch::kFloat32};  // decode models loaded as fp32, fp16 and/or bf16
   torch::Device device = torch::kCPU;                      // where the decode models run
   std::filesystem::path cache;                             // TMPDIR/srformer-bench-models
+  std::vector<std::string> search_cases;                   // --only search's cases by label (empty: all)
 };
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
@@ -406,29 +407,55 @@ void bench_linear(const BenchOptions& o) {
 
 // The engine's per-request work after a decode step, per row: a greedy decision (processors,
 // argmax, log-prob) with and without a no-repeat-ngram rule, with a tokenizer of 4,000 pieces (the
-// serving benchmarks' models: the rest of the embedding rows are excluded), and a 4-beam step.
+// serving benchmarks' models: the rest of the embedding rows are excluded), a 4-beam step with and
+// without n-gram bans, a sample with the usual warpers, four samples, and a 4-beam sampling step.
 void bench_search(const BenchOptions& o) {
+  struct Case {
+    std::string label;
+    int64_t beams = 1, ngram = 0, limit = 0, samples = 0, top_k = 0;
+    double top_p = 1.0;
+  };
+  const std::vector<Case> cases{{"greedy"},
+                                {"greedy+ngram3", 1, 3},
+                                {"greedy+vocab4k", 1, 0, 4000},
+                                {"beam4", 4},
+                                {"beam4+ngram3", 4, 3},
+                                {"sample", 1, 0, 0, 1},
+                                {"sample+topk50", 1, 0, 0, 1, 50},
+                                {"sample+topp0.9", 1, 0, 0, 1, 0, 0.9},
+                                {"sample4+topk50", 1, 0, 0, 4, 50},
+                                {"beam4+sample", 4, 0, 0, 1},
+                                {"beam4+sample+k50", 4, 0, 0, 1, 50}};
   for (const int64_t vocab : {32128, 50265}) {
-    for (const auto& [label, beams, ngram, limit] : std::vector<std::tuple<std::string, int64_t, int64_t, int64_t>>{
-             {"greedy", 1, 0, 0}, {"greedy+ngram3", 1, 3, 0}, {"greedy+vocab4k", 1, 0, 4000}, {"beam4", 4, 0, 0}}) {
+    for (const auto& c : cases) {
+      if (!o.search_cases.empty() &&
+          std::find(o.search_cases.begin(), o.search_cases.end(), c.label) == o.search_cases.end()) {
+        continue;
+      }
       GenerationOptions g;
       g.max_new_tokens = kMaxNewTokensLimit;
-      g.num_beams = beams;
-      g.no_repeat_ngram_size = ngram;
-      g.vocab_limit = limit;
+      g.num_beams = c.beams;
+      g.no_repeat_ngram_size = c.ngram;
+      g.vocab_limit = c.limit;
+      g.do_sample = c.samples > 0;
+      g.num_return_sequences = std::max<int64_t>(c.samples, 1);
+      g.top_k = c.top_k;
+      g.top_p = c.top_p;
+      g.seed = 1;
       g.min_new_tokens = kMaxNewTokensLimit;  // never finishes early
       auto searcher = make_searcher(g);
+      const int64_t rows = searcher->num_rows();
       const int64_t steps = o.quick ? 32 : 1024;
       std::vector<torch::Tensor> logits;
-      for (int i = 0; i < 8; ++i) logits.push_back(torch::randn({beams, vocab}) * 3.0);
+      for (int i = 0; i < 8; ++i) logits.push_back(torch::randn({rows, vocab}) * 3.0);
       const kernels::SerialRegion serial;  // as the engine and generate() run it
       for (int64_t s = 0; s < 16; ++s) (void)searcher->advance(logits[static_cast<size_t>(s % 8)]);  // warm-up
       const auto t0 = Clock::now();
       for (int64_t s = 0; s < steps; ++s) (void)searcher->advance(logits[static_cast<size_t>(s % 8)]);
       const double us = 1000.0 * ms_since(t0) / static_cast<double>(steps);
-      nlohmann::json j{{"bench", "search_step"}, {"vocab", vocab}, {"search", label}, {"us_per_request", us}};
+      nlohmann::json j{{"bench", "search_step"}, {"vocab", vocab}, {"search", c.label}, {"us_per_request", us}};
       std::ostringstream h;
-      h << std::fixed << std::setprecision(1) << "search step " << std::left << std::setw(14) << label << " vocab "
+      h << std::fixed << std::setprecision(1) << "search step " << std::left << std::setw(18) << c.label << " vocab "
         << std::setw(6) << vocab << " " << us << " us per request";
       emit(o, j, h.str());
     }
@@ -622,7 +649,7 @@ int run_bench(const std::vector<std::string>& args) {
              "                       [--batch N[,N...]] [--model bart-base-srformer-s64|bart-base-full|\n"
              "                        t5-small-srformer-s64] [--trace PREFIX] [--kernels on|off|both]\n"
              "                       [--lengths K[,K...]] [--input-tokens K] [--dtype fp32|bf16|both]\n"
-             "                       [--long-lengths K[,K...]] [--device cpu|cuda[:N]]\n"
+             "                       [--long-lengths K[,K...]] [--device cpu|cuda[:N]] [--search CASE[,CASE...]]\n"
              "  Random weights in BART-base and T5-small shapes (cached under TMPDIR, else /tmp). Prints\n"
              "  encoder time, decode step time and tokens/s at batch 1/8/32, per-step cross-attention time of full,\n"
              "  segmented and srformer as k grows (1k/4k/16k) beside the paper's Table 1 ratio, and the\n"
@@ -639,6 +666,7 @@ int run_bench(const std::vector<std::string>& args) {
              "  --lengths: the input lengths of the cross-attention figures (default 1024,4096,16384).\n"
              "  --input-tokens: the input length of the decode figures (default 1024).\n"
              "  --long-lengths: the lengths of the long T5 documents (default 4096,8192).\n"
+             "  --search: only these cases of --only search (their labels as it prints them, e.g. beam4,sample).\n"
              "  --dtype: decode models and long documents in fp32 (default), bf16 (projections in bfloat16 on "
              "AMX or AVX512-BF16)\n"
              "  or both. --only linear adds the packed fp32 product (AVX2/AVX-512) and the bf16 one (AMX or\n"
@@ -680,6 +708,9 @@ int run_bench(const std::vector<std::string>& args) {
         throw std::invalid_argument(
             "--model takes bart-base-srformer-s64, bart-base-full or t5-small-srformer-s64, got '" + o.model + "'");
       }
+    } else if (a == "--search") {
+      std::istringstream names(r.value());
+      for (std::string name; std::getline(names, name, ',');) o.search_cases.push_back(name);
     } else if (a == "--trace") {
       o.trace = r.value();
     } else if (a == "--kernels") {
