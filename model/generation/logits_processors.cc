@@ -3,7 +3,9 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -224,6 +226,47 @@ void apply_temperature(const torch::Tensor& scores, double temperature) { scores
 
 void apply_top_k(const torch::Tensor& scores, int64_t top_k, int64_t min_tokens_to_keep) {
   const int64_t k = std::min(std::max(top_k, min_tokens_to_keep), scores.size(-1));
+  if (k <= 0) return;
+  // Each row's k-th best score from one read with a k-entry heap (an offer costs one comparison once the
+  // heap is full), then one pass setting what lies below it to -inf: torch::topk and a mask cost
+  // ~140 + 150 µs on a 32k row, a sampling step's largest share. NaN (which topk ranks above everything)
+  // and layouts other than dense CPU float32 rows take LibTorch's way.
+  if (scores.dim() == 2 && scores.is_cpu() && scores.scalar_type() == torch::kFloat32 && scores.is_contiguous()) {
+    const int64_t n = scores.size(1);
+    std::vector<float> kth(static_cast<size_t>(scores.size(0)));
+    std::vector<float> heap;
+    heap.reserve(static_cast<size_t>(k) + 1);
+    const auto worst_first = std::greater<float>();
+    bool nan = false;
+    for (int64_t r = 0; r < scores.size(0) && !nan; ++r) {
+      const float* x = scores.data_ptr<float>() + r * n;
+      heap.assign(x, x + k);
+      for (const float v : heap) nan = nan || std::isnan(v);
+      std::make_heap(heap.begin(), heap.end(), worst_first);
+      float bar = heap.front();
+      for (int64_t i = k; i < n; ++i) {
+        if (!(x[i] <= bar)) {  // better than the k-th so far, or NaN
+          if (std::isnan(x[i])) {
+            nan = true;
+            break;
+          }
+          std::pop_heap(heap.begin(), heap.end(), worst_first);
+          heap.back() = x[i];
+          std::push_heap(heap.begin(), heap.end(), worst_first);
+          bar = heap.front();
+        }
+      }
+      kth[static_cast<size_t>(r)] = bar;
+    }
+    if (!nan) {
+      for (int64_t r = 0; r < scores.size(0); ++r) {
+        float* x = scores.data_ptr<float>() + r * n;
+        const float bar = kth[static_cast<size_t>(r)];
+        for (int64_t i = 0; i < n; ++i) x[i] = x[i] < bar ? kNegInf : x[i];
+      }
+      return;
+    }
+  }
   const auto kth = std::get<0>(scores.topk(k, -1)).narrow(-1, k - 1, 1);
   scores.masked_fill_(scores < kth, kNegInf);
 }

@@ -284,6 +284,35 @@ TEST(WarpersTest, TopKKeepsTheKBestAndTiesAtTheBoundary) {
   EXPECT_EQ(kept(d), (std::vector<int64_t>{0, 1}));
 }
 
+TEST(WarpersTest, TopKIsLibTorchsTopKAndMaskBitForBit) {
+  // apply_top_k finds each row's k-th score with a heap; it must leave what torch::topk's k-th value and a
+  // mask below it leave (its former way): ties at the boundary, -inf, k past the finite scores, several rows.
+  torch::manual_seed(7);
+  for (const int64_t vocab : {1, 7, 300, 5000}) {
+    for (const int64_t k : {1, 2, 8, 50, 299, 300, 6000}) {
+      auto scores = torch::randn({3, vocab}) * 3.0;
+      scores[1] = (scores[1] * 2.0).round() / 2.0;                        // many ties
+      scores[2].masked_fill_(torch::rand({vocab}) < 0.97, -kInf);         // few finite scores
+      if (vocab > 4) scores[0][vocab / 2] = scores[0][vocab / 3] = kInf;  // +inf kept first
+      const auto ours = scores.clone();
+      apply_top_k(ours, k, /*min_tokens_to_keep=*/2);
+      const int64_t kk = std::min(std::max<int64_t>(k, 2), vocab);
+      const auto reference = scores.clone();
+      reference.masked_fill_(reference < std::get<0>(reference.topk(kk, -1)).narrow(-1, kk - 1, 1), -kInf);
+      EXPECT_TRUE(torch::equal(ours, reference)) << "vocab " << vocab << " k " << k;
+    }
+  }
+  // NaN, which topk ranks above everything, takes LibTorch's way.
+  auto scores = torch::randn({2, 100});
+  scores[1][5] = std::numeric_limits<float>::quiet_NaN();
+  const auto ours = scores.clone();
+  apply_top_k(ours, 10);
+  const auto reference = scores.clone();
+  reference.masked_fill_(reference < std::get<0>(reference.topk(10, -1)).narrow(-1, 9, 1), -kInf);
+  EXPECT_TRUE(torch::equal(ours.nan_to_num(0.5), reference.nan_to_num(0.5)));
+  EXPECT_TRUE(std::isnan(ours[1][5].item<float>()));
+}
+
 TEST(WarpersTest, TopPKeepsTokensUpToTheOneThatCrossesTheThreshold) {
   // Probabilities by token: 0.15, 0.5, 0.1, 0.25 (sorted: 0.5, 0.25, 0.15, 0.1; cumulative 0.5, 0.75, 0.9, 1).
   const auto p = log_of({0.15, 0.5, 0.1, 0.25});
