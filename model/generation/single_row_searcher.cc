@@ -143,10 +143,28 @@ int64_t SamplingSearcher::choose(const torch::Tensor& scores, int64_t limit, dou
   warp_logits(options_, scores);
   const auto probs = scores[0].softmax(-1);
   const auto* p = probs.data_ptr<float>();
-  const auto drawn = draw_weighted(rng_, probs.size(0), [p](int64_t i) { return static_cast<double>(p[i]); });
-  if (drawn.index < 0) throw_no_choice(scores, steps());  // no token with a positive probability
-  logprob = std::log(static_cast<double>(p[drawn.index]) / drawn.total);
-  return drawn.index;
+  // Where top-k or top-p left a few of the row's tokens with mass, the draw reads only those (NaN included,
+  // which the draw refuses): the others add exactly 0 to its sums and are never drawn, so it draws and scores
+  // as over the whole row (two passes over a 32k row were a third of such a step).
+  const int64_t n = probs.size(0);
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; ++i) m += p[i] != 0.0f ? 1 : 0;
+  if (2 * m > n) {
+    const auto drawn = draw_weighted(rng_, n, [p](int64_t i) { return static_cast<double>(p[i]); });
+    if (drawn.index < 0) throw_no_choice(scores, steps());  // no token with a positive probability
+    logprob = std::log(static_cast<double>(p[drawn.index]) / drawn.total);
+    return drawn.index;
+  }
+  with_mass_.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    if (p[i] != 0.0f) with_mass_.push_back(i);
+  }
+  const int64_t* at = with_mass_.data();
+  const auto drawn = draw_weighted(rng_, m, [p, at](int64_t j) { return static_cast<double>(p[at[j]]); });
+  if (drawn.index < 0) throw_no_choice(scores, steps());
+  const int64_t token = at[drawn.index];
+  logprob = std::log(static_cast<double>(p[token]) / drawn.total);
+  return token;
 }
 
 }  // namespace srformer

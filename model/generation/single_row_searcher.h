@@ -57,6 +57,7 @@ class SamplingSearcher : public GreedySearcher {
 
  private:
   std::mt19937_64 rng_;
+  std::vector<int64_t> with_mass_;  // choose()'s tokens with a positive probability (a buffer reused per step)
 };
 
 }  // namespace srformer

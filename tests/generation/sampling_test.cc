@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <random>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "model/generation/multi_sample_searcher.h"
 #include "model/generation/single_row_searcher.h"
+#include "model/generation/weighted_draw.h"
 #include "scripted_model.h"
 
 namespace srformer {
@@ -280,6 +284,48 @@ TEST(SamplingTest, MinNewTokensAndForcedTokensApplyBeforeSampling) {
 
 // Several samples per request: each row is the draw a one-sample request with that row's seed makes,
 // sample 0's seed is the request's, and the rows end on their own.
+TEST(SamplingTest, DrawsOverTheTokensWithMassAsOverTheWholeRow) {
+  // choose() draws over the tokens the warpers left with mass only; each step must take the token and
+  // log-probability that draw_weighted over the whole row of probabilities gives (its former way).
+  torch::manual_seed(3);
+  const int64_t vocab = 3000;
+  for (const auto& [top_k, top_p, temperature] :
+       std::vector<std::tuple<int64_t, double, double>>{{0, 1.0, 1.0}, {40, 1.0, 1.0}, {0, 0.9, 0.7}, {7, 0.5, 1.3}}) {
+    auto options = sampling_options(11);
+    options.top_k = top_k;
+    options.top_p = top_p;
+    options.temperature = temperature;
+    options.vocab_limit = vocab - 28;  // ids past the tokenizer's are never drawn
+    SamplingSearcher searcher(options);
+    std::mt19937_64 rng(options.seed);
+    TokenHistory history{options.decoder_start_token_id};
+    for (int step = 0; step < 40; ++step) {
+      const auto logits = torch::randn({1, vocab}) * 3.0;
+      // The former choose(), over the whole row.
+      auto scores = logits.clone();
+      process_logits(options, {history}, scores, VocabLimit::kKeep);
+      scores.narrow(1, options.vocab_limit, vocab - options.vocab_limit).fill_(-std::numeric_limits<float>::infinity());
+      warp_logits(options, scores);
+      const auto probs = scores[0].softmax(-1);
+      const float* p = probs.data_ptr<float>();
+      const auto drawn = draw_weighted(rng, vocab, [p](int64_t i) { return static_cast<double>(p[i]); });
+      ASSERT_GE(drawn.index, 0);
+      const double logprob = std::log(static_cast<double>(p[drawn.index]) / drawn.total);
+
+      const auto got = searcher.advance(logits);
+      ASSERT_EQ(got.emitted.size(), 1u);
+      ASSERT_EQ(got.emitted[0], drawn.index) << "top_k " << top_k << " top_p " << top_p << " step " << step;
+      EXPECT_EQ(got.emitted_logprobs[0], static_cast<float>(logprob));
+      history.push_back(drawn.index);
+      if (got.done) break;
+    }
+    const auto results = searcher.results();
+    double score = 0;
+    for (const float lp : results[0].token_logprobs) score += lp;
+    EXPECT_NEAR(results[0].score, score, 1e-3);
+  }
+}
+
 TEST(MultiSampleTest, EachSampleIsTheOneSampleDrawWithItsSeed) {
   auto options = sampling_options(2024);
   options.max_new_tokens = 24;
