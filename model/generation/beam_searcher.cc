@@ -25,6 +25,15 @@ std::vector<kernels::BeamCandidate> top_candidates(const float* values, const fl
   return std::move(best).sorted();
 }
 
+// Whether contiguous CPU float32 `t` holds a NaN: one pass without the bool tensor and reduction of
+// at::isnan(t).any() (~100 µs a 32k row).
+bool holds_nan(const torch::Tensor& t) {
+  const float* x = t.data_ptr<float>();
+  bool nan = false;
+  for (int64_t i = 0; i < t.numel(); ++i) nan |= std::isnan(x[i]);
+  return nan;
+}
+
 }  // namespace
 
 BeamSearcher::BeamSearcher(const GenerationOptions& options)
@@ -53,7 +62,7 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
     const auto& scores = at::log_softmax_out(scores_, copied, -1);
     // HF applies the processors to the log-probabilities here (unlike greedy search and sampling).
     // The in-place pass refuses NaN and lands here: a NaN would rank anywhere, and its beams score NaN.
-    if (at::isnan(scores).any().item<bool>()) throw std::runtime_error(non_finite_logits_message(steps_));
+    if (holds_nan(scores)) throw std::runtime_error(non_finite_logits_message(steps_));
     process_logits(options_, beams_, scores);
     if (options_.do_sample) warp_logits(options_, scores, candidates);
     // The totals go where the copy of the logits was: `scores` keeps the tokens' own log-probabilities,
@@ -151,23 +160,24 @@ std::vector<kernels::BeamCandidate> BeamSearcher::sample_candidates(const torch:
   const float* lp = flat_logprobs.data_ptr<float>();
   const float* p = probs.data_ptr<float>();
   const int64_t n = flat.numel();
-  std::vector<std::pair<int64_t, double>> left;  // (index, probability) of the candidates with mass
+  std::vector<int64_t> with_mass;  // the candidates with mass, and their probabilities
+  std::vector<double> weights;
+  with_mass.reserve(static_cast<size_t>(n));
+  weights.reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    if (p[i] > 0.0f) left.emplace_back(i, p[i]);
+    if (p[i] > 0.0f) {
+      with_mass.push_back(i);
+      weights.push_back(p[i]);
+    }
   }
-  if (left.empty()) throw_no_choice(flat, steps_);  // no token with a positive probability
+  if (with_mass.empty()) throw_no_choice(flat, steps_);  // no token with a positive probability
   std::vector<kernels::BeamCandidate> drawn;
   std::vector<bool> taken(static_cast<size_t>(n), false);
-  for (int64_t draw = 0; draw < count && draw < static_cast<int64_t>(left.size()); ++draw) {
-    // As SamplingSearcher draws one token, over the candidates not drawn yet (a drawn one's probability is
-    // set to 0, and the total summed afresh: subtracting a draw of ~1 would leave only rounding of the rest).
-    const auto pick = draw_weighted(rng_, static_cast<int64_t>(left.size()),
-                                    [&left](int64_t j) { return left[static_cast<size_t>(j)].second; });
-    if (pick.index < 0) break;
-    auto& [index, probability] = left[static_cast<size_t>(pick.index)];
+  // As SamplingSearcher draws one token, over the candidates not drawn yet.
+  for (const int64_t pick : draw_without_replacement(rng_, weights, count)) {
+    const int64_t index = with_mass[static_cast<size_t>(pick)];
     drawn.push_back({s[index], index, lp[index]});
     taken[static_cast<size_t>(index)] = true;
-    probability = 0.0;
   }
   // Fewer candidates with a float probability above 0 than draws (a low temperature puts all the mass on a
   // few): the rest follow by score, where draws of vanishing probability would come from, so that every

@@ -326,6 +326,36 @@ TEST(SamplingTest, DrawsOverTheTokensWithMassAsOverTheWholeRow) {
   }
 }
 
+TEST(WeightedDrawTest, DrawsWithoutReplacementAsRepeatedDrawsWithTheDrawnZeroed) {
+  // draw_without_replacement keeps draw_weighted's running sums between draws; it must draw what
+  // draw_weighted draws over the weights with each drawn one set to 0 (beam sampling's former way), with
+  // weights of every magnitude (their double sums round), zeros among them, and more draws than weights.
+  std::mt19937_64 make(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const auto n = static_cast<int64_t>(1 + make() % 3000);
+    std::vector<double> weights(static_cast<size_t>(n));
+    for (auto& w : weights) {
+      const auto kind = make() % 4;
+      const double u = static_cast<double>(make() >> 11) * 0x1.0p-53;
+      w = kind == 0 ? 0.0 : static_cast<float>(std::exp(-40.0 * u) * (kind == 1 ? 1e-9 : 1.0));
+    }
+    const int64_t count = 1 + static_cast<int64_t>(make() % 12);
+    std::mt19937_64 rng_old(trial), rng_new(trial);
+    auto left = weights;
+    std::vector<int64_t> expected;
+    for (int64_t d = 0; d < count && d < n; ++d) {
+      const auto pick = draw_weighted(rng_old, n, [&left](int64_t i) { return left[static_cast<size_t>(i)]; });
+      if (pick.index < 0) break;
+      expected.push_back(pick.index);
+      left[static_cast<size_t>(pick.index)] = 0.0;
+    }
+    auto ours = weights;
+    EXPECT_EQ(draw_without_replacement(rng_new, ours, count), expected) << "trial " << trial;
+    EXPECT_EQ(ours, left);
+    EXPECT_EQ(rng_old(), rng_new());  // as many random numbers taken
+  }
+}
+
 TEST(MultiSampleTest, EachSampleIsTheOneSampleDrawWithItsSeed) {
   auto options = sampling_options(2024);
   options.max_new_tokens = 24;
