@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -271,17 +272,99 @@ void apply_top_k(const torch::Tensor& scores, int64_t top_k, int64_t min_tokens_
   scores.masked_fill_(scores < kth, kNegInf);
 }
 
+namespace {
+
+// Top-p's cut without sorting the row: the smallest probability a row keeps, every token at or above it
+// kept and every one below removed, as apply_top_p's loop over the descending order decides it (keep its
+// first `keep` = max(the count the loop finds, min_keep) tokens). Probabilities are bucketed by their float
+// bits' top 12 (sign, exponent, 3 mantissa bits: buckets are disjoint ranges of values, a higher bucket's
+// values all above a lower's), the buckets summed from the top to the one the cut lies in, and only that
+// bucket sorted. The sums match the loop's bit for bit because every probability summed is at least 2^-29
+// and every sum below 2: all are multiples of 2^-52 that double holds exactly, in any order. std::nullopt
+// (the caller then takes the loop) where that fails (the cut among smaller probabilities), on NaN, or where
+// tokens of the cut's probability lie on both sides of it (which of them the loop keeps is topk's order).
+// Returns -inf where the row keeps every token.
+std::optional<float> top_p_bar(const float* p, int64_t n, double total, float remove_at_most, int64_t min_keep) {
+  constexpr int kBuckets = 1024;                  // bits >> 20 of floats in [0, 2)
+  constexpr int kExact = (127 - 29) << 23 >> 20;  // the bucket of 2^-29 and above: exact double sums
+  const auto bucket_of = [](float v) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    return bits >> 20;
+  };
+  std::vector<int64_t> count(kBuckets, 0);
+  std::vector<double> mass(kBuckets, 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t b = bucket_of(p[i]);
+    if (b >= kBuckets) return std::nullopt;  // NaN, negative or 2 and above
+    ++count[b];
+    mass[b] += p[i];
+  }
+  const auto done = [total, remove_at_most](double above) {
+    return static_cast<float>(total - above) <= remove_at_most;
+  };
+  const auto sorted_bucket = [&](int b) {
+    std::vector<float> values;
+    values.reserve(static_cast<size_t>(count[static_cast<size_t>(b)]));
+    for (int64_t i = 0; i < n; ++i) {
+      if (bucket_of(p[i]) == static_cast<uint32_t>(b)) values.push_back(p[i]);
+    }
+    std::sort(values.begin(), values.end(), std::greater<float>());
+    return values;
+  };
+  // The loop's count: the tokens it adds before the rest's probability is at most remove_at_most.
+  double above = 0.0;
+  int64_t passed = 0;
+  int b = kBuckets - 1;
+  for (; b >= kExact; --b) {
+    if (count[static_cast<size_t>(b)] == 0) continue;
+    if (done(above + mass[static_cast<size_t>(b)])) break;
+    above += mass[static_cast<size_t>(b)];
+    passed += count[static_cast<size_t>(b)];
+  }
+  if (b < kExact) return std::nullopt;
+  int64_t keep = passed;
+  for (const float v : sorted_bucket(b)) {
+    if (done(above)) break;
+    above += v;
+    ++keep;
+  }
+  keep = std::max(keep, min_keep);
+  if (keep >= n) return -std::numeric_limits<float>::infinity();
+  // The keep-th probability from the top, and whether the next one equals it.
+  int64_t before = 0;  // tokens in buckets above c
+  int c = kBuckets - 1;
+  while (before + count[static_cast<size_t>(c)] < keep) before += count[static_cast<size_t>(c--)];
+  const auto values = sorted_bucket(c);
+  const auto at = static_cast<size_t>(keep - before - 1);
+  if (at + 1 < values.size() && values[at + 1] == values[at]) return std::nullopt;
+  return values[at];
+}
+
+}  // namespace
+
 void apply_top_p(const torch::Tensor& scores, double top_p, int64_t min_tokens_to_keep) {
   // HF sorts the whole vocabulary ascending and removes the tokens whose cumulative probability is
   // <= 1 - top_p (float32 on both sides): what is left is a prefix of the descending order, found here
   // by a top-k of growing k, each token's ascending cumulative sum being the total minus the tokens
-  // above it (in double, as LibTorch's CPU cumsum accumulates).
+  // above it (in double, as LibTorch's CPU cumsum accumulates). Dense rows find the cut without the
+  // top-k (top_p_bar): where the mass is spread, the doubling top-k took up to ten calls of 150-700 µs.
   const int64_t vocab = scores.size(-1);
   const auto remove_at_most = static_cast<float>(1.0 - top_p);
   const int64_t min_keep = std::min(std::max<int64_t>(min_tokens_to_keep, 1), vocab);
   const auto probs = scores.softmax(-1);
+  const bool dense = scores.dim() == 2 && scores.is_cpu() && scores.scalar_type() == torch::kFloat32 &&
+                     scores.is_contiguous() && probs.is_contiguous();
   for (int64_t r = 0; r < scores.size(0); ++r) {
     const double total = probs[r].sum(torch::kFloat64).item<double>();
+    if (dense) {
+      const float* p = probs.data_ptr<float>() + r * vocab;
+      if (const auto bar = top_p_bar(p, vocab, total, remove_at_most, min_keep)) {
+        float* x = scores.data_ptr<float>() + r * vocab;
+        for (int64_t i = 0; i < vocab; ++i) x[i] = p[i] < *bar ? kNegInf : x[i];
+        continue;
+      }
+    }
     int64_t k = std::min<int64_t>(vocab, std::max<int64_t>(64, min_keep));
     int64_t keep = vocab;
     torch::Tensor order;

@@ -373,6 +373,64 @@ TEST(WarpersTest, TopPOnALargeFlatVocabularyMatchesAFullSort) {
   }
 }
 
+// apply_top_p's former way: LibTorch's top-k of growing k, the first `keep` of its order kept.
+void top_p_by_topk(const torch::Tensor& scores, double top_p, int64_t min_tokens_to_keep) {
+  const int64_t vocab = scores.size(-1);
+  const auto remove_at_most = static_cast<float>(1.0 - top_p);
+  const int64_t min_keep = std::min(std::max<int64_t>(min_tokens_to_keep, 1), vocab);
+  const auto probs = scores.softmax(-1);
+  for (int64_t r = 0; r < scores.size(0); ++r) {
+    const double total = probs[r].sum(torch::kFloat64).item<double>();
+    int64_t k = std::min<int64_t>(vocab, std::max<int64_t>(64, min_keep));
+    int64_t keep = vocab;
+    torch::Tensor order;
+    while (true) {
+      auto [values, indices] = probs[r].topk(k);
+      order = indices;
+      const auto* p = values.data_ptr<float>();
+      double above = 0.0;
+      int64_t i = 0;
+      while (i < k && !(static_cast<float>(total - above) <= remove_at_most)) above += p[i++];
+      if (i < k || k == vocab) {
+        keep = i;
+        break;
+      }
+      k = std::min(vocab, 2 * k);
+    }
+    keep = std::max(keep, min_keep);
+    if (keep >= vocab) continue;
+    auto remove = torch::ones({vocab}, torch::kBool);
+    remove.index_fill_(0, order.narrow(0, 0, keep), false);
+    scores[r].masked_fill_(remove, -kInf);
+  }
+}
+
+TEST(WarpersTest, TopPIsTheGrowingTopKsCutBitForBit) {
+  // apply_top_p finds the cut from a histogram of the probabilities' bits; it must leave what LibTorch's
+  // top-k of growing k leaves (its former way): peaked and flat rows, ties, -inf, min_tokens_to_keep.
+  torch::manual_seed(11);
+  int compared = 0;
+  for (const int64_t vocab : {1, 5, 300, 5000, 32128}) {
+    for (const double spread : {0.3, 3.0, 12.0}) {
+      for (const double top_p : {0.05, 0.5, 0.9, 0.95, 0.999}) {
+        for (const int64_t min_keep : {1, 8}) {
+          auto scores = torch::randn({3, vocab}) * spread;
+          scores[1] = (scores[1] * 2.0).round() / 2.0;                // ties
+          scores[2].masked_fill_(torch::rand({vocab}) < 0.5, -kInf);  // filtered tokens
+          const auto ours = scores.clone();
+          apply_top_p(ours, top_p, min_keep);
+          const auto reference = scores.clone();
+          top_p_by_topk(reference, top_p, min_keep);
+          ASSERT_TRUE(torch::equal(ours, reference))
+              << "vocab " << vocab << " spread " << spread << " top_p " << top_p << " min_keep " << min_keep;
+          ++compared;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(compared, 150);
+}
+
 TEST(WarpersTest, TopPKeepsAtLeastMinTokens) {
   const auto scores = row(log_of({0.9, 0.05, 0.05}));
   apply_top_p(scores, 0.5, /*min_tokens_to_keep=*/2);
