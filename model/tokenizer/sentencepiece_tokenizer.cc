@@ -187,8 +187,8 @@ std::unique_ptr<SentencePieceTokenizer> load_from_tokenizer_json(const fs::path&
               : SentencePieceProcessor::load_from_bytes(converted.model_proto),
         converted.extra_ids,
         converted.prefix_first_only || never ? std::optional(load_unprefixed(converted.model_proto)) : std::nullopt,
-        std::vector<AddedToken>{}, metaspace_decoder_keeps_first_space(*tj), metaspace_keeps_trailing_space(*tj),
-        never);
+        std::vector<AddedToken>{}, metaspace_decoder_keeps_first_space(*tj), metaspace_keeps_trailing_space(*tj), never,
+        unicode_whitespace_handling(*tj));
   } catch (const std::runtime_error& e) {
     throw TokenizerLoadError("cannot load the SentencePiece model of " + file.string() + ": " + e.what());
   }
@@ -262,7 +262,8 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
         never || prefixes_first_only(tj, config) ? std::optional(load_unprefixed(std::move(serialized))) : std::nullopt;
     return std::make_unique<SentencePieceTokenizer>(std::move(sp), n, std::move(unprefixed), std::move(added),
                                                     tj && metaspace_decoder_keeps_first_space(*tj),
-                                                    tj && metaspace_keeps_trailing_space(*tj), never);
+                                                    tj && metaspace_keeps_trailing_space(*tj), never,
+                                                    tj ? unicode_whitespace_handling(*tj) : UnicodeWhitespace::kNone);
   } catch (const TokenizerLoadError&) {
     throw;
   } catch (const std::invalid_argument& e) {
@@ -278,7 +279,8 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
 SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids,
                                                std::optional<SentencePieceProcessor> unprefixed,
                                                std::vector<AddedToken> added, bool first_space_kept,
-                                               bool trailing_space_kept, bool never_prefixed)
+                                               bool trailing_space_kept, bool never_prefixed,
+                                               UnicodeWhitespace unicode_whitespace)
     : sp_(std::move(sp)),
       unprefixed_(std::move(unprefixed)),
       sp_size_(sp_.vocab_size()),
@@ -287,7 +289,8 @@ SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_
       first_space_kept_(first_space_kept),
       trailing_space_kept_(trailing_space_kept),
       never_prefixed_(never_prefixed && unprefixed_.has_value()),
-      space_id_(sp_.piece_to_id(kSpace)) {
+      space_id_(sp_.piece_to_id(kSpace)),
+      unicode_whitespace_(unicode_whitespace) {
   if (extra_ids_ < 0) throw std::invalid_argument("extra_ids must be >= 0, got " + std::to_string(extra_ids_));
   for (size_t i = 0; i < added_.size(); ++i) {
     if (added_[i].id != extras_end() + static_cast<int64_t>(i)) {
@@ -316,6 +319,15 @@ SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_
       lead_id_ = id;
     }
   }
+  if (unicode_whitespace_ != UnicodeWhitespace::kNone) {
+    // Those the character map turns into a space or removes SentencePiece handles as Hugging Face does.
+    for (char32_t cp = 0; cp <= 0x3000; ++cp) {
+      if (cp == ' ' || !utf8::is_whitespace(cp)) continue;
+      std::string text;
+      utf8::append(text, cp);
+      if (!sp_.encode(text).empty()) kept_whitespace_.push_back(cp);
+    }
+  }
   if (unprefixed_) {
     for (const char* candidate : {"a", "x", "e", "0", "."}) {
       const auto ids = unprefixed_->encode(std::string(candidate) + " b");
@@ -336,12 +348,50 @@ TokenIds SentencePieceTokenizer::encode(std::string_view text) const {
       ids.push_back(*seg.id);
       continue;
     }
-    for (const int32_t id : processor_for(seg.text, text).encode(seg.text)) ids.push_back(id);
+    const auto& processor = processor_for(seg.text, text);
+    for (const int32_t id :
+         kept_whitespace_.empty() ? processor.encode(seg.text) : processor.encode(hf_whitespace(seg.text))) {
+      ids.push_back(id);
+    }
     // Hugging Face's Metaspace splits "x " into "▁x" and "▁" where no normalizer strips the end.
     if (trailing_space_kept_ && ends_with_space(seg.text)) ids.push_back(space_id_);
   }
   if (eos_) ids.push_back(*eos_);
   return ids;
+}
+
+std::string SentencePieceTokenizer::hf_whitespace(std::string_view segment) const {
+  // Hugging Face's WhitespaceSplit and Strip take Rust's whitespace; SentencePiece's only the space.
+  std::string out;
+  std::vector<size_t> kept_at;  // where out has a kept whitespace character (kStripEnd)
+  size_t text_end = 0;          // out's length up to its last character that is not whitespace
+  for (size_t at = 0; at < segment.size();) {
+    const size_t valid = utf8::sequence_length(segment, at);
+    const size_t len = std::max<size_t>(valid, 1);
+    const char32_t cp = valid > 0 ? utf8::decode_at(segment, at, len) : 0xFFFD;
+    const bool kept = std::find(kept_whitespace_.begin(), kept_whitespace_.end(), cp) != kept_whitespace_.end();
+    if (kept && unicode_whitespace_ == UnicodeWhitespace::kSplit) {
+      out.push_back(' ');
+    } else {
+      if (kept) kept_at.push_back(out.size());
+      out.append(segment.substr(at, len));
+      if (!utf8::is_whitespace(cp)) text_end = out.size();
+    }
+    at += len;
+  }
+  if (unicode_whitespace_ != UnicodeWhitespace::kStripEnd) return out;
+  out.resize(text_end);
+  // Strip sees the normalized text: behind a kept character, what the model removes or makes a space ("\x7F",
+  // U+200B) leaves it at the end.
+  while (!kept_at.empty()) {
+    const size_t at = kept_at.back();
+    kept_at.pop_back();
+    if (at >= out.size()) continue;
+    const size_t after = at + utf8::sequence_length(out, at);
+    if (!sp_.encode(std::string_view(out).substr(after)).empty()) break;
+    out.resize(at);
+  }
+  return out;
 }
 
 const SentencePieceProcessor& SentencePieceTokenizer::processor_for(std::string_view segment,

@@ -9,6 +9,7 @@
 #include "model/tokenizer/added_tokens.h"
 #include "model/tokenizer/sentencepiece_library.h"
 #include "model/tokenizer/tokenizer.h"
+#include "model/tokenizer/unigram_tokenizer_json.h"
 
 namespace srformer {
 
@@ -37,10 +38,13 @@ class SentencePieceTokenizer final : public Tokenizer {
   // (metaspace_keeps_trailing_space); SentencePiece drops it.
   // never_prefixed: tokenizer.json's Metaspace says prepend_scheme "never": `unprefixed` encodes the text at
   // the start too, unless it starts with whitespace (that is "▁" in Hugging Face's as well).
+  // unicode_whitespace: what tokenizer.json does with whitespace the model's character map keeps as it is
+  // (unicode_whitespace_handling).
   SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids,
                          std::optional<SentencePieceProcessor> unprefixed = std::nullopt,
                          std::vector<AddedToken> added = {}, bool first_space_kept = false,
-                         bool trailing_space_kept = false, bool never_prefixed = false);
+                         bool trailing_space_kept = false, bool never_prefixed = false,
+                         UnicodeWhitespace unicode_whitespace = UnicodeWhitespace::kNone);
 
   TokenIds encode(std::string_view text) const override;
   std::string decode_raw(const TokenIds& ids, bool skip_special = true) const override;
@@ -92,6 +96,12 @@ class SentencePieceTokenizer final : public Tokenizer {
   bool trailing_space_kept_ = false;
   bool never_prefixed_ = false;
   int32_t space_id_ = -1;  // the piece "▁" (the unknown piece's id where the vocabulary lacks it)
+  UnicodeWhitespace unicode_whitespace_ = UnicodeWhitespace::kNone;
+  // Whitespace (Rust's char::is_whitespace) that the model keeps as text, where unicode_whitespace_ asks.
+  std::vector<char32_t> kept_whitespace_;
+  // `segment` as Hugging Face's pipeline has it before the model: kept_whitespace_ made a space (kSplit), or
+  // whitespace at its end removed (kStripEnd).
+  std::string hf_whitespace(std::string_view segment) const;
   AddedTokenSplitter splitter_;
 };
 

@@ -246,26 +246,44 @@ bool metaspace_decoder_keeps_first_space(const json& tokenizer_json) {
   return prepend_scheme_of(find_metaspace(tokenizer_json, "decoder", "decoders")) == "never";
 }
 
-bool metaspace_keeps_trailing_space(const json& tokenizer_json) {
-  if (find_metaspace(tokenizer_json, "pre_tokenizer", "pretokenizers") == nullptr) return false;
-  // The pre-tokenizer's steps in order (a Sequence's, or the one): whitespace split off before the Metaspace
-  // is gone.
-  const json& pre = tokenizer_json["pre_tokenizer"];
-  const json steps =
-      pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") ? pre["pretokenizers"] : json::array({pre});
-  for (const auto& step : steps) {
-    if (!step.is_object()) continue;
-    if (step.value("type", "") == "Metaspace") break;
-    if (step.value("type", "") == "WhitespaceSplit") return false;
-  }
-  // A normalizer that strips the text's end, anywhere in a Sequence.
+namespace {
+
+// Whether the tokenizer.json's normalizer strips the text's end (a Strip anywhere in a Sequence).
+bool normalizer_strips_end(const json& tokenizer_json) {
   const std::function<bool(const json&)> strips = [&](const json& n) {
     if (!n.is_object()) return false;
     if (n.value("type", "") == "Strip") return n.value("strip_right", true);
     if (n.value("type", "") != "Sequence" || !n.contains("normalizers") || !n["normalizers"].is_array()) return false;
     return std::any_of(n["normalizers"].begin(), n["normalizers"].end(), strips);
   };
-  return !(tokenizer_json.contains("normalizer") && strips(tokenizer_json["normalizer"]));
+  return tokenizer_json.contains("normalizer") && strips(tokenizer_json["normalizer"]);
+}
+
+// Whether a WhitespaceSplit comes before the Metaspace in the pre-tokenizer's steps (a Sequence's, or the one).
+bool splits_on_whitespace_first(const json& tokenizer_json) {
+  const json& pre = tokenizer_json["pre_tokenizer"];
+  const json steps =
+      pre.value("type", "") == "Sequence" && pre.contains("pretokenizers") ? pre["pretokenizers"] : json::array({pre});
+  for (const auto& step : steps) {
+    if (!step.is_object()) continue;
+    if (step.value("type", "") == "Metaspace") break;
+    if (step.value("type", "") == "WhitespaceSplit") return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool metaspace_keeps_trailing_space(const json& tokenizer_json) {
+  if (find_metaspace(tokenizer_json, "pre_tokenizer", "pretokenizers") == nullptr) return false;
+  // Whitespace split off before the Metaspace is gone, as is what a normalizer strips.
+  return !splits_on_whitespace_first(tokenizer_json) && !normalizer_strips_end(tokenizer_json);
+}
+
+UnicodeWhitespace unicode_whitespace_handling(const json& tokenizer_json) {
+  if (find_metaspace(tokenizer_json, "pre_tokenizer", "pretokenizers") == nullptr) return UnicodeWhitespace::kNone;
+  if (splits_on_whitespace_first(tokenizer_json)) return UnicodeWhitespace::kSplit;
+  return normalizer_strips_end(tokenizer_json) ? UnicodeWhitespace::kStripEnd : UnicodeWhitespace::kNone;
 }
 
 bool is_unigram_tokenizer_json(const json& tokenizer_json) {

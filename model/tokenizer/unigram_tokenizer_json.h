@@ -45,6 +45,12 @@ bool metaspace_decoder_keeps_first_space(const nlohmann::json& tokenizer_json);
 // Strip). SentencePiece drops that whitespace. False without a Metaspace.
 bool metaspace_keeps_trailing_space(const nlohmann::json& tokenizer_json);
 
+// What Hugging Face's pipeline does with whitespace (Rust's char::is_whitespace) that the character map keeps
+// as it is (T5's keeps U+0085): kSplit, a WhitespaceSplit before the Metaspace splits words on it (a space);
+// kStripEnd, a Strip normalizer removes it at the end; kNone, it stays text. SentencePiece does neither.
+enum class UnicodeWhitespace { kNone, kStripEnd, kSplit };
+UnicodeWhitespace unicode_whitespace_handling(const nlohmann::json& tokenizer_json);
+
 // Throws TokenizerLoadError naming the field (`where` names the file) when the tokenizer is not one a
 // SentencePiece model can express: another model type, a normalizer other than the precompiled map,
 // whitespace collapsing and stripping, a pre-tokenizer other than Metaspace, added tokens outside the

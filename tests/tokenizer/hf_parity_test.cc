@@ -481,5 +481,36 @@ TEST(HfParity, T5EncodeOfWhitespaceInEachTokenizerJsonLayout) {
   }
 }
 
+// Whitespace that T5's character map keeps as it is (U+0085, NEXT LINE): Hugging Face's Strip removes it at a
+// text's end, and before a special token, and a WhitespaceSplit (the "legacy" layout) splits words on it, as
+// Rust's char::is_whitespace has it; SentencePiece keeps it as an unknown character in both places.
+TEST(HfParity, T5EncodeOfWhitespaceTheCharacterMapKeeps) {
+  if (const auto why = reference_missing(); !why.empty()) GTEST_SKIP() << why;
+  // With what T5's map removes (U+007F) or makes a space (U+2003, U+200B) behind it.
+  static const std::vector<std::string> kUnits = {"\u0085",       "\u0085",      " ",    "\xC2\xA0", "\t",   "a",
+                                                  "word",         ".",           "</s>", "<pad>",    "\x7f", "\r\n",
+                                                  "\xE2\x80\x83", "\xE2\x80\x8B"};
+  std::mt19937 rng(31);
+  std::vector<std::string> texts = {"\u0085", "a\u0085", "a\u0085b", "\u0085a", "a \u0085 b", "a\u0085</s>b"};
+  while (texts.size() < 1000) {
+    std::string s;
+    for (int k = 1 + static_cast<int>(rng() % 8); k > 0; --k) s += kUnits[rng() % kUnits.size()];
+    texts.push_back(std::move(s));
+  }
+  for (const std::string style : {"current", "legacy", "unstripped", "first"}) {
+    const TempDir dir("hf-t5-nel");
+    const auto tj = converted_tokenizer_json(demo_model_dir(), style, dir.path() / "alone");
+    if (tj.empty()) GTEST_SKIP() << "python3 with the sentencepiece module not found";
+    fs::create_directories(dir.path() / "beside");
+    fs::copy_file(tj, dir.path() / "beside" / "tokenizer.json");
+    fs::copy_file(demo_model_dir() / "spiece.model", dir.path() / "beside" / "spiece.model");
+    test::write_file(dir.path() / "beside" / "tokenizer_config.json", R"({"extra_ids": 100})");
+    const auto ref = run_reference(tj, text_inputs(texts));
+    for (const char* where : {"alone", "beside"}) {
+      EXPECT_EQ(compare(*load_tokenizer(dir.path() / where), texts, ref, "T5 U+0085 " + style + " " + where), 0u);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace srformer
