@@ -79,10 +79,9 @@ class StartupSignalWatch {
 };
 
 int run(const ServerConfig& config) {
-  // Signals are taken synchronously (by the startup watch, then sigwait below); main() blocked them
-  // before anything else, and every thread created from here inherits the mask.
+  // Signals are taken synchronously (by the startup watch, then sigwait below); they were blocked before
+  // the libraries initialized (block_stop_signals_first), so every thread inherits the mask.
   const sigset_t signals = stop_signals();
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::optional<StartupSignalWatch> startup_watch(std::in_place, signals);
 
   std::unique_ptr<srformer::server::Metrics> metrics;
@@ -143,13 +142,23 @@ int run(const ServerConfig& config) {
   return 0;
 }
 
+// Blocks the stop signals before any shared library initializes: the executable's .preinit_array runs
+// once the dynamic loader has mapped and relocated the libraries, before their static initializers
+// (LibTorch's operator registry, gRPC's, those of the 300-odd libraries they bring), which take a
+// second and more on a loaded host: blocked only in main(), a SIGTERM then killed the server (exit 143).
+// The re-exec's image inherits the mask and any signal pending, which the startup watch then takes.
+void block_stop_signals_before_the_libraries(int, char**, char**) {
+  const sigset_t signals = stop_signals();
+  sigprocmask(SIG_BLOCK, &signals, nullptr);
+}
+
+using PreinitFunction = void (*)(int, char**, char**);
+__attribute__((section(".preinit_array"), used)) const PreinitFunction block_stop_signals_first =
+    block_stop_signals_before_the_libraries;
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Blocked before the re-exec, whose image inherits the mask (and any signal pending): a stop signal
-  // that arrives while it loads its libraries waits for the startup watch instead of killing it.
-  const sigset_t signals = stop_signals();
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   srformer::reexec_with_openmp_policy(argv);
   // --help's text that never reached stdout (a full disk) fails, saying why: it exited 0 silently.
   srformer::StdoutCheck stdout_check("srformer-server");

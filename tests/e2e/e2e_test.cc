@@ -2056,6 +2056,22 @@ TEST_F(EndToEnd, AStopSignalWhileLoadingEndsTheServerAtOnce) {
       << text.str();
 }
 
+// A stop signal as the server's libraries initialize, before its main() (LibTorch's and gRPC's static
+// initializers: a second and more on a loaded host), killed it with the signal's default action, exit 143,
+// where one a moment later ended the start with exit 0 and a line in the log.
+TEST_F(EndToEnd, AStopSignalAsTheLibrariesInitializeEndsTheStartCleanly) {
+  const std::string log = (work_ / "signalled_on_load.log").string();
+  // Through env, so that timeout (there in case the signal were lost and the server served on) does not
+  // load the library itself. An ASan build would refuse a library preloaded before its runtime.
+  const auto r = run_command(
+      "timeout -s KILL 120 env ASAN_OPTIONS=\"$ASAN_OPTIONS:verify_asan_link_order=0\" "
+      "LD_PRELOAD=" SRFORMER_SIGTERM_ON_LOAD " " +
+      kServer + " --model tiny=" + model_dir_.string() + " --listen 127.0.0.1:0 --metrics-listen '' > " + log +
+      " 2>&1; echo rc=$?");
+  EXPECT_EQ(r.out, "rc=0\n") << read(log);
+  EXPECT_NE(read(log).find("received SIGTERM while starting; exiting before serving"), std::string::npos) << read(log);
+}
+
 // SRFORMER_SPM_PLUGIN naming a file that is not there was skipped without a word: the start failed with
 // "set SRFORMER_SPM_PLUGIN to its path. Tried:" and nothing after it, where the variable was set.
 TEST_F(EndToEnd, AnSpmPluginPathThatIsNotThereIsNamed) {
