@@ -25,14 +25,20 @@ namespace {
 
 using srformer::server::ServerConfig;
 
+// SIGTERM, SIGINT and SIGHUP, less those of the last two ignored when the server started: `nohup` ignores
+// SIGHUP so that the server outlives its terminal, and a shell script starts its background jobs with
+// SIGINT ignored, the script's Ctrl-C not being theirs (the re-exec's image inherits what is ignored).
 sigset_t stop_signals() {
   sigset_t signals;
   sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   // A hang-up (the terminal that started the server closed) drains as a stop does: by default it killed
   // the process, cutting in-flight requests without a word in the log.
-  sigaddset(&signals, SIGHUP);
+  for (const int sig : {SIGINT, SIGHUP}) {
+    struct sigaction action {};
+    if (sigaction(sig, nullptr, &action) == 0 && action.sa_handler == SIG_IGN) continue;
+    sigaddset(&signals, sig);
+  }
   return signals;
 }
 

@@ -18,12 +18,14 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 FAKE_SERVER = """\
 #!/usr/bin/python3
 # Stand-in server: records its pid, says where it listens (unless FAKE_SILENT), then waits to be stopped;
-# SIGINT stops it too, as it does srformer-server.
+# SIGINT stops it too unless ignored on entry (as the scripts start it, in the background), as it does
+# srformer-server: a script's Ctrl-C stops it through the script's SIGTERM.
 import os, signal, sys, time
 with open(os.environ["FAKE_PIDS"], "a") as f:
     f.write(f"{os.getpid()}\\n")
-for s in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(s, lambda *_: sys.exit(0))
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+    signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
 if not os.environ.get("FAKE_SILENT"):
     print("listening on 127.0.0.1:9\\nmetrics on 127.0.0.1:9/metrics", file=sys.stderr, flush=True)
     # what the scripts read from a server's shutdown log

@@ -565,6 +565,24 @@ TEST_F(EndToEnd, SighupDrainsAndExitsZero) {
   EXPECT_NE(server->log().find("received SIGHUP; draining"), std::string::npos) << server->log();
 }
 
+// SIGHUP ignored when the server starts (nohup, so that it outlives its terminal) and SIGINT ignored (a shell
+// script's background job: the script's Ctrl-C is not its own) stay ignored; the server drained on them all
+// the same, so `nohup srformer-server ... &` stopped when its terminal closed.
+TEST_F(EndToEnd, AHangUpOrInterruptIgnoredOnEntryStaysIgnored) {
+  const std::string log = (work_ / "nohup.log").string();
+  // All three at once: sigwait takes the lowest pending first, SIGHUP, where it is not ignored.
+  const auto r = run_command("bash -c 'trap \"\" HUP INT; " + kServer + " --model tiny=" + model_dir_.string() +
+                             " --listen 127.0.0.1:0 --metrics-listen \"\" --warm-up false > " + log +
+                             " 2>&1 & pid=$!; for i in $(seq 600); do grep -q \"listening on\" " + log +
+                             " && break; sleep 0.1; done; kill -HUP $pid; kill -INT $pid; kill -TERM $pid; wait $pid; "
+                             "echo rc=$?'");
+  const std::string text = read(log);
+  EXPECT_EQ(r.out, "rc=0\n") << text;
+  EXPECT_NE(text.find("received SIGTERM; draining"), std::string::npos) << text;
+  EXPECT_EQ(text.find("received SIGHUP"), std::string::npos) << text;
+  EXPECT_EQ(text.find("received SIGINT"), std::string::npos) << text;
+}
+
 // gRPC unlinks a Unix socket's file before it binds: a second start on a running server's socket cut that
 // server off (its socket file gone), even a start that then failed to load its model.
 TEST_F(EndToEnd, ASecondServerOnALiveUnixSocketIsRefusedAndTheFirstKeepsServing) {
