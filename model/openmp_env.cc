@@ -1,10 +1,13 @@
 #include "model/openmp_env.h"
 
 #include <strings.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 
 #include "model/usable_cpus.h"
 
@@ -21,6 +24,14 @@ bool is_set(const char* (*get)(const char*), const char* name) {
 
 const char* getenv_fn(const char* name) { return std::getenv(name); }
 
+// The name the kernel gave this process (ps, top, pgrep and killall go by it).
+std::string process_name() {
+  std::ifstream in("/proc/self/comm");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
 }  // namespace
 
 int max_useful_threads() { return std::max(8, 4 * usable_cpus()); }
@@ -33,6 +44,12 @@ std::optional<std::pair<std::string, std::string>> openmp_setting_to_apply(const
 }
 
 void reexec_with_openmp_policy(char** argv) {
+  // An exec of /proc/self/exe (below) names the process "exe": the re-executed server was not found by
+  // `pgrep srformer-server`, and ps and top listed it as exe. It takes the name it was started under back.
+  if (argv[0] != nullptr && process_name() == "exe") {
+    const char* slash = std::strrchr(argv[0], '/');
+    prctl(PR_SET_NAME, slash != nullptr ? slash + 1 : argv[0]);
+  }
   const auto setting = openmp_setting_to_apply(getenv_fn);
   if (!setting) return;
   if (::setenv(setting->first.c_str(), setting->second.c_str(), 0) != 0) return;

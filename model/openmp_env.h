@@ -25,7 +25,7 @@ std::optional<std::pair<std::string, std::string>> openmp_setting_to_apply(const
 
 // Sets openmp_setting_to_apply()'s variable and re-executes /proc/self/exe with the same
 // arguments. Returns normally (leaving the policy as it is) when there is nothing to set or the
-// exec fails.
+// exec fails. In the re-executed image it names the process after argv[0] again (the exec named it "exe").
 void reexec_with_openmp_policy(char** argv);
 
 // The most intra-op threads a --threads flag may ask for: 4x the CPUs this process may use (at least 8).

@@ -583,6 +583,14 @@ TEST_F(EndToEnd, AHangUpOrInterruptIgnoredOnEntryStaysIgnored) {
   EXPECT_EQ(text.find("received SIGINT"), std::string::npos) << text;
 }
 
+// The server re-executes itself through /proc/self/exe for its OpenMP policy (model/openmp_env.h), which named
+// the process "exe": `pgrep srformer-server` found nothing, and ps, top and `ss -p` said exe.
+TEST_F(EndToEnd, TheServerKeepsItsNameThroughItsReexec) {
+  auto server = start();
+  // What pgrep, ps and top read.
+  EXPECT_EQ(read("/proc/" + std::to_string(server->pid()) + "/comm"), "srformer-server\n");
+}
+
 // gRPC unlinks a Unix socket's file before it binds: a second start on a running server's socket cut that
 // server off (its socket file gone), even a start that then failed to load its model.
 TEST_F(EndToEnd, ASecondServerOnALiveUnixSocketIsRefusedAndTheFirstKeepsServing) {

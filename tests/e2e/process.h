@@ -84,6 +84,7 @@ class ServerProcess {
     }
   }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   std::string target() const { return "127.0.0.1:" + std::to_string(port_); }
   std::string log() const {
     std::ifstream in(log_path_);
