@@ -665,7 +665,10 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const nlohmann::json
     const auto& g = *generation;
     try {
       if (!g.is_object()) config_error("top level must be a JSON object");
-      if (auto v = opt<int64_t>(g, "decoder_start_token_id")) c.decoder_start_token_id = *v;
+      if (auto v = opt<int64_t>(g, "decoder_start_token_id"); v && *v != c.decoder_start_token_id) {
+        c.config_decoder_start_token_id = c.decoder_start_token_id;
+        c.decoder_start_token_id = *v;
+      }
       read_eos(g, c, c.eos_token_id);
       c.forced_bos_token_id = opt<int64_t>(g, "forced_bos_token_id");
       read_forced_eos(g, c);
@@ -741,7 +744,7 @@ nlohmann::json ModelConfig::to_json(const nlohmann::json* original) const {
   auto eos = nlohmann::json::array({eos_token_id});
   for (const int64_t id : extra_eos_token_ids) eos.push_back(id);
   j["eos_token_id"] = eos.size() == 1 ? eos.front() : eos;
-  j["decoder_start_token_id"] = decoder_start_token_id;
+  j["decoder_start_token_id"] = training_decoder_start();
   j["tie_word_embeddings"] = tie_word_embeddings;
   // Written even when unset: an absent key means BartConfig's default (bos 0, forced_eos 2) on reading.
   const auto id_or_null = [](const std::optional<int64_t>& id) { return id ? nlohmann::json(*id) : nlohmann::json(); };

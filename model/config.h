@@ -93,7 +93,11 @@ struct ModelConfig {
   int64_t eos_token_id = 1;
   std::vector<int64_t> extra_eos_token_ids;
   std::optional<int64_t> bos_token_id;
-  int64_t decoder_start_token_id = 0;
+  int64_t decoder_start_token_id = 0;  // generation's first token (generation_config.json's where it sets one)
+  // config.json's decoder_start_token_id where generation_config.json replaced it with another id: Hugging
+  // Face's training shifts labels right with config.json's (shift_tokens_right, T5's _shift_right read
+  // model.config), and a saved config.json keeps it. nullopt: the same id (training_decoder_start()).
+  std::optional<int64_t> config_decoder_start_token_id;
   std::optional<int64_t> forced_bos_token_id;
   // The forced EOS id (a list's lowest), and the list's others, forced with it (each scores 0).
   std::optional<int64_t> forced_eos_token_id;
@@ -161,6 +165,8 @@ struct ModelConfig {
   SrformerConfig srformer;
 
   int64_t inner_dim() const { return num_heads * head_dim; }
+  // The decoder input's first token in teacher-forced training, before the labels shifted right.
+  int64_t training_decoder_start() const { return config_decoder_start_token_id.value_or(decoder_start_token_id); }
   bool scales_decoder_outputs() const { return scale_decoder_outputs.value_or(tie_word_embeddings); }
 
   // config.json's content; `generation`: generation_config.json's, whose generation defaults then

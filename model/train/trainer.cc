@@ -198,7 +198,8 @@ std::vector<TokenizedExample> tokenize(const std::vector<data::Example>& example
   return out;
 }
 
-// Teacher-forced loss of one batch: decoder input = decoder_start + labels shifted right; L = the
+// Teacher-forced loss of one batch: decoder input = config.json's decoder start + labels shifted right
+// (as Hugging Face's training; a generation_config.json's other start is generation's only); L = the
 // target length limit for every row (the L generation uses). A training forward (`training`) drops
 // out at the mode's rates and, in mixed precision, runs the model's products under autocast; the loss
 // is computed from fp32 logits outside both.
@@ -219,7 +220,7 @@ LossTerms batch_loss(Seq2SeqModel& model, const std::vector<TokenizedExample>& s
   auto da = dec_in.accessor<int64_t, 2>();
   for (int64_t b = 0; b < B; ++b) {
     const auto& l = set[rows[static_cast<size_t>(b)]].labels;
-    da[b][0] = c.decoder_start_token_id;
+    da[b][0] = c.training_decoder_start();
     for (size_t j = 0; j < l.size(); ++j) {
       la[b][static_cast<int64_t>(j)] = l[j];
       if (j + 1 < l.size()) da[b][static_cast<int64_t>(j) + 1] = l[j];

@@ -1142,6 +1142,38 @@ TEST_F(Fixture, TheSavedModelsGenerationDefaultIsTheTrainingLengthAlsoWithAGener
   EXPECT_EQ(unusable_generation_defaults(c), "");
 }
 
+// Hugging Face's training starts the decoder input with config.json's decoder_start_token_id
+// (shift_tokens_right, T5's _shift_right read model.config); generation_config.json's, where it names
+// another, is generation's only. Training took generation's, so the model learnt to follow a start token
+// that Hugging Face's fine-tuning of it never gives, and the saved config.json said generation's id.
+TEST_F(Fixture, TeacherForcingStartsWithConfigJsonsDecoderStartNotGenerations) {
+  LoadOptions as_trained;
+  as_trained.pack_projections = false;
+  const auto tok = load_tokenizer(model);
+  const auto valid = data::read_examples(valid_file.string());
+  auto o = options("config-start");
+  const double with_config_start = validation_loss(*load_model(model, as_trained), *tok, valid, o);
+  std::ofstream(model / "generation_config.json")
+      << R"({"decoder_start_token_id": 3, "eos_token_id": 1, "pad_token_id": 0})";
+  const auto loaded = load_model(model, as_trained);
+  ASSERT_EQ(loaded->config().decoder_start_token_id, 3);  // generation starts with it
+  EXPECT_EQ(loaded->config().training_decoder_start(), 0);
+  EXPECT_EQ(validation_loss(*loaded, *tok, valid, o), with_config_start);
+
+  // Trained and saved, config.json keeps its own id and generation_config.json its own.
+  o.steps = 1;
+  o.warmup_steps = 0;
+  std::ostringstream console;
+  train(o, console);
+  for (const auto& dir : {o.out_dir, latest_checkpoint(o.out_dir)}) {
+    nlohmann::json config, generation;
+    std::ifstream(dir / "config.json") >> config;
+    std::ifstream(dir / "generation_config.json") >> generation;
+    EXPECT_EQ(config["decoder_start_token_id"], 0) << dir;
+    EXPECT_EQ(generation["decoder_start_token_id"], 3) << dir;
+  }
+}
+
 }  // namespace
 }  // namespace srformer::train
 
