@@ -33,7 +33,13 @@ void stop_on_signals() {
   action.sa_handler = request_stop;
   action.sa_flags = SA_RESETHAND | SA_RESTART;
   sigemptyset(&action.sa_mask);
-  for (const int sig : {SIGINT, SIGTERM}) sigaction(sig, &action, nullptr);
+  for (const int sig : {SIGINT, SIGTERM}) {
+    struct sigaction before {};
+    sigaction(sig, &action, &before);
+    // One ignored on entry stays ignored (a shell script's background job gets SIGINT so, for the script's
+    // Ctrl-C is not its own; `nohup`-like wrappers): such a run took the script's Ctrl-C and stopped.
+    if (before.sa_handler == SIG_IGN) sigaction(sig, &before, nullptr);
+  }
 }
 
 const char* kUsage =

@@ -2483,6 +2483,37 @@ TEST_F(EndToEnd, TrainStopsOnSigtermWithACheckpointToResumeFrom) {
   EXPECT_TRUE(checkpoint) << "no checkpoint in " << out;
 }
 
+// A SIGINT ignored on entry (a shell script's background job: POSIX shells start them so, for the script's
+// Ctrl-C is not theirs) stays ignored, as the load generator's does: `srformer train` set its stop handler
+// over it, and such a run stopped at the script's Ctrl-C. SIGTERM still stops it.
+TEST_F(EndToEnd, TrainKeepsASigintIgnoredOnEntry) {
+  const fs::path data = work_ / "sigint-ignored.jsonl";
+  {
+    std::ofstream out(data);
+    for (int i = 0; i < 8; ++i) {
+      out << nlohmann::json{{"id", std::to_string(i)}, {"document", read(doc(i % 4))}, {"summary", "a summary"}}.dump()
+          << "\n";
+    }
+  }
+  const fs::path out = work_ / "sigint-ignored-run";
+  const std::string log = (work_ / "sigint-ignored.log").string();
+  const std::string train = kTool + " train " + model_dir_.string() + " " + data.string() + " --out " + out.string() +
+                            " --batch 2 --max-input-tokens 32 --max-target-tokens 4 --log-every 1 --threads 1";
+  // SIGINT once update 1 is logged; SIGTERM once three more updates are (the run went on), or when the run is
+  // gone, or 60 s later.
+  const auto r =
+      run_command("bash -c 'trap \"\" INT; " + train + " --steps 1000000 > " + log + " 2>&1 & pid=$!; " +
+                  "for i in $(seq 600); do grep -q \"^step 1/\" " + log + " && break; sleep 0.1; done; " +
+                  "n=$(grep -c \"^step \" " + log + "); kill -INT $pid; " +
+                  "for i in $(seq 600); do kill -0 $pid 2>/dev/null || break; grep -q \"^step $((n + 3))/\" " + log +
+                  " && break; sleep 0.1; done; kill -TERM $pid 2>/dev/null; " +
+                  "for i in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; " +
+                  "if kill -0 $pid 2>/dev/null; then kill -KILL $pid; wait $pid; echo still running; " +
+                  "else wait $pid; echo rc=$?; fi'");
+  EXPECT_EQ(r.out, "rc=143\n") << r.out << read(log);
+  EXPECT_NE(read(log).find("(a stop signal); continue with --resume"), std::string::npos) << read(log);
+}
+
 // `srformer convert` never writes over the model it reads (it overwrote the weights, then failed copying
 // the tokenizer onto itself), and writing over an earlier model leaves none of that model's files behind
 // (a stale generation_config.json capped every summary of the new one).
