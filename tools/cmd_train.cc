@@ -26,6 +26,12 @@ volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void request_stop(int sig) {
   g_stop_signal = sig;
   g_stop_requested.store(true);
+  // Ctrl-C reaches a `| tee` reading the run's console as well, and it ends at once: the lines the stop
+  // still prints then killed the run by SIGPIPE, before its checkpoint was written or after (exit 141).
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGPIPE, &ignore, nullptr);
 }
 
 void stop_on_signals() {

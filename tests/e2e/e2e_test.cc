@@ -2514,6 +2514,39 @@ TEST_F(EndToEnd, TrainKeepsASigintIgnoredOnEntry) {
   EXPECT_NE(read(log).find("(a stop signal); continue with --resume"), std::string::npos) << read(log);
 }
 
+// `srformer train ... 2>&1 | tee LOG`, stopped by Ctrl-C (or a SIGTERM to the job's process group): tee ends at
+// once, and the run's next console line met a closed pipe. SIGPIPE killed it (exit 141) before its checkpoint
+// was written, or after it without a word; once a stop is requested, a closed console no longer ends it.
+TEST_F(EndToEnd, TrainStoppedWhileItsConsoleReaderEndsStillWritesItsCheckpoint) {
+  const fs::path data = work_ / "closed-console.jsonl";
+  {
+    std::ofstream out(data);
+    for (int i = 0; i < 8; ++i) {
+      out << nlohmann::json{{"id", std::to_string(i)}, {"document", read(doc(i % 4))}, {"summary", "a summary"}}.dump()
+          << "\n";
+    }
+  }
+  const fs::path out = work_ / "closed-console-run";
+  const std::string fifo = (work_ / "closed-console.fifo").string();
+  const std::string train = kTool + " train " + model_dir_.string() + " " + data.string() + " --out " + out.string() +
+                            " --batch 2 --max-input-tokens 32 --max-target-tokens 4 --log-every 1 --threads 1";
+  // The reader (tee's part) signals the run once update 1 is logged and stops reading at once.
+  const auto r = run_command(
+      "bash -c 'mkfifo " + fifo + "; " + train + " --steps 1000000 > /dev/null 2> " + fifo +
+      " & pid=$!; while IFS= read -r line; do case \"$line\" in *\"step 1/\"*) kill -TERM $pid; break;; esac; "
+      "done < " +
+      fifo + "; for i in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; " +
+      "if kill -0 $pid 2>/dev/null; then kill -KILL $pid; wait $pid; echo still running; " +
+      "else wait $pid; echo rc=$?; fi'");
+  EXPECT_EQ(r.out, "rc=143\n") << r.out;
+  bool checkpoint = false;
+  for (const auto& entry : fs::directory_iterator(out)) {
+    checkpoint |= entry.path().filename().string().rfind("checkpoint-", 0) == 0 &&
+                  fs::exists(entry.path() / "optimizer.safetensors");
+  }
+  EXPECT_TRUE(checkpoint) << "no checkpoint in " << out;
+}
+
 // `srformer convert` never writes over the model it reads (it overwrote the weights, then failed copying
 // the tokenizer onto itself), and writing over an earlier model leaves none of that model's files behind
 // (a stale generation_config.json capped every summary of the new one).
