@@ -17,9 +17,10 @@ namespace srformer::tools {
 
 namespace {
 
-// SIGINT/SIGTERM (a preempted job, Ctrl-C) end the run after the current update, with a checkpoint to
-// resume from (before the first update, with nothing written); a second one kills it at once (SA_RESETHAND
-// restores the default action).
+// SIGINT/SIGTERM/SIGHUP (Ctrl-C, a preempted job, the terminal or SSH session closed) end the run after the
+// current update, with a checkpoint to resume from (before the first update, with nothing written); a second
+// one kills it at once (SA_RESETHAND restores the default action). A hang-up killed the run at once, losing
+// every update since its last checkpoint (with the default --save-every 0, all of them).
 std::atomic<bool> g_stop_requested{false};
 volatile std::sig_atomic_t g_stop_signal = 0;
 
@@ -39,7 +40,7 @@ void stop_on_signals() {
   action.sa_handler = request_stop;
   action.sa_flags = SA_RESETHAND | SA_RESTART;
   sigemptyset(&action.sa_mask);
-  for (const int sig : {SIGINT, SIGTERM}) {
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
     struct sigaction before {};
     sigaction(sig, &action, &before);
     // One ignored on entry stays ignored (a shell script's background job gets SIGINT so, for the script's

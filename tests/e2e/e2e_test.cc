@@ -2514,6 +2514,38 @@ TEST_F(EndToEnd, TrainKeepsASigintIgnoredOnEntry) {
   EXPECT_NE(read(log).find("(a stop signal); continue with --resume"), std::string::npos) << read(log);
 }
 
+// A hang-up (the terminal or SSH session that started the run closed) stops `srformer train` as SIGTERM does,
+// with a checkpoint and exit 129; it killed the run at once, losing every update since its last checkpoint
+// (with the default --save-every 0, all of them).
+TEST_F(EndToEnd, TrainStopsOnAHangUpWithACheckpoint) {
+  const fs::path data = work_ / "sighup-train.jsonl";
+  {
+    std::ofstream out(data);
+    for (int i = 0; i < 8; ++i) {
+      out << nlohmann::json{{"id", std::to_string(i)}, {"document", read(doc(i % 4))}, {"summary", "a summary"}}.dump()
+          << "\n";
+    }
+  }
+  const fs::path out = work_ / "sighup-run";
+  const std::string log = (work_ / "sighup-train.log").string();
+  const std::string train = kTool + " train " + model_dir_.string() + " " + data.string() + " --out " + out.string() +
+                            " --batch 2 --max-input-tokens 32 --max-target-tokens 4 --log-every 1 --threads 1";
+  const auto r =
+      run_command("bash -c '" + train + " --steps 1000000 > " + log + " 2>&1 & pid=$!; for i in $(seq 600); " +
+                  "do grep -q \"step 1/\" " + log + " && break; sleep 0.1; done; kill -HUP $pid; " +
+                  "for i in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; " +
+                  "if kill -0 $pid 2>/dev/null; then kill -KILL $pid; wait $pid; echo still running; " +
+                  "else wait $pid; echo rc=$?; fi'");
+  EXPECT_EQ(r.out, "rc=129\n") << r.out << read(log);
+  EXPECT_NE(read(log).find("(a stop signal); continue with --resume"), std::string::npos) << read(log);
+  bool checkpoint = false;
+  for (const auto& entry : fs::directory_iterator(out)) {
+    checkpoint |= entry.path().filename().string().rfind("checkpoint-", 0) == 0 &&
+                  fs::exists(entry.path() / "optimizer.safetensors");
+  }
+  EXPECT_TRUE(checkpoint) << "no checkpoint in " << out;
+}
+
 // `srformer train ... 2>&1 | tee LOG`, stopped by Ctrl-C (or a SIGTERM to the job's process group): tee ends at
 // once, and the run's next console line met a closed pipe. SIGPIPE killed it (exit 141) before its checkpoint
 // was written, or after it without a word; once a stop is requested, a closed console no longer ends it.
