@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "model/config_generation.h"
 #include "model/io/json_file.h"
 
 namespace srformer {
@@ -326,6 +327,8 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
   }
 }
 
+}  // namespace
+
 // Whether transformers 4's generate() takes config.json's generation keys over generation_config.json:
 // where that file was made from config.json ("_from_model_config": true, as every checkpoint saved by
 // 4.27-4.40 without its own generation settings has) and config.json sets one of them to other than
@@ -367,6 +370,8 @@ bool config_json_generation_wins(const nlohmann::json& j, const nlohmann::json& 
   }
   return false;
 }
+
+namespace {
 
 // A token id or a list of them (Hugging Face's eos_token_id and forced_eos_token_id may be either);
 // std::nullopt where the key is absent or null.
@@ -740,22 +745,28 @@ nlohmann::json ModelConfig::to_json(const nlohmann::json* original) const {
   j["vocab_size"] = vocab_size;
   j["d_model"] = d_model;
   j["pad_token_id"] = pad_token_id;
-  // A list where the checkpoint named several (its first or config.json's id first, as read).
-  auto eos = nlohmann::json::array({eos_token_id});
-  for (const int64_t id : extra_eos_token_ids) eos.push_back(id);
-  j["eos_token_id"] = eos.size() == 1 ? eos.front() : eos;
-  j["decoder_start_token_id"] = training_decoder_start();
   j["tie_word_embeddings"] = tie_word_embeddings;
   // Written even when unset: an absent key means BartConfig's default (bos 0, forced_eos 2) on reading.
   const auto id_or_null = [](const std::optional<int64_t>& id) { return id ? nlohmann::json(*id) : nlohmann::json(); };
   j["bos_token_id"] = id_or_null(bos_token_id);
-  j["forced_bos_token_id"] = id_or_null(forced_bos_token_id);
-  if (extra_forced_eos_token_ids.empty()) {
-    j["forced_eos_token_id"] = id_or_null(forced_eos_token_id);
-  } else {
-    auto forced = nlohmann::json::array({*forced_eos_token_id});
-    for (const int64_t id : extra_forced_eos_token_ids) forced.push_back(id);
-    j["forced_eos_token_id"] = forced;
+  // The ids a generation_config.json may set again: `original`'s own stay as they are (the model's
+  // generation_config.json is saved beside it). Written from generation_config.json's, they changed
+  // config.json, and a forced id there made config.json's generation keys win over generation_config.json's
+  // one made from it (config_json_generation_wins) when the model was read again.
+  if (original == nullptr) {
+    // A list where the checkpoint named several (its first or config.json's id first, as read).
+    auto eos = nlohmann::json::array({eos_token_id});
+    for (const int64_t id : extra_eos_token_ids) eos.push_back(id);
+    j["eos_token_id"] = eos.size() == 1 ? eos.front() : eos;
+    j["decoder_start_token_id"] = training_decoder_start();
+    j["forced_bos_token_id"] = id_or_null(forced_bos_token_id);
+    if (extra_forced_eos_token_ids.empty()) {
+      j["forced_eos_token_id"] = id_or_null(forced_eos_token_id);
+    } else {
+      auto forced = nlohmann::json::array({*forced_eos_token_id});
+      for (const int64_t id : extra_forced_eos_token_ids) forced.push_back(id);
+      j["forced_eos_token_id"] = forced;
+    }
   }
   if (arch == Architecture::kBart) {
     j["encoder_attention_heads"] = num_heads;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "model/autocast.h"
+#include "model/config_generation.h"
 #include "model/data/encode.h"
 #include "model/data/examples.h"
 #include "model/dropout.h"
@@ -319,14 +320,25 @@ void cap_generation_lengths(nlohmann::json& g, int64_t max_target_tokens) {
 // generation_config.json (read instead of config.json's keys, as Hugging Face does), and a
 // summarization task's parameters (applied over either).
 void set_generation_defaults(const fs::path& dir, int64_t max_target_tokens) {
+  const auto read = [](const fs::path& file) {
+    return read_json_file<std::runtime_error>(file, "the saved model's " + file.filename().string());
+  };
   // Rewrites one of the saved model's JSON files through `edit`.
-  const auto rewrite = [](const fs::path& file, const auto& edit) {
-    auto j = read_json_file<std::runtime_error>(file, "the saved model's " + file.filename().string());
+  const auto rewrite = [&](const fs::path& file, const auto& edit) {
+    auto j = read(file);
     edit(j);
     write_file_atomically(file, j.dump(2) + "\n");
   };
+  // config.json's lengths only where its generation keys are the ones read: a max_length written beside a
+  // generation_config.json made from config.json made config.json's keys win over all of that file's (its
+  // beams, length penalty, n-gram blocking), as transformers 4 reads them.
+  const auto generation_file = dir / "generation_config.json";
+  const bool config_decides = !fs::exists(generation_file) || [&] {
+    const auto config = read(dir / "config.json");
+    return config_json_generation_wins(config, read(generation_file), config.value("model_type", "") == "bart");
+  }();
   rewrite(dir / "config.json", [&](nlohmann::json& j) {
-    cap_generation_lengths(j, max_target_tokens);
+    if (config_decides) cap_generation_lengths(j, max_target_tokens);
     if (j.contains("srformer") && j["srformer"].is_object()) j["srformer"]["expected_length"] = max_target_tokens;
     if (const auto tsp = j.find("task_specific_params"); tsp != j.end() && tsp->is_object()) {
       if (const auto s = tsp->find("summarization"); s != tsp->end() && s->is_object()) {
@@ -334,8 +346,8 @@ void set_generation_defaults(const fs::path& dir, int64_t max_target_tokens) {
       }
     }
   });
-  if (const auto file = dir / "generation_config.json"; fs::exists(file)) {
-    rewrite(file, [&](nlohmann::json& g) { cap_generation_lengths(g, max_target_tokens); });
+  if (fs::exists(generation_file)) {
+    rewrite(generation_file, [&](nlohmann::json& g) { cap_generation_lengths(g, max_target_tokens); });
   }
 }
 

@@ -1174,6 +1174,39 @@ TEST_F(Fixture, TeacherForcingStartsWithConfigJsonsDecoderStartNotGenerations) {
   }
 }
 
+// A generation_config.json made from config.json ("_from_model_config": true, as transformers writes it) whose
+// special ids config.json no longer holds (transformers 4.41+ moves them out): its settings are the model's.
+// The saved config.json got generation_config.json's forced_bos/forced_eos/eos ids written into it, and with
+// a forced id there, config.json's generation keys won over generation_config.json's on reading: the trained
+// (or converted) model summarized greedily, without the checkpoint's beams. config.json keeps its own ids now.
+TEST_F(Fixture, TheSavedConfigKeepsItsOwnSpecialIdsBesideAGenerationConfig) {
+  std::ofstream(model / "generation_config.json") << R"({"_from_model_config": true, "decoder_start_token_id": 0,
+      "eos_token_id": 1, "pad_token_id": 0, "forced_bos_token_id": 3, "num_beams": 2, "no_repeat_ngram_size": 2})";
+  nlohmann::json before;
+  std::ifstream(model / "config.json") >> before;
+  const auto start = ModelConfig::load(model / "config.json");
+  ASSERT_EQ(start.num_beams, 2);
+  ASSERT_EQ(start.forced_bos_token_id, 3);
+  auto o = options("own-ids");
+  o.steps = 1;
+  o.warmup_steps = 0;
+  std::ostringstream console;
+  train(o, console);
+  for (const auto& dir : {o.out_dir, latest_checkpoint(o.out_dir)}) {
+    nlohmann::json saved;
+    std::ifstream(dir / "config.json") >> saved;
+    for (const char* key : {"eos_token_id", "forced_bos_token_id", "forced_eos_token_id", "decoder_start_token_id"}) {
+      EXPECT_EQ(saved.value(key, nlohmann::json("absent")), before.value(key, nlohmann::json("absent")))
+          << dir << " " << key;
+    }
+    const auto c = ModelConfig::load(dir / "config.json");
+    EXPECT_EQ(c.num_beams, 2) << dir;
+    EXPECT_EQ(c.no_repeat_ngram_size, 2) << dir;
+    EXPECT_EQ(c.forced_bos_token_id, 3) << dir;
+    EXPECT_EQ(model_generation_defaults(c).max_new_tokens, o.max_target_tokens) << dir;  // the run's L still
+  }
+}
+
 }  // namespace
 }  // namespace srformer::train
 
