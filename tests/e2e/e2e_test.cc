@@ -58,6 +58,11 @@ class EndToEnd : public ::testing::Test {
     return std::make_unique<ServerProcess>(kServer, args, (work_ / "server.log").string());
   }
   static std::string doc(int i) { return (work_ / ("doc" + std::to_string(i) + ".txt")).string(); }
+  // `srformer train`'s stop tests: eight short examples in NAME.jsonl, the command that trains on them
+  // into NAME-run (the caller adds --steps), and whether a run left a checkpoint it can resume from.
+  static fs::path write_train_examples(const std::string& name);
+  static std::string train_command(const std::string& name);
+  static bool holds_a_checkpoint(const std::string& name);
 
   // Values, not pointers: where SetUpTestSuite throws (no SentencePiece shim), gtest reports it and still
   // runs SetUp and TearDownTestSuite, which must not dereference what it never set.
@@ -2450,55 +2455,62 @@ TEST_F(EndToEnd, StreamsSendEachTokenOnceWhenSamplesEndAtALaterEosId) {
   EXPECT_GT(ended_at_two, 0);
 }
 
-// SIGTERM (a preempted job) ends `srformer train` after the update in progress with a checkpoint, exit
-// 143 as a signal's end (trainer_test resumes such a run); it used to die at once, losing everything since
-// the last --save-every.
-TEST_F(EndToEnd, TrainStopsOnSigtermWithACheckpointToResumeFrom) {
-  const fs::path data = work_ / "sigterm-train.jsonl";
-  {
-    std::ofstream out(data);
-    for (int i = 0; i < 8; ++i) {
-      out << nlohmann::json{{"id", std::to_string(i)}, {"document", read(doc(i % 4))}, {"summary", "a summary"}}.dump()
-          << "\n";
-    }
+fs::path EndToEnd::write_train_examples(const std::string& name) {
+  const fs::path data = work_ / (name + ".jsonl");
+  std::ofstream out(data);
+  for (int i = 0; i < 8; ++i) {
+    out << nlohmann::json{{"id", std::to_string(i)}, {"document", read(doc(i % 4))}, {"summary", "a summary"}}.dump()
+        << "\n";
   }
-  const fs::path out = work_ / "sigterm-run";
-  const std::string log = (work_ / "sigterm-train.log").string();
-  const std::string train = kTool + " train " + model_dir_.string() + " " + data.string() + " --out " + out.string() +
-                            " --batch 2 --max-input-tokens 32 --max-target-tokens 4 --log-every 1 --threads 1";
-  // Signalled once an update is logged; a process still there 60 s later is killed (it would hold the test).
-  const auto r =
-      run_command("bash -c '" + train + " --steps 1000000 > " + log + " 2>&1 & pid=$!; for i in $(seq 600); " +
-                  "do grep -q \"step 1/\" " + log + " && break; sleep 0.1; done; kill -TERM $pid; " +
-                  "for i in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; " +
-                  "if kill -0 $pid 2>/dev/null; then kill -KILL $pid; wait $pid; echo still running; " +
-                  "else wait $pid; echo rc=$?; fi'");
-  EXPECT_EQ(r.out, "rc=143\n") << r.out << read(log);
-  EXPECT_NE(read(log).find("(a stop signal); continue with --resume"), std::string::npos) << read(log);
+  return data;
+}
+
+std::string EndToEnd::train_command(const std::string& name) {
+  return kTool + " train " + model_dir_.string() + " " + (work_ / (name + ".jsonl")).string() + " --out " +
+         (work_ / (name + "-run")).string() +
+         " --batch 2 --max-input-tokens 32 --max-target-tokens 4 --log-every 1 --threads 1";
+}
+
+bool EndToEnd::holds_a_checkpoint(const std::string& name) {
   bool checkpoint = false;
-  for (const auto& entry : fs::directory_iterator(out)) {
+  for (const auto& entry : fs::directory_iterator(work_ / (name + "-run"))) {
     checkpoint |= entry.path().filename().string().rfind("checkpoint-", 0) == 0 &&
                   fs::exists(entry.path() / "optimizer.safetensors");
   }
-  EXPECT_TRUE(checkpoint) << "no checkpoint in " << out;
+  return checkpoint;
+}
+
+// SIGTERM (a preempted job) ends `srformer train` after the update in progress with a checkpoint, exit
+// 143 as a signal's end (trainer_test resumes such a run); it used to die at once, losing everything since
+// the last --save-every. A hang-up (the terminal or SSH session that started the run closed) does the same,
+// exit 129; it killed the run at once, losing every update since its last checkpoint (with the default
+// --save-every 0, all of them).
+TEST_F(EndToEnd, TrainStopsOnSigtermOrAHangUpWithACheckpointToResumeFrom) {
+  for (const auto& [signal, exit_code] : {std::pair<std::string, int>{"TERM", 143}, {"HUP", 129}}) {
+    SCOPED_TRACE("SIG" + signal);
+    const std::string name = "sig" + signal + "-train";
+    write_train_examples(name);
+    const std::string log = (work_ / (name + ".log")).string();
+    // Signalled once an update is logged; a process still there 60 s later is killed (it would hold the test).
+    const auto r = run_command("bash -c '" + train_command(name) + " --steps 1000000 > " + log +
+                               " 2>&1 & pid=$!; for i in $(seq 600); " + "do grep -q \"step 1/\" " + log +
+                               " && break; sleep 0.1; done; kill -" + signal + " $pid; " +
+                               "for i in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; " +
+                               "if kill -0 $pid 2>/dev/null; then kill -KILL $pid; wait $pid; echo still running; " +
+                               "else wait $pid; echo rc=$?; fi'");
+    EXPECT_EQ(r.out, "rc=" + std::to_string(exit_code) + "\n") << r.out << read(log);
+    EXPECT_NE(read(log).find("(a stop signal); continue with --resume"), std::string::npos) << read(log);
+    EXPECT_TRUE(holds_a_checkpoint(name)) << "no checkpoint in " << name << "-run";
+  }
 }
 
 // A SIGINT ignored on entry (a shell script's background job: POSIX shells start them so, for the script's
 // Ctrl-C is not theirs) stays ignored, as the load generator's does: `srformer train` set its stop handler
 // over it, and such a run stopped at the script's Ctrl-C. SIGTERM still stops it.
 TEST_F(EndToEnd, TrainKeepsASigintIgnoredOnEntry) {
-  const fs::path data = work_ / "sigint-ignored.jsonl";
-  {
-    std::ofstream out(data);
-    for (int i = 0; i < 8; ++i) {
-      out << nlohmann::json{{"id", std::to_string(i)}, {"document", read(doc(i % 4))}, {"summary", "a summary"}}.dump()
-          << "\n";
-    }
-  }
-  const fs::path out = work_ / "sigint-ignored-run";
+  write_train_examples("sigint-ignored");
   const std::string log = (work_ / "sigint-ignored.log").string();
-  const std::string train = kTool + " train " + model_dir_.string() + " " + data.string() + " --out " + out.string() +
-                            " --batch 2 --max-input-tokens 32 --max-target-tokens 4 --log-every 1 --threads 1";
+  const std::string train = train_command("sigint-ignored");
   // SIGINT once update 1 is logged; SIGTERM once three more updates are (the run went on), or when the run is
   // gone, or 60 s later.
   const auto r =
@@ -2514,54 +2526,13 @@ TEST_F(EndToEnd, TrainKeepsASigintIgnoredOnEntry) {
   EXPECT_NE(read(log).find("(a stop signal); continue with --resume"), std::string::npos) << read(log);
 }
 
-// A hang-up (the terminal or SSH session that started the run closed) stops `srformer train` as SIGTERM does,
-// with a checkpoint and exit 129; it killed the run at once, losing every update since its last checkpoint
-// (with the default --save-every 0, all of them).
-TEST_F(EndToEnd, TrainStopsOnAHangUpWithACheckpoint) {
-  const fs::path data = work_ / "sighup-train.jsonl";
-  {
-    std::ofstream out(data);
-    for (int i = 0; i < 8; ++i) {
-      out << nlohmann::json{{"id", std::to_string(i)}, {"document", read(doc(i % 4))}, {"summary", "a summary"}}.dump()
-          << "\n";
-    }
-  }
-  const fs::path out = work_ / "sighup-run";
-  const std::string log = (work_ / "sighup-train.log").string();
-  const std::string train = kTool + " train " + model_dir_.string() + " " + data.string() + " --out " + out.string() +
-                            " --batch 2 --max-input-tokens 32 --max-target-tokens 4 --log-every 1 --threads 1";
-  const auto r =
-      run_command("bash -c '" + train + " --steps 1000000 > " + log + " 2>&1 & pid=$!; for i in $(seq 600); " +
-                  "do grep -q \"step 1/\" " + log + " && break; sleep 0.1; done; kill -HUP $pid; " +
-                  "for i in $(seq 600); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done; " +
-                  "if kill -0 $pid 2>/dev/null; then kill -KILL $pid; wait $pid; echo still running; " +
-                  "else wait $pid; echo rc=$?; fi'");
-  EXPECT_EQ(r.out, "rc=129\n") << r.out << read(log);
-  EXPECT_NE(read(log).find("(a stop signal); continue with --resume"), std::string::npos) << read(log);
-  bool checkpoint = false;
-  for (const auto& entry : fs::directory_iterator(out)) {
-    checkpoint |= entry.path().filename().string().rfind("checkpoint-", 0) == 0 &&
-                  fs::exists(entry.path() / "optimizer.safetensors");
-  }
-  EXPECT_TRUE(checkpoint) << "no checkpoint in " << out;
-}
-
 // `srformer train ... 2>&1 | tee LOG`, stopped by Ctrl-C (or a SIGTERM to the job's process group): tee ends at
 // once, and the run's next console line met a closed pipe. SIGPIPE killed it (exit 141) before its checkpoint
 // was written, or after it without a word; once a stop is requested, a closed console no longer ends it.
 TEST_F(EndToEnd, TrainStoppedWhileItsConsoleReaderEndsStillWritesItsCheckpoint) {
-  const fs::path data = work_ / "closed-console.jsonl";
-  {
-    std::ofstream out(data);
-    for (int i = 0; i < 8; ++i) {
-      out << nlohmann::json{{"id", std::to_string(i)}, {"document", read(doc(i % 4))}, {"summary", "a summary"}}.dump()
-          << "\n";
-    }
-  }
-  const fs::path out = work_ / "closed-console-run";
+  write_train_examples("closed-console");
   const std::string fifo = (work_ / "closed-console.fifo").string();
-  const std::string train = kTool + " train " + model_dir_.string() + " " + data.string() + " --out " + out.string() +
-                            " --batch 2 --max-input-tokens 32 --max-target-tokens 4 --log-every 1 --threads 1";
+  const std::string train = train_command("closed-console");
   // The reader (tee's part) signals the run once update 1 is logged and stops reading at once.
   const auto r = run_command(
       "bash -c 'mkfifo " + fifo + "; " + train + " --steps 1000000 > /dev/null 2> " + fifo +
@@ -2571,12 +2542,7 @@ TEST_F(EndToEnd, TrainStoppedWhileItsConsoleReaderEndsStillWritesItsCheckpoint) 
       "if kill -0 $pid 2>/dev/null; then kill -KILL $pid; wait $pid; echo still running; " +
       "else wait $pid; echo rc=$?; fi'");
   EXPECT_EQ(r.out, "rc=143\n") << r.out;
-  bool checkpoint = false;
-  for (const auto& entry : fs::directory_iterator(out)) {
-    checkpoint |= entry.path().filename().string().rfind("checkpoint-", 0) == 0 &&
-                  fs::exists(entry.path() / "optimizer.safetensors");
-  }
-  EXPECT_TRUE(checkpoint) << "no checkpoint in " << out;
+  EXPECT_TRUE(holds_a_checkpoint("closed-console")) << "no checkpoint in closed-console-run";
 }
 
 // `srformer convert` never writes over the model it reads (it overwrote the weights, then failed copying
