@@ -442,6 +442,32 @@ TEST(HfParity, T5AddedTokensDecodeThroughTheMetaspaceDecoder) {
   EXPECT_EQ(compare_decodes(*tok, tj, random_sequences(8, tok->vocab_size(), often, 1000), "T5 added \"▁foo\""), 0u);
 }
 
+// TEXTS followed by random ones of 1 to 8 UNITS each, up to COUNT in all.
+std::vector<std::string> random_texts(std::vector<std::string> texts, const std::vector<std::string>& units,
+                                      size_t count, unsigned seed) {
+  std::mt19937 rng(seed);
+  while (texts.size() < count) {
+    std::string s;
+    for (int k = 1 + static_cast<int>(rng() % 8); k > 0; --k) s += units[rng() % units.size()];
+    texts.push_back(std::move(s));
+  }
+  return texts;
+}
+
+// A T5 tokenizer.json in DIR/alone, loaded alone and, copied to DIR/beside, beside the demo model's
+// spiece.model: both encode TEXTS as Hugging Face's tokenizers encode the file.
+void expect_t5_encodes_alone_and_beside(const fs::path& tokenizer_json, const fs::path& dir,
+                                        const std::vector<std::string>& texts, const std::string& label) {
+  fs::create_directories(dir / "beside");
+  fs::copy_file(tokenizer_json, dir / "beside" / "tokenizer.json");
+  fs::copy_file(demo_model_dir() / "spiece.model", dir / "beside" / "spiece.model");
+  test::write_file(dir / "beside" / "tokenizer_config.json", R"({"extra_ids": 100})");
+  const auto ref = run_reference(tokenizer_json, text_inputs(texts));
+  for (const char* where : {"alone", "beside"}) {
+    EXPECT_EQ(compare(*load_tokenizer(dir / where), texts, ref, label + " " + where), 0u);
+  }
+}
+
 // T5 encodes of tokenizer.json in each layout transformers has converted spiece.model to, alone and beside
 // spiece.model, against Hugging Face's, on words, punctuation, whitespace and special tokens (HF's Unigram
 // and SentencePiece part ways elsewhere, on digit runs and format characters): "unstripped" (no Strip
@@ -452,13 +478,7 @@ TEST(HfParity, T5EncodeOfWhitespaceInEachTokenizerJsonLayout) {
   static const std::vector<std::string> kUnits = {"the",  "fox",      "a",    "word",  ".",           ",",
                                                   "'s",   " ",        "  ",   "   ",   "\t",          "\n",
                                                   "\r\n", "\xC2\xA0", "</s>", "<pad>", "<extra_id_0>"};
-  std::mt19937 rng(29);
-  std::vector<std::string> texts;
-  while (texts.size() < 1500) {
-    std::string s;
-    for (int k = 1 + static_cast<int>(rng() % 8); k > 0; --k) s += kUnits[rng() % kUnits.size()];
-    texts.push_back(std::move(s));
-  }
+  const auto texts = random_texts({}, kUnits, 1500, 29);
   for (const std::string style : {"unstripped", "current", "first", "legacy", "never"}) {
     const TempDir dir("hf-t5-encode");
     const auto tj =
@@ -470,14 +490,7 @@ TEST(HfParity, T5EncodeOfWhitespaceInEachTokenizerJsonLayout) {
       never["decoder"]["prepend_scheme"] = "never";
       test::write_file(tj, never.dump());
     }
-    fs::create_directories(dir.path() / "beside");
-    fs::copy_file(tj, dir.path() / "beside" / "tokenizer.json");
-    fs::copy_file(demo_model_dir() / "spiece.model", dir.path() / "beside" / "spiece.model");
-    test::write_file(dir.path() / "beside" / "tokenizer_config.json", R"({"extra_ids": 100})");
-    const auto ref = run_reference(tj, text_inputs(texts));
-    for (const char* where : {"alone", "beside"}) {
-      EXPECT_EQ(compare(*load_tokenizer(dir.path() / where), texts, ref, "T5 " + style + " " + where), 0u);
-    }
+    expect_t5_encodes_alone_and_beside(tj, dir.path(), texts, "T5 " + style);
   }
 }
 
@@ -490,25 +503,13 @@ TEST(HfParity, T5EncodeOfWhitespaceTheCharacterMapKeeps) {
   static const std::vector<std::string> kUnits = {"\u0085",       "\u0085",      " ",    "\xC2\xA0", "\t",   "a",
                                                   "word",         ".",           "</s>", "<pad>",    "\x7f", "\r\n",
                                                   "\xE2\x80\x83", "\xE2\x80\x8B"};
-  std::mt19937 rng(31);
-  std::vector<std::string> texts = {"\u0085", "a\u0085", "a\u0085b", "\u0085a", "a \u0085 b", "a\u0085</s>b"};
-  while (texts.size() < 1000) {
-    std::string s;
-    for (int k = 1 + static_cast<int>(rng() % 8); k > 0; --k) s += kUnits[rng() % kUnits.size()];
-    texts.push_back(std::move(s));
-  }
+  const auto texts =
+      random_texts({"\u0085", "a\u0085", "a\u0085b", "\u0085a", "a \u0085 b", "a\u0085</s>b"}, kUnits, 1000, 31);
   for (const std::string style : {"current", "legacy", "unstripped", "first"}) {
     const TempDir dir("hf-t5-nel");
     const auto tj = converted_tokenizer_json(demo_model_dir(), style, dir.path() / "alone");
     if (tj.empty()) GTEST_SKIP() << "python3 with the sentencepiece module not found";
-    fs::create_directories(dir.path() / "beside");
-    fs::copy_file(tj, dir.path() / "beside" / "tokenizer.json");
-    fs::copy_file(demo_model_dir() / "spiece.model", dir.path() / "beside" / "spiece.model");
-    test::write_file(dir.path() / "beside" / "tokenizer_config.json", R"({"extra_ids": 100})");
-    const auto ref = run_reference(tj, text_inputs(texts));
-    for (const char* where : {"alone", "beside"}) {
-      EXPECT_EQ(compare(*load_tokenizer(dir.path() / where), texts, ref, "T5 U+0085 " + style + " " + where), 0u);
-    }
+    expect_t5_encodes_alone_and_beside(tj, dir.path(), texts, "T5 U+0085 " + style);
   }
 }
 
