@@ -172,18 +172,19 @@ bool banned_always(const GenerationOptions& options, const std::vector<int64_t>&
   return words.size() == 1 && !is_eos(options, words.front());
 }
 
+// A longer bad word whose last token would complete it: the history ends with the rest of it.
+bool completes(const std::vector<int64_t>& words, const TokenHistory& history) {
+  return words.size() > 1 && words.size() <= history.size() &&
+         std::equal(words.begin(), words.end() - 1, history.end() - static_cast<std::ptrdiff_t>(words.size() - 1));
+}
+
 }  // namespace
 
 std::vector<int64_t> banned_bad_words(const GenerationOptions& options, const TokenHistory& history) {
   std::vector<int64_t> banned;
   for (const auto& words : options.bad_words_ids) {
-    if (words.size() == 1) {
-      if (banned_always(options, words)) banned.push_back(words.front());
-    } else if (!words.empty() && words.size() <= history.size() &&
-               std::equal(words.begin(), words.end() - 1,
-                          history.end() - static_cast<std::ptrdiff_t>(words.size() - 1))) {
-      banned.push_back(words.back());
-    }
+    if (banned_always(options, words)) banned.push_back(words.front());
+    if (completes(words, history)) banned.push_back(words.back());
   }
   return banned;
 }
@@ -201,11 +202,7 @@ void apply_bad_words(const torch::Tensor& scores, const GenerationOptions& optio
   for (size_t r = 0; r < histories.size(); ++r) {
     const auto row = scores.narrow(0, static_cast<int64_t>(r), 1);
     for (const auto& words : options.bad_words_ids) {
-      const auto& history = histories[r];
-      if (words.size() > 1 && words.size() <= history.size() &&
-          std::equal(words.begin(), words.end() - 1, history.end() - static_cast<std::ptrdiff_t>(words.size() - 1))) {
-        fill_columns(row, words.back(), words.back() + 1, kNegInf);
-      }
+      if (completes(words, histories[r])) fill_columns(row, words.back(), words.back() + 1, kNegInf);
     }
   }
 }
