@@ -144,6 +144,13 @@ std::string silence_message(grpc::Channel& channel, const ClientOptions& o, bool
          " s; still waiting, as the call has no deadline (--deadline-ms N ends it after N ms; Ctrl-C ends it now)";
 }
 
+// A unary call that says so once, without --deadline-ms, when no answer has come for a while.
+template <typename Call>
+grpc::Status call_saying_when_silent(grpc::Channel& channel, const ClientOptions& o, Call call) {
+  const srformer::client::SilenceNotice notice(o.deadline_ms == 0, [&] { return silence_message(channel, o, false); });
+  return call();
+}
+
 void set_deadline(grpc::ClientContext& ctx, const ClientOptions& o) {
   if (o.deadline_ms > 0) ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(o.deadline_ms));
 }
@@ -185,12 +192,7 @@ int summarize(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Channel&
   const auto req = make_request(o, doc);
   if (!o.stream) {
     v1::SummarizeResponse resp;
-    grpc::Status answer;
-    {
-      const srformer::client::SilenceNotice notice(o.deadline_ms == 0,
-                                                   [&] { return silence_message(channel, o, false); });
-      answer = stub.Summarize(&ctx, req, &resp);
-    }
+    const grpc::Status answer = call_saying_when_silent(channel, o, [&] { return stub.Summarize(&ctx, req, &resp); });
     const auto st = srformer::client::naming_the_document(answer, path);
     if (!st.ok()) return fail(st, channel, o, req.ByteSizeLong());
     if (o.json) {
@@ -326,12 +328,7 @@ int summarize_batch(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Ch
   grpc::ClientContext ctx;
   set_deadline(ctx, o);
   v1::SummarizeBatchResponse resp;
-  grpc::Status st;
-  {
-    const srformer::client::SilenceNotice notice(o.deadline_ms == 0,
-                                                 [&] { return silence_message(channel, o, false); });
-    st = stub.SummarizeBatch(&ctx, batch, &resp);
-  }
+  const grpc::Status st = call_saying_when_silent(channel, o, [&] { return stub.SummarizeBatch(&ctx, batch, &resp); });
   if (!st.ok()) return fail(naming_the_file(st, o.inputs), channel, o, batch.ByteSizeLong());
   std::map<int, const v1::BatchItemError*> errors;
   for (const auto& e : resp.errors()) errors[e.index()] = &e;
@@ -410,12 +407,7 @@ int list_models(const ClientOptions& o, v1::Summarizer::Stub& stub, grpc::Channe
   grpc::ClientContext ctx;
   set_deadline(ctx, o);
   v1::ListModelsResponse resp;
-  grpc::Status st;
-  {
-    const srformer::client::SilenceNotice notice(o.deadline_ms == 0,
-                                                 [&] { return silence_message(channel, o, false); });
-    st = stub.ListModels(&ctx, {}, &resp);
-  }
+  const grpc::Status st = call_saying_when_silent(channel, o, [&] { return stub.ListModels(&ctx, {}, &resp); });
   if (!st.ok()) return fail(st, channel, o);
   nlohmann::json all = nlohmann::json::array();
   for (const auto& m : resp.models()) {
