@@ -203,6 +203,34 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
     }
     o.top_p = p.top_p();
   }
+  // Hugging Face's further warpers (sampling only, as the config's): a request's own value out of its warper's
+  // range is refused whether or not it samples, as top_p is.
+  if (p.has_min_p()) {
+    if (!(p.min_p() >= 0.0f && p.min_p() <= 1.0f)) {
+      invalid("min_p must be in [0, 1] (0 disables it), got " + str(p.min_p()));
+    }
+    o.min_p = p.min_p();
+  }
+  if (p.has_typical_p()) {
+    if (!(p.typical_p() > 0.0f && p.typical_p() <= 1.0f)) {
+      invalid("typical_p must be in (0, 1] (1 disables it), got " + str(p.typical_p()));
+    }
+    o.typical_p = p.typical_p();
+  }
+  if (p.has_epsilon_cutoff()) {
+    if (!(p.epsilon_cutoff() >= 0.0f && p.epsilon_cutoff() < 1.0f)) {
+      invalid("epsilon_cutoff must be in [0, 1) (0 disables it; Hugging Face suggests 3e-4 to 9e-4), got " +
+              str(p.epsilon_cutoff()));
+    }
+    o.epsilon_cutoff = p.epsilon_cutoff();
+  }
+  if (p.has_eta_cutoff()) {
+    if (!(p.eta_cutoff() >= 0.0f && p.eta_cutoff() < 1.0f)) {
+      invalid("eta_cutoff must be in [0, 1) (0 disables it; Hugging Face suggests 3e-4 to 2e-3), got " +
+              str(p.eta_cutoff()));
+    }
+    o.eta_cutoff = p.eta_cutoff();
+  }
   if (p.has_seed()) o.seed = p.seed();
   if (p.has_no_repeat_ngram_size()) {
     if (p.no_repeat_ngram_size() < 0) {
@@ -215,6 +243,17 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
   if (p.has_repetition_penalty()) {
     // validate() refuses it below 1e-4 or not finite, and says so (as the temperature above).
     o.repetition_penalty = p.repetition_penalty();
+  }
+  if (p.has_encoder_repetition_penalty()) {
+    // As repetition_penalty: validate() refuses it below 1e-4 or not finite.
+    o.encoder_repetition_penalty = p.encoder_repetition_penalty();
+  }
+  if (p.has_encoder_no_repeat_ngram_size()) {
+    if (p.encoder_no_repeat_ngram_size() < 0) {
+      invalid("encoder_no_repeat_ngram_size must be >= 0 (0 disables it), got " +
+              str(p.encoder_no_repeat_ngram_size()));
+    }
+    o.encoder_no_repeat_ngram_size = p.encoder_no_repeat_ngram_size();
   }
   // The model's own L (srformer.expected_length), which ListModels advertises, is always a valid choice.
   const int64_t model_l = config.srformer.expected_length.value_or(0);
@@ -255,6 +294,14 @@ v1::GenerationOptions to_proto(const ResolvedOptions& resolved) {
   p.set_repetition_penalty(static_cast<float>(o.repetition_penalty));
   p.set_expected_length(static_cast<int32_t>(resolved.expected_length));
   p.set_num_return_sequences(static_cast<int32_t>(o.num_return_sequences));
+  // A config's typical_p of 1 or more and cutoffs outside (0, 1) are off, as in Hugging Face: sent as the
+  // values that say so, which a request may send back.
+  p.set_min_p(static_cast<float>(o.min_p));
+  p.set_typical_p(o.typical_p < 1.0 ? static_cast<float>(o.typical_p) : 1.0f);
+  p.set_epsilon_cutoff(o.epsilon_cutoff > 0.0 && o.epsilon_cutoff < 1.0 ? static_cast<float>(o.epsilon_cutoff) : 0.0f);
+  p.set_eta_cutoff(o.eta_cutoff > 0.0 && o.eta_cutoff < 1.0 ? static_cast<float>(o.eta_cutoff) : 0.0f);
+  p.set_encoder_repetition_penalty(static_cast<float>(o.encoder_repetition_penalty));
+  p.set_encoder_no_repeat_ngram_size(static_cast<int32_t>(o.encoder_no_repeat_ngram_size));
   return p;
 }
 

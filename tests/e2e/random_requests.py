@@ -84,6 +84,14 @@ def draw_request(pb, rng, models, index, max_words):
         o.seed = rng.randrange(1, 1 << 40)
     maybe(0.3, "no_repeat_ngram_size", [0, 1, 2, 3], [-2])
     maybe(0.3, "repetition_penalty", [1.0, 1.2, 2.0], [-1.0])
+    # Hugging Face's further warpers (sampling) and the settings that read the request's own input: rows
+    # with other values of them in one batch.
+    maybe(0.15, "min_p", [0.0, 0.05, 0.3], [1.5])
+    maybe(0.15, "typical_p", [0.5, 0.9, 1.0], [0.0])
+    maybe(0.1, "epsilon_cutoff", [0.0, 3e-4, 0.05], [1.0])
+    maybe(0.1, "eta_cutoff", [0.0, 1e-3, 0.3], [-1.0])
+    maybe(0.15, "encoder_repetition_penalty", [0.5, 1.0, 2.0], [0.0])
+    maybe(0.15, "encoder_no_repeat_ngram_size", [0, 1, 2, 3], [-1])
     maybe(0.3, "length_penalty", [-1.0, 0.0, 1.0, 2.0])
     maybe(0.3, "early_stopping", [True, False])
     maybe(0.2, "early_stopping_mode", [1, 2, 3], [7])  # HEURISTIC, WHEN_FULL, NEVER; may disagree with the bool

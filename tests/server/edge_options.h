@@ -50,6 +50,12 @@ inline std::map<grpc::StatusCode, int> send_edge_option_requests(v1::Summarizer:
     if (rng() % 2) o->set_no_repeat_ngram_size(pick(ints));
     if (rng() % 2) o->set_repetition_penalty(pick(floats));
     if (rng() % 2) o->set_expected_length(pick(ints));
+    if (rng() % 4 == 0) o->set_min_p(pick(floats));
+    if (rng() % 4 == 0) o->set_typical_p(pick(floats));
+    if (rng() % 4 == 0) o->set_epsilon_cutoff(pick(floats));
+    if (rng() % 4 == 0) o->set_eta_cutoff(pick(floats));
+    if (rng() % 4 == 0) o->set_encoder_repetition_penalty(pick(floats));
+    if (rng() % 4 == 0) o->set_encoder_no_repeat_ngram_size(pick(ints));
     if (rng() % 4 == 0) o->set_num_return_sequences(pick(ints));
     if (rng() % 4 == 0) r.set_truncation(static_cast<v1::TruncationPolicy>(pick(ints)));
     grpc::ClientContext ctx;

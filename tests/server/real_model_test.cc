@@ -698,5 +698,90 @@ TEST_F(RealModel, SamplesLeavingTheBatchChangeNoOtherRow) {
       << "rows that left early gave back their budget once";
 }
 
+// Hugging Face's further sampling warpers and encoder-input settings, set in a request, give what the same
+// setting in a checkpoint's generation_config.json gives a request that sets none (scores and log-probabilities
+// too), change the summary on this random model, and a request's value that turns one off turns the
+// checkpoint's off.
+TEST_F(RealModel, RequestWarpersAndEncoderSettingsEqualTheSameInGenerationConfig) {
+  struct Setting {
+    std::string json;
+    std::function<void(v1::GenerationOptions&)> set, turn_off;
+    bool samples;
+  };
+  const std::vector<Setting> settings = {
+      {R"({"min_p": 0.25})", [](auto& o) { o.set_min_p(0.25F); }, [](auto& o) { o.set_min_p(0); }, true},
+      {R"({"typical_p": 0.5})", [](auto& o) { o.set_typical_p(0.5F); }, [](auto& o) { o.set_typical_p(1); }, true},
+      {R"({"epsilon_cutoff": 0.0625})", [](auto& o) { o.set_epsilon_cutoff(0.0625F); },
+       [](auto& o) { o.set_epsilon_cutoff(0); }, true},
+      {R"({"eta_cutoff": 0.5})", [](auto& o) { o.set_eta_cutoff(0.5F); }, [](auto& o) { o.set_eta_cutoff(0); }, true},
+      {R"({"encoder_repetition_penalty": 4.0})", [](auto& o) { o.set_encoder_repetition_penalty(4.0F); },
+       [](auto& o) { o.set_encoder_repetition_penalty(1); }, false},
+      {R"({"encoder_no_repeat_ngram_size": 1})", [](auto& o) { o.set_encoder_no_repeat_ngram_size(1); },
+       [](auto& o) { o.set_encoder_no_repeat_ngram_size(0); }, false},
+  };
+  // The fixture's model as "plain", and beside it a copy per setting whose generation_config.json sets it.
+  std::vector<server::LoadedModel> models;
+  models.push_back(server::load_model_dir({"plain", dir_.string()}, server::ServerConfig{}));
+  std::vector<fs::path> copies;
+  for (size_t i = 0; i < settings.size(); ++i) {
+    copies.push_back(dir_.string() + "-configured-" + std::to_string(i));
+    fs::create_directories(copies.back());
+    fs::copy(dir_, copies.back(), fs::copy_options::overwrite_existing | fs::copy_options::recursive);
+    std::ofstream(copies.back() / "generation_config.json") << settings[i].json;
+    models.push_back(
+        server::load_model_dir({"configured-" + std::to_string(i), copies.back().string()}, server::ServerConfig{}));
+  }
+  server::ServerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "";
+  config.max_new_tokens_cap = 64;
+  server::Server server(config, std::move(models));
+  server.start();
+  const auto stub = v1::Summarizer::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server.port()), grpc::InsecureChannelCredentials()));
+  const auto summarize = [&stub](const std::string& model, v1::SummarizeRequest r) {
+    r.set_model(model);
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    const auto status = stub->Summarize(&ctx, r, &resp);
+    EXPECT_TRUE(status.ok()) << model << ": " << status.error_message();
+    return resp;
+  };
+  const auto logprobs = [](const v1::SummarizeResponse& r) {
+    return std::vector<float>(r.token_logprobs().begin(), r.token_logprobs().end());
+  };
+  for (size_t i = 0; i < settings.size(); ++i) {
+    const auto& setting = settings[i];
+    const std::string configured = "configured-" + std::to_string(i);
+    bool changed = false;
+    for (uint32_t trial = 0; trial < 6; ++trial) {
+      const std::string doc = synthetic_text(3, 40 + trial);
+      // Sampling at a temperature that spreads the random model's probabilities; else greedy and beams.
+      auto base = setting.samples ? sampling_request(doc, 1, 7 + trial) : request(doc, 20, 1 + trial % 3);
+      if (setting.samples) base.mutable_options()->set_temperature(1.5F);
+      auto own = base;
+      setting.set(*own.mutable_options());
+      auto off = base;
+      setting.turn_off(*off.mutable_options());
+      const auto by_request = summarize("plain", own);
+      const auto by_config = summarize(configured, base);
+      EXPECT_EQ(ids_of(by_request), ids_of(by_config)) << setting.json << ", trial " << trial;
+      EXPECT_EQ(by_request.score(), by_config.score()) << setting.json << ", trial " << trial;
+      EXPECT_EQ(logprobs(by_request), logprobs(by_config)) << setting.json << ", trial " << trial;
+      const auto plain = summarize("plain", base);
+      const auto turned_off = summarize(configured, off);
+      EXPECT_EQ(ids_of(turned_off), ids_of(plain)) << setting.json << " turned off, trial " << trial;
+      EXPECT_EQ(logprobs(turned_off), logprobs(plain)) << setting.json << " turned off, trial " << trial;
+      changed = changed || ids_of(by_request) != ids_of(plain);
+    }
+    EXPECT_TRUE(changed) << setting.json << " changed no summary in six trials";
+  }
+  server.shutdown(std::chrono::milliseconds(1000));
+  for (const auto& copy : copies) {
+    std::error_code ec;
+    fs::remove_all(copy, ec);
+  }
+}
+
 }  // namespace
 }  // namespace srformer::testing

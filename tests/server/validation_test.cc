@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -98,6 +99,38 @@ TEST(Validation, EveryBadInputIsRefusedWithAHelpfulMessage) {
        SC::INVALID_ARGUMENT, "repetition_penalty is -1; set it between 1e-4 and a finite number"},
       {"negative no_repeat_ngram_size", [](auto& r) { r.mutable_options()->set_no_repeat_ngram_size(-2); },
        SC::INVALID_ARGUMENT, "no_repeat_ngram_size"},
+      // Hugging Face's further warpers and encoder-input settings: a request's own value out of range is refused,
+      // sampling or not (as top_p), saying the range and the value that turns it off.
+      {"min_p over 1", [](auto& r) { r.mutable_options()->set_min_p(1.5F); }, SC::INVALID_ARGUMENT,
+       "min_p must be in [0, 1] (0 disables it), got 1.5"},
+      {"negative min_p with sampling",
+       [](auto& r) {
+         r.mutable_options()->set_do_sample(true);
+         r.mutable_options()->set_min_p(-0.25F);
+       },
+       SC::INVALID_ARGUMENT, "min_p must be in [0, 1] (0 disables it), got -0.25"},
+      {"min_p NaN", [](auto& r) { r.mutable_options()->set_min_p(std::numeric_limits<float>::quiet_NaN()); },
+       SC::INVALID_ARGUMENT, "min_p must be in [0, 1] (0 disables it), got nan"},
+      {"typical_p 0", [](auto& r) { r.mutable_options()->set_typical_p(0); }, SC::INVALID_ARGUMENT,
+       "typical_p must be in (0, 1] (1 disables it), got 0"},
+      {"typical_p over 1", [](auto& r) { r.mutable_options()->set_typical_p(2); }, SC::INVALID_ARGUMENT,
+       "typical_p must be in (0, 1] (1 disables it), got 2"},
+      {"epsilon_cutoff 1", [](auto& r) { r.mutable_options()->set_epsilon_cutoff(1); }, SC::INVALID_ARGUMENT,
+       "epsilon_cutoff must be in [0, 1) (0 disables it; Hugging Face suggests 3e-4 to 9e-4), got 1"},
+      {"negative epsilon_cutoff", [](auto& r) { r.mutable_options()->set_epsilon_cutoff(-0.5F); }, SC::INVALID_ARGUMENT,
+       "epsilon_cutoff must be in [0, 1)"},
+      {"eta_cutoff inf", [](auto& r) { r.mutable_options()->set_eta_cutoff(std::numeric_limits<float>::infinity()); },
+       SC::INVALID_ARGUMENT,
+       "eta_cutoff must be in [0, 1) (0 disables it; Hugging Face suggests 3e-4 to 2e-3), got inf"},
+      {"encoder_repetition_penalty 0", [](auto& r) { r.mutable_options()->set_encoder_repetition_penalty(0); },
+       SC::INVALID_ARGUMENT,
+       "encoder_repetition_penalty is 0; set it between 1e-4 and a finite number (1 disables it)"},
+      {"encoder_repetition_penalty NaN",
+       [](auto& r) { r.mutable_options()->set_encoder_repetition_penalty(std::numeric_limits<float>::quiet_NaN()); },
+       SC::INVALID_ARGUMENT, "encoder_repetition_penalty is nan; set it between 1e-4"},
+      {"negative encoder_no_repeat_ngram_size",
+       [](auto& r) { r.mutable_options()->set_encoder_no_repeat_ngram_size(-1); }, SC::INVALID_ARGUMENT,
+       "encoder_no_repeat_ngram_size must be >= 0 (0 disables it), got -1"},
       {"unknown early_stopping_mode",
        [](auto& r) { r.mutable_options()->set_early_stopping_mode(static_cast<v1::EarlyStoppingMode>(7)); },
        SC::INVALID_ARGUMENT, "early_stopping_mode 7 is not one of HEURISTIC (1), WHEN_FULL (2) or NEVER (3)"},
@@ -495,6 +528,67 @@ TEST(Validation, DefaultsComeFromTheModelConfig) {
   EXPECT_THROW((void)server::resolve_options(single, config, limits), server::RequestError);
 }
 
+// Hugging Face's further warpers and the encoder-input settings: a request that leaves them unset gets the
+// checkpoint's (generation_config.json's), one that sets them gets its own, the value that turns one off
+// included.
+TEST(Validation, WarpersAndEncoderInputSettingsComeFromTheRequestElseTheConfig) {
+  ModelConfig config;
+  config.do_sample = true;
+  config.min_p = 0.05;
+  config.typical_p = 0.9;
+  config.epsilon_cutoff = 3e-4;
+  config.eta_cutoff = 1e-3;
+  config.encoder_repetition_penalty = 1.5;
+  config.encoder_no_repeat_ngram_size = 3;
+  const server::ServiceLimits limits;
+  const auto d = server::resolve_options({}, config, limits).options;
+  EXPECT_DOUBLE_EQ(d.min_p, 0.05);
+  EXPECT_DOUBLE_EQ(d.typical_p, 0.9);
+  EXPECT_DOUBLE_EQ(d.epsilon_cutoff, 3e-4);
+  EXPECT_DOUBLE_EQ(d.eta_cutoff, 1e-3);
+  EXPECT_DOUBLE_EQ(d.encoder_repetition_penalty, 1.5);
+  EXPECT_EQ(d.encoder_no_repeat_ngram_size, 3);
+  v1::GenerationOptions p;
+  p.set_min_p(0.25F);
+  p.set_typical_p(0.5F);
+  p.set_epsilon_cutoff(0.125F);
+  p.set_eta_cutoff(0.0625F);
+  p.set_encoder_repetition_penalty(0.5F);
+  p.set_encoder_no_repeat_ngram_size(2);
+  const auto own = server::resolve_options(p, config, limits).options;
+  EXPECT_DOUBLE_EQ(own.min_p, 0.25);
+  EXPECT_DOUBLE_EQ(own.typical_p, 0.5);
+  EXPECT_DOUBLE_EQ(own.epsilon_cutoff, 0.125);
+  EXPECT_DOUBLE_EQ(own.eta_cutoff, 0.0625);
+  EXPECT_DOUBLE_EQ(own.encoder_repetition_penalty, 0.5);
+  EXPECT_EQ(own.encoder_no_repeat_ngram_size, 2);
+  v1::GenerationOptions off;
+  off.set_min_p(0);
+  off.set_typical_p(1);
+  off.set_epsilon_cutoff(0);
+  off.set_eta_cutoff(0);
+  off.set_encoder_repetition_penalty(1);
+  off.set_encoder_no_repeat_ngram_size(0);
+  const auto none = server::resolve_options(off, config, limits).options;
+  EXPECT_EQ(std::tie(none.min_p, none.typical_p, none.epsilon_cutoff, none.eta_cutoff, none.encoder_repetition_penalty,
+                     none.encoder_no_repeat_ngram_size),
+            std::make_tuple(0.0, 1.0, 0.0, 0.0, 1.0, int64_t{0}));
+  EXPECT_FALSE(reads_encoder_input(none)) << "the engine gives the options no copy of the input";
+  // A checkpoint's encoder_repetition_penalty no request can use (0) is refused with the reason unless the
+  // request sets its own, as repetition_penalty.
+  config.encoder_repetition_penalty = 0.0;
+  try {
+    (void)server::resolve_options({}, config, limits);
+    ADD_FAILURE() << "encoder_repetition_penalty 0 taken";
+  } catch (const server::RequestError& e) {
+    EXPECT_EQ(e.code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find("encoder_repetition_penalty is 0"), std::string::npos) << e.what();
+  }
+  v1::GenerationOptions fixed;
+  fixed.set_encoder_repetition_penalty(1.0F);
+  EXPECT_DOUBLE_EQ(server::resolve_options(fixed, config, limits).options.encoder_repetition_penalty, 1.0);
+}
+
 // A checkpoint's srformer.expected_length is the L of every request that sets none, whatever its
 // max_new_tokens; without one, L follows max_new_tokens.
 // A request's early_stopping_mode, else its early_stopping, else the config's (here true).
@@ -560,6 +654,14 @@ TEST(Validation, DefaultsAsRequestOptionsResolveToThemselves) {
   config.no_repeat_ngram_size = 3;
   config.early_stopping = EarlyStopping::kNever;
   config.srformer.expected_length = 50;
+  config.min_p = 0.05;
+  config.encoder_repetition_penalty = 1.25;
+  config.encoder_no_repeat_ngram_size = 4;
+  // Hugging Face leaves these off (typical_p of 1 or more, cutoffs outside (0, 1)): sent as the values that
+  // say so, which a request may send back (1.5 and 2 are refused in one).
+  config.typical_p = 1.5;
+  config.epsilon_cutoff = 2.0;
+  config.eta_cutoff = -1.0;
   server::ServiceLimits limits;
   const auto defaults = server::resolve_options({}, config, limits);
   const auto proto = server::to_proto(defaults);
@@ -570,6 +672,12 @@ TEST(Validation, DefaultsAsRequestOptionsResolveToThemselves) {
   EXPECT_FLOAT_EQ(proto.temperature(), 0.7F);
   EXPECT_EQ(proto.num_return_sequences(), 2);
   EXPECT_EQ(proto.expected_length(), 50);
+  EXPECT_FLOAT_EQ(proto.min_p(), 0.05F);
+  EXPECT_FLOAT_EQ(proto.typical_p(), 1.0F);
+  EXPECT_FLOAT_EQ(proto.epsilon_cutoff(), 0.0F);
+  EXPECT_FLOAT_EQ(proto.eta_cutoff(), 0.0F);
+  EXPECT_FLOAT_EQ(proto.encoder_repetition_penalty(), 1.25F);
+  EXPECT_EQ(proto.encoder_no_repeat_ngram_size(), 4);
   const auto again = server::resolve_options(proto, config, limits);
   EXPECT_EQ(server::to_proto(again).SerializeAsString(), proto.SerializeAsString());
   const auto& a = defaults.options;
@@ -580,6 +688,9 @@ TEST(Validation, DefaultsAsRequestOptionsResolveToThemselves) {
                      b.no_repeat_ngram_size, b.num_return_sequences));
   EXPECT_NEAR(b.temperature, a.temperature, 1e-7);  // float on the wire
   EXPECT_NEAR(b.top_p, a.top_p, 1e-7);
+  EXPECT_NEAR(b.min_p, a.min_p, 1e-7);
+  EXPECT_NEAR(b.encoder_repetition_penalty, a.encoder_repetition_penalty, 1e-7);
+  EXPECT_EQ(b.encoder_no_repeat_ngram_size, a.encoder_no_repeat_ngram_size);
   // Every field is set: a client that copies them sends no field the server would fill in differently.
   std::vector<const google::protobuf::FieldDescriptor*> set;
   proto.GetReflection()->ListFields(proto, &set);
