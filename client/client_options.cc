@@ -142,6 +142,12 @@ bool is_summary_flag(const std::string& flag) {
                                                       "--seed",
                                                       "--no-repeat-ngram-size",
                                                       "--repetition-penalty",
+                                                      "--min-p",
+                                                      "--typical-p",
+                                                      "--epsilon-cutoff",
+                                                      "--eta-cutoff",
+                                                      "--encoder-repetition-penalty",
+                                                      "--encoder-no-repeat-ngram-size",
                                                       "--expected-length"};
   return kSummaryFlags.count(flag) > 0;
 }
@@ -186,6 +192,8 @@ generation options (unset = the model's defaults):
   --early-stopping | --no-early-stopping | --early-stopping-never (beam search: true, false, "never")
   --do-sample | --no-sample, --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N
   --repetition-penalty X --expected-length N --truncate (cut over-long input instead of failing)
+  --min-p X --typical-p X --epsilon-cutoff X --eta-cutoff X (sampling's further warpers)
+  --encoder-repetition-penalty X --encoder-no-repeat-ngram-size N (the document's own tokens)
   --num-return-sequences N (beams: also the next best hypotheses; sampling with one beam: N samples;
                            one line each after the summary, "[alternative K, score S] TEXT" (TEXT's
                            line breaks written as --batch's), or --json's alternatives; with --batch,
@@ -351,6 +359,18 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       g.set_no_repeat_ngram_size(to_int32(arg, next()));
     } else if (arg == "--repetition-penalty") {
       g.set_repetition_penalty(to_float(arg, next()));
+    } else if (arg == "--min-p") {
+      g.set_min_p(to_float(arg, next()));
+    } else if (arg == "--typical-p") {
+      g.set_typical_p(to_float(arg, next()));
+    } else if (arg == "--epsilon-cutoff") {
+      g.set_epsilon_cutoff(to_float(arg, next()));
+    } else if (arg == "--eta-cutoff") {
+      g.set_eta_cutoff(to_float(arg, next()));
+    } else if (arg == "--encoder-repetition-penalty") {
+      g.set_encoder_repetition_penalty(to_float(arg, next()));
+    } else if (arg == "--encoder-no-repeat-ngram-size") {
+      g.set_encoder_no_repeat_ngram_size(to_int32(arg, next()));
     } else if (arg == "--expected-length") {
       g.set_expected_length(to_int32(arg, next()));
     } else if (arg == "--truncate") {

@@ -39,6 +39,8 @@ const char* kUsage =
     "  --do-sample | --no-sample, --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N\n"
     "  --repetition-penalty X --expected-length L (SRformer schedule; default: the model's\n"
     "  srformer.expected_length, else max-new-tokens)\n"
+    "  --min-p X --typical-p X --epsilon-cutoff X --eta-cutoff X (sampling's further warpers)\n"
+    "  --encoder-repetition-penalty X --encoder-no-repeat-ngram-size N (the document's own tokens)\n"
     "  --truncate (cut over-long input instead of failing) --threads N --json --stream\n"
     "  --max-input-tokens N (lowers the model's input limit; a T5's n_positions is advisory: N may raise it)\n"
     "  --dtype fp32|bf16 (bf16: projections in bfloat16; needs a CPU with AMX or AVX512-BF16)\n"
@@ -55,8 +57,8 @@ int run_summarize(const std::vector<std::string>& args) {
   int threads = 0;
   LoadOptions load;
   bool dtype_given = false;
-  std::optional<int64_t> max_new, min_new, beams, no_repeat, top_k, expected, returned, max_input;
-  std::optional<double> length_penalty, temperature, top_p, rep;
+  std::optional<int64_t> max_new, min_new, beams, no_repeat, top_k, expected, returned, max_input, encoder_no_repeat;
+  std::optional<double> length_penalty, temperature, top_p, rep, min_p, typical_p, epsilon, eta, encoder_rep;
   std::optional<EarlyStopping> early;
   std::optional<bool> sample;
   uint64_t seed = 0;
@@ -99,6 +101,18 @@ int run_summarize(const std::vector<std::string>& args) {
       no_repeat = r.integer_value();
     } else if (a == "--repetition-penalty") {
       rep = r.number_value();
+    } else if (a == "--min-p") {
+      min_p = r.number_value();
+    } else if (a == "--typical-p") {
+      typical_p = r.number_value();
+    } else if (a == "--epsilon-cutoff") {
+      epsilon = r.number_value();
+    } else if (a == "--eta-cutoff") {
+      eta = r.number_value();
+    } else if (a == "--encoder-repetition-penalty") {
+      encoder_rep = r.number_value();
+    } else if (a == "--encoder-no-repeat-ngram-size") {
+      encoder_no_repeat = r.integer_value();
     } else if (a == "--expected-length") {
       expected = r.integer_value();
     } else if (a == "--truncate") {
@@ -173,8 +187,23 @@ int run_summarize(const std::vector<std::string>& args) {
   }
   // The API carries these as float32 (srformer.v1.GenerationOptions): read as the server reads them, a
   // value such as 0.448 gives the same beam scores here and served.
-  for (auto* given : {&length_penalty, &temperature, &top_p, &rep}) {
+  for (auto* given : {&length_penalty, &temperature, &top_p, &rep, &min_p, &typical_p, &epsilon, &eta, &encoder_rep}) {
     if (*given) *given = static_cast<double>(static_cast<float>(**given));
+  }
+  // Refused as the server refuses a request's own values, sampling or not (validate() checks the warpers
+  // only when sampling, where a checkpoint's matter).
+  const auto check_range = [](const char* flag, const std::optional<double>& v, bool closed_low, bool closed_high,
+                              const char* range) {
+    if (v && !((closed_low ? *v >= 0.0 : *v > 0.0) && (closed_high ? *v <= 1.0 : *v < 1.0))) {
+      throw std::invalid_argument(std::string(flag) + " must be in " + range);
+    }
+  };
+  check_range("--min-p", min_p, true, true, "[0, 1] (0 disables it)");
+  check_range("--typical-p", typical_p, false, true, "(0, 1] (1 disables it)");
+  check_range("--epsilon-cutoff", epsilon, true, false, "[0, 1) (0 disables it)");
+  check_range("--eta-cutoff", eta, true, false, "[0, 1) (0 disables it)");
+  if (encoder_no_repeat && *encoder_no_repeat < 0) {
+    throw std::invalid_argument("--encoder-no-repeat-ngram-size must be >= 0 (0 disables it)");
   }
   GenerationOptions o = d;
   o.max_new_tokens = max_new.value_or(d.max_new_tokens);
@@ -189,6 +218,12 @@ int run_summarize(const std::vector<std::string>& args) {
   o.top_p = top_p.value_or(d.top_p);
   o.seed = seed;
   o.repetition_penalty = rep.value_or(d.repetition_penalty);
+  o.min_p = min_p.value_or(d.min_p);
+  o.typical_p = typical_p.value_or(d.typical_p);
+  o.epsilon_cutoff = epsilon.value_or(d.epsilon_cutoff);
+  o.eta_cutoff = eta.value_or(d.eta_cutoff);
+  o.encoder_repetition_penalty = encoder_rep.value_or(d.encoder_repetition_penalty);
+  o.encoder_no_repeat_ngram_size = encoder_no_repeat.value_or(d.encoder_no_repeat_ngram_size);
   o.num_return_sequences = returned.value_or(default_num_return_sequences(d, o));
   check_length_penalty_flag(length_penalty);
   o.vocab_limit = tokenizer->vocab_size();

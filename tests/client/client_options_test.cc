@@ -187,6 +187,29 @@ TEST(ClientOptions, TheLastEarlyStoppingFlagWins) {
             v1::EARLY_STOPPING_MODE_NEVER);
 }
 
+// The request fields for Hugging Face's further warpers and the encoder-input settings each have a flag,
+// set only when given (unset: the model's default), and summary flags like the others.
+TEST(ClientOptions, WarperAndEncoderInputFlagsSetTheirFields) {
+  const auto g = parse({"--min-p", "0.05", "--typical-p=0.9", "--epsilon-cutoff", "3e-4", "--eta-cutoff", "1e-3",
+                        "--encoder-repetition-penalty", "1.5", "--encoder-no-repeat-ngram-size", "3", "doc.txt"})
+                     .generation;
+  EXPECT_FLOAT_EQ(g.min_p(), 0.05F);
+  EXPECT_FLOAT_EQ(g.typical_p(), 0.9F);
+  EXPECT_FLOAT_EQ(g.epsilon_cutoff(), 3e-4F);
+  EXPECT_FLOAT_EQ(g.eta_cutoff(), 1e-3F);
+  EXPECT_FLOAT_EQ(g.encoder_repetition_penalty(), 1.5F);
+  EXPECT_EQ(g.encoder_no_repeat_ngram_size(), 3);
+  const auto unset = parse({"doc.txt"}).generation;
+  EXPECT_FALSE(unset.has_min_p() || unset.has_typical_p() || unset.has_epsilon_cutoff() || unset.has_eta_cutoff() ||
+               unset.has_encoder_repetition_penalty() || unset.has_encoder_no_repeat_ngram_size());
+  EXPECT_TRUE(parse({"--min-p", "0", "doc.txt"}).generation.has_min_p()) << "0 is sent (it turns a default off)";
+  EXPECT_EQ(refusal({"--min-p", "x", "doc.txt"}), "--min-p needs a number, got 'x'");
+  EXPECT_EQ(refusal({"--encoder-no-repeat-ngram-size", "4294967299", "doc.txt"}),
+            "--encoder-no-repeat-ngram-size 4294967299 is out of range (an int32 field)");
+  EXPECT_EQ(refusal({"--health", "--typical-p", "0.9"}),
+            "--typical-p does nothing with --health, which checks the server's state and summarizes nothing");
+}
+
 // The retry policy covers srformer.v1.Summarizer's calls, not the health check: --health --retries 3 checked
 // once.
 TEST(ClientOptions, RetriesDoNotGoWithHealth) {

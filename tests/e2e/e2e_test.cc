@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
+#include <tuple>
 
 #include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "model/generation/generate.h"
@@ -1973,6 +1974,59 @@ TEST_F(EndToEnd, ClientAndOfflineToolReadAndRefuseDocumentFilesAlike) {
   const auto blank = run_command("printf '\\302\\240 \\n' | " + tool + "- 2>&1");
   EXPECT_EQ(blank.exit_code, 1);
   EXPECT_NE(blank.out.find("the document (stdin) contains only whitespace"), std::string::npos) << blank.out;
+}
+
+// srformer-client and srformer summarize take Hugging Face's further warpers and the encoder-input settings
+// under the same flag names and give the same summaries with them; each changes the summary here, and both
+// refuse a bad value saying what to fix.
+TEST_F(EndToEnd, ClientAndOfflineToolTakeTheWarperAndEncoderInputFlagsAlike) {
+  auto server = start();
+  const std::string client = kClient + " --target " + server->target() + " --json ";
+  const std::string tool = kTool + " summarize --model " + model_dir_.string() + " --json ";
+  const auto token_ids = [](const CommandResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out)["token_ids"] : nlohmann::json();
+  };
+  const std::string sampled = "--max-new-tokens 16 --do-sample --temperature 1.5 --seed ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {sampled, "--min-p 0.5"},
+      {sampled, "--typical-p 0.5"},
+      {sampled, "--epsilon-cutoff 0.0625"},
+      {sampled, "--eta-cutoff 0.5"},
+      {"--max-new-tokens 20 --num-beams 2 --seed ", "--encoder-repetition-penalty 4"},
+      {"--max-new-tokens 20 --seed ", "--encoder-no-repeat-ngram-size 1"},
+  };
+  for (const auto& [base, flag] : cases) {
+    bool changed = false;
+    for (int i = 0; i < 2 && !changed; ++i) {  // once changed, the flag is seen to act: no need for more runs
+      const std::string args = base + std::to_string(i) + " " + doc(i);
+      const auto served = token_ids(run_command(client + flag + " " + args));
+      EXPECT_EQ(token_ids(run_command(tool + flag + " " + args)), served) << flag << ", doc " << i;
+      changed = changed || served != token_ids(run_command(client + args));
+    }
+    EXPECT_TRUE(changed) << flag << " changed no summary";
+  }
+  // The flag, the server's words, the offline tool's.
+  const std::vector<std::tuple<std::string, std::string, std::string>> bad = {
+      {"--min-p 1.5", "min_p must be in [0, 1] (0 disables it), got 1.5", "--min-p must be in [0, 1] (0 disables it)"},
+      {"--typical-p 0", "typical_p must be in (0, 1] (1 disables it), got 0",
+       "--typical-p must be in (0, 1] (1 disables it)"},
+      {"--epsilon-cutoff 1", "epsilon_cutoff must be in [0, 1)", "--epsilon-cutoff must be in [0, 1) (0 disables it)"},
+      {"--eta-cutoff -1", "eta_cutoff must be in [0, 1)", "--eta-cutoff must be in [0, 1) (0 disables it)"},
+      {"--encoder-repetition-penalty 0", "encoder_repetition_penalty is 0; set it between 1e-4",
+       "encoder_repetition_penalty is 0; set it between 1e-4"},
+      {"--encoder-no-repeat-ngram-size -1", "encoder_no_repeat_ngram_size must be >= 0 (0 disables it), got -1",
+       "--encoder-no-repeat-ngram-size must be >= 0 (0 disables it)"},
+  };
+  for (const auto& [flag, served_says, offline_says] : bad) {
+    const auto refused = run_command(client + flag + " " + doc(0) + " 2>&1");
+    EXPECT_EQ(refused.exit_code, 1) << flag;
+    EXPECT_NE(refused.out.find("INVALID_ARGUMENT"), std::string::npos) << refused.out;
+    EXPECT_NE(refused.out.find(served_says), std::string::npos) << refused.out;
+    const auto offline_refused = run_command(tool + flag + " " + doc(0) + " 2>&1");
+    EXPECT_EQ(offline_refused.exit_code, 1) << flag;
+    EXPECT_NE(offline_refused.out.find(offline_says), std::string::npos) << offline_refused.out;
+  }
 }
 
 // With --log-json (a flag, or the config file's log_json) a configuration the server refuses is told in a
