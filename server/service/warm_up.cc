@@ -36,10 +36,11 @@ v1::SummarizeRequest warm_up_request(const Engine& engine, const ServiceLimits& 
   options.set_expected_length(static_cast<int32_t>(new_tokens));  // the steps cross into the last segment
   options.set_num_beams(1);
   options.set_do_sample(false);
-  // The one generation default a greedy request still reads: a checkpoint's that no request can use as it
-  // is (repetition_penalty 0) gets a warning, and requests that set it are served; the warm-up's, which
-  // left it unset, was refused, and the server did not start.
+  // The generation defaults a greedy request still reads: a checkpoint's that no request can use as it is
+  // (repetition_penalty or encoder_repetition_penalty 0) gets a warning, and requests that set it are
+  // served; the warm-up's, which left it unset, was refused, and the server did not start.
   options.set_repetition_penalty(1.0f);
+  options.set_encoder_repetition_penalty(1.0f);
   return request;
 }
 

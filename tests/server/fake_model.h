@@ -111,6 +111,7 @@ struct FakeModelOptions {
   std::optional<int64_t> expected_length;  // srformer.expected_length
   std::optional<double> temperature;       // with do_sample set when given
   std::optional<double> repetition_penalty;
+  std::optional<double> encoder_repetition_penalty;
   int64_t vocab_size = 259;  // the config's (embedding rows); FakeTokenizer has 259 tokens
 };
 
@@ -130,6 +131,7 @@ class FakeModel : public Seq2SeqModel {
     config_.summarization_prefix = o.prefix;
     config_.srformer.expected_length = o.expected_length;
     config_.repetition_penalty = o.repetition_penalty;
+    config_.encoder_repetition_penalty = o.encoder_repetition_penalty;
     if (o.temperature) {
       config_.do_sample = true;
       config_.temperature = o.temperature;

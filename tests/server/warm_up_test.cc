@@ -102,5 +102,30 @@ TEST(WarmUp, AModelWhoseDefaultsRequestsMustOverrideIsWarmedUp) {
   EXPECT_TRUE(served.ok()) << served.error_message();
 }
 
+// As repetition_penalty, the checkpoint's encoder_repetition_penalty is read by a greedy request: at 0 the
+// warm-up's request, which left it unset, was refused, and the server did not start.
+TEST(WarmUp, AModelWhoseEncoderRepetitionPenaltyRequestsMustOverrideIsWarmedUp) {
+  FakeServerOptions so;
+  FakeModelOptions unusable;
+  unusable.encoder_repetition_penalty = 0.0;
+  so.models = {{"unusable", unusable}};
+  TestServer server(so);
+  const auto reports = server::warm_up(server.server().models(), server::ServiceLimits{});
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].output_tokens, 4);
+  grpc::ClientContext unset_ctx;
+  v1::SummarizeResponse unset;
+  const grpc::Status refused = server.stub().Summarize(&unset_ctx, make_request("some text"), &unset);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("encoder_repetition_penalty is 0"), std::string::npos)
+      << refused.error_message();
+  auto request = make_request("some text");
+  request.mutable_options()->set_encoder_repetition_penalty(1.0f);
+  grpc::ClientContext set_ctx;
+  v1::SummarizeResponse set;
+  const grpc::Status served = server.stub().Summarize(&set_ctx, request, &set);
+  EXPECT_TRUE(served.ok()) << served.error_message();
+}
+
 }  // namespace
 }  // namespace srformer::testing
