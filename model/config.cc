@@ -295,26 +295,81 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
     }
     *list = std::move(ids);
   }
+  if (const auto it = j.find("exponential_decay_length_penalty"); it != j.end() && !it->is_null()) {
+    // Hugging Face's (start_index, decay_factor) tuple, a two-element list in JSON.
+    if (!it->is_array() || it->size() != 2 || !(*it)[0].is_number_integer() || !(*it)[1].is_number() ||
+        std::abs((*it)[0].get<int64_t>()) > kMaxConfigSize) {
+      config_error(
+          "'exponential_decay_length_penalty' must be [start, factor] (new tokens before EOS is favoured, "
+          "a number), e.g. [20, 1.05]; got " +
+          it->dump());
+    }
+    c.exponential_decay_length_penalty = std::pair{(*it)[0].get<int64_t>(), (*it)[1].get<double>()};
+  }
+  // An id of a list below the vocabulary (HF's first generate() call fails on one past it).
+  const auto token_in_vocabulary = [&c](const char* key, int64_t id) {
+    if (id >= c.vocab_size) {
+      config_error(std::string("'") + key + "' holds token " + std::to_string(id) +
+                   ", outside the vocabulary (vocab_size " + std::to_string(c.vocab_size) + ")");
+    }
+  };
+  if (const auto it = j.find("sequence_bias"); it != j.end() && !it->is_null()) {
+    // As Hugging Face's SequenceBiasLogitsProcessor checks its list form (the only one JSON can hold): a
+    // non-empty list of [non-empty list of ids > 0, float] pairs (HF takes 1 for an int, not a float).
+    const auto malformed = [&it] {
+      config_error(
+          "'sequence_bias' must be a non-empty list of [[token ids > 0], bias] pairs with a "
+          "floating-point bias, e.g. [[[5], -2.0], [[7, 9], 1.5]]; got " +
+          it->dump());
+    };
+    if (!it->is_array() || it->empty()) malformed();
+    std::vector<std::pair<std::vector<int64_t>, double>> bias;
+    for (const auto& pair : *it) {
+      if (!pair.is_array() || pair.size() != 2 || !pair[0].is_array() || pair[0].empty() ||
+          !pair[1].is_number_float()) {
+        malformed();
+      }
+      std::vector<int64_t> sequence;
+      for (const auto& id : pair[0]) {
+        if (!id.is_number_integer() || id.get<int64_t>() <= 0) malformed();
+        token_in_vocabulary("sequence_bias", id.get<int64_t>());
+        sequence.push_back(id.get<int64_t>());
+      }
+      bias.emplace_back(std::move(sequence), pair[1].get<double>());
+    }
+    c.sequence_bias = std::move(bias);
+  }
+  if (const auto it = j.find("forced_decoder_ids"); it != j.end() && !it->is_null()) {
+    // [[index, token], ...] as Whisper's configs hold them; a null token forces nothing at its index.
+    const auto malformed = [&it] {
+      config_error("'forced_decoder_ids' must be a list of [index, token id or null] pairs, e.g. [[1, 250004]]; got " +
+                   it->dump());
+    };
+    if (!it->is_array()) malformed();
+    std::vector<std::pair<int64_t, std::optional<int64_t>>> forced;
+    for (const auto& pair : *it) {
+      if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer() ||
+          !(pair[1].is_null() || (pair[1].is_number_integer() && pair[1].get<int64_t>() >= 0))) {
+        malformed();
+      }
+      std::optional<int64_t> token;
+      if (!pair[1].is_null()) {
+        token = pair[1].get<int64_t>();
+        token_in_vocabulary("forced_decoder_ids", *token);
+      }
+      forced.emplace_back(pair[0].get<int64_t>(), token);
+    }
+    c.forced_decoder_ids = std::move(forced);
+  }
   if (auto v = count("num_return_sequences")) c.num_return_sequences = v;
   // Hugging Face settings we do not implement, with the value that leaves generation as without them
   // (null: any value but null changes it). penalty_alpha 0 is no contrastive search, guidance_scale 1 no
   // guidance.
   static const std::pair<const char*, nlohmann::json> kUnsupported[] = {
-      {"num_beam_groups", 1},
-      {"diversity_penalty", 0.0},
-      {"penalty_alpha", 0.0},
-      {"force_words_ids", nullptr},
-      {"constraints", nullptr},
-      {"forced_decoder_ids", nullptr},
-      {"sequence_bias", nullptr},
-      {"exponential_decay_length_penalty", nullptr},
-      {"guidance_scale", 1.0},
-      {"max_time", nullptr},
-      {"renormalize_logits", false},
-      {"stop_strings", nullptr},
-      {"top_h", nullptr},
-      {"watermarking_config", nullptr},
-      {"dola_layers", nullptr},
+      {"num_beam_groups", 1},       {"diversity_penalty", 0.0},       {"penalty_alpha", 0.0},
+      {"force_words_ids", nullptr}, {"constraints", nullptr},         {"guidance_scale", 1.0},
+      {"max_time", nullptr},        {"renormalize_logits", false},    {"stop_strings", nullptr},
+      {"top_h", nullptr},           {"watermarking_config", nullptr}, {"dola_layers", nullptr},
   };
   for (const auto& [key, neutral] : kUnsupported) {
     const auto it = j.find(key);

@@ -5,6 +5,7 @@
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/generation/early_stopping.h"
@@ -144,6 +145,11 @@ struct ModelConfig {
   // Hugging Face's suppress_tokens and begin_suppress_tokens (empty: none).
   std::vector<int64_t> suppress_tokens;
   std::vector<int64_t> begin_suppress_tokens;
+  // Hugging Face's exponential_decay_length_penalty [start, factor], sequence_bias [[[ids], bias], ...] and
+  // forced_decoder_ids [[index, token or null], ...] (GenerationOptions' meanings; unset or empty: none).
+  std::optional<std::pair<int64_t, double>> exponential_decay_length_penalty;
+  std::vector<std::pair<std::vector<int64_t>, double>> sequence_bias;
+  std::vector<std::pair<int64_t, std::optional<int64_t>>> forced_decoder_ids;
   std::optional<int64_t> num_return_sequences;
   // Generation settings the checkpoint sets that this library does not implement and that would change
   // what Hugging Face generates (group beam search, typical sampling, bad words, ...), as "key=value":

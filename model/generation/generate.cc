@@ -52,6 +52,9 @@ GenerationOptions model_generation_defaults(const ModelConfig& config) {
   o.bad_words_ids = config.bad_words_ids;
   o.suppress_tokens = config.suppress_tokens;
   o.begin_suppress_tokens = config.begin_suppress_tokens;
+  o.exponential_decay_length_penalty = config.exponential_decay_length_penalty;
+  o.sequence_bias = config.sequence_bias;
+  o.forced_decoder_ids = config.forced_decoder_ids;
   // Sampling with one beam draws that many; beams (searched or sampled) return at most one per beam
   // (HF refuses more; callers that change do_sample or num_beams clamp it again).
   o.num_return_sequences =

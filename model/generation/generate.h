@@ -29,7 +29,7 @@ GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig
 // max_new_tokens = max_length − 1 (else 128; at most the decoder's positions), min_new_tokens = min_length − 1 (else 0;
 // callers clamp it to their max_new_tokens), num_beams, length_penalty, early_stopping, no_repeat_ngram_size,
 // encoder_no_repeat_ngram_size, encoder_repetition_penalty, bad_words_ids, suppress_tokens, begin_suppress_tokens,
-// and the sampling settings do_sample,
+// exponential_decay_length_penalty, sequence_bias, forced_decoder_ids, and the sampling settings do_sample,
 // temperature, top_k (else 50, as HF), top_p, min_p, typical_p, epsilon_cutoff, eta_cutoff, repetition_penalty,
 // and
 // num_return_sequences (sampling with one beam: that many samples; beams, searched or sampled: at most

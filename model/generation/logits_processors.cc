@@ -66,6 +66,12 @@ torch::Tensor scores_from_logits(const torch::Tensor& logits, int64_t rows, cons
   for (const auto& words : options.bad_words_ids) {
     for (const int64_t id : words) check("bad_words_ids' token", id);
   }
+  for (const auto& [sequence, bias] : options.sequence_bias) {
+    for (const int64_t id : sequence) check("sequence_bias' token", id);
+  }
+  for (const auto& [index, token] : options.forced_decoder_ids) {
+    if (token) check("forced_decoder_ids' token", *token);
+  }
   // A copy: the processors work in place and must not touch the caller's batch logits.
   if (!buffer.defined() || buffer.sizes() != logits.sizes()) buffer = torch::empty(logits.sizes(), torch::kFloat32);
   if (logits.is_cpu() && logits.scalar_type() == torch::kFloat32 && logits.is_contiguous()) {
@@ -205,6 +211,87 @@ void apply_bad_words(const torch::Tensor& scores, const GenerationOptions& optio
       if (completes(words, histories[r])) fill_columns(row, words.back(), words.back() + 1, kNegInf);
     }
   }
+}
+
+void apply_sequence_bias(const torch::Tensor& scores, const std::vector<std::pair<std::vector<int64_t>, double>>& bias,
+                         const std::vector<TokenHistory>& histories) {
+  check_scores(scores, histories.size());
+  if (bias.empty() || histories.empty()) return;
+  // HF's dict of the pairs: a repeated sequence keeps its first place and its last bias.
+  std::vector<std::pair<std::vector<int64_t>, float>> distinct;
+  for (const auto& [sequence, value] : bias) {
+    const auto same = std::find_if(distinct.begin(), distinct.end(),
+                                   [&sequence = sequence](const auto& entry) { return entry.first == sequence; });
+    if (same != distinct.end()) {
+      same->second = static_cast<float>(value);
+    } else {
+      distinct.emplace_back(sequence, static_cast<float>(value));
+    }
+  }
+  // The columns any sequence can bias (its last token's), ascending.
+  std::vector<int64_t> columns;
+  for (const auto& [sequence, value] : distinct) {
+    if (sequence.empty()) throw std::invalid_argument("sequence_bias holds an empty sequence");
+    columns.push_back(sequence.back());
+  }
+  std::sort(columns.begin(), columns.end());
+  columns.erase(std::unique(columns.begin(), columns.end()), columns.end());
+  for (const int64_t id : columns) {
+    if (id < 0 || id >= scores.size(1)) {
+      throw std::out_of_range("sequence_bias' token " + std::to_string(id) + " is outside the vocabulary (" +
+                              std::to_string(scores.size(1)) + " tokens)");
+    }
+  }
+  const auto column_of = [&columns](int64_t id) {
+    return std::lower_bound(columns.begin(), columns.end(), id) - columns.begin();
+  };
+  // Each row's bias for those columns, summed in HF's float32 order: the one-token sequences' bias (where
+  // they repeat a column, the last's), then every longer sequence that the row completes, in the dict's order.
+  const auto rows = static_cast<int64_t>(histories.size());
+  const auto width = static_cast<int64_t>(columns.size());
+  auto added = torch::zeros({rows, width}, torch::kFloat32);
+  float* a = added.data_ptr<float>();
+  for (const auto& [sequence, value] : distinct) {
+    if (sequence.size() != 1) continue;
+    for (int64_t r = 0; r < rows; ++r) a[r * width + column_of(sequence.front())] = value;
+  }
+  for (const auto& [sequence, value] : distinct) {
+    for (int64_t r = 0; r < rows; ++r) {
+      if (completes(sequence, histories[static_cast<size_t>(r)])) a[r * width + column_of(sequence.back())] += value;
+    }
+  }
+  const auto index = torch::from_blob(columns.data(), {width}, torch::kInt64);
+  scores.index_copy_(1, index, scores.index_select(1, index) + added);
+}
+
+void apply_exponential_decay_length_penalty(const torch::Tensor& scores, int64_t cur_len, int64_t start, double factor,
+                                            const std::vector<int64_t>& eos_token_ids) {
+  check_scores(scores, static_cast<size_t>(scores.size(0)));
+  // HF's regulation start counts the decoder input (the start token) besides `start` new tokens.
+  const int64_t regulation_start = start + 1;
+  if (cur_len <= regulation_start || eos_token_ids.empty()) return;
+  for (const int64_t eos : eos_token_ids) {
+    if (eos < 0 || eos >= scores.size(1)) {
+      throw std::out_of_range("eos_token_id " + std::to_string(eos) + " is outside the vocabulary (" +
+                              std::to_string(scores.size(1)) + " tokens)");
+    }
+  }
+  const auto index = torch::from_blob(const_cast<int64_t*>(eos_token_ids.data()),
+                                      {static_cast<int64_t>(eos_token_ids.size())}, torch::kInt64);
+  const auto eos = scores.index_select(1, index);
+  // As HF: the absolute score times (factor^(cur_len - regulation_start) - 1), added (so negative scores
+  // move the same way). An EOS already at -inf (a minimum length, a bad word) stays there, where HF's
+  // -inf + inf would make it NaN.
+  const auto penalised = eos + eos.abs() * (std::pow(factor, static_cast<double>(cur_len - regulation_start)) - 1.0);
+  scores.index_copy_(1, index, torch::where(eos == -std::numeric_limits<float>::infinity(), eos, penalised));
+}
+
+std::optional<int64_t> forced_decoder_token(const GenerationOptions& options, int64_t cur_len) {
+  // A dict of the pairs in HF: the last pair of an index wins, and its null token forces nothing.
+  for (auto it = options.forced_decoder_ids.rbegin(); it != options.forced_decoder_ids.rend(); ++it) {
+    if (it->first == cur_len) return it->second;
+  }
+  return std::nullopt;
 }
 
 void apply_min_length(const torch::Tensor& scores, int64_t cur_len, int64_t min_length,
@@ -448,14 +535,28 @@ std::vector<int64_t> suppressed_tokens(const GenerationOptions& options, int64_t
     }
   };
   add(options.suppress_tokens);
-  if (cur_len == (options.forced_bos_token_id ? 2 : 1)) add(options.begin_suppress_tokens);
+  // HF's begin index: after the forced BOS, and after the last forced_decoder_ids pair's index.
+  const int64_t begin = (options.forced_bos_token_id ? 2 : 1) +
+                        (options.forced_decoder_ids.empty() ? 0 : options.forced_decoder_ids.back().first);
+  if (cur_len == begin) add(options.begin_suppress_tokens);
   return ids;
 }
 
-std::vector<int64_t> forced_tokens(const GenerationOptions& options, int64_t cur_len) {
+namespace {
+
+// The forced BOS or EOS tokens at cur_len, which process_logits forces before the suppressed tokens.
+std::vector<int64_t> forced_bos_or_eos(const GenerationOptions& options, int64_t cur_len) {
   if (options.forced_eos_token_id && cur_len == options.max_new_tokens) return forced_eos_token_ids(options);
   if (options.forced_bos_token_id && cur_len == 1) return {*options.forced_bos_token_id};
   return {};
+}
+
+}  // namespace
+
+std::vector<int64_t> forced_tokens(const GenerationOptions& options, int64_t cur_len) {
+  // forced_decoder_ids come last in HF's order: their token is all that is left.
+  if (const auto token = forced_decoder_token(options, cur_len)) return {*token};
+  return forced_bos_or_eos(options, cur_len);
 }
 
 void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
@@ -463,6 +564,7 @@ void process_logits(const GenerationOptions& options, const std::vector<TokenHis
   check_scores(scores, histories.size());
   if (histories.empty()) return;
   const auto cur_len = static_cast<int64_t>(histories.front().size());
+  if (!options.sequence_bias.empty()) apply_sequence_bias(scores, options.sequence_bias, histories);
   if (options.encoder_repetition_penalty != 1.0) {
     apply_encoder_repetition_penalty(scores, options.encoder_input_ids, options.encoder_repetition_penalty);
   }
@@ -477,10 +579,15 @@ void process_logits(const GenerationOptions& options, const std::vector<TokenHis
     fill_columns(scores, options.vocab_limit, scores.size(1), kNegInf);
   }
   // Forced BOS at cur_len 1, forced EOS at cur_len max_length - 1 (EOS where both apply, as HF's order gives).
-  if (const auto forced = forced_tokens(options, cur_len); !forced.empty()) apply_forced_tokens(scores, forced);
+  if (const auto forced = forced_bos_or_eos(options, cur_len); !forced.empty()) apply_forced_tokens(scores, forced);
+  if (const auto& decay = options.exponential_decay_length_penalty) {
+    apply_exponential_decay_length_penalty(scores, cur_len, decay->first, decay->second, eos_token_ids(options));
+  }
   // After the forced tokens, as HF orders them (a suppressed forced token leaves no choice).
   for (const int64_t id : suppressed_tokens(options, cur_len, scores.size(1)))
     fill_columns(scores, id, id + 1, kNegInf);
+  // Last, as HF's ForceTokensLogitsProcessor: the token is forced even where it was suppressed.
+  if (const auto token = forced_decoder_token(options, cur_len)) apply_forced_tokens(scores, {*token});
 }
 
 std::optional<std::vector<int64_t>> excluded_tokens(const GenerationOptions& options, const TokenHistory& history,
@@ -492,6 +599,9 @@ std::optional<std::vector<int64_t>> excluded_tokens(const GenerationOptions& opt
   const auto any_outside = [&outside](const std::vector<int64_t>& ids) {
     return std::any_of(ids.begin(), ids.end(), outside);
   };
+  // Settings that change scores other than to -inf: a bias, a decayed EOS, a forced decoder token.
+  const bool decays = o.exponential_decay_length_penalty && cur_len > o.exponential_decay_length_penalty->first + 1;
+  if (!o.sequence_bias.empty() || decays || forced_decoder_token(o, cur_len)) return std::nullopt;
   if (o.repetition_penalty != 1.0 || o.encoder_repetition_penalty != 1.0 || outside(o.eos_token_id) ||
       any_outside(o.extra_eos_token_ids) || outside(o.decoder_start_token_id) ||
       (o.forced_bos_token_id && (outside(*o.forced_bos_token_id) || cur_len == 1)) ||

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "model/generation/options.h"
@@ -51,6 +52,22 @@ std::vector<int64_t> banned_bad_words(const GenerationOptions& options, const To
 void apply_bad_words(const torch::Tensor& scores, const GenerationOptions& options,
                      const std::vector<TokenHistory>& histories);
 
+// SequenceBiasLogitsProcessor: each (sequence, bias) pair adds `bias` (as float) to the score of the
+// sequence's last token, a one-token sequence's in every row, a longer one's where it is no longer than the
+// history and the history ends with the rest of it. A repeated sequence counts once, with its last bias
+// (HF's dict of the pairs); biases on one token add up.
+void apply_sequence_bias(const torch::Tensor& scores, const std::vector<std::pair<std::vector<int64_t>, double>>& bias,
+                         const std::vector<TokenHistory>& histories);
+
+// ExponentialDecayLengthPenalty: once cur_len exceeds start + 1 (the start token and `start` new tokens),
+// each EOS id's score s becomes s + |s| * (factor^(cur_len - start - 1) - 1); an EOS at -inf stays there.
+void apply_exponential_decay_length_penalty(const torch::Tensor& scores, int64_t cur_len, int64_t start, double factor,
+                                            const std::vector<int64_t>& eos_token_ids);
+
+// ForceTokensLogitsProcessor (transformers 4.27-4.39): the token options.forced_decoder_ids force at
+// cur_len (the last pair of that index; none where its token is null or no pair has it).
+std::optional<int64_t> forced_decoder_token(const GenerationOptions& options, int64_t cur_len);
+
 // MinLengthLogitsProcessor: every EOS id gets -inf while cur_len < min_length (HF lengths, start token
 // included).
 void apply_min_length(const torch::Tensor& scores, int64_t cur_len, int64_t min_length,
@@ -70,27 +87,28 @@ void apply_top_k(const torch::Tensor& scores, int64_t top_k, int64_t min_tokens_
 void apply_top_p(const torch::Tensor& scores, double top_p, int64_t min_tokens_to_keep = 1);
 
 // SuppressTokensLogitsProcessor and SuppressTokensAtBeginLogitsProcessor: the ids below `vocab` they set to
-// -inf at cur_len (begin_suppress_tokens at cur_len 1, or 2 where forced_bos_token_id is set, as HF's
-// begin_index for an encoder-decoder model).
+// -inf at cur_len (begin_suppress_tokens at cur_len 1, or 2 where forced_bos_token_id is set, plus the last
+// forced_decoder_ids pair's index, as HF's begin_index for an encoder-decoder model).
 std::vector<int64_t> suppressed_tokens(const GenerationOptions& options, int64_t cur_len, int64_t vocab);
 
-// The processors HF generate() builds from `options`, applied in its order: encoder repetition penalty,
-// repetition penalty, no-repeat n-gram, encoder no-repeat n-gram, bad words, min length (HF min_length = min_new_tokens
-// + 1, every EOS id), forced BOS (at cur_len 1), forced EOS (at cur_len max_length - 1, max_length = max_new_tokens +
-// 1), suppressed tokens. All rows share cur_len. With VocabLimit::kKeep the ids at or past options.vocab_limit keep
+// The processors HF generate() builds from `options`, applied in its order: sequence bias, encoder repetition
+// penalty, repetition penalty, no-repeat n-gram, encoder no-repeat n-gram, bad words, min length (HF min_length =
+// min_new_tokens + 1, every EOS id), forced BOS (at cur_len 1), forced EOS (at cur_len max_length - 1, max_length =
+// max_new_tokens + 1), exponential decay length penalty, suppressed tokens, forced decoder ids. All rows share
+// cur_len. With VocabLimit::kKeep the ids at or past options.vocab_limit keep
 // their scores (Hugging Face's processed scores, which know no tokenizer size): greedy search normalises over them,
 // never picking them.
 enum class VocabLimit { kApply, kKeep };
 void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
                     const torch::Tensor& scores, VocabLimit vocab_limit = VocabLimit::kApply);
-// The tokens process_logits forces at cur_len (the forced EOS ids at its last step, else forced BOS at the
-// first); empty where it forces none.
+// The tokens process_logits forces at cur_len (a forced_decoder_ids token, else the forced EOS ids at its last
+// step, else forced BOS at the first); empty where it forces none.
 std::vector<int64_t> forced_tokens(const GenerationOptions& options, int64_t cur_len);
 // What process_logits does at this step when all it does is exclude tokens (no repetition penalty of
-// either kind, no forced token) and every id it names lies inside the vocabulary: the tokens it sets to -inf for
-// `history` below token_limit(), ascending (repeats allowed). std::nullopt otherwise: the caller
-// then applies process_logits to a copy of the scores (which also reports ids outside the vocabulary).
-// Lets the searchers' kernels skip tokens instead of writing a vocabulary-sized copy per step.
+// either kind, no sequence bias or EOS decay, no forced token) and every id it names lies inside the vocabulary: the
+// tokens it sets to -inf for `history` below token_limit(), ascending (repeats allowed). std::nullopt otherwise: the
+// caller then applies process_logits to a copy of the scores (which also reports ids outside the vocabulary). Lets the
+// searchers' kernels skip tokens instead of writing a vocabulary-sized copy per step.
 std::optional<std::vector<int64_t>> excluded_tokens(const GenerationOptions& options, const TokenHistory& history,
                                                     int64_t vocab);
 // Whether the searchers' kernels may read `logits` where they lie: the CPU kernels are on and the

@@ -135,6 +135,24 @@ void validate(const GenerationOptions& o) {
       if (id < 0) reject("bad_words_ids[" + to_string(i) + "] holds " + to_string(id) + "; token ids must be >= 0");
     }
   }
+  if (o.exponential_decay_length_penalty && !std::isfinite(o.exponential_decay_length_penalty->second)) {
+    reject("exponential_decay_length_penalty's factor is " + number(o.exponential_decay_length_penalty->second) +
+           "; it must be a finite number (1 leaves EOS as it is)");
+  }
+  for (size_t i = 0; i < o.sequence_bias.size(); ++i) {
+    const auto& [sequence, bias] = o.sequence_bias[i];
+    // As Hugging Face's SequenceBiasLogitsProcessor checks its list form: ids > 0, a float bias.
+    if (sequence.empty()) reject("sequence_bias[" + to_string(i) + "] has no tokens; name at least one");
+    for (const int64_t id : sequence) {
+      if (id <= 0) reject("sequence_bias[" + to_string(i) + "] holds " + to_string(id) + "; token ids must be > 0");
+    }
+    if (std::isnan(bias)) reject("sequence_bias[" + to_string(i) + "]'s bias is not a number");
+  }
+  for (const auto& [index, token] : o.forced_decoder_ids) {
+    if (token && *token < 0) {
+      reject("forced_decoder_ids force " + to_string(*token) + " at " + to_string(index) + "; token ids must be >= 0");
+    }
+  }
   for (const auto* list : {&o.suppress_tokens, &o.begin_suppress_tokens}) {
     for (const int64_t id : *list) {
       if (id < 0) {

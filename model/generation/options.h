@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "model/generation/early_stopping.h"
@@ -50,6 +51,16 @@ struct GenerationOptions {
   // are ignored, as HF's isin ignores them.
   std::vector<int64_t> suppress_tokens;
   std::vector<int64_t> begin_suppress_tokens;
+  // Hugging Face's exponential_decay_length_penalty (start, factor): once more than `start` tokens are
+  // generated, each EOS id's score s gains |s| * (factor^(new tokens - start) - 1) (factor > 1 favours ending).
+  std::optional<std::pair<int64_t, double>> exponential_decay_length_penalty;
+  // Hugging Face's sequence_bias: each (sequence, bias) adds `bias` to the sequence's last token's score
+  // where the history ends with the rest of it (a one-token sequence: always).
+  std::vector<std::pair<std::vector<int64_t>, double>> sequence_bias;
+  // Hugging Face's forced_decoder_ids, as transformers 4.27-4.39 apply them: (index, token) forces `token`
+  // where the history (decoder start included) holds `index` tokens; a null token (std::nullopt) forces
+  // none; a later pair of the same index wins.
+  std::vector<std::pair<int64_t, std::optional<int64_t>>> forced_decoder_ids;
   // The request's encoder input (its tokens, no padding), which the two settings above read: set by
   // with_encoder_input where they are on, else empty.
   std::vector<int64_t> encoder_input_ids;

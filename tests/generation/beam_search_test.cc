@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "model/generation/beam_searcher.h"
@@ -156,6 +157,25 @@ TEST(BeamSearchTest, BadWordsIdsBanASequenceInEveryBeam) {
     EXPECT_NEAR(run.results[0].score, std::log(0.225) / 3, 1e-6);
     EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kA, kA})) << kernels;
     EXPECT_NEAR(run.results[1].score, std::log(0.1) / 3, 1e-6);
+  }
+}
+
+// exponential_decay_length_penalty (0, 1.9) acts on the beams' log-probabilities from the second token:
+// EOS's s becomes s + |s| * 0.9 = 0.1 s. Step 2: A EOS log .5 + 0.1 log .6 = -0.744 and B EOS log .3 + 0.1
+// log .1 = -1.434 rank first and second and finish; "A EOS" (/2 = -0.372) now beats "B B" (-0.497).
+TEST(BeamSearchTest, ExponentialDecayLengthPenaltyActsOnTheLogProbabilities) {
+  const testing::KernelSwitchesRestored restore_switches;
+  for (const bool kernels : {true, false}) {
+    srformer::kernels::set_cpu_kernels(kernels);
+    auto options = beam_options(2, 1.0, false);
+    options.exponential_decay_length_penalty = std::pair<int64_t, double>{0, 1.9};
+    BeamSearcher searcher(options);
+    const auto run = drive(searcher, kLengthScript, 0);
+    ASSERT_EQ(run.results.size(), 2u);
+    EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kA, kEos})) << kernels;
+    EXPECT_NEAR(run.results[0].score, (std::log(0.5) + 0.1 * std::log(0.6)) / 2, 1e-5);
+    EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kB, kB})) << kernels;
+    EXPECT_NEAR(run.results[1].score, std::log(0.225) / 3, 1e-5);
   }
 }
 

@@ -303,6 +303,16 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
   EXPECT_EQ(model_generation_defaults(config).begin_suppress_tokens, config.begin_suppress_tokens);
   config.suppress_tokens.clear();
   config.begin_suppress_tokens.clear();
+  config.exponential_decay_length_penalty = std::pair<int64_t, double>{10, 1.2};
+  config.sequence_bias = {{{5}, -1.0}};
+  config.forced_decoder_ids = {{1, 5}, {2, std::nullopt}};
+  const auto applied = model_generation_defaults(config);
+  EXPECT_EQ(applied.exponential_decay_length_penalty, config.exponential_decay_length_penalty);
+  EXPECT_EQ(applied.sequence_bias, config.sequence_bias);
+  EXPECT_EQ(applied.forced_decoder_ids, config.forced_decoder_ids);
+  config.exponential_decay_length_penalty.reset();
+  config.sequence_bias.clear();
+  config.forced_decoder_ids.clear();
   config.min_p = 0.05;
   config.typical_p = 0.9;
   config.epsilon_cutoff = 3e-4;

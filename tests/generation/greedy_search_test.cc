@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/generation/beam_searcher.h"
@@ -260,6 +262,61 @@ TEST(GreedySearchTest, SuppressTokensAndBeginSuppressTokensChangeTheChoice) {
     o.forced_bos_token_id = 4;  // the first free token is the second
     GreedySearcher after_bos(o);
     EXPECT_EQ(drive(after_bos, script, 0).results[0].tokens, (std::vector<int64_t>{4, 3, 2, 2})) << kernels;
+  }
+}
+
+// exponential_decay_length_penalty (1, 1.5): from the third new token EOS's log(.01) is multiplied by
+// 2 - 1.5^k (k = 1: -2.30, below 2's log(.5) = -0.69; k = 2: +1.15, above it), so EOS ends the fourth.
+TEST(GreedySearchTest, ExponentialDecayLengthPenaltyEndsTheSequenceSooner) {
+  const testing::KernelSwitchesRestored restore_switches;
+  const auto script = [](const std::vector<int64_t>&) { return log_probs({0.01, 0.01, 0.5, 0.3, 0.18}); };
+  auto options = base_options();
+  options.max_new_tokens = 6;
+  for (const bool kernels : {true, false}) {
+    srformer::kernels::set_cpu_kernels(kernels);
+    GreedySearcher plain(options);
+    EXPECT_EQ(drive(plain, script, 0).results[0].tokens, (std::vector<int64_t>{2, 2, 2, 2, 2, 2})) << kernels;
+    auto o = options;
+    o.exponential_decay_length_penalty = std::pair<int64_t, double>{1, 1.5};
+    GreedySearcher decayed(o);
+    const auto run = drive(decayed, script, 0);
+    EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{2, 2, 2, 1})) << kernels;
+    EXPECT_EQ(run.results[0].finish_reason, FinishReason::kEos);
+  }
+}
+
+// sequence_bias [[[3], 1.0], [[3, 3], -1.0]]: 3's log(.3) + 1 = -0.20 beats 2's log(.5) = -0.69, but after
+// a 3 it gets -1 more and 2 wins.
+TEST(GreedySearchTest, SequenceBiasChangesTheChoice) {
+  const testing::KernelSwitchesRestored restore_switches;
+  const auto script = [](const std::vector<int64_t>&) { return log_probs({0.01, 0.01, 0.5, 0.3, 0.18}); };
+  auto options = base_options();
+  options.max_new_tokens = 4;
+  options.sequence_bias = {{{3}, 1.0}, {{3, 3}, -1.0}};
+  for (const bool kernels : {true, false}) {
+    srformer::kernels::set_cpu_kernels(kernels);
+    GreedySearcher searcher(options);
+    EXPECT_EQ(drive(searcher, script, 0).results[0].tokens, (std::vector<int64_t>{3, 2, 3, 2})) << kernels;
+  }
+}
+
+// forced_decoder_ids [[1, 4], [2, null], [3, 3]]: 4 first, 2 freely, 3 though suppressed; the begin-suppressed
+// 2 waits for the fourth token (begin index 1 + 3).
+TEST(GreedySearchTest, ForcedDecoderIdsForceTheirTokens) {
+  const testing::KernelSwitchesRestored restore_switches;
+  const auto script = [](const std::vector<int64_t>&) { return log_probs({0.01, 0.01, 0.5, 0.3, 0.18}); };
+  auto options = base_options();
+  options.max_new_tokens = 4;
+  options.forced_decoder_ids = {{1, 4}, {2, std::nullopt}, {3, 3}};
+  for (const bool kernels : {true, false}) {
+    srformer::kernels::set_cpu_kernels(kernels);
+    GreedySearcher forced(options);
+    EXPECT_EQ(drive(forced, script, 0).results[0].tokens, (std::vector<int64_t>{4, 2, 3, 2})) << kernels;
+    auto o = options;
+    o.suppress_tokens = {3};
+    o.begin_suppress_tokens = {2};
+    GreedySearcher suppressed(o);
+    EXPECT_EQ(drive(suppressed, script, 0).results[0].tokens, (std::vector<int64_t>{4, 2, 3, 4})) << kernels;
   }
 }
 

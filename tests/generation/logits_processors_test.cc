@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace srformer {
@@ -260,6 +261,87 @@ TEST(SuppressTokensTest, AlwaysAndAtTheFirstFreeStepAfterTheForcedTokens) {
   const auto last = row({1.0f, 2.0f, 3.0f, 4.0f, 5.0f});
   process_logits(options, {{0, 4, 4, 4}}, last);
   EXPECT_EQ(values(last), (std::vector<float>{-kInf, -kInf, -kInf, -kInf, -kInf}));
+}
+
+// HF's ExponentialDecayLengthPenalty with exponential_decay_length_penalty (2, 1.5): regulation start
+// 2 + 1 (the decoder input); at cur_len 4 each EOS score s gains |s| * (1.5^1 - 1), at 5 |s| * (1.5^2 - 1).
+TEST(ExponentialDecayLengthPenaltyTest, EosScoresGainTheirMagnitudeTimesTheFactorsPowerLessOne) {
+  const std::vector<int64_t> eos{1, 3};
+  const auto at = [&eos](int64_t cur_len, double factor) {
+    const auto scores = row({0.5f, -2.0f, 1.0f, 4.0f});
+    apply_exponential_decay_length_penalty(scores, cur_len, 2, factor, eos);
+    return values(scores);
+  };
+  EXPECT_EQ(at(3, 1.5), (std::vector<float>{0.5f, -2.0f, 1.0f, 4.0f}));  // not past the start
+  EXPECT_EQ(at(4, 1.5), (std::vector<float>{0.5f, -1.0f, 1.0f, 6.0f}));  // -2 + 2 * .5, 4 + 4 * .5
+  EXPECT_EQ(at(5, 1.5), (std::vector<float>{0.5f, 0.5f, 1.0f, 9.0f}));   // -2 + 2 * 1.25, 4 + 4 * 1.25
+  EXPECT_EQ(at(4, 0.5), (std::vector<float>{0.5f, -3.0f, 1.0f, 2.0f}));  // below 1 EOS falls: -2 - 1, 4 - 2
+  // A banned EOS stays banned (HF's -inf + inf would be NaN).
+  const auto banned = row({0.5f, -kInf, 1.0f, 4.0f});
+  apply_exponential_decay_length_penalty(banned, 5, 2, 1.5, eos);
+  EXPECT_EQ(values(banned), (std::vector<float>{0.5f, -kInf, 1.0f, 9.0f}));
+  // Through process_logits with the options' EOS ids, and not as exclusions once it acts.
+  GenerationOptions options;
+  options.eos_token_id = 1;
+  options.exponential_decay_length_penalty = std::pair<int64_t, double>{2, 1.5};
+  const auto scores = row({0.5f, -2.0f, 1.0f, 4.0f});
+  process_logits(options, {{0, 2, 2, 2}}, scores);
+  EXPECT_EQ(values(scores), (std::vector<float>{0.5f, -1.0f, 1.0f, 4.0f}));
+  EXPECT_TRUE(excluded_tokens(options, {0, 2, 2}, 4).has_value());
+  EXPECT_FALSE(excluded_tokens(options, {0, 2, 2, 2}, 4).has_value());
+}
+
+// HF's SequenceBiasLogitsProcessor over the pairs as its dict holds them: [5] once, with its last bias 0.5;
+// a longer sequence biases its last token where the history ends with the rest of it and is no shorter.
+TEST(SequenceBiasTest, BiasesTheLastTokenWhereTheHistoryEndsWithTheRestAndALaterRepeatWins) {
+  const std::vector<std::pair<std::vector<int64_t>, double>> bias{
+      {{5}, 1.5}, {{2, 6}, -2.0}, {{5}, 0.5}, {{3, 4, 5}, 1.0}, {{2, 5}, 0.25}};
+  const auto scores = torch::zeros({4, 8});
+  apply_sequence_bias(scores, bias, {{0, 2}, {0, 3, 4}, {0}, {3, 4}});
+  EXPECT_EQ(values(scores[0]), (std::vector<float>{0, 0, 0, 0, 0, 0.75f, -2.0f, 0}));  // 0.5 + 0.25; [2, 6]
+  EXPECT_EQ(values(scores[1]), (std::vector<float>{0, 0, 0, 0, 0, 1.5f, 0, 0}));       // 0.5 + 1.0
+  EXPECT_EQ(values(scores[2]), (std::vector<float>{0, 0, 0, 0, 0, 0.5f, 0, 0}));       // one token only
+  // The history is all of [3, 4, 5] but its last token, yet shorter than it: HF skips the sequence.
+  EXPECT_EQ(values(scores[3]), (std::vector<float>{0, 0, 0, 0, 0, 0.5f, 0, 0}));
+  // First in HF's order, and never as exclusions.
+  GenerationOptions options;
+  options.sequence_bias = {{{3}, -1.0}};
+  options.repetition_penalty = 2.0;
+  const auto penalised = row({1.0f, 1.0f, 1.0f, 3.0f});
+  process_logits(options, {{0, 3}}, penalised);
+  EXPECT_EQ(values(penalised), (std::vector<float>{0.5f, 1.0f, 1.0f, 1.0f}));  // (3 - 1) / 2, not 3 / 2 - 1
+  options.repetition_penalty = 1.0;
+  EXPECT_FALSE(excluded_tokens(options, {0}, 4).has_value());
+  torch::Tensor buffer;
+  options.sequence_bias = {{{2, 4}, 1.0}};
+  EXPECT_THROW(scores_from_logits(torch::zeros({1, 4}), 1, options, buffer), std::invalid_argument);
+}
+
+// ForceTokensLogitsProcessor (transformers 4.27-4.39): {index: token} of the pairs, the last of an index
+// winning and a null token forcing nothing; applied last, so a suppressed token is still forced; the
+// begin-suppressed tokens wait for the step after the last pair's index.
+TEST(ForcedDecoderIdsTest, ForcesTheTokenAtItsIndexLastOfAllAndMovesTheBeginSuppression) {
+  GenerationOptions options;
+  options.eos_token_id = 1;
+  options.forced_decoder_ids = {{1, 4}, {2, std::nullopt}, {3, 2}, {3, 6}};
+  EXPECT_EQ(forced_decoder_token(options, 1), std::optional<int64_t>(4));
+  EXPECT_EQ(forced_decoder_token(options, 2), std::nullopt);
+  EXPECT_EQ(forced_decoder_token(options, 3), std::optional<int64_t>(6));
+  EXPECT_EQ(forced_decoder_token(options, 4), std::nullopt);
+  EXPECT_EQ(forced_tokens(options, 3), (std::vector<int64_t>{6}));
+  options.suppress_tokens = {6};
+  const auto scores = row({1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f});
+  process_logits(options, {{0, 4, 5}}, scores);
+  EXPECT_EQ(values(scores), (std::vector<float>{-kInf, -kInf, -kInf, -kInf, -kInf, -kInf, 0.0f, -kInf}));
+  EXPECT_FALSE(excluded_tokens(options, {0}, 8).has_value());
+  EXPECT_TRUE(excluded_tokens(options, {0, 4}, 8).has_value());
+  options.begin_suppress_tokens = {7};  // begin index 1 + 3
+  EXPECT_EQ(suppressed_tokens(options, 1, 8), (std::vector<int64_t>{6}));
+  EXPECT_EQ(suppressed_tokens(options, 4, 8), (std::vector<int64_t>{6, 7}));
+  options.forced_bos_token_id = 2;  // 2 + 3
+  EXPECT_EQ(suppressed_tokens(options, 5, 8), (std::vector<int64_t>{6, 7}));
+  torch::Tensor buffer;
+  EXPECT_THROW(scores_from_logits(torch::zeros({1, 6}), 1, options, buffer), std::invalid_argument);
 }
 
 TEST(WarpersTest, TemperatureDividesLogits) {

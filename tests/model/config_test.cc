@@ -5,6 +5,9 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "model/limits.h"
@@ -735,6 +738,42 @@ TEST(Config, BadWordsIdsAreReadAndCheckedAgainstTheVocabulary) {
   }
 }
 
+// exponential_decay_length_penalty, sequence_bias and forced_decoder_ids are applied (they were only warned
+// of), and checked as Hugging Face's processors check them (sequence_bias: ids > 0, a float bias), their ids
+// against the vocabulary.
+TEST(Config, ExponentialDecaySequenceBiasAndForcedDecoderIdsAreReadAndChecked) {
+  testing::TempDir dir("config");
+  auto j = t5_json();
+  j["vocab_size"] = 100;
+  std::ofstream(dir.path() / "config.json") << j.dump();
+  const auto load = [&](const std::string& generation) {
+    std::ofstream(dir.path() / "generation_config.json") << generation;
+    return ModelConfig::load(dir.path() / "config.json");
+  };
+  const auto c = load(R"({"exponential_decay_length_penalty": [20, 1.05],
+                          "sequence_bias": [[[5], -2.0], [[7, 9], 1.5]],
+                          "forced_decoder_ids": [[1, 50], [2, null]]})");
+  EXPECT_EQ(c.exponential_decay_length_penalty, (std::pair<int64_t, double>{20, 1.05}));
+  EXPECT_EQ(c.sequence_bias, (std::vector<std::pair<std::vector<int64_t>, double>>{{{5}, -2.0}, {{7, 9}, 1.5}}));
+  EXPECT_EQ(c.forced_decoder_ids,
+            (std::vector<std::pair<int64_t, std::optional<int64_t>>>{{1, 50}, {2, std::nullopt}}));
+  EXPECT_TRUE(c.unsupported_generation.empty()) << c.unsupported_generation[0];
+  const auto none = load(R"({"exponential_decay_length_penalty": null, "sequence_bias": null,
+                             "forced_decoder_ids": null})");
+  EXPECT_FALSE(none.exponential_decay_length_penalty);
+  EXPECT_TRUE(none.sequence_bias.empty());
+  EXPECT_TRUE(none.forced_decoder_ids.empty());
+  EXPECT_TRUE(none.unsupported_generation.empty()) << none.unsupported_generation[0];
+  for (const char* bad :
+       {R"({"exponential_decay_length_penalty": [20]})", R"({"exponential_decay_length_penalty": [2.5, 1.05]})",
+        R"({"exponential_decay_length_penalty": 1.05})", R"({"sequence_bias": []})", R"({"sequence_bias": [[[5], 1]]})",
+        R"({"sequence_bias": [[[0], 1.0]]})", R"({"sequence_bias": [[[], 1.0]]})",
+        R"({"sequence_bias": [[[100], 1.0]]})", R"({"sequence_bias": {"5": 1.0}})", R"({"forced_decoder_ids": [[1]]})",
+        R"({"forced_decoder_ids": [[1, -1]]})", R"({"forced_decoder_ids": [[1, 100]]})"}) {
+    EXPECT_THROW(load(bad), std::invalid_argument) << bad;
+  }
+}
+
 TEST(Config, SuppressTokensAndBeginSuppressTokensAreRead) {
   testing::TempDir dir("config");
   std::ofstream(dir.path() / "config.json") << t5_json().dump();
@@ -767,11 +806,11 @@ TEST(Config, LoadReadsGenerationConfigBesideConfigJsonAndNamesTheFileAtFault) {
   };
   // What HF would apply and we do not is listed for a warning; settings at their neutral value are not.
   std::ofstream(dir.path() / "generation_config.json")
-      << R"({"num_beam_groups": 4, "diversity_penalty": 0.5, "force_words_ids": null,
-            "sequence_bias": [[[5], 1.0]], "num_beams": 4})";
+      << R"({"num_beam_groups": 4, "diversity_penalty": 0.5, "constraints": null,
+            "force_words_ids": [[5]], "num_beams": 4})";
   const auto unsupported = ModelConfig::load(dir.path() / "config.json");
   EXPECT_EQ(unsupported.unsupported_generation,
-            (std::vector<std::string>{"num_beam_groups=4", "diversity_penalty=0.5", "sequence_bias=[[[5],1.0]]"}));
+            (std::vector<std::string>{"num_beam_groups=4", "diversity_penalty=0.5", "force_words_ids=[[5]]"}));
   std::ofstream(dir.path() / "generation_config.json")
       << R"({"renormalize_logits": true, "stop_strings": ["\n"], "num_beams": 4})";
   EXPECT_EQ(ModelConfig::load(dir.path() / "config.json").unsupported_generation,
