@@ -286,13 +286,24 @@ def check_dashboard(path, registered, datasource_uids):
         check(required in used, f"dashboard: no panel shows {required}")
 
 
-def check_alerts(path, registered):
+def check_alerts(root, path, registered):
     data = yaml.safe_load(open(path)) or {}
+    # Every alert has its entry in docs/OPERATIONS.md's runbook (what to look at when it fires) and a promtool
+    # test that evaluates it: one added without them paged with nothing to go on, or never fired as written.
+    doc = open(os.path.join(root, "docs/OPERATIONS.md")).read()
+    start = doc.find("\n## Alerts\n")
+    runbook = doc[start:doc.find("\n## ", start + 1)] if start >= 0 else ""
+    tests = load_yaml(root, "tests/metrics/alerts_test.yml").get("tests", [])
+    tested = {t.get("alertname") for test in tests for t in test.get("alert_rule_test", [])}
     for group in data.get("groups", []):
         for rule in group.get("rules", []):
+            name = rule.get("alert")
             for n in metric_names(rule.get("expr", "")):
-                check(n in registered or n == "up", f"alert {rule.get('alert')}: metric {n} is not registered")
-            check_labels(f"alert {rule.get('alert')}", rule.get("expr", ""), registered)
+                check(n in registered or n == "up", f"alert {name}: metric {n} is not registered")
+            check_labels(f"alert {name}", rule.get("expr", ""), registered)
+            check(re.search(rf"^- `{re.escape(str(name))}`", runbook, re.M),
+                  f"alert {name}: no entry '- `{name}`' in docs/OPERATIONS.md's Alerts section")
+            check(name in tested, f"alert {name}: tests/metrics/alerts_test.yml does not test it")
 
 
 def check_flags(where, args, known):
@@ -386,7 +397,7 @@ def main():
     uids = check_compose(a.root, grpc_port, metrics_port, known_flags)
     check_dockerfile(a.root, grpc_port, metrics_port)
     check_dashboard(a.dashboard or os.path.join(a.root, "deploy/grafana/dashboards/srformer.json"), registered, uids)
-    check_alerts(a.alerts or os.path.join(a.root, "deploy/prometheus/alerts.yml"), registered)
+    check_alerts(a.root, a.alerts or os.path.join(a.root, "deploy/prometheus/alerts.yml"), registered)
     check_k8s(a.root, registered, grpc_port, metrics_port, known_flags)
     for p in problems:
         print(p)

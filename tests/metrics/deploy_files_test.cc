@@ -147,5 +147,29 @@ TEST_F(DeployFiles, AlertOnUnknownMetricIsCaught) {
   std::remove(bad.c_str());
 }
 
+// An alert paged with nothing to go on when docs/OPERATIONS.md's runbook had no entry for it, and fired (or
+// not) unlike its expression's intent when no promtool test evaluated it: either is caught.
+TEST_F(DeployFiles, AlertWithoutARunbookEntryOrAPromtoolTestIsCaught) {
+  std::ifstream in(kSource + "/deploy/prometheus/alerts.yml");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string bad = ::testing::TempDir() + "srformer_untested_alerts_" + std::to_string(getpid()) + ".yml";
+  std::ofstream(bad) << ss.str() << "      - alert: SrformerDecodeStepsSlow\n"
+                     << "        expr: histogram_quantile(0.95, sum by (model, le) "
+                        "(rate(srformer_decode_step_seconds_bucket[5m]))) > 1\n";
+  std::string out;
+  EXPECT_EQ(check(" --alerts " + bad, out), 1) << out;
+  EXPECT_NE(out.find("alert SrformerDecodeStepsSlow: no entry '- `SrformerDecodeStepsSlow`' in docs/OPERATIONS.md's "
+                     "Alerts section"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("alert SrformerDecodeStepsSlow: tests/metrics/alerts_test.yml does not test it"),
+            std::string::npos)
+      << out;
+  // The shipped alerts themselves have both: no other problem.
+  EXPECT_NE(out.find("check_deploy: 2 problem(s)"), std::string::npos) << out;
+  std::remove(bad.c_str());
+}
+
 }  // namespace
 }  // namespace srformer::server
