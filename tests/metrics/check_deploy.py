@@ -38,8 +38,8 @@ PROMQL_WORDS = {
 def metric_names(expr):
     """Metric names referenced by a PromQL expression (or a Grafana label_values(...) query)."""
     expr = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', '""', expr)  # string literals
-    expr = re.sub(r"label_values\(([^,)]*)(,[^)]*)?\)", r"(\1)", expr)  # keep the series selector only
     expr = re.sub(r"\{[^}]*\}", "", expr)  # label matchers (and Grafana $vars inside them)
+    expr = re.sub(r"label_values\(([^,)]*)(,[^)]*)?\)", r"(\1)", expr)  # keep the series selector only
     expr = re.sub(r"\[[^\]]*\]", "", expr)  # range selectors
     expr = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
     expr = re.sub(r"\$\w+", "", expr)
@@ -230,6 +230,17 @@ def check_dockerfile(root, grpc_port, metrics_port):
         check(re.search(r"^HEALTHCHECK\s.*--health", body, re.M | re.S), f"Dockerfile: stage {stage} needs a gRPC HEALTHCHECK")
 
 
+def check_job_chosen(where, expr):
+    """Every series selector keeps to the job chosen: the instance variable's "All" is ".*", and without the job
+    a Prometheus scraping two srformer jobs (staging and production) showed both whichever job was chosen."""
+    for m in re.finditer(r"(?<![\w$])([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(\{[^}]*\})?", expr):
+        name = m.group(1)
+        if not (name.startswith("srformer_") or name.startswith("process_")):
+            continue
+        check(re.search(r'\bjob\s*=~\s*"\$job"', m.group(2) or ""),
+              f"{where}: {name} is not limited to the chosen job (job=~\"$job\"): {expr}")
+
+
 def check_dashboard(path, registered, datasource_uids):
     try:
         dash = json.load(open(path))
@@ -255,6 +266,7 @@ def check_dashboard(path, registered, datasource_uids):
                   f"dashboard panel '{title}': a fixed job name (Kubernetes scrapes name jobs otherwise; use $job): {t.get('expr')}")
             names = metric_names(t.get("expr", ""))
             check(names, f"dashboard panel '{title}': query names no metric: {t.get('expr')}")
+            check_job_chosen(f"dashboard panel '{title}'", t.get("expr", ""))
             for n in names:
                 check(n in registered, f"dashboard panel '{title}': metric {n} is not registered by Metrics")
             check_labels(f"dashboard panel '{title}'", t.get("expr", ""), registered)
@@ -274,6 +286,8 @@ def check_dashboard(path, registered, datasource_uids):
         else:
             continue  # a datasource variable's query is a plugin type, not PromQL
         q = var.get("query", {})
+        if var.get("name") != "job":
+            check_job_chosen(f"dashboard variable '{var.get('name')}'", q.get("query", "") if isinstance(q, dict) else str(q))
         for n in metric_names(q.get("query", "") if isinstance(q, dict) else str(q)):
             check(n in registered, f"dashboard variable '{var.get('name')}': metric {n} is not registered")
     for required in ("srformer_generated_tokens_total", "srformer_requests_total",

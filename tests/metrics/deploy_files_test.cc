@@ -116,6 +116,33 @@ TEST_F(DeployFiles, DashboardTiedToOneDatasourceOrJobNameIsCaught) {
   }
 }
 
+// The job chosen held only the process panels: the others filtered on the instance, whose "All" is ".*", so a
+// Prometheus scraping two srformer jobs (staging, production) showed both in them whichever job was chosen.
+TEST_F(DeployFiles, DashboardPanelIgnoringTheChosenJobIsCaught) {
+  std::ifstream in(kSource + "/deploy/grafana/dashboards/srformer.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string original = ss.str();
+  const std::vector<std::pair<std::string, std::string>> edits = {
+      {R"(srformer_generated_tokens_total{job=~\"$job\", )", "srformer_generated_tokens_total is not limited"},
+      {R"(srformer_gpu_power_watts{job=~\"$job\", )", "srformer_gpu_power_watts is not limited"},
+      {R"(label_values(srformer_requests_in_flight{job=~\"$job\", )",
+       "dashboard variable 'model': srformer_requests_in_flight is not limited"},
+  };
+  for (const auto& [from, problem] : edits) {
+    std::string json = original;
+    const auto pos = json.find(from);
+    ASSERT_NE(pos, std::string::npos) << from;
+    json.replace(pos, from.size(), from.substr(0, from.find('{') + 1));
+    const std::string bad = ::testing::TempDir() + "srformer_jobless_dashboard_" + std::to_string(getpid()) + ".json";
+    std::ofstream(bad) << json;
+    std::string out;
+    EXPECT_EQ(check(" --dashboard " + bad, out), 1) << from << ": " << out;
+    EXPECT_NE(out.find(problem), std::string::npos) << out;
+    std::remove(bad.c_str());
+  }
+}
+
 // A label the metric does not carry, or a fixed label's value it never takes, matches no series: the
 // alert stays silent and the panel empty, and nothing else says so.
 TEST_F(DeployFiles, AlertOnALabelOrValueTheMetricLacksIsCaught) {
