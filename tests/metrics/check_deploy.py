@@ -241,7 +241,15 @@ def check_job_chosen(where, expr):
               f"{where}: {name} is not limited to the chosen job (job=~\"$job\"): {expr}")
 
 
-def check_dashboard(path, registered, datasource_uids):
+def watched_in_docs(root):
+    """The series docs/OPERATIONS.md's knobs table tells an operator to watch for each flag."""
+    doc = open(os.path.join(root, "docs/OPERATIONS.md")).read()
+    start = doc.find("\n## Latency and throughput knobs at a glance\n")
+    table = doc[start:doc.find("\n## ", start + 1)] if start >= 0 else ""
+    return set(re.findall(r"`((?:srformer|process)_[a-z_]+)", table))
+
+
+def check_dashboard(root, path, registered, datasource_uids):
     try:
         dash = json.load(open(path))
     except (OSError, ValueError) as e:
@@ -298,6 +306,9 @@ def check_dashboard(path, registered, datasource_uids):
                      "srformer_cross_attention_kv_read_total", "srformer_cross_attention_kv_full_equivalent_total",
                      "srformer_stream_unread_bytes", "srformer_response_unread_bytes", "srformer_streams_stalled_total"):
         check(required in used, f"dashboard: no panel shows {required}")
+    for watched in sorted(watched_in_docs(root)):
+        check(watched in used or watched + "_bucket" in used,
+              f"dashboard: no panel shows {watched}, which docs/OPERATIONS.md's knobs table says to watch")
 
 
 def check_alerts(root, path, registered):
@@ -410,7 +421,7 @@ def main():
     grpc_port, metrics_port = 50051, 9464  # srformer-server defaults (server/config.h)
     uids = check_compose(a.root, grpc_port, metrics_port, known_flags)
     check_dockerfile(a.root, grpc_port, metrics_port)
-    check_dashboard(a.dashboard or os.path.join(a.root, "deploy/grafana/dashboards/srformer.json"), registered, uids)
+    check_dashboard(a.root, a.dashboard or os.path.join(a.root, "deploy/grafana/dashboards/srformer.json"), registered, uids)
     check_alerts(a.root, a.alerts or os.path.join(a.root, "deploy/prometheus/alerts.yml"), registered)
     check_k8s(a.root, registered, grpc_port, metrics_port, known_flags)
     for p in problems:

@@ -143,6 +143,29 @@ TEST_F(DeployFiles, DashboardPanelIgnoringTheChosenJobIsCaught) {
   }
 }
 
+// docs/OPERATIONS.md's knobs table says which series show what each flag trades; the dashboard lacked
+// srformer_state_budget_bytes, what --max-state-memory's srformer_state_bytes is to be read against.
+TEST_F(DeployFiles, ASeriesTheKnobsTableSaysToWatchMissingFromTheDashboardIsCaught) {
+  std::ifstream in(kSource + "/deploy/grafana/dashboards/srformer.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string json = ss.str();
+  const std::string from = "srformer_state_budget_bytes{";
+  const auto pos = json.find(from);
+  ASSERT_NE(pos, std::string::npos);
+  json.replace(pos, from.size(), "srformer_state_bytes{");
+  const std::string bad = ::testing::TempDir() + "srformer_unwatched_dashboard_" + std::to_string(getpid()) + ".json";
+  std::ofstream(bad) << json;
+  std::string out;
+  EXPECT_EQ(check(" --dashboard " + bad, out), 1) << out;
+  EXPECT_NE(out.find("dashboard: no panel shows srformer_state_budget_bytes, which docs/OPERATIONS.md's knobs table "
+                     "says to watch"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("check_deploy: 1 problem(s)"), std::string::npos) << out;
+  std::remove(bad.c_str());
+}
+
 // A label the metric does not carry, or a fixed label's value it never takes, matches no series: the
 // alert stays silent and the panel empty, and nothing else says so.
 TEST_F(DeployFiles, AlertOnALabelOrValueTheMetricLacksIsCaught) {
