@@ -170,8 +170,8 @@ Summarizes FILE (or stdin) with an srformer-server.
                            failed one prints an empty line (--json: {"error": ...}) and its error on
                            stderr, and the exit status is 1
   --deadline-ms N          per-call deadline (covers every attempt; --health without it waits 3 s); without
-                           it a call waits as long as the server takes, and stderr says so once nothing
-                           has come for 10 s ("no answer from TARGET in 10 s; still waiting ...")
+                           it a call waits as long as the server takes, and stderr, on a terminal, says so
+                           once nothing has come for 10 s ("no answer from TARGET in 10 s; still waiting ...")
   --retries N              retry a call refused with UNAVAILABLE or RESOURCE_EXHAUSTED up to N times
                            (0-4; default 0), after the server's grpc-retry-pushback-ms or a backoff
                            from 0.2 s; a stream only until its first token has arrived (not --health)

@@ -3,6 +3,11 @@
 // and never answered (stopped, wedged, a peer gone without a reset), the client waited for ever without a
 // word. A default deadline would cut the long summaries a CPU server may rightly take minutes over; instead,
 // once nothing has come for kSilenceNoticeAfter, stderr says so, and how to bound the wait, and the call goes on.
+// Only to a terminal, where someone is watching the call wait: a script's stderr (a log, cron's mail, a
+// pipeline that takes any stderr as failure) got the line for every long summary, with advice (Ctrl-C) that
+// no one there could take; a script bounds its calls with --deadline-ms.
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -21,10 +26,11 @@ class SilenceNotice {
   using Clock = std::chrono::steady_clock;
 
   // `message` says what has been waited for, when the time comes; "" waits on (e.g. while gRPC is still
-  // connecting: a connection that does not come up fails the call by itself). Not armed: does nothing.
+  // connecting: a connection that does not come up fails the call by itself). Not armed, or stderr not a
+  // terminal: does nothing.
   SilenceNotice(bool armed, std::function<std::string()> message) : message_(std::move(message)) {
     heard();
-    if (armed) thread_ = std::thread([this] { watch(); });
+    if (armed && ::isatty(STDERR_FILENO) == 1) thread_ = std::thread([this] { watch(); });
   }
   ~SilenceNotice() {
     {
