@@ -40,8 +40,13 @@ inline std::string status_hint(const grpc::Status& s, const ClientOptions& o, ui
     }
     if (o.tls && m.find("wrong version number") != std::string::npos)
       return " (the server speaks plaintext: --insecure)";
-    if (o.tls && not_connected && m.find("Socket closed") != std::string::npos && o.cert_file.empty()) {
-      return " (a server with --tls-client-ca takes only clients with a certificate it signed: --cert/--key)";
+    if (o.tls && not_connected && m.find("Socket closed") != std::string::npos) {
+      // With --cert the server closed the handshake on it (one its --tls-client-ca did not sign, or expired):
+      // gRPC said only "Socket closed".
+      return o.cert_file.empty()
+                 ? " (a server with --tls-client-ca takes only clients with a certificate it signed: --cert/--key)"
+                 : " (the server refused the TLS handshake: is --cert " + o.cert_file +
+                       " signed by the CA of its --tls-client-ca, and still valid?)";
     }
     // A server certificate no trusted CA signed (OpenSSL's words, then BoringSSL's).
     if (o.tls && (m.find("certificate verify failed") != std::string::npos ||

@@ -29,6 +29,19 @@ TEST(StatusHint, APlaintextClientAtATlsServerIsToldAboutTls) {
             std::string::npos);
 }
 
+// A server with --tls-client-ca that does not take the client's certificate (another CA's, expired) closes the
+// handshake: gRPC said only "Socket closed", and --cert was given, so the hint asking for one was left out.
+TEST(StatusHint, AClientCertificateTheServerRefusesIsNamed) {
+  ClientOptions o = tls_options();
+  o.cert_file = "client.pem";
+  o.key_file = "client.key";
+  EXPECT_EQ(status_hint(unavailable("failed to connect to all addresses; last error: UNAVAILABLE: "
+                                    "ipv4:127.0.0.1:5000: Socket closed"),
+                        o, 10),
+            " (the server refused the TLS handshake: is --cert client.pem signed by the CA of its --tls-client-ca, and "
+            "still valid?)");
+}
+
 // A server killed mid-call (a summary half streamed) closes the socket too: that is no TLS question, and the
 // hint sent users after certificates that had worked.
 TEST(StatusHint, AConnectionLostMidCallIsNotBlamedOnTls) {

@@ -1799,6 +1799,15 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
     auto half_client = run_command(kClient + mt + " --cert " + cert + " --health 2>&1");
     EXPECT_EQ(half_client.exit_code, 2) << half_client.out;
     EXPECT_NE(half_client.out.find("--key"), std::string::npos) << half_client.out;
+    // A certificate its CA did not sign: the server closes the handshake, and gRPC said only "Socket closed".
+    const std::string other = (dir / "named.pem").string();
+    auto unsigned_client = run_command(kClient + mt + " --cert " + other + " --key " +
+                                       (dir / "named-key.pem").string() + " --health 2>&1");
+    EXPECT_EQ(unsigned_client.exit_code, 1) << unsigned_client.out;
+    EXPECT_NE(unsigned_client.out.find("Socket closed (the server refused the TLS handshake: is --cert " + other +
+                                       " signed by the CA of its --tls-client-ca, and still valid?)\n"),
+              std::string::npos)
+        << unsigned_client.out;
   }
   // Half a TLS configuration, or a file that is not PEM, is refused with the flag to fix.
   auto half = run_command(kServer + " --model tiny=" + model_dir_.string() + " --tls-cert " + cert + " 2>&1");
