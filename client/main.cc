@@ -19,6 +19,7 @@
 
 #include "client/client_options.h"
 #include "client/grpc_health.h"
+#include "client/grpc_logs.h"
 #include "client/load_generator.h"
 #include "client/message_size_hint.h"
 #include "client/retry_policy.h"
@@ -528,5 +529,6 @@ int main(int argc, char** argv) {
   // Output that never reached stdout (a full disk, /dev/full) is a failure: the exit status said 0 with the
   // summary or the load report lost. A closed pipe ends the client by SIGPIPE, as other tools.
   srformer::StdoutCheck stdout_check("srformer-client");
+  srformer::client::quiet_grpc_tls_logs();
   return stdout_check.exit_status(run(argc, argv));
 }

@@ -65,8 +65,8 @@ inline std::string status_hint(const grpc::Status& s, const ClientOptions& o, ui
                  : " (the server's certificate was not issued for --tls-server-name " + o.tls_server_name +
                        ": give a name it was issued for)";
     }
-    // gRPC's words when it cannot build TLS credentials from the files (its own log lines above say why), or
-    // without --ca finds no CA certificates to trust (no system bundle, no roots.pem of its own).
+    // gRPC's words when it cannot build TLS credentials from the files (its own log lines, which client/grpc_logs.h
+    // drops, said why), or without --ca finds no CA certificates to trust (no system bundle, no roots.pem of its own).
     if (o.tls && m.find("empty address list") != std::string::npos) {
       if (o.ca_file.empty()) {
         const std::string roots =

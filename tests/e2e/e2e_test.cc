@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -1763,6 +1764,10 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
                                   "private CA? then --ca FILE with that CA)"),
             std::string::npos)
       << system_roots.out;
+  // That line alone: gRPC's own log line of the handshake ("E1129 ... ssl_transport_security.cc:1501] Handshake
+  // failed ...") came first, a second error in another format.
+  EXPECT_EQ(system_roots.out.rfind("srformer-client: health check failed: UNAVAILABLE: ", 0), 0u) << system_roots.out;
+  EXPECT_EQ(std::count(system_roots.out.begin(), system_roots.out.end(), '\n'), 1) << system_roots.out;
   // A certificate for the server's DNS name, checked on 127.0.0.1 (the image's health check): only with
   // --tls-server-name naming it.
   {
@@ -1796,6 +1801,10 @@ TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
     EXPECT_NE(wrong_key.out.find("is --key " + (dir / "named-key.pem").string() + " the private key of --cert " + cert),
               std::string::npos)
         << wrong_key.out;
+    // Without gRPC's three log lines before it (one a dump of the channel's arguments).
+    EXPECT_EQ(wrong_key.out.rfind("srformer-client: health check failed: UNAVAILABLE: empty address list", 0), 0u)
+        << wrong_key.out;
+    EXPECT_EQ(std::count(wrong_key.out.begin(), wrong_key.out.end(), '\n'), 1) << wrong_key.out;
     auto half_client = run_command(kClient + mt + " --cert " + cert + " --health 2>&1");
     EXPECT_EQ(half_client.exit_code, 2) << half_client.out;
     EXPECT_NE(half_client.out.find("--key"), std::string::npos) << half_client.out;
