@@ -95,6 +95,37 @@ void read_tokenizer_json_model(const json& tj, const fs::path& file, ByteLevelBp
   config.merges = parse_merges(model.contains("merges") ? model["merges"] : json(), file.string() + " model.merges");
 }
 
+// Settings of a tokenizer.json that Hugging Face's fast tokenizer applies and GPT-2's scheme here does not:
+// refused naming them, whether the file stands alone or beside vocab.json and merges.txt (the fast tokenizer
+// reads it there too), rather than tokenizing or decoding otherwise. ByteLevel without its regex encodes
+// each added-token-free stretch as one word ("\n\n" one token, not two); a subword prefix or suffix, or
+// whole-word lookups before the merges (ignore_merges), change which tokens a word becomes; another decoder
+// (WordPiece, Metaspace, ...) other text.
+void refuse_settings_it_would_ignore(const json& tj, const fs::path& file) {
+  const auto refuse = [&](const std::string& what) {
+    throw TokenizerLoadError(file.string() + ": " + what +
+                             " is not supported; byte-level BPE here is GPT-2's (ByteLevel pre-tokenizer with "
+                             "its regex and decoder, merges alone)");
+  };
+  const json& pre = tj.contains("pre_tokenizer") ? tj["pre_tokenizer"] : json();
+  if (pre.is_object() && pre.value("type", "") == "ByteLevel" && !pre.value("use_regex", true)) {
+    refuse("pre_tokenizer ByteLevel with use_regex false");
+  }
+  const json& model = tj.contains("model") ? tj["model"] : json();
+  if (model.is_object() && model.value("type", "") == "BPE") {
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+      const auto it = model.find(key);
+      if (it != model.end() && !it->is_null() && *it != "") refuse("model." + std::string(key) + " " + it->dump());
+    }
+    if (model.value("ignore_merges", false)) refuse("model.ignore_merges true");
+  }
+  const auto decoder = tj.find("decoder");
+  if (decoder != tj.end() && !decoder->is_null()) {
+    const std::string type = decoder->is_object() ? decoder->value("type", "") : "";
+    if (type != "ByteLevel") refuse("decoder " + (type.empty() ? std::string("of no type") : type));
+  }
+}
+
 // What a tokenizer.json does around the byte-level BPE that Hugging Face's fast tokenizer would do and we
 // must not leave out silently: a normalizer (refused: we apply none), and the post-processor, which
 // decides whether <s> ... </s> wrap the ids (RoBERTa/BART processing, or a template of that shape) or
@@ -339,6 +370,7 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
     config.added_tokens.push_back({content, *id, spec.special, spec.lstrip, spec.rstrip, spec.single_word});
   }
   if (tokenizer_json) {
+    refuse_settings_it_would_ignore(*tokenizer_json, model_dir / "tokenizer.json");
     const auto id_of = [&](const std::string& token) -> std::optional<int64_t> {
       for (const auto& a : config.added_tokens) {
         if (a.content == token) return a.id;

@@ -369,6 +369,54 @@ TEST(ByteLevelBpe, ATokenizerJsonItCannotReadSaysWhatToCopy) {
   EXPECT_NE(bad_merge.find("model.merges entry 1"), std::string::npos) << bad_merge;
 }
 
+// What a byte-level BPE tokenizer.json asks of Hugging Face's tokenizer beyond GPT-2's scheme (no regex split,
+// subword prefixes or suffixes, whole-word lookups before the merges, another decoder) would give other ids
+// or text here: each is refused naming the file and the setting, whether the tokenizer.json stands alone or
+// beside vocab.json and merges.txt (Hugging Face's fast tokenizer reads it there too). WordLevel, like
+// WordPiece, is named as the model it is.
+TEST(ByteLevelBpe, TokenizerJsonSettingsItWouldIgnoreAreRefused) {
+  TempDir dir("bpe-ignored-settings");
+  test::write_tiny_bpe_dir(dir.path() / "files");
+  auto base = tokenizer_json_of(dir.path() / "files", false);
+  base["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", true}};
+  base["pre_tokenizer"]["use_regex"] = true;
+  base["model"]["continuing_subword_prefix"] = nullptr;
+  base["model"]["end_of_word_suffix"] = nullptr;
+  base["model"]["ignore_merges"] = false;
+  fs::create_directories(dir.path() / "json");
+  const auto error_of = [&](const fs::path& where, const nlohmann::json& tj) -> std::string {
+    test::write_file(where / "tokenizer.json", tj.dump());
+    try {
+      (void)load_tokenizer(where);
+    } catch (const TokenizerLoadError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  for (const auto& where : {dir.path() / "json", dir.path() / "files"}) {
+    SCOPED_TRACE(where.string());
+    EXPECT_EQ(error_of(where, base), "") << "the settings GPT-2, RoBERTa and BART have load";
+    const auto expect_refused = [&](const char* section, const char* key, const nlohmann::json& value,
+                                    const std::string& expected) {
+      auto tj = base;
+      tj[section][key] = value;
+      const auto error = error_of(where, tj);
+      EXPECT_NE(error.find((where / "tokenizer.json").string()), std::string::npos) << error;
+      EXPECT_NE(error.find(expected), std::string::npos) << error;
+    };
+    expect_refused("pre_tokenizer", "use_regex", false, "pre_tokenizer ByteLevel with use_regex false");
+    expect_refused("model", "continuing_subword_prefix", "##", "model.continuing_subword_prefix \"##\"");
+    expect_refused("model", "end_of_word_suffix", "</w>", "model.end_of_word_suffix \"</w>\"");
+    expect_refused("model", "ignore_merges", true, "model.ignore_merges true");
+    expect_refused("decoder", "type", "WordPiece", "decoder WordPiece");
+    test::write_file(where / "tokenizer.json", "{}");
+  }
+  const auto wordlevel = error_of(dir.path() / "json", {{"model", {{"type", "WordLevel"}, {"vocab", {{"a", 0}}}}}});
+  EXPECT_NE(wordlevel.find((dir.path() / "json" / "tokenizer.json").string() + " holds a WordLevel model"),
+            std::string::npos)
+      << wordlevel;
+}
+
 // merges.txt cut short at a line's end parses; the tokens only the lost merges built would never be
 // made again. A vocabulary of the 256 byte symbols and 300 two-symbol merges (ids after the tiny
 // directory's 265) is cut after 150, 200 and 299 merges: the first two leave over 64 tokens
