@@ -74,19 +74,42 @@ bool stands_alone(std::string_view text, size_t pos, size_t len) {
 AddedTokenSplitter::AddedTokenSplitter(std::vector<AddedToken> tokens) : tokens_(std::move(tokens)) {
   tokens_.erase(std::remove_if(tokens_.begin(), tokens_.end(), [](const AddedToken& t) { return t.content.empty(); }),
                 tokens_.end());
-  std::stable_sort(tokens_.begin(), tokens_.end(),
-                   [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
-  for (size_t i = 0; i < tokens_.size(); ++i) {
-    by_first_[static_cast<unsigned char>(tokens_[i].content[0])].push_back(i);
+  std::stable_sort(tokens_.begin(), tokens_.end(), [](const AddedToken& a, const AddedToken& b) {
+    return a.normalized != b.normalized ? b.normalized : a.content.size() > b.content.size();
+  });
+  const auto first_normalized = static_cast<size_t>(
+      std::find_if(tokens_.begin(), tokens_.end(), [](const AddedToken& t) { return t.normalized; }) - tokens_.begin());
+  raw_.end = normalized_.begin = first_normalized;
+  normalized_.end = tokens_.size();
+  for (Pass* pass : {&raw_, &normalized_}) {
+    for (size_t i = pass->begin; i < pass->end; ++i) {
+      pass->by_first[static_cast<unsigned char>(tokens_[i].content[0])].push_back(i);
+    }
   }
 }
 
 std::vector<AddedTokenSplitter::Segment> AddedTokenSplitter::split(std::string_view text) const {
   std::vector<Segment> out;
+  split_pass(raw_, text, out);
+  if (normalized_.begin == normalized_.end) return out;
+  // Each plain piece is a text of its own to the second pass: its ends are a single_word token's word
+  // boundaries, and whitespace is stripped within it alone.
+  std::vector<Segment> both;
+  for (const auto& seg : out) {
+    if (seg.id) {
+      both.push_back(seg);
+    } else {
+      split_pass(normalized_, seg.text, both);
+    }
+  }
+  return both;
+}
+
+void AddedTokenSplitter::split_pass(const Pass& pass, std::string_view text, std::vector<Segment>& out) const {
   size_t plain_begin = 0;  // start of the pending plain segment
   size_t pos = 0;
   while (pos < text.size()) {
-    const auto& candidates = by_first_[static_cast<unsigned char>(text[pos])];
+    const auto& candidates = pass.by_first[static_cast<unsigned char>(text[pos])];
     const AddedToken* match = nullptr;
     for (const size_t i : candidates) {
       if (text.compare(pos, tokens_[i].content.size(), tokens_[i].content) == 0) {
@@ -113,7 +136,6 @@ std::vector<AddedTokenSplitter::Segment> AddedTokenSplitter::split(std::string_v
     plain_begin = pos;
   }
   if (plain_begin < text.size()) out.push_back({text.substr(plain_begin), std::nullopt});
-  return out;
 }
 
 }  // namespace srformer

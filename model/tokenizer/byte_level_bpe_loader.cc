@@ -219,6 +219,7 @@ struct TokenSpec {
   std::optional<int64_t> id = std::nullopt;
   bool special = true;
   bool lstrip = false, rstrip = false, single_word = false;
+  std::optional<bool> normalized = std::nullopt;  // where the file says; Hugging Face's default: not special
 };
 
 std::optional<TokenSpec> parse_token(const json& j, bool special) {
@@ -230,6 +231,7 @@ std::optional<TokenSpec> parse_token(const json& j, bool special) {
     t.lstrip = j.value("lstrip", false);
     t.rstrip = j.value("rstrip", false);
     t.single_word = j.value("single_word", false);
+    if (j.contains("normalized") && j["normalized"].is_boolean()) t.normalized = j["normalized"].get<bool>();
     if (j.contains("id") && j["id"].is_number_integer()) t.id = j["id"].get<int64_t>();
   }
   return t;
@@ -304,8 +306,10 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
   const auto add = [&](const TokenSpec& t) {
     auto& slot = added[t.content];
     const auto id = t.id ? t.id : slot.id;
+    const auto normalized = t.normalized ? t.normalized : slot.normalized;
     slot = t;
     slot.id = id;
+    slot.normalized = normalized;
   };
 
   if (const auto& tj = tokenizer_json) {
@@ -352,6 +356,7 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
       t.lstrip = t.lstrip || it->second.lstrip;
       t.rstrip = t.rstrip || it->second.rstrip;
       t.single_word = t.single_word || it->second.single_word;
+      if (it->second.normalized) t.normalized = it->second.normalized;
     }
     add(t);
   }
@@ -367,7 +372,8 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
       if (it == config.vocab.end()) continue;  // a role token this vocabulary does not have
       id = it->second;
     }
-    config.added_tokens.push_back({content, *id, spec.special, spec.lstrip, spec.rstrip, spec.single_word});
+    config.added_tokens.push_back({content, *id, spec.special, spec.lstrip, spec.rstrip, spec.single_word,
+                                   spec.normalized.value_or(!spec.special)});
   }
   if (tokenizer_json) {
     refuse_settings_it_would_ignore(*tokenizer_json, model_dir / "tokenizer.json");

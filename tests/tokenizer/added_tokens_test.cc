@@ -54,5 +54,27 @@ TEST(AddedTokens, ASingleWordTokenMatchesOnlyWhereNoWordRunsOnIntoIt) {
   EXPECT_EQ(shown(plain, "azqa"), "<a>[5]<a>");
 }
 
+// Hugging Face (added_vocabulary.rs, extract_and_normalize) matches the tokens that see the raw text
+// (normalized false: special tokens as BART's files have them) over the whole text first, then the
+// normalized ones (tokens added with add_tokens) in each piece between those matches, the piece a text of
+// its own: a raw token wins over a normalized one that starts earlier and overlaps it, a normalized
+// single_word token stands alone at a piece's ends, and a normalized lstrip token strips only within its piece.
+TEST(AddedTokens, TokensOfTheRawTextAreMatchedBeforeNormalizedOnes) {
+  AddedToken overlapping{"qx<s", 9}, word{"<w>", 8}, strip{"[L]", 7};
+  overlapping.normalized = word.normalized = strip.normalized = true;
+  word.single_word = true;
+  strip.lstrip = true;
+  AddedToken r{"[R]", 3};
+  r.rstrip = true;
+  const AddedTokenSplitter s({{"<s>", 0}, overlapping, word, strip, r, {"ab", 4}});
+  EXPECT_EQ(shown(s, "aqx<s>"), "<aqx>[0]") << "the normalized qx<s would have come first";
+  EXPECT_EQ(shown(s, "aqx<s"), "<a>[9]") << "it matches where no raw token overlaps it";
+  EXPECT_EQ(shown(s, "ab<w>ab x<w>"), "[4][8][4]< x<w>>") << "beside raw tokens a piece ends";
+  EXPECT_EQ(shown(s, "[R]  [L]x [L]"), "[3][7]<x>[7]") << "[R] took the spaces; [L] takes its piece's";
+  // Without normalized tokens there is one pass, leftmost first.
+  const AddedTokenSplitter one({{"<s>", 0}, {"qx<s", 9}});
+  EXPECT_EQ(shown(one, "aqx<s>"), "<a>[9]<>>");
+}
+
 }  // namespace
 }  // namespace srformer
