@@ -5,6 +5,7 @@
 
 #include <array>
 #include <climits>
+#include <cstdio>
 #include <functional>
 #include <mutex>
 #include <queue>
@@ -23,8 +24,40 @@ namespace {
 // The symbol run's group is possessive (nothing after it could ask it to give characters back): the JIT
 // keeps a backtracking frame for each pass of a plain repeated group, and ran out of stack ("JIT stack
 // limit reached", the request refused) at 1365 symbols in a row, a line of dashes or underscores.
+// LETTERS and NUMBERS: \p{L} and \p{N} with what Hugging Face's Unicode tables add to PCRE2's (gpt2_regex()).
 constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?(?:[^\s\p{L}\p{N}]|\x{180E})++|[^\S\x{180E}]+(?![\S\x{180E}])|[^\S\x{180E}]+)";
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?[LETTERS]+| ?[NUMBERS]+| ?(?:[^\sLETTERSNUMBERS]|\x{180E})++|[^\S\x{180E}]+(?![\S\x{180E}])|[^\S\x{180E}]+)";
+
+// The code points Hugging Face's ByteLevel pre-tokenizer counts as letters and as numbers (generated from it by
+// tests/tokenizer/letter_number_table.js).
+constexpr std::pair<char32_t, char32_t> kLetters[] = {
+#include "model/tokenizer/gpt2_letters.inc"
+};
+constexpr std::pair<char32_t, char32_t> kNumbers[] = {
+#include "model/tokenizer/gpt2_numbers.inc"
+};
+
+template <size_t N>
+std::string missing_from(const char* property, const std::pair<char32_t, char32_t> (&table)[N]);
+
+// kGpt2Pattern with \p{L} and \p{N} and, beside them, the code points of kLetters and kNumbers that this
+// PCRE2's older Unicode tables leave out (Debian 12's 10.42 has Unicode 14, Hugging Face's Oniguruma 16: CJK
+// extensions H and I, Kawi, Garay, Latin and Cyrillic additions). Worked out once per process: the full tables
+// as classes cost 25 times the time on CJK text, 700 ranges to try for each character.
+const std::string& gpt2_regex() {
+  static const std::string pattern = [] {
+    const std::string letters = "\\p{L}" + missing_from("\\p{L}", kLetters);
+    const std::string numbers = "\\p{N}" + missing_from("\\p{N}", kNumbers);
+    std::string p = kGpt2Pattern;
+    for (const auto& [name, value] : {std::pair<std::string, std::string>{"LETTERS", letters}, {"NUMBERS", numbers}}) {
+      for (size_t at = p.find(name); at != std::string::npos; at = p.find(name, at + value.size())) {
+        p.replace(at, name.size(), value);
+      }
+    }
+    return p;
+  }();
+  return pattern;
+}
 
 constexpr size_t kCacheLimit = 1 << 16;
 // Only words shorter than this are cached (Hugging Face's BPE bounds its cache's words too): a long word is rarely
@@ -39,6 +72,52 @@ struct CodeDeleter {
 struct MatchDataDeleter {
   void operator()(pcre2_match_data* m) const { pcre2_match_data_free(m); }
 };
+
+// The code points of `table` that PCRE2's `property` class does not match, as class ranges ("\x{1C89}-\x{1C8A}").
+template <size_t N>
+std::string missing_from(const char* property, const std::pair<char32_t, char32_t> (&table)[N]) {
+  int err = 0;
+  PCRE2_SIZE err_offset = 0;
+  const std::string outside = std::string("[^") + property + "]";
+  const std::unique_ptr<pcre2_code, CodeDeleter> re(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(outside.c_str()),
+                                                                  PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &err,
+                                                                  &err_offset, nullptr));
+  if (!re) throw std::runtime_error("cannot compile " + outside + " (PCRE2 error " + std::to_string(err) + ")");
+  pcre2_jit_compile(re.get(), PCRE2_JIT_COMPLETE);
+  const std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(pcre2_match_data_create_from_pattern(re.get(), nullptr));
+  std::string out;
+  char32_t run_first = 0, run_last = 0;
+  bool in_run = false;
+  const auto flush = [&] {
+    if (!in_run) return;
+    const auto hex = [](char32_t cp) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "\\x{%X}", static_cast<unsigned>(cp));
+      return std::string(buf);
+    };
+    out += run_first == run_last ? hex(run_first) : hex(run_first) + "-" + hex(run_last);
+    in_run = false;
+  };
+  for (const auto& [first, last] : table) {
+    std::string text;
+    for (char32_t cp = first; cp <= last; ++cp) utf8::append(text, cp);
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    for (size_t offset = 0; offset < text.size();) {
+      if (pcre2_match(re.get(), subject, text.size(), offset, PCRE2_NO_UTF_CHECK, md.get(), nullptr) < 0) break;
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
+      const char32_t cp = utf8::decode_at(text, ov[0], ov[1] - ov[0]);
+      if (!in_run || cp != run_last + 1) {
+        flush();
+        run_first = cp;
+        in_run = true;
+      }
+      run_last = cp;
+      offset = ov[1];
+    }
+  }
+  flush();
+  return out;
+}
 
 uint64_t pair_key(int64_t a, int64_t b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); }
 
@@ -229,8 +308,9 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(ByteLevelBpeConfig config) : impl_(
 
   int err = 0;
   PCRE2_SIZE err_offset = 0;
-  m.regex.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
-                              &err, &err_offset, nullptr));
+  const std::string& pattern = gpt2_regex();
+  m.regex.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err,
+                              &err_offset, nullptr));
   if (!m.regex)
     throw std::runtime_error("cannot compile the GPT-2 pre-tokenization regex (PCRE2 error " + std::to_string(err) +
                              ")");

