@@ -313,6 +313,14 @@ UnigramModelFromJson sentencepiece_model_from_tokenizer_json(const json& tj, con
                              ": a Unigram model without a Metaspace pre-tokenizer is not SentencePiece-style; "
                              "copy spiece.model from the model's repository");
   }
+  // SentencePiece decodes as a Metaspace decoder does; another one (ByteLevel, WordPiece, a Sequence of
+  // replacements) gives Hugging Face other text.
+  if (const auto it = tj.find("decoder");
+      it != tj.end() && !it->is_null() && find_metaspace(tj, "decoder", "decoders") != &*it) {
+    throw TokenizerLoadError(where + ": the " + type_of(*it) +
+                             " decoder has no SentencePiece equivalent (supported: Metaspace); copy spiece.model "
+                             "from the model's repository");
+  }
 
   UnigramModelFromJson out;
   out.extra_ids = count_trailing_sentinels(pieces);

@@ -316,6 +316,14 @@ TEST(UnigramTokenizerJson, WhatSentencePieceCannotExpressIsALoadErrorNamingIt) {
   expect_in(error_with([](json& tj) { tj["pre_tokenizer"] = nullptr; }), "without a Metaspace pre-tokenizer");
   expect_in(error_with([](json& tj) { tj["pre_tokenizer"]["prepend_scheme"] = "sometimes"; }),
             "prepend_scheme is \"sometimes\"");
+  expect_in(error_with([](json& tj) {
+              tj["decoder"] = {{"type", "WordPiece"}, {"prefix", "##"}};
+            }),
+            "the \"WordPiece\" decoder has no SentencePiece equivalent");
+  expect_in(error_with([](json& tj) {
+              tj["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "Replace"}}, tj["decoder"]}}};
+            }),
+            "the \"Sequence\" decoder has no SentencePiece equivalent");
   expect_in(error_with([](json& tj) { tj["model"]["unk_id"] = nullptr; }), "model.unk_id must name a piece");
   expect_in(error_with([](json& tj) { tj["model"]["vocab"][5] = {1, 2}; }), "model.vocab entry 5 must be");
   expect_in(error_with([](json& tj) { tj["model"]["vocab"] = json::array(); }), "model.vocab must be a non-empty");
