@@ -28,37 +28,6 @@ namespace {
 constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?[LETTERS]+| ?[NUMBERS]+| ?(?:[^\sLETTERSNUMBERS]|\x{180E})++|[^\S\x{180E}]+(?![\S\x{180E}])|[^\S\x{180E}]+)";
 
-// The code points Hugging Face's ByteLevel pre-tokenizer counts as letters and as numbers (generated from it by
-// tests/tokenizer/letter_number_table.js).
-constexpr std::pair<char32_t, char32_t> kLetters[] = {
-#include "model/tokenizer/gpt2_letters.inc"
-};
-constexpr std::pair<char32_t, char32_t> kNumbers[] = {
-#include "model/tokenizer/gpt2_numbers.inc"
-};
-
-template <size_t N>
-std::string missing_from(const char* property, const std::pair<char32_t, char32_t> (&table)[N]);
-
-// kGpt2Pattern with \p{L} and \p{N} and, beside them, the code points of kLetters and kNumbers that this
-// PCRE2's older Unicode tables leave out (Debian 12's 10.42 has Unicode 14, Hugging Face's Oniguruma 16: CJK
-// extensions H and I, Kawi, Garay, Latin and Cyrillic additions). Worked out once per process: the full tables
-// as classes cost 25 times the time on CJK text, 700 ranges to try for each character.
-const std::string& gpt2_regex() {
-  static const std::string pattern = [] {
-    const std::string letters = "\\p{L}" + missing_from("\\p{L}", kLetters);
-    const std::string numbers = "\\p{N}" + missing_from("\\p{N}", kNumbers);
-    std::string p = kGpt2Pattern;
-    for (const auto& [name, value] : {std::pair<std::string, std::string>{"LETTERS", letters}, {"NUMBERS", numbers}}) {
-      for (size_t at = p.find(name); at != std::string::npos; at = p.find(name, at + value.size())) {
-        p.replace(at, name.size(), value);
-      }
-    }
-    return p;
-  }();
-  return pattern;
-}
-
 constexpr size_t kCacheLimit = 1 << 16;
 // Only words shorter than this are cached (Hugging Face's BPE bounds its cache's words too): a long word is rarely
 // met twice, and caching each one held its bytes and ids until 65536 words later, so documents with
@@ -117,6 +86,35 @@ std::string missing_from(const char* property, const std::pair<char32_t, char32_
   }
   flush();
   return out;
+}
+
+// The code points Hugging Face's ByteLevel pre-tokenizer counts as letters and as numbers (generated from it by
+// tests/tokenizer/letter_number_table.js).
+constexpr std::pair<char32_t, char32_t> kLetters[] = {
+#include "model/tokenizer/gpt2_letters.inc"
+};
+constexpr std::pair<char32_t, char32_t> kNumbers[] = {
+#include "model/tokenizer/gpt2_numbers.inc"
+};
+
+// kGpt2Pattern with \p{L} and \p{N} and, beside them, the code points of kLetters and kNumbers that this
+// PCRE2's older Unicode tables leave out (Debian 12's 10.42 has Unicode 14, Hugging Face's Oniguruma 16: CJK
+// extensions H and I, Kawi, Garay, Latin and Cyrillic additions). Worked out once per process: the full tables
+// as classes cost 25 times the time on CJK text, 700 ranges to try for each character. A PCRE2 with newer tables
+// than Hugging Face's would count letters it does not (nothing here takes them away).
+const std::string& gpt2_regex() {
+  static const std::string pattern = [] {
+    const std::string letters = "\\p{L}" + missing_from("\\p{L}", kLetters);
+    const std::string numbers = "\\p{N}" + missing_from("\\p{N}", kNumbers);
+    std::string p = kGpt2Pattern;
+    for (const auto& [name, value] : {std::pair<std::string, std::string>{"LETTERS", letters}, {"NUMBERS", numbers}}) {
+      for (size_t at = p.find(name); at != std::string::npos; at = p.find(name, at + value.size())) {
+        p.replace(at, name.size(), value);
+      }
+    }
+    return p;
+  }();
+  return pattern;
 }
 
 uint64_t pair_key(int64_t a, int64_t b) { return (static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b); }
