@@ -87,9 +87,9 @@ void read_tokenizer_json_model(const json& tj, const fs::path& file, ByteLevelBp
   }
   const json& pre = tj.contains("pre_tokenizer") ? tj["pre_tokenizer"] : json();
   if (!pre.is_object() || pre.value("type", "") != "ByteLevel") {
-    throw TokenizerLoadError(file.string() +
-                             " holds a BPE model without byte-level pre-tokenization (BART/RoBERTa/GPT-2 "
-                             "style); only byte-level BPE is supported");
+    throw TokenizerLoadError(file.string() + " holds a BPE model without byte-level pre-tokenization (pre_tokenizer " +
+                             (pre.is_object() ? pre.value("type", "of no type") : pre.dump()) +
+                             "; BART/RoBERTa/GPT-2 style has ByteLevel); only byte-level BPE is supported");
   }
   config.vocab = parse_vocab(model.contains("vocab") ? model["vocab"] : json(), file.string() + " model.vocab");
   config.merges = parse_merges(model.contains("merges") ? model["merges"] : json(), file.string() + " model.merges");
@@ -97,7 +97,8 @@ void read_tokenizer_json_model(const json& tj, const fs::path& file, ByteLevelBp
 
 // Settings of a tokenizer.json that Hugging Face's fast tokenizer applies and GPT-2's scheme here does not:
 // refused naming them, whether the file stands alone or beside vocab.json and merges.txt (the fast tokenizer
-// reads it there too), rather than tokenizing or decoding otherwise. ByteLevel without its regex encodes
+// reads it there too), rather than tokenizing or decoding otherwise: a pre-tokenizer other than ByteLevel
+// (a Sequence splitting digits or with a regex of its own before it, none at all); ByteLevel without its regex encodes
 // each added-token-free stretch as one word ("\n\n" one token, not two); a subword prefix or suffix, or
 // whole-word lookups before the merges (ignore_merges), change which tokens a word becomes; another decoder
 // (WordPiece, Metaspace, ...) other text.
@@ -108,9 +109,10 @@ void refuse_settings_it_would_ignore(const json& tj, const fs::path& file) {
                              "its regex and decoder, merges alone)");
   };
   const json& pre = tj.contains("pre_tokenizer") ? tj["pre_tokenizer"] : json();
-  if (pre.is_object() && pre.value("type", "") == "ByteLevel" && !pre.value("use_regex", true)) {
-    refuse("pre_tokenizer ByteLevel with use_regex false");
+  if (!pre.is_object() || pre.value("type", "") != "ByteLevel") {
+    refuse("pre_tokenizer " + (pre.is_object() ? pre.value("type", "of no type") : pre.dump()));
   }
+  if (!pre.value("use_regex", true)) refuse("pre_tokenizer ByteLevel with use_regex false");
   const json& model = tj.contains("model") ? tj["model"] : json();
   if (model.is_object() && model.value("type", "") == "BPE") {
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {

@@ -409,6 +409,13 @@ TEST(ByteLevelBpe, TokenizerJsonSettingsItWouldIgnoreAreRefused) {
     expect_refused("model", "end_of_word_suffix", "</w>", "model.end_of_word_suffix \"</w>\"");
     expect_refused("model", "ignore_merges", true, "model.ignore_merges true");
     expect_refused("decoder", "type", "WordPiece", "decoder WordPiece");
+    auto sequence = base;
+    sequence["pre_tokenizer"] = {
+        {"type", "Sequence"},
+        {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, base["pre_tokenizer"]}}};
+    const auto error = error_of(where, sequence);
+    EXPECT_NE(error.find((where / "tokenizer.json").string()), std::string::npos) << error;
+    EXPECT_NE(error.find("pre_tokenizer Sequence"), std::string::npos) << error;
     test::write_file(where / "tokenizer.json", "{}");
   }
   const auto wordlevel = error_of(dir.path() / "json", {{"model", {{"type", "WordLevel"}, {"vocab", {{"a", 0}}}}}});
