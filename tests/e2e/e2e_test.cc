@@ -572,6 +572,63 @@ TEST_F(EndToEnd, SighupDrainsAndExitsZero) {
   EXPECT_NE(server->log().find("received SIGHUP; draining"), std::string::npos) << server->log();
 }
 
+// The server's log is its stderr: where that is a pipe whose reader has gone (`srformer-server ... 2>&1 | head`,
+// a log shipper restarted), its next line killed it by SIGPIPE (exit 141), while it started or while it served.
+TEST_F(EndToEnd, TheServerServesOnWhenItsLogPipeHasNoReader) {
+  const std::string address = "unix:" + (work_ / "log_pipe.sock").string();
+  const std::string model = "tiny=" + model_dir_.string();
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    signal(SIGPIPE, SIG_DFL);  // as a shell starts it, whatever this test process does with SIGPIPE
+    execl(kServer.c_str(), kServer.c_str(), "--model", model.c_str(), "--listen", address.c_str(), "--metrics-listen",
+          "", "--warm-up", "false", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  close(fds[0]);  // no reader from the start: every line the server logs meets a closed pipe
+  close(fds[1]);
+  int status = 0;
+  const auto exited = [&] { return waitpid(pid, &status, WNOHANG) == pid; };
+  const std::string health = kClient + " --target " + address + " --health --deadline-ms 2000 2>&1";
+  bool serving = false;
+  for (int i = 0; i < 600 && !serving; ++i) {
+    if (exited()) break;
+    serving = run_command(health).exit_code == 0;
+    if (!serving) std::this_thread::sleep_for(100ms);
+  }
+  if (!serving) {
+    if (!exited()) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
+    FAIL() << "the server never served; it " << (WIFSIGNALED(status) ? "died by signal " : "exited ")
+           << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  }
+  // Each request logs a line or more.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(run_command(kClient + " --target " + address + " --model tiny --max-new-tokens 4 " + doc(1)).exit_code,
+              0);
+  }
+  EXPECT_EQ(run_command(health).exit_code, 0);
+  kill(pid, SIGTERM);  // its drain logs too
+  bool stopped = false;
+  for (int i = 0; i < 600 && !(stopped = exited()); ++i) std::this_thread::sleep_for(100ms);
+  if (!stopped) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "the server did not stop within 60 s of SIGTERM";
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << (WIFSIGNALED(status) ? "died by signal " : "exited ")
+      << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
 // SIGHUP ignored when the server starts (nohup, so that it outlives its terminal) and SIGINT ignored (a shell
 // script's background job: the script's Ctrl-C is not its own) stay ignored; the server drained on them all
 // the same, so `nohup srformer-server ... &` stopped when its terminal closed.
