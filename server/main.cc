@@ -20,6 +20,7 @@
 #include "server/metrics/gpu_monitor.h"
 #include "server/metrics/metrics.h"
 #include "server/server.h"
+#include "server/startup_signal_watch.h"
 
 namespace {
 
@@ -42,53 +43,11 @@ sigset_t stop_signals() {
   return signals;
 }
 
-const char* signal_name(int sig) {
-  switch (sig) {
-    case SIGTERM:
-      return "SIGTERM";
-    case SIGHUP:
-      return "SIGHUP";
-    default:
-      return "SIGINT";
-  }
-}
-
-// Until the server is about to listen, a stop signal ends the process at once: loading a large model and
-// warming it up can take minutes, which an orchestrator stopping a pod that serves nothing yet should not
-// wait for (the signal used to stay pending until the server listened, then drained).
-class StartupSignalWatch {
- public:
-  explicit StartupSignalWatch(const sigset_t& signals) : signals_(signals), thread_([this] { watch(); }) {}
-  StartupSignalWatch(const StartupSignalWatch&) = delete;
-  StartupSignalWatch& operator=(const StartupSignalWatch&) = delete;
-  ~StartupSignalWatch() {
-    done_.store(true);
-    thread_.join();
-  }
-
- private:
-  void watch() {
-    const timespec tick{0, 100 * 1000 * 1000};
-    while (!done_.load()) {
-      const int sig = sigtimedwait(&signals_, nullptr, &tick);
-      if (sig > 0) {
-        spdlog::info("received {} while starting; exiting before serving", signal_name(sig));
-        spdlog::shutdown();
-        std::_Exit(0);
-      }
-    }
-  }
-
-  const sigset_t signals_;
-  std::atomic<bool> done_{false};
-  std::thread thread_;  // last: it reads the members above
-};
-
 int run(const ServerConfig& config) {
   // Signals are taken synchronously (by the startup watch, then sigwait below); they were blocked before
   // the libraries initialized (block_stop_signals_first), so every thread inherits the mask.
   const sigset_t signals = stop_signals();
-  std::optional<StartupSignalWatch> startup_watch(std::in_place, signals);
+  std::optional<srformer::server::StartupSignalWatch> startup_watch(std::in_place, signals);
 
   std::unique_ptr<srformer::server::Metrics> metrics;
   metrics = std::make_unique<srformer::server::Metrics>(config.metrics_listen);
@@ -128,7 +87,8 @@ int run(const ServerConfig& config) {
 
   int sig = 0;
   sigwait(&signals, &sig);
-  spdlog::info("received {}; draining (grace {} ms)", signal_name(sig), config.shutdown_grace_ms);
+  spdlog::info("received {}; draining (grace {} ms)", srformer::server::stop_signal_name(sig),
+               config.shutdown_grace_ms);
   std::thread drain([&] { server.shutdown(std::chrono::milliseconds(config.shutdown_grace_ms)); });
   // A second signal skips the rest of the grace period.
   std::atomic<bool> drained{false};

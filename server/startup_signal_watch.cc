@@ -1,0 +1,47 @@
+#include "server/startup_signal_watch.h"
+
+#include <spdlog/spdlog.h>
+
+#include <ctime>
+#include <string>
+#include <utility>
+
+namespace srformer::server {
+
+const char* stop_signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "SIGINT";
+  }
+}
+
+StartupSignalWatch::StartupSignalWatch(const sigset_t& signals, std::function<void()> exit)
+    : signals_(signals), exit_(std::move(exit)), thread_([this] { watch(); }) {}
+
+StartupSignalWatch::~StartupSignalWatch() {
+  done_.store(true);
+  thread_.join();
+}
+
+void StartupSignalWatch::watch() {
+  const timespec tick{0, 100 * 1000 * 1000};
+  while (!done_.load()) {
+    const int sig = sigtimedwait(&signals_, nullptr, &tick);
+    if (sig > 0) {
+      const std::string said =
+          std::string("received ") + stop_signal_name(sig) + " while starting; exiting before serving";
+      spdlog::info(said);
+      // Flushed, not shut down: spdlog::shutdown() destroyed the logger while the main thread (loading or
+      // warming up the models) or a gRPC thread could be writing a line through it, a crash (SIGSEGV)
+      // where the start should end with exit 0.
+      spdlog::default_logger()->flush();
+      exit_();
+    }
+  }
+}
+
+}  // namespace srformer::server
