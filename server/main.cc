@@ -43,11 +43,11 @@ sigset_t stop_signals() {
   return signals;
 }
 
-int run(const ServerConfig& config) {
+// `startup_watch` takes the stop signals until the server is about to listen.
+int run(const ServerConfig& config, std::optional<srformer::server::StartupSignalWatch>& startup_watch) {
   // Signals are taken synchronously (by the startup watch, then sigwait below); they were blocked before
   // the libraries initialized (block_stop_signals_first), so every thread inherits the mask.
   const sigset_t signals = stop_signals();
-  std::optional<srformer::server::StartupSignalWatch> startup_watch(std::in_place, signals);
 
   std::unique_ptr<srformer::server::Metrics> metrics;
   metrics = std::make_unique<srformer::server::Metrics>(config.metrics_listen);
@@ -128,6 +128,9 @@ int main(int argc, char** argv) {
   srformer::reexec_with_openmp_policy(argv);
   // --help's text that never reached stdout (a full disk) fails, saying why: it exited 0 silently.
   srformer::StdoutCheck stdout_check("srformer-server");
+  // From the start: reading --config can block (a FIFO nobody writes, a hung network mount), and with the
+  // stop signals blocked a SIGTERM then stayed pending for good, the server unkillable but by SIGKILL.
+  std::optional<srformer::server::StartupSignalWatch> startup_watch(std::in_place, stop_signals());
   ServerConfig config;
   try {
     if (!srformer::server::parse_server_args(argc, argv, config)) return stdout_check.exit_status(0);
@@ -156,7 +159,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return run(config);
+    return run(config, startup_watch);
   } catch (const std::exception& e) {
     // The reason a start failed reaches the operator even with --log-level off: with --log-json as a JSON line.
     if (config.log_json) spdlog::default_logger()->set_level(spdlog::level::critical);

@@ -1,6 +1,7 @@
 #include "server/startup_signal_watch.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <ctime>
 #include <string>
@@ -34,7 +35,15 @@ void StartupSignalWatch::watch() {
     if (sig > 0) {
       const std::string said =
           std::string("received ") + stop_signal_name(sig) + " while starting; exiting before serving";
-      spdlog::info(said);
+      const auto logger = spdlog::default_logger();
+      if (logger->name().empty()) {
+        // spdlog's own default logger, which writes to stdout: the flags, the config file among them, are
+        // still being read, and the server's log is not set up yet.
+        const std::string line = "srformer-server: " + said + "\n";
+        (void)!::write(STDERR_FILENO, line.data(), line.size());
+        exit_();
+      }
+      logger->info(said);
       // Flushed, not shut down: spdlog::shutdown() destroyed the logger while the main thread (loading or
       // warming up the models) or a gRPC thread could be writing a line through it, a crash (SIGSEGV)
       // where the start should end with exit 0.

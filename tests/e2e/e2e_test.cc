@@ -2229,6 +2229,23 @@ TEST_F(EndToEnd, AStopSignalWhileLoadingEndsTheServerAtOnce) {
       << text.str();
 }
 
+// The same while the server reads its --config file, before the models: it took no stop signal then (they
+// are blocked from before main() and were first taken once the flags were read), so a config file that does
+// not come (a FIFO nobody writes, a hung network mount) left a server that only SIGKILL ended.
+TEST_F(EndToEnd, AStopSignalWhileReadingTheConfigFileEndsTheServerAtOnce) {
+  const fs::path config = work_ / "config_never_written.json";
+  ASSERT_EQ(mkfifo(config.c_str(), 0600), 0);
+  const std::string log = (work_ / "config_never_written.log").string();
+  // The signal goes once the server waits for a writer to open the FIFO (the kernel's wait_for_partner).
+  const auto r = run_command("bash -c '" + kServer + " --config " + config.string() + " --listen 127.0.0.1:0 > " + log +
+                             " 2>&1 & pid=$!; for i in $(seq 600); do [ \"$(cat /proc/$pid/wchan 2>/dev/null)\" = "
+                             "wait_for_partner ] && break; sleep 0.1; done; kill -TERM $pid; for i in $(seq 100); do "
+                             "kill -0 $pid 2>/dev/null || break; sleep 0.1; done; if kill -0 $pid 2>/dev/null; then "
+                             "kill -KILL $pid; wait $pid; echo still running; else wait $pid; echo rc=$?; fi'");
+  EXPECT_EQ(r.out, "rc=0\n") << read(log);
+  EXPECT_EQ(read(log), "srformer-server: received SIGTERM while starting; exiting before serving\n");
+}
+
 // A stop signal as the server's libraries initialize, before its main() (LibTorch's and gRPC's static
 // initializers: a second and more on a loaded host), killed it with the signal's default action, exit 143,
 // where one a moment later ended the start with exit 0 and a line in the log.
