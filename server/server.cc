@@ -2,7 +2,6 @@
 
 #include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -21,7 +20,6 @@
 
 #include "common/byte_size.h"
 #include "common/pem_file.h"
-#include "grpc/health/v1/health.pb.h"
 #include "model/cuda_device.h"
 #include "model/generation/generate.h"
 #include "model/tokenizer/utf8.h"
@@ -287,11 +285,10 @@ void Server::warm_up() {
 }
 
 void Server::start() {
-  grpc::EnableDefaultHealthCheckService(true);
-  // Reflection describes what the descriptor pool holds, and gRPC's health service brings no descriptors:
-  // naming ours (proto/grpc/health/v1) links them in, so that grpcurl can describe and call it.
-  const std::string health_service =
-      grpc::health::v1::HealthCheckRequest::descriptor()->file()->service(0)->full_name();
+  // grpc.health.v1 is ours (health_): gRPC's default one would be registered beside it, and it holds a Watch
+  // open until Server::Shutdown's deadline.
+  grpc::EnableDefaultHealthCheckService(false);
+  const std::string health_service = grpc::health::v1::Health::service_full_name();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   refuse_unix_socket_in_use(config_);  // again: loading took long enough for another to start
   grpc::ServerBuilder builder;
@@ -315,6 +312,7 @@ void Server::start() {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, static_cast<int>(config_.max_streams_per_connection));
   }
   builder.RegisterService(service_.get());
+  builder.RegisterService(&health_);
 #if defined(SRFORMER_OWN_REFLECTION_V1)
   reflection_v1_ = std::make_unique<ReflectionV1>(
       std::vector<std::string>{v1::Summarizer::service_full_name(), health_service,
@@ -327,8 +325,8 @@ void Server::start() {
   if (!grpc_said.empty()) spdlog::warn("grpc: {}", grpc_said);
   // Overall ("") and per service, as grpc.health.v1 clients ask either (a Kubernetes gRPC probe's
   // `service` field, grpc-health-probe -service).
-  server_->GetHealthCheckService()->SetServingStatus(true);
-  server_->GetHealthCheckService()->SetServingStatus(v1::Summarizer::service_full_name(), true);
+  health_.set_serving("", true);
+  health_.set_serving(v1::Summarizer::service_full_name(), true);
 }
 
 std::string Server::address() const {
@@ -345,7 +343,7 @@ void Server::shutdown(std::chrono::milliseconds grace) {
     shutting_down_ = true;
   }
   service_->begin_shutdown();
-  if (server_) server_->GetHealthCheckService()->SetServingStatus(false);
+  health_.set_serving(false);
   const auto deadline = Clock::now() + grace;
   // Calls that arrived before the shutdown and are still being started (a long document being tokenized,
   // or waiting for its turn) are queued as the requests before them were, within the same grace: the
@@ -358,6 +356,9 @@ void Server::shutdown(std::chrono::milliseconds grace) {
     models_.wait_idle(Clock::now() + std::chrono::seconds(10));
   }
   if (server_) {
+    // Health watches have seen NOT_SERVING since the drain began; they end now, as the server stops
+    // listening, rather than holding the wait below to its end.
+    health_.end_watches();
     // Calls still open (e.g. a stream whose client stopped reading) are cancelled after a short wait.
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     server_->Wait();

@@ -10,6 +10,7 @@
 
 #include "server/config.h"
 #include "server/engine/model_registry.h"
+#include "server/service/health_service.h"
 #include "server/service/summarizer_service.h"
 #if defined(SRFORMER_OWN_REFLECTION_V1)
 #include "server/reflection_v1.h"
@@ -73,6 +74,7 @@ class Server {
   ModelRegistry models_;
   ServiceLimits service_limits_;
   std::unique_ptr<SummarizerService> service_;
+  HealthService health_;  // before server_, which its Watch calls must not outlive
 #if defined(SRFORMER_OWN_REFLECTION_V1)
   std::unique_ptr<ReflectionV1> reflection_v1_;  // grpc.reflection.v1 beside the plugin's v1alpha
 #endif

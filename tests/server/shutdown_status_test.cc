@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <future>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "server/metrics/metrics.h"
 #include "server/service/call_deadline.h"
 #include "tests/metrics/scrape.h"
@@ -327,6 +329,75 @@ TEST(DeadlineStatus, ASummaryCompletedAfterTheClientCancelledCountsAsCancelled) 
     EXPECT_EQ(calls(method, "CANCELLED"), 1.0) << method << "\n" << metrics.scrape_text();
     EXPECT_EQ(calls(method, "OK"), 0.0) << method;
   }
+}
+
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
+// A grpc.health.v1 Watch held open, as a gRPC client's own health checking (healthCheckConfig) holds one on
+// each connection: what it reads, and the status it ends with.
+class Watch {
+ public:
+  Watch(const std::shared_ptr<grpc::Channel>& channel, const std::string& service)
+      : stub_(grpc::health::v1::Health::NewStub(channel)) {
+    ctx_.set_deadline(std::chrono::system_clock::now() + 60s);
+    HealthCheckRequest request;
+    request.set_service(service);
+    reader_ = stub_->Watch(&ctx_, request);
+  }
+  // The next status, or nullopt once the stream has ended.
+  std::optional<HealthCheckResponse::ServingStatus> next() {
+    HealthCheckResponse response;
+    if (!reader_->Read(&response)) return std::nullopt;
+    return response.status();
+  }
+  grpc::Status finish() { return reader_->Finish(); }
+
+ private:
+  std::unique_ptr<grpc::health::v1::Health::Stub> stub_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReader<HealthCheckResponse>> reader_;
+};
+
+// A Watch held open added 2 s to every shutdown: gRPC's own health service ends a Watch only when gRPC
+// cancels the calls still open at the end of Server::Shutdown's deadline, however soon the drain was over.
+// Its client sees NOT_SERVING, then the end of the stream as the server closes, promptly.
+TEST(ShutdownStatus, AnOpenHealthWatchSeesNotServingAndEndsWithoutDelayingTheShutdown) {
+  TestServer server;
+  Watch overall(server.channel(), "");
+  Watch summarizer(server.channel(), "srformer.v1.Summarizer");
+  for (Watch* watch : {&overall, &summarizer}) ASSERT_EQ(watch->next(), HealthCheckResponse::SERVING);
+  const auto t0 = std::chrono::steady_clock::now();
+  server.server().shutdown(5s);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0) << "seconds";
+  for (Watch* watch : {&overall, &summarizer}) {
+    EXPECT_EQ(watch->next(), HealthCheckResponse::NOT_SERVING);
+    EXPECT_EQ(watch->next(), std::nullopt);
+    const grpc::Status status = watch->finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  }
+}
+
+// The watch does not cut the grace of a request in flight: it reads NOT_SERVING as the drain begins, stays
+// open while the request finishes, and ends with the server.
+TEST(ShutdownStatus, AHealthWatchSeesTheDrainWhileARequestFinishesInItsGrace) {
+  TestServer server(slow_server());
+  Watch watch(server.channel(), "");
+  ASSERT_EQ(watch.next(), HealthCheckResponse::SERVING);
+  auto request = make_request("a document decoded for a while");
+  request.mutable_options()->set_max_new_tokens(40);
+  request.mutable_options()->set_min_new_tokens(40);
+  grpc::ClientContext ctx;
+  v1::SummarizeResponse resp;
+  auto call = std::async(std::launch::async, [&] { return server.stub().Summarize(&ctx, request, &resp); });
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
+  std::thread stopper([&] { server.server().shutdown(20s); });
+  EXPECT_EQ(watch.next(), HealthCheckResponse::NOT_SERVING);
+  const grpc::Status status = call.get();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(watch.next(), std::nullopt);
+  EXPECT_EQ(watch.finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+  stopper.join();
 }
 
 }  // namespace

@@ -1,0 +1,58 @@
+#pragma once
+// grpc.health.v1.Health: Check, and Watch streams that the server ends when it shuts down. gRPC's default
+// health service ends a Watch only when Server::Shutdown's deadline passes and gRPC cancels the calls still
+// open, so a single Watch held open (a gRPC client's own health checking holds one per connection) added
+// that whole wait, 2 s, to every shutdown.
+#include <grpcpp/grpcpp.h>
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace srformer::server {
+
+class HealthService final : public grpc::health::v1::Health::CallbackService {
+ public:
+  using ServingStatus = grpc::health::v1::HealthCheckResponse::ServingStatus;
+
+  // Knows the whole server ("") only, NOT_SERVING.
+  HealthService();
+  // Waits for the Watch calls to be done (gRPC's Server, stopped first, ends them all).
+  ~HealthService() override;
+  HealthService(const HealthService&) = delete;
+  HealthService& operator=(const HealthService&) = delete;
+
+  // `service` ("" for the whole server) becomes known with that status; its Watches are told.
+  void set_serving(const std::string& service, bool serving);
+  // Every known service.
+  void set_serving(bool serving);
+  // Every service NOT_SERVING, and every Watch ends (UNAVAILABLE) once it has sent that; one that starts
+  // later sends its status and ends at once. Call as the server stops listening: a Watch still open then
+  // would hold grpc::Server::Shutdown to its deadline.
+  void end_watches();
+
+  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* context,
+                                  const grpc::health::v1::HealthCheckRequest* request,
+                                  grpc::health::v1::HealthCheckResponse* response) override;
+  grpc::ServerWriteReactor<grpc::health::v1::HealthCheckResponse>* Watch(
+      grpc::CallbackServerContext* context, const grpc::health::v1::HealthCheckRequest* request) override;
+
+  class WatchReactor;
+
+ private:
+  ServingStatus status_locked(const std::string& service) const;
+  void tell_watches_locked(const std::string& service);
+  void remove(WatchReactor* watch);
+
+  mutable std::mutex mu_;
+  std::condition_variable watches_done_;
+  std::map<std::string, bool> serving_;
+  std::set<WatchReactor*> watches_;
+  bool watches_ended_ = false;
+};
+
+}  // namespace srformer::server
