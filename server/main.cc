@@ -104,8 +104,7 @@ int run(const ServerConfig& config, std::optional<srformer::server::StartupSigna
   drain.join();
   drained.store(true);
   second.join();
-  spdlog::info("stopped");
-  return 0;
+  return 0;  // main() says "stopped" once the server, its engines and the metrics are gone
 }
 
 // Blocks the stop signals before any shared library initializes: the executable's .preinit_array runs
@@ -159,7 +158,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return run(config, startup_watch);
+    const int status = run(config, startup_watch);
+    // The last line: the engines' closing figures, logged as the server is destroyed, came after it, so a
+    // person or a supervisor taking it for the end of the log missed them.
+    spdlog::info("stopped");
+    return status;
   } catch (const std::exception& e) {
     // The reason a start failed reaches the operator even with --log-level off: with --log-json as a JSON line.
     if (config.log_json) spdlog::default_logger()->set_level(spdlog::level::critical);

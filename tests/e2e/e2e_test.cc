@@ -629,6 +629,17 @@ TEST_F(EndToEnd, TheServerServesOnWhenItsLogPipeHasNoReader) {
       << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
 }
 
+// "stopped" is the log's last line: the engines' closing figures (decode steps, encoder calls) came after it.
+TEST_F(EndToEnd, StoppedIsTheLastLineOfTheLog) {
+  auto server = start();
+  server->signal(SIGTERM);
+  EXPECT_EQ(server->wait(60s), 0) << server->log();
+  const std::string log = server->log();
+  const auto last = log.rfind('\n', log.size() - 2);
+  EXPECT_NE(log.find("decode steps"), std::string::npos) << log;
+  EXPECT_NE(log.substr(last == std::string::npos ? 0 : last + 1).find(" stopped"), std::string::npos) << log;
+}
+
 // SIGHUP ignored when the server starts (nohup, so that it outlives its terminal) and SIGINT ignored (a shell
 // script's background job: the script's Ctrl-C is not its own) stay ignored; the server drained on them all
 // the same, so `nohup srformer-server ... &` stopped when its terminal closed.
