@@ -12,6 +12,7 @@
 #include <future>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -110,10 +111,25 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
   EXPECT_EQ(health.exit_code, 0);
   EXPECT_EQ(nlohmann::json::parse(health.out), (nlohmann::json{{"status", "SERVING"}}));
 
+  // --json writes every field of the messages it prints, by their proto names (docs/API.md: usage "the
+  // fields of the table above", ListModels' defaults "every field set"): the client names them one by one,
+  // and a field added to the proto but not there would be missing.
+  const auto field_names = [](const google::protobuf::Descriptor* d) {
+    std::set<std::string> names;
+    for (int i = 0; i < d->field_count(); ++i) names.insert(d->field(i)->name());
+    return names;
+  };
+  const auto keys = [](const nlohmann::json& j) {
+    std::set<std::string> names;
+    for (const auto& item : j.items()) names.insert(item.key());
+    return names;
+  };
   auto models = run_command(kClient + t + " --list-models --json");
   ASSERT_EQ(models.exit_code, 0);
   const auto mj = nlohmann::json::parse(models.out);
   ASSERT_EQ(mj.size(), 1u);
+  EXPECT_EQ(keys(mj[0]), field_names(v1::ModelInfo::descriptor()));
+  EXPECT_EQ(keys(mj[0]["defaults"]), field_names(v1::GenerationOptions::descriptor()));
   EXPECT_EQ(mj[0]["name"], "tiny");
   EXPECT_EQ(mj[0]["cross_attention"], "srformer");
   EXPECT_EQ(mj[0]["segment_size"], 4);
@@ -137,6 +153,8 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
     EXPECT_TRUE(j["finish_reason"] == "eos" || j["finish_reason"] == "length");
     EXPECT_GT(j["usage"]["input_tokens"].get<int>(), 0);
     EXPECT_EQ(j["usage"]["output_tokens"].get<size_t>(), ref.size());
+    EXPECT_EQ(keys(j), field_names(v1::SummarizeResponse::descriptor()));
+    EXPECT_EQ(keys(j["usage"]), field_names(v1::Usage::descriptor()));
     // The offline tool gives the same summary, ids, per-token log-probabilities and score.
     const std::string offline_tool = kTool + " summarize --model " + model_dir_.string() +
                                      " --max-new-tokens 20 --num-beams " + std::to_string(beams);
@@ -160,6 +178,7 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
     ASSERT_EQ(sm.size(), static_cast<size_t>(beams - 1));
     ASSERT_EQ(tm.size(), sm.size());
     for (size_t a = 0; a < sm.size(); ++a) {
+      EXPECT_EQ(keys(sm[a]), field_names(v1::Alternative::descriptor()));
       EXPECT_EQ(sm[a]["summary"], tm[a]["summary"]);
       EXPECT_EQ(sm[a]["token_ids"], tm[a]["token_ids"]);
       EXPECT_EQ(sm[a]["finish_reason"], tm[a]["finish_reason"]);
