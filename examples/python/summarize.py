@@ -6,7 +6,8 @@ calls use grpcio's generic stubs, so the gRPC Python code generator is not neede
 `python3 -m grpc_tools.protoc` (python3-grpc-tools 1.14) refuses the proto's `optional` fields ("Explicit
 'optional' labels are disallowed in the Proto3 syntax"); `protoc` from protobuf-compiler (3.21) is what works.
 
-  python3 examples/python/summarize.py --target localhost:50051 [--stream] [--model NAME] FILE
+  python3 examples/python/summarize.py --target localhost:50051 [--stream] [--model NAME] [--max-new-tokens N]
+      [--num-beams N] FILE
 """
 import argparse
 import json
