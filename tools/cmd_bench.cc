@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -23,6 +24,7 @@
 #include "model/attention/cross_attention.h"
 #include "model/attention/segments.h"
 #include "model/dtype_name.h"
+#include "model/generation/generate.h"
 #include "model/generation/searcher.h"
 #include "model/io/atomic_file.h"
 #include "model/kernels/avx2.h"
@@ -59,9 +61,18 @@ struct BenchOptions {
   torch::Device device = torch::kCPU;                      // where the decode models run
   std::filesystem::path cache;                             // TMPDIR/srformer-bench-models
   std::vector<std::string> search_cases;                   // --only search's cases by label (empty: all)
+  std::vector<std::filesystem::path> generate_models;      // --only generate's model directories
 };
 
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+// The CPU time of every thread of the process so far: on a machine shared with other work a call's wall
+// time includes the time it waited for a core.
+double process_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return 1e3 * static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_nsec);
+}
 
 // A CUDA device runs what it was given after the call returns: wait for it before reading the clock.
 void finish_work(const torch::Device& device) {
@@ -462,6 +473,60 @@ void bench_search(const BenchOptions& o) {
   }
 }
 
+// Whole generate() calls (encode, start, steps, searchers, state reordering) on a model directory, as
+// `srformer summarize` runs them but with B documents of random ids at once: greedy and 4-beam search, the
+// model's generation defaults otherwise (its n-gram bans among them), exactly --steps new tokens per row.
+// Median of 3 timed calls after an untimed one.
+void bench_generate(const BenchOptions& o) {
+  for (const auto& dir : o.generate_models) {
+    auto model = load_model(dir, {});
+    const auto& c = model->config();
+    for (const int64_t beams : {1, 4}) {
+      const std::string search = beams == 1 ? "greedy" : "beam" + std::to_string(beams);
+      if (!o.search_cases.empty() &&
+          std::find(o.search_cases.begin(), o.search_cases.end(), search) == o.search_cases.end()) {
+        continue;
+      }
+      for (const int64_t B : o.batches) {
+        GenerationOptions g = model_generation_defaults(c);
+        g.num_beams = beams;
+        g.num_return_sequences = 1;
+        g.do_sample = false;
+        g.max_new_tokens = g.min_new_tokens = o.steps;
+        const auto ids = torch::randint(3, c.vocab_size, {B, o.input_tokens}, torch::kLong);
+        const auto mask = torch::ones({B, o.input_tokens}, torch::kLong);
+        (void)generate(*model, ids, mask, g);
+        std::vector<double> runs_ms, runs_cpu_ms;
+        for (int rep = 0; rep < 3; ++rep) {
+          const auto t0 = Clock::now();
+          const double cpu0 = process_cpu_ms();
+          (void)generate(*model, ids, mask, g);
+          runs_cpu_ms.push_back(process_cpu_ms() - cpu0);
+          runs_ms.push_back(ms_since(t0));
+        }
+        std::sort(runs_ms.begin(), runs_ms.end());
+        std::sort(runs_cpu_ms.begin(), runs_cpu_ms.end());
+        const double ms = runs_ms[1], cpu_ms = runs_cpu_ms[1];
+        nlohmann::json j{{"bench", "generate"},
+                         {"model", dir.string()},
+                         {"search", search},
+                         {"batch", B},
+                         {"input_tokens", o.input_tokens},
+                         {"new_tokens", o.steps},
+                         {"ms", ms},
+                         {"cpu_ms", cpu_ms},
+                         {"ms_per_step", ms / static_cast<double>(o.steps)}};
+        std::ostringstream h;
+        h << std::fixed << std::setprecision(2) << "generate " << dir.filename().string() << " " << std::left
+          << std::setw(7) << search << " batch=" << std::setw(3) << B << " k=" << o.input_tokens << " " << o.steps
+          << " new tokens: " << ms << " ms (" << ms / static_cast<double>(o.steps) << " ms per step), CPU time "
+          << cpu_ms << " ms";
+        emit(o, j, h.str());
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<int64_t> int_list(const std::string& flag, const std::string& csv) {
@@ -645,11 +710,12 @@ int run_bench(const std::vector<std::string>& args) {
     if (a == "--help" || a == "-h") {
       std::cout
           << "usage: srformer bench [--json] [--threads N] [--steps N] [--only "
-             "decode|encode|cross|linear|search] [--quick]\n"
+             "decode|encode|cross|linear|search|generate] [--quick]\n"
              "                       [--batch N[,N...]] [--model bart-base-srformer-s64|bart-base-full|\n"
              "                        t5-small-srformer-s64] [--trace PREFIX] [--kernels on|off|both]\n"
              "                       [--lengths K[,K...]] [--input-tokens K] [--dtype fp32|bf16|both]\n"
              "                       [--long-lengths K[,K...]] [--device cpu|cuda[:N]] [--search CASE[,CASE...]]\n"
+             "                       [--generate-model DIR[,DIR...]]\n"
              "  Random weights in BART-base and T5-small shapes (cached under TMPDIR, else /tmp). Prints\n"
              "  encoder time, decode step time and tokens/s at batch 1/8/32, per-step cross-attention time of full,\n"
              "  segmented and srformer as k grows (1k/4k/16k) beside the paper's Table 1 ratio, and the\n"
@@ -666,7 +732,9 @@ int run_bench(const std::vector<std::string>& args) {
              "  --lengths: the input lengths of the cross-attention figures (default 1024,4096,16384).\n"
              "  --input-tokens: the input length of the decode figures (default 1024).\n"
              "  --long-lengths: the lengths of the long T5 documents (default 4096,8192).\n"
-             "  --search: only these cases of --only search (their labels as it prints them, e.g. beam4,sample).\n"
+             "  --generate-model: --only generate times whole generate() calls on these model directories\n"
+             "  (greedy and 4 beams, --batch documents of --input-tokens random ids, --steps new tokens each).\n"
+             "  --search: only these cases of --only search or generate (their labels as printed, e.g. beam4,sample).\n"
              "  --dtype: decode models and long documents in fp32 (default), bf16 (projections in bfloat16 on "
              "AMX or AVX512-BF16)\n"
              "  or both. --only linear adds the packed fp32 product (AVX2/AVX-512) and the bf16 one (AMX or\n"
@@ -687,9 +755,10 @@ int run_bench(const std::vector<std::string>& args) {
       steps_flag = r.int_value(1);
     } else if (a == "--only") {
       only = r.value();
-      static const char* kParts[] = {"decode", "encode", "cross", "linear", "search"};
+      static const char* kParts[] = {"decode", "encode", "cross", "linear", "search", "generate"};
       if (std::find(std::begin(kParts), std::end(kParts), only) == std::end(kParts)) {
-        throw std::invalid_argument("--only takes decode, encode, cross, linear or search, got '" + only + "'");
+        throw std::invalid_argument("--only takes decode, encode, cross, linear, search or generate, got '" + only +
+                                    "'");
       }
     } else if (a == "--quick") {
       o.quick = true;
@@ -711,6 +780,9 @@ int run_bench(const std::vector<std::string>& args) {
     } else if (a == "--search") {
       std::istringstream names(r.value());
       for (std::string name; std::getline(names, name, ',');) o.search_cases.push_back(name);
+    } else if (a == "--generate-model") {
+      std::istringstream dirs(r.value());
+      for (std::string dir; std::getline(dirs, dir, ',');) o.generate_models.emplace_back(dir);
     } else if (a == "--trace") {
       o.trace = r.value();
     } else if (a == "--kernels") {
@@ -772,6 +844,10 @@ int run_bench(const std::vector<std::string>& args) {
   if (only.empty() || only == "cross") bench_cross(o);
   if (only.empty() || only == "linear") bench_linear(o);
   if (only.empty() || only == "search") bench_search(o);
+  if (only == "generate" && o.generate_models.empty()) {
+    throw std::invalid_argument("--only generate needs --generate-model DIR (e.g. models/debian-synopsis-t5)");
+  }
+  if (only.empty() || only == "generate") bench_generate(o);
   return 0;
 }
 

@@ -2404,7 +2404,7 @@ TEST_F(EndToEnd, OfflineToolsWriteTheShapeAskedAndNameABadFlag) {
       {"convert " + t5 + " " + dir + "_x --cross-attention srformer --segment-size 8 --raf-init-weight-scale 0.1",
        "so they are trained; --raf-init-weight-scale only sets how new ones start"},
       {"bench --batch 1,x", "--batch needs an integer, got 'x'"},
-      {"bench --only bogus", "--only takes decode, encode, cross, linear or search, got 'bogus'"},
+      {"bench --only bogus", "--only takes decode, encode, cross, linear, search or generate, got 'bogus'"},
       {"bench --model nope", "--model takes bart-base-srformer-s64, bart-base-full or t5-small-srformer-s64"},
       {"summarize --model " + t5 + " --threads 100000 " + doc(0),
        "--threads 100000 is more than 4x the CPUs this process may use"},
