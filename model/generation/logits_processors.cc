@@ -408,18 +408,20 @@ std::optional<float> top_p_bar(const float* p, int64_t n, double total, float re
   }
   if (b < kExact) return std::nullopt;
   int64_t keep = passed;
-  for (const float v : sorted_bucket(b)) {
+  auto cut_bucket = sorted_bucket(b);
+  for (const float v : cut_bucket) {
     if (done(above)) break;
     above += v;
     ++keep;
   }
   keep = std::max(keep, min_keep);
   if (keep >= n) return -std::numeric_limits<float>::infinity();
-  // The keep-th probability from the top, and whether the next one equals it.
+  // The keep-th probability from the top, and whether the next one equals it. Its bucket is mostly the
+  // cut's, already sorted (another pass over the row and sort otherwise: min_keep past the cut).
   int64_t before = 0;  // tokens in buckets above c
   int c = kBuckets - 1;
   while (before + count[static_cast<size_t>(c)] < keep) before += count[static_cast<size_t>(c--)];
-  const auto values = sorted_bucket(c);
+  const auto values = c == b ? std::move(cut_bucket) : sorted_bucket(c);
   const auto at = static_cast<size_t>(keep - before - 1);
   if (at + 1 < values.size() && values[at + 1] == values[at]) return std::nullopt;
   return values[at];
