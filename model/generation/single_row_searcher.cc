@@ -49,6 +49,47 @@ std::optional<double> normalised_over_row(const float* x, int64_t n, int64_t lim
   return pick.logprob - (d > 0.0 ? d + std::log1p(std::exp(-d)) : std::log1p(std::exp(d)));
 }
 
+// The blocks of kSoftmaxBlock scores of `x` (n of them) that hold one above -inf, copied one after another
+// into `blocks` (the last padded with -inf), with `starts` the row index of each block's first score. LibTorch's
+// softmax of a CPU float32 row reduces (maximum, then Σ exp) in 8 or 16 lanes, element i in lane i mod 8 or
+// 16, each lane in row order, and its exp is per element: blocks starting at multiples of 64 keep every score
+// in its lane and order, and a -inf adds exactly 0 (maximum: leaves it), so blocks.softmax(0) gives each
+// score's probability bit for bit as the whole row's softmax does, having read only these blocks. false
+// (nothing written) where they would be more than half of the row or none, or the row holds NaN or +inf.
+constexpr int64_t kSoftmaxBlock = 64;
+bool blocks_with_finite_scores(const float* x, int64_t n, std::vector<float>& blocks, std::vector<int64_t>& starts) {
+  starts.clear();
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const auto most = static_cast<size_t>(n / (2 * kSoftmaxBlock));
+  for (int64_t b = 0; b < n; b += kSoftmaxBlock) {
+    // Branch-free over the block (the compiler vectorises it): this runs over every block of the row.
+    int finite = 0, odd = 0;  // a score above -inf; NaN or +inf
+    const float* block = x + b;
+    if (n - b >= kSoftmaxBlock) {
+      for (int64_t i = 0; i < kSoftmaxBlock; ++i) {
+        finite |= static_cast<int>(block[i] != -kInf);
+        odd |= static_cast<int>(!(block[i] < kInf));
+      }
+    } else {
+      for (int64_t i = 0; i < n - b; ++i) {
+        finite |= static_cast<int>(block[i] != -kInf);
+        odd |= static_cast<int>(!(block[i] < kInf));
+      }
+    }
+    if (odd != 0) return false;
+    if (finite == 0) continue;
+    if (starts.size() == most) return false;
+    starts.push_back(b);
+  }
+  if (starts.empty()) return false;
+  blocks.assign(starts.size() * static_cast<size_t>(kSoftmaxBlock), -kInf);
+  for (size_t j = 0; j < starts.size(); ++j) {
+    const int64_t len = std::min(kSoftmaxBlock, n - starts[j]);
+    std::copy(x + starts[j], x + starts[j] + len, blocks.begin() + static_cast<std::ptrdiff_t>(j) * kSoftmaxBlock);
+  }
+  return true;
+}
+
 }  // namespace
 
 GreedySearcher::GreedySearcher(const GenerationOptions& options)
@@ -141,6 +182,30 @@ int64_t SamplingSearcher::choose(const torch::Tensor& scores, int64_t limit, dou
   if (limit < scores.size(1))
     scores.narrow(1, limit, scores.size(1) - limit).fill_(-std::numeric_limits<float>::infinity());
   warp_logits(options_, scores);
+  // Where the warpers (top-k, top-p) left a few of the row's tokens, the softmax reads only the blocks of the
+  // row holding them (blocks_with_finite_scores): the same probabilities, for ~60 µs less a 32k row.
+  const bool filtered = options_.top_k > 0 || options_.top_p < 1.0;  // else every token keeps its score
+  if (filtered && blocks_with_finite_scores(scores.data_ptr<float>(), scores.size(1), blocks_, block_starts_)) {
+    const auto q = torch::from_blob(blocks_.data(), {static_cast<int64_t>(blocks_.size())}, torch::kFloat32).softmax(0);
+    const float* bp = q.data_ptr<float>();
+    with_mass_.clear();
+    mass_.clear();
+    for (size_t b = 0; b < block_starts_.size(); ++b) {
+      for (int64_t o = 0; o < kSoftmaxBlock; ++o) {
+        const float v = bp[b * static_cast<size_t>(kSoftmaxBlock) + static_cast<size_t>(o)];
+        if (v != 0.0f) {  // padding past the row's end is -inf: probability 0
+          with_mass_.push_back(block_starts_[b] + o);
+          mass_.push_back(v);
+        }
+      }
+    }
+    const float* w = mass_.data();
+    const auto drawn =
+        draw_weighted(rng_, static_cast<int64_t>(mass_.size()), [w](int64_t j) { return static_cast<double>(w[j]); });
+    if (drawn.index < 0) throw_no_choice(scores, steps());
+    logprob = std::log(static_cast<double>(w[drawn.index]) / drawn.total);
+    return with_mass_[static_cast<size_t>(drawn.index)];
+  }
   const auto probs = scores[0].softmax(-1);
   const auto* p = probs.data_ptr<float>();
   // Where top-k or top-p left a few of the row's tokens with mass, the draw reads only those (NaN included,

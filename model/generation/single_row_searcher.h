@@ -58,6 +58,10 @@ class SamplingSearcher : public GreedySearcher {
  private:
   std::mt19937_64 rng_;
   std::vector<int64_t> with_mass_;  // choose()'s tokens with a positive probability (a buffer reused per step)
+  // choose()'s blocks of scores holding a finite one, their first tokens, and the probabilities of with_mass_
+  // where it took them from those blocks (buffers reused per step).
+  std::vector<float> blocks_, mass_;
+  std::vector<int64_t> block_starts_;
 };
 
 }  // namespace srformer

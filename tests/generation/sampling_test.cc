@@ -326,6 +326,55 @@ TEST(SamplingTest, DrawsOverTheTokensWithMassAsOverTheWholeRow) {
   }
 }
 
+TEST(SamplingTest, DrawsFromTheBlocksHoldingTheWarpedTokensAsFromTheWholeRow) {
+  // Where top-k or top-p leave few tokens, choose() takes the softmax of the row's 64-score blocks holding them
+  // only; it must draw the token, and score it, as the softmax of the whole row does: vocabularies that are and
+  // are not multiples of 64 (the last block partial), the kept tokens anywhere, in the last block alone, in
+  // one block, and many of them (the whole row's softmax then).
+  torch::manual_seed(5);
+  int compared = 0;
+  for (const int64_t vocab : {32128, 50265, 4100, 1000, 129}) {
+    for (const auto& [top_k, top_p, temperature] : std::vector<std::tuple<int64_t, double, double>>{{50, 1.0, 1.0},
+                                                                                                    {1, 1.0, 1.0},
+                                                                                                    {5, 1.0, 0.5},
+                                                                                                    {0, 0.9, 1.0},
+                                                                                                    {0, 0.5, 0.7},
+                                                                                                    {20, 0.95, 1.3},
+                                                                                                    {400, 1.0, 2.0}}) {
+      for (const int layout : {0, 1, 2}) {  // spread; the last block's tokens only; one block's only
+        auto options = sampling_options(static_cast<uint64_t>(vocab + top_k + layout));
+        options.top_k = top_k;
+        options.top_p = top_p;
+        options.temperature = temperature;
+        options.eos_token_id = vocab - 1;
+        SamplingSearcher searcher(options);
+        std::mt19937_64 rng(options.seed);
+        for (int step = 0; step < 12; ++step) {
+          auto logits = torch::randn({1, vocab}) * 4.0;
+          if (layout == 1) logits.narrow(1, 0, vocab - std::min<int64_t>(vocab, 30)).sub_(100.0);
+          if (layout == 2) logits.narrow(1, vocab / 2, std::min<int64_t>(vocab - vocab / 2, 20)).add_(100.0);
+          // The former choose(), over the whole row.
+          auto scores = logits.clone();
+          warp_logits(options, scores);
+          const auto probs = scores[0].softmax(-1);
+          const float* p = probs.data_ptr<float>();
+          const auto drawn = draw_weighted(rng, vocab, [p](int64_t i) { return static_cast<double>(p[i]); });
+          ASSERT_GE(drawn.index, 0);
+          const double logprob = std::log(static_cast<double>(p[drawn.index]) / drawn.total);
+          const auto got = searcher.advance(logits);
+          ASSERT_EQ(got.emitted.size(), 1u);
+          ASSERT_EQ(got.emitted[0], drawn.index) << "vocab " << vocab << " top_k " << top_k << " top_p " << top_p
+                                                 << " layout " << layout << " step " << step;
+          ASSERT_EQ(got.emitted_logprobs[0], static_cast<float>(logprob));
+          ++compared;
+          if (got.done) break;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 1000);
+}
+
 TEST(WeightedDrawTest, DrawsWithoutReplacementAsRepeatedDrawsWithTheDrawnZeroed) {
   // draw_without_replacement keeps draw_weighted's running sums between draws; it must draw what
   // draw_weighted draws over the weights with each drawn one set to 0 (beam sampling's former way), with
