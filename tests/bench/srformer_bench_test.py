@@ -1,6 +1,7 @@
 """`srformer bench`: it writes its random model again where the cached directory (shared under TMPDIR by
 every checkout) holds another model's config.json, instead of timing that model under the asked-for name;
-its --trace files of different settings do not write over each other; a TMPDIR it cannot use is named.
+its --trace files of different settings do not write over each other; a TMPDIR it cannot use is named;
+--only generate times whole generate() calls on a model directory.
   srformer_bench_test.py SRFORMER_BINARY"""
 import json
 import os
@@ -67,6 +68,25 @@ class SrformerBenchTest(unittest.TestCase):
                              capture_output=True, text=True, timeout=60)
         self.assertEqual(out.returncode, 1)
         self.assertIn("TMPDIR='/nonexistent-tmpdir' is not a directory", out.stderr)
+
+    def test_generate_times_whole_calls_on_a_model_directory(self):
+        # --only generate runs generate() on the demo model: one JSON object per search and batch, with its
+        # wall and CPU time; without --generate-model it says what it needs.
+        model = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "debian-synopsis-t5")
+        out = subprocess.run([BINARY, "bench", "--only", "generate", "--generate-model", model, "--batch", "1,2",
+                              "--steps", "3", "--input-tokens", "8", "--threads", "1", "--json"],
+                             capture_output=True, text=True, timeout=600)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        rows = [json.loads(line) for line in out.stdout.splitlines()]
+        self.assertEqual([(r["search"], r["batch"]) for r in rows],
+                         [("greedy", 1), ("greedy", 2), ("beam4", 1), ("beam4", 2)])
+        for r in rows:
+            self.assertEqual((r["bench"], r["new_tokens"], r["input_tokens"]), ("generate", 3, 8))
+            self.assertGreater(r["ms"], 0)
+            self.assertGreater(r["cpu_ms"], 0)
+        out = subprocess.run([BINARY, "bench", "--only", "generate"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("--only generate needs --generate-model DIR", out.stderr)
 
 
 if __name__ == "__main__":
