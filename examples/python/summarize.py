@@ -7,7 +7,10 @@ calls use grpcio's generic stubs, so the gRPC Python code generator is not neede
 'optional' labels are disallowed in the Proto3 syntax"); `protoc` from protobuf-compiler (3.21) is what works.
 
   python3 examples/python/summarize.py --target localhost:50051 [--stream] [--model NAME] [--max-new-tokens N]
-      [--num-beams N] FILE
+      [--num-beams N] [--deadline-ms N] FILE
+
+A call has no deadline unless --deadline-ms gives one: a long document on a CPU may rightly take minutes
+(docs/API.md, as srformer-client's --deadline-ms).
 """
 import argparse
 import json
@@ -43,6 +46,15 @@ def int32(text):
     return value
 
 
+def deadline_ms(text):
+    # As srformer-client's --deadline-ms: 0 is none; past a day is no deadline a summary needs, and far
+    # past it grpcio's deadline overflowed (DEADLINE_EXCEEDED at once).
+    value = int(text)
+    if not 0 <= value <= 24 * 3600 * 1000:
+        raise argparse.ArgumentTypeError("must be from 0 (no deadline) to 86400000 (a day), got %s" % text)
+    return value
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default="localhost:50051")
@@ -50,6 +62,7 @@ def main():
     ap.add_argument("--stream", action="store_true")
     ap.add_argument("--max-new-tokens", type=int32)
     ap.add_argument("--num-beams", type=int32)
+    ap.add_argument("--deadline-ms", type=deadline_ms, default=0)
     ap.add_argument("file")
     args = ap.parse_args()
 
@@ -72,12 +85,14 @@ def main():
     if args.num_beams is not None:
         req.options.num_beams = args.num_beams
 
+    # None: no deadline (a fixed 120 s one failed long CPU summaries the server was still making).
+    timeout = args.deadline_ms / 1000 if args.deadline_ms else None
     try:
         if args.stream:
             call = channel.unary_stream("/srformer.v1.Summarizer/SummarizeStream",
                                         request_serializer=pb.SummarizeRequest.SerializeToString,
                                         response_deserializer=pb.SummarizeStreamResponse.FromString)
-            for msg in call(req, timeout=120):
+            for msg in call(req, timeout=timeout):
                 if msg.HasField("token"):
                     print(msg.token.text, end="", flush=True)
                 else:
@@ -87,7 +102,7 @@ def main():
             call = channel.unary_unary("/srformer.v1.Summarizer/Summarize",
                                        request_serializer=pb.SummarizeRequest.SerializeToString,
                                        response_deserializer=pb.SummarizeResponse.FromString)
-            resp = call(req, timeout=120)
+            resp = call(req, timeout=timeout)
             print(resp.summary)
             print("usage:", resp.usage, file=sys.stderr)
     except grpc.RpcError as e:

@@ -1805,6 +1805,26 @@ TEST_F(EndToEnd, PythonExampleClient) {
     EXPECT_NE(r.out.find("is out of int32's range"), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("Traceback"), std::string::npos) << r.out;
   }
+  // A call has no deadline unless --deadline-ms gives one, as srformer-client's (a fixed 120 s one failed long
+  // CPU summaries): against a server that never answers, it ends the call; out of 0..a day it is refused.
+  CannedSummarizer hanging;
+  hanging.hang = true;
+  int port = 0;
+  const auto silent = serve(hanging, port);
+  ASSERT_GT(port, 0);
+  const std::string to_silent = "TMPDIR=" + tmp.string() + " /usr/bin/python3 " + std::string(SRFORMER_SOURCE_DIR) +
+                                "/examples/python/summarize.py --target 127.0.0.1:" + std::to_string(port) + " ";
+  for (const std::string stream : {"", "--stream "}) {
+    auto r = run_command(to_silent + stream + "--deadline-ms 300 " + doc(2) + " 2>&1");
+    EXPECT_EQ(r.exit_code, 1) << stream << r.out;
+    EXPECT_NE(r.out.find("error: DEADLINE_EXCEEDED: "), std::string::npos) << stream << r.out;
+  }
+  for (const std::string ms : {"-1", "86400001", "99999999999999999999"}) {
+    auto r = run_command(python + "--deadline-ms " + ms + " " + doc(2) + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << ms << ": " << r.out;
+    EXPECT_NE(r.out.find("must be from 0 (no deadline) to 86400000 (a day), got " + ms), std::string::npos) << r.out;
+  }
+  silent->Shutdown();
 }
 
 TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
