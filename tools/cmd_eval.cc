@@ -44,6 +44,7 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using data::Example;
 using data::for_each_jsonl;
+using data::id_field;
 using data::read_examples;
 using data::string_field;
 
@@ -168,7 +169,7 @@ std::vector<std::string> read_predictions(const std::string& path, const std::ve
   std::map<std::string, std::string> by_id;
   std::map<std::string, std::string> where_of;
   for_each_jsonl(path, [&](const nlohmann::json& j, const std::string& where) {
-    auto id = string_field(j, "id", where);
+    auto id = id_field(j, where);
     const auto [it, fresh] = where_of.emplace(id, where);
     if (!fresh) throw std::invalid_argument(where + ": duplicate id '" + id + "' (first at " + it->second + ")");
     by_id[std::move(id)] = string_field(j, "prediction", where);

@@ -109,6 +109,23 @@ std::string string_field(const nlohmann::json& j, const char* key, const std::st
   return it->get<std::string>();
 }
 
+std::string id_field(const nlohmann::json& j, const std::string& where) {
+  const auto it = j.find("id");
+  if (it == j.end()) throw std::invalid_argument(where + ": missing field \"id\"");
+  if (it->is_string()) return it->get<std::string>();
+  // Datasets often number their examples. Stored as the decimal text, so 7 and "7" are one id, written
+  // back (eval's predictions.jsonl) as the string "7".
+  if (it->is_number_unsigned()) return std::to_string(it->get<uint64_t>());
+  if (it->is_number_integer()) return std::to_string(it->get<int64_t>());
+  // 7.0 and 1e3 too: a float's text is not the id a reader wrote (nlohmann writes 1e3 back as 1000.0).
+  const char* got = it->is_number()    ? "a number with a fraction or exponent"
+                    : it->is_boolean() ? "a boolean"
+                    : it->is_null()    ? "null"
+                    : it->is_array()   ? "an array"
+                                       : "an object";
+  throw std::invalid_argument(where + ": field \"id\" must be a string or an integer, not " + got);
+}
+
 std::vector<Example> read_examples(const std::string& path, std::optional<int64_t> limit) {
   std::vector<Example> out;
   std::map<std::string, std::string> seen;  // id -> where
@@ -118,7 +135,7 @@ std::vector<Example> read_examples(const std::string& path, std::optional<int64_
   std::string first_fault;
   int64_t faults = 0;
   for_each_jsonl(path, [&](const nlohmann::json& j, const std::string& where) {
-    Example e{string_field(j, "id", where), string_field(j, "document", where), string_field(j, "summary", where)};
+    Example e{id_field(j, where), string_field(j, "document", where), string_field(j, "summary", where)};
     const auto [it, fresh] = seen.emplace(e.id, where);
     if (!fresh) throw std::invalid_argument(where + ": duplicate id '" + e.id + "' (first at " + it->second + ")");
     const bool used = !limit || static_cast<int64_t>(out.size()) < *limit;

@@ -23,6 +23,10 @@ void for_each_jsonl(const std::string& path, const std::function<void(const nloh
 // The string field `key` of `j`; throws std::invalid_argument naming `where` when missing or not a string.
 std::string string_field(const nlohmann::json& j, const char* key, const std::string& where);
 
+// The "id" field of `j`: a string, or an integer as its decimal text; throws std::invalid_argument naming
+// `where` when missing or of another type (a float, a boolean, null, an array or an object).
+std::string id_field(const nlohmann::json& j, const std::string& where);
+
 // Every example of `path` (ids must be unique), at most `limit` of them. Throws std::invalid_argument
 // for a missing file, bad lines, duplicate ids, an empty file, or documents or summaries (of the first
 // `limit`) that are empty, blank or hold a NUL byte (find_document_fault: what the server refuses).

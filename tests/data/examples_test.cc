@@ -85,6 +85,40 @@ TEST(ReadExamples, AFieldGivenTwiceIsRefused) {
   EXPECT_EQ(examples[0].id, "c");
 }
 
+// Datasets often number their examples: an integer id was refused ("must be a string"). It is read as its
+// decimal text (so 7 and "7" are the same id); other types are still refused, naming the line.
+TEST(ReadExamples, IntegerIdsAreReadAsTheirDecimalText) {
+  testing::TempDir dir{"examples"};
+  const auto file = dir.path() / "data.jsonl";
+  std::ofstream(file) << "{\"id\": 7, \"document\": \"d\", \"summary\": \"s\"}\n"
+                      << "{\"id\": -3, \"document\": \"d\", \"summary\": \"s\"}\n"
+                      << "{\"id\": 18446744073709551615, \"document\": \"d\", \"summary\": \"s\"}\n"
+                      << "{\"id\": \"x\", \"document\": \"d\", \"summary\": \"s\"}\n";
+  const auto examples = read_examples(file.string());
+  ASSERT_EQ(examples.size(), 4u);
+  EXPECT_EQ(examples[0].id, "7");
+  EXPECT_EQ(examples[1].id, "-3");
+  EXPECT_EQ(examples[2].id, "18446744073709551615");
+  EXPECT_EQ(examples[3].id, "x");
+
+  std::ofstream(file) << "{\"id\": 7, \"document\": \"d\", \"summary\": \"s\"}\n"
+                      << "{\"id\": \"7\", \"document\": \"d\", \"summary\": \"s\"}\n";
+  EXPECT_EQ(refusal(file), file.string() + ":2: duplicate id '7' (first at " + file.string() + ":1)");
+
+  for (const std::string id : {"7.5", "7.0", "1e3", "true", "null", "[1]", "{\"n\": 1}"}) {
+    std::ofstream(file) << kTwoLines << "{\"id\": " << id << ", \"document\": \"d\", \"summary\": \"s\"}\n";
+    const auto said = refusal(file);
+    EXPECT_EQ(said.rfind(file.string() + ":3: field \"id\" must be a string or an integer, not ", 0), 0u) << said;
+  }
+  std::ofstream(file) << kTwoLines << "{\"id\": 7.5, \"document\": \"d\", \"summary\": \"s\"}\n";
+  EXPECT_EQ(refusal(file), file.string() +
+                               ":3: field \"id\" must be a string or an integer, not a number with a "
+                               "fraction or exponent");
+  // The other fields stay strings.
+  std::ofstream(file) << "{\"id\": 1, \"document\": \"d\", \"summary\": 2}\n";
+  EXPECT_EQ(refusal(file), file.string() + ":1: field \"summary\" must be a string");
+}
+
 // A number past double's range (1e999, a 400-digit integer) is valid JSON that nlohmann refuses with an
 // out_of_range error: it left the reader unnamed, 'srformer eval: [json.exception.out_of_range.406] number
 // overflow parsing ...' without the file or line.

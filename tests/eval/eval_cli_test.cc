@@ -156,6 +156,37 @@ TEST_F(EvalPredictionsTest, MissingPredictionIsNamed) {
   EXPECT_NE(r.err.find("'hand'"), std::string::npos) << r.err;
 }
 
+// Datasets often number their examples: an integer id was refused ("field \"id\" must be a string"). It is
+// matched by its decimal text (a prediction's "7" scores data's 7) and written back as that text.
+TEST_F(EvalPredictionsTest, IntegerIdsAreMatchedAndWrittenBackAsTheirDecimalText) {
+  write_jsonl(data_, {{{"id", 7}, {"document", "d1"}, {"summary", "the cat sat on the mat"}},
+                      {{"id", 12}, {"document", "d2"}, {"summary", "alpha beta"}}});
+  write_jsonl(pred_, {{{"id", 12}, {"prediction", "alpha beta"}}, {{"id", "7"}, {"prediction", "gamma"}}});
+  const fs::path out = dir_.path() / "out";
+  auto r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string(), "--out", out.string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto pairs = read_jsonl(out / "predictions.jsonl");
+  ASSERT_EQ(pairs.size(), 2u);
+  EXPECT_EQ(pairs[0]["id"], "7");
+  EXPECT_EQ(pairs[0]["prediction"], "gamma");
+  EXPECT_EQ(pairs[1]["id"], "12");
+  EXPECT_DOUBLE_EQ(pairs[1]["rouge1"].get<double>(), 1.0);
+  // An earlier run's predictions.jsonl (string ids) rescores the integer-id data.
+  r = run_eval(dir_.path(), {"--predictions", (out / "predictions.jsonl").string(), data_.string(), "--out",
+                             (dir_.path() / "again").string()});
+  EXPECT_EQ(r.code, 0) << r.err;
+  // Other types are still refused, with the line.
+  std::ofstream(pred_) << "{\"id\": 7, \"prediction\": \"p\"}\n{\"id\": 12.0, \"prediction\": \"p\"}\n";
+  r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string()});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("pred.jsonl:2: field \"id\" must be a string or an integer, not a number"), std::string::npos)
+      << r.err;
+  write_jsonl(data_, {{{"id", true}, {"document", "d"}, {"summary", "s"}}});
+  r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string()});
+  EXPECT_NE(r.err.find("data.jsonl:1: field \"id\" must be a string or an integer, not a boolean"), std::string::npos)
+      << r.err;
+}
+
 TEST_F(EvalPredictionsTest, MalformedLinesNameFileAndLine) {
   std::ofstream(data_, std::ios::app) << "{\"id\": \"x\", \"document\": \"d\"\n";
   auto r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string()});
