@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
+
 #include "server/metrics/metrics.h"
 #include "tests/metrics/scrape.h"
 #include "tests/server/test_server.h"
@@ -77,13 +80,14 @@ TEST(WarmUp, AModelWhoseRequestFailsIsNamed) {
   EXPECT_TRUE(server.stub().Summarize(&ctx, make_request("some text", "fine"), &resp).ok());
 }
 
-// A checkpoint whose generation defaults no request can use as they are (repetition_penalty 0) is served,
-// with a warning, to the requests that set the option. The warm-up's own request left it unset and was
-// refused, so with --warm-up (the default) the server did not start ("its warm-up request was refused").
-TEST(WarmUp, AModelWhoseDefaultsRequestsMustOverrideIsWarmedUp) {
+// A checkpoint whose generation defaults no request can use as they are (repetition_penalty 0, or
+// encoder_repetition_penalty 0, which a greedy request reads too) is served, with a warning, to the requests
+// that set the option. The warm-up's own request left it unset and was refused, so with --warm-up (the
+// default) the server did not start ("its warm-up request was refused"). `unusable` has such a default, named
+// `option` in the refusal; `set` gives a request a usable value for it.
+void expect_warmed_up_and_served_when_set(const FakeModelOptions& unusable, const std::string& option,
+                                          const std::function<void(v1::GenerationOptions&)>& set) {
   FakeServerOptions so;
-  FakeModelOptions unusable;
-  unusable.repetition_penalty = 0.0;
   so.models = {{"unusable", unusable}};
   TestServer server(so);
   const auto reports = server::warm_up(server.server().models(), server::ServiceLimits{});
@@ -92,39 +96,29 @@ TEST(WarmUp, AModelWhoseDefaultsRequestsMustOverrideIsWarmedUp) {
   // As the warning says: a request that leaves it unset is refused, one that sets it is served.
   grpc::ClientContext unset_ctx;
   v1::SummarizeResponse unset;
-  EXPECT_EQ(server.stub().Summarize(&unset_ctx, make_request("some text"), &unset).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
+  const grpc::Status refused = server.stub().Summarize(&unset_ctx, make_request("some text"), &unset);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find(option + " is 0"), std::string::npos) << refused.error_message();
   auto request = make_request("some text");
-  request.mutable_options()->set_repetition_penalty(1.0f);
+  set(*request.mutable_options());
   grpc::ClientContext set_ctx;
-  v1::SummarizeResponse set;
-  const grpc::Status served = server.stub().Summarize(&set_ctx, request, &set);
+  v1::SummarizeResponse served_response;
+  const grpc::Status served = server.stub().Summarize(&set_ctx, request, &served_response);
   EXPECT_TRUE(served.ok()) << served.error_message();
 }
 
-// As repetition_penalty, the checkpoint's encoder_repetition_penalty is read by a greedy request: at 0 the
-// warm-up's request, which left it unset, was refused, and the server did not start.
+TEST(WarmUp, AModelWhoseDefaultsRequestsMustOverrideIsWarmedUp) {
+  FakeModelOptions unusable;
+  unusable.repetition_penalty = 0.0;
+  expect_warmed_up_and_served_when_set(unusable, "repetition_penalty",
+                                       [](v1::GenerationOptions& o) { o.set_repetition_penalty(1.0f); });
+}
+
 TEST(WarmUp, AModelWhoseEncoderRepetitionPenaltyRequestsMustOverrideIsWarmedUp) {
-  FakeServerOptions so;
   FakeModelOptions unusable;
   unusable.encoder_repetition_penalty = 0.0;
-  so.models = {{"unusable", unusable}};
-  TestServer server(so);
-  const auto reports = server::warm_up(server.server().models(), server::ServiceLimits{});
-  ASSERT_EQ(reports.size(), 1u);
-  EXPECT_EQ(reports[0].output_tokens, 4);
-  grpc::ClientContext unset_ctx;
-  v1::SummarizeResponse unset;
-  const grpc::Status refused = server.stub().Summarize(&unset_ctx, make_request("some text"), &unset);
-  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(refused.error_message().find("encoder_repetition_penalty is 0"), std::string::npos)
-      << refused.error_message();
-  auto request = make_request("some text");
-  request.mutable_options()->set_encoder_repetition_penalty(1.0f);
-  grpc::ClientContext set_ctx;
-  v1::SummarizeResponse set;
-  const grpc::Status served = server.stub().Summarize(&set_ctx, request, &set);
-  EXPECT_TRUE(served.ok()) << served.error_message();
+  expect_warmed_up_and_served_when_set(unusable, "encoder_repetition_penalty",
+                                       [](v1::GenerationOptions& o) { o.set_encoder_repetition_penalty(1.0f); });
 }
 
 }  // namespace
