@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // Summarize a file with srformer-server from Node.js (@grpc/grpc-js + @grpc/proto-loader).
 //   npm install && node summarize.js --target localhost:50051 [--stream] [--model NAME] [--max-new-tokens N]
-//       [--num-beams N] FILE
+//       [--num-beams N] [--deadline-ms N] FILE
+// A call has no deadline unless --deadline-ms gives one: a long document on a CPU may rightly take minutes
+// (docs/API.md, as srformer-client's --deadline-ms).
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -9,7 +11,7 @@ const grpc = require('@grpc/grpc-js');
 const protoLoader = require('@grpc/proto-loader');
 
 const usage = 'usage: node summarize.js [--target HOST:PORT] [--model NAME] [--stream] [--max-new-tokens N] ' +
-              '[--num-beams N] FILE';
+              '[--num-beams N] [--deadline-ms N] FILE';
 const fail = (message) => {
   console.error(`error: ${message}\n${usage}`);
   process.exit(2);
@@ -17,7 +19,7 @@ const fail = (message) => {
 // Flags as the Python example's argparse takes them: '--flag value' or '--flag=value', '--' before a FILE
 // that starts with '-'; an unknown flag is refused by name (it was taken as the FILE: 'cannot read
 // --num-beams').
-const valued = new Set(['--target', '--model', '--max-new-tokens', '--num-beams']);
+const valued = new Set(['--target', '--model', '--max-new-tokens', '--num-beams', '--deadline-ms']);
 const given = {};
 const files = [];
 const argv = process.argv.slice(2);
@@ -62,6 +64,15 @@ const int32Flag = (name) => {
 };
 const maxNewTokens = int32Flag('--max-new-tokens');
 const numBeams = int32Flag('--num-beams');
+// As srformer-client's --deadline-ms: 0 (the default) is none; past a day is no deadline a summary needs.
+const deadlineMs = (() => {
+  const text = given['--deadline-ms'];
+  if (text === undefined) return 0;
+  if (!/^[+-]?\d+$/.test(text.trim()) || Number(text) < 0 || Number(text) > 24 * 3600 * 1000) {
+    fail(`--deadline-ms must be from 0 (no deadline) to 86400000 (a day), got ${text}`);
+  }
+  return Number(text);
+})();
 if (files.length === 0) fail('no FILE given');
 if (files.length > 1) fail(`one FILE at a time: got ${files.map((f) => `'${f}'`).join(' and ')}`);
 const file = files[0];
@@ -90,18 +101,20 @@ try {
   process.exit(2);
 }
 const request = {model, document, options};
+// No deadline unless asked for: a long document on a CPU may rightly take minutes.
+const callOptions = deadlineMs > 0 ? {deadline: Date.now() + deadlineMs} : {};
 // Status codes by name (14 is UNAVAILABLE).
 const codeName = (code) => Object.keys(grpc.status).find((k) => grpc.status[k] === code) || String(code);
 
 if (stream) {
-  const call = client.SummarizeStream(request);
+  const call = client.SummarizeStream(request, callOptions);
   call.on('data', (msg) => {
     if (msg.event === 'token') process.stdout.write(msg.token.text);
     else console.log('\n' + JSON.stringify(msg.final.usage));
   });
   call.on('error', (e) => { console.error(`error: ${codeName(e.code)}: ${e.details}`); process.exit(1); });
 } else {
-  client.Summarize(request, (err, resp) => {
+  client.Summarize(request, callOptions, (err, resp) => {
     if (err) { console.error(`error: ${codeName(err.code)}: ${err.details}`); process.exit(1); }
     console.log(resp.summary);
     console.log(JSON.stringify(resp.usage));

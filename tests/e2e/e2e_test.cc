@@ -1763,6 +1763,31 @@ TEST_F(EndToEnd, NodeGrpcJsExampleClient) {
   auto two = run_command(node + doc(2) + " " + doc(2) + " 2>&1");
   EXPECT_EQ(two.exit_code, 2) << two.out;
   EXPECT_NE(two.out.find("error: one FILE at a time"), std::string::npos) << two.out;
+  // No deadline unless --deadline-ms gives one, as the Python example and srformer-client: against a server
+  // that never answers, it ends the call; out of 0..a day, or not a whole number, it is refused.
+  CannedSummarizer hanging;
+  hanging.hang = true;
+  int port = 0;
+  const auto silent = serve(hanging, port);
+  ASSERT_GT(port, 0);
+  const std::string to_silent = "NODE_PATH=" + modules + " node " + src +
+                                "/examples/node/summarize.js --target 127.0.0.1:" + std::to_string(port) + " ";
+  for (const std::string stream : {"", "--stream "}) {
+    auto r = run_command(to_silent + stream + "--deadline-ms 300 " + doc(2) + " 2>&1");
+    EXPECT_EQ(r.exit_code, 1) << stream << r.out;
+    EXPECT_NE(r.out.find("error: DEADLINE_EXCEEDED: "), std::string::npos) << stream << r.out;
+  }
+  for (const std::string ms : {"-1", "86400001", "99999999999999999999", "1.5"}) {
+    auto r = run_command(node + "--deadline-ms " + ms + " " + doc(2) + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << ms << ": " << r.out;
+    EXPECT_NE(r.out.find("error: --deadline-ms must be from 0 (no deadline) to 86400000 (a day), got " + ms),
+              std::string::npos)
+        << r.out;
+  }
+  auto no_deadline = run_command(node + "--deadline-ms=0 --max-new-tokens 64 " + doc(2));
+  ASSERT_EQ(no_deadline.exit_code, 0) << no_deadline.out;
+  EXPECT_EQ(no_deadline.out.substr(0, summary.size() + 1), summary + "\n") << no_deadline.out;
+  silent->Shutdown();
 }
 
 TEST_F(EndToEnd, PythonExampleClient) {
