@@ -52,6 +52,14 @@ class EscapedMessage final : public spdlog::custom_flag_formatter {
   bool json_;
 };
 
+std::unique_ptr<spdlog::formatter> log_formatter(bool json) {
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<EscapedMessage>('*', json);
+  formatter->set_pattern(json ? R"({"ts":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","thread":%t,"msg":"%*"})"
+                              : "%Y-%m-%d %H:%M:%S.%e %^%-5l%$ [%t] %*");
+  return formatter;
+}
+
 }  // namespace
 
 bool is_log_level(const std::string& level) {
@@ -65,12 +73,17 @@ void init_logging(const std::string& level, bool json) {
     throw std::invalid_argument("unknown log level '" + level + "' (use trace|debug|info|warn|error|critical|off)");
   }
   logger->set_level(lvl);
-  auto formatter = std::make_unique<spdlog::pattern_formatter>();
-  formatter->add_flag<EscapedMessage>('*', json);
-  formatter->set_pattern(json ? R"({"ts":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","thread":%t,"msg":"%*"})"
-                              : "%Y-%m-%d %H:%M:%S.%e %^%-5l%$ [%t] %*");
-  logger->set_formatter(std::move(formatter));
+  logger->set_formatter(log_formatter(json));
   spdlog::set_default_logger(logger);
+}
+
+void write_json_log_line(const std::string& level, std::string_view message) {
+  // Not registered: init_logging's stderr_color_mt("srformer") would throw on a logger of that name.
+  spdlog::logger logger("srformer", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  logger.set_level(spdlog::level::trace);
+  logger.set_formatter(log_formatter(true));
+  logger.log(spdlog::level::from_str(level), message);
+  logger.flush();
 }
 
 }  // namespace srformer::server

@@ -8,6 +8,9 @@ namespace srformer::server {
 // level: trace|debug|info|warn|error|critical|off; json: one JSON object per line (for log shippers). Every message
 // is written through escape_log_message.
 void init_logging(const std::string& level, bool json);
+// A line as init_logging's JSON log writes it (level as init_logging's), to stderr, flushed, without setting up
+// the log, which another thread may be doing: for what the server says before its log is set up.
+void write_json_log_line(const std::string& level, std::string_view message);
 // Whether init_logging takes `level` (spdlog's names; validate() checks the flag with it before logging starts).
 bool is_log_level(const std::string& level);
 

@@ -129,7 +129,10 @@ int main(int argc, char** argv) {
   srformer::StdoutCheck stdout_check("srformer-server");
   // From the start: reading --config can block (a FIFO nobody writes, a hung network mount), and with the
   // stop signals blocked a SIGTERM then stayed pending for good, the server unkillable but by SIGKILL.
-  std::optional<srformer::server::StartupSignalWatch> startup_watch(std::in_place, stop_signals());
+  // --log-json on the command line makes the line of a signal that comes before the log is set up JSON too (the
+  // config file's is not read yet).
+  std::optional<srformer::server::StartupSignalWatch> startup_watch(
+      std::in_place, stop_signals(), srformer::server::log_json_asked(argc, argv, ServerConfig{}));
   ServerConfig config;
   try {
     if (!srformer::server::parse_server_args(argc, argv, config)) return stdout_check.exit_status(0);

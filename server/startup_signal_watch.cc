@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "server/logging.h"
+
 namespace srformer::server {
 
 const char* stop_signal_name(int sig) {
@@ -20,8 +22,8 @@ const char* stop_signal_name(int sig) {
   }
 }
 
-StartupSignalWatch::StartupSignalWatch(const sigset_t& signals, std::function<void()> exit)
-    : signals_(signals), exit_(std::move(exit)), thread_([this] { watch(); }) {}
+StartupSignalWatch::StartupSignalWatch(const sigset_t& signals, bool log_json, std::function<void()> exit)
+    : signals_(signals), log_json_(log_json), exit_(std::move(exit)), thread_([this] { watch(); }) {}
 
 StartupSignalWatch::~StartupSignalWatch() {
   done_.store(true);
@@ -38,9 +40,14 @@ void StartupSignalWatch::watch() {
       const auto logger = spdlog::default_logger();
       if (logger->name().empty()) {
         // spdlog's own default logger, which writes to stdout: the flags, the config file among them, are
-        // still being read, and the server's log is not set up yet.
-        const std::string line = "srformer-server: " + said + "\n";
-        (void)!::write(STDERR_FILENO, line.data(), line.size());
+        // still being read, and the server's log is not set up yet. With --log-json a JSON line, as a
+        // configuration error's: a shipper parsing JSON lines does not read plain text.
+        if (log_json_) {
+          write_json_log_line("info", "srformer-server: " + said);
+        } else {
+          const std::string line = "srformer-server: " + said + "\n";
+          (void)!::write(STDERR_FILENO, line.data(), line.size());
+        }
         exit_();
       }
       logger->info(said);

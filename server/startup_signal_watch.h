@@ -19,9 +19,10 @@ const char* stop_signal_name(int sig);
 class StartupSignalWatch {
  public:
   // Waits for one of `signals` (blocked in every thread) until destroyed; on one, logs it and calls `exit`,
-  // which does not return (std::_Exit(0) in the server).
+  // which does not return (std::_Exit(0) in the server). Before the log is set up the line is plain text on
+  // stderr, or with `log_json` (--log-json on the command line) a JSON line as the log's.
   explicit StartupSignalWatch(
-      const sigset_t& signals, std::function<void()> exit = [] { std::_Exit(0); });
+      const sigset_t& signals, bool log_json = false, std::function<void()> exit = [] { std::_Exit(0); });
   StartupSignalWatch(const StartupSignalWatch&) = delete;
   StartupSignalWatch& operator=(const StartupSignalWatch&) = delete;
   ~StartupSignalWatch();
@@ -30,6 +31,7 @@ class StartupSignalWatch {
   void watch();
 
   const sigset_t signals_;
+  const bool log_json_;
   const std::function<void()> exit_;
   std::atomic<bool> done_{false};
   std::thread thread_;  // last: it reads the members above

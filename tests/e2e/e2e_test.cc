@@ -2322,14 +2322,31 @@ TEST_F(EndToEnd, AStopSignalWhileReadingTheConfigFileEndsTheServerAtOnce) {
   const fs::path config = work_ / "config_never_written.json";
   ASSERT_EQ(mkfifo(config.c_str(), 0600), 0);
   const std::string log = (work_ / "config_never_written.log").string();
-  // The signal goes once the server waits for a writer to open the FIFO (the kernel's wait_for_partner).
-  const auto r = run_command("bash -c '" + kServer + " --config " + config.string() + " --listen 127.0.0.1:0 > " + log +
-                             " 2>&1 & pid=$!; for i in $(seq 600); do [ \"$(cat /proc/$pid/wchan 2>/dev/null)\" = "
-                             "wait_for_partner ] && break; sleep 0.1; done; kill -TERM $pid; for i in $(seq 100); do "
-                             "kill -0 $pid 2>/dev/null || break; sleep 0.1; done; if kill -0 $pid 2>/dev/null; then "
-                             "kill -KILL $pid; wait $pid; echo still running; else wait $pid; echo rc=$?; fi'");
+  const auto signalled = [&](const std::string& flags) {
+    // The signal goes once the server waits for a writer to open the FIFO (the kernel's wait_for_partner).
+    return run_command("bash -c '" + kServer + flags + " --config " + config.string() + " --listen 127.0.0.1:0 > " +
+                       log +
+                       " 2>&1 & pid=$!; for i in $(seq 600); do [ \"$(cat /proc/$pid/wchan 2>/dev/null)\" = "
+                       "wait_for_partner ] && break; sleep 0.1; done; kill -TERM $pid; for i in $(seq 100); do "
+                       "kill -0 $pid 2>/dev/null || break; sleep 0.1; done; if kill -0 $pid 2>/dev/null; then "
+                       "kill -KILL $pid; wait $pid; echo still running; else wait $pid; echo rc=$?; fi'");
+  };
+  const auto r = signalled("");
   EXPECT_EQ(r.out, "rc=0\n") << read(log);
   EXPECT_EQ(read(log), "srformer-server: received SIGTERM while starting; exiting before serving\n");
+  // With --log-json the line is JSON, as a configuration error's; it was the plain text above, which a
+  // shipper parsing JSON lines does not read.
+  const auto json = signalled(" --log-json");
+  EXPECT_EQ(json.out, "rc=0\n") << read(log);
+  const std::string said = read(log);
+  ASSERT_FALSE(said.empty());
+  EXPECT_EQ(said.back(), '\n');
+  EXPECT_EQ(said.find('\n'), said.size() - 1) << said;  // one line
+  const auto line = nlohmann::json::parse(said, nullptr, false);
+  ASSERT_TRUE(line.is_object()) << said;
+  EXPECT_EQ(line.value("level", ""), "info") << said;
+  EXPECT_EQ(line.value("msg", ""), "srformer-server: received SIGTERM while starting; exiting before serving") << said;
+  EXPECT_TRUE(line.contains("ts") && line.contains("thread")) << said;
 }
 
 // A stop signal as the server's libraries initialize, before its main() (LibTorch's and gRPC's static

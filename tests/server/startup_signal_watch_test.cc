@@ -29,7 +29,7 @@ TEST(StartupSignalWatch, OtherThreadsStillLogWhileTheSignalEndsTheStart) {
         pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // as the server's .preinit_array does, for every thread
         spdlog::set_default_logger(spdlog::stderr_logger_mt("startup"));
         std::atomic<bool> exiting{false};
-        StartupSignalWatch watch(signals, [&] {
+        StartupSignalWatch watch(signals, false, [&] {
           exiting.store(true);
           for (;;) pause();  // the exit, held until the main thread below has logged
         });
