@@ -7,6 +7,7 @@
 #include <random>
 #include <set>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "model/generation/multi_sample_searcher.h"
@@ -282,8 +283,19 @@ TEST(SamplingTest, MinNewTokensAndForcedTokensApplyBeforeSampling) {
   EXPECT_TRUE(tokens.back() == kEos || tokens.size() == 6u);
 }
 
-// Several samples per request: each row is the draw a one-sample request with that row's seed makes,
-// sample 0's seed is the request's, and the rows end on their own.
+// choose()'s former way, which its faster ones must match bit for bit: `scores` (one row, processed) warped,
+// its softmax over the whole row, and draw_weighted over every token. The token drawn (-1: none) and its
+// log-probability.
+std::pair<int64_t, double> draw_over_the_whole_row(const GenerationOptions& options, torch::Tensor& scores,
+                                                   std::mt19937_64& rng) {
+  warp_logits(options, scores);
+  const auto probs = scores[0].softmax(-1);
+  const float* p = probs.data_ptr<float>();
+  const auto drawn = draw_weighted(rng, scores.size(1), [p](int64_t i) { return static_cast<double>(p[i]); });
+  if (drawn.index < 0) return {-1, 0.0};
+  return {drawn.index, std::log(static_cast<double>(p[drawn.index]) / drawn.total)};
+}
+
 TEST(SamplingTest, DrawsOverTheTokensWithMassAsOverTheWholeRow) {
   // choose() draws over the tokens the warpers left with mass only; each step must take the token and
   // log-probability that draw_weighted over the whole row of probabilities gives (its former way).
@@ -305,18 +317,14 @@ TEST(SamplingTest, DrawsOverTheTokensWithMassAsOverTheWholeRow) {
       auto scores = logits.clone();
       process_logits(options, {history}, scores, VocabLimit::kKeep);
       scores.narrow(1, options.vocab_limit, vocab - options.vocab_limit).fill_(-std::numeric_limits<float>::infinity());
-      warp_logits(options, scores);
-      const auto probs = scores[0].softmax(-1);
-      const float* p = probs.data_ptr<float>();
-      const auto drawn = draw_weighted(rng, vocab, [p](int64_t i) { return static_cast<double>(p[i]); });
-      ASSERT_GE(drawn.index, 0);
-      const double logprob = std::log(static_cast<double>(p[drawn.index]) / drawn.total);
+      const auto [index, logprob] = draw_over_the_whole_row(options, scores, rng);
+      ASSERT_GE(index, 0);
 
       const auto got = searcher.advance(logits);
       ASSERT_EQ(got.emitted.size(), 1u);
-      ASSERT_EQ(got.emitted[0], drawn.index) << "top_k " << top_k << " top_p " << top_p << " step " << step;
+      ASSERT_EQ(got.emitted[0], index) << "top_k " << top_k << " top_p " << top_p << " step " << step;
       EXPECT_EQ(got.emitted_logprobs[0], static_cast<float>(logprob));
-      history.push_back(drawn.index);
+      history.push_back(index);
       if (got.done) break;
     }
     const auto results = searcher.results();
@@ -355,16 +363,12 @@ TEST(SamplingTest, DrawsFromTheBlocksHoldingTheWarpedTokensAsFromTheWholeRow) {
           if (layout == 2) logits.narrow(1, vocab / 2, std::min<int64_t>(vocab - vocab / 2, 20)).add_(100.0);
           // The former choose(), over the whole row.
           auto scores = logits.clone();
-          warp_logits(options, scores);
-          const auto probs = scores[0].softmax(-1);
-          const float* p = probs.data_ptr<float>();
-          const auto drawn = draw_weighted(rng, vocab, [p](int64_t i) { return static_cast<double>(p[i]); });
-          ASSERT_GE(drawn.index, 0);
-          const double logprob = std::log(static_cast<double>(p[drawn.index]) / drawn.total);
+          const auto [index, logprob] = draw_over_the_whole_row(options, scores, rng);
+          ASSERT_GE(index, 0);
           const auto got = searcher.advance(logits);
           ASSERT_EQ(got.emitted.size(), 1u);
-          ASSERT_EQ(got.emitted[0], drawn.index) << "vocab " << vocab << " top_k " << top_k << " top_p " << top_p
-                                                 << " layout " << layout << " step " << step;
+          ASSERT_EQ(got.emitted[0], index) << "vocab " << vocab << " top_k " << top_k << " top_p " << top_p
+                                           << " layout " << layout << " step " << step;
           ASSERT_EQ(got.emitted_logprobs[0], static_cast<float>(logprob));
           ++compared;
           if (got.done) break;
@@ -405,6 +409,8 @@ TEST(WeightedDrawTest, DrawsWithoutReplacementAsRepeatedDrawsWithTheDrawnZeroed)
   }
 }
 
+// Several samples per request: each row is the draw a one-sample request with that row's seed makes,
+// sample 0's seed is the request's, and the rows end on their own.
 TEST(MultiSampleTest, EachSampleIsTheOneSampleDrawWithItsSeed) {
   auto options = sampling_options(2024);
   options.max_new_tokens = 24;
