@@ -24,6 +24,7 @@
 #include "model/data/encode.h"
 #include "model/data/examples.h"
 #include "model/dropout.h"
+#include "model/error_message.h"
 #include "model/eval/batch_summarize.h"
 #include "model/eval/rouge.h"
 #include "model/generation/generate.h"
@@ -393,6 +394,17 @@ std::string model_weights_in(const fs::path& dir) {
   return {};
 }
 
+// What to do about `ckpt`, the newest checkpoint, when it cannot be read: remove it and resume from the one
+// before it, named. Where it is the only one, --resume has nothing left to take: the run starts anew.
+std::string advice_for_damaged(const fs::path& ckpt) {
+  fs::path earlier;
+  for (const auto& [step, dir] : checkpoints(ckpt.parent_path())) {
+    if (dir != ckpt) earlier = dir;  // in step order: the last one before it
+  }
+  if (earlier.empty()) return "remove " + ckpt.string() + " and run again without --resume (it is the only checkpoint)";
+  return "remove " + ckpt.string() + " to resume from an earlier checkpoint, " + earlier.filename().string();
+}
+
 // Rewrites the log keeping only entries up to `step` (a resumed run redoes what followed).
 void truncate_log(const fs::path& log, int64_t step) {
   if (!fs::exists(log)) return;
@@ -619,8 +631,8 @@ class Run {
         saved_train_data_ = state.value("train_data", nlohmann::json());
       } catch (const std::exception& e) {
         // nlohmann's own words name neither the file nor what to do.
-        throw std::runtime_error((ckpt / kStateFile).string() + " is damaged (" + e.what() + "); remove " +
-                                 ckpt.string() + " to resume from an earlier checkpoint");
+        throw std::runtime_error((ckpt / kStateFile).string() + " is damaged (" + e.what() + "); " +
+                                 advice_for_damaged(ckpt));
       }
       if (start_step_ > o_.steps) {
         throw std::invalid_argument("the newest checkpoint, " + ckpt.string() + ", is at update " +
@@ -669,7 +681,7 @@ class Run {
       if (!why.empty()) throw std::invalid_argument("--autocast " + o_.autocast + ": " + why + "; use bf16 or off");
     }
     scaler_ = LossScaler(mode_.mixed == c10::ScalarType::Half, saved_scale_, saved_good_updates_);
-    model_ = load_model(load_dir_, lo);
+    model_ = from_checkpoint([&] { return load_model(load_dir_, lo); });
     // A target of n tokens is read at decoder positions 0 .. n - 1 (BART's are learned: so many of them).
     if (const int64_t positions = decoder_positions(model_->config());
         positions > 0 && o_.max_target_tokens > positions) {
@@ -687,7 +699,7 @@ class Run {
     console_ << "dropout: hidden " << mode_.dropout.hidden << ", attention " << mode_.dropout.attention
              << ", activation " << mode_.dropout.activation << (o_.dropout ? " (--dropout)" : " (the model's config)")
              << (mode_.mixed ? "; autocast " + o_.autocast : std::string()) << std::endl;
-    tokenizer_ = load_tokenizer(load_dir_);
+    tokenizer_ = from_checkpoint([&] { return load_tokenizer(load_dir_); });
     classes_ = std::min(tokenizer_->vocab_size(), model_->config().vocab_size);
     for (const auto& [name, p] : model_->named_parameters()) {
       if (!p.is_floating_point()) continue;
@@ -698,17 +710,40 @@ class Run {
     }
     optimizer_ = std::make_unique<AdamW>(params_, o_.adam);
     if (o_.resume) {
-      optimizer_->load(load_dir_ / kOptimizerFile);
-      // Updates skipped for overflowing fp16 gradients did not step the optimizer.
-      if (optimizer_->steps() + skipped_ != start_step_) {
-        throw std::runtime_error((load_dir_ / kOptimizerFile).string() + " is at step " +
-                                 std::to_string(optimizer_->steps()) + " but " + kStateFile + " says " +
-                                 std::to_string(start_step_) + " with " + std::to_string(skipped_) +
-                                 " skipped updates");
-      }
+      from_checkpoint([&] {
+        optimizer_->load(load_dir_ / kOptimizerFile);
+        // Updates skipped for overflowing fp16 gradients did not step the optimizer.
+        if (optimizer_->steps() + skipped_ != start_step_) {
+          throw std::runtime_error((load_dir_ / kOptimizerFile).string() + " is at step " +
+                                   std::to_string(optimizer_->steps()) + " but " + kStateFile + " says " +
+                                   std::to_string(start_step_) + " with " + std::to_string(skipped_) +
+                                   " skipped updates");
+        }
+      });
       console_ << "resuming from " << load_dir_.string() << " at step " << start_step_ << std::endl;
     }
     files_from_ = load_dir_;
+  }
+
+  // Runs `read` on the files of the checkpoint a resumed run loads (its weights, config, tokenizer, optimizer
+  // state); a file it cannot read (missing, cut short or damaged: a checkpoint copied back in part, or edited)
+  // is named with the checkpoint and what to do, as a damaged trainer_state.json is. It named the file alone,
+  // and the user had to work out that the checkpoint was to blame and that an earlier one could resume.
+  // LibTorch's errors (out of memory) and std::bad_alloc are not the checkpoint's fault: they pass unchanged.
+  template <typename Read>
+  auto from_checkpoint(const Read& read) -> decltype(read()) {
+    if (!o_.resume) return read();
+    const auto damaged = [&](const std::exception& e) {
+      return std::runtime_error("cannot resume from " + load_dir_.string() + ": " + error_message(e) + "; " +
+                                advice_for_damaged(load_dir_));
+    };
+    try {
+      return read();
+    } catch (const std::runtime_error& e) {
+      throw damaged(e);
+    } catch (const std::invalid_argument& e) {  // a config.json the loader refuses
+      throw damaged(e);
+    }
   }
 
   void read_data() {

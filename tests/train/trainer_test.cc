@@ -636,7 +636,9 @@ TEST_F(Fixture, DamagedCheckpointsAndMisdirectedRunsAreNamed) {
       FAIL() << bad;
     } catch (const std::runtime_error& e) {
       EXPECT_NE(std::string(e.what()).find(state.string() + " is damaged ("), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("to resume from an earlier checkpoint"), std::string::npos) << e.what();
+      // checkpoint-3 is the only one: no earlier checkpoint to resume from.
+      EXPECT_NE(std::string(e.what()).find("run again without --resume (it is the only checkpoint)"), std::string::npos)
+          << e.what();
     }
   }
   std::ofstream(state) << good.str();
@@ -652,6 +654,52 @@ TEST_F(Fixture, DamagedCheckpointsAndMisdirectedRunsAreNamed) {
   auto over_itself = options("unused");
   over_itself.out_dir = model / ".";
   EXPECT_TRUE(refused_with(over_itself, console, "is MODEL_DIR"));  // --out MODEL_DIR
+}
+
+// A newest checkpoint whose weights, config, tokenizer or optimizer state cannot be read (copied back in part,
+// cut short) is named with the checkpoint before it to resume from: the error named the file alone.
+TEST_F(Fixture, AnUnreadableCheckpointIsNamedWithTheOneToResumeFrom) {
+  std::ostringstream console;
+  auto o = options("whole-checkpoints");
+  o.save_every = 2;
+  o.stop_after = 4;
+  train(o, console);
+  const auto damaged_copy = [&](const std::string& name, const std::string& file, bool remove) {
+    const auto out = tmp.path() / name;
+    fs::copy(o.out_dir, out, fs::copy_options::recursive);
+    const auto path = out / "checkpoint-4" / file;
+    if (remove) {
+      fs::remove(path);
+    } else {
+      fs::resize_file(path, fs::file_size(path) / 2);
+    }
+    return out;
+  };
+  auto resumed = o;
+  resumed.stop_after = 0;
+  resumed.resume = true;
+  for (const auto& [file, remove] : std::vector<std::pair<std::string, bool>>{{"model.safetensors", false},
+                                                                              {"model.safetensors", true},
+                                                                              {"optimizer.safetensors", false},
+                                                                              {"optimizer.safetensors", true},
+                                                                              {"config.json", true},
+                                                                              {"spiece.model", true}}) {
+    resumed.out_dir = damaged_copy(file + (remove ? "-removed" : "-cut"), file, remove);
+    const auto ckpt = (resumed.out_dir / "checkpoint-4").string();
+    try {
+      train(resumed, console);
+      ADD_FAILURE() << file << " damaged: it resumed";
+    } catch (const std::runtime_error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.rfind("cannot resume from " + ckpt + ": ", 0), 0u) << what;
+      EXPECT_NE(what.find("; remove " + ckpt + " to resume from an earlier checkpoint, checkpoint-2"),
+                std::string::npos)
+          << what;
+    }
+  }
+  // Done as it says, the run resumes from checkpoint-2.
+  fs::remove_all(resumed.out_dir / "checkpoint-4");
+  EXPECT_EQ(train(resumed, console).updates, 10);
 }
 
 // A console that sets `stop` once its text holds `trigger`: a stop request at a known point of the run.
