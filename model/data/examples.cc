@@ -48,6 +48,14 @@ std::string file_hint(std::string_view line, bool first, const nlohmann::json::p
   if (std::string_view(e.what()).find("ill-formed UTF-8") != std::string_view::npos) {
     return "; the file must be UTF-8: re-encode it (iconv -f ENCODING -t UTF-8)";
   }
+  // A first line of nothing but an opening bracket or brace ("[", "{", "[{"): one JSON document over many
+  // lines (json.dump(rows, f, indent=2), `jq .`), which nlohmann calls only an "unexpected end of input".
+  const auto opening = line.find_first_not_of(" \t\r");
+  if (first && opening != std::string_view::npos && line.find_first_not_of(" \t\r[{") == std::string_view::npos) {
+    return "; the file looks like one JSON document over several lines, not JSON Lines (one object per line): "
+           "rewrite it with jq -c " +
+           std::string(line[opening] == '[' ? "'.[]'" : ".") + " FILE > NEW.jsonl";
+  }
   return "";
 }
 
@@ -97,7 +105,14 @@ void for_each_jsonl(const std::string& path, const std::function<void(const nloh
       // another exception than parse_error, which left the file and line unnamed.
       throw std::invalid_argument(where + ": a number past the range of a double (" + e.what() + ")");
     }
-    if (!j.is_object()) throw std::invalid_argument(where + ": expected a JSON object per line");
+    if (!j.is_object()) {
+      // A JSON array of the objects on one line (json.dump(rows, f)) is the whole data set in the wrong shape.
+      const bool array_of_objects = j.is_array() && !j.empty() && j.front().is_object();
+      throw std::invalid_argument(where + ": expected a JSON object per line" +
+                                  (array_of_objects ? "; this line is an array of objects: write one object per line "
+                                                      "(jq -c '.[]' FILE > NEW.jsonl)"
+                                                    : ""));
+    }
     fn(j, where);
   }
 }

@@ -171,6 +171,43 @@ TEST(ReadExamples, ACompressedFileSaysToDecompressIt) {
   }
 }
 
+// A JSON document (an array of the examples, or objects pretty-printed over several lines: Python's
+// json.dump(rows, f, indent=2), `jq .`) is named as such, with the command that makes JSON Lines of it. It
+// was refused as "unexpected end of input; expected '[', '{', or a literal" at a line holding '['.
+TEST(ReadExamples, AJsonDocumentOverSeveralLinesSaysHowToMakeJsonLines) {
+  testing::TempDir dir{"examples"};
+  const auto file = dir.path() / "data.json";
+  const std::string object = R"({"id": "a", "document": "first document", "summary": "first"})";
+  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
+           {"[\n  {\n    \"id\": \"a\",\n    \"document\": \"d\",\n    \"summary\": \"s\"\n  }\n]\n",
+            ":1: not valid JSON ("},
+           {"\xEF\xBB\xBF[\r\n  " + object + "\r\n]\r\n", ":1: not valid JSON ("},
+           {"{\n  \"id\": \"a\",\n  \"document\": \"d\",\n  \"summary\": \"s\"\n}\n", ":1: not valid JSON ("},
+           {"[" + object + ", " + object + "]\n",
+            ":1: expected a JSON object per line; this line is an array of "
+            "objects: write one object per line (jq -c '.[]' FILE > NEW.jsonl)"}}) {
+    std::ofstream(file, std::ios::binary) << text;
+    const auto said = refusal(file);
+    EXPECT_NE(said.find(file.string() + says), std::string::npos) << said;
+    if (says.find("not valid JSON") != std::string::npos) {
+      const std::string jq = text.find('[') < text.find('{') ? "jq -c '.[]' FILE" : "jq -c . FILE";
+      EXPECT_NE(said.find("; the file looks like one JSON document over several lines, not JSON Lines (one object "
+                          "per line): rewrite it with " +
+                          jq + " > NEW.jsonl"),
+                std::string::npos)
+          << said;
+    }
+  }
+  // An object cut short on the first line of a JSON Lines file is no such document: no hint.
+  for (const std::string cut : {R"({"id": "a", "document": "first)", R"({"id": "a",)", "[{\"id\""}) {
+    std::ofstream(file, std::ios::binary) << cut << "\n" << object << "\n";
+    EXPECT_EQ(refusal(file).find("JSON document"), std::string::npos) << refusal(file);
+  }
+  // Nor is an array of other things.
+  std::ofstream(file, std::ios::binary) << "[1, 2]\n";
+  EXPECT_EQ(refusal(file).find("array of objects"), std::string::npos) << refusal(file);
+}
+
 // What editors and other tools write is read alike: CRLF line ends, a byte-order mark, blank lines and a
 // last line without its newline.
 TEST(ReadExamples, CrlfBomBlankLinesAndNoFinalNewline) {
