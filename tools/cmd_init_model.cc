@@ -111,6 +111,25 @@ void check_readable(const std::string& corpus) {
   }
 }
 
+// Whether `file` is a dataset split ({"id", "document", "summary"} lines) rather than text: named .jsonl,
+// or its first line that holds more than white space (a UTF-8 byte-order mark skipped) is a JSON object with
+// a "document". The name alone decided: a split named .json or piped in (`<(zcat train.jsonl.gz)`) trained
+// the tokenizer on its JSON text, learning quotes, braces, field names and \uXXXX escapes (json.dumps' way
+// of writing every non-ASCII character) instead of the characters they stand for.
+bool is_dataset_split(const std::filesystem::path& file) {
+  if (file.extension() == ".jsonl") return true;
+  std::ifstream in(file, std::ios::binary);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
+    const auto start = line.find_first_not_of(" \t\r");
+    if (start == std::string::npos) continue;
+    if (line[start] != '{') return false;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    return j.is_object() && j.contains("document");
+  }
+  return false;
+}
+
 // BART's byte-level tokenizer holds its 4 specials, 256 byte symbols and <mask>.
 constexpr int64_t kMinByteLevelVocab = 4 + 256 + 1;
 // ... and at most every pair of byte symbols as filler: ids past the last token would not decode.
@@ -137,8 +156,10 @@ int run_init_model(const std::vector<std::string>& args) {
                    "                           [--d-ff N] [--init-std X] [--dropout X] OUT_DIR\n"
                    "  Writes random weights: an untrained model whose output is not a summary (the start of\n"
                    "  `srformer train` from scratch, or a model for tests and benchmarks).\n"
-                   "  T5 (the default): trains a SentencePiece tokenizer on TEXT_FILE (T5 conventions: pad 0, eos 1,\n"
-                   "  unk 2); --corpus is required. BART (--arch bart or --shape bart-base): a byte-level BPE\n"
+                   "  T5 (the default): trains a SentencePiece tokenizer on TEXT_FILE, or on the documents and\n"
+                   "  summaries of a SPLIT.jsonl (known by its lines: also named otherwise, or a pipe such as\n"
+                   "  <(zcat train.jsonl.gz)) (T5 conventions: pad 0, eos 1, unk 2); --corpus is required. BART "
+                   "(--arch bart or --shape bart-base): a byte-level BPE\n"
                    "  tokenizer without merges (one token per byte, filler tokens up to --vocab, at least 261),\n"
                    "  no corpus. Weights follow Hugging Face's initialisation (biases 0; RAF threshold 0.1, leak 0.1\n"
                    "  for T5 and 0.5 for BART, as the authors) unless --init-std X > 0 gives every matrix and bias\n"
@@ -254,13 +275,40 @@ int run_init_model(const std::vector<std::string>& args) {
   apply_overrides(c, heads, d_model, d_ff, layers, dropout);
   std::filesystem::create_directories(out);
   RemovedUnlessKept made(out);
-  std::filesystem::path text_corpus = corpus;
-  if (std::filesystem::path(corpus).extension() == ".jsonl") {
+  // A pipe is read once: copied here first, so that what is read below (which kind of corpus it is, whether
+  // it holds text) and what SentencePiece learns from are the same bytes. holds_text() took the pipe's first
+  // line, and SentencePiece learnt from the rest.
+  std::filesystem::path source = corpus;
+  if (!std::filesystem::is_regular_file(corpus)) {
+    source = std::filesystem::path(out) / "corpus-input";
+    AtomicFile copy(source);
+    std::ifstream in(corpus, std::ios::binary);
+    std::vector<char> buffer(1 << 16);
+    while (in.read(buffer.data(), static_cast<std::streamsize>(buffer.size())) || in.gcount() > 0) {
+      copy.write(buffer.data(), static_cast<size_t>(in.gcount()));
+    }
+    if (in.bad()) throw std::runtime_error("cannot read --corpus '" + corpus + "'");
+    copy.commit();
+  }
+  std::filesystem::path text_corpus = source;
+  if (is_dataset_split(source)) {
     // A dataset split ({"document", "summary"} lines): the tokenizer learns from both sides.
     text_corpus = std::filesystem::path(out) / "corpus.txt";
     // Checked: a write cut short (a full disk) trained the tokenizer on part of the corpus, unsaid.
     AtomicFile text(text_corpus);
-    for (const auto& e : data::read_examples(corpus)) {
+    std::vector<data::Example> examples;
+    try {
+      examples = data::read_examples(source.string());
+    } catch (const std::invalid_argument& e) {
+      // A pipe's copy is named as the user named the corpus.
+      std::string what = e.what();
+      for (size_t at = 0; source != corpus && (at = what.find(source.string(), at)) != std::string::npos;) {
+        what.replace(at, source.string().size(), corpus);
+        at += corpus.size();
+      }
+      throw std::invalid_argument(what);
+    }
+    for (const auto& e : examples) {
       const std::string lines = e.document + "\n" + e.summary + "\n";
       text.write(lines.data(), lines.size());
     }
@@ -273,7 +321,9 @@ int run_init_model(const std::vector<std::string>& args) {
                       "/spiece --vocab_size=" + std::to_string(vocab.value_or(2000)) +
                       " --model_type=unigram --character_coverage=1.0 --pad_id=0 --eos_id=1 --unk_id=2 --bos_id=-1"
                       " --hard_vocab_limit=false --minloglevel=2");
-  if (text_corpus != corpus) std::filesystem::remove(text_corpus);
+  for (const auto& made_here : {source, text_corpus}) {
+    if (made_here != corpus) std::filesystem::remove(made_here);
+  }
   // SentencePiece's trainer leaves its output stream to be flushed when closed, the error dropped: a full
   // disk or a file size limit cuts spiece.model short unsaid. Loaded back as a server would (a file cut at a
   // field's end parses, missing its normalizer), and synced like the files written here.

@@ -2556,6 +2556,56 @@ TEST_F(EndToEnd, InitModelsCorpusCopyCutShortFailsNamingIt) {
   EXPECT_FALSE(fs::exists(out)) << r.out;
 }
 
+// A dataset split is read as one by its content, not only by a .jsonl name: named .json, or piped in
+// (`<(zcat train.jsonl.gz)`), it was taken for text and the tokenizer learnt its JSON (quotes, braces, the
+// field names, and \uXXXX escapes for every non-ASCII character as Python's json.dumps writes them). A pipe
+// is read once: the check for text took its first line, and SentencePiece learnt from the rest.
+TEST_F(EndToEnd, InitModelReadsASplitByItsContentAlsoNamedJsonOrPiped) {
+  const auto split = work_ / "escaped_split.jsonl";
+  {
+    const char* words[] = {"cat", "sat", "on", "the", "mat", "dog", "ran", "park", "sun", "tree"};
+    std::ofstream f(split);
+    for (int i = 0; i < 60; ++i) {
+      std::string text;
+      for (int w = 0; w < 12; ++w) text += std::string(" ") + words[(i * 7 + w * 3) % 10];
+      // As Python's json.dumps writes them (ensure_ascii): "caf\u00e9".
+      f << "{\"id\": " << i << R"(, "document": "caf\u00e9 na\u00efve)" << text << R"(", "summary": "a caf\u00e9."})"
+        << "\n";
+    }
+  }
+  const auto as_json = work_ / "escaped_split.json";
+  fs::copy_file(split, as_json, fs::copy_options::overwrite_existing);
+  // The tokenizer's pieces, of a model init-model writes from `corpus`.
+  const auto pieces = [&](const std::string& corpus, const std::string& name) {
+    const auto out = work_ / name;
+    const auto r =
+        run_command("bash -c '" + kTool + " init-model --vocab 200 --corpus " + corpus + " " + out.string() + "' 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << corpus << ": " << r.out;
+    EXPECT_FALSE(fs::exists(out / "corpus-input")) << corpus;  // the copies it read are removed
+    EXPECT_FALSE(fs::exists(out / "corpus.txt")) << corpus;
+    std::vector<std::string> all;
+    if (r.exit_code != 0) return all;
+    const auto tokenizer = load_tokenizer(out);
+    for (int64_t id = 0; id < tokenizer->vocab_size(); ++id) all.push_back(tokenizer->id_to_token(id));
+    return all;
+  };
+  const auto reference = pieces(split.string(), "split_jsonl_model");
+  const auto has = [](const std::vector<std::string>& all, const std::string& part) {
+    return std::any_of(all.begin(), all.end(), [&](const std::string& p) { return p.find(part) != std::string::npos; });
+  };
+  EXPECT_TRUE(has(reference, "\xC3\xA9"));  // é, which the file writes \u00e9
+  for (const char* json : {"\"", "\\", "{", "document"}) EXPECT_FALSE(has(reference, json)) << json;
+  EXPECT_TRUE(pieces(as_json.string(), "split_json_model") == reference) << "named .json";
+  EXPECT_TRUE(pieces("<(cat " + split.string() + ")", "split_piped_model") == reference) << "piped";
+  // A piped split with a bad line is named as it was given, not by the copy read.
+  const auto r = run_command("bash -c '" + kTool + " init-model --corpus <(echo \"{\\\"document\\\": 1}\") " +
+                             (work_ / "bad_piped_model").string() + "' 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("/dev/fd/"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("corpus-input"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(work_ / "bad_piped_model")) << r.out;
+}
+
 // SentencePiece's own write of spiece.model is unchecked (a stream flushed when closed): cut short by a file
 // size limit (as by a full disk), init-model failed with the parser's "Internal: ...ParseFromArray..." and no
 // word of why. It now says which file SentencePiece did not write whole, and leaves no directory (and not the
