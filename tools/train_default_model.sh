@@ -43,8 +43,9 @@ common=(--batch 32 --max-target-tokens 32 --validation "$data/validation.jsonl" 
   --warmup 200 --max-input-tokens 96 --save-every 1000 --eval-every 2000 --seed 2 --dropout 0.1 --threads 1 2>"$out/sr16-c.log"
 "$bin" train "$out/sr16-c" "$data/train.jsonl" --out "$out/sr16-d" "${common[@]}" --steps 12000 --lr 7e-4 \
   --warmup 200 --max-input-tokens 96 --save-every 1000 --eval-every 2000 --seed 3 --dropout 0.1 --threads 1 2>"$out/sr16-d.log"
-# Generation default of the shipped config (as BART's CNN/DM config does): no repeated 3-grams (stage 7's
-# validation ROUGE already decodes so).
+# Generation default of the shipped config (as BART's CNN/DM config does): no repeated 3-grams. Serving,
+# `summarize` and the final `eval` decode so; stage 7's validation ROUGE does not (training validates plain
+# greedy, whatever the config's defaults: docs/TRAINING.md).
 /usr/bin/python3 - "$out/sr16-d/config.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
