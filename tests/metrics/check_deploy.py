@@ -249,6 +249,19 @@ def watched_in_docs(root):
     return set(re.findall(r"`((?:srformer|process)_[a-z_]+)", table))
 
 
+AGGREGATION = re.compile(r"\b(sum|avg|min|max|count|stddev|stdvar|topk|bottomk|quantile|count_values|group|"
+                         r"histogram_quantile)\b")
+
+
+def check_legend_names_instance(where, target):
+    """A query that keeps one series per instance names the instance in its legend: with several chosen (the
+    instance variable's "All"), series of different servers otherwise showed under one name."""
+    expr = target.get("expr", "")
+    per_instance = not AGGREGATION.search(expr) or re.search(r"\bby\s*\([^)]*\binstance\b", expr)
+    check(not per_instance or "{{instance}}" in target.get("legendFormat", ""),
+          f"{where}: legend '{target.get('legendFormat', '')}' does not name the instance of a per-instance series: {expr}")
+
+
 def check_dashboard(root, path, registered, datasource_uids):
     try:
         dash = json.load(open(path))
@@ -275,6 +288,7 @@ def check_dashboard(root, path, registered, datasource_uids):
             names = metric_names(t.get("expr", ""))
             check(names, f"dashboard panel '{title}': query names no metric: {t.get('expr')}")
             check_job_chosen(f"dashboard panel '{title}'", t.get("expr", ""))
+            check_legend_names_instance(f"dashboard panel '{title}'", t)
             for n in names:
                 check(n in registered, f"dashboard panel '{title}': metric {n} is not registered by Metrics")
             check_labels(f"dashboard panel '{title}'", t.get("expr", ""), registered)
