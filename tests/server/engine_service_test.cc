@@ -1461,6 +1461,8 @@ TEST(EngineService, RandomTrafficAroundLongEncodesEndsEveryRequestWithItsAnswer)
   so.config.encode_stall_ms = 1;
   so.config.max_encode_tokens = 40;
   so.config.max_batch_rows = 8;
+  server::Metrics metrics("");
+  so.metrics = &metrics;
   TestServer server(so);
   std::mt19937 rng(31);
   struct Call {
@@ -1510,6 +1512,18 @@ TEST(EngineService, RandomTrafficAroundLongEncodesEndsEveryRequestWithItsAnswer)
   EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) {
     return s.queued == 0 && s.live_requests == 0 && s.live_rows == 0 && s.state_bytes == 0;
   })) << "the engine did not end empty";
+  // The rows that joined less those that left are the running batch (alert SrformerEngineStalled reads its
+  // work so): every row counts its leaving once, beams ending early, deadlines inside encodes and steps
+  // included.
+  const std::string text = metrics.scrape_text();
+  const server::testing::LabelSet fake{{"model", "fake"}};
+  double left = 0;
+  for (const char* reason : {"eos", "length", "cancelled", "error"}) {
+    left +=
+        server::testing::sample(text, "srformer_rows_left_total", {{"model", "fake"}, {"reason", reason}}).value_or(0);
+  }
+  EXPECT_GT(server::testing::sample(text, "srformer_rows_joined_total", fake).value_or(0), 0.0) << text;
+  EXPECT_EQ(server::testing::sample(text, "srformer_rows_joined_total", fake).value_or(0), left) << text;
   const auto stats = server.engine().stats();
   std::printf("%lld requests joined inside long encodes, %lld steps between layers\n",
               static_cast<long long>(stats.admitted_while_encoding),
