@@ -1,12 +1,18 @@
 #include "server/logging.h"
 
+#include <spdlog/details/console_globals.h>
 #include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace srformer::server {
 
@@ -60,14 +66,53 @@ std::unique_ptr<spdlog::formatter> log_formatter(bool json) {
   return formatter;
 }
 
+std::atomic<std::uint64_t> lines_dropped{0};
+
+// spdlog's stderr console sink (colours on a terminal), counting the lines whose write failed. The sink
+// ignores fwrite's failure and spdlog offers no hook for it (its error handler sees exceptions only, the
+// async logger's overrun counter its own queue): lines lost to a log pipe whose reader had gone (the server
+// ignores SIGPIPE and serves on) were lost without a trace.
+class CountingStderrSink final : public spdlog::sinks::sink {
+ public:
+  void log(const spdlog::details::log_msg& msg) override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    clearerr(stderr);   // an earlier failure, of another writer of stderr, is not this line's
+    console_.log(msg);  // writes the line and flushes stderr
+    if (ferror(stderr) != 0) {
+      lines_dropped.fetch_add(1, std::memory_order_relaxed);
+      clearerr(stderr);
+    }
+  }
+  void flush() override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    console_.flush();
+  }
+  void set_pattern(const std::string& pattern) override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    console_.set_pattern(pattern);
+  }
+  void set_formatter(std::unique_ptr<spdlog::formatter> formatter) override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    console_.set_formatter(std::move(formatter));
+  }
+
+ private:
+  // The console sinks' own lock (stderr_color_sink_mt's), which write_json_log_line's sink takes too.
+  std::mutex& mutex_ = spdlog::details::console_mutex::mutex();
+  spdlog::sinks::stderr_color_sink_st console_;
+};
+
 }  // namespace
+
+std::uint64_t log_lines_dropped() { return lines_dropped.load(std::memory_order_relaxed); }
 
 bool is_log_level(const std::string& level) {
   return spdlog::level::from_str(level) != spdlog::level::off || level == "off";  // from_str: off when unknown
 }
 
 void init_logging(const std::string& level, bool json) {
-  auto logger = spdlog::stderr_color_mt("srformer");
+  auto logger = std::make_shared<spdlog::logger>("srformer", std::make_shared<CountingStderrSink>());
+  spdlog::initialize_logger(logger);  // registered, as stderr_color_mt("srformer") did
   const auto lvl = spdlog::level::from_str(level);
   if (!is_log_level(level)) {
     throw std::invalid_argument("unknown log level '" + level + "' (use trace|debug|info|warn|error|critical|off)");

@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
   }
   // The log is stderr: where that is a pipe whose reader has gone (`... 2>&1 | head`, a log shipper that
   // restarted), the next line killed the server by SIGPIPE (exit 141), requests in flight and all. Its lines
-  // are lost now (spdlog's console sink drops a write that fails), and it serves on. gRPC sends with
+  // are lost now (counted in srformer_log_lines_dropped_total), and it serves on. gRPC sends with
   // MSG_NOSIGNAL but leaves the signal's action alone; --help above still ends as a filter's output does.
   std::signal(SIGPIPE, SIG_IGN);
   try {

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "server/logging.h"
 #include "server/metrics/gpu_monitor.h"
 #include "server/metrics/http_exporter.h"
 #include "server/metrics/process_monitor.h"
@@ -244,6 +245,11 @@ struct Metrics::Families {
                             .Help("SummarizeStream calls the server ended because their clients had taken none of "
                                   "their messages for --stream-stall-timeout-ms.")
                             .Register(r)),
+        log_lines_dropped(BuildCounter()
+                              .Name("srformer_log_lines_dropped_total")
+                              .Help("Log lines the server could not write to its stderr (a pipe whose reader has "
+                                    "gone, a full disk), since it started.")
+                              .Register(r)),
         kv_read(BuildCounter()
                     .Name("srformer_cross_attention_kv_read_total")
                     .Help("Cross-attention key/value elements read, summed over rows (each beam or sample) and "
@@ -289,6 +295,7 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Gauge>& stream_unread_bytes;
   prometheus::Family<prometheus::Gauge>& response_unread_bytes;
   prometheus::Family<prometheus::Counter>& streams_stalled;
+  prometheus::Family<prometheus::Counter>& log_lines_dropped;
   prometheus::Family<prometheus::Counter>& kv_read;
   prometheus::Family<prometheus::Counter>& kv_full;
 };
@@ -434,7 +441,8 @@ Metrics::Metrics(const std::string& listen_address, std::chrono::milliseconds sa
       families_(std::make_unique<Families>(*registry_)),
       process_monitor_(std::make_unique<ProcessMonitor>(*registry_, sample_interval)),
       stream_unread_bytes_(families_->stream_unread_bytes.Add({})),
-      response_unread_bytes_(families_->response_unread_bytes.Add({})) {
+      response_unread_bytes_(families_->response_unread_bytes.Add({})),
+      log_lines_dropped_(families_->log_lines_dropped.Add({})) {
   // Zeros from the start, as for the per-model reasons: rate() sees a series before the first stray call.
   for (const char* method : {"Summarize", "SummarizeStream", "SummarizeBatch"}) {
     for (const auto reason : {UnroutedReason::kUnknownModel, UnroutedReason::kMalformed, UnroutedReason::kTooLarge}) {
@@ -487,6 +495,12 @@ void Metrics::set_torch_cuda_memory_source(TorchCudaMemorySource source) {
 void Metrics::sample_now() {
   const std::lock_guard<std::mutex> lock(mutex_);
   process_monitor_->sample();
+  // The log counts its lost lines from the process's start, before this registry existed.
+  const std::uint64_t dropped = log_lines_dropped();
+  if (dropped > log_lines_counted_) {
+    log_lines_dropped_.Increment(static_cast<double>(dropped - log_lines_counted_));
+    log_lines_counted_ = dropped;
+  }
   if (gpu_monitor_) gpu_monitor_->sample();
   if (torch_sampler_) torch_sampler_->sample();
 }

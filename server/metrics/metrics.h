@@ -211,7 +211,8 @@ class Metrics {
   bool start_gpu_monitor(std::unique_ptr<NvmlApi> nvml = nullptr, const std::vector<unsigned>& cuda_devices = {});
   // Registers srformer_torch_cuda_{allocated,reserved}_bytes{device}, sampled from `source` at the sample interval.
   void set_torch_cuda_memory_source(TorchCudaMemorySource source);
-  // Samples process, GPU and torch sources right now (the exposer does before each scrape; scrape_text() does not).
+  // Samples process, GPU and torch sources and the log's lost lines (srformer_log_lines_dropped_total) right now
+  // (the exposer does before each scrape; scrape_text() does not).
   void sample_now();
 
   // Text exposition format of everything registered (same bytes a scrape gets).
@@ -231,11 +232,13 @@ class Metrics {
   // Apart: model() runs at every request's start and end, and must not wait for a scrape's sampling
   // (NVML calls of a GPU in trouble take seconds; LibTorch's allocator statistics take its lock).
   std::mutex models_mutex_;  // guards models_
-  std::mutex mutex_;         // guards gpu_monitor_, torch_sampler_ and their sampling
+  std::mutex mutex_;         // guards gpu_monitor_, torch_sampler_, log_lines_counted_ and their sampling
   std::map<std::string, std::unique_ptr<ModelMetrics>> models_;
   std::unique_ptr<ProcessMonitor> process_monitor_;
   prometheus::Gauge& stream_unread_bytes_;
   prometheus::Gauge& response_unread_bytes_;
+  prometheus::Counter& log_lines_dropped_;
+  std::uint64_t log_lines_counted_ = 0;  // of log_lines_dropped(), in log_lines_dropped_ (guarded by mutex_)
   std::unique_ptr<GpuMonitor> gpu_monitor_;
   std::unique_ptr<TorchMemorySampler> torch_sampler_;
   std::unique_ptr<HttpExporter> exposer_;  // last: destroyed first, stops serving before metrics go

@@ -591,11 +591,16 @@ TEST_F(EndToEnd, SighupDrainsAndExitsZero) {
   EXPECT_NE(server->log().find("received SIGHUP; draining"), std::string::npos) << server->log();
 }
 
+int free_port();  // below
+
 // The server's log is its stderr: where that is a pipe whose reader has gone (`srformer-server ... 2>&1 | head`,
 // a log shipper restarted), its next line killed it by SIGPIPE (exit 141), while it started or while it served.
+// The lines lost so are counted in srformer_log_lines_dropped_total.
 TEST_F(EndToEnd, TheServerServesOnWhenItsLogPipeHasNoReader) {
   const std::string address = "unix:" + (work_ / "log_pipe.sock").string();
   const std::string model = "tiny=" + model_dir_.string();
+  const int metrics_port = free_port();
+  const std::string metrics_listen = "127.0.0.1:" + std::to_string(metrics_port);
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
   const pid_t pid = fork();
@@ -606,7 +611,7 @@ TEST_F(EndToEnd, TheServerServesOnWhenItsLogPipeHasNoReader) {
     close(fds[1]);
     signal(SIGPIPE, SIG_DFL);  // as a shell starts it, whatever this test process does with SIGPIPE
     execl(kServer.c_str(), kServer.c_str(), "--model", model.c_str(), "--listen", address.c_str(), "--metrics-listen",
-          "", "--warm-up", "false", static_cast<char*>(nullptr));
+          metrics_listen.c_str(), "--warm-up", "false", static_cast<char*>(nullptr));
     _exit(127);
   }
   ASSERT_GT(pid, 0);
@@ -635,6 +640,10 @@ TEST_F(EndToEnd, TheServerServesOnWhenItsLogPipeHasNoReader) {
               0);
   }
   EXPECT_EQ(run_command(health).exit_code, 0);
+  // The lines lost are counted (the start's and the requests'): nothing said they were lost before.
+  namespace scrape = server::testing;
+  const std::string scraped = scrape::http_body(scrape::http_get(metrics_port, "/metrics"));
+  EXPECT_GE(scrape::sample(scraped, "srformer_log_lines_dropped_total", {}).value_or(0), 5) << scraped;
   kill(pid, SIGTERM);  // its drain logs too
   bool stopped = false;
   for (int i = 0; i < 600 && !(stopped = exited()); ++i) std::this_thread::sleep_for(100ms);

@@ -2,14 +2,18 @@
 #include "server/metrics/metrics.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <future>
 #include <thread>
 #include <vector>
 
 #include "common/status_code_name.h"
+#include "server/logging.h"
 #include "tests/metrics/scrape.h"
 
 namespace srformer::server {
@@ -316,6 +320,44 @@ TEST(Metrics, TorchCudaMemoryFromEngineCallback) {
 TEST(Metrics, NoTorchSeriesWithoutSource) {
   Metrics metrics("");
   EXPECT_EQ(metrics.scrape_text().find("srformer_torch_cuda"), std::string::npos);
+}
+
+// Log lines the server's log could not write (its stderr a pipe whose reader has gone; the server ignores
+// SIGPIPE and serves on) are counted, since they cannot say so themselves: spdlog's console sink dropped
+// them without a trace.
+TEST(Metrics, LogLinesLostToALogPipeWithoutReaderAreCounted) {
+  const auto test_logger = spdlog::default_logger();
+  init_logging("info", false);
+  const auto pipe_action = std::signal(SIGPIPE, SIG_IGN);
+  const int saved_stderr = dup(STDERR_FILENO);
+  ASSERT_GE(saved_stderr, 0);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  close(fds[0]);  // no reader: every write fails with EPIPE
+  dup2(fds[1], STDERR_FILENO);
+  close(fds[1]);
+  const std::uint64_t before = log_lines_dropped();
+  for (int i = 0; i < 3; ++i) spdlog::info("line {} meets a pipe without reader", i);
+  spdlog::debug("under the level: never written, so never lost");
+  const std::uint64_t lost = log_lines_dropped() - before;
+  dup2(saved_stderr, STDERR_FILENO);
+  close(saved_stderr);
+  spdlog::info("a line stderr takes again (this one is not lost)");
+  const std::uint64_t lost_after = log_lines_dropped() - before;
+  std::signal(SIGPIPE, pipe_action);
+  spdlog::set_default_logger(test_logger);
+  spdlog::drop("srformer");
+  EXPECT_EQ(lost, 3u);
+  EXPECT_EQ(lost_after, 3u);
+
+  // A registry made after the loss counts it all (the process's, from its start), once.
+  Metrics metrics("");
+  EXPECT_EQ(sample(metrics.scrape_text(), "srformer_log_lines_dropped_total", {}), 0.0);  // until sampled
+  metrics.sample_now();
+  metrics.sample_now();
+  EXPECT_EQ(sample(metrics.scrape_text(), "srformer_log_lines_dropped_total", {}),
+            static_cast<double>(log_lines_dropped()));
+  EXPECT_GE(log_lines_dropped(), 3u);
 }
 
 }  // namespace
