@@ -123,7 +123,11 @@ struct Metrics::Families {
                        .Help("Time a request waited in the queue, until its encoding began or it left "
                              "unserved (cancelled, past its deadline, shutdown).")
                        .Register(r)),
-        encode(BuildHistogram().Name("srformer_encode_seconds").Help("Encoder forward time.").Register(r)),
+        encode(BuildHistogram()
+                   .Name("srformer_encode_seconds")
+                   .Help("Time of one encoder call (the requests admitted together): the encoder forward and the "
+                         "rows' start, decode steps run inside it not counted.")
+                   .Register(r)),
         ttft(BuildHistogram()
                  .Name("srformer_time_to_first_token_seconds")
                  .Help("Time from acceptance to the first generated token.")

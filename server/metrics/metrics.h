@@ -91,7 +91,7 @@ class ModelMetrics {
   void set_queue_depth(double depth);
   // Time a request spent queued before its encoder ran.
   void observe_queue_wait(double seconds);
-  // Encoder forward time of one request (or of the batch it was encoded in).
+  // One encoder call's time (the requests admitted together, and their rows' start; less the steps inside).
   void observe_encode(double seconds);
   // Time from request acceptance to its first generated token.
   void observe_time_to_first_token(double seconds);
