@@ -65,7 +65,7 @@ double to_double(const std::string& flag, const std::string& v, const std::strin
 }
 
 // A float field of the proto: a number past float's range was sent as inf or 0, which the server then
-// refused by a value that was not the one typed ("temperature must be a finite number (got inf)" for 1e40).
+// refused by a value that was not the one typed ("temperature must be a finite number, got inf" for 1e40).
 float to_float(const std::string& flag, const std::string& v) {
   const std::string range = " (a float32 field)";
   const double x = to_double(flag, v, range);

@@ -34,7 +34,6 @@
 #include "model/tokenizer/tokenizer.h"
 #include "tools/arg_reader.h"
 #include "tools/device_flag.h"
-#include "tools/length_penalty_flag.h"
 
 namespace srformer::tools {
 
@@ -218,7 +217,9 @@ GenerationOptions generation_options(const Args& a, const ModelConfig& c, const 
   o.no_repeat_ngram_size = a.no_repeat.value_or(d.no_repeat_ngram_size);
   o.do_sample = false;         // scores must not depend on a seed: greedy or beams even where the checkpoint samples
   o.num_return_sequences = 1;  // one summary scored per document
-  check_length_penalty_flag(a.length_penalty);
+  GivenOptions given;          // refused as the server refuses a request's own (srformer summarize's flags alike)
+  given.length_penalty = a.length_penalty;
+  check_given_options(given, flag_name);
   o.vocab_limit = tokenizer.vocab_size();
   validate(o);
   return o;

@@ -3,11 +3,9 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,7 +22,6 @@
 #include "tools/arg_reader.h"
 #include "tools/device_flag.h"
 #include "tools/expected_length_flag.h"
-#include "tools/length_penalty_flag.h"
 
 namespace srformer::tools {
 
@@ -191,34 +188,20 @@ int run_summarize(const std::vector<std::string>& args) {
   for (auto* given : {&length_penalty, &temperature, &top_p, &rep, &min_p, &typical_p, &epsilon, &eta, &encoder_rep}) {
     if (*given) *given = static_cast<double>(static_cast<float>(**given));
   }
-  // Refused as the server refuses a request's own values, sampling or not (validate() checks top-p, top-k
-  // and the warpers only when sampling, where a checkpoint's matter): "--top-p 0" or "--temperature nan"
-  // without --do-sample was taken without a word where the server refuses it. The value given is said.
-  const auto check_range = [](const char* flag, const std::optional<double>& v, bool closed_low, bool closed_high,
-                              const char* range) {
-    if (v && !((closed_low ? *v >= 0.0 : *v > 0.0) && (closed_high ? *v <= 1.0 : *v < 1.0))) {
-      std::ostringstream given;
-      given << *v;
-      throw std::invalid_argument(std::string(flag) + " must be in " + range + ", got " + given.str());
-    }
-  };
-  check_range("--top-p", top_p, false, true, "(0, 1] (1 disables it)");
-  check_range("--min-p", min_p, true, true, "[0, 1] (0 disables it)");
-  check_range("--typical-p", typical_p, false, true, "(0, 1] (1 disables it)");
-  check_range("--epsilon-cutoff", epsilon, true, false, "[0, 1) (0 disables it)");
-  check_range("--eta-cutoff", eta, true, false, "[0, 1) (0 disables it)");
-  if (temperature && !std::isfinite(*temperature)) {
-    std::ostringstream given;
-    given << *temperature;
-    throw std::invalid_argument("--temperature must be a finite number, got " + given.str());
-  }
-  if (top_k && *top_k < 0) {
-    throw std::invalid_argument("--top-k must be >= 0 (0 disables it), got " + std::to_string(*top_k));
-  }
-  if (encoder_no_repeat && *encoder_no_repeat < 0) {
-    throw std::invalid_argument("--encoder-no-repeat-ngram-size must be >= 0 (0 disables it), got " +
-                                std::to_string(*encoder_no_repeat));
-  }
+  // Refused as the server refuses a request's own values, sampling or not, in the same words (validate()
+  // checks top-p, top-k and the warpers only when sampling, where a checkpoint's matter).
+  GivenOptions given;
+  given.length_penalty = length_penalty;
+  given.temperature = temperature;
+  given.top_k = top_k;
+  given.top_p = top_p;
+  given.min_p = min_p;
+  given.typical_p = typical_p;
+  given.epsilon_cutoff = epsilon;
+  given.eta_cutoff = eta;
+  given.no_repeat_ngram_size = no_repeat;
+  given.encoder_no_repeat_ngram_size = encoder_no_repeat;
+  check_given_options(given, flag_name);
   GenerationOptions o = d;
   o.max_new_tokens = max_new.value_or(d.max_new_tokens);
   o.min_new_tokens = min_new.value_or(std::min(o.max_new_tokens, d.min_new_tokens));
@@ -239,7 +222,6 @@ int run_summarize(const std::vector<std::string>& args) {
   o.encoder_repetition_penalty = encoder_rep.value_or(d.encoder_repetition_penalty);
   o.encoder_no_repeat_ngram_size = encoder_no_repeat.value_or(d.encoder_no_repeat_ngram_size);
   o.num_return_sequences = returned.value_or(default_num_return_sequences(d, o));
-  check_length_penalty_flag(length_penalty);
   o.vocab_limit = tokenizer->vocab_size();
   validate(o);
 

@@ -1,5 +1,7 @@
 #include "model/generation/options.h"
 
+#include <spdlog/fmt/fmt.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +20,13 @@ std::string number(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", x);
   return buf;
+}
+
+// A given value as it was sent: a float32 field's (or a flag read as one) shortest form, 0.7 rather than
+// 0.699999988; other doubles likewise.
+std::string given_number(double x) {
+  const auto f = static_cast<float>(x);
+  return static_cast<double>(f) == x ? fmt::format("{}", f) : fmt::format("{}", x);
 }
 
 }  // namespace
@@ -175,6 +184,52 @@ void validate(const GenerationOptions& o) {
     reject("extra_forced_eos_token_ids are set without forced_eos_token_id");
   }
   for (const int64_t forced : forced_eos_token_ids(o)) check_token("forced_eos_token_id", forced);
+}
+
+std::string field_name(std::string_view field) { return std::string(field); }
+
+std::string flag_name(std::string_view field) {
+  std::string flag = "--" + std::string(field);
+  std::replace(flag.begin(), flag.end(), '_', '-');
+  return flag;
+}
+
+void check_given_options(const GivenOptions& g, OptionName name) {
+  const auto refuse = [name](std::string_view field, const std::string& range, const std::string& value) {
+    throw std::invalid_argument(name(field) + " must be " + range + ", got " + value);
+  };
+  const auto in_unit = [&refuse](std::string_view field, const std::optional<double>& v, bool low_closed,
+                                 bool high_closed, const char* off) {
+    if (v && !((low_closed ? *v >= 0.0 : *v > 0.0) && (high_closed ? *v <= 1.0 : *v < 1.0))) {
+      refuse(field,
+             std::string("in ") + (low_closed ? "[" : "(") + "0, 1" + (high_closed ? "]" : ")") + " (" + off + ")",
+             given_number(*v));
+    }
+  };
+  const auto count = [&refuse](std::string_view field, const std::optional<int64_t>& v, const char* off) {
+    if (v && *v < 0) refuse(field, std::string(">= 0 (") + off + ")", std::to_string(*v));
+  };
+  if (const auto& v = g.length_penalty; v && !(std::abs(*v) <= kMaxLengthPenalty)) {
+    // A hypothesis scores sum(logprob) / length^penalty: at 40 every score rounds to -0, at -1e38 to -inf.
+    refuse("length_penalty",
+           "between -" + given_number(kMaxLengthPenalty) + " and " + given_number(kMaxLengthPenalty) +
+               " (1 scores by mean log-probability, > 1 favours longer summaries)",
+           given_number(*v));
+  }
+  // Its lower bound when sampling (1e-4) is validate()'s.
+  if (g.temperature && !std::isfinite(*g.temperature)) {
+    refuse("temperature", "a finite number", given_number(*g.temperature));
+  }
+  count("top_k", g.top_k, "0 disables it");
+  in_unit("top_p", g.top_p, false, true, "1 disables it");
+  // Hugging Face's further warpers: its own refuse min_p outside [0, 1] and typical_p <= 0, and leave
+  // typical_p >= 1 and cutoffs outside (0, 1) off; a value given out of these ranges is a mistake.
+  in_unit("min_p", g.min_p, true, true, "0 disables it");
+  in_unit("typical_p", g.typical_p, false, true, "1 disables it");
+  in_unit("epsilon_cutoff", g.epsilon_cutoff, true, false, "0 disables it; Hugging Face suggests 3e-4 to 9e-4");
+  in_unit("eta_cutoff", g.eta_cutoff, true, false, "0 disables it; Hugging Face suggests 3e-4 to 2e-3");
+  count("no_repeat_ngram_size", g.no_repeat_ngram_size, "0 disables it");
+  count("encoder_no_repeat_ngram_size", g.encoder_no_repeat_ngram_size, "0 disables it");
 }
 
 }  // namespace srformer

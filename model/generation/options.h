@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -110,5 +112,23 @@ std::vector<int64_t> forced_eos_token_ids(const GenerationOptions& o);
 
 // Throws std::invalid_argument with a message that says what to fix.
 void validate(const GenerationOptions& options);
+
+// The values a request (or a tool's flags) sets itself; unset ones are the model's defaults, which
+// validate() checks only where they act (top_p when sampling, length_penalty with beams, ...).
+struct GivenOptions {
+  std::optional<double> length_penalty, temperature, top_p, min_p, typical_p, epsilon_cutoff, eta_cutoff;
+  std::optional<int64_t> top_k, no_repeat_ngram_size, encoder_no_repeat_ngram_size;
+};
+
+// A field's name as the caller's user writes it: the API's own (top_p), or a flag's (--top-p).
+using OptionName = std::string (*)(std::string_view field);
+std::string field_name(std::string_view field);  // as it is
+std::string flag_name(std::string_view field);   // --top-p
+
+// Refuses a given value outside its range whether or not it acts (the server's rule for a request's own
+// values and the tools' for their flags): throws std::invalid_argument naming the option, its range, the
+// value that turns it off and the value given ("top_p must be in (0, 1] (1 disables it), got 0").
+// validate() still checks the settled options.
+void check_given_options(const GivenOptions& given, OptionName name = field_name);
 
 }  // namespace srformer

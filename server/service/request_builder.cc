@@ -3,7 +3,6 @@
 #include <spdlog/fmt/fmt.h>
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <string>
 #include <utility>
@@ -113,6 +112,27 @@ int64_t default_max_new_tokens(const ModelConfig& config, const ServiceLimits& l
 
 ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfig& config,
                                 const ServiceLimits& limits) {
+  // The request's own values in their ranges, sampling or not (the model's defaults are checked by validate()
+  // where they act), as `srformer summarize` checks its flags.
+  GivenOptions given;
+  const auto set = [](bool has, auto value, auto& out) {
+    if (has) out = value;
+  };
+  set(p.has_length_penalty(), p.length_penalty(), given.length_penalty);
+  set(p.has_temperature(), p.temperature(), given.temperature);
+  set(p.has_top_k(), p.top_k(), given.top_k);
+  set(p.has_top_p(), p.top_p(), given.top_p);
+  set(p.has_min_p(), p.min_p(), given.min_p);
+  set(p.has_typical_p(), p.typical_p(), given.typical_p);
+  set(p.has_epsilon_cutoff(), p.epsilon_cutoff(), given.epsilon_cutoff);
+  set(p.has_eta_cutoff(), p.eta_cutoff(), given.eta_cutoff);
+  set(p.has_no_repeat_ngram_size(), p.no_repeat_ngram_size(), given.no_repeat_ngram_size);
+  set(p.has_encoder_no_repeat_ngram_size(), p.encoder_no_repeat_ngram_size(), given.encoder_no_repeat_ngram_size);
+  try {
+    check_given_options(given);
+  } catch (const std::invalid_argument& e) {
+    invalid(e.what());
+  }
   ResolvedOptions r;
   const GenerationOptions d = model_generation_defaults(config);
   GenerationOptions& o = r.options;
@@ -174,72 +194,19 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
   } else {
     o.num_return_sequences = std::min(default_num_return_sequences(d, o), most_returned);
   }
-  if (p.has_length_penalty()) {
-    if (!std::isfinite(p.length_penalty()) || std::abs(p.length_penalty()) > kMaxLengthPenalty) {
-      // A hypothesis scores sum(logprob) / length^penalty: at 40 every score rounds to -0, at -1e38 to -inf.
-      invalid("length_penalty must be between -" + str(kMaxLengthPenalty) + " and " + str(kMaxLengthPenalty) +
-              " (1 scores by mean log-probability, > 1 favours longer summaries), got " + str(p.length_penalty()));
-    }
-    o.length_penalty = p.length_penalty();
-  } else {
-    o.length_penalty = d.length_penalty;
-  }
+  o.length_penalty = p.has_length_penalty() ? p.length_penalty() : d.length_penalty;
   o.early_stopping = early_stopping_of(p, d.early_stopping);
-  if (p.has_temperature()) {
-    if (!std::isfinite(p.temperature())) {
-      invalid("temperature must be a finite number (got " + str(p.temperature()) + ")");
-    }
-    // When sampling, validate() refuses it below 1e-4, and says so (a check here said "> 0", and a
-    // client that sent 1e-5 next met another bound).
-    o.temperature = p.temperature();
-  }
-  if (p.has_top_k()) {
-    if (p.top_k() < 0) invalid("top_k must be >= 0 (0 disables it), got " + str(p.top_k()));
-    o.top_k = p.top_k();
-  }
-  if (p.has_top_p()) {
-    if (!(p.top_p() > 0.0f && p.top_p() <= 1.0f)) {
-      invalid("top_p must be in (0, 1] (1 disables it), got " + str(p.top_p()));
-    }
-    o.top_p = p.top_p();
-  }
-  // Hugging Face's further warpers (sampling only, as the config's): a request's own value out of its warper's
-  // range is refused whether or not it samples, as top_p is.
-  if (p.has_min_p()) {
-    if (!(p.min_p() >= 0.0f && p.min_p() <= 1.0f)) {
-      invalid("min_p must be in [0, 1] (0 disables it), got " + str(p.min_p()));
-    }
-    o.min_p = p.min_p();
-  }
-  if (p.has_typical_p()) {
-    if (!(p.typical_p() > 0.0f && p.typical_p() <= 1.0f)) {
-      invalid("typical_p must be in (0, 1] (1 disables it), got " + str(p.typical_p()));
-    }
-    o.typical_p = p.typical_p();
-  }
-  if (p.has_epsilon_cutoff()) {
-    if (!(p.epsilon_cutoff() >= 0.0f && p.epsilon_cutoff() < 1.0f)) {
-      invalid("epsilon_cutoff must be in [0, 1) (0 disables it; Hugging Face suggests 3e-4 to 9e-4), got " +
-              str(p.epsilon_cutoff()));
-    }
-    o.epsilon_cutoff = p.epsilon_cutoff();
-  }
-  if (p.has_eta_cutoff()) {
-    if (!(p.eta_cutoff() >= 0.0f && p.eta_cutoff() < 1.0f)) {
-      invalid("eta_cutoff must be in [0, 1) (0 disables it; Hugging Face suggests 3e-4 to 2e-3), got " +
-              str(p.eta_cutoff()));
-    }
-    o.eta_cutoff = p.eta_cutoff();
-  }
+  // When sampling, validate() refuses a temperature below 1e-4, and says so (a check here said "> 0", and a
+  // client that sent 1e-5 next met another bound).
+  if (p.has_temperature()) o.temperature = p.temperature();
+  if (p.has_top_k()) o.top_k = p.top_k();
+  if (p.has_top_p()) o.top_p = p.top_p();
+  if (p.has_min_p()) o.min_p = p.min_p();
+  if (p.has_typical_p()) o.typical_p = p.typical_p();
+  if (p.has_epsilon_cutoff()) o.epsilon_cutoff = p.epsilon_cutoff();
+  if (p.has_eta_cutoff()) o.eta_cutoff = p.eta_cutoff();
   if (p.has_seed()) o.seed = p.seed();
-  if (p.has_no_repeat_ngram_size()) {
-    if (p.no_repeat_ngram_size() < 0) {
-      invalid("no_repeat_ngram_size must be >= 0 (0 disables it), got " + str(p.no_repeat_ngram_size()));
-    }
-    o.no_repeat_ngram_size = p.no_repeat_ngram_size();
-  } else {
-    o.no_repeat_ngram_size = d.no_repeat_ngram_size;
-  }
+  o.no_repeat_ngram_size = p.has_no_repeat_ngram_size() ? p.no_repeat_ngram_size() : d.no_repeat_ngram_size;
   if (p.has_repetition_penalty()) {
     // validate() refuses it below 1e-4 or not finite, and says so (as the temperature above).
     o.repetition_penalty = p.repetition_penalty();
@@ -248,13 +215,7 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
     // As repetition_penalty: validate() refuses it below 1e-4 or not finite.
     o.encoder_repetition_penalty = p.encoder_repetition_penalty();
   }
-  if (p.has_encoder_no_repeat_ngram_size()) {
-    if (p.encoder_no_repeat_ngram_size() < 0) {
-      invalid("encoder_no_repeat_ngram_size must be >= 0 (0 disables it), got " +
-              str(p.encoder_no_repeat_ngram_size()));
-    }
-    o.encoder_no_repeat_ngram_size = p.encoder_no_repeat_ngram_size();
-  }
+  if (p.has_encoder_no_repeat_ngram_size()) o.encoder_no_repeat_ngram_size = p.encoder_no_repeat_ngram_size();
   // The model's own L (srformer.expected_length), which ListModels advertises, is always a valid choice.
   const int64_t model_l = config.srformer.expected_length.value_or(0);
   const int64_t max_l = limits.max_expected_length > 0 ? limits.max_expected_length

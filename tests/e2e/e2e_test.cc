@@ -2180,15 +2180,16 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeTheWarperAndEncoderInputFlagsAlike) {
   }
   // The flag, the server's words, the offline tool's: both refuse a value out of range without --do-sample
   // too, and say the value given (the offline tool took "--top-p 0", "--top-k -1" and "--temperature nan"
-  // without a word).
+  // without a word), in the same words (check_given_options) but for the name.
   const std::vector<std::tuple<std::string, std::string, std::string>> bad = {
       {"--min-p 1.5", "min_p must be in [0, 1] (0 disables it), got 1.5",
        "--min-p must be in [0, 1] (0 disables it), got 1.5"},
       {"--typical-p 0", "typical_p must be in (0, 1] (1 disables it), got 0",
        "--typical-p must be in (0, 1] (1 disables it), got 0"},
       {"--epsilon-cutoff 1", "epsilon_cutoff must be in [0, 1)",
-       "--epsilon-cutoff must be in [0, 1) (0 disables it), got 1"},
-      {"--eta-cutoff -1", "eta_cutoff must be in [0, 1)", "--eta-cutoff must be in [0, 1) (0 disables it), got -1"},
+       "--epsilon-cutoff must be in [0, 1) (0 disables it; Hugging Face suggests 3e-4 to 9e-4), got 1"},
+      {"--eta-cutoff -1", "eta_cutoff must be in [0, 1)",
+       "--eta-cutoff must be in [0, 1) (0 disables it; Hugging Face suggests 3e-4 to 2e-3), got -1"},
       {"--encoder-repetition-penalty 0", "encoder_repetition_penalty is 0; set it between 1e-4",
        "encoder_repetition_penalty is 0; set it between 1e-4"},
       {"--encoder-no-repeat-ngram-size -1", "encoder_no_repeat_ngram_size must be >= 0 (0 disables it), got -1",
@@ -2196,10 +2197,14 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeTheWarperAndEncoderInputFlagsAlike) {
       {"--top-p 0", "top_p must be in (0, 1] (1 disables it), got 0",
        "--top-p must be in (0, 1] (1 disables it), got 0"},
       {"--top-k -1", "top_k must be >= 0 (0 disables it), got -1", "--top-k must be >= 0 (0 disables it), got -1"},
-      {"--temperature nan", "temperature must be a finite number (got nan)",
+      {"--temperature nan", "temperature must be a finite number, got nan",
        "--temperature must be a finite number, got nan"},
       {"--length-penalty 11", "length_penalty must be between -10 and 10",
-       "--length-penalty must be between -10 and 10, got 11"},
+       "--length-penalty must be between -10 and 10 (1 scores by mean log-probability, > 1 favours longer "
+       "summaries), got 11"},
+      // The offline tool said validate()'s "no_repeat_ngram_size is -2; set it >= 0", not the flag.
+      {"--no-repeat-ngram-size -2", "no_repeat_ngram_size must be >= 0 (0 disables it), got -2",
+       "--no-repeat-ngram-size must be >= 0 (0 disables it), got -2"},
   };
   for (const auto& [flag, served_says, offline_says] : bad) {
     const auto refused = run_command(client + flag + " " + doc(0) + " 2>&1");

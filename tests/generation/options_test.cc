@@ -8,6 +8,8 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "model/generation/searcher.h"
 
@@ -217,6 +219,72 @@ TEST(ValidateTest, LengthPenaltyOnlyMattersWithBeams) {
   EXPECT_THROW(validate(options), std::invalid_argument) << "beam sampling uses it";
   options.do_sample = false;
   EXPECT_THROW(validate(options), std::invalid_argument) << "beam search uses it";
+}
+
+// A request's own values and a tool's flags are checked by one function, sampling or not: the message
+// names the option as the caller's user writes it, its range, the value that turns it off and the value
+// given, as float32 carries it (1.1, not 1.10000002).
+TEST(GivenOptionsTest, AValueOutOfRangeIsRefusedNamingTheRangeAndTheValueGiven) {
+  const auto message = [](const std::function<void(GivenOptions&)>& edit, OptionName name) -> std::string {
+    GivenOptions given;
+    edit(given);
+    try {
+      check_given_options(given, name);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<std::tuple<std::function<void(GivenOptions&)>, std::string, std::string>> cases = {
+      {[](auto& g) { g.top_p = 0.0; }, "top_p must be in (0, 1] (1 disables it), got 0",
+       "--top-p must be in (0, 1] (1 disables it), got 0"},
+      {[](auto& g) { g.top_p = static_cast<double>(1.1F); }, "top_p must be in (0, 1] (1 disables it), got 1.1",
+       "--top-p must be in (0, 1] (1 disables it), got 1.1"},
+      {[](auto& g) { g.min_p = -0.25; }, "min_p must be in [0, 1] (0 disables it), got -0.25",
+       "--min-p must be in [0, 1] (0 disables it), got -0.25"},
+      {[nan](auto& g) { g.min_p = nan; }, "min_p must be in [0, 1] (0 disables it), got nan",
+       "--min-p must be in [0, 1] (0 disables it), got nan"},
+      {[](auto& g) { g.typical_p = 2.0; }, "typical_p must be in (0, 1] (1 disables it), got 2",
+       "--typical-p must be in (0, 1] (1 disables it), got 2"},
+      {[](auto& g) { g.epsilon_cutoff = 1.0; },
+       "epsilon_cutoff must be in [0, 1) (0 disables it; Hugging Face suggests 3e-4 to 9e-4), got 1",
+       "--epsilon-cutoff must be in [0, 1) (0 disables it; Hugging Face suggests 3e-4 to 9e-4), got 1"},
+      {[](auto& g) { g.eta_cutoff = std::numeric_limits<double>::infinity(); },
+       "eta_cutoff must be in [0, 1) (0 disables it; Hugging Face suggests 3e-4 to 2e-3), got inf",
+       "--eta-cutoff must be in [0, 1) (0 disables it; Hugging Face suggests 3e-4 to 2e-3), got inf"},
+      {[nan](auto& g) { g.temperature = nan; }, "temperature must be a finite number, got nan",
+       "--temperature must be a finite number, got nan"},
+      {[](auto& g) { g.top_k = -1; }, "top_k must be >= 0 (0 disables it), got -1",
+       "--top-k must be >= 0 (0 disables it), got -1"},
+      {[](auto& g) { g.no_repeat_ngram_size = -2; }, "no_repeat_ngram_size must be >= 0 (0 disables it), got -2",
+       "--no-repeat-ngram-size must be >= 0 (0 disables it), got -2"},
+      {[](auto& g) { g.encoder_no_repeat_ngram_size = -1; },
+       "encoder_no_repeat_ngram_size must be >= 0 (0 disables it), got -1",
+       "--encoder-no-repeat-ngram-size must be >= 0 (0 disables it), got -1"},
+      {[](auto& g) { g.length_penalty = -1e38; },
+       "length_penalty must be between -10 and 10 (1 scores by mean log-probability, > 1 favours longer "
+       "summaries), got -1e+38",
+       "--length-penalty must be between -10 and 10 (1 scores by mean log-probability, > 1 favours longer "
+       "summaries), got -1e+38"},
+      // The ends of the ranges pass, as does every value unset.
+      {[](auto& g) {
+         g.top_p = 1.0;
+         g.min_p = 0.0;
+         g.typical_p = 1.0;
+         g.epsilon_cutoff = 0.0;
+         g.eta_cutoff = 0.0;
+         g.temperature = 0.0;  // its 1e-4 when sampling is validate()'s
+         g.top_k = 0;
+         g.length_penalty = -10.0;
+       },
+       "accepted", "accepted"},
+      {[](auto&) {}, "accepted", "accepted"},
+  };
+  for (const auto& [edit, as_field, as_flag] : cases) {
+    EXPECT_EQ(message(edit, field_name), as_field);
+    EXPECT_EQ(message(edit, flag_name), as_flag);
+  }
 }
 
 TEST(FinishReasonTest, Names) {
