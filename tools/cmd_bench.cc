@@ -425,6 +425,7 @@ void bench_search(const BenchOptions& o) {
     std::string label;
     int64_t beams = 1, ngram = 0, limit = 0, samples = 0, top_k = 0;
     double top_p = 1.0;
+    int64_t bias = 0;  // sequence_bias pairs
   };
   const std::vector<Case> cases{{"greedy"},
                                 {"greedy+ngram3", 1, 3},
@@ -436,7 +437,9 @@ void bench_search(const BenchOptions& o) {
                                 {"sample+topp0.9", 1, 0, 0, 1, 0, 0.9},
                                 {"sample4+topk50", 1, 0, 0, 4, 50},
                                 {"beam4+sample", 4, 0, 0, 1},
-                                {"beam4+sample+k50", 4, 0, 0, 1, 50}};
+                                {"beam4+sample+k50", 4, 0, 0, 1, 50},
+                                {"greedy+bias64", 1, 0, 0, 0, 0, 1.0, 64},
+                                {"beam4+bias64", 4, 0, 0, 0, 0, 1.0, 64}};
   for (const int64_t vocab : {32128, 50265}) {
     for (const auto& c : cases) {
       if (!o.search_cases.empty() &&
@@ -454,6 +457,14 @@ void bench_search(const BenchOptions& o) {
       g.top_p = c.top_p;
       g.seed = 1;
       g.min_new_tokens = kMaxNewTokensLimit;  // never finishes early
+      // A checkpoint's sequence_bias: sequences of one to three tokens (a longer one biases where the
+      // history ends with the rest of it), the last repeating the first.
+      for (int64_t i = 0; i < c.bias; ++i) {
+        std::vector<int64_t> sequence;
+        for (int64_t k = 0; k <= i % 3; ++k) sequence.push_back(1 + (i * 7919 + k * 104729) % 30000);
+        g.sequence_bias.emplace_back(i + 1 == c.bias ? g.sequence_bias.front().first : sequence,
+                                     (i % 2 ? -1.0 : 1.0) * static_cast<double>(1 + i % 5));
+      }
       auto searcher = make_searcher(g);
       const int64_t rows = searcher->num_rows();
       const int64_t steps = o.quick ? 32 : 1024;
