@@ -43,6 +43,7 @@ BeamSearcher::BeamSearcher(const GenerationOptions& options)
       beam_logprobs_(static_cast<size_t>(options.num_beams)),
       rng_(options.seed) {
   validate(options_);
+  sequence_bias_ = SequenceBias(options_.sequence_bias);
   // Only the first beam is live at the start; the others cannot win a top-k slot from it.
   beam_scores_[0] = 0.0f;
 }
@@ -63,7 +64,7 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
     // HF applies the processors to the log-probabilities here (unlike greedy search and sampling).
     // The in-place pass refuses NaN and lands here: a NaN would rank anywhere, and its beams score NaN.
     if (holds_nan(scores)) throw std::runtime_error(non_finite_logits_message(steps_));
-    process_logits(options_, beams_, scores);
+    process_logits(options_, sequence_bias_, beams_, scores);
     if (options_.do_sample) warp_logits(options_, scores, candidates);
     // The totals go where the copy of the logits was: `scores` keeps the tokens' own log-probabilities,
     // which HF reports as their transition scores.

@@ -59,6 +59,7 @@ class BeamSearcher : public Searcher {
   bool hypotheses_done(float best_sum_logprobs, int64_t cur_len) const;
 
   const GenerationOptions options_;
+  SequenceBias sequence_bias_;       // options_.sequence_bias, prepared once for every step
   std::vector<TokenHistory> beams_;  // HF input_ids of each running beam
   std::vector<float> beam_scores_;   // sum of log-probs of each running beam (float32 as in HF)
   // Each running beam's tokens' processed log-probabilities: HF's transition scores (its beam scores

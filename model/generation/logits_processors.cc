@@ -213,13 +213,11 @@ void apply_bad_words(const torch::Tensor& scores, const GenerationOptions& optio
   }
 }
 
-void apply_sequence_bias(const torch::Tensor& scores, const std::vector<std::pair<std::vector<int64_t>, double>>& bias,
-                         const std::vector<TokenHistory>& histories) {
-  check_scores(scores, histories.size());
-  if (bias.empty() || histories.empty()) return;
+SequenceBias::SequenceBias(const std::vector<std::pair<std::vector<int64_t>, double>>& bias) {
   // HF's dict of the pairs: a repeated sequence keeps its first place and its last bias.
   std::vector<std::pair<std::vector<int64_t>, float>> distinct;
   for (const auto& [sequence, value] : bias) {
+    if (sequence.empty()) throw std::invalid_argument("sequence_bias holds an empty sequence");
     const auto same = std::find_if(distinct.begin(), distinct.end(),
                                    [&sequence = sequence](const auto& entry) { return entry.first == sequence; });
     if (same != distinct.end()) {
@@ -228,40 +226,56 @@ void apply_sequence_bias(const torch::Tensor& scores, const std::vector<std::pai
       distinct.emplace_back(sequence, static_cast<float>(value));
     }
   }
-  // The columns any sequence can bias (its last token's), ascending.
-  std::vector<int64_t> columns;
-  for (const auto& [sequence, value] : distinct) {
-    if (sequence.empty()) throw std::invalid_argument("sequence_bias holds an empty sequence");
-    columns.push_back(sequence.back());
-  }
-  std::sort(columns.begin(), columns.end());
-  columns.erase(std::unique(columns.begin(), columns.end()), columns.end());
-  for (const int64_t id : columns) {
-    if (id < 0 || id >= scores.size(1)) {
-      throw std::out_of_range("sequence_bias' token " + std::to_string(id) + " is outside the vocabulary (" +
-                              std::to_string(scores.size(1)) + " tokens)");
-    }
-  }
-  const auto column_of = [&columns](int64_t id) {
-    return std::lower_bound(columns.begin(), columns.end(), id) - columns.begin();
+  for (const auto& entry : distinct) columns_.push_back(entry.first.back());
+  std::sort(columns_.begin(), columns_.end());
+  columns_.erase(std::unique(columns_.begin(), columns_.end()), columns_.end());
+  const auto column_of = [this](int64_t id) {
+    return static_cast<size_t>(std::lower_bound(columns_.begin(), columns_.end(), id) - columns_.begin());
   };
-  // Each row's bias for those columns, summed in HF's float32 order: the one-token sequences' bias (where
-  // they repeat a column, the last's), then every longer sequence that the row completes, in the dict's order.
-  const auto rows = static_cast<int64_t>(histories.size());
-  const auto width = static_cast<int64_t>(columns.size());
-  auto added = torch::zeros({rows, width}, torch::kFloat32);
-  float* a = added.data_ptr<float>();
-  for (const auto& [sequence, value] : distinct) {
-    if (sequence.size() != 1) continue;
-    for (int64_t r = 0; r < rows; ++r) a[r * width + column_of(sequence.front())] = value;
-  }
-  for (const auto& [sequence, value] : distinct) {
-    for (int64_t r = 0; r < rows; ++r) {
-      if (completes(sequence, histories[static_cast<size_t>(r)])) a[r * width + column_of(sequence.back())] += value;
+  // A column has one one-token sequence at most: the dict holds it once.
+  one_token_.assign(columns_.size(), 0.0f);
+  for (auto& [sequence, value] : distinct) {
+    if (sequence.size() == 1) {
+      one_token_[column_of(sequence.front())] = value;
+    } else {
+      const size_t column = column_of(sequence.back());
+      longer_.push_back({std::move(sequence), value, column});
     }
   }
-  const auto index = torch::from_blob(columns.data(), {width}, torch::kInt64);
-  scores.index_copy_(1, index, scores.index_select(1, index) + added);
+}
+
+void SequenceBias::apply(const torch::Tensor& scores, const std::vector<TokenHistory>& histories) const {
+  check_scores(scores, histories.size());
+  if (columns_.empty() || histories.empty()) return;
+  // The first outside, as columns_ ascend.
+  const int64_t vocab = scores.size(1);
+  if (columns_.front() < 0 || columns_.back() >= vocab) {
+    const int64_t id =
+        columns_.front() < 0 ? columns_.front() : *std::lower_bound(columns_.begin(), columns_.end(), vocab);
+    throw std::out_of_range("sequence_bias' token " + std::to_string(id) + " is outside the vocabulary (" +
+                            std::to_string(vocab) + " tokens)");
+  }
+  // Each row's bias for those columns, summed in HF's float32 order: the one-token sequence's bias, then
+  // every longer sequence that the row completes, in the dict's order; added to every column (0 included,
+  // as HF adds its whole bias tensor: a -0 score becomes 0).
+  std::vector<float> added(columns_.size());
+  auto* data = scores.data_ptr<float>();
+  const int64_t row_stride = scores.stride(0), column_stride = scores.stride(1);
+  for (size_t r = 0; r < histories.size(); ++r) {
+    std::copy(one_token_.begin(), one_token_.end(), added.begin());
+    for (const auto& longer : longer_) {
+      if (completes(longer.sequence, histories[r])) added[longer.column] += longer.bias;
+    }
+    float* row = data + static_cast<int64_t>(r) * row_stride;
+    for (size_t c = 0; c < columns_.size(); ++c) row[columns_[c] * column_stride] += added[c];
+  }
+}
+
+void apply_sequence_bias(const torch::Tensor& scores, const std::vector<std::pair<std::vector<int64_t>, double>>& bias,
+                         const std::vector<TokenHistory>& histories) {
+  check_scores(scores, histories.size());
+  if (bias.empty() || histories.empty()) return;
+  SequenceBias(bias).apply(scores, histories);
 }
 
 void apply_exponential_decay_length_penalty(const torch::Tensor& scores, int64_t cur_len, int64_t start, double factor,
@@ -563,10 +577,15 @@ std::vector<int64_t> forced_tokens(const GenerationOptions& options, int64_t cur
 
 void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
                     const torch::Tensor& scores, VocabLimit vocab_limit) {
+  process_logits(options, SequenceBias(options.sequence_bias), histories, scores, vocab_limit);
+}
+
+void process_logits(const GenerationOptions& options, const SequenceBias& sequence_bias,
+                    const std::vector<TokenHistory>& histories, const torch::Tensor& scores, VocabLimit vocab_limit) {
   check_scores(scores, histories.size());
   if (histories.empty()) return;
   const auto cur_len = static_cast<int64_t>(histories.front().size());
-  if (!options.sequence_bias.empty()) apply_sequence_bias(scores, options.sequence_bias, histories);
+  sequence_bias.apply(scores, histories);
   if (options.encoder_repetition_penalty != 1.0) {
     apply_encoder_repetition_penalty(scores, options.encoder_input_ids, options.encoder_repetition_penalty);
   }

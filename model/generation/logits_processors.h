@@ -55,7 +55,27 @@ void apply_bad_words(const torch::Tensor& scores, const GenerationOptions& optio
 // SequenceBiasLogitsProcessor: each (sequence, bias) pair adds `bias` (as float) to the score of the
 // sequence's last token, a one-token sequence's in every row, a longer one's where it is no longer than the
 // history and the history ends with the rest of it. A repeated sequence counts once, with its last bias
-// (HF's dict of the pairs); biases on one token add up.
+// (HF's dict of the pairs); biases on one token add up. Prepared once from the list (a searcher's, for all
+// its steps): deduplicating the pairs is quadratic in their number.
+class SequenceBias {
+ public:
+  SequenceBias() = default;
+  // Throws std::invalid_argument for an empty sequence (validate() refuses one first).
+  explicit SequenceBias(const std::vector<std::pair<std::vector<int64_t>, double>>& bias);
+  bool empty() const { return columns_.empty(); }
+  // Throws std::out_of_range where a biased token is outside the vocabulary.
+  void apply(const torch::Tensor& scores, const std::vector<TokenHistory>& histories) const;
+
+ private:
+  struct Longer {
+    std::vector<int64_t> sequence;  // two tokens or more
+    float bias;
+    size_t column;  // its last token's index in columns_
+  };
+  std::vector<int64_t> columns_;  // the tokens any sequence biases (its last), ascending
+  std::vector<float> one_token_;  // per column: its one-token sequence's bias, else 0
+  std::vector<Longer> longer_;    // in HF's dict order
+};
 void apply_sequence_bias(const torch::Tensor& scores, const std::vector<std::pair<std::vector<int64_t>, double>>& bias,
                          const std::vector<TokenHistory>& histories);
 
@@ -101,6 +121,10 @@ std::vector<int64_t> suppressed_tokens(const GenerationOptions& options, int64_t
 enum class VocabLimit { kApply, kKeep };
 void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
                     const torch::Tensor& scores, VocabLimit vocab_limit = VocabLimit::kApply);
+// The same with options.sequence_bias prepared (SequenceBias(options.sequence_bias)), as a searcher keeps it.
+void process_logits(const GenerationOptions& options, const SequenceBias& sequence_bias,
+                    const std::vector<TokenHistory>& histories, const torch::Tensor& scores,
+                    VocabLimit vocab_limit = VocabLimit::kApply);
 // The tokens process_logits forces at cur_len (a forced_decoder_ids token, else the forced EOS ids at its last
 // step, else forced BOS at the first); empty where it forces none.
 std::vector<int64_t> forced_tokens(const GenerationOptions& options, int64_t cur_len);

@@ -95,6 +95,7 @@ bool blocks_with_finite_scores(const float* x, int64_t n, std::vector<float>& bl
 GreedySearcher::GreedySearcher(const GenerationOptions& options)
     : options_(options), history_{options.decoder_start_token_id} {
   validate(options_);
+  sequence_bias_ = SequenceBias(options_.sequence_bias);
 }
 
 SearchStep GreedySearcher::advance(const torch::Tensor& logits) {
@@ -104,7 +105,7 @@ SearchStep GreedySearcher::advance(const torch::Tensor& logits) {
   if (token < 0) {
     const auto scores = scores_from_logits(logits, 1, options_, scores_);
     // Hugging Face's processed scores: the ids past the tokenizer's keep theirs, for the normaliser.
-    process_logits(options_, {history_}, scores, VocabLimit::kKeep);
+    process_logits(options_, sequence_bias_, {history_}, scores, VocabLimit::kKeep);
     // Forced tokens are the row's only finite scores, wherever they lie (as when the limit was applied first).
     const int64_t vocab = scores.size(1);
     const int64_t limit =

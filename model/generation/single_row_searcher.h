@@ -31,6 +31,7 @@ class GreedySearcher : public Searcher {
   const GenerationOptions options_;
 
  private:
+  SequenceBias sequence_bias_;  // options_.sequence_bias, prepared once for every step
   // Steps whose processors only exclude tokens (vocabulary limit, minimum length, banned n-grams) pick
   // from the caller's logits with the exclusions applied as they are read: no copy of the row (the ids
   // past the tokenizer's are read for the normaliser alone). The token (-1: take the general path).

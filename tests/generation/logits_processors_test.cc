@@ -317,6 +317,65 @@ TEST(SequenceBiasTest, BiasesTheLastTokenWhereTheHistoryEndsWithTheRestAndALater
   EXPECT_THROW(scores_from_logits(torch::zeros({1, 4}), 1, options, buffer), std::invalid_argument);
 }
 
+// A searcher prepares its sequence_bias once (SequenceBias) and applies it at every step: each step's
+// scores are those of HF's processor, which adds to them a bias tensor made of the one-token sequences'
+// biases and, in its dict's order, every longer sequence the row's history completes, bit for bit, whether
+// the scores are contiguous or not.
+TEST(SequenceBiasTest, APreparedListBiasesEveryStepAsHuggingFaceDoes) {
+  const std::vector<std::pair<std::vector<int64_t>, double>> pairs{
+      {{3}, 1.5}, {{2, 3}, -0.7}, {{3, 4, 3}, 0.3}, {{2}, -2.25}, {{4, 3}, 0.1},
+      {{3}, 0.4}, {{5, 5}, 1e-3}, {{2, 3}, 0.9},    {{4}, 7.0},   {{4, 2, 3}, -1e-2}};
+  // HF's dict: a repeat keeps its first place and takes its last bias.
+  std::vector<std::pair<std::vector<int64_t>, float>> dict;
+  for (const auto& [sequence, bias] : pairs) {
+    const auto same = std::find_if(dict.begin(), dict.end(), [&](const auto& e) { return e.first == sequence; });
+    if (same != dict.end()) {
+      same->second = static_cast<float>(bias);
+    } else {
+      dict.emplace_back(sequence, static_cast<float>(bias));
+    }
+  }
+  const int64_t vocab = 7;
+  const auto hugging_face = [&](const torch::Tensor& scores, const std::vector<TokenHistory>& histories) {
+    auto bias = torch::zeros_like(scores);
+    for (const auto& [sequence, value] : dict) {
+      if (sequence.size() == 1) bias.select(1, sequence.front()).fill_(value);  // length_1_bias
+    }
+    for (const auto& [sequence, value] : dict) {
+      for (size_t r = 0; r < histories.size(); ++r) {
+        const auto& h = histories[r];
+        const size_t rest = sequence.size() - 1;
+        if (sequence.size() > 1 && sequence.size() <= h.size() &&
+            std::equal(sequence.begin(), sequence.end() - 1, h.end() - static_cast<std::ptrdiff_t>(rest))) {
+          auto cell = bias[static_cast<int64_t>(r)][sequence.back()];
+          cell.add_(value);
+        }
+      }
+    }
+    return scores + bias;
+  };
+  const SequenceBias prepared(pairs);
+  torch::manual_seed(3);
+  std::vector<TokenHistory> histories{{0}, {0}, {0}};
+  for (int step = 0; step < 12; ++step) {
+    const auto logits = torch::randn({3, vocab});
+    const auto expected = hugging_face(logits, histories);
+    const auto contiguous = logits.clone();
+    prepared.apply(contiguous, histories);
+    EXPECT_TRUE(torch::equal(contiguous, expected)) << "step " << step;
+    const auto strided = logits.t().contiguous().t();  // column-major: stride(1) != 1
+    ASSERT_NE(strided.stride(1), 1);
+    prepared.apply(strided, histories);
+    EXPECT_TRUE(torch::equal(strided, expected)) << "step " << step;
+    const auto once = logits.clone();  // the one-call form prepares its own
+    apply_sequence_bias(once, pairs, histories);
+    EXPECT_TRUE(torch::equal(once, expected)) << "step " << step;
+    for (size_t r = 0; r < histories.size(); ++r) histories[r].push_back(2 + (step * 5 + static_cast<int>(r)) % 4);
+  }
+  EXPECT_THROW(prepared.apply(torch::zeros({1, 4}), {{0}}), std::out_of_range);  // token 4 and 5 past it
+  EXPECT_THROW(SequenceBias({{{}, 1.0}}), std::invalid_argument);
+}
+
 // ForceTokensLogitsProcessor (transformers 4.27-4.39): {index: token} of the pairs, the last of an index
 // winning and a null token forcing nothing; applied last, so a suppressed token is still forced; the
 // begin-suppressed tokens wait for the step after the last pair's index.
