@@ -73,6 +73,23 @@ std::string str(T v) {
   return fmt::format("{}", v);
 }
 
+// A default as ListModels advertises it: as it is where it acts (`acts`: validate() took it there), else,
+// where a request may not send it (check_given_options), the value that turns it off. A checkpoint's top_p 0
+// or top_k -1 for greedy search, or length_penalty 40 without beams, acts nowhere, and a request that sends
+// the defaults back must not be refused for it.
+template <typename T>
+T advertised(bool acts, std::optional<T> GivenOptions::*field, T value, T off) {
+  if (acts) return value;
+  GivenOptions given;
+  given.*field = value;
+  try {
+    check_given_options(given);
+  } catch (const std::invalid_argument&) {
+    return off;
+  }
+  return value;
+}
+
 }  // namespace
 
 void validate_document(std::string_view document) {
@@ -243,13 +260,14 @@ v1::GenerationOptions to_proto(const ResolvedOptions& resolved) {
   p.set_max_new_tokens(static_cast<int32_t>(o.max_new_tokens));
   p.set_min_new_tokens(static_cast<int32_t>(o.min_new_tokens));
   p.set_num_beams(static_cast<int32_t>(o.num_beams));
-  p.set_length_penalty(static_cast<float>(o.length_penalty));
+  p.set_length_penalty(
+      static_cast<float>(advertised(o.num_beams > 1, &GivenOptions::length_penalty, o.length_penalty, 1.0)));
   p.set_early_stopping(o.early_stopping == EarlyStopping::kWhenFull);
   p.set_early_stopping_mode(mode_of(o.early_stopping));
   p.set_do_sample(o.do_sample);
-  p.set_temperature(static_cast<float>(o.temperature));
-  p.set_top_k(static_cast<int32_t>(o.top_k));
-  p.set_top_p(static_cast<float>(o.top_p));
+  p.set_temperature(static_cast<float>(advertised(o.do_sample, &GivenOptions::temperature, o.temperature, 1.0)));
+  p.set_top_k(static_cast<int32_t>(advertised(o.do_sample, &GivenOptions::top_k, o.top_k, int64_t{0})));
+  p.set_top_p(static_cast<float>(advertised(o.do_sample, &GivenOptions::top_p, o.top_p, 1.0)));
   p.set_seed(o.seed);
   p.set_no_repeat_ngram_size(static_cast<int32_t>(o.no_repeat_ngram_size));
   p.set_repetition_penalty(static_cast<float>(o.repetition_penalty));
@@ -257,8 +275,9 @@ v1::GenerationOptions to_proto(const ResolvedOptions& resolved) {
   p.set_num_return_sequences(static_cast<int32_t>(o.num_return_sequences));
   // A config's typical_p of 1 or more and cutoffs outside (0, 1) are off, as in Hugging Face: sent as the
   // values that say so, which a request may send back.
-  p.set_min_p(static_cast<float>(o.min_p));
-  p.set_typical_p(o.typical_p < 1.0 ? static_cast<float>(o.typical_p) : 1.0f);
+  p.set_min_p(static_cast<float>(advertised(o.do_sample, &GivenOptions::min_p, o.min_p, 0.0)));
+  const double typical_p = advertised(o.do_sample, &GivenOptions::typical_p, o.typical_p, 1.0);
+  p.set_typical_p(typical_p < 1.0 ? static_cast<float>(typical_p) : 1.0f);
   p.set_epsilon_cutoff(o.epsilon_cutoff > 0.0 && o.epsilon_cutoff < 1.0 ? static_cast<float>(o.epsilon_cutoff) : 0.0f);
   p.set_eta_cutoff(o.eta_cutoff > 0.0 && o.eta_cutoff < 1.0 ? static_cast<float>(o.eta_cutoff) : 0.0f);
   p.set_encoder_repetition_penalty(static_cast<float>(o.encoder_repetition_penalty));

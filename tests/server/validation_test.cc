@@ -697,6 +697,49 @@ TEST(Validation, DefaultsAsRequestOptionsResolveToThemselves) {
   EXPECT_EQ(static_cast<int>(set.size()), v1::GenerationOptions::descriptor()->field_count());
 }
 
+// A checkpoint's setting that acts in no mode its defaults use is checked only where it acts (validate()), so
+// it may lie outside a request's range (check_given_options): a greedy checkpoint's top_p 0. ListModels
+// advertised it as it was, and a request sending the defaults back was refused ("top_p must be in (0, 1]");
+// it is advertised as the value that turns it off, as typical_p and the cutoffs are.
+TEST(Validation, DefaultsThatDoNotActAreAdvertisedAsARequestMaySendThemBack) {
+  ModelConfig config;
+  config.do_sample = false;
+  config.num_beams = 1;
+  config.top_p = 0.0;
+  config.top_k = -1;
+  config.min_p = 1.5;
+  config.typical_p = 0.0;
+  config.length_penalty = 40.0;
+  server::ServiceLimits limits;
+  const auto defaults = server::resolve_options({}, config, limits);
+  EXPECT_EQ(defaults.options.top_p, 0.0) << "the checkpoint's own, which greedy search ignores";
+  const auto proto = server::to_proto(defaults);
+  EXPECT_FLOAT_EQ(proto.top_p(), 1.0F);
+  EXPECT_EQ(proto.top_k(), 0);
+  EXPECT_FLOAT_EQ(proto.min_p(), 0.0F);
+  EXPECT_FLOAT_EQ(proto.typical_p(), 1.0F);
+  EXPECT_FLOAT_EQ(proto.length_penalty(), 1.0F);
+  try {
+    const auto again = server::resolve_options(proto, config, limits);
+    EXPECT_EQ(server::to_proto(again).SerializeAsString(), proto.SerializeAsString());
+  } catch (const server::RequestError& e) {
+    ADD_FAILURE() << "the defaults sent back were refused: " << e.what();
+  }
+  // Where they act they are the checkpoint's, as validate() took them.
+  config.do_sample = true;
+  config.top_p = 0.5;
+  config.top_k = 7;
+  config.min_p = 0.25;
+  config.typical_p = 1.0;
+  config.num_beams = 2;
+  config.length_penalty = -3.0;
+  const auto sampled = server::to_proto(server::resolve_options({}, config, limits));
+  EXPECT_FLOAT_EQ(sampled.top_p(), 0.5F);
+  EXPECT_EQ(sampled.top_k(), 7);
+  EXPECT_FLOAT_EQ(sampled.min_p(), 0.25F);
+  EXPECT_FLOAT_EQ(sampled.length_penalty(), -3.0F);
+}
+
 // BART's learned positions bound what a request may ask for (new token n is decided at position n - 1);
 // T5's relative ones do not. The refusal says how many to ask for, and ListModels reports the limit.
 TEST(Validation, MaxNewTokensStopsAtABartDecodersPositions) {
