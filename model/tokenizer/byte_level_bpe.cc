@@ -157,7 +157,11 @@ struct ByteLevelBpeTokenizer::Impl {
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache;
 
   std::vector<int64_t> bpe(std::string_view word) const;
-  void encode_plain(std::string_view text, pcre2_match_data* md, TokenIds& out) const;
+  // prefix_space: add_prefix_space's space before text that starts with none.
+  void encode_plain(std::string_view text, bool prefix_space, pcre2_match_data* md, TokenIds& out) const;
+  // encode() with or without <s> ... </s>; first_prefix_space: encode_plain's prefix_space for a plain text at
+  // the start (the rest get add_prefix_space's).
+  TokenIds encode(std::string_view text, bool specials, bool first_prefix_space) const;
   std::optional<int64_t> find(const std::string& token) const {
     const auto it = vocab.find(token);
     return it == vocab.end() ? std::nullopt : std::optional<int64_t>(it->second);
@@ -213,9 +217,10 @@ std::vector<int64_t> ByteLevelBpeTokenizer::Impl::bpe(std::string_view word) con
   return out;
 }
 
-void ByteLevelBpeTokenizer::Impl::encode_plain(std::string_view text, pcre2_match_data* md, TokenIds& out) const {
+void ByteLevelBpeTokenizer::Impl::encode_plain(std::string_view text, bool prefix_space, pcre2_match_data* md,
+                                               TokenIds& out) const {
   std::string prefixed;
-  if (add_prefix_space && !text.empty() && text.front() != ' ') {
+  if (prefix_space && !text.empty() && text.front() != ' ') {
     prefixed = " " + std::string(text);
     text = prefixed;
   }
@@ -324,28 +329,39 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(ByteLevelBpeConfig config) : impl_(
 
 ByteLevelBpeTokenizer::~ByteLevelBpeTokenizer() = default;
 
-TokenIds ByteLevelBpeTokenizer::encode(std::string_view text) const {
-  const Impl& m = *impl_;
+TokenIds ByteLevelBpeTokenizer::Impl::encode(std::string_view text, bool specials, bool first_prefix_space) const {
   std::string repaired;
   if (!utf8::is_valid(text)) {
     repaired = utf8::to_valid(text);
     text = repaired;
   }
   const std::unique_ptr<pcre2_match_data, MatchDataDeleter> md(
-      pcre2_match_data_create_from_pattern(m.regex.get(), nullptr));
+      pcre2_match_data_create_from_pattern(regex.get(), nullptr));
   if (!md) throw std::bad_alloc();
   TokenIds ids;
   ids.reserve(text.size() / 3 + 2);
-  if (m.add_bos_eos) ids.push_back(*m.bos);
-  for (const auto& seg : m.splitter.split(text)) {
+  const bool wrap = specials && add_bos_eos;
+  if (wrap) ids.push_back(*bos);
+  for (const auto& seg : splitter.split(text)) {
     if (seg.id) {
       ids.push_back(*seg.id);
     } else {
-      m.encode_plain(seg.text, md.get(), ids);
+      encode_plain(seg.text, seg.text.data() == text.data() ? first_prefix_space : add_prefix_space, md.get(), ids);
     }
   }
-  if (m.add_bos_eos) ids.push_back(*m.eos);
+  if (wrap) ids.push_back(*eos);
   return ids;
+}
+
+TokenIds ByteLevelBpeTokenizer::encode(std::string_view text) const {
+  return impl_->encode(text, /*specials=*/true, impl_->add_prefix_space);
+}
+
+TokenIds ByteLevelBpeTokenizer::encode_word(std::string_view word, bool after_space) const {
+  // After a space: " word" (Hugging Face's add_prefix_space=True, which its docs ask bad words to be
+  // tokenized with); otherwise the word alone, with no prefix space even where the tokenizer adds one.
+  if (after_space && !word.empty() && word.front() != ' ') return impl_->encode(" " + std::string(word), false, false);
+  return impl_->encode(word, /*specials=*/false, /*first_prefix_space=*/false);
 }
 
 std::string ByteLevelBpeTokenizer::decode_raw(const TokenIds& ids, bool skip_special) const {

@@ -42,6 +42,7 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   ~ByteLevelBpeTokenizer() override;
 
   TokenIds encode(std::string_view text) const override;
+  TokenIds encode_word(std::string_view word, bool after_space) const override;
   std::string decode_raw(const TokenIds& ids, bool skip_special = true) const override;
 
   int64_t vocab_size() const override;

@@ -188,7 +188,8 @@ std::unique_ptr<SentencePieceTokenizer> load_from_tokenizer_json(const fs::path&
         converted.extra_ids,
         converted.prefix_first_only || never ? std::optional(load_unprefixed(converted.model_proto)) : std::nullopt,
         std::vector<AddedToken>{}, metaspace_decoder_keeps_first_space(*tj), metaspace_keeps_trailing_space(*tj), never,
-        unicode_whitespace_handling(*tj));
+        unicode_whitespace_handling(*tj),
+        converted.prefix_first_only || never ? std::nullopt : std::optional(load_unprefixed(converted.model_proto)));
   } catch (const std::runtime_error& e) {
     throw TokenizerLoadError("cannot load the SentencePiece model of " + file.string() + ": " + e.what());
   }
@@ -258,12 +259,13 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
                                  "tokenizer_config.json's added_tokens_decoder)");
       }
     }
-    auto unprefixed =
-        never || prefixes_first_only(tj, config) ? std::optional(load_unprefixed(std::move(serialized))) : std::nullopt;
-    return std::make_unique<SentencePieceTokenizer>(std::move(sp), n, std::move(unprefixed), std::move(added),
-                                                    tj && metaspace_decoder_keeps_first_space(*tj),
-                                                    tj && metaspace_keeps_trailing_space(*tj), never,
-                                                    tj ? unicode_whitespace_handling(*tj) : UnicodeWhitespace::kNone);
+    // Without the dummy prefix: the "first" and "never" schemes' model, else encode_word's alone.
+    auto unprefixed = load_unprefixed(std::move(serialized));
+    const bool prefixes_once = never || prefixes_first_only(tj, config);
+    return std::make_unique<SentencePieceTokenizer>(
+        std::move(sp), n, prefixes_once ? std::optional(unprefixed) : std::nullopt, std::move(added),
+        tj && metaspace_decoder_keeps_first_space(*tj), tj && metaspace_keeps_trailing_space(*tj), never,
+        tj ? unicode_whitespace_handling(*tj) : UnicodeWhitespace::kNone, std::move(unprefixed));
   } catch (const TokenizerLoadError&) {
     throw;
   } catch (const std::invalid_argument& e) {
@@ -280,9 +282,11 @@ SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_
                                                std::optional<SentencePieceProcessor> unprefixed,
                                                std::vector<AddedToken> added, bool first_space_kept,
                                                bool trailing_space_kept, bool never_prefixed,
-                                               UnicodeWhitespace unicode_whitespace)
+                                               UnicodeWhitespace unicode_whitespace,
+                                               std::optional<SentencePieceProcessor> inside_word)
     : sp_(std::move(sp)),
       unprefixed_(std::move(unprefixed)),
+      inside_word_(inside_word ? std::move(inside_word) : unprefixed_),
       sp_size_(sp_.vocab_size()),
       extra_ids_(extra_ids),
       added_(std::move(added)),
@@ -341,14 +345,27 @@ SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_
   }
 }
 
-TokenIds SentencePieceTokenizer::encode(std::string_view text) const {
+TokenIds SentencePieceTokenizer::encode(std::string_view text) const { return encode(text, true, nullptr); }
+
+TokenIds SentencePieceTokenizer::encode_word(std::string_view word, bool after_space) const {
+  const size_t first = utf8::sequence_length(word, 0);
+  const bool spaced = first > 0 && utf8::is_whitespace(utf8::decode_at(word, 0, first));
+  // After a space: " word", which every prepend scheme gives its U+2581 (the legacy one gives "word" the same).
+  if (after_space || spaced || !inside_word_) {
+    return spaced ? encode(word, false, nullptr) : encode(" " + std::string(word), false, nullptr);
+  }
+  return encode(word, false, &*inside_word_);
+}
+
+TokenIds SentencePieceTokenizer::encode(std::string_view text, bool add_eos,
+                                        const SentencePieceProcessor* start) const {
   TokenIds ids;
   for (const auto& seg : splitter_.split(text)) {
     if (seg.id) {
       ids.push_back(*seg.id);
       continue;
     }
-    const auto& processor = processor_for(seg.text, text);
+    const auto& processor = start != nullptr && seg.text.data() == text.data() ? *start : processor_for(seg.text, text);
     for (const int32_t id :
          kept_whitespace_.empty() ? processor.encode(seg.text) : processor.encode(hf_whitespace(seg.text))) {
       ids.push_back(id);
@@ -356,7 +373,7 @@ TokenIds SentencePieceTokenizer::encode(std::string_view text) const {
     // Hugging Face's Metaspace splits "x " into "▁x" and "▁" where no normalizer strips the end.
     if (trailing_space_kept_ && ends_with_space(seg.text)) ids.push_back(space_id_);
   }
-  if (eos_) ids.push_back(*eos_);
+  if (add_eos && eos_) ids.push_back(*eos_);
   return ids;
 }
 

@@ -40,13 +40,18 @@ class SentencePieceTokenizer final : public Tokenizer {
   // the start too, unless it starts with whitespace (that is "▁" in Hugging Face's as well).
   // unicode_whitespace: what tokenizer.json does with whitespace the model's character map keeps as it is
   // (unicode_whitespace_handling).
+  // inside_word: the model without its dummy prefix for encode_word's text straight after other text, where
+  // `unprefixed` is not given (the loaders give it); without either, encode_word gives the "▁" form for both.
   SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids,
                          std::optional<SentencePieceProcessor> unprefixed = std::nullopt,
                          std::vector<AddedToken> added = {}, bool first_space_kept = false,
                          bool trailing_space_kept = false, bool never_prefixed = false,
-                         UnicodeWhitespace unicode_whitespace = UnicodeWhitespace::kNone);
+                         UnicodeWhitespace unicode_whitespace = UnicodeWhitespace::kNone,
+                         std::optional<SentencePieceProcessor> inside_word = std::nullopt);
 
   TokenIds encode(std::string_view text) const override;
+  // Straight after other text: the text at the start through the model without its dummy prefix.
+  TokenIds encode_word(std::string_view word, bool after_space) const override;
   std::string decode_raw(const TokenIds& ids, bool skip_special = true) const override;
 
   int64_t vocab_size() const override { return sp_size_ + extra_ids_ + static_cast<int64_t>(added_.size()); }
@@ -71,6 +76,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   // Decodes a run of SentencePiece ids; keeps the leading space SentencePiece drops at the start of
   // a text when the run follows other output.
   std::string decode_run(const std::vector<int32_t>& run, bool at_start) const;
+  // encode() with or without EOS; start: the model for a plain text at the start (else processor_for's).
+  TokenIds encode(std::string_view text, bool add_eos, const SentencePieceProcessor* start) const;
   // The model that encodes `segment`, a plain part of `text` (SentencePieceTokenizer::encode).
   const SentencePieceProcessor& processor_for(std::string_view segment, std::string_view text) const;
   // Whether `segment` starts with whitespace once the model has normalized it (needs unprefixed_).
@@ -80,6 +87,7 @@ class SentencePieceTokenizer final : public Tokenizer {
 
   SentencePieceProcessor sp_;
   std::optional<SentencePieceProcessor> unprefixed_;
+  std::optional<SentencePieceProcessor> inside_word_;  // encode_word's model for text straight after other text
   // A one-character piece behind which the unprefixed model keeps a leading space as U+2581 (instead
   // of stripping it): what starts_with_space asks with. Empty when no candidate qualifies.
   std::string anchor_;

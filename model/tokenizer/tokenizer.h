@@ -20,6 +20,11 @@ class Tokenizer {
 
   // Text -> ids with the model's conventions (T5: EOS appended; BART: <s> ... </s>).
   virtual TokenIds encode(std::string_view text) const = 0;
+  // `word` as running text writes it, without the special tokens encode() adds: as a word of its own, after
+  // a space, where after_space (BART's "Ġword", T5's "▁word"), else straight after other text, inside a word
+  // or after punctuation (BART's "word", T5's pieces without the leading U+2581). Hugging Face's
+  // bad_words_ids of a word are these sequences. Empty where the text gives no tokens.
+  virtual TokenIds encode_word(std::string_view word, bool after_space) const = 0;
   // Ids -> text. Special tokens (pad, eos, bos, unk, control tokens) are dropped when skip_special. Then
   // Hugging Face's clean_up_tokenization_spaces (space_cleanup.h) where the tokenizer's files ask for it.
   std::string decode(const TokenIds& ids, bool skip_special = true) const {

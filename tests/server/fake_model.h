@@ -32,6 +32,13 @@ class FakeTokenizer : public Tokenizer {
     ids.push_back(1);
     return ids;
   }
+  // A byte each, " " before the word after a space.
+  TokenIds encode_word(std::string_view word, bool after_space) const override {
+    TokenIds ids;
+    if (after_space && !word.empty() && word.front() != ' ') ids.push_back(' ' + 3);
+    for (const unsigned char c : word) ids.push_back(static_cast<int64_t>(c) + 3);
+    return ids;
+  }
   std::string decode_raw(const TokenIds& ids, bool skip_special = true) const override {
     std::string out;
     for (const int64_t id : ids) {

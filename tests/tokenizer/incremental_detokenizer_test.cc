@@ -151,6 +151,9 @@ class CountingTokenizer : public Tokenizer {
  public:
   explicit CountingTokenizer(const Tokenizer& inner) : inner_(inner) { set_clean_up_spaces(inner.cleans_up_spaces()); }
   TokenIds encode(std::string_view text) const override { return inner_.encode(text); }
+  TokenIds encode_word(std::string_view word, bool after_space) const override {
+    return inner_.encode_word(word, after_space);
+  }
   std::string decode_raw(const TokenIds& ids, bool skip_special = true) const override {
     decoded_ += ids.size();
     return inner_.decode_raw(ids, skip_special);
