@@ -148,6 +148,7 @@ bool is_summary_flag(const std::string& flag) {
                                                       "--eta-cutoff",
                                                       "--encoder-repetition-penalty",
                                                       "--encoder-no-repeat-ngram-size",
+                                                      "--bad-word",
                                                       "--expected-length"};
   return kSummaryFlags.count(flag) > 0;
 }
@@ -194,6 +195,8 @@ generation options (unset = the model's defaults):
   --repetition-penalty X --expected-length N --truncate (cut over-long input instead of failing)
   --min-p X --typical-p X --epsilon-cutoff X --eta-cutoff X (sampling's further warpers)
   --encoder-repetition-penalty X --encoder-no-repeat-ngram-size N (the document's own tokens)
+  --bad-word WORD (never generate WORD, a word or phrase, after a space or inside a word; repeat it
+                  for more, at most 256)
   --num-return-sequences N (beams: also the next best hypotheses; sampling with one beam: N samples;
                            one line each after the summary, "[alternative K, score S] TEXT" (TEXT's
                            line breaks written as --batch's), or --json's alternatives; with --batch,
@@ -371,6 +374,8 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       g.set_encoder_repetition_penalty(to_float(arg, next()));
     } else if (arg == "--encoder-no-repeat-ngram-size") {
       g.set_encoder_no_repeat_ngram_size(to_int32(arg, next()));
+    } else if (arg == "--bad-word") {
+      g.add_bad_words(utf8_value(arg, next()));
     } else if (arg == "--expected-length") {
       g.set_expected_length(to_int32(arg, next()));
     } else if (arg == "--truncate") {

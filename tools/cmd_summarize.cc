@@ -14,6 +14,7 @@
 #include "model/cuda_device.h"
 #include "model/data/encode.h"
 #include "model/dtype_name.h"
+#include "model/generation/bad_words.h"
 #include "model/generation/generate.h"
 #include "model/limits.h"
 #include "model/seq2seq.h"
@@ -39,6 +40,8 @@ const char* kUsage =
     "  srformer.expected_length, else max-new-tokens)\n"
     "  --min-p X --typical-p X --epsilon-cutoff X --eta-cutoff X (sampling's further warpers)\n"
     "  --encoder-repetition-penalty X --encoder-no-repeat-ngram-size N (the document's own tokens)\n"
+    "  --bad-word WORD (never generate WORD, a word or phrase, after a space or inside a word; repeat it\n"
+    "  for more, at most 256)\n"
     "  --truncate (cut over-long input instead of failing) --threads N --json --stream\n"
     "  --max-input-tokens N (lowers the model's input limit; a T5's n_positions is advisory: N may raise it)\n"
     "  --dtype fp32|bf16 (bf16: projections in bfloat16; needs a CPU with AMX or AVX512-BF16)\n"
@@ -60,6 +63,7 @@ int run_summarize(const std::vector<std::string>& args) {
   std::optional<EarlyStopping> early;
   std::optional<bool> sample;
   uint64_t seed = 0;
+  std::vector<std::string> bad_words;
   for (ArgReader r(args); r.next();) {
     const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
@@ -111,6 +115,8 @@ int run_summarize(const std::vector<std::string>& args) {
       encoder_rep = r.number_value();
     } else if (a == "--encoder-no-repeat-ngram-size") {
       encoder_no_repeat = r.integer_value();
+    } else if (a == "--bad-word") {
+      bad_words.push_back(r.value());
     } else if (a == "--expected-length") {
       expected = r.integer_value();
     } else if (a == "--truncate") {
@@ -223,6 +229,9 @@ int run_summarize(const std::vector<std::string>& args) {
   o.encoder_no_repeat_ngram_size = encoder_no_repeat.value_or(d.encoder_no_repeat_ngram_size);
   o.num_return_sequences = returned.value_or(default_num_return_sequences(d, o));
   o.vocab_limit = tokenizer->vocab_size();
+  // As the server adds a request's bad_words, with its limits and refusals.
+  add_bad_words(o, bad_words, *tokenizer, c.vocab_size > 0 ? c.vocab_size : tokenizer->vocab_size(),
+                "--bad-word's list", [](size_t) { return std::string("--bad-word"); });
   validate(o);
 
   const auto input = torch::tensor(ids, torch::kLong).view({1, -1});

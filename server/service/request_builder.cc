@@ -9,6 +9,7 @@
 
 #include "common/byte_gate.h"
 #include "model/data/encode.h"
+#include "model/generation/bad_words.h"
 #include "model/generation/generate.h"
 #include "model/limits.h"
 #include "model/tokenizer/document_check.h"
@@ -285,6 +286,18 @@ v1::GenerationOptions to_proto(const ResolvedOptions& resolved) {
   return p;
 }
 
+void add_request_bad_words(const v1::GenerationOptions& p, const Tokenizer& tokenizer, const ModelConfig& config,
+                           GenerationOptions& options) {
+  if (p.bad_words().empty()) return;
+  try {
+    add_bad_words(options, std::vector<std::string>(p.bad_words().begin(), p.bad_words().end()), tokenizer,
+                  config.vocab_size > 0 ? config.vocab_size : tokenizer.vocab_size(), "bad_words",
+                  [](size_t i) { return "bad_words[" + str(i) + "]"; });
+  } catch (const std::invalid_argument& e) {
+    invalid(e.what());
+  }
+}
+
 std::string request_id_problem(std::string_view id) {
   if (id.size() > kMaxRequestIdBytes) {
     return "request_id is " + str(id.size()) + " bytes; at most " + str(kMaxRequestIdBytes);
@@ -303,6 +316,7 @@ std::shared_ptr<Request> build_request(const v1::SummarizeRequest& in, const Eng
   }
   const ModelConfig& config = engine.config();
   ResolvedOptions resolved = resolve_options(in.options(), config, limits);
+  add_request_bad_words(in.options(), engine.tokenizer(), config, resolved.options);
 
   if (const std::string problem = request_id_problem(in.request_id()); !problem.empty()) invalid(problem);
   auto req = std::make_shared<Request>();

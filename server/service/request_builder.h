@@ -13,6 +13,7 @@
 
 #include "model/config.h"
 #include "model/limits.h"
+#include "model/tokenizer/tokenizer.h"
 #include "server/engine/engine.h"
 #include "srformer/v1/summarizer.pb.h"
 
@@ -91,6 +92,11 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& proto, const ModelC
 // The request options that resolve to `resolved`, every field set (ListModels' defaults). Floating-point
 // options travel as float, as in any request.
 v1::GenerationOptions to_proto(const ResolvedOptions& resolved);
+
+// Adds the request's bad_words to options.bad_words_ids, tokenized by the model's tokenizer (add_bad_words,
+// model/generation/bad_words.h); RequestError(INVALID_ARGUMENT) for a word it refuses.
+void add_request_bad_words(const v1::GenerationOptions& proto, const Tokenizer& tokenizer, const ModelConfig& config,
+                           GenerationOptions& options);
 
 // Input tokens a request may hold: the smaller of the model's limit and --max-input-tokens; for a model
 // whose limit is advisory (input_limit_can_be_raised, model/limits.h: T5's n_positions), --max-input-tokens where set,

@@ -210,6 +210,22 @@ TEST(ClientOptions, WarperAndEncoderInputFlagsSetTheirFields) {
             "--typical-p does nothing with --health, which checks the server's state and summarizes nothing");
 }
 
+// --bad-word WORD adds one bad_words entry, repeatable, in order, any text (a value starting with '-', a
+// phrase, "--bad-word=WORD"); a summary flag like the others, and UTF-8 as a string field must be.
+TEST(ClientOptions, BadWordIsRepeatableAndAddsAnEntryEach) {
+  const auto g =
+      parse({"--bad-word", "Debian", "--bad-word=free software", "--bad-word", "-ish", "doc.txt"}).generation;
+  EXPECT_EQ(std::vector<std::string>(g.bad_words().begin(), g.bad_words().end()),
+            (std::vector<std::string>{"Debian", "free software", "-ish"}));
+  EXPECT_TRUE(parse({"doc.txt"}).generation.bad_words().empty());
+  EXPECT_EQ(parse({"--bad-word", "", "doc.txt"}).generation.bad_words_size(), 1) << "the server says what is wrong";
+  EXPECT_EQ(refusal({"--bad-word"}), "--bad-word needs a value (see --help)");
+  EXPECT_EQ(refusal({"--bad-word", "\xFF", "doc.txt"}),
+            "--bad-word must be UTF-8 text (a string field of the request); the value given is not");
+  EXPECT_EQ(refusal({"--health", "--bad-word", "x"}),
+            "--bad-word does nothing with --health, which checks the server's state and summarizes nothing");
+}
+
 // The retry policy covers srformer.v1.Summarizer's calls, not the health check: --health --retries 3 checked
 // once.
 TEST(ClientOptions, RetriesDoNotGoWithHealth) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -2215,6 +2216,46 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeTheWarperAndEncoderInputFlagsAlike) {
     EXPECT_EQ(offline_refused.exit_code, 1) << flag;
     EXPECT_NE(offline_refused.out.find(offline_says), std::string::npos) << offline_refused.out;
   }
+}
+
+// srformer-client and srformer summarize take --bad-word WORD alike, repeatable: the summary's first word
+// and a phrase banned give the same summary served and offline, another than without them; both refuse the
+// model's EOS written out, with the same words.
+TEST_F(EndToEnd, ClientAndOfflineToolTakeBadWordAlike) {
+  auto server = start();
+  const std::string client = kClient + " --target " + server->target() + " --json ";
+  const std::string tool = kTool + " summarize --model " + model_dir_.string() + " --json ";
+  const auto result = [](const CommandResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+  };
+  const std::string args = "--max-new-tokens 20 " + doc(0);
+  const auto plain = result(run_command(client + args));
+  const std::string summary = plain.value("summary", "");
+  std::string word;
+  for (const char c : summary + " ") {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      word += c;
+    } else if (word.size() >= 2) {
+      break;
+    } else {
+      word.clear();
+    }
+  }
+  ASSERT_GE(word.size(), 2u) << "summary: " << summary;
+  const std::string flags = "--bad-word " + word + " --bad-word 'the cat' ";
+  const auto served = result(run_command(client + flags + args));
+  EXPECT_EQ(result(run_command(tool + flags + args))["token_ids"], served["token_ids"]) << word;
+  EXPECT_NE(served["token_ids"], plain["token_ids"]) << "'" << word << "' banned";
+  const std::string says = "bad_words[0] \"</s>\" holds the end-of-sequence token '</s>'";
+  const auto refused = run_command(client + "--bad-word '</s>' " + doc(0) + " 2>&1");
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.out.find("INVALID_ARGUMENT"), std::string::npos) << refused.out;
+  EXPECT_NE(refused.out.find(says), std::string::npos) << refused.out;
+  const auto offline_refused = run_command(tool + "--bad-word '</s>' " + doc(0) + " 2>&1");
+  EXPECT_EQ(offline_refused.exit_code, 1);
+  EXPECT_NE(offline_refused.out.find("--bad-word \"</s>\" holds the end-of-sequence token '</s>'"), std::string::npos)
+      << offline_refused.out;
 }
 
 // With --log-json (a flag, or the config file's log_json) a configuration the server refuses is told in a

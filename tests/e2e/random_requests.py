@@ -96,6 +96,11 @@ def draw_request(pb, rng, models, index, max_words):
     maybe(0.3, "early_stopping", [True, False])
     maybe(0.2, "early_stopping_mode", [1, 2, 3], [7])  # HEURISTIC, WHEN_FULL, NEVER; may disagree with the bool
     maybe(0.3, "expected_length", [1, 3, 16, 64], [0, -5])
+    # Words banned per request (rows with other bad_words_ids in one batch); an empty one is refused.
+    if rng.random() < 0.15:
+        o.bad_words.extend(rng.sample(["the", "a", "of", "cat", "ing", "Debian", "free software"], rng.randint(1, 3)))
+        if rng.random() < 0.1:
+            o.bad_words.append("")
     return r
 
 

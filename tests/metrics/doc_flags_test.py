@@ -209,8 +209,9 @@ class ApiDocTest(unittest.TestCase):
     def test_every_generation_option_has_a_flag(self):
         programs = {"srformer-client": [os.path.join(BIN, "srformer-client")],
                     "srformer summarize": [os.path.join(BIN, "srformer"), "summarize"]}
-        # early_stopping_mode's other two values are --early-stopping's true and false.
-        flag_of = {"early_stopping_mode": "--early-stopping-never"}
+        # early_stopping_mode's other two values are --early-stopping's true and false; bad_words takes one
+        # word a flag, repeated.
+        flag_of = {"early_stopping_mode": "--early-stopping-never", "bad_words": "--bad-word"}
         for program, argv in programs.items():
             flags = help_flags(argv)
             missing = [f for f in self.fields["GenerationOptions"]

@@ -58,6 +58,12 @@ inline std::map<grpc::StatusCode, int> send_edge_option_requests(v1::Summarizer:
     if (rng() % 4 == 0) o->set_encoder_no_repeat_ngram_size(pick(ints));
     if (rng() % 4 == 0) o->set_num_return_sequences(pick(ints));
     if (rng() % 4 == 0) r.set_truncation(static_cast<v1::TruncationPolicy>(pick(ints)));
+    if (rng() % 4 == 0) {
+      // Banned words at theirs: blank, over the byte and token caps, the EOS written out, or fine.
+      const std::vector<std::string> words{"",        " ",    "\xE2\x80\x8B",        "the",
+                                           "cat sat", "</s>", std::string(300, 'x'), std::string(40, 'y')};
+      for (uint32_t k = 1 + rng() % 3; k > 0; --k) o->add_bad_words(pick(words));
+    }
     grpc::ClientContext ctx;
     v1::SummarizeResponse resp;
     const grpc::Status status = stub.Summarize(&ctx, r, &resp);

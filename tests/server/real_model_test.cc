@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -781,6 +783,119 @@ TEST_F(RealModel, RequestWarpersAndEncoderSettingsEqualTheSameInGenerationConfig
     std::error_code ec;
     fs::remove_all(copy, ec);
   }
+}
+
+// The demo model (models/debian-synopsis-t5, a trained T5): a word of its greedy summary, banned by a
+// request's bad_words, is gone from the summary, which is what the same ids (the word's two forms, as the
+// tokenizer gives them) in the checkpoint's generation_config.json bad_words_ids give a request that bans
+// nothing, with greedy and beam search; the model's EOS written out is refused with what to do.
+TEST(DemoModel, ABannedWordLeavesTheSummaryTheSameIdsInGenerationConfigLeave) {
+  const fs::path demo = fs::path(SRFORMER_SOURCE_DIR) / "models" / "debian-synopsis-t5";
+  const fs::path configured = fs::temp_directory_path() / ("srformer_bad_words_" + std::to_string(::getpid()));
+  fs::create_directories(configured);
+  fs::copy(demo, configured, fs::copy_options::overwrite_existing | fs::copy_options::recursive);
+  const auto tokenizer = load_tokenizer(demo);
+  const std::string doc =
+      "GNU Emacs is the extensible self-documenting text editor. This package contains the GNU Emacs editor "
+      "with support for the X Window System, documentation and the Lisp files that make up the editor.";
+  const auto words_of = [](const std::string& text) {
+    std::vector<std::string> words;
+    std::string word;
+    for (const char c : text + " ") {
+      if (std::isalpha(static_cast<unsigned char>(c))) {
+        word += c;
+      } else if (!word.empty()) {
+        words.push_back(std::move(word));
+        word.clear();
+      }
+    }
+    return words;
+  };
+  const auto contains = [](const std::vector<int64_t>& ids, const std::vector<int64_t>& part) {
+    return std::search(ids.begin(), ids.end(), part.begin(), part.end()) != ids.end();
+  };
+  std::vector<server::LoadedModel> models;
+  models.push_back(server::load_model_dir({"demo", demo.string()}, server::ServerConfig{}));
+  server::ServerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "";
+  auto start = [&config](std::vector<server::LoadedModel> m) {
+    auto server = std::make_unique<server::Server>(config, std::move(m));
+    server->start();
+    return server;
+  };
+  auto server = start(std::move(models));
+  auto stub = v1::Summarizer::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
+  const auto call = [&stub, &doc](const std::string& model, int beams, const std::vector<std::string>& bad_words,
+                                  v1::SummarizeResponse& resp) {
+    v1::SummarizeRequest r;
+    r.set_model(model);
+    r.set_document(doc);
+    // Both models' options set alike: the copy's generation_config.json sets only bad_words_ids besides.
+    r.mutable_options()->set_max_new_tokens(32);
+    r.mutable_options()->set_num_beams(beams);
+    r.mutable_options()->set_no_repeat_ngram_size(3);
+    for (const auto& w : bad_words) r.mutable_options()->add_bad_words(w);
+    grpc::ClientContext ctx;
+    return stub->Summarize(&ctx, r, &resp);
+  };
+  v1::SummarizeResponse plain;
+  ASSERT_TRUE(call("demo", 1, {}, plain).ok());
+  // The summary's first word of four letters or more.
+  std::string banned;
+  for (const auto& w : words_of(plain.summary())) {
+    if (w.size() >= 4) {
+      banned = w;
+      break;
+    }
+  }
+  ASSERT_FALSE(banned.empty()) << "summary: " << plain.summary();
+  const std::vector<int64_t> spaced = tokenizer->encode_word(banned, true),
+                             bare = tokenizer->encode_word(banned, false);
+  ASSERT_TRUE(contains(ids_of(plain), spaced) || contains(ids_of(plain), bare)) << plain.summary();
+
+  nlohmann::json bad_words_ids = nlohmann::json::array({spaced});
+  if (bare != spaced) bad_words_ids.push_back(bare);
+  const nlohmann::json generation = {{"decoder_start_token_id", 0}, {"eos_token_id", 1},
+                                     {"pad_token_id", 0},           {"max_length", 33},
+                                     {"no_repeat_ngram_size", 3},   {"bad_words_ids", bad_words_ids}};
+  std::ofstream(configured / "generation_config.json") << generation.dump();
+  server->shutdown(std::chrono::milliseconds(1000));
+  models.clear();
+  models.push_back(server::load_model_dir({"demo", demo.string()}, server::ServerConfig{}));
+  models.push_back(server::load_model_dir({"configured", configured.string()}, server::ServerConfig{}));
+  server = start(std::move(models));
+  stub = v1::Summarizer::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
+  const auto logprobs = [](const v1::SummarizeResponse& r) {
+    return std::vector<float>(r.token_logprobs().begin(), r.token_logprobs().end());
+  };
+  for (const int beams : {1, 4}) {
+    v1::SummarizeResponse by_request, by_config, unbanned;
+    ASSERT_TRUE(call("demo", beams, {banned}, by_request).ok());
+    ASSERT_TRUE(call("configured", beams, {}, by_config).ok());
+    ASSERT_TRUE(call("demo", beams, {}, unbanned).ok());
+    const auto words = words_of(by_request.summary());
+    EXPECT_EQ(std::count(words.begin(), words.end(), banned), 0)
+        << "'" << banned << "' banned, " << beams << " beams: " << by_request.summary();
+    EXPECT_FALSE(contains(ids_of(by_request), spaced) || contains(ids_of(by_request), bare));
+    EXPECT_NE(by_request.summary(), unbanned.summary()) << beams << " beams";
+    EXPECT_EQ(by_request.summary(), by_config.summary()) << beams << " beams";
+    EXPECT_EQ(ids_of(by_request), ids_of(by_config)) << beams << " beams";
+    EXPECT_EQ(by_request.score(), by_config.score()) << beams << " beams";
+    EXPECT_EQ(logprobs(by_request), logprobs(by_config)) << beams << " beams";
+    if (beams == 1) EXPECT_EQ(unbanned.summary(), plain.summary()) << "the ban was the request's alone";
+  }
+  v1::SummarizeResponse refused;
+  const auto status = call("demo", 1, {banned, "</s>"}, refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(),
+            "bad_words[1] \"</s>\" holds the end-of-sequence token '</s>' (id 1): banning it would keep the model from "
+            "ending its summary; leave it out (max_new_tokens bounds the length)");
+  server->shutdown(std::chrono::milliseconds(1000));
+  std::error_code ec;
+  fs::remove_all(configured, ec);
 }
 
 }  // namespace
