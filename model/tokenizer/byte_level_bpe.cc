@@ -269,7 +269,9 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(ByteLevelBpeConfig config) : impl_(
   Impl& m = *impl_;
   m.vocab = std::move(config.vocab);
   m.add_prefix_space = config.add_prefix_space;
-  for (const auto& t : config.added_tokens) m.vocab.emplace(t.content, t.id);
+  // An added token the vocabulary has keeps the vocabulary's id, as in Hugging Face (which warns): the entry's
+  // own id made another token special, or lay past the tables sized below.
+  for (auto& t : config.added_tokens) t.id = m.vocab.emplace(t.content, t.id).first->second;
   int64_t size = 0;
   for (const auto& [token, id] : m.vocab) {
     // Tables are sized by the largest id: one far past any model's vocabulary (the largest hold ~256k)

@@ -368,12 +368,10 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
   config.unk_token = roles["unk_token"].content;
 
   for (const auto& [content, spec] : added) {
+    // A token the vocabulary has keeps its id there, whatever the entry says (as in Hugging Face).
     std::optional<int64_t> id = spec.id;
-    if (!id) {
-      const auto it = config.vocab.find(content);
-      if (it == config.vocab.end()) continue;  // a role token this vocabulary does not have
-      id = it->second;
-    }
+    if (const auto it = config.vocab.find(content); it != config.vocab.end()) id = it->second;
+    if (!id) continue;  // a role token this vocabulary does not have
     config.added_tokens.push_back({content, *id, spec.special, spec.lstrip, spec.rstrip, spec.single_word,
                                    spec.normalized.value_or(!spec.special)});
   }

@@ -274,6 +274,33 @@ void expect_same_ids_from_tokenizer_json(const fs::path& files_dir, const fs::pa
   }
 }
 
+// An added-token entry (tokenizer.json's added_tokens, added_tokens.json) giving a token the vocabulary already
+// has another id: Hugging Face keeps the vocabulary's (tokenizers 0.22, hf_reference.js: "low <mask>" is
+// 0 261 264 2 with <mask> given 7 or 100000, and 7 still decodes as the byte 0x03). Here the entry's id was
+// used: 7 made the byte 0x03 special (skipped in summaries) and <mask> encoded as 7; 100000 was written
+// into the special-token table 265 entries long (AddressSanitizer: heap-buffer-overflow).
+TEST(ByteLevelBpe, AnAddedTokenTheVocabularyHasKeepsTheVocabularysId) {
+  for (const int64_t given : {int64_t{7}, int64_t{100000}}) {
+    TempDir dir("bpe-added-vocab-id");
+    test::write_tiny_bpe_dir(dir.path() / "files");
+    auto tj = tokenizer_json_of(dir.path() / "files", false);
+    tj["added_tokens"] = {{{"id", 0}, {"content", "<s>"}, {"special", true}, {"normalized", false}},
+                          {{"id", 2}, {"content", "</s>"}, {"special", true}, {"normalized", false}},
+                          {{"id", given}, {"content", "<mask>"}, {"special", true}, {"lstrip", true}}};
+    test::write_file(dir.path() / "tokenizer.json", tj.dump());
+    test::write_tiny_bpe_dir(dir.path() / "slow");
+    test::write_file(dir.path() / "slow" / "added_tokens.json", nlohmann::json{{"<mask>", given}}.dump());
+    for (const auto& model_dir : {dir.path(), dir.path() / "slow"}) {
+      const auto tok = load_tokenizer(model_dir);
+      EXPECT_EQ(tok->vocab_size(), 265) << given;
+      EXPECT_EQ(tok->encode("low <mask>"), (TokenIds{0, 261, 264, 2})) << given;
+      EXPECT_TRUE(tok->is_special(264)) << given;
+      EXPECT_FALSE(tok->is_special(7)) << given;
+      EXPECT_EQ(tok->decode({0, 264, 4 + 3, 2}), "\x03") << given;
+    }
+  }
+}
+
 TEST(ByteLevelBpe, ReadsAFastTokenizerOnlyCheckpointFromTokenizerJson) {
   TempDir dir("bpe-tokenizer-json");
   test::write_tiny_bpe_dir(dir.path() / "files");
