@@ -1,5 +1,6 @@
 // `srformer init-model`: writes a randomly initialised SRformer BART/T5 directory with a real tokenizer
 // (T5: SentencePiece trained on a corpus; BART: byte-level BPE): the start of training, tests and the demo.
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -83,17 +84,47 @@ class RemovedUnlessKept {
   bool kept_ = false;
 };
 
-// True where the file holds a character other than white space: SentencePiece refuses a corpus without
-// one with an internal check ("!sentences_.empty()").
-bool holds_text(const std::filesystem::path& file) {
+// SentencePiece skips a line longer than its max_sentence_length (4192 bytes unless set) with a warning that
+// --minloglevel=2 hides: a corpus's long paragraphs (a split's documents are written a paragraph a line) were
+// left out of the tokenizer's training, unsaid. The limit is raised to the corpus's longest line, up to this
+// bound (a line's lattice in SentencePiece's EM grows with its length); longer lines are counted and named.
+constexpr size_t kMaxSentenceBytes = size_t{1} << 16;
+constexpr size_t kSentencePieceDefaultMaxSentence = 4192;
+
+// What SentencePiece is given to learn from, as it reads it: lines, their bytes without the newline.
+struct CorpusLines {
+  bool has_text = false;  // a character other than white space: SentencePiece refuses a corpus without one
+                          // with an internal check ("!sentences_.empty()")
+  size_t longest = 0;     // bytes of the longest line
+  int64_t too_long = 0;   // lines over kMaxSentenceBytes
+};
+
+// Read in blocks, not lines: a corpus of one huge line is not held in memory whole.
+CorpusLines scan_lines(const std::filesystem::path& file) {
+  CorpusLines lines;
+  size_t length = 0;  // of the line read so far
+  const auto end_line = [&] {
+    lines.longest = std::max(lines.longest, length);
+    if (length > kMaxSentenceBytes) ++lines.too_long;
+    length = 0;
+  };
   std::ifstream in(file, std::ios::binary);
-  for (char c; in.get(c);) {
-    if (!std::isspace(static_cast<unsigned char>(c))) return true;
+  std::vector<char> buffer(1 << 16);
+  while (in.read(buffer.data(), static_cast<std::streamsize>(buffer.size())) || in.gcount() > 0) {
+    for (auto c = buffer.data(), end = c + in.gcount(); c != end; ++c) {
+      if (*c == '\n') {
+        end_line();
+        continue;
+      }
+      ++length;
+      lines.has_text = lines.has_text || !std::isspace(static_cast<unsigned char>(*c));
+    }
   }
-  return false;
+  if (length > 0) end_line();
+  return lines;
 }
 
-// The corpus opens as a file, or an error saying why not: holds_text() reads an unopenable file as
+// The corpus opens as a file, or an error saying why not: scan_lines() reads an unopenable file as
 // empty, which said "only white space" of a missing file or a directory.
 void check_readable(const std::string& corpus) {
   std::error_code ec;
@@ -276,8 +307,8 @@ int run_init_model(const std::vector<std::string>& args) {
   std::filesystem::create_directories(out);
   RemovedUnlessKept made(out);
   // A pipe is read once: copied here first, so that what is read below (which kind of corpus it is, whether
-  // it holds text) and what SentencePiece learns from are the same bytes. holds_text() took the pipe's first
-  // line, and SentencePiece learnt from the rest.
+  // it holds text) and what SentencePiece learns from are the same bytes. The check for text took the pipe's
+  // first line, and SentencePiece learnt from the rest.
   std::filesystem::path source = corpus;
   if (!std::filesystem::is_regular_file(corpus)) {
     source = std::filesystem::path(out) / "corpus-input";
@@ -314,13 +345,21 @@ int run_init_model(const std::vector<std::string>& args) {
     }
     text.commit();
   }
-  if (!holds_text(text_corpus)) {
+  const auto lines = scan_lines(text_corpus);
+  if (!lines.has_text) {
     throw std::invalid_argument(corpus + " holds no text to train the tokenizer on (only white space)");
   }
+  if (lines.too_long > 0) {
+    std::cerr << "note: " << lines.too_long << " line(s) of the corpus are longer than " << kMaxSentenceBytes
+              << " bytes and left out of the tokenizer's training (SentencePiece takes a line as a sentence): "
+                 "break them into paragraphs to have them learnt\n";
+  }
+  const auto max_sentence = std::clamp(lines.longest, kSentencePieceDefaultMaxSentence, kMaxSentenceBytes);
   train_sentencepiece("--input=" + text_corpus.string() + " --model_prefix=" + out +
                       "/spiece --vocab_size=" + std::to_string(vocab.value_or(2000)) +
                       " --model_type=unigram --character_coverage=1.0 --pad_id=0 --eos_id=1 --unk_id=2 --bos_id=-1"
-                      " --hard_vocab_limit=false --minloglevel=2");
+                      " --hard_vocab_limit=false --max_sentence_length=" +
+                      std::to_string(max_sentence) + " --minloglevel=2");
   for (const auto& made_here : {source, text_corpus}) {
     if (made_here != corpus) std::filesystem::remove(made_here);
   }

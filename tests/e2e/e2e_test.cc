@@ -2661,6 +2661,45 @@ TEST_F(EndToEnd, InitModelReadsASplitByItsContentAlsoNamedJsonOrPiped) {
   EXPECT_FALSE(fs::exists(work_ / "bad_piped_model")) << r.out;
 }
 
+// SentencePiece skips a line longer than its max_sentence_length (4192 bytes by default), with a warning that
+// --minloglevel=2 hid: a split's long paragraph was left out of the tokenizer's training, its characters
+// unknown to it. Lines up to 64 KiB are now learnt, and longer ones counted in a note.
+TEST_F(EndToEnd, InitModelLearnsLongParagraphsAndNamesLinesTooLongToLearn) {
+  const auto split = work_ / "long_paragraph_split.jsonl";
+  std::string paragraph;
+  while (paragraph.size() < 3 * 4192) paragraph += "\xD0\xB6\xD1\x83\xD0\xBA ";  // "жук ", its only appearance
+  {
+    std::ofstream f(split);
+    for (int i = 0; i < 40; ++i) {
+      const std::string document = "the cat sat on the mat " + std::to_string(i) + (i == 7 ? "\n" + paragraph : "");
+      f << nlohmann::json{{"id", std::to_string(i)}, {"document", document}, {"summary", "a cat."}}.dump() << "\n";
+    }
+  }
+  const auto out = work_ / "long_paragraph_model";
+  auto r = run_command(kTool + " init-model --vocab 100 --corpus " + split.string() + " " + out.string() + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out.find("left out"), std::string::npos) << r.out;
+  const auto tokenizer = load_tokenizer(out);
+  bool learnt = false;
+  for (int64_t id = 0; id < tokenizer->vocab_size(); ++id) {
+    learnt = learnt || tokenizer->id_to_token(id).find("\xD0\xB6") != std::string::npos;
+  }
+  EXPECT_TRUE(learnt) << "the long paragraph's characters are not in the tokenizer";
+
+  // Past the bound: counted and named; the other lines are learnt.
+  const auto text = work_ / "too_long_line.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 40; ++i) f << "the cat sat on the mat " << i << "\n";
+    f << std::string(70000, 'x') << "\n";
+  }
+  r = run_command(kTool + " init-model --vocab 100 --corpus " + text.string() + " " +
+                  (work_ / "too_long_line_model").string() + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("note: 1 line(s) of the corpus are longer than 65536 bytes and left out"), std::string::npos)
+      << r.out;
+}
+
 // SentencePiece's own write of spiece.model is unchecked (a stream flushed when closed): cut short by a file
 // size limit (as by a full disk), init-model failed with the parser's "Internal: ...ParseFromArray..." and no
 // word of why. It now says which file SentencePiece did not write whole, and leaves no directory (and not the
