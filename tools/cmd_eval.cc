@@ -52,7 +52,7 @@ const char* kUsage =
     "       srformer eval --predictions PRED.jsonl DATA.jsonl [options]\n"
     "  DATA.jsonl: {\"id\", \"document\", \"summary\"} per line; PRED.jsonl: {\"id\", \"prediction\"} per line.\n"
     "  --split-name NAME   label in scores.json (default: DATA's file name without extension)\n"
-    "  --limit N           score only the first N examples of DATA\n"
+    "  --limit N           score only the first N examples of DATA (PRED's others are left out)\n"
     "  --out DIR           output directory for predictions.jsonl and scores.json; default, next to DATA:\n"
     "                      DATA-stem.MODEL.eval/ (MODEL: MODEL_DIR's name), or PRED-stem.eval/ next to PRED.\n"
     "                      A default directory holding another model's results is refused (pass --out);\n"
@@ -164,7 +164,10 @@ std::optional<Args> parse_args(const std::vector<std::string>& args) {
   return a;
 }
 
-std::vector<std::string> read_predictions(const std::string& path, const std::vector<Example>& data) {
+// The predictions of `data`'s examples, in its order; those of the examples past --limit (`past_limit`) are
+// left out unsaid: they were counted with ids not in the data, as if the predictions were of another split.
+std::vector<std::string> read_predictions(const std::string& path, const std::vector<Example>& data,
+                                          const std::vector<std::string>& past_limit) {
   std::map<std::string, std::string> by_id;
   std::map<std::string, std::string> where_of;
   for_each_jsonl(path, [&](const nlohmann::json& j, const std::string& where) {
@@ -190,6 +193,7 @@ std::vector<std::string> read_predictions(const std::string& path, const std::ve
     throw std::invalid_argument("'" + path + "' has no prediction for " + std::to_string(missing.size()) +
                                 " id(s) of the data: " + list);
   }
+  for (const auto& id : past_limit) by_id.erase(id);
   if (!by_id.empty()) std::cerr << "note: ignored " << by_id.size() << " prediction(s) whose id is not in the data\n";
   return out;
 }
@@ -414,7 +418,8 @@ int run_eval(const std::vector<std::string>& args) {
   const Args& a = *parsed;
   const auto started = Clock::now();
   const std::string data_path = a.positional.back();
-  const auto data = read_examples(data_path, a.limit);
+  std::vector<std::string> past_limit;  // ids of the examples after the first --limit
+  const auto data = read_examples(data_path, a.limit, &past_limit);
   // Checked before generating: a refusal after an hour of generation would waste it.
   const fs::path out = a.out_dir.empty() ? default_out_dir(a) : fs::path(a.out_dir);
   if (const auto other = other_results_in(out, a); !other.empty()) {
@@ -434,7 +439,7 @@ int run_eval(const std::vector<std::string>& args) {
     run = generate_all(a, a.positional.front(), data);
     predictions = run->predictions;
   } else {
-    predictions = read_predictions(a.predictions_path, data);
+    predictions = read_predictions(a.predictions_path, data, past_limit);
   }
 
   std::vector<std::string> references;

@@ -141,7 +141,8 @@ std::string id_field(const nlohmann::json& j, const std::string& where) {
   throw std::invalid_argument(where + ": field \"id\" must be a string or an integer, not " + got);
 }
 
-std::vector<Example> read_examples(const std::string& path, std::optional<int64_t> limit) {
+std::vector<Example> read_examples(const std::string& path, std::optional<int64_t> limit,
+                                   std::vector<std::string>* ids_past_limit) {
   std::vector<Example> out;
   std::map<std::string, std::string> seen;  // id -> where
   // An empty or blank text (or one with a NUL byte) was read as any other: eval summarized a document the
@@ -172,7 +173,12 @@ std::vector<Example> read_examples(const std::string& path, std::optional<int64_
   if (out.empty()) {
     throw std::invalid_argument("'" + path + "' has no examples (expected {\"id\", \"document\", \"summary\"} lines)");
   }
-  if (limit && static_cast<int64_t>(out.size()) > *limit) out.resize(static_cast<size_t>(*limit));
+  if (limit && static_cast<int64_t>(out.size()) > *limit) {
+    if (ids_past_limit != nullptr) {
+      for (auto it = out.begin() + *limit; it != out.end(); ++it) ids_past_limit->push_back(std::move(it->id));
+    }
+    out.resize(static_cast<size_t>(*limit));
+  }
   return out;
 }
 

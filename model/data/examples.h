@@ -30,6 +30,8 @@ std::string id_field(const nlohmann::json& j, const std::string& where);
 // Every example of `path` (ids must be unique), at most `limit` of them. Throws std::invalid_argument
 // for a missing file, bad lines, duplicate ids, an empty file, or documents or summaries (of the first
 // `limit`) that are empty, blank or hold a NUL byte (find_document_fault: what the server refuses).
-std::vector<Example> read_examples(const std::string& path, std::optional<int64_t> limit = std::nullopt);
+// `ids_past_limit`, when given, gets the ids of the examples after the first `limit` (a pipe is read once).
+std::vector<Example> read_examples(const std::string& path, std::optional<int64_t> limit = std::nullopt,
+                                   std::vector<std::string>* ids_past_limit = nullptr);
 
 }  // namespace srformer::data

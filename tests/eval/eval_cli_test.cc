@@ -131,10 +131,23 @@ TEST_F(EvalPredictionsTest, KnownScoresAndOutputFiles) {
 }
 
 TEST_F(EvalPredictionsTest, DefaultOutputDirIsNextToPredictions) {
-  const auto r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string(), "--limit", "2"});
+  const auto r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(read_jsonl(dir_.path() / "pred.eval" / "predictions.jsonl").size(), 3u);
+}
+
+// The predictions of the examples past --limit are not scored, and not counted as of ids "not in the data"
+// (which they are): that note is for predictions of another split.
+TEST_F(EvalPredictionsTest, PredictionsPastTheLimitAreLeftOutUnsaid) {
+  auto r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string(), "--limit", "2"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(read_jsonl(dir_.path() / "pred.eval" / "predictions.jsonl").size(), 2u);
-  EXPECT_NE(r.err.find("ignored 1 prediction"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("ignored"), std::string::npos) << r.err;
+  // A prediction of an id the data does not hold is still named.
+  std::ofstream(pred_, std::ios::app) << json{{"id", "stray"}, {"prediction", "x"}}.dump() << "\n";
+  r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string(), "--limit", "2"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("note: ignored 1 prediction(s) whose id is not in the data"), std::string::npos) << r.err;
 }
 
 // --seed takes summarize's and convert's range, the whole uint64.
