@@ -51,7 +51,8 @@ const char* kUsage =
     "usage: srformer eval MODEL_DIR DATA.jsonl [options]\n"
     "       srformer eval --predictions PRED.jsonl DATA.jsonl [options]\n"
     "  DATA.jsonl: {\"id\", \"document\", \"summary\"} per line; PRED.jsonl: {\"id\", \"prediction\"} per line.\n"
-    "  --split-name NAME   label in scores.json (default: DATA's file name without extension)\n"
+    "  --split-name NAME   label in scores.json (default: DATA's file name without extension; \"pipe\" for\n"
+    "                      a pipe such as <(zcat test.jsonl.gz), which needs --out DIR in model mode)\n"
     "  --limit N           score only the first N examples of DATA (PRED's others are left out)\n"
     "  --out DIR           output directory for predictions.jsonl and scores.json; default, next to DATA:\n"
     "                      DATA-stem.MODEL.eval/ (MODEL: MODEL_DIR's name), or PRED-stem.eval/ next to PRED.\n"
@@ -307,10 +308,26 @@ std::string model_dir_name(const fs::path& dir) {
   return name.empty() ? "model" : name;
 }
 
+// Whether `path` is a pipe (or a device) rather than a file, whose name labels the split and places the results:
+// the name of `<(zcat test.jsonl.gz)` or /dev/stdin says neither. DATA was labelled "63" (/dev/fd/63) and its
+// results went to /dev/fd/63.MODEL.eval, which cannot be made, or beside /dev/stdin into /dev.
+bool is_a_pipe(const std::string& path) {
+  std::error_code ec;
+  const auto type = fs::status(path, ec).type();
+  return !ec && type != fs::file_type::regular && type != fs::file_type::directory;
+}
+
 // Per model, so that evaluating a second model on the same split does not replace the first one's results
 // (DATA.eval/ was shared by all); predictions files are their own source already.
 fs::path default_out_dir(const Args& a) {
-  if (!a.predictions_path.empty()) {
+  const bool model_mode = a.predictions_path.empty();
+  if (const auto& beside = model_mode ? a.positional.back() : a.predictions_path; is_a_pipe(beside)) {
+    throw std::invalid_argument((model_mode ? "DATA '" : "PRED '") + beside +
+                                "' is a pipe, not a file: the results have no default place beside it; pass "
+                                "--out DIR" +
+                                (model_mode ? " (and --split-name NAME to label them)" : ""));
+  }
+  if (!model_mode) {
     const fs::path pred(a.predictions_path);
     return pred.parent_path() / (pred.stem().string() + ".eval");
   }
@@ -418,7 +435,8 @@ int run_eval(const std::vector<std::string>& args) {
   const Args& a = *parsed;
   const auto started = Clock::now();
   const std::string data_path = a.positional.back();
-  std::vector<std::string> past_limit;  // ids of the examples after the first --limit
+  const bool data_piped = is_a_pipe(data_path);  // before it is read
+  std::vector<std::string> past_limit;           // ids of the examples after the first --limit
   const auto data = read_examples(data_path, a.limit, &past_limit);
   // Checked before generating: a refusal after an hour of generation would waste it.
   const fs::path out = a.out_dir.empty() ? default_out_dir(a) : fs::path(a.out_dir);
@@ -456,7 +474,7 @@ int run_eval(const std::vector<std::string>& args) {
   }
 
   nlohmann::json scores;
-  scores["split"] = a.split_name.empty() ? fs::path(data_path).stem().string() : a.split_name;
+  scores["split"] = !a.split_name.empty() ? a.split_name : data_piped ? "pipe" : fs::path(data_path).stem().string();
   scores["data"] = data_path;
   scores["n"] = data.size();
   if (run) {

@@ -150,6 +150,35 @@ TEST_F(EvalPredictionsTest, PredictionsPastTheLimitAreLeftOutUnsaid) {
   EXPECT_NE(r.err.find("note: ignored 1 prediction(s) whose id is not in the data"), std::string::npos) << r.err;
 }
 
+// A DATA piped in (`<(zcat test.jsonl.gz)`, /dev/stdin) has a name that says nothing of the split: it was
+// labelled "63" (/dev/fd/63), and the results' default place beside it could not be made (/dev/fd/63.M.eval),
+// or was made in /dev (/dev/stdin.M.eval, as root). It is labelled "pipe", and a default place beside a
+// pipe, DATA's or PRED's, is refused before anything is read or generated, saying to pass --out.
+TEST_F(EvalPredictionsTest, APipeIsLabelledPipeAndGetsNoDefaultOutputDir) {
+  const auto piped = [](const fs::path& file) { return "cat '" + file.string() + "' | "; };
+  auto r = run_eval(dir_.path(), {"--predictions", pred_.string(), "/dev/stdin"}, piped(data_));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(slurp(dir_.path() / "pred.eval" / "scores.json"))["split"], "pipe");
+  EXPECT_NE(r.out.find("split pipe, n = 3"), std::string::npos) << r.out;
+
+  r = run_eval(dir_.path(), {(dir_.path() / "model").string(), "/dev/stdin"}, piped(data_));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("DATA '/dev/stdin' is a pipe, not a file: the results have no default place beside it; "
+                       "pass --out DIR (and --split-name NAME to label them)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists("/dev/stdin.model.eval"));
+
+  r = run_eval(dir_.path(), {"--predictions", "/dev/stdin", data_.string()}, piped(pred_));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("PRED '/dev/stdin' is a pipe, not a file"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists("/dev/stdin.eval"));
+  const auto out = dir_.path() / "piped.eval";
+  r = run_eval(dir_.path(), {"--predictions", "/dev/stdin", data_.string(), "--out", out.string()}, piped(pred_));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(slurp(out / "scores.json"))["split"], "data");
+}
+
 // --seed takes summarize's and convert's range, the whole uint64.
 TEST_F(EvalPredictionsTest, SeedTakesTheWholeUnsignedRange) {
   const auto r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string(), "--bootstrap", "100000",
