@@ -9,6 +9,7 @@
 #include "model/bart.h"
 #include "model/io/atomic_file.h"
 #include "model/io/checkpoint.h"
+#include "model/io/model_files.h"
 #include "model/io/safetensors.h"
 #include "model/kernels/bf16_linear.h"
 #include "model/seq2seq.h"
@@ -91,6 +92,18 @@ std::unique_ptr<Seq2SeqModel> load_model(const std::filesystem::path& dir, const
 
 namespace srformer {
 
+const std::vector<std::string>& model_side_files() {
+  static const std::vector<std::string> files = {"spiece.model",
+                                                 "vocab.json",
+                                                 "merges.txt",
+                                                 "tokenizer.json",
+                                                 "tokenizer_config.json",
+                                                 "special_tokens_map.json",
+                                                 "added_tokens.json",
+                                                 "generation_config.json"};
+  return files;
+}
+
 void save_model(const Seq2SeqModel& model, const std::filesystem::path& dir, const std::filesystem::path& source_dir,
                 torch::ScalarType storage) {
   namespace fs = std::filesystem;
@@ -115,8 +128,7 @@ void save_model(const Seq2SeqModel& model, const std::filesystem::path& dir, con
   if (!source_dir.empty() && !fs::equivalent(source_dir, dir, ec)) {
     // The source's tokenizer and generation defaults, and none of an earlier model's that the source
     // lacks (a stale generation_config.json would cap every summary at its max_new_tokens).
-    for (const char* f : {"spiece.model", "vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json",
-                          "special_tokens_map.json", "added_tokens.json", "generation_config.json"}) {
+    for (const auto& f : model_side_files()) {
       if (fs::exists(source_dir / f)) {
         copy_file_atomically(source_dir / f, dir / f);  // a server reloading `dir` never reads half a file
       } else if (fs::exists(dir / f)) {

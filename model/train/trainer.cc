@@ -29,7 +29,9 @@
 #include "model/eval/rouge.h"
 #include "model/generation/generate.h"
 #include "model/io/atomic_file.h"
+#include "model/io/checkpoint.h"
 #include "model/io/json_file.h"
+#include "model/io/model_files.h"
 #include "model/limits.h"
 #include "model/seq2seq.h"
 #include "model/train/batch_plan.h"
@@ -47,6 +49,7 @@ using Params = std::vector<std::pair<std::string, torch::Tensor>>;
 constexpr const char* kCheckpointPrefix = "checkpoint-";
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kStagedModel = "model.tmp";  // the final model, before it is moved into --out
 constexpr const char* kLogFile = "train_log.jsonl";
 
 void check(bool ok, const std::string& message) {
@@ -586,8 +589,7 @@ class Run {
     }
     end_line();
     check_weights_finite(o_.steps);
-    save_model(*model_, o_.out_dir, files_from_);
-    set_generation_defaults(o_.out_dir, o_.max_target_tokens);
+    save_final_model();
     result.steps = o_.steps;
     result.seconds = std::chrono::duration<double>(Clock::now() - started).count();
     result.skipped_updates = skipped_;
@@ -863,6 +865,43 @@ class Run {
       fs::remove_all(all.front().second);
       all.erase(all.begin());
     }
+  }
+
+  // The trained model into --out whole: written and given its generation defaults in a directory beside
+  // (synced, as a checkpoint), then moved in with config.json last, an earlier one removed first, so that
+  // --out holds a config.json only with the weights and tokenizer it goes with. Saved in place, config.json
+  // was written before the tokenizer's files and given the trained length after them: a run killed in
+  // between (or a failed write) left a model directory without a tokenizer, or with the starting model's
+  // expected length.
+  void save_final_model() {
+    const auto staged = o_.out_dir / kStagedModel;
+    fs::remove_all(staged);  // an earlier run's, killed while saving
+    try {
+      save_model(*model_, staged, files_from_);
+      set_generation_defaults(staged, o_.max_target_tokens);
+      std::vector<fs::path> files;
+      for (const auto& entry : fs::directory_iterator(staged)) {
+        sync_path(entry.path());
+        if (entry.path().filename() != "config.json") files.push_back(entry.path().filename());
+      }
+      sync_path(staged);
+      fs::remove(o_.out_dir / "config.json");
+      sync_path(o_.out_dir);
+      for (const auto& f : files) fs::rename(staged / f, o_.out_dir / f);
+      // An earlier model's files that this one lacks, as save_model removes them.
+      remove_other_weight_files(o_.out_dir);
+      for (const auto& f : model_side_files()) {
+        if (std::find(files.begin(), files.end(), fs::path(f)) == files.end()) fs::remove(o_.out_dir / f);
+      }
+      fs::rename(staged / "config.json", o_.out_dir / "config.json");
+      sync_path(o_.out_dir);
+    } catch (...) {
+      std::error_code ec;
+      fs::remove_all(staged, ec);  // a model-sized directory no run would read
+      throw;
+    }
+    std::error_code ec;
+    fs::remove(staged, ec);  // emptied by the moves
   }
 
   // Validates the model after update `done`, logs and prints the figures (the result's for the `last`

@@ -566,6 +566,35 @@ TEST_F(Fixture, AnotherModelInOutIsNotReplaced) {
   EXPECT_EQ(train(notes, console).steps, 12);
 }
 
+// The trained model goes into --out whole or not at all. It was saved in place: config.json before the
+// tokenizer's files, and the trained length written into it after them, so that a run stopped in between
+// (killed; here a spiece.model that --out cannot take, a directory in its place) left a config.json beside
+// the weights, without a tokenizer and with the starting model's expected length.
+TEST_F(Fixture, TheFinalModelIsMovedIntoOutWholeWithItsConfigLast) {
+  std::ostringstream console;
+  auto o = options("final-whole");
+  o.steps = 2;
+  fs::create_directories(o.out_dir / "spiece.model" / "in-the-way");
+  EXPECT_ANY_THROW(train(o, console));
+  EXPECT_FALSE(fs::exists(o.out_dir / "config.json"));  // no model directory
+  EXPECT_FALSE(fs::exists(o.out_dir / "model.tmp"));
+  EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-2" / "trainer_state.json"));
+
+  // Once it can be: the whole model, with the trained length; a model.tmp left by a run killed while saving
+  // goes.
+  fs::remove_all(o.out_dir / "spiece.model");
+  fs::create_directories(o.out_dir / "model.tmp");
+  std::ofstream(o.out_dir / "model.tmp" / "model.safetensors") << "cut short";
+  o.resume = true;
+  EXPECT_EQ(train(o, console).updates, 0);
+  const auto c = ModelConfig::load(o.out_dir / "config.json");
+  EXPECT_EQ(c.srformer.expected_length, o.max_target_tokens);
+  EXPECT_EQ(model_generation_defaults(c).max_new_tokens, o.max_target_tokens);
+  EXPECT_NO_THROW(load_tokenizer(o.out_dir));
+  EXPECT_NO_THROW(load_model(o.out_dir));
+  EXPECT_FALSE(fs::exists(o.out_dir / "model.tmp"));
+}
+
 // A resumed run that saves --keep checkpoints or more rotates away the one it resumed from: every later
 // checkpoint, and the final model, still carries the tokenizer (they took it from that removed directory,
 // and the model could be neither used nor resumed), and the run resumes again.
