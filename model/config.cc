@@ -239,6 +239,8 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
     new_tokens.min = true;
   }
   if (auto v = count("num_beams")) c.num_beams = v;
+  if (auto v = count("num_beam_groups")) c.num_beam_groups = v;
+  if (auto v = opt<double>(j, "diversity_penalty")) c.diversity_penalty = v;
   if (auto v = opt<double>(j, "length_penalty")) c.length_penalty = v;
   if (const auto it = j.find("early_stopping"); it != j.end() && !it->is_null()) {
     c.early_stopping = early_stopping_from_json(*it, std::string(kConfigFile));
@@ -366,10 +368,10 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
   // (null: any value but null changes it). penalty_alpha 0 is no contrastive search, guidance_scale 1 no
   // guidance.
   static const std::pair<const char*, nlohmann::json> kUnsupported[] = {
-      {"num_beam_groups", 1},       {"diversity_penalty", 0.0},       {"penalty_alpha", 0.0},
-      {"force_words_ids", nullptr}, {"constraints", nullptr},         {"guidance_scale", 1.0},
-      {"max_time", nullptr},        {"renormalize_logits", false},    {"stop_strings", nullptr},
-      {"top_h", nullptr},           {"watermarking_config", nullptr}, {"dola_layers", nullptr},
+      {"penalty_alpha", 0.0},    {"force_words_ids", nullptr}, {"constraints", nullptr},
+      {"guidance_scale", 1.0},   {"max_time", nullptr},        {"renormalize_logits", false},
+      {"stop_strings", nullptr}, {"top_h", nullptr},           {"watermarking_config", nullptr},
+      {"dola_layers", nullptr},
   };
   for (const auto& [key, neutral] : kUnsupported) {
     const auto it = j.find(key);

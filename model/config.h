@@ -126,6 +126,8 @@ struct ModelConfig {
   std::optional<int64_t> max_length;
   std::optional<int64_t> min_length;
   std::optional<int64_t> num_beams;
+  std::optional<int64_t> num_beam_groups;
+  std::optional<double> diversity_penalty;
   std::optional<double> length_penalty;
   std::optional<EarlyStopping> early_stopping;
   std::optional<int64_t> no_repeat_ngram_size;
@@ -152,7 +154,7 @@ struct ModelConfig {
   std::vector<std::pair<int64_t, std::optional<int64_t>>> forced_decoder_ids;
   std::optional<int64_t> num_return_sequences;
   // Generation settings the checkpoint sets that this library does not implement and that would change
-  // what Hugging Face generates (group beam search, typical sampling, bad words, ...), as "key=value":
+  // what Hugging Face generates (constrained beam search, contrastive search, ...), as "key=value":
   // callers warn that generation goes on without them.
   std::vector<std::string> unsupported_generation;
   // Put before each document: task_specific_params.summarization.prefix (T5's "summarize: ") where the task

@@ -507,6 +507,8 @@ void bench_generate(const BenchOptions& o) {
       for (const int64_t B : o.batches) {
         GenerationOptions g = model_generation_defaults(c);
         g.num_beams = beams;
+        g.num_beam_groups = 1;  // plain beam search, whatever groups the checkpoint's beams have
+        g.diversity_penalty = 0.0;
         g.num_return_sequences = 1;
         g.do_sample = false;
         g.max_new_tokens = g.min_new_tokens = o.steps;

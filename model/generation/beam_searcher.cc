@@ -34,95 +34,76 @@ bool holds_nan(const torch::Tensor& t) {
   return nan;
 }
 
+// `options`, once validate() passed them (the members after it divide by num_beam_groups).
+const GenerationOptions& validated(const GenerationOptions& options) {
+  validate(options);
+  return options;
+}
+
 }  // namespace
 
 BeamSearcher::BeamSearcher(const GenerationOptions& options)
-    : options_(options),
-      beams_(static_cast<size_t>(options.num_beams), TokenHistory{options.decoder_start_token_id}),
-      beam_scores_(static_cast<size_t>(options.num_beams), -1e9f),
-      beam_logprobs_(static_cast<size_t>(options.num_beams)),
+    : options_(validated(options)),
+      sequence_bias_(options_.sequence_bias),
+      group_size_(options.num_beams / beam_groups(options)),
+      groups_(static_cast<size_t>(beam_groups(options))),
+      rows_(options.num_beams),
       rng_(options.seed) {
-  validate(options_);
-  sequence_bias_ = SequenceBias(options_.sequence_bias);
-  // Only the first beam is live at the start; the others cannot win a top-k slot from it.
-  beam_scores_[0] = 0.0f;
+  for (auto& group : groups_) {
+    group.beams.assign(static_cast<size_t>(group_size_), TokenHistory{options_.decoder_start_token_id});
+    // Only each group's first beam is live at the start; the others cannot win a top-k slot from it.
+    group.beam_scores.assign(static_cast<size_t>(group_size_), -1e9f);
+    group.beam_scores[0] = 0.0f;
+    group.beam_logprobs.resize(static_cast<size_t>(group_size_));
+  }
 }
 
 SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
   if (done_) throw std::logic_error("Searcher::advance called after the search finished");
-  const int64_t num_beams = options_.num_beams;
-  const int64_t vocab = logits.defined() && logits.dim() == 2 ? logits.size(1) : 0;
-  // max(2, 1 + EOS ids) candidates per beam, as Hugging Face takes with a list of EOS ids: the beams' EOS
-  // candidates cannot crowd out every continuation.
-  const auto per_beam = 2 + static_cast<int64_t>(options_.extra_eos_token_ids.size());
-  const int64_t candidates = std::min(per_beam * num_beams, num_beams * vocab);
-  auto top = options_.do_sample ? std::vector<kernels::BeamCandidate>{} : candidates_in_place(logits, candidates);
-  if (top.empty()) {
-    const auto copied = scores_from_logits(logits, num_beams, options_, logits_);
-    if (!scores_.defined() || scores_.sizes() != copied.sizes()) scores_ = torch::empty_like(copied);
-    const auto& scores = at::log_softmax_out(scores_, copied, -1);
-    // HF applies the processors to the log-probabilities here (unlike greedy search and sampling).
-    // The in-place pass refuses NaN and lands here: a NaN would rank anywhere, and its beams score NaN.
-    if (holds_nan(scores)) throw std::runtime_error(non_finite_logits_message(steps_));
-    process_logits(options_, sequence_bias_, beams_, scores);
-    if (options_.do_sample) warp_logits(options_, scores, candidates);
-    // The totals go where the copy of the logits was: `scores` keeps the tokens' own log-probabilities,
-    // which HF reports as their transition scores.
-    const auto& totals =
-        at::add_out(logits_, scores, torch::from_blob(beam_scores_.data(), {num_beams, 1}, torch::kFloat32));
-    top = options_.do_sample
-              ? sample_candidates(totals, scores, candidates)
-              : top_candidates(totals.data_ptr<float>(), scores.data_ptr<float>(), num_beams * vocab, candidates);
+  if (!logits.defined() || logits.dim() != 2 || logits.size(0) != rows_) {
+    throw std::invalid_argument("BeamSearcher::advance expects logits [" + std::to_string(rows_) + ", vocab]");
   }
-
-  const auto cur_len = static_cast<int64_t>(beams_.front().size());
-  std::vector<TokenHistory> next_beams;
-  std::vector<std::vector<float>> next_logprobs;
-  std::vector<float> next_scores;
-  std::vector<int64_t> next_tokens, parents;
-  // Fewer than `candidates` only where the vocabulary holds fewer.
-  for (int64_t rank = 0; rank < static_cast<int64_t>(top.size()) && static_cast<int64_t>(next_beams.size()) < num_beams;
-       ++rank) {
-    const auto [score, index, logprob] = top[static_cast<size_t>(rank)];
-    const int64_t parent = index / vocab;
-    const int64_t token = index % vocab;
-    auto logprobs = beam_logprobs_[static_cast<size_t>(parent)];
-    logprobs.push_back(logprob);
-    if (is_eos(options_, token)) {
-      // An EOS candidate outside the first num_beams ranks is dropped, not finished.
-      if (rank < num_beams) {
-        add_hypothesis(beams_[static_cast<size_t>(parent)], score, std::move(logprobs), FinishReason::kEos, token);
-      }
+  // The rows of the groups still running after the step, and of every group that stepped (where the search
+  // ends here, its step names them all, as without groups).
+  std::vector<int64_t> parents, tokens, stepped_parents, stepped_tokens;
+  // HF's current_tokens: what the groups before the one stepping chose at this step (a done group the pad token).
+  std::vector<int64_t> earlier;
+  int64_t row = 0;  // the first of the group's rows in `logits`
+  for (auto& group : groups_) {
+    if (group.done) {
+      earlier.insert(earlier.end(), static_cast<size_t>(group_size_), options_.pad_token_id);
       continue;
     }
-    next_beams.push_back(beams_[static_cast<size_t>(parent)]);
-    next_beams.back().push_back(token);
-    next_logprobs.push_back(std::move(logprobs));
-    next_scores.push_back(score);
-    next_tokens.push_back(token);
-    parents.push_back(parent);
+    std::vector<int64_t> group_parents, group_tokens;
+    advance_group(group, logits.narrow(0, row, group_size_), earlier, group_parents, group_tokens);
+    for (int64_t& parent : group_parents) parent += row;
+    earlier.insert(earlier.end(), group_tokens.begin(), group_tokens.end());
+    if (!group.done) {  // a group done now leaves the batch
+      parents.insert(parents.end(), group_parents.begin(), group_parents.end());
+      tokens.insert(tokens.end(), group_tokens.begin(), group_tokens.end());
+    }
+    stepped_parents.insert(stepped_parents.end(), group_parents.begin(), group_parents.end());
+    stepped_tokens.insert(stepped_tokens.end(), group_tokens.begin(), group_tokens.end());
+    row += group_size_;
   }
-  if (static_cast<int64_t>(next_beams.size()) < num_beams) {
-    throw std::runtime_error("beam search found fewer than num_beams=" + std::to_string(num_beams) +
-                             " continuations that are not EOS; the vocabulary (" + std::to_string(vocab) +
-                             " tokens) is too small for this many beams");
-  }
-  done_ = hypotheses_done(top.front().score, cur_len);
-  beams_ = std::move(next_beams);
-  beam_logprobs_ = std::move(next_logprobs);
-  beam_scores_ = std::move(next_scores);
   ++steps_;
+  done_ = std::all_of(groups_.begin(), groups_.end(), [](const Group& g) { return g.done; });
   if (!done_ && steps_ >= options_.max_new_tokens) {
-    // BeamSearchScorer.finalize: the running beams compete with the finished hypotheses.
-    for (size_t b = 0; b < beams_.size(); ++b) {
-      add_hypothesis(beams_[b], beam_scores_[b], beam_logprobs_[b], FinishReason::kLength);
+    // BeamSearchScorer.finalize: the running beams of each group not done compete with its finished hypotheses.
+    for (auto& group : groups_) {
+      if (group.done) continue;
+      for (size_t b = 0; b < group.beams.size(); ++b) {
+        add_hypothesis(group, group.beams[b], group.beam_scores[b], group.beam_logprobs[b], FinishReason::kLength);
+      }
+      group.done = true;
     }
     done_ = true;
   }
+  if (!done_) rows_ = static_cast<int64_t>(parents.size());
 
   SearchStep step;
-  step.next_tokens = torch::tensor(next_tokens, torch::kInt64);
-  step.parent_rows = torch::tensor(parents, torch::kInt64);
+  step.next_tokens = torch::tensor(done_ ? stepped_tokens : tokens, torch::kInt64);
+  step.parent_rows = torch::tensor(done_ ? stepped_parents : parents, torch::kInt64);
   step.done = done_;
   if (done_) {
     auto best = results().front();
@@ -132,18 +113,87 @@ SearchStep BeamSearcher::advance(const torch::Tensor& logits) {
   return step;
 }
 
-std::vector<kernels::BeamCandidate> BeamSearcher::candidates_in_place(const torch::Tensor& logits,
+void BeamSearcher::advance_group(Group& group, const torch::Tensor& logits, const std::vector<int64_t>& earlier,
+                                 std::vector<int64_t>& parents, std::vector<int64_t>& tokens) {
+  const int64_t num_beams = group_size_;
+  const int64_t vocab = logits.size(1);
+  // max(2, 1 + EOS ids) candidates per beam, as Hugging Face takes with a list of EOS ids: the beams' EOS
+  // candidates cannot crowd out every continuation.
+  const auto per_beam = 2 + static_cast<int64_t>(options_.extra_eos_token_ids.size());
+  const int64_t candidates = std::min(per_beam * num_beams, num_beams * vocab);
+  // The diversity penalty changes scores: the kernels do not apply it.
+  const bool penalised = options_.diversity_penalty > 0.0 && !earlier.empty();
+  auto top = options_.do_sample || penalised ? std::vector<kernels::BeamCandidate>{}
+                                             : candidates_in_place(group, logits, candidates);
+  if (top.empty()) {
+    const auto copied = scores_from_logits(logits, num_beams, options_, logits_);
+    if (!scores_.defined() || scores_.sizes() != copied.sizes()) scores_ = torch::empty_like(copied);
+    const auto& scores = at::log_softmax_out(scores_, copied, -1);
+    // HF applies the processors to the log-probabilities here (unlike greedy search and sampling).
+    // The in-place pass refuses NaN and lands here: a NaN would rank anywhere, and its beams score NaN.
+    if (holds_nan(scores)) throw std::runtime_error(non_finite_logits_message(steps_));
+    process_logits(options_, sequence_bias_, group.beams, scores, VocabLimit::kApply, earlier);
+    if (options_.do_sample) warp_logits(options_, scores, candidates);
+    // The totals go where the copy of the logits was: `scores` keeps the tokens' own log-probabilities,
+    // which HF reports as their transition scores.
+    const auto& totals =
+        at::add_out(logits_, scores, torch::from_blob(group.beam_scores.data(), {num_beams, 1}, torch::kFloat32));
+    top = options_.do_sample
+              ? sample_candidates(totals, scores, candidates)
+              : top_candidates(totals.data_ptr<float>(), scores.data_ptr<float>(), num_beams * vocab, candidates);
+  }
+
+  const auto cur_len = static_cast<int64_t>(group.beams.front().size());
+  std::vector<TokenHistory> next_beams;
+  std::vector<std::vector<float>> next_logprobs;
+  std::vector<float> next_scores;
+  // Fewer than `candidates` only where the vocabulary holds fewer.
+  for (int64_t rank = 0; rank < static_cast<int64_t>(top.size()) && static_cast<int64_t>(next_beams.size()) < num_beams;
+       ++rank) {
+    const auto [score, index, logprob] = top[static_cast<size_t>(rank)];
+    const int64_t parent = index / vocab;
+    const int64_t token = index % vocab;
+    auto logprobs = group.beam_logprobs[static_cast<size_t>(parent)];
+    logprobs.push_back(logprob);
+    if (is_eos(options_, token)) {
+      // An EOS candidate outside the first num_beams ranks is dropped, not finished.
+      if (rank < num_beams) {
+        add_hypothesis(group, group.beams[static_cast<size_t>(parent)], score, std::move(logprobs), FinishReason::kEos,
+                       token);
+      }
+      continue;
+    }
+    next_beams.push_back(group.beams[static_cast<size_t>(parent)]);
+    next_beams.back().push_back(token);
+    next_logprobs.push_back(std::move(logprobs));
+    next_scores.push_back(score);
+    tokens.push_back(token);
+    parents.push_back(parent);
+  }
+  if (static_cast<int64_t>(next_beams.size()) < num_beams) {
+    const std::string beams = groups_.size() > 1 ? "num_beams / num_beam_groups=" + std::to_string(num_beams)
+                                                 : "num_beams=" + std::to_string(num_beams);
+    throw std::runtime_error("beam search found fewer than " + beams + " continuations that are not EOS; the " +
+                             "vocabulary (" + std::to_string(vocab) + " tokens) is too small for this many beams");
+  }
+  group.done = hypotheses_done(group, top.front().score, cur_len);
+  group.beams = std::move(next_beams);
+  group.beam_logprobs = std::move(next_logprobs);
+  group.beam_scores = std::move(next_scores);
+}
+
+std::vector<kernels::BeamCandidate> BeamSearcher::candidates_in_place(const Group& group, const torch::Tensor& logits,
                                                                       int64_t count) const {
-  const int64_t num_beams = options_.num_beams;
+  const int64_t num_beams = group_size_;
   if (!kernels_read_in_place(logits, num_beams)) return {};
   const int64_t vocab = logits.size(1);
   kernels::BeamRows rows;
   rows.x = logits.data_ptr<float>();
   rows.rows = num_beams;
   rows.n = vocab;
-  rows.beam_scores = beam_scores_.data();
+  rows.beam_scores = group.beam_scores.data();
   rows.limit = token_limit(options_, vocab);
-  for (const auto& beam : beams_) {
+  for (const auto& beam : group.beams) {
     auto excluded = excluded_tokens(options_, beam, vocab);
     if (!excluded) return {};
     rows.excluded.push_back(std::move(*excluded));
@@ -205,29 +255,30 @@ std::vector<kernels::BeamCandidate> BeamSearcher::sample_candidates(const torch:
   return drawn;
 }
 
-void BeamSearcher::add_hypothesis(const TokenHistory& tokens, float sum_logprobs, std::vector<float> logprobs,
-                                  FinishReason reason, int64_t eos) {
+void BeamSearcher::add_hypothesis(Group& group, const TokenHistory& tokens, float sum_logprobs,
+                                  std::vector<float> logprobs, FinishReason reason, int64_t eos) const {
   const double score =
       static_cast<double>(sum_logprobs) / std::pow(static_cast<double>(tokens.size()), options_.length_penalty);
-  if (static_cast<int64_t>(finished_.size()) < options_.num_beams || score > worst_score_) {
-    finished_.push_back({score, tokens, std::move(logprobs), reason, eos});
-    if (static_cast<int64_t>(finished_.size()) > options_.num_beams) {
+  auto& finished = group.finished;
+  if (static_cast<int64_t>(finished.size()) < group_size_ || score > group.worst_score) {
+    finished.push_back({score, tokens, std::move(logprobs), reason, eos});
+    if (static_cast<int64_t>(finished.size()) > group_size_) {
       // Drop the worst (the earliest among equals); the worst score becomes the second worst's.
-      std::vector<size_t> order(finished_.size());
+      std::vector<size_t> order(finished.size());
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-      std::sort(order.begin(), order.end(), [this](size_t a, size_t b) {
-        return finished_[a].score != finished_[b].score ? finished_[a].score < finished_[b].score : a < b;
+      std::sort(order.begin(), order.end(), [&finished](size_t a, size_t b) {
+        return finished[a].score != finished[b].score ? finished[a].score < finished[b].score : a < b;
       });
-      worst_score_ = finished_[order[1]].score;
-      finished_.erase(finished_.begin() + static_cast<std::ptrdiff_t>(order[0]));
+      group.worst_score = finished[order[1]].score;
+      finished.erase(finished.begin() + static_cast<std::ptrdiff_t>(order[0]));
     } else {
-      worst_score_ = std::min(score, worst_score_);
+      group.worst_score = std::min(score, group.worst_score);
     }
   }
 }
 
-bool BeamSearcher::hypotheses_done(float best_sum_logprobs, int64_t cur_len) const {
-  if (static_cast<int64_t>(finished_.size()) < options_.num_beams) return false;
+bool BeamSearcher::hypotheses_done(const Group& group, float best_sum_logprobs, int64_t cur_len) const {
+  if (static_cast<int64_t>(group.finished.size()) < group_size_) return false;
   if (options_.early_stopping == EarlyStopping::kWhenFull) return true;
   // The best running beam's score were it to end now (the heuristic), or, "never" with length_penalty > 0,
   // at the longest length a hypothesis reaches: the decoder start and max_new_tokens tokens, as the search's
@@ -235,14 +286,17 @@ bool BeamSearcher::hypotheses_done(float best_sum_logprobs, int64_t cur_len) con
   const bool longest = options_.early_stopping == EarlyStopping::kNever && options_.length_penalty > 0.0;
   const double length = static_cast<double>(longest ? options_.max_new_tokens + 1 : cur_len);
   const double best_possible = static_cast<double>(best_sum_logprobs) / std::pow(length, options_.length_penalty);
-  return worst_score_ >= best_possible;
+  return group.worst_score >= best_possible;
 }
 
 std::vector<Hypothesis> BeamSearcher::results() const {
   if (!done_) return {};
-  // HF sorts ascending (stable) and pops from the end: among equal scores the later one wins.
+  // HF sorts every group's hypotheses, group after group, ascending (stable) and pops from the end: among
+  // equal scores the later one wins.
   std::vector<const Finished*> sorted;
-  for (const auto& f : finished_) sorted.push_back(&f);
+  for (const auto& group : groups_) {
+    for (const auto& f : group.finished) sorted.push_back(&f);
+  }
   std::stable_sort(sorted.begin(), sorted.end(),
                    [](const Finished* a, const Finished* b) { return a->score < b->score; });
   std::vector<Hypothesis> out;

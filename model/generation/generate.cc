@@ -33,6 +33,8 @@ GenerationOptions model_generation_defaults(const ModelConfig& config) {
   if (o.decoder_positions > 0) o.max_new_tokens = std::min(o.max_new_tokens, o.decoder_positions);
   o.min_new_tokens = config.min_length ? std::max<int64_t>(0, *config.min_length - 1) : 0;
   o.num_beams = config.num_beams.value_or(1);
+  o.num_beam_groups = config.num_beam_groups.value_or(1);
+  o.diversity_penalty = config.diversity_penalty.value_or(0.0);
   o.length_penalty = config.length_penalty.value_or(1.0);
   o.early_stopping = config.early_stopping.value_or(EarlyStopping::kHeuristic);
   // Hugging Face applies only sizes > 0: a checkpoint's -1 is off, not a size to refuse every request for.

@@ -27,14 +27,13 @@ GenerationOptions with_model_tokens(GenerationOptions options, const ModelConfig
 
 // The model's generation defaults (Hugging Face meanings, ModelConfig's generation fields): its tokens,
 // max_new_tokens = max_length − 1 (else 128; at most the decoder's positions), min_new_tokens = min_length − 1 (else 0;
-// callers clamp it to their max_new_tokens), num_beams, length_penalty, early_stopping, no_repeat_ngram_size,
-// encoder_no_repeat_ngram_size, encoder_repetition_penalty, bad_words_ids, suppress_tokens, begin_suppress_tokens,
-// exponential_decay_length_penalty, sequence_bias, forced_decoder_ids, and the sampling settings do_sample,
-// temperature, top_k (else 50, as HF), top_p, min_p, typical_p, epsilon_cutoff, eta_cutoff, repetition_penalty,
-// and
-// num_return_sequences (sampling with one beam: that many samples; beams, searched or sampled: at most
-// num_beams); the rest GenerationOptions' own defaults. The server, `srformer summarize` and `srformer
-// eval` start here; callers that change do_sample or num_beams clamp num_return_sequences again
+// callers clamp it to their max_new_tokens), num_beams, num_beam_groups, diversity_penalty, length_penalty,
+// early_stopping, no_repeat_ngram_size, encoder_no_repeat_ngram_size, encoder_repetition_penalty, bad_words_ids,
+// suppress_tokens, begin_suppress_tokens, exponential_decay_length_penalty, sequence_bias, forced_decoder_ids, and the
+// sampling settings do_sample, temperature, top_k (else 50, as HF), top_p, min_p, typical_p, epsilon_cutoff,
+// eta_cutoff, repetition_penalty, and num_return_sequences (sampling with one beam: that many samples; beams, searched
+// or sampled: at most num_beams); the rest GenerationOptions' own defaults. The server, `srformer summarize` and
+// `srformer eval` start here; callers that change do_sample or num_beams clamp num_return_sequences again
 // (default_num_return_sequences).
 GenerationOptions model_generation_defaults(const ModelConfig& config);
 

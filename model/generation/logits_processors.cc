@@ -278,6 +278,27 @@ void apply_sequence_bias(const torch::Tensor& scores, const std::vector<std::pai
   SequenceBias(bias).apply(scores, histories);
 }
 
+void apply_hamming_diversity(const torch::Tensor& scores, const std::vector<int64_t>& earlier_tokens, double penalty) {
+  check_scores(scores, static_cast<size_t>(scores.size(0)));
+  if (earlier_tokens.empty()) return;
+  const int64_t rows = scores.size(0), vocab = scores.size(1), row_stride = scores.stride(0),
+                column_stride = scores.stride(1);
+  auto tokens = earlier_tokens;
+  std::sort(tokens.begin(), tokens.end());
+  float* x = scores.data_ptr<float>();
+  for (size_t i = 0; i < tokens.size();) {
+    size_t j = i;
+    while (j < tokens.size() && tokens[j] == tokens[i]) ++j;
+    const int64_t token = tokens[i];
+    if (token >= 0 && token < vocab) {
+      // HF subtracts penalty * bincount, a float32 product: once per token, not once per occurrence.
+      const float lower = static_cast<float>(penalty) * static_cast<float>(j - i);
+      for (int64_t r = 0; r < rows; ++r) x[r * row_stride + token * column_stride] -= lower;
+    }
+    i = j;
+  }
+}
+
 void apply_exponential_decay_length_penalty(const torch::Tensor& scores, int64_t cur_len, int64_t start, double factor,
                                             const std::vector<int64_t>& eos_token_ids) {
   check_scores(scores, static_cast<size_t>(scores.size(0)));
@@ -576,16 +597,20 @@ std::vector<int64_t> forced_tokens(const GenerationOptions& options, int64_t cur
 }
 
 void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
-                    const torch::Tensor& scores, VocabLimit vocab_limit) {
-  process_logits(options, SequenceBias(options.sequence_bias), histories, scores, vocab_limit);
+                    const torch::Tensor& scores, VocabLimit vocab_limit,
+                    const std::vector<int64_t>& earlier_group_tokens) {
+  process_logits(options, SequenceBias(options.sequence_bias), histories, scores, vocab_limit, earlier_group_tokens);
 }
 
 void process_logits(const GenerationOptions& options, const SequenceBias& sequence_bias,
-                    const std::vector<TokenHistory>& histories, const torch::Tensor& scores, VocabLimit vocab_limit) {
+                    const std::vector<TokenHistory>& histories, const torch::Tensor& scores, VocabLimit vocab_limit,
+                    const std::vector<int64_t>& earlier_group_tokens) {
   check_scores(scores, histories.size());
   if (histories.empty()) return;
   const auto cur_len = static_cast<int64_t>(histories.front().size());
   sequence_bias.apply(scores, histories);
+  // Second in HF's list (transformers 4.3x's _get_logits_processor): the later processors see the lowered scores.
+  if (options.diversity_penalty > 0.0) apply_hamming_diversity(scores, earlier_group_tokens, options.diversity_penalty);
   if (options.encoder_repetition_penalty != 1.0) {
     apply_encoder_repetition_penalty(scores, options.encoder_input_ids, options.encoder_repetition_penalty);
   }

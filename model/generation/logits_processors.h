@@ -79,6 +79,11 @@ class SequenceBias {
 void apply_sequence_bias(const torch::Tensor& scores, const std::vector<std::pair<std::vector<int64_t>, double>>& bias,
                          const std::vector<TokenHistory>& histories);
 
+// HammingDiversityLogitsProcessor: in every row, each token's score loses float(penalty) * float(count),
+// count the times it occurs in `earlier_tokens` (what the groups before this one chose at this step; ids
+// outside the vocabulary are ignored).
+void apply_hamming_diversity(const torch::Tensor& scores, const std::vector<int64_t>& earlier_tokens, double penalty);
+
 // ExponentialDecayLengthPenalty: once cur_len exceeds start + 1 (the start token and `start` new tokens),
 // each EOS id's score s becomes s + |s| * (factor^(cur_len - start - 1) - 1); an EOS at -inf stays there.
 void apply_exponential_decay_length_penalty(const torch::Tensor& scores, int64_t cur_len, int64_t start, double factor,
@@ -111,20 +116,21 @@ void apply_top_p(const torch::Tensor& scores, double top_p, int64_t min_tokens_t
 // forced_decoder_ids pair's index, as HF's begin_index for an encoder-decoder model).
 std::vector<int64_t> suppressed_tokens(const GenerationOptions& options, int64_t cur_len, int64_t vocab);
 
-// The processors HF generate() builds from `options`, applied in its order: sequence bias, encoder repetition
-// penalty, repetition penalty, no-repeat n-gram, encoder no-repeat n-gram, bad words, min length (HF min_length =
-// min_new_tokens + 1, every EOS id), forced BOS (at cur_len 1), forced EOS (at cur_len max_length - 1, max_length =
-// max_new_tokens + 1), exponential decay length penalty, suppressed tokens, forced decoder ids. All rows share
-// cur_len. With VocabLimit::kKeep the ids at or past options.vocab_limit keep
-// their scores (Hugging Face's processed scores, which know no tokenizer size): greedy search normalises over them,
-// never picking them.
+// The processors HF generate() builds from `options`, applied in its order: sequence bias, Hamming diversity (group
+// beam search: options.diversity_penalty against `earlier_group_tokens`), encoder repetition penalty, repetition
+// penalty, no-repeat n-gram, encoder no-repeat n-gram, bad words, min length (HF min_length = min_new_tokens + 1, every
+// EOS id), forced BOS (at cur_len 1), forced EOS (at cur_len max_length - 1, max_length = max_new_tokens + 1),
+// exponential decay length penalty, suppressed tokens, forced decoder ids. All rows share cur_len. With
+// VocabLimit::kKeep the ids at or past options.vocab_limit keep their scores (Hugging Face's processed scores, which
+// know no tokenizer size): greedy search normalises over them, never picking them.
 enum class VocabLimit { kApply, kKeep };
 void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
-                    const torch::Tensor& scores, VocabLimit vocab_limit = VocabLimit::kApply);
+                    const torch::Tensor& scores, VocabLimit vocab_limit = VocabLimit::kApply,
+                    const std::vector<int64_t>& earlier_group_tokens = {});
 // The same with options.sequence_bias prepared (SequenceBias(options.sequence_bias)), as a searcher keeps it.
 void process_logits(const GenerationOptions& options, const SequenceBias& sequence_bias,
                     const std::vector<TokenHistory>& histories, const torch::Tensor& scores,
-                    VocabLimit vocab_limit = VocabLimit::kApply);
+                    VocabLimit vocab_limit = VocabLimit::kApply, const std::vector<int64_t>& earlier_group_tokens = {});
 // The tokens process_logits forces at cur_len (a forced_decoder_ids token, else the forced EOS ids at its last
 // step, else forced BOS at the first); empty where it forces none.
 std::vector<int64_t> forced_tokens(const GenerationOptions& options, int64_t cur_len);

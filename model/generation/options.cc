@@ -88,6 +88,31 @@ void validate(const GenerationOptions& o) {
            to_string(o.num_beams) + ")" +
            (o.num_beams == 1 ? "; greedy search returns one sequence (do_sample=true draws several)" : ""));
   }
+  // Group beam search, with Hugging Face's rules; with one beam (greedy search, sampling) HF's generate() runs
+  // no group search, and a checkpoint's groups must not refuse those requests.
+  if (!(o.diversity_penalty >= 0.0 && std::isfinite(o.diversity_penalty))) {
+    reject("diversity_penalty is " + number(o.diversity_penalty) + "; set it >= 0 (and finite; 0 disables it)");
+  }
+  if (o.num_beam_groups < 1) {
+    reject("num_beam_groups is " + to_string(o.num_beam_groups) + "; set it between 1 and num_beams (1 is " +
+           "ordinary beam search)");
+  }
+  if (o.num_beams > 1) {
+    if (o.num_beam_groups > o.num_beams || o.num_beams % o.num_beam_groups != 0) {
+      reject("num_beam_groups is " + to_string(o.num_beam_groups) + " but num_beams (" + to_string(o.num_beams) +
+             ") must be a multiple of it; set num_beams to a multiple of num_beam_groups, or num_beam_groups to 1");
+    }
+    if (o.num_beam_groups > 1 && o.do_sample) {
+      reject("num_beam_groups is " + to_string(o.num_beam_groups) +
+             " with do_sample true; group beam search does not sample: set do_sample to false, or num_beam_groups "
+             "to 1");
+    }
+    if (o.diversity_penalty > 0.0 && o.num_beam_groups == 1) {
+      reject("diversity_penalty is " + number(o.diversity_penalty) +
+             " with num_beam_groups 1; it acts between groups of beams: set num_beam_groups > 1 (dividing " +
+             "num_beams), or diversity_penalty to 0");
+    }
+  }
   // Only beams are scored with length_penalty; greedy search and sampling ignore it, as Hugging Face does
   // (a checkpoint's length_penalty 40 must not refuse the requests without beams).
   if (o.num_beams > 1 && !(std::abs(o.length_penalty) <= kMaxLengthPenalty)) {

@@ -22,6 +22,12 @@ struct GenerationOptions {
   int64_t max_new_tokens = 128;  // tokens after decoder_start (HF max_length - 1)
   int64_t min_new_tokens = 0;    // EOS is suppressed before this many new tokens
   int64_t num_beams = 1;
+  // Hugging Face's diverse (group) beam search: the beams split into num_beam_groups groups of
+  // num_beams / num_beam_groups, each searched as beam search of its own, one after the other at every step;
+  // a group's log-probabilities lose diversity_penalty for each time the groups before it chose the token
+  // at this step (HammingDiversityLogitsProcessor). Beam search only: with one beam both are ignored.
+  int64_t num_beam_groups = 1;
+  double diversity_penalty = 0.0;
   double length_penalty = 1.0;
   EarlyStopping early_stopping = EarlyStopping::kHeuristic;
   int64_t num_return_sequences = 1;
@@ -91,6 +97,9 @@ struct GenerationOptions {
 // own (up to kMaxNumBeams of them). Otherwise (greedy search, beam search, beam sampling) a request
 // returns at most one sequence per beam.
 inline bool draws_independent_samples(const GenerationOptions& o) { return o.do_sample && o.num_beams <= 1; }
+
+// The groups the beams search in: num_beam_groups with beams, else 1 (greedy search and sampling have none).
+inline int64_t beam_groups(const GenerationOptions& o) { return o.num_beams > 1 ? o.num_beam_groups : 1; }
 
 // Whether `token` ends a sequence: eos_token_id or one of extra_eos_token_ids.
 inline bool is_eos(const GenerationOptions& o, int64_t token) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -608,6 +609,173 @@ TEST(BeamSamplingTest, ForcedEosAtTheLastStepEndsEveryBeamWithEos) {
       EXPECT_EQ(h.finish_reason, FinishReason::kEos);
       EXPECT_TRUE(std::isfinite(h.score));
     }
+  }
+}
+
+}  // namespace
+}  // namespace srformer
+
+namespace srformer {
+namespace {
+
+// Diverse (group) beam search: transformers 4.3x's _group_beam_search (its exact decisions over random
+// scripts are HuggingFaceReferenceTest.GroupBeamSearchMatchesTheTranscription's).
+GenerationOptions group_options(int64_t beams, int64_t groups, double penalty) {
+  GenerationOptions o;
+  o.decoder_start_token_id = 0;
+  o.eos_token_id = 1;
+  o.num_beams = beams;
+  o.num_beam_groups = groups;
+  o.diversity_penalty = penalty;
+  o.num_return_sequences = beams;
+  o.max_new_tokens = 8;
+  return o;
+}
+
+void expect_same_runs(const testing::Run& a, const testing::Run& b) {
+  EXPECT_EQ(a.steps, b.steps);
+  EXPECT_EQ(a.next_tokens, b.next_tokens);
+  EXPECT_EQ(a.parent_rows, b.parent_rows);
+  ASSERT_EQ(a.results.size(), b.results.size());
+  for (size_t i = 0; i < a.results.size(); ++i) {
+    EXPECT_EQ(a.results[i].tokens, b.results[i].tokens) << i;
+    EXPECT_EQ(a.results[i].score, b.results[i].score) << i;  // bit for bit
+    EXPECT_EQ(a.results[i].token_logprobs, b.results[i].token_logprobs) << i;
+    EXPECT_EQ(a.results[i].finish_reason, b.results[i].finish_reason) << i;
+  }
+}
+
+// One group is ordinary beam search, on the kernels' path and the processed copy's alike.
+TEST(GroupBeamSearchTest, OneGroupIsPlainBeamSearchBitForBit) {
+  const testing::KernelSwitchesRestored restore_switches;
+  for (const bool kernels : {true, false}) {
+    srformer::kernels::set_cpu_kernels(kernels);
+    for (const uint64_t seed : {1, 2, 3}) {
+      SCOPED_TRACE("kernels " + std::to_string(kernels) + " seed " + std::to_string(seed));
+      const auto script = testing::random_script(30, seed, 1, 1.0f);
+      auto plain = group_options(4, 1, 0.0);
+      plain.no_repeat_ngram_size = 2;
+      BeamSearcher a(plain);
+      const auto want = testing::drive(a, script, 0);
+      auto one_group = plain;
+      one_group.num_beam_groups = 1;
+      one_group.diversity_penalty = 0.0;
+      one_group.pad_token_id = 5;  // counted only for the groups after a done one: there are none
+      BeamSearcher b(one_group);
+      expect_same_runs(testing::drive(b, script, 0), want);
+    }
+  }
+}
+
+// Without a penalty every group sees the same scores: each is a beam search of num_beams / num_beam_groups
+// beams on its own (the property Hugging Face's group search has), and the results are each of its
+// hypotheses once per group.
+TEST(GroupBeamSearchTest, WithoutAPenaltyEachGroupIsAnIndependentBeamSearch) {
+  for (const uint64_t seed : {4, 5, 6, 7}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const auto script = testing::random_script(20, seed, 1, 1.5f);
+    BeamSearcher grouped(group_options(6, 3, 0.0));
+    const auto run = testing::drive(grouped, script, 0);
+    BeamSearcher alone(group_options(2, 1, 0.0));
+    const auto want = testing::drive(alone, script, 0);
+    ASSERT_EQ(run.steps, want.steps);
+    for (size_t s = 0; s + 1 < want.next_tokens.size(); ++s) {
+      std::vector<int64_t> tokens, parents;
+      for (int64_t g = 0; g < 3; ++g) {
+        tokens.insert(tokens.end(), want.next_tokens[s].begin(), want.next_tokens[s].end());
+        for (const int64_t p : want.parent_rows[s]) parents.push_back(p + 2 * g);
+      }
+      EXPECT_EQ(run.next_tokens[s], tokens) << "step " << s;
+      EXPECT_EQ(run.parent_rows[s], parents) << "step " << s;
+    }
+    ASSERT_EQ(run.results.size(), 6u);
+    ASSERT_EQ(want.results.size(), 2u);
+    for (size_t i = 0; i < 6; ++i) {
+      // Equal scores: HF's stable sort puts the later group's first, which holds the same sequence.
+      EXPECT_EQ(run.results[i].tokens, want.results[i / 3].tokens) << i;
+      EXPECT_EQ(run.results[i].score, want.results[i / 3].score) << i;
+      EXPECT_EQ(run.results[i].token_logprobs, want.results[i / 3].token_logprobs) << i;
+    }
+  }
+}
+
+// Hand-worked on kLengthScript (A 0.5, B 0.3, EOS 0.15 after the start), two groups of one beam, one step:
+// group 0 takes A; group 1's A scores log(0.5) - penalty, which B's log(0.3) = -1.204 beats once the
+// penalty passes log(0.5) - log(0.3) = 0.511.
+TEST(GroupBeamSearchTest, ThePenaltyLowersTheTokensEarlierGroupsChose) {
+  for (const double penalty : {0.5, 1.0}) {
+    SCOPED_TRACE("penalty " + std::to_string(penalty));
+    auto o = group_options(2, 2, penalty);
+    o.max_new_tokens = 1;
+    BeamSearcher searcher(o);
+    const auto run = testing::drive(searcher, kLengthScript, 0);
+    ASSERT_EQ(run.results.size(), 2u);
+    const int64_t second = penalty < 0.511 ? kA : kB;
+    // The beam's log-probability, and so its score (length 2 with the start token), carries the penalty.
+    const float logprob = penalty < 0.511 ? static_cast<float>(std::log(0.5)) - static_cast<float>(penalty)
+                                          : static_cast<float>(std::log(0.3));
+    EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kA}));
+    EXPECT_NEAR(run.results[0].score, std::log(0.5) / 2, 1e-6);
+    EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{second}));
+    ASSERT_EQ(run.results[1].token_logprobs.size(), 1u);
+    EXPECT_FLOAT_EQ(run.results[1].token_logprobs[0], logprob);
+    EXPECT_NEAR(run.results[1].score, logprob / 2.0, 1e-6);
+  }
+}
+
+// A large penalty leaves each group only tokens no earlier group chose at this step: the groups' first
+// tokens are all different. Without it they are the same in every group.
+TEST(GroupBeamSearchTest, ALargePenaltyGivesEachGroupOtherFirstTokens) {
+  const testing::KernelSwitchesRestored restore_switches;
+  for (const bool kernels : {true, false}) {
+    srformer::kernels::set_cpu_kernels(kernels);
+    for (const double penalty : {0.0, 100.0}) {
+      SCOPED_TRACE("kernels " + std::to_string(kernels) + " penalty " + std::to_string(penalty));
+      BeamSearcher searcher(group_options(6, 3, penalty));
+      const auto run = testing::drive(searcher, testing::random_script(20, 9, 1), 0);
+      ASSERT_FALSE(run.next_tokens.empty());
+      const auto& first = run.next_tokens[0];
+      ASSERT_EQ(first.size(), 6u);
+      std::set<int64_t> groups_tokens[3];
+      for (size_t r = 0; r < 6; ++r) groups_tokens[r / 2].insert(first[r]);
+      for (int g = 1; g < 3; ++g) {
+        for (int earlier = 0; earlier < g; ++earlier) {
+          for (const int64_t t : groups_tokens[g]) {
+            EXPECT_EQ(groups_tokens[earlier].count(t), penalty > 0 ? 0u : 1u) << "group " << g << " token " << t;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Group 0 ends at step 2 (early_stopping: one hypothesis fills a group of one) and leaves the batch; at
+// step 3 group 1 runs alone, and Hugging Face's pad token, fed to the done group's beams, counts against
+// group 1's choice. Vocabulary: 0 start, 1 EOS, 2 A, 3 B; penalty 1.
+TEST(GroupBeamSearchTest, ADoneGroupLeavesTheBatchAndCountsAsThePadToken) {
+  const auto script = table({{{0}, {0.01, 0.01, 0.5, 0.48}},
+                             {{0, kA}, {0.01, 0.9, 0.05, 0.04}},
+                             {{0, kB}, {0.01, 0.01, 0.3, 0.68}},
+                             {{0, kB, kB}, {0.01, 0.2, 0.45, 0.34}}});
+  for (const int64_t pad : {int64_t{0}, kA}) {
+    SCOPED_TRACE("pad " + std::to_string(pad));
+    auto o = group_options(2, 2, 1.0);
+    o.max_new_tokens = 3;
+    o.early_stopping = EarlyStopping::kWhenFull;
+    o.pad_token_id = pad;
+    BeamSearcher searcher(o);
+    const auto run = testing::drive(searcher, script, 0);
+    ASSERT_EQ(run.steps, 3);
+    // Step 1: group 0 takes A; group 1's A scores log(.5) - 1 below B's log(.48). Step 2: group 0 finishes
+    // "A EOS" (and leaves), group 1 goes on with B.
+    EXPECT_EQ(run.next_tokens[0], (std::vector<int64_t>{kA, kB}));
+    EXPECT_EQ(run.next_tokens[1], (std::vector<int64_t>{kB}));
+    EXPECT_EQ(run.parent_rows[1], (std::vector<int64_t>{1}));
+    ASSERT_EQ(run.results.size(), 2u);
+    EXPECT_EQ(run.results[0].tokens, (std::vector<int64_t>{kA, kEos}));
+    // Step 3: A (0.45) wins unless it is the pad token: log(.45) - 1 then falls below B's log(.34).
+    EXPECT_EQ(run.results[1].tokens, (std::vector<int64_t>{kB, kB, pad == kA ? kB : kA}));
+    EXPECT_EQ(run.results[1].finish_reason, FinishReason::kLength);
   }
 }
 

@@ -196,6 +196,41 @@ TEST(GenerateTest, BeamBatchMatchesEachRequestAlone) {
   EXPECT_TRUE(model.expected_lengths[0].equal(torch::tensor({4, 5, 6, 7}, torch::kInt64)));
 }
 
+// Diverse beam search: each request's groups count only its own earlier groups' tokens (a batch of
+// documents gives each what it gets alone), and a group that is done leaves the batch.
+TEST(GenerateTest, GroupBeamBatchMatchesEachRequestAloneAndDoneGroupsLeave) {
+  FakeModel model;
+  auto options = options_for(6);
+  options.num_beam_groups = 3;
+  options.diversity_penalty = 1.5;
+  const auto results = generate(model, kInputs, kMask, options);
+  expect_same_as_alone(results, [&] { return std::make_unique<BeamSearcher>(options); });
+  EXPECT_EQ(model.batch_sizes.front(), 24);  // 4 requests x 6 beams
+  // Rows fall by whole groups (2 beams) before requests end: groups leave on their own.
+  bool a_group_left_early = false;
+  for (size_t s = 0; s < model.batch_sizes.size(); ++s) {
+    int64_t requests_rows = 0;
+    for (const auto& r : results) requests_rows += r.steps > static_cast<int64_t>(s) ? 6 : 0;
+    EXPECT_EQ(model.batch_sizes[s] % 2, 0) << "step " << s;
+    EXPECT_LE(model.batch_sizes[s], requests_rows) << "step " << s;
+    a_group_left_early = a_group_left_early || model.batch_sizes[s] < requests_rows;
+  }
+  EXPECT_TRUE(a_group_left_early) << "no group ended before its request: the test shows nothing";
+  // Two documents together get what each gets alone (the penalty counts per request, not over the batch).
+  FakeModel pair_model;
+  const auto pair = generate(pair_model, kInputs.narrow(0, 1, 2), kMask.narrow(0, 1, 2), options);
+  for (size_t i = 0; i < 2; ++i) {
+    FakeModel single_model;
+    const auto single = generate(single_model, kInputs.narrow(0, 1 + static_cast<int64_t>(i), 1),
+                                 kMask.narrow(0, 1 + static_cast<int64_t>(i), 1), options);
+    ASSERT_EQ(pair[i].hypotheses.size(), single[0].hypotheses.size());
+    for (size_t h = 0; h < single[0].hypotheses.size(); ++h) {
+      EXPECT_EQ(pair[i].hypotheses[h].tokens, single[0].hypotheses[h].tokens) << i << " " << h;
+      EXPECT_EQ(pair[i].hypotheses[h].score, single[0].hypotheses[h].score) << i << " " << h;
+    }
+  }
+}
+
 // Each row's encoder_input_ids are its own tokens without its padding: it generates as it would alone.
 TEST(GenerateTest, EncoderNoRepeatNGramReadsEachRowsUnpaddedInput) {
   FakeModel model;
@@ -257,6 +292,8 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
   EXPECT_EQ(none.max_new_tokens, 128);
   EXPECT_EQ(none.min_new_tokens, 0);
   EXPECT_EQ(none.num_beams, 1);
+  EXPECT_EQ(none.num_beam_groups, 1);
+  EXPECT_DOUBLE_EQ(none.diversity_penalty, 0.0);
   EXPECT_DOUBLE_EQ(none.length_penalty, 1.0);
   EXPECT_EQ(none.early_stopping, EarlyStopping::kHeuristic);
   EXPECT_EQ(none.no_repeat_ngram_size, 0);
@@ -280,6 +317,12 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
   EXPECT_EQ(set.max_new_tokens, 61);
   EXPECT_EQ(set.min_new_tokens, 10);
   EXPECT_EQ(set.num_beams, 4);
+  config.num_beam_groups = 2;
+  config.diversity_penalty = 0.5;
+  EXPECT_EQ(model_generation_defaults(config).num_beam_groups, 2);
+  EXPECT_DOUBLE_EQ(model_generation_defaults(config).diversity_penalty, 0.5);
+  config.num_beam_groups.reset();
+  config.diversity_penalty.reset();
   EXPECT_DOUBLE_EQ(set.length_penalty, 2.0);
   EXPECT_EQ(set.early_stopping, EarlyStopping::kNever);
   EXPECT_EQ(set.no_repeat_ngram_size, 3);
@@ -350,8 +393,8 @@ TEST(GenerateTest, ModelGenerationDefaultsFollowTheConfigInHuggingFaceTerms) {
   EXPECT_EQ(model_generation_defaults(config).num_return_sequences, kMaxNumBeams) << "one beam: samples";
   config.num_return_sequences = 3;
   EXPECT_EQ(unsupported_generation_warning(config), "");
-  config.unsupported_generation = {"num_beam_groups=4", "typical_p=0.9"};
-  EXPECT_NE(unsupported_generation_warning(config).find("set num_beam_groups=4, typical_p=0.9, which srformer does "
+  config.unsupported_generation = {"penalty_alpha=0.6", "top_h=0.4"};
+  EXPECT_NE(unsupported_generation_warning(config).find("set penalty_alpha=0.6, top_h=0.4, which srformer does "
                                                         "not implement"),
             std::string::npos)
       << unsupported_generation_warning(config);

@@ -7,6 +7,7 @@
 // part. Lists of EOS ids and of forced EOS ids follow the 4.26+ processors and searches (any listed EOS
 // ends a sequence or a hypothesis, min_length keeps every one out, every forced id scores 0); a hypothesis
 // ends with the id that ended it, as 4.48+ keep it (4.26-4.47's finalize wrote the list's first instead).
+// Diverse (group) beam search as transformers 4.3x's _group_beam_search and HammingDiversityLogitsProcessor.
 // The sampling warpers likewise, against HF's temperature, top-k and top-p (4.30-4.45).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -18,6 +19,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "model/generation/logits_processors.h"
@@ -60,6 +62,9 @@ struct HfOptions {
   int64_t max_length = 10;  // counts the decoder start
   int64_t min_length = 0;
   int64_t num_beams = 1;
+  int64_t num_beam_groups = 1;
+  double diversity_penalty = 0.0;
+  int64_t pad = 0;
   double length_penalty = 1.0;
   EarlyStopping early_stopping = EarlyStopping::kHeuristic;
   int64_t num_return_sequences = 1;
@@ -72,8 +77,13 @@ struct HfOptions {
   bool is_eos(int64_t token) const { return std::find(eos.begin(), eos.end(), token) != eos.end(); }
 };
 
-void hf_process(std::vector<double>& s, const History& ids, const HfOptions& o) {
+// `current`: the tokens the groups before this one chose at this step (group beam search's current_tokens).
+void hf_process(std::vector<double>& s, const History& ids, const HfOptions& o, const History& current = {}) {
   const auto cur_len = static_cast<int64_t>(ids.size());
+  // HammingDiversityLogitsProcessor (4.3x: second in the list, after the sequence bias): bincount times penalty.
+  if (o.diversity_penalty > 0.0) {
+    for (const int64_t t : current) s[static_cast<size_t>(t)] -= o.diversity_penalty;
+  }
   if (o.repetition_penalty != 1.0) hf_repetition_penalty(s, ids, o.repetition_penalty);
   if (o.no_repeat_ngram_size > 0) hf_no_repeat_ngram(s, ids, o.no_repeat_ngram_size);
   if (cur_len < o.min_length) {
@@ -121,87 +131,112 @@ HfHypothesis hf_greedy(const testing::Script& script, const HfOptions& o) {
   return {History(ids.begin() + 1, ids.end()), score};
 }
 
-// beam_search with BeamSearchScorer (one batch row).
+// beam_search with BeamSearchScorer (one batch row); with num_beam_groups > 1, 4.3x's _group_beam_search:
+// the groups step in order, each a beam search of num_beams / num_beam_groups beams with BeamHypotheses of
+// its own, a done group's beams fed the pad token; the results are the best over all groups' hypotheses.
 std::vector<HfHypothesis> hf_beam(const testing::Script& script, const HfOptions& o) {
-  const int64_t nb = o.num_beams;
-  std::vector<History> beams(static_cast<size_t>(nb), History{o.start});
-  // HF's beam scores and next-token scores are float32 tensors (-1e9 absorbs a log-probability there).
-  std::vector<float> beam_scores(static_cast<size_t>(nb), -1e9f);
-  beam_scores[0] = 0.0f;
+  const int64_t nb = o.num_beams / o.num_beam_groups;  // beams per group
   struct Hyp {
     double score;
     History ids;
     int64_t eos;  // the id that ended it, -1 for a beam still running at max_length
   };
-  std::vector<Hyp> hyps;
-  double worst = 1e9;
-  const auto add = [&](const History& ids, double sum_logprobs, int64_t eos) {
+  struct Group {
+    std::vector<History> beams;
+    // HF's beam scores and next-token scores are float32 tensors (-1e9 absorbs a log-probability there).
+    std::vector<float> beam_scores;
+    std::vector<Hyp> hyps;
+    double worst = 1e9;
+    bool done = false;
+  };
+  std::vector<Group> groups(static_cast<size_t>(o.num_beam_groups));
+  for (auto& g : groups) {
+    g.beams.assign(static_cast<size_t>(nb), History{o.start});
+    g.beam_scores.assign(static_cast<size_t>(nb), -1e9f);
+    g.beam_scores[0] = 0.0f;
+  }
+  const auto add = [&](Group& g, const History& ids, double sum_logprobs, int64_t eos) {
     const double score = sum_logprobs / std::pow(static_cast<double>(ids.size()), o.length_penalty);
-    if (static_cast<int64_t>(hyps.size()) < nb || score > worst) {
+    auto& hyps = g.hyps;
+    if (static_cast<int64_t>(hyps.size()) < nb || score > g.worst) {
       hyps.push_back({score, ids, eos});
       if (static_cast<int64_t>(hyps.size()) > nb) {
         std::vector<std::pair<double, size_t>> sorted;
         for (size_t i = 0; i < hyps.size(); ++i) sorted.emplace_back(hyps[i].score, i);
         std::sort(sorted.begin(), sorted.end());
         hyps.erase(hyps.begin() + static_cast<std::ptrdiff_t>(sorted[0].second));
-        worst = sorted[1].first;
+        g.worst = sorted[1].first;
       } else {
-        worst = std::min(score, worst);
+        g.worst = std::min(score, g.worst);
       }
     }
   };
-  const auto is_done = [&](double best_sum_logprobs, int64_t cur_len) {
-    if (static_cast<int64_t>(hyps.size()) < nb) return false;
+  const auto is_done = [&](const Group& g, double best_sum_logprobs, int64_t cur_len) {
+    if (static_cast<int64_t>(g.hyps.size()) < nb) return false;
     if (o.early_stopping == EarlyStopping::kWhenFull) return true;
     const bool never = o.early_stopping == EarlyStopping::kNever && o.length_penalty > 0.0;
     const double length = static_cast<double>(never ? o.max_length : cur_len);
-    return worst >= best_sum_logprobs / std::pow(length, o.length_penalty);
+    return g.worst >= best_sum_logprobs / std::pow(length, o.length_penalty);
   };
-  bool done = false;
+  int64_t cur_len = 1;
   while (true) {
-    const auto cur_len = static_cast<int64_t>(beams[0].size());
-    std::vector<std::pair<float, int64_t>> flat;  // (score, beam * vocab + token)
-    int64_t vocab = 0;
-    for (int64_t b = 0; b < nb; ++b) {
-      auto s = log_softmax(script(beams[static_cast<size_t>(b)]));
-      vocab = static_cast<int64_t>(s.size());
-      hf_process(s, beams[static_cast<size_t>(b)], o);
-      for (int64_t t = 0; t < vocab; ++t) {
-        flat.emplace_back(static_cast<float>(s[static_cast<size_t>(t)]) + beam_scores[static_cast<size_t>(b)],
-                          b * vocab + t);
+    History current;  // this step's tokens of the groups before the one stepping
+    for (auto& g : groups) {
+      if (g.done) {
+        current.insert(current.end(), static_cast<size_t>(nb), o.pad);
+        continue;
       }
-    }
-    // torch.topk(max(2, 1 + len(eos_token_id)) * num_beams, sorted=True) (4.26+; 4.11: 2 * num_beams, its
-    // one EOS id); ties by index.
-    std::stable_sort(flat.begin(), flat.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    const int64_t kept =
-        std::min(std::max<int64_t>(2, 1 + static_cast<int64_t>(o.eos.size())) * nb, static_cast<int64_t>(flat.size()));
-    flat.resize(static_cast<size_t>(kept));
-    std::vector<History> next;
-    std::vector<float> next_scores;
-    for (int64_t rank = 0; rank < kept; ++rank) {
-      const auto [score, index] = flat[static_cast<size_t>(rank)];
-      const int64_t parent = index / vocab, token = index % vocab;
-      if (o.is_eos(token)) {
-        if (rank >= nb) continue;
-        add(beams[static_cast<size_t>(parent)], score, token);
-      } else {
-        next.push_back(beams[static_cast<size_t>(parent)]);
-        next.back().push_back(token);
-        next_scores.push_back(score);
+      std::vector<std::pair<float, int64_t>> flat;  // (score, beam * vocab + token)
+      int64_t vocab = 0;
+      for (int64_t b = 0; b < nb; ++b) {
+        auto s = log_softmax(script(g.beams[static_cast<size_t>(b)]));
+        vocab = static_cast<int64_t>(s.size());
+        hf_process(s, g.beams[static_cast<size_t>(b)], o, current);
+        for (int64_t t = 0; t < vocab; ++t) {
+          flat.emplace_back(static_cast<float>(s[static_cast<size_t>(t)]) + g.beam_scores[static_cast<size_t>(b)],
+                            b * vocab + t);
+        }
       }
-      if (static_cast<int64_t>(next.size()) == nb) break;
+      // torch.topk(max(2, 1 + len(eos_token_id)) * num_beams, sorted=True) (4.26+; 4.11: 2 * num_beams, its
+      // one EOS id); ties by index.
+      std::stable_sort(flat.begin(), flat.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+      const int64_t kept = std::min(std::max<int64_t>(2, 1 + static_cast<int64_t>(o.eos.size())) * nb,
+                                    static_cast<int64_t>(flat.size()));
+      flat.resize(static_cast<size_t>(kept));
+      std::vector<History> next;
+      std::vector<float> next_scores;
+      for (int64_t rank = 0; rank < kept; ++rank) {
+        const auto [score, index] = flat[static_cast<size_t>(rank)];
+        const int64_t parent = index / vocab, token = index % vocab;
+        if (o.is_eos(token)) {
+          if (rank >= nb) continue;
+          add(g, g.beams[static_cast<size_t>(parent)], score, token);
+        } else {
+          next.push_back(g.beams[static_cast<size_t>(parent)]);
+          next.back().push_back(token);
+          next_scores.push_back(score);
+          current.push_back(token);
+        }
+        if (static_cast<int64_t>(next.size()) == nb) break;
+      }
+      if (static_cast<int64_t>(next.size()) < nb) throw std::runtime_error("reference: too few continuations");
+      g.done = is_done(g, flat[0].first, cur_len);
+      g.beams = std::move(next);
+      g.beam_scores = std::move(next_scores);
     }
-    if (static_cast<int64_t>(next.size()) < nb) throw std::runtime_error("reference: too few continuations");
-    done = done || is_done(flat[0].first, cur_len);
-    beams = std::move(next);
-    beam_scores = std::move(next_scores);
-    if (done || static_cast<int64_t>(beams[0].size()) >= o.max_length) break;
+    ++cur_len;
+    if (std::all_of(groups.begin(), groups.end(), [](const Group& g) { return g.done; }) || cur_len >= o.max_length) {
+      break;
+    }
   }
-  if (!done) {
-    for (int64_t b = 0; b < nb; ++b) add(beams[static_cast<size_t>(b)], beam_scores[static_cast<size_t>(b)], -1);
+  std::vector<Hyp> sorted;  // every group's hypotheses, group after group
+  for (auto& g : groups) {
+    if (!g.done) {
+      for (int64_t b = 0; b < nb; ++b)
+        add(g, g.beams[static_cast<size_t>(b)], g.beam_scores[static_cast<size_t>(b)], -1);
+    }
+    sorted.insert(sorted.end(), g.hyps.begin(), g.hyps.end());
   }
-  std::vector<Hyp> sorted = hyps;
   std::stable_sort(sorted.begin(), sorted.end(), [](const Hyp& a, const Hyp& b) { return a.score < b.score; });
   std::vector<HfHypothesis> out;
   for (int64_t j = 0; j < o.num_return_sequences; ++j) {
@@ -317,6 +352,93 @@ TEST(HuggingFaceReferenceTest, RandomOptionsMatchTheTranscription) {
   if (!::testing::Test::HasFailure()) {
     EXPECT_GT(compared, trials * 2 / 3);  // most draws are comparable
     EXPECT_GT(compared_with_lists, trials / 4);
+  }
+}
+
+// Diverse beam search: random group counts and penalties (0 included: every group then searches alike), a
+// pad token the later groups' penalty counts once a group is done, and the processors after the penalty.
+TEST(HuggingFaceReferenceTest, GroupBeamSearchMatchesTheTranscription) {
+  std::mt19937_64 rng(4242);
+  const auto pick = [&rng](int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(hi - lo + 1));
+  };
+  const double penalties[] = {-1.0, 0.0, 0.6, 1.0, 2.0};
+  const double diversity[] = {0.0, 0.25, 1.0, 3.0, 50.0};
+  const double repetition[] = {1.0, 1.0, 0.5, 1.3, 2.0};
+  const std::pair<int64_t, int64_t> shapes[] = {{2, 2}, {4, 2}, {4, 4}, {6, 3}, {6, 2}, {8, 4}};  // beams, groups
+  int compared = 0, with_a_group_done_early = 0;
+  const int trials = 1500;
+  for (int trial = 0; trial < trials; ++trial) {
+    const int64_t vocab = pick(6, 16);
+    const float eos_bias = static_cast<float>(pick(-10, 30)) / 10.0f;
+    const auto script = testing::random_script(vocab, static_cast<uint64_t>(trial) + 7001, 1, eos_bias);
+    GenerationOptions o;
+    o.decoder_start_token_id = 0;
+    o.eos_token_id = 1;
+    std::tie(o.num_beams, o.num_beam_groups) = shapes[pick(0, 5)];
+    o.diversity_penalty = diversity[pick(0, 4)];
+    o.pad_token_id = pick(0, 2) == 0 ? pick(2, vocab - 1) : 0;
+    o.max_new_tokens = pick(1, 8);
+    o.min_new_tokens = pick(0, 3) == 0 ? pick(0, o.max_new_tokens) : 0;
+    o.length_penalty = penalties[pick(0, 4)];
+    o.early_stopping = static_cast<EarlyStopping>(pick(0, 2));
+    o.num_return_sequences = pick(1, o.num_beams);
+    o.no_repeat_ngram_size = pick(0, 2) == 0 ? pick(1, 3) : 0;
+    o.repetition_penalty = repetition[pick(0, 4)];
+    if (pick(0, 4) == 0) o.forced_bos_token_id = pick(2, vocab - 1);
+    if (pick(0, 4) == 0) o.forced_eos_token_id = 1;
+    HfOptions h;
+    h.max_length = o.max_new_tokens + 1;
+    h.min_length = o.min_new_tokens + 1;
+    h.num_beams = o.num_beams;
+    h.num_beam_groups = o.num_beam_groups;
+    h.diversity_penalty = o.diversity_penalty;
+    h.pad = o.pad_token_id;
+    h.length_penalty = o.length_penalty;
+    h.early_stopping = o.early_stopping;
+    h.num_return_sequences = o.num_return_sequences;
+    h.no_repeat_ngram_size = o.no_repeat_ngram_size;
+    h.repetition_penalty = o.repetition_penalty;
+    h.forced_bos = o.forced_bos_token_id.value_or(-1);
+    h.forced_eos = forced_eos_token_ids(o);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": vocab " + std::to_string(vocab) + " " + describe(o) +
+                 " groups " + std::to_string(o.num_beam_groups) + " diversity " + std::to_string(o.diversity_penalty) +
+                 " pad " + std::to_string(o.pad_token_id));
+    std::vector<HfHypothesis> want;
+    try {
+      want = hf_beam(script, h);
+    } catch (const std::exception&) {
+      continue;  // HF raises too (fewer continuations than beams)
+    }
+    bool finite = true;
+    for (const auto& w : want) finite = finite && std::isfinite(w.score);
+    if (!finite) continue;  // -inf hypotheses: ties among them are ordered by chance
+    testing::Run run;
+    try {
+      auto searcher = make_searcher(o);
+      run = testing::drive(*searcher, script, 0);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "searcher threw: " << e.what();
+      continue;
+    }
+    ++compared;
+    // A group that is done leaves the batch: fewer rows at some step before the last.
+    for (size_t step = 0; step + 1 < run.parent_rows.size(); ++step) {
+      if (static_cast<int64_t>(run.parent_rows[step].size()) < o.num_beams) {
+        ++with_a_group_done_early;
+        break;
+      }
+    }
+    ASSERT_EQ(run.results.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(run.results[i].tokens, want[i].tokens) << "hypothesis " << i;
+      EXPECT_NEAR(run.results[i].score, want[i].score, 1e-4 * (1 + std::abs(want[i].score))) << "hypothesis " << i;
+    }
+    if (::testing::Test::HasFailure()) break;
+  }
+  if (!::testing::Test::HasFailure()) {
+    EXPECT_GT(compared, trials * 2 / 3);
+    EXPECT_GT(with_a_group_done_early, trials / 10);
   }
 }
 

@@ -162,6 +162,38 @@ TEST(ProcessLogitsTest, RepetitionPenaltyThenNoRepeatNGram) {
   EXPECT_EQ(values(again), (std::vector<float>{2.0f, 4.0f, -4.0f, 4.0f, 4.0f, 2.0f, -kInf, 4.0f}));
 }
 
+// HF's HammingDiversityLogitsProcessor: scores -= penalty * bincount(earlier groups' tokens), a float32
+// product subtracted once per token, in every row of the group; ids outside the vocabulary count for none.
+TEST(HammingDiversityTest, LowersEachTokenByThePenaltyTimesItsCountInEveryRow) {
+  auto scores = torch::tensor({-1.0f, -2.0f, -3.0f, -kInf, -1.0f, -2.0f, -3.0f, -4.0f}).view({2, 4});
+  apply_hamming_diversity(scores, {2, 0, 2, 9, -1}, 0.1);
+  const float twice = 0.1f * 2.0f;
+  EXPECT_EQ(values(scores),
+            (std::vector<float>{-1.0f - 0.1f, -2.0f, -3.0f - twice, -kInf, -1.0f - 0.1f, -2.0f, -3.0f - twice, -4.0f}));
+  const auto untouched = row({-1.0f, -2.0f});
+  apply_hamming_diversity(untouched, {}, 5.0);
+  EXPECT_EQ(values(untouched), (std::vector<float>{-1.0f, -2.0f}));
+}
+
+// Second in HF's list: the sequence bias acts before it, the repetition penalty (and the rest) after, on the
+// lowered scores; greedy search and sampling (no earlier groups) are untouched by a diversity_penalty.
+TEST(ProcessLogitsTest, HammingDiversityComesAfterTheSequenceBiasAndBeforeTheRepetitionPenalty) {
+  GenerationOptions options;
+  options.eos_token_id = 7;
+  options.num_beams = 2;
+  options.num_beam_groups = 2;
+  options.diversity_penalty = 0.5;
+  options.repetition_penalty = 2.0;
+  options.sequence_bias = {{{3}, 1.0}};
+  const auto scores = row({-1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f});
+  process_logits(options, {{0, 2, 3}}, scores, VocabLimit::kApply, {2, 3, 4});
+  // 2: (-1 - .5) * 2; 3: (-1 + 1 - .5) * 2; 4: -1 - .5 (not in the history); 0: -1 * 2 (the start token).
+  EXPECT_EQ(values(scores), (std::vector<float>{-2.0f, -1.0f, -3.0f, -1.0f, -1.5f, -1.0f, -1.0f, -1.0f}));
+  const auto alone = row({-1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f});
+  process_logits(options, {{0, 2, 3}}, alone);
+  EXPECT_EQ(values(alone), (std::vector<float>{-2.0f, -1.0f, -2.0f, 0.0f, -1.0f, -1.0f, -1.0f, -1.0f}));
+}
+
 // HF: penalty' = 1 / penalty; a gathered score s < 0 becomes s * penalty', else s / penalty'.
 TEST(EncoderRepetitionPenaltyTest, FavoursTheInputsTokensInEveryRowOnce) {
   const auto scores = torch::tensor({2.0f, -1.0f, 0.5f, -3.0f, 1.0f, 2.0f, -1.0f, 0.5f, -3.0f, 1.0f}).view({2, 5});

@@ -206,6 +206,59 @@ TEST(ValidateTest, TopKAndTopPOnlyMatterWhenSampling) {
   EXPECT_THROW(validate(options), std::invalid_argument) << "beam sampling uses them";
 }
 
+// Group beam search, with Hugging Face's rules: num_beams a multiple of num_beam_groups (so at most it), no
+// sampling, a diversity_penalty only between groups; a penalty below 0 or not finite is refused always.
+TEST(ValidateTest, GroupBeamSearchIsRefusedAsHuggingFaceRefusesIt) {
+  const auto beams = [](int64_t beams, int64_t groups, double penalty) {
+    return [=](GenerationOptions& o) {
+      o.num_beams = beams;
+      o.num_beam_groups = groups;
+      o.diversity_penalty = penalty;
+    };
+  };
+  expect_rejected(beams(4, 0, 0.0), "num_beam_groups is 0; set it between 1 and num_beams");
+  expect_rejected(beams(4, -2, 0.0), "num_beam_groups is -2");
+  expect_rejected(beams(4, 3, 0.5), "num_beam_groups is 3 but num_beams (4) must be a multiple of it");
+  expect_rejected(beams(4, 8, 0.5), "num_beam_groups is 8 but num_beams (4) must be a multiple of it");
+  expect_rejected(beams(4, 1, 0.5), "diversity_penalty is 0.5 with num_beam_groups 1");
+  expect_rejected(beams(4, 2, -0.5), "diversity_penalty is -0.5; set it >= 0");
+  expect_rejected(beams(1, 1, -0.5), "diversity_penalty is -0.5");
+  for (const double penalty : {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+    expect_rejected(beams(4, 2, penalty), "diversity_penalty");
+  }
+  expect_rejected(
+      [&](GenerationOptions& o) {
+        beams(4, 2, 0.5)(o);
+        o.do_sample = true;
+      },
+      "num_beam_groups is 2 with do_sample true; group beam search does not sample");
+  GenerationOptions ok;
+  beams(6, 3, 0.5)(ok);
+  ok.num_return_sequences = 6;
+  EXPECT_NO_THROW(validate(ok));
+  EXPECT_EQ(make_searcher(ok)->num_rows(), 6);
+  beams(6, 6, 0.0)(ok);  // groups of one beam; no penalty is allowed (every group then searches alike)
+  EXPECT_NO_THROW(validate(ok));
+}
+
+// With one beam HF's generate() runs greedy search or sampling, no group search: a checkpoint's groups
+// refuse none of those requests.
+TEST(ValidateTest, GroupSettingsOnlyMatterWithBeams) {
+  GenerationOptions options;
+  options.num_beam_groups = 4;
+  options.diversity_penalty = 0.5;
+  EXPECT_NO_THROW(validate(options));
+  EXPECT_EQ(make_searcher(options)->num_rows(), 1);
+  options.do_sample = true;
+  options.num_return_sequences = 3;
+  EXPECT_NO_THROW(validate(options));
+  options.num_beams = 4;
+  options.num_return_sequences = 4;
+  EXPECT_THROW(validate(options), std::invalid_argument) << "beam sampling with groups";
+  options.do_sample = false;
+  EXPECT_NO_THROW(validate(options));
+}
+
 // length_penalty scores beam hypotheses only: greedy search and sampling with one beam ignore it, as
 // Hugging Face does, so a checkpoint's length_penalty 40 refuses no request without beams. Such
 // requests were refused.
