@@ -192,6 +192,20 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
   } else {
     o.num_beams = std::clamp<int64_t>(d.num_beams, 1, limits.max_beams);  // with do_sample: beam sampling
   }
+  // Group beam search: validate() refuses groups that do not divide num_beams, sampling with groups, and a
+  // penalty without them, naming both settings (either may be the model's default).
+  if (p.has_num_beam_groups()) {
+    if (p.num_beam_groups() < 1) {
+      invalid("num_beam_groups must be >= 1 (1 is ordinary beam search), got " + str(p.num_beam_groups()));
+    }
+    o.num_beam_groups = p.num_beam_groups();
+  }
+  if (p.has_diversity_penalty()) {
+    if (!(std::isfinite(p.diversity_penalty()) && p.diversity_penalty() >= 0.0f)) {
+      invalid("diversity_penalty must be a finite number >= 0 (0 disables it), got " + str(p.diversity_penalty()));
+    }
+    o.diversity_penalty = p.diversity_penalty();
+  }
   // Sampling with one beam draws each sequence in a batch row of its own, as many as a beam search may
   // have beams; beams (searched or sampled) return at most one sequence each.
   const bool samples = draws_independent_samples(o);
@@ -283,6 +297,8 @@ v1::GenerationOptions to_proto(const ResolvedOptions& resolved) {
   p.set_eta_cutoff(o.eta_cutoff > 0.0 && o.eta_cutoff < 1.0 ? static_cast<float>(o.eta_cutoff) : 0.0f);
   p.set_encoder_repetition_penalty(static_cast<float>(o.encoder_repetition_penalty));
   p.set_encoder_no_repeat_ngram_size(static_cast<int32_t>(o.encoder_no_repeat_ngram_size));
+  p.set_num_beam_groups(static_cast<int32_t>(o.num_beam_groups));
+  p.set_diversity_penalty(static_cast<float>(o.diversity_penalty));
   return p;
 }
 

@@ -92,6 +92,9 @@ def draw_request(pb, rng, models, index, max_words):
     maybe(0.1, "eta_cutoff", [0.0, 1e-3, 0.3], [-1.0])
     maybe(0.15, "encoder_repetition_penalty", [0.5, 1.0, 2.0], [0.0])
     maybe(0.15, "encoder_no_repeat_ngram_size", [0, 1, 2, 3], [-1])
+    # Diverse beam search: groups that divide the beams or not (refused), with and without a penalty.
+    maybe(0.15, "num_beam_groups", [1, 2], [0])
+    maybe(0.15, "diversity_penalty", [0.0, 0.5, 2.0], [-1.0])
     maybe(0.3, "length_penalty", [-1.0, 0.0, 1.0, 2.0])
     maybe(0.3, "early_stopping", [True, False])
     maybe(0.2, "early_stopping_mode", [1, 2, 3], [7])  # HEURISTIC, WHEN_FULL, NEVER; may disagree with the bool

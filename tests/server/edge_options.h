@@ -56,6 +56,8 @@ inline std::map<grpc::StatusCode, int> send_edge_option_requests(v1::Summarizer:
     if (rng() % 4 == 0) o->set_eta_cutoff(pick(floats));
     if (rng() % 4 == 0) o->set_encoder_repetition_penalty(pick(floats));
     if (rng() % 4 == 0) o->set_encoder_no_repeat_ngram_size(pick(ints));
+    if (rng() % 4 == 0) o->set_num_beam_groups(pick(ints));
+    if (rng() % 4 == 0) o->set_diversity_penalty(pick(floats));
     if (rng() % 4 == 0) o->set_num_return_sequences(pick(ints));
     if (rng() % 4 == 0) r.set_truncation(static_cast<v1::TruncationPolicy>(pick(ints)));
     if (rng() % 4 == 0) {

@@ -597,6 +597,52 @@ TEST_F(RealModel, BeamSamplingEqualsOfflineGenerate) {
   EXPECT_TRUE(differs) << "six other seeds drew the same best beam";
 }
 
+// Diverse beam search through the server: the summary and its alternatives are generate()'s, beside another
+// request, and the groups' penalty gives other candidates than plain beam search.
+TEST_F(RealModel, GroupBeamSearchEqualsOfflineGenerate) {
+  const std::string doc = synthetic_text(3, 37);
+  auto req = request(doc, 16, 4);
+  req.mutable_options()->set_num_beam_groups(2);
+  req.mutable_options()->set_diversity_penalty(3.0F);
+  req.mutable_options()->set_num_return_sequences(4);
+  auto o = model_generation_defaults(reference_->config());
+  o.max_new_tokens = 16;
+  o.min_new_tokens = std::min<int64_t>(o.min_new_tokens, 16);
+  o.num_beams = 4;
+  o.num_beam_groups = 2;
+  o.diversity_penalty = 3.0;
+  o.num_return_sequences = 4;
+  o.vocab_limit = tokenizer_->vocab_size();
+  const auto input = torch::tensor(tokenizer_->encode(doc), torch::kInt64).unsqueeze(0);
+  const auto ref =
+      generate(*reference_, input, torch::ones_like(input), o, torch::full({1}, int64_t{16}, torch::kInt64)).at(0);
+  ASSERT_EQ(ref.hypotheses.size(), 4u);
+  auto other = std::async(std::launch::async, [&] {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    return stub_->Summarize(&ctx, request(synthetic_text(5, 3), 24, 2), &resp).ok();
+  });
+  grpc::ClientContext ctx;
+  v1::SummarizeResponse resp;
+  ASSERT_TRUE(stub_->Summarize(&ctx, req, &resp).ok());
+  EXPECT_EQ(ids_of(resp), ref.hypotheses[0].tokens);
+  EXPECT_EQ(resp.score(), static_cast<float>(ref.hypotheses[0].score));
+  ASSERT_EQ(resp.alternatives_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(std::vector<int64_t>(resp.alternatives(i).token_ids().begin(), resp.alternatives(i).token_ids().end()),
+              ref.hypotheses[static_cast<size_t>(i) + 1].tokens)
+        << i;
+  }
+  EXPECT_TRUE(other.get());
+  o.num_beam_groups = 1;
+  o.diversity_penalty = 0.0;
+  const auto plain =
+      generate(*reference_, input, torch::ones_like(input), o, torch::full({1}, int64_t{16}, torch::kInt64)).at(0);
+  bool differs = false;
+  for (size_t i = 0; i < 4; ++i) differs = differs || plain.hypotheses[i].tokens != ref.hypotheses[i].tokens;
+  EXPECT_TRUE(differs) << "the groups gave plain beam search's candidates";
+}
+
 // Several samples per request (do_sample, num_return_sequences 3): the summary and its alternatives are
 // generate()'s samples in draw order, the same streamed and unary, alone and beside other requests;
 // the first is what a one-sample request with the same seed gets.

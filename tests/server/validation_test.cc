@@ -152,6 +152,42 @@ TEST(Validation, EveryBadInputIsRefusedWithAHelpfulMessage) {
        SC::INVALID_ARGUMENT, "bad_words[0] is 300 bytes; at most 256: ban a shorter word or phrase"},
       {"a bad word over 32 tokens", [](auto& r) { r.mutable_options()->add_bad_words(std::string(40, 'w')); },
        SC::INVALID_ARGUMENT, "\" is 41 tokens with this model's tokenizer; at most 32: ban a shorter phrase"},
+      // Diverse beam search, with Hugging Face's rules: groups dividing num_beams, no sampling, a penalty only
+      // between groups.
+      {"num_beam_groups 0", [](auto& r) { r.mutable_options()->set_num_beam_groups(0); }, SC::INVALID_ARGUMENT,
+       "num_beam_groups must be >= 1 (1 is ordinary beam search), got 0"},
+      {"num_beam_groups not dividing num_beams",
+       [](auto& r) {
+         r.mutable_options()->set_num_beams(4);
+         r.mutable_options()->set_num_beam_groups(3);
+       },
+       SC::INVALID_ARGUMENT,
+       "num_beam_groups is 3 but num_beams (4) must be a multiple of it; set num_beams to a multiple of "
+       "num_beam_groups, or num_beam_groups to 1"},
+      {"num_beam_groups over num_beams",
+       [](auto& r) {
+         r.mutable_options()->set_num_beams(2);
+         r.mutable_options()->set_num_beam_groups(4);
+       },
+       SC::INVALID_ARGUMENT, "num_beam_groups is 4 but num_beams (2) must be a multiple of it"},
+      {"num_beam_groups with do_sample",
+       [](auto& r) {
+         r.mutable_options()->set_num_beams(4);
+         r.mutable_options()->set_num_beam_groups(2);
+         r.mutable_options()->set_do_sample(true);
+       },
+       SC::INVALID_ARGUMENT, "num_beam_groups is 2 with do_sample true; group beam search does not sample"},
+      {"diversity_penalty with one group",
+       [](auto& r) {
+         r.mutable_options()->set_num_beams(4);
+         r.mutable_options()->set_diversity_penalty(0.5F);
+       },
+       SC::INVALID_ARGUMENT, "diversity_penalty is 0.5 with num_beam_groups 1; it acts between groups of beams"},
+      {"negative diversity_penalty", [](auto& r) { r.mutable_options()->set_diversity_penalty(-1); },
+       SC::INVALID_ARGUMENT, "diversity_penalty must be a finite number >= 0 (0 disables it), got -1"},
+      {"diversity_penalty NaN",
+       [](auto& r) { r.mutable_options()->set_diversity_penalty(std::numeric_limits<float>::quiet_NaN()); },
+       SC::INVALID_ARGUMENT, "diversity_penalty must be a finite number >= 0 (0 disables it), got nan"},
       {"unknown early_stopping_mode",
        [](auto& r) { r.mutable_options()->set_early_stopping_mode(static_cast<v1::EarlyStoppingMode>(7)); },
        SC::INVALID_ARGUMENT, "early_stopping_mode 7 is not one of HEURISTIC (1), WHEN_FULL (2) or NEVER (3)"},
@@ -640,6 +676,45 @@ TEST(Validation, WarpersAndEncoderInputSettingsComeFromTheRequestElseTheConfig) 
   EXPECT_DOUBLE_EQ(server::resolve_options(fixed, config, limits).options.encoder_repetition_penalty, 1.0);
 }
 
+// Diverse beam search's settings: a request that leaves them unset gets the checkpoint's, one that sets them its
+// own; num_beams a request sets must suit the checkpoint's groups (as in Hugging Face), and one beam ignores them.
+TEST(Validation, GroupBeamSearchSettingsComeFromTheRequestElseTheConfig) {
+  ModelConfig config;
+  config.num_beams = 4;
+  config.num_beam_groups = 2;
+  config.diversity_penalty = 0.5;
+  const server::ServiceLimits limits;
+  const auto d = server::resolve_options({}, config, limits).options;
+  EXPECT_EQ(d.num_beams, 4);
+  EXPECT_EQ(d.num_beam_groups, 2);
+  EXPECT_DOUBLE_EQ(d.diversity_penalty, 0.5);
+  v1::GenerationOptions p;
+  p.set_num_beam_groups(4);
+  p.set_diversity_penalty(2.5F);
+  const auto own = server::resolve_options(p, config, limits).options;
+  EXPECT_EQ(own.num_beam_groups, 4);
+  EXPECT_DOUBLE_EQ(own.diversity_penalty, 2.5);
+  v1::GenerationOptions plain;
+  plain.set_num_beam_groups(1);
+  plain.set_diversity_penalty(0);
+  const auto beams = server::resolve_options(plain, config, limits).options;
+  EXPECT_EQ(std::tie(beams.num_beam_groups, beams.diversity_penalty), std::make_tuple(int64_t{1}, 0.0));
+  v1::GenerationOptions three;
+  three.set_num_beams(3);
+  try {
+    (void)server::resolve_options(three, config, limits);
+    ADD_FAILURE() << "3 beams in the checkpoint's 2 groups taken";
+  } catch (const server::RequestError& e) {
+    EXPECT_EQ(e.code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find("num_beam_groups is 2 but num_beams (3) must be a multiple of it"),
+              std::string::npos)
+        << e.what();
+  }
+  v1::GenerationOptions greedy;
+  greedy.set_num_beams(1);
+  EXPECT_EQ(server::resolve_options(greedy, config, limits).options.num_beams, 1) << "greedy: the groups ignored";
+}
+
 // A checkpoint's srformer.expected_length is the L of every request that sets none, whatever its
 // max_new_tokens; without one, L follows max_new_tokens.
 // A request's early_stopping_mode, else its early_stopping, else the config's (here true).
@@ -713,6 +788,8 @@ TEST(Validation, DefaultsAsRequestOptionsResolveToThemselves) {
   config.typical_p = 1.5;
   config.epsilon_cutoff = 2.0;
   config.eta_cutoff = -1.0;
+  config.num_beam_groups = 3;  // ignored with one beam, but sent back as the default it is
+  config.diversity_penalty = 0.5;
   server::ServiceLimits limits;
   const auto defaults = server::resolve_options({}, config, limits);
   const auto proto = server::to_proto(defaults);
@@ -729,6 +806,8 @@ TEST(Validation, DefaultsAsRequestOptionsResolveToThemselves) {
   EXPECT_FLOAT_EQ(proto.eta_cutoff(), 0.0F);
   EXPECT_FLOAT_EQ(proto.encoder_repetition_penalty(), 1.25F);
   EXPECT_EQ(proto.encoder_no_repeat_ngram_size(), 4);
+  EXPECT_EQ(proto.num_beam_groups(), 3);
+  EXPECT_FLOAT_EQ(proto.diversity_penalty(), 0.5F);
   const auto again = server::resolve_options(proto, config, limits);
   EXPECT_EQ(server::to_proto(again).SerializeAsString(), proto.SerializeAsString());
   const auto& a = defaults.options;
@@ -742,6 +821,8 @@ TEST(Validation, DefaultsAsRequestOptionsResolveToThemselves) {
   EXPECT_NEAR(b.min_p, a.min_p, 1e-7);
   EXPECT_NEAR(b.encoder_repetition_penalty, a.encoder_repetition_penalty, 1e-7);
   EXPECT_EQ(b.encoder_no_repeat_ngram_size, a.encoder_no_repeat_ngram_size);
+  EXPECT_EQ(b.num_beam_groups, a.num_beam_groups);
+  EXPECT_DOUBLE_EQ(b.diversity_penalty, a.diversity_penalty);
   // Every field is set: a client that copies them sends no field the server would fill in differently. But
   // bad_words, the request's own words added to the checkpoint's bad_words_ids: none by default.
   std::vector<const google::protobuf::FieldDescriptor*> set;
