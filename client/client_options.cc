@@ -129,6 +129,8 @@ bool is_summary_flag(const std::string& flag) {
                                                       "--max-new-tokens",
                                                       "--min-new-tokens",
                                                       "--num-beams",
+                                                      "--num-beam-groups",
+                                                      "--diversity-penalty",
                                                       "--num-return-sequences",
                                                       "--length-penalty",
                                                       "--early-stopping",
@@ -197,6 +199,8 @@ generation options (unset = the model's defaults):
   --encoder-repetition-penalty X --encoder-no-repeat-ngram-size N (the document's own tokens)
   --bad-word WORD (never generate WORD, a word or phrase, after a space or inside a word; repeat it
                   for more, at most 256)
+  --num-beam-groups N --diversity-penalty X (diverse beam search: N groups of num_beams / N beams, a
+                           token an earlier group chose at the step costs X in the later ones)
   --num-return-sequences N (beams: also the next best hypotheses; sampling with one beam: N samples;
                            one line each after the summary, "[alternative K, score S] TEXT" (TEXT's
                            line breaks written as --batch's), or --json's alternatives; with --batch,
@@ -330,6 +334,10 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       g.set_min_new_tokens(to_int32(arg, next()));
     } else if (arg == "--num-beams") {
       g.set_num_beams(to_int32(arg, next()));
+    } else if (arg == "--num-beam-groups") {
+      g.set_num_beam_groups(to_int32(arg, next()));
+    } else if (arg == "--diversity-penalty") {
+      g.set_diversity_penalty(to_float(arg, next()));
     } else if (arg == "--num-return-sequences") {
       g.set_num_return_sequences(to_int32(arg, next()));
     } else if (arg == "--length-penalty") {

@@ -42,6 +42,8 @@ const char* kUsage =
     "  --encoder-repetition-penalty X --encoder-no-repeat-ngram-size N (the document's own tokens)\n"
     "  --bad-word WORD (never generate WORD, a word or phrase, after a space or inside a word; repeat it\n"
     "  for more, at most 256)\n"
+    "  --num-beam-groups N --diversity-penalty X (diverse beam search: N groups of num-beams / N beams, a\n"
+    "  token an earlier group chose at the step costs X in the later ones)\n"
     "  --truncate (cut over-long input instead of failing) --threads N --json --stream\n"
     "  --max-input-tokens N (lowers the model's input limit; a T5's n_positions is advisory: N may raise it)\n"
     "  --dtype fp32|bf16 (bf16: projections in bfloat16; needs a CPU with AMX or AVX512-BF16)\n"
@@ -58,8 +60,9 @@ int run_summarize(const std::vector<std::string>& args) {
   int threads = 0;
   LoadOptions load;
   bool dtype_given = false;
-  std::optional<int64_t> max_new, min_new, beams, no_repeat, top_k, expected, returned, max_input, encoder_no_repeat;
-  std::optional<double> length_penalty, temperature, top_p, rep, min_p, typical_p, epsilon, eta, encoder_rep;
+  std::optional<int64_t> max_new, min_new, beams, no_repeat, top_k, expected, returned, max_input, encoder_no_repeat,
+      groups;
+  std::optional<double> length_penalty, temperature, top_p, rep, min_p, typical_p, epsilon, eta, encoder_rep, diversity;
   std::optional<EarlyStopping> early;
   std::optional<bool> sample;
   uint64_t seed = 0;
@@ -77,6 +80,10 @@ int run_summarize(const std::vector<std::string>& args) {
       min_new = r.integer_value();
     } else if (a == "--num-beams") {
       beams = r.integer_value();
+    } else if (a == "--num-beam-groups") {
+      groups = r.integer_value();
+    } else if (a == "--diversity-penalty") {
+      diversity = r.number_value();
     } else if (a == "--num-return-sequences") {
       returned = r.integer_value();
     } else if (a == "--length-penalty") {
@@ -191,7 +198,8 @@ int run_summarize(const std::vector<std::string>& args) {
   }
   // The API carries these as float32 (srformer.v1.GenerationOptions): read as the server reads them, a
   // value such as 0.448 gives the same beam scores here and served.
-  for (auto* given : {&length_penalty, &temperature, &top_p, &rep, &min_p, &typical_p, &epsilon, &eta, &encoder_rep}) {
+  for (auto* given :
+       {&length_penalty, &temperature, &top_p, &rep, &min_p, &typical_p, &epsilon, &eta, &encoder_rep, &diversity}) {
     if (*given) *given = static_cast<double>(static_cast<float>(**given));
   }
   // Refused as the server refuses a request's own values, sampling or not, in the same words (validate()
@@ -207,12 +215,16 @@ int run_summarize(const std::vector<std::string>& args) {
   given.eta_cutoff = eta;
   given.no_repeat_ngram_size = no_repeat;
   given.encoder_no_repeat_ngram_size = encoder_no_repeat;
+  given.num_beam_groups = groups;
+  given.diversity_penalty = diversity;
   check_given_options(given, flag_name);
   GenerationOptions o = d;
   o.max_new_tokens = max_new.value_or(d.max_new_tokens);
   o.min_new_tokens = min_new.value_or(std::min(o.max_new_tokens, d.min_new_tokens));
   o.do_sample = sample.value_or(d.do_sample);
   o.num_beams = beams.value_or(d.num_beams);  // with do_sample and several beams: beam sampling
+  o.num_beam_groups = groups.value_or(d.num_beam_groups);
+  o.diversity_penalty = diversity.value_or(d.diversity_penalty);
   o.length_penalty = length_penalty.value_or(d.length_penalty);
   o.early_stopping = early.value_or(d.early_stopping);
   o.no_repeat_ngram_size = no_repeat.value_or(d.no_repeat_ngram_size);

@@ -255,6 +255,13 @@ void check_given_options(const GivenOptions& g, OptionName name) {
   in_unit("eta_cutoff", g.eta_cutoff, true, false, "0 disables it; Hugging Face suggests 3e-4 to 2e-3");
   count("no_repeat_ngram_size", g.no_repeat_ngram_size, "0 disables it");
   count("encoder_no_repeat_ngram_size", g.encoder_no_repeat_ngram_size, "0 disables it");
+  // How groups and beams fit together (and sampling) is validate()'s: a request may take num_beams from the model.
+  if (const auto& v = g.num_beam_groups; v && *v < 1) {
+    refuse("num_beam_groups", ">= 1 (1 is ordinary beam search)", std::to_string(*v));
+  }
+  if (const auto& v = g.diversity_penalty; v && !(std::isfinite(*v) && *v >= 0.0)) {
+    refuse("diversity_penalty", "a finite number >= 0 (0 disables it)", given_number(*v));
+  }
 }
 
 }  // namespace srformer

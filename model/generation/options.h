@@ -125,8 +125,9 @@ void validate(const GenerationOptions& options);
 // The values a request (or a tool's flags) sets itself; unset ones are the model's defaults, which
 // validate() checks only where they act (top_p when sampling, length_penalty with beams, ...).
 struct GivenOptions {
-  std::optional<double> length_penalty, temperature, top_p, min_p, typical_p, epsilon_cutoff, eta_cutoff;
-  std::optional<int64_t> top_k, no_repeat_ngram_size, encoder_no_repeat_ngram_size;
+  std::optional<double> length_penalty, temperature, top_p, min_p, typical_p, epsilon_cutoff, eta_cutoff,
+      diversity_penalty;
+  std::optional<int64_t> top_k, no_repeat_ngram_size, encoder_no_repeat_ngram_size, num_beam_groups;
 };
 
 // A field's name as the caller's user writes it: the API's own (top_p), or a flag's (--top-p).

@@ -146,6 +146,8 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
   set(p.has_eta_cutoff(), p.eta_cutoff(), given.eta_cutoff);
   set(p.has_no_repeat_ngram_size(), p.no_repeat_ngram_size(), given.no_repeat_ngram_size);
   set(p.has_encoder_no_repeat_ngram_size(), p.encoder_no_repeat_ngram_size(), given.encoder_no_repeat_ngram_size);
+  set(p.has_num_beam_groups(), p.num_beam_groups(), given.num_beam_groups);
+  set(p.has_diversity_penalty(), p.diversity_penalty(), given.diversity_penalty);
   try {
     check_given_options(given);
   } catch (const std::invalid_argument& e) {
@@ -194,18 +196,8 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
   }
   // Group beam search: validate() refuses groups that do not divide num_beams, sampling with groups, and a
   // penalty without them, naming both settings (either may be the model's default).
-  if (p.has_num_beam_groups()) {
-    if (p.num_beam_groups() < 1) {
-      invalid("num_beam_groups must be >= 1 (1 is ordinary beam search), got " + str(p.num_beam_groups()));
-    }
-    o.num_beam_groups = p.num_beam_groups();
-  }
-  if (p.has_diversity_penalty()) {
-    if (!(std::isfinite(p.diversity_penalty()) && p.diversity_penalty() >= 0.0f)) {
-      invalid("diversity_penalty must be a finite number >= 0 (0 disables it), got " + str(p.diversity_penalty()));
-    }
-    o.diversity_penalty = p.diversity_penalty();
-  }
+  if (p.has_num_beam_groups()) o.num_beam_groups = p.num_beam_groups();
+  if (p.has_diversity_penalty()) o.diversity_penalty = p.diversity_penalty();
   // Sampling with one beam draws each sequence in a batch row of its own, as many as a beam search may
   // have beams; beams (searched or sampled) return at most one sequence each.
   const bool samples = draws_independent_samples(o);

@@ -226,6 +226,22 @@ TEST(ClientOptions, BadWordIsRepeatableAndAddsAnEntryEach) {
             "--bad-word does nothing with --health, which checks the server's state and summarizes nothing");
 }
 
+// Diverse beam search's request fields have flags, set only when given (unset: the model's default).
+TEST(ClientOptions, DiverseBeamSearchFlagsSetTheirFields) {
+  const auto g = parse({"--num-beams", "6", "--num-beam-groups", "3", "--diversity-penalty=0.5", "doc.txt"}).generation;
+  EXPECT_EQ(g.num_beam_groups(), 3);
+  EXPECT_FLOAT_EQ(g.diversity_penalty(), 0.5F);
+  const auto unset = parse({"doc.txt"}).generation;
+  EXPECT_FALSE(unset.has_num_beam_groups() || unset.has_diversity_penalty());
+  EXPECT_TRUE(parse({"--diversity-penalty", "0", "doc.txt"}).generation.has_diversity_penalty())
+      << "0 is sent (it turns a default off)";
+  EXPECT_EQ(refusal({"--diversity-penalty", "x", "doc.txt"}), "--diversity-penalty needs a number, got 'x'");
+  EXPECT_EQ(refusal({"--num-beam-groups", "4294967299", "doc.txt"}),
+            "--num-beam-groups 4294967299 is out of range (an int32 field)");
+  EXPECT_EQ(refusal({"--health", "--num-beam-groups", "2"}),
+            "--num-beam-groups does nothing with --health, which checks the server's state and summarizes nothing");
+}
+
 // The retry policy covers srformer.v1.Summarizer's calls, not the health check: --health --retries 3 checked
 // once.
 TEST(ClientOptions, RetriesDoNotGoWithHealth) {

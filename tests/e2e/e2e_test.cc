@@ -2258,6 +2258,55 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeBadWordAlike) {
       << offline_refused.out;
 }
 
+// srformer-client and srformer summarize take diverse beam search's flags under the same names and give the
+// same summaries and alternatives with them; the groups' penalty changes the candidates here, and both refuse
+// groups that do not divide the beams, saying what to fix.
+TEST_F(EndToEnd, ClientAndOfflineToolTakeTheDiverseBeamSearchFlagsAlike) {
+  auto server = start();
+  const std::string client = kClient + " --target " + server->target() + " --json ";
+  const std::string tool = kTool + " summarize --model " + model_dir_.string() + " --json ";
+  // The best sequence and every alternative's.
+  const auto candidates = [](const CommandResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    if (r.exit_code != 0) return nlohmann::json();
+    const auto j = nlohmann::json::parse(r.out);
+    nlohmann::json all = nlohmann::json::array({j["token_ids"]});
+    for (const auto& a : j["alternatives"]) all.push_back(a["token_ids"]);
+    return all;
+  };
+  const std::string beams = "--max-new-tokens 20 --num-beams 4 --num-return-sequences 4 ";
+  const std::string diverse = "--num-beam-groups 4 --diversity-penalty 4 ";
+  bool changed = false;
+  for (int i = 0; i < 2; ++i) {
+    const auto served = candidates(run_command(client + beams + diverse + doc(i)));
+    EXPECT_EQ(candidates(run_command(tool + beams + diverse + doc(i))), served) << "doc " << i;
+    ASSERT_EQ(served.size(), 4u) << "doc " << i;
+    changed = changed || served != candidates(run_command(client + beams + doc(i)));
+  }
+  EXPECT_TRUE(changed) << "the groups changed no candidates";
+  const std::vector<std::tuple<std::string, std::string, std::string>> bad = {
+      {"--num-beams 4 --num-beam-groups 3", "num_beam_groups is 3 but num_beams (4) must be a multiple of it",
+       "num_beam_groups is 3 but num_beams (4) must be a multiple of it"},
+      {"--num-beams 4 --diversity-penalty 1", "diversity_penalty is 1 with num_beam_groups 1",
+       "diversity_penalty is 1 with num_beam_groups 1"},
+      {"--num-beams 4 --num-beam-groups 2 --do-sample", "group beam search does not sample",
+       "group beam search does not sample"},
+      {"--diversity-penalty -1", "diversity_penalty must be a finite number >= 0 (0 disables it), got -1",
+       "--diversity-penalty must be a finite number >= 0 (0 disables it), got -1"},
+      {"--num-beam-groups 0", "num_beam_groups must be >= 1 (1 is ordinary beam search), got 0",
+       "--num-beam-groups must be >= 1 (1 is ordinary beam search), got 0"},
+  };
+  for (const auto& [flag, served_says, offline_says] : bad) {
+    const auto refused = run_command(client + flag + " " + doc(0) + " 2>&1");
+    EXPECT_EQ(refused.exit_code, 1) << flag;
+    EXPECT_NE(refused.out.find("INVALID_ARGUMENT"), std::string::npos) << refused.out;
+    EXPECT_NE(refused.out.find(served_says), std::string::npos) << refused.out;
+    const auto offline_refused = run_command(tool + flag + " " + doc(0) + " 2>&1");
+    EXPECT_EQ(offline_refused.exit_code, 1) << flag;
+    EXPECT_NE(offline_refused.out.find(offline_says), std::string::npos) << offline_refused.out;
+  }
+}
+
 // With --log-json (a flag, or the config file's log_json) a configuration the server refuses is told in a
 // JSON line as the rest of its log, whether the flag comes before or after the bad one and whatever the
 // level; it was plain text ("srformer-server: ..."), which a shipper parsing JSON lines does not read.
