@@ -4,11 +4,15 @@
 #include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "model/bart.h"
 #include "model/io/atomic_file.h"
 #include "model/io/checkpoint.h"
+#include "model/io/json_file.h"
+#include "model/io/load_error.h"
 #include "model/io/model_files.h"
 #include "model/io/safetensors.h"
 #include "model/kernels/bf16_linear.h"
@@ -55,6 +59,49 @@ void warn_if_raf_parameters_unused(const std::filesystem::path& dir, const Model
       dir.string(), raf, dir.string());
 }
 
+// config.json's "architectures" naming a class without a language-model head: its weights fail to bind (a
+// classification head unexpected, the decoder missing), and the list of names alone does not say that
+// the checkpoint cannot summarize at all, nor what to serve instead.
+std::optional<std::string> architecture_hint(const std::filesystem::path& dir, const ModelConfig& config) {
+  struct Kind {
+    std::string_view suffix;
+    const char* what;
+  };
+  static constexpr Kind kKinds[] = {
+      {"ForSequenceClassification", "a classifier (its head scores labels, as bart-large-mnli's)"},
+      {"ForTokenClassification", "a token classifier (its head labels each token)"},
+      {"ForQuestionAnswering", "an extractive question-answering model (its head marks answer spans)"},
+      {"EncoderModel", "an encoder alone (as a text-to-image pipeline's text encoder), without a decoder"},
+      {"ForCausalLM", "a decoder alone, without the encoder that reads the document"},
+  };
+  nlohmann::json architectures;
+  try {  // config.json read as ModelConfig::load read it; a hint only, so any failure gives none
+    const auto j = read_json_file<LoadError>(dir / "config.json", "the model's JSON configuration");
+    if (j.is_object() && j.contains("architectures") && j["architectures"].is_array()) {
+      architectures = j["architectures"];
+    }
+  } catch (const LoadError&) {
+    return std::nullopt;
+  }
+  for (const auto& entry : architectures) {
+    if (!entry.is_string()) continue;
+    const std::string name = entry.get<std::string>();
+    for (const Kind& k : kKinds) {
+      if (name.size() >= k.suffix.size() &&
+          name.compare(name.size() - k.suffix.size(), k.suffix.size(), k.suffix) == 0) {
+        const std::string type = config.type_name();
+        const std::string generator = type == "bart"  ? "BartForConditionalGeneration (as facebook/bart-large-cnn)"
+                                      : type == "mt5" ? "MT5ForConditionalGeneration (as google/mt5-base)"
+                                                      : "T5ForConditionalGeneration (as google/flan-t5-base)";
+        return "config.json's \"architectures\" says " + name + ": " + k.what +
+               ", not a model that writes text; serve a " + generator +
+               " checkpoint, or the base model this one was fine-tuned from";
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 torch::ScalarType default_dtype(const ModelConfig& config, const torch::Device& device, bool gpu_has_bf16) {
@@ -84,8 +131,14 @@ std::unique_ptr<Seq2SeqModel> load_model(const std::filesystem::path& dir, const
   }
   const auto ckpt = CheckpointReader::open_dir(dir);
   if (!options.srformer) warn_if_raf_parameters_unused(dir, config, ckpt);
-  if (config.arch == Architecture::kBart) return load_bart(config, ckpt, options);
-  return load_t5(config, ckpt, options);
+  try {
+    if (config.arch == Architecture::kBart) return load_bart(config, ckpt, options);
+    return load_t5(config, ckpt, options);
+  } catch (const LoadError& e) {
+    const auto hint = architecture_hint(dir, config);
+    if (!hint) throw;
+    throw LoadError(std::string(e.what()) + "\n" + *hint);
+  }
 }
 
 }  // namespace srformer

@@ -700,6 +700,58 @@ TEST(LoadModel, EncoderOrDecoderEmbeddingsUntiedFromTheSharedOneAreRefusedByName
   }
 }
 
+// A classifier (facebook/bart-large-mnli: BartForSequenceClassification) or a T5 encoder alone (a text-to-image
+// pipeline's text_encoder: T5EncoderModel) was refused as unexpected or missing tensor names with the hint
+// "check that config.json describes these weights", which does not say that the checkpoint cannot write
+// text at all nor what to serve instead. config.json's "architectures" says it.
+TEST(LoadModel, ACheckpointWithoutALanguageModelHeadIsRefusedNamingItsArchitecture) {
+  struct Case {
+    Architecture arch;
+    const char* architecture;
+    const char* unexpected;  // a tensor of its head, else the decoder is dropped
+  };
+  for (const auto& c : {Case{Architecture::kBart, "BartForSequenceClassification", "classification_head.dense.weight"},
+                        Case{Architecture::kT5, "T5ForQuestionAnswering", "qa_outputs.weight"},
+                        Case{Architecture::kT5, "T5EncoderModel", nullptr}}) {
+    SCOPED_TRACE(c.architecture);
+    TempDir d("no-lm-head");
+    write_random_model(d.path(), tiny_config(c.arch, CrossAttentionKind::kFull, 0), 23);
+    edit_weights(d.path(), [&](auto& t) {
+      if (c.unexpected != nullptr) {
+        t.emplace_back(c.unexpected, torch::zeros({3}));
+        return;
+      }
+      t.erase(std::remove_if(t.begin(), t.end(), [](const auto& n) { return n.first.rfind("decoder.", 0) == 0; }),
+              t.end());
+    });
+    const auto plain = load_error(d.path());  // without "architectures": the weight errors alone
+    EXPECT_NE(plain, "");
+    EXPECT_EQ(plain.find("architectures"), std::string::npos) << plain;
+    nlohmann::json j;
+    std::ifstream(d.path() / "config.json") >> j;
+    j["architectures"] = {c.architecture};
+    std::ofstream(d.path() / "config.json") << j.dump();
+    const auto err = load_error(d.path());
+    EXPECT_NE(err.find(c.unexpected != nullptr ? c.unexpected : "decoder.block.0"), std::string::npos) << err;
+    EXPECT_NE(err.find(std::string("\"architectures\" says ") + c.architecture), std::string::npos) << err;
+    EXPECT_NE(err.find(c.arch == Architecture::kBart ? "serve a BartForConditionalGeneration"
+                                                     : "serve a T5ForConditionalGeneration"),
+              std::string::npos)
+        << err;
+  }
+  // A generation model's own classes add nothing to its errors.
+  TempDir d("lm-head");
+  write_random_model(d.path(), tiny_config(Architecture::kBart, CrossAttentionKind::kFull, 0), 23);
+  edit_weights(d.path(), [&](auto& t) { t.emplace_back("classification_head.dense.weight", torch::zeros({3})); });
+  nlohmann::json j;
+  std::ifstream(d.path() / "config.json") >> j;
+  j["architectures"] = {"BartForConditionalGeneration"};
+  std::ofstream(d.path() / "config.json") << j.dump();
+  const auto err = load_error(d.path());
+  EXPECT_NE(err.find("classification_head.dense.weight"), std::string::npos) << err;
+  EXPECT_EQ(err.find("architectures"), std::string::npos) << err;
+}
+
 // google/flan-t5-xl and -xxl: the Hub's conversion of their sharded .bin checkpoints stored the tied
 // embedding once (shared.weight) but kept encoder/decoder.embed_tokens.weight in the index's weight_map,
 // under the shard holding shared.weight. Hugging Face loads it; it was refused with "weight_map puts
