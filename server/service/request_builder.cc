@@ -193,6 +193,10 @@ ResolvedOptions resolve_options(const v1::GenerationOptions& p, const ModelConfi
     o.num_beams = p.num_beams();
   } else {
     o.num_beams = std::clamp<int64_t>(d.num_beams, 1, limits.max_beams);  // with do_sample: beam sampling
+    // Capped, the model's beams stay a multiple of its groups (or the request's), which must divide them: a
+    // checkpoint's 12 beams in 3 groups under --max-beams 8 search 6, where 8 refused every such request.
+    const int64_t groups = p.has_num_beam_groups() ? p.num_beam_groups() : d.num_beam_groups;
+    if (o.num_beams < d.num_beams && groups > 1 && o.num_beams >= groups) o.num_beams -= o.num_beams % groups;
   }
   // Group beam search: validate() refuses groups that do not divide num_beams, sampling with groups, and a
   // penalty without them, naming both settings (either may be the model's default).

@@ -713,6 +713,21 @@ TEST(Validation, GroupBeamSearchSettingsComeFromTheRequestElseTheConfig) {
   v1::GenerationOptions greedy;
   greedy.set_num_beams(1);
   EXPECT_EQ(server::resolve_options(greedy, config, limits).options.num_beams, 1) << "greedy: the groups ignored";
+  // The server's cap keeps the model's beams a multiple of the groups: 12 beams in 3 groups under a cap of 8
+  // search 6 (8 refused every request that left num_beams unset), and the request's own groups count.
+  config.num_beams = 12;
+  config.num_beam_groups = 3;
+  server::ServiceLimits eight;
+  eight.max_beams = 8;
+  const auto capped = server::resolve_options({}, config, eight).options;
+  EXPECT_EQ(std::tie(capped.num_beams, capped.num_beam_groups), std::make_tuple(int64_t{6}, int64_t{3}));
+  v1::GenerationOptions four_groups;
+  four_groups.set_num_beam_groups(4);
+  EXPECT_EQ(server::resolve_options(four_groups, config, eight).options.num_beams, 8);
+  v1::GenerationOptions nine_groups;
+  nine_groups.set_num_beam_groups(9);
+  EXPECT_THROW((void)server::resolve_options(nine_groups, config, eight), server::RequestError)
+      << "more groups than the cap allows beams";
 }
 
 // A checkpoint's srformer.expected_length is the L of every request that sets none, whatever its
