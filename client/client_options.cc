@@ -97,6 +97,19 @@ void check_ipv6_brackets(const std::string& target) {
   }
 }
 
+// A bracketed host left open ("[::1", "[::1:50051"), empty ("[]:50051") or followed by other than ":PORT"
+// ("[::1]50051"): gRPC logged its own parse error and then said only "DNS resolution failed".
+void check_bracketed_host(const std::string& target) {
+  if (target.empty() || target.front() != '[') return;
+  const auto refuse = [&target](const std::string& what) {
+    throw std::invalid_argument("--target '" + target + "': " + what + "; write [ADDRESS]:PORT, e.g. [::1]:50051");
+  };
+  const size_t close = target.find(']');
+  if (close == std::string::npos) refuse("the '[' before an IPv6 address is not closed");
+  if (close == 1) refuse("the brackets hold no address");
+  if (close + 1 < target.size() && target[close + 1] != ':') refuse("after the ']' comes ':PORT' or nothing");
+}
+
 // Flags that take no value: "--do-sample=false" sampled and "--json=false" printed JSON, the value dropped.
 bool is_switch(const std::string& flag) {
   static const std::set<std::string> kSwitches = {"--help",
@@ -276,6 +289,7 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       // gRPC's words for it were "Failed to create secure client channel", for a plaintext one too.
       if (o.target.empty()) throw std::invalid_argument("--target needs an address (HOST:PORT, unix:PATH), got ''");
       check_ipv6_brackets(o.target);
+      check_bracketed_host(o.target);
     } else if (arg == "--model") {
       o.model = utf8_value(arg, next());
     } else if (arg == "--stream") {

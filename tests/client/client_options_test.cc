@@ -168,6 +168,23 @@ TEST(ClientOptions, AnIpv6TargetNeedsBrackets) {
   }
 }
 
+// A bracketed host without its closing bracket ("[::1", "[::1:50051"), or with something other than ":PORT"
+// after it ("[::1]50051"): gRPC logged an error and then said only that DNS resolution failed.
+TEST(ClientOptions, AnUnclosedOrMisplacedIpv6BracketIsRefused) {
+  EXPECT_EQ(refusal({"--target", "[::1", "--health"}),
+            "--target '[::1': the '[' before an IPv6 address is not closed; write [ADDRESS]:PORT, e.g. [::1]:50051");
+  EXPECT_EQ(refusal({"--target=[::1:50051", "--health"}),
+            "--target '[::1:50051': the '[' before an IPv6 address is not closed; write [ADDRESS]:PORT, e.g. "
+            "[::1]:50051");
+  EXPECT_EQ(refusal({"--target", "[::1]50051", "--health"}),
+            "--target '[::1]50051': after the ']' comes ':PORT' or nothing; write [ADDRESS]:PORT, e.g. [::1]:50051");
+  EXPECT_EQ(refusal({"--target", "[]:50051", "--health"}),
+            "--target '[]:50051': the brackets hold no address; write [ADDRESS]:PORT, e.g. [::1]:50051");
+  for (const std::string target : {"[::1]:50051", "[::1]", "[fe80::1%eth0]:8080", "ipv6:[::1]:50051"}) {
+    EXPECT_EQ(parse({"--target", target, "--health"}).target, target);
+  }
+}
+
 // --early-stopping, --no-early-stopping and --early-stopping-never are one setting, and the last given wins, as
 // for srformer summarize: "--early-stopping --early-stopping-never" sent both fields and the server refused
 // them as disagreeing, "--early-stopping-never --no-early-stopping" ran as never.
