@@ -129,9 +129,13 @@ void validate(const GenerationOptions& o) {
            "; it must be at least 1e-4 (and finite) when do_sample is true (do_sample=false decodes greedily)");
   }
   // Like the temperature, top_p and top_k only act when sampling: greedy and beam search ignore them, as
-  // Hugging Face does (a checkpoint's top_p 0 must not refuse the requests that do not sample).
-  if (o.do_sample && !(o.top_p > 0.0 && o.top_p <= 1.0)) {
-    reject("top_p is " + number(o.top_p) + "; set it in (0, 1] (1 disables nucleus filtering) when do_sample is true");
+  // Hugging Face does (a checkpoint's top_p 1.5 must not refuse the requests that do not sample). Its
+  // TopPLogitsWarper takes 0: every token whose ascending cumulative probability is at most 1 goes, which
+  // leaves the min_tokens_to_keep likeliest (apply_top_p does the same).
+  if (o.do_sample && !(o.top_p >= 0.0 && o.top_p <= 1.0)) {
+    reject("top_p is " + number(o.top_p) +
+           "; set it in [0, 1] (1 disables nucleus filtering, 0 keeps only the likeliest token) when do_sample is "
+           "true");
   }
   // Hugging Face's warpers refuse these (min_p outside [0, 1], typical_p <= 0); typical_p >= 1 and cutoffs
   // outside (0, 1) it leaves off.
@@ -246,7 +250,7 @@ void check_given_options(const GivenOptions& g, OptionName name) {
     refuse("temperature", "a finite number", given_number(*g.temperature));
   }
   count("top_k", g.top_k, "0 disables it");
-  in_unit("top_p", g.top_p, false, true, "1 disables it");
+  in_unit("top_p", g.top_p, true, true, "1 disables it; 0 keeps only the likeliest token");  // as Hugging Face
   // Hugging Face's further warpers: its own refuse min_p outside [0, 1] and typical_p <= 0, and leave
   // typical_p >= 1 and cutoffs outside (0, 1) off; a value given out of these ranges is a mistake.
   in_unit("min_p", g.min_p, true, true, "0 disables it");

@@ -137,7 +137,7 @@ std::string flag_name(std::string_view field);   // --top-p
 
 // Refuses a given value outside its range whether or not it acts (the server's rule for a request's own
 // values and the tools' for their flags): throws std::invalid_argument naming the option, its range, the
-// value that turns it off and the value given ("top_p must be in (0, 1] (1 disables it), got 0").
+// value that turns it off and the value given ("top_k must be >= 0 (0 disables it), got -1").
 // validate() still checks the settled options.
 void check_given_options(const GivenOptions& given, OptionName name = field_name);
 

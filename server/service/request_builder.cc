@@ -75,7 +75,7 @@ std::string str(T v) {
 }
 
 // A default as ListModels advertises it: as it is where it acts (`acts`: validate() took it there), else,
-// where a request may not send it (check_given_options), the value that turns it off. A checkpoint's top_p 0
+// where a request may not send it (check_given_options), the value that turns it off. A checkpoint's top_p 1.5
 // or top_k -1 for greedy search, or length_penalty 40 without beams, acts nowhere, and a request that sends
 // the defaults back must not be refused for it.
 template <typename T>

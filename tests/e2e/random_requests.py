@@ -79,7 +79,7 @@ def draw_request(pb, rng, models, index, max_words):
     maybe(0.3, "num_return_sequences", list(range(1, most + 1)), [0, most + 1])
     maybe(0.3, "temperature", [0.3, 0.7, 1.0, 1.5], [0.0, -1.0])
     maybe(0.3, "top_k", [0, 1, 5, 20])
-    maybe(0.3, "top_p", [0.3, 0.9, 1.0], [0.0, 1.5])
+    maybe(0.3, "top_p", [0.0, 0.3, 0.9, 1.0], [-0.5, 1.5])
     if rng.random() < 0.7:
         o.seed = rng.randrange(1, 1 << 40)
     maybe(0.3, "no_repeat_ngram_size", [0, 1, 2, 3], [-2])

@@ -604,6 +604,26 @@ TEST(WarpersTest, TopPIsTheGrowingTopKsCutBitForBit) {
   EXPECT_EQ(compared, 150);
 }
 
+// Hugging Face's top_p 0: every token whose ascending cumulative probability is at most 1 goes, which leaves
+// the min_tokens_to_keep likeliest (on a small row and on a vocabulary-sized one, where the cut is found
+// without sorting).
+TEST(WarpersTest, TopPZeroKeepsTheLikeliestTokensOnly) {
+  const auto small = row(log_of({0.15, 0.5, 0.1, 0.25}));
+  apply_top_p(small, 0.0);
+  EXPECT_EQ(kept(small), (std::vector<int64_t>{1}));
+  const auto two = row(log_of({0.15, 0.5, 0.1, 0.25}));
+  apply_top_p(two, 0.0, /*min_tokens_to_keep=*/2);
+  EXPECT_EQ(kept(two), (std::vector<int64_t>{1, 3}));
+  torch::manual_seed(7);
+  for (const double spread : {0.5, 3.0}) {
+    const auto scores = (torch::randn({3, 32128}) * spread).contiguous();
+    const auto best = scores.argmax(1);
+    apply_top_p(scores, 0.0);
+    EXPECT_TRUE(torch::equal(torch::isfinite(scores).sum(1), torch::ones({3}, torch::kLong))) << "spread " << spread;
+    EXPECT_TRUE(torch::equal(scores.argmax(1), best)) << "spread " << spread;
+  }
+}
+
 TEST(WarpersTest, TopPKeepsAtLeastMinTokens) {
   const auto scores = row(log_of({0.9, 0.05, 0.05}));
   apply_top_p(scores, 0.5, /*min_tokens_to_keep=*/2);

@@ -88,7 +88,7 @@ TEST(ValidateTest, RejectsEachBadOptionWithItsName) {
         o.temperature = -1.0;
       },
       "temperature");
-  for (const double top_p : {0.0, 1.5}) {
+  for (const double top_p : {-0.5, 1.5}) {
     expect_rejected(
         [top_p](auto& o) {
           o.do_sample = true;
@@ -194,10 +194,10 @@ TEST(ValidateTest, TemperatureOnlyMattersWhenSampling) {
 }
 
 // top_k and top_p are sampling's too: greedy and beam search ignore them, as Hugging Face does, so a
-// checkpoint's top_p 0 or top_k -1 refuses no request that does not sample. Such requests were refused.
+// checkpoint's top_p 1.5 or top_k -1 refuses no request that does not sample. Such requests were refused.
 TEST(ValidateTest, TopKAndTopPOnlyMatterWhenSampling) {
   GenerationOptions options;
-  options.top_p = 0.0;
+  options.top_p = 1.5;
   options.top_k = -1;
   EXPECT_NO_THROW(validate(options));
   options.num_beams = 2;
@@ -259,6 +259,20 @@ TEST(ValidateTest, GroupSettingsOnlyMatterWithBeams) {
   EXPECT_NO_THROW(validate(options));
 }
 
+// Hugging Face's TopPLogitsWarper refuses only top_p < 0 or > 1: at 0 it removes every token whose ascending
+// cumulative probability is at most 1, which leaves the min_tokens_to_keep likeliest. A sampling checkpoint
+// whose generation_config.json says top_p 0 could not serve its defaults, and a request could not send 0.
+TEST(ValidateTest, TopPZeroIsAcceptedWhenSamplingAsHuggingFaceDoes) {
+  GenerationOptions options;
+  options.do_sample = true;
+  options.top_p = 0.0;
+  EXPECT_NO_THROW(validate(options));
+  options.num_beams = 2;  // beam sampling
+  EXPECT_NO_THROW(validate(options));
+  options.top_p = -1e-9;
+  EXPECT_THROW(validate(options), std::invalid_argument);
+}
+
 // length_penalty scores beam hypotheses only: greedy search and sampling with one beam ignore it, as
 // Hugging Face does, so a checkpoint's length_penalty 40 refuses no request without beams. Such
 // requests were refused.
@@ -290,10 +304,12 @@ TEST(GivenOptionsTest, AValueOutOfRangeIsRefusedNamingTheRangeAndTheValueGiven) 
   };
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const std::vector<std::tuple<std::function<void(GivenOptions&)>, std::string, std::string>> cases = {
-      {[](auto& g) { g.top_p = 0.0; }, "top_p must be in (0, 1] (1 disables it), got 0",
-       "--top-p must be in (0, 1] (1 disables it), got 0"},
-      {[](auto& g) { g.top_p = static_cast<double>(1.1F); }, "top_p must be in (0, 1] (1 disables it), got 1.1",
-       "--top-p must be in (0, 1] (1 disables it), got 1.1"},
+      {[](auto& g) { g.top_p = -0.5; },
+       "top_p must be in [0, 1] (1 disables it; 0 keeps only the likeliest token), got -0.5",
+       "--top-p must be in [0, 1] (1 disables it; 0 keeps only the likeliest token), got -0.5"},
+      {[](auto& g) { g.top_p = static_cast<double>(1.1F); },
+       "top_p must be in [0, 1] (1 disables it; 0 keeps only the likeliest token), got 1.1",
+       "--top-p must be in [0, 1] (1 disables it; 0 keeps only the likeliest token), got 1.1"},
       {[](auto& g) { g.min_p = -0.25; }, "min_p must be in [0, 1] (0 disables it), got -0.25",
        "--min-p must be in [0, 1] (0 disables it), got -0.25"},
       {[nan](auto& g) { g.min_p = nan; }, "min_p must be in [0, 1] (0 disables it), got nan",
@@ -332,6 +348,7 @@ TEST(GivenOptionsTest, AValueOutOfRangeIsRefusedNamingTheRangeAndTheValueGiven) 
          g.length_penalty = -10.0;
        },
        "accepted", "accepted"},
+      {[](auto& g) { g.top_p = 0.0; }, "accepted", "accepted"},  // Hugging Face's too: the likeliest token alone
       {[](auto&) {}, "accepted", "accepted"},
   };
   for (const auto& [edit, as_field, as_flag] : cases) {

@@ -123,6 +123,23 @@ TEST(SamplingTest, TopKOneEqualsGreedy) {
   }
 }
 
+// Hugging Face's top_p 0 keeps the likeliest token alone (its cut removes every token whose ascending cumulative
+// probability is at most 1), so sampling draws what greedy search picks. It was refused as outside (0, 1].
+TEST(SamplingTest, TopPZeroEqualsGreedyAsInHuggingFace) {
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    const auto script = testing::random_script(20, seed, 1, 0.5f);
+    auto options = sampling_options(seed);
+    options.eos_token_id = 1;
+    options.max_new_tokens = 20;
+    options.top_p = 0.0;
+    options.temperature = 1.7;
+    SamplingSearcher sampler(options);
+    options.do_sample = false;
+    GreedySearcher greedy(options);
+    EXPECT_EQ(drive(sampler, script, 0).results[0].tokens, drive(greedy, script, 0).results[0].tokens);
+  }
+}
+
 TEST(SamplingTest, FrequenciesFollowTheDistribution) {
   expect_frequencies(frequencies(sampling_options(0), fixed(kDistribution), 4),
                      {{0, 0.4}, {1, 0.3}, {2, 0.2}, {3, 0.1}});

@@ -92,7 +92,8 @@ TEST(Validation, EveryBadInputIsRefusedWithAHelpfulMessage) {
          r.mutable_options()->set_temperature(0);
        },
        SC::INVALID_ARGUMENT, "temperature is 0; it must be at least 1e-4 (and finite) when do_sample is true"},
-      {"top_p 0", [](auto& r) { r.mutable_options()->set_top_p(0); }, SC::INVALID_ARGUMENT, "top_p must be in (0, 1]"},
+      {"negative top_p", [](auto& r) { r.mutable_options()->set_top_p(-0.5F); }, SC::INVALID_ARGUMENT,
+       "top_p must be in [0, 1] (1 disables it; 0 keeps only the likeliest token), got -0.5"},
       {"top_p over 1", [](auto& r) { r.mutable_options()->set_top_p(1.5f); }, SC::INVALID_ARGUMENT, "top_p"},
       {"negative top_k", [](auto& r) { r.mutable_options()->set_top_k(-1); }, SC::INVALID_ARGUMENT, "top_k"},
       {"negative repetition penalty", [](auto& r) { r.mutable_options()->set_repetition_penalty(-1); },
@@ -590,10 +591,10 @@ TEST(Validation, DefaultsComeFromTheModelConfig) {
   v1::GenerationOptions warmer;
   warmer.set_temperature(0.5F);
   EXPECT_DOUBLE_EQ(server::resolve_options(warmer, config, limits).options.temperature, 0.5);
-  // Sampling's settings refuse only the requests that sample: a checkpoint's top_p 0 or top_k -1 leaves
+  // Sampling's settings refuse only the requests that sample: a checkpoint's top_p 1.5 or top_k -1 leaves
   // greedy and beam search alone, as in Hugging Face (they were refused too).
   config.temperature = 1.0;
-  config.top_p = 0.0;
+  config.top_p = 1.5;
   config.top_k = -1;
   EXPECT_EQ(server::resolve_options(greedy, config, limits).options.num_beams, 4);
   EXPECT_THROW((void)server::resolve_options({}, config, limits), server::RequestError);
@@ -846,22 +847,47 @@ TEST(Validation, DefaultsAsRequestOptionsResolveToThemselves) {
   EXPECT_TRUE(proto.bad_words().empty());
 }
 
+// Hugging Face's TopPLogitsWarper takes top_p 0 (it keeps the likeliest token alone): a sampling checkpoint
+// whose generation_config.json says so could serve no request that left top_p unset, and a request could not
+// send 0 ("top_p must be in (0, 1]"). Both are served; ListModels advertises the 0, which a request sends back.
+TEST(Validation, ASamplingCheckpointsTopPZeroIsServedAsHuggingFaceTakesIt) {
+  ModelConfig config;
+  config.do_sample = true;
+  config.num_beams = 1;
+  config.top_p = 0.0;
+  server::ServiceLimits limits;
+  try {
+    const auto defaults = server::resolve_options({}, config, limits);
+    EXPECT_EQ(defaults.options.top_p, 0.0);
+    const auto proto = server::to_proto(defaults);
+    EXPECT_FLOAT_EQ(proto.top_p(), 0.0F);
+    EXPECT_EQ(server::to_proto(server::resolve_options(proto, config, limits)).SerializeAsString(),
+              proto.SerializeAsString());
+    config.top_p = 0.9;
+    v1::GenerationOptions zero;
+    zero.set_top_p(0.0F);
+    EXPECT_EQ(server::resolve_options(zero, config, limits).options.top_p, 0.0);
+  } catch (const server::RequestError& e) {
+    ADD_FAILURE() << "top_p 0 was refused: " << e.what();
+  }
+}
+
 // A checkpoint's setting that acts in no mode its defaults use is checked only where it acts (validate()), so
-// it may lie outside a request's range (check_given_options): a greedy checkpoint's top_p 0. ListModels
-// advertised it as it was, and a request sending the defaults back was refused ("top_p must be in (0, 1]");
+// it may lie outside a request's range (check_given_options): a greedy checkpoint's top_p 1.5. ListModels
+// advertised it as it was, and a request sending the defaults back was refused ("top_p must be in [0, 1]");
 // it is advertised as the value that turns it off, as typical_p and the cutoffs are.
 TEST(Validation, DefaultsThatDoNotActAreAdvertisedAsARequestMaySendThemBack) {
   ModelConfig config;
   config.do_sample = false;
   config.num_beams = 1;
-  config.top_p = 0.0;
+  config.top_p = 1.5;
   config.top_k = -1;
   config.min_p = 1.5;
   config.typical_p = 0.0;
   config.length_penalty = 40.0;
   server::ServiceLimits limits;
   const auto defaults = server::resolve_options({}, config, limits);
-  EXPECT_EQ(defaults.options.top_p, 0.0) << "the checkpoint's own, which greedy search ignores";
+  EXPECT_EQ(defaults.options.top_p, 1.5) << "the checkpoint's own, which greedy search ignores";
   const auto proto = server::to_proto(defaults);
   EXPECT_FLOAT_EQ(proto.top_p(), 1.0F);
   EXPECT_EQ(proto.top_k(), 0);
