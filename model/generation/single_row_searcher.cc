@@ -93,7 +93,7 @@ bool blocks_with_finite_scores(const float* x, int64_t n, std::vector<float>& bl
 }  // namespace
 
 GreedySearcher::GreedySearcher(const GenerationOptions& options)
-    : options_(options), history_{options.decoder_start_token_id} {
+    : options_(options), rows_{TokenHistory{options.decoder_start_token_id}} {
   validate(options_);
   sequence_bias_ = SequenceBias(options_.sequence_bias);
 }
@@ -105,17 +105,17 @@ SearchStep GreedySearcher::advance(const torch::Tensor& logits) {
   if (token < 0) {
     const auto scores = scores_from_logits(logits, 1, options_, scores_);
     // Hugging Face's processed scores: the ids past the tokenizer's keep theirs, for the normaliser.
-    process_logits(options_, sequence_bias_, {history_}, scores, VocabLimit::kKeep);
+    process_logits(options_, sequence_bias_, rows_, scores, VocabLimit::kKeep);
     // Forced tokens are the row's only finite scores, wherever they lie (as when the limit was applied first).
     const int64_t vocab = scores.size(1);
     const int64_t limit =
-        forced_tokens(options_, static_cast<int64_t>(history_.size())).empty() ? token_limit(options_, vocab) : vocab;
+        forced_tokens(options_, static_cast<int64_t>(history().size())).empty() ? token_limit(options_, vocab) : vocab;
     token = choose(scores, limit, logprob);
     if (std::isnan(logprob)) throw_no_choice(scores.narrow(1, 0, limit), steps());
   }
   score_ += logprob;
   logprobs_.push_back(static_cast<float>(logprob));
-  history_.push_back(token);
+  rows_.front().push_back(token);
   if (is_eos(options_, token)) {
     finish_reason_ = FinishReason::kEos;
   } else if (steps() >= options_.max_new_tokens) {
@@ -133,7 +133,7 @@ SearchStep GreedySearcher::advance(const torch::Tensor& logits) {
 int64_t GreedySearcher::pick_in_place(const torch::Tensor& logits, double& logprob) const {
   if (!picks_argmax() || !kernels_read_in_place(logits, 1)) return -1;
   const int64_t vocab = logits.size(1);
-  const auto excluded = excluded_tokens(options_, history_, vocab);
+  const auto excluded = excluded_tokens(options_, history(), vocab);
   if (!excluded) return -1;
   const int64_t limit = token_limit(options_, vocab);
   const float* x = logits.data_ptr<float>();
@@ -167,7 +167,7 @@ int64_t GreedySearcher::choose(const torch::Tensor& scores, int64_t limit, doubl
 
 std::vector<Hypothesis> GreedySearcher::results() const {
   Hypothesis hypothesis;
-  hypothesis.tokens.assign(history_.begin() + 1, history_.end());
+  hypothesis.tokens.assign(history().begin() + 1, history().end());
   hypothesis.score = score_;
   hypothesis.token_logprobs = logprobs_;
   hypothesis.finish_reason = finish_reason_;

@@ -20,7 +20,7 @@ class GreedySearcher : public Searcher {
   SearchStep advance(const torch::Tensor& logits) override;
   bool done() const override { return finish_reason_ != FinishReason::kNone; }
   std::vector<Hypothesis> results() const override;
-  int64_t steps() const override { return static_cast<int64_t>(history_.size()) - 1; }
+  int64_t steps() const override { return static_cast<int64_t>(history().size()) - 1; }
 
  protected:
   // Picks the next token below `limit` (the tokenizer's vocabulary) from processed scores [1, vocab]
@@ -37,7 +37,11 @@ class GreedySearcher : public Searcher {
   // past the tokenizer's are read for the normaliser alone). The token (-1: take the general path).
   int64_t pick_in_place(const torch::Tensor& logits, double& logprob) const;
 
-  TokenHistory history_;         // decoder start + generated tokens (HF input_ids)
+  // Decoder start + generated tokens (HF input_ids), held as the one-row batch process_logits reads: a step
+  // passes it as it is (it copied the whole history into a new batch each step).
+  std::vector<TokenHistory> rows_;
+  const TokenHistory& history() const { return rows_.front(); }
+
   torch::Tensor scores_;         // this step's processed scores (reused buffer)
   std::vector<float> logprobs_;  // of each generated token
   double score_ = 0.0;
