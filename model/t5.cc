@@ -6,12 +6,54 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
+#include <vector>
 
 #include "model/dropout.h"
 #include "model/io/weight_binder.h"
 #include "model/kernels/avx2.h"
 
 namespace srformer {
+
+std::optional<torch::Tensor> t5_decoder_bias(const torch::Tensor& table, const std::vector<int64_t>& buckets,
+                                             const torch::Tensor& relative, const torch::Tensor& allowed,
+                                             torch::ScalarType dtype) {
+  const bool fast = kernels::use_cpu_kernels() && relative.is_cpu() && allowed.is_cpu() && relative.dim() == 3 &&
+                    relative.sizes() == allowed.sizes() && relative.scalar_type() == torch::kLong &&
+                    allowed.scalar_type() == torch::kBool && dtype == torch::kFloat32 && table.is_cpu() &&
+                    table.dim() == 2 && table.scalar_type() == torch::kFloat32 && !buckets.empty();
+  if (!fast) return std::nullopt;
+  const int64_t B = relative.size(0), q = relative.size(1), T = relative.size(2), H = table.size(1);
+  const auto rel = relative.contiguous();
+  const auto ok = allowed.contiguous();
+  const auto weights = table.contiguous();
+  auto out = torch::empty({B, H, q, T}, weights.options());
+  const int64_t* r = rel.data_ptr<int64_t>();
+  const bool* a = ok.data_ptr<bool>();
+  const float* w = weights.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  const auto last = static_cast<int64_t>(buckets.size()) - 1;
+  const float masked = -std::numeric_limits<float>::infinity();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < q; ++i) {
+      const int64_t row = (b * q + i) * T;
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t distance = std::min(std::max<int64_t>(-r[row + t], 0), last);  // keys after the query: 0
+        const int64_t bucket = buckets[static_cast<size_t>(distance)];
+        const float add = a[row + t] ? 0.0f : masked;
+        for (int64_t h = 0; h < H; ++h) o[((b * H + h) * q + i) * T + t] = w[bucket * H + h] + add;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> t5_decoder_buckets(int64_t num_buckets, int64_t max_distance) {
+  const int64_t distances = 2 * std::max<int64_t>(max_distance, 1) + 1;
+  const auto buckets =
+      relative_position_bucket(-torch::arange(distances, torch::kLong), false, num_buckets, max_distance);
+  return {buckets.data_ptr<int64_t>(), buckets.data_ptr<int64_t>() + distances};
+}
 
 namespace {
 
@@ -69,6 +111,7 @@ class T5Model final : public EncoderDecoderModel {
     const int64_t nb = c.relative_attention_num_buckets;
     enc_rel_bias_ = w.take("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", {nb, c.num_heads});
     dec_rel_bias_ = w.take("decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", {nb, c.num_heads});
+    dec_buckets_ = t5_decoder_buckets(nb, c.relative_attention_max_distance);
     // Checkpoints converted by transformers 2.x (t5-small, t5-base, ...) also hold one for the first block's
     // cross-attention, which T5 has not; Hugging Face leaves it unread (_keys_to_ignore_on_load_unexpected).
     binder.ignore("decoder\\.block\\.0\\.layer\\.1\\.EncDecAttention\\.relative_attention_bias\\.weight");
@@ -148,8 +191,7 @@ class T5Model final : public EncoderDecoderModel {
 
   torch::Tensor run_decoder(const torch::Tensor& tokens, DecodeContext& ctx) override {
     auto h = dropout(torch::embedding(shared_, tokens), DropoutSite::kHidden);
-    const auto bias = position_bias(dec_rel_bias_, ctx.relative_positions(), false) +
-                      additive_mask(ctx.self_allowed().unsqueeze(1), compute_dtype_);
+    const auto bias = decoder_bias(ctx.relative_positions(), ctx.self_allowed());
     for (size_t i = 0; i < decoder_.size(); ++i) {
       const auto& l = decoder_[i];
       h = clamp_fp16_overflow(
@@ -183,6 +225,11 @@ class T5Model final : public EncoderDecoderModel {
     return torch::embedding(table, buckets).permute({0, 3, 1, 2}).contiguous();
   }
 
+  torch::Tensor decoder_bias(const torch::Tensor& relative, const torch::Tensor& allowed) const {
+    if (auto fast = t5_decoder_bias(dec_rel_bias_, dec_buckets_, relative, allowed, compute_dtype_)) return *fast;
+    return position_bias(dec_rel_bias_, relative, false) + additive_mask(allowed.unsqueeze(1), compute_dtype_);
+  }
+
   // The encoder's (bidirectional) bias for key − query = −(k − 1) … k − 1, as one query row: [H, 2k − 1].
   torch::Tensor position_bias_diagonals(const torch::Tensor& table, int64_t k) const {
     const auto relative = torch::arange(-(k - 1), k, torch::TensorOptions().dtype(torch::kLong).device(table.device()));
@@ -190,7 +237,8 @@ class T5Model final : public EncoderDecoderModel {
   }
 
   torch::Tensor shared_, enc_rel_bias_, dec_rel_bias_;
-  Linear lm_head_;  // the shared embedding when tied
+  std::vector<int64_t> dec_buckets_;  // the decoder's bucket of each distance key - query = 0, -1, ...
+  Linear lm_head_;                    // the shared embedding when tied
   LayerNorm enc_final_norm_, dec_final_norm_;
   std::vector<T5EncoderLayer> encoder_;
   std::vector<T5DecoderLayer> decoder_;
