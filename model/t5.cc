@@ -21,7 +21,8 @@ std::optional<torch::Tensor> t5_decoder_bias(const torch::Tensor& table, const s
   const bool fast = kernels::use_cpu_kernels() && relative.is_cpu() && allowed.is_cpu() && relative.dim() == 3 &&
                     relative.sizes() == allowed.sizes() && relative.scalar_type() == torch::kLong &&
                     allowed.scalar_type() == torch::kBool && dtype == torch::kFloat32 && table.is_cpu() &&
-                    table.dim() == 2 && table.scalar_type() == torch::kFloat32 && !buckets.empty();
+                    table.dim() == 2 && table.scalar_type() == torch::kFloat32 && !buckets.empty() &&
+                    !(torch::GradMode::is_enabled() && table.requires_grad());  // training: autograd's form
   if (!fast) return std::nullopt;
   const int64_t B = relative.size(0), q = relative.size(1), T = relative.size(2), H = table.size(1);
   const auto rel = relative.contiguous();

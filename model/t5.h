@@ -21,7 +21,7 @@ std::vector<int64_t> t5_decoder_buckets(int64_t num_buckets, int64_t max_distanc
 // The decoder's self-attention bias [B, H, q, T] for relative (key - query) and allowed [B, q, T]: the
 // embedding of their buckets in `table` [buckets, H] plus additive_mask(allowed), the same float sums, in
 // one pass on the CPU in float32 with the CPU kernels on (the ~20 small LibTorch ops of that form cost more
-// than a small model's attention at every step); nullopt elsewhere.
+// than a small model's attention at every step); nullopt elsewhere, and where autograd tracks `table`.
 std::optional<torch::Tensor> t5_decoder_bias(const torch::Tensor& table, const std::vector<int64_t>& buckets,
                                              const torch::Tensor& relative, const torch::Tensor& allowed,
                                              torch::ScalarType dtype);

@@ -36,5 +36,18 @@ TEST(T5DecoderBias, OnePassEqualsEmbeddingPlusAdditiveMask) {
   EXPECT_FALSE(t5_decoder_bias(table, buckets, relative, allowed, torch::kBFloat16).has_value());
 }
 
+// Training: the one pass writes through raw pointers, which autograd cannot follow, so a table that
+// requires grad takes LibTorch's form and the relative_attention_bias still learns.
+TEST(T5DecoderBias, ATrainedTableTakesTheFormAutogradFollows) {
+  SKIP_WITHOUT_CPU_KERNELS();
+  const auto table = torch::randn({32, 2}).requires_grad_(true);
+  const auto relative = torch::randint(-20, 1, {1, 3, 5}, torch::kLong);
+  const auto allowed = torch::ones({1, 3, 5}, torch::kBool);
+  const auto buckets = t5_decoder_buckets(32, 128);
+  EXPECT_FALSE(t5_decoder_bias(table, buckets, relative, allowed, torch::kFloat32).has_value());
+  const torch::NoGradGuard no_grad;
+  EXPECT_TRUE(t5_decoder_bias(table, buckets, relative, allowed, torch::kFloat32).has_value()) << "inference";
+}
+
 }  // namespace
 }  // namespace srformer
