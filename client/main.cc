@@ -374,6 +374,7 @@ nlohmann::json set_fields(const google::protobuf::Message& m) {
   std::vector<const FieldDescriptor*> fields;
   reflection->ListFields(m, &fields);
   for (const auto* f : fields) {
+    if (f->is_repeated()) continue;  // below
     switch (f->cpp_type()) {
       case FieldDescriptor::CPPTYPE_INT32:
         j[f->name()] = reflection->GetInt32(m, f);
@@ -400,6 +401,14 @@ nlohmann::json set_fields(const google::protobuf::Message& m) {
       default:  // no other kind in GenerationOptions; a newer one is left out rather than misread
         break;
     }
+  }
+  // Repeated strings (bad_words) whole, an empty one as [] (ListFields leaves it out): every field is named.
+  const auto* d = m.GetDescriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const auto* f = d->field(i);
+    if (!f->is_repeated() || f->cpp_type() != FieldDescriptor::CPPTYPE_STRING) continue;
+    auto& values = j[f->name()] = nlohmann::json::array();
+    for (int k = 0; k < reflection->FieldSize(m, f); ++k) values.push_back(reflection->GetRepeatedString(m, f, k));
   }
   return j;
 }
