@@ -149,6 +149,8 @@ bool set_option(ServerConfig& c, const std::string& name, const std::string& val
     c.stream_stall_timeout_ms = to_int(flag, value, 0);
   } else if (name == "retry-pushback-ms") {
     c.retry_pushback_ms = to_int(flag, value, 0);
+  } else if (name == "engine-stall-timeout-ms") {
+    c.engine_stall_timeout_ms = to_int(flag, value, 0);
   } else if (name == "shutdown-grace-ms") {
     c.shutdown_grace_ms = to_int(flag, value, 0);
   } else if (name == "log-level") {
@@ -309,6 +311,11 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
                               (the server's write waiting on it all that time) is ended with
                               RESOURCE_EXHAUSTED, its messages and its batch row freed; a client that
                               reads, however slowly, never meets it (default 60000; 0 = never)
+  --engine-stall-timeout-ms N a model's engine that has had requests queued or running for N ms
+                              without moving (no decode step, no piece of an encode: a hung CUDA
+                              call, a deadlock) turns the gRPC health service NOT_SERVING, so that
+                              readiness and liveness probes take the server out of service, until it
+                              moves again (default 60000; 0 = never)
   --shutdown-grace-ms N       on SIGTERM/SIGINT, time given to in-flight requests (default 10000)
   --log-level LEVEL           trace|debug|info|warn|error|critical|off (default info)
   --log-json [true|false]     one JSON object per log line (alone: true)
@@ -621,6 +628,7 @@ void validate(const ServerConfig& c) {
                                  {"--free-memory-after-idle-ms", c.free_memory_after_idle_ms},
                                  {"--encode-stall-ms", c.encode_stall_ms},
                                  {"--stream-stall-timeout-ms", c.stream_stall_timeout_ms},
+                                 {"--engine-stall-timeout-ms", c.engine_stall_timeout_ms},
                                  {"--max-connection-age-ms", c.max_connection_age_ms}}) {
     if (ms > kDayMs) {
       throw ConfigError(std::string(flag) + " is " + std::to_string(ms) + "; at most " + std::to_string(kDayMs) +

@@ -58,6 +58,9 @@ struct ServerConfig {
   int64_t stream_stall_timeout_ms = 60000;  // ServiceLimits::stream_stall_timeout_ms; 0 = never
   int64_t retry_pushback_ms = 1000;         // ServiceLimits::retry_pushback_ms; 0 = none
   int64_t shutdown_grace_ms = 10000;
+  // A model's engine that has had requests this long without moving (no decode step, no piece of an
+  // encode) turns the health service NOT_SERVING until it moves again; 0 = never.
+  int64_t engine_stall_timeout_ms = 60000;
   std::string log_level = "info";
   bool log_json = false;
   bool precompute_switches = true;  // SRformer: switch drives computed when a request starts decoding

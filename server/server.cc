@@ -327,6 +327,64 @@ void Server::start() {
   // `service` field, grpc-health-probe -service).
   health_.set_serving("", true);
   health_.set_serving(v1::Summarizer::service_full_name(), true);
+  if (config_.engine_stall_timeout_ms > 0) watch_thread_ = std::thread([this] { watch_engines(); });
+}
+
+void Server::watch_engines() {
+  const std::chrono::milliseconds limit(config_.engine_stall_timeout_ms);
+  // A stall is seen between the limit and a quarter of it later (at most a second later).
+  const auto tick =
+      std::clamp<std::chrono::milliseconds>(limit / 4, std::chrono::milliseconds(10), std::chrono::seconds(1));
+  const auto& engines = models_.engines();
+  std::vector<std::optional<Clock::time_point>> stalled_since(engines.size());
+  auto last = Clock::now();
+  std::unique_lock lock(watch_mu_);
+  while (!watch_cv_.wait_for(lock, tick, [&] { return watch_stop_; })) {
+    const auto now = Clock::now();
+    // The whole process was stopped (SIGSTOP, a debugger, a paused VM): no engine could move meanwhile, and
+    // none is judged before it has had a tick to.
+    const bool paused = now - last > tick + limit / 2;
+    last = now;
+    if (paused) continue;
+    bool changed = false;
+    for (size_t i = 0; i < engines.size(); ++i) {
+      const auto still = engines[i]->without_progress(now);
+      const auto ms = [](Clock::duration d) {
+        return static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(d).count());
+      };
+      if (still >= limit && !stalled_since[i]) {
+        stalled_since[i] = now - still;
+        changed = true;
+        spdlog::error(
+            "model '{}': has had requests for {} ms without moving (no decode step, no piece of an encode): its "
+            "engine is stuck (a hung CUDA call, a lost GPU, a deadlock); health answers NOT_SERVING until it "
+            "moves again (--engine-stall-timeout-ms), and a liveness probe on it restarts the server: take the "
+            "threads' stacks first (gdb -p PID -batch -ex 'thread apply all bt')",
+            engines[i]->name(), ms(still));
+      } else if (still < limit && stalled_since[i]) {
+        spdlog::warn("model '{}': moves again after {} ms without moving", engines[i]->name(),
+                     ms(now - still - *stalled_since[i]));
+        stalled_since[i].reset();
+        changed = true;
+      }
+    }
+    if (!changed) continue;
+    const bool serving =
+        std::none_of(stalled_since.begin(), stalled_since.end(), [](const auto& s) { return s.has_value(); });
+    health_.set_serving(serving);
+    if (serving) spdlog::warn("health: SERVING again (no engine is stalled)");
+  }
+}
+
+void Server::stop_watching_engines() {
+  {
+    // Under the watch's lock: an engine moving again must not turn health SERVING during the drain.
+    std::lock_guard lock(watch_mu_);
+    watch_stop_ = true;
+    health_.set_serving(false);
+  }
+  watch_cv_.notify_all();
+  if (watch_thread_.joinable()) watch_thread_.join();
 }
 
 std::string Server::address() const {
@@ -343,7 +401,7 @@ void Server::shutdown(std::chrono::milliseconds grace) {
     shutting_down_ = true;
   }
   service_->begin_shutdown();
-  health_.set_serving(false);
+  stop_watching_engines();
   const auto deadline = Clock::now() + grace;
   // Calls that arrived before the shutdown and are still being started (a long document being tokenized,
   // or waiting for its turn) are queued as the requests before them were, within the same grace: the

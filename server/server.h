@@ -4,8 +4,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "server/config.h"
@@ -48,7 +51,8 @@ class Server {
   // Runs one short request on every model (server/service/warm_up.h) and logs what each took; call it
   // before start(). Throws std::runtime_error naming a model whose request failed.
   void warm_up();
-  // Binds config.listen and starts serving (health SERVING). Throws std::runtime_error when it cannot bind.
+  // Binds config.listen and starts serving (health SERVING; NOT_SERVING while an engine is stalled, see
+  // --engine-stall-timeout-ms). Throws std::runtime_error when it cannot bind.
   void start();
   // The bound port (resolves port 0).
   int port() const { return port_; }
@@ -70,6 +74,12 @@ class Server {
   SummarizerService& service() { return *service_; }
 
  private:
+  // From start() until shutdown(): health NOT_SERVING while an engine has had work for
+  // config_.engine_stall_timeout_ms without moving (Engine::without_progress), SERVING once they all move.
+  void watch_engines();
+  // Health NOT_SERVING for good (the drain), and the watch ends.
+  void stop_watching_engines();
+
   const ServerConfig config_;
   ModelRegistry models_;
   ServiceLimits service_limits_;
@@ -84,6 +94,10 @@ class Server {
   std::condition_variable done_cv_;
   bool shutting_down_ = false;
   bool done_ = false;
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  bool watch_stop_ = false;
+  std::thread watch_thread_;
 };
 
 }  // namespace srformer::server

@@ -184,6 +184,10 @@ void Engine::submit(std::shared_ptr<Request> request) {
                            " requests waiting (the queue limit); retry later with backoff, or raise --max-queue");
     }
     queue_.push_back(std::move(pending));
+    if (!has_work_.load()) {  // an engine idle for an hour is not stalled for an hour
+      mark_progress();
+      has_work_.store(true);
+    }
     stats_.queued = static_cast<int64_t>(queue_.size());
     if (ModelMetrics* const m = metrics()) m->set_queue_depth(static_cast<double>(queue_.size()));
   }
@@ -247,6 +251,12 @@ EngineStats Engine::stats() const {
   return stats_;
 }
 
+Clock::duration Engine::without_progress(Clock::time_point now) const {
+  if (!has_work_.load()) return Clock::duration::zero();
+  const Clock::time_point since{Clock::duration(progress_at_.load())};
+  return std::max(Clock::duration::zero(), now - since);
+}
+
 Engine::BatchShape Engine::BatchShape::joined(const BatchShape& other) const {
   const StateShape& a = state;
   const StateShape& b = other.state;
@@ -303,6 +313,7 @@ void Engine::run() {
         lock.lock();
       }
       wake_.wait(lock, has_work);
+      mark_progress();
       if (cancel_all_) {
         shutdown_now = true;
         cancel_all_ = false;
@@ -460,6 +471,7 @@ bool Engine::abandon_encode(const std::vector<Pending>& batch) const {
 }
 
 bool Engine::at_admission_pause(const std::vector<Pending>& batch) {
+  mark_progress();  // a long document's encode moves from piece to piece
   if (abandon_encode(batch)) return true;
   if (limits_.encode_stall.count() <= 0) return false;
   const auto now = Clock::now();
@@ -734,6 +746,7 @@ void Engine::keep_slots(const std::vector<size_t>& kept_at) {
 
 void Engine::step() {
   or_fail_all("decoder step", [this] { step_rows(); });
+  mark_progress();
 }
 
 void Engine::or_fail_all(const char* what, const std::function<void()>& work) {
@@ -1097,6 +1110,7 @@ void Engine::publish_stats() {
     stats_.state_held_bytes = state_held_bytes_;
     stats_.encoding = 0;  // admit() has made them slots or finished them
     idle = stats_.queued == 0 && slots_.empty();
+    has_work_.store(!idle);
   }
   if (!slots_.empty()) freed_since_busy_ = false;
   if (idle) idle_cv_.notify_all();

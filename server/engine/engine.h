@@ -141,6 +141,12 @@ class Engine {
   ModelMetrics* metrics() const { return metrics_.load(std::memory_order_acquire); }
 
   EngineStats stats() const;
+  // How long the engine has had work (requests queued, being encoded or running) without moving: no turn of
+  // its loop, no decode step, no pause between the pieces of an encode or a start. Zero while it has none;
+  // counted from the request that gave an idle engine work. Lock-free, so that a decode thread hung while
+  // holding the engine's lock cannot hang the caller (the server's stall watch, which turns health
+  // NOT_SERVING).
+  Clock::duration without_progress(Clock::time_point now) const;
   const std::string& name() const { return name_; }
   const ModelConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -157,6 +163,8 @@ class Engine {
   };
 
   void run();
+  // The decode thread moved (without_progress).
+  void mark_progress() { progress_at_.store(Clock::now().time_since_epoch().count()); }
   // The requests admitted together, as the batches to encode and start: on the CPU in groups of similar
   // input length (model/length_groups.h; the decoder's start pads too), shortest first, with a decode
   // step between two groups (run()); elsewhere one batch.
@@ -249,6 +257,10 @@ class Engine {
   bool stop_ = false;
   bool cancel_all_ = false;
   EngineStats stats_;
+  // For without_progress: whether there is work (written under mu_ where work comes and where the engine
+  // finds itself idle), and when the engine last moved or the work came to an idle engine.
+  std::atomic<bool> has_work_{false};
+  std::atomic<Clock::rep> progress_at_{0};
 
   Delivery delivery_;  // callbacks, in order, off the decode thread
 

@@ -123,14 +123,14 @@ TEST(ServerConfig, EveryFlagInTheHelpIsAccepted) {
 auto fields(const ServerConfig& c) {
   std::vector<std::pair<std::string, std::string>> models;
   for (const auto& m : c.models) models.emplace_back(m.name, m.dir);
-  return std::make_tuple(models, c.listen, c.metrics_listen, c.tls_cert, c.tls_key, c.tls_client_ca, c.device, c.dtype,
-                         c.threads, c.max_batch_rows, c.max_queue, c.max_input_tokens, c.max_new_tokens_cap,
-                         c.max_beams, c.max_tokens_in_flight, c.max_encode_tokens, c.encode_stall_ms,
-                         c.encode_piece_scores, c.encode_piece_positions, c.queue_bypass_ms,
-                         c.free_memory_after_idle_ms, c.max_state_bytes, c.encoder_cache_bytes, c.max_message_bytes,
-                         c.max_connection_age_ms, c.max_connection_age_grace_ms, c.max_streams_per_connection,
-                         c.max_unread_stream_bytes, c.stream_stall_timeout_ms, c.retry_pushback_ms, c.shutdown_grace_ms,
-                         c.log_level, c.log_json, c.precompute_switches, c.warm_up, c.packed_weights);
+  return std::make_tuple(
+      models, c.listen, c.metrics_listen, c.tls_cert, c.tls_key, c.tls_client_ca, c.device, c.dtype, c.threads,
+      c.max_batch_rows, c.max_queue, c.max_input_tokens, c.max_new_tokens_cap, c.max_beams, c.max_tokens_in_flight,
+      c.max_encode_tokens, c.encode_stall_ms, c.encode_piece_scores, c.encode_piece_positions, c.queue_bypass_ms,
+      c.free_memory_after_idle_ms, c.max_state_bytes, c.encoder_cache_bytes, c.max_message_bytes,
+      c.max_connection_age_ms, c.max_connection_age_grace_ms, c.max_streams_per_connection, c.max_unread_stream_bytes,
+      c.stream_stall_timeout_ms, c.engine_stall_timeout_ms, c.retry_pushback_ms, c.shutdown_grace_ms, c.log_level,
+      c.log_json, c.precompute_switches, c.warm_up, c.packed_weights);
 }
 
 // {flag: the default its --help states}, read as tests/metrics/doc_flags_test.py reads it: "(default X"
@@ -423,7 +423,7 @@ TEST(ServerConfig, LimitsTheEngineCannotHonourAreRefused) {
   // once) and a message limit past gRPC's int (2^32 was read as 0: every message refused).
   for (const std::string flag :
        {"--shutdown-grace-ms", "--queue-bypass-ms", "--encode-stall-ms", "--max-connection-age-ms",
-        "--free-memory-after-idle-ms", "--stream-stall-timeout-ms"}) {
+        "--free-memory-after-idle-ms", "--stream-stall-timeout-ms", "--engine-stall-timeout-ms"}) {
     EXPECT_NE(message({flag, "10000000000000"}).find(flag + " is 10000000000000; at most 86400000 (a day)"),
               std::string::npos)
         << message({flag, "10000000000000"});
@@ -494,6 +494,11 @@ TEST(ServerConfig, StreamsPerConnectionAndUnreadStreamMemoryAreBoundedByDefault)
   ASSERT_TRUE(parse({"--model", "a=/x", "--stream-stall-timeout-ms", "0"}, never));
   EXPECT_EQ(never.stream_stall_timeout_ms, 0);
   EXPECT_NE(config_error({"--model", "a=/x", "--stream-stall-timeout-ms", "-1"}), "no error");
+  // An engine with work that does not move for a minute turns health NOT_SERVING; 0: never.
+  EXPECT_EQ(ServerConfig{}.engine_stall_timeout_ms, 60000);
+  ASSERT_TRUE(parse({"--model", "a=/x", "--engine-stall-timeout-ms", "0"}, never));
+  EXPECT_EQ(never.engine_stall_timeout_ms, 0);
+  EXPECT_NE(config_error({"--model", "a=/x", "--engine-stall-timeout-ms", "-1"}), "no error");
   EXPECT_NE(config_error({"--model", "a=/x", "--max-streams-per-connection", "4294967296"}).find("at most 2147483647"),
             std::string::npos);
   EXPECT_NE(config_error({"--model", "a=/x", "--max-streams-per-connection", "-1"}), "no error");

@@ -2360,6 +2360,89 @@ TEST(EngineService, HealthIsServingAtOnceAndNotServingDuringShutdown) {
   stopper.join();
 }
 
+// A model's engine that had work and did not move (a CUDA call that never returns, a deadlock) left the health
+// service SERVING: readiness and liveness probes kept sending calls to a server whose requests waited until
+// their deadlines, and only the SrformerEngineStalled alert, minutes later, said so. Health now answers
+// NOT_SERVING once an engine has had work for --engine-stall-timeout-ms without moving, and SERVING once it
+// moves again. Idle time before a request does not count; a long encode that moves from piece to piece is
+// no stall; an engine that moves again during the drain leaves it NOT_SERVING.
+TEST(EngineService, HealthIsNotServingWhileAnEngineIsStalledAndServingOnceItMovesAgain) {
+  LogCapture log;
+  FakeServerOptions so;
+  so.config.engine_stall_timeout_ms = 500;
+  FakeModelOptions long_encode;
+  long_encode.encode_layers = 12;
+  long_encode.encode_layer_delay = 100ms;  // 1.2 s of encode, moving every 100 ms
+  so.models = {{"fake", FakeModelOptions{}}, {"long", long_encode}};
+  const auto hang = so.models[0].second.hang_steps;
+  TestServer server(so);
+  struct Release {  // a failed assertion must not leave the engine hung for the server's destruction
+    std::shared_ptr<std::atomic<bool>> hang;
+    ~Release() { hang->store(false); }
+  } release{hang};
+  const std::string service = "srformer.v1.Summarizer";
+  const auto health_becomes = [&](client::HealthStatus want) {
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < end) {
+      if (client::check_health(server.channel(), "", 2s) == want &&
+          client::check_health(server.channel(), service, 2s) == want) {
+        return true;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  };
+  const auto summarize = [&](const std::string& model) {
+    return std::async(std::launch::async, [&server, model] {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+      auto r = request(doc_of(3), 8, 1);
+      r.set_model(model);
+      v1::SummarizeResponse resp;
+      return server.stub().Summarize(&ctx, r, &resp);
+    });
+  };
+  std::this_thread::sleep_for(700ms);  // idle past the limit: a request's wait counts from the request
+  hang->store(true);
+  auto hung = summarize("fake");
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.steps > 0 || s.encoding > 0; }));
+  EXPECT_LT(server.engine("fake").without_progress(std::chrono::steady_clock::now()), 500ms);
+  EXPECT_EQ(client::check_health(server.channel(), "", 2s), client::HealthStatus::kServing);
+
+  ASSERT_TRUE(health_becomes(client::HealthStatus::kNotServing));
+  EXPECT_NE(log.text().find("model 'fake': has had requests for"), std::string::npos) << log.text();
+  hang->store(false);
+  ASSERT_TRUE(health_becomes(client::HealthStatus::kServing));
+  EXPECT_TRUE(hung.get().ok());
+  EXPECT_NE(log.text().find("model 'fake': moves again after"), std::string::npos) << log.text();
+
+  // 1.2 s of encode without a decode step, but moving: SERVING throughout.
+  auto encoded = summarize("long");
+  const auto end = std::chrono::steady_clock::now() + 1500ms;
+  while (std::chrono::steady_clock::now() < end) {
+    EXPECT_EQ(client::check_health(server.channel(), "", 2s), client::HealthStatus::kServing);
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(encoded.get().ok());
+  EXPECT_EQ(server.engine("long").without_progress(std::chrono::steady_clock::now()), 0ms);  // idle
+
+  // Stalled as the drain begins, moving during it (while a long encode holds the drain open): the request
+  // finishes, and health stays NOT_SERVING.
+  hang->store(true);
+  auto draining = summarize("fake");
+  ASSERT_TRUE(health_becomes(client::HealthStatus::kNotServing));
+  auto holding = summarize("long");
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.encoding > 0; }, 10s, "long"));
+  std::thread stopper([&] { server.server().shutdown(20s); });
+  ASSERT_TRUE(server.wait_for([&](const server::EngineStats&) { return server.server().service().shutting_down(); }));
+  hang->store(false);
+  EXPECT_TRUE(draining.get().ok());
+  std::this_thread::sleep_for(300ms);  // more than a tick of the stall watch (125 ms)
+  EXPECT_EQ(client::check_health(server.channel(), "", 2s), client::HealthStatus::kNotServing);
+  EXPECT_TRUE(holding.get().ok());
+  stopper.join();
+}
+
 // Long documents are tokenized on the service's own threads. gRPC's callback threads, a few shared by
 // every call (the health service's and ListModels' too), tokenized them: while calls of megabytes did (24
 // of 3.6 MB on a real model), a health check waited past 20 s, and a liveness probe would restart the

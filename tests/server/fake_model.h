@@ -112,7 +112,9 @@ struct FakeModelOptions {
   int fail_step_call = 0;
   int corrupt_state_at_step = 0;
   bool fail_steps_inside_encode = false;  // a step run between the encoder's layers throws
-  std::optional<int64_t> max_length;      // config generation defaults
+  // A hung decoder (a CUDA call that never returns): while set, a decode step waits in the model.
+  std::shared_ptr<std::atomic<bool>> hang_steps = std::make_shared<std::atomic<bool>>(false);
+  std::optional<int64_t> max_length;  // config generation defaults
   std::optional<int64_t> num_beams;
   std::optional<std::string> prefix;
   std::optional<int64_t> expected_length;  // srformer.expected_length
@@ -191,6 +193,7 @@ class FakeModel : public Seq2SeqModel {
 
   torch::Tensor step(DecoderState& s, const torch::Tensor& tokens) override {
     if (options_.step_delay.count() > 0) std::this_thread::sleep_for(options_.step_delay);
+    while (options_.hang_steps->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     if (++steps == options_.fail_step_call || (inside_encode_ > 0 && options_.fail_steps_inside_encode)) {
       throw std::runtime_error("fake decoder fault");
     }
