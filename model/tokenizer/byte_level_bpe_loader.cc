@@ -1,4 +1,5 @@
 // ByteLevelBpeTokenizer::load: reads a Hugging Face BART/RoBERTa/GPT-2 tokenizer directory.
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -239,6 +240,57 @@ std::optional<TokenSpec> parse_token(const json& j, bool special) {
   return t;
 }
 
+// The ids of the added tokens, as Hugging Face's fast tokenizer gives them: a token the vocabulary has keeps
+// its id there; any other takes the next id after the vocabulary and the tokens added before it, whatever id
+// its entry writes (tokenizers adds tokenizer.json's added_tokens in their order and only warns of another
+// id; transformers then adds those of added_tokens_decoder and added_tokens.json it lacks, by their ids).
+// An entry's id was taken as it stood: one a vocabulary token has made that token special (dropped from
+// summaries) and the added token encoded as it; one past a gap gave ids the model's embedding does not
+// have for them. Tokens neither in the vocabulary nor with an id of their own (role tokens) get none.
+std::map<std::string, int64_t> added_token_ids(const std::unordered_map<std::string, int64_t>& vocab,
+                                               const std::map<std::string, TokenSpec>& added,
+                                               const std::vector<std::string>& tokenizer_json_order,
+                                               const fs::path& model_dir) {
+  const auto vocab_size = static_cast<int64_t>(vocab.size());
+  std::map<std::string, int64_t> ids;
+  int64_t largest = -1;  // of the added tokens so far, vocabulary ones too (as tokenizers' next id counts them)
+  std::unordered_set<int64_t> vocab_ids;
+  const auto give = [&](const std::string& content) {
+    if (ids.count(content) > 0) return;
+    int64_t id = 0;
+    if (const auto it = vocab.find(content); it != vocab.end()) {
+      id = it->second;
+    } else {
+      id = largest >= vocab_size ? largest + 1 : vocab_size;
+      // Only a vocabulary whose ids leave gaps has one at or past its size: Hugging Face would give both
+      // tokens the same id.
+      if (vocab_ids.empty()) {
+        for (const auto& [token, token_id] : vocab) vocab_ids.insert(token_id);
+      }
+      if (vocab_ids.count(id) > 0) {
+        throw TokenizerLoadError(model_dir.string() + ": the added token '" + content +
+                                 "' is not in the vocabulary, so it takes the id after the vocabulary's " +
+                                 std::to_string(vocab_size) + " tokens and those added before it, " +
+                                 std::to_string(id) + ", as Hugging Face gives it; but a vocabulary token has " +
+                                 std::to_string(id) + " (its ids leave gaps): restore the tokenizer files");
+      }
+    }
+    ids.emplace(content, id);
+    largest = std::max(largest, id);
+  };
+  for (const auto& content : tokenizer_json_order) give(content);
+  std::vector<std::pair<int64_t, std::string>> by_file_id;
+  for (const auto& [content, spec] : added) {
+    if (spec.id) by_file_id.emplace_back(*spec.id, content);
+  }
+  std::sort(by_file_id.begin(), by_file_id.end());
+  for (const auto& [file_id, content] : by_file_id) give(content);
+  for (const auto& [content, spec] : added) {
+    if (const auto it = vocab.find(content); it != vocab.end()) ids.emplace(content, it->second);
+  }
+  return ids;
+}
+
 // merges.txt cut short at a line's end still loads, but the tokens only its lost merges build can no
 // longer be made, and text splits into smaller pieces than the model saw in training. Every token of a
 // trained vocabulary is a byte symbol, a merge's result or an added token; a few more may be filler,
@@ -304,7 +356,8 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
       {"pad_token", {"<pad>"}}, {"cls_token", {"<s>"}},  {"mask_token", {"<mask>"}},
   };
   roles["mask_token"].lstrip = true;
-  std::map<std::string, TokenSpec> added;  // content -> spec (later files override earlier ones)
+  std::map<std::string, TokenSpec> added;         // content -> spec (later files override earlier ones)
+  std::vector<std::string> tokenizer_json_order;  // tokenizer.json's added_tokens, in its order
   const auto add = [&](const TokenSpec& t) {
     auto& slot = added[t.content];
     const auto id = t.id ? t.id : slot.id;
@@ -317,7 +370,10 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
   if (const auto& tj = tokenizer_json) {
     if (tj->contains("added_tokens") && (*tj)["added_tokens"].is_array()) {
       for (const auto& a : (*tj)["added_tokens"]) {
-        if (auto t = parse_token(a, false)) add(*t);
+        if (auto t = parse_token(a, false)) {
+          add(*t);
+          tokenizer_json_order.push_back(t->content);
+        }
       }
     }
     const json& pre = tj->contains("pre_tokenizer") ? (*tj)["pre_tokenizer"] : json();
@@ -367,12 +423,11 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
   config.pad_token = roles["pad_token"].content;
   config.unk_token = roles["unk_token"].content;
 
+  const auto ids = added_token_ids(config.vocab, added, tokenizer_json_order, model_dir);
   for (const auto& [content, spec] : added) {
-    // A token the vocabulary has keeps its id there, whatever the entry says (as in Hugging Face).
-    std::optional<int64_t> id = spec.id;
-    if (const auto it = config.vocab.find(content); it != config.vocab.end()) id = it->second;
-    if (!id) continue;  // a role token this vocabulary does not have
-    config.added_tokens.push_back({content, *id, spec.special, spec.lstrip, spec.rstrip, spec.single_word,
+    const auto id = ids.find(content);
+    if (id == ids.end()) continue;  // a role token this vocabulary does not have
+    config.added_tokens.push_back({content, id->second, spec.special, spec.lstrip, spec.rstrip, spec.single_word,
                                    spec.normalized.value_or(!spec.special)});
   }
   if (tokenizer_json) {

@@ -301,6 +301,39 @@ TEST(ByteLevelBpe, AnAddedTokenTheVocabularyHasKeepsTheVocabularysId) {
   }
 }
 
+// An added token the vocabulary lacks takes the next id after the vocabulary and the tokens added before it,
+// whatever id its entry writes: tokenizers adds tokenizer.json's added_tokens in their order (0.22: "<x>"
+// written as 4 + 'a' is 265, "<y>" written as 300 is 266, with a warning), and transformers then adds the
+// tokens of added_tokens_decoder and added_tokens.json it lacks, by their ids. The entry's id was taken: 4 + 'a'
+// made the byte 'a' special (dropped from summaries) and "<x>" encoded as it; 300 gave an id past the model's.
+TEST(ByteLevelBpe, AnAddedTokenTheVocabularyLacksTakesTheNextIdAsHuggingFaceGivesIt) {
+  TempDir dir("bpe-added-next-id");
+  test::write_tiny_bpe_dir(dir.path() / "files");
+  auto tj = tokenizer_json_of(dir.path() / "files", false);
+  tj["added_tokens"] = {{{"id", 0}, {"content", "<s>"}, {"special", true}},
+                        {{"id", 2}, {"content", "</s>"}, {"special", true}},
+                        {{"id", 4 + 'a'}, {"content", "<x>"}, {"special", true}},
+                        {{"id", 300}, {"content", "<y>"}, {"special", false}}};
+  fs::create_directories(dir.path() / "json");
+  test::write_file(dir.path() / "json" / "tokenizer.json", tj.dump());
+  auto tok = load_tokenizer(dir.path() / "json");
+  EXPECT_EQ(tok->vocab_size(), 267);
+  EXPECT_EQ(tok->encode("a<x>a<y>"), (TokenIds{0, 4 + 'a', 265, 4 + 'a', 266, 2}));
+  EXPECT_FALSE(tok->is_special(4 + 'a'));
+  EXPECT_TRUE(tok->is_special(265));
+  EXPECT_EQ(tok->decode({0, 4 + 'a', 265, 266, 2}), "a<y>");
+  // A token added_tokens_decoder alone lists follows tokenizer.json's.
+  test::write_file(dir.path() / "json" / "tokenizer_config.json",
+                   R"({"added_tokens_decoder": {"7": {"content": "<z>", "special": true}}})");
+  tok = load_tokenizer(dir.path() / "json");
+  EXPECT_EQ(tok->encode("<z><y>"), (TokenIds{0, 267, 266, 2}));
+  // Beside vocab.json and merges.txt: added_tokens.json's by their ids, "<y>" (290) before "<x>" (300).
+  test::write_file(dir.path() / "files" / "added_tokens.json", R"({"<x>": 300, "<y>": 290})");
+  tok = load_tokenizer(dir.path() / "files");
+  EXPECT_EQ(tok->encode("<x><y>"), (TokenIds{0, 266, 265, 2}));
+  EXPECT_EQ(tok->vocab_size(), 267);
+}
+
 TEST(ByteLevelBpe, ReadsAFastTokenizerOnlyCheckpointFromTokenizerJson) {
   TempDir dir("bpe-tokenizer-json");
   test::write_tiny_bpe_dir(dir.path() / "files");
