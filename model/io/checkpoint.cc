@@ -129,10 +129,22 @@ CheckpointReader CheckpointReader::open_dir(const fs::path& dir) {
                   ", " + kSingleBin + " and " + kShardedBin);
 }
 
+void CheckpointReader::add_entry(const std::string& name, Entry entry, bool listed) {
+  if (listed) {
+    listed_.insert(name);
+  } else if (listed_.count(name) > 0) {
+    return;  // the index puts it in another shard, which holds it
+  }
+  entries_[name] = std::move(entry);
+}
+
 void CheckpointReader::add_file(const fs::path& file, const std::vector<std::string>* only) {
   // An index may list a tensor its shard lacks: the Hub's conversion of sharded .bin checkpoints to
   // safetensors (google/flan-t5-xl, -xxl) stored tied embeddings once but kept every name in weight_map.
   // Hugging Face loads what the shards hold; so do we, and the name is absent unless a model asks for it.
+  // A shard may also hold a tensor its index does not list (an index edited or merged by hand): transformers 5
+  // (and 4 before 4.50) loads every tensor of every shard the index names, so that one is read too, from the
+  // last shard by name that holds it, as there; what the index lists comes from where it says.
   const auto check_has = [&](const std::string& name, bool has) {
     if (!has) absent_from_shard_[name] = file.filename().string();
     return has;
@@ -143,23 +155,21 @@ void CheckpointReader::add_file(const fs::path& file, const std::vector<std::str
     const SafetensorsFile& shard = shards_.back();
     check_pytorch_layout(shard);
     const int index = static_cast<int>(shards_.size()) - 1;
-    if (only == nullptr) {
-      for (const TensorInfo& info : shard.tensors()) entries_[info.name] = {index, {}};
-    } else {
+    if (only != nullptr) {
       for (const std::string& name : *only) {
-        if (check_has(name, shard.find(name) != nullptr)) entries_[name] = {index, {}};
+        if (check_has(name, shard.find(name) != nullptr)) add_entry(name, {index, {}}, true);
       }
     }
+    for (const TensorInfo& info : shard.tensors()) add_entry(info.name, {index, {}}, only == nullptr);
   } else if (file.extension() == ".bin") {
     auto tensors = load_pytorch_bin(file);
-    if (only == nullptr) {
-      for (auto& [name, tensor] : tensors) entries_[name] = {-1, std::move(tensor)};
-    } else {
+    if (only != nullptr) {
       for (const std::string& name : *only) {
         const auto it = tensors.find(name);
-        if (check_has(name, it != tensors.end())) entries_[name] = {-1, it->second};
+        if (check_has(name, it != tensors.end())) add_entry(name, {-1, it->second}, true);
       }
     }
+    for (auto& [name, tensor] : tensors) add_entry(name, {-1, std::move(tensor)}, only == nullptr);
   } else {
     throw LoadError((dir_ / source_).string() + ": shard " + file.filename().string() +
                     " is neither .safetensors nor .bin");

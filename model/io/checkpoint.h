@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,8 @@ class CheckpointReader {
 
   CheckpointReader() = default;
   void add_file(const std::filesystem::path& file, const std::vector<std::string>* only);
+  // Records `name`; one an index lists (`listed`) is not replaced by a copy in another shard.
+  void add_entry(const std::string& name, Entry entry, bool listed);
   const Entry& entry(const std::string& name) const;
 
   std::filesystem::path dir_;
@@ -53,6 +56,7 @@ class CheckpointReader {
   std::vector<SafetensorsFile> shards_;
   std::map<std::string, Entry> entries_;
   std::map<std::string, std::string> absent_from_shard_;  // name -> the shard the index wrongly puts it in
+  std::set<std::string> listed_;                          // names read from the shard the index puts them in
 };
 
 }  // namespace srformer
