@@ -48,20 +48,35 @@ std::map<std::string, std::vector<std::string>> read_weight_map(const fs::path& 
 // TensorFlow's and Flax's save_pretrained write model.safetensors too, marked by the header's
 // "__metadata__": {"format": "tf" | "flax"}, with their own names ("encoder/block_._0/.../kernel:0",
 // "...q.kernel") and transposed kernels; transformers 4 converts them through that framework. They were
-// read as PyTorch's and refused as every tensor missing.
+// read as PyTorch's and refused as every tensor missing. Any other mark but "pt" and "mlx" (PyTorch's names
+// and layouts), or a "__metadata__" without one, transformers refuses as well ("Incompatible safetensors
+// file"): PaddleNLP and MindSpore write "np", with linear weights stored [in, out], which a square projection
+// would have taken transposed without a word. A file without "__metadata__" is PyTorch's, as there.
 void check_pytorch_layout(const SafetensorsFile& file) {
+  if (!file.has_metadata()) return;
   const auto& metadata = file.metadata();
   const auto format = metadata.find("format");
-  if (format == metadata.end() || !format->is_string()) return;  // unmarked files are PyTorch's, as in transformers
-  const std::string name = format->get<std::string>();
-  const char* framework = name == "tf" ? "TensorFlow" : name == "flax" ? "Flax" : nullptr;
-  if (framework == nullptr) return;
+  const std::string name = format != metadata.end() && format->is_string() ? format->get<std::string>() : "";
+  if (name == "pt" || name == "mlx") return;
   const auto dir = file.path().parent_path().string();
-  throw LoadError(file.path().string() + " holds " + framework + "'s weights (its header says \"format\": \"" + name +
-                  "\"): their names and layouts are not PyTorch's; convert them once with transformers 4 (5 reads " +
-                  "neither) and " + framework + " installed, into another directory, and copy the tokenizer files " +
-                  "there:\n  python -c \"from transformers import AutoModelForSeq2SeqLM as M; M.from_pretrained('" +
-                  dir + "').save_pretrained('" + dir + "-pytorch')\"");
+  const char* framework = name == "tf" ? "TensorFlow" : name == "flax" ? "Flax" : nullptr;
+  if (framework != nullptr) {
+    throw LoadError(file.path().string() + " holds " + framework + "'s weights (its header says \"format\": \"" + name +
+                    "\"): their names and layouts are not PyTorch's; convert them once with transformers 4 (5 " +
+                    "reads neither) and " + framework + " installed, into another directory, and copy the tokenizer " +
+                    "files there:\n  python -c \"from transformers import AutoModelForSeq2SeqLM as M; " +
+                    "M.from_pretrained('" + dir + "').save_pretrained('" + dir + "-pytorch')\"");
+  }
+  const std::string said = format == metadata.end() ? std::string("no \"format\"") : "\"format\": " + format->dump();
+  throw LoadError(
+      file.path().string() + ": its header's \"__metadata__\" says " + said +
+      "; transformers reads only \"pt\" (PyTorch's) and \"mlx\" and refuses it too" +
+      (name == "np" ? " (\"np\" is what PaddleNLP and MindSpore write: their linear weights are stored transposed)"
+                    : "") +
+      ". Convert the weights to PyTorch's names and layouts with the framework that wrote them; if they are "
+      "PyTorch's already, mark the file so:\n  python -c \"from safetensors.torch import load_file, save_file; "
+      "p = '" +
+      file.path().string() + "'; save_file(load_file(p), p, metadata={'format': 'pt'})\"");
 }
 
 }  // namespace

@@ -163,6 +163,7 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
     if (name == "__metadata__") {
       if (!value.is_object()) fail(std::string("\"__metadata__\" must be a JSON object, got ") + value.type_name());
       *metadata = value;
+      file.has_metadata_ = true;
       continue;
     }
     file.tensors_.push_back(parser.entry(name, value));

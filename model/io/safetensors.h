@@ -34,6 +34,7 @@ class SafetensorsFile {
   // to this process (copy-on-write). Throws LoadError if absent.
   torch::Tensor tensor(const std::string& name) const;
   const nlohmann::json& metadata() const { return *metadata_; }  // "__metadata__" ({} if none)
+  bool has_metadata() const { return has_metadata_; }            // whether the header holds "__metadata__"
   const std::filesystem::path& path() const { return path_; }
 
  private:
@@ -44,6 +45,7 @@ class SafetensorsFile {
   uint64_t data_offset_ = 0;  // where the data section starts in the file
   std::vector<TensorInfo> tensors_;
   std::shared_ptr<const nlohmann::json> metadata_;
+  bool has_metadata_ = false;
 };
 
 // Writes `tensors` (any device; F32/F16/BF16/F64/I64/I32/I16/I8/U8/BOOL) in the standard layout: header

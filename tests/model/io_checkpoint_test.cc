@@ -154,6 +154,37 @@ TEST(CheckpointReader, TensorFlowOrFlaxSafetensorsAreNamedWithTheirConversion) {
   }
 }
 
+// Any "__metadata__" mark but "pt" and "mlx" was read as PyTorch's: PaddleNLP's and MindSpore's "np" (linear
+// weights stored [in, out], so a square projection was taken transposed without a word), or a "__metadata__"
+// without "format". transformers refuses both ("Incompatible safetensors file. File metadata is not ['pt', 'tf',
+// 'flax', 'mlx'] but np"); a header without "__metadata__" is PyTorch's there, and here.
+TEST(CheckpointReader, ASafetensorsMarkOtherThanPytorchsIsRefusedAsTransformersRefusesIt) {
+  for (const auto& [metadata, said] : {std::pair{R"({"format": "np"})", R"(says "format": "np"; )"},
+                                       std::pair{R"({"format": "paddle"})", R"(says "format": "paddle"; )"},
+                                       std::pair{R"({"total_size": "4"})", R"(says no "format"; )"}}) {
+    for (const bool sharded : {false, true}) {
+      const ScratchDir dir;
+      const std::string file = sharded ? "model-00001-of-00001.safetensors" : "model.safetensors";
+      write_bytes(dir / file,
+                  testing::safetensors_bytes(std::string(R"({"__metadata__": )") + metadata +
+                                                 R"(, "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
+                                             std::string(4, '\0')));
+      if (sharded) write_bytes(dir / "model.safetensors.index.json", R"({"weight_map": {"w": ")" + file + "\"}}");
+      const std::string message = load_error(dir.path());
+      EXPECT_THAT(message, HasSubstr((dir / file).string() + ": its header's \"__metadata__\" " + said +
+                                     "transformers reads only \"pt\" (PyTorch's) and \"mlx\" and refuses it too"));
+      EXPECT_THAT(message, HasSubstr("save_file(load_file(p), p, metadata={'format': 'pt'})"));
+      EXPECT_EQ(message.find("PaddleNLP") != std::string::npos, std::string(metadata).find("np") != std::string::npos)
+          << message;
+    }
+  }
+  const ScratchDir dir;
+  write_bytes(dir / "model.safetensors",
+              testing::safetensors_bytes(R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})",
+                                         std::string(4, '\0')));
+  EXPECT_EQ(CheckpointReader::open_dir(dir.path()).describe(), "model.safetensors (1 tensors)");
+}
+
 TEST(CheckpointReader, MissingDirectoryIsALoadError) {
   const ScratchDir dir;
   EXPECT_THAT(load_error(dir / "absent"), HasSubstr("not a directory"));
