@@ -39,6 +39,17 @@ testing::Script counting_script(size_t eos_after, int64_t vocab = 16) {
   };
 }
 
+// Always prefers token 2 (.5), then 3 (.3) and 4 (.18); EOS and the start token have .01 each.
+testing::Script prefers_2_then_3() {
+  return [](const std::vector<int64_t>&) { return log_probs({0.01, 0.01, 0.5, 0.3, 0.18}); };
+}
+
+// The tokens greedy search picks under `options` over `script`.
+std::vector<int64_t> greedy_tokens(const GenerationOptions& options, const testing::Script& script) {
+  GreedySearcher searcher(options);
+  return drive(searcher, script, 0).results.at(0).tokens;
+}
+
 TEST(GreedySearchTest, PicksTheArgmaxAndStopsOnEos) {
   GreedySearcher searcher(base_options());
   const auto run = drive(searcher, counting_script(4), 0);
@@ -164,14 +175,10 @@ TEST(GreedySearchTest, AnyOfSeveralEosIdsEndsTheSequence) {
 }
 
 TEST(GreedySearchTest, NoRepeatNGramAndRepetitionPenaltyChangeTheChoice) {
-  // Always prefers token 2, then 3: plain greedy repeats 2.
-  const auto script = [](const std::vector<int64_t>&) { return log_probs({0.01, 0.01, 0.5, 0.3, 0.18}); };
+  const auto script = prefers_2_then_3();  // plain greedy repeats 2
   auto options = base_options();
   options.max_new_tokens = 4;
-  {
-    GreedySearcher plain(options);
-    EXPECT_EQ(drive(plain, script, 0).results[0].tokens, (std::vector<int64_t>{2, 2, 2, 2}));
-  }
+  EXPECT_EQ(greedy_tokens(options, script), (std::vector<int64_t>{2, 2, 2, 2}));
   {
     auto o = options;
     o.no_repeat_ngram_size = 2;  // bigrams (incl. the start token 0) may not repeat
@@ -182,13 +189,11 @@ TEST(GreedySearchTest, NoRepeatNGramAndRepetitionPenaltyChangeTheChoice) {
   {
     auto o = options;
     o.repetition_penalty = 1.2;  // log-probs: 2 -> log(.5)*1.2 = -0.83 > log(.3) = -1.20; stays 2
-    GreedySearcher mild(o);
-    EXPECT_EQ(drive(mild, script, 0).results[0].tokens, (std::vector<int64_t>{2, 2, 2, 2}));
+    EXPECT_EQ(greedy_tokens(o, script), (std::vector<int64_t>{2, 2, 2, 2}));
     // Once 2 was generated: log(.5)*1.9 = -1.32 < log(.3) = -1.20 -> 3; once 3 was too: 2 (-1.32) beats
     // 3 (-2.29) and 4 (log(.18) = -1.71) again.
     o.repetition_penalty = 1.9;
-    GreedySearcher strong(o);
-    EXPECT_EQ(drive(strong, script, 0).results[0].tokens, (std::vector<int64_t>{2, 3, 2, 2}));
+    EXPECT_EQ(greedy_tokens(o, script), (std::vector<int64_t>{2, 3, 2, 2}));
   }
 }
 
@@ -196,7 +201,7 @@ TEST(GreedySearchTest, NoRepeatNGramAndRepetitionPenaltyChangeTheChoice) {
 // (here log-probabilities), in place (kernels on) and on a processed copy alike.
 TEST(GreedySearchTest, EncoderNoRepeatNGramAndEncoderRepetitionPenaltyChangeTheChoice) {
   const testing::KernelSwitchesRestored restore_switches;
-  const auto script = [](const std::vector<int64_t>&) { return log_probs({0.01, 0.01, 0.5, 0.3, 0.18}); };
+  const auto script = prefers_2_then_3();
   auto options = base_options();
   options.max_new_tokens = 4;
   for (const bool kernels : {true, false}) {
@@ -212,56 +217,47 @@ TEST(GreedySearchTest, EncoderNoRepeatNGramAndEncoderRepetitionPenaltyChangeTheC
     {
       auto o = options;
       o.encoder_repetition_penalty = 2.0;  // token 3 in the input: log(.3) * 0.5 = -0.60 > log(.5) = -0.69
-      GreedySearcher favoured(with_encoder_input(o, {3}));
-      EXPECT_EQ(drive(favoured, script, 0).results[0].tokens, (std::vector<int64_t>{3, 3, 3, 3})) << kernels;
+      EXPECT_EQ(greedy_tokens(with_encoder_input(o, {3}), script), (std::vector<int64_t>{3, 3, 3, 3})) << kernels;
       o.encoder_repetition_penalty = 1.1;  // log(.3) / 1.1 = -1.09 < -0.69: 2 stays
-      GreedySearcher mild(with_encoder_input(o, {3}));
-      EXPECT_EQ(drive(mild, script, 0).results[0].tokens, (std::vector<int64_t>{2, 2, 2, 2})) << kernels;
+      EXPECT_EQ(greedy_tokens(with_encoder_input(o, {3}), script), (std::vector<int64_t>{2, 2, 2, 2})) << kernels;
       o.encoder_repetition_penalty = 0.5;  // token 2 in the input: log(.5) * 2 = -1.39 < log(.3) = -1.20
-      GreedySearcher penalised(with_encoder_input(o, {2}));
-      EXPECT_EQ(drive(penalised, script, 0).results[0].tokens, (std::vector<int64_t>{3, 3, 3, 3})) << kernels;
+      EXPECT_EQ(greedy_tokens(with_encoder_input(o, {2}), script), (std::vector<int64_t>{3, 3, 3, 3})) << kernels;
     }
   }
 }
 
 TEST(GreedySearchTest, BadWordsIdsChangeTheChoice) {
   const testing::KernelSwitchesRestored restore_switches;
-  const auto script = [](const std::vector<int64_t>&) { return log_probs({0.01, 0.01, 0.5, 0.3, 0.18}); };
+  const auto script = prefers_2_then_3();
   auto options = base_options();
   options.max_new_tokens = 4;
   for (const bool kernels : {true, false}) {
     srformer::kernels::set_cpu_kernels(kernels);
     auto o = options;
     o.bad_words_ids = {{2}};
-    GreedySearcher single(o);
-    EXPECT_EQ(drive(single, script, 0).results[0].tokens, (std::vector<int64_t>{3, 3, 3, 3})) << kernels;
+    EXPECT_EQ(greedy_tokens(o, script), (std::vector<int64_t>{3, 3, 3, 3})) << kernels;
     o.bad_words_ids = {{2, 2}};  // no "2 2": 2 after a 2 is banned
-    GreedySearcher pair(o);
-    EXPECT_EQ(drive(pair, script, 0).results[0].tokens, (std::vector<int64_t>{2, 3, 2, 3})) << kernels;
+    EXPECT_EQ(greedy_tokens(o, script), (std::vector<int64_t>{2, 3, 2, 3})) << kernels;
     o.bad_words_ids = {{1}, {2, 2}};  // EOS alone is dropped, as HF drops it
-    GreedySearcher eos(o);
-    EXPECT_EQ(drive(eos, script, 0).results[0].tokens, (std::vector<int64_t>{2, 3, 2, 3})) << kernels;
+    EXPECT_EQ(greedy_tokens(o, script), (std::vector<int64_t>{2, 3, 2, 3})) << kernels;
   }
 }
 
 TEST(GreedySearchTest, SuppressTokensAndBeginSuppressTokensChangeTheChoice) {
   const testing::KernelSwitchesRestored restore_switches;
-  const auto script = [](const std::vector<int64_t>&) { return log_probs({0.01, 0.01, 0.5, 0.3, 0.18}); };
+  const auto script = prefers_2_then_3();
   auto options = base_options();
   options.max_new_tokens = 4;
   for (const bool kernels : {true, false}) {
     srformer::kernels::set_cpu_kernels(kernels);
     auto o = options;
     o.suppress_tokens = {2};
-    GreedySearcher always(o);
-    EXPECT_EQ(drive(always, script, 0).results[0].tokens, (std::vector<int64_t>{3, 3, 3, 3})) << kernels;
+    EXPECT_EQ(greedy_tokens(o, script), (std::vector<int64_t>{3, 3, 3, 3})) << kernels;
     o.suppress_tokens.clear();
     o.begin_suppress_tokens = {2};
-    GreedySearcher begin(o);
-    EXPECT_EQ(drive(begin, script, 0).results[0].tokens, (std::vector<int64_t>{3, 2, 2, 2})) << kernels;
+    EXPECT_EQ(greedy_tokens(o, script), (std::vector<int64_t>{3, 2, 2, 2})) << kernels;
     o.forced_bos_token_id = 4;  // the first free token is the second
-    GreedySearcher after_bos(o);
-    EXPECT_EQ(drive(after_bos, script, 0).results[0].tokens, (std::vector<int64_t>{4, 3, 2, 2})) << kernels;
+    EXPECT_EQ(greedy_tokens(o, script), (std::vector<int64_t>{4, 3, 2, 2})) << kernels;
   }
 }
 
@@ -269,13 +265,12 @@ TEST(GreedySearchTest, SuppressTokensAndBeginSuppressTokensChangeTheChoice) {
 // 2 - 1.5^k (k = 1: -2.30, below 2's log(.5) = -0.69; k = 2: +1.15, above it), so EOS ends the fourth.
 TEST(GreedySearchTest, ExponentialDecayLengthPenaltyEndsTheSequenceSooner) {
   const testing::KernelSwitchesRestored restore_switches;
-  const auto script = [](const std::vector<int64_t>&) { return log_probs({0.01, 0.01, 0.5, 0.3, 0.18}); };
+  const auto script = prefers_2_then_3();
   auto options = base_options();
   options.max_new_tokens = 6;
   for (const bool kernels : {true, false}) {
     srformer::kernels::set_cpu_kernels(kernels);
-    GreedySearcher plain(options);
-    EXPECT_EQ(drive(plain, script, 0).results[0].tokens, (std::vector<int64_t>{2, 2, 2, 2, 2, 2})) << kernels;
+    EXPECT_EQ(greedy_tokens(options, script), (std::vector<int64_t>{2, 2, 2, 2, 2, 2})) << kernels;
     auto o = options;
     o.exponential_decay_length_penalty = std::pair<int64_t, double>{1, 1.5};
     GreedySearcher decayed(o);
@@ -289,14 +284,13 @@ TEST(GreedySearchTest, ExponentialDecayLengthPenaltyEndsTheSequenceSooner) {
 // a 3 it gets -1 more and 2 wins.
 TEST(GreedySearchTest, SequenceBiasChangesTheChoice) {
   const testing::KernelSwitchesRestored restore_switches;
-  const auto script = [](const std::vector<int64_t>&) { return log_probs({0.01, 0.01, 0.5, 0.3, 0.18}); };
+  const auto script = prefers_2_then_3();
   auto options = base_options();
   options.max_new_tokens = 4;
   options.sequence_bias = {{{3}, 1.0}, {{3, 3}, -1.0}};
   for (const bool kernels : {true, false}) {
     srformer::kernels::set_cpu_kernels(kernels);
-    GreedySearcher searcher(options);
-    EXPECT_EQ(drive(searcher, script, 0).results[0].tokens, (std::vector<int64_t>{3, 2, 3, 2})) << kernels;
+    EXPECT_EQ(greedy_tokens(options, script), (std::vector<int64_t>{3, 2, 3, 2})) << kernels;
   }
 }
 
@@ -304,19 +298,17 @@ TEST(GreedySearchTest, SequenceBiasChangesTheChoice) {
 // 2 waits for the fourth token (begin index 1 + 3).
 TEST(GreedySearchTest, ForcedDecoderIdsForceTheirTokens) {
   const testing::KernelSwitchesRestored restore_switches;
-  const auto script = [](const std::vector<int64_t>&) { return log_probs({0.01, 0.01, 0.5, 0.3, 0.18}); };
+  const auto script = prefers_2_then_3();
   auto options = base_options();
   options.max_new_tokens = 4;
   options.forced_decoder_ids = {{1, 4}, {2, std::nullopt}, {3, 3}};
   for (const bool kernels : {true, false}) {
     srformer::kernels::set_cpu_kernels(kernels);
-    GreedySearcher forced(options);
-    EXPECT_EQ(drive(forced, script, 0).results[0].tokens, (std::vector<int64_t>{4, 2, 3, 2})) << kernels;
+    EXPECT_EQ(greedy_tokens(options, script), (std::vector<int64_t>{4, 2, 3, 2})) << kernels;
     auto o = options;
     o.suppress_tokens = {3};
     o.begin_suppress_tokens = {2};
-    GreedySearcher suppressed(o);
-    EXPECT_EQ(drive(suppressed, script, 0).results[0].tokens, (std::vector<int64_t>{4, 2, 3, 4})) << kernels;
+    EXPECT_EQ(greedy_tokens(o, script), (std::vector<int64_t>{4, 2, 3, 4})) << kernels;
   }
 }
 
