@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <random>
@@ -108,36 +109,32 @@ TEST(SamplingTest, IndependentOfOtherRequestsInterleaved) {
   EXPECT_EQ(got, expected);
 }
 
-TEST(SamplingTest, TopKOneEqualsGreedy) {
+// Sampling at temperature 1.7 with `keep_one` applied (a warper that keeps the likeliest token alone) draws
+// what greedy search picks, over ten random scripts and seeds.
+void expect_sampling_equals_greedy(const std::function<void(GenerationOptions&)>& keep_one) {
   for (uint64_t seed = 1; seed <= 10; ++seed) {
     const auto script = testing::random_script(20, seed, 1, 0.5f);
     auto options = sampling_options(seed);
     options.eos_token_id = 1;
     options.max_new_tokens = 20;
-    options.top_k = 1;
     options.temperature = 1.7;
+    keep_one(options);
     SamplingSearcher sampler(options);
     options.do_sample = false;
     GreedySearcher greedy(options);
-    EXPECT_EQ(drive(sampler, script, 0).results[0].tokens, drive(greedy, script, 0).results[0].tokens);
+    EXPECT_EQ(drive(sampler, script, 0).results[0].tokens, drive(greedy, script, 0).results[0].tokens)
+        << "seed " << seed;
   }
+}
+
+TEST(SamplingTest, TopKOneEqualsGreedy) {
+  expect_sampling_equals_greedy([](GenerationOptions& o) { o.top_k = 1; });
 }
 
 // Hugging Face's top_p 0 keeps the likeliest token alone (its cut removes every token whose ascending cumulative
 // probability is at most 1), so sampling draws what greedy search picks. It was refused as outside (0, 1].
 TEST(SamplingTest, TopPZeroEqualsGreedyAsInHuggingFace) {
-  for (uint64_t seed = 1; seed <= 10; ++seed) {
-    const auto script = testing::random_script(20, seed, 1, 0.5f);
-    auto options = sampling_options(seed);
-    options.eos_token_id = 1;
-    options.max_new_tokens = 20;
-    options.top_p = 0.0;
-    options.temperature = 1.7;
-    SamplingSearcher sampler(options);
-    options.do_sample = false;
-    GreedySearcher greedy(options);
-    EXPECT_EQ(drive(sampler, script, 0).results[0].tokens, drive(greedy, script, 0).results[0].tokens);
-  }
+  expect_sampling_equals_greedy([](GenerationOptions& o) { o.top_p = 0.0; });
 }
 
 TEST(SamplingTest, FrequenciesFollowTheDistribution) {
