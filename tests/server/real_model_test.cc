@@ -95,21 +95,30 @@ class RealModel : public ::testing::Test {
     r.mutable_options()->set_num_return_sequences(samples);
     return r;
   }
-  // What generate() draws for sampling_request(doc, samples, seed), in draw order.
-  std::vector<Hypothesis> offline_samples(const std::string& doc, int samples, uint64_t seed) {
-    auto o = model_generation_defaults(reference_->config());  // the server's defaults (top_k 50 …)
+  // The server's defaults for a request of 16 new tokens at most (top_k 50 …), as generate() takes them.
+  GenerationOptions defaults_for_16_new_tokens() const {
+    auto o = model_generation_defaults(reference_->config());
     o.max_new_tokens = 16;
     o.min_new_tokens = std::min<int64_t>(o.min_new_tokens, 16);
+    o.vocab_limit = tokenizer_->vocab_size();
+    return o;
+  }
+  // generate()'s hypotheses for `doc` under `o` (16 new tokens at most).
+  std::vector<Hypothesis> offline_16(const std::string& doc, const GenerationOptions& o) const {
+    const auto input = torch::tensor(tokenizer_->encode(doc), torch::kInt64).unsqueeze(0);
+    return generate(*reference_, input, torch::ones_like(input), o, torch::full({1}, int64_t{16}, torch::kInt64))
+        .at(0)
+        .hypotheses;
+  }
+  // What generate() draws for sampling_request(doc, samples, seed), in draw order.
+  std::vector<Hypothesis> offline_samples(const std::string& doc, int samples, uint64_t seed) const {
+    auto o = defaults_for_16_new_tokens();
     o.do_sample = true;
     o.num_beams = 1;
     o.seed = seed;
     o.temperature = 3.0;
     o.num_return_sequences = samples;
-    o.vocab_limit = tokenizer_->vocab_size();
-    const auto input = torch::tensor(tokenizer_->encode(doc), torch::kInt64).unsqueeze(0);
-    return generate(*reference_, input, torch::ones_like(input), o, torch::full({1}, int64_t{16}, torch::kInt64))
-        .at(0)
-        .hypotheses;
+    return offline_16(doc, o);
   }
 
   static v1::SummarizeRequest request(const std::string& doc, int max_new, int beams, int no_repeat = 0) {
@@ -136,6 +145,19 @@ class RealModel : public ::testing::Test {
 };
 
 std::vector<int64_t> ids_of(const v1::SummarizeResponse& r) { return {r.token_ids().begin(), r.token_ids().end()}; }
+
+// `resp`'s summary is `ref`'s first hypothesis and its alternatives the others, in order (token ids).
+void expect_candidates(const v1::SummarizeResponse& resp, const std::vector<Hypothesis>& ref, const std::string& how) {
+  ASSERT_FALSE(ref.empty());
+  EXPECT_EQ(ids_of(resp), ref[0].tokens) << how;
+  ASSERT_EQ(static_cast<size_t>(resp.alternatives_size()), ref.size() - 1) << how;
+  for (int a = 0; a < resp.alternatives_size(); ++a) {
+    const auto& alt = resp.alternatives(a);
+    EXPECT_EQ(std::vector<int64_t>(alt.token_ids().begin(), alt.token_ids().end()),
+              ref[static_cast<size_t>(a) + 1].tokens)
+        << how << ", candidate " << a + 1;
+  }
+}
 
 // A streamed summary: its status, the token ids and text deltas as they came, and the final message.
 struct Streamed {
@@ -554,19 +576,14 @@ TEST_F(RealModel, BeamSamplingEqualsOfflineGenerate) {
   const std::string doc = synthetic_text(3, 31);
   auto req = sampling_request(doc, 2, 23);
   req.mutable_options()->set_num_beams(3);
-  auto o = model_generation_defaults(reference_->config());
-  o.max_new_tokens = 16;
-  o.min_new_tokens = std::min<int64_t>(o.min_new_tokens, 16);
+  auto o = defaults_for_16_new_tokens();
   o.do_sample = true;
   o.num_beams = 3;
   o.seed = 23;
   o.temperature = 3.0;
   o.num_return_sequences = 2;
-  o.vocab_limit = tokenizer_->vocab_size();
-  const auto input = torch::tensor(tokenizer_->encode(doc), torch::kInt64).unsqueeze(0);
-  const auto ref =
-      generate(*reference_, input, torch::ones_like(input), o, torch::full({1}, int64_t{16}, torch::kInt64)).at(0);
-  ASSERT_EQ(ref.hypotheses.size(), 2u);
+  const auto ref = offline_16(doc, o);
+  ASSERT_EQ(ref.size(), 2u);
   auto other = std::async(std::launch::async, [&] {
     grpc::ClientContext ctx;
     v1::SummarizeResponse resp;
@@ -575,15 +592,12 @@ TEST_F(RealModel, BeamSamplingEqualsOfflineGenerate) {
   grpc::ClientContext ctx;
   v1::SummarizeResponse resp;
   ASSERT_TRUE(stub_->Summarize(&ctx, req, &resp).ok());
-  EXPECT_EQ(ids_of(resp), ref.hypotheses[0].tokens);
-  EXPECT_EQ(resp.score(), static_cast<float>(ref.hypotheses[0].score));
-  ASSERT_EQ(resp.alternatives_size(), 1);
-  EXPECT_EQ(std::vector<int64_t>(resp.alternatives(0).token_ids().begin(), resp.alternatives(0).token_ids().end()),
-            ref.hypotheses[1].tokens);
+  expect_candidates(resp, ref, "unary");
+  EXPECT_EQ(resp.score(), static_cast<float>(ref[0].score));
   const auto [status, streamed, text, final] = read_stream(*stub_, req);
   ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(streamed, ref.hypotheses[0].tokens);
-  EXPECT_EQ(ids_of(final), ref.hypotheses[0].tokens);
+  EXPECT_EQ(streamed, ref[0].tokens);
+  EXPECT_EQ(ids_of(final), ref[0].tokens);
   EXPECT_TRUE(other.get());
   // Another seed draws other beams (on this random model at temperature 3).
   bool differs = false;
@@ -592,7 +606,7 @@ TEST_F(RealModel, BeamSamplingEqualsOfflineGenerate) {
     grpc::ClientContext c;
     v1::SummarizeResponse r;
     ASSERT_TRUE(stub_->Summarize(&c, req, &r).ok());
-    differs = ids_of(r) != ref.hypotheses[0].tokens;
+    differs = ids_of(r) != ref[0].tokens;
   }
   EXPECT_TRUE(differs) << "six other seeds drew the same best beam";
 }
@@ -605,18 +619,13 @@ TEST_F(RealModel, GroupBeamSearchEqualsOfflineGenerate) {
   req.mutable_options()->set_num_beam_groups(2);
   req.mutable_options()->set_diversity_penalty(3.0F);
   req.mutable_options()->set_num_return_sequences(4);
-  auto o = model_generation_defaults(reference_->config());
-  o.max_new_tokens = 16;
-  o.min_new_tokens = std::min<int64_t>(o.min_new_tokens, 16);
+  auto o = defaults_for_16_new_tokens();
   o.num_beams = 4;
   o.num_beam_groups = 2;
   o.diversity_penalty = 3.0;
   o.num_return_sequences = 4;
-  o.vocab_limit = tokenizer_->vocab_size();
-  const auto input = torch::tensor(tokenizer_->encode(doc), torch::kInt64).unsqueeze(0);
-  const auto ref =
-      generate(*reference_, input, torch::ones_like(input), o, torch::full({1}, int64_t{16}, torch::kInt64)).at(0);
-  ASSERT_EQ(ref.hypotheses.size(), 4u);
+  const auto ref = offline_16(doc, o);
+  ASSERT_EQ(ref.size(), 4u);
   auto other = std::async(std::launch::async, [&] {
     grpc::ClientContext ctx;
     v1::SummarizeResponse resp;
@@ -625,21 +634,15 @@ TEST_F(RealModel, GroupBeamSearchEqualsOfflineGenerate) {
   grpc::ClientContext ctx;
   v1::SummarizeResponse resp;
   ASSERT_TRUE(stub_->Summarize(&ctx, req, &resp).ok());
-  EXPECT_EQ(ids_of(resp), ref.hypotheses[0].tokens);
-  EXPECT_EQ(resp.score(), static_cast<float>(ref.hypotheses[0].score));
-  ASSERT_EQ(resp.alternatives_size(), 3);
-  for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(std::vector<int64_t>(resp.alternatives(i).token_ids().begin(), resp.alternatives(i).token_ids().end()),
-              ref.hypotheses[static_cast<size_t>(i) + 1].tokens)
-        << i;
-  }
+  expect_candidates(resp, ref, "unary");
+  EXPECT_EQ(resp.score(), static_cast<float>(ref[0].score));
   EXPECT_TRUE(other.get());
   o.num_beam_groups = 1;
   o.diversity_penalty = 0.0;
-  const auto plain =
-      generate(*reference_, input, torch::ones_like(input), o, torch::full({1}, int64_t{16}, torch::kInt64)).at(0);
+  const auto plain = offline_16(doc, o);
+  ASSERT_EQ(plain.size(), 4u);
   bool differs = false;
-  for (size_t i = 0; i < 4; ++i) differs = differs || plain.hypotheses[i].tokens != ref.hypotheses[i].tokens;
+  for (size_t i = 0; i < 4; ++i) differs = differs || plain[i].tokens != ref[i].tokens;
   EXPECT_TRUE(differs) << "the groups gave plain beam search's candidates";
 }
 
@@ -653,14 +656,10 @@ TEST_F(RealModel, SeveralSamplesEqualOfflineGenerateInDrawOrder) {
   ASSERT_EQ(ref.size(), 3u);
   EXPECT_FALSE(ref[0].tokens == ref[1].tokens && ref[1].tokens == ref[2].tokens) << "three identical samples";
   const auto expect_samples = [&](const v1::SummarizeResponse& resp, const std::string& how) {
-    EXPECT_EQ(ids_of(resp), ref[0].tokens) << how;
+    expect_candidates(resp, ref, how);
     EXPECT_EQ(resp.summary(), tokenizer_->decode(ref[0].tokens)) << how;
-    ASSERT_EQ(resp.alternatives_size(), 2) << how;
-    for (int a = 0; a < 2; ++a) {
-      const auto& alt = resp.alternatives(a);
-      EXPECT_EQ(std::vector<int64_t>(alt.token_ids().begin(), alt.token_ids().end()), ref[a + 1].tokens)
-          << how << ", sample " << a + 1;
-      EXPECT_EQ(alt.summary(), tokenizer_->decode(ref[a + 1].tokens)) << how;
+    for (int a = 0; a < std::min(resp.alternatives_size(), 2); ++a) {
+      EXPECT_EQ(resp.alternatives(a).summary(), tokenizer_->decode(ref[static_cast<size_t>(a) + 1].tokens)) << how;
     }
   };
   {
@@ -725,14 +724,7 @@ TEST_F(RealModel, SamplesLeavingTheBatchChangeNoOtherRow) {
   for (size_t i = 0; i < refs.size(); ++i) {
     auto [status, resp] = futures[i].get();
     ASSERT_TRUE(status.ok()) << status.error_message();
-    EXPECT_EQ(ids_of(resp), refs[i][0].tokens) << "request " << i;
-    ASSERT_EQ(resp.alternatives_size(), 3) << "request " << i;
-    for (int a = 0; a < 3; ++a) {
-      const auto& alt = resp.alternatives(a);
-      EXPECT_EQ(std::vector<int64_t>(alt.token_ids().begin(), alt.token_ids().end()),
-                refs[i][static_cast<size_t>(a) + 1].tokens)
-          << "request " << i << ", sample " << a + 1;
-    }
+    expect_candidates(resp, refs[i], "request " + std::to_string(i));
     EXPECT_GE(resp.usage().raf_firing_rate(), 0.0);
     EXPECT_LE(resp.usage().raf_firing_rate(), 1.0);
     EXPECT_GT(resp.usage().state_bytes(), 0);
