@@ -97,6 +97,19 @@ std::string read(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// srformer-client (`client`, through a server) and srformer summarize (`tool`) both refuse `args`, exiting 1: the
+// client with the server's INVALID_ARGUMENT saying `served_says`, the offline tool saying `offline_says`.
+void expect_both_refuse(const std::string& client, const std::string& tool, const std::string& args,
+                        const std::string& served_says, const std::string& offline_says) {
+  const auto refused = run_command(client + args + " 2>&1");
+  EXPECT_EQ(refused.exit_code, 1) << args;
+  EXPECT_NE(refused.out.find("INVALID_ARGUMENT"), std::string::npos) << refused.out;
+  EXPECT_NE(refused.out.find(served_says), std::string::npos) << refused.out;
+  const auto offline_refused = run_command(tool + args + " 2>&1");
+  EXPECT_EQ(offline_refused.exit_code, 1) << args;
+  EXPECT_NE(offline_refused.out.find(offline_says), std::string::npos) << offline_refused.out;
+}
+
 TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
   auto server = start();
   const std::string t = " --target " + server->target();
@@ -2125,19 +2138,12 @@ TEST_F(EndToEnd, ClientAndOfflineToolReadAndRefuseDocumentFilesAlike) {
     EXPECT_EQ(summary(r), summary(plain)) << command;
   }
 
-  const auto refused = run_command(client + utf16 + " 2>&1");
-  EXPECT_EQ(refused.exit_code, 1);
-  EXPECT_NE(refused.out.find("INVALID_ARGUMENT: document is not valid UTF-8 (bad byte sequence at byte offset 0: it "
-                             "starts with a UTF-16 byte-order mark"),
-            std::string::npos)
-      << refused.out;
-  const auto offline_refused = run_command(tool + utf16 + " 2>&1");
-  EXPECT_EQ(offline_refused.exit_code, 1);
-  EXPECT_NE(offline_refused.out.find("the document (" + utf16 +
-                                     ") is not valid UTF-8 (bad byte sequence at byte offset 0: it starts with a "
-                                     "UTF-16 byte-order mark, the text is UTF-16); re-encode it as UTF-8"),
-            std::string::npos)
-      << offline_refused.out;
+  expect_both_refuse(client, tool, utf16,
+                     "INVALID_ARGUMENT: document is not valid UTF-8 (bad byte sequence at byte offset 0: it starts "
+                     "with a UTF-16 byte-order mark",
+                     "the document (" + utf16 +
+                         ") is not valid UTF-8 (bad byte sequence at byte offset 0: it starts with a UTF-16 "
+                         "byte-order mark, the text is UTF-16); re-encode it as UTF-8");
   for (const auto& command : {client, tool}) {
     const auto directory = run_command(command + work_.string() + " 2>&1");
     EXPECT_EQ(directory.exit_code, 1);
@@ -2208,13 +2214,7 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeTheWarperAndEncoderInputFlagsAlike) {
        "--no-repeat-ngram-size must be >= 0 (0 disables it), got -2"},
   };
   for (const auto& [flag, served_says, offline_says] : bad) {
-    const auto refused = run_command(client + flag + " " + doc(0) + " 2>&1");
-    EXPECT_EQ(refused.exit_code, 1) << flag;
-    EXPECT_NE(refused.out.find("INVALID_ARGUMENT"), std::string::npos) << refused.out;
-    EXPECT_NE(refused.out.find(served_says), std::string::npos) << refused.out;
-    const auto offline_refused = run_command(tool + flag + " " + doc(0) + " 2>&1");
-    EXPECT_EQ(offline_refused.exit_code, 1) << flag;
-    EXPECT_NE(offline_refused.out.find(offline_says), std::string::npos) << offline_refused.out;
+    expect_both_refuse(client, tool, flag + " " + doc(0), served_says, offline_says);
   }
 }
 
@@ -2247,15 +2247,9 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeBadWordAlike) {
   const auto served = result(run_command(client + flags + args));
   EXPECT_EQ(result(run_command(tool + flags + args))["token_ids"], served["token_ids"]) << word;
   EXPECT_NE(served["token_ids"], plain["token_ids"]) << "'" << word << "' banned";
-  const std::string says = "bad_words[0] \"</s>\" holds the end-of-sequence token '</s>'";
-  const auto refused = run_command(client + "--bad-word '</s>' " + doc(0) + " 2>&1");
-  EXPECT_EQ(refused.exit_code, 1);
-  EXPECT_NE(refused.out.find("INVALID_ARGUMENT"), std::string::npos) << refused.out;
-  EXPECT_NE(refused.out.find(says), std::string::npos) << refused.out;
-  const auto offline_refused = run_command(tool + "--bad-word '</s>' " + doc(0) + " 2>&1");
-  EXPECT_EQ(offline_refused.exit_code, 1);
-  EXPECT_NE(offline_refused.out.find("--bad-word \"</s>\" holds the end-of-sequence token '</s>'"), std::string::npos)
-      << offline_refused.out;
+  expect_both_refuse(client, tool, "--bad-word '</s>' " + doc(0),
+                     "bad_words[0] \"</s>\" holds the end-of-sequence token '</s>'",
+                     "--bad-word \"</s>\" holds the end-of-sequence token '</s>'");
 }
 
 // srformer-client and srformer summarize take diverse beam search's flags under the same names and give the
@@ -2297,13 +2291,7 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeTheDiverseBeamSearchFlagsAlike) {
        "--num-beam-groups must be >= 1 (1 is ordinary beam search), got 0"},
   };
   for (const auto& [flag, served_says, offline_says] : bad) {
-    const auto refused = run_command(client + flag + " " + doc(0) + " 2>&1");
-    EXPECT_EQ(refused.exit_code, 1) << flag;
-    EXPECT_NE(refused.out.find("INVALID_ARGUMENT"), std::string::npos) << refused.out;
-    EXPECT_NE(refused.out.find(served_says), std::string::npos) << refused.out;
-    const auto offline_refused = run_command(tool + flag + " " + doc(0) + " 2>&1");
-    EXPECT_EQ(offline_refused.exit_code, 1) << flag;
-    EXPECT_NE(offline_refused.out.find(offline_says), std::string::npos) << offline_refused.out;
+    expect_both_refuse(client, tool, flag + " " + doc(0), served_says, offline_says);
   }
 }
 
