@@ -70,9 +70,25 @@ TEST(Delivery, StopRunsWhatIsQueuedAndLaterPostsRunInline) {
   Delivery delivery;
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
-  delivery.post([released] { released.wait(); });
+  std::promise<void> started;
+  delivery.post([released, &started] {
+    started.set_value();
+    released.wait();
+  });
+  started.get_future().wait();  // the 100 below are queued, not taken with it
   for (int i = 0; i < 100; ++i) delivery.post([&ran] { ++ran; });
   std::thread stopper([&delivery] { delivery.stop(); });
+  // The blocking job is released only once stop() has begun (a post then runs inline, here): released at
+  // once, the queue mostly ran before stop() was called, and a stop() that dropped it passed.
+  const auto here = std::this_thread::get_id();
+  std::atomic<bool> stopping{false};
+  while (!stopping) {
+    delivery.post([&stopping, here] {
+      if (std::this_thread::get_id() == here) stopping = true;
+    });
+    if (!stopping) std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_EQ(ran, 0) << "the queue waits behind the blocking job";
   release.set_value();
   stopper.join();
   EXPECT_EQ(ran, 100);  // everything queued before stop() ran before it returned
