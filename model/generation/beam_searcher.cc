@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "model/generation/weighted_draw.h"
+#include "model/kernels/avx2.h"
 #include "model/kernels/beam_candidates.h"
 
 namespace srformer {
@@ -134,13 +135,22 @@ void BeamSearcher::advance_group(Group& group, const torch::Tensor& logits, cons
     if (holds_nan(scores)) throw std::runtime_error(non_finite_logits_message(steps_));
     process_logits(options_, sequence_bias_, group.beams, scores, VocabLimit::kApply, earlier);
     if (options_.do_sample) warp_logits(options_, scores, candidates);
-    // The totals go where the copy of the logits was: `scores` keeps the tokens' own log-probabilities,
-    // which HF reports as their transition scores.
-    const auto& totals =
-        at::add_out(logits_, scores, torch::from_blob(group.beam_scores.data(), {num_beams, 1}, torch::kFloat32));
-    top = options_.do_sample
-              ? sample_candidates(totals, scores, candidates)
-              : top_candidates(totals.data_ptr<float>(), scores.data_ptr<float>(), num_beams * vocab, candidates);
+    // Without sampling the kernels offer the heap only the scores that can enter it, the same choice.
+    if (!options_.do_sample && kernels::use_cpu_kernels()) {
+      if (auto best = kernels::best_processed_candidates(scores.data_ptr<float>(), num_beams, vocab,
+                                                         group.beam_scores.data(), candidates)) {
+        top = std::move(*best);
+      }
+    }
+    if (top.empty()) {
+      // The totals go where the copy of the logits was: `scores` keeps the tokens' own log-probabilities,
+      // which HF reports as their transition scores.
+      const auto& totals =
+          at::add_out(logits_, scores, torch::from_blob(group.beam_scores.data(), {num_beams, 1}, torch::kFloat32));
+      top = options_.do_sample
+                ? sample_candidates(totals, scores, candidates)
+                : top_candidates(totals.data_ptr<float>(), scores.data_ptr<float>(), num_beams * vocab, candidates);
+    }
   }
 
   const auto cur_len = static_cast<int64_t>(group.beams.front().size());

@@ -26,11 +26,11 @@ float bar_for(float worst, float beam, double lse) {
   return static_cast<float>(bar - margin);
 }
 
-// Calls hit(i) for every i in [0, end) with x[i] > bar, in increasing order; hit may raise the bar.
+// Calls hit(i) for every i in [0, end) with x[i] > bar or NaN, in increasing order; hit may raise the bar.
 template <typename Hit>
 void scan_scalar(const float* x, int64_t begin, int64_t end, const float& bar, Hit& hit) {
   for (int64_t i = begin; i < end; ++i) {
-    if (x[i] > bar) hit(i);
+    if (!(x[i] <= bar)) hit(i);
   }
 }
 
@@ -42,10 +42,10 @@ SRFORMER_AVX2 void scan_avx2(const float* x, int64_t end, const float& bar, Hit&
   const int64_t rounds_end = end - end % 32;
   for (int64_t i = 0; i < rounds_end; i += 32) {
     const __m256 vb = _mm256_set1_ps(bar);
-    const __m256 a = _mm256_cmp_ps(_mm256_loadu_ps(x + i), vb, _CMP_GT_OQ);
-    const __m256 b = _mm256_cmp_ps(_mm256_loadu_ps(x + i + 8), vb, _CMP_GT_OQ);
-    const __m256 c = _mm256_cmp_ps(_mm256_loadu_ps(x + i + 16), vb, _CMP_GT_OQ);
-    const __m256 d = _mm256_cmp_ps(_mm256_loadu_ps(x + i + 24), vb, _CMP_GT_OQ);
+    const __m256 a = _mm256_cmp_ps(_mm256_loadu_ps(x + i), vb, _CMP_NLE_UQ);
+    const __m256 b = _mm256_cmp_ps(_mm256_loadu_ps(x + i + 8), vb, _CMP_NLE_UQ);
+    const __m256 c = _mm256_cmp_ps(_mm256_loadu_ps(x + i + 16), vb, _CMP_NLE_UQ);
+    const __m256 d = _mm256_cmp_ps(_mm256_loadu_ps(x + i + 24), vb, _CMP_NLE_UQ);
     if (_mm256_movemask_ps(_mm256_or_ps(_mm256_or_ps(a, b), _mm256_or_ps(c, d))) != 0) {
       scan_scalar(x, i, i + 32, bar, hit);
     }
@@ -105,6 +105,34 @@ std::optional<std::vector<BeamCandidate>> beam_candidates(const BeamRows& rows, 
   }
   // -inf scores never pass a bar: a full heap holds finite candidates only.
   if (!best.full()) return std::nullopt;
+  return std::move(best).sorted();
+}
+
+std::optional<std::vector<BeamCandidate>> best_processed_candidates(const float* x, int64_t rows, int64_t n,
+                                                                    const float* beam_scores, int64_t count) {
+  if (count <= 0) return std::vector<BeamCandidate>{};
+  BestCandidates best(count);
+  bool odd = false;  // a NaN or +inf, which BestCandidates would rank otherwise than the bar assumes
+  for (int64_t b = 0; b < rows && !odd; ++b) {
+    const float* row = x + b * n;
+    const float beam = beam_scores[b];
+    // Every score at or below the bar gives float(x + beam) below the worst kept: BestCandidates would
+    // refuse it, and the heap it keeps does not depend on the refused offers.
+    float bar = best.full() ? bar_for(best.worst(), beam, 0.0) : kNegInf;
+    auto hit = [&](int64_t i) {
+      odd = odd || !(row[i] < std::numeric_limits<float>::infinity());
+      if (odd) return;
+      if (best.offer(row[i] + beam, b * n + i, row[i]) && best.full()) bar = bar_for(best.worst(), beam, 0.0);
+    };
+#ifdef SRFORMER_HAVE_AVX2_KERNELS
+    if (avx2_fma_available()) {
+      scan_avx2(row, n, bar, hit);
+      continue;
+    }
+#endif
+    scan_scalar(row, 0, n, bar, hit);
+  }
+  if (odd || !best.full()) return std::nullopt;
   return std::move(best).sorted();
 }
 

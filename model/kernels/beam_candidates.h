@@ -55,4 +55,13 @@ struct BeamRows {
 // then takes the general path, whose results are defined for those too).
 std::optional<std::vector<BeamCandidate>> beam_candidates(const BeamRows& rows, int64_t count);
 
+// The general path's choice over rows x n processed log-probabilities `x` (LibTorch's log_softmax, then
+// processors that change scores, as a sequence bias does): the `count` best of float(x[i] + beam score),
+// best first, ties by lower index, each with x[i] as its logprob; bit for bit what BestCandidates keeps
+// when offered every one in index order, but only the few scores above the bar are offered (a heap offer
+// per score of 4 x 32k was most of such a step). std::nullopt where a row holds NaN or +inf, or fewer than
+// `count` finite scores exist (the caller then offers them all).
+std::optional<std::vector<BeamCandidate>> best_processed_candidates(const float* x, int64_t rows, int64_t n,
+                                                                    const float* beam_scores, int64_t count);
+
 }  // namespace srformer::kernels

@@ -436,6 +436,51 @@ TEST(BeamSearchTest, InPlaceCandidatesChooseWhatTheProcessedCopyChooses) {
   }
 }
 
+// A sequence bias changes scores, so its beam steps take the general path (LibTorch's log_softmax and the
+// processors on a copy); with the CPU kernels on, the candidates are then read against a bar
+// (kernels::best_processed_candidates) rather than offered to a heap one by one: the same steps,
+// hypotheses, scores and log-probabilities bit for bit. Half the scripts' logits are rounded to halves,
+// so that candidates tie within and across beams.
+TEST(BeamSearchTest, WithASequenceBiasTheKernelsChooseBitForBitAsTheHeap) {
+  const testing::KernelSwitchesRestored restore_switches;
+  const int64_t vocab = 300;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    const auto base = testing::random_script(vocab, seed, kEos);
+    const testing::Script script = [&](const History& history) {
+      auto logits = base(history);
+      if (seed % 2 == 0) {
+        for (auto& v : logits) v = std::round(v * 2.0F) / 2.0F;
+      }
+      return logits;
+    };
+    auto options = beam_options(12, 1.0, seed % 3 == 0);
+    options.num_beams = 2 + static_cast<int64_t>(seed % 3);
+    options.num_return_sequences = options.num_beams;
+    options.min_new_tokens = 3;
+    options.sequence_bias = {{{5}, 3.0}, {{5, 6}, 2.5}, {{7}, -1.0}, {{6, 5}, 0.75}, {{9}, 2.0}, {{9, 9}, -4.0}};
+    if (seed == 5) options.vocab_limit = 250;
+    std::vector<testing::Run> runs;
+    for (const bool kernels_on : {true, false}) {
+      kernels::set_cpu_kernels(kernels_on);
+      BeamSearcher searcher(options);
+      runs.push_back(drive(searcher, script, 0));
+    }
+    ASSERT_EQ(runs[0].steps, runs[1].steps) << seed;
+    EXPECT_EQ(runs[0].next_tokens, runs[1].next_tokens) << seed;
+    EXPECT_EQ(runs[0].parent_rows, runs[1].parent_rows) << seed;
+    ASSERT_EQ(runs[0].results.size(), runs[1].results.size()) << seed;
+    for (size_t r = 0; r < runs[0].results.size(); ++r) {
+      EXPECT_EQ(runs[0].results[r].tokens, runs[1].results[r].tokens) << seed;
+      EXPECT_EQ(runs[0].results[r].score, runs[1].results[r].score) << seed;
+      EXPECT_EQ(runs[0].results[r].token_logprobs, runs[1].results[r].token_logprobs) << seed;
+    }
+    // The bias acted: 5, 9 or 6 after 5 where the script alone rarely puts them.
+    std::set<int64_t> chosen;
+    for (const auto& step : runs[0].next_tokens) chosen.insert(step.begin(), step.end());
+    EXPECT_TRUE(chosen.count(5) > 0 || chosen.count(9) > 0) << seed;
+  }
+}
+
 // HF's compute_transition_scores gives each token of a beam hypothesis its entry of that step's
 // next_token_scores_processed (the processed log-probability, without the beam score): exactly that
 // float, not the difference of two running beam scores, which loses the low bits where the sum is large.

@@ -653,6 +653,74 @@ TEST(BeamCandidates, TiesByIndexAndRefusals) {
   });
 }
 
+// The general path's choice (processed log-probabilities, a sequence bias among the processors) read
+// with a bar (kernels::best_processed_candidates) is the heap's over every score offered in index order,
+// bit for bit: scores, indices, logprobs and order, over rows of every tail length, many equal scores
+// (integer scores, two beams still alike), -inf tokens (a vocabulary limit) and beams far behind (-1e9).
+// Rows with NaN or +inf, and too few finite scores, are left to the heap.
+TEST(BeamCandidates, ProcessedScoresChooseAsTheHeapOverEveryScore) {
+  using srformer::kernels::BeamCandidate;
+  const auto heap = [](const torch::Tensor& x, const std::vector<float>& beam, int64_t count) {
+    srformer::kernels::BestCandidates best(count);
+    const auto a = x.accessor<float, 2>();
+    for (int64_t b = 0; b < x.size(0); ++b) {
+      for (int64_t i = 0; i < x.size(1); ++i)
+        best.offer(a[b][i] + beam[static_cast<size_t>(b)], b * x.size(1) + i, a[b][i]);
+    }
+    return std::move(best).sorted();
+  };
+  const auto bar = [](const torch::Tensor& x, const std::vector<float>& beam, int64_t count) {
+    return srformer::kernels::best_processed_candidates(x.data_ptr<float>(), x.size(0), x.size(1), beam.data(), count);
+  };
+  torch::manual_seed(5);
+  int checked = 0;
+  for (const int64_t n : {7, 37, 100, 4099, 32128}) {
+    for (const int64_t beams : {1, 2, 4}) {
+      for (const bool integers : {false, true}) {
+        for (const bool far_behind : {false, true}) {
+          auto x = integers ? torch::round(torch::randn({beams, n}) * 2.0) : torch::randn({beams, n}) * 4.0;
+          x = x.log_softmax(1);
+          x.narrow(1, 0, std::min<int64_t>(n, 5)).add_(torch::randn({beams, std::min<int64_t>(n, 5)}));  // biased
+          if (n > 40) x.narrow(1, n - n / 7, n / 7).fill_(-std::numeric_limits<float>::infinity());
+          if (beams > 1) x[1].copy_(x[0]);
+          std::vector<float> beam;
+          for (int64_t b = 0; b < beams; ++b) {
+            beam.push_back(far_behind && b > 0 ? -1e9F : -3.0F * static_cast<float>(b > 1 ? b : 0));
+          }
+          for (const int64_t count : {2 * beams, 3 * beams + 1}) {
+            const auto got = bar(x, beam, count);
+            const auto want = heap(x, beam, count);
+            ASSERT_TRUE(got.has_value()) << n << " " << beams;
+            ASSERT_EQ(got->size(), want.size());
+            for (size_t j = 0; j < want.size(); ++j) {
+              EXPECT_EQ((*got)[j].index, want[j].index) << n << " " << beams << " rank " << j;
+              EXPECT_EQ((*got)[j].score, want[j].score) << n << " " << beams << " rank " << j;
+              EXPECT_EQ((*got)[j].logprob, want[j].logprob) << n << " " << beams << " rank " << j;
+            }
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 120);
+
+  const auto x = torch::randn({3, 100}).log_softmax(1);
+  const std::vector<float> beam{0.0F, -1.0F, -2.0F};
+  ASSERT_TRUE(bar(x, beam, 6).has_value());
+  for (const float odd : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    for (const int64_t at : {0, 57, 99}) {  // wherever it lies, below the bar too
+      auto with = x.clone();
+      with[2][at] = odd;
+      EXPECT_FALSE(bar(with, beam, 6).has_value()) << odd << " at " << at;
+    }
+  }
+  auto few = x.clone();
+  few.narrow(1, 2, 98).fill_(-std::numeric_limits<float>::infinity());
+  EXPECT_FALSE(bar(few, beam, 7).has_value()) << "6 finite scores";
+  EXPECT_TRUE(bar(few, beam, 6).has_value());
+}
+
 // Attention's softmax row: against double precision, and bit for bit the same when masked keys follow
 // the row's own (a row padded to a longer one in its batch, the next rows' windows or global tokens).
 // Before, the keys past the last whole block of 8 were summed after the blocks' lanes, so a row gave
