@@ -30,9 +30,10 @@ std::vector<kernels::BeamCandidate> top_candidates(const float* values, const fl
 // at::isnan(t).any() (~100 µs a 32k row).
 bool holds_nan(const torch::Tensor& t) {
   const float* x = t.data_ptr<float>();
-  bool nan = false;
-  for (int64_t i = 0; i < t.numel(); ++i) nan |= std::isnan(x[i]);
-  return nan;
+  const int64_t n = t.numel();
+  int nan = 0;  // an int, not a bool: the compiler then vectorises the loop (a bool's took 4x as long)
+  for (int64_t i = 0; i < n; ++i) nan |= static_cast<int>(std::isnan(x[i]));
+  return nan != 0;
 }
 
 // `options`, once validate() passed them (the members after it divide by num_beam_groups).
