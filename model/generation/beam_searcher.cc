@@ -128,9 +128,15 @@ void BeamSearcher::advance_group(Group& group, const torch::Tensor& logits, cons
   auto top = options_.do_sample || penalised ? std::vector<kernels::BeamCandidate>{}
                                              : candidates_in_place(group, logits, candidates);
   if (top.empty()) {
-    const auto copied = scores_from_logits(logits, num_beams, options_, logits_);
-    if (!scores_.defined() || scores_.sizes() != copied.sizes()) scores_ = torch::empty_like(copied);
-    const auto& scores = at::log_softmax_out(scores_, copied, -1);
+    // LibTorch's log_softmax reads CPU float32 logits where they lie (the same values: no copy of them first).
+    const bool direct = logits.is_cpu() && logits.scalar_type() == torch::kFloat32 && logits.is_contiguous();
+    if (direct) check_logits(logits, num_beams, options_);
+    const auto source = direct ? logits : scores_from_logits(logits, num_beams, options_, logits_);
+    if (!scores_.defined() || scores_.sizes() != source.sizes())
+      scores_ = torch::empty(source.sizes(), torch::kFloat32);
+    if (!logits_.defined() || logits_.sizes() != source.sizes())
+      logits_ = torch::empty(source.sizes(), torch::kFloat32);
+    const auto& scores = at::log_softmax_out(scores_, source, -1);
     // HF applies the processors to the log-probabilities here (unlike greedy search and sampling).
     // The in-place pass refuses NaN and lands here: a NaN would rank anywhere, and its beams score NaN.
     if (holds_nan(scores)) throw std::runtime_error(non_finite_logits_message(steps_));
@@ -144,8 +150,8 @@ void BeamSearcher::advance_group(Group& group, const torch::Tensor& logits, cons
       }
     }
     if (top.empty()) {
-      // The totals go where the copy of the logits was: `scores` keeps the tokens' own log-probabilities,
-      // which HF reports as their transition scores.
+      // The totals go to logits_ (the copy of the logits, where one was made): `scores` keeps the tokens' own
+      // log-probabilities, which HF reports as their transition scores.
       const auto& totals =
           at::add_out(logits_, scores, torch::from_blob(group.beam_scores.data(), {num_beams, 1}, torch::kFloat32));
       top = options_.do_sample

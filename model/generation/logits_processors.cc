@@ -45,8 +45,7 @@ void fill_columns(const torch::Tensor& scores, int64_t begin, int64_t end, float
 
 }  // namespace
 
-torch::Tensor scores_from_logits(const torch::Tensor& logits, int64_t rows, const GenerationOptions& options,
-                                 torch::Tensor& buffer) {
+void check_logits(const torch::Tensor& logits, int64_t rows, const GenerationOptions& options) {
   if (!logits.defined() || logits.dim() != 2 || logits.size(0) != rows || logits.size(1) < 1) {
     throw std::invalid_argument("a searcher expects logits [" + std::to_string(rows) + ", vocab], got " +
                                 (logits.defined() ? std::to_string(logits.dim()) + "-d tensor" : "none"));
@@ -72,6 +71,11 @@ torch::Tensor scores_from_logits(const torch::Tensor& logits, int64_t rows, cons
   for (const auto& [index, token] : options.forced_decoder_ids) {
     if (token) check("forced_decoder_ids' token", *token);
   }
+}
+
+torch::Tensor scores_from_logits(const torch::Tensor& logits, int64_t rows, const GenerationOptions& options,
+                                 torch::Tensor& buffer) {
+  check_logits(logits, rows, options);
   // A copy: the processors work in place and must not touch the caller's batch logits.
   if (!buffer.defined() || buffer.sizes() != logits.sizes()) buffer = torch::empty(logits.sizes(), torch::kFloat32);
   if (logits.is_cpu() && logits.scalar_type() == torch::kFloat32 && logits.is_contiguous()) {

@@ -22,6 +22,8 @@ using TokenHistory = std::vector<int64_t>;
 // shape is wrong or a token id of `options` is outside the vocabulary.
 torch::Tensor scores_from_logits(const torch::Tensor& logits, int64_t rows, const GenerationOptions& options,
                                  torch::Tensor& buffer);
+// The checks scores_from_logits makes, without the copy (for a caller that reads the logits where they lie).
+void check_logits(const torch::Tensor& logits, int64_t rows, const GenerationOptions& options);
 
 // RepetitionPenaltyLogitsProcessor: for every token in the row's history, a negative score is
 // multiplied by `penalty` and a non-negative one divided by it.
