@@ -275,13 +275,6 @@ void SequenceBias::apply(const torch::Tensor& scores, const std::vector<TokenHis
   }
 }
 
-void apply_sequence_bias(const torch::Tensor& scores, const std::vector<std::pair<std::vector<int64_t>, double>>& bias,
-                         const std::vector<TokenHistory>& histories) {
-  check_scores(scores, histories.size());
-  if (bias.empty() || histories.empty()) return;
-  SequenceBias(bias).apply(scores, histories);
-}
-
 void apply_hamming_diversity(const torch::Tensor& scores, const std::vector<int64_t>& earlier_tokens, double penalty) {
   check_scores(scores, static_cast<size_t>(scores.size(0)));
   if (earlier_tokens.empty()) return;
@@ -598,12 +591,6 @@ std::vector<int64_t> forced_tokens(const GenerationOptions& options, int64_t cur
   // forced_decoder_ids come last in HF's order: their token is all that is left.
   if (const auto token = forced_decoder_token(options, cur_len)) return {*token};
   return forced_bos_or_eos(options, cur_len);
-}
-
-void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
-                    const torch::Tensor& scores, VocabLimit vocab_limit,
-                    const std::vector<int64_t>& earlier_group_tokens) {
-  process_logits(options, SequenceBias(options.sequence_bias), histories, scores, vocab_limit, earlier_group_tokens);
 }
 
 void process_logits(const GenerationOptions& options, const SequenceBias& sequence_bias,

@@ -78,8 +78,6 @@ class SequenceBias {
   std::vector<float> one_token_;  // per column: its one-token sequence's bias, else 0
   std::vector<Longer> longer_;    // in HF's dict order
 };
-void apply_sequence_bias(const torch::Tensor& scores, const std::vector<std::pair<std::vector<int64_t>, double>>& bias,
-                         const std::vector<TokenHistory>& histories);
 
 // HammingDiversityLogitsProcessor: in every row, each token's score loses float(penalty) * float(count),
 // count the times it occurs in `earlier_tokens` (what the groups before this one chose at this step; ids
@@ -124,12 +122,9 @@ std::vector<int64_t> suppressed_tokens(const GenerationOptions& options, int64_t
 // EOS id), forced BOS (at cur_len 1), forced EOS (at cur_len max_length - 1, max_length = max_new_tokens + 1),
 // exponential decay length penalty, suppressed tokens, forced decoder ids. All rows share cur_len. With
 // VocabLimit::kKeep the ids at or past options.vocab_limit keep their scores (Hugging Face's processed scores, which
-// know no tokenizer size): greedy search normalises over them, never picking them.
+// know no tokenizer size): greedy search normalises over them, never picking them. `sequence_bias` is
+// options.sequence_bias prepared (SequenceBias(options.sequence_bias)), as a searcher keeps it for all its steps.
 enum class VocabLimit { kApply, kKeep };
-void process_logits(const GenerationOptions& options, const std::vector<TokenHistory>& histories,
-                    const torch::Tensor& scores, VocabLimit vocab_limit = VocabLimit::kApply,
-                    const std::vector<int64_t>& earlier_group_tokens = {});
-// The same with options.sequence_bias prepared (SequenceBias(options.sequence_bias)), as a searcher keeps it.
 void process_logits(const GenerationOptions& options, const SequenceBias& sequence_bias,
                     const std::vector<TokenHistory>& histories, const torch::Tensor& scores,
                     VocabLimit vocab_limit = VocabLimit::kApply, const std::vector<int64_t>& earlier_group_tokens = {});

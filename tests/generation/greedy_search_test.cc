@@ -389,7 +389,7 @@ TEST(GreedySearchTest, LogprobsNormaliseOverTheWholeRowThoughIdsPastTheLimitAreN
         const int64_t token = result.tokens[i];
         EXPECT_LT(token, limit);
         auto scores = torch::tensor(script(history)).view({1, vocab});
-        process_logits(hf, {history}, scores);
+        process_logits(hf, SequenceBias(hf.sequence_bias), {history}, scores);
         EXPECT_EQ(token, scores[0].narrow(0, 0, limit).argmax().item<int64_t>()) << "step " << i;
         const double expected = scores[0].to(torch::kFloat64).log_softmax(0)[token].item<double>();
         EXPECT_NEAR(result.token_logprobs[i], expected, 1e-5) << "step " << i;

@@ -23,6 +23,12 @@ std::vector<float> values(const torch::Tensor& t) {
   return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
 }
 
+// process_logits as the searchers call it, with the options' sequence_bias prepared.
+void process(const GenerationOptions& options, const std::vector<TokenHistory>& histories, const torch::Tensor& scores,
+             VocabLimit vocab_limit = VocabLimit::kApply, const std::vector<int64_t>& earlier_group_tokens = {}) {
+  process_logits(options, SequenceBias(options.sequence_bias), histories, scores, vocab_limit, earlier_group_tokens);
+}
+
 std::vector<float> log_of(const std::vector<double>& p) {
   std::vector<float> out;
   for (const double v : p) out.push_back(static_cast<float>(std::log(v)));
@@ -79,7 +85,7 @@ TEST(ProcessLogitsTest, MinNewTokensSuppressesEosUntilEnoughTokens) {
   for (int64_t generated = 0; generated <= 3; ++generated) {
     std::vector<int64_t> history(static_cast<size_t>(generated + 1), 2);
     const auto scores = row({0.0f, 5.0f, 1.0f});
-    process_logits(options, {history}, scores);
+    process(options, {history}, scores);
     EXPECT_EQ(std::isinf(values(scores)[1]), generated < 2) << generated;
     EXPECT_EQ(values(scores)[2], 1.0f);
   }
@@ -89,13 +95,13 @@ TEST(ProcessLogitsTest, IdsPastTheTokenizerVocabularyAreNeverChosen) {
   GenerationOptions options;
   options.vocab_limit = 6;  // a model with 8 embedding rows, a tokenizer with 6 tokens
   auto scores = torch::tensor({{0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 9.0f, 8.0f}});
-  process_logits(options, {{0}}, scores);
+  process(options, {{0}}, scores);
   EXPECT_EQ(scores.argmax(-1).item<int64_t>(), 5);
   EXPECT_TRUE(std::isinf(scores[0][6].item<float>()) && std::isinf(scores[0][7].item<float>()));
   EXPECT_FLOAT_EQ(scores[0][5].item<float>(), 0.6f);
   auto same = torch::tensor({{0.1f, 9.0f}});
   options.vocab_limit = 2;  // no rows past the vocabulary: nothing changes
-  process_logits(options, {{0}}, same);
+  process(options, {{0}}, same);
   EXPECT_FLOAT_EQ(same[0][1].item<float>(), 9.0f);
 }
 
@@ -103,10 +109,10 @@ TEST(ProcessLogitsTest, ForcedBosAtTheFirstStepOnly) {
   GenerationOptions options;
   options.forced_bos_token_id = 3;
   const auto first = row({1.0f, 2.0f, 3.0f, -1.0f});
-  process_logits(options, {{0}}, first);
+  process(options, {{0}}, first);
   EXPECT_EQ(values(first), (std::vector<float>{-kInf, -kInf, -kInf, 0.0f}));
   const auto second = row({1.0f, 2.0f, 3.0f, -1.0f});
-  process_logits(options, {{0, 3}}, second);
+  process(options, {{0, 3}}, second);
   EXPECT_EQ(values(second), (std::vector<float>{1.0f, 2.0f, 3.0f, -1.0f}));
 }
 
@@ -117,10 +123,10 @@ TEST(ProcessLogitsTest, ForcedEosAtTheLastStepOnlyAndOverMinLength) {
   options.eos_token_id = 1;
   options.forced_eos_token_id = 1;
   const auto before = row({1.0f, 2.0f, 3.0f});
-  process_logits(options, {{0, 2, 2}}, before);
+  process(options, {{0, 2, 2}}, before);
   EXPECT_EQ(values(before), (std::vector<float>{1.0f, -kInf, 3.0f}));
   const auto last = row({1.0f, 2.0f, 3.0f});
-  process_logits(options, {{0, 2, 2, 2}}, last);
+  process(options, {{0, 2, 2, 2}}, last);
   EXPECT_EQ(values(last), (std::vector<float>{-kInf, 0.0f, -kInf}));
 }
 
@@ -133,16 +139,16 @@ TEST(ProcessLogitsTest, EveryListedEosIdIsHeldBackAndEveryForcedIdForced) {
   options.eos_token_id = 3;
   options.extra_eos_token_ids = {1};
   const auto early = row({1.0f, 2.0f, 3.0f, 4.0f, 5.0f});
-  process_logits(options, {{0, 2}}, early);
+  process(options, {{0, 2}}, early);
   EXPECT_EQ(values(early), (std::vector<float>{1.0f, -kInf, 3.0f, -kInf, 5.0f}));
   EXPECT_EQ(excluded_tokens(options, {0, 2}, 5), (std::vector<int64_t>{1, 3}));
   const auto later = row({1.0f, 2.0f, 3.0f, 4.0f, 5.0f});
-  process_logits(options, {{0, 2, 2}}, later);
+  process(options, {{0, 2, 2}}, later);
   EXPECT_EQ(values(later), (std::vector<float>{1.0f, 2.0f, 3.0f, 4.0f, 5.0f}));
   options.forced_eos_token_id = 4;
   options.extra_forced_eos_token_ids = {1};
   const auto last = row({1.0f, 2.0f, 3.0f, 4.0f, 5.0f});
-  process_logits(options, {{0, 2, 2, 2}}, last);
+  process(options, {{0, 2, 2, 2}}, last);
   EXPECT_EQ(values(last), (std::vector<float>{-kInf, 0.0f, -kInf, -kInf, 0.0f}));
   EXPECT_EQ(forced_tokens(options, 4), (std::vector<int64_t>{4, 1}));
   EXPECT_TRUE(forced_tokens(options, 3).empty());
@@ -154,11 +160,11 @@ TEST(ProcessLogitsTest, RepetitionPenaltyThenNoRepeatNGram) {
   options.no_repeat_ngram_size = 2;
   options.eos_token_id = 7;
   const auto scores = row({4.0f, 4.0f, -4.0f, 4.0f, 4.0f, 4.0f, 4.0f, 4.0f});
-  process_logits(options, {{0, 5, 6, 5, 2}}, scores);
+  process(options, {{0, 5, 6, 5, 2}}, scores);
   // Penalised: 0, 2, 5, 6. No ban: the last token (2) has not been followed by anything yet.
   EXPECT_EQ(values(scores), (std::vector<float>{2.0f, 4.0f, -8.0f, 4.0f, 4.0f, 2.0f, 2.0f, 4.0f}));
   const auto again = row({4.0f, 4.0f, -4.0f, 4.0f, 4.0f, 4.0f, 4.0f, 4.0f});
-  process_logits(options, {{0, 5, 6, 5}}, again);  // "5 6" seen: 6 banned
+  process(options, {{0, 5, 6, 5}}, again);  // "5 6" seen: 6 banned
   EXPECT_EQ(values(again), (std::vector<float>{2.0f, 4.0f, -4.0f, 4.0f, 4.0f, 2.0f, -kInf, 4.0f}));
 }
 
@@ -186,11 +192,11 @@ TEST(ProcessLogitsTest, HammingDiversityComesAfterTheSequenceBiasAndBeforeTheRep
   options.repetition_penalty = 2.0;
   options.sequence_bias = {{{3}, 1.0}};
   const auto scores = row({-1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f});
-  process_logits(options, {{0, 2, 3}}, scores, VocabLimit::kApply, {2, 3, 4});
+  process(options, {{0, 2, 3}}, scores, VocabLimit::kApply, {2, 3, 4});
   // 2: (-1 - .5) * 2; 3: (-1 + 1 - .5) * 2; 4: -1 - .5 (not in the history); 0: -1 * 2 (the start token).
   EXPECT_EQ(values(scores), (std::vector<float>{-2.0f, -1.0f, -3.0f, -1.0f, -1.5f, -1.0f, -1.0f, -1.0f}));
   const auto alone = row({-1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f, -1.0f});
-  process_logits(options, {{0, 2, 3}}, alone);
+  process(options, {{0, 2, 3}}, alone);
   EXPECT_EQ(values(alone), (std::vector<float>{-2.0f, -1.0f, -2.0f, 0.0f, -1.0f, -1.0f, -1.0f, -1.0f}));
 }
 
@@ -236,13 +242,13 @@ TEST(ProcessLogitsTest, EncoderSettingsReadTheEncoderInput) {
   ASSERT_TRUE(excluded.has_value());
   EXPECT_EQ(*excluded, (std::vector<int64_t>{4, 5}));
   const auto banned = row({1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f});
-  process_logits(options, {{0, 3}}, banned);
+  process(options, {{0, 3}}, banned);
   EXPECT_EQ(values(banned), (std::vector<float>{1.0f, 1.0f, 1.0f, 1.0f, -kInf, -kInf, 1.0f, 1.0f}));
   // The penalty changes scores: no in-place path. It comes first, then the n-gram ban.
   options.encoder_repetition_penalty = 4.0;
   EXPECT_FALSE(excluded_tokens(options, {0, 3}, 8).has_value());
   const auto scores = row({-1.0f, -1.0f, -1.0f, -1.0f, -1.0f, 2.0f, 2.0f, 2.0f});
-  process_logits(options, {{0, 4}}, scores);  // "4 3" in the input: 3 banned
+  process(options, {{0, 4}}, scores);  // "4 3" in the input: 3 banned
   EXPECT_EQ(values(scores), (std::vector<float>{-1.0f, -1.0f, -1.0f, -kInf, -0.25f, 8.0f, 2.0f, 2.0f}));
 }
 
@@ -291,7 +297,7 @@ TEST(SuppressTokensTest, AlwaysAndAtTheFirstFreeStepAfterTheForcedTokens) {
   options.forced_bos_token_id.reset();
   options.forced_eos_token_id = 3;
   const auto last = row({1.0f, 2.0f, 3.0f, 4.0f, 5.0f});
-  process_logits(options, {{0, 4, 4, 4}}, last);
+  process(options, {{0, 4, 4, 4}}, last);
   EXPECT_EQ(values(last), (std::vector<float>{-kInf, -kInf, -kInf, -kInf, -kInf}));
 }
 
@@ -317,7 +323,7 @@ TEST(ExponentialDecayLengthPenaltyTest, EosScoresGainTheirMagnitudeTimesTheFacto
   options.eos_token_id = 1;
   options.exponential_decay_length_penalty = std::pair<int64_t, double>{2, 1.5};
   const auto scores = row({0.5f, -2.0f, 1.0f, 4.0f});
-  process_logits(options, {{0, 2, 2, 2}}, scores);
+  process(options, {{0, 2, 2, 2}}, scores);
   EXPECT_EQ(values(scores), (std::vector<float>{0.5f, -1.0f, 1.0f, 4.0f}));
   EXPECT_TRUE(excluded_tokens(options, {0, 2, 2}, 4).has_value());
   EXPECT_FALSE(excluded_tokens(options, {0, 2, 2, 2}, 4).has_value());
@@ -329,7 +335,7 @@ TEST(SequenceBiasTest, BiasesTheLastTokenWhereTheHistoryEndsWithTheRestAndALater
   const std::vector<std::pair<std::vector<int64_t>, double>> bias{
       {{5}, 1.5}, {{2, 6}, -2.0}, {{5}, 0.5}, {{3, 4, 5}, 1.0}, {{2, 5}, 0.25}};
   const auto scores = torch::zeros({4, 8});
-  apply_sequence_bias(scores, bias, {{0, 2}, {0, 3, 4}, {0}, {3, 4}});
+  SequenceBias(bias).apply(scores, {{0, 2}, {0, 3, 4}, {0}, {3, 4}});
   EXPECT_EQ(values(scores[0]), (std::vector<float>{0, 0, 0, 0, 0, 0.75f, -2.0f, 0}));  // 0.5 + 0.25; [2, 6]
   EXPECT_EQ(values(scores[1]), (std::vector<float>{0, 0, 0, 0, 0, 1.5f, 0, 0}));       // 0.5 + 1.0
   EXPECT_EQ(values(scores[2]), (std::vector<float>{0, 0, 0, 0, 0, 0.5f, 0, 0}));       // one token only
@@ -340,7 +346,7 @@ TEST(SequenceBiasTest, BiasesTheLastTokenWhereTheHistoryEndsWithTheRestAndALater
   options.sequence_bias = {{{3}, -1.0}};
   options.repetition_penalty = 2.0;
   const auto penalised = row({1.0f, 1.0f, 1.0f, 3.0f});
-  process_logits(options, {{0, 3}}, penalised);
+  process(options, {{0, 3}}, penalised);
   EXPECT_EQ(values(penalised), (std::vector<float>{0.5f, 1.0f, 1.0f, 1.0f}));  // (3 - 1) / 2, not 3 / 2 - 1
   options.repetition_penalty = 1.0;
   EXPECT_FALSE(excluded_tokens(options, {0}, 4).has_value());
@@ -399,9 +405,6 @@ TEST(SequenceBiasTest, APreparedListBiasesEveryStepAsHuggingFaceDoes) {
     ASSERT_NE(strided.stride(1), 1);
     prepared.apply(strided, histories);
     EXPECT_TRUE(torch::equal(strided, expected)) << "step " << step;
-    const auto once = logits.clone();  // the one-call form prepares its own
-    apply_sequence_bias(once, pairs, histories);
-    EXPECT_TRUE(torch::equal(once, expected)) << "step " << step;
     for (size_t r = 0; r < histories.size(); ++r) histories[r].push_back(2 + (step * 5 + static_cast<int>(r)) % 4);
   }
   EXPECT_THROW(prepared.apply(torch::zeros({1, 4}), {{0}}), std::out_of_range);  // token 4 and 5 past it
@@ -422,7 +425,7 @@ TEST(ForcedDecoderIdsTest, ForcesTheTokenAtItsIndexLastOfAllAndMovesTheBeginSupp
   EXPECT_EQ(forced_tokens(options, 3), (std::vector<int64_t>{6}));
   options.suppress_tokens = {6};
   const auto scores = row({1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f});
-  process_logits(options, {{0, 4, 5}}, scores);
+  process(options, {{0, 4, 5}}, scores);
   EXPECT_EQ(values(scores), (std::vector<float>{-kInf, -kInf, -kInf, -kInf, -kInf, -kInf, 0.0f, -kInf}));
   EXPECT_FALSE(excluded_tokens(options, {0}, 8).has_value());
   EXPECT_TRUE(excluded_tokens(options, {0, 4}, 8).has_value());

@@ -329,7 +329,7 @@ TEST(SamplingTest, DrawsOverTheTokensWithMassAsOverTheWholeRow) {
       const auto logits = torch::randn({1, vocab}) * 3.0;
       // The former choose(), over the whole row.
       auto scores = logits.clone();
-      process_logits(options, {history}, scores, VocabLimit::kKeep);
+      process_logits(options, SequenceBias(options.sequence_bias), {history}, scores, VocabLimit::kKeep);
       scores.narrow(1, options.vocab_limit, vocab - options.vocab_limit).fill_(-std::numeric_limits<float>::infinity());
       const auto [index, logprob] = draw_over_the_whole_row(options, scores, rng);
       ASSERT_GE(index, 0);
