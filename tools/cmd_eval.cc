@@ -17,6 +17,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -27,6 +28,7 @@
 #include "model/dtype_name.h"
 #include "model/eval/batch_summarize.h"
 #include "model/eval/rouge.h"
+#include "model/generation/bad_words.h"
 #include "model/generation/generate.h"
 #include "model/io/atomic_file.h"
 #include "model/limits.h"
@@ -34,6 +36,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "tools/arg_reader.h"
 #include "tools/device_flag.h"
+#include "tools/expected_length_flag.h"
 
 namespace srformer::tools {
 
@@ -62,11 +65,26 @@ const char* kUsage =
     "  --bootstrap N       bootstrap resamples for the 95% intervals (default 1000, at most 100000)\n"
     "  --seed N            the resampling's seed, 0 to 2^64-1 (default 0)\n"
     "  generation (model mode only; defaults from the model's generation_config.json, else config.json,\n"
-    "  as in `summarize`, but never sampled: greedy or beam search):\n"
+    "  as in `summarize`, but never sampled: greedy or beam search; the options below as `summarize` and\n"
+    "  srformer-client take them):\n"
     "  --batch N (default 8) --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X\n"
-    "  --no-repeat-ngram-size N --max-input-tokens N (truncate documents to N tokens; default: the\n"
-    "  model's limit, which N may lower; a T5's n_positions is advisory: N may raise it, a BART's\n"
-    "  positions it may not) --threads N --dtype fp32|fp16|bf16 --device cpu|cuda[:N] (as in `summarize`)\n";
+    "  --early-stopping | --no-early-stopping | --early-stopping-never (beam search: true, false, \"never\")\n"
+    "  --no-repeat-ngram-size N --repetition-penalty X --expected-length L (SRformer schedule; default: the\n"
+    "  model's srformer.expected_length, else max-new-tokens)\n"
+    "  --encoder-repetition-penalty X --encoder-no-repeat-ngram-size N (the document's own tokens)\n"
+    "  --bad-word WORD (never generate WORD, a word or phrase, after a space or inside a word; repeat it\n"
+    "  for more, at most 256)\n"
+    "  --num-beam-groups N --diversity-penalty X (diverse beam search: N groups of num-beams / N beams, a\n"
+    "  token an earlier group chose at the step costs X in the later ones)\n"
+    "  --max-input-tokens N (truncate documents to N tokens; default: the model's limit, which N may lower;\n"
+    "  a T5's n_positions is advisory: N may raise it, a BART's positions it may not) --threads N\n"
+    "  --dtype fp32|fp16|bf16 --device cpu|cuda[:N] (as in `summarize`)\n";
+
+// Generation flags of `summarize` and srformer-client that only act when sampling, or return more than the
+// one summary eval scores.
+const std::set<std::string> kSamplingFlags = {"--do-sample",      "--temperature", "--top-k",
+                                              "--top-p",          "--min-p",       "--typical-p",
+                                              "--epsilon-cutoff", "--eta-cutoff",  "--num-return-sequences"};
 
 // More resamples only refine the intervals' third digit; each one costs a pass over every pair.
 constexpr int64_t kMaxBootstrap = 100000;
@@ -74,8 +92,10 @@ constexpr int64_t kMaxBootstrap = 100000;
 struct Args {
   std::vector<std::string> positional;
   std::string predictions_path, split_name, out_dir;
-  std::optional<int64_t> limit, max_new, min_new, beams, no_repeat, max_input;
-  std::optional<double> length_penalty;
+  std::optional<int64_t> limit, max_new, min_new, beams, no_repeat, max_input, groups, encoder_no_repeat, expected;
+  std::optional<double> length_penalty, diversity, rep, encoder_rep;
+  std::optional<EarlyStopping> early;
+  std::vector<std::string> bad_words;
   int64_t batch = 8;
   int threads = 0;
   LoadOptions load;
@@ -132,7 +152,37 @@ std::optional<Args> parse_args(const std::vector<std::string>& args) {
       a.length_penalty = r.number_value();
     } else if (f == "--no-repeat-ngram-size") {
       gen();
-      a.no_repeat = r.int_value(0);
+      a.no_repeat = r.integer_value();  // its range as summarize's (check_given_options)
+    } else if (f == "--early-stopping") {
+      gen();
+      a.early = EarlyStopping::kWhenFull;
+    } else if (f == "--no-early-stopping") {
+      gen();
+      a.early = EarlyStopping::kHeuristic;
+    } else if (f == "--early-stopping-never") {
+      gen();
+      a.early = EarlyStopping::kNever;
+    } else if (f == "--num-beam-groups") {
+      gen();
+      a.groups = r.integer_value();
+    } else if (f == "--diversity-penalty") {
+      gen();
+      a.diversity = r.number_value();
+    } else if (f == "--repetition-penalty") {
+      gen();
+      a.rep = r.number_value();
+    } else if (f == "--encoder-repetition-penalty") {
+      gen();
+      a.encoder_rep = r.number_value();
+    } else if (f == "--encoder-no-repeat-ngram-size") {
+      gen();
+      a.encoder_no_repeat = r.integer_value();
+    } else if (f == "--bad-word") {
+      gen();
+      a.bad_words.push_back(r.value());
+    } else if (f == "--expected-length") {
+      gen();
+      a.expected = r.integer_value();
     } else if (f == "--max-input-tokens") {
       gen();
       a.max_input = r.int_value(1);
@@ -146,6 +196,11 @@ std::optional<Args> parse_args(const std::vector<std::string>& args) {
     } else if (f == "--device") {
       gen();
       a.load.device = device_from_flag(r.value());
+    } else if (kSamplingFlags.count(f) > 0) {
+      // `summarize` and srformer-client take them; here they were "unknown", which said nothing of why.
+      throw std::invalid_argument(f + " does not go with eval, which never samples (its scores must not depend " +
+                                  "on a seed) and scores one summary per document; srformer summarize and " +
+                                  "srformer-client take it");
     } else if (!f.empty() && f[0] == '-') {
       throw unknown_option(f);
     } else {
@@ -214,23 +269,44 @@ GenerationOptions generation_options(const Args& a, const ModelConfig& c, const 
   if (const auto warning = unusable_generation_defaults(c); !warning.empty()) {
     std::cerr << "warning: the model: " << warning << " (set those options with their flags)\n";
   }
+  // The API carries these as float32 (srformer.v1.GenerationOptions): read as the server (and summarize) reads
+  // them, a value such as 0.448 gives the same beam scores here and served.
+  const auto as_float32 = [](std::optional<double> v) {
+    return v ? std::optional<double>(static_cast<double>(static_cast<float>(*v))) : v;
+  };
+  const auto length_penalty = as_float32(a.length_penalty), diversity = as_float32(a.diversity),
+             rep = as_float32(a.rep), encoder_rep = as_float32(a.encoder_rep);
+  GivenOptions given;  // refused as the server refuses a request's own (srformer summarize's flags alike)
+  given.length_penalty = length_penalty;
+  given.no_repeat_ngram_size = a.no_repeat;
+  given.encoder_no_repeat_ngram_size = a.encoder_no_repeat;
+  given.num_beam_groups = a.groups;
+  given.diversity_penalty = diversity;
+  check_given_options(given, flag_name);
   GenerationOptions o = d;
   o.max_new_tokens = a.max_new.value_or(d.max_new_tokens);
   o.min_new_tokens = a.min_new.value_or(std::min(o.max_new_tokens, d.min_new_tokens));
   o.num_beams = a.beams.value_or(d.num_beams);
-  o.length_penalty = a.length_penalty.value_or(d.length_penalty);
+  o.num_beam_groups = a.groups.value_or(d.num_beam_groups);
+  o.diversity_penalty = diversity.value_or(d.diversity_penalty);
+  o.length_penalty = length_penalty.value_or(d.length_penalty);
+  o.early_stopping = a.early.value_or(d.early_stopping);
   o.no_repeat_ngram_size = a.no_repeat.value_or(d.no_repeat_ngram_size);
+  o.repetition_penalty = rep.value_or(d.repetition_penalty);
+  o.encoder_repetition_penalty = encoder_rep.value_or(d.encoder_repetition_penalty);
+  o.encoder_no_repeat_ngram_size = a.encoder_no_repeat.value_or(d.encoder_no_repeat_ngram_size);
   o.do_sample = false;         // scores must not depend on a seed: greedy or beams even where the checkpoint samples
   o.num_return_sequences = 1;  // one summary scored per document
-  GivenOptions given;          // refused as the server refuses a request's own (srformer summarize's flags alike)
-  given.length_penalty = a.length_penalty;
-  check_given_options(given, flag_name);
   o.vocab_limit = tokenizer.vocab_size();
+  // As the server adds a request's bad_words, with its limits and refusals.
+  add_bad_words(o, a.bad_words, tokenizer, c.vocab_size > 0 ? c.vocab_size : tokenizer.vocab_size(),
+                "--bad-word's list", [](size_t) { return std::string("--bad-word"); });
   validate(o);
+  if (a.expected) check_expected_length_flag(c, *a.expected);
   return o;
 }
 
-// Generated with the model's default expected length L (default_expected_length), in data order
+// Generated with --expected-length L, else the model's default (default_expected_length), in data order
 // (model/eval/batch_summarize.h).
 GenerationRun generate_all(const Args& a, const std::string& model_dir, const std::vector<Example>& data) {
   if (!fs::is_directory(model_dir)) throw std::invalid_argument("model directory '" + model_dir + "' not found");
@@ -265,7 +341,7 @@ GenerationRun generate_all(const Args& a, const std::string& model_dir, const st
                   << static_cast<double>(done) / std::max(secs, 1e-9) << " docs/s\n";
         last_report = now;
       },
-      std::nullopt, names);
+      a.expected, names);
   if (s.truncated > 0) {
     std::cerr << s.truncated << " of " << data.size() << " documents truncated to " << run.max_input_tokens
               << " tokens\n";
@@ -281,8 +357,14 @@ GenerationRun generate_all(const Args& a, const std::string& model_dir, const st
                  {"num_beams", o.num_beams},
                  {"length_penalty", o.length_penalty},
                  {"early_stopping", early_stopping_to_json(o.early_stopping)},
+                 {"num_beam_groups", o.num_beam_groups},
+                 {"diversity_penalty", o.diversity_penalty},
                  {"no_repeat_ngram_size", o.no_repeat_ngram_size},
-                 {"expected_length", default_expected_length(c, o.max_new_tokens)},
+                 {"repetition_penalty", o.repetition_penalty},
+                 {"encoder_repetition_penalty", o.encoder_repetition_penalty},
+                 {"encoder_no_repeat_ngram_size", o.encoder_no_repeat_ngram_size},
+                 {"bad_words", a.bad_words},
+                 {"expected_length", a.expected.value_or(default_expected_length(c, o.max_new_tokens))},
                  {"max_input_tokens", run.max_input_tokens},
                  {"summarization_prefix", c.summarization_prefix ? nlohmann::json(*c.summarization_prefix) : nullptr},
                  {"threads", at::get_num_threads()}};

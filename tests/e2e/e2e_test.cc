@@ -2297,6 +2297,98 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeTheDiverseBeamSearchFlagsAlike) {
   }
 }
 
+// `srformer eval` takes every option of the request that acts without sampling under the client's and
+// `srformer summarize`'s flag names, and gives each document the summary the server gives it with them (it
+// took only --max-new-tokens, --min-new-tokens, --num-beams, --length-penalty and --no-repeat-ngram-size:
+// the others were "unknown option"). A bad value is refused in summarize's words, and a sampling flag (or
+// --num-return-sequences) saying that eval never samples.
+TEST_F(EndToEnd, ClientAndEvalTakeTheSearchFlagsAlike) {
+  auto server = start();
+  const std::string client = kClient + " --target " + server->target() + " --json ";
+  const auto summary = [](const CommandResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out)["summary"].get<std::string>() : std::string("?");
+  };
+  const fs::path data = work_ / "eval_flags.jsonl";
+  {
+    std::ofstream out(data);
+    for (int i = 0; i < 3; ++i) {
+      out << nlohmann::json{{"id", "d" + std::to_string(i)}, {"document", read(doc(i))}, {"summary", "a b c"}}.dump()
+          << "\n";
+    }
+  }
+  const std::string eval = kTool + " eval " + model_dir_.string() + " " + data.string() + " --out " +
+                           (work_ / "eval_flags.out").string() + " --batch 2 --bootstrap 10 ";
+  const auto predictions = [&](const std::string& flags) {
+    const auto r = run_command(eval + flags + " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << flags << ": " << r.out;
+    std::vector<std::string> out;
+    std::ifstream in(work_ / "eval_flags.out" / "predictions.jsonl");
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["prediction"]);
+    return out;
+  };
+  std::string word;  // the first word of doc(0)'s summary, to ban
+  for (const char c : summary(run_command(client + "--max-new-tokens 20 " + doc(0))) + " ") {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      word += c;
+    } else if (word.size() >= 2) {
+      break;
+    } else {
+      word.clear();
+    }
+  }
+  ASSERT_GE(word.size(), 2u);
+  // The flags, and whether they change a summary here: the tiny model's beams end too rarely for the early
+  // stopping modes to (the beam searcher's tests hold what they do).
+  const std::vector<std::tuple<std::string, std::string, bool>> cases = {
+      {"--max-new-tokens 20 --num-beams 4 --length-penalty 4 ", "--early-stopping", false},
+      {"--max-new-tokens 20 --num-beams 4 --length-penalty 4 ", "--early-stopping-never", false},
+      {"--max-new-tokens 20 --num-beams 4 ", "--num-beam-groups 4 --diversity-penalty 4", true},
+      {"--max-new-tokens 20 ", "--repetition-penalty 4", true},
+      {"--max-new-tokens 20 --num-beams 2 ", "--encoder-repetition-penalty 4", true},
+      {"--max-new-tokens 20 ", "--encoder-no-repeat-ngram-size 1", true},
+      {"--max-new-tokens 20 ", "--bad-word " + word + " --bad-word 'the cat'", true},
+      {"--max-new-tokens 20 ", "--expected-length 2", true},
+  };
+  for (const auto& [base, flag, acts] : cases) {
+    std::vector<std::string> served, plain;
+    for (int i = 0; i < 3; ++i) {
+      served.push_back(summary(run_command(client + base + flag + " " + doc(i))));
+      if (acts) plain.push_back(summary(run_command(client + base + doc(i))));
+    }
+    EXPECT_EQ(predictions(base + flag), served) << flag;
+    if (acts) EXPECT_NE(served, plain) << flag << " changed no summary";
+  }
+  const std::string tool = kTool + " summarize --model " + model_dir_.string() + " ";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"--num-beams 4 --num-beam-groups 3", "num_beam_groups is 3 but num_beams (4) must be a multiple of it"},
+      {"--diversity-penalty -1", "--diversity-penalty must be a finite number >= 0 (0 disables it), got -1"},
+      {"--num-beam-groups 0", "--num-beam-groups must be >= 1 (1 is ordinary beam search), got 0"},
+      {"--no-repeat-ngram-size -2", "--no-repeat-ngram-size must be >= 0 (0 disables it), got -2"},
+      {"--encoder-no-repeat-ngram-size -1", "--encoder-no-repeat-ngram-size must be >= 0 (0 disables it), got -1"},
+      {"--encoder-repetition-penalty 0", "encoder_repetition_penalty is 0; set it between 1e-4"},
+      {"--repetition-penalty nan", "repetition_penalty is nan; set it between 1e-4"},
+      {"--length-penalty 11", "--length-penalty must be between -10 and 10"},
+      {"--bad-word '</s>'", "--bad-word \"</s>\" holds the end-of-sequence token '</s>'"},
+      {"--expected-length 0", "--expected-length must be between 1 and "},
+  };
+  for (const auto& [flag, says] : bad) {
+    const auto offline_refused = run_command(tool + flag + " " + doc(0) + " 2>&1");
+    EXPECT_EQ(offline_refused.exit_code, 1) << flag;
+    EXPECT_NE(offline_refused.out.find(says), std::string::npos) << offline_refused.out;
+    const auto refused = run_command(eval + flag + " 2>&1");
+    EXPECT_EQ(refused.exit_code, 1) << flag;
+    EXPECT_NE(refused.out.find(says), std::string::npos) << flag << ": " << refused.out;
+  }
+  for (const std::string flag : {"--do-sample", "--temperature 2", "--top-p 0.5", "--num-return-sequences 2"}) {
+    const auto refused = run_command(eval + flag + " 2>&1");
+    EXPECT_NE(refused.exit_code, 0) << flag;
+    EXPECT_NE(refused.out.find(flag.substr(0, flag.find(' ')) + " does not go with eval, which never samples"),
+              std::string::npos)
+        << refused.out;
+  }
+}
+
 // With --log-json (a flag, or the config file's log_json) a configuration the server refuses is told in a
 // JSON line as the rest of its log, whether the flag comes before or after the bad one and whatever the
 // level; it was plain text ("srformer-server: ..."), which a shipper parsing JSON lines does not read.

@@ -4,7 +4,8 @@ block, is one that program's --help names. A flag renamed or removed in the code
 in the docs that the program refuses (exit 2), found only by the user who copies them. And every default
 the docs state for a server flag ("`--flag` (default X", the knobs table of docs/OPERATIONS.md) is the one
 srformer-server --help gives. And docs/API.md names every field of the request, options, usage, response and
-stream messages, and srformer-client and `srformer summarize` have a flag for every option.
+stream messages, and srformer-client and `srformer summarize` have a flag for every option (`srformer eval` for
+every one that acts without sampling).
   doc_flags_test.py SOURCE_DIR BIN_DIR"""
 import glob
 import os
@@ -217,6 +218,17 @@ class ApiDocTest(unittest.TestCase):
             missing = [f for f in self.fields["GenerationOptions"]
                        if flag_of.get(f, "--" + f.replace("_", "-")) not in flags]
             self.assertEqual(missing, [], "%s --help has no flag for these GenerationOptions fields" % program)
+
+    def test_eval_has_a_flag_for_every_option_that_acts_without_sampling(self):
+        # `srformer eval` never samples and scores one summary per document; its --seed seeds the bootstrap.
+        sampling = {"do_sample", "temperature", "top_k", "top_p", "seed", "min_p", "typical_p", "epsilon_cutoff",
+                    "eta_cutoff", "num_return_sequences"}
+        self.assertTrue(sampling <= set(self.fields["GenerationOptions"]))
+        flag_of = {"early_stopping_mode": "--early-stopping-never", "bad_words": "--bad-word"}
+        flags = help_flags([os.path.join(BIN, "srformer"), "eval"])
+        missing = [f for f in self.fields["GenerationOptions"]
+                   if f not in sampling and flag_of.get(f, "--" + f.replace("_", "-")) not in flags]
+        self.assertEqual(missing, [], "srformer eval --help has no flag for these GenerationOptions fields")
 
     def test_a_field_the_table_lacks_is_found(self):
         doc = "| option | default when unset | accepted |\n|---|---|---|\n| `a`, `b` | x | y |\n| `c` | `d` |\n\n| z |"
