@@ -250,6 +250,11 @@ int run_summarize(const std::vector<std::string>& args) {
   const auto mask = torch::ones_like(input);
   if (expected) check_expected_length_flag(c, *expected);
   const int64_t L = expected.value_or(default_expected_length(c, o.max_new_tokens));
+  // The encoder segments m and the one each step attends, as the server reports them (usage.segments,
+  // TokenDelta.segment: segment_schedule, 0 for full attention).
+  const auto k = static_cast<int64_t>(ids.size()), s = c.srformer.segment_size;
+  const int64_t m = c.srformer.segmented() && s > 0 ? std::max<int64_t>(1, (k + s - 1) / s) : 1;
+  const auto segment_at = [&](int64_t step) { return c.srformer.segmented() ? std::min(step * m / L, m - 1) : 0; };
   IncrementalDetokenizer detok(*tokenizer);
   // With --json the streamed pieces go into the object (as srformer-client's "stream"), so that stdout
   // stays one JSON object.
@@ -266,7 +271,9 @@ int run_summarize(const std::vector<std::string>& args) {
       if (!stream) return;
       const std::string text = detok.push(tok);
       if (json) {
-        streamed.push_back({{"token_id", tok}, {"text", text}, {"step", streamed.size()}});
+        // "logprob" once the sequence is known (below): the searchers report the token alone.
+        const auto step = static_cast<int64_t>(streamed.size());
+        streamed.push_back({{"token_id", tok}, {"text", text}, {"step", step}, {"segment", segment_at(step)}});
       } else {
         std::cout << text << std::flush;
         if (!std::cout) throw StdoutFailed{};
@@ -287,6 +294,10 @@ int run_summarize(const std::vector<std::string>& args) {
     } else if (!streamed.empty()) {
       streamed.back()["text"] = streamed.back()["text"].get<std::string>() + rest;
     }
+    // The streamed tokens are the best hypothesis's (the first sample's), as the server's token deltas.
+    for (size_t i = 0; i < streamed.size(); ++i) {
+      streamed[i]["logprob"] = i < best.token_logprobs.size() ? best.token_logprobs[i] : 0.0f;
+    }
   }
   if (json) {
     // The best hypothesis and the next best alike (as the server's responses and their alternatives).
@@ -306,6 +317,7 @@ int run_summarize(const std::vector<std::string>& args) {
                   {"original_input_tokens", original},
                   {"truncated", truncated},
                   {"output_tokens", static_cast<int64_t>(best.tokens.size())},
+                  {"segments", m},
                   {"expected_length", L}};
     if (stream) j["stream"] = streamed;
     std::cout << j.dump() << std::endl;

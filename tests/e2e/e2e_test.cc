@@ -2297,6 +2297,34 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeTheDiverseBeamSearchFlagsAlike) {
   }
 }
 
+// srformer-client --json --stream and srformer summarize --json --stream write the same token deltas: each
+// {"token_id", "text", "step", "segment", "logprob"} as TokenDelta (the offline tool wrote the first three
+// only), and the same usage.segments; greedy, beams and sampling alike.
+TEST_F(EndToEnd, ClientAndOfflineToolStreamTheSameJson) {
+  auto server = start();
+  const std::string client = kClient + " --target " + server->target() + " --json --stream ";
+  const std::string tool = kTool + " summarize --model " + model_dir_.string() + " --json --stream ";
+  const auto parsed = [](const CommandResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+  };
+  std::set<int64_t> segments;  // the steps' segments seen: the schedule moves through several here
+  for (const std::string options :
+       {"--max-new-tokens 20 ", "--max-new-tokens 20 --num-beams 4 ",
+        "--max-new-tokens 20 --do-sample --temperature 1.5 --seed 3 ", "--max-new-tokens 20 --expected-length 6 "}) {
+    for (int i = 0; i < 2; ++i) {
+      const auto served = parsed(run_command(client + options + doc(i)));
+      const auto offline = parsed(run_command(tool + options + doc(i)));
+      ASSERT_TRUE(served.contains("stream")) << options;
+      ASSERT_FALSE(served["stream"].empty()) << options;
+      EXPECT_EQ(offline["stream"], served["stream"]) << options << "doc " << i;
+      EXPECT_EQ(offline["usage"]["segments"], served["usage"]["segments"]) << options << "doc " << i;
+      for (const auto& delta : served["stream"]) segments.insert(delta["segment"].get<int64_t>());
+    }
+  }
+  EXPECT_GT(segments.size(), 2u);
+}
+
 // `srformer eval` takes every option of the request that acts without sampling under the client's and
 // `srformer summarize`'s flag names, and gives each document the summary the server gives it with them (it
 // took only --max-new-tokens, --min-new-tokens, --num-beams, --length-penalty and --no-repeat-ngram-size:
