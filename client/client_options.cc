@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "client/retry_policy.h"
+#include "common/generation_flags_usage.h"
 #include "common/whole_number.h"
 #include "model/tokenizer/utf8.h"
 
@@ -203,22 +204,14 @@ Summarizes FILE (or stdin) with an srformer-server.
                            no answer: {"status": null, "error": {"code": ..., "message": ...}})
   --list-models            print the server's models
   --help, -h               this text
-generation options (unset = the model's defaults):
-  --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X
-  --early-stopping | --no-early-stopping | --early-stopping-never (beam search: true, false, "never")
-  --do-sample | --no-sample, --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N
-  --repetition-penalty X --expected-length N --truncate (cut over-long input instead of failing)
-  --min-p X --typical-p X --epsilon-cutoff X --eta-cutoff X (sampling's further warpers)
-  --encoder-repetition-penalty X --encoder-no-repeat-ngram-size N (the document's own tokens)
-  --bad-word WORD (never generate WORD, a word or phrase, after a space or inside a word; repeat it
-                  for more, at most 256)
-  --num-beam-groups N --diversity-penalty X (diverse beam search: N groups of num_beams / N beams, a
-                           token an earlier group chose at the step costs X in the later ones)
-  --num-return-sequences N (beams: also the next best hypotheses; sampling with one beam: N samples;
+generation options (unset = the model's defaults; as `srformer summarize` takes them):
+)" + std::string(kSearchFlagsUsage) +
+         kSamplingFlagsUsage +
+         R"(  --num-return-sequences N (beams: also the next best hypotheses; sampling with one beam: N samples;
                            one line each after the summary, "[alternative K, score S] TEXT" (TEXT's
                            line breaks written as --batch's), or --json's alternatives; with --batch,
                            whose output is a line per FILE, --json's only)
-  (--do-sample with --num-beams N > 1 samples the beams: Hugging Face's beam sampling)
+  --truncate               cut over-long input instead of failing
 load generator:
   --load --concurrency N (--requests M and/or --duration S [--grace G]) FILE...
       streams requests over the FILEs round-robin (name a FILE twice to send it twice as often);

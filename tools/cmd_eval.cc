@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/generation_flags_usage.h"
 #include "model/cuda_device.h"
 #include "model/data/examples.h"
 #include "model/dtype_name.h"
@@ -50,32 +51,26 @@ using data::id_field;
 using data::read_examples;
 using data::string_field;
 
-const char* kUsage =
-    "usage: srformer eval MODEL_DIR DATA.jsonl [options]\n"
-    "       srformer eval --predictions PRED.jsonl DATA.jsonl [options]\n"
-    "  DATA.jsonl: {\"id\", \"document\", \"summary\"} per line; PRED.jsonl: {\"id\", \"prediction\"} per line.\n"
-    "  --split-name NAME   label in scores.json (default: DATA's file name without extension; \"pipe\" for\n"
-    "                      a pipe such as <(zcat test.jsonl.gz), which needs --out DIR in model mode)\n"
-    "  --limit N           score only the first N examples of DATA (PRED's others are left out)\n"
-    "  --out DIR           output directory for predictions.jsonl and scores.json; default, next to DATA:\n"
-    "                      DATA-stem.MODEL.eval/ (MODEL: MODEL_DIR's name), or PRED-stem.eval/ next to PRED.\n"
-    "                      A default directory holding another model's results is refused (pass --out);\n"
-    "                      --out DIR replaces what DIR holds, with a note when it was another's\n"
-    "  --stem              Porter-stem tokens (rouge-score's use_stemmer)\n"
-    "  --bootstrap N       bootstrap resamples for the 95% intervals (default 1000, at most 100000)\n"
-    "  --seed N            the resampling's seed, 0 to 2^64-1 (default 0)\n"
-    "  generation (model mode only; defaults from the model's generation_config.json, else config.json,\n"
-    "  as in `summarize`, but never sampled: greedy or beam search; the options below as `summarize` and\n"
-    "  srformer-client take them):\n"
-    "  --batch N (default 8) --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X\n"
-    "  --early-stopping | --no-early-stopping | --early-stopping-never (beam search: true, false, \"never\")\n"
-    "  --no-repeat-ngram-size N --repetition-penalty X --expected-length L (SRformer schedule; default: the\n"
-    "  model's srformer.expected_length, else max-new-tokens)\n"
-    "  --encoder-repetition-penalty X --encoder-no-repeat-ngram-size N (the document's own tokens)\n"
-    "  --bad-word WORD (never generate WORD, a word or phrase, after a space or inside a word; repeat it\n"
-    "  for more, at most 256)\n"
-    "  --num-beam-groups N --diversity-penalty X (diverse beam search: N groups of num-beams / N beams, a\n"
-    "  token an earlier group chose at the step costs X in the later ones)\n"
+const std::string kUsage =
+    std::string(
+        "usage: srformer eval MODEL_DIR DATA.jsonl [options]\n"
+        "       srformer eval --predictions PRED.jsonl DATA.jsonl [options]\n"
+        "  DATA.jsonl: {\"id\", \"document\", \"summary\"} per line; PRED.jsonl: {\"id\", \"prediction\"} per line.\n"
+        "  --split-name NAME   label in scores.json (default: DATA's file name without extension; \"pipe\" for\n"
+        "                      a pipe such as <(zcat test.jsonl.gz), which needs --out DIR in model mode)\n"
+        "  --limit N           score only the first N examples of DATA (PRED's others are left out)\n"
+        "  --out DIR           output directory for predictions.jsonl and scores.json; default, next to DATA:\n"
+        "                      DATA-stem.MODEL.eval/ (MODEL: MODEL_DIR's name), or PRED-stem.eval/ next to PRED.\n"
+        "                      A default directory holding another model's results is refused (pass --out);\n"
+        "                      --out DIR replaces what DIR holds, with a note when it was another's\n"
+        "  --stem              Porter-stem tokens (rouge-score's use_stemmer)\n"
+        "  --bootstrap N       bootstrap resamples for the 95% intervals (default 1000, at most 100000)\n"
+        "  --seed N            the resampling's seed, 0 to 2^64-1 (default 0)\n"
+        "  generation (model mode only; defaults from the model's generation_config.json, else config.json,\n"
+        "  as in `summarize`, but never sampled: greedy or beam search; the options below as `summarize` and\n"
+        "  srformer-client take them):\n"
+        "  --batch N (default 8)\n") +
+    kSearchFlagsUsage +
     "  --max-input-tokens N (truncate documents to N tokens; default: the model's limit, which N may lower;\n"
     "  a T5's n_positions is advisory: N may raise it, a BART's positions it may not) --threads N\n"
     "  --dtype fp32|fp16|bf16 --device cpu|cuda[:N] (as in `summarize`)\n";

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/alternative_line.h"
+#include "common/generation_flags_usage.h"
 #include "common/read_input.h"
 #include "model/cuda_device.h"
 #include "model/data/encode.h"
@@ -28,22 +29,11 @@ namespace srformer::tools {
 
 namespace {
 
-const char* kUsage =
-    "usage: srformer summarize --model DIR [options] [FILE|-]\n"
-    "  --max-new-tokens N --min-new-tokens N --num-beams N --length-penalty X\n"
-    "  --early-stopping | --no-early-stopping | --early-stopping-never (beam search: true, false, \"never\")\n"
+const std::string kUsage =
+    std::string("usage: srformer summarize --model DIR [options] [FILE|-]\n") + kSearchFlagsUsage +
+    kSamplingFlagsUsage +
     "  --num-return-sequences N (beams: also the next best hypotheses; sampling with one beam: N samples;\n"
     "  one line each after the summary, or --json's alternatives)\n"
-    "  (--do-sample with --num-beams N > 1 samples the beams: Hugging Face's beam sampling)\n"
-    "  --do-sample | --no-sample, --temperature X --top-k N --top-p X --seed N --no-repeat-ngram-size N\n"
-    "  --repetition-penalty X --expected-length L (SRformer schedule; default: the model's\n"
-    "  srformer.expected_length, else max-new-tokens)\n"
-    "  --min-p X --typical-p X --epsilon-cutoff X --eta-cutoff X (sampling's further warpers)\n"
-    "  --encoder-repetition-penalty X --encoder-no-repeat-ngram-size N (the document's own tokens)\n"
-    "  --bad-word WORD (never generate WORD, a word or phrase, after a space or inside a word; repeat it\n"
-    "  for more, at most 256)\n"
-    "  --num-beam-groups N --diversity-penalty X (diverse beam search: N groups of num-beams / N beams, a\n"
-    "  token an earlier group chose at the step costs X in the later ones)\n"
     "  --truncate (cut over-long input instead of failing) --threads N --json --stream\n"
     "  --max-input-tokens N (lowers the model's input limit; a T5's n_positions is advisory: N may raise it)\n"
     "  --dtype fp32|bf16 (bf16: projections in bfloat16; needs a CPU with AMX or AVX512-BF16)\n"

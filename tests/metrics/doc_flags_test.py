@@ -5,7 +5,7 @@ in the docs that the program refuses (exit 2), found only by the user who copies
 the docs state for a server flag ("`--flag` (default X", the knobs table of docs/OPERATIONS.md) is the one
 srformer-server --help gives. And docs/API.md names every field of the request, options, usage, response and
 stream messages, and srformer-client and `srformer summarize` have a flag for every option (`srformer eval` for
-every one that acts without sampling).
+every one that acts without sampling), which their --help texts describe alike.
   doc_flags_test.py SOURCE_DIR BIN_DIR"""
 import glob
 import os
@@ -116,6 +116,22 @@ def table_names(markdown, header):
     if not m:
         return None
     return [name for row in m.group(1).splitlines() for name in re.findall(r"`(\w+)`", row.split("|")[1])]
+
+
+def help_entries(text):
+    """{flag: entry} of a --help: an entry starts at a line whose first word is a flag (or "(") and takes the
+    indented lines after it that do not; its flags are those before its first "("; whitespace collapsed."""
+    entries, current = {}, None
+    for line in text.split("\n"):
+        word = line.strip()
+        if line[:1].isspace() and word and not word.startswith(("--", "(")) and current is not None:
+            current.append(word)
+            continue
+        current = [word] if line[:1].isspace() and word.startswith(("--", "(")) else None
+        if current is not None:
+            for flag in FLAG.findall(word.split("(", 1)[0]):
+                entries.setdefault(flag, current)
+    return {flag: " ".join(words) for flag, words in entries.items()}
 
 
 def documents(root):
@@ -229,6 +245,30 @@ class ApiDocTest(unittest.TestCase):
         missing = [f for f in self.fields["GenerationOptions"]
                    if f not in sampling and flag_of.get(f, "--" + f.replace("_", "-")) not in flags]
         self.assertEqual(missing, [], "srformer eval --help has no flag for these GenerationOptions fields")
+
+    def test_every_generation_flag_reads_the_same_in_every_program(self):
+        # A flag's entry: the --help line that names it before any "(" and the lines that carry on that
+        # entry, whitespace collapsed. --num-return-sequences says how each program prints the sequences.
+        programs = {"srformer-client": [os.path.join(BIN, "srformer-client")],
+                    "srformer summarize": [os.path.join(BIN, "srformer"), "summarize"],
+                    "srformer eval": [os.path.join(BIN, "srformer"), "eval"]}
+        flag_of = {"early_stopping_mode": "--early-stopping-never", "bad_words": "--bad-word"}
+        sampling = {"do_sample", "temperature", "top_k", "top_p", "seed", "min_p", "typical_p", "epsilon_cutoff",
+                    "eta_cutoff", "num_return_sequences"}
+        entries = {}
+        for program, argv in programs.items():
+            out = subprocess.run(argv + ["--help"], capture_output=True, text=True, timeout=60).stdout
+            entries[program] = help_entries(out)
+        problems = []
+        for field in self.fields["GenerationOptions"]:
+            if field == "num_return_sequences":
+                continue
+            flag = flag_of.get(field, "--" + field.replace("_", "-"))
+            texts = {program: entries[program].get(flag) for program in programs
+                     if program != "srformer eval" or field not in sampling}
+            if len(set(texts.values())) != 1:
+                problems.append("%s:\n%s" % (flag, "\n".join("  %s: %s" % item for item in texts.items())))
+        self.assertEqual(problems, [], "\n" + "\n".join(problems))
 
     def test_a_field_the_table_lacks_is_found(self):
         doc = "| option | default when unset | accepted |\n|---|---|---|\n| `a`, `b` | x | y |\n| `c` | `d` |\n\n| z |"
