@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 
-#include <cmath>
 #include <iostream>
 #include <limits>
 #include <set>
@@ -10,7 +9,7 @@
 
 #include "client/retry_policy.h"
 #include "common/generation_flags_usage.h"
-#include "common/whole_number.h"
+#include "common/number_flags.h"
 #include "model/tokenizer/utf8.h"
 
 namespace srformer::client {
@@ -19,63 +18,6 @@ namespace {
 
 constexpr int64_t kDayMs = int64_t{24} * 3600 * 1000;
 constexpr int64_t kMaxConcurrency = 4096;
-
-// `range` names the range a value past int64's is out of (an integer of 20 digits "needed an integer").
-int64_t to_int(const std::string& flag, const std::string& v, const std::string& range = "") {
-  const auto x = whole_int64(v);
-  if (!x) {
-    const size_t sign = v.rfind('-', 0) == 0 ? 1 : 0;
-    if (v.size() > sign && v.find_first_not_of("0123456789", sign) == std::string::npos) {
-      throw std::invalid_argument(flag + " " + v + " is out of range" + range);
-    }
-    throw std::invalid_argument(flag + " needs an integer, got '" + v + "'");
-  }
-  return *x;
-}
-
-// An int32 field of the proto (it wrapped: --max-new-tokens 4294967299 asked for 3).
-int32_t to_int32(const std::string& flag, const std::string& v) {
-  const std::string range = " (an int32 field)";
-  const int64_t x = to_int(flag, v, range);
-  if (x < std::numeric_limits<int32_t>::min() || x > std::numeric_limits<int32_t>::max()) {
-    throw std::invalid_argument(flag + " " + v + " is out of range" + range);
-  }
-  return static_cast<int32_t>(x);
-}
-
-// The proto's seed is a uint64, as the offline tool's --seed.
-uint64_t to_unsigned(const std::string& flag, const std::string& v) {
-  const auto x = whole_uint64(v);
-  if (!x) throw std::invalid_argument(flag + " needs an integer from 0 to 18446744073709551615, got '" + v + "'");
-  return *x;
-}
-
-// `range` as for to_int: 1e400 "needed a number".
-double to_double(const std::string& flag, const std::string& v, const std::string& range = "") {
-  size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &used);
-  } catch (const std::out_of_range&) {
-    throw std::invalid_argument(flag + " " + v + " is out of range" + range);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (v.empty() || used != v.size()) throw std::invalid_argument(flag + " needs a number, got '" + v + "'");
-  return x;
-}
-
-// A float field of the proto: a number past float's range was sent as inf or 0, which the server then
-// refused by a value that was not the one typed ("temperature must be a finite number, got inf" for 1e40).
-float to_float(const std::string& flag, const std::string& v) {
-  const std::string range = " (a float32 field)";
-  const double x = to_double(flag, v, range);
-  const auto f = static_cast<float>(x);
-  if ((std::isfinite(x) && !std::isfinite(f)) || (x != 0 && f == 0)) {
-    throw std::invalid_argument(flag + " " + v + " is out of range" + range);
-  }
-  return f;
-}
 
 // A flag whose value goes into a string field of the request: protobuf sends other bytes as they are, and
 // the server refused the body as "not a valid srformer.v1.SummarizeRequest message ... build the client from
@@ -294,14 +236,14 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     } else if (arg == "--partial") {
       o.partial = true;
     } else if (arg == "--deadline-ms") {
-      o.deadline_ms = to_int(arg, next());
+      o.deadline_ms = int64_flag(arg, next());
       if (o.deadline_ms < 0 || o.deadline_ms > kDayMs) {
         // Past a day it is no deadline a summary needs; far past it, now + it overflowed into the past.
         throw std::invalid_argument("--deadline-ms must be from 0 (no deadline) to " + std::to_string(kDayMs) +
                                     " (a day), got " + std::to_string(o.deadline_ms));
       }
     } else if (arg == "--retries") {
-      const int64_t n = to_int(arg, next());
+      const int64_t n = int64_flag(arg, next());
       if (n < 0 || n > kMaxRetries) {
         throw std::invalid_argument("--retries must be between 0 and " + std::to_string(kMaxRetries) +
                                     " (gRPC makes at most 5 attempts), got " + std::to_string(n));
@@ -325,7 +267,7 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     } else if (arg == "--request-id") {
       o.request_id = utf8_value(arg, next());
     } else if (arg == "--max-document-bytes") {
-      const int64_t n = to_int(arg, next());
+      const int64_t n = int64_flag(arg, next());
       if (n < 1 || n > std::numeric_limits<int>::max()) {  // gRPC carries no larger message
         throw std::invalid_argument("--max-document-bytes must be from 1 to " +
                                     std::to_string(std::numeric_limits<int>::max()) + ", got " + std::to_string(n));
@@ -336,19 +278,19 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     } else if (arg == "--list-models") {
       o.list_models = true;
     } else if (arg == "--max-new-tokens") {
-      g.set_max_new_tokens(to_int32(arg, next()));
+      g.set_max_new_tokens(int32_flag(arg, next()));
     } else if (arg == "--min-new-tokens") {
-      g.set_min_new_tokens(to_int32(arg, next()));
+      g.set_min_new_tokens(int32_flag(arg, next()));
     } else if (arg == "--num-beams") {
-      g.set_num_beams(to_int32(arg, next()));
+      g.set_num_beams(int32_flag(arg, next()));
     } else if (arg == "--num-beam-groups") {
-      g.set_num_beam_groups(to_int32(arg, next()));
+      g.set_num_beam_groups(int32_flag(arg, next()));
     } else if (arg == "--diversity-penalty") {
-      g.set_diversity_penalty(to_float(arg, next()));
+      g.set_diversity_penalty(float32_flag(arg, next()));
     } else if (arg == "--num-return-sequences") {
-      g.set_num_return_sequences(to_int32(arg, next()));
+      g.set_num_return_sequences(int32_flag(arg, next()));
     } else if (arg == "--length-penalty") {
-      g.set_length_penalty(to_float(arg, next()));
+      g.set_length_penalty(float32_flag(arg, next()));
     } else if (arg == "--early-stopping") {
       // The three are one setting, the last given wins (as --do-sample/--no-sample, and srformer summarize's):
       // each set its own field, so "--early-stopping --early-stopping-never" sent both and the server refused
@@ -366,39 +308,39 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     } else if (arg == "--no-sample") {  // where the model samples by default
       g.set_do_sample(false);
     } else if (arg == "--temperature") {
-      g.set_temperature(to_float(arg, next()));
+      g.set_temperature(float32_flag(arg, next()));
     } else if (arg == "--top-k") {
-      g.set_top_k(to_int32(arg, next()));
+      g.set_top_k(int32_flag(arg, next()));
     } else if (arg == "--top-p") {
-      g.set_top_p(to_float(arg, next()));
+      g.set_top_p(float32_flag(arg, next()));
     } else if (arg == "--seed") {
-      g.set_seed(to_unsigned(arg, next()));
+      g.set_seed(uint64_flag(arg, next()));
     } else if (arg == "--no-repeat-ngram-size") {
-      g.set_no_repeat_ngram_size(to_int32(arg, next()));
+      g.set_no_repeat_ngram_size(int32_flag(arg, next()));
     } else if (arg == "--repetition-penalty") {
-      g.set_repetition_penalty(to_float(arg, next()));
+      g.set_repetition_penalty(float32_flag(arg, next()));
     } else if (arg == "--min-p") {
-      g.set_min_p(to_float(arg, next()));
+      g.set_min_p(float32_flag(arg, next()));
     } else if (arg == "--typical-p") {
-      g.set_typical_p(to_float(arg, next()));
+      g.set_typical_p(float32_flag(arg, next()));
     } else if (arg == "--epsilon-cutoff") {
-      g.set_epsilon_cutoff(to_float(arg, next()));
+      g.set_epsilon_cutoff(float32_flag(arg, next()));
     } else if (arg == "--eta-cutoff") {
-      g.set_eta_cutoff(to_float(arg, next()));
+      g.set_eta_cutoff(float32_flag(arg, next()));
     } else if (arg == "--encoder-repetition-penalty") {
-      g.set_encoder_repetition_penalty(to_float(arg, next()));
+      g.set_encoder_repetition_penalty(float32_flag(arg, next()));
     } else if (arg == "--encoder-no-repeat-ngram-size") {
-      g.set_encoder_no_repeat_ngram_size(to_int32(arg, next()));
+      g.set_encoder_no_repeat_ngram_size(int32_flag(arg, next()));
     } else if (arg == "--bad-word") {
       g.add_bad_words(utf8_value(arg, next()));
     } else if (arg == "--expected-length") {
-      g.set_expected_length(to_int32(arg, next()));
+      g.set_expected_length(int32_flag(arg, next()));
     } else if (arg == "--truncate") {
       o.truncation = v1::TRUNCATION_POLICY_TRUNCATE;
     } else if (arg == "--load") {
       o.load = true;
     } else if (arg == "--concurrency") {
-      const int64_t n = to_int(arg, next());
+      const int64_t n = int64_flag(arg, next());
       if (n < 1 || n > kMaxConcurrency) {
         // Each stream is a thread: 50000 of them aborted the client.
         throw std::invalid_argument("--concurrency must be from 1 to " + std::to_string(kMaxConcurrency) + ", got " +
@@ -406,18 +348,18 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       }
       o.concurrency = static_cast<int>(n);
     } else if (arg == "--requests") {
-      o.requests = to_int(arg, next());
+      o.requests = int64_flag(arg, next());
       if (o.requests < 1) throw std::invalid_argument("--requests must be >= 1");
     } else if (arg == "--duration") {
       const std::string v = next();
-      o.duration_s = to_double(arg, v);
+      o.duration_s = number_flag(arg, v);
       if (!(o.duration_s > 0 && o.duration_s <= kDayMs / 1000.0)) {  // NaN ran forever; 1e10 not at all
         // As typed: std::to_string wrote -1e-9 as "-0.000000".
         throw std::invalid_argument("--duration must be more than 0 and at most 86400 seconds (a day), got " + v);
       }
     } else if (arg == "--grace") {
       const std::string v = next();
-      o.grace_s = to_double(arg, v);
+      o.grace_s = number_flag(arg, v);
       if (!(o.grace_s >= 0 && o.grace_s <= kDayMs / 1000.0)) {
         throw std::invalid_argument("--grace must be from 0 to 86400 seconds (a day), got " + v);
       }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/number_flags.h"
 #include "model/openmp_env.h"
 
 namespace srformer::tools {
@@ -84,6 +85,17 @@ class ArgReader {
       return std::stoull(t, used);
     };
     return parse_whole<uint64_t>(flag, value(), digits_only, "an integer from 0 to 18446744073709551615");
+  }
+  // The value of a generation option the API carries as an int32 or a float32 (srformer.v1.GenerationOptions),
+  // refused as srformer-client refuses one out of that type's range (common/number_flags.h); the float
+  // rounded as the API carries it, so that the server and the tools generate with the same value.
+  int64_t int32_value() {
+    const auto& flag = arg();
+    return int32_flag(flag, value());
+  }
+  double float32_value() {
+    const auto& flag = arg();
+    return float32_flag(flag, value());
   }
   // The value as a number, or an error naming the flag.
   double number_value() {

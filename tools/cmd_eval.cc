@@ -144,10 +144,10 @@ std::optional<Args> parse_args(const std::vector<std::string>& args) {
       a.beams = r.int_value(1);
     } else if (f == "--length-penalty") {
       gen();
-      a.length_penalty = r.number_value();
+      a.length_penalty = r.float32_value();
     } else if (f == "--no-repeat-ngram-size") {
       gen();
-      a.no_repeat = r.integer_value();  // its range as summarize's (check_given_options)
+      a.no_repeat = r.int32_value();  // its range as summarize's (check_given_options)
     } else if (f == "--early-stopping") {
       gen();
       a.early = EarlyStopping::kWhenFull;
@@ -159,25 +159,25 @@ std::optional<Args> parse_args(const std::vector<std::string>& args) {
       a.early = EarlyStopping::kNever;
     } else if (f == "--num-beam-groups") {
       gen();
-      a.groups = r.integer_value();
+      a.groups = r.int32_value();
     } else if (f == "--diversity-penalty") {
       gen();
-      a.diversity = r.number_value();
+      a.diversity = r.float32_value();
     } else if (f == "--repetition-penalty") {
       gen();
-      a.rep = r.number_value();
+      a.rep = r.float32_value();
     } else if (f == "--encoder-repetition-penalty") {
       gen();
-      a.encoder_rep = r.number_value();
+      a.encoder_rep = r.float32_value();
     } else if (f == "--encoder-no-repeat-ngram-size") {
       gen();
-      a.encoder_no_repeat = r.integer_value();
+      a.encoder_no_repeat = r.int32_value();
     } else if (f == "--bad-word") {
       gen();
       a.bad_words.push_back(r.value());
     } else if (f == "--expected-length") {
       gen();
-      a.expected = r.integer_value();
+      a.expected = r.integer_value();  // check_expected_length_flag says its range
     } else if (f == "--max-input-tokens") {
       gen();
       a.max_input = r.int_value(1);
@@ -264,13 +264,9 @@ GenerationOptions generation_options(const Args& a, const ModelConfig& c, const 
   if (const auto warning = unusable_generation_defaults(c); !warning.empty()) {
     std::cerr << "warning: the model: " << warning << " (set those options with their flags)\n";
   }
-  // The API carries these as float32 (srformer.v1.GenerationOptions): read as the server (and summarize) reads
-  // them, a value such as 0.448 gives the same beam scores here and served.
-  const auto as_float32 = [](std::optional<double> v) {
-    return v ? std::optional<double>(static_cast<double>(static_cast<float>(*v))) : v;
-  };
-  const auto length_penalty = as_float32(a.length_penalty), diversity = as_float32(a.diversity),
-             rep = as_float32(a.rep), encoder_rep = as_float32(a.encoder_rep);
+  // The float flags are read as float32, as the API carries them (ArgReader::float32_value): a value such as
+  // 0.448 gives the same beam scores here and served.
+  const auto &length_penalty = a.length_penalty, &diversity = a.diversity, &rep = a.rep, &encoder_rep = a.encoder_rep;
   GivenOptions given;  // refused as the server refuses a request's own (srformer summarize's flags alike)
   given.length_penalty = length_penalty;
   given.no_repeat_ngram_size = a.no_repeat;

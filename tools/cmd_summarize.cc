@@ -65,19 +65,19 @@ int run_summarize(const std::vector<std::string>& args) {
     } else if (a == "--model") {
       model_dir = r.value();
     } else if (a == "--max-new-tokens") {
-      max_new = r.integer_value();
+      max_new = r.int32_value();
     } else if (a == "--min-new-tokens") {
-      min_new = r.integer_value();
+      min_new = r.int32_value();
     } else if (a == "--num-beams") {
-      beams = r.integer_value();
+      beams = r.int32_value();
     } else if (a == "--num-beam-groups") {
-      groups = r.integer_value();
+      groups = r.int32_value();
     } else if (a == "--diversity-penalty") {
-      diversity = r.number_value();
+      diversity = r.float32_value();
     } else if (a == "--num-return-sequences") {
-      returned = r.integer_value();
+      returned = r.int32_value();
     } else if (a == "--length-penalty") {
-      length_penalty = r.number_value();
+      length_penalty = r.float32_value();
     } else if (a == "--early-stopping") {
       early = EarlyStopping::kWhenFull;
     } else if (a == "--no-early-stopping") {
@@ -89,33 +89,33 @@ int run_summarize(const std::vector<std::string>& args) {
     } else if (a == "--no-sample") {
       sample = false;
     } else if (a == "--temperature") {
-      temperature = r.number_value();
+      temperature = r.float32_value();
     } else if (a == "--top-k") {
-      top_k = r.integer_value();
+      top_k = r.int32_value();
     } else if (a == "--top-p") {
-      top_p = r.number_value();
+      top_p = r.float32_value();
     } else if (a == "--seed") {
       seed = r.unsigned_value();
     } else if (a == "--no-repeat-ngram-size") {
-      no_repeat = r.integer_value();
+      no_repeat = r.int32_value();
     } else if (a == "--repetition-penalty") {
-      rep = r.number_value();
+      rep = r.float32_value();
     } else if (a == "--min-p") {
-      min_p = r.number_value();
+      min_p = r.float32_value();
     } else if (a == "--typical-p") {
-      typical_p = r.number_value();
+      typical_p = r.float32_value();
     } else if (a == "--epsilon-cutoff") {
-      epsilon = r.number_value();
+      epsilon = r.float32_value();
     } else if (a == "--eta-cutoff") {
-      eta = r.number_value();
+      eta = r.float32_value();
     } else if (a == "--encoder-repetition-penalty") {
-      encoder_rep = r.number_value();
+      encoder_rep = r.float32_value();
     } else if (a == "--encoder-no-repeat-ngram-size") {
-      encoder_no_repeat = r.integer_value();
+      encoder_no_repeat = r.int32_value();
     } else if (a == "--bad-word") {
       bad_words.push_back(r.value());
     } else if (a == "--expected-length") {
-      expected = r.integer_value();
+      expected = r.integer_value();  // check_expected_length_flag says its range
     } else if (a == "--truncate") {
       truncate = true;
     } else if (a == "--max-input-tokens") {
@@ -185,12 +185,6 @@ int run_summarize(const std::vector<std::string>& args) {
   }
   if (const auto warning = unusable_generation_defaults(c); !warning.empty()) {
     std::cerr << "warning: the model: " << warning << " (set those options with their flags)\n";
-  }
-  // The API carries these as float32 (srformer.v1.GenerationOptions): read as the server reads them, a
-  // value such as 0.448 gives the same beam scores here and served.
-  for (auto* given :
-       {&length_penalty, &temperature, &top_p, &rep, &min_p, &typical_p, &epsilon, &eta, &encoder_rep, &diversity}) {
-    if (*given) *given = static_cast<double>(static_cast<float>(**given));
   }
   // Refused as the server refuses a request's own values, sampling or not, in the same words (validate()
   // checks top-p, top-k and the warpers only when sampling, where a checkpoint's matter).

@@ -2417,6 +2417,46 @@ TEST_F(EndToEnd, ClientAndEvalTakeTheSearchFlagsAlike) {
   }
 }
 
+// A value the API cannot carry in its field's type is refused alike by srformer-client, srformer summarize and
+// (for the options it takes) srformer eval, naming the value typed: the offline tools read 1e40 as inf and
+// 1e-50 as 0 and then said "--temperature must be a finite number, got inf", "repetition_penalty is 0", or
+// took --top-p 1e-50 and --top-k 4294967296 without a word, where the client says they are out of range.
+TEST_F(EndToEnd, ClientAndOfflineToolsRefuseAValueTheApiCannotCarryAlike) {
+  const std::string client = kClient + " --target 127.0.0.1:1 ";
+  const std::string summarize = kTool + " summarize --model " + model_dir_.string() + " ";
+  const fs::path data = work_ / "out_of_range.jsonl";
+  std::ofstream(data) << nlohmann::json{{"id", "a"}, {"document", read(doc(0))}, {"summary", "a b"}}.dump() << "\n";
+  const std::string eval = kTool + " eval " + model_dir_.string() + " " + data.string() + " --out " +
+                           (work_ / "out_of_range").string() + " ";
+  // The flag and value, and whether eval takes the flag.
+  const std::vector<std::tuple<std::string, std::string, bool>> cases = {
+      {"--temperature", "1e40", false},
+      {"--top-p", "1e-50", false},
+      {"--min-p", "-1e-50", false},
+      {"--length-penalty", "1e40", true},
+      {"--repetition-penalty", "1e-50", true},
+      {"--encoder-repetition-penalty", "-1e39", true},
+      {"--diversity-penalty", "1e400", true},
+      {"--top-k", "4294967296", false},
+      {"--num-beam-groups", "2147483648", true},
+      {"--no-repeat-ngram-size", "99999999999999999999", true},
+  };
+  for (const auto& [flag, value, in_eval] : cases) {
+    const std::string type = flag == "--top-k" || flag == "--num-beam-groups" || flag == "--no-repeat-ngram-size"
+                                 ? "an int32 field"
+                                 : "a float32 field";
+    const std::string says = flag + " " + value + " is out of range (" + type + ")";
+    std::vector<std::string> commands = {client + flag + " " + value + " " + doc(0),
+                                         summarize + flag + " " + value + " " + doc(0)};
+    if (in_eval) commands.push_back(eval + flag + " " + value);
+    for (const auto& command : commands) {
+      const auto r = run_command(command + " 2>&1");
+      EXPECT_NE(r.exit_code, 0) << command << ": " << r.out;
+      EXPECT_NE(r.out.find(says), std::string::npos) << command << ": " << r.out;
+    }
+  }
+}
+
 // With --log-json (a flag, or the config file's log_json) a configuration the server refuses is told in a
 // JSON line as the rest of its log, whether the flag comes before or after the bad one and whatever the
 // level; it was plain text ("srformer-server: ..."), which a shipper parsing JSON lines does not read.
