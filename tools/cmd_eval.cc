@@ -69,7 +69,7 @@ const std::string kUsage =
         "  generation (model mode only; defaults from the model's generation_config.json, else config.json,\n"
         "  as in `summarize`, but never sampled: greedy or beam search; the options below as `summarize` and\n"
         "  srformer-client take them):\n"
-        "  --batch N (default 8)\n") +
+        "  --batch N (default 8) --no-sample (what eval does anyway, taken as `summarize` takes it)\n") +
     kSearchFlagsUsage +
     "  --max-input-tokens N (truncate documents to N tokens; default: the model's limit, which N may lower;\n"
     "  a T5's n_positions is advisory: N may raise it, a BART's positions it may not) --threads N\n"
@@ -191,6 +191,8 @@ std::optional<Args> parse_args(const std::vector<std::string>& args) {
     } else if (f == "--device") {
       gen();
       a.load.device = device_from_flag(r.value());
+    } else if (f == "--no-sample") {
+      gen();  // what eval does anyway; summarize's and srformer-client's command lines may carry it
     } else if (kSamplingFlags.count(f) > 0) {
       // `summarize` and srformer-client take them; here they were "unknown", which said nothing of why.
       throw std::invalid_argument(f + " does not go with eval, which never samples (its scores must not depend " +
