@@ -2386,7 +2386,9 @@ TEST_F(EndToEnd, ClientAndEvalTakeTheSearchFlagsAlike) {
       if (acts) plain.push_back(summary(run_command(client + base + doc(i))));
     }
     EXPECT_EQ(predictions(base + flag), served) << flag;
-    if (acts) EXPECT_NE(served, plain) << flag << " changed no summary";
+    if (acts) {
+      EXPECT_NE(served, plain) << flag << " changed no summary";
+    }
   }
   const std::string tool = kTool + " summarize --model " + model_dir_.string() + " ";
   const std::vector<std::pair<std::string, std::string>> bad = {
