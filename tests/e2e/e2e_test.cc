@@ -98,6 +98,12 @@ std::string read(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// The JSON a tool wrote on stdout, expecting it to have exited 0 (an empty object where it did not).
+nlohmann::json json_output(const CommandResult& r) {
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+}
+
 // srformer-client (`client`, through a server) and srformer summarize (`tool`) both refuse `args`, exiting 1: the
 // client with the server's INVALID_ARGUMENT saying `served_says`, the offline tool saying `offline_says`.
 void expect_both_refuse(const std::string& client, const std::string& tool, const std::string& args,
@@ -2164,10 +2170,7 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeTheWarperAndEncoderInputFlagsAlike) {
   auto server = start();
   const std::string client = kClient + " --target " + server->target() + " --json ";
   const std::string tool = kTool + " summarize --model " + model_dir_.string() + " --json ";
-  const auto token_ids = [](const CommandResult& r) {
-    EXPECT_EQ(r.exit_code, 0) << r.out;
-    return r.exit_code == 0 ? nlohmann::json::parse(r.out)["token_ids"] : nlohmann::json();
-  };
+  const auto token_ids = [](const CommandResult& r) { return json_output(r)["token_ids"]; };
   const std::string sampled = "--max-new-tokens 16 --do-sample --temperature 1.5 --seed ";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {sampled, "--min-p 0.5"},
@@ -2227,12 +2230,8 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeBadWordAlike) {
   auto server = start();
   const std::string client = kClient + " --target " + server->target() + " --json ";
   const std::string tool = kTool + " summarize --model " + model_dir_.string() + " --json ";
-  const auto result = [](const CommandResult& r) {
-    EXPECT_EQ(r.exit_code, 0) << r.out;
-    return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
-  };
   const std::string args = "--max-new-tokens 20 " + doc(0);
-  const auto plain = result(run_command(client + args));
+  const auto plain = json_output(run_command(client + args));
   const std::string summary = plain.value("summary", "");
   std::string word;
   for (const char c : summary + " ") {
@@ -2246,8 +2245,8 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeBadWordAlike) {
   }
   ASSERT_GE(word.size(), 2u) << "summary: " << summary;
   const std::string flags = "--bad-word " + word + " --bad-word 'the cat' ";
-  const auto served = result(run_command(client + flags + args));
-  EXPECT_EQ(result(run_command(tool + flags + args))["token_ids"], served["token_ids"]) << word;
+  const auto served = json_output(run_command(client + flags + args));
+  EXPECT_EQ(json_output(run_command(tool + flags + args))["token_ids"], served["token_ids"]) << word;
   EXPECT_NE(served["token_ids"], plain["token_ids"]) << "'" << word << "' banned";
   expect_both_refuse(client, tool, "--bad-word '</s>' " + doc(0),
                      "bad_words[0] \"</s>\" holds the end-of-sequence token '</s>'",
@@ -2263,9 +2262,7 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeTheDiverseBeamSearchFlagsAlike) {
   const std::string tool = kTool + " summarize --model " + model_dir_.string() + " --json ";
   // The best sequence and every alternative's.
   const auto candidates = [](const CommandResult& r) {
-    EXPECT_EQ(r.exit_code, 0) << r.out;
-    if (r.exit_code != 0) return nlohmann::json();
-    const auto j = nlohmann::json::parse(r.out);
+    auto j = json_output(r);
     nlohmann::json all = nlohmann::json::array({j["token_ids"]});
     for (const auto& a : j["alternatives"]) all.push_back(a["token_ids"]);
     return all;
@@ -2304,17 +2301,13 @@ TEST_F(EndToEnd, ClientAndOfflineToolStreamTheSameJson) {
   auto server = start();
   const std::string client = kClient + " --target " + server->target() + " --json --stream ";
   const std::string tool = kTool + " summarize --model " + model_dir_.string() + " --json --stream ";
-  const auto parsed = [](const CommandResult& r) {
-    EXPECT_EQ(r.exit_code, 0) << r.out;
-    return r.exit_code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
-  };
   std::set<int64_t> segments;  // the steps' segments seen: the schedule moves through several here
   for (const std::string options :
        {"--max-new-tokens 20 ", "--max-new-tokens 20 --num-beams 4 ",
         "--max-new-tokens 20 --do-sample --temperature 1.5 --seed 3 ", "--max-new-tokens 20 --expected-length 6 "}) {
     for (int i = 0; i < 2; ++i) {
-      const auto served = parsed(run_command(client + options + doc(i)));
-      const auto offline = parsed(run_command(tool + options + doc(i)));
+      const auto served = json_output(run_command(client + options + doc(i)));
+      const auto offline = json_output(run_command(tool + options + doc(i)));
       ASSERT_TRUE(served.contains("stream")) << options;
       ASSERT_FALSE(served["stream"].empty()) << options;
       EXPECT_EQ(offline["stream"], served["stream"]) << options << "doc " << i;
@@ -2333,10 +2326,7 @@ TEST_F(EndToEnd, ClientAndOfflineToolStreamTheSameJson) {
 TEST_F(EndToEnd, ClientAndEvalTakeTheSearchFlagsAlike) {
   auto server = start();
   const std::string client = kClient + " --target " + server->target() + " --json ";
-  const auto summary = [](const CommandResult& r) {
-    EXPECT_EQ(r.exit_code, 0) << r.out;
-    return r.exit_code == 0 ? nlohmann::json::parse(r.out)["summary"].get<std::string>() : std::string("?");
-  };
+  const auto summary = [](const CommandResult& r) { return json_output(r).value("summary", std::string("?")); };
   const fs::path data = work_ / "eval_flags.jsonl";
   {
     std::ofstream out(data);
