@@ -47,6 +47,22 @@ GenerationOptions beam_options(int64_t max_new_tokens, double length_penalty, bo
   return options;
 }
 
+// The same search driven with the CPU kernels on (runs[0]), then off (runs[1]); the caller restores the
+// switches. Expects the same steps: chosen tokens and parent rows.
+std::vector<testing::Run> drive_kernels_on_then_off(const GenerationOptions& options, const testing::Script& script,
+                                                    uint64_t seed) {
+  std::vector<testing::Run> runs;
+  for (const bool on : {true, false}) {
+    kernels::set_cpu_kernels(on);
+    BeamSearcher searcher(options);
+    runs.push_back(drive(searcher, script, 0));
+  }
+  EXPECT_EQ(runs[0].steps, runs[1].steps) << seed;
+  EXPECT_EQ(runs[0].next_tokens, runs[1].next_tokens) << seed;
+  EXPECT_EQ(runs[0].parent_rows, runs[1].parent_rows) << seed;
+  return runs;
+}
+
 const std::vector<double> kFirst{0.05, 0.15, 0.5, 0.3};  // after the start token: A 0.5, B 0.3
 
 // Step 1: beams "A" (0.5) and "B" (0.3); the EOS candidate (rank 2) is never reached.
@@ -416,15 +432,7 @@ TEST(BeamSearchTest, InPlaceCandidatesChooseWhatTheProcessedCopyChooses) {
     options.no_repeat_ngram_size = 3;
     if (seed % 4 == 1) options.forced_eos_token_id = kEos;
     if (seed == 12) options.repetition_penalty = 1.3;
-    std::vector<testing::Run> runs;
-    for (const bool in_place : {true, false}) {
-      kernels::set_cpu_kernels(in_place);
-      BeamSearcher searcher(options);
-      runs.push_back(drive(searcher, script, 0));
-    }
-    ASSERT_EQ(runs[0].steps, runs[1].steps) << seed;
-    EXPECT_EQ(runs[0].next_tokens, runs[1].next_tokens) << seed;
-    EXPECT_EQ(runs[0].parent_rows, runs[1].parent_rows) << seed;
+    const auto runs = drive_kernels_on_then_off(options, script, seed);
     ASSERT_EQ(runs[0].results.size(), runs[1].results.size()) << seed;
     for (size_t r = 0; r < runs[0].results.size(); ++r) {
       EXPECT_EQ(runs[0].results[r].tokens, runs[1].results[r].tokens) << seed;
@@ -459,15 +467,7 @@ TEST(BeamSearchTest, WithASequenceBiasTheKernelsChooseBitForBitAsTheHeap) {
     options.min_new_tokens = 3;
     options.sequence_bias = {{{5}, 3.0}, {{5, 6}, 2.5}, {{7}, -1.0}, {{6, 5}, 0.75}, {{9}, 2.0}, {{9, 9}, -4.0}};
     if (seed == 5) options.vocab_limit = 250;
-    std::vector<testing::Run> runs;
-    for (const bool kernels_on : {true, false}) {
-      kernels::set_cpu_kernels(kernels_on);
-      BeamSearcher searcher(options);
-      runs.push_back(drive(searcher, script, 0));
-    }
-    ASSERT_EQ(runs[0].steps, runs[1].steps) << seed;
-    EXPECT_EQ(runs[0].next_tokens, runs[1].next_tokens) << seed;
-    EXPECT_EQ(runs[0].parent_rows, runs[1].parent_rows) << seed;
+    const auto runs = drive_kernels_on_then_off(options, script, seed);
     ASSERT_EQ(runs[0].results.size(), runs[1].results.size()) << seed;
     for (size_t r = 0; r < runs[0].results.size(); ++r) {
       EXPECT_EQ(runs[0].results[r].tokens, runs[1].results[r].tokens) << seed;
