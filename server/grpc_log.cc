@@ -1,7 +1,10 @@
 #include "server/grpc_log.h"
 
+#include <google/protobuf/stubs/logging.h>
 #include <grpc/support/log.h>
 #include <spdlog/spdlog.h>
+
+#include <string>
 
 namespace srformer::server {
 
@@ -21,9 +24,20 @@ void to_spdlog(gpr_log_func_args* args) {
   spdlog::log(level, "grpc: {} ({}:{})", args->message, args->file, args->line);
 }
 
+void protobuf_to_spdlog(google::protobuf::LogLevel severity, const char* file, int line, const std::string& message) {
+  const auto level = severity == google::protobuf::LOGLEVEL_FATAL     ? spdlog::level::critical
+                     : severity == google::protobuf::LOGLEVEL_ERROR   ? spdlog::level::err
+                     : severity == google::protobuf::LOGLEVEL_WARNING ? spdlog::level::warn
+                                                                      : spdlog::level::info;
+  const auto end = message.find_last_not_of(" \n");  // protobuf ends some messages with a space
+  spdlog::log(level, "protobuf: {} ({}:{})", message.substr(0, end == std::string::npos ? 0 : end + 1), file, line);
+}
+
 }  // namespace
 
 void route_grpc_logs_to_spdlog() { gpr_set_log_function(to_spdlog); }
+
+void route_protobuf_logs_to_spdlog() { google::protobuf::SetLogHandler(protobuf_to_spdlog); }
 
 GrpcLogCapture::GrpcLogCapture() : outer_(capture_text) {
   route_grpc_logs_to_spdlog();  // the default function writes to stderr without asking us

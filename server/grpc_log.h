@@ -9,6 +9,11 @@ namespace srformer::server {
 // From now on every gRPC log line is an spdlog line ("grpc: MESSAGE (FILE:LINE)") at its severity.
 void route_grpc_logs_to_spdlog();
 
+// Likewise protobuf's ("protobuf: MESSAGE (FILE:LINE)"), which wrote "[libprotobuf ERROR ...]" to stderr:
+// one for each request a client sends with a string field that is not UTF-8. Call before serving (protobuf's
+// handler is not set thread-safely).
+void route_protobuf_logs_to_spdlog();
+
 // While one is alive, gRPC's lines from this thread are collected, not logged: a failed bind's error
 // tree becomes part of the message that says what to do.
 class GrpcLogCapture {

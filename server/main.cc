@@ -156,6 +156,7 @@ int main(int argc, char** argv) {
   try {
     srformer::server::init_logging(config.log_level, config.log_json);
     srformer::server::route_grpc_logs_to_spdlog();
+    srformer::server::route_protobuf_logs_to_spdlog();
   } catch (const std::exception& e) {
     std::cerr << "srformer-server: " << e.what() << "\n";
     return 2;
