@@ -411,14 +411,14 @@ void Server::shutdown(std::chrono::milliseconds grace) {
   if (!models_.wait_idle(deadline)) {
     spdlog::warn("shutdown: requests still running after the {} ms grace period; cancelling them", grace.count());
     models_.cancel_all();
-    models_.wait_idle(Clock::now() + std::chrono::seconds(10));
+    models_.wait_idle(Clock::now() + kCancelledWait);
   }
   if (server_) {
     // Health watches have seen NOT_SERVING since the drain began; they end now, as the server stops
     // listening, rather than holding the wait below to its end.
     health_.end_watches();
     // Calls still open (e.g. a stream whose client stopped reading) are cancelled after a short wait.
-    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    server_->Shutdown(std::chrono::system_clock::now() + kOpenCallsWait);
     server_->Wait();
   }
   {
@@ -437,6 +437,28 @@ void Server::cancel_now() {
 void Server::wait() {
   std::unique_lock lock(mu_);
   done_cv_.wait(lock, [&] { return done_; });
+}
+
+bool Server::wait_until(Clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  return done_cv_.wait_until(lock, deadline, [&] { return done_; });
+}
+
+std::chrono::milliseconds Server::shutdown_bound(std::chrono::milliseconds grace) {
+  return grace + kCancelledWait + kOpenCallsWait + std::chrono::seconds(1);  // and a second for the rest
+}
+
+std::vector<std::string> Server::stop_engines(std::chrono::milliseconds bound) {
+  const auto stuck = models_.stop(Clock::now() + bound);
+  for (const auto& name : stuck) {
+    const auto still =
+        std::chrono::duration_cast<std::chrono::milliseconds>(models_.find(name)->without_progress(Clock::now()));
+    spdlog::error(
+        "model '{}': its engine did not stop within {} ms of the shutdown ({} ms without moving); "
+        "its decode thread is stuck",
+        name, bound.count(), still.count());
+  }
+  return stuck;
 }
 
 }  // namespace srformer::server

@@ -69,6 +69,15 @@ class Server {
   void cancel_now();
   // Blocks until shutdown() has completed.
   void wait();
+  // wait() until `deadline`; returns whether shutdown() has completed.
+  bool wait_until(Clock::time_point deadline);
+  // The longest shutdown(grace) takes while the engines move: the grace, the wait for the requests cancelled
+  // at its end, and gRPC's for the calls still open. A stuck engine's calls stay open, and it takes for good.
+  static std::chrono::milliseconds shutdown_bound(std::chrono::milliseconds grace);
+  // Ends the engines' decode threads (their requests cancelled), waiting for them at most `bound`. Returns
+  // the models whose thread is still running (hung in a step), each named in an error line: the destructor
+  // would wait for those for good, so main() exits without it.
+  std::vector<std::string> stop_engines(std::chrono::milliseconds bound);
 
   ModelRegistry& models() { return models_; }
   SummarizerService& service() { return *service_; }
@@ -79,6 +88,10 @@ class Server {
   void watch_engines();
   // Health NOT_SERVING for good (the drain), and the watch ends.
   void stop_watching_engines();
+
+  // shutdown()'s waits after the grace: for the requests it cancels, then for gRPC to close the calls left.
+  static constexpr std::chrono::seconds kCancelledWait{10};
+  static constexpr std::chrono::seconds kOpenCallsWait{2};
 
   const ServerConfig config_;
   ModelRegistry models_;

@@ -146,7 +146,10 @@ Engine::Engine(std::string name, std::unique_ptr<Seq2SeqModel> model, std::share
   // Admission counts what rows use; the bound keeps the buffers' room for growth and the pools'
   // holes within the same budget.
   state_.set_held_limit(limits_.max_state_bytes);
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    run();
+    thread_ended_.set_value();
+  });
 }
 
 Engine::~Engine() { stop(); }
@@ -218,7 +221,7 @@ void Engine::cancel_all() {
   wake_.notify_one();
 }
 
-void Engine::stop() {
+void Engine::begin_stop() {
   {
     std::lock_guard lock(mu_);
     accepting_ = false;
@@ -226,6 +229,17 @@ void Engine::stop() {
     cancel_all_ = true;
   }
   wake_.notify_one();
+}
+
+bool Engine::stop(Clock::time_point deadline) {
+  begin_stop();
+  if (thread_.joinable() && thread_ended_future_.wait_until(deadline) != std::future_status::ready) return false;
+  stop();
+  return true;
+}
+
+void Engine::stop() {
+  begin_stop();
   if (!thread_.joinable()) return;
   thread_.join();
   delivery_.stop();  // after the decode thread: nothing posts any more; what is queued still runs

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -135,6 +136,11 @@ class Engine {
   void cancel_all();
   // Cancels everything and joins the decode thread. Idempotent.
   void stop();
+  // Asks the decode thread to end (everything cancelled, as stop() does) without waiting for it.
+  void begin_stop();
+  // stop() that waits for the decode thread only until `deadline`: false if it is still running (a hung
+  // step), which stop() and the destructor then still wait for. A server exiting anyway (main) ends there.
+  bool stop(Clock::time_point deadline);
   // Where the engine reports from now on (null: nowhere). For work that is no client's, such as the
   // server's warm-up: detach, run it, wait for its result, attach again.
   void set_metrics(ModelMetrics* metrics) { metrics_.store(metrics, std::memory_order_release); }
@@ -283,6 +289,8 @@ class Engine {
   int64_t state_held_bytes_ = 0;
   bool freed_since_busy_ = true;  // the allocator's free memory was given back since rows last ran
 
+  std::promise<void> thread_ended_;  // set as the decode thread returns (stop(deadline))
+  std::future<void> thread_ended_future_ = thread_ended_.get_future();
   std::thread thread_;
 };
 

@@ -44,4 +44,14 @@ void ModelRegistry::stop() {
   for (auto& e : engines_) e->stop();
 }
 
+std::vector<std::string> ModelRegistry::stop(Clock::time_point deadline) {
+  // All asked first: an engine behind a hung one gets the same time to end, not what the hung one left.
+  for (auto& e : engines_) e->begin_stop();
+  std::vector<std::string> running;
+  for (auto& e : engines_) {
+    if (!e->stop(deadline)) running.push_back(e->name());
+  }
+  return running;
+}
+
 }  // namespace srformer::server

@@ -2443,6 +2443,75 @@ TEST(EngineService, HealthIsNotServingWhileAnEngineIsStalledAndServingOnceItMove
   stopper.join();
 }
 
+// A model's engine hung in a step (a CUDA call that never returns) held a stopped server for good: its
+// request's call stayed open, holding gRPC's shutdown, and the server's destructor waited for the decode
+// thread, so srformer-server ended only by the supervisor's SIGKILL. main() now waits Server::shutdown_bound
+// for the drain, then stop_engines, which returns in bounded time naming the stuck model (the model beside
+// it, which stops, is not named), and exits 1 without the destructor.
+TEST(EngineService, StoppingEnginesWithOneHungInAStepNamesItInBoundedTime) {
+  LogCapture log;
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{}}, {"other", FakeModelOptions{256, 4, 20ms}}};
+  const auto hang = so.models[0].second.hang_steps;
+  TestServer server(so);
+  struct Release {  // a failed assertion must not leave the engine hung for the server's destruction
+    std::shared_ptr<std::atomic<bool>> hang;
+    ~Release() { hang->store(false); }
+  } release{hang};
+  const auto summarize = [&](const std::string& model, int max_new_tokens) {
+    return std::async(std::launch::async, [&server, model, max_new_tokens] {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+      auto r = request(doc_of(3), max_new_tokens, 1);
+      r.mutable_options()->set_min_new_tokens(max_new_tokens);
+      r.set_model(model);
+      v1::SummarizeResponse resp;
+      return server.stub().Summarize(&ctx, r, &resp);
+    });
+  };
+  hang->store(true);
+  auto hung = summarize("fake", 8);
+  auto running = summarize("other", 200);  // 4 s of steps
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.encoding > 0 || s.steps > 0; }));
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.steps > 0; }, 10s, "other"));
+
+  std::thread drain([&] { server.server().shutdown(0ms); });
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(server.server().wait_until(t0 + 500ms));  // the drain waits for the hung engine
+  const auto stuck = server.server().stop_engines(500ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  EXPECT_EQ(stuck, std::vector<std::string>{"fake"});
+  EXPECT_NE(log.text().find("model 'fake': its engine did not stop within 500 ms of the shutdown"), std::string::npos)
+      << log.text();
+  EXPECT_EQ(log.text().find("model 'other': its engine did not stop"), std::string::npos) << log.text();
+  EXPECT_EQ(running.get().error_code(), grpc::StatusCode::UNAVAILABLE);  // cancelled by the shutdown
+
+  // Released, the engine ends its cancelled request, and the drain and the destructor complete.
+  hang->store(false);
+  EXPECT_EQ(hung.get().error_code(), grpc::StatusCode::UNAVAILABLE);
+  drain.join();
+  EXPECT_TRUE(server.server().wait_until(std::chrono::steady_clock::now()));
+  EXPECT_TRUE(server.server().stop_engines(0ms).empty());
+}
+
+// The same calls after a normal shutdown: the requests finish, and no engine is named.
+TEST(EngineService, StoppingEnginesAfterANormalShutdownNamesNone) {
+  FakeServerOptions so;
+  so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
+  TestServer server(so);
+  auto call = std::async(std::launch::async, [&] {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    return server.stub().Summarize(&ctx, request(doc_of(3), 30, 1), &resp);
+  });
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
+  std::thread drain([&] { server.server().shutdown(10s); });
+  EXPECT_TRUE(server.server().wait_until(std::chrono::steady_clock::now() + server::Server::shutdown_bound(10s)));
+  EXPECT_TRUE(server.server().stop_engines(2s).empty());
+  EXPECT_TRUE(call.get().ok());
+  drain.join();
+}
+
 // Long documents are tokenized on the service's own threads. gRPC's callback threads, a few shared by
 // every call (the health service's and ListModels' too), tokenized them: while calls of megabytes did (24
 // of 3.6 MB on a real model), a health check waited past 20 s, and a liveness probe would restart the
