@@ -923,7 +923,9 @@ TEST(DemoModel, ABannedWordLeavesTheSummaryTheSameIdsInGenerationConfigLeave) {
     EXPECT_EQ(ids_of(by_request), ids_of(by_config)) << beams << " beams";
     EXPECT_EQ(by_request.score(), by_config.score()) << beams << " beams";
     EXPECT_EQ(logprobs(by_request), logprobs(by_config)) << beams << " beams";
-    if (beams == 1) EXPECT_EQ(unbanned.summary(), plain.summary()) << "the ban was the request's alone";
+    if (beams == 1) {
+      EXPECT_EQ(unbanned.summary(), plain.summary()) << "the ban was the request's alone";
+    }
   }
   v1::SummarizeResponse refused;
   const auto status = call("demo", 1, {banned, "</s>"}, refused);
