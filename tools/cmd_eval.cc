@@ -29,7 +29,6 @@
 #include "model/dtype_name.h"
 #include "model/eval/batch_summarize.h"
 #include "model/eval/rouge.h"
-#include "model/generation/bad_words.h"
 #include "model/generation/generate.h"
 #include "model/io/atomic_file.h"
 #include "model/limits.h"
@@ -37,7 +36,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "tools/arg_reader.h"
 #include "tools/device_flag.h"
-#include "tools/expected_length_flag.h"
+#include "tools/generation_flags.h"
 
 namespace srformer::tools {
 
@@ -87,10 +86,8 @@ constexpr int64_t kMaxBootstrap = 100000;
 struct Args {
   std::vector<std::string> positional;
   std::string predictions_path, split_name, out_dir;
-  std::optional<int64_t> limit, max_new, min_new, beams, no_repeat, max_input, groups, encoder_no_repeat, expected;
-  std::optional<double> length_penalty, diversity, rep, encoder_rep;
-  std::optional<EarlyStopping> early;
-  std::vector<std::string> bad_words;
+  std::optional<int64_t> limit, max_input;
+  GenerationFlags gen;  // summarize's, but for the sampling flags (refused)
   int64_t batch = 8;
   int threads = 0;
   LoadOptions load;
@@ -135,49 +132,13 @@ std::optional<Args> parse_args(const std::vector<std::string>& args) {
       a.batch = r.int_value(1);
     } else if (f == "--max-new-tokens") {
       gen();
-      a.max_new = r.int_value(1);
+      a.gen.max_new = r.int_value(1);
     } else if (f == "--min-new-tokens") {
       gen();
-      a.min_new = r.int_value(0);
+      a.gen.min_new = r.int_value(0);
     } else if (f == "--num-beams") {
       gen();
-      a.beams = r.int_value(1);
-    } else if (f == "--length-penalty") {
-      gen();
-      a.length_penalty = r.float32_value();
-    } else if (f == "--no-repeat-ngram-size") {
-      gen();
-      a.no_repeat = r.int32_value();  // its range as summarize's (check_given_options)
-    } else if (f == "--early-stopping") {
-      gen();
-      a.early = EarlyStopping::kWhenFull;
-    } else if (f == "--no-early-stopping") {
-      gen();
-      a.early = EarlyStopping::kHeuristic;
-    } else if (f == "--early-stopping-never") {
-      gen();
-      a.early = EarlyStopping::kNever;
-    } else if (f == "--num-beam-groups") {
-      gen();
-      a.groups = r.int32_value();
-    } else if (f == "--diversity-penalty") {
-      gen();
-      a.diversity = r.float32_value();
-    } else if (f == "--repetition-penalty") {
-      gen();
-      a.rep = r.float32_value();
-    } else if (f == "--encoder-repetition-penalty") {
-      gen();
-      a.encoder_rep = r.float32_value();
-    } else if (f == "--encoder-no-repeat-ngram-size") {
-      gen();
-      a.encoder_no_repeat = r.int32_value();
-    } else if (f == "--bad-word") {
-      gen();
-      a.bad_words.push_back(r.value());
-    } else if (f == "--expected-length") {
-      gen();
-      a.expected = r.integer_value();  // check_expected_length_flag says its range
+      a.gen.beams = r.int_value(1);
     } else if (f == "--max-input-tokens") {
       gen();
       a.max_input = r.int_value(1);
@@ -191,13 +152,13 @@ std::optional<Args> parse_args(const std::vector<std::string>& args) {
     } else if (f == "--device") {
       gen();
       a.load.device = device_from_flag(r.value());
-    } else if (f == "--no-sample") {
-      gen();  // what eval does anyway; summarize's and srformer-client's command lines may carry it
     } else if (kSamplingFlags.count(f) > 0) {
       // `summarize` and srformer-client take them; here they were "unknown", which said nothing of why.
       throw std::invalid_argument(f + " does not go with eval, which never samples (its scores must not depend " +
                                   "on a seed) and scores one summary per document; srformer summarize and " +
                                   "srformer-client take it");
+    } else if (a.gen.read(r)) {
+      gen();  // --no-sample among them: what eval does anyway; summarize's command lines may carry it
     } else if (!f.empty() && f[0] == '-') {
       throw unknown_option(f);
     } else {
@@ -266,37 +227,10 @@ GenerationOptions generation_options(const Args& a, const ModelConfig& c, const 
   if (const auto warning = unusable_generation_defaults(c); !warning.empty()) {
     std::cerr << "warning: the model: " << warning << " (set those options with their flags)\n";
   }
-  // The float flags are read as float32, as the API carries them (ArgReader::float32_value): a value such as
-  // 0.448 gives the same beam scores here and served.
-  const auto &length_penalty = a.length_penalty, &diversity = a.diversity, &rep = a.rep, &encoder_rep = a.encoder_rep;
-  GivenOptions given;  // refused as the server refuses a request's own (srformer summarize's flags alike)
-  given.length_penalty = length_penalty;
-  given.no_repeat_ngram_size = a.no_repeat;
-  given.encoder_no_repeat_ngram_size = a.encoder_no_repeat;
-  given.num_beam_groups = a.groups;
-  given.diversity_penalty = diversity;
-  check_given_options(given, flag_name);
-  GenerationOptions o = d;
-  o.max_new_tokens = a.max_new.value_or(d.max_new_tokens);
-  o.min_new_tokens = a.min_new.value_or(std::min(o.max_new_tokens, d.min_new_tokens));
-  o.num_beams = a.beams.value_or(d.num_beams);
-  o.num_beam_groups = a.groups.value_or(d.num_beam_groups);
-  o.diversity_penalty = diversity.value_or(d.diversity_penalty);
-  o.length_penalty = length_penalty.value_or(d.length_penalty);
-  o.early_stopping = a.early.value_or(d.early_stopping);
-  o.no_repeat_ngram_size = a.no_repeat.value_or(d.no_repeat_ngram_size);
-  o.repetition_penalty = rep.value_or(d.repetition_penalty);
-  o.encoder_repetition_penalty = encoder_rep.value_or(d.encoder_repetition_penalty);
-  o.encoder_no_repeat_ngram_size = a.encoder_no_repeat.value_or(d.encoder_no_repeat_ngram_size);
-  o.do_sample = false;         // scores must not depend on a seed: greedy or beams even where the checkpoint samples
-  o.num_return_sequences = 1;  // one summary scored per document
-  o.vocab_limit = tokenizer.vocab_size();
-  // As the server adds a request's bad_words, with its limits and refusals.
-  add_bad_words(o, a.bad_words, tokenizer, c.vocab_size > 0 ? c.vocab_size : tokenizer.vocab_size(),
-                "--bad-word's list", [](size_t) { return std::string("--bad-word"); });
-  validate(o);
-  if (a.expected) check_expected_length_flag(c, *a.expected);
-  return o;
+  GenerationFlags flags = a.gen;
+  flags.sample = false;  // scores must not depend on a seed: greedy or beams even where the checkpoint samples
+  flags.returned = 1;    // one summary scored per document
+  return flags.over(d, c, tokenizer);
 }
 
 // Generated with --expected-length L, else the model's default (default_expected_length), in data order
@@ -334,7 +268,7 @@ GenerationRun generate_all(const Args& a, const std::string& model_dir, const st
                   << static_cast<double>(done) / std::max(secs, 1e-9) << " docs/s\n";
         last_report = now;
       },
-      a.expected, names);
+      a.gen.expected, names);
   if (s.truncated > 0) {
     std::cerr << s.truncated << " of " << data.size() << " documents truncated to " << run.max_input_tokens
               << " tokens\n";
@@ -356,8 +290,8 @@ GenerationRun generate_all(const Args& a, const std::string& model_dir, const st
                  {"repetition_penalty", o.repetition_penalty},
                  {"encoder_repetition_penalty", o.encoder_repetition_penalty},
                  {"encoder_no_repeat_ngram_size", o.encoder_no_repeat_ngram_size},
-                 {"bad_words", a.bad_words},
-                 {"expected_length", a.expected.value_or(default_expected_length(c, o.max_new_tokens))},
+                 {"bad_words", a.gen.bad_words},
+                 {"expected_length", a.gen.expected.value_or(default_expected_length(c, o.max_new_tokens))},
                  {"max_input_tokens", run.max_input_tokens},
                  {"summarization_prefix", c.summarization_prefix ? nlohmann::json(*c.summarization_prefix) : nullptr},
                  {"threads", at::get_num_threads()}};

@@ -15,7 +15,6 @@
 #include "model/cuda_device.h"
 #include "model/data/encode.h"
 #include "model/dtype_name.h"
-#include "model/generation/bad_words.h"
 #include "model/generation/generate.h"
 #include "model/limits.h"
 #include "model/seq2seq.h"
@@ -23,7 +22,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "tools/arg_reader.h"
 #include "tools/device_flag.h"
-#include "tools/expected_length_flag.h"
+#include "tools/generation_flags.h"
 
 namespace srformer::tools {
 
@@ -50,13 +49,9 @@ int run_summarize(const std::vector<std::string>& args) {
   int threads = 0;
   LoadOptions load;
   bool dtype_given = false;
-  std::optional<int64_t> max_new, min_new, beams, no_repeat, top_k, expected, returned, max_input, encoder_no_repeat,
-      groups;
-  std::optional<double> length_penalty, temperature, top_p, rep, min_p, typical_p, epsilon, eta, encoder_rep, diversity;
-  std::optional<EarlyStopping> early;
-  std::optional<bool> sample;
+  std::optional<int64_t> max_input;
+  GenerationFlags flags;
   uint64_t seed = 0;
-  std::vector<std::string> bad_words;
   for (ArgReader r(args); r.next();) {
     const auto& a = r.arg();
     if (a == "--help" || a == "-h") {
@@ -64,58 +59,9 @@ int run_summarize(const std::vector<std::string>& args) {
       return 0;
     } else if (a == "--model") {
       model_dir = r.value();
-    } else if (a == "--max-new-tokens") {
-      max_new = r.int32_value();
-    } else if (a == "--min-new-tokens") {
-      min_new = r.int32_value();
-    } else if (a == "--num-beams") {
-      beams = r.int32_value();
-    } else if (a == "--num-beam-groups") {
-      groups = r.int32_value();
-    } else if (a == "--diversity-penalty") {
-      diversity = r.float32_value();
-    } else if (a == "--num-return-sequences") {
-      returned = r.int32_value();
-    } else if (a == "--length-penalty") {
-      length_penalty = r.float32_value();
-    } else if (a == "--early-stopping") {
-      early = EarlyStopping::kWhenFull;
-    } else if (a == "--no-early-stopping") {
-      early = EarlyStopping::kHeuristic;
-    } else if (a == "--early-stopping-never") {
-      early = EarlyStopping::kNever;
-    } else if (a == "--do-sample") {
-      sample = true;
-    } else if (a == "--no-sample") {
-      sample = false;
-    } else if (a == "--temperature") {
-      temperature = r.float32_value();
-    } else if (a == "--top-k") {
-      top_k = r.int32_value();
-    } else if (a == "--top-p") {
-      top_p = r.float32_value();
     } else if (a == "--seed") {
       seed = r.unsigned_value();
-    } else if (a == "--no-repeat-ngram-size") {
-      no_repeat = r.int32_value();
-    } else if (a == "--repetition-penalty") {
-      rep = r.float32_value();
-    } else if (a == "--min-p") {
-      min_p = r.float32_value();
-    } else if (a == "--typical-p") {
-      typical_p = r.float32_value();
-    } else if (a == "--epsilon-cutoff") {
-      epsilon = r.float32_value();
-    } else if (a == "--eta-cutoff") {
-      eta = r.float32_value();
-    } else if (a == "--encoder-repetition-penalty") {
-      encoder_rep = r.float32_value();
-    } else if (a == "--encoder-no-repeat-ngram-size") {
-      encoder_no_repeat = r.int32_value();
-    } else if (a == "--bad-word") {
-      bad_words.push_back(r.value());
-    } else if (a == "--expected-length") {
-      expected = r.integer_value();  // check_expected_length_flag says its range
+    } else if (flags.read(r)) {
     } else if (a == "--truncate") {
       truncate = true;
     } else if (a == "--max-input-tokens") {
@@ -186,54 +132,12 @@ int run_summarize(const std::vector<std::string>& args) {
   if (const auto warning = unusable_generation_defaults(c); !warning.empty()) {
     std::cerr << "warning: the model: " << warning << " (set those options with their flags)\n";
   }
-  // Refused as the server refuses a request's own values, sampling or not, in the same words (validate()
-  // checks top-p, top-k and the warpers only when sampling, where a checkpoint's matter).
-  GivenOptions given;
-  given.length_penalty = length_penalty;
-  given.temperature = temperature;
-  given.top_k = top_k;
-  given.top_p = top_p;
-  given.min_p = min_p;
-  given.typical_p = typical_p;
-  given.epsilon_cutoff = epsilon;
-  given.eta_cutoff = eta;
-  given.no_repeat_ngram_size = no_repeat;
-  given.encoder_no_repeat_ngram_size = encoder_no_repeat;
-  given.num_beam_groups = groups;
-  given.diversity_penalty = diversity;
-  check_given_options(given, flag_name);
-  GenerationOptions o = d;
-  o.max_new_tokens = max_new.value_or(d.max_new_tokens);
-  o.min_new_tokens = min_new.value_or(std::min(o.max_new_tokens, d.min_new_tokens));
-  o.do_sample = sample.value_or(d.do_sample);
-  o.num_beams = beams.value_or(d.num_beams);  // with do_sample and several beams: beam sampling
-  o.num_beam_groups = groups.value_or(d.num_beam_groups);
-  o.diversity_penalty = diversity.value_or(d.diversity_penalty);
-  o.length_penalty = length_penalty.value_or(d.length_penalty);
-  o.early_stopping = early.value_or(d.early_stopping);
-  o.no_repeat_ngram_size = no_repeat.value_or(d.no_repeat_ngram_size);
-  o.temperature = temperature.value_or(d.temperature);
-  o.top_k = top_k.value_or(d.top_k);
-  o.top_p = top_p.value_or(d.top_p);
+  GenerationOptions o = flags.over(d, c, *tokenizer);
   o.seed = seed;
-  o.repetition_penalty = rep.value_or(d.repetition_penalty);
-  o.min_p = min_p.value_or(d.min_p);
-  o.typical_p = typical_p.value_or(d.typical_p);
-  o.epsilon_cutoff = epsilon.value_or(d.epsilon_cutoff);
-  o.eta_cutoff = eta.value_or(d.eta_cutoff);
-  o.encoder_repetition_penalty = encoder_rep.value_or(d.encoder_repetition_penalty);
-  o.encoder_no_repeat_ngram_size = encoder_no_repeat.value_or(d.encoder_no_repeat_ngram_size);
-  o.num_return_sequences = returned.value_or(default_num_return_sequences(d, o));
-  o.vocab_limit = tokenizer->vocab_size();
-  // As the server adds a request's bad_words, with its limits and refusals.
-  add_bad_words(o, bad_words, *tokenizer, c.vocab_size > 0 ? c.vocab_size : tokenizer->vocab_size(),
-                "--bad-word's list", [](size_t) { return std::string("--bad-word"); });
-  validate(o);
 
   const auto input = torch::tensor(ids, torch::kLong).view({1, -1});
   const auto mask = torch::ones_like(input);
-  if (expected) check_expected_length_flag(c, *expected);
-  const int64_t L = expected.value_or(default_expected_length(c, o.max_new_tokens));
+  const int64_t L = flags.expected.value_or(default_expected_length(c, o.max_new_tokens));
   // The encoder segments m and the one each step attends, as the server reports them (usage.segments,
   // TokenDelta.segment: segment_schedule, 0 for full attention).
   const auto k = static_cast<int64_t>(ids.size()), s = c.srformer.segment_size;
