@@ -143,6 +143,9 @@ nlohmann::json options_json(const TrainOptions& o) {
           {"train_limit", o.train_limit ? nlohmann::json(*o.train_limit) : nlohmann::json()},
           {"seed", o.seed},
           {"device", o.device},
+          // The CPU's sums are split over the threads: another count rounds them otherwise (--threads, or its
+          // default, every core, on another machine), and a resumed run no longer repeats the uninterrupted one.
+          {"threads", at::get_num_threads()},
           {"autocast", o.autocast},
           {"dropout", o.dropout ? nlohmann::json(*o.dropout) : nlohmann::json()}};
 }
@@ -659,7 +662,12 @@ class Run {
         // The training data's count and fingerprint are compared instead (prepare_data): a copy elsewhere
         // trains alike, and an edit in place would pass a comparison of paths.
         if (key == "train_file" && saved_train_data_.is_object()) continue;
-        if (key == "model_dir") {
+        if (key == "threads") {
+          if (o_.device.rfind("cpu", 0) != 0) continue;  // a CUDA run's sums are the device's
+          console_ << "warning: threads was " << saved[key] << " when the checkpoint was written, now " << value
+                   << ": the resumed run will differ from an uninterrupted one in its rounding (pass --threads "
+                   << saved[key] << " to repeat it exactly)" << std::endl;
+        } else if (key == "model_dir") {
           console_ << "note: MODEL_DIR " << value.dump() << " is not read: the run resumes from " << ckpt.string()
                    << " (it started from " << saved[key].dump() << ")" << std::endl;
         } else {

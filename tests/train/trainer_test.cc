@@ -321,6 +321,33 @@ TEST_F(Fixture, ResumingWithTheSameFilesNamedOtherwiseDoesNotWarn) {
   EXPECT_NE(other.str().find("warning: validation_file was "), std::string::npos) << other.str();
 }
 
+// The CPU splits its sums over the threads, so another count rounds them otherwise: a resume with --threads
+// left out (its default is every core) or on another machine no longer repeated the uninterrupted run, and
+// nothing said so.
+TEST_F(Fixture, ResumingWithAnotherThreadCountWarns) {
+  const int threads = at::get_num_threads();
+  auto o = options("threads");
+  o.stop_after = 3;
+  at::set_num_threads(1);
+  std::ostringstream console;
+  train(o, console);
+  o.resume = true;
+  o.stop_after = 6;
+  std::ostringstream same;
+  train(o, same);
+  o.stop_after = 0;
+  at::set_num_threads(2);
+  std::ostringstream other;
+  train(o, other);
+  at::set_num_threads(threads);
+  EXPECT_EQ(same.str().find("warning"), std::string::npos) << same.str();
+  EXPECT_NE(
+      other.str().find("warning: threads was 1 when the checkpoint was written, now 2: the resumed run will "
+                       "differ from an uninterrupted one in its rounding (pass --threads 1 to repeat it exactly)"),
+      std::string::npos)
+      << other.str();
+}
+
 // Bad data is named before the model loads, and the refused run leaves no --out behind (it left an empty
 // one, after loading the model).
 TEST_F(Fixture, BadDataIsRefusedBeforeTheRunStarts) {
