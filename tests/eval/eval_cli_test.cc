@@ -189,6 +189,25 @@ TEST_F(EvalPredictionsTest, SeedTakesTheWholeUnsignedRange) {
   EXPECT_EQ(scores["options"]["bootstrap"], 100000);
 }
 
+// eval's --seed is the bootstrap's, not a sampling seed as `summarize`'s: it moves the intervals, never the mean
+// scores, and --help says so (it said "the resampling's seed", which a summarize user read as generation's).
+TEST_F(EvalPredictionsTest, SeedIsTheBootstrapsAndMovesTheIntervalsOnly) {
+  const auto help = run_eval(dir_.path(), {"--help"});
+  ASSERT_EQ(help.code, 0) << help.err;
+  EXPECT_NE(help.out.find("--seed N            the bootstrap resampling's seed"), std::string::npos) << help.out;
+  std::vector<json> rouge;
+  for (const char* seed : {"1", "2"}) {
+    const auto out = dir_.path() / (std::string("seed-") + seed);
+    const auto r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string(), "--bootstrap", "50",
+                                          "--seed", seed, "--out", out.string()});
+    ASSERT_EQ(r.code, 0) << r.err;
+    rouge.push_back(json::parse(slurp(out / "scores.json"))["rouge"]);
+  }
+  for (const char* type : {"rouge1", "rouge2", "rougeL", "rougeLsum"}) {
+    EXPECT_EQ(rouge[0][type]["mean_f1"], rouge[1][type]["mean_f1"]) << type;
+  }
+}
+
 TEST_F(EvalPredictionsTest, MissingPredictionIsNamed) {
   write_jsonl(pred_, {{{"id", "same"}, {"prediction", "x"}}});
   const auto r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string()});
