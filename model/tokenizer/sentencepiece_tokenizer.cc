@@ -57,11 +57,12 @@ void read_token_name(const nlohmann::json& j, const char* role, std::string& nam
 }
 
 // Tokens a checkpoint added (added_tokens.json's {content: id}, tokenizer_config.json's
-// added_tokens_decoder and tokenizer.json's added_tokens), by id. Those of added_tokens.json alone are
-// special where additional_special_tokens (or extra_special_tokens) lists them. The caller keeps those past the
-// sentinels.
-std::map<int64_t, AddedToken> listed_added_tokens(const fs::path& model_dir, const nlohmann::json* tokenizer_json,
-                                                  const std::optional<nlohmann::json>& config) {
+// added_tokens_decoder and tokenizer.json's added_tokens) with the ids their entries write, in the order
+// Hugging Face's fast tokenizer adds them: tokenizer.json's in its order, then the others by id. Those of
+// added_tokens.json alone are special where additional_special_tokens (or extra_special_tokens) lists them. The
+// caller keeps those past the sentinels.
+std::vector<AddedToken> listed_added_tokens(const fs::path& model_dir, const nlohmann::json* tokenizer_json,
+                                            const std::optional<nlohmann::json>& config) {
   std::map<int64_t, AddedToken> out;
   std::set<std::string> special_names;
   for (const char* name : {"special_tokens_map.json", "tokenizer_config.json"}) {
@@ -88,12 +89,24 @@ std::map<int64_t, AddedToken> listed_added_tokens(const fs::path& model_dir, con
   if (config) {
     for (const auto& [id, t] : added_tokens_decoder(*config, model_dir / "tokenizer_config.json")) take(id, *t);
   }
+  std::vector<int64_t> first;  // tokenizer.json's ids, in its order
   if (tokenizer_json && tokenizer_json->contains("added_tokens") && (*tokenizer_json)["added_tokens"].is_array()) {
     for (const auto& t : (*tokenizer_json)["added_tokens"]) {
-      if (t.is_object() && t.contains("id") && t["id"].is_number_integer()) take(t["id"].get<int64_t>(), t);
+      if (t.is_object() && t.contains("id") && t["id"].is_number_integer()) {
+        take(t["id"].get<int64_t>(), t);
+        first.push_back(t["id"].get<int64_t>());
+      }
     }
   }
-  return out;
+  std::vector<AddedToken> ordered;
+  for (const int64_t id : first) {
+    if (const auto it = out.find(id); it != out.end()) {
+      ordered.push_back(std::move(it->second));
+      out.erase(it);
+    }
+  }
+  for (auto& [id, token] : out) ordered.push_back(std::move(token));
+  return ordered;
 }
 
 // The serialized model without SentencePiece's dummy prefix. Protobuf merges an embedded message
@@ -243,9 +256,21 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
     auto sp = never ? load_with_dummy_prefix(serialized, true) : SentencePieceProcessor::load_from_bytes(serialized);
     std::vector<AddedToken> added;
     const int64_t base = sp.vocab_size() + n;
-    for (const auto& [id, token] : added_listed) {
+    for (const auto& token : added_listed) {
+      const int64_t id = token.id;
       if (id >= base) {
-        added.push_back(token);
+        // Hugging Face's fast tokenizer (AutoTokenizer's) gives a token the vocabulary lacks the next id after the
+        // vocabulary and the tokens added before it, whatever id its entry writes (tokenizers only warns): past a
+        // gap it is the first free one. A token listed twice keeps its first id, one the vocabulary has its id there.
+        const bool listed =
+            std::any_of(added.begin(), added.end(), [&](const AddedToken& a) { return a.content == token.content; });
+        const int64_t sentinel = count_extra_ids(nlohmann::json(token.content));  // N + 1 for "<extra_id_N>"
+        const bool in_vocabulary =
+            sp.id_to_piece(sp.piece_to_id(token.content)) == token.content || (sentinel > 0 && sentinel <= n);
+        if (!listed && !in_vocabulary) {
+          added.push_back(token);
+          added.back().id = base + static_cast<int64_t>(added.size()) - 1;
+        }
         continue;
       }
       // The rest name pieces or sentinels, as Hugging Face lists every special token: they must be those.
