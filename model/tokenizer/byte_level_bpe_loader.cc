@@ -5,6 +5,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <unordered_set>
 
@@ -246,10 +247,13 @@ std::optional<TokenSpec> parse_token(const json& j, bool special) {
 // id; transformers then adds those of added_tokens_decoder and added_tokens.json it lacks, by their ids).
 // An entry's id was taken as it stood: one a vocabulary token has made that token special (dropped from
 // summaries) and the added token encoded as it; one past a gap gave ids the model's embedding does not
-// have for them. Tokens neither in the vocabulary nor with an id of their own (role tokens) get none.
+// have for them. Last, transformers adds the special tokens it has (the roles: bos, eos, unk, sep, pad, cls,
+// mask, then additional_special_tokens, `special_order`) that are still missing, at the next ids as well; they
+// had none, so a vocabulary without "<s>" and "</s>" wrapped nothing and "<mask>" in text was split up.
 std::map<std::string, int64_t> added_token_ids(const std::unordered_map<std::string, int64_t>& vocab,
                                                const std::map<std::string, TokenSpec>& added,
                                                const std::vector<std::string>& tokenizer_json_order,
+                                               const std::vector<std::string>& special_order,
                                                const fs::path& model_dir) {
   const auto vocab_size = static_cast<int64_t>(vocab.size());
   std::map<std::string, int64_t> ids;
@@ -285,6 +289,7 @@ std::map<std::string, int64_t> added_token_ids(const std::unordered_map<std::str
   }
   std::sort(by_file_id.begin(), by_file_id.end());
   for (const auto& [file_id, content] : by_file_id) give(content);
+  for (const auto& content : special_order) give(content);
   for (const auto& [content, spec] : added) {
     if (const auto it = vocab.find(content); it != vocab.end()) ids.emplace(content, it->second);
   }
@@ -358,6 +363,8 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
   roles["mask_token"].lstrip = true;
   std::map<std::string, TokenSpec> added;         // content -> spec (later files override earlier ones)
   std::vector<std::string> tokenizer_json_order;  // tokenizer.json's added_tokens, in its order
+  std::vector<std::string> listed_specials;       // additional_special_tokens, in the files' order
+  std::set<std::string> unset_roles;              // those a file sets to null: transformers then has none
   const auto add = [&](const TokenSpec& t) {
     auto& slot = added[t.content];
     const auto id = t.id ? t.id : slot.id;
@@ -386,7 +393,9 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
     if (!j || !j->is_object()) continue;
     for (auto& [role, spec] : roles) {
       if (j->contains(role)) {
+        if ((*j)[role].is_null()) unset_roles.insert(role);
         if (auto t = parse_token((*j)[role], true)) {
+          unset_roles.erase(role);
           // BART/RoBERTa give a plain-string <mask> lstrip (as their slow tokenizers do).
           if (role == "mask_token" && (*j)[role].is_string()) t->lstrip = true;
           spec = *t;
@@ -394,7 +403,10 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
       }
     }
     for (const auto* a : listed_special_tokens(*j)) {
-      if (auto t = parse_token(*a, true)) add(*t);
+      if (auto t = parse_token(*a, true)) {
+        add(*t);
+        listed_specials.push_back(t->content);
+      }
     }
     for (const auto& [id, a] : added_tokens_decoder(*j, model_dir / name)) {
       if (auto t = parse_token(*a, false)) {
@@ -423,7 +435,13 @@ std::unique_ptr<ByteLevelBpeTokenizer> ByteLevelBpeTokenizer::load(const fs::pat
   config.pad_token = roles["pad_token"].content;
   config.unk_token = roles["unk_token"].content;
 
-  const auto ids = added_token_ids(config.vocab, added, tokenizer_json_order, model_dir);
+  std::vector<std::string> special_order;  // transformers' SPECIAL_TOKENS_ATTRIBUTES order
+  for (const char* role :
+       {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+    if (unset_roles.count(role) == 0) special_order.push_back(roles[role].content);
+  }
+  special_order.insert(special_order.end(), listed_specials.begin(), listed_specials.end());
+  const auto ids = added_token_ids(config.vocab, added, tokenizer_json_order, special_order, model_dir);
   for (const auto& [content, spec] : added) {
     const auto id = ids.find(content);
     if (id == ids.end()) continue;  // a role token this vocabulary does not have

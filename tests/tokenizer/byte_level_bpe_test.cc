@@ -334,6 +334,47 @@ TEST(ByteLevelBpe, AnAddedTokenTheVocabularyLacksTakesTheNextIdAsHuggingFaceGive
   EXPECT_EQ(tok->vocab_size(), 267);
 }
 
+// Special tokens the files name (bos, eos, unk, sep, pad, cls, mask, then additional_special_tokens) that the
+// vocabulary lacks: transformers' fast tokenizer adds them in that order at the next free ids, after the added
+// tokens with ids of their own (PreTrainedTokenizerFast.__init__: all_special_tokens_extended not yet in the
+// added vocabulary). They had none: "<mask>" in text was split into bytes, a pad token of its own was no id,
+// and a vocabulary without its "<s>"/"</s>" wrapped nothing. A role set to null names no token.
+TEST(ByteLevelBpe, SpecialTokensTheVocabularyLacksTakeTheNextIdsAsTransformersGivesThem) {
+  TempDir dir("bpe-missing-roles");
+  test::write_tiny_bpe_dir(dir.path());
+  auto vocab = nlohmann::json::parse(test::read_file(dir.path() / "vocab.json"));
+  vocab.erase("<mask>");  // ids 0..263 remain
+  test::write_file(dir.path() / "vocab.json", vocab.dump());
+  test::write_file(dir.path() / "added_tokens.json", R"({"<x>": 300})");
+  test::write_file(dir.path() / "special_tokens_map.json",
+                   R"({"pad_token": "[PAD]", "additional_special_tokens": ["<sep>"]})");
+  auto tok = load_tokenizer(dir.path());
+  EXPECT_EQ(tok->vocab_size(), 268);
+  EXPECT_EQ(tok->token_to_id("<x>"), 264);
+  EXPECT_EQ(tok->pad_id(), 265);
+  EXPECT_EQ(tok->token_to_id("<mask>"), 266);
+  EXPECT_EQ(tok->token_to_id("<sep>"), 267);
+  for (const int64_t id : {265, 266, 267}) EXPECT_TRUE(tok->is_special(id)) << id;
+  EXPECT_EQ(tok->encode("low <mask>[PAD]<sep>"), (TokenIds{0, 261, 266, 265, 267, 2})) << "<mask> strips left";
+  EXPECT_EQ(tok->decode({0, 261, 266, 265, 267, 2}), "low");
+
+  // Roles renamed to tokens the vocabulary lacks: <s> ... </s> becomes <BOS> ... <EOS>.
+  test::write_file(dir.path() / "added_tokens.json", "{}");
+  test::write_file(dir.path() / "special_tokens_map.json",
+                   R"({"bos_token": "<BOS>", "cls_token": "<BOS>", "eos_token": "<EOS>", "sep_token": "<EOS>"})");
+  tok = load_tokenizer(dir.path());
+  EXPECT_EQ(tok->encode("low"), (TokenIds{264, 261, 265}));
+  EXPECT_EQ(tok->bos_id(), 264);
+  EXPECT_EQ(tok->eos_id(), 265);
+  EXPECT_EQ(tok->token_to_id("<mask>"), 266);
+
+  // "mask_token": null: no mask token, and no id for one.
+  test::write_file(dir.path() / "special_tokens_map.json", R"({"mask_token": null})");
+  tok = load_tokenizer(dir.path());
+  EXPECT_EQ(tok->vocab_size(), 264);
+  EXPECT_EQ(tok->token_to_id("<mask>"), std::nullopt);
+}
+
 TEST(ByteLevelBpe, ReadsAFastTokenizerOnlyCheckpointFromTokenizerJson) {
   TempDir dir("bpe-tokenizer-json");
   test::write_tiny_bpe_dir(dir.path() / "files");
