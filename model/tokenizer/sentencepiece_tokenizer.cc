@@ -172,6 +172,45 @@ bool prefixes_first_only(const nlohmann::json* tokenizer_json, const std::option
   return config && config->contains("legacy") && (*config)["legacy"] == false;
 }
 
+// The tokens of `listed` (listed_added_tokens) past the pieces of `sp` and its `n` sentinels, with the ids Hugging
+// Face's fast tokenizer gives them; throws TokenizerLoadError for one listed with the id of a piece or sentinel
+// that is something else.
+std::vector<AddedToken> tokens_after_the_sentinels(const std::vector<AddedToken>& listed,
+                                                   const SentencePieceProcessor& sp, int64_t n,
+                                                   const fs::path& model_dir) {
+  std::vector<AddedToken> added;
+  const int64_t base = sp.vocab_size() + n;
+  for (const auto& token : listed) {
+    const int64_t id = token.id;
+    if (id >= base) {
+      // Hugging Face's fast tokenizer (AutoTokenizer's) gives a token the vocabulary lacks the next id after the
+      // vocabulary and the tokens added before it, whatever id its entry writes (tokenizers only warns): past a
+      // gap it is the first free one. A token listed twice keeps its first id, one the vocabulary has its id there.
+      const bool seen =
+          std::any_of(added.begin(), added.end(), [&](const AddedToken& a) { return a.content == token.content; });
+      const int64_t sentinel = count_extra_ids(nlohmann::json(token.content));  // N + 1 for "<extra_id_N>"
+      const bool in_vocabulary =
+          sp.id_to_piece(sp.piece_to_id(token.content)) == token.content || (sentinel > 0 && sentinel <= n);
+      if (!seen && !in_vocabulary) {
+        added.push_back(token);
+        added.back().id = base + static_cast<int64_t>(added.size()) - 1;
+      }
+      continue;
+    }
+    // The rest name pieces or sentinels, as Hugging Face lists every special token: they must be those.
+    const std::string here = id < 0                 ? std::string("outside the vocabulary")
+                             : id < sp.vocab_size() ? "'" + sp.id_to_piece(static_cast<int32_t>(id)) + "'"
+                                                    : "'<extra_id_" + std::to_string(base - 1 - id) + ">'";
+    if (id < 0 || here != "'" + token.content + "'") {
+      throw TokenizerLoadError(model_dir.string() + ": the tokenizer files give '" + token.content + "' the id " +
+                               std::to_string(id) + ", which is " + here +
+                               " in spiece.model and the sentinels; correct the files (added_tokens.json, "
+                               "tokenizer_config.json's added_tokens_decoder)");
+    }
+  }
+  return added;
+}
+
 // A fast-tokenizer-only checkpoint: the SentencePiece model its tokenizer.json was converted from.
 std::unique_ptr<SentencePieceTokenizer> load_from_tokenizer_json(const fs::path& model_dir,
                                                                  const nlohmann::json* parsed_tokenizer_json) {
@@ -194,15 +233,22 @@ std::unique_ptr<SentencePieceTokenizer> load_from_tokenizer_json(const fs::path&
   const auto converted = sentencepiece_model_from_tokenizer_json(*tj, file.string(), names);
   // "never": text that starts with whitespace goes through the model with the dummy prefix.
   const bool never = metaspace_never_prefixes(*tj);
+  const auto listed =
+      listed_added_tokens(model_dir, tj, read_tokenizer_file_if_present(model_dir / "tokenizer_config.json"));
   try {
+    auto sp = never ? load_with_dummy_prefix(converted.model_proto, true)
+                    : SentencePieceProcessor::load_from_bytes(converted.model_proto);
+    auto added = tokens_after_the_sentinels(listed, sp, converted.extra_ids, model_dir);
     return std::make_unique<SentencePieceTokenizer>(
-        never ? load_with_dummy_prefix(converted.model_proto, true)
-              : SentencePieceProcessor::load_from_bytes(converted.model_proto),
-        converted.extra_ids,
+        std::move(sp), converted.extra_ids,
         converted.prefix_first_only || never ? std::optional(load_unprefixed(converted.model_proto)) : std::nullopt,
-        std::vector<AddedToken>{}, metaspace_decoder_keeps_first_space(*tj), metaspace_keeps_trailing_space(*tj), never,
+        std::move(added), metaspace_decoder_keeps_first_space(*tj), metaspace_keeps_trailing_space(*tj), never,
         unicode_whitespace_handling(*tj),
         converted.prefix_first_only || never ? std::nullopt : std::optional(load_unprefixed(converted.model_proto)));
+  } catch (const TokenizerLoadError&) {
+    throw;
+  } catch (const std::invalid_argument& e) {
+    throw TokenizerLoadError(model_dir.string() + ": " + e.what());
   } catch (const std::runtime_error& e) {
     throw TokenizerLoadError("cannot load the SentencePiece model of " + file.string() + ": " + e.what());
   }
@@ -254,36 +300,7 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
     // the first word either, as spiece.model's dummy prefix would put there (the unprefixed model encodes).
     const bool never = tj && metaspace_never_prefixes(*tj);
     auto sp = never ? load_with_dummy_prefix(serialized, true) : SentencePieceProcessor::load_from_bytes(serialized);
-    std::vector<AddedToken> added;
-    const int64_t base = sp.vocab_size() + n;
-    for (const auto& token : added_listed) {
-      const int64_t id = token.id;
-      if (id >= base) {
-        // Hugging Face's fast tokenizer (AutoTokenizer's) gives a token the vocabulary lacks the next id after the
-        // vocabulary and the tokens added before it, whatever id its entry writes (tokenizers only warns): past a
-        // gap it is the first free one. A token listed twice keeps its first id, one the vocabulary has its id there.
-        const bool listed =
-            std::any_of(added.begin(), added.end(), [&](const AddedToken& a) { return a.content == token.content; });
-        const int64_t sentinel = count_extra_ids(nlohmann::json(token.content));  // N + 1 for "<extra_id_N>"
-        const bool in_vocabulary =
-            sp.id_to_piece(sp.piece_to_id(token.content)) == token.content || (sentinel > 0 && sentinel <= n);
-        if (!listed && !in_vocabulary) {
-          added.push_back(token);
-          added.back().id = base + static_cast<int64_t>(added.size()) - 1;
-        }
-        continue;
-      }
-      // The rest name pieces or sentinels, as Hugging Face lists every special token: they must be those.
-      const std::string here = id < 0                 ? std::string("outside the vocabulary")
-                               : id < sp.vocab_size() ? "'" + sp.id_to_piece(static_cast<int32_t>(id)) + "'"
-                                                      : "'<extra_id_" + std::to_string(base - 1 - id) + ">'";
-      if (id < 0 || here != "'" + token.content + "'") {
-        throw TokenizerLoadError(model_dir.string() + ": the tokenizer files give '" + token.content + "' the id " +
-                                 std::to_string(id) + ", which is " + here +
-                                 " in spiece.model and the sentinels; correct the files (added_tokens.json, "
-                                 "tokenizer_config.json's added_tokens_decoder)");
-      }
-    }
+    auto added = tokens_after_the_sentinels(added_listed, sp, n, model_dir);
     // Without the dummy prefix: the "first" and "never" schemes' model, else encode_word's alone.
     auto unprefixed = load_unprefixed(std::move(serialized));
     const bool prefixes_once = never || prefixes_first_only(tj, config);

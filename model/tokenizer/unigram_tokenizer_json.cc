@@ -327,7 +327,8 @@ UnigramModelFromJson sentencepiece_model_from_tokenizer_json(const json& tj, con
   const auto sp_size = static_cast<int64_t>(pieces.size()) - out.extra_ids;
   if (unk_id >= sp_size) throw TokenizerLoadError(where + ": model.unk_id points at a T5 sentinel");
 
-  // Added tokens are the control pieces (special) and user-defined ones; they must be the pieces at their ids.
+  // Added tokens in the vocabulary are the control pieces (special) and user-defined ones; they must be the pieces
+  // at their ids. Those past it (a checkpoint's own) are the tokenizer's (SentencePieceTokenizer::load).
   std::unordered_map<int64_t, bool> added;  // id -> special
   if (tj.contains("added_tokens") && tj["added_tokens"].is_array()) {
     for (const auto& a : tj["added_tokens"]) {
@@ -337,10 +338,11 @@ UnigramModelFromJson sentencepiece_model_from_tokenizer_json(const json& tj, con
       }
       const auto id = a["id"].get<int64_t>();
       const auto content = a["content"].get<std::string>();
-      if (id < 0 || id >= static_cast<int64_t>(pieces.size()) || pieces[static_cast<size_t>(id)].text != content) {
+      if (id >= static_cast<int64_t>(pieces.size())) continue;
+      if (id < 0 || pieces[static_cast<size_t>(id)].text != content) {
         throw TokenizerLoadError(where + ": the added token " + a["content"].dump() + " (id " + std::to_string(id) +
-                                 ") is not the vocabulary's piece at that id; tokens added after the "
-                                 "SentencePiece vocabulary are not supported");
+                                 ") is not the vocabulary's piece at that id; restore the file from the model's "
+                                 "repository");
       }
       added[id] = a.value("special", false);
     }

@@ -53,8 +53,8 @@ UnicodeWhitespace unicode_whitespace_handling(const nlohmann::json& tokenizer_js
 
 // Throws TokenizerLoadError naming the field (`where` names the file) when the tokenizer is not one a
 // SentencePiece model can express: another model type, a normalizer other than the precompiled map,
-// whitespace collapsing and stripping, a pre-tokenizer other than Metaspace, added tokens outside the
-// vocabulary.
+// whitespace collapsing and stripping, a pre-tokenizer other than Metaspace, an added token in the vocabulary
+// that is not its piece there. Added tokens past the vocabulary are left out (the tokenizer's to add).
 UnigramModelFromJson sentencepiece_model_from_tokenizer_json(const nlohmann::json& tokenizer_json,
                                                              const std::string& where, const SpecialTokenNames& names);
 

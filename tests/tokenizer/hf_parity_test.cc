@@ -463,6 +463,25 @@ TEST(HfParity, T5AddedTokensPastAGapTakeTheNextFreeIds) {
   EXPECT_EQ(compare(*load_tokenizer(dir.path()), texts, ref, "T5 added tokens past a gap"), 0u);
 }
 
+// A fast-tokenizer-only T5 checkpoint (tokenizer.json, no spiece.model) with tokens of its own after the
+// sentinels, one past a gap: tokenizers gives them the next free ids. Such a directory was refused ("tokens
+// added after the SentencePiece vocabulary are not supported").
+TEST(HfParity, T5TokenizerJsonAloneWithAddedTokens) {
+  if (const auto why = reference_missing(); !why.empty()) GTEST_SKIP() << why;
+  const TempDir dir("hf-t5-json-added");
+  const auto tj_path = t5_dir_with_added_tokens(
+      dir.path(), {{{"content", "<kw>"}, {"special", true}}, {{"content", "[x]"}, {"lstrip", true}}});
+  if (tj_path.empty()) GTEST_SKIP() << "python3 with the sentencepiece module not found";
+  fs::remove(dir.path() / "spiece.model");
+  auto tj = json::parse(test::read_file(tj_path));
+  tj["added_tokens"].back()["id"] = tj["added_tokens"].back()["id"].get<int64_t>() + 28;
+  test::write_file(tj_path, tj.dump());
+  const std::vector<std::string> texts = {"a<kw>b", "the [x] fox<kw>", "[x]<kw>[x]",      "x  [x]y</s>z",
+                                          "<kw>",   "no added tokens", "<extra_id_3> [x]"};
+  const auto ref = run_reference(tj_path, text_inputs(texts));
+  EXPECT_EQ(compare(*load_tokenizer(dir.path()), texts, ref, "T5 tokenizer.json alone with added tokens"), 0u);
+}
+
 // TEXTS followed by random ones of 1 to 8 UNITS each, up to COUNT in all.
 std::vector<std::string> random_texts(std::vector<std::string> texts, const std::vector<std::string>& units,
                                       size_t count, unsigned seed) {

@@ -328,9 +328,9 @@ TEST(UnigramTokenizerJson, WhatSentencePieceCannotExpressIsALoadErrorNamingIt) {
   expect_in(error_with([](json& tj) { tj["model"]["vocab"][5] = {1, 2}; }), "model.vocab entry 5 must be");
   expect_in(error_with([](json& tj) { tj["model"]["vocab"] = json::array(); }), "model.vocab must be a non-empty");
   expect_in(error_with([](json& tj) {
-              tj["added_tokens"].push_back({{"id", 800}, {"content", "<new>"}});
+              tj["added_tokens"].push_back({{"id", 5}, {"content", "<new>"}});
             }),
-            "the added token \"<new>\" (id 800) is not the vocabulary's piece");
+            "the added token \"<new>\" (id 5) is not the vocabulary's piece");
   // What the library itself refuses comes through with the file named.
   expect_in(error_with([](json& tj) { tj["model"]["vocab"][10][0] = tj["model"]["vocab"][11][0]; }),
             "cannot load the SentencePiece model of " + (dir.path() / "bad" / "tokenizer.json").string());
