@@ -174,10 +174,11 @@ bool prefixes_first_only(const nlohmann::json* tokenizer_json, const std::option
 
 // The tokens of `listed` (listed_added_tokens) past the pieces of `sp` and its `n` sentinels, with the ids Hugging
 // Face's fast tokenizer gives them; throws TokenizerLoadError for one listed with the id of a piece or sentinel
-// that is something else.
+// that is something else. `in_vocabulary` gets those listed with the id of their piece or sentinel (their lstrip,
+// rstrip and single_word are Hugging Face's for it).
 std::vector<AddedToken> tokens_after_the_sentinels(const std::vector<AddedToken>& listed,
                                                    const SentencePieceProcessor& sp, int64_t n,
-                                                   const fs::path& model_dir) {
+                                                   const fs::path& model_dir, std::vector<AddedToken>& in_vocabulary) {
   std::vector<AddedToken> added;
   const int64_t base = sp.vocab_size() + n;
   for (const auto& token : listed) {
@@ -207,6 +208,7 @@ std::vector<AddedToken> tokens_after_the_sentinels(const std::vector<AddedToken>
                                " in spiece.model and the sentinels; correct the files (added_tokens.json, "
                                "tokenizer_config.json's added_tokens_decoder)");
     }
+    in_vocabulary.push_back(token);
   }
   return added;
 }
@@ -238,13 +240,15 @@ std::unique_ptr<SentencePieceTokenizer> load_from_tokenizer_json(const fs::path&
   try {
     auto sp = never ? load_with_dummy_prefix(converted.model_proto, true)
                     : SentencePieceProcessor::load_from_bytes(converted.model_proto);
-    auto added = tokens_after_the_sentinels(listed, sp, converted.extra_ids, model_dir);
+    std::vector<AddedToken> in_vocabulary;
+    auto added = tokens_after_the_sentinels(listed, sp, converted.extra_ids, model_dir, in_vocabulary);
     return std::make_unique<SentencePieceTokenizer>(
         std::move(sp), converted.extra_ids,
         converted.prefix_first_only || never ? std::optional(load_unprefixed(converted.model_proto)) : std::nullopt,
         std::move(added), metaspace_decoder_keeps_first_space(*tj), metaspace_keeps_trailing_space(*tj), never,
         unicode_whitespace_handling(*tj),
-        converted.prefix_first_only || never ? std::nullopt : std::optional(load_unprefixed(converted.model_proto)));
+        converted.prefix_first_only || never ? std::nullopt : std::optional(load_unprefixed(converted.model_proto)),
+        std::move(in_vocabulary));
   } catch (const TokenizerLoadError&) {
     throw;
   } catch (const std::invalid_argument& e) {
@@ -300,14 +304,16 @@ std::unique_ptr<SentencePieceTokenizer> SentencePieceTokenizer::load(const fs::p
     // the first word either, as spiece.model's dummy prefix would put there (the unprefixed model encodes).
     const bool never = tj && metaspace_never_prefixes(*tj);
     auto sp = never ? load_with_dummy_prefix(serialized, true) : SentencePieceProcessor::load_from_bytes(serialized);
-    auto added = tokens_after_the_sentinels(added_listed, sp, n, model_dir);
+    std::vector<AddedToken> in_vocabulary;
+    auto added = tokens_after_the_sentinels(added_listed, sp, n, model_dir, in_vocabulary);
     // Without the dummy prefix: the "first" and "never" schemes' model, else encode_word's alone.
     auto unprefixed = load_unprefixed(std::move(serialized));
     const bool prefixes_once = never || prefixes_first_only(tj, config);
     return std::make_unique<SentencePieceTokenizer>(
         std::move(sp), n, prefixes_once ? std::optional(unprefixed) : std::nullopt, std::move(added),
         tj && metaspace_decoder_keeps_first_space(*tj), tj && metaspace_keeps_trailing_space(*tj), never,
-        tj ? unicode_whitespace_handling(*tj) : UnicodeWhitespace::kNone, std::move(unprefixed));
+        tj ? unicode_whitespace_handling(*tj) : UnicodeWhitespace::kNone, std::move(unprefixed),
+        std::move(in_vocabulary));
   } catch (const TokenizerLoadError&) {
     throw;
   } catch (const std::invalid_argument& e) {
@@ -325,7 +331,8 @@ SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_
                                                std::vector<AddedToken> added, bool first_space_kept,
                                                bool trailing_space_kept, bool never_prefixed,
                                                UnicodeWhitespace unicode_whitespace,
-                                               std::optional<SentencePieceProcessor> inside_word)
+                                               std::optional<SentencePieceProcessor> inside_word,
+                                               const std::vector<AddedToken>& listed_in_vocabulary)
     : sp_(std::move(sp)),
       unprefixed_(std::move(unprefixed)),
       inside_word_(inside_word ? std::move(inside_word) : unprefixed_),
@@ -354,6 +361,16 @@ SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceProcessor sp, int64_
     if (sp_.is_control(id) || sp_.is_unknown(id)) specials.push_back({sp_.id_to_piece(id), id});
   }
   for (int64_t id = sp_size_; id < extras_end(); ++id) specials.push_back({id_to_token(id), id});
+  // The files' lstrip, rstrip and single_word for them, as Hugging Face's fast tokenizer takes them (T5Tokenizer
+  // saves its sentinels with lstrip and rstrip).
+  for (auto& special : specials) {
+    for (const auto& listed : listed_in_vocabulary) {
+      if (listed.id != special.id || listed.content != special.content) continue;
+      special.lstrip = listed.lstrip;
+      special.rstrip = listed.rstrip;
+      special.single_word = listed.single_word;
+    }
+  }
   specials.insert(specials.end(), added_.begin(), added_.end());
   splitter_ = AddedTokenSplitter(std::move(specials));
   for (int32_t id = 0; id < sp_size_ && lead_id_ < 0; ++id) {

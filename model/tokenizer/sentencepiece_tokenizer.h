@@ -42,12 +42,15 @@ class SentencePieceTokenizer final : public Tokenizer {
   // (unicode_whitespace_handling).
   // inside_word: the model without its dummy prefix for encode_word's text straight after other text, where
   // `unprefixed` is not given (the loaders give it); without either, encode_word gives the "▁" form for both.
+  // listed_in_vocabulary: the files' entries for control pieces and sentinels (by id and content): their lstrip,
+  // rstrip and single_word apply where those are matched in text.
   SentencePieceTokenizer(SentencePieceProcessor sp, int64_t extra_ids,
                          std::optional<SentencePieceProcessor> unprefixed = std::nullopt,
                          std::vector<AddedToken> added = {}, bool first_space_kept = false,
                          bool trailing_space_kept = false, bool never_prefixed = false,
                          UnicodeWhitespace unicode_whitespace = UnicodeWhitespace::kNone,
-                         std::optional<SentencePieceProcessor> inside_word = std::nullopt);
+                         std::optional<SentencePieceProcessor> inside_word = std::nullopt,
+                         const std::vector<AddedToken>& listed_in_vocabulary = {});
 
   TokenIds encode(std::string_view text) const override;
   // Straight after other text: the text at the start through the model without its dummy prefix.

@@ -212,6 +212,25 @@ TEST_F(SentencePieceTokenizerTest, AddedTokensPastAGapTakeTheNextFreeIdsAsHuggin
   EXPECT_EQ(tok->decode(ids, false), "the<sep> fox[kw] dog</s>");
 }
 
+// Sentinels saved by transformers' T5Tokenizer carry lstrip and rstrip (its added_tokens_decoder); Hugging Face's
+// fast tokenizer takes those flags for them and strips the whitespace around a sentinel, so that with
+// legacy: false the text after it gets no "▁" (HfParity.T5SentinelsStripWhitespaceWhereTheFilesSaySo runs
+// tokenizers 0.22 on tokenizer.json's). They were matched without.
+TEST_F(SentencePieceTokenizerTest, SentinelsStripWhitespaceWhereTheFilesSaySo) {
+  TempDir dir("t5-sentinel-strip");
+  std::filesystem::copy_file(test::t5_style_spm_dir() / "spiece.model", dir.path() / "spiece.model");
+  test::write_file(dir.path() / "tokenizer_config.json", R"({"extra_ids": 3, "legacy": false})");
+  const auto plain = SentencePieceTokenizer::load(dir.path());
+  ASSERT_NE(plain->encode("a <extra_id_0> fox"), plain->encode("a<extra_id_0>fox"));
+  test::write_file(dir.path() / "tokenizer_config.json",
+                   R"({"extra_ids": 3, "legacy": false, "added_tokens_decoder": {
+                         "602": {"content": "<extra_id_0>", "lstrip": true, "rstrip": true, "special": true},
+                         "601": {"content": "<extra_id_1>", "lstrip": false, "rstrip": true, "special": true}}})");
+  const auto tok = SentencePieceTokenizer::load(dir.path());
+  EXPECT_EQ(tok->encode("a <extra_id_0> fox"), tok->encode("a<extra_id_0>fox"));
+  EXPECT_EQ(tok->encode("a <extra_id_1>  fox"), tok->encode("a <extra_id_1>fox"));
+}
+
 // Hugging Face's decode runs added tokens' text through the Metaspace decoder too: an added "▁word" (as
 // tokenizer.add_tokens keeps one meant to follow a space) gives " word", or "word" as the first token, every
 // "▁" of it dropped there. They were given as their text ("▁word"). Checked against tokenizers 0.22
