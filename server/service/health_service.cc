@@ -3,14 +3,29 @@
 #include <optional>
 #include <utility>
 
+#include "server/service/message_body.h"
+
 namespace srformer::server {
 
 using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
 
+namespace {
+
+constexpr const char* kHealthProto = "gRPC's grpc/health/v1/health.proto";
+
+// A Watch refused before it starts (its request did not parse).
+class RefusedWatch final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit RefusedWatch(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
 // One Watch call: writes its service's status each time it changes (the latest only, where a write is still
 // under way), and ends after the last one once the service asks it to.
-class HealthService::WatchReactor final : public grpc::ServerWriteReactor<HealthCheckResponse> {
+class HealthService::WatchReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   WatchReactor(HealthService& service, std::string name) : service_(service), name_(std::move(name)) {}
   const std::string& name() const { return name_; }
@@ -57,7 +72,12 @@ class HealthService::WatchReactor final : public grpc::ServerWriteReactor<Health
   void send_or_end_locked(ServingStatus status) {
     if (status != sent_) {
       sent_ = status;
-      response_.set_status(status);
+      HealthCheckResponse response;
+      response.set_status(status);
+      if (const grpc::Status serialized = serialize_body(response, response_); !serialized.ok()) {
+        finish_locked(serialized);  // never for a message of one enum field
+        return;
+      }
       writing_ = true;
       StartWrite(&response_);
     } else if (last_) {
@@ -73,7 +93,7 @@ class HealthService::WatchReactor final : public grpc::ServerWriteReactor<Health
   HealthService& service_;
   const std::string name_;
   std::mutex mu_;
-  HealthCheckResponse response_;
+  grpc::ByteBuffer response_;
   std::optional<ServingStatus> sent_;
   std::optional<ServingStatus> pending_;
   bool writing_ = false;
@@ -121,30 +141,40 @@ void HealthService::end_watches() {
   for (WatchReactor* watch : watches_) watch->send(status_locked(watch->name()), true);
 }
 
-grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* context, const HealthCheckRequest* request,
-                                               HealthCheckResponse* response) {
+grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* context, const grpc::ByteBuffer* body,
+                                               grpc::ByteBuffer* response) {
   auto* reactor = context->DefaultReactor();
+  HealthCheckRequest request;
+  if (const grpc::Status parsed = parse_body(*body, request, kHealthProto); !parsed.ok()) {
+    reactor->Finish(parsed);
+    return reactor;
+  }
   ServingStatus status;
   {
     std::lock_guard lock(mu_);
-    status = status_locked(request->service());
+    status = status_locked(request.service());
   }
   if (status == HealthCheckResponse::SERVICE_UNKNOWN) {  // as gRPC's own health service answers
     reactor->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND, "service name unknown"));
     return reactor;
   }
-  response->set_status(status);
-  reactor->Finish(grpc::Status::OK);
+  HealthCheckResponse answer;
+  answer.set_status(status);
+  reactor->Finish(serialize_body(answer, *response));
   return reactor;
 }
 
-grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(grpc::CallbackServerContext*,
-                                                                    const HealthCheckRequest* request) {
-  auto* watch = new WatchReactor(*this, request->service());
+grpc::ServerWriteReactor<grpc::ByteBuffer>* HealthService::Watch(grpc::CallbackServerContext*,
+                                                                 const grpc::ByteBuffer* body) {
+  HealthCheckRequest request;
+  if (const grpc::Status parsed = parse_body(*body, request, kHealthProto); !parsed.ok()) {
+    return new RefusedWatch(parsed);
+  }
+  auto* watch = new WatchReactor(*this, request.service());
   std::lock_guard lock(mu_);
   watches_.insert(watch);
   // A service not known (yet) is SERVICE_UNKNOWN, and the Watch stays open for it, as the protocol says.
-  watch->send(status_locked(request->service()), watches_ended_);
+  watch->send(status_locked(request.service()), watches_ended_);
   return watch;
 }
 

@@ -2,7 +2,8 @@
 // grpc.health.v1.Health: Check, and Watch streams that the server ends when it shuts down. gRPC's default
 // health service ends a Watch only when Server::Shutdown's deadline passes and gRPC cancels the calls still
 // open, so a single Watch held open (a gRPC client's own health checking holds one per connection) added
-// that whole wait, 2 s, to every shutdown.
+// that whole wait, 2 s, to every shutdown. Its requests are parsed here (raw methods), as the Summarizer's
+// are: the callback API answered one that does not parse with UNIMPLEMENTED and no message.
 #include <grpcpp/grpcpp.h>
 
 #include <condition_variable>
@@ -15,7 +16,10 @@
 
 namespace srformer::server {
 
-class HealthService final : public grpc::health::v1::Health::CallbackService {
+using RawHealthService = grpc::health::v1::Health::WithRawCallbackMethod_Check<
+    grpc::health::v1::Health::WithRawCallbackMethod_Watch<grpc::health::v1::Health::Service>>;
+
+class HealthService final : public RawHealthService {
  public:
   using ServingStatus = grpc::health::v1::HealthCheckResponse::ServingStatus;
 
@@ -35,11 +39,11 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
   // would hold grpc::Server::Shutdown to its deadline.
   void end_watches();
 
-  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* context,
-                                  const grpc::health::v1::HealthCheckRequest* request,
-                                  grpc::health::v1::HealthCheckResponse* response) override;
-  grpc::ServerWriteReactor<grpc::health::v1::HealthCheckResponse>* Watch(
-      grpc::CallbackServerContext* context, const grpc::health::v1::HealthCheckRequest* request) override;
+  // A body that is not a HealthCheckRequest: INVALID_ARGUMENT, saying so.
+  grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Watch(grpc::CallbackServerContext* context,
+                                                    const grpc::ByteBuffer* request) override;
 
   class WatchReactor;
 

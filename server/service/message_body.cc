@@ -11,21 +11,18 @@
 
 namespace srformer::server {
 
-namespace {
-constexpr const char* kProtoHint = "; build the client from this server's proto/srformer/v1/summarizer.proto";
-}  // namespace
-
-grpc::Status parse_body(const grpc::ByteBuffer& body, google::protobuf::Message& out) {
+grpc::Status parse_body(const grpc::ByteBuffer& body, google::protobuf::Message& out, const char* proto) {
   const std::string type = out.GetTypeName();
+  const std::string hint = std::string("; build the client from ") + proto;
   if (!body.Valid()) {
-    return {grpc::StatusCode::INVALID_ARGUMENT, "the call carried no " + type + " message" + kProtoHint};
+    return {grpc::StatusCode::INVALID_ARGUMENT, "the call carried no " + type + " message" + hint};
   }
   grpc::ByteBuffer copy(body);  // the reader consumes its buffer; copying shares the slices
   grpc::ProtoBufferReader reader(&copy);
   if (!reader.status().ok() || !out.ParseFromZeroCopyStream(&reader)) {
     return {grpc::StatusCode::INVALID_ARGUMENT,
             "the request body is not a valid " + type +
-                " message (cut short, a string field that is not UTF-8, or fields of other types)" + kProtoHint};
+                " message (cut short, a string field that is not UTF-8, or fields of other types)" + hint};
   }
   return grpc::Status::OK;
 }

@@ -11,8 +11,10 @@
 
 namespace srformer::server {
 
-// Parses `body` into `out`; INVALID_ARGUMENT naming the message type when it is not one.
-grpc::Status parse_body(const grpc::ByteBuffer& body, google::protobuf::Message& out);
+// Parses `body` into `out`; INVALID_ARGUMENT naming the message type when it is not one, and `proto`, the
+// file to build the client from.
+grpc::Status parse_body(const grpc::ByteBuffer& body, google::protobuf::Message& out,
+                        const char* proto = "this server's proto/srformer/v1/summarizer.proto");
 
 // RESOURCE_EXHAUSTED for a body over `max_bytes` (0: no limit), else OK. The message starts as gRPC's own
 // refusal does ("Received message larger than max (N vs. LIMIT)", which clients and tools recognise) and

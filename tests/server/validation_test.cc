@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "grpc/health/v1/health.pb.h"
 #include "server/metrics/metrics.h"
 #include "server/service/request_builder.h"
 #include "tests/metrics/scrape.h"
@@ -364,6 +365,86 @@ TEST(Validation, ABodyThatIsNotTheRequestMessageIsInvalidArgument) {
   const grpc::Status empty = raw_call(server, "Summarize", "", false);
   EXPECT_EQ(empty.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(empty.error_message().find("document is empty"), std::string::npos) << empty.error_message();
+}
+
+// grpc.health.v1 too: a Check or Watch whose body is not a HealthCheckRequest (a probe built from another
+// proto, bytes cut short) got UNIMPLEMENTED with no message from gRPC's callback API, which a probe reports as
+// "the server has no health service". It is INVALID_ARGUMENT now, saying what it is and which proto to use; a
+// well-formed one is answered as before.
+TEST(Validation, AHealthRequestThatIsNotAHealthCheckRequestIsInvalidArgument) {
+  TestServer server;
+  // Returns the call's status and the statuses it received (a Watch's first only: it stays open until its
+  // deadline).
+  const auto call = [&](const char* method, const std::string& body) {
+    grpc::Slice slice(body);
+    const grpc::ByteBuffer request(&slice, 1);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 2s);
+    const std::string name = std::string("/grpc.health.v1.Health/") + method;
+    grpc::Status status;
+    std::vector<grpc::health::v1::HealthCheckResponse::ServingStatus> got;
+    const auto take = [&](const grpc::ByteBuffer& message) {
+      std::vector<grpc::Slice> slices;
+      EXPECT_TRUE(message.Dump(&slices).ok());
+      std::string bytes;
+      for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      grpc::health::v1::HealthCheckResponse response;
+      EXPECT_TRUE(response.ParseFromString(bytes));
+      got.push_back(response.status());
+    };
+    if (std::string(method) == "Check") {
+      grpc::ByteBuffer response;
+      status = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+          server.channel().get(), grpc::internal::RpcMethod(name.c_str(), grpc::internal::RpcMethod::NORMAL_RPC), &ctx,
+          request, &response);
+      if (status.ok()) take(response);
+    } else {
+      std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+          grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+              server.channel().get(),
+              grpc::internal::RpcMethod(name.c_str(), grpc::internal::RpcMethod::SERVER_STREAMING), &ctx, request));
+      grpc::ByteBuffer message;
+      if (reader->Read(&message)) {
+        take(message);
+        ctx.TryCancel();
+      }
+      status = reader->Finish();
+    }
+    return std::make_pair(status, got);
+  };
+  const std::vector<std::pair<const char*, std::string>> bodies = {
+      {"cut short", std::string("\x0A\x05"
+                                "ab",
+                                4)},                  // service: 5 bytes announced, 2 sent
+      {"not UTF-8", std::string("\x0A\x01\xFF", 3)},  // proto3 strings must be UTF-8
+      {"wire type 7", std::string("\x0F", 1)},        // no such wire type
+  };
+  for (const char* method : {"Check", "Watch"}) {
+    for (const auto& [what, body] : bodies) {
+      SCOPED_TRACE(std::string(method) + ", " + what);
+      const auto [status, got] = call(method, body);
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+      EXPECT_NE(status.error_message().find("not a valid grpc.health.v1.HealthCheckRequest"), std::string::npos)
+          << status.error_message();
+      EXPECT_NE(status.error_message().find("grpc/health/v1/health.proto"), std::string::npos)
+          << status.error_message();
+      EXPECT_TRUE(got.empty());
+    }
+    SCOPED_TRACE(method);
+    using Health = grpc::health::v1::HealthCheckResponse;
+    const auto [whole, whole_got] = call(method, "");  // the whole server
+    EXPECT_EQ(whole_got, std::vector<Health::ServingStatus>{Health::SERVING});
+    const auto [named, named_got] = call(method, std::string("\x0A\x16srformer.v1.Summarizer", 24));
+    EXPECT_EQ(named_got, std::vector<Health::ServingStatus>{Health::SERVING});
+    const auto [unknown, unknown_got] = call(method, std::string("\x0A\x02no", 4));
+    if (std::string(method) == "Check") {
+      EXPECT_EQ(whole.error_code(), grpc::StatusCode::OK);
+      EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
+    } else {
+      EXPECT_EQ(whole.error_code(), grpc::StatusCode::CANCELLED);  // ours, after its first message
+      EXPECT_EQ(unknown_got, std::vector<Health::ServingStatus>{Health::SERVICE_UNKNOWN});
+    }
+  }
 }
 
 // A call that sends its headers but no message, then is cancelled (cancel) or half-closes (a client that
