@@ -30,7 +30,6 @@ using srformer::server::ServerConfig;
 
 // How long main() waits, after the drain, for the engines' decode threads to end before exiting without them.
 constexpr std::chrono::milliseconds kEngineStopBound{2000};
-constexpr int kStuckExit = 1;  // the shutdown did not end: an engine's thread hung
 
 // SIGTERM, SIGINT and SIGHUP, less those of the last two ignored when the server started: `nohup` ignores
 // SIGHUP so that the server outlives its terminal, and a shell script starts its background jobs with
@@ -111,18 +110,11 @@ int run(const ServerConfig& config, std::optional<srformer::server::StartupSigna
   // A decode thread hung in a step (a CUDA call that never returns) never ends: its requests' calls stay
   // open, holding gRPC's shutdown, and the server's destructor waits for it. Such a server waited for the
   // supervisor's SIGKILL; it exits now, once an engine that moves would have stopped, without the stuck one.
-  const auto bound = Server::shutdown_bound(grace);
-  const bool shut_down = server.wait_until(std::chrono::steady_clock::now() + bound);
-  const auto stuck = server.stop_engines(kEngineStopBound);  // names each stuck model (error)
-  if (!shut_down || !stuck.empty()) {
-    if (stuck.empty()) {
-      spdlog::error("shutdown: not complete {} ms after the signal; exiting with status {} without waiting for it",
-                    bound.count(), kStuckExit);
-    } else {
-      spdlog::error("shutdown: exiting with status {} without waiting for the stuck engine's thread", kStuckExit);
-    }
+  if (const int status =
+          server.finish_shutdown(std::chrono::steady_clock::now() + Server::shutdown_bound(grace), kEngineStopBound);
+      status != 0) {
     spdlog::default_logger()->flush();
-    std::_Exit(kStuckExit);  // no destructors: the server's would wait for the stuck thread
+    std::_Exit(status);  // no destructors: the server's would wait for the stuck thread
   }
   drain.join();
   drained.store(true);

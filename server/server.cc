@@ -461,4 +461,19 @@ std::vector<std::string> Server::stop_engines(std::chrono::milliseconds bound) {
   return stuck;
 }
 
+int Server::finish_shutdown(Clock::time_point drain_deadline, std::chrono::milliseconds engine_stop_bound) {
+  const auto signalled_bound = std::chrono::duration_cast<std::chrono::milliseconds>(drain_deadline - Clock::now());
+  const bool shut_down = wait_until(drain_deadline);
+  const auto stuck = stop_engines(engine_stop_bound);  // names each stuck model (error)
+  if (shut_down && stuck.empty()) return 0;
+  if (stuck.empty()) {
+    spdlog::error("shutdown: not complete {} ms after the signal; exiting with status {} without waiting for it",
+                  signalled_bound.count(), kStuckShutdownExitStatus);
+  } else {
+    spdlog::error("shutdown: exiting with status {} without waiting for the stuck engine's thread",
+                  kStuckShutdownExitStatus);
+  }
+  return kStuckShutdownExitStatus;
+}
+
 }  // namespace srformer::server

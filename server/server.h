@@ -23,6 +23,11 @@ namespace srformer::server {
 
 class Metrics;
 
+// What srformer-server exits with when its shutdown did not end (an engine's thread hung): not 1, a start that
+// failed, nor 2, flags or a configuration refused, so that a supervisor or an operator tells a stuck engine
+// (a hung CUDA call, a lost GPU) from a server that could not start.
+inline constexpr int kStuckShutdownExitStatus = 3;
+
 struct LoadedModel {
   std::string name;
   std::unique_ptr<Seq2SeqModel> model;
@@ -78,6 +83,11 @@ class Server {
   // the models whose thread is still running (hung in a step), each named in an error line: the destructor
   // would wait for those for good, so main() exits without it.
   std::vector<std::string> stop_engines(std::chrono::milliseconds bound);
+  // main()'s end of a shutdown(grace) running on another thread: waits for it until `drain_deadline`
+  // (shutdown_bound(grace) after the signal), then stop_engines(engine_stop_bound). Returns 0 where both
+  // ended; else kStuckShutdownExitStatus, said in an error line: the caller then exits without destroying
+  // the server, whose destructor would wait for the stuck thread for good.
+  int finish_shutdown(Clock::time_point drain_deadline, std::chrono::milliseconds engine_stop_bound);
 
   ModelRegistry& models() { return models_; }
   SummarizerService& service() { return *service_; }

@@ -2447,7 +2447,7 @@ TEST(EngineService, HealthIsNotServingWhileAnEngineIsStalledAndServingOnceItMove
 // request's call stayed open, holding gRPC's shutdown, and the server's destructor waited for the decode
 // thread, so srformer-server ended only by the supervisor's SIGKILL. main() now waits Server::shutdown_bound
 // for the drain, then stop_engines, which returns in bounded time naming the stuck model (the model beside
-// it, which stops, is not named), and exits 1 without the destructor.
+// it, which stops, is not named), and exits (status 3) without the destructor.
 TEST(EngineService, StoppingEnginesWithOneHungInAStepNamesItInBoundedTime) {
   LogCapture log;
   FakeServerOptions so;
@@ -2492,6 +2492,44 @@ TEST(EngineService, StoppingEnginesWithOneHungInAStepNamesItInBoundedTime) {
   drain.join();
   EXPECT_TRUE(server.server().wait_until(std::chrono::steady_clock::now()));
   EXPECT_TRUE(server.server().stop_engines(0ms).empty());
+}
+
+// A shutdown that did not end (an engine hung in a step) exited 1, the status of a start that failed (a model
+// that did not load, a port in use): a supervisor, or an operator reading a pod's last state, could not tell
+// a stuck GPU from a bad configuration. main() exits with what Server::finish_shutdown returns: 3 there, in
+// bounded time, said in the log; 0 once the engine moves and the drain completes.
+TEST(EngineService, AShutdownStuckOnAHungEngineEndsWithItsOwnStatusNotAFailedStartsOne) {
+  LogCapture log;
+  FakeServerOptions so;
+  const auto hang = so.models[0].second.hang_steps;
+  TestServer server(so);
+  struct Release {  // a failed assertion must not leave the engine hung for the server's destruction
+    std::shared_ptr<std::atomic<bool>> hang;
+    ~Release() { hang->store(false); }
+  } release{hang};
+  hang->store(true);
+  auto hung = std::async(std::launch::async, [&server] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 60s);
+    v1::SummarizeResponse resp;
+    return server.stub().Summarize(&ctx, request(doc_of(3), 8, 1), &resp);
+  });
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.encoding > 0 || s.steps > 0; }));
+
+  std::thread drain([&] { server.server().shutdown(0ms); });
+  const auto t0 = std::chrono::steady_clock::now();
+  const int status = server.server().finish_shutdown(t0 + 500ms, 500ms);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  EXPECT_EQ(status, 3);  // as docs/OPERATIONS.md says: not 1 (a start that failed) nor 2 (a configuration refused)
+  EXPECT_EQ(status, server::kStuckShutdownExitStatus);
+  EXPECT_NE(log.text().find("shutdown: exiting with status 3 without waiting for the stuck engine's thread"),
+            std::string::npos)
+      << log.text();
+
+  hang->store(false);
+  EXPECT_EQ(hung.get().error_code(), grpc::StatusCode::UNAVAILABLE);
+  drain.join();
+  EXPECT_EQ(server.server().finish_shutdown(std::chrono::steady_clock::now(), 0ms), 0);
 }
 
 // The same calls after a normal shutdown: the requests finish, and no engine is named.
