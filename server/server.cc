@@ -453,10 +453,12 @@ std::vector<std::string> Server::stop_engines(std::chrono::milliseconds bound) {
   for (const auto& name : stuck) {
     const auto still =
         std::chrono::duration_cast<std::chrono::milliseconds>(models_.find(name)->without_progress(Clock::now()));
+    // An engine that has no work left (zero without moving) has ended its decode thread: a request's
+    // callback holds its delivery thread.
     spdlog::error(
-        "model '{}': its engine did not stop within {} ms of the shutdown ({} ms without moving); "
-        "its decode thread is stuck",
-        name, bound.count(), still.count());
+        "model '{}': its engine did not stop within {} ms of the shutdown ({} ms without moving); {}", name,
+        bound.count(), still.count(),
+        still.count() > 0 ? "its decode thread is stuck" : "a request's callback is stuck on its delivery thread");
   }
   return stuck;
 }

@@ -79,9 +79,10 @@ class Server {
   // The longest shutdown(grace) takes while the engines move: the grace, the wait for the requests cancelled
   // at its end, and gRPC's for the calls still open. A stuck engine's calls stay open, and it takes for good.
   static std::chrono::milliseconds shutdown_bound(std::chrono::milliseconds grace);
-  // Ends the engines' decode threads (their requests cancelled), waiting for them at most `bound`. Returns
-  // the models whose thread is still running (hung in a step), each named in an error line: the destructor
-  // would wait for those for good, so main() exits without it.
+  // Ends the engines' decode threads (their requests cancelled), waiting for them, and for the callbacks
+  // they posted last, at most `bound`. Returns the models whose thread is still running (hung in a step, or
+  // in a request's callback), each named in an error line: the destructor would wait for those for good,
+  // so main() exits without it.
   std::vector<std::string> stop_engines(std::chrono::milliseconds bound);
   // main()'s end of a shutdown(grace) running on another thread: waits for it until `drain_deadline`
   // (shutdown_bound(grace) after the signal), then stop_engines(engine_stop_bound). Returns 0 where both

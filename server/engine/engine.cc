@@ -234,6 +234,10 @@ void Engine::begin_stop() {
 bool Engine::stop(Clock::time_point deadline) {
   begin_stop();
   if (thread_.joinable() && thread_ended_future_.wait_until(deadline) != std::future_status::ready) return false;
+  // stop() joins the delivery thread too, once it has run the callbacks the decode thread posted last: one
+  // that hangs (it must not; a log line to a stderr nobody reads blocks) held it, and this, for good. Only
+  // the decode thread posts, and it has ended.
+  if (thread_.joinable() && !delivery_.wait_idle(deadline)) return false;
   stop();
   return true;
 }

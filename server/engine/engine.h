@@ -138,8 +138,9 @@ class Engine {
   void stop();
   // Asks the decode thread to end (everything cancelled, as stop() does) without waiting for it.
   void begin_stop();
-  // stop() that waits for the decode thread only until `deadline`: false if it is still running (a hung
-  // step), which stop() and the destructor then still wait for. A server exiting anyway (main) ends there.
+  // stop() that waits for the decode thread, and the delivery thread's last callbacks, only until `deadline`:
+  // false if one is still running (a hung step, a hung callback), which stop() and the destructor then still
+  // wait for. A server exiting anyway (main) ends there.
   bool stop(Clock::time_point deadline);
   // Where the engine reports from now on (null: nowhere). For work that is no client's, such as the
   // server's warm-up: detach, run it, wait for its result, attach again.

@@ -23,8 +23,8 @@ class ModelRegistry {
   bool wait_idle(Clock::time_point deadline);
   void cancel_all();
   void stop();
-  // Stops every engine, waiting for their decode threads until `deadline`; returns the names of those still
-  // running (hung), which stop() and the destructor then still wait for.
+  // Stops every engine, waiting for their decode threads (and their last callbacks) until `deadline`; returns
+  // the names of those still running (hung), which stop() and the destructor then still wait for.
   std::vector<std::string> stop(Clock::time_point deadline);
 
  private:

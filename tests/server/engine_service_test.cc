@@ -2532,6 +2532,44 @@ TEST(EngineService, AShutdownStuckOnAHungEngineEndsWithItsOwnStatusNotAFailedSta
   EXPECT_EQ(server.server().finish_shutdown(std::chrono::steady_clock::now(), 0ms), 0);
 }
 
+// Server::stop_engines(bound), which main() counts on to return in bounded time, waited for the delivery
+// thread's join without a bound: a request's callback that hung there (one must not; a log line to a stderr
+// pipe nobody reads blocks) held the stopping server for good, after its decode thread had ended. Now it
+// returns by the bound and names the model, saying it is a callback.
+TEST(EngineService, StoppingEnginesWithARequestsCallbackHungReturnsInBoundedTimeAndNamesIt) {
+  LogCapture log;
+  TestServer server;
+  const auto release = std::make_shared<std::atomic<bool>>(false);
+  struct Release {  // a failed assertion must not leave the callback hung for the server's destruction
+    std::shared_ptr<std::atomic<bool>> release;
+    ~Release() { release->store(true); }
+  } released{release};
+  const auto entered = std::make_shared<std::promise<void>>();
+  auto r = server::build_request(request(doc_of(3), 4, 1), server.engine(), server::ServiceLimits{}, std::nullopt);
+  r->on_finish = [release, entered](server::RequestResult) {
+    entered->set_value();
+    while (!release->load()) std::this_thread::sleep_for(1ms);
+  };
+  server.engine().submit(r);
+  ASSERT_EQ(entered->get_future().wait_for(10s), std::future_status::ready);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto stopping = std::async(std::launch::async, [&] { return server.server().stop_engines(300ms); });
+  if (stopping.wait_for(5s) != std::future_status::ready) {
+    release->store(true);
+    FAIL() << "stop_engines(300 ms) had not returned 5 s on: it waits for the hung callback";
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  EXPECT_EQ(stopping.get(), std::vector<std::string>{"fake"});
+  EXPECT_NE(log.text().find("model 'fake': its engine did not stop within 300 ms of the shutdown (0 ms without "
+                            "moving); a request's callback is stuck on its delivery thread"),
+            std::string::npos)
+      << log.text();
+
+  release->store(true);
+  EXPECT_TRUE(server.server().stop_engines(2s).empty());
+}
+
 // The same calls after a normal shutdown: the requests finish, and no engine is named.
 TEST(EngineService, StoppingEnginesAfterANormalShutdownNamesNone) {
   FakeServerOptions so;
