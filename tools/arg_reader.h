@@ -93,6 +93,15 @@ class ArgReader {
     const auto& flag = arg();
     return int32_flag(flag, value());
   }
+  // As int32_value, and at least `min` (int_value's words): the counts of new tokens, beams and sequences.
+  int64_t int32_value(int64_t min) {
+    const auto& flag = arg();
+    const auto& v = value();
+    const int64_t n = int32_flag(flag, v);
+    if (n < min)
+      throw std::invalid_argument(flag + " needs an integer >= " + std::to_string(min) + ", got '" + v + "'");
+    return n;
+  }
   double float32_value() {
     const auto& flag = arg();
     return float32_flag(flag, value());

@@ -131,15 +131,6 @@ std::optional<Args> parse_args(const std::vector<std::string>& args) {
     } else if (f == "--batch") {
       gen();
       a.batch = r.int_value(1);
-    } else if (f == "--max-new-tokens") {
-      gen();
-      a.gen.max_new = r.int_value(1);
-    } else if (f == "--min-new-tokens") {
-      gen();
-      a.gen.min_new = r.int_value(0);
-    } else if (f == "--num-beams") {
-      gen();
-      a.gen.beams = r.int_value(1);
     } else if (f == "--max-input-tokens") {
       gen();
       a.max_input = r.int_value(1);

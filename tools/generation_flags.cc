@@ -10,18 +10,20 @@ namespace srformer::tools {
 
 bool GenerationFlags::read(ArgReader& r) {
   const auto& a = r.arg();
+  // The counts' least values are refused here, before the model loads, in the words eval used for them
+  // (validate() named the field: "max_new_tokens is 0"); their upper bounds depend on the model.
   if (a == "--max-new-tokens") {
-    max_new = r.int32_value();
+    max_new = r.int32_value(1);
   } else if (a == "--min-new-tokens") {
-    min_new = r.int32_value();
+    min_new = r.int32_value(0);
   } else if (a == "--num-beams") {
-    beams = r.int32_value();
+    beams = r.int32_value(1);
   } else if (a == "--num-beam-groups") {
     groups = r.int32_value();
   } else if (a == "--diversity-penalty") {
     diversity = r.float32_value();
   } else if (a == "--num-return-sequences") {
-    returned = r.int32_value();
+    returned = r.int32_value(1);
   } else if (a == "--length-penalty") {
     length_penalty = r.float32_value();
   } else if (a == "--early-stopping") {

@@ -2392,6 +2392,10 @@ TEST_F(EndToEnd, ClientAndEvalTakeTheSearchFlagsAlike) {
       {"--length-penalty 11", "--length-penalty must be between -10 and 10"},
       {"--bad-word '</s>'", "--bad-word \"</s>\" holds the end-of-sequence token '</s>'"},
       {"--expected-length 0", "--expected-length must be between 1 and "},
+      // summarize said validate()'s "max_new_tokens is 0; set it between 1 and 4096", eval this.
+      {"--max-new-tokens 0", "--max-new-tokens needs an integer >= 1, got '0'"},
+      {"--min-new-tokens -1", "--min-new-tokens needs an integer >= 0, got '-1'"},
+      {"--num-beams 0", "--num-beams needs an integer >= 1, got '0'"},
   };
   for (const auto& [flag, says] : bad) {
     const auto offline_refused = run_command(tool + flag + " " + doc(0) + " 2>&1");
@@ -2433,11 +2437,14 @@ TEST_F(EndToEnd, ClientAndOfflineToolsRefuseAValueTheApiCannotCarryAlike) {
       {"--top-k", "4294967296", false},
       {"--num-beam-groups", "2147483648", true},
       {"--no-repeat-ngram-size", "99999999999999999999", true},
+      // eval read these three as int64 ("invalid generation options: max_new_tokens is 4294967299").
+      {"--max-new-tokens", "4294967299", true},
+      {"--min-new-tokens", "-2147483649", true},
+      {"--num-beams", "2147483648", true},
   };
   for (const auto& [flag, value, in_eval] : cases) {
-    const std::string type = flag == "--top-k" || flag == "--num-beam-groups" || flag == "--no-repeat-ngram-size"
-                                 ? "an int32 field"
-                                 : "a float32 field";
+    const std::string type =
+        value.find_first_not_of("-0123456789") == std::string::npos ? "an int32 field" : "a float32 field";
     const std::string says = flag + " " + value + " is out of range (" + type + ")";
     std::vector<std::string> commands = {client + flag + " " + value + " " + doc(0),
                                          summarize + flag + " " + value + " " + doc(0)};

@@ -280,6 +280,17 @@ TEST_F(EvalPredictionsTest, BadInvocationsSayWhatToFix) {
       {{"--predictions", p, (dir_.path() / "nope.jsonl").string()}, "nope.jsonl': no such file"},
       {{"--predictions", p, d, "--seed"}, "--seed needs a value"},
       {{dir_.path().string(), d, "--batch", "0"}, "--batch needs an integer >= 1, got '0'"},
+      // Read as srformer summarize and srformer-client read them: an int32 field's range first (eval took
+      // 4294967299 and said "invalid generation options: max_new_tokens is 4294967299"), then the least value.
+      {{dir_.path().string(), d, "--max-new-tokens", "4294967299"},
+       "--max-new-tokens 4294967299 is out of range (an int32 field)"},
+      {{dir_.path().string(), d, "--num-beams", "2147483648"},
+       "--num-beams 2147483648 is out of range (an int32 field)"},
+      {{dir_.path().string(), d, "--min-new-tokens", "-2147483649"},
+       "--min-new-tokens -2147483649 is out of range (an int32 field)"},
+      {{dir_.path().string(), d, "--max-new-tokens", "0"}, "--max-new-tokens needs an integer >= 1, got '0'"},
+      {{dir_.path().string(), d, "--num-beams", "0"}, "--num-beams needs an integer >= 1, got '0'"},
+      {{dir_.path().string(), d, "--min-new-tokens", "-1"}, "--min-new-tokens needs an integer >= 0, got '-1'"},
       {{(dir_.path() / "no-model").string(), d}, "model directory"},
   };
   for (const auto& [args, message] : cases) {
