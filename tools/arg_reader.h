@@ -3,6 +3,7 @@
 // naming the flag when it is missing. Shared by the tools/cmd_*.cc parsers.
 #include <cctype>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -43,12 +44,28 @@ inline std::invalid_argument unknown_option(const std::string& flag) {
 class ArgReader {
  public:
   explicit ArgReader(const std::vector<std::string>& args) : args_(args) {}
-  // Moves to the next argument; false when there is none.
-  bool next() { return ++at_ < args_.size(); }
-  const std::string& arg() const { return args_[at_]; }
-  // The argument after the current one (the current flag's value).
+  // Moves to the next argument; false when there is none. "--flag=VALUE" is the flag with its value, as
+  // srformer-client and srformer-server take it; a flag that took no value refuses one given so.
+  bool next() {
+    if (inline_value_) {
+      throw std::invalid_argument(flag_ + " takes no value, got '" + args_[at_] + "' (see --help)");
+    }
+    if (++at_ >= args_.size()) return false;
+    const std::string& a = args_[at_];
+    const size_t eq = a.rfind("--", 0) == 0 ? a.find('=') : std::string::npos;
+    flag_ = a.substr(0, eq);
+    if (eq != std::string::npos) inline_value_ = a.substr(eq + 1);
+    return true;
+  }
+  const std::string& arg() const { return flag_; }
+  // The current flag's value: after its '=', else the next argument.
   const std::string& value() {
-    if (at_ + 1 >= args_.size()) throw std::invalid_argument(args_[at_] + " needs a value");
+    if (inline_value_) {
+      value_ = std::move(*inline_value_);
+      inline_value_.reset();
+      return value_;
+    }
+    if (at_ + 1 >= args_.size()) throw std::invalid_argument(flag_ + " needs a value");
     return args_[++at_];
   }
   // The value as an integer (the option's own checks say what range it takes), or an error naming the flag.
@@ -116,6 +133,8 @@ class ArgReader {
  private:
   const std::vector<std::string>& args_;
   size_t at_ = static_cast<size_t>(-1);  // before the first argument
+  std::string flag_, value_;
+  std::optional<std::string> inline_value_;  // "--flag=VALUE"'s, until value() takes it
 };
 
 }  // namespace srformer::tools

@@ -208,6 +208,26 @@ TEST_F(EvalPredictionsTest, SeedIsTheBootstrapsAndMovesTheIntervalsOnly) {
   }
 }
 
+// A flag's value after '=', as srformer-client and srformer-server take it ("--max-new-tokens=20"): every
+// srformer command said "unknown option '--seed=7'". A switch given a value is refused in the client's words.
+TEST_F(EvalPredictionsTest, AFlagsValueMayFollowAnEqualsSign) {
+  const auto r = run_eval(dir_.path(), {"--predictions=" + pred_.string(), data_.string(), "--bootstrap=10", "--seed=7",
+                                        "--split-name=", "--out", (dir_.path() / "eq").string()});
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto scores = json::parse(slurp(dir_.path() / "eq" / "scores.json"));
+  EXPECT_EQ(scores["options"]["seed"], 7);
+  EXPECT_EQ(scores["options"]["bootstrap"], 10);
+  const auto p = pred_.string(), d = data_.string();
+  for (const auto& [args, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--predictions", p, d, "--stem=false"}, "--stem takes no value, got '--stem=false' (see --help)"},
+           {{"--predictions", p, d, "--seed=-1"}, "--seed needs an integer from 0 to 18446744073709551615, got '-1'"},
+           {{"--predictions", p, d, "--frobnicate=1"}, "unknown option '--frobnicate' (see --help)"}}) {
+    const auto refused = run_eval(dir_.path(), args);
+    EXPECT_EQ(refused.code, 1) << message;
+    EXPECT_NE(refused.err.find(message), std::string::npos) << "want '" << message << "', got: " << refused.err;
+  }
+}
+
 TEST_F(EvalPredictionsTest, MissingPredictionIsNamed) {
   write_jsonl(pred_, {{{"id", "same"}, {"prediction", "x"}}});
   const auto r = run_eval(dir_.path(), {"--predictions", pred_.string(), data_.string()});
