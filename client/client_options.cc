@@ -10,6 +10,7 @@
 #include "client/retry_policy.h"
 #include "common/generation_flags_usage.h"
 #include "common/number_flags.h"
+#include "model/tokenizer/document_check.h"
 #include "model/tokenizer/utf8.h"
 
 namespace srformer::client {
@@ -332,7 +333,12 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
     } else if (arg == "--encoder-no-repeat-ngram-size") {
       g.set_encoder_no_repeat_ngram_size(int32_flag(arg, next()));
     } else if (arg == "--bad-word") {
-      g.add_bad_words(utf8_value(arg, next()));
+      // Where the bytes break, in srformer summarize's and eval's words (add_bad_words), not only that they do.
+      const std::string word = next();
+      if (const auto fault = find_document_fault(word); fault && fault->kind == DocumentFault::Kind::kNotUtf8) {
+        throw std::invalid_argument(arg + " " + fault->what + "; re-encode it as UTF-8");
+      }
+      g.add_bad_words(word);
     } else if (arg == "--expected-length") {
       g.set_expected_length(int32_flag(arg, next()));
     } else if (arg == "--truncate") {

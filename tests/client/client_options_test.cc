@@ -237,8 +237,9 @@ TEST(ClientOptions, BadWordIsRepeatableAndAddsAnEntryEach) {
   EXPECT_TRUE(parse({"doc.txt"}).generation.bad_words().empty());
   EXPECT_EQ(parse({"--bad-word", "", "doc.txt"}).generation.bad_words_size(), 1) << "the server says what is wrong";
   EXPECT_EQ(refusal({"--bad-word"}), "--bad-word needs a value (see --help)");
-  EXPECT_EQ(refusal({"--bad-word", "\xFF", "doc.txt"}),
-            "--bad-word must be UTF-8 text (a string field of the request); the value given is not");
+  // In srformer summarize's and eval's words, with where the bytes break (it said only that they did).
+  EXPECT_EQ(refusal({"--bad-word", "ab\xFF", "doc.txt"}),
+            "--bad-word is not valid UTF-8 (bad byte sequence at byte offset 2); re-encode it as UTF-8");
   EXPECT_EQ(refusal({"--health", "--bad-word", "x"}),
             "--bad-word does nothing with --health, which checks the server's state and summarizes nothing");
 }
