@@ -91,6 +91,24 @@ std::string doc_of(int i) {
 
 std::vector<int64_t> ids_of(const v1::SummarizeResponse& r) { return {r.token_ids().begin(), r.token_ids().end()}; }
 
+// A unary Summarize of `req` through `stub` on its own thread, within `deadline` where one is given: its
+// status and response.
+using SummarizeCall = std::future<std::pair<grpc::Status, v1::SummarizeResponse>>;
+SummarizeCall summarize_async(v1::Summarizer::Stub& stub, v1::SummarizeRequest req,
+                              std::optional<std::chrono::milliseconds> deadline = std::nullopt) {
+  return std::async(std::launch::async, [&stub, req = std::move(req), deadline] {
+    grpc::ClientContext ctx;
+    if (deadline) ctx.set_deadline(std::chrono::system_clock::now() + *deadline);
+    v1::SummarizeResponse resp;
+    auto status = stub.Summarize(&ctx, req, &resp);
+    return std::make_pair(status, resp);
+  });
+}
+SummarizeCall summarize_async(TestServer& server, v1::SummarizeRequest req,
+                              std::optional<std::chrono::milliseconds> deadline = std::nullopt) {
+  return summarize_async(server.stub(), std::move(req), deadline);
+}
+
 // Cancels a stream, reads what it still delivers and returns its status.
 grpc::Status cancel_and_finish(grpc::ClientContext& ctx, grpc::ClientReader<v1::SummarizeStreamResponse>& reader) {
   ctx.TryCancel();
@@ -179,15 +197,8 @@ TEST(EngineService, SameResultAloneAndAmong32ConcurrentRequests) {
     ASSERT_TRUE(server.stub().Summarize(&ctx, r, &resp).ok());
     cases.push_back({r, ids_of(resp)});
   }
-  std::vector<std::future<std::pair<grpc::Status, v1::SummarizeResponse>>> futures;
-  for (auto& c : cases) {
-    futures.push_back(std::async(std::launch::async, [&server, &c] {
-      grpc::ClientContext ctx;
-      v1::SummarizeResponse resp;
-      auto st = server.stub().Summarize(&ctx, c.req, &resp);
-      return std::make_pair(st, resp);
-    }));
-  }
+  std::vector<SummarizeCall> futures;
+  for (const auto& c : cases) futures.push_back(summarize_async(server, c.req));
   for (size_t i = 0; i < cases.size(); ++i) {
     auto [status, resp] = futures[i].get();
     ASSERT_TRUE(status.ok()) << status.error_message();
@@ -429,22 +440,16 @@ TEST(EngineService, CallsPastAConnectionsStreamLimitWaitOnTheClientsSide) {
     EXPECT_EQ(stub->Summarize(&ctx, request(doc_of(1), 4, 1), &resp).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   }
   // One with time to wait runs once the stalled stream has ended: queued, not failed.
-  auto waiting = std::async(std::launch::async, [&] {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + 60s);
-    v1::SummarizeResponse resp;
-    const grpc::Status status = stub->Summarize(&ctx, request(doc_of(2), 4, 1), &resp);
-    return std::make_pair(status, ids_of(resp));
-  });
+  auto waiting = summarize_async(*stub, request(doc_of(2), 4, 1), 60s);
   EXPECT_EQ(summarize_calls(), 0.0) << "a call past the connection's stream limit reached the service";
   // Another connection is not held up by this one's limit.
   grpc::ClientContext other_ctx;
   v1::SummarizeResponse other;
   EXPECT_TRUE(server.stub().Summarize(&other_ctx, request(doc_of(4), 4, 1), &other).ok());
   EXPECT_EQ(cancel_and_finish(stalled_ctx, *stalled).error_code(), grpc::StatusCode::CANCELLED);
-  const auto [status, ids] = waiting.get();
+  const auto [status, resp] = waiting.get();
   EXPECT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(ids, offline(doc_of(2), 4, 1).tokens);
+  EXPECT_EQ(ids_of(resp), offline(doc_of(2), 4, 1).tokens);
 }
 
 // srformer_stream_unread_bytes (and --max-unread-stream-memory) counted a queued message's serialized
@@ -852,16 +857,6 @@ bool encode_started(const FakeModelOptions& mo) {
   return true;
 }
 
-std::future<std::pair<grpc::Status, v1::SummarizeResponse>> summarize_async(TestServer& server,
-                                                                            v1::SummarizeRequest req) {
-  return std::async(std::launch::async, [&server, req = std::move(req)] {
-    grpc::ClientContext ctx;
-    v1::SummarizeResponse resp;
-    auto status = server.stub().Summarize(&ctx, req, &resp);
-    return std::make_pair(status, resp);
-  });
-}
-
 TEST(EngineService, CancellingDuringALongEncodeStopsItWithinALayer) {
   FakeServerOptions so;
   const auto mo = slow_encoder();
@@ -1068,11 +1063,7 @@ TEST(EngineService, AFullQueueSaysWhenToRetryAndARetryingClientGetsIn) {
   args.SetServiceConfigJSON(client::retry_service_config(4));
   const auto retrying = grpc::CreateCustomChannel(server.target(), grpc::InsecureChannelCredentials(), args);
   auto stub = v1::Summarizer::NewStub(retrying);
-  auto call = std::async(std::launch::async, [&] {
-    grpc::ClientContext ctx;
-    v1::SummarizeResponse resp;
-    return std::make_pair(stub->Summarize(&ctx, request("hello", 4, 1), &resp), resp);
-  });
+  auto call = summarize_async(*stub, request("hello", 4, 1));
   const auto until = std::chrono::steady_clock::now() + 10s;
   while (queue_full() < 6.0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(2ms);
   ASSERT_GE(queue_full(), 6.0) << "the retrying call's first attempt was refused";
@@ -1107,27 +1098,16 @@ TEST(EngineService, ConnectionsAreClosedAfterTheirMaxAgeAndClientsReconnect) {
 // Sends every document at once while another request decodes (20 tokens of doc_of(7)), so that they
 // queue together; checks each summary against the offline driver, and the running request.
 void burst_behind_a_running_request(TestServer& server, const std::vector<std::string>& docs, int max_new) {
-  auto running = std::async(std::launch::async, [&server] {
-    grpc::ClientContext ctx;
-    v1::SummarizeResponse resp;
-    return server.stub().Summarize(&ctx, request(doc_of(7), 20, 1), &resp);
-  });
+  auto running = summarize_async(server, request(doc_of(7), 20, 1));
   ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
-  std::vector<std::future<std::pair<grpc::Status, v1::SummarizeResponse>>> burst;
-  for (const auto& doc : docs) {
-    burst.push_back(std::async(std::launch::async, [&server, &doc, max_new] {
-      grpc::ClientContext ctx;
-      v1::SummarizeResponse resp;
-      auto st = server.stub().Summarize(&ctx, request(doc, max_new, 1), &resp);
-      return std::make_pair(st, resp);
-    }));
-  }
+  std::vector<SummarizeCall> burst;
+  for (const auto& doc : docs) burst.push_back(summarize_async(server, request(doc, max_new, 1)));
   for (size_t i = 0; i < docs.size(); ++i) {
     auto [status, resp] = burst[i].get();
     ASSERT_TRUE(status.ok()) << status.error_message();
     EXPECT_EQ(ids_of(resp), offline(docs[i], max_new, 1).tokens);
   }
-  EXPECT_TRUE(running.get().ok());
+  EXPECT_TRUE(running.get().first.ok());
 }
 
 TEST(EngineService, ABurstIsEncodedInChunksWhileOthersDecode) {
@@ -1165,14 +1145,10 @@ TEST(EngineService, ABurstOfDifferentLengthsIsEncodedInGroupsOfSimilarLengthWith
 }
 
 // A unary Summarize of exactly `new_tokens` tokens (min = max), on its own thread.
-std::future<grpc::Status> summarize_async(TestServer& server, const std::string& doc, int new_tokens) {
-  return std::async(std::launch::async, [&server, doc, new_tokens] {
-    grpc::ClientContext ctx;
-    v1::SummarizeResponse resp;
-    auto req = request(doc, new_tokens, 1);
-    req.mutable_options()->set_min_new_tokens(new_tokens);
-    return server.stub().Summarize(&ctx, req, &resp);
-  });
+SummarizeCall summarize_async(TestServer& server, const std::string& doc, int new_tokens) {
+  auto req = request(doc, new_tokens, 1);
+  req.mutable_options()->set_min_new_tokens(new_tokens);
+  return summarize_async(server, std::move(req));
 }
 
 // --max-tokens-in-flight counts every row at the batch's longest input (the state pads them all to it):
@@ -1184,13 +1160,13 @@ TEST(EngineService, TokensInFlightCountEveryRowAtTheBatchsLongestInput) {
   so.config.max_tokens_in_flight = 400;
   const auto positions = so.models[0].second.max_step_positions;
   TestServer server(so);
-  std::vector<std::future<grpc::Status>> calls;
+  std::vector<SummarizeCall> calls;
   for (int i = 0; i < 4; ++i)
     calls.push_back(summarize_async(server, "short " + std::to_string(i), 30));  // 4 × (8 + 30)
   ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 4; }));
   // 151 + 4 tokens: 152 + 155 fit the budget by each row's own length, 5 × 151 + 4 × 30 + 4 do not.
   calls.push_back(summarize_async(server, std::string(150, 'x'), 4));
-  for (auto& c : calls) EXPECT_TRUE(c.get().ok());
+  for (auto& c : calls) EXPECT_TRUE(c.get().first.ok());
   EXPECT_LE(positions->load(), 400) << "a step held more encoder positions than the budget";
   EXPECT_GE(positions->load(), 151);
 }
@@ -1245,7 +1221,7 @@ TEST(EngineService, AStepFailingInsideAnEncodeFailsTheRunningRequestsOnly) {
   auto running = summarize_async(server, doc_of(7), 60);
   ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
   auto arriving = summarize_async(server, request(doc_of(3), 8, 1));
-  const auto running_status = running.get();
+  const auto running_status = running.get().first;
   EXPECT_EQ(running_status.error_code(), grpc::StatusCode::INTERNAL);
   EXPECT_NE(running_status.error_message().find("fake decoder fault"), std::string::npos)
       << running_status.error_message();
@@ -1413,7 +1389,7 @@ TEST(EngineService, ALongEncodeKeepsAtLeastHalfItsTime) {
   const std::string long_doc(150, 'x');
   auto long_call = summarize_async(server, request(long_doc, 8, 1));
   ASSERT_TRUE(encode_started(mo));
-  std::vector<std::future<std::pair<grpc::Status, v1::SummarizeResponse>>> short_calls;
+  std::vector<SummarizeCall> short_calls;
   for (int i = 0; i < 4; ++i) short_calls.push_back(summarize_async(server, request(doc_of(3), 8, 1)));
   for (auto& c : short_calls) {
     const auto [status, resp] = c.get();
@@ -1543,8 +1519,8 @@ FakeServerOptions state_budget_options(int64_t positions, bool pooled = false) {
 }
 
 // Four short requests of 30 tokens, running once this returns.
-std::vector<std::future<grpc::Status>> four_running(TestServer& server) {
-  std::vector<std::future<grpc::Status>> calls;
+std::vector<SummarizeCall> four_running(TestServer& server) {
+  std::vector<SummarizeCall> calls;
   for (int i = 0; i < 4; ++i) calls.push_back(summarize_async(server, "short " + std::to_string(i), 30));
   EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 4; }));
   return calls;
@@ -1560,7 +1536,7 @@ TEST(EngineService, StateBudgetKeepsTheBatchsStateWithinIt) {
   EXPECT_EQ(server.engine().limits().max_state_bytes, 400 * 1000);
   auto calls = four_running(server);
   calls.push_back(summarize_async(server, std::string(150, 'x'), 4));  // 151 tokens: 5 rows of it would be 755
-  for (auto& c : calls) EXPECT_TRUE(c.get().ok());
+  for (auto& c : calls) EXPECT_TRUE(c.get().first.ok());
   EXPECT_LE(positions->load(), 400) << "a step held more state than the budget";
   EXPECT_GE(positions->load(), 151);
 }
@@ -1574,7 +1550,7 @@ TEST(EngineService, StateBudgetCountsPooledInputsAtTheirOwnLength) {
   calls.push_back(summarize_async(server, std::string(150, 'x'), 4));
   EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 5; }))
       << "the long document waited for the short ones";
-  for (auto& c : calls) EXPECT_TRUE(c.get().ok());
+  for (auto& c : calls) EXPECT_TRUE(c.get().first.ok());
 }
 
 // A long document that does not fit the state budget beside running requests waits, and a short
@@ -1587,10 +1563,10 @@ TEST(EngineService, AShortRequestGoesAheadOfALongOneWaitingForRoom) {
   auto long_doc = summarize_async(server, std::string(150, 'x'), 4);  // 5 rows x 151 positions: waits
   ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.queued == 1; }));
   auto behind = summarize_async(server, "late", 2);
-  EXPECT_TRUE(behind.get().ok());
+  EXPECT_TRUE(behind.get().first.ok());
   EXPECT_EQ(long_doc.wait_for(0ms), std::future_status::timeout) << "the short request went first";
-  EXPECT_TRUE(long_doc.get().ok());
-  for (auto& c : running) EXPECT_TRUE(c.get().ok());
+  EXPECT_TRUE(long_doc.get().first.ok());
+  for (auto& c : running) EXPECT_TRUE(c.get().first.ok());
   EXPECT_EQ(server.engine().stats().bypassed, 1);
 }
 
@@ -1607,7 +1583,7 @@ TEST(EngineService, NoRequestGoesAheadOfOneThatWaitedPastTheBypassTime) {
     ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.queued == 1; }));
     std::this_thread::sleep_for(std::chrono::milliseconds(2 * bypass_ms));
     calls.push_back(summarize_async(server, "late", 2));
-    for (auto& c : calls) EXPECT_TRUE(c.get().ok());
+    for (auto& c : calls) EXPECT_TRUE(c.get().first.ok());
     EXPECT_EQ(server.engine().stats().bypassed, 0);
   }
 }
@@ -1629,7 +1605,7 @@ TEST(EngineService, ARequestOverTheStateBudgetAloneIsRefusedWithWhatToChange) {
                            "budget of 98 KiB (--max-state-memory)", "send a shorter document"}) {
     EXPECT_NE(status.error_message().find(part), std::string::npos) << status.error_message();
   }
-  EXPECT_TRUE(summarize_async(server, "short", 4).get().ok());
+  EXPECT_TRUE(summarize_async(server, "short", 4).get().first.ok());
 }
 
 // SRformer's switch table holds the segments a request's steps reach: one whose expected length is far
@@ -1662,15 +1638,8 @@ TEST(EngineService, GracefulShutdownFinishesInFlightAndRefusesNew) {
   FakeServerOptions so;
   so.models = {{"fake", FakeModelOptions{256, 4, 10ms}}};
   TestServer server(so);
-  std::vector<std::future<std::pair<grpc::Status, v1::SummarizeResponse>>> inflight;
-  for (int i = 0; i < 3; ++i) {
-    inflight.push_back(std::async(std::launch::async, [&server, i] {
-      grpc::ClientContext ctx;
-      v1::SummarizeResponse resp;
-      auto st = server.stub().Summarize(&ctx, request(doc_of(i), 30, 1), &resp);
-      return std::make_pair(st, resp);
-    }));
-  }
+  std::vector<SummarizeCall> inflight;
+  for (int i = 0; i < 3; ++i) inflight.push_back(summarize_async(server, request(doc_of(i), 30, 1)));
   ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 3; }));
   std::thread stopper([&] { server.server().shutdown(10s); });
   ASSERT_TRUE(server.wait_for([&](const server::EngineStats&) { return server.server().service().shutting_down(); }));
@@ -1704,16 +1673,12 @@ TEST(EngineService, ShutdownCancelsWhatOutlivesTheGracePeriod) {
   TestServer server(so);
   auto slow = request(std::string(40, 'q'), 1000, 1);
   slow.mutable_options()->set_min_new_tokens(1000);
-  auto fut = std::async(std::launch::async, [&] {
-    grpc::ClientContext ctx;
-    v1::SummarizeResponse resp;
-    return server.stub().Summarize(&ctx, slow, &resp);
-  });
+  auto fut = summarize_async(server, slow);
   ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
   const auto t0 = std::chrono::steady_clock::now();
   server.server().shutdown(200ms);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
-  EXPECT_EQ(fut.get().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(fut.get().first.error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
 // With --encoder-cache-memory, a document that comes again skips the encoder, also when it is admitted
@@ -2346,17 +2311,13 @@ TEST(EngineService, HealthIsServingAtOnceAndNotServingDuringShutdown) {
   const std::string service = "srformer.v1.Summarizer";
   EXPECT_EQ(client::check_health(server.channel(), "", 2s), client::HealthStatus::kServing);
   EXPECT_EQ(client::check_health(server.channel(), service, 2s), client::HealthStatus::kServing);
-  auto fut = std::async(std::launch::async, [&] {
-    grpc::ClientContext ctx;
-    v1::SummarizeResponse resp;
-    return server.stub().Summarize(&ctx, request(doc_of(3), 30, 1), &resp);
-  });
+  auto fut = summarize_async(server, request(doc_of(3), 30, 1));
   ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
   std::thread stopper([&] { server.server().shutdown(10s); });
   ASSERT_TRUE(server.wait_for([&](const server::EngineStats&) { return server.server().service().shutting_down(); }));
   EXPECT_EQ(client::check_health(server.channel(), "", 2s), client::HealthStatus::kNotServing);
   EXPECT_EQ(client::check_health(server.channel(), service, 2s), client::HealthStatus::kNotServing);
-  EXPECT_TRUE(fut.get().ok());
+  EXPECT_TRUE(fut.get().first.ok());
   stopper.join();
 }
 
@@ -2393,14 +2354,9 @@ TEST(EngineService, HealthIsNotServingWhileAnEngineIsStalledAndServingOnceItMove
     return false;
   };
   const auto summarize = [&](const std::string& model) {
-    return std::async(std::launch::async, [&server, model] {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + 60s);
-      auto r = request(doc_of(3), 8, 1);
-      r.set_model(model);
-      v1::SummarizeResponse resp;
-      return server.stub().Summarize(&ctx, r, &resp);
-    });
+    auto r = request(doc_of(3), 8, 1);
+    r.set_model(model);
+    return summarize_async(server, std::move(r), 60s);
   };
   std::this_thread::sleep_for(700ms);  // idle past the limit: a request's wait counts from the request
   hang->store(true);
@@ -2413,7 +2369,7 @@ TEST(EngineService, HealthIsNotServingWhileAnEngineIsStalledAndServingOnceItMove
   EXPECT_NE(log.text().find("model 'fake': has had requests for"), std::string::npos) << log.text();
   hang->store(false);
   ASSERT_TRUE(health_becomes(client::HealthStatus::kServing));
-  EXPECT_TRUE(hung.get().ok());
+  EXPECT_TRUE(hung.get().first.ok());
   EXPECT_NE(log.text().find("model 'fake': moves again after"), std::string::npos) << log.text();
 
   // 1.2 s of encode without a decode step, but moving: SERVING throughout.
@@ -2423,7 +2379,7 @@ TEST(EngineService, HealthIsNotServingWhileAnEngineIsStalledAndServingOnceItMove
     EXPECT_EQ(client::check_health(server.channel(), "", 2s), client::HealthStatus::kServing);
     std::this_thread::sleep_for(20ms);
   }
-  EXPECT_TRUE(encoded.get().ok());
+  EXPECT_TRUE(encoded.get().first.ok());
   EXPECT_EQ(server.engine("long").without_progress(std::chrono::steady_clock::now()), 0ms);  // idle
 
   // Stalled as the drain begins, moving during it (while a long encode holds the drain open): the request
@@ -2436,10 +2392,10 @@ TEST(EngineService, HealthIsNotServingWhileAnEngineIsStalledAndServingOnceItMove
   std::thread stopper([&] { server.server().shutdown(20s); });
   ASSERT_TRUE(server.wait_for([&](const server::EngineStats&) { return server.server().service().shutting_down(); }));
   hang->store(false);
-  EXPECT_TRUE(draining.get().ok());
+  EXPECT_TRUE(draining.get().first.ok());
   std::this_thread::sleep_for(300ms);  // more than a tick of the stall watch (125 ms)
   EXPECT_EQ(client::check_health(server.channel(), "", 2s), client::HealthStatus::kNotServing);
-  EXPECT_TRUE(holding.get().ok());
+  EXPECT_TRUE(holding.get().first.ok());
   stopper.join();
 }
 
@@ -2459,15 +2415,10 @@ TEST(EngineService, StoppingEnginesWithOneHungInAStepNamesItInBoundedTime) {
     ~Release() { hang->store(false); }
   } release{hang};
   const auto summarize = [&](const std::string& model, int max_new_tokens) {
-    return std::async(std::launch::async, [&server, model, max_new_tokens] {
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + 60s);
-      auto r = request(doc_of(3), max_new_tokens, 1);
-      r.mutable_options()->set_min_new_tokens(max_new_tokens);
-      r.set_model(model);
-      v1::SummarizeResponse resp;
-      return server.stub().Summarize(&ctx, r, &resp);
-    });
+    auto r = request(doc_of(3), max_new_tokens, 1);
+    r.mutable_options()->set_min_new_tokens(max_new_tokens);
+    r.set_model(model);
+    return summarize_async(server, std::move(r), 60s);
   };
   hang->store(true);
   auto hung = summarize("fake", 8);
@@ -2484,11 +2435,11 @@ TEST(EngineService, StoppingEnginesWithOneHungInAStepNamesItInBoundedTime) {
   EXPECT_NE(log.text().find("model 'fake': its engine did not stop within 500 ms of the shutdown"), std::string::npos)
       << log.text();
   EXPECT_EQ(log.text().find("model 'other': its engine did not stop"), std::string::npos) << log.text();
-  EXPECT_EQ(running.get().error_code(), grpc::StatusCode::UNAVAILABLE);  // cancelled by the shutdown
+  EXPECT_EQ(running.get().first.error_code(), grpc::StatusCode::UNAVAILABLE);  // cancelled by the shutdown
 
   // Released, the engine ends its cancelled request, and the drain and the destructor complete.
   hang->store(false);
-  EXPECT_EQ(hung.get().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(hung.get().first.error_code(), grpc::StatusCode::UNAVAILABLE);
   drain.join();
   EXPECT_TRUE(server.server().wait_until(std::chrono::steady_clock::now()));
   EXPECT_TRUE(server.server().stop_engines(0ms).empty());
@@ -2575,16 +2526,12 @@ TEST(EngineService, StoppingEnginesAfterANormalShutdownNamesNone) {
   FakeServerOptions so;
   so.models = {{"fake", FakeModelOptions{256, 4, 20ms}}};
   TestServer server(so);
-  auto call = std::async(std::launch::async, [&] {
-    grpc::ClientContext ctx;
-    v1::SummarizeResponse resp;
-    return server.stub().Summarize(&ctx, request(doc_of(3), 30, 1), &resp);
-  });
+  auto call = summarize_async(server, request(doc_of(3), 30, 1));
   ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1; }));
   std::thread drain([&] { server.server().shutdown(10s); });
   EXPECT_TRUE(server.server().wait_until(std::chrono::steady_clock::now() + server::Server::shutdown_bound(10s)));
   EXPECT_TRUE(server.server().stop_engines(2s).empty());
-  EXPECT_TRUE(call.get().ok());
+  EXPECT_TRUE(call.get().first.ok());
   drain.join();
 }
 
@@ -2603,14 +2550,8 @@ TEST(EngineService, HealthAndListModelsAnswerWhileLongDocumentsAreTokenized) {
   long_request.set_truncation(v1::TRUNCATION_POLICY_TRUNCATE);
   long_request.mutable_options()->set_max_new_tokens(4);
   constexpr int kCalls = 48;  // more than gRPC's callback threads (at most 16), each held 300 ms
-  std::vector<std::future<grpc::Status>> calls;
-  for (int i = 0; i < kCalls; ++i) {
-    calls.push_back(std::async(std::launch::async, [&] {
-      grpc::ClientContext ctx;
-      v1::SummarizeResponse resp;
-      return server.stub().Summarize(&ctx, long_request, &resp);
-    }));
-  }
+  std::vector<SummarizeCall> calls;
+  for (int i = 0; i < kCalls; ++i) calls.push_back(summarize_async(server, long_request));
   grpc::ClientContext cancelled_ctx;
   auto cancelled = std::async(std::launch::async, [&] {
     v1::SummarizeResponse resp;
@@ -2625,7 +2566,7 @@ TEST(EngineService, HealthAndListModelsAnswerWhileLongDocumentsAreTokenized) {
   const grpc::Status listed = server.stub().ListModels(&list_ctx, v1::ListModelsRequest(), &models);
   EXPECT_TRUE(listed.ok()) << listed.error_code() << ": " << listed.error_message();
   for (auto& call : calls) {
-    const grpc::Status status = call.get();
+    const grpc::Status status = call.get().first;
     EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
   }
   EXPECT_EQ(cancelled.get().error_code(), grpc::StatusCode::CANCELLED);
