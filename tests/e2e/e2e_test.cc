@@ -117,6 +117,18 @@ void expect_both_refuse(const std::string& client, const std::string& tool, cons
   EXPECT_NE(offline_refused.out.find(offline_says), std::string::npos) << offline_refused.out;
 }
 
+// A flag (with its value) both refuse, the server's words and the offline tool's.
+struct Refusal {
+  std::string flag, served_says, offline_says;
+};
+
+// expect_both_refuse for each refusal's flag given before `document`.
+void expect_both_refuse_each(const std::string& client, const std::string& tool, const std::string& document,
+                             const std::vector<Refusal>& refusals) {
+  for (const auto& r : refusals)
+    expect_both_refuse(client, tool, r.flag + " " + document, r.served_says, r.offline_says);
+}
+
 TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
   auto server = start();
   const std::string t = " --target " + server->target();
@@ -2193,7 +2205,7 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeTheWarperAndEncoderInputFlagsAlike) {
   // The flag, the server's words, the offline tool's: both refuse a value out of range without --do-sample
   // too, and say the value given (the offline tool took "--top-p 0", "--top-k -1" and "--temperature nan"
   // without a word), in the same words (check_given_options) but for the name.
-  const std::vector<std::tuple<std::string, std::string, std::string>> bad = {
+  const std::vector<Refusal> bad = {
       {"--min-p 1.5", "min_p must be in [0, 1] (0 disables it), got 1.5",
        "--min-p must be in [0, 1] (0 disables it), got 1.5"},
       {"--typical-p 0", "typical_p must be in (0, 1] (1 disables it), got 0",
@@ -2218,9 +2230,7 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeTheWarperAndEncoderInputFlagsAlike) {
       {"--no-repeat-ngram-size -2", "no_repeat_ngram_size must be >= 0 (0 disables it), got -2",
        "--no-repeat-ngram-size must be >= 0 (0 disables it), got -2"},
   };
-  for (const auto& [flag, served_says, offline_says] : bad) {
-    expect_both_refuse(client, tool, flag + " " + doc(0), served_says, offline_says);
-  }
+  expect_both_refuse_each(client, tool, doc(0), bad);
 }
 
 // srformer-client and srformer summarize take --bad-word WORD alike, repeatable: the summary's first word
@@ -2277,7 +2287,7 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeTheDiverseBeamSearchFlagsAlike) {
     changed = changed || served != candidates(run_command(client + beams + doc(i)));
   }
   EXPECT_TRUE(changed) << "the groups changed no candidates";
-  const std::vector<std::tuple<std::string, std::string, std::string>> bad = {
+  const std::vector<Refusal> bad = {
       {"--num-beams 4 --num-beam-groups 3", "num_beam_groups is 3 but num_beams (4) must be a multiple of it",
        "num_beam_groups is 3 but num_beams (4) must be a multiple of it"},
       {"--num-beams 4 --diversity-penalty 1", "diversity_penalty is 1 with num_beam_groups 1",
@@ -2289,9 +2299,7 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeTheDiverseBeamSearchFlagsAlike) {
       {"--num-beam-groups 0", "num_beam_groups must be >= 1 (1 is ordinary beam search), got 0",
        "--num-beam-groups must be >= 1 (1 is ordinary beam search), got 0"},
   };
-  for (const auto& [flag, served_says, offline_says] : bad) {
-    expect_both_refuse(client, tool, flag + " " + doc(0), served_says, offline_says);
-  }
+  expect_both_refuse_each(client, tool, doc(0), bad);
 }
 
 // srformer-client --json --stream and srformer summarize --json --stream write the same token deltas: each
