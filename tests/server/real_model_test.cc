@@ -30,6 +30,24 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A server of a test's own, serving `models` as `config` says on a loopback port of its own (no metrics
+// listener), and a stub that calls it.
+struct OwnServer {
+  std::unique_ptr<server::Server> server;
+  std::unique_ptr<v1::Summarizer::Stub> stub;
+};
+OwnServer serve(server::ServerConfig config, std::vector<server::LoadedModel> models,
+                server::Metrics* metrics = nullptr) {
+  config.listen = "127.0.0.1:0";
+  config.metrics_listen = "";
+  OwnServer own;
+  own.server = std::make_unique<server::Server>(config, std::move(models), metrics);
+  own.server->start();
+  own.stub = v1::Summarizer::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(own.server->port()), grpc::InsecureChannelCredentials()));
+  return own;
+}
+
 class RealModel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -49,22 +67,11 @@ class RealModel : public ::testing::Test {
   }
 
   // A server of the test's own on the fixture model, listening as SetUp's does, `config` for the rest.
-  struct OwnServer {
-    std::unique_ptr<server::Server> server;
-    std::unique_ptr<v1::Summarizer::Stub> stub;
-  };
   static OwnServer start_server(server::ServerConfig config, server::Metrics* metrics = nullptr) {
-    config.listen = "127.0.0.1:0";
-    config.metrics_listen = "";
     config.max_new_tokens_cap = 64;
     std::vector<server::LoadedModel> models;
     models.push_back(server::load_model_dir({"t5", dir_.string()}, server::ServerConfig{}));
-    OwnServer own;
-    own.server = std::make_unique<server::Server>(config, std::move(models), metrics);
-    own.server->start();
-    own.stub = v1::Summarizer::NewStub(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(own.server->port()), grpc::InsecureChannelCredentials()));
-    return own;
+    return serve(std::move(config), std::move(models), metrics);
   }
 
   // Offline reference: the generate() driver on its own model instance.
@@ -130,6 +137,17 @@ class RealModel : public ::testing::Test {
     return r;
   }
 
+  // Another request (24 new tokens, 2 beams) on its own thread, to decode beside a test's: whether it was served.
+  std::future<bool> another_request() const {
+    return std::async(std::launch::async, [this] {
+      grpc::ClientContext ctx;
+      v1::SummarizeResponse resp;
+      return stub_->Summarize(&ctx, request(synthetic_text(5, 3), 24, 2), &resp).ok();
+    });
+  }
+  // `req` served unary: its summary and alternatives are `ref`'s candidates, its score ref[0]'s.
+  void expect_unary_candidates(const v1::SummarizeRequest& req, const std::vector<Hypothesis>& ref);
+
   // cut_short(i): request i gets a deadline of a few milliseconds, so that it may leave the batch
   // (its rows, beams sharing self-attention slots among them) while the others decode.
   void expect_same_alone_and_among_32(const std::function<int(int)>& beams_of,
@@ -157,6 +175,14 @@ void expect_candidates(const v1::SummarizeResponse& resp, const std::vector<Hypo
               ref[static_cast<size_t>(a) + 1].tokens)
         << how << ", candidate " << a + 1;
   }
+}
+
+void RealModel::expect_unary_candidates(const v1::SummarizeRequest& req, const std::vector<Hypothesis>& ref) {
+  grpc::ClientContext ctx;
+  v1::SummarizeResponse resp;
+  ASSERT_TRUE(stub_->Summarize(&ctx, req, &resp).ok());
+  expect_candidates(resp, ref, "unary");
+  EXPECT_EQ(resp.score(), static_cast<float>(ref[0].score));
 }
 
 // A streamed summary: its status, the token ids and text deltas as they came, and the final message.
@@ -492,15 +518,12 @@ TEST_F(RealModel, KeyValueCountersCountTheKeysEachVariantReads) {
 
     server::Metrics metrics("");
     server::ServerConfig server_config;
-    server_config.listen = "127.0.0.1:0";
-    server_config.metrics_listen = "";
     server_config.warm_up = false;
     std::vector<server::LoadedModel> models;
     models.push_back(server::load_model_dir({"m", dir.string()}, server::ServerConfig{}));
-    server::Server counted(server_config, std::move(models), &metrics);
-    counted.start();
-    auto stub = v1::Summarizer::NewStub(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(counted.port()), grpc::InsecureChannelCredentials()));
+    auto own = serve(server_config, std::move(models), &metrics);
+    server::Server& counted = *own.server;
+    auto& stub = own.stub;
     for (const int beams : {1, 3}) {
       auto req = request(doc, kTokens, beams);
       req.mutable_options()->set_min_new_tokens(kTokens);  // every row runs exactly kTokens steps
@@ -535,17 +558,14 @@ TEST_F(RealModel, KeyValueCountersCountTheKeysEachVariantReads) {
 // one first), again until one joined inside (the long encode takes a few ms; nothing forces the order).
 TEST_F(RealModel, ShortRequestsJoiningInsideALongEncodeGiveTheOfflineAnswers) {
   server::ServerConfig config;
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
   config.max_new_tokens_cap = 64;
   config.max_encode_tokens = 96;
   config.encode_stall_ms = 1;
   std::vector<server::LoadedModel> models;
   models.push_back(server::load_model_dir({"t5", dir_.string()}, config));
-  server::Server nesting(config, std::move(models));
-  nesting.start();
-  auto stub = v1::Summarizer::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(nesting.port()), grpc::InsecureChannelCredentials()));
+  auto own = serve(config, std::move(models));
+  server::Server& nesting = *own.server;
+  auto& stub = own.stub;
   v1::SummarizeBatchRequest batch;
   *batch.add_requests() = request(synthetic_text(150, 41), 12, 1);
   for (int i = 0; i < 6; ++i)
@@ -584,16 +604,8 @@ TEST_F(RealModel, BeamSamplingEqualsOfflineGenerate) {
   o.num_return_sequences = 2;
   const auto ref = offline_16(doc, o);
   ASSERT_EQ(ref.size(), 2u);
-  auto other = std::async(std::launch::async, [&] {
-    grpc::ClientContext ctx;
-    v1::SummarizeResponse resp;
-    return stub_->Summarize(&ctx, request(synthetic_text(5, 3), 24, 2), &resp).ok();
-  });
-  grpc::ClientContext ctx;
-  v1::SummarizeResponse resp;
-  ASSERT_TRUE(stub_->Summarize(&ctx, req, &resp).ok());
-  expect_candidates(resp, ref, "unary");
-  EXPECT_EQ(resp.score(), static_cast<float>(ref[0].score));
+  auto other = another_request();
+  ASSERT_NO_FATAL_FAILURE(expect_unary_candidates(req, ref));
   const auto [status, streamed, text, final] = read_stream(*stub_, req);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(streamed, ref[0].tokens);
@@ -626,16 +638,8 @@ TEST_F(RealModel, GroupBeamSearchEqualsOfflineGenerate) {
   o.num_return_sequences = 4;
   const auto ref = offline_16(doc, o);
   ASSERT_EQ(ref.size(), 4u);
-  auto other = std::async(std::launch::async, [&] {
-    grpc::ClientContext ctx;
-    v1::SummarizeResponse resp;
-    return stub_->Summarize(&ctx, request(synthetic_text(5, 3), 24, 2), &resp).ok();
-  });
-  grpc::ClientContext ctx;
-  v1::SummarizeResponse resp;
-  ASSERT_TRUE(stub_->Summarize(&ctx, req, &resp).ok());
-  expect_candidates(resp, ref, "unary");
-  EXPECT_EQ(resp.score(), static_cast<float>(ref[0].score));
+  auto other = another_request();
+  ASSERT_NO_FATAL_FAILURE(expect_unary_candidates(req, ref));
   EXPECT_TRUE(other.get());
   o.num_beam_groups = 1;
   o.diversity_penalty = 0.0;
@@ -772,13 +776,10 @@ TEST_F(RealModel, RequestWarpersAndEncoderSettingsEqualTheSameInGenerationConfig
         server::load_model_dir({"configured-" + std::to_string(i), copies.back().string()}, server::ServerConfig{}));
   }
   server::ServerConfig config;
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
   config.max_new_tokens_cap = 64;
-  server::Server server(config, std::move(models));
-  server.start();
-  const auto stub = v1::Summarizer::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(server.port()), grpc::InsecureChannelCredentials()));
+  auto own = serve(config, std::move(models));
+  server::Server& server = *own.server;
+  const auto& stub = own.stub;
   const auto summarize = [&stub](const std::string& model, v1::SummarizeRequest r) {
     r.set_model(model);
     grpc::ClientContext ctx;
@@ -854,19 +855,9 @@ TEST(DemoModel, ABannedWordLeavesTheSummaryTheSameIdsInGenerationConfigLeave) {
   };
   std::vector<server::LoadedModel> models;
   models.push_back(server::load_model_dir({"demo", demo.string()}, server::ServerConfig{}));
-  server::ServerConfig config;
-  config.listen = "127.0.0.1:0";
-  config.metrics_listen = "";
-  auto start = [&config](std::vector<server::LoadedModel> m) {
-    auto server = std::make_unique<server::Server>(config, std::move(m));
-    server->start();
-    return server;
-  };
-  auto server = start(std::move(models));
-  auto stub = v1::Summarizer::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
-  const auto call = [&stub, &doc](const std::string& model, int beams, const std::vector<std::string>& bad_words,
-                                  v1::SummarizeResponse& resp) {
+  auto own = serve({}, std::move(models));
+  const auto call = [&own, &doc](const std::string& model, int beams, const std::vector<std::string>& bad_words,
+                                 v1::SummarizeResponse& resp) {
     v1::SummarizeRequest r;
     r.set_model(model);
     r.set_document(doc);
@@ -876,7 +867,7 @@ TEST(DemoModel, ABannedWordLeavesTheSummaryTheSameIdsInGenerationConfigLeave) {
     r.mutable_options()->set_no_repeat_ngram_size(3);
     for (const auto& w : bad_words) r.mutable_options()->add_bad_words(w);
     grpc::ClientContext ctx;
-    return stub->Summarize(&ctx, r, &resp);
+    return own.stub->Summarize(&ctx, r, &resp);
   };
   v1::SummarizeResponse plain;
   ASSERT_TRUE(call("demo", 1, {}, plain).ok());
@@ -899,13 +890,11 @@ TEST(DemoModel, ABannedWordLeavesTheSummaryTheSameIdsInGenerationConfigLeave) {
                                      {"pad_token_id", 0},           {"max_length", 33},
                                      {"no_repeat_ngram_size", 3},   {"bad_words_ids", bad_words_ids}};
   std::ofstream(configured / "generation_config.json") << generation.dump();
-  server->shutdown(std::chrono::milliseconds(1000));
+  own.server->shutdown(std::chrono::milliseconds(1000));
   models.clear();
   models.push_back(server::load_model_dir({"demo", demo.string()}, server::ServerConfig{}));
   models.push_back(server::load_model_dir({"configured", configured.string()}, server::ServerConfig{}));
-  server = start(std::move(models));
-  stub = v1::Summarizer::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()), grpc::InsecureChannelCredentials()));
+  own = serve({}, std::move(models));
   const auto logprobs = [](const v1::SummarizeResponse& r) {
     return std::vector<float>(r.token_logprobs().begin(), r.token_logprobs().end());
   };
@@ -933,7 +922,7 @@ TEST(DemoModel, ABannedWordLeavesTheSummaryTheSameIdsInGenerationConfigLeave) {
   EXPECT_EQ(status.error_message(),
             "bad_words[1] \"</s>\" holds the end-of-sequence token '</s>' (id 1): banning it would keep the model from "
             "ending its summary; leave it out (max_new_tokens bounds the length)");
-  server->shutdown(std::chrono::milliseconds(1000));
+  own.server->shutdown(std::chrono::milliseconds(1000));
   std::error_code ec;
   fs::remove_all(configured, ec);
 }
