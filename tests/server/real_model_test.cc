@@ -429,7 +429,7 @@ TEST_F(RealModel, EncoderCacheHitIsBitIdenticalToAMiss) {
 }
 
 // The row counters count rows: a request's beams each join, switch segments, run the RAF neuron and read
-// cross keys/values. Expected values from the responses' usage and the paper's schedule (step t reads
+// cross keys/values. Expected values from the document's tokens and the paper's schedule (step t reads
 // segment min(floor(t*m/L), m-1)), with L < m so that steps skip segments: a greedy request, then 4 beams.
 TEST_F(RealModel, RowCountersCountEveryBeamOfARequest) {
   server::Metrics metrics("");
@@ -464,8 +464,11 @@ TEST_F(RealModel, RowCountersCountEveryBeamOfARequest) {
     v1::SummarizeResponse resp;
     ASSERT_TRUE(stub->Summarize(&ctx, req, &resp).ok());
     const auto after = counters();
-    const int64_t m = resp.usage().segments();
-    const int64_t k = resp.usage().input_tokens();
+    // k and m from the tokenizer and the segment size, not from the server's own report of them.
+    const auto k = static_cast<int64_t>(tokenizer_->encode(doc).size());
+    const int64_t m = (k + segment_size - 1) / segment_size;
+    EXPECT_EQ(resp.usage().input_tokens(), k);
+    EXPECT_EQ(resp.usage().segments(), m);
     const int64_t steps = resp.usage().output_tokens();
     ASSERT_EQ(steps, kTokens);
     ASSERT_GT(m, kExpectedLength + 1) << "the document must have more segments than L, so that steps skip some";
@@ -537,7 +540,8 @@ TEST_F(RealModel, KeyValueCountersCountTheKeysEachVariantReads) {
         return server::testing::sample(after, name, labels).value_or(0) -
                server::testing::sample(before, name, labels).value_or(0);
       };
-      const int64_t k = resp.usage().input_tokens();
+      const auto k = static_cast<int64_t>(tokenizer_->encode(doc).size());  // not the server's report of it
+      EXPECT_EQ(resp.usage().input_tokens(), k);
       ASSERT_EQ(resp.usage().output_tokens(), kTokens);
       ASSERT_GT(k, 2 * s) << "the document must be longer than the widest window";
       const auto row_steps = static_cast<double>(beams * kTokens);
