@@ -75,8 +75,9 @@ class EndToEnd : public ::testing::Test {
   static inline fs::path model_dir_;
 };
 
-std::vector<int64_t> offline(const fs::path& dir, const std::string& text, int max_new, int beams,
-                             torch::ScalarType dtype = torch::kFloat32) {
+// generate()'s best hypothesis for `text` on a fresh load of `dir`.
+Hypothesis offline_best(const fs::path& dir, const std::string& text, int max_new, int beams,
+                        torch::ScalarType dtype = torch::kFloat32) {
   LoadOptions lo;
   lo.dtype = dtype;
   auto model = load_model(dir, lo);
@@ -89,8 +90,12 @@ std::vector<int64_t> offline(const fs::path& dir, const std::string& text, int m
   o = with_model_tokens(o, model->config());
   return generate(*model, input, torch::ones_like(input), o, torch::full({1}, int64_t{max_new}, torch::kInt64))
       .at(0)
-      .hypotheses.at(0)
-      .tokens;
+      .hypotheses.at(0);
+}
+
+std::vector<int64_t> offline(const fs::path& dir, const std::string& text, int max_new, int beams,
+                             torch::ScalarType dtype = torch::kFloat32) {
+  return offline_best(dir, text, max_new, beams, dtype).tokens;
 }
 
 std::string read(const std::string& path) {
@@ -181,9 +186,10 @@ TEST_F(EndToEnd, ClientJsonStreamHealthAndListModels) {
     auto unary = run_command(kClient + t + opts + "--json " + doc(1));
     ASSERT_EQ(unary.exit_code, 0) << unary.out;
     const auto j = nlohmann::json::parse(unary.out);
-    const auto ref = offline(model_dir_, read(doc(1)), 20, beams);
+    const auto best = offline_best(model_dir_, read(doc(1)), 20, beams);
+    const auto& ref = best.tokens;
     EXPECT_EQ(j["token_ids"].get<std::vector<int64_t>>(), ref);
-    EXPECT_TRUE(j["finish_reason"] == "eos" || j["finish_reason"] == "length");
+    EXPECT_EQ(j["finish_reason"], std::string(best.finish_reason == FinishReason::kEos ? "eos" : "length"));
     EXPECT_GT(j["usage"]["input_tokens"].get<int>(), 0);
     EXPECT_EQ(j["usage"]["output_tokens"].get<size_t>(), ref.size());
     EXPECT_EQ(keys(j), field_names(v1::SummarizeResponse::descriptor()));
