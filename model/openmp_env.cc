@@ -15,8 +15,6 @@ namespace srformer {
 
 namespace {
 
-constexpr const char* kSpinCount = "10000";
-
 bool is_set(const char* (*get)(const char*), const char* name) {
   const char* v = get(name);
   return v != nullptr && *v != '\0';
@@ -40,7 +38,7 @@ std::optional<std::pair<std::string, std::string>> openmp_setting_to_apply(const
   if (is_set(get, "OMP_WAIT_POLICY") || is_set(get, "GOMP_SPINCOUNT") || is_set(get, "SRFORMER_KEEP_OMP_POLICY")) {
     return std::nullopt;
   }
-  return std::make_pair(std::string("GOMP_SPINCOUNT"), std::string(kSpinCount));
+  return std::make_pair(std::string("OMP_WAIT_POLICY"), std::string("PASSIVE"));
 }
 
 void reexec_with_openmp_policy(char** argv) {

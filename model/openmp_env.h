@@ -4,12 +4,13 @@
 // libgomp's default keeps a thread spinning ~300,000 times after each parallel region; with
 // OMP_WAIT_POLICY=PASSIVE it sleeps at once and every region pays a futex wake-up (tens of µs).
 // A decode step runs ~100 short regions (our kernels, LibTorch's element-wise ops, OpenBLAS's
-// OpenMP build), so neither extreme suits it: a short spin (GOMP_SPINCOUNT=10000, ~0.1–0.2 ms)
-// bridges the gap between back-to-back regions and then yields the core to gRPC and the delivery
-// thread. Measured on this project's 2-core machine (docs/BENCHMARKS.md, session 12): T5-small
-// decode steps 12.6 → 8.7 ms (1 row) and 39.1 → 29.5 ms (32 rows) against PASSIVE; served, one
-// stream +23–44% and 32 streams +12–17% tokens/s. (PASSIVE was the choice while Debian's
-// pthread OpenBLAS ran its own pool beside LibTorch's spinners: 166 → 51 ms a step then.)
+// OpenMP build). On cores of its own a short spin (GOMP_SPINCOUNT=10000) stepped faster (session 12:
+// T5-small served, one stream +23–44% tokens/s against PASSIVE); on cores shared with other busy
+// processes (a Kubernetes node without exclusive CPUs, a busy host) every spin keeps a core from the
+// thread it waits for: session 56, side by side on 2 busy cores, PASSIVE served the demo model at
+// 1.6–12x the tokens/s at 0.1–0.7x the CPU per token, T5-small 1.9–4.3x, its decode steps 20–32 ms
+// against 79–96 ms.
+// The small gain does not pay for the large loss, so PASSIVE is the default (docs/OPERATIONS.md).
 // libgomp reads its environment once, when it is loaded (before main), so the only way to change it
 // for our own process is to set it and exec ourselves again.
 #include <optional>
@@ -19,7 +20,7 @@
 namespace srformer {
 
 // The variable reexec_with_openmp_policy() sets, given the environment (`get` as std::getenv):
-// GOMP_SPINCOUNT=10000, or nothing when OMP_WAIT_POLICY or GOMP_SPINCOUNT is set (a user's choice
+// OMP_WAIT_POLICY=PASSIVE, or nothing when OMP_WAIT_POLICY or GOMP_SPINCOUNT is set (a user's choice
 // always wins) or SRFORMER_KEEP_OMP_POLICY is (opted out, or already re-executed).
 std::optional<std::pair<std::string, std::string>> openmp_setting_to_apply(const char* (*get)(const char*));
 

@@ -734,6 +734,41 @@ TEST_F(EndToEnd, TheServerKeepsItsNameThroughItsReexec) {
   EXPECT_EQ(read("/proc/" + std::to_string(server->pid()) + "/comm"), "srformer-server\n");
 }
 
+// /proc/PID/environ: the environment the process's image was executed with, which libgomp read as it loaded.
+std::vector<std::string> exec_environment(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::vector<std::string> vars;
+  for (std::string var; std::getline(in, var, '\0');) vars.push_back(var);
+  return vars;
+}
+
+bool holds(const std::vector<std::string>& vars, const std::string& var) {
+  return std::find(vars.begin(), vars.end(), var) != vars.end();
+}
+
+// The server's OpenMP threads sleep when they wait (model/openmp_env.h): its image runs with
+// OMP_WAIT_POLICY=PASSIVE. Spinning (GOMP_SPINCOUNT=10000, the default before) cost 1.6-12x the
+// tokens/s on busy shared cores (docs/BENCHMARKS.md, session 56). An operator's own setting is kept.
+TEST_F(EndToEnd, TheServerWaitsPassivelyUnlessTheOperatorChoseAPolicy) {
+  for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "SRFORMER_KEEP_OMP_POLICY"}) {
+    if (std::getenv(name) != nullptr) GTEST_SKIP() << name << " is set in this test's environment";
+  }
+  {
+    auto server = start();
+    const auto vars = exec_environment(server->pid());
+    EXPECT_TRUE(holds(vars, "OMP_WAIT_POLICY=PASSIVE")) << server->log();
+    EXPECT_NE(server->log().find("OpenMP wait policy: passive"), std::string::npos) << server->log();
+  }
+  ::setenv("GOMP_SPINCOUNT", "10000", 1);
+  auto server = start();
+  ::unsetenv("GOMP_SPINCOUNT");
+  const auto vars = exec_environment(server->pid());
+  EXPECT_TRUE(holds(vars, "GOMP_SPINCOUNT=10000"));
+  EXPECT_FALSE(
+      std::any_of(vars.begin(), vars.end(), [](const std::string& v) { return v.rfind("OMP_WAIT_POLICY=", 0) == 0; }));
+  EXPECT_NE(server->log().find("OpenMP wait policy: spin 10000, then sleep"), std::string::npos) << server->log();
+}
+
 // gRPC unlinks a Unix socket's file before it binds: a second start on a running server's socket cut that
 // server off (its socket file gone), even a start that then failed to load its model.
 TEST_F(EndToEnd, ASecondServerOnALiveUnixSocketIsRefusedAndTheFirstKeepsServing) {
