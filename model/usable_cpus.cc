@@ -89,4 +89,6 @@ int usable_cpus() {
   return cpus;
 }
 
+int default_intra_op_threads(int sharers) { return std::max(1, usable_cpus() / std::max(1, sharers)); }
+
 }  // namespace srformer

@@ -12,6 +12,11 @@ namespace srformer {
 // The CPUs in this thread's affinity mask, bounded by the cgroup CPU quota (rounded up); at least 1.
 int usable_cpus();
 
+// LibTorch's intra-op thread count where --threads is not given, in the server and in every `srformer`
+// command: usable_cpus() shared evenly by `sharers` (the server's models), at least 1. OMP_NUM_THREADS is
+// not read: LibTorch's own default (it, else a count of the cores that no quota lowers) oversubscribed.
+int default_intra_op_threads(int sharers = 1);
+
 // The quota part, from the files under `cgroup_root` (normally /sys/fs/cgroup) for the cgroup lines of
 // `proc_self_cgroup` (the text of /proc/self/cgroup): cgroup v2's cpu.max ("max 100000" or
 // "QUOTA PERIOD") in the process's group and every group above it, else v1's cpu.cfs_quota_us /

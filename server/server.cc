@@ -99,8 +99,7 @@ Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metr
   limits.free_memory_after_idle = std::chrono::milliseconds(config.free_memory_after_idle_ms);
   limits.encoder_cache_bytes = config.encoder_cache_bytes;
   const int cores = usable_cpus();  // the affinity mask and cgroup quota, not the machine's count
-  limits.threads =
-      config.threads > 0 ? config.threads : std::max(1, cores / std::max(1, static_cast<int>(models.size())));
+  limits.threads = config.threads > 0 ? config.threads : default_intra_op_threads(static_cast<int>(models.size()));
   spdlog::info("{} intra-op thread{} per model ({})", limits.threads, limits.threads == 1 ? "" : "s",
                config.threads > 0 ? std::string("--threads")
                                   : std::to_string(cores) + " usable CPUs / " + std::to_string(models.size()) +

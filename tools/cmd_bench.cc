@@ -846,7 +846,7 @@ int run_bench(const std::vector<std::string>& args) {
     throw std::invalid_argument("--dtype fp16 is for --device cuda; on the CPU use fp32 or bf16");
   }
   o.cache = bench_cache();
-  at::set_num_threads(o.threads > 0 ? o.threads : usable_cpus());
+  at::set_num_threads(o.threads > 0 ? o.threads : default_intra_op_threads());
   std::cerr << "intra-op threads: " << at::get_num_threads() << ", OpenMP wait policy: " << openmp_wait_policy()
             << "\n";
   torch::manual_seed(0);

@@ -34,6 +34,7 @@
 #include "model/limits.h"
 #include "model/seq2seq.h"
 #include "model/tokenizer/tokenizer.h"
+#include "model/usable_cpus.h"
 #include "tools/arg_reader.h"
 #include "tools/device_flag.h"
 #include "tools/generation_flags.h"
@@ -72,7 +73,8 @@ const std::string kUsage =
         "  --batch N (default 8) --no-sample (what eval does anyway, taken as `summarize` takes it)\n") +
     kSearchFlagsUsage +
     "  --max-input-tokens N (truncate documents to N tokens; default: the model's limit, which N may lower;\n"
-    "  a T5's n_positions is advisory: N may raise it, a BART's positions it may not) --threads N\n"
+    "  a T5's n_positions is advisory: N may raise it, a BART's positions it may not)\n"
+    "  --threads N (default: the CPUs this process may use, after taskset/cpuset and a CPU quota, as the server's)\n"
     "  --dtype fp32|fp16|bf16 --device cpu|cuda[:N] (as in `summarize`)\n";
 
 // Generation flags of `summarize` and srformer-client that only act when sampling, or return more than the
@@ -229,7 +231,7 @@ GenerationOptions generation_options(const Args& a, const ModelConfig& c, const 
 // (model/eval/batch_summarize.h).
 GenerationRun generate_all(const Args& a, const std::string& model_dir, const std::vector<Example>& data) {
   if (!fs::is_directory(model_dir)) throw std::invalid_argument("model directory '" + model_dir + "' not found");
-  if (a.threads > 0) at::set_num_threads(a.threads);
+  at::set_num_threads(a.threads > 0 ? a.threads : default_intra_op_threads());  // as the server's: a CPU quota counts
   check_device_available(a.load.device);
   auto load = a.load;
   if (!a.dtype_given) load.dtype = default_dtype_for(model_dir, load.device);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/train/trainer.h"
+#include "model/usable_cpus.h"
 #include "tools/arg_reader.h"
 #include "tools/device_flag.h"
 
@@ -75,7 +76,9 @@ const char* kUsage =
     "  --autocast off|bf16|fp16 (off)  mixed precision: matrix products in bf16 (CPU or CUDA) or fp16 (CUDA,\n"
     "                          with dynamic loss scaling); weights, optimizer, loss, K^T V, ||K|| and the RAF\n"
     "                          membrane stay fp32, the saved model is fp32\n"
-    "  --eval-batch N (16) --seed N (0) --threads N --resume (continue from DIR's newest checkpoint)\n"
+    "  --eval-batch N (16) --seed N (0) --resume (continue from DIR's newest checkpoint)\n"
+    "  --threads N             default: the CPUs this process may use, after taskset/cpuset and a CPU quota\n"
+    "                          (docker --cpus, Kubernetes limits.cpu), as the server's; OMP_NUM_THREADS is not read\n"
     "  --stop-after N          end this run after update N (at most --steps) with a checkpoint (the schedule\n"
     "                          stays that of --steps); continue later with --resume\n"
     "  Refused as --out: MODEL_DIR, a DIR with checkpoints unless --resume continues them, and a DIR\n"
@@ -87,6 +90,7 @@ int run_train(const std::vector<std::string>& args) {
   train::TrainOptions o;
   std::vector<std::string> positional;
   std::string validation_flag_given;  // --eval-examples or --eval-batch, which shape a validation
+  int threads = 0;
   for (ArgReader r(args); r.next();) {
     const auto& f = r.arg();
     if (f == "--help" || f == "-h") {
@@ -141,7 +145,7 @@ int run_train(const std::vector<std::string>& args) {
     } else if (f == "--seed") {
       o.seed = r.unsigned_value();  // the whole uint64 range, as summarize, convert and eval take
     } else if (f == "--threads") {
-      at::set_num_threads(r.threads_value());
+      threads = r.threads_value();
     } else if (f == "--device") {
       o.device = device_from_flag(r.value()).str();
     } else if (f == "--dropout") {
@@ -165,6 +169,8 @@ int run_train(const std::vector<std::string>& args) {
   if (!validation_flag_given.empty() && o.validation_file.empty()) {
     throw std::invalid_argument(validation_flag_given + " needs --validation FILE to take its examples from");
   }
+  // As the server's: LibTorch's own default (OMP_NUM_THREADS, else the cores) ignored a CPU quota (docker --cpus).
+  at::set_num_threads(threads > 0 ? threads : default_intra_op_threads());
   o.model_dir = positional[0];
   o.train_file = positional[1];
   o.progress_bar = isatty(STDERR_FILENO) != 0;

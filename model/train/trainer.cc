@@ -144,7 +144,7 @@ nlohmann::json options_json(const TrainOptions& o) {
           {"seed", o.seed},
           {"device", o.device},
           // The CPU's sums are split over the threads: another count rounds them otherwise (--threads, or its
-          // default, every core, on another machine), and a resumed run no longer repeats the uninterrupted one.
+          // default, the usable CPUs, on another machine), and a resumed run no longer repeats the uninterrupted one.
           {"threads", at::get_num_threads()},
           {"autocast", o.autocast},
           {"dropout", o.dropout ? nlohmann::json(*o.dropout) : nlohmann::json()}};
