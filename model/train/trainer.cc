@@ -1,6 +1,7 @@
 #include "model/train/trainer.h"
 
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -400,6 +401,31 @@ std::string model_weights_in(const fs::path& dir) {
   return {};
 }
 
+// Refuses an --out that cannot be made or written, naming it. It is made once the data and the model have
+// loaded (a run refused before then leaves none behind), so one under a file or in /proc failed only then,
+// minutes in, with the system's bare "No such file or directory". Made here and removed again at once.
+void check_out_can_be_made(const fs::path& out) {
+  const auto refuse = [&](const std::string& why) {
+    throw std::invalid_argument("cannot create the output directory --out " + out.string() + " (" + why +
+                                "); choose another --out, in a directory you can write");
+  };
+  std::error_code ec;
+  if (fs::exists(out, ec)) {
+    if (!fs::is_directory(out, ec)) refuse("it is a file, not a directory");
+    if (::access(out.c_str(), W_OK | X_OK) != 0) refuse(std::strerror(errno));
+    return;
+  }
+  fs::path first_missing = out;  // where the probe starts making directories, and so what it removes
+  fs::path parent = out.parent_path();
+  for (; !parent.empty() && !fs::exists(parent, ec); parent = parent.parent_path()) first_missing = parent;
+  if (!parent.empty() && !fs::is_directory(parent, ec)) refuse(parent.string() + " is a file, not a directory");
+  if (fs::create_directories(out, ec); ec) refuse(ec.message());
+  for (auto p = out;; p = p.parent_path()) {
+    fs::remove(p, ec);
+    if (p == first_missing || p.empty()) break;
+  }
+}
+
 // What to do about `ckpt`, the newest checkpoint, when it cannot be read: remove it and resume from the one
 // before it, named. Where it is the only one, --resume has nothing left to take: the run starts anew.
 std::string advice_for_damaged(const fs::path& ckpt) {
@@ -440,6 +466,7 @@ class Run {
 
   TrainResult go() {
     validate(o_);
+    check_out_can_be_made(o_.out_dir);
     if (const auto earlier = checkpoints(o_.out_dir); !o_.resume && !earlier.empty()) {
       // A new run would interleave its checkpoints and log with the earlier run's, and --resume would
       // then pick whichever step is highest.

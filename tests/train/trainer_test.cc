@@ -565,6 +565,29 @@ TEST_F(Fixture, MissingInputsLeaveNoOut) {
   EXPECT_FALSE(fs::exists(o.out_dir));
 }
 
+// An --out that cannot be made (under a file; in /proc, where nothing can be) is refused before anything loads,
+// naming it: it was made only once the data and the model had loaded, and failed there with a bare "No such
+// file or directory". Here the training file is missing too, and it is --out that the run names.
+TEST_F(Fixture, AnOutThatCannotBeMadeIsRefusedBeforeAnythingLoads) {
+  std::ostringstream console;
+  const auto file = tmp.path() / "a-file";
+  std::ofstream(file) << "not a directory\n";
+  auto o = options("unused");
+  o.train_file = tmp.path() / "missing.jsonl";
+  for (const auto& out : {file / "run", file / "deeper" / "run", fs::path("/proc/srformer-nope/run"), file}) {
+    o.out_dir = out;
+    EXPECT_TRUE(refused_with(o, console, "cannot create the output directory --out " + out.string())) << out;
+    EXPECT_TRUE(refused_with(o, console, "choose another --out")) << out;
+  }
+  EXPECT_TRUE(refused_with(o, console, "it is a file, not a directory"));
+  o.out_dir = file / "run";
+  EXPECT_TRUE(refused_with(o, console, file.string() + " is a file, not a directory"));
+  // One that can be made is made only once the inputs have loaded: the probe leaves nothing behind.
+  o.out_dir = tmp.path() / "new" / "deeper" / "run";
+  EXPECT_TRUE(refused_with(o, console, "no such file"));
+  EXPECT_FALSE(fs::exists(tmp.path() / "new"));
+}
+
 // --out holding a model that is not this run's (no checkpoints) is refused: training replaced its
 // weights, config and tokenizer and left its README.md model card beside them. A run's own directory
 // still resumes and finishes.
