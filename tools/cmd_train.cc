@@ -184,13 +184,19 @@ int run_train(const std::vector<std::string>& args) {
               << o.out_dir.string() << " again" << std::endl;
     return 0;
   }
+  // "trained 1 steps", "steps 5-5 of 5" and "1 updates skipped" read wrong; one step is named alone.
+  const auto count = [](int64_t n, const std::string& noun) {
+    return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+  };
+  const int64_t first = r.steps - r.updates + 1;
   std::cout << std::fixed << std::setprecision(4) << "trained "
-            << (r.updates < r.steps ? "steps " + std::to_string(r.steps - r.updates + 1) + "-" +
-                                          std::to_string(r.steps) + " of " + std::to_string(r.steps)
-                                    : std::to_string(r.steps) + " steps")
+            << (r.updates == r.steps ? count(r.steps, "step")
+                : r.updates == 1     ? "step " + std::to_string(r.steps) + " of " + std::to_string(r.steps)
+                                     : "steps " + std::to_string(first) + "-" + std::to_string(r.steps) + " of " +
+                                       std::to_string(r.steps))
             << " in " << std::setprecision(1) << r.seconds << " s (" << r.tokens << " target tokens); last loss "
             << std::setprecision(4) << r.last_loss;
-  if (r.skipped_updates > 0) std::cout << "; " << r.skipped_updates << " updates skipped (fp16 overflow)";
+  if (r.skipped_updates > 0) std::cout << "; " << count(r.skipped_updates, "update") << " skipped (fp16 overflow)";
   if (r.validation_loss) {
     std::cout << "; validation loss " << *r.validation_loss << ", ROUGE-1/2/L/Lsum " << std::setprecision(2)
               << *r.rouge1 << "/" << *r.rouge2 << "/" << *r.rougeL << "/" << *r.rougeLsum;

@@ -3187,6 +3187,21 @@ TEST_F(EndToEnd, OfflineToolsTakeTheServersDefaultThreadCount) {
   EXPECT_EQ(scores["options"]["threads"], 1) << "eval";
 }
 
+// `srformer train`'s last line counts its steps in words that agree: it said "trained 1 steps", and a resumed
+// run's one update "steps 2-2 of 2".
+TEST_F(EndToEnd, TrainCountsOneStepInTheSingular) {
+  write_train_examples("one-step");
+  auto r = run_command(train_command("one-step") + " --steps 1 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("trained 1 step in ", 0), 0u) << r.out;
+  r = run_command(train_command("one-step") + " --steps 2 --resume 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("trained step 2 of 2 in ", 0), 0u) << r.out;
+  r = run_command(train_command("one-step") + " --steps 4 --resume 2>/dev/null");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("trained steps 3-4 of 4 in ", 0), 0u) << r.out;
+}
+
 // SIGTERM (a preempted job) ends `srformer train` after the update in progress with a checkpoint, exit
 // 143 as a signal's end (trainer_test resumes such a run); it used to die at once, losing everything since
 // the last --save-every. A hang-up (the terminal or SSH session that started the run closed) does the same,
