@@ -75,6 +75,14 @@ T req(const nlohmann::json& j, const char* key) {
 // real vocabulary is ~256k, the widest layer ~50k); a larger one is a damaged or mistyped file.
 constexpr int64_t kMaxConfigSize = int64_t{1} << 24;
 
+// Whether an integer JSON number lies within ±kMaxConfigSize, judged as written: int64_t would wrap one
+// past 2^63 to a negative number, and std::abs of -2^63 overflows.
+bool within_config_size(const nlohmann::json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(kMaxConfigSize);
+  const auto x = v.get<int64_t>();
+  return x >= -kMaxConfigSize && x <= kMaxConfigSize;
+}
+
 void require_positive(int64_t v, const char* key) {
   if (v <= 0) config_error(std::string("'") + key + "' must be positive, got " + std::to_string(v));
   if (v > kMaxConfigSize) {
@@ -300,7 +308,7 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
   if (const auto it = j.find("exponential_decay_length_penalty"); it != j.end() && !it->is_null()) {
     // Hugging Face's (start_index, decay_factor) tuple, a two-element list in JSON.
     if (!it->is_array() || it->size() != 2 || !(*it)[0].is_number_integer() || !(*it)[1].is_number() ||
-        std::abs((*it)[0].get<int64_t>()) > kMaxConfigSize) {
+        !within_config_size((*it)[0])) {
       config_error(
           "'exponential_decay_length_penalty' must be [start, factor] (new tokens before EOS is favoured, "
           "a number), e.g. [20, 1.05]; got " +
@@ -350,7 +358,8 @@ void read_generation_defaults(const nlohmann::json& j, ModelConfig& c, NewTokenL
     if (!it->is_array()) malformed();
     std::vector<std::pair<int64_t, std::optional<int64_t>>> forced;
     for (const auto& pair : *it) {
-      if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer() ||
+      // The index bounded as a count is: the first suppressed-at-begin step is 1 past the last one.
+      if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer() || !within_config_size(pair[0]) ||
           !(pair[1].is_null() || (pair[1].is_number_integer() && pair[1].get<int64_t>() >= 0))) {
         malformed();
       }

@@ -774,6 +774,30 @@ TEST(Config, ExponentialDecaySequenceBiasAndForcedDecoderIdsAreReadAndChecked) {
   }
 }
 
+// A decay start or forced index past 2^24 either way is a damaged file, as a count is. -2^63 passed the bound
+// (std::abs overflowed to itself, a negative number) and made generation's regulation start overflow;
+// 2^64 - 1 was read as -1; an index near 2^63 made the step after it (begin_suppress_tokens') overflow.
+TEST(Config, DecayStartAndForcedDecoderIndexPastTheCountBoundAreRefused) {
+  testing::TempDir dir("config");
+  std::ofstream(dir.path() / "config.json") << t5_json().dump();
+  const auto load = [&](const std::string& generation) {
+    std::ofstream(dir.path() / "generation_config.json") << generation;
+    return ModelConfig::load(dir.path() / "config.json");
+  };
+  for (const char* bad : {R"({"exponential_decay_length_penalty": [-9223372036854775808, 1.05]})",
+                          R"({"exponential_decay_length_penalty": [18446744073709551615, 1.05]})",
+                          R"({"exponential_decay_length_penalty": [-16777217, 1.05]})",
+                          R"({"forced_decoder_ids": [[9223372036854775807, null]]})",
+                          R"({"forced_decoder_ids": [[-9223372036854775808, 5]]})",
+                          R"({"forced_decoder_ids": [[18446744073709551615, 5]]})"}) {
+    EXPECT_THROW(load(bad), std::invalid_argument) << bad;
+  }
+  EXPECT_EQ(load(R"({"exponential_decay_length_penalty": [-16777216, 1.05]})").exponential_decay_length_penalty,
+            (std::pair<int64_t, double>{-16777216, 1.05}));
+  EXPECT_EQ(load(R"({"forced_decoder_ids": [[16777216, 5]]})").forced_decoder_ids,
+            (std::vector<std::pair<int64_t, std::optional<int64_t>>>{{16777216, 5}}));
+}
+
 TEST(Config, SuppressTokensAndBeginSuppressTokensAreRead) {
   testing::TempDir dir("config");
   std::ofstream(dir.path() / "config.json") << t5_json().dump();
