@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -90,5 +91,20 @@ int usable_cpus() {
 }
 
 int default_intra_op_threads(int sharers) { return std::max(1, usable_cpus() / std::max(1, sharers)); }
+
+std::optional<int> omp_num_threads(const char* value) {
+  if (value == nullptr) return std::nullopt;
+  const std::string text(value);
+  const std::string first = text.substr(0, text.find(','));
+  if (first.empty() || first.size() > 6 || first.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  const int n = std::stoi(first);
+  return n > 0 ? std::optional<int>(n) : std::nullopt;
+}
+
+int offline_intra_op_threads() {
+  return omp_num_threads(std::getenv("OMP_NUM_THREADS")).value_or(default_intra_op_threads());
+}
 
 }  // namespace srformer

@@ -12,10 +12,19 @@ namespace srformer {
 // The CPUs in this thread's affinity mask, bounded by the cgroup CPU quota (rounded up); at least 1.
 int usable_cpus();
 
-// LibTorch's intra-op thread count where --threads is not given, in the server and in every `srformer`
-// command: usable_cpus() shared evenly by `sharers` (the server's models), at least 1. OMP_NUM_THREADS is
-// not read: LibTorch's own default (it, else a count of the cores that no quota lowers) oversubscribed.
+// The server's intra-op thread count where --threads is not given: usable_cpus() shared evenly by `sharers`
+// (its models), at least 1. OMP_NUM_THREADS is not read: a base image or launcher that sets it (torchrun sets
+// 1) would quietly throttle a server whose one setting is --threads.
 int default_intra_op_threads(int sharers = 1);
+
+// The offline tools' (`srformer train`, `eval`, `summarize`) where --threads is not given: OMP_NUM_THREADS
+// when it is a positive integer (a user's or a test harness's explicit choice, as LibTorch reads it), else
+// default_intra_op_threads(). LibTorch's own default counted the cores that no CPU quota lowers.
+int offline_intra_op_threads();
+
+// OMP_NUM_THREADS's first entry as LibTorch and libgomp take it ("4", "4,2"); nullopt when unset or not a
+// positive integer.
+std::optional<int> omp_num_threads(const char* value);
 
 // The quota part, from the files under `cgroup_root` (normally /sys/fs/cgroup) for the cgroup lines of
 // `proc_self_cgroup` (the text of /proc/self/cgroup): cgroup v2's cpu.max ("max 100000" or

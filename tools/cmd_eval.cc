@@ -74,7 +74,8 @@ const std::string kUsage =
     kSearchFlagsUsage +
     "  --max-input-tokens N (truncate documents to N tokens; default: the model's limit, which N may lower;\n"
     "  a T5's n_positions is advisory: N may raise it, a BART's positions it may not)\n"
-    "  --threads N (default: the CPUs this process may use, after taskset/cpuset and a CPU quota, as the server's)\n"
+    "  --threads N (default: OMP_NUM_THREADS, else the CPUs this process may use, after taskset/cpuset and a CPU\n"
+    "              quota)\n"
     "  --dtype fp32|fp16|bf16 --device cpu|cuda[:N] (as in `summarize`)\n";
 
 // Generation flags of `summarize` and srformer-client that only act when sampling, or return more than the
@@ -231,7 +232,7 @@ GenerationOptions generation_options(const Args& a, const ModelConfig& c, const 
 // (model/eval/batch_summarize.h).
 GenerationRun generate_all(const Args& a, const std::string& model_dir, const std::vector<Example>& data) {
   if (!fs::is_directory(model_dir)) throw std::invalid_argument("model directory '" + model_dir + "' not found");
-  at::set_num_threads(a.threads > 0 ? a.threads : default_intra_op_threads());  // as the server's: a CPU quota counts
+  at::set_num_threads(a.threads > 0 ? a.threads : offline_intra_op_threads());  // a CPU quota counts
   check_device_available(a.load.device);
   auto load = a.load;
   if (!a.dtype_given) load.dtype = default_dtype_for(model_dir, load.device);

@@ -35,7 +35,8 @@ const std::string kUsage =
     "  --num-return-sequences N (beams: also the next best hypotheses; sampling with one beam: N samples;\n"
     "  one line each after the summary, or --json's alternatives)\n"
     "  --truncate (cut over-long input instead of failing) --json --stream\n"
-    "  --threads N (default: the CPUs this process may use, after taskset/cpuset and a CPU quota, as the server's)\n"
+    "  --threads N (default: OMP_NUM_THREADS, else the CPUs this process may use, after taskset/cpuset and a CPU\n"
+    "              quota)\n"
     "  --max-input-tokens N (lowers the model's input limit; a T5's n_positions is advisory: N may raise it)\n"
     "  --dtype fp32|bf16 (bf16: projections in bfloat16; needs a CPU with AMX or AVX512-BF16)\n"
     "  --device cpu|cuda[:N] (cuda: --dtype fp16, bf16 or fp32; default as the server's: fp16, bf16 for a T5\n"
@@ -96,7 +97,7 @@ int run_summarize(const std::vector<std::string>& args) {
                                 input_path + " (srformer summarize --model DIR [options] [FILE|-])");
   }
   if (model_dir.empty()) throw std::invalid_argument("--model DIR is required (see --help)");
-  at::set_num_threads(threads > 0 ? threads : default_intra_op_threads());  // as the server's: a CPU quota counts
+  at::set_num_threads(threads > 0 ? threads : offline_intra_op_threads());  // a CPU quota counts
   check_device_available(load.device);
   if (!dtype_given) load.dtype = default_dtype_for(model_dir, load.device);
   auto model = load_model(model_dir, load);

@@ -77,8 +77,8 @@ const char* kUsage =
     "                          with dynamic loss scaling); weights, optimizer, loss, K^T V, ||K|| and the RAF\n"
     "                          membrane stay fp32, the saved model is fp32\n"
     "  --eval-batch N (16) --seed N (0) --resume (continue from DIR's newest checkpoint)\n"
-    "  --threads N             default: the CPUs this process may use, after taskset/cpuset and a CPU quota\n"
-    "                          (docker --cpus, Kubernetes limits.cpu), as the server's; OMP_NUM_THREADS is not read\n"
+    "  --threads N             default: OMP_NUM_THREADS, else the CPUs this process may use, after taskset/cpuset\n"
+    "                          and a CPU quota (docker --cpus, Kubernetes limits.cpu)\n"
     "  --stop-after N          end this run after update N (at most --steps) with a checkpoint (the schedule\n"
     "                          stays that of --steps); continue later with --resume\n"
     "  Refused as --out: MODEL_DIR, a DIR with checkpoints unless --resume continues them, and a DIR\n"
@@ -169,8 +169,8 @@ int run_train(const std::vector<std::string>& args) {
   if (!validation_flag_given.empty() && o.validation_file.empty()) {
     throw std::invalid_argument(validation_flag_given + " needs --validation FILE to take its examples from");
   }
-  // As the server's: LibTorch's own default (OMP_NUM_THREADS, else the cores) ignored a CPU quota (docker --cpus).
-  at::set_num_threads(threads > 0 ? threads : default_intra_op_threads());
+  // LibTorch's own default (OMP_NUM_THREADS, else the cores) ignored a CPU quota (docker --cpus).
+  at::set_num_threads(threads > 0 ? threads : offline_intra_op_threads());
   o.model_dir = positional[0];
   o.train_file = positional[1];
   o.progress_bar = isatty(STDERR_FILENO) != 0;

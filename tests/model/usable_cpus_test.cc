@@ -61,5 +61,15 @@ TEST(UsableCpus, FollowsTheAffinityMask) {
   EXPECT_EQ(pinned, 1);
 }
 
+// OMP_NUM_THREADS as libgomp takes it: its first entry, a positive integer; anything else is not a choice.
+TEST(UsableCpus, OmpNumThreadsIsReadAsLibgompReadsIt) {
+  EXPECT_EQ(omp_num_threads("3"), 3);
+  EXPECT_EQ(omp_num_threads("4,2"), 4);  // nested levels: the outer one is ours
+  for (const char* no : {"", "0", "-1", "two", "2x", " 2", ",2", "99999999999"}) {
+    EXPECT_EQ(omp_num_threads(no), std::nullopt) << "'" << no << "'";
+  }
+  EXPECT_EQ(omp_num_threads(nullptr), std::nullopt);
+}
+
 }  // namespace
 }  // namespace srformer
