@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -286,29 +287,42 @@ TEST(Validation, BadWordsAreBannedForTheRequestAlone) {
 // A body that does not parse as the method's message (a client built from another proto, a string field
 // holding invalid UTF-8, bytes cut short) is the client's error, said so: gRPC's callback API would
 // answer UNIMPLEMENTED with no message, as if the method did not exist.
-// `pushback`, where given, receives the trailing grpc-retry-pushback-ms ("" when absent).
-grpc::Status raw_call(TestServer& server, const std::string& method, const std::string& body, bool streaming,
-                      std::string* pushback = nullptr) {
+// Calls the method at `path` with `body` as its raw request bytes; `on_message` sees each answer (a unary
+// call's when it succeeds) and returns false to cancel the call there.
+grpc::Status raw_call_path(TestServer& server, grpc::ClientContext& ctx, const std::string& path,
+                           const std::string& body, bool streaming,
+                           const std::function<bool(const grpc::ByteBuffer&)>& on_message) {
   grpc::Slice slice(body);
   const grpc::ByteBuffer request(&slice, 1);
-  grpc::ClientContext ctx;
-  const std::string name = "/srformer.v1.Summarizer/" + method;
-  grpc::Status status;
   if (!streaming) {
     grpc::ByteBuffer response;
-    status = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-        server.channel().get(), grpc::internal::RpcMethod(name.c_str(), grpc::internal::RpcMethod::NORMAL_RPC), &ctx,
+    const auto status = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+        server.channel().get(), grpc::internal::RpcMethod(path.c_str(), grpc::internal::RpcMethod::NORMAL_RPC), &ctx,
         request, &response);
-  } else {
-    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-            server.channel().get(),
-            grpc::internal::RpcMethod(name.c_str(), grpc::internal::RpcMethod::SERVER_STREAMING), &ctx, request));
-    grpc::ByteBuffer message;
-    while (reader->Read(&message)) {
-    }
-    status = reader->Finish();
+    if (status.ok()) on_message(response);
+    return status;
   }
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+          server.channel().get(), grpc::internal::RpcMethod(path.c_str(), grpc::internal::RpcMethod::SERVER_STREAMING),
+          &ctx, request));
+  grpc::ByteBuffer message;
+  while (reader->Read(&message)) {
+    if (!on_message(message)) {
+      ctx.TryCancel();
+      break;
+    }
+  }
+  return reader->Finish();
+}
+
+// A Summarizer method's raw call; `pushback`, where given, receives the trailing grpc-retry-pushback-ms ("" when
+// absent).
+grpc::Status raw_call(TestServer& server, const std::string& method, const std::string& body, bool streaming,
+                      std::string* pushback = nullptr) {
+  grpc::ClientContext ctx;
+  const auto status = raw_call_path(server, ctx, "/srformer.v1.Summarizer/" + method, body, streaming,
+                                    [](const grpc::ByteBuffer&) { return true; });
   if (pushback) {
     const auto& trailers = ctx.GetServerTrailingMetadata();
     const auto it = trailers.find("grpc-retry-pushback-ms");
@@ -376,12 +390,8 @@ TEST(Validation, AHealthRequestThatIsNotAHealthCheckRequestIsInvalidArgument) {
   // Returns the call's status and the statuses it received (a Watch's first only: it stays open until its
   // deadline).
   const auto call = [&](const char* method, const std::string& body) {
-    grpc::Slice slice(body);
-    const grpc::ByteBuffer request(&slice, 1);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 2s);
-    const std::string name = std::string("/grpc.health.v1.Health/") + method;
-    grpc::Status status;
     std::vector<grpc::health::v1::HealthCheckResponse::ServingStatus> got;
     const auto take = [&](const grpc::ByteBuffer& message) {
       std::vector<grpc::Slice> slices;
@@ -391,25 +401,10 @@ TEST(Validation, AHealthRequestThatIsNotAHealthCheckRequestIsInvalidArgument) {
       grpc::health::v1::HealthCheckResponse response;
       EXPECT_TRUE(response.ParseFromString(bytes));
       got.push_back(response.status());
+      return false;  // a Watch stays open until its deadline: its first answer is enough
     };
-    if (std::string(method) == "Check") {
-      grpc::ByteBuffer response;
-      status = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-          server.channel().get(), grpc::internal::RpcMethod(name.c_str(), grpc::internal::RpcMethod::NORMAL_RPC), &ctx,
-          request, &response);
-      if (status.ok()) take(response);
-    } else {
-      std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-          grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-              server.channel().get(),
-              grpc::internal::RpcMethod(name.c_str(), grpc::internal::RpcMethod::SERVER_STREAMING), &ctx, request));
-      grpc::ByteBuffer message;
-      if (reader->Read(&message)) {
-        take(message);
-        ctx.TryCancel();
-      }
-      status = reader->Finish();
-    }
+    const auto status = raw_call_path(server, ctx, std::string("/grpc.health.v1.Health/") + method, body,
+                                      std::string(method) != "Check", take);
     return std::make_pair(status, got);
   };
   const std::vector<std::pair<const char*, std::string>> bodies = {
