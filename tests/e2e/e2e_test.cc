@@ -104,6 +104,22 @@ std::string read(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// The first run of two or more ASCII letters or digits in `text` ("" when there is none): a word of a
+// summary that --bad-word can ban.
+std::string first_word(const std::string& text) {
+  std::string word;
+  for (const char c : text + " ") {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      word += c;
+    } else if (word.size() >= 2) {
+      break;
+    } else {
+      word.clear();
+    }
+  }
+  return word.size() >= 2 ? word : "";
+}
+
 // The JSON a tool wrote on stdout, expecting it to have exited 0 (an empty object where it did not).
 nlohmann::json json_output(const CommandResult& r) {
   EXPECT_EQ(r.exit_code, 0) << r.out;
@@ -2285,16 +2301,7 @@ TEST_F(EndToEnd, ClientAndOfflineToolTakeBadWordAlike) {
   const std::string args = "--max-new-tokens 20 " + doc(0);
   const auto plain = json_output(run_command(client + args));
   const std::string summary = plain.value("summary", "");
-  std::string word;
-  for (const char c : summary + " ") {
-    if (std::isalnum(static_cast<unsigned char>(c))) {
-      word += c;
-    } else if (word.size() >= 2) {
-      break;
-    } else {
-      word.clear();
-    }
-  }
+  const std::string word = first_word(summary);
   ASSERT_GE(word.size(), 2u) << "summary: " << summary;
   const std::string flags = "--bad-word " + word + " --bad-word 'the cat' ";
   const auto served = json_output(run_command(client + flags + args));
@@ -2395,16 +2402,8 @@ TEST_F(EndToEnd, ClientAndEvalTakeTheSearchFlagsAlike) {
     for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["prediction"]);
     return out;
   };
-  std::string word;  // the first word of doc(0)'s summary, to ban
-  for (const char c : summary(run_command(client + "--max-new-tokens 20 " + doc(0))) + " ") {
-    if (std::isalnum(static_cast<unsigned char>(c))) {
-      word += c;
-    } else if (word.size() >= 2) {
-      break;
-    } else {
-      word.clear();
-    }
-  }
+  // The first word of doc(0)'s summary, to ban.
+  const std::string word = first_word(summary(run_command(client + "--max-new-tokens 20 " + doc(0))));
   ASSERT_GE(word.size(), 2u);
   // The flags, and whether they change a summary here: the tiny model's beams end too rarely for the early
   // stopping modes to (the beam searcher's tests hold what they do).

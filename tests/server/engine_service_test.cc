@@ -29,6 +29,20 @@
 namespace srformer::testing {
 namespace {
 
+// Stores `value` into `flag` as it leaves scope: a test that hangs a fake engine or callback releases it even
+// when an assertion returns early, so the server's destruction does not wait for it for good.
+class StoreOnExit {
+ public:
+  StoreOnExit(std::shared_ptr<std::atomic<bool>> flag, bool value) : flag_(std::move(flag)), value_(value) {}
+  StoreOnExit(const StoreOnExit&) = delete;
+  StoreOnExit& operator=(const StoreOnExit&) = delete;
+  ~StoreOnExit() { flag_->store(value_); }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> flag_;
+  bool value_;
+};
+
 using namespace std::chrono_literals;
 
 // The bytes tcmalloc has handed out and not taken back, to measure what the server holds; nullopt where the
@@ -2337,10 +2351,7 @@ TEST(EngineService, HealthIsNotServingWhileAnEngineIsStalledAndServingOnceItMove
   so.models = {{"fake", FakeModelOptions{}}, {"long", long_encode}};
   const auto hang = so.models[0].second.hang_steps;
   TestServer server(so);
-  struct Release {  // a failed assertion must not leave the engine hung for the server's destruction
-    std::shared_ptr<std::atomic<bool>> hang;
-    ~Release() { hang->store(false); }
-  } release{hang};
+  const StoreOnExit release(hang, false);  // a failed assertion must not leave the engine hung
   const std::string service = "srformer.v1.Summarizer";
   const auto health_becomes = [&](client::HealthStatus want) {
     const auto end = std::chrono::steady_clock::now() + 10s;
@@ -2410,10 +2421,7 @@ TEST(EngineService, StoppingEnginesWithOneHungInAStepNamesItInBoundedTime) {
   so.models = {{"fake", FakeModelOptions{}}, {"other", FakeModelOptions{256, 4, 20ms}}};
   const auto hang = so.models[0].second.hang_steps;
   TestServer server(so);
-  struct Release {  // a failed assertion must not leave the engine hung for the server's destruction
-    std::shared_ptr<std::atomic<bool>> hang;
-    ~Release() { hang->store(false); }
-  } release{hang};
+  const StoreOnExit release(hang, false);  // a failed assertion must not leave the engine hung
   const auto summarize = [&](const std::string& model, int max_new_tokens) {
     auto r = request(doc_of(3), max_new_tokens, 1);
     r.mutable_options()->set_min_new_tokens(max_new_tokens);
@@ -2454,10 +2462,7 @@ TEST(EngineService, AShutdownStuckOnAHungEngineEndsWithItsOwnStatusNotAFailedSta
   FakeServerOptions so;
   const auto hang = so.models[0].second.hang_steps;
   TestServer server(so);
-  struct Release {  // a failed assertion must not leave the engine hung for the server's destruction
-    std::shared_ptr<std::atomic<bool>> hang;
-    ~Release() { hang->store(false); }
-  } release{hang};
+  const StoreOnExit release(hang, false);  // a failed assertion must not leave the engine hung
   hang->store(true);
   auto hung = std::async(std::launch::async, [&server] {
     grpc::ClientContext ctx;
@@ -2491,10 +2496,7 @@ TEST(EngineService, StoppingEnginesWithARequestsCallbackHungReturnsInBoundedTime
   LogCapture log;
   TestServer server;
   const auto release = std::make_shared<std::atomic<bool>>(false);
-  struct Release {  // a failed assertion must not leave the callback hung for the server's destruction
-    std::shared_ptr<std::atomic<bool>> release;
-    ~Release() { release->store(true); }
-  } released{release};
+  const StoreOnExit released(release, true);  // a failed assertion must not leave the callback hung
   const auto entered = std::make_shared<std::promise<void>>();
   auto r = server::build_request(request(doc_of(3), 4, 1), server.engine(), server::ServiceLimits{}, std::nullopt);
   r->on_finish = [release, entered](server::RequestResult) {
