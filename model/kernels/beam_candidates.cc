@@ -54,6 +54,18 @@ SRFORMER_AVX2 void scan_avx2(const float* x, int64_t end, const float& bar, Hit&
 }
 #endif
 
+// scan_scalar over [0, end), 32 scores a round where the CPU has AVX2 and FMA.
+template <typename Hit>
+void scan(const float* x, int64_t end, const float& bar, Hit& hit) {
+#ifdef SRFORMER_HAVE_AVX2_KERNELS
+  if (avx2_fma_available()) {
+    scan_avx2(x, end, bar, hit);
+    return;
+  }
+#endif
+  scan_scalar(x, 0, end, bar, hit);
+}
+
 }  // namespace
 
 BestCandidates::BestCandidates(int64_t count) : count_(static_cast<size_t>(std::max<int64_t>(count, 0))) {
@@ -95,13 +107,7 @@ std::optional<std::vector<BeamCandidate>> beam_candidates(const BeamRows& rows, 
       const auto logprob = static_cast<float>(static_cast<double>(x[i]) - lse);
       if (best.offer(logprob + beam, b * rows.n + i, logprob) && best.full()) bar = bar_for(best.worst(), beam, lse);
     };
-#ifdef SRFORMER_HAVE_AVX2_KERNELS
-    if (avx2_fma_available()) {
-      scan_avx2(x, limit, bar, hit);
-      continue;
-    }
-#endif
-    scan_scalar(x, 0, limit, bar, hit);
+    scan(x, limit, bar, hit);
   }
   // -inf scores never pass a bar: a full heap holds finite candidates only.
   if (!best.full()) return std::nullopt;
@@ -124,13 +130,7 @@ std::optional<std::vector<BeamCandidate>> best_processed_candidates(const float*
       if (odd) return;
       if (best.offer(row[i] + beam, b * n + i, row[i]) && best.full()) bar = bar_for(best.worst(), beam, 0.0);
     };
-#ifdef SRFORMER_HAVE_AVX2_KERNELS
-    if (avx2_fma_available()) {
-      scan_avx2(row, n, bar, hit);
-      continue;
-    }
-#endif
-    scan_scalar(row, 0, n, bar, hit);
+    scan(row, n, bar, hit);
   }
   if (odd || !best.full()) return std::nullopt;
   return std::move(best).sorted();
