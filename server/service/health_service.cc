@@ -3,6 +3,7 @@
 #include <optional>
 #include <utility>
 
+#include "server/service/failed_call.h"
 #include "server/service/message_body.h"
 
 namespace srformer::server {
@@ -13,13 +14,6 @@ using grpc::health::v1::HealthCheckResponse;
 namespace {
 
 constexpr const char* kHealthProto = "gRPC's grpc/health/v1/health.proto";
-
-// A Watch refused before it starts (its request did not parse).
-class RefusedWatch final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
- public:
-  explicit RefusedWatch(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
-};
 
 }  // namespace
 
@@ -168,7 +162,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* HealthService::Watch(grpc::CallbackS
                                                                  const grpc::ByteBuffer* body) {
   HealthCheckRequest request;
   if (const grpc::Status parsed = parse_body(*body, request, kHealthProto); !parsed.ok()) {
-    return new RefusedWatch(parsed);
+    return new FailedCall<grpc::ServerWriteReactor<grpc::ByteBuffer>>(parsed);  // its request did not parse
   }
   auto* watch = new WatchReactor(*this, request.service());
   std::lock_guard lock(mu_);

@@ -18,6 +18,7 @@
 #include "model/tokenizer/utf8.h"
 #include "server/metrics/metrics.h"
 #include "server/service/call_deadline.h"
+#include "server/service/failed_call.h"
 #include "server/service/message_body.h"
 
 namespace srformer::server {
@@ -881,15 +882,8 @@ class BatchCall final : public grpc::ServerUnaryReactor {
 };
 
 // A call whose reactor could not be made (an exception out of its constructor that the handling there
-// misses): it ends with INTERNAL (RESOURCE_EXHAUSTED for memory) and an error line, not with gRPC's UNKNOWN
-// ("Unexpected error in RPC handling") and nothing logged.
-template <typename Reactor>
-class FailedCall final : public Reactor {
- public:
-  explicit FailedCall(const grpc::Status& status) { this->Finish(status); }
-  void OnDone() override { delete this; }
-};
-
+// misses) ends as a FailedCall with INTERNAL (RESOURCE_EXHAUSTED for memory) and an error line, not with gRPC's
+// UNKNOWN ("Unexpected error in RPC handling") and nothing logged.
 template <typename Reactor, typename Make>
 Reactor* reactor_or_failed(const char* method, grpc::CallbackServerContext* context, Make&& make) {
   try {
