@@ -19,8 +19,9 @@ std::optional<double> quota_ratio(std::istream& quota_in, std::istream& period_i
   double period = 0;
   if (!(quota_in >> quota) || !(period_in >> period) || period <= 0) return std::nullopt;
   try {
+    // The kernel writes integers; "inf" or "nan" from anything else would make the bound meaningless.
     const double value = std::stod(quota);
-    return value > 0 ? std::optional<double>(value / period) : std::nullopt;
+    return value > 0 && std::isfinite(value / period) ? std::optional<double>(value / period) : std::nullopt;
   } catch (const std::exception&) {
     return std::nullopt;
   }
@@ -85,7 +86,8 @@ int usable_cpus() {
   std::ifstream in("/proc/self/cgroup");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (const auto quota = cgroup_cpu_quota("/sys/fs/cgroup", text)) {
-    cpus = std::min(cpus, std::max(1, static_cast<int>(std::ceil(*quota - 1e-9))));
+    // Compared as doubles: a quota of more CPUs than an int counts must not reach the cast.
+    if (*quota < cpus) cpus = std::max(1, static_cast<int>(std::ceil(*quota - 1e-9)));
   }
   return cpus;
 }

@@ -32,6 +32,14 @@ TEST(UsableCpus, CgroupV2QuotaIsTheTightestOnThePathUp) {
   EXPECT_EQ(cgroup_cpu_quota(root.path(), ""), std::nullopt);
 }
 
+TEST(UsableCpus, AQuotaThatIsNotAFiniteNumberIsNoQuota) {
+  const ScratchDir root;
+  for (const char* text : {"inf 100000\n", "nan 100000\n", "1e308 0.5\n", "junk 100000\n", "100000 0\n"}) {
+    write(root / "cpu.max", text);
+    EXPECT_EQ(cgroup_cpu_quota(root.path(), "0::/\n"), std::nullopt) << text;
+  }
+}
+
 TEST(UsableCpus, CgroupV1QuotaAndItsNoQuotaValue) {
   const ScratchDir root;
   write(root / "cpu,cpuacct/cpu.cfs_period_us", "100000\n");
