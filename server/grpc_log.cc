@@ -25,10 +25,14 @@ void to_spdlog(gpr_log_func_args* args) {
 }
 
 void protobuf_to_spdlog(google::protobuf::LogLevel severity, const char* file, int line, const std::string& message) {
-  const auto level = severity == google::protobuf::LOGLEVEL_FATAL     ? spdlog::level::critical
-                     : severity == google::protobuf::LOGLEVEL_ERROR   ? spdlog::level::err
-                     : severity == google::protobuf::LOGLEVEL_WARNING ? spdlog::level::warn
-                                                                      : spdlog::level::info;
+  // protobuf calls a request body it cannot parse (a string field not in UTF-8) an ERROR. That is the
+  // client's fault, already answered with INVALID_ARGUMENT: at error level any client could trip an
+  // operator's error-rate alert. Its errors serializing our own answers stay errors.
+  const bool clients_body = message.find("when parsing a protocol buffer") != std::string::npos;
+  const auto level = severity == google::protobuf::LOGLEVEL_FATAL                    ? spdlog::level::critical
+                     : severity == google::protobuf::LOGLEVEL_ERROR && !clients_body ? spdlog::level::err
+                     : severity >= google::protobuf::LOGLEVEL_WARNING                ? spdlog::level::warn
+                                                                                     : spdlog::level::info;
   const auto end = message.find_last_not_of(" \n");  // protobuf ends some messages with a space
   spdlog::log(level, "protobuf: {} ({}:{})", message.substr(0, end == std::string::npos ? 0 : end + 1), file, line);
 }
