@@ -10,15 +10,22 @@ client=${CLIENT:-$root/build/bin/srformer-client}
 bench_pids=() bench_paths=()
 stop_on_exit() { bench_pids+=("$@"); }
 remove_on_exit() { bench_paths+=("$@"); }
-# stop_server PID: stops a registered server now (SIGTERM, then waits) and returns its exit status. It is
+# A load a script runs in the background is registered too: it ignores Ctrl-C (as a script's background
+# job, SIGINT ignored on entry stays so in srformer-client) and went on after the script had ended.
+# wait_registered PID: waits for a registered process (such a load) to end and returns its exit status. It is
 # taken off the list, so that the exit does not signal another process given its id since.
-stop_server() {
+wait_registered() {
   local pid=$1 status=0 p kept=()
-  kill -TERM "$pid" 2>/dev/null || true
   wait "$pid" || status=$?
   for p in "${bench_pids[@]}"; do [ "$p" = "$pid" ] || kept+=("$p"); done
   bench_pids=("${kept[@]}")
   return $status
+}
+# stop_server PID: stops a registered server now (SIGTERM, then waits) and returns its exit status; taken off
+# the list as above.
+stop_server() {
+  kill -TERM "$1" 2>/dev/null || true
+  wait_registered "$1"
 }
 bench_cleanup() {
   local pid

@@ -32,6 +32,7 @@ for server in "${servers[@]}"; do
   "$client" --target "$target" --model ab --load --concurrency "${CONCURRENCY:-16}" --requests "${REQUESTS:-240}" \
     --max-new-tokens "${NEW_TOKENS:-64}" --min-new-tokens "${NEW_TOKENS:-64}" --truncate "${shorts[@]}" >"$tmp/load.txt" &
   load=$!
+  stop_on_exit $load
   sleep 2
   "$client" --target "$target" --model ab --max-new-tokens 4 --min-new-tokens 4 --truncate --json "$long" >"$tmp/long.json"
   samples=()
@@ -39,7 +40,7 @@ for server in "${servers[@]}"; do
     samples+=("$(state_mib "$metrics")")
     sleep 1
   done
-  wait $load
+  wait_registered $load
   mem=$(awk '/VmRSS|VmHWM/ {printf "%s %d MiB ", $1, $2 / 1024}' /proc/$pid/status)
   stop_server $pid || true
   echo "$server: long document of $(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["input_tokens"])' "$tmp/long.json") tokens"

@@ -34,6 +34,7 @@ for budget in "${budgets[@]}"; do
   "$client" --target "$target" --model ab --load --concurrency "${CONCURRENCY:-32}" --requests "${REQUESTS:-192}" \
     --max-new-tokens "${NEW_TOKENS:-64}" --min-new-tokens "${NEW_TOKENS:-64}" --truncate "${shorts[@]}" >"$tmp/load.txt" &
   load=$!
+  stop_on_exit $load
   longs=()
   for i in $(seq "${LONG:-4}"); do
     sleep 2
@@ -51,7 +52,7 @@ for budget in "${budgets[@]}"; do
     [ "${h:-0}" -gt "$peak_held" ] && peak_held=$h
     sleep 0.5
   done
-  wait $load
+  wait_registered $load
   for p in "${longs[@]}"; do wait "$p"; done
   hwm=$(awk '/VmHWM/ {printf "%d", $2 / 1024}' /proc/$pid/status)
   bypasses=$(metric_sum "$metrics" srformer_queue_bypasses_total)

@@ -36,21 +36,24 @@ time.sleep(300)
 
 FAKE_CLIENT = """\
 #!/usr/bin/python3
-# Stand-in client: FAKE_CLIENT=fail exits 3 at once; =report prints a load report; =wait waits FAKE_CLIENT_S (3 s), and on SIGINT prints
-# a report and exits 130, as srformer-client --load does (its partial report).
+# Stand-in client: FAKE_CLIENT=fail exits 3 at once; =report prints a load report; =wait waits FAKE_CLIENT_S (3 s), and on SIGINT
+# (unless ignored on entry, as in a script's background job) or SIGTERM prints a report and exits 130 or 143, as
+# srformer-client --load does (its partial report). Each records its pid in FAKE_CLIENT_LOG.
 import json, os, signal, sys, time
 with open(os.environ["FAKE_CLIENT_LOG"], "a") as f:
-    f.write("started\\n")
+    f.write(f"started {os.getpid()}\\n")
 if os.environ["FAKE_CLIENT"] == "fail":
     sys.exit(3)
 if os.environ["FAKE_CLIENT"] == "report":  # a --load --json report: 10 tokens/s per stream
     concurrency = int(sys.argv[sys.argv.index("--concurrency") + 1])
     print(json.dumps({"concurrency": concurrency, "tokens_per_s": 10.0 * concurrency}))
     sys.exit(0)
-def interrupted(*_):
+def interrupted(signum, _):
     print('{"tokens_per_s": 1}', flush=True)
-    sys.exit(130)
-signal.signal(signal.SIGINT, interrupted)
+    sys.exit(128 + signum)
+if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+    signal.signal(signal.SIGINT, interrupted)
+signal.signal(signal.SIGTERM, interrupted)
 time.sleep(float(os.environ.get("FAKE_CLIENT_S", "3")))
 print('{"tokens_per_s": 1}')
 """
@@ -181,6 +184,28 @@ class BenchScriptsTest(unittest.TestCase):
 
     def test_sigterm_stops_the_server(self):
         self.interrupt(signal.SIGTERM, whole_group=False)
+
+    def test_ctrl_c_stops_the_load_running_in_the_background(self):
+        # The load these scripts run in the background while they send long documents ignores a Ctrl-C (a
+        # script's background job), as srformer-client keeps a SIGINT ignored on entry: it went on after the
+        # script had ended, against the stopped server, its stderr still the script's.
+        for name in ("server_long_document", "server_state_budget"):
+            with self.subTest(script=name):
+                self.reset()
+                proc = self.start(self.scripts()[name], "wait", FAKE_CLIENT_S="60")
+                self.assertTrue(self.wait_for(lambda: os.path.exists(self.client_log)), f"{name}: no client ran")
+                time.sleep(0.5)
+                os.killpg(proc.pid, signal.SIGINT)
+                try:
+                    _, err = proc.communicate(timeout=15)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.communicate()
+                    self.fail(f"{name}: its output still open 15 s after Ctrl-C")
+                with open(self.client_log) as f:
+                    for pid in [int(line.split()[1]) for line in f]:
+                        self.assertTrue(self.wait_for(lambda: not alive(pid), 5), f"{name}: client {pid} left running")
+                self.assert_cleaned_up(name, proc, err)
 
     def sweep(self, levels):
         proc = self.start(self.scripts()["serve_sweep"], "report", LEVELS=levels)
