@@ -323,8 +323,10 @@ void bench_cross(const BenchOptions& o) {
         const double us = run.round_us[run.round_us.size() / 2];
         const std::string name = run.variant->name;
         row[name + "_us"] = us;
+        // In KiB, as the decode figures' state: whole MiB printed a state under 1 MiB (each variant's but
+        // srformer's at k = 128) as 0.
         h << "  " << name << " " << std::setw(9) << us << " us (state "
-          << row[name + "_state_bytes"].get<int64_t>() / (1024 * 1024) << " MiB)";
+          << row[name + "_state_bytes"].get<int64_t>() / 1024 << " KiB)";
       }
       // Paper Table 1 (per head, q queries): full qkd, segmented qsd, SRformer qsd + kd^2.
       const double full = static_cast<double>(q * k * d);

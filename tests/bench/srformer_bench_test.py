@@ -5,6 +5,7 @@ its --trace files of different settings do not write over each other; a TMPDIR i
   srformer_bench_test.py SRFORMER_BINARY"""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -62,6 +63,19 @@ class SrformerBenchTest(unittest.TestCase):
                     json.load(f)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_cross_attention_state_printed_is_the_json_figure(self):
+        # The text line printed each variant's state in whole MiB: at k = 128 full attention's and segmented's
+        # (512 KiB) and srformer_on_switch's (898 KiB) read "state 0 MiB". It is in KiB now, as the JSON's bytes.
+        args = [BINARY, "bench", "--only", "cross", "--quick", "--lengths", "128", "--threads", "1"]
+        text = subprocess.run(args, capture_output=True, text=True, timeout=600)
+        self.assertEqual(text.returncode, 0, text.stderr)
+        row = json.loads(subprocess.run(args + ["--json"], capture_output=True, text=True, timeout=600).stdout)
+        variants = ("full", "segmented", "srformer", "srformer_on_switch")
+        printed = dict(re.findall(r"  (\w+) +[0-9.]+ us \(state (\d+) KiB\)", text.stdout))
+        self.assertEqual(printed, {v: str(row[f"{v}_state_bytes"] // 1024) for v in variants}, text.stdout)
+        for v in variants:
+            self.assertGreater(int(printed[v]), 0, text.stdout)
 
     def test_a_tmpdir_that_is_not_a_directory_is_named(self):
         out = subprocess.run([BINARY, "bench", "--only", "decode"], env=dict(os.environ, TMPDIR="/nonexistent-tmpdir"),
