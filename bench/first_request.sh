@@ -12,6 +12,8 @@ model=$1 doc=${2:-$root/docs/example-document.txt}
 build=${BUILD:-build}
 [[ $build = /* ]] || build=$root/$build  # relative to the repository, or absolute (it was always appended)
 server=$build/bin/srformer-server
+out=$(mktemp)
+remove_on_exit "$out"
 for round in $(seq "${ROUNDS:-3}"); do
   for warm in false true; do
     log=$(mktemp)
@@ -25,10 +27,10 @@ for round in $(seq "${ROUNDS:-3}"); do
     ready_ms=$((($(date +%s%N) - start) / 1000000))
     line="round $round warm-up $warm: ready ${ready_ms} ms"
     for n in 1 2 3; do
-      line+=$("$client" --target "$target" --load --json --concurrency 1 --requests 1 --truncate \
-        --max-new-tokens "${NEW_TOKENS:-32}" --min-new-tokens "${NEW_TOKENS:-32}" "$doc" |
-        python3 -c 'import json, sys; j = json.load(sys.stdin)
-print(" | request %s: %.0f ms (ttft %.0f)" % (sys.argv[1], j["latency_ms"]["p50"], j["ttft_ms"]["p50"]), end="")' $n)
+      run_client "$client" --target "$target" --load --json --concurrency 1 --requests 1 --truncate \
+        --max-new-tokens "${NEW_TOKENS:-32}" --min-new-tokens "${NEW_TOKENS:-32}" "$doc" >"$out"
+      line+=$(python3 -c 'import json, sys; j = json.load(sys.stdin)
+print(" | request %s: %.0f ms (ttft %.0f)" % (sys.argv[1], j["latency_ms"]["p50"], j["ttft_ms"]["p50"]), end="")' $n <"$out")
     done
     echo "$line"
     stop_server $pid || true

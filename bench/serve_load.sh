@@ -16,6 +16,6 @@ pid=$!
 stop_on_exit $pid
 target=$(wait_for_server "$log" $pid)
 for c in $levels; do
-  "$build/bin/srformer-client" --target "$target" --load --json --concurrency "$c" \
+  run_client "$build/bin/srformer-client" --target "$target" --load --json --concurrency "$c" \
     --requests "${REQUESTS:-64}" --max-new-tokens "${MAX_NEW:-64}" "$@"
 done

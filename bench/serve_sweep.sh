@@ -19,6 +19,8 @@ build=${1:-$root/build}
 cache=${CACHE:-/tmp/srformer-serve-bench}
 levels=${LEVELS:-1 4 16 32 64}
 mkdir -p "$cache"
+out=$(mktemp)
+remove_on_exit "$out"
 doc=${DOC:-$cache/document.txt}
 [ -n "${DOC:-}" ] || head -c 1500 "$root/docs/ARCHITECTURE.md" >"$doc"
 for shape in ${SHAPES:-t5-small bart-base}; do
@@ -47,8 +49,10 @@ for shape in ${SHAPES:-t5-small bart-base}; do
     single=""
     for c in $levels; do
       n=$(( c > ${REQUESTS:-32} ? c : ${REQUESTS:-32} ))
-      line=$("$build/bin/srformer-client" --target "$target" --model "$shape" --load --json --concurrency "$c" \
-        --requests "$n" --max-new-tokens "${NEW_TOKENS:-32}" --min-new-tokens "${NEW_TOKENS:-32}" ${CLIENT_ARGS:-} --truncate "$doc")
+      run_client "$build/bin/srformer-client" --target "$target" --model "$shape" --load --json --concurrency "$c" \
+        --requests "$n" --max-new-tokens "${NEW_TOKENS:-32}" --min-new-tokens "${NEW_TOKENS:-32}" ${CLIENT_ARGS:-} --truncate "$doc" \
+        >"$out"
+      line=$(cat "$out")
       tps=$(printf '%s' "$line" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens_per_s"])')
       # To one stream's tokens/s, measured at a level 1 before this one; null without it (the first level's
       # tokens/s was taken for one stream's, whatever its concurrency).

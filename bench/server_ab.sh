@@ -16,6 +16,8 @@ source "$(dirname "$0")/server_lib.sh"
 a=$1 b=$2 model=$3
 docs=("${@:4}")
 [ ${#docs[@]} -gt 0 ] || docs=("$root/docs/example-document.txt")
+out=$(mktemp)
+remove_on_exit "$out"
 run() {
   local server=$1 side_args=$2 log pid target line
   log=$(mktemp)
@@ -25,9 +27,10 @@ run() {
   pid=$!
   stop_on_exit $pid  # a failing client must not leave the server running
   target=$(wait_for_server "$log" $pid)
-  line=$("$client" --target "$target" --model ab --load --json --concurrency "${CONCURRENCY:-32}" \
+  run_client "$client" --target "$target" --model ab --load --json --concurrency "${CONCURRENCY:-32}" \
     --requests "${REQUESTS:-96}" --max-new-tokens "${NEW_TOKENS:-64}" --min-new-tokens "${NEW_TOKENS:-64}" \
-    ${CLIENT_ARGS:-} --truncate "${docs[@]}")
+    ${CLIENT_ARGS:-} --truncate "${docs[@]}" >"$out"
+  line=$(cat "$out")
   stop_server $pid || true
   printf '%s tokens/s %s | %s\n' "$server${side_args:+ $side_args}" \
     "$(printf '%s' "$line" | /usr/bin/python3 -c 'import json,sys; r = json.load(sys.stdin)

@@ -11,17 +11,18 @@ set -euo pipefail
 source "$(dirname "$0")/server_lib.sh"
 [ $# -ge 2 ] || { echo "usage: $0 SERVER MODEL_DIR [DOC]" >&2; exit 2; }
 server=$1 model=$2 doc=${3:-$root/docs/example-document.txt}
-log=$(mktemp)
-remove_on_exit "$log"
+log=$(mktemp) out=$(mktemp)
+remove_on_exit "$log" "$out"
 "$server" --model bursts="$model" --listen 127.0.0.1:0 --metrics-listen "" --threads "${THREADS:-2}" \
   --max-batch-rows 64 --max-queue 256 ${SERVER_ARGS:-} 2>"$log" &
 pid=$!
 stop_on_exit $pid
 target=$(wait_for_server "$log" $pid)
 for i in $(seq "${BURSTS:-3}"); do
-  line=$("$client" --target "$target" --model bursts --load --json --concurrency "${CONCURRENCY:-32}" \
+  run_client "$client" --target "$target" --model bursts --load --json --concurrency "${CONCURRENCY:-32}" \
     --requests "${REQUESTS:-32}" --max-new-tokens "${NEW_TOKENS:-64}" --min-new-tokens "${NEW_TOKENS:-64}" \
-    ${CLIENT_ARGS:-} --truncate "$doc")
+    ${CLIENT_ARGS:-} --truncate "$doc" >"$out"
+  line=$(cat "$out")
   printf 'burst %s tokens/s %s\n' "$i" \
     "$(printf '%s' "$line" | /usr/bin/python3 -c 'import json,sys; print(round(json.load(sys.stdin)["tokens_per_s"], 1))')"
 done

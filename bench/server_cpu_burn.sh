@@ -31,7 +31,7 @@ idle_ms() {
   echo $((($(cpu_ticks "$1") - t0) * 1000 / ticks_per_s))
 }
 load() {
-  "$client" --target "$1" --model m --load --json --concurrency "$2" --requests "$3" \
+  run_client "$client" --target "$1" --model m --load --json --concurrency "$2" --requests "$3" \
     --max-new-tokens "${NEW_TOKENS:-32}" --min-new-tokens "${NEW_TOKENS:-32}" --truncate "${docs[@]}"
 }
 run() {
@@ -49,7 +49,8 @@ run() {
   printf ', after one request %s ms\n' "$(idle_ms $pid)"
   for c in ${LEVELS:-1 4}; do
     t0=$(cpu_ticks $pid)
-    line=$(load "$target" "$c" "${REQUESTS:-16}")
+    load "$target" "$c" "${REQUESTS:-16}" >"$tmp/load.json"
+    line=$(cat "$tmp/load.json")
     printf '%s %s' "$((($(cpu_ticks $pid) - t0) * 1000 / ticks_per_s))" "$line" | /usr/bin/python3 -c '
 import sys, json
 cpu_ms, rest = sys.stdin.read().split(" ", 1)

@@ -12,7 +12,7 @@ source "$(dirname "$0")/server_lib.sh"
 model=$1 server=$2
 shift 2
 tmp=$(mktemp -d)
-trap 'kill "$pid" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+remove_on_exit "$tmp"
 docs=("$@")
 [ ${#docs[@]} -gt 0 ] || mapfile -t docs < <(default_short_docs "$tmp")
 idle=${IDLE_MS:-3000}
@@ -20,12 +20,13 @@ log="$tmp/server.log"
 "$server" --model m="$model" --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --threads "${THREADS:-2}" \
   --free-memory-after-idle-ms "$idle" ${SERVER_ARGS:-} 2>"$log" &
 pid=$!
+stop_on_exit $pid
 target=$(wait_for_server "$log" $pid)
 metrics=$(grep -o 'metrics on [^ ]*/metrics' "$log" | tail -1 | awk '{print $3}' | sed 's#/metrics$##')
 rss_mib() { echo $(($(awk '/^VmRSS/ {print $2}' "/proc/$pid/status") / 1024)); }
 sleep "$(awk -v ms="$idle" 'BEGIN {print ms / 1000 + 1}')"  # past the warm-up's own release
 start=$(rss_mib)
-"$client" --target "$target" --model m --load --concurrency "${CONCURRENCY:-16}" --requests "${REQUESTS:-64}" \
+run_client "$client" --target "$target" --model m --load --concurrency "${CONCURRENCY:-16}" --requests "${REQUESTS:-64}" \
   --max-new-tokens "${NEW_TOKENS:-64}" --num-beams "${BEAMS:-4}" "${docs[@]}" >"$tmp/load.txt"
 ended=$(rss_mib)
 state_end=$(state_mib "$metrics")

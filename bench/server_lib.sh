@@ -21,6 +21,16 @@ wait_registered() {
   bench_pids=("${kept[@]}")
   return $status
 }
+# run_client ARGS...: runs ARGS (a client) as a registered background job and waits for it; returns its exit
+# status. A script's traps wait for a command in the foreground (or in $(...)) to end: a SIGTERM to the script
+# (kill, a supervisor) went unanswered until that client had finished its whole load, the server running on.
+# Its output goes where the call's does: run_client "$client" ... >FILE.
+run_client() {
+  "$@" &
+  local pid=$!
+  stop_on_exit "$pid"
+  wait_registered "$pid"
+}
 # stop_server PID: stops a registered server now (SIGTERM, then waits) and returns its exit status; taken off
 # the list as above.
 stop_server() {

@@ -34,7 +34,8 @@ for server in "${servers[@]}"; do
   load=$!
   stop_on_exit $load
   sleep 2
-  "$client" --target "$target" --model ab --max-new-tokens 4 --min-new-tokens 4 --truncate --json "$long" >"$tmp/long.json"
+  run_client "$client" --target "$target" --model ab --max-new-tokens 4 --min-new-tokens 4 --truncate --json "$long" \
+    >"$tmp/long.json"
   samples=()
   while kill -0 $load 2>/dev/null; do
     samples+=("$(state_mib "$metrics")")

@@ -111,6 +111,8 @@ class BenchScriptsTest(unittest.TestCase):
             "server_long_document": ["bench/server_long_document.sh", self.model, self.doc, server],
             "server_soak": ["bench/server_soak.sh", server, self.model],
             "server_state_budget": ["bench/server_state_budget.sh", self.model, self.doc, server, "0"],
+            "server_cpu_burn": ["bench/server_cpu_burn.sh", self.model, server],
+            "server_idle_memory": ["bench/server_idle_memory.sh", self.model, server],
         }
 
     def start(self, args, client, **env):
@@ -154,10 +156,13 @@ class BenchScriptsTest(unittest.TestCase):
                 self.assert_cleaned_up(name, proc, err)
 
     def interrupt(self, sig, whole_group):
+        # The client runs far longer than the script may take to end: a script waited for the client it ran in
+        # the foreground to finish its whole load before its trap could answer a SIGTERM. (server_soak's
+        # background loads, each a few requests, end with the server.)
         for name, args in self.scripts().items():
             with self.subTest(script=name, signal=sig):
                 self.reset()
-                proc = self.start(args, "wait")
+                proc = self.start(args, "wait", FAKE_CLIENT_S="3" if name == "server_soak" else "60")
                 self.assertTrue(self.wait_for(lambda: os.path.exists(self.client_log)), f"{name}: no client ran")
                 time.sleep(0.5)  # server_soak starts several at once
                 clients = self.clients()
