@@ -161,16 +161,17 @@ load generator:
       after --duration, the calls in flight have G seconds (default 30) to finish and count, then are
       cancelled, counted apart ("requests_cut") and neither ok nor failed (but the exit status is 1
       unless G is 0, which asks for them to be cut);
-      prints throughput (tokens/s, requests/s), time to first token, inter-token and request latency
-      p50/p90/p99, and with several distinct FILEs each one's own (with --json: one JSON object,
-      those under "by_document"); a target it cannot connect to (in 10 s) fails at once, before the
-      run (exit 1, no report); the run stops early ("stopped_early") when no request has succeeded and
-      every FILE was refused with an error that sending it again does not change (INVALID_ARGUMENT,
-      NOT_FOUND, FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED, UNAUTHENTICATED, PERMISSION_DENIED,
-      a message over a size limit), and when max(10, 2 x N) requests have failed with the same code
-      (DEADLINE_EXCEEDED, INTERNAL, ...; not UNAVAILABLE or a full queue, which are waited out) with none
-      succeeding in between ("stopped_because" says which); other errors are counted and the run goes on;
-      --requests M with --duration S ends at whichever comes first
+      prints throughput (tokens/s, requests/s over the run's wall time), time to first token (from the
+      request's send), inter-token and request latency p50/p90/p99, all of the requests that succeeded (a
+      failed one counts in the failures and errors alone), and with several distinct FILEs each one's own
+      (with --json: one JSON object, those under "by_document"); a target it cannot connect to (in 10 s)
+      fails at once, before the run (exit 1, no report); the run stops early ("stopped_early") when no
+      request has succeeded and every FILE was refused with an error that sending it again does not
+      change (INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION, OUT_OF_RANGE, UNIMPLEMENTED,
+      UNAUTHENTICATED, PERMISSION_DENIED, a message over a size limit), and when max(10, 2 x N) requests
+      have failed with the same code (DEADLINE_EXCEEDED, INTERNAL, ...; not UNAVAILABLE or a full queue,
+      which are waited out) with none succeeding in between ("stopped_because" says which); other errors
+      are counted and the run goes on; --requests M with --duration S ends at whichever comes first
 exit status: 0 done (--health: SERVING; --load: every request succeeded); 1 a call failed, a FILE could
   not be read or the output not written (--health: not SERVING, or no answer; --load: a request failed,
   none succeeded, or one was cut after a --grace of more than 0); 2 a command line it refuses; 130 (143)
