@@ -42,7 +42,10 @@ using srformer::read_document;
 std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& o) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(static_cast<int>(srformer::client::kMaxResponseBytes));
-  if (o.retries > 0) args.SetServiceConfigJSON(srformer::client::retry_service_config(o.retries));
+  if (o.retries > 0) {
+    args.SetServiceConfigJSON(srformer::client::retry_service_config(o.retries));
+    args.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE, srformer::client::kRetryBufferBytes);
+  }
   if (!o.tls) return grpc::CreateCustomChannel(o.target, grpc::InsecureChannelCredentials(), args);
   if (!o.tls_server_name.empty()) args.SetSslTargetNameOverride(o.tls_server_name);
   grpc::SslCredentialsOptions ssl;

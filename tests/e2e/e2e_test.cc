@@ -892,13 +892,16 @@ class CannedSummarizer final : public v1::Summarizer::Service {
   std::vector<std::string> summaries;             // SummarizeBatch's, in turn
   grpc::Status stream_status = grpc::Status::OK;  // SummarizeStream's
   std::atomic<int> streams{0};                    // SummarizeStream calls answered
-  bool hang = false;            // every call answers nothing until it is cancelled (a server that stopped)
-  int answer_streams = 0;       // with hang: the first this many SummarizeStream calls are answered all the same
-  v1::SummarizeResponse unary;  // Summarize's
+  bool hang = false;                // every call answers nothing until it is cancelled (a server that stopped)
+  int answer_streams = 0;           // with hang: the first this many SummarizeStream calls are answered all the same
+  v1::SummarizeResponse unary;      // Summarize's
+  int refuse_unary = 0;             // the first this many Summarize calls are refused, as a server shutting down does
+  std::atomic<int> unary_calls{0};  // Summarize calls answered, refusals included
   std::vector<v1::SummarizeStreamResponse> stream_messages;  // SummarizeStream's, before its status
 
   grpc::Status Summarize(grpc::ServerContext* context, const v1::SummarizeRequest*,
                          v1::SummarizeResponse* response) override {
+    if (unary_calls++ < refuse_unary) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "shutting down");
     while (hang && !context->IsCancelled()) std::this_thread::sleep_for(10ms);
     *response = unary;
     return grpc::Status::OK;
@@ -987,6 +990,29 @@ TEST_F(EndToEnd, EachAlternativeIsOneLine) {
   ASSERT_EQ(json.exit_code, 0) << json.out;
   EXPECT_EQ(nlohmann::json::parse(json.out)["alternatives"][0]["summary"], "second\none \\ here");
   server->Shutdown();
+}
+
+// --retries did nothing for a request past what gRPC keeps to send again (256 KiB by default): a document of a
+// few hundred KB refused by a server shutting down (or with a full queue) failed at once, the flag ignored. It is
+// retried now as a short one is.
+TEST_F(EndToEnd, ALongDocumentIsRetriedAsAShortOneIs) {
+  const auto long_doc = work_ / "300KB.txt";
+  std::ofstream(long_doc) << std::string(300'000, 'a');
+  for (const std::string& file : {doc(0), long_doc.string()}) {
+    SCOPED_TRACE(file);
+    CannedSummarizer canned;
+    canned.refuse_unary = 2;
+    canned.unary.set_summary("retried");
+    int port = 0;
+    const auto server = serve(canned, port);
+    ASSERT_GT(port, 0);
+    auto r = run_command(kClient + " --target 127.0.0.1:" + std::to_string(port) + " --retries 2 " + file + " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_EQ(r.out, "retried\n");
+    EXPECT_EQ(canned.unary_calls.load(), 3);
+    server->Shutdown();
+  }
+  fs::remove(long_doc);
 }
 
 // A server that refuses every stream with UNAVAILABLE, as one shutting down (or a proxy without a backend)
