@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -25,8 +26,9 @@ inline constexpr std::uintmax_t kMaxInputBytes = std::numeric_limits<int>::max()
 // `bound`, where given, what sets the bound (the flag that raises it).
 inline std::string read_input(const std::string& path, std::uintmax_t max_bytes = kMaxInputBytes,
                               const std::string& bound = "") {
+  // stdin by its name: "cannot read '-': ..." read as a stray dash.
   const auto failure = [&path](const std::string& why) {
-    return std::runtime_error("cannot read '" + path + "': " + why);
+    return std::runtime_error("cannot read " + (path == "-" ? std::string("stdin") : "'" + path + "'") + ": " + why);
   };
   const auto too_large = [&] {
     return failure("it holds more than " + std::to_string(max_bytes) + " bytes, the most one input may have" +
@@ -61,8 +63,10 @@ inline std::string read_input(const std::string& path, std::uintmax_t max_bytes 
     in.setstate(std::ios::badbit);
   }
   // A read that fails partway (EIO) leaves the stream bad (or throws from its buffer, worded
-  // "basic_filebuf::underflow error reading the file" without the file's name).
-  if (in.bad()) throw failure(errno != 0 ? std::strerror(errno) : "read error");
+  // "basic_filebuf::underflow error reading the file" without the file's name). std::cin, which reads
+  // through stdio, only ends: its error (EBADF for a stdin that is closed, EIO) is stdin's, and was read
+  // as the end of the document, an empty one sent.
+  if (in.bad() || (path == "-" && std::ferror(stdin))) throw failure(errno != 0 ? std::strerror(errno) : "read error");
   return text;
 }
 

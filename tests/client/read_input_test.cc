@@ -1,9 +1,12 @@
 // Reading a FILE argument (common/read_input.h), as srformer-client and the offline tools do.
 #include "common/read_input.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -65,6 +68,46 @@ TEST(ReadInput, MoreThanTheBoundIsRefusedByName) {
   EXPECT_EQ(message_of(huge.string()), "cannot read '" + huge.string() +
                                            "': it holds more than 2147483647 bytes, the most one input may have (the "
                                            "largest message gRPC carries)");
+}
+
+// fd 0 as `path` opened with `flags` while it lives, then stdin as it was (std::cin and stdio's state too).
+class StdinFrom {
+ public:
+  StdinFrom(const char* path, int flags) : saved_(::dup(STDIN_FILENO)) {
+    const int fd = ::open(path, flags);
+    ::dup2(fd, STDIN_FILENO);
+    ::close(fd);
+    std::clearerr(stdin);
+    std::cin.clear();
+  }
+  ~StdinFrom() {
+    ::dup2(saved_, STDIN_FILENO);
+    ::close(saved_);
+    std::clearerr(stdin);
+    std::cin.clear();
+  }
+  StdinFrom(const StdinFrom&) = delete;
+  StdinFrom& operator=(const StdinFrom&) = delete;
+
+ private:
+  const int saved_;
+};
+
+// stdin's failures said "cannot read '-'", a stray dash, and a stdin that cannot be read (closed: here opened
+// only for writing, whose reads fail with EBADF as a closed one's) was read as an empty document: std::cin,
+// which reads through stdio, only ends. Both name stdin, and the read error is one.
+TEST(ReadInput, StdinIsNamedAndAReadErrorOfItIsAnError) {
+  {
+    const StdinFrom in("/dev/null", O_WRONLY);
+    EXPECT_EQ(message_of("-"), "cannot read stdin: Bad file descriptor");
+  }
+  {
+    const StdinFrom in("/dev/zero", O_RDONLY);
+    EXPECT_EQ(message_of("-", 100000),
+              "cannot read stdin: it holds more than 100000 bytes, the most one input may have");
+  }
+  const StdinFrom in("/dev/null", O_RDONLY);  // an empty stdin is an empty document, no error
+  EXPECT_EQ(message_of("-"), "(no error)");
 }
 
 }  // namespace
