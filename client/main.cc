@@ -28,6 +28,7 @@
 #include "common/alternative_line.h"
 #include "common/pem_file.h"
 #include "common/read_input.h"
+#include "common/standard_streams.h"
 #include "common/status_code_name.h"
 #include "common/stdout_check.h"
 #include "srformer/v1/summarizer.grpc.pb.h"
@@ -536,6 +537,11 @@ int run(int argc, char** argv) {
 }
 
 }  // namespace
+
+// Before any library's initializer, which .preinit_array (an executable's only) runs ahead of: libgrpc's own
+// opens an eventfd (its wakeup-fd probe), which took fd 0 when stdin was closed, before main.
+__attribute__((section(".preinit_array"),
+               used)) void (*const hold_standard_streams)() = srformer::hold_closed_standard_streams;
 
 int main(int argc, char** argv) {
   // Output that never reached stdout (a full disk, /dev/full) is a failure: the exit status said 0 with the

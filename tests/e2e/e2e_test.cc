@@ -1015,6 +1015,38 @@ TEST_F(EndToEnd, ALongDocumentIsRetriedAsAShortOneIs) {
   fs::remove(long_doc);
 }
 
+// Started with stdin or stdout closed (`<&-`, `>&-`), the client read its document from, or wrote its summary
+// to, whatever libgrpc opened first under that number: its wakeup eventfd as stdin ("cannot read stdin: Resource
+// temporarily unavailable", or eight bytes of its counter sent as the document), its epoll descriptor as stdout
+// ("cannot write to stdout: Invalid argument"). A closed one is closed now: the document cannot be read, the
+// output not written, each said as such and no call made for a document never read.
+TEST_F(EndToEnd, AClosedStdinOrStdoutIsNoOtherFile) {
+  CannedSummarizer canned;
+  canned.unary.set_summary("canned");
+  canned.summaries = {"canned"};
+  v1::SummarizeStreamResponse token;
+  token.mutable_token()->set_text("canned");
+  canned.stream_messages = {token};
+  int port = 0;
+  const auto server = serve(canned, port);
+  ASSERT_GT(port, 0);
+  const std::string client = kClient + " --target 127.0.0.1:" + std::to_string(port) + " ";
+  for (const std::string& call : {std::string(""), std::string("--stream "), std::string("--batch ")}) {
+    SCOPED_TRACE(call);
+    auto r = run_command(client + call + "- 2>&1 <&-");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(r.out, "srformer-client: cannot read stdin: Bad file descriptor\n");
+    auto written = run_command(client + call + doc(0) + " 2>&1 >&-");
+    EXPECT_EQ(written.exit_code, 1);
+    EXPECT_EQ(written.out, "srformer-client: cannot write to stdout: Bad file descriptor\n");
+  }
+  EXPECT_EQ(canned.unary_calls.load(), 1);  // the unary call with its FILE, not one for the closed stdin
+  auto json = run_command(client + "--json 2>/dev/null <&-");
+  EXPECT_EQ(json.exit_code, 1);
+  EXPECT_EQ(json.out, "{\"error\":{\"code\":null,\"message\":\"cannot read stdin: Bad file descriptor\"}}\n");
+  server->Shutdown();
+}
+
 // A server that refuses every stream with UNAVAILABLE, as one shutting down (or a proxy without a backend)
 // does, for the load generator's tests of its backoff.
 struct UnavailableServer {
