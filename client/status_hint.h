@@ -48,6 +48,13 @@ inline std::string status_hint(const grpc::Status& s, const ClientOptions& o, ui
                  : " (the server refused the TLS handshake: is --cert " + o.cert_file +
                        " signed by the CA of its --tls-client-ca, and still valid?)";
     }
+    // A connection lost mid-call (a server killed or restarted, a proxy that dropped it): gRPC's words, "Socket
+    // closed" or "recvmsg:Connection reset by peer" after a summary half streamed, named neither the server nor
+    // what to do.
+    if (!not_connected && (m == "Socket closed" || m.find("Connection reset by peer") != std::string::npos)) {
+      return " (the connection to " + o.target +
+             " was lost during the call: did the server stop or restart? Sending the call again is safe)";
+    }
     // A server certificate no trusted CA signed (OpenSSL's words, then BoringSSL's).
     if (o.tls && (m.find("certificate verify failed") != std::string::npos ||
                   m.find("CERTIFICATE_VERIFY_FAILED") != std::string::npos)) {

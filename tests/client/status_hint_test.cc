@@ -43,10 +43,21 @@ TEST(StatusHint, AClientCertificateTheServerRefusesIsNamed) {
 }
 
 // A server killed mid-call (a summary half streamed) closes the socket too: that is no TLS question, and the
-// hint sent users after certificates that had worked.
+// hint sent users after certificates that had worked. Nor did gRPC's bare words ("Socket closed", "recvmsg:
+// Connection reset by peer") say that the server went away, or what to do: the hint says so now.
 TEST(StatusHint, AConnectionLostMidCallIsNotBlamedOnTls) {
-  EXPECT_EQ(status_hint(unavailable("Socket closed"), ClientOptions{}, 10), "");
-  EXPECT_EQ(status_hint(unavailable("Socket closed"), tls_options(), 10), "");
+  const std::string lost =
+      " (the connection to localhost:50051 was lost during the call: did the server stop or "
+      "restart? Sending the call again is safe)";
+  EXPECT_EQ(status_hint(unavailable("Socket closed"), ClientOptions{}, 10), lost);
+  EXPECT_EQ(status_hint(unavailable("Socket closed"), tls_options(), 10), lost);
+  EXPECT_EQ(status_hint(unavailable("recvmsg:Connection reset by peer"), ClientOptions{}, 10), lost);
+  // Refused before it came up, it is the question of its own hint (the server not there).
+  EXPECT_EQ(status_hint(unavailable("failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:5000: "
+                                    "Connection reset by peer"),
+                        ClientOptions{}, 10)
+                .find("was lost during the call"),
+            std::string::npos);
 }
 
 // Files gRPC cannot build TLS credentials from (a key that is not the certificate's, a CA that is PEM only
