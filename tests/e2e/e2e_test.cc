@@ -1015,6 +1015,31 @@ TEST_F(EndToEnd, ALongDocumentIsRetriedAsAShortOneIs) {
   fs::remove(long_doc);
 }
 
+// --retries sends a stream again only until its first token has come (docs/API.md, "Retries"): one refused
+// before any token (a server shutting down) is retried, one that failed after a token is not, and no token is
+// printed twice.
+TEST_F(EndToEnd, RetriesSendAStreamAgainOnlyBeforeItsFirstToken) {
+  for (const bool token_first : {false, true}) {
+    SCOPED_TRACE(token_first ? "after a token" : "before any token");
+    CannedSummarizer canned;
+    canned.stream_status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "shutting down");
+    if (token_first) {
+      v1::SummarizeStreamResponse token;
+      token.mutable_token()->set_text("once");
+      canned.stream_messages = {token};
+    }
+    int port = 0;
+    const auto server = serve(canned, port);
+    ASSERT_GT(port, 0);
+    auto r = run_command(kClient + " --target 127.0.0.1:" + std::to_string(port) + " --retries 2 --stream " + doc(0) +
+                         " 2>/dev/null");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_EQ(r.out, token_first ? "once\n" : "");
+    EXPECT_EQ(canned.streams.load(), token_first ? 1 : 3);
+    server->Shutdown();
+  }
+}
+
 // Started with stdin or stdout closed (`<&-`, `>&-`), the client read its document from, or wrote its summary
 // to, whatever libgrpc opened first under that number: its wakeup eventfd as stdin ("cannot read stdin: Resource
 // temporarily unavailable", or eight bytes of its counter sent as the document), its epoll descriptor as stdout
