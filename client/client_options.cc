@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <cctype>
 #include <iostream>
 #include <limits>
 #include <set>
@@ -52,6 +53,35 @@ void check_bracketed_host(const std::string& target) {
   if (close == std::string::npos) refuse("the '[' before an IPv6 address is not closed");
   if (close == 1) refuse("the brackets hold no address");
   if (close + 1 < target.size() && target[close + 1] != ':') refuse("after the ']' comes ':PORT' or nothing");
+}
+
+// A URL ("http://host:50051", "https://host"): gRPC took it whole for a DNS name and said "DNS resolution failed
+// for http://host:50051 ... Domain name not found".
+void check_not_a_url(const std::string& target) {
+  for (const std::string scheme : {"http://", "https://"}) {
+    if (target.size() < scheme.size()) continue;
+    std::string head = target.substr(0, scheme.size());
+    for (auto& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (head != scheme) continue;
+    const std::string address = target.substr(scheme.size(), target.find('/', scheme.size()) - scheme.size());
+    throw std::invalid_argument("--target '" + target +
+                                "': a HOST:PORT, not a URL: " + (scheme == "https://" ? "--tls " : "") + "--target " +
+                                (address.empty() ? "HOST:PORT" : address));
+  }
+}
+
+// A HOST:PORT whose port is past 65535 ("localhost:99999"): gRPC took it modulo 65536 and connected to another
+// port (127.0.0.1:99999 to 34463), saying "Connection refused" of a port no one typed. Port 0 is no server's.
+void check_port(const std::string& target) {
+  const size_t colon = target.rfind(':');
+  if (colon == std::string::npos) return;
+  const std::string host = target.substr(0, colon), port = target.substr(colon + 1);
+  // A scheme's form (ipv4:ADDRESS:PORT, dns:///NAME:PORT, unix:PATH) is gRPC's to read.
+  const bool bracketed = !host.empty() && host.front() == '[' && host.back() == ']';
+  if (port.empty() || port.find_first_not_of("0123456789") != std::string::npos) return;
+  if (!bracketed && host.find(':') != std::string::npos) return;
+  if (port.size() <= 5 && std::stoi(port) >= 1 && std::stoi(port) <= 65535) return;
+  throw std::invalid_argument("--target '" + target + "': the port must be from 1 to 65535, got " + port);
 }
 
 // Flags that take no value: "--do-sample=false" sampled and "--json=false" printed JSON, the value dropped.
@@ -225,8 +255,10 @@ bool parse_client_args(int argc, char** argv, ClientOptions& o) {
       o.target = next();
       // gRPC's words for it were "Failed to create secure client channel", for a plaintext one too.
       if (o.target.empty()) throw std::invalid_argument("--target needs an address (HOST:PORT, unix:PATH), got ''");
+      check_not_a_url(o.target);
       check_ipv6_brackets(o.target);
       check_bracketed_host(o.target);
+      check_port(o.target);
     } else if (arg == "--model") {
       o.model = utf8_value(arg, next());
     } else if (arg == "--stream") {

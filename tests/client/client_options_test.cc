@@ -185,6 +185,28 @@ TEST(ClientOptions, AnUnclosedOrMisplacedIpv6BracketIsRefused) {
   }
 }
 
+// A port past 65535 was taken modulo 65536 by gRPC ("127.0.0.1:99999" connected to 34463, "Connection refused"
+// of a port no one typed), and a URL whole for a DNS name ("DNS resolution failed for http://host:50051"): both
+// are refused now, saying what to write.
+TEST(ClientOptions, APortPastItsRangeOrAUrlIsRefused) {
+  EXPECT_EQ(refusal({"--target", "127.0.0.1:99999", "--health"}),
+            "--target '127.0.0.1:99999': the port must be from 1 to 65535, got 99999");
+  EXPECT_EQ(refusal({"--target", "localhost:0", "--health"}),
+            "--target 'localhost:0': the port must be from 1 to 65535, got 0");
+  EXPECT_EQ(refusal({"--target", "[::1]:65536", "--health"}),
+            "--target '[::1]:65536': the port must be from 1 to 65535, got 65536");
+  EXPECT_EQ(refusal({"--target", "host:123456789012345678901", "--health"}),
+            "--target 'host:123456789012345678901': the port must be from 1 to 65535, got 123456789012345678901");
+  EXPECT_EQ(refusal({"--target", "http://summarizer:50051/", "--health"}),
+            "--target 'http://summarizer:50051/': a HOST:PORT, not a URL: --target summarizer:50051");
+  EXPECT_EQ(refusal({"--target=HTTPS://summarizer.example.com", "--health"}),
+            "--target 'HTTPS://summarizer.example.com': a HOST:PORT, not a URL: --tls --target summarizer.example.com");
+  for (const std::string target : {"localhost:65535", "127.0.0.1:1", "[::1]:50051", "ipv4:127.0.0.1:50051",
+                                   "dns:///summarizer:50051", "unix:/tmp/s:1", "localhost"}) {
+    EXPECT_EQ(parse({"--target", target, "--health"}).target, target);
+  }
+}
+
 // --early-stopping, --no-early-stopping and --early-stopping-never are one setting, and the last given wins, as
 // for srformer summarize: "--early-stopping --early-stopping-never" sent both fields and the server refused
 // them as disagreeing, "--early-stopping-never --no-early-stopping" ran as never.
