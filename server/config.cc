@@ -323,7 +323,7 @@ Serves SRformer summarization models over gRPC (srformer.v1.Summarizer, grpc.hea
 )";
 }
 
-void apply_config_file(const std::string& path, ServerConfig& config) {
+void apply_config_file(const std::string& path, ServerConfig& config, const std::set<std::string>& overridden) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     throw ConfigError("config file '" + path + "' is a directory; --config takes a JSON file");
@@ -384,6 +384,9 @@ void apply_config_file(const std::string& path, ServerConfig& config) {
       throw ConfigError("config file '" + path + "' gives '" + name + "' twice (as '" + at->second + "' and '" + key +
                         "'); keep one");
     }
+    // The command line sets it: what the file says is not used, so a value it would refuse does not stop
+    // the start (an operator overriding a bad shared file with a flag was refused all the same).
+    if (overridden.count(name) != 0) continue;
     if (name == "model") {
       const ConfigError shape("config key '" + key + "' in '" + path +
                               "' must be {\"name\": \"dir\", ...}, [\"name=dir\", ...] or \"name=dir\"");
@@ -454,12 +457,14 @@ bool parse_server_args(int argc, const char* const* argv, ServerConfig& config) 
     }
     flags.emplace_back(name, value);
   }
+  std::set<std::string> overridden;  // what the command line sets, which the file's value does not
+  for (const auto& flag : flags) overridden.insert(flag.first);
   bool have_file = false;
   for (const auto& [name, value] : flags) {
     if (name == "config") {
       if (have_file) throw ConfigError("--config is given twice; put the settings in one file (flags override it)");
       have_file = true;
-      apply_config_file(value, config);
+      apply_config_file(value, config, overridden);
       file_models = !config.models.empty();
     }
   }

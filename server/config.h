@@ -3,6 +3,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -72,7 +73,9 @@ struct ServerConfig {
 // Throws ConfigError with a message that names the flag and what it accepts.
 bool parse_server_args(int argc, const char* const* argv, ServerConfig& config);
 // Applies a JSON config file ({"model": {"name": "dir"} | ["name=dir"], "listen": ..., "max-batch-rows": ...}).
-void apply_config_file(const std::string& path, ServerConfig& config);
+// Keys named in `overridden` (flag names, without dashes: the command line's) are checked for being known
+// and given once, not for their values, which the flags replace.
+void apply_config_file(const std::string& path, ServerConfig& config, const std::set<std::string>& overridden = {});
 // Checks ranges and combinations; throws ConfigError.
 void validate(const ServerConfig& config);
 // Whether the log is to be JSON lines as far as argv and what parsed of it say (the command line's last

@@ -85,6 +85,44 @@ TEST(ServerConfig, FlagsOverrideTheFile) {
   std::filesystem::remove(path);
 }
 
+// A flag replaces the config file's value for its key, so the file's value does not matter, a bad one
+// included: a shared file with a bad value (or one of another version's shape) refused the start even
+// where the operator overrode it on the command line. The file is still read whole: an unknown key or
+// a key given twice stays an error.
+TEST(ServerConfig, AFlagOverridesABadValueInTheConfigFile) {
+  const auto path = std::filesystem::temp_directory_path() / "srformer_server_config_overridden.json";
+  const auto message = [&](const std::string& text, std::vector<std::string> flags) {
+    std::ofstream(path) << text;
+    flags.insert(flags.begin(), {"--config", path.string()});
+    return config_error(flags);
+  };
+  for (const auto& [text, flag, value] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {R"({"model": "a=/x", "max_queue": 0})", "--max-queue", "5"},
+           {R"({"model": "a=/x", "max-queue": "lots"})", "--max-queue", "5"},
+           {R"({"model": "a=/x", "max_batch_rows": 16.5})", "--max-batch-rows", "16"},
+           {R"({"model": "a=/x", "threads": -1})", "--threads", "1"},
+           {R"({"model": "a=/x", "log_json": "maybe"})", "--log-json", "false"},
+           {R"({"model": "a=/x", "max_state_memory": "lots"})", "--max-state-memory", "auto"},
+           {R"({"model": {"a\u0001": "/x"}})", "--model", "a=/x"},
+           {R"({"models": 7})", "--model", "a=/x"}}) {
+    EXPECT_NE(message(text, {}), "no error") << text;
+    EXPECT_EQ(message(text, {flag, value}), "no error") << text;
+    EXPECT_EQ(message(text, {flag + "=" + value}), "no error") << text;
+  }
+  ServerConfig c;
+  std::ofstream(path) << R"({"model": "a=/x", "max_queue": 0, "max_batch_rows": 4})";
+  ASSERT_TRUE(parse({"--config", path.string(), "--max-queue", "7"}, c));
+  EXPECT_EQ(c.max_queue, 7);
+  EXPECT_EQ(c.max_batch_rows, 4);  // the file's other keys still count
+  // Still refused: what no flag can replace.
+  EXPECT_NE(
+      message(R"({"model": "a=/x", "max_queue": 0, "bogus": 1})", {"--max-queue", "5"}).find("unknown config key"),
+      std::string::npos);
+  EXPECT_NE(message(R"({"model": "a=/x", "max_queue": 0, "max-queue": 1})", {"--max-queue", "5"}).find("twice"),
+            std::string::npos);
+  std::filesystem::remove(path);
+}
+
 // On the command line the last of a flag given twice counts (the cuda image's entrypoint gives
 // --device cuda, which a --device after it replaces); --model adds a model each time.
 TEST(ServerConfig, AFlagGivenTwiceOnTheCommandLineCountsAsGivenLast) {
