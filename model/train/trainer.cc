@@ -119,6 +119,9 @@ uint64_t dropout_seed(uint64_t seed, int64_t index) {
   return z ^ (z >> 31);
 }
 
+// The warm-up the run takes: --warmup, else 5% of --steps (rounded down).
+int64_t warmup_steps(const TrainOptions& o) { return o.warmup_steps >= 0 ? o.warmup_steps : o.steps / 20; }
+
 // What must match for a resumed run to continue the interrupted one exactly.
 nlohmann::json options_json(const TrainOptions& o) {
   // Absolute: a run resumed from another working directory names the same files.
@@ -132,7 +135,9 @@ nlohmann::json options_json(const TrainOptions& o) {
           {"batch_size", o.batch_size},
           {"grad_accum", o.grad_accum},
           {"lr", o.lr},
-          {"warmup_steps", o.warmup_steps},
+          // The warm-up taken, not -1 for the default: --warmup 50 is 5% of --steps 1000, and the default's
+          // warm-up moves with --steps.
+          {"warmup_steps", warmup_steps(o)},
           {"beta1", o.adam.beta1},
           {"beta2", o.adam.beta2},
           {"eps", o.adam.eps},
@@ -500,7 +505,7 @@ class Run {
     // After the model and data have been read: a missing model or data file left an empty --out behind.
     fs::create_directories(o_.out_dir);
     remove_unfinished_checkpoints();
-    const int64_t warmup = o_.warmup_steps >= 0 ? o_.warmup_steps : o_.steps / 20;
+    const int64_t warmup = warmup_steps(o_);
     const auto log_path = o_.out_dir / kLogFile;
     truncate_log(log_path, start_step_);
     log_path_ = log_path;
@@ -683,6 +688,11 @@ class Run {
         std::error_code ec;
         return a.is_string() && b.is_string() && fs::equivalent(a.get<std::string>(), b.get<std::string>(), ec);
       };
+      // Checkpoints written before the warm-up taken was recorded hold -1 for the default.
+      if (const auto w = saved.find("warmup_steps");
+          w != saved.end() && *w == -1 && saved.contains("steps") && saved["steps"].is_number_integer()) {
+        *w = saved["steps"].get<int64_t>() / 20;
+      }
       const auto now = options_json(o_);  // items() refers to it: not a temporary
       for (const auto& [key, value] : now.items()) {
         if (!saved.contains(key) || saved[key] == value || same_file(saved[key], value)) continue;

@@ -348,6 +348,46 @@ TEST_F(Fixture, ResumingWithAnotherThreadCountWarns) {
       << other.str();
 }
 
+// The warm-up is compared as taken, not as given: --warmup left out (5% of --steps) and --warmup with that
+// same number warned that the run would differ ("warmup_steps was -1, now 2"), and a --steps that moved the
+// default warm-up warned of --steps alone.
+TEST_F(Fixture, ResumingComparesTheWarmUpTakenNotHowItWasGiven) {
+  auto o = options("warmup");
+  o.steps = 40;
+  o.warmup_steps = -1;  // 40 / 20 = 2
+  o.stop_after = 3;
+  std::ostringstream console;
+  train(o, console);
+  o.resume = true;
+  o.warmup_steps = 2;
+  o.stop_after = 6;
+  std::ostringstream given;
+  train(o, given);
+  EXPECT_EQ(given.str().find("warning"), std::string::npos) << given.str();
+
+  // A checkpoint written before the warm-up taken was recorded holds -1 for the default.
+  const auto state_file = o.out_dir / "checkpoint-6" / "trainer_state.json";
+  nlohmann::json state;
+  std::ifstream(state_file) >> state;
+  EXPECT_EQ(state["options"]["warmup_steps"], 2);
+  state["options"]["warmup_steps"] = -1;
+  std::ofstream(state_file) << state.dump();
+  o.stop_after = 9;
+  std::ostringstream older;
+  train(o, older);
+  EXPECT_EQ(older.str().find("warning"), std::string::npos) << older.str();
+
+  o.warmup_steps = -1;
+  o.steps = 60;  // the default warm-up is 3 now
+  o.stop_after = 12;
+  std::ostringstream longer;
+  train(o, longer);
+  EXPECT_NE(longer.str().find("warning: steps was 40 when the checkpoint was written, now 60"), std::string::npos)
+      << longer.str();
+  EXPECT_NE(longer.str().find("warning: warmup_steps was 2 when the checkpoint was written, now 3"), std::string::npos)
+      << longer.str();
+}
+
 // Bad data is named before the model loads, and the refused run leaves no --out behind (it left an empty
 // one, after loading the model).
 TEST_F(Fixture, BadDataIsRefusedBeforeTheRunStarts) {
