@@ -622,6 +622,37 @@ TEST(ServerConfig, AConfigFileValueIsNamedWithItsFileAndKey) {
             "--max-queue 99999999999999999999 is out of range (1 to 9223372036854775807)");
 }
 
+// Every value the server refuses is refused with the config file and key it came from, also those checked
+// once the file and the flags are merged (validate()): a file's "log_level": "INFO" or "max_beams": 100 was
+// refused as "--log-level must be ..." and "--max-beams is 100", flags that were nowhere on the command line.
+TEST(ServerConfig, AConfigFileValueRefusedAfterMergingIsNamedWithItsFileAndKey) {
+  const auto path = std::filesystem::temp_directory_path() / "srformer_server_config_merged.json";
+  for (const auto& [key, value, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"log_level", R"("INFO")", "--log-level must be trace"},
+           {"listen", R"(":50051")", "--listen ':50051' has no host"},
+           {"metrics_listen", R"("9464")", "--metrics-listen needs HOST:PORT"},
+           {"device", R"("gpu")", "--device must be cpu, cuda or cuda:N, got 'gpu'"},
+           {"dtype", R"("fp8")", "--dtype must be fp32, fp16 or bf16, got 'fp8'"},
+           {"shutdown_grace_ms", "86400001", "--shutdown-grace-ms is 86400001; at most 86400000 (a day)"},
+           {"retry-pushback-ms", "3600001", "--retry-pushback-ms is 3600001; at most 3600000 (an hour)"},
+           {"max_connection_age_ms", "10", "--max-connection-age-ms is 10; 0 (never) or at least 1000"},
+           {"max_streams_per_connection", "2147483648", "--max-streams-per-connection is 2147483648"},
+           {"max_message_bytes", "2147483648", "--max-message-bytes is 2147483648"},
+           {"max_input_tokens", "2147483648", "--max-input-tokens is 2147483648"},
+           {"max_new_tokens_cap", "4097", "--max-new-tokens-cap is 4097"},
+           {"max_beams", "65", "--max-beams is 65; at most 64"}}) {
+    std::ofstream(path) << R"({"model": "a=/x", ")" << key << R"(": )" << value << "}";
+    const auto got = config_error({"--config", path.string()});
+    EXPECT_EQ(got.rfind("config file '" + path.string() + "', key '" + key + "': " + says, 0), 0u) << got;
+  }
+  // On the command line the flag is named as before, and combinations are checked once merged.
+  EXPECT_EQ(config_error({"--model", "a=/x", "--max-beams", "65"}), "--max-beams is 65; at most 64");
+  std::ofstream(path) << R"({"model": "a=/x", "dtype": "fp16"})";
+  EXPECT_EQ(config_error({"--config", path.string()}).rfind("--dtype fp16 needs --device cuda", 0), 0u);
+  EXPECT_EQ(config_error({"--config", path.string(), "--device", "cuda"}), "no error");
+  std::filesystem::remove(path);
+}
+
 // ListModels reports the input limit as an int32: 2^31 and more were advertised wrapped (2^63 - 1 as
 // -1). No request message can hold that many tokens anyway (--max-message-bytes is at most 2^31 - 1).
 TEST(ServerConfig, AnInputLimitListModelsCannotReportIsRefused) {
