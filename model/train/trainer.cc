@@ -122,6 +122,40 @@ uint64_t dropout_seed(uint64_t seed, int64_t index) {
 // The warm-up the run takes: --warmup, else 5% of --steps (rounded down).
 int64_t warmup_steps(const TrainOptions& o) { return o.warmup_steps >= 0 ? o.warmup_steps : o.steps / 20; }
 
+// The flag (or argument) that sets options_json()'s `key`.
+std::string flag_of(const std::string& key) {
+  static const std::map<std::string, std::string> flags = {{"model_dir", "MODEL_DIR"},
+                                                           {"train_file", "TRAIN.jsonl"},
+                                                           {"validation_file", "--validation"},
+                                                           {"steps", "--steps"},
+                                                           {"batch_size", "--batch"},
+                                                           {"grad_accum", "--grad-accum"},
+                                                           {"lr", "--lr"},
+                                                           {"warmup_steps", "--warmup"},
+                                                           {"beta1", "--beta1"},
+                                                           {"beta2", "--beta2"},
+                                                           {"eps", "--adam-eps"},
+                                                           {"weight_decay", "--weight-decay"},
+                                                           {"clip_norm", "--clip"},
+                                                           {"label_smoothing", "--label-smoothing"},
+                                                           {"max_input_tokens", "--max-input-tokens"},
+                                                           {"max_target_tokens", "--max-target-tokens"},
+                                                           {"train_limit", "--limit"},
+                                                           {"seed", "--seed"},
+                                                           {"device", "--device"},
+                                                           {"threads", "--threads"},
+                                                           {"autocast", "--autocast"},
+                                                           {"dropout", "--dropout"}};
+  const auto f = flags.find(key);
+  return f == flags.end() ? key : f->second;
+}
+
+// An options_json() value as a flag takes it; "none" for an option left out (no --limit, no --validation).
+std::string shown(const nlohmann::json& value) {
+  if (value.is_null() || value == "") return "none";
+  return value.is_string() ? value.get<std::string>() : value.dump();
+}
+
 // What must match for a resumed run to continue the interrupted one exactly.
 nlohmann::json options_json(const TrainOptions& o) {
   // Absolute: a run resumed from another working directory names the same files.
@@ -699,18 +733,23 @@ class Run {
         // The training data's count and fingerprint are compared instead (prepare_data): a copy elsewhere
         // trains alike, and an edit in place would pass a comparison of paths.
         if (key == "train_file" && saved_train_data_.is_object()) continue;
-        if (key == "threads") {
-          if (o_.device.rfind("cpu", 0) != 0) continue;  // a CUDA run's sums are the device's
-          console_ << "warning: threads was " << saved[key] << " when the checkpoint was written, now " << value
-                   << ": the resumed run will differ from an uninterrupted one in its rounding (pass --threads "
-                   << saved[key] << " to repeat it exactly)" << std::endl;
-        } else if (key == "model_dir") {
+        if (key == "threads" && o_.device.rfind("cpu", 0) != 0) continue;  // a CUDA run's sums are the device's
+        if (key == "model_dir") {
           console_ << "note: MODEL_DIR " << value.dump() << " is not read: the run resumes from " << ckpt.string()
                    << " (it started from " << saved[key].dump() << ")" << std::endl;
-        } else {
-          console_ << "warning: " << key << " was " << saved[key].dump() << " when the checkpoint was written, now "
-                   << value.dump() << ": the resumed run will differ from an uninterrupted one" << std::endl;
+          continue;
         }
+        // Named by the flag the user gives, with the value that repeats the checkpoint's run: the keys of
+        // trainer_state.json (batch_size, eps, train_limit) are no flag's names.
+        const std::string flag = flag_of(key);
+        const std::string was = shown(saved[key]);
+        console_ << "warning: " << flag << " was " << was << " when the checkpoint was written, now " << shown(value)
+                 << ": the resumed run will differ from an uninterrupted one"
+                 << (key == "threads" ? " in its rounding" : "") << " ("
+                 << (key == "train_file" ? "train on " + was
+                     : was == "none"     ? "leave " + flag + " out"
+                                         : "pass " + flag + " " + was)
+                 << " to repeat it exactly)" << std::endl;
       }
       load_dir_ = ckpt;
     }

@@ -318,7 +318,7 @@ TEST_F(Fixture, ResumingWithTheSameFilesNamedOtherwiseDoesNotWarn) {
   o.validation_file = train_file;
   std::ostringstream other;
   train(o, other);
-  EXPECT_NE(other.str().find("warning: validation_file was "), std::string::npos) << other.str();
+  EXPECT_NE(other.str().find("warning: --validation was "), std::string::npos) << other.str();
 }
 
 // The CPU splits its sums over the threads, so another count rounds them otherwise: a resume with --threads
@@ -342,7 +342,7 @@ TEST_F(Fixture, ResumingWithAnotherThreadCountWarns) {
   at::set_num_threads(threads);
   EXPECT_EQ(same.str().find("warning"), std::string::npos) << same.str();
   EXPECT_NE(
-      other.str().find("warning: threads was 1 when the checkpoint was written, now 2: the resumed run will "
+      other.str().find("warning: --threads was 1 when the checkpoint was written, now 2: the resumed run will "
                        "differ from an uninterrupted one in its rounding (pass --threads 1 to repeat it exactly)"),
       std::string::npos)
       << other.str();
@@ -382,10 +382,37 @@ TEST_F(Fixture, ResumingComparesTheWarmUpTakenNotHowItWasGiven) {
   o.stop_after = 12;
   std::ostringstream longer;
   train(o, longer);
-  EXPECT_NE(longer.str().find("warning: steps was 40 when the checkpoint was written, now 60"), std::string::npos)
+  EXPECT_NE(longer.str().find("warning: --steps was 40 when the checkpoint was written, now 60"), std::string::npos)
       << longer.str();
-  EXPECT_NE(longer.str().find("warning: warmup_steps was 2 when the checkpoint was written, now 3"), std::string::npos)
+  EXPECT_NE(longer.str().find("warning: --warmup was 2 when the checkpoint was written, now 3"), std::string::npos)
       << longer.str();
+}
+
+// A changed option is named by its flag, with the value that repeats the checkpoint's run: the warning named
+// trainer_state.json's keys ("batch_size was 6", "eps", "train_limit was null"), which no flag is called.
+TEST_F(Fixture, ResumingWarnsOfEachChangedOptionByItsFlag) {
+  auto o = options("flags");
+  o.stop_after = 3;
+  std::ostringstream console;
+  train(o, console);
+  o.resume = true;
+  o.stop_after = 6;
+  o.batch_size = 4;
+  o.train_limit = 20;
+  o.adam.eps = 1e-6;
+  o.clip_norm = 0.5;
+  std::ostringstream changed;
+  train(o, changed);
+  const std::string differ = " when the checkpoint was written, now ";
+  const std::string will = ": the resumed run will differ from an uninterrupted one (";
+  for (const std::string& line :
+       {"warning: --batch was 6" + differ + "4" + will + "pass --batch 6 to repeat it exactly)\n",
+        "warning: --limit was none" + differ + "20" + will + "leave --limit out to repeat it exactly)\n",
+        "warning: --adam-eps was 1e-08" + differ + "1e-06" + will + "pass --adam-eps 1e-08 to repeat it exactly)\n",
+        "warning: --clip was 1.0" + differ + "0.5" + will + "pass --clip 1.0 to repeat it exactly)\n"}) {
+    EXPECT_NE(changed.str().find(line), std::string::npos) << line << changed.str();
+  }
+  EXPECT_EQ(changed.str().find("batch_size"), std::string::npos) << changed.str();
 }
 
 // Bad data is named before the model loads, and the refused run leaves no --out behind (it left an empty
