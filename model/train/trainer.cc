@@ -145,7 +145,8 @@ std::string flag_of(const std::string& key) {
                                                            {"device", "--device"},
                                                            {"threads", "--threads"},
                                                            {"autocast", "--autocast"},
-                                                           {"dropout", "--dropout"}};
+                                                           {"dropout", "--dropout"},
+                                                           {"eval_examples", "--eval-examples"}};
   const auto f = flags.find(key);
   return f == flags.end() ? key : f->second;
 }
@@ -187,7 +188,10 @@ nlohmann::json options_json(const TrainOptions& o) {
           // default, the usable CPUs, on another machine), and a resumed run no longer repeats the uninterrupted one.
           {"threads", at::get_num_threads()},
           {"autocast", o.autocast},
-          {"dropout", o.dropout ? nlohmann::json(*o.dropout) : nlohmann::json()}};
+          {"dropout", o.dropout ? nlohmann::json(*o.dropout) : nlohmann::json()},
+          // Which validation examples the figures are of: another count made the logged validation loss and
+          // ROUGE after a resume those of other examples, and the curve jumped without a word.
+          {"eval_examples", o.validation_file.empty() ? nlohmann::json() : nlohmann::json(o.eval_examples)}};
 }
 
 // FNV-1a 64 of the examples' ids, documents and summaries (each with its length, in file order), as 16 hex

@@ -415,6 +415,31 @@ TEST_F(Fixture, ResumingWarnsOfEachChangedOptionByItsFlag) {
   EXPECT_EQ(changed.str().find("batch_size"), std::string::npos) << changed.str();
 }
 
+// The validation figures are of the first --eval-examples: a resume with another count logged the figures of
+// other examples from there on, and nothing said that the validation curve no longer compared.
+TEST_F(Fixture, ResumingWithAnotherValidationCountWarns) {
+  auto o = options("eval-examples");
+  o.validation_file = valid_file;
+  o.eval_examples = 4;
+  o.stop_after = 3;
+  std::ostringstream console;
+  train(o, console);
+  o.resume = true;
+  o.stop_after = 6;
+  std::ostringstream same;
+  train(o, same);
+  EXPECT_EQ(same.str().find("warning"), std::string::npos) << same.str();
+  o.eval_examples = 0;
+  o.stop_after = 9;
+  std::ostringstream other;
+  train(o, other);
+  EXPECT_NE(other.str().find("warning: --eval-examples was 4 when the checkpoint was written, now 0: the resumed "
+                             "run will differ from an uninterrupted one (pass --eval-examples 4 to repeat it "
+                             "exactly)"),
+            std::string::npos)
+      << other.str();
+}
+
 // Bad data is named before the model loads, and the refused run leaves no --out behind (it left an empty
 // one, after loading the model).
 TEST_F(Fixture, BadDataIsRefusedBeforeTheRunStarts) {
