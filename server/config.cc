@@ -481,6 +481,10 @@ bool parse_server_args(int argc, const char* const* argv, ServerConfig& config) 
     }
     if (name == "model") cli_models = true;
     if (!set_option(config, name, value)) throw ConfigError("unknown flag --" + name + " (see --help)");
+    // Each value as it is given, as set_option's own checks take it: checked once merged, a bad value a later
+    // flag replaced passed where its check was validate()'s (--log-level INFO, --max-beams 100) and was
+    // refused where it was set_option's (--max-queue 0).
+    check_option(config, name);
   }
   return true;
 }

@@ -136,6 +136,20 @@ TEST(ServerConfig, AFlagGivenTwiceOnTheCommandLineCountsAsGivenLast) {
   ASSERT_EQ(c.models.size(), 2u);
   EXPECT_EQ(c.models[0].name, "a");
   EXPECT_EQ(c.models[1].name, "b");
+  // Each value given is checked, the replaced ones too, whichever check the flag has: a bad --log-level or
+  // --max-beams before a good one passed, while a bad --max-queue was refused.
+  for (const auto& [flag, bad, good, says] :
+       std::vector<std::tuple<std::string, std::string, std::string, std::string>>{
+           {"--max-queue", "0", "5", "--max-queue must be >= 1, got 0"},
+           {"--log-level", "INFO", "info", "--log-level must be trace"},
+           {"--max-beams", "100", "4", "--max-beams is 100; at most 64"},
+           {"--listen", ":50051", "127.0.0.1:0", "--listen ':50051' has no host"},
+           {"--device", "gpu", "cpu", "--device must be cpu, cuda or cuda:N"},
+           {"--shutdown-grace-ms", "86400001", "1000", "--shutdown-grace-ms is 86400001; at most 86400000"}}) {
+    const auto got = config_error({"--model", "a=/x", flag, bad, flag, good});
+    EXPECT_EQ(got.rfind(says, 0), 0u) << flag << ": " << got;
+    EXPECT_EQ(config_error({"--model", "a=/x", flag, good, flag, good}), "no error") << flag;
+  }
 }
 
 // Every flag --help names is one the server takes (and a config file key).
@@ -210,6 +224,7 @@ std::string another_value(const std::string& flag, const std::string& stated) {
   if (words.count(stated)) return words.at(stated);
   if (stated == "true" || stated == "false") return stated == "true" ? "false" : "true";
   if (flag == "--listen" || flag == "--metrics-listen") return "127.0.0.1:1234";
+  if (flag == "--max-connection-age-ms") return "60000";  // 0 or at least a second
   const size_t digits = stated.find_first_not_of("0123456789");
   return std::to_string(std::stoll(stated.substr(0, digits)) + 1) +
          (digits == std::string::npos ? "" : stated.substr(digits));
