@@ -105,9 +105,9 @@ int run_summarize(const std::vector<std::string>& args) {
   const auto& c = model->config();
 
   std::string text = read_document(input_path.empty() ? "-" : input_path);
+  const std::string source = input_path.empty() || input_path == "-" ? "stdin" : input_path;
   // The server's checks (validate_document), so that both answer the same documents.
   if (const auto fault = find_document_fault(text)) {
-    const std::string source = input_path.empty() || input_path == "-" ? "stdin" : input_path;
     const bool encoding = fault->kind == DocumentFault::Kind::kNotUtf8 || fault->kind == DocumentFault::Kind::kNul;
     throw std::invalid_argument("the document (" + source + ") " + fault->what +
                                 (encoding ? "; re-encode it as UTF-8 (iconv -f ENCODING -t UTF-8)" : ""));
@@ -127,6 +127,10 @@ int run_summarize(const std::vector<std::string>& args) {
     }
     truncated = data::truncate_keeping_last(ids, limit);
   }
+  // A token past the model's embedding (a tokenizer with more tokens than the model has rows) is named, as
+  // the server, eval and train name it: the model said only "input_ids holds token id N outside the
+  // vocabulary".
+  data::check_in_embedding(ids, *tokenizer, c, "document (" + source + ")");
 
   const GenerationOptions d = model_generation_defaults(c);
   if (const auto warning = unsupported_generation_warning(c); !warning.empty()) {

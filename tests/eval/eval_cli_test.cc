@@ -35,9 +35,10 @@ std::string slurp(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// `shell` goes before the command (a `ulimit`).
-Result run_eval(const fs::path& work, const std::vector<std::string>& args, const std::string& shell = "") {
-  std::string cmd = shell + std::string(SRFORMER_BIN_DIR) + "/srformer eval";
+// `srformer COMMAND args`; `shell` goes before it (a `ulimit`).
+Result run_srformer(const fs::path& work, const std::string& command, const std::vector<std::string>& args,
+                    const std::string& shell = "") {
+  std::string cmd = shell + std::string(SRFORMER_BIN_DIR) + "/srformer " + command;
   for (const auto& a : args) cmd += " '" + a + "'";
   cmd += " >'" + (work / "stdout").string() + "' 2>'" + (work / "stderr").string() + "'";
   const int status = std::system(cmd.c_str());
@@ -46,6 +47,10 @@ Result run_eval(const fs::path& work, const std::vector<std::string>& args, cons
   r.out = slurp(work / "stdout");
   r.err = slurp(work / "stderr");
   return r;
+}
+
+Result run_eval(const fs::path& work, const std::vector<std::string>& args, const std::string& shell = "") {
+  return run_srformer(work, "eval", args, shell);
 }
 
 void write_jsonl(const fs::path& p, const std::vector<json>& lines) {
@@ -493,6 +498,30 @@ TEST_F(EvalModelTest, TheDefaultOutputDirectoryIsPerModel) {
   EXPECT_NE(r.err.find("note: replacing " + out + "'s results of model " + (model_ / ".").string()), std::string::npos)
       << r.err;
   EXPECT_EQ(json::parse(slurp(dir_.path() / "test.model.eval" / "scores.json"))["model"], twin.string());
+}
+
+// A model served with a tokenizer that has more tokens than its embedding has rows (an added token past
+// them): eval and summarize refuse a document holding it alike, naming the token and what to do, as the
+// server does (FAILED_PRECONDITION). summarize said only "input_ids holds token id 64 outside the vocabulary
+// [0, 64)", naming neither the token nor its cause.
+TEST_F(EvalModelTest, ATokenPastTheEmbeddingIsNamedByEvalAndSummarizeAlike) {
+  const auto wide = dir_.path() / "wide";
+  fs::copy(model_, wide);
+  std::ofstream(wide / "added_tokens.json") << R"({"<newtok>": 64})";  // the fixture's 64 rows: ids 0..63
+  const std::string document = "the cat <newtok> sat on the mat.";
+  const fs::path data = dir_.path() / "wide.jsonl", text = dir_.path() / "wide.txt";
+  write_jsonl(data, {{{"id", "a"}, {"document", document}, {"summary", "the cat."}}});
+  std::ofstream(text) << document;
+  const std::string says =
+      "holds the token '<newtok>' (id 64), past the 64 rows of the model's embedding "
+      "(config.json's vocab_size; its tokenizer has 65 tokens): remove it from the text, or use "
+      "the checkpoint's own tokenizer files";
+  const auto eval = run_eval(dir_.path(), concat({wide.string(), data.string()}, gen_));
+  EXPECT_EQ(eval.code, 1);
+  EXPECT_NE(eval.err.find("example 'a': the document " + says), std::string::npos) << eval.err;
+  const auto summarize = run_srformer(dir_.path(), "summarize", {"--model", wide.string(), text.string()});
+  EXPECT_EQ(summarize.code, 1);
+  EXPECT_EQ(summarize.err, "srformer summarize: the document (" + text.string() + ") " + says + "\n");
 }
 
 // An output directory that cannot be written is refused before generating: the error came once every
