@@ -14,6 +14,9 @@
 
 namespace srformer {
 
+// No pointer to `srformer convert`: it reads the file through this same code, so it cannot convert one
+// refused here (the hint said "or with our tool: srformer convert DIR", a command that lacks its DST_DIR
+// and would have failed alike).
 std::string pytorch_bin_conversion_hint(const std::filesystem::path& bin) {
   const std::string out = (bin.parent_path() / "model.safetensors").string();
   return "convert it to safetensors once, with Python (torch + safetensors installed):\n"
@@ -22,10 +25,7 @@ std::string pytorch_bin_conversion_hint(const std::filesystem::path& bin) {
          bin.string() +
          "', map_location='cpu'); "
          "save_file({k: v.detach().clone().contiguous() for k, v in sd.items()}, '" +
-         out +
-         "', metadata={'format': 'pt'})\"\n"
-         "or with our tool: srformer convert " +
-         bin.parent_path().string();
+         out + "', metadata={'format': 'pt'})\"";
 }
 
 namespace {

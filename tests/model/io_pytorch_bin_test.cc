@@ -18,6 +18,7 @@ namespace srformer {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using namespace std::string_literals;
 using testing::le_bytes;
 using testing::SavedTensor;
@@ -178,7 +179,8 @@ TEST(PytorchBin, RefusesArchivesThatAreNotPlainStateDicts) {
     const std::string message = load_error(dir / "pytorch_model.bin");
     EXPECT_THAT(message, HasSubstr(why));
     EXPECT_THAT(message, HasSubstr((dir / "pytorch_model.bin").string()));
-    EXPECT_THAT(message, HasSubstr("srformer convert"));
+    // srformer convert reads the file through this same code: pointing to it sent the user in a circle.
+    EXPECT_THAT(message, Not(HasSubstr("srformer convert")));
   };
   {
     auto records = torch_save_records(sample.pickle(), sample.storages);
