@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/standard_streams.h"
 #include "common/stdout_check.h"
 #include "model/dtype_name.h"
 #include "model/error_message.h"
@@ -51,7 +52,7 @@ sigset_t stop_signals() {
 // `startup_watch` takes the stop signals until the server is about to listen.
 int run(const ServerConfig& config, std::optional<srformer::server::StartupSignalWatch>& startup_watch) {
   // Signals are taken synchronously (by the startup watch, then sigwait below); they were blocked before
-  // the libraries initialized (block_stop_signals_first), so every thread inherits the mask.
+  // the libraries initialized (before_the_libraries), so every thread inherits the mask.
   const sigset_t signals = stop_signals();
 
   std::unique_ptr<srformer::server::Metrics> metrics;
@@ -122,19 +123,24 @@ int run(const ServerConfig& config, std::optional<srformer::server::StartupSigna
   return 0;  // main() says "stopped" once the server, its engines and the metrics are gone
 }
 
-// Blocks the stop signals before any shared library initializes: the executable's .preinit_array runs
-// once the dynamic loader has mapped and relocated the libraries, before their static initializers
-// (LibTorch's operator registry, gRPC's, those of the 300-odd libraries they bring), which take a
-// second and more on a loaded host: blocked only in main(), a SIGTERM then killed the server (exit 143).
-// The re-exec's image inherits the mask and any signal pending, which the startup watch then takes.
-void block_stop_signals_before_the_libraries(int, char**, char**) {
+// What must come before any shared library initializes: the executable's .preinit_array runs once the
+// dynamic loader has mapped and relocated the libraries, before their static initializers (LibTorch's
+// operator registry, gRPC's, those of the 300-odd libraries they bring).
+// - The stop signals are blocked: the initializers take a second and more on a loaded host, and blocked only
+//   in main(), a SIGTERM then killed the server (exit 143). The re-exec's image inherits the mask and any
+//   signal pending, which the startup watch then takes.
+// - A closed fd 0, 1 or 2 is held (common/standard_streams.h): libgrpc's initializer opens eventfds and an
+//   epoll descriptor, which took those numbers, and the log (`2>&-`) went into gRPC's wakeup eventfd. The
+//   re-exec's image inherits the holding descriptors.
+void before_the_libraries(int, char**, char**) {
   const sigset_t signals = stop_signals();
   sigprocmask(SIG_BLOCK, &signals, nullptr);
+  srformer::hold_closed_standard_streams();
 }
 
 using PreinitFunction = void (*)(int, char**, char**);
-__attribute__((section(".preinit_array"), used)) const PreinitFunction block_stop_signals_first =
-    block_stop_signals_before_the_libraries;
+__attribute__((section(".preinit_array"), used)) const PreinitFunction before_the_libraries_first =
+    before_the_libraries;
 
 }  // namespace
 

@@ -714,6 +714,65 @@ TEST_F(EndToEnd, TheServerServesOnWhenItsLogPipeHasNoReader) {
       << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
 }
 
+// Started with its standard streams closed (`2>&-`, `<&- >&- 2>&-`, a supervisor that closes them), the server
+// held gRPC's descriptors under those numbers, opened by libgrpc's initializer before main and by the server as
+// it started (its wakeup eventfds, its epoll descriptor, a socket), and its log went into whichever took fd 2. A
+// closed one stays closed now: the log goes nowhere (its lines counted as dropped) and the server serves on.
+TEST_F(EndToEnd, AServerStartedWithItsStandardStreamsClosedLogsIntoNoOtherFile) {
+  const std::string address = "unix:" + (work_ / "closed_streams.sock").string();
+  const std::string model = "tiny=" + model_dir_.string();
+  const int metrics_port = free_port();
+  const std::string metrics_listen = "127.0.0.1:" + std::to_string(metrics_port);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; ++fd) close(fd);
+    execl(kServer.c_str(), kServer.c_str(), "--model", model.c_str(), "--listen", address.c_str(), "--metrics-listen",
+          metrics_listen.c_str(), "--warm-up", "false", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  const auto exited = [&] { return waitpid(pid, &status, WNOHANG) == pid; };
+  const std::string health = kClient + " --target " + address + " --health --deadline-ms 2000 2>&1";
+  bool serving = false;
+  for (int i = 0; i < 600 && !serving; ++i) {
+    if (exited()) break;
+    serving = run_command(health).exit_code == 0;
+    if (!serving) std::this_thread::sleep_for(100ms);
+  }
+  if (!serving) {
+    if (!exited()) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
+    FAIL() << "the server never served; it " << (WIFSIGNALED(status) ? "died by signal " : "exited ")
+           << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  }
+  auto summary = run_command(kClient + " --target " + address + " --model tiny --max-new-tokens 4 " + doc(1));
+  EXPECT_EQ(summary.exit_code, 0) << summary.out;
+  EXPECT_FALSE(summary.out.empty());
+  // Each of them /dev/null, held so that no descriptor of gRPC's (nor a client's socket) takes its number.
+  for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; ++fd) {
+    EXPECT_EQ(fs::read_symlink("/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd)).string(), "/dev/null")
+        << "fd " << fd;
+  }
+  // The log went nowhere, counted as lines lost (the start's and the request's).
+  namespace scrape = server::testing;
+  const std::string scraped = scrape::http_body(scrape::http_get(metrics_port, "/metrics"));
+  EXPECT_GE(scrape::sample(scraped, "srformer_log_lines_dropped_total", {}).value_or(0), 3) << scraped;
+  kill(pid, SIGTERM);
+  bool stopped = false;
+  for (int i = 0; i < 600 && !(stopped = exited()); ++i) std::this_thread::sleep_for(100ms);
+  if (!stopped) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "the server did not stop within 60 s of SIGTERM";
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << (WIFSIGNALED(status) ? "died by signal " : "exited ")
+      << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
 // "stopped" is the log's last line: the engines' closing figures (decode steps, encoder calls) came after it.
 TEST_F(EndToEnd, StoppedIsTheLastLineOfTheLog) {
   auto server = start();
