@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "common/standard_streams.h"
 #include "common/stdout_check.h"
 #include "model/error_message.h"
 #include "model/openmp_env.h"
@@ -40,6 +41,12 @@ int run(int argc, char** argv) {
 }
 
 }  // namespace
+
+// Before anything opens a file: started with stderr closed (`2>&-`), `srformer eval` opened its predictions
+// file as fd 2 and wrote its progress line into it, and any file a command holds open could so take fd 0, 1 or
+// 2. From .preinit_array, as srformer-client's and srformer-server's (this tool does not load libgrpc).
+__attribute__((section(".preinit_array"),
+               used)) void (*const hold_standard_streams)() = srformer::hold_closed_standard_streams;
 
 int main(int argc, char** argv) {
   srformer::reexec_with_openmp_policy(argv);

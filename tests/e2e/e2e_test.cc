@@ -3325,6 +3325,29 @@ bool EndToEnd::holds_a_checkpoint(const std::string& name) {
   return checkpoint;
 }
 
+// Started with stderr closed (`2>&-`), `srformer eval` opened its predictions file as fd 2 and wrote its progress
+// into it: predictions.jsonl began "batch 1/1, 131.4 docs/s" and no longer parsed. A closed stderr stays closed
+// now (its lines go nowhere), and each file holds only what is its own.
+TEST_F(EndToEnd, TheOfflineToolWritesNothingIntoItsOwnFilesThroughAClosedStream) {
+  const fs::path data = work_ / "closed_stderr.jsonl";
+  {
+    std::ofstream out(data);
+    for (int i = 0; i < 2; ++i) {
+      out << nlohmann::json{{"id", "d" + std::to_string(i)}, {"document", read(doc(i))}, {"summary", "a b c"}}.dump()
+          << "\n";
+    }
+  }
+  const fs::path out = work_ / "closed_stderr.out";
+  const auto r = run_command(kTool + " eval " + model_dir_.string() + " " + data.string() + " --out " + out.string() +
+                             " --max-new-tokens 4 --bootstrap 10 2>&-");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(r.out.rfind("split ", 0), 0u) << r.out;
+  std::ifstream predictions(out / "predictions.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(predictions, line); ++lines) EXPECT_TRUE(nlohmann::json::accept(line)) << line;
+  EXPECT_EQ(lines, 2);
+}
+
 // Without --threads, `srformer train`, `eval` and `summarize` take OMP_NUM_THREADS when it is set (a user's or a
 // test harness's choice: deploy/gpu/check.sh runs ctest -j 8 with OMP_NUM_THREADS=1), else the CPUs the process
 // may use (usable_cpus(): the affinity mask, bounded by a cgroup CPU quota). They took LibTorch's own default,
