@@ -82,12 +82,17 @@ const def = protoLoader.loadSync(path.join(__dirname, '../../proto/srformer/v1/s
 });
 const {Summarizer} = grpc.loadPackageDefinition(def).srformer.v1;
 // Calls refused before any work (a full queue, a server shutting down) are sent again, after the
-// server's grpc-retry-pushback-ms where it gives one (docs/API.md, "Retries").
+// server's grpc-retry-pushback-ms where it gives one (docs/API.md, "Retries"). gRPC sends again only what
+// fits its retry buffers, 1 MiB a call and 16 MiB for the channel's calls together unless set: a longer
+// document was sent once.
 const retry = {methodConfig: [{name: [{service: 'srformer.v1.Summarizer'}], retryPolicy: {
   maxAttempts: 3, initialBackoff: '0.2s', maxBackoff: '5s', backoffMultiplier: 2,
   retryableStatusCodes: ['UNAVAILABLE', 'RESOURCE_EXHAUSTED']}}]};
-const client = new Summarizer(target, grpc.credentials.createInsecure(),
-                              {'grpc.service_config': JSON.stringify(retry)});
+const client = new Summarizer(target, grpc.credentials.createInsecure(), {
+  'grpc.service_config': JSON.stringify(retry),
+  'grpc.per_rpc_retry_buffer_size': 2147483647,
+  'grpc.retry_buffer_size': 2147483647,
+});
 // document is bytes on the wire: send the UTF-8 encoding of the text.
 // Set only when given (0 included: the server then says why it refuses it).
 const options = {};

@@ -68,11 +68,13 @@ def main():
 
     pb = load_messages()
     # Calls refused before any work (a full queue, a server shutting down) are sent again, after the
-    # server's grpc-retry-pushback-ms where it gives one (docs/API.md, "Retries").
+    # server's grpc-retry-pushback-ms where it gives one (docs/API.md, "Retries"). gRPC sends again only
+    # what fits its per-call retry buffer, 256 KiB unless set: a longer document was sent once.
     retry = {"methodConfig": [{"name": [{"service": "srformer.v1.Summarizer"}], "retryPolicy": {
         "maxAttempts": 3, "initialBackoff": "0.2s", "maxBackoff": "5s", "backoffMultiplier": 2,
         "retryableStatusCodes": ["UNAVAILABLE", "RESOURCE_EXHAUSTED"]}}]}
-    channel = grpc.insecure_channel(args.target, options=[("grpc.service_config", json.dumps(retry))])
+    channel = grpc.insecure_channel(args.target, options=[("grpc.service_config", json.dumps(retry)),
+                                                          ("grpc.per_rpc_retry_buffer_size", 2**31 - 1)])
     try:
         with open(args.file, "rb") as f:
             req = pb.SummarizeRequest(model=args.model, document=f.read())  # bytes: UTF-8 text

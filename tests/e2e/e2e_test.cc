@@ -2062,6 +2062,23 @@ TEST_F(EndToEnd, NodeGrpcJsExampleClient) {
   ASSERT_EQ(no_deadline.exit_code, 0) << no_deadline.out;
   EXPECT_EQ(no_deadline.out.substr(0, summary.size() + 1), summary + "\n") << no_deadline.out;
   silent->Shutdown();
+  // A document past gRPC's retry buffer (1 MiB a call in @grpc/grpc-js unless the channel sets it) is retried as a
+  // short one is: it was sent once, whatever the retry policy said (docs/API.md, "Retries").
+  const auto long_doc = work_ / "2MB.txt";
+  std::ofstream(long_doc) << std::string(2'000'000, 'a');
+  CannedSummarizer refusing;
+  refusing.refuse_unary = 2;
+  refusing.unary.set_summary("retried");
+  const auto refuser = serve(refusing, port);
+  ASSERT_GT(port, 0);
+  auto retried = run_command("NODE_PATH=" + modules + " node " + src +
+                             "/examples/node/summarize.js --target 127.0.0.1:" + std::to_string(port) + " " +
+                             long_doc.string() + " 2>&1");
+  EXPECT_EQ(retried.exit_code, 0) << retried.out;
+  EXPECT_EQ(retried.out.rfind("retried\n", 0), 0u) << retried.out;
+  EXPECT_EQ(refusing.unary_calls.load(), 3);
+  refuser->Shutdown();
+  fs::remove(long_doc);
 }
 
 TEST_F(EndToEnd, PythonExampleClient) {
@@ -2124,6 +2141,23 @@ TEST_F(EndToEnd, PythonExampleClient) {
     EXPECT_NE(r.out.find("must be from 0 (no deadline) to 86400000 (a day), got " + ms), std::string::npos) << r.out;
   }
   silent->Shutdown();
+  // A document past gRPC's per-call retry buffer (256 KiB unless the channel sets it) is retried as a short one
+  // is: it was sent once, whatever the retry policy said (docs/API.md, "Retries").
+  const auto long_doc = work_ / "2MB.txt";
+  std::ofstream(long_doc) << std::string(2'000'000, 'a');
+  CannedSummarizer refusing;
+  refusing.refuse_unary = 2;
+  refusing.unary.set_summary("retried");
+  const auto refuser = serve(refusing, port);
+  ASSERT_GT(port, 0);
+  auto retried = run_command("TMPDIR=" + tmp.string() + " /usr/bin/python3 " + std::string(SRFORMER_SOURCE_DIR) +
+                             "/examples/python/summarize.py --target 127.0.0.1:" + std::to_string(port) + " " +
+                             long_doc.string() + " 2>&1");
+  EXPECT_EQ(retried.exit_code, 0) << retried.out;
+  EXPECT_EQ(retried.out.rfind("retried\n", 0), 0u) << retried.out;
+  EXPECT_EQ(refusing.unary_calls.load(), 3);
+  refuser->Shutdown();
+  fs::remove(long_doc);
 }
 
 TEST_F(EndToEnd, TlsServerWithTheClientsTlsOptions) {
