@@ -648,11 +648,16 @@ void DecoderState::trim_padding() {
   const int64_t keys = cross_valid.size(1);
   const int64_t needed_keys = std::max<int64_t>(1, enc_len.max().item<int64_t>());
   if (2 * needed_keys > keys) return;
-  cross_valid = cross_valid.narrow(1, 0, needed_keys).contiguous();
+  // Copies, never views: with one row (and one head) the cut is a view LibTorch calls contiguous, and
+  // contiguous() would keep the long input's buffer, which bytes() and held_bytes() then count.
+  const auto cut = [needed_keys](const torch::Tensor& t, int64_t dim) {
+    return t.narrow(dim, 0, needed_keys).clone(at::MemoryFormat::Contiguous);
+  };
+  cross_valid = cut(cross_valid, 1);
   for (auto& l : layers) {
     if (pooled(l)) continue;  // pools hold no padding (switch tables are always pooled)
-    l.cross_k = l.cross_k.narrow(2, 0, needed_keys).contiguous();
-    l.cross_v = l.cross_v.narrow(2, 0, needed_keys).contiguous();
+    l.cross_k = cut(l.cross_k, 2);
+    l.cross_v = cut(l.cross_v, 2);
   }
 }
 

@@ -1250,6 +1250,41 @@ TEST(StateBytes, AHeldBoundKeepsRoomAndHolesWithinIt) {
   EXPECT_EQ(bounded.held_limit(), tight) << "clear() keeps the bound";
 }
 
+// Dense cross keys/values (full attention through LibTorch: the kernels off, or a GPU) cut to the rows'
+// length when the longest input leaves give the long input's buffer back, also for the last row of a
+// one-head model: narrowing the keys of a [1, 1, k, d] tensor leaves a view LibTorch calls contiguous,
+// and contiguous() kept the long input's buffer for as long as the row lived, which bytes() (what the
+// server budgets) and held_bytes() counted: 12x the row's own use here.
+TEST(StateBytes, PaddingCutForALastRowGivesTheLongInputsBufferBack) {
+  const testing::KernelSwitchesRestored restore_switches;
+  kernels::set_cpu_kernels(false);  // full attention keeps dense rows
+  TempDir dir("trim");
+  auto config = tiny_config(Architecture::kBart, CrossAttentionKind::kFull, 0);
+  config.num_heads = 1;
+  config.head_dim = config.d_model;
+  write_random_model(dir.path(), config, 5);
+  auto model = load_model(dir.path());
+  const auto start = [&](int64_t k) {
+    const auto ids = torch::randint(3, 96, {1, k}, torch::kLong);
+    return model->start(model->encode(ids, torch::ones_like(ids)), torch::full({1}, 4, torch::kLong));
+  };
+  auto short_row = start(5);
+  auto alone = short_row;
+  DecoderState st;
+  st.set_held_limit(1);  // hold what the rows use, no room
+  st.append(start(60));
+  st.append(std::move(short_row));
+  ASSERT_FALSE(st.layers[0].cross_start.defined()) << "the dense rows this test is about";
+  st.retain({1});  // the long row leaves
+  ASSERT_EQ(st.cross_valid.size(1), 5);
+  EXPECT_EQ(st.bytes(), alone.bytes()) << "the row counted as using the long input's keys";
+  // Under the bound, room is given back once it is an eighth of what the state holds.
+  EXPECT_LT(8 * (st.held_bytes() - st.bytes()), st.held_bytes())
+      << "holds " << st.held_bytes() << " bytes for a row that uses " << st.bytes();
+  const auto token = torch::full({1}, 7, torch::kLong);
+  EXPECT_TRUE(torch::equal(model->step(st, token), model->step(alone, token)));
+}
+
 // A pool that grows for a join moves the spans in use into its new buffer densely: the holes leaving
 // requests left do not outlive the growth.
 TEST(StateBytes, APoolThatGrowsLeavesItsHolesBehind) {
