@@ -178,6 +178,101 @@ TEST_P(Seq2SeqProperties, IncrementalEqualsTeacherForcedWithManySwitches) {
   }
 }
 
+// The model's schedule (start()'s and forward()'s, which the layer-level reference test does not run) at
+// its edge shapes in one padded batch: an input shorter than one segment (k < s, m = 1), inputs an exact
+// multiple of s, L = 1 (segment 0, then m - 1 from step 1 on), L far above m, L below m (skipped
+// segments), and every row decoded past its L.
+TEST_P(Seq2SeqProperties, IncrementalEqualsTeacherForcedAtEdgeShapes) {
+  const std::vector<int64_t> lengths{3, 8, 12, 16};  // s = 4: m = 1, 2, 3, 4
+  const int64_t B = 4, kmax = 16;
+  auto ids = random_ids(B, kmax);
+  auto mask = torch::zeros({B, kmax}, torch::kLong);
+  for (int64_t b = 0; b < B; ++b) {
+    mask[b].narrow(0, 0, lengths[b]).fill_(1);
+    ids[b].narrow(0, lengths[b], kmax - lengths[b]).fill_(model_->config().pad_token_id);
+  }
+  const auto L = torch::tensor({5, 1, 40, 2}, torch::kLong);
+  const auto dec = random_ids(B, 7);
+  const auto enc = model_->encode(ids, mask);
+  const auto tf = model_->forward(enc, dec, L);
+  auto st = model_->start(enc, L);
+  const auto inc = incremental(st, dec);
+  EXPECT_LE((tf - inc).abs().max().item<double>(), tolerance(1e-5, inc));
+  if (model_->config().srformer.segmented()) {
+    // After 7 steps: row 0 stays in its one segment; row 1 (L = 1) went 0 -> 1; row 2 (L = 40) is still in
+    // segment 0 (6 * 3 / 40 < 1); row 3 (L = 2) went 0 -> 2 -> 3.
+    EXPECT_EQ(ints(st.segment), (std::vector<int64_t>{0, 1, 0, 3}));
+    EXPECT_EQ(ints(st.segment_switches), (std::vector<int64_t>{1, 2, 1, 3}));
+  }
+}
+
+// Every parameter of `got` under the name and with the bits of `want`'s, in the same order.
+void expect_same_parameters(const Seq2SeqModel& got, const Seq2SeqModel& want) {
+  ASSERT_EQ(got.named_parameters().size(), want.named_parameters().size());
+  for (size_t i = 0; i < want.named_parameters().size(); ++i) {
+    const auto& [name, t] = want.named_parameters()[i];
+    EXPECT_EQ(got.named_parameters()[i].first, name);
+    EXPECT_TRUE(torch::equal(got.named_parameters()[i].second, t)) << name;
+  }
+}
+
+// A model written back (save_model, as `srformer convert` and training write it) reloads to the same
+// variant and configuration and decodes to the same bits, teacher-forced and step by step.
+TEST_P(Seq2SeqProperties, SaveThenReloadDecodesIdentically) {
+  TempDir saved("saved");
+  save_model(*model_, saved.path(), dir_.path());
+  LoadOptions o;
+  o.dtype = GetParam().dtype;
+  const auto reloaded = load_model(saved.path(), o);
+  const auto& a = model_->config().srformer;
+  const auto& b = reloaded->config().srformer;
+  EXPECT_EQ(b.cross_attention, a.cross_attention);
+  EXPECT_EQ(b.segment_size, a.segment_size);
+  EXPECT_EQ(b.kv_clamp, a.kv_clamp);
+  expect_same_parameters(*reloaded, *model_);
+  auto ids = random_ids(2, 14);
+  auto mask = torch::ones({2, 14}, torch::kLong);
+  mask[1].narrow(0, 9, 5).fill_(0);
+  const auto dec = random_ids(2, 6);
+  const auto L = torch::tensor({6, 3}, torch::kLong);
+  EXPECT_TRUE(torch::equal(reloaded->forward(reloaded->encode(ids, mask), dec, L),
+                           model_->forward(model_->encode(ids, mask), dec, L)));
+  auto x = model_->start(model_->encode(ids, mask), L);
+  auto y = reloaded->start(reloaded->encode(ids, mask), L);
+  for (int64_t t = 0; t < dec.size(1); ++t) {
+    EXPECT_TRUE(torch::equal(model_->step(x, dec.select(1, t)), reloaded->step(y, dec.select(1, t)))) << "step " << t;
+  }
+}
+
+// `srformer convert` of a plain checkpoint into this variant (RAF parameters it lacks created, seeded),
+// saved and reloaded without any option: the directory alone says the variant, holds the parameters the
+// conversion drew, and decodes as the converted model did.
+TEST_P(Seq2SeqProperties, APlainCheckpointConvertedSavedAndReloadedDecodesAsConverted) {
+  TempDir plain("plain"), converted("converted");
+  auto plain_config = config_of(GetParam());
+  plain_config.srformer = tiny_config(GetParam().arch, CrossAttentionKind::kFull, 0).srformer;
+  plain_config.srformer.from_block = false;
+  write_random_model(plain.path(), plain_config, 9);
+  LoadOptions o;
+  o.dtype = GetParam().dtype;
+  o.srformer = model_->config().srformer;
+  o.raf_init = RafInit::kCreateMissing;
+  o.seed = 7;
+  const auto conversion = load_model(plain.path(), o);
+  save_model(*conversion, converted.path(), plain.path());
+  LoadOptions as_saved;
+  as_saved.dtype = GetParam().dtype;
+  const auto reloaded = load_model(converted.path(), as_saved);
+  EXPECT_EQ(reloaded->config().srformer.cross_attention, GetParam().kind);
+  EXPECT_EQ(reloaded->config().srformer.segment_size, model_->config().srformer.segment_size);
+  expect_same_parameters(*reloaded, *conversion);
+  const auto ids = random_ids(2, 11);
+  const auto mask = torch::ones({2, 11}, torch::kLong);
+  const auto dec = random_ids(2, 5);
+  EXPECT_TRUE(torch::equal(reloaded->forward(reloaded->encode(ids, mask), dec),
+                           conversion->forward(conversion->encode(ids, mask), dec)));
+}
+
 TEST_P(Seq2SeqProperties, PaddedRowEqualsUnpaddedRow) {
   const auto ids = random_ids(1, 13);
   const auto dec = random_ids(1, 6);
@@ -697,7 +792,8 @@ TEST_P(Seq2SeqProperties, StateFootprintEstimatesTheStateBytes) {
 }
 
 // Continuous batching as a server drives it, at random: requests of random lengths, expected lengths
-// and beam counts join in groups (encoded together, padded to the group's longest), every row steps,
+// and beam counts join in groups (encoded together, padded to the group's longest; switch tables
+// bounded by each request's step limit, as the server starts them), every row steps,
 // beams take other beams' places, requests finish or are cancelled and leave (the last rows moving into
 // their holes, or the order shuffled), the self-attention slots compact now and then. Every row's
 // logits at every step must equal those of its token history decoded alone. The pools see holes
@@ -765,19 +861,23 @@ TEST_P(Seq2SeqProperties, RandomChurnOfJoinsLeavesAndBeamsLeavesEveryRowAsAlone)
         for (size_t i = 0; i < n; ++i) kmax = std::max(kmax, requests[next + i].ids.size(1));
         auto ids = torch::full({static_cast<int64_t>(n), kmax}, model_->config().pad_token_id, torch::kLong);
         auto mask = torch::zeros({static_cast<int64_t>(n), kmax}, torch::kLong);
-        std::vector<int64_t> expected, expand;
+        std::vector<int64_t> expected, bounds, expand;
         for (size_t i = 0; i < n; ++i) {
           const auto& r = requests[next + i];
           const auto row = static_cast<int64_t>(i);
           ids[row].narrow(0, 0, r.ids.size(1)).copy_(r.ids[0]);
           mask[row].narrow(0, 0, r.ids.size(1)).fill_(1);
           expected.push_back(r.expected);
+          bounds.push_back(r.steps + uniform(0, 2));  // its max_new_tokens, as the server starts it
           for (int64_t b = 0; b < r.beams; ++b) {
             expand.push_back(row);
             rows.push_back({next + i, {}});
           }
         }
-        auto joined = model_->start(model_->encode(ids, mask), torch::tensor(expected, torch::kLong));
+        // The switch tables hold what each row's bounded steps reach (the decode alone below holds every
+        // switch): rows of tables cut short join, leave, move and are copied out with the others.
+        auto joined = model_->start(model_->encode(ids, mask), torch::tensor(expected, torch::kLong),
+                                    torch::tensor(bounds, torch::kLong));
         joined.select(torch::tensor(expand, torch::kLong));
         st.append(std::move(joined));  // into an empty state too (keeps the bound)
         ASSERT_NO_FATAL_FAILURE(within_bound());
