@@ -692,8 +692,15 @@ void Engine::admit(std::vector<Pending> batch) {
     stats_.encode_seconds += encoder_ms / 1000.0;
     stats_.join_seconds += ms_between(encoded, Clock::now()) / 1000.0;
   } catch (const std::exception& e) {
-    // The running batch may be inconsistent now: fail everything rather than decode garbage.
-    for (auto& p : batch) slots_.push_back(std::make_unique<Slot>(std::move(p), *tokenizer_));
+    // The running batch may be inconsistent now: fail everything rather than decode garbage. fail_all counts
+    // the new rows leaving: they count joining too, or the rows in the batch (joined less left) fall below
+    // the truth for good.
+    int64_t rows = 0;
+    for (auto& p : batch) {
+      slots_.push_back(std::make_unique<Slot>(std::move(p), *tokenizer_));
+      rows += slots_.back()->rows;
+    }
+    if (ModelMetrics* const m = metrics()) m->on_rows_joined(static_cast<uint64_t>(rows));
     fail_all(std::string("joining the batch failed: ") + error_message(e));
     return;
   }

@@ -1221,6 +1221,46 @@ TEST(EngineService, AFailingModelFailsItsRequestsNotTheServer) {
   }
 }
 
+// Rows that cannot join the running batch (DecoderState::append throws: out of memory on a GPU) fail with
+// the rows running, each counted leaving with reason error. They were never counted joining, so the rows in
+// the batch (srformer_rows_joined_total less srformer_rows_left_total, which SrformerEngineStalled and the
+// dashboard read) went below zero by as many for good, and a later stall with that many rows went unseen.
+TEST(EngineService, RowsWhoseJoinFailedAreCountedJoinedAsTheyLeave) {
+  using server::testing::sample;
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.metrics = &metrics;
+  FakeModelOptions mo{256, 4, 5ms};
+  mo.fail_join_call = 2;
+  so.models = {{"fake", mo}};
+  TestServer server(so);
+  auto long_one = request(doc_of(7), 200, 2);
+  long_one.mutable_options()->set_min_new_tokens(200);
+  auto running = summarize_async(server.stub(), long_one);
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_requests == 1 && s.steps > 0; }));
+  auto joining = summarize_async(server.stub(), request(doc_of(3), 8, 3));
+  for (auto* call : {&running, &joining}) {
+    const grpc::Status status = call->get().first;
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL) << status.error_message();
+    EXPECT_NE(status.error_message().find("joining the batch failed"), std::string::npos) << status.error_message();
+  }
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_rows == 0 && s.queued == 0; }));
+  const std::string text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_rows_left_total", {{"model", "fake"}, {"reason", "error"}}), 5.0) << text;
+  EXPECT_EQ(sample(text, "srformer_rows_joined_total", {{"model", "fake"}}), 5.0) << text;
+  // The engine serves on, and counts the next request's rows both ways.
+  const auto [status, resp] = summarize_async(server.stub(), request(doc_of(3), 8, 1)).get();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(ids_of(resp), offline(doc_of(3), 8, 1).tokens);
+  ASSERT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.live_rows == 0; }));
+  double left = 0;
+  for (const char* reason : {"eos", "length", "cancelled", "error"}) {
+    left +=
+        sample(metrics.scrape_text(), "srformer_rows_left_total", {{"model", "fake"}, {"reason", reason}}).value_or(0);
+  }
+  EXPECT_EQ(sample(metrics.scrape_text(), "srformer_rows_joined_total", {{"model", "fake"}}), left);
+}
+
 // A step that fails between an encode's layers fails the running requests; the request being encoded
 // joins an empty batch and is served.
 TEST(EngineService, AStepFailingInsideAnEncodeFailsTheRunningRequestsOnly) {

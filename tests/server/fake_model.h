@@ -112,6 +112,9 @@ struct FakeModelOptions {
   int fail_step_call = 0;
   int corrupt_state_at_step = 0;
   bool fail_steps_inside_encode = false;  // a step run between the encoder's layers throws
+  // The Nth start() (1-based; 0 = none) returns rows a running batch cannot take (two layers to its one:
+  // DecoderState::append throws, as it does out of memory).
+  int fail_join_call = 0;
   // A hung decoder (a CUDA call that never returns): while set, a decode step waits in the model.
   std::shared_ptr<std::atomic<bool>> hang_steps = std::make_shared<std::atomic<bool>>(false);
   std::optional<int64_t> max_length;  // config generation defaults
@@ -188,6 +191,7 @@ class FakeModel : public Seq2SeqModel {
     s.raf_fired = torch::zeros({b, 1}, torch::kFloat64);  // [B, layers]
     s.raf_total = torch::zeros({b}, torch::kFloat64);
     s.segment_switches = torch::zeros({b}, torch::kInt64);
+    if (++start_calls == options_.fail_join_call) s.layers.push_back(layer);
     return s;
   }
 
@@ -237,6 +241,7 @@ class FakeModel : public Seq2SeqModel {
   }
 
   std::atomic<int> encode_calls{0};
+  std::atomic<int> start_calls{0};
   std::atomic<int> steps{0};
 
  private:
