@@ -1025,6 +1025,9 @@ Delivery::Job Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome
   result.finish_reason = reason;
   result.usage = req.usage;
   const auto now = Clock::now();
+  // Several samples (a row each): how many of the rows leaving now ended by EOS, the others by length.
+  // Other requests' rows all leave as the request ended (beams as the best did).
+  std::optional<int64_t> eos_rows;
   try {
     if (outcome == RequestOutcome::kOk) {
       const auto hyps = slot.searcher->results();
@@ -1035,6 +1038,12 @@ Delivery::Job Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome
       }
       for (size_t h = 1; h < hyps.size(); ++h) {
         result.alternatives.push_back({hyps[h], ""});
+      }
+      if (draws_independent_samples(req.options) && static_cast<int64_t>(hyps.size()) == slot.most_rows) {
+        // The samples that ended before the last step have left, by EOS (step_rows).
+        const auto by_eos = std::count_if(hyps.begin(), hyps.end(),
+                                          [](const Hypothesis& h) { return h.finish_reason == FinishReason::kEos; });
+        eos_rows = std::clamp<int64_t>(by_eos - (slot.most_rows - slot.rows), 0, slot.rows);
       }
     } else {
       result.token_ids = slot.streamed;
@@ -1080,7 +1089,12 @@ Delivery::Job Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome
         m->on_raf_updates(switches * static_cast<uint64_t>(std::max<int64_t>(0, config_.decoder_layers)));
       }
     }
-    m->on_rows_left(leave_reason(result.outcome, reason), static_cast<uint64_t>(slot.rows));
+    if (eos_rows && result.outcome == RequestOutcome::kOk) {
+      if (*eos_rows > 0) m->on_rows_left(LeaveReason::kEos, static_cast<uint64_t>(*eos_rows));
+      if (slot.rows > *eos_rows) m->on_rows_left(LeaveReason::kLength, static_cast<uint64_t>(slot.rows - *eos_rows));
+    } else {
+      m->on_rows_left(leave_reason(result.outcome, reason), static_cast<uint64_t>(slot.rows));
+    }
     m->observe_request_tokens(static_cast<uint64_t>(result.usage.input_tokens),
                               static_cast<uint64_t>(result.usage.output_tokens));
   }

@@ -1261,6 +1261,48 @@ TEST(EngineService, RowsWhoseJoinFailedAreCountedJoinedAsTheyLeave) {
   EXPECT_EQ(sample(metrics.scrape_text(), "srformer_rows_joined_total", {{"model", "fake"}}), left);
 }
 
+// Samples (do_sample with num_return_sequences) leave the batch each at its own end, and
+// srformer_rows_left_total counts each by its own reason, as the response's sequences give them. The rows
+// still running at the request's end were all counted with the first sample's reason: samples cut at
+// max_new_tokens counted as eos where the first had drawn EOS, and the other way round.
+TEST(EngineService, SamplesLeaveTheBatchEachByItsOwnReason) {
+  using server::testing::sample;
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.metrics = &metrics;
+  TestServer server(so);
+  const auto left = [&](const char* reason) {
+    return sample(metrics.scrape_text(), "srformer_rows_left_total", {{"model", "fake"}, {"reason", reason}})
+        .value_or(-1);
+  };
+  int mixed = 0;  // responses whose sequences ended for different reasons
+  for (int max_new = 6; max_new <= 20; ++max_new) {
+    for (const uint64_t seed : {1, 2, 3}) {
+      SCOPED_TRACE("max_new_tokens " + std::to_string(max_new) + ", seed " + std::to_string(seed));
+      auto req = request(doc_of(max_new), max_new, 1);
+      req.mutable_options()->set_do_sample(true);
+      req.mutable_options()->set_temperature(2.0f);
+      req.mutable_options()->set_seed(seed);
+      req.mutable_options()->set_num_return_sequences(4);
+      const double eos_before = left("eos"), length_before = left("length");
+      const auto [status, resp] = summarize_async(server.stub(), req).get();
+      ASSERT_TRUE(status.ok()) << status.error_message();
+      ASSERT_EQ(resp.alternatives_size(), 3);
+      std::vector<v1::FinishReason> reasons{resp.finish_reason()};
+      for (const auto& a : resp.alternatives()) reasons.push_back(a.finish_reason());
+      const auto eos = std::count(reasons.begin(), reasons.end(), v1::FINISH_REASON_EOS);
+      const auto length = std::count(reasons.begin(), reasons.end(), v1::FINISH_REASON_LENGTH);
+      ASSERT_EQ(eos + length, 4);
+      if (eos > 0 && length > 0) ++mixed;
+      EXPECT_EQ(left("eos") - eos_before, static_cast<double>(eos));
+      EXPECT_EQ(left("length") - length_before, static_cast<double>(length));
+    }
+  }
+  EXPECT_GT(mixed, 3) << "too few requests whose samples ended for different reasons to tell";
+  EXPECT_EQ(left("cancelled"), 0.0);
+  EXPECT_EQ(left("error"), 0.0);
+}
+
 // A step that fails between an encode's layers fails the running requests; the request being encoded
 // joins an empty batch and is served.
 TEST(EngineService, AStepFailingInsideAnEncodeFailsTheRunningRequestsOnly) {
