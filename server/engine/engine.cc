@@ -186,6 +186,7 @@ void Engine::submit(std::shared_ptr<Request> request) {
       throw QueueFullError("model '" + name_ + "' has " + std::to_string(queue_.size()) +
                            " requests waiting (the queue limit); retry later with backoff, or raise --max-queue");
     }
+    pending.request->queued_at = Clock::now();
     queue_.push_back(std::move(pending));
     if (!has_work_.load()) {  // an engine idle for an hour is not stalled for an hour
       mark_progress();
@@ -360,7 +361,7 @@ void Engine::run() {
     const auto now = Clock::now();
     for (const auto& p : dropped) {
       // Their wait counts as much as an encoded request's: the longest waits are often those given up.
-      if (ModelMetrics* const m = metrics()) m->observe_queue_wait(ms_between(p.request->accepted_at, now) / 1000.0);
+      if (ModelMetrics* const m = metrics()) m->observe_queue_wait(ms_between(p.request->queued_at, now) / 1000.0);
       post_dropped(p, now, now, shutdown_now);
     }
     if (shutdown_now) {
@@ -455,7 +456,7 @@ void Engine::post_dropped(const Pending& p, Clock::time_point dequeued, Clock::t
                                                     : RequestOutcome::kCancelled;
   result.finish_reason = FinishReason::kCancelled;
   result.usage = p.request->usage;
-  result.usage.queue_ms = ms_between(p.request->accepted_at, dequeued);
+  result.usage.queue_ms = ms_between(p.request->queued_at, dequeued);
   result.usage.encode_ms = ms_between(dequeued, now);
   if (ModelMetrics* const m = metrics(); m && shutdown) m->on_rejected(RejectReason::kShuttingDown);
   delivery_.post(result_job(p.request, std::move(result)));
@@ -647,7 +648,7 @@ void Engine::admit(std::vector<Pending> batch) {
   ModelMetrics* const metrics_now = metrics();
   for (int64_t i = 0; i < n; ++i) {
     // Here, whatever the encode does: an abandoned or failed one ended the wait as much.
-    if (metrics_now) metrics_now->observe_queue_wait(ms_between(batch[i].request->accepted_at, start) / 1000.0);
+    if (metrics_now) metrics_now->observe_queue_wait(ms_between(batch[i].request->queued_at, start) / 1000.0);
     ea[i] = batch[i].request->expected_length;
     sa[i] = batch[i].request->options.max_new_tokens;
     for (int64_t r = 0; r < batch[i].searcher->num_rows(); ++r) expand.push_back(i);
@@ -1051,7 +1052,7 @@ Delivery::Job Engine::finish_slot(Slot& slot, int64_t row_offset, RequestOutcome
     }
     auto& u = result.usage;
     u.output_tokens = static_cast<int64_t>(result.token_ids.size());
-    u.queue_ms = ms_between(req.accepted_at, slot.admitted_at);
+    u.queue_ms = ms_between(req.queued_at, slot.admitted_at);
     u.encode_ms = slot.encode_ms;
     u.decode_ms = ms_between(slot.decode_start, now);
     if (state_.num_segments.defined()) u.segments = state_.num_segments[row_offset].item<int64_t>();

@@ -76,8 +76,11 @@ struct Request {
   GenerationOptions options;
   int64_t expected_length = 128;  // SRformer L
   std::optional<Clock::time_point> deadline;
-  RequestUsage usage;  // input side filled by the service
-  Clock::time_point accepted_at = Clock::now();
+  RequestUsage usage;                            // input side filled by the service
+  Clock::time_point accepted_at = Clock::now();  // before its document was tokenized
+  // When the engine queued it (Engine::submit): its queue wait counts from here. The tokenizing before it
+  // (seconds for a document of megabytes, and its turn at the tokenizing gate) is the RPC side's.
+  Clock::time_point queued_at = accepted_at;
 
   // Both run on the engine's delivery thread, in the order the engine decided them, and must not
   // block. on_finish runs exactly once, last.

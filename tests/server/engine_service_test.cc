@@ -988,6 +988,31 @@ TEST(EngineService, QueueFullIsResourceExhausted) {
   EXPECT_TRUE(server.wait_for([](const server::EngineStats& s) { return s.queued == 0 && s.live_rows == 0; }));
 }
 
+// srformer_queue_wait_seconds and usage.queue_ms are the time a request waited in its model's queue,
+// from when it was queued. They counted from before its document was tokenized: a long document's
+// tokenizing (seconds for megabytes, and its turn at the tokenizing gate) happens on the RPC side before
+// it is queued, so an idle server read seconds of queue wait, and SrformerQueueWaitHigh ("the server is
+// saturated: add replicas") fired for documents that never waited for the engine. Time to first token
+// still counts from before the tokenizing: the client waited for it.
+TEST(EngineService, QueueWaitCountsFromTheQueueNotFromBeforeTokenizing) {
+  using server::testing::sample;
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.metrics = &metrics;
+  so.long_document_tokenize_delay = 500ms;
+  TestServer server(so);
+  auto long_request = make_request(std::string(size_t{64} << 10, 'a'));
+  long_request.set_truncation(v1::TRUNCATION_POLICY_TRUNCATE);
+  long_request.mutable_options()->set_max_new_tokens(4);
+  const auto [status, resp] = summarize_async(server.stub(), long_request).get();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_LT(resp.usage().queue_ms(), 250.0);
+  const std::string text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_queue_wait_seconds_count", {{"model", "fake"}}), 1.0) << text;
+  EXPECT_LT(sample(text, "srformer_queue_wait_seconds_sum", {{"model", "fake"}}).value_or(-1), 0.25) << text;
+  EXPECT_GE(sample(text, "srformer_time_to_first_token_seconds_sum", {{"model", "fake"}}).value_or(-1), 0.5) << text;
+}
+
 // srformer_request_duration_seconds is acceptance -> completion (docs/OPERATIONS.md): calls refused before
 // queueing (a full queue, a bad document) are not observed there, only in srformer_requests_total; they
 // were, as 0 s, and pulled its percentiles down when the server refused most. srformer_queue_wait_seconds
