@@ -77,7 +77,7 @@ struct Request {
   int64_t expected_length = 128;  // SRformer L
   std::optional<Clock::time_point> deadline;
   RequestUsage usage;                            // input side filled by the service
-  Clock::time_point accepted_at = Clock::now();  // before its document was tokenized
+  Clock::time_point accepted_at = Clock::now();  // its call's arrival (SummarizerService::prepare)
   // When the engine queued it (Engine::submit): its queue wait counts from here. The tokenizing before it
   // (seconds for a document of megabytes, and its turn at the tokenizing gate) is the RPC side's.
   Clock::time_point queued_at = accepted_at;

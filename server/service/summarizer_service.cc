@@ -187,6 +187,7 @@ class CallRecord {
     }
   }
   const std::string& method() const { return method_; }
+  Clock::time_point arrived() const { return start_; }
   Clock::duration elapsed() const { return Clock::now() - start_; }
   // The call's deadline has passed, or gRPC's timer cancelled it just before (cancel_near_deadline): its
   // client has DEADLINE_EXCEEDED then, whatever the server ends it with.
@@ -270,7 +271,7 @@ grpc::Status prepare_call(SummarizerService& service, grpc::CallbackServerContex
                           const v1::SummarizeRequest& in, bool admitted, CallRecord& record,
                           SummarizerService::Prepared& prepared) {
   try {
-    prepared = service.prepare(in, context, admitted);
+    prepared = service.prepare(in, context, admitted, record.arrived());
   } catch (const RequestError& e) {
     record.refused(service.request_id(in), in.model(), service.find_model(in.model()), e.status(), e.server_fault());
     return e.status();
@@ -675,7 +676,7 @@ class BatchCall final : public grpc::ServerUnaryReactor {
     for (int i = 0; i < n; ++i) {
       const auto& request = in_.requests(i);
       try {
-        prepared[i] = service.prepare(request, context, admitted);
+        prepared[i] = service.prepare(request, context, admitted, record_.arrived());
       } catch (const RequestError& e) {
         Engine* const engine = service.find_model(request.model());
         items_[i].id = service.request_id(request);
@@ -1027,7 +1028,8 @@ void SummarizerService::add_unread_response_bytes(int64_t delta) {
 }
 
 SummarizerService::Prepared SummarizerService::prepare(const v1::SummarizeRequest& in,
-                                                       grpc::CallbackServerContext* context, bool admitted) {
+                                                       grpc::CallbackServerContext* context, bool admitted,
+                                                       Clock::time_point arrived) {
   if (!admitted) {
     throw RequestError(grpc::StatusCode::UNAVAILABLE, "the server is shutting down; retry on another replica");
   }
@@ -1056,6 +1058,8 @@ SummarizerService::Prepared SummarizerService::prepare(const v1::SummarizeReques
                        std::string("cannot prepare the request: ") + error_message(e));
   }
   if (p.request->id.empty()) p.request->id = next_request_id();
+  // Not when build_request made it: a long document waits for one of start_call's threads first.
+  p.request->accepted_at = arrived;
   return p;
 }
 

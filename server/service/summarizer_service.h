@@ -58,9 +58,11 @@ class SummarizerService final : public RawSummarizerService {
     Engine* engine = nullptr;
     std::shared_ptr<Request> request;
   };
-  // Finds the model, checks the deadline, builds the request. Throws RequestError; UNAVAILABLE when the call
-  // was not `admitted` (it arrived once the shutdown had begun: start_call).
-  Prepared prepare(const v1::SummarizeRequest& request, grpc::CallbackServerContext* context, bool admitted);
+  // Finds the model, checks the deadline, builds the request, accepted when its call `arrived` (its time to
+  // first token counts from there, as its call's duration does). Throws RequestError; UNAVAILABLE when the
+  // call was not `admitted` (it arrived once the shutdown had begun: start_call).
+  Prepared prepare(const v1::SummarizeRequest& request, grpc::CallbackServerContext* context, bool admitted,
+                   Clock::time_point arrived);
   // Queues it; throws RequestError (RESOURCE_EXHAUSTED, UNAVAILABLE, INVALID_ARGUMENT).
   void submit(const Prepared& prepared);
   Metrics* metrics() const { return metrics_; }

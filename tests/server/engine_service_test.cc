@@ -1013,6 +1013,39 @@ TEST(EngineService, QueueWaitCountsFromTheQueueNotFromBeforeTokenizing) {
   EXPECT_GE(sample(text, "srformer_time_to_first_token_seconds_sum", {{"model", "fake"}}).value_or(-1), 0.5) << text;
 }
 
+// srformer_time_to_first_token_seconds counts from the call's arrival, as srformer_request_duration_seconds
+// does (both "from acceptance"). It counted from when the request was built, after a long document had
+// waited for one of the service's start threads (2 to 8): under a burst of long documents it left out the
+// seconds their clients waited, and read better than the first tokens came.
+TEST(EngineService, TimeToFirstTokenCountsFromTheCallsArrivalAsItsDurationDoes) {
+  using server::testing::sample;
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.metrics = &metrics;
+  so.long_document_tokenize_delay = 300ms;
+  TestServer server(so);
+  auto long_request = make_request(std::string(size_t{64} << 10, 'a'));
+  long_request.set_truncation(v1::TRUNCATION_POLICY_TRUNCATE);
+  long_request.mutable_options()->set_max_new_tokens(1);
+  constexpr int kCalls = 20;  // more than the start threads: most wait for one, 300 ms a document before them
+  std::vector<SummarizeCall> calls;
+  for (int i = 0; i < kCalls; ++i) calls.push_back(summarize_async(server.stub(), long_request));
+  for (auto& call : calls) {
+    const grpc::Status status = call.get().first;
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  const std::string text = metrics.scrape_text();
+  const server::testing::LabelSet fake{{"model", "fake"}};
+  const server::testing::LabelSet unary{{"model", "fake"}, {"method", "Summarize"}};
+  ASSERT_EQ(sample(text, "srformer_time_to_first_token_seconds_count", fake), kCalls) << text;
+  ASSERT_EQ(sample(text, "srformer_request_duration_seconds_count", unary), kCalls) << text;
+  // One token each: a call's first token is its summary, its duration that and the response's delivery.
+  const double waited = sample(text, "srformer_request_duration_seconds_sum", unary).value_or(0) -
+                        sample(text, "srformer_time_to_first_token_seconds_sum", fake).value_or(0);
+  EXPECT_GE(waited, 0.0);
+  EXPECT_LT(waited, 1.0) << "the calls' durations exceed their times to first token by " << waited << " s";
+}
+
 // srformer_request_duration_seconds is acceptance -> completion (docs/OPERATIONS.md): calls refused before
 // queueing (a full queue, a bad document) are not observed there, only in srformer_requests_total; they
 // were, as 0 s, and pulled its percentiles down when the server refused most. srformer_queue_wait_seconds
