@@ -916,8 +916,12 @@ class Run {
     check_weights_finite(step);
     const auto dir = o_.out_dir / (kCheckpointPrefix + std::to_string(step));
     const auto tmp = o_.out_dir / (kCheckpointPrefix + std::to_string(step) + ".tmp");
-    fs::remove_all(tmp);
+    const auto discard_tmp = [&] {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);  // a model-sized directory no run would read
+    };
     try {
+      fs::remove_all(tmp);
       save_model(*model_, tmp, files_from_);
       set_generation_defaults(tmp, o_.max_target_tokens);
       optimizer_->save(tmp / kOptimizerFile);
@@ -937,9 +941,12 @@ class Run {
       // it cannot leave a checkpoint-N of empty files.
       for (const auto& entry : fs::directory_iterator(tmp)) sync_path(entry.path());
       sync_path(tmp);
+    } catch (const std::runtime_error& e) {  // a failed write (a full disk): what is kept, too
+      discard_tmp();
+      throw std::runtime_error(error_message(e) + "; " + dir.filename().string() +
+                               " was not saved: " + where_to_resume());
     } catch (...) {
-      std::error_code ec;
-      fs::remove_all(tmp, ec);  // a model-sized directory no run would read
+      discard_tmp();
       throw;
     }
     fs::remove_all(dir);
@@ -963,6 +970,10 @@ class Run {
   // expected length.
   void save_final_model() {
     const auto staged = o_.out_dir / kStagedModel;
+    const auto discard_staged = [&] {
+      std::error_code ec;
+      fs::remove_all(staged, ec);  // a model-sized directory no run would read
+    };
     fs::remove_all(staged);  // an earlier run's, killed while saving
     try {
       save_model(*model_, staged, files_from_);
@@ -983,9 +994,15 @@ class Run {
       }
       fs::rename(staged / "config.json", o_.out_dir / "config.json");
       sync_path(o_.out_dir);
+    } catch (const std::runtime_error& e) {
+      discard_staged();
+      // It named the file alone, as if the whole run were lost: the last checkpoint holds the model.
+      throw std::runtime_error(error_message(e) + "; the trained model was not written to " + o_.out_dir.string() +
+                               ", but " + latest_checkpoint(o_.out_dir).string() +
+                               " holds it: run again with --resume once it can be written, which writes it "
+                               "without training");
     } catch (...) {
-      std::error_code ec;
-      fs::remove_all(staged, ec);  // a model-sized directory no run would read
+      discard_staged();
       throw;
     }
     std::error_code ec;
@@ -1048,7 +1065,19 @@ class Run {
     errno = 0;
     log_ << entry.dump() << "\n";
     log_.flush();
-    if (!log_) throw log_failure();
+    if (!log_) throw std::runtime_error(std::string(log_failure().what()) + "; " + where_to_resume());
+  }
+
+  // What a run ended by a failed write (a full disk, an --out that can no longer be written) leaves to continue
+  // from: its error named the file alone, and the user could not tell what was lost or where to go on from.
+  std::string where_to_resume() const {
+    const auto all = checkpoints(o_.out_dir);
+    if (all.empty()) {
+      return "this run has no checkpoint to resume from; run it again once " + o_.out_dir.string() +
+             " can be written (--save-every N keeps checkpoints along the way)";
+    }
+    return "the newest checkpoint is " + all.back().second.string() + " (update " + std::to_string(all.back().first) +
+           "); continue from it with --resume once " + o_.out_dir.string() + " can be written";
   }
 
   std::runtime_error log_failure() const {

@@ -488,6 +488,8 @@ TEST_F(Fixture, ALogLineThatCannotBeWrittenStopsTheRunNamingTheLog) {
   EXPECT_NE(error.find("cannot write " + (o.out_dir / "train_log.jsonl").string() + ": File too large"),
             std::string::npos)
       << error;
+  // ... and what is kept (ACheckpointThatCannotBeWrittenNamesTheOneToResumeFrom).
+  EXPECT_NE(error.find("File too large; this run has no checkpoint to resume from"), std::string::npos) << error;
 }
 
 // A checkpoint that cannot be written whole (here a file size limit that only its rewritten config.json
@@ -524,6 +526,61 @@ TEST_F(Fixture, ACheckpointThatCannotBeWrittenWholeIsNotPutInPlace) {
       << error;
   EXPECT_TRUE(latest_checkpoint(cut.out_dir).empty()) << latest_checkpoint(cut.out_dir);
   EXPECT_FALSE(fs::exists(cut.out_dir / "checkpoint-2.tmp"));  // nor a model-sized leftover
+}
+
+// A checkpoint that cannot be written (here a file size limit, as a full disk) ends the run naming the file and
+// what is kept: the newest checkpoint to --resume from, or that the run has none. It named the file alone, and
+// the user could not tell whether the run's updates were lost or from where it continues.
+TEST_F(Fixture, ACheckpointThatCannotBeWrittenNamesTheOneToResumeFrom) {
+  std::ostringstream console;
+  auto o = options("full-disk");
+  o.stop_after = 2;
+  train(o, console);
+  const auto limit = fs::file_size(o.out_dir / "checkpoint-2" / "model.safetensors") / 2;  // the log fits
+  o.stop_after = 0;
+  o.resume = true;
+  o.save_every = 2;
+  std::string error = train_error_under_file_limit(o, console, limit);
+  EXPECT_NE(error.find("cannot write " + (o.out_dir / "checkpoint-4.tmp").string()), std::string::npos) << error;
+  EXPECT_NE(
+      error.find("; checkpoint-4 was not saved: the newest checkpoint is " + (o.out_dir / "checkpoint-2").string() +
+                 " (update 2); continue from it with --resume once " + o.out_dir.string() + " can be written"),
+      std::string::npos)
+      << error;
+  EXPECT_EQ(train(o, console).updates, 10);  // as it says
+
+  auto fresh = options("full-disk-fresh");
+  error = train_error_under_file_limit(fresh, console, limit);
+  EXPECT_NE(error.find("; checkpoint-12 was not saved: this run has no checkpoint to resume from"), std::string::npos)
+      << error;
+}
+
+// A final model that cannot be written (here a directory in the way of its tokenizer) ends the run saying that
+// the last checkpoint holds it and that --resume writes it: the message named the file alone, as if the whole
+// run were lost.
+TEST_F(Fixture, AFinalModelThatCannotBeWrittenNamesTheCheckpointHoldingIt) {
+  std::ostringstream console;
+  auto o = options("final-blocked");
+  o.steps = 3;
+  fs::create_directories(o.out_dir / "spiece.model" / "in-the-way");
+  try {
+    train(o, console);
+    FAIL() << "the model was written";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("spiece.model: Is a directory"), std::string::npos) << what;
+    EXPECT_NE(what.find("; the trained model was not written to " + o.out_dir.string() + ", but " +
+                        (o.out_dir / "checkpoint-3").string() +
+                        " holds it: run again with --resume once it can be written, which writes it without "
+                        "training"),
+              std::string::npos)
+        << what;
+  }
+  fs::remove_all(o.out_dir / "spiece.model");
+  o.resume = true;
+  EXPECT_EQ(train(o, console).updates, 0);
+  EXPECT_NO_THROW(load_model(o.out_dir));
+  EXPECT_NO_THROW(load_tokenizer(o.out_dir));
 }
 
 // tokens/s (and the ETA) measure training: the interval after a validation or a checkpoint counted the
