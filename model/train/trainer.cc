@@ -957,7 +957,14 @@ class Run {
     files_from_ = dir;
     auto all = checkpoints(o_.out_dir);
     while (static_cast<int64_t>(all.size()) > o_.keep_checkpoints) {
-      fs::remove_all(all.front().second);
+      // One that cannot be removed (a file another machine holds open on NFS, another user's) is left, named:
+      // the error ended the run after every save, though the new checkpoint was whole. A later save tries again.
+      if (std::error_code ec; fs::remove_all(all.front().second, ec) == static_cast<std::uintmax_t>(-1)) {
+        end_line();
+        console_ << "warning: could not remove " << all.front().second.string() << " (the oldest of more than --keep "
+                 << o_.keep_checkpoints << " checkpoints): " << ec.message()
+                 << "; the run goes on, and a later save tries again" << std::endl;
+      }
       all.erase(all.begin());
     }
   }

@@ -1,8 +1,12 @@
 #include "model/train/trainer.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -623,6 +627,59 @@ TEST_F(Fixture, CheckpointsRotate) {
   EXPECT_FALSE(fs::exists(o.out_dir / "checkpoint-6"));
   EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-9"));
   EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-12" / "trainer_state.json"));
+}
+
+// Makes `file` one that cannot be removed (`on`), or removable again: as one that another machine holds open on
+// NFS, or a directory of another user. Root, whom permissions do not stop, gets it immutable (chattr +i), anyone
+// else its directory read-only. False where it cannot be done.
+bool set_unremovable(const fs::path& file, bool on) {
+  if (::geteuid() != 0) {
+    std::error_code ec;
+    fs::permissions(file.parent_path(), fs::perms::owner_write, on ? fs::perm_options::remove : fs::perm_options::add,
+                    ec);
+    return !ec;
+  }
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  int flags = 0;
+  bool done = ::ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0;
+  flags = on ? flags | FS_IMMUTABLE_FL : flags & ~FS_IMMUTABLE_FL;
+  done = done && ::ioctl(fd, FS_IOC_SETFLAGS, &flags) == 0;
+  ::close(fd);
+  return done;
+}
+
+// A checkpoint that rotation cannot remove is named in a warning and the run goes on (a later save tries again):
+// the error ended the run after every save, though the new checkpoint was written whole.
+TEST_F(Fixture, ACheckpointThatCannotBeRotatedAwayDoesNotEndTheRun) {
+  std::ostringstream console;
+  auto o = options("stuck-rotation");
+  o.save_every = 2;
+  o.keep_checkpoints = 1;
+  o.stop_after = 2;
+  train(o, console);
+  const auto stuck = o.out_dir / "checkpoint-2" / "model.safetensors";
+  if (!set_unremovable(stuck, true)) GTEST_SKIP() << "cannot make " << stuck << " unremovable here";
+  o.stop_after = 0;
+  o.resume = true;
+  console.str("");
+  std::optional<TrainResult> r;
+  try {
+    r = train(o, console);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+  ASSERT_TRUE(set_unremovable(stuck, false));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->steps, 12);
+  EXPECT_TRUE(fs::exists(o.out_dir / "model.safetensors"));
+  EXPECT_NE(console.str().find("warning: could not remove " + (o.out_dir / "checkpoint-2").string() +
+                               " (the oldest of more than --keep 1 checkpoints): "),
+            std::string::npos)
+      << console.str();
+  // The others rotate as ever.
+  EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-12"));
+  for (const int step : {4, 6, 8, 10}) EXPECT_FALSE(fs::exists(o.out_dir / ("checkpoint-" + std::to_string(step))));
 }
 
 TEST_F(Fixture, ClearErrors) {
