@@ -480,6 +480,17 @@ std::string advice_for_damaged(const fs::path& ckpt) {
   return "remove " + ckpt.string() + " to resume from an earlier checkpoint, " + earlier.filename().string();
 }
 
+// A save's failure in words: std::filesystem's (a directory it could not make, a file it could not move) as a
+// write's, where error_message() words them as a read's, with advice about read permission.
+std::string save_error(const std::exception& e) {
+  const auto* fs_error = dynamic_cast<const fs::filesystem_error*>(&e);
+  if (fs_error == nullptr || fs_error->path1().empty()) return error_message(e);
+  return (fs_error->path2().empty()
+              ? "cannot write " + fs_error->path1().string()
+              : "cannot move " + fs_error->path1().string() + " to " + fs_error->path2().string()) +
+         ": " + fs_error->code().message();
+}
+
 // Rewrites the log keeping only entries up to `step` (a resumed run redoes what followed).
 void truncate_log(const fs::path& log, int64_t step) {
   if (!fs::exists(log)) return;
@@ -941,16 +952,18 @@ class Run {
       // it cannot leave a checkpoint-N of empty files.
       for (const auto& entry : fs::directory_iterator(tmp)) sync_path(entry.path());
       sync_path(tmp);
+      // Into place, a checkpoint complete or absent (over a directory of its name without trainer_state.json).
+      // A move that failed (an --out made read-only meanwhile) left the .tmp directory, and named a path alone.
+      std::error_code ec;
+      if (fs::remove_all(dir, ec); !ec) fs::rename(tmp, dir, ec);
+      if (ec) throw std::runtime_error("cannot move " + tmp.string() + " to " + dir.string() + ": " + ec.message());
     } catch (const std::runtime_error& e) {  // a failed write (a full disk): what is kept, too
       discard_tmp();
-      throw std::runtime_error(error_message(e) + "; " + dir.filename().string() +
-                               " was not saved: " + where_to_resume());
+      throw std::runtime_error(save_error(e) + "; " + dir.filename().string() + " was not saved: " + where_to_resume());
     } catch (...) {
       discard_tmp();
       throw;
     }
-    fs::remove_all(dir);
-    fs::rename(tmp, dir);   // a checkpoint is complete or absent
     sync_path(o_.out_dir);  // the rename itself, before rotation removes the checkpoints before it
     // The newest checkpoint is never rotated away: later saves take their tokenizer files from it, not
     // from the directory loaded, which rotation removes once a resumed run has saved --keep more.
@@ -1004,7 +1017,7 @@ class Run {
     } catch (const std::runtime_error& e) {
       discard_staged();
       // It named the file alone, as if the whole run were lost: the last checkpoint holds the model.
-      throw std::runtime_error(error_message(e) + "; the trained model was not written to " + o_.out_dir.string() +
+      throw std::runtime_error(save_error(e) + "; the trained model was not written to " + o_.out_dir.string() +
                                ", but " + latest_checkpoint(o_.out_dir).string() +
                                " holds it: run again with --resume once it can be written, which writes it "
                                "without training");

@@ -572,7 +572,11 @@ TEST_F(Fixture, AFinalModelThatCannotBeWrittenNamesTheCheckpointHoldingIt) {
     FAIL() << "the model was written";
   } catch (const std::runtime_error& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("spiece.model: Is a directory"), std::string::npos) << what;
+    EXPECT_EQ(what.rfind("cannot move " + (o.out_dir / "model.tmp" / "spiece.model").string() + " to " +
+                             (o.out_dir / "spiece.model").string() + ": Is a directory; ",
+                         0),
+              0u)
+        << what;
     EXPECT_NE(what.find("; the trained model was not written to " + o.out_dir.string() + ", but " +
                         (o.out_dir / "checkpoint-3").string() +
                         " holds it: run again with --resume once it can be written, which writes it without "
@@ -680,6 +684,40 @@ TEST_F(Fixture, ACheckpointThatCannotBeRotatedAwayDoesNotEndTheRun) {
   // The others rotate as ever.
   EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-12"));
   for (const int step : {4, 6, 8, 10}) EXPECT_FALSE(fs::exists(o.out_dir / ("checkpoint-" + std::to_string(step))));
+}
+
+// A checkpoint that cannot be moved into place (an --out made read-only as the run went on; here a directory of its
+// name that cannot be removed) ends the run as a failed write does: its .tmp directory removed, the newest
+// checkpoint named, and the reason a write's. It left checkpoint-N.tmp, model-sized, and named a path alone
+// (for a permission, with advice about reading it).
+TEST_F(Fixture, ACheckpointThatCannotBeMovedIntoPlaceIsRemovedAndNamed) {
+  std::ostringstream console;
+  auto o = options("stuck-move");
+  o.stop_after = 2;
+  train(o, console);
+  const auto in_the_way = o.out_dir / "checkpoint-4" / "notes.txt";  // no trainer_state.json: no checkpoint
+  fs::create_directories(in_the_way.parent_path());
+  std::ofstream(in_the_way) << "a person's notes";
+  if (!set_unremovable(in_the_way, true)) GTEST_SKIP() << "cannot make " << in_the_way << " unremovable here";
+  o.stop_after = 4;
+  o.resume = true;
+  std::string error;
+  try {
+    train(o, console);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  ASSERT_TRUE(set_unremovable(in_the_way, false));
+  EXPECT_EQ(error.rfind("cannot move " + (o.out_dir / "checkpoint-4.tmp").string() + " to " +
+                            (o.out_dir / "checkpoint-4").string() + ": ",
+                        0),
+            0u)
+      << error;
+  EXPECT_NE(error.find("; checkpoint-4 was not saved: the newest checkpoint is " +
+                       (o.out_dir / "checkpoint-2").string() + " (update 2)"),
+            std::string::npos)
+      << error;
+  EXPECT_FALSE(fs::exists(o.out_dir / "checkpoint-4.tmp"));
 }
 
 TEST_F(Fixture, ClearErrors) {
