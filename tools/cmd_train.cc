@@ -24,16 +24,26 @@ namespace {
 // every update since its last checkpoint (with the default --save-every 0, all of them).
 std::atomic<bool> g_stop_requested{false};
 volatile std::sig_atomic_t g_stop_signal = 0;
+bool g_console_is_terminal = false;  // its progress bar then holds the line a stop's note starts on
 
 extern "C" void request_stop(int sig) {
   g_stop_signal = sig;
-  g_stop_requested.store(true);
+  const bool first = !g_stop_requested.exchange(true);
   // Ctrl-C reaches a `| tee` reading the run's console as well, and it ends at once: the lines the stop
   // still prints then killed the run by SIGPIPE, before its checkpoint was written or after (exit 141).
   struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
   sigemptyset(&ignore.sa_mask);
   sigaction(SIGPIPE, &ignore, nullptr);
+  // Said at once (write() is async-signal-safe): an update can take minutes, and a user who saw nothing sent a
+  // second signal, which ends the run without its checkpoint.
+  if (first) {
+    static const char kNote[] =
+        "stop requested: the run ends after the update in progress, with a checkpoint (none before the first "
+        "update); a second signal ends it at once, without one\n";
+    if (g_console_is_terminal) (void)!::write(STDERR_FILENO, "\n", 1);
+    (void)!::write(STDERR_FILENO, kNote, sizeof kNote - 1);
+  }
 }
 
 void stop_on_signals() {
@@ -174,6 +184,7 @@ int run_train(const std::vector<std::string>& args) {
   o.model_dir = positional[0];
   o.train_file = positional[1];
   o.progress_bar = isatty(STDERR_FILENO) != 0;
+  g_console_is_terminal = o.progress_bar;
   o.stop_requested = &g_stop_requested;
   stop_on_signals();
   const auto r = train::train(o, std::cerr);

@@ -3455,6 +3455,12 @@ TEST_F(EndToEnd, TrainStopsOnSigtermOrAHangUpWithACheckpointToResumeFrom) {
                                "if kill -0 $pid 2>/dev/null; then kill -KILL $pid; wait $pid; echo still running; " +
                                "else wait $pid; echo rc=$?; fi'");
     EXPECT_EQ(r.out, "rc=" + std::to_string(exit_code) + "\n") << r.out << read(log);
+    // Acknowledged at once: an update can take minutes, and a user who saw nothing sent a second signal, which
+    // ends the run without its checkpoint.
+    EXPECT_NE(read(log).find("stop requested: the run ends after the update in progress, with a checkpoint (none "
+                             "before the first update); a second signal ends it at once, without one\n"),
+              std::string::npos)
+        << read(log);
     EXPECT_NE(read(log).find("(a stop signal); continue with --resume"), std::string::npos) << read(log);
     EXPECT_TRUE(holds_a_checkpoint(name)) << "no checkpoint in " << name << "-run";
   }
