@@ -91,7 +91,8 @@ const char* kUsage =
     "                          and a CPU quota (docker --cpus, Kubernetes limits.cpu)\n"
     "  --stop-after N          end this run after update N (at most --steps) with a checkpoint (the schedule\n"
     "                          stays that of --steps); continue later with --resume\n"
-    "  Refused as --out: MODEL_DIR, a DIR with checkpoints unless --resume continues them, and a DIR\n"
+    "  Refused as --out: MODEL_DIR, a DIR another run is using (it holds DIR/.train.lock while it runs), a DIR\n"
+    "  with checkpoints unless --resume continues them, and a DIR\n"
     "  holding a model (config.json and weights) but no checkpoints (it would be replaced).\n";
 
 }  // namespace

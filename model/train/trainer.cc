@@ -1,5 +1,7 @@
 #include "model/train/trainer.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -48,6 +50,7 @@ using Clock = std::chrono::steady_clock;
 using Params = std::vector<std::pair<std::string, torch::Tensor>>;
 
 constexpr const char* kCheckpointPrefix = "checkpoint-";
+constexpr const char* kLockFile = ".train.lock";  // OutLock's
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStagedModel = "model.tmp";  // the final model, before it is moved into --out
@@ -469,6 +472,50 @@ void check_out_can_be_made(const fs::path& out) {
   }
 }
 
+// The advisory lock a run holds on its --out for its whole life; the kernel drops it at any exit, SIGKILL
+// included. Two runs into one --out (a replacement pod resuming while the old one still saved its stop
+// checkpoint) removed each other's checkpoint-N.tmp and resumed from a stale checkpoint.
+class OutLock {
+ public:
+  OutLock() = default;
+  OutLock(const OutLock&) = delete;
+  OutLock& operator=(const OutLock&) = delete;
+  ~OutLock() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  // Takes it on `out`, a directory, or throws naming it and the holder's pid. Where the file system has no
+  // locks (some network and FUSE mounts) the run goes on without one, said on `console`.
+  void take(const fs::path& out, std::ostream& console) {
+    const auto path = out / kLockFile;
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) throw std::runtime_error("cannot open " + path.string() + ": " + std::strerror(errno));
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int error = errno;
+      char pid[32] = {};
+      const auto n = ::pread(fd, pid, sizeof pid - 1, 0);
+      ::close(fd);
+      if (error != EWOULDBLOCK) {
+        console << "note: cannot lock " << path.string() << " (" << std::strerror(error)
+                << "): nothing keeps a second run out of --out " << out.string() << std::endl;
+        return;
+      }
+      std::string holder(pid, n > 0 ? static_cast<size_t>(n) : 0);
+      holder.erase(std::find_if(holder.begin(), holder.end(), [](char c) { return c < '0' || c > '9'; }), holder.end());
+      throw std::invalid_argument("--out " + out.string() + " is in use by another `srformer train` run" +
+                                  (holder.empty() ? "" : " (pid " + holder + ")") +
+                                  "; wait for it to end, or choose another --out");
+    }
+    fd_ = fd;
+    // The holder's pid, for the message of a run refused meanwhile.
+    const auto pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, pid.data(), pid.size(), 0);
+  }
+
+ private:
+  int fd_ = -1;
+};
+
 // What to do about `ckpt`, the newest checkpoint, when it cannot be read: remove it and resume from the one
 // before it, named. Where it is the only one, --resume has nothing left to take: the run starts anew.
 std::string advice_for_damaged(const fs::path& ckpt) {
@@ -521,13 +568,7 @@ class Run {
   TrainResult go() {
     validate(o_);
     check_out_can_be_made(o_.out_dir);
-    if (const auto earlier = checkpoints(o_.out_dir); !o_.resume && !earlier.empty()) {
-      // A new run would interleave its checkpoints and log with the earlier run's, and --resume would
-      // then pick whichever step is highest.
-      throw std::invalid_argument(o_.out_dir.string() + " holds an earlier run's checkpoints (" +
-                                  earlier.back().second.filename().string() +
-                                  "); pass --resume to continue it, or choose another --out");
-    }
+    refuse_earlier_checkpoints();
     if (std::error_code ec; fs::equivalent(o_.out_dir, o_.model_dir, ec)) {
       throw std::invalid_argument("--out " + o_.out_dir.string() +
                                   " is MODEL_DIR: the trained model would replace the one it starts from; choose "
@@ -540,6 +581,10 @@ class Run {
                                   ") and no checkpoints of a run to resume: training would replace it; choose "
                                   "another --out, or remove that model first");
     }
+    // Before its checkpoints are read (a --resume takes the newest); after the refusals that leave a directory
+    // that is not a run's as it was. An --out made only later is locked once made.
+    const bool locked_at_start = fs::is_directory(o_.out_dir);
+    if (locked_at_start) out_lock_.take(o_.out_dir, console_);
     // The data first: a bad line was named only once the model (and a resumed run's optimizer) had loaded.
     // Reading the data and the model takes minutes on a large split or model: a stop requested meanwhile
     // (Ctrl-C) ends the run before its first update, with nothing written. It ran one update and saved
@@ -553,6 +598,10 @@ class Run {
     if (stop_requested(o_)) return stopped_before_first_update();
     // After the model and data have been read: a missing model or data file left an empty --out behind.
     fs::create_directories(o_.out_dir);
+    if (!locked_at_start) {
+      out_lock_.take(o_.out_dir, console_);
+      refuse_earlier_checkpoints();  // of a run that made this --out meanwhile
+    }
     remove_unfinished_checkpoints();
     const int64_t warmup = warmup_steps(o_);
     const auto log_path = o_.out_dir / kLogFile;
@@ -1054,6 +1103,16 @@ class Run {
     }
   }
 
+  void refuse_earlier_checkpoints() const {
+    if (const auto earlier = checkpoints(o_.out_dir); !o_.resume && !earlier.empty()) {
+      // A new run would interleave its checkpoints and log with the earlier run's, and --resume would
+      // then pick whichever step is highest.
+      throw std::invalid_argument(o_.out_dir.string() + " holds an earlier run's checkpoints (" +
+                                  earlier.back().second.filename().string() +
+                                  "); pass --resume to continue it, or choose another --out");
+    }
+  }
+
   // A checkpoint-N.tmp is what a run killed while saving checkpoint N left (a second Ctrl-C, SIGKILL, a power
   // loss): model-sized, never read, and removed by a later save at that same N only, which a resumed run
   // with another --stop-after or --save-every never makes.
@@ -1127,6 +1186,7 @@ class Run {
     bar_open_ = false;
   }
 
+  OutLock out_lock_;  // first: released last, once everything else this run wrote is closed
   const TrainOptions& o_;
   std::ostream& console_;
   fs::path load_dir_;

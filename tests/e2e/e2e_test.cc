@@ -3507,6 +3507,48 @@ TEST_F(EndToEnd, TrainStoppedWhileItsConsoleReaderEndsStillWritesItsCheckpoint) 
   EXPECT_TRUE(holds_a_checkpoint("closed-console")) << "no checkpoint in closed-console-run";
 }
 
+// Two runs into one --out (a replacement pod resuming while the old one still saved its stop checkpoint): the
+// second removed the first's checkpoint-N.tmp and resumed from a stale checkpoint. A run holds a lock on its --out
+// for its life: a second is refused, naming the directory and the holder, and is let in once the first has ended,
+// even by SIGKILL (the kernel drops the lock).
+TEST_F(EndToEnd, TrainRefusesAnOutAnotherRunHoldsUntilThatRunEnds) {
+  write_train_examples("locked");
+  const auto out = work_ / "locked-run";
+  const std::string log = (work_ / "locked.log").string();
+  const std::string second = (work_ / "locked-second.log").string();
+  // The second run starts once the first has saved a checkpoint (any: --keep rotates checkpoint-1 away at once; a
+  // second run let in would run on: 60 s at most); the first is then killed.
+  const auto r =
+      run_command("bash -c '" + train_command("locked") + " --steps 1000000 --save-every 1 > " + log +
+                  " 2>&1 & pid=$!; for i in $(seq 600); do ls " + out.string() +
+                  "/checkpoint-*[0-9]/trainer_state.json > /dev/null 2>&1 && break; sleep 0.1; done; timeout 60 " +
+                  train_command("locked") + " --steps 1000000 --resume > " + second +
+                  " 2>&1; echo second=$?; echo pid=$pid; { kill -KILL $pid; wait $pid; } 2>/dev/null; echo killed=$?'");
+  const std::smatch m = [&] {
+    std::smatch found;
+    std::regex_search(r.out, found, std::regex("pid=([0-9]+)"));
+    return found;
+  }();
+  ASSERT_FALSE(m.empty()) << r.out;
+  EXPECT_NE(r.out.find("second=1\n"), std::string::npos) << r.out << read(second);
+  EXPECT_NE(r.out.find("killed=137\n"), std::string::npos) << r.out << read(log);
+  EXPECT_NE(read(second).find("--out " + out.string() + " is in use by another `srformer train` run (pid " +
+                              m[1].str() + "); wait for it to end, or choose another --out"),
+            std::string::npos)
+      << read(second);
+  int64_t newest = 0;
+  for (const auto& entry : fs::directory_iterator(out)) {
+    const auto name = entry.path().filename().string();
+    if (std::regex_match(name, std::regex("checkpoint-[0-9]+")) && fs::exists(entry.path() / "trainer_state.json")) {
+      newest = std::max<int64_t>(newest, std::stoll(name.substr(11)));
+    }
+  }
+  ASSERT_GT(newest, 0);
+  const auto resumed = run_command(train_command("locked") + " --steps 1000000 --resume --stop-after " +
+                                   std::to_string(newest + 1) + " 2>&1");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.out;
+}
+
 // `srformer convert` never writes over the model it reads (it overwrote the weights, then failed copying
 // the tokenizer onto itself), and writing over an earlier model leaves none of that model's files behind
 // (a stale generation_config.json capped every summary of the new one).
