@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -421,7 +422,12 @@ bool is_checkpoint_name(const std::string& name, std::string_view suffix = {}) {
     return false;
   }
   const auto digits = std::string_view(name).substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  return digits.find_first_not_of("0123456789") == std::string_view::npos;
+  // A number past int64 is no step of a run's: such a directory made every run into that --out fail with
+  // a bare "stoll".
+  int64_t step = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  return digits.find_first_not_of("0123456789") == std::string_view::npos && error == std::errc() &&
+         end == digits.data() + digits.size();
 }
 
 std::vector<std::pair<int64_t, fs::path>> checkpoints(const fs::path& out_dir) {

@@ -1201,6 +1201,28 @@ TEST_F(Fixture, ACheckpointLeftUnfinishedIsRemovedByTheNextRun) {
   EXPECT_TRUE(fs::exists(o.out_dir / "checkpoint-4" / "trainer_state.json"));
 }
 
+// A checkpoint-N directory whose N is past int64 (no run writes one) made every run into that --out fail with a
+// bare "stoll": it is no checkpoint, and left alone.
+TEST_F(Fixture, ACheckpointNumberPastInt64IsNoCheckpoint) {
+  std::ostringstream console;
+  auto o = options("huge-step");
+  const auto huge = o.out_dir / "checkpoint-99999999999999999999";
+  const auto huge_unfinished = o.out_dir / "checkpoint-99999999999999999999.tmp";
+  fs::create_directories(huge);
+  fs::create_directories(huge_unfinished);
+  std::ofstream(huge / "trainer_state.json") << R"({"step": 1})";
+  o.stop_after = 3;
+  EXPECT_EQ(train(o, console).steps, 3);
+  o.stop_after = 0;
+  o.resume = true;
+  console.str("");
+  EXPECT_EQ(train(o, console).updates, 9);
+  EXPECT_NE(console.str().find("resuming from " + (o.out_dir / "checkpoint-3").string()), std::string::npos)
+      << console.str();
+  EXPECT_TRUE(fs::exists(huge / "trainer_state.json"));
+  EXPECT_TRUE(fs::exists(huge_unfinished));
+}
+
 // BART's final_logits_bias is a buffer in Hugging Face, which its Trainer never updates; it was trained
 // here like a weight (AdamW moved it at every update).
 TEST_F(Fixture, BartsFinalLogitsBiasIsNotTrained) {
