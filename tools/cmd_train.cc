@@ -188,6 +188,10 @@ int run_train(const std::vector<std::string>& args) {
   g_console_is_terminal = o.progress_bar;
   o.stop_requested = &g_stop_requested;
   stop_on_signals();
+  // Under a file-size limit (ulimit -f, a batch system's) SIGXFSZ killed the run at its first large write, exit
+  // 153 and not a word. Ignored, the write fails (EFBIG) as on a full disk, and the run names the file and the
+  // checkpoint to resume from.
+  std::signal(SIGXFSZ, SIG_IGN);
   const auto r = train::train(o, std::cerr);
   if (r.stopped_by_signal) return 128 + static_cast<int>(g_stop_signal);  // as a shell reports a signal's end
   if (r.steps < o.steps) return 0;  // --stop-after: the trainer said where it stopped

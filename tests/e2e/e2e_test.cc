@@ -3549,6 +3549,16 @@ TEST_F(EndToEnd, TrainRefusesAnOutAnotherRunHoldsUntilThatRunEnds) {
   EXPECT_EQ(resumed.exit_code, 0) << resumed.out;
 }
 
+// Under a file-size limit (ulimit -f, a batch system's), SIGXFSZ killed `srformer train` at its first large write:
+// exit 153 and not a word. The write fails (EFBIG) as on a full disk now, and the run says what it could not write.
+TEST_F(EndToEnd, TrainUnderAFileSizeLimitSaysWhatItCouldNotWrite) {
+  write_train_examples("file-limit");
+  const auto r = run_command("ulimit -f 8; " + train_command("file-limit") + " --steps 1 2>&1");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("srformer train: cannot write "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("File too large; checkpoint-1 was not saved"), std::string::npos) << r.out;
+}
+
 // `srformer convert` never writes over the model it reads (it overwrote the weights, then failed copying
 // the tokenizer onto itself), and writing over an earlier model leaves none of that model's files behind
 // (a stale generation_config.json capped every summary of the new one).
