@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -650,68 +651,90 @@ TEST_F(EndToEnd, SighupDrainsAndExitsZero) {
 
 int free_port();  // below
 
+// A server forked with standard streams the fixture's start() cannot give it (start() owns its stderr):
+// `in_child` arranges them between fork and exec.
+struct ForkedServer {
+  pid_t pid = -1;
+  int status = 0;
+  std::string address;
+  int metrics_port = 0;
+  bool reaped = false;
+
+  ForkedServer(const fs::path& model_dir, std::string listen, const std::function<void()>& in_child)
+      : address(std::move(listen)), metrics_port(free_port()) {
+    const std::string model = "tiny=" + model_dir.string();
+    const std::string metrics_listen = "127.0.0.1:" + std::to_string(metrics_port);
+    pid = fork();
+    if (pid == 0) {
+      in_child();
+      execl(kServer.c_str(), kServer.c_str(), "--model", model.c_str(), "--listen", address.c_str(), "--metrics-listen",
+            metrics_listen.c_str(), "--warm-up", "false", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+  }
+  ForkedServer(const ForkedServer&) = delete;
+  ForkedServer& operator=(const ForkedServer&) = delete;
+  ~ForkedServer() {  // a test that failed part-way leaves no server behind
+    if (pid > 0 && !reaped) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
+  }
+  bool exited() { return reaped = reaped || waitpid(pid, &status, WNOHANG) == pid; }
+  std::string how_it_ended() const {
+    return (WIFSIGNALED(status) ? "died by signal " : "exited ") +
+           std::to_string(WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  }
+  std::string health_command() const { return kClient + " --target " + address + " --health --deadline-ms 2000 2>&1"; }
+  // "" once its health check answers (within 60 s); else why.
+  std::string wait_until_serving() {
+    for (int i = 0; i < 600; ++i) {
+      if (exited()) return "the server never served; it " + how_it_ended();
+      if (run_command(health_command()).exit_code == 0) return "";
+      std::this_thread::sleep_for(100ms);
+    }
+    return "the server never served within 60 s";
+  }
+  // "" when SIGTERM ends it with status 0 (within 60 s); else how it ended.
+  std::string stop() {
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 600; ++i) {
+      if (exited()) return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "" : how_it_ended();
+      std::this_thread::sleep_for(100ms);
+    }
+    return "the server did not stop within 60 s of SIGTERM";
+  }
+};
+
 // The server's log is its stderr: where that is a pipe whose reader has gone (`srformer-server ... 2>&1 | head`,
 // a log shipper restarted), its next line killed it by SIGPIPE (exit 141), while it started or while it served.
 // The lines lost so are counted in srformer_log_lines_dropped_total.
 TEST_F(EndToEnd, TheServerServesOnWhenItsLogPipeHasNoReader) {
-  const std::string address = "unix:" + (work_ / "log_pipe.sock").string();
-  const std::string model = "tiny=" + model_dir_.string();
-  const int metrics_port = free_port();
-  const std::string metrics_listen = "127.0.0.1:" + std::to_string(metrics_port);
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
-  const pid_t pid = fork();
-  if (pid == 0) {
+  ForkedServer forked(model_dir_, "unix:" + (work_ / "log_pipe.sock").string(), [&] {
     dup2(fds[1], STDOUT_FILENO);
     dup2(fds[1], STDERR_FILENO);
     close(fds[0]);
     close(fds[1]);
     signal(SIGPIPE, SIG_DFL);  // as a shell starts it, whatever this test process does with SIGPIPE
-    execl(kServer.c_str(), kServer.c_str(), "--model", model.c_str(), "--listen", address.c_str(), "--metrics-listen",
-          metrics_listen.c_str(), "--warm-up", "false", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  ASSERT_GT(pid, 0);
+  });
+  ASSERT_GT(forked.pid, 0);
   close(fds[0]);  // no reader from the start: every line the server logs meets a closed pipe
   close(fds[1]);
-  int status = 0;
-  const auto exited = [&] { return waitpid(pid, &status, WNOHANG) == pid; };
-  const std::string health = kClient + " --target " + address + " --health --deadline-ms 2000 2>&1";
-  bool serving = false;
-  for (int i = 0; i < 600 && !serving; ++i) {
-    if (exited()) break;
-    serving = run_command(health).exit_code == 0;
-    if (!serving) std::this_thread::sleep_for(100ms);
-  }
-  if (!serving) {
-    if (!exited()) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-    }
-    FAIL() << "the server never served; it " << (WIFSIGNALED(status) ? "died by signal " : "exited ")
-           << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-  }
+  ASSERT_EQ(forked.wait_until_serving(), "");
   // Each request logs a line or more.
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(run_command(kClient + " --target " + address + " --model tiny --max-new-tokens 4 " + doc(1)).exit_code,
-              0);
+    EXPECT_EQ(
+        run_command(kClient + " --target " + forked.address + " --model tiny --max-new-tokens 4 " + doc(1)).exit_code,
+        0);
   }
-  EXPECT_EQ(run_command(health).exit_code, 0);
+  EXPECT_EQ(run_command(forked.health_command()).exit_code, 0);
   // The lines lost are counted (the start's and the requests'): nothing said they were lost before.
   namespace scrape = server::testing;
-  const std::string scraped = scrape::http_body(scrape::http_get(metrics_port, "/metrics"));
+  const std::string scraped = scrape::http_body(scrape::http_get(forked.metrics_port, "/metrics"));
   EXPECT_GE(scrape::sample(scraped, "srformer_log_lines_dropped_total", {}).value_or(0), 5) << scraped;
-  kill(pid, SIGTERM);  // its drain logs too
-  bool stopped = false;
-  for (int i = 0; i < 600 && !(stopped = exited()); ++i) std::this_thread::sleep_for(100ms);
-  if (!stopped) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    FAIL() << "the server did not stop within 60 s of SIGTERM";
-  }
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << (WIFSIGNALED(status) ? "died by signal " : "exited ")
-      << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  EXPECT_EQ(forked.stop(), "");  // its drain logs too
 }
 
 // Started with its standard streams closed (`2>&-`, `<&- >&- 2>&-`, a supervisor that closes them), the server
@@ -719,58 +742,25 @@ TEST_F(EndToEnd, TheServerServesOnWhenItsLogPipeHasNoReader) {
 // it started (its wakeup eventfds, its epoll descriptor, a socket), and its log went into whichever took fd 2. A
 // closed one stays closed now: the log goes nowhere (its lines counted as dropped) and the server serves on.
 TEST_F(EndToEnd, AServerStartedWithItsStandardStreamsClosedLogsIntoNoOtherFile) {
-  const std::string address = "unix:" + (work_ / "closed_streams.sock").string();
-  const std::string model = "tiny=" + model_dir_.string();
-  const int metrics_port = free_port();
-  const std::string metrics_listen = "127.0.0.1:" + std::to_string(metrics_port);
-  const pid_t pid = fork();
-  if (pid == 0) {
+  ForkedServer forked(model_dir_, "unix:" + (work_ / "closed_streams.sock").string(), [] {
     for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; ++fd) close(fd);
-    execl(kServer.c_str(), kServer.c_str(), "--model", model.c_str(), "--listen", address.c_str(), "--metrics-listen",
-          metrics_listen.c_str(), "--warm-up", "false", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  ASSERT_GT(pid, 0);
-  int status = 0;
-  const auto exited = [&] { return waitpid(pid, &status, WNOHANG) == pid; };
-  const std::string health = kClient + " --target " + address + " --health --deadline-ms 2000 2>&1";
-  bool serving = false;
-  for (int i = 0; i < 600 && !serving; ++i) {
-    if (exited()) break;
-    serving = run_command(health).exit_code == 0;
-    if (!serving) std::this_thread::sleep_for(100ms);
-  }
-  if (!serving) {
-    if (!exited()) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-    }
-    FAIL() << "the server never served; it " << (WIFSIGNALED(status) ? "died by signal " : "exited ")
-           << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-  }
-  auto summary = run_command(kClient + " --target " + address + " --model tiny --max-new-tokens 4 " + doc(1));
+  });
+  ASSERT_GT(forked.pid, 0);
+  ASSERT_EQ(forked.wait_until_serving(), "");
+  auto summary = run_command(kClient + " --target " + forked.address + " --model tiny --max-new-tokens 4 " + doc(1));
   EXPECT_EQ(summary.exit_code, 0) << summary.out;
   EXPECT_FALSE(summary.out.empty());
   // Each of them /dev/null, held so that no descriptor of gRPC's (nor a client's socket) takes its number.
   for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; ++fd) {
-    EXPECT_EQ(fs::read_symlink("/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd)).string(), "/dev/null")
+    EXPECT_EQ(fs::read_symlink("/proc/" + std::to_string(forked.pid) + "/fd/" + std::to_string(fd)).string(),
+              "/dev/null")
         << "fd " << fd;
   }
   // The log went nowhere, counted as lines lost (the start's and the request's).
   namespace scrape = server::testing;
-  const std::string scraped = scrape::http_body(scrape::http_get(metrics_port, "/metrics"));
+  const std::string scraped = scrape::http_body(scrape::http_get(forked.metrics_port, "/metrics"));
   EXPECT_GE(scrape::sample(scraped, "srformer_log_lines_dropped_total", {}).value_or(0), 3) << scraped;
-  kill(pid, SIGTERM);
-  bool stopped = false;
-  for (int i = 0; i < 600 && !(stopped = exited()); ++i) std::this_thread::sleep_for(100ms);
-  if (!stopped) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    FAIL() << "the server did not stop within 60 s of SIGTERM";
-  }
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << (WIFSIGNALED(status) ? "died by signal " : "exited ")
-      << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  EXPECT_EQ(forked.stop(), "");
 }
 
 // "stopped" is the log's last line: the engines' closing figures (decode steps, encoder calls) came after it.
