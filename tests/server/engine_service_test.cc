@@ -1006,9 +1006,7 @@ TEST(EngineService, QueueWaitCountsFromTheQueueNotFromBeforeTokenizing) {
   so.metrics = &metrics;
   so.long_document_tokenize_delay = 500ms;
   TestServer server(so);
-  auto long_request = make_request(std::string(size_t{64} << 10, 'a'));
-  long_request.set_truncation(v1::TRUNCATION_POLICY_TRUNCATE);
-  long_request.mutable_options()->set_max_new_tokens(4);
+  const auto long_request = long_document_request(4);
   const auto [status, resp] = summarize_async(server.stub(), long_request).get();
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_LT(resp.usage().queue_ms(), 250.0);
@@ -1029,9 +1027,7 @@ TEST(EngineService, TimeToFirstTokenCountsFromTheCallsArrivalAsItsDurationDoes) 
   so.metrics = &metrics;
   so.long_document_tokenize_delay = 300ms;
   TestServer server(so);
-  auto long_request = make_request(std::string(size_t{64} << 10, 'a'));
-  long_request.set_truncation(v1::TRUNCATION_POLICY_TRUNCATE);
-  long_request.mutable_options()->set_max_new_tokens(1);
+  const auto long_request = long_document_request(1);
   constexpr int kCalls = 20;  // more than the start threads: most wait for one, 300 ms a document before them
   std::vector<SummarizeCall> calls;
   for (int i = 0; i < kCalls; ++i) calls.push_back(summarize_async(server.stub(), long_request));
@@ -2693,9 +2689,7 @@ TEST(EngineService, HealthAndListModelsAnswerWhileLongDocumentsAreTokenized) {
   so.metrics = &metrics;
   so.long_document_tokenize_delay = 300ms;
   TestServer server(so);
-  auto long_request = make_request(std::string(size_t{64} << 10, 'a'));
-  long_request.set_truncation(v1::TRUNCATION_POLICY_TRUNCATE);
-  long_request.mutable_options()->set_max_new_tokens(4);
+  const auto long_request = long_document_request(4);
   constexpr int kCalls = 48;  // more than gRPC's callback threads (at most 16), each held 300 ms
   std::vector<SummarizeCall> calls;
   for (int i = 0; i < kCalls; ++i) calls.push_back(summarize_async(server, long_request));

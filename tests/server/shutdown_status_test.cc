@@ -142,13 +142,6 @@ TEST(ShutdownStatus, QueuedRequestsTheShutdownDropsCountAsShuttingDown) {
       static_cast<double>(kCalls));
 }
 
-// A document of kLongDocumentBytes (tokenized on the service's start threads), truncated to fit.
-v1::SummarizeRequest long_document_request() {
-  auto request = make_request(std::string(size_t{64} << 10, 'a'));
-  request.set_truncation(v1::TRUNCATION_POLICY_TRUNCATE);
-  request.mutable_options()->set_max_new_tokens(4);
-  return request;
-}
 
 // A long document's call that arrived before the shutdown, whose document is still being tokenized (on
 // the service's start threads) when the drain begins, is queued and answered within the grace, as the

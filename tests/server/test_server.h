@@ -71,4 +71,13 @@ inline v1::SummarizeRequest make_request(const std::string& doc, const std::stri
   return r;
 }
 
+// A document of kLongDocumentBytes (64 KiB: tokenized on the service's start threads, where the fake
+// tokenizer's long_document_tokenize_delay holds it), truncated to fit, with `max_new_tokens`.
+inline v1::SummarizeRequest long_document_request(int max_new_tokens = 4) {
+  auto request = make_request(std::string(size_t{64} << 10, 'a'));
+  request.set_truncation(v1::TRUNCATION_POLICY_TRUNCATE);
+  request.mutable_options()->set_max_new_tokens(max_new_tokens);
+  return request;
+}
+
 }  // namespace srformer::testing
