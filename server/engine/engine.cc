@@ -551,7 +551,8 @@ int64_t Engine::admit_during_encode(const std::vector<Pending>& batch) {
   return n;
 }
 
-EncoderOutput Engine::encode_batch(const std::vector<Pending>& batch) {
+EncoderOutput Engine::encode_batch(const std::vector<Pending>& batch, bool& encoder_ran) {
+  encoder_ran = false;
   const auto n = static_cast<int64_t>(batch.size());
   const bool caching = encoder_cache_.max_bytes() > 0;
   std::vector<torch::Tensor> cached(batch.size());
@@ -590,6 +591,7 @@ EncoderOutput Engine::encode_batch(const std::vector<Pending>& batch) {
       }
     }
     enc = model_->encode(ids.to(device_), mask.to(device_), [this, &batch] { return at_admission_pause(batch); });
+    encoder_ran = true;
     std::lock_guard lock(mu_);
     ++stats_.encodes;
     stats_.max_encoded_tokens = std::max(stats_.max_encoded_tokens, mask.sum().item<int64_t>());
@@ -654,8 +656,9 @@ void Engine::admit(std::vector<Pending> batch) {
     for (int64_t r = 0; r < batch[i].searcher->num_rows(); ++r) expand.push_back(i);
   }
   DecoderState joined;
+  bool encoder_ran = false;
   try {
-    const EncoderOutput enc = encode_batch(batch);
+    const EncoderOutput enc = encode_batch(batch, encoder_ran);
     joined = model_->start(enc, expected.to(device_), max_steps.to(device_),
                            [this, &batch] { return at_admission_pause(batch); });
     if (static_cast<int64_t>(expand.size()) != n) {
@@ -687,6 +690,8 @@ void Engine::admit(std::vector<Pending> batch) {
   const auto encoded = Clock::now();
   const double encode_ms = ms_between(start, encoded);  // the requests' wait, steps between layers included
   const double encoder_ms = encode_ms - std::chrono::duration<double, std::milli>(stepped_while_encoding_).count();
+  // One observation per encoder call: an admission all from the encoder cache made none.
+  if (ModelMetrics* const m = metrics(); m && encoder_ran) m->observe_encode(encoder_ms / 1000.0);
   try {
     state_.append(std::move(joined));
     std::lock_guard lock(mu_);
@@ -721,10 +726,7 @@ void Engine::admit(std::vector<Pending> batch) {
                   slot->request->input_ids.size(), slot->rows);
     slots_.push_back(std::move(slot));
   }
-  if (ModelMetrics* const m = metrics()) {
-    m->observe_encode(encoder_ms / 1000.0);
-    m->on_rows_joined(static_cast<uint64_t>(rows));
-  }
+  if (ModelMetrics* const m = metrics()) m->on_rows_joined(static_cast<uint64_t>(rows));
 }
 
 void Engine::drop_dead_slots(bool shutdown) {

@@ -179,8 +179,9 @@ class Engine {
   void admit(std::vector<Pending> batch);
   // The batch's encoder output: rows the cache holds from there, the others encoded together (and then
   // held; with the cache on, a document twice in the batch once). Marks the usage of requests whose
-  // output was not encoded for them. Throws EncodeInterrupted as encode() does.
-  EncoderOutput encode_batch(const std::vector<Pending>& batch);
+  // output was not encoded for them; `encoder_ran`: whether the encoder was called (false: all from the
+  // cache). Throws EncodeInterrupted as encode() does.
+  EncoderOutput encode_batch(const std::vector<Pending>& batch, bool& encoder_ran);
   // Finishes the requests cancelled or past their deadline and drops their rows (drop_dead_rows), under
   // or_fail_all. `shutdown`: cancel_all cancelled them all (kShutdown, not the clients' kCancelled).
   void drop_dead_slots(bool shutdown = false);

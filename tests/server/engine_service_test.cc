@@ -1894,6 +1894,25 @@ TEST(EngineService, EncoderCacheServesACachedAndANewDocumentInOneAdmission) {
   EXPECT_EQ(long_call.get().error_code(), grpc::StatusCode::CANCELLED);
 }
 
+// srformer_encode_seconds observes encoder calls: a document served from the encoder cache makes none.
+TEST(EngineService, EncodeSecondsObservesNoAdmissionServedFromTheEncoderCache) {
+  using server::testing::sample;
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.config.encoder_cache_bytes = 1 << 20;
+  so.metrics = &metrics;
+  TestServer server(so);
+  const std::string doc = doc_of(4);
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext ctx;
+    v1::SummarizeResponse resp;
+    ASSERT_TRUE(server.stub().Summarize(&ctx, request(doc, 8, 1), &resp).ok());
+    EXPECT_EQ(resp.usage().encoder_cached(), i > 0);
+  }
+  const std::string text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_encode_seconds_count", {{"model", "fake"}}), 1.0) << text;
+}
+
 TEST(EngineService, AnEncoderOutputTheCacheCannotCopyIsNotCachedAndTheRequestsSucceed) {
   LogCapture captured;
   FakeServerOptions so;
