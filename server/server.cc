@@ -87,7 +87,7 @@ int64_t state_budget(const ServerConfig& config, const std::vector<LoadedModel>&
 
 Server::Server(const ServerConfig& config, std::vector<LoadedModel> models, Metrics* metrics,
                SearcherFactory searcher_factory)
-    : config_(config) {
+    : config_(config), health_(metrics) {
   EngineLimits limits;
   limits.max_batch_rows = config.max_batch_rows;
   limits.max_queue = config.max_queue;

@@ -1,8 +1,11 @@
 #include "server/service/health_service.h"
 
+#include <spdlog/spdlog.h>
+
 #include <optional>
 #include <utility>
 
+#include "common/status_code_name.h"
 #include "server/service/failed_call.h"
 #include "server/service/message_body.h"
 
@@ -95,7 +98,7 @@ class HealthService::WatchReactor final : public grpc::ServerWriteReactor<grpc::
   bool finished_ = false;
 };
 
-HealthService::HealthService() { serving_.emplace("", false); }
+HealthService::HealthService(Metrics* metrics) : metrics_(metrics) { serving_.emplace("", false); }
 
 HealthService::~HealthService() {
   std::unique_lock lock(mu_);
@@ -140,6 +143,7 @@ grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* cont
   auto* reactor = context->DefaultReactor();
   HealthCheckRequest request;
   if (const grpc::Status parsed = parse_body(*body, request, kHealthProto); !parsed.ok()) {
+    malformed("Check", context, parsed, body->Valid());
     reactor->Finish(parsed);
     return reactor;
   }
@@ -158,10 +162,11 @@ grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* cont
   return reactor;
 }
 
-grpc::ServerWriteReactor<grpc::ByteBuffer>* HealthService::Watch(grpc::CallbackServerContext*,
+grpc::ServerWriteReactor<grpc::ByteBuffer>* HealthService::Watch(grpc::CallbackServerContext* context,
                                                                  const grpc::ByteBuffer* body) {
   HealthCheckRequest request;
   if (const grpc::Status parsed = parse_body(*body, request, kHealthProto); !parsed.ok()) {
+    malformed("Watch", context, parsed, body->Valid());
     return new FailedCall<grpc::ServerWriteReactor<grpc::ByteBuffer>>(parsed);  // its request did not parse
   }
   auto* watch = new WatchReactor(*this, request.service());
@@ -170,6 +175,15 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* HealthService::Watch(grpc::CallbackS
   // A service not known (yet) is SERVICE_UNKNOWN, and the Watch stays open for it, as the protocol says.
   watch->send(status_locked(request.service()), watches_ended_);
   return watch;
+}
+
+void HealthService::malformed(const char* method, grpc::CallbackServerContext* context, const grpc::Status& status,
+                              bool carried_message) {
+  // A call without a message (mostly one cancelled before it arrived) is neither, as ListModels' is not.
+  if (!carried_message) return;
+  if (metrics_) metrics_->on_unrouted(method, UnroutedReason::kMalformed);
+  spdlog::info("health: {} from {} refused with {}: {}", method, context->peer(), status_code_name(status.error_code()),
+               status.error_message());
 }
 
 void HealthService::remove(WatchReactor* watch) {

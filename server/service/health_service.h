@@ -13,6 +13,7 @@
 #include <string>
 
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "server/metrics/metrics.h"
 
 namespace srformer::server {
 
@@ -23,8 +24,8 @@ class HealthService final : public RawHealthService {
  public:
   using ServingStatus = grpc::health::v1::HealthCheckResponse::ServingStatus;
 
-  // Knows the whole server ("") only, NOT_SERVING.
-  HealthService();
+  // Knows the whole server ("") only, NOT_SERVING. `metrics` (may be null) counts the malformed bodies.
+  explicit HealthService(Metrics* metrics = nullptr);
   // Waits for the Watch calls to be done (gRPC's Server, stopped first, ends them all).
   ~HealthService() override;
   HealthService(const HealthService&) = delete;
@@ -39,7 +40,8 @@ class HealthService final : public RawHealthService {
   // would hold grpc::Server::Shutdown to its deadline.
   void end_watches();
 
-  // A body that is not a HealthCheckRequest: INVALID_ARGUMENT, saying so.
+  // A body that is not a HealthCheckRequest: INVALID_ARGUMENT, saying so, logged and counted in
+  // srformer_requests_unrouted_total{reason="malformed"}, as the Summarizer's are.
   grpc::ServerUnaryReactor* Check(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Watch(grpc::CallbackServerContext* context,
@@ -51,6 +53,11 @@ class HealthService final : public RawHealthService {
   ServingStatus status_locked(const std::string& service) const;
   void tell_watches_locked(const std::string& service);
   void remove(WatchReactor* watch);
+  // A body that did not parse (`carried_message`: not a call that ended before its message arrived).
+  void malformed(const char* method, grpc::CallbackServerContext* context, const grpc::Status& status,
+                 bool carried_message);
+
+  Metrics* const metrics_;
 
   mutable std::mutex mu_;
   std::condition_variable watches_done_;

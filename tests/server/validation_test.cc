@@ -384,9 +384,14 @@ TEST(Validation, ABodyThatIsNotTheRequestMessageIsInvalidArgument) {
 // grpc.health.v1 too: a Check or Watch whose body is not a HealthCheckRequest (a probe built from another
 // proto, bytes cut short) got UNIMPLEMENTED with no message from gRPC's callback API, which a probe reports as
 // "the server has no health service". It is INVALID_ARGUMENT now, saying what it is and which proto to use; a
-// well-formed one is answered as before.
+// well-formed one is answered as before. Each is logged and counted as a Summarizer method's malformed body
+// is (docs/OPERATIONS.md: srformer_requests_unrouted_total{reason="malformed"}, any method); they were neither.
 TEST(Validation, AHealthRequestThatIsNotAHealthCheckRequestIsInvalidArgument) {
-  TestServer server;
+  LogCapture captured;  // before the server: it outlives the server's threads
+  server::Metrics metrics("");
+  FakeServerOptions so;
+  so.metrics = &metrics;
+  TestServer server(so);
   // Returns the call's status and the statuses it received (a Watch's first only: it stays open until its
   // deadline).
   const auto call = [&](const char* method, const std::string& body) {
@@ -439,7 +444,16 @@ TEST(Validation, AHealthRequestThatIsNotAHealthCheckRequestIsInvalidArgument) {
       EXPECT_EQ(whole.error_code(), grpc::StatusCode::CANCELLED);  // ours, after its first message
       EXPECT_EQ(unknown_got, std::vector<Health::ServingStatus>{Health::SERVICE_UNKNOWN});
     }
+    // The malformed ones only, not the well-formed ones after them.
+    EXPECT_EQ(server::testing::sample(metrics.scrape_text(), "srformer_requests_unrouted_total",
+                                      {{"method", method}, {"reason", "malformed"}}),
+              static_cast<double>(bodies.size()))
+        << metrics.scrape_text();
   }
+  const std::string log = captured.text();
+  EXPECT_NE(log.find("health: Check from "), std::string::npos) << log;
+  EXPECT_NE(log.find("health: Watch from "), std::string::npos) << log;
+  EXPECT_NE(log.find("refused with INVALID_ARGUMENT: "), std::string::npos) << log;
 }
 
 // A call that sends its headers but no message, then is cancelled (cancel) or half-closes (a client that
