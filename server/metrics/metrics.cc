@@ -105,7 +105,7 @@ struct Metrics::Families {
         rejected(BuildCounter()
                      .Name("srformer_requests_rejected_total")
                      .Help("Requests refused before queueing (queue_full|shutting_down|invalid|unread_streams|"
-                           "out_of_memory), and queued ones the end of a shutdown's grace dropped unserved "
+                           "out_of_memory), and queued or encoding ones the end of a shutdown's grace dropped unserved "
                            "(shutting_down).")
                      .Register(r)),
         unrouted(

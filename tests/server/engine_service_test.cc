@@ -926,10 +926,15 @@ TEST(EngineService, GracefulShutdownWaitsForARequestBeingEncoded) {
   EXPECT_EQ(mo.encode_layers_run->load(), mo.encode_layers);
 }
 
+// Its request leaves unserved, counted as a queued one the grace's end drops (docs/OPERATIONS.md:
+// srformer_requests_rejected_total{reason="shutting_down"}); its encode, abandoned, is no observation.
 TEST(EngineService, ShutdownPastTheGraceStopsALongEncode) {
+  using server::testing::sample;
+  server::Metrics metrics("");
   FakeServerOptions so;
   const auto mo = slow_encoder();
   so.models = {{"fake", mo}};
+  so.metrics = &metrics;
   TestServer server(so);
   auto fut = summarize_async(server, request(std::string(100, 'q'), 8, 1));
   ASSERT_TRUE(encode_started(mo));
@@ -937,6 +942,10 @@ TEST(EngineService, ShutdownPastTheGraceStopsALongEncode) {
   EXPECT_EQ(fut.get().first.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(server.engine().stats().encodes_abandoned, 1);
   EXPECT_LT(mo.encode_layers_run->load(), mo.encode_layers);
+  const std::string text = metrics.scrape_text();
+  EXPECT_EQ(sample(text, "srformer_requests_rejected_total", {{"model", "fake"}, {"reason", "shutting_down"}}), 1.0)
+      << text;
+  EXPECT_EQ(sample(text, "srformer_encode_seconds_count", {{"model", "fake"}}).value_or(0.0), 0.0) << text;
 }
 
 // One decoding row and a queue of two, kept busy by 1000-token streams (the first decoding, the others
