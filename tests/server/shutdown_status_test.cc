@@ -142,7 +142,6 @@ TEST(ShutdownStatus, QueuedRequestsTheShutdownDropsCountAsShuttingDown) {
       static_cast<double>(kCalls));
 }
 
-
 // A long document's call that arrived before the shutdown, whose document is still being tokenized (on
 // the service's start threads) when the drain begins, is queued and answered within the grace, as the
 // requests already queued are (docs/OPERATIONS.md: requests already accepted finish). It got UNAVAILABLE:
