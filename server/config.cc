@@ -599,108 +599,117 @@ void check_distinct_ports(const ServerConfig& c) {
   }
 }
 
-// The checks of one option's value alone (validate() adds those of combinations): `name` is its flag's
-// name without dashes; a name without such checks passes.
-void check_option(const ServerConfig& c, const std::string& name) {
-  const std::string flag = "--" + name;
-  // gRPC reads these as int milliseconds; an hour is past any sensible value.
-  constexpr int64_t kHourMs = 3600 * 1000;
-  // Durations added to clock readings in nanoseconds: past about 292 years they overflow and flip meaning
-  // (a huge --shutdown-grace-ms cancelled every request at once). A day is past any sensible value.
-  constexpr int64_t kDayMs = 24 * kHourMs;
-  const std::map<std::string, std::pair<int64_t, int64_t>> durations = {
-      {"retry-pushback-ms", {c.retry_pushback_ms, kHourMs}},
-      {"max-connection-age-grace-ms", {c.max_connection_age_grace_ms, kHourMs}},
-      {"shutdown-grace-ms", {c.shutdown_grace_ms, kDayMs}},
-      {"queue-bypass-ms", {c.queue_bypass_ms, kDayMs}},
-      {"free-memory-after-idle-ms", {c.free_memory_after_idle_ms, kDayMs}},
-      {"encode-stall-ms", {c.encode_stall_ms, kDayMs}},
-      {"stream-stall-timeout-ms", {c.stream_stall_timeout_ms, kDayMs}},
-      {"engine-stall-timeout-ms", {c.engine_stall_timeout_ms, kDayMs}},
-      {"max-connection-age-ms", {c.max_connection_age_ms, kDayMs}}};
-  if (const auto d = durations.find(name); d != durations.end()) {
-    const auto [ms, most] = d->second;
-    if (ms > most) {
-      throw ConfigError(flag + " is " + std::to_string(ms) + "; at most " + std::to_string(most) +
-                        (most == kHourMs ? " (an hour)" : " (a day)"));
-    }
-  }
-  if (name == "log-level") {
-    // init_logging refuses it too, but only once the rest has passed, and without the flag's name.
-    if (!is_log_level(c.log_level)) {
-      throw ConfigError("--log-level must be trace, debug, info, warn, error, critical or off, got '" + c.log_level +
-                        "'");
-    }
-  } else if (name == "listen") {
-    check_address("--listen", c.listen, true);
-  } else if (name == "metrics-listen") {
-    if (!c.metrics_listen.empty()) check_address("--metrics-listen", c.metrics_listen, false);
-  } else if (name == "device") {
-    parse_device(c.device);
-  } else if (name == "dtype") {
-    // The name alone: fp16 on the CPU is a combination with --device, which validate() checks.
-    if (!c.dtype.empty() && !float_dtype_from_name(c.dtype)) {
-      throw ConfigError("--dtype must be fp32, fp16 or bf16, got '" + c.dtype + "'");
-    }
-  } else if (name == "max-connection-age-ms") {
-    // Under a second gRPC closes connections about as fast as clients open them, and calls fail with
-    // UNAVAILABLE ("GOAWAY received", "Connection reset by peer"; at 1 ms about half of them, at 10 ms some).
-    // gRPC Java raises such an age to a second.
-    if (c.max_connection_age_ms > 0 && c.max_connection_age_ms < 1000) {
-      throw ConfigError("--max-connection-age-ms is " + std::to_string(c.max_connection_age_ms) +
-                        "; 0 (never) or at least 1000 (a second): shorter closes connections before their calls "
-                        "finish (minutes are usual)");
-    }
-  } else if (name == "max-streams-per-connection") {
-    if (c.max_streams_per_connection > std::numeric_limits<int>::max()) {
-      throw ConfigError("--max-streams-per-connection is " + std::to_string(c.max_streams_per_connection) +
-                        "; at most " + std::to_string(std::numeric_limits<int>::max()) + " (0: unlimited)");
-    }
-  } else if (name == "max-message-bytes") {
-    // gRPC takes it as an int (2^32 read as 0 refused every message).
-    if (c.max_message_bytes > std::numeric_limits<int>::max()) {
-      throw ConfigError("--max-message-bytes is " + std::to_string(c.max_message_bytes) + "; at most " +
-                        std::to_string(std::numeric_limits<int>::max()) + " (gRPC's limit)");
-    }
-  } else if (name == "max-input-tokens") {
-    // ListModels reports it as an int32, and no request message can hold more tokens (it has fewer than its
-    // bytes, which --max-message-bytes bounds by the same number).
-    if (c.max_input_tokens > std::numeric_limits<int32_t>::max()) {
-      throw ConfigError("--max-input-tokens is " + std::to_string(c.max_input_tokens) + "; at most " +
-                        std::to_string(std::numeric_limits<int32_t>::max()) + " (0 = each model's own limit)");
-    }
-  } else if (name == "max-new-tokens-cap") {
-    if (c.max_new_tokens_cap > kMaxNewTokensLimit) {
-      throw ConfigError("--max-new-tokens-cap is " + std::to_string(c.max_new_tokens_cap) + "; at most " +
-                        std::to_string(kMaxNewTokensLimit) + ", the most any request may generate");
-    }
-  } else if (name == "max-beams") {
-    if (c.max_beams > kMaxNumBeams) {
-      throw ConfigError("--max-beams is " + std::to_string(c.max_beams) + "; at most " + std::to_string(kMaxNumBeams));
-    }
+// gRPC reads some durations as int milliseconds; an hour is past any sensible value.
+constexpr int64_t kHourMs = 3600 * 1000;
+// Durations added to clock readings in nanoseconds: past about 292 years they overflow and flip meaning
+// (a huge --shutdown-grace-ms cancelled every request at once). A day is past any sensible value.
+constexpr int64_t kDayMs = 24 * kHourMs;
+
+void check_duration(const char* flag, int64_t ms, int64_t most) {
+  if (ms > most) {
+    throw ConfigError(std::string(flag) + " is " + std::to_string(ms) + "; at most " + std::to_string(most) +
+                      (most == kHourMs ? " (an hour)" : " (a day)"));
   }
 }
 
-// The options check_option() checks, in the order validate() reports them.
-constexpr const char* kCheckedOptions[] = {"log-level",
-                                           "listen",
-                                           "metrics-listen",
-                                           "device",
-                                           "dtype",
-                                           "retry-pushback-ms",
-                                           "max-connection-age-grace-ms",
-                                           "shutdown-grace-ms",
-                                           "queue-bypass-ms",
-                                           "free-memory-after-idle-ms",
-                                           "encode-stall-ms",
-                                           "stream-stall-timeout-ms",
-                                           "engine-stall-timeout-ms",
-                                           "max-connection-age-ms",
-                                           "max-streams-per-connection",
-                                           "max-message-bytes",
-                                           "max-input-tokens",
-                                           "max-new-tokens-cap",
-                                           "max-beams"};
+// The checks of one option's value alone (validate() adds those of combinations), by its flag's name
+// without dashes, in the order validate() reports them. One table serves both: check_option() as each
+// value is set, validate() on the merged configuration.
+using OptionCheck = std::pair<const char*, void (*)(const ServerConfig&)>;
+const OptionCheck kOptionChecks[] = {
+    {"log-level",
+     [](const ServerConfig& c) {
+       // init_logging refuses it too, but only once the rest has passed, and without the flag's name.
+       if (!is_log_level(c.log_level)) {
+         throw ConfigError("--log-level must be trace, debug, info, warn, error, critical or off, got '" + c.log_level +
+                           "'");
+       }
+     }},
+    {"listen", [](const ServerConfig& c) { check_address("--listen", c.listen, true); }},
+    {"metrics-listen",
+     [](const ServerConfig& c) {
+       if (!c.metrics_listen.empty()) check_address("--metrics-listen", c.metrics_listen, false);
+     }},
+    {"device", [](const ServerConfig& c) { parse_device(c.device); }},
+    {"dtype",
+     [](const ServerConfig& c) {
+       // The name alone: fp16 on the CPU is a combination with --device, which validate() checks.
+       if (!c.dtype.empty() && !float_dtype_from_name(c.dtype)) {
+         throw ConfigError("--dtype must be fp32, fp16 or bf16, got '" + c.dtype + "'");
+       }
+     }},
+    {"retry-pushback-ms",
+     [](const ServerConfig& c) { check_duration("--retry-pushback-ms", c.retry_pushback_ms, kHourMs); }},
+    {"max-connection-age-grace-ms",
+     [](const ServerConfig& c) {
+       check_duration("--max-connection-age-grace-ms", c.max_connection_age_grace_ms, kHourMs);
+     }},
+    {"shutdown-grace-ms",
+     [](const ServerConfig& c) { check_duration("--shutdown-grace-ms", c.shutdown_grace_ms, kDayMs); }},
+    {"queue-bypass-ms", [](const ServerConfig& c) { check_duration("--queue-bypass-ms", c.queue_bypass_ms, kDayMs); }},
+    {"free-memory-after-idle-ms",
+     [](const ServerConfig& c) { check_duration("--free-memory-after-idle-ms", c.free_memory_after_idle_ms, kDayMs); }},
+    {"encode-stall-ms", [](const ServerConfig& c) { check_duration("--encode-stall-ms", c.encode_stall_ms, kDayMs); }},
+    {"stream-stall-timeout-ms",
+     [](const ServerConfig& c) { check_duration("--stream-stall-timeout-ms", c.stream_stall_timeout_ms, kDayMs); }},
+    {"engine-stall-timeout-ms",
+     [](const ServerConfig& c) { check_duration("--engine-stall-timeout-ms", c.engine_stall_timeout_ms, kDayMs); }},
+    {"max-connection-age-ms",
+     [](const ServerConfig& c) {
+       check_duration("--max-connection-age-ms", c.max_connection_age_ms, kDayMs);
+       // Under a second gRPC closes connections about as fast as clients open them, and calls fail with
+       // UNAVAILABLE ("GOAWAY received", "Connection reset by peer"; at 1 ms about half of them, at 10 ms
+       // some). gRPC Java raises such an age to a second.
+       if (c.max_connection_age_ms > 0 && c.max_connection_age_ms < 1000) {
+         throw ConfigError("--max-connection-age-ms is " + std::to_string(c.max_connection_age_ms) +
+                           "; 0 (never) or at least 1000 (a second): shorter closes connections before their calls "
+                           "finish (minutes are usual)");
+       }
+     }},
+    {"max-streams-per-connection",
+     [](const ServerConfig& c) {
+       if (c.max_streams_per_connection > std::numeric_limits<int>::max()) {
+         throw ConfigError("--max-streams-per-connection is " + std::to_string(c.max_streams_per_connection) +
+                           "; at most " + std::to_string(std::numeric_limits<int>::max()) + " (0: unlimited)");
+       }
+     }},
+    {"max-message-bytes",
+     [](const ServerConfig& c) {
+       // gRPC takes it as an int (2^32 read as 0 refused every message).
+       if (c.max_message_bytes > std::numeric_limits<int>::max()) {
+         throw ConfigError("--max-message-bytes is " + std::to_string(c.max_message_bytes) + "; at most " +
+                           std::to_string(std::numeric_limits<int>::max()) + " (gRPC's limit)");
+       }
+     }},
+    {"max-input-tokens",
+     [](const ServerConfig& c) {
+       // ListModels reports it as an int32, and no request message can hold more tokens (it has fewer than
+       // its bytes, which --max-message-bytes bounds by the same number).
+       if (c.max_input_tokens > std::numeric_limits<int32_t>::max()) {
+         throw ConfigError("--max-input-tokens is " + std::to_string(c.max_input_tokens) + "; at most " +
+                           std::to_string(std::numeric_limits<int32_t>::max()) + " (0 = each model's own limit)");
+       }
+     }},
+    {"max-new-tokens-cap",
+     [](const ServerConfig& c) {
+       if (c.max_new_tokens_cap > kMaxNewTokensLimit) {
+         throw ConfigError("--max-new-tokens-cap is " + std::to_string(c.max_new_tokens_cap) + "; at most " +
+                           std::to_string(kMaxNewTokensLimit) + ", the most any request may generate");
+       }
+     }},
+    {"max-beams", [](const ServerConfig& c) {
+       if (c.max_beams > kMaxNumBeams) {
+         throw ConfigError("--max-beams is " + std::to_string(c.max_beams) + "; at most " +
+                           std::to_string(kMaxNumBeams));
+       }
+     }}};
+
+// `name`'s checks from kOptionChecks; a name without such checks passes.
+void check_option(const ServerConfig& c, const std::string& name) {
+  for (const auto& [option, check] : kOptionChecks) {
+    if (name == option) check(c);
+  }
+}
 
 }  // namespace
 
@@ -713,7 +722,7 @@ void validate(const ServerConfig& c) {
       }
     }
   }
-  for (const char* name : kCheckedOptions) check_option(c, name);
+  for (const auto& entry : kOptionChecks) entry.second(c);
   check_distinct_ports(c);
   if (c.tls_cert.empty() != c.tls_key.empty()) {
     throw ConfigError("TLS needs both --tls-cert and --tls-key (PEM files); give both, or neither for plaintext");
